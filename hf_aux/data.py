@@ -119,3 +119,203 @@ class MLMCollator:
         if self.return_original:
             batch["original_input_ids"] = input_ids
         return batch
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Supervised tasks: tokenisation per kind
+# --------------------------------------------------------------------------------------------------------------
+
+MODEL_INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def tokenize_task(task, dataset, tokenizer: PreTrainedTokenizerBase, *, max_length: int = 256, doc_stride: int = 64,
+                  max_target_length: int = 128, keep_qa_offsets: bool = False):
+    """Tokenise one split of `task` (a `hf_aux.TaskSpec`). Every row gets `task_name`.
+
+    classification / regression: one sentence or a pair -> input_ids, attention_mask[, token_type_ids], labels
+        (string labels become their index in `label_names`; regression labels are floats).
+    multiple_choice: each (question, choice) pair is encoded, so input_ids is a list of C sequences; labels is
+        the index of the right choice (the choices are ranked by one shared head).
+    extractive_qa: question + context with `doc_stride` overlap; each window becomes a feature with
+        start_positions / end_positions (token indices; both 0, the first token, when the answer is not inside the
+        window or there is none). With `keep_qa_offsets`, also `example_index` and `offset_mapping` (character
+        spans of context tokens, [-1, -1] elsewhere) to map predictions back to text.
+    seq2seq: source -> input_ids; target -> labels (token ids).
+    """
+    kind = task.kind
+    if kind in ("classification", "regression"):
+        label_index = {name: i for i, name in enumerate(task.label_names or [])}
+
+        def encode(batch):
+            texts = [batch[c] for c in task.text_columns]
+            out = tokenizer(*texts, truncation=True, max_length=max_length)
+            labels = batch[task.label_column]
+            if kind == "classification":
+                out["labels"] = [label_index[x] if isinstance(x, str) else int(x) for x in labels]
+            else:
+                out["labels"] = [float(x) for x in labels]
+            return out
+
+    elif kind == "multiple_choice":
+
+        def encode(batch):
+            choices = batch[task.choices_column]
+            questions = batch[task.question_column] if task.question_column else [None] * len(choices)
+            flat_first, flat_second, sizes = [], [], []
+            for question, options in zip(questions, choices):
+                sizes.append(len(options))
+                for option in options:
+                    flat_first.append(question if question is not None else option)
+                    flat_second.append(option if question is not None else None)
+            if task.question_column:
+                enc = tokenizer(flat_first, flat_second, truncation=True, max_length=max_length)
+            else:
+                enc = tokenizer(flat_first, truncation=True, max_length=max_length)
+            out, start = {k: [] for k in enc}, 0
+            for size in sizes:
+                for key in enc:
+                    out[key].append(enc[key][start : start + size])
+                start += size
+            out["labels"] = [int(x) for x in batch[task.label_column]]
+            return out
+
+    elif kind == "extractive_qa":
+        if tokenizer.padding_side != "right":
+            raise ValueError(f"task '{task.name}': field 'tokenizer': extractive QA needs right padding")
+
+        def encode(batch, indices):
+            questions = [q.lstrip() for q in batch[task.question_column]]
+            enc = tokenizer(questions, batch[task.context_column], truncation="only_second", max_length=max_length,
+                            stride=doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True)
+            sample_map = enc.pop("overflow_to_sample_mapping")
+            offsets_all = enc.pop("offset_mapping")
+            enc["start_positions"], enc["end_positions"] = [], []
+            enc["example_index"], enc["offset_mapping"] = [], []
+            for feature, offsets in enumerate(offsets_all):
+                sample = sample_map[feature]
+                sequence_ids = enc.sequence_ids(feature)
+                context_offsets = [tuple(o) if s == 1 else (-1, -1) for o, s in zip(offsets, sequence_ids)]
+                answers = batch[task.answers_column][sample]
+                start_token = end_token = 0
+                if answers["text"]:
+                    start_char = answers["answer_start"][0]
+                    end_char = start_char + len(answers["text"][0])
+                    inside = [i for i, (a, b) in enumerate(context_offsets) if a >= 0 and a < end_char and b > start_char]
+                    covered = inside and context_offsets[inside[0]][0] <= start_char and context_offsets[inside[-1]][1] >= end_char
+                    if covered:
+                        start_token, end_token = inside[0], inside[-1]
+                enc["start_positions"].append(start_token)
+                enc["end_positions"].append(end_token)
+                enc["example_index"].append(indices[sample])
+                enc["offset_mapping"].append([list(o) for o in context_offsets])
+            if not keep_qa_offsets:
+                del enc["example_index"], enc["offset_mapping"]
+            return enc
+
+    elif kind == "seq2seq":
+
+        def encode(batch):
+            out = tokenizer(batch[task.source_column], truncation=True, max_length=max_length)
+            targets = tokenizer(text_target=batch[task.target_column], truncation=True, max_length=max_target_length)
+            out["labels"] = targets["input_ids"]
+            return out
+
+    else:  # TaskSpec validates kinds; this guards against a spec mutated after construction
+        raise ValueError(f"task '{task.name}': field 'kind': unknown kind {kind!r}")
+
+    tokenized = dataset.map(encode, batched=True, with_indices=kind == "extractive_qa",
+                            remove_columns=dataset.column_names, desc=f"Tokenizing {task.name}")
+    if len(tokenized) == 0:
+        raise ValueError(f"task '{task.name}': field 'dataset': tokenisation produced no rows")
+    return tokenized.add_column("task_name", [task.name] * len(tokenized))
+
+
+class TokenizedTask:
+    """A task's splits, each tokenised once on first use and then kept (nothing is tokenised twice).
+
+    `tokenized["train"]` gives the tokenised train split; `raw` holds the untokenised `DatasetDict` (QA and
+    seq2seq evaluation map predictions back to it).
+    """
+
+    def __init__(self, task, raw, tokenizer: PreTrainedTokenizerBase, **tokenize_kwargs):
+        self.task, self.raw, self.tokenizer = task, raw, tokenizer
+        self.tokenize_kwargs = tokenize_kwargs
+        self._cache = {}
+
+    def __contains__(self, split: str) -> bool:
+        return split in self.raw
+
+    def __getitem__(self, split: str):
+        if split not in self._cache:
+            if split not in self.raw:
+                raise KeyError(f"task '{self.task.name}' has no {split!r} split (has {list(self.raw)})")
+            self._cache[split] = tokenize_task(self.task, self.raw[split], self.tokenizer, **self.tokenize_kwargs)
+        return self._cache[split]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Collation: a batch belongs to one task and is padded for that task's kind
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MultiTaskCollator:
+    """Pads a list of tokenised features of ONE task (rows from `tokenize_task`) into model inputs.
+
+    Adds `task_ids` (LongTensor [batch], the task's index in `task_names`, the order of the model's heads).
+    multiple_choice: input_ids [batch, choices, length] with `choice_mask` [batch, choices] (False where an
+    example has fewer choices than the widest one). seq2seq: labels padded with -100.
+    Columns that are not model inputs (QA offsets, example indices) are dropped.
+    """
+
+    tokenizer: PreTrainedTokenizerBase
+    task_names: list[str]
+    pad_to_multiple_of: int | None = None
+
+    def __post_init__(self):
+        self.task_index = {name: i for i, name in enumerate(self.task_names)}
+
+    def __call__(self, features):
+        names = {f["task_name"] for f in features}
+        if len(names) != 1:
+            raise ValueError(f"a batch must belong to one task; got rows of {sorted(names)}")
+        name = names.pop()
+        if name not in self.task_index:
+            raise ValueError(f"task '{name}': field 'task_name': not one of the model's tasks {self.task_names}")
+        first = features[0]
+        if isinstance(first["input_ids"][0], list):
+            batch = self._pad_choices(features)
+        else:
+            inputs = [{k: f[k] for k in MODEL_INPUT_KEYS if k in f} for f in features]
+            batch = dict(self.tokenizer.pad(inputs, pad_to_multiple_of=self.pad_to_multiple_of, return_tensors="pt"))
+            if "labels" in first and isinstance(first["labels"], list):  # seq2seq targets
+                batch["labels"] = _pad_sequences([f["labels"] for f in features], -100)
+            elif "labels" in first:
+                dtype = torch.float32 if isinstance(first["labels"], float) else torch.long
+                batch["labels"] = torch.tensor([f["labels"] for f in features], dtype=dtype)
+            for key in ("start_positions", "end_positions"):
+                if key in first:
+                    batch[key] = torch.tensor([f[key] for f in features], dtype=torch.long)
+        batch["task_ids"] = torch.full((len(features),), self.task_index[name], dtype=torch.long)
+        return batch
+
+    def _pad_choices(self, features):
+        num_choices = max(len(f["input_ids"]) for f in features)
+        flat, choice_mask = [], []
+        for f in features:
+            count = len(f["input_ids"])
+            rows = [{k: f[k][c] for k in MODEL_INPUT_KEYS if k in f} for c in range(count)]
+            # missing choices repeat the first one; choice_mask removes them from the ranking
+            rows += [rows[0]] * (num_choices - count)
+            flat.extend(rows)
+            choice_mask.append([True] * count + [False] * (num_choices - count))
+        padded = self.tokenizer.pad(flat, pad_to_multiple_of=self.pad_to_multiple_of, return_tensors="pt")
+        batch = {k: v.view(len(features), num_choices, -1) for k, v in padded.items()}
+        batch["choice_mask"] = torch.tensor(choice_mask, dtype=torch.bool)
+        batch["labels"] = torch.tensor([f["labels"] for f in features], dtype=torch.long)
+        return batch
+
+
+def _pad_sequences(sequences, value: int) -> torch.Tensor:
+    longest = max(len(s) for s in sequences)
+    return torch.tensor([list(s) + [value] * (longest - len(s)) for s in sequences], dtype=torch.long)

@@ -1,0 +1,481 @@
+"""MultiTaskModel: one shared encoder, MUPPET's task heads (Aghajanyan et al., 2021, §3.1 and §3.5).
+
+- one classification head per classification or regression task ("Every Sentence Prediction dataset gets a
+  separate classification head"),
+- ONE multiple-choice ranking head shared by all multiple-choice tasks and ONE span head shared by all
+  extractive-QA tasks ("for Commonsense and MRC we utilize a separate unified head for each task [type]":
+  per-dataset heads over-fitted),
+- seq2seq through the base model's own LM head (the input embedding matrix, as BART's tied `lm_head`): no new
+  parameters, so a seq2seq task needs an encoder-decoder body.
+
+MUPPET-style checkpoints. `save_pretrained(dir)` writes
+  config.json + model.safetensors       the body alone, exactly as its own class saves it: plain transformers
+                                        loads it with AutoModel / AutoModelForSequenceClassification;
+  multitask_config.json                 task metadata and head settings (no encoder part: config.json is that);
+  multitask_heads.safetensors           every head's weights.
+`MultiTaskModel.from_pretrained(dir or hub id)` restores all of it; on a plain encoder checkpoint it starts fresh
+heads for the tasks it is given and says which.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedModel
+from transformers.utils import ModelOutput, cached_file
+
+from ..tasks import TASK_KINDS, TaskSpec, task_error
+
+logger = logging.getLogger(__name__)
+
+MULTITASK_CONFIG_NAME = "multitask_config.json"
+HEADS_WEIGHTS_NAME = "multitask_heads.safetensors"
+BODY_PREFIX = "body."
+
+
+class MultiTaskConfig(PretrainedConfig):
+    """`encoder`: the body's config (any model `AutoModel` builds). `tasks`: a list of
+    {name, kind, num_labels, label_names} (see `TaskSpec.head_metadata`). Head settings: `classifier_dropout`,
+    `spectral_norm_heads` (R4F: spectral normalisation of the classification heads), `label_smoothing`
+    (seq2seq loss)."""
+
+    model_type = "hf_aux_multitask"
+
+    encoder: PretrainedConfig | dict | None = None
+    tasks: list | None = None
+    classifier_dropout: float = 0.1
+    spectral_norm_heads: bool = False
+    label_smoothing: float = 0.0
+
+    def __post_init__(self, **kwargs):
+        if isinstance(self.encoder, dict):
+            encoder = dict(self.encoder)
+            self.encoder = AutoConfig.for_model(encoder.pop("model_type"), **encoder)
+        self.tasks = [normalize_task_metadata(t) for t in (self.tasks or [])]
+        names = [t["name"] for t in self.tasks]
+        for name in names:
+            if names.count(name) > 1:
+                raise task_error(name, "name", "appears twice in the model's tasks")
+        if self.encoder is not None and not self.encoder.is_encoder_decoder:
+            for task in self.tasks:
+                if task["kind"] == "seq2seq":
+                    raise task_error(task["name"], "kind", f"a seq2seq task needs an encoder-decoder body (e.g. "
+                                     f"BART); {self.encoder.model_type} is encoder-only")
+        if not 0.0 <= self.classifier_dropout < 1.0:
+            raise ValueError(f"MultiTaskConfig: field 'classifier_dropout': {self.classifier_dropout} not in [0, 1)")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"MultiTaskConfig: field 'label_smoothing': {self.label_smoothing} not in [0, 1)")
+        super().__post_init__(**kwargs)
+
+    def to_dict(self):
+        output = super().to_dict()
+        if isinstance(self.encoder, PretrainedConfig):
+            output["encoder"] = self.encoder.to_dict()
+        return output
+
+    def task(self, name: str) -> dict:
+        for task in self.tasks:
+            if task["name"] == name:
+                return task
+        raise ValueError(f"task '{name}': field 'name': the model has no such task (it has {self.task_names})")
+
+    @property
+    def task_names(self) -> list[str]:
+        return [t["name"] for t in self.tasks]
+
+
+def normalize_task_metadata(task) -> dict:
+    """A TaskSpec or a metadata dict -> {name, kind, num_labels, label_names}, checked."""
+    if isinstance(task, TaskSpec):
+        return task.head_metadata()
+    if not isinstance(task, dict) or "name" not in task or "kind" not in task:
+        raise ValueError(f"task {task!r}: field 'tasks': each task needs at least a name and a kind")
+    name, kind = task["name"], task["kind"]
+    if kind not in TASK_KINDS:
+        raise task_error(name, "kind", f"unknown kind {kind!r}; expected one of {list(TASK_KINDS)}")
+    num_labels, label_names = task.get("num_labels"), task.get("label_names")
+    if kind == "classification":
+        num_labels = num_labels if num_labels is not None else (len(label_names) if label_names else None)
+        if not isinstance(num_labels, int) or num_labels < 2:
+            raise task_error(name, "num_labels", f"a classification head needs at least 2 labels, got {num_labels!r}")
+        if label_names is not None and len(label_names) != num_labels:
+            raise task_error(name, "label_names", f"{len(label_names)} names for {num_labels} labels")
+    elif kind == "regression":
+        num_labels = 1
+    return {"name": name, "kind": kind, "num_labels": num_labels, "label_names": label_names}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Heads
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class ClassificationHead(nn.Module):
+    """dense -> tanh -> dropout -> projection, on the sentence representation (the fairseq/RoBERTa head MUPPET
+    uses). With `spectral_norm`, both linear maps are spectrally normalised (R4F)."""
+
+    def __init__(self, hidden_size: int, num_outputs: int, dropout: float, spectral_norm: bool = False):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.out_proj = nn.Linear(hidden_size, num_outputs)
+        if spectral_norm:
+            self.dense = nn.utils.parametrizations.spectral_norm(self.dense)
+            self.out_proj = nn.utils.parametrizations.spectral_norm(self.out_proj)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, num_outputs]
+        x = self.dropout(features)
+        x = torch.tanh(self.dense(x))
+        return self.out_proj(self.dropout(x))
+
+
+@dataclass
+class MultiTaskOutput(ModelOutput):
+    """loss: the task's standard (unscaled) loss when labels are given.
+    logits: [batch, num_labels] (classification), [batch] (regression), [batch, choices] (multiple choice),
+        [batch, target_length, vocab] (seq2seq). start_logits / end_logits: [batch, length] (extractive QA).
+    last_hidden_state: the body's last hidden states ([batch(*choices), length, hidden])."""
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    start_logits: torch.Tensor | None = None
+    end_logits: torch.Tensor | None = None
+    last_hidden_state: torch.Tensor | None = None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Model
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class MultiTaskModel(PreTrainedModel):
+    config_class = MultiTaskConfig
+    base_model_prefix = "body"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+
+    def __init__(self, config: MultiTaskConfig, body: PreTrainedModel | None = None):
+        if config.encoder is None:
+            raise ValueError("MultiTaskConfig: field 'encoder': the body's config is required")
+        super().__init__(config)
+        self.body = body if body is not None else AutoModel.from_config(config.encoder)
+        self.config.encoder = self.body.config  # one config object: the body's own
+        hidden = _hidden_size(self.body.config)
+        self.classification_heads = nn.ModuleDict()
+        self.multiple_choice_head = None
+        self.span_head = None
+        for task in config.tasks:
+            self._build_head(task, hidden)
+        self._body_takes_token_types = "token_type_ids" in inspect.signature(self.body.forward).parameters
+        self._freeze_unused_pooler()
+        self.post_init()
+
+    def _build_head(self, task: dict, hidden: int) -> None:
+        kind, dropout = task["kind"], self.config.classifier_dropout
+        if kind in ("classification", "regression"):
+            self.classification_heads[task["name"]] = ClassificationHead(
+                hidden, task["num_labels"], dropout, spectral_norm=self.config.spectral_norm_heads)
+        elif kind == "multiple_choice" and self.multiple_choice_head is None:
+            self.multiple_choice_head = ClassificationHead(hidden, 1, dropout)
+        elif kind == "extractive_qa" and self.span_head is None:
+            self.span_head = nn.Linear(hidden, 2)
+
+    def _freeze_unused_pooler(self) -> None:
+        # BERT/RoBERTa bodies carry a pooler that the heads here do not use (they read the first token's state).
+        # It stays in the body so the checkpoint matches AutoModel exactly, frozen so that DDP sees no unused
+        # parameter that requires a gradient.
+        pooler = getattr(self.body, "pooler", None)
+        if isinstance(pooler, nn.Module):
+            pooler.requires_grad_(False)
+
+    def _init_weights(self, module):
+        # only the heads reach here: the body's modules are marked initialised by their own post_init/loading
+        std = getattr(self.body.config, "initializer_range", 0.02)
+        if isinstance(module, nn.Linear):
+            weight = module.parametrizations.weight.original if hasattr(module, "parametrizations") else module.weight
+            nn.init.normal_(weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    # ------------------------------------------------------------------------------------------------------------
+    def get_input_embeddings(self):
+        return self.body.get_input_embeddings()
+
+    def set_input_embeddings(self, value):
+        self.body.set_input_embeddings(value)
+
+    @property
+    def task_names(self) -> list[str]:
+        return self.config.task_names
+
+    def add_tasks(self, tasks) -> list[str]:
+        """Add heads for new tasks (TaskSpecs or metadata dicts), freshly initialised. Returns the new names; a
+        task already present must agree on kind and labels."""
+        added = []
+        for task in (normalize_task_metadata(t) for t in tasks):
+            if task["name"] in self.config.task_names:
+                existing = self.config.task(task["name"])
+                for key in ("kind", "num_labels"):
+                    if existing[key] != task[key]:
+                        raise task_error(task["name"], key, f"the checkpoint's head has {key}={existing[key]!r}, "
+                                         f"the task asks for {task[key]!r}")
+                continue
+            if task["kind"] == "seq2seq" and not self.body.config.is_encoder_decoder:
+                raise task_error(task["name"], "kind", f"a seq2seq task needs an encoder-decoder body (e.g. BART); "
+                                 f"{self.body.config.model_type} is encoder-only")
+            self.config.tasks.append(task)
+            self._build_head(task, _hidden_size(self.body.config))
+            added.append(task["name"])
+        if added:
+            for module in self._head_modules():
+                if not getattr(module, "_is_hf_initialized", False):
+                    module.apply(self._init_weights)
+                    module._is_hf_initialized = True
+        return added
+
+    def _head_modules(self):
+        heads = list(self.classification_heads.values())
+        heads += [h for h in (self.multiple_choice_head, self.span_head) if h is not None]
+        return heads
+
+    # ------------------------------------------------------------------------------------------------------------
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        task_ids: torch.Tensor | None = None,
+        task: str | None = None,
+        labels: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+        choice_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        return_dict: bool | None = None,
+    ) -> MultiTaskOutput:
+        """One batch of ONE task, named by `task` or by `task_ids` (all equal; the collator makes them).
+
+        `inputs_embeds` (e.g. noise-perturbed embeddings for R3F) replaces the embedding lookup; `input_ids` may
+        be passed alongside (an encoder-decoder body needs them to locate EOS and build decoder inputs).
+        Multiple choice: input_ids [batch, choices, length] (+ `choice_mask` [batch, choices])."""
+        spec = self.config.task(self._resolve_task(task, task_ids))
+        kind = spec["kind"]
+        if input_ids is None and inputs_embeds is None:
+            raise ValueError(f"task '{spec['name']}': field 'input_ids': give input_ids or inputs_embeds")
+        batch_size = (input_ids if input_ids is not None else inputs_embeds).shape[0]
+        if kind == "multiple_choice":  # rank C (question, choice) encodings with one shared head
+            num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+            flatten = lambda x: None if x is None else x.reshape(-1, *x.shape[2:])  # noqa: E731
+            input_ids, attention_mask, token_type_ids, inputs_embeds = map(
+                flatten, (input_ids, attention_mask, token_type_ids, inputs_embeds))
+
+        if kind == "seq2seq" and decoder_input_ids is None:
+            if labels is None:
+                raise ValueError(f"task '{spec['name']}': field 'labels': seq2seq needs labels or decoder_input_ids")
+            decoder_input_ids = self._shift_right(labels)
+        hidden = self._run_body(input_ids, attention_mask, token_type_ids, inputs_embeds, decoder_input_ids,
+                                decoder_attention_mask)  # [N, length, hidden]
+
+        loss = logits = start_logits = end_logits = None
+        if kind in ("classification", "regression"):
+            logits = self.classification_heads[spec["name"]](self._sentence_representation(hidden, input_ids))
+            if kind == "regression":
+                logits = logits.squeeze(-1)  # [batch]
+            if labels is not None:
+                loss = (F.mse_loss(logits, labels.to(logits.dtype)) if kind == "regression"
+                        else F.cross_entropy(logits, labels))
+        elif kind == "multiple_choice":
+            scores = self.multiple_choice_head(self._sentence_representation(hidden, input_ids))  # [B*C, 1]
+            logits = scores.view(batch_size, num_choices)
+            if choice_mask is not None:
+                logits = logits.masked_fill(~choice_mask.bool(), torch.finfo(logits.dtype).min)
+            if labels is not None:
+                loss = F.cross_entropy(logits, labels)  # sentence ranking loss over the choices
+        elif kind == "extractive_qa":
+            start_logits, end_logits = self.span_head(hidden).unbind(dim=-1)  # [B, length] each
+            if attention_mask is not None:  # candidate positions: the real tokens
+                padding = attention_mask == 0
+                start_logits = start_logits.masked_fill(padding, torch.finfo(start_logits.dtype).min)
+                end_logits = end_logits.masked_fill(padding, torch.finfo(end_logits.dtype).min)
+            if start_positions is not None and end_positions is not None:
+                loss = (F.cross_entropy(start_logits, start_positions) + F.cross_entropy(end_logits, end_positions)) / 2
+        else:  # seq2seq: the body's own LM head, i.e. the (tied) input embedding matrix
+            logits = F.linear(hidden, self.body.get_input_embeddings().weight)  # [B, T, vocab]
+            if labels is not None:
+                loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100,
+                                       label_smoothing=self.config.label_smoothing)
+        return MultiTaskOutput(loss=loss, logits=logits, start_logits=start_logits, end_logits=end_logits,
+                               last_hidden_state=hidden)
+
+    def _resolve_task(self, task: str | None, task_ids: torch.Tensor | None) -> str:
+        if task is not None:
+            return task
+        if task_ids is None:
+            raise ValueError("MultiTaskModel.forward: give `task` (a name) or `task_ids`")
+        first = int(task_ids.reshape(-1)[0])
+        if task_ids.numel() > 1 and not bool((task_ids == first).all()):
+            raise ValueError("MultiTaskModel.forward: field 'task_ids': a batch must belong to one task")
+        if not 0 <= first < len(self.config.tasks):
+            raise ValueError(f"MultiTaskModel.forward: field 'task_ids': {first} is not a task index "
+                             f"(the model has {len(self.config.tasks)} tasks)")
+        return self.config.tasks[first]["name"]
+
+    def _run_body(self, input_ids, attention_mask, token_type_ids, inputs_embeds, decoder_input_ids,
+                  decoder_attention_mask) -> torch.Tensor:
+        kwargs = {"attention_mask": attention_mask}
+        if inputs_embeds is not None:
+            kwargs["inputs_embeds"] = inputs_embeds
+        else:
+            kwargs["input_ids"] = input_ids
+        if token_type_ids is not None and self._body_takes_token_types:
+            kwargs["token_type_ids"] = token_type_ids
+        if self.body.config.is_encoder_decoder:
+            if decoder_input_ids is None:  # sentence-level tasks: the decoder reads the shifted input (BART)
+                if input_ids is None:
+                    raise ValueError("an encoder-decoder body needs input_ids (with inputs_embeds) to build "
+                                     "decoder inputs")
+                decoder_input_ids = self._shift_right(input_ids)
+                decoder_attention_mask = attention_mask
+            kwargs["decoder_input_ids"] = decoder_input_ids
+            kwargs["decoder_attention_mask"] = decoder_attention_mask
+        return self.body(**kwargs, return_dict=True).last_hidden_state
+
+    def _sentence_representation(self, hidden: torch.Tensor, input_ids: torch.Tensor | None) -> torch.Tensor:
+        """[N, length, hidden] -> [N, hidden]: the first token for encoders; for encoder-decoders the decoder
+        state at the last EOS of each input (as BART's classification head)."""
+        if not self.body.config.is_encoder_decoder:
+            return hidden[:, 0]
+        eos = input_ids.eq(self.body.config.eos_token_id)
+        if not bool(eos.any(dim=1).all()):
+            raise ValueError("an encoder-decoder body needs an EOS token in every input for sentence-level heads")
+        last_eos = eos.shape[1] - 1 - eos.flip(dims=[1]).int().argmax(dim=1)
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), last_eos]
+
+    def _shift_right(self, ids: torch.Tensor) -> torch.Tensor:
+        config = self.body.config
+        start = config.decoder_start_token_id if config.decoder_start_token_id is not None else config.eos_token_id
+        shifted = ids.new_full(ids.shape, config.pad_token_id)
+        shifted[:, 1:] = ids[:, :-1]
+        shifted[:, 0] = start
+        return shifted.masked_fill(shifted == -100, config.pad_token_id)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # MUPPET-style checkpoints
+    # ------------------------------------------------------------------------------------------------------------
+    def save_pretrained(self, save_directory, state_dict=None, is_main_process: bool = True, push_to_hub=False,
+                        **kwargs):
+        """Body as a standard checkpoint of its own class + heads and task metadata beside it (module docstring).
+        Keyword arguments (e.g. `max_shard_size`) go to the body's `save_pretrained`."""
+        if os.path.isfile(save_directory):
+            raise ValueError(f"save_pretrained: {save_directory!r} is a file, not a directory")
+        os.makedirs(save_directory, exist_ok=True)
+        state = state_dict if state_dict is not None else self.state_dict()
+        body_state = {k[len(BODY_PREFIX):]: v for k, v in state.items() if k.startswith(BODY_PREFIX)}
+        head_state = {k: v.detach().contiguous().cpu() for k, v in state.items() if not k.startswith(BODY_PREFIX)}
+        kwargs.pop("safe_serialization", None)  # always safetensors
+        repo_id = kwargs.pop("repo_id", None)
+        token = kwargs.pop("token", None)
+        commit_message = kwargs.pop("commit_message", None)
+        if is_main_process:
+            self.body.save_pretrained(save_directory, state_dict=body_state, **kwargs)
+            save_file(head_state, os.path.join(save_directory, HEADS_WEIGHTS_NAME), metadata={"format": "pt"})
+            with open(os.path.join(save_directory, MULTITASK_CONFIG_NAME), "w") as f:
+                json.dump(self._multitask_metadata(), f, indent=2, sort_keys=True)
+        if push_to_hub and is_main_process:
+            from huggingface_hub import create_repo, upload_folder
+
+            repo_id = repo_id or os.path.basename(os.path.abspath(save_directory))
+            repo_id = create_repo(repo_id, exist_ok=True, token=token).repo_id
+            upload_folder(repo_id=repo_id, folder_path=save_directory, token=token,
+                          commit_message=commit_message or "Upload MUPPET-style multi-task checkpoint")
+
+    def _multitask_metadata(self) -> dict:
+        from .. import __version__
+
+        data = {k: v for k, v in self.config.to_dict().items()
+                if k in ("tasks", "classifier_dropout", "spectral_norm_heads", "label_smoothing")}
+        data["hf_aux_version"] = __version__
+        data["format"] = "muppet-style: body in config.json/model.safetensors, heads in " + HEADS_WEIGHTS_NAME
+        return data
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, tasks=None, config=None,
+                        spectral_norm_heads: bool | None = None, classifier_dropout: float | None = None, **kwargs):
+        """Load a MUPPET-style checkpoint (local folder or Hub id) with all its heads, or a plain encoder
+        checkpoint with fresh heads for `tasks` (TaskSpecs or {name, kind, num_labels} dicts). Given `tasks` are
+        added to a MUPPET-style checkpoint's own (fresh heads for the new ones, logged). Other keyword arguments
+        (revision, token, cache_dir, attn_implementation, dtype, ...) go to `AutoModel.from_pretrained`."""
+        if model_args:
+            raise TypeError("MultiTaskModel.from_pretrained takes no positional arguments besides the path")
+        if config is not None:
+            raise TypeError("MultiTaskModel.from_pretrained builds its config from the checkpoint; pass tasks=...")
+        hub_kwargs = {k: kwargs[k] for k in ("revision", "token", "cache_dir", "local_files_only", "subfolder")
+                      if k in kwargs}
+        metadata_file = cached_file(pretrained_model_name_or_path, MULTITASK_CONFIG_NAME,
+                                    _raise_exceptions_for_missing_entries=False, **hub_kwargs)
+        body = AutoModel.from_pretrained(pretrained_model_name_or_path, **kwargs)
+        if metadata_file is not None:
+            with open(metadata_file) as f:
+                metadata = json.load(f)
+            saved_tasks = metadata["tasks"]
+            settings = {k: metadata[k] for k in ("classifier_dropout", "spectral_norm_heads", "label_smoothing")
+                        if k in metadata}
+        else:
+            saved_tasks, settings = [], {}
+            if not tasks:
+                raise ValueError(f"{pretrained_model_name_or_path!r} is a plain encoder checkpoint (no "
+                                 f"{MULTITASK_CONFIG_NAME}): pass tasks=[...] to start heads for them")
+        if spectral_norm_heads is not None:
+            if metadata_file is not None and settings.get("spectral_norm_heads", False) != spectral_norm_heads:
+                raise ValueError("field 'spectral_norm_heads': cannot change it for heads saved in the checkpoint")
+            settings["spectral_norm_heads"] = spectral_norm_heads
+        if classifier_dropout is not None:
+            settings["classifier_dropout"] = classifier_dropout
+        model = cls(MultiTaskConfig(encoder=body.config, tasks=saved_tasks, **settings), body=body)
+        if metadata_file is not None:
+            heads_file = cached_file(pretrained_model_name_or_path, HEADS_WEIGHTS_NAME, **hub_kwargs)
+            model._load_heads(load_file(heads_file), source=pretrained_model_name_or_path)
+        fresh = model.add_tasks(tasks or [])
+        if fresh:
+            logger.warning("MultiTaskModel: fresh (randomly initialised) heads for tasks %s; not in %s", fresh,
+                           pretrained_model_name_or_path)
+        return model
+
+    def _load_heads(self, head_state: dict, source) -> None:
+        expected = {k for k in self.state_dict() if not k.startswith(BODY_PREFIX)}
+        missing, unexpected = expected - set(head_state), set(head_state) - expected
+        if missing or unexpected:
+            raise ValueError(f"{source}: {HEADS_WEIGHTS_NAME} does not match the tasks in {MULTITASK_CONFIG_NAME}: "
+                             f"missing {sorted(missing)}, unexpected {sorted(unexpected)}")
+        super().load_state_dict(head_state, strict=False)
+
+    def load_checkpoint_heads(self, checkpoint_dir: str) -> None:
+        """Restore the heads from a MUPPET-style folder into this model (Trainer's resume restores only
+        model.safetensors, i.e. the body: see `load_state_dict`)."""
+        self._load_heads(load_file(os.path.join(checkpoint_dir, HEADS_WEIGHTS_NAME)), source=checkpoint_dir)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """Also accepts a body-only state dict (a MUPPET-style model.safetensors, which is what Trainer's resume
+        passes): it is loaded into the body, strictly; the heads must then come from `load_checkpoint_heads`."""
+        if state_dict and not any(k.startswith(BODY_PREFIX) for k in state_dict):
+            body_keys = set(self.body.state_dict())
+            if set(state_dict) <= body_keys:
+                return self.body.load_state_dict(state_dict, strict=False, assign=assign)
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+
+def _hidden_size(config) -> int:
+    for name in ("hidden_size", "d_model"):
+        if getattr(config, name, None) is not None:
+            return getattr(config, name)
+    raise ValueError(f"cannot tell the hidden size of a {config.model_type} body")
