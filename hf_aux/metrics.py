@@ -1,0 +1,371 @@
+"""Offline evaluation metrics for every task kind (no `evaluate.load`, no Hub access).
+
+Pure numpy/python functions; every score is on a 0-1 scale (accuracy, F1, correlations, exact match, ROUGE),
+so per-task tables and majority baselines compare directly. (SQuAD's official script reports EM/F1 x 100.)
+
+    kind               function                                         primary metric (PRIMARY_METRIC)
+    classification     classification_metrics(logits [N, C], labels)    accuracy (also macro_f1, matthews_correlation)
+    regression         regression_metrics(predictions [N], labels)      pearson (also spearman, mse)
+    multiple_choice    multiple_choice_metrics(logits [N, C], labels)   accuracy
+    extractive_qa      postprocess_qa_predictions(...) -> qa_metrics    f1 (also exact_match)
+    seq2seq            rouge_metrics(predictions, references)           rougeL (also rouge1, rouge2)
+
+`compute_task_metrics(kind, predictions, labels)` dispatches the three array-based kinds; `majority_baseline`
+gives the accuracy of always predicting the most frequent label. `HfAuxMetric` wraps the same functions as an
+`evaluate.Metric` that is instantiated directly (offline), for code written against `evaluate`:
+`HfAuxMetric("classification").compute(predictions=logits, references=labels)` (built on first access: importing
+`evaluate` takes seconds).
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import string
+from collections.abc import Sequence
+
+import numpy as np
+
+PRIMARY_METRIC = {
+    "classification": "accuracy",
+    "regression": "pearson",
+    "multiple_choice": "accuracy",
+    "extractive_qa": "f1",
+    "seq2seq": "rougeL",
+}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Classification, regression, multiple choice
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _logits_and_labels(name: str, logits, labels) -> tuple[np.ndarray, np.ndarray]:
+    logits, labels = np.asarray(logits), np.asarray(labels)
+    if logits.ndim != 2:
+        raise ValueError(f"{name}: field 'logits': expected shape [N, C], got {logits.shape}")
+    if labels.ndim != 1 or labels.shape[0] != logits.shape[0]:
+        raise ValueError(f"{name}: field 'labels': expected shape [{logits.shape[0]}], got {labels.shape}")
+    if labels.shape[0] == 0:
+        raise ValueError(f"{name}: field 'labels': no examples")
+    if not np.issubdtype(labels.dtype, np.integer):
+        if not np.all(np.equal(np.mod(labels, 1), 0)):
+            raise ValueError(f"{name}: field 'labels': class indices must be integers")
+        labels = labels.astype(np.int64)
+    if labels.min() < 0 or labels.max() >= logits.shape[1]:
+        raise ValueError(f"{name}: field 'labels': indices must lie in [0, {logits.shape[1]}), got "
+                         f"[{labels.min()}, {labels.max()}]")
+    return logits, labels
+
+
+def _confusion_matrix(labels: np.ndarray, predictions: np.ndarray, num_classes: int) -> np.ndarray:
+    """[true class, predicted class] -> count."""
+    matrix = np.zeros((num_classes, num_classes), dtype=np.int64)
+    np.add.at(matrix, (labels, predictions), 1)
+    return matrix
+
+
+def macro_f1(labels: np.ndarray, predictions: np.ndarray, num_classes: int) -> float:
+    """Unweighted mean of per-class F1 = 2 TP / (2 TP + FP + FN), over the classes that occur among the labels or
+    the predictions (scikit-learn's default `f1_score(average="macro")`)."""
+    matrix = _confusion_matrix(labels, predictions, num_classes)
+    tp = np.diag(matrix).astype(np.float64)
+    fp = matrix.sum(axis=0) - tp
+    fn = matrix.sum(axis=1) - tp
+    present = (tp + fp + fn) > 0  # a class absent from both sides has no F1
+    return float(np.mean(2 * tp[present] / (2 * tp[present] + fp[present] + fn[present])))
+
+
+def matthews_correlation(labels: np.ndarray, predictions: np.ndarray, num_classes: int) -> float:
+    """Multi-class Matthews correlation (Gorodkin's R_K, from the confusion matrix C with n samples):
+    (c * n - p . t) / sqrt((n^2 - p . p)(n^2 - t . t)), c = trace(C), t / p = true / predicted class counts.
+    0 when either side is constant (the formula is 0/0 there)."""
+    matrix = _confusion_matrix(labels, predictions, num_classes).astype(np.float64)
+    true_counts, predicted_counts = matrix.sum(axis=1), matrix.sum(axis=0)
+    correct, n = np.trace(matrix), matrix.sum()
+    covariance = correct * n - predicted_counts @ true_counts
+    variance_predicted = n * n - predicted_counts @ predicted_counts
+    variance_true = n * n - true_counts @ true_counts
+    if variance_predicted == 0 or variance_true == 0:
+        return 0.0
+    return float(covariance / np.sqrt(variance_predicted * variance_true))
+
+
+def classification_metrics(logits, labels) -> dict[str, float]:
+    """logits [N, C] (argmax is the prediction), labels [N] class indices ->
+    {"accuracy", "macro_f1", "matthews_correlation"}."""
+    logits, labels = _logits_and_labels("classification_metrics", logits, labels)
+    predictions = logits.argmax(axis=-1)
+    num_classes = logits.shape[1]
+    return {
+        "accuracy": float(np.mean(predictions == labels)),
+        "macro_f1": macro_f1(labels, predictions, num_classes),
+        "matthews_correlation": matthews_correlation(labels, predictions, num_classes),
+    }
+
+
+def multiple_choice_metrics(logits, labels) -> dict[str, float]:
+    """logits [N, choices] (padding choices carry a very negative score), labels [N] -> {"accuracy"}."""
+    logits, labels = _logits_and_labels("multiple_choice_metrics", logits, labels)
+    return {"accuracy": float(np.mean(logits.argmax(axis=-1) == labels))}
+
+
+def average_ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks 1..N, ties sharing the mean of the ranks they span (scipy's rankdata(method="average"))."""
+    order = np.argsort(values, kind="mergesort")
+    ordered = values[order]
+    starts_group = np.r_[True, ordered[1:] != ordered[:-1]]
+    group = np.cumsum(starts_group) - 1
+    starts = np.flatnonzero(starts_group)
+    ends = np.r_[starts[1:], len(values)]  # exclusive
+    mean_rank = (starts + ends - 1) / 2.0 + 1.0
+    ranks = np.empty(len(values), dtype=np.float64)
+    ranks[order] = mean_rank[group]
+    return ranks
+
+
+def pearson(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson's r; NaN when either side is constant (undefined, as scipy)."""
+    x, y = x - x.mean(), y - y.mean()
+    denominator = np.sqrt((x @ x) * (y @ y))
+    if denominator == 0:
+        return float("nan")
+    return float(np.clip((x @ y) / denominator, -1.0, 1.0))
+
+
+def regression_metrics(predictions, labels) -> dict[str, float]:
+    """predictions [N] (or [N, 1]), labels [N] -> {"pearson", "spearman", "mse"}. The correlations are NaN when
+    predictions or labels are constant (undefined)."""
+    predictions = np.asarray(predictions, dtype=np.float64)
+    labels = np.asarray(labels, dtype=np.float64)
+    if predictions.ndim == 2 and predictions.shape[1] == 1:
+        predictions = predictions[:, 0]
+    if predictions.ndim != 1 or predictions.shape != labels.shape:
+        raise ValueError(f"regression_metrics: field 'predictions': expected shape {labels.shape} like the labels, "
+                         f"got {predictions.shape}")
+    if len(labels) < 2:
+        raise ValueError("regression_metrics: field 'labels': correlations need at least 2 examples")
+    if not (np.isfinite(predictions).all() and np.isfinite(labels).all()):
+        raise ValueError("regression_metrics: field 'predictions': predictions and labels must be finite")
+    return {
+        "pearson": pearson(predictions, labels),
+        "spearman": pearson(average_ranks(predictions), average_ranks(labels)),
+        "mse": float(np.mean((predictions - labels) ** 2)),
+    }
+
+
+def compute_task_metrics(kind: str, predictions, labels) -> dict[str, float]:
+    """Metrics of one task from its model outputs: logits for classification / multiple_choice, values for
+    regression. Extractive QA and seq2seq need the raw texts: use `postprocess_qa_predictions` + `qa_metrics`
+    and `rouge_metrics`."""
+    if kind == "classification":
+        return classification_metrics(predictions, labels)
+    if kind == "regression":
+        return regression_metrics(predictions, labels)
+    if kind == "multiple_choice":
+        return multiple_choice_metrics(predictions, labels)
+    if kind in ("extractive_qa", "seq2seq"):
+        raise ValueError(f"compute_task_metrics: field 'kind': {kind} metrics need the raw texts; use "
+                         + ("postprocess_qa_predictions and qa_metrics" if kind == "extractive_qa" else "rouge_metrics"))
+    raise ValueError(f"compute_task_metrics: field 'kind': unknown kind {kind!r}; expected one of {list(PRIMARY_METRIC)}")
+
+
+def majority_baseline(labels, train_labels=None) -> float:
+    """Accuracy of always predicting the most frequent label: the majority of `train_labels` when given (the
+    honest baseline), else of `labels` itself; scored on `labels`. Ties pick the smallest label."""
+    labels = list(np.asarray(labels).tolist())
+    if not labels:
+        raise ValueError("majority_baseline: field 'labels': no examples")
+    source = labels if train_labels is None else list(np.asarray(train_labels).tolist())
+    if not source:
+        raise ValueError("majority_baseline: field 'train_labels': no examples")
+    counts = collections.Counter(source)
+    top = max(counts.values())
+    majority = min(label for label, count in counts.items() if count == top)
+    return sum(label == majority for label in labels) / len(labels)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Extractive QA: window logits -> answer text -> SQuAD exact match / F1
+# --------------------------------------------------------------------------------------------------------------
+
+
+def postprocess_qa_predictions(examples, features, start_logits, end_logits, n_best: int = 20,
+                               max_answer_length: int = 30, context_column: str = "context",
+                               allow_null: bool = True) -> list[str]:
+    """Answer text for every example, from the span logits of its windows.
+
+    examples: the raw split (rows with `context_column`). features: the same split through
+    `tokenize_task(..., keep_qa_offsets=True)`, in the order of the logits: `example_index` (row of `examples`)
+    and `offset_mapping` (character span per token, [-1, -1] for non-context tokens).
+    start_logits / end_logits: [num_features, length] (rows may be padded past a feature's length, e.g. with
+    Trainer's -100: only the feature's own tokens are read).
+    For each example: over all its windows, the `n_best` start and end positions of each window form candidate
+    spans (both context tokens, end >= start, at most `max_answer_length` tokens) scored start + end logit. The
+    null score is the smallest start[0] + end[0] over the windows (the window most sure an answer is in it); with
+    `allow_null`, the prediction is "" when the null score beats the best span (SQuAD 2.0 style).
+    """
+    start_logits, end_logits = np.asarray(start_logits), np.asarray(end_logits)
+    if start_logits.shape != end_logits.shape or start_logits.ndim != 2:
+        raise ValueError(f"postprocess_qa_predictions: field 'start_logits': expected two equal [features, length] "
+                         f"arrays, got {start_logits.shape} and {end_logits.shape}")
+    columns = features.column_names if hasattr(features, "column_names") else list(features[0])
+    for column in ("example_index", "offset_mapping"):
+        if column not in columns:
+            raise ValueError(f"postprocess_qa_predictions: field 'features': no {column!r} column; tokenize with "
+                             "tokenize_task(..., keep_qa_offsets=True)")
+    example_indices = list(features["example_index"]) if hasattr(features, "column_names") \
+        else [f["example_index"] for f in features]
+    offsets_all = features["offset_mapping"] if hasattr(features, "column_names") \
+        else [f["offset_mapping"] for f in features]
+    if len(example_indices) != len(start_logits):
+        raise ValueError(f"postprocess_qa_predictions: field 'features': {len(example_indices)} features but "
+                         f"{len(start_logits)} rows of logits")
+    contexts = examples[context_column] if hasattr(examples, "column_names") else [e[context_column] for e in examples]
+    windows = collections.defaultdict(list)
+    for feature, example in enumerate(example_indices):
+        if not 0 <= example < len(contexts):
+            raise ValueError(f"postprocess_qa_predictions: field 'features': example_index {example} out of range "
+                             f"for {len(contexts)} examples")
+        windows[example].append(feature)
+
+    predictions = []
+    for example, context in enumerate(contexts):
+        best_score, best_text, null_score = -np.inf, "", np.inf
+        for feature in windows.get(example, []):
+            offsets = offsets_all[feature]
+            length = min(len(offsets), start_logits.shape[1])
+            starts, ends = start_logits[feature, :length], end_logits[feature, :length]
+            null_score = min(null_score, float(starts[0] + ends[0]))
+            top_starts = np.argsort(starts)[::-1][:n_best]
+            top_ends = np.argsort(ends)[::-1][:n_best]
+            for s in top_starts:
+                if offsets[s][0] < 0:
+                    continue
+                for e in top_ends:
+                    if offsets[e][0] < 0 or e < s or e - s + 1 > max_answer_length:
+                        continue
+                    score = float(starts[s] + ends[e])
+                    if score > best_score:
+                        best_score, best_text = score, context[offsets[s][0] : offsets[e][1]]
+        if allow_null and null_score > best_score:
+            best_text = ""
+        predictions.append(best_text)
+    return predictions
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD normalisation: lower case, drop punctuation and the articles a/an/the, collapse whitespace."""
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def _token_f1(prediction: str, gold: str) -> float:
+    predicted_tokens, gold_tokens = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    if not predicted_tokens or not gold_tokens:
+        return float(predicted_tokens == gold_tokens)
+    common = collections.Counter(predicted_tokens) & collections.Counter(gold_tokens)
+    overlap = sum(common.values())
+    if overlap == 0:
+        return 0.0
+    precision, recall = overlap / len(predicted_tokens), overlap / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def qa_metrics(predicted_texts: Sequence[str], answers_lists: Sequence) -> dict[str, float]:
+    """SQuAD exact match and token F1 on a 0-1 scale (the official script's numbers / 100), each the max over an
+    example's gold answers, averaged over examples. `answers_lists`: per example a list of gold strings or a
+    SQuAD answers dict ({"text": [...], ...}). Unanswerable (empty gold list): EM = F1 = 1 iff the prediction is
+    empty after normalisation (SQuAD 2.0's rule), else 0."""
+    if len(predicted_texts) != len(answers_lists):
+        raise ValueError(f"qa_metrics: field 'answers_lists': {len(answers_lists)} gold entries for "
+                         f"{len(predicted_texts)} predictions")
+    if not predicted_texts:
+        raise ValueError("qa_metrics: field 'predicted_texts': no examples")
+    exact, f1 = [], []
+    for prediction, answers in zip(predicted_texts, answers_lists):
+        golds = answers["text"] if isinstance(answers, dict) else answers
+        if isinstance(golds, str):
+            raise ValueError("qa_metrics: field 'answers_lists': each entry must be a list of answers, not a string")
+        golds = list(golds) or [""]
+        exact.append(max(float(normalize_answer(prediction) == normalize_answer(g)) for g in golds))
+        f1.append(max(_token_f1(prediction, g) for g in golds))
+    return {"exact_match": float(np.mean(exact)), "f1": float(np.mean(f1))}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Seq2seq
+# --------------------------------------------------------------------------------------------------------------
+
+
+def rouge_metrics(predictions: Sequence[str], references: Sequence) -> dict[str, float]:
+    """Mean ROUGE-1/2/L F-measure (0-1) with Porter stemming, from the `rouge_score` package (the `test` and
+    `demo` extras). A reference may be a list of strings: the best-matching one counts."""
+    try:
+        from rouge_score import rouge_scorer
+    except ImportError as error:
+        raise ImportError("rouge_metrics needs the `rouge_score` package: pip install 'hf_aux[test]' (or "
+                          "'hf_aux[demo]', or rouge_score itself)") from error
+    if len(predictions) != len(references):
+        raise ValueError(f"rouge_metrics: field 'references': {len(references)} references for "
+                         f"{len(predictions)} predictions")
+    if not predictions:
+        raise ValueError("rouge_metrics: field 'predictions': no examples")
+    keys = ("rouge1", "rouge2", "rougeL")
+    scorer = rouge_scorer.RougeScorer(list(keys), use_stemmer=True)
+    totals = dict.fromkeys(keys, 0.0)
+    for prediction, reference in zip(predictions, references):
+        if isinstance(reference, str):
+            scores = scorer.score(reference, prediction)
+        else:
+            scores = scorer.score_multi(list(reference), prediction)
+        for key in keys:
+            totals[key] += scores[key].fmeasure
+    return {key: totals[key] / len(predictions) for key in keys}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The same metrics as an `evaluate.Metric`, instantiated directly (never through evaluate.load, which needs the Hub)
+# --------------------------------------------------------------------------------------------------------------
+
+_ARRAY_KINDS = ("classification", "regression", "multiple_choice")
+
+
+def _build_evaluate_metric():
+    import datasets
+    import evaluate
+
+    class HfAuxMetric(evaluate.Metric):
+        """`HfAuxMetric(kind)` for kind in classification / regression / multiple_choice: `add_batch` /
+        `compute(predictions=..., references=...)` as any `evaluate` metric; predictions are logits rows
+        (regression: values). Results are `compute_task_metrics(kind, ...)`."""
+
+        def __init__(self, config_name: str = "classification", **kwargs):
+            if config_name not in _ARRAY_KINDS:
+                raise ValueError(f"HfAuxMetric: field 'config_name': {config_name!r} is not one of {list(_ARRAY_KINDS)}"
+                                 "; QA and seq2seq use qa_metrics / rouge_metrics")
+            super().__init__(config_name=config_name, **kwargs)
+
+        def _info(self):
+            regression = self.config_name == "regression"
+            predictions = datasets.Value("float64") if regression else datasets.Sequence(datasets.Value("float64"))
+            references = datasets.Value("float64") if regression else datasets.Value("int64")
+            return evaluate.MetricInfo(
+                description=f"hf_aux offline {self.config_name} metrics",
+                citation="", inputs_description="predictions: logits [N, C] (regression: values [N]); references [N]",
+                features=datasets.Features({"predictions": predictions, "references": references}))
+
+        def _compute(self, predictions=None, references=None):
+            return compute_task_metrics(self.config_name, np.asarray(predictions), np.asarray(references))
+
+    return HfAuxMetric
+
+
+def __getattr__(name: str):
+    if name == "HfAuxMetric":
+        cls = _build_evaluate_metric()
+        globals()["HfAuxMetric"] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
