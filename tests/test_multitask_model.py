@@ -1,0 +1,232 @@
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import datasets
+import pytest
+import torch
+from tiny import tiny_config, tiny_tokenizer
+from transformers import AutoModel, Trainer, TrainingArguments
+
+from hf_aux.data import MultiTaskCollator, tokenize_task
+from hf_aux.modeling.multitask import HEADS_WEIGHTS_NAME, MULTITASK_CONFIG_NAME, MultiTaskConfig, MultiTaskModel
+from hf_aux.tasks import TaskSpec
+
+ARCHITECTURES = ["bert", "roberta", "electra", "deberta-v2", "bart"]
+TASKS = [
+    {"name": "sentiment", "kind": "classification", "num_labels": 3, "label_names": ["neg", "neu", "pos"]},
+    {"name": "score", "kind": "regression"},
+    {"name": "answer_pick", "kind": "multiple_choice"},
+    {"name": "next_turn", "kind": "multiple_choice"},
+    {"name": "squad_like", "kind": "extractive_qa"},
+]
+SEQ2SEQ = {"name": "summary", "kind": "seq2seq"}
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+def build(tok, arch, **settings):
+    torch.manual_seed(0)
+    tasks = TASKS + ([SEQ2SEQ] if arch == "bart" else [])
+    return MultiTaskModel(MultiTaskConfig(encoder=tiny_config(arch, tok), tasks=tasks, **settings)).eval()
+
+
+def batches(tok):
+    pair = tok(["the movie was great", "bad plot"], padding=True, return_tensors="pt")
+    mc = tok(["what is red"] * 3 + ["who is there"] * 3, ["the sun", "a cat", "rain", "a dog", "the party", "hi"],
+             padding=True, return_tensors="pt")
+    mc = {k: v.view(2, 3, -1) for k, v in mc.items()}
+    qa = tok(["what is blue"], ["the sky is blue today"], return_tensors="pt")
+    target = tok(["a cat", "the plot"], padding=True, return_tensors="pt")["input_ids"]
+    return {
+        "sentiment": dict(pair, labels=torch.tensor([2, 0])),
+        "score": dict(pair, labels=torch.tensor([0.5, -1.0])),
+        "answer_pick": dict(mc, labels=torch.tensor([0, 1]), choice_mask=torch.tensor([[1, 1, 1], [1, 1, 0]]).bool()),
+        "next_turn": dict(mc, labels=torch.tensor([2, 0])),
+        "squad_like": dict(qa, start_positions=torch.tensor([7]), end_positions=torch.tensor([7])),
+        "summary": dict(pair, labels=target.masked_fill(target == tok.pad_token_id, -100)),
+    }
+
+
+def outputs(model, tok):
+    results = {}
+    for name, inputs in batches(tok).items():
+        if name in model.task_names:
+            if model.body.config.model_type == "bart":
+                inputs = {k: v for k, v in inputs.items() if k != "token_type_ids"}
+            results[name] = model(task=name, **inputs)
+    return results
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_checkpoint_round_trip_restores_every_head(tok, arch, tmp_path):
+    model = build(tok, arch)
+    before = outputs(model, tok)
+    assert set(before) == set(model.task_names)
+    for name, out in before.items():
+        assert out.loss is not None and torch.isfinite(out.loss), name
+    assert before["answer_pick"].logits.shape == (2, 3)
+    assert before["answer_pick"].logits[1, 2] == torch.finfo(torch.float32).min  # masked third choice
+    assert before["squad_like"].start_logits.shape == before["squad_like"].end_logits.shape
+
+    model.save_pretrained(tmp_path)
+    assert sorted(os.listdir(tmp_path)) == sorted(["config.json", "model.safetensors", MULTITASK_CONFIG_NAME,
+                                                   HEADS_WEIGHTS_NAME])
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == arch and "tasks" not in config  # a plain body config
+    restored = MultiTaskModel.from_pretrained(tmp_path).eval()
+    assert restored.task_names == model.task_names
+    assert restored.config.task("sentiment")["label_names"] == ["neg", "neu", "pos"]
+    after = outputs(restored, tok)
+    for name in before:
+        for field in ("loss", "logits", "start_logits", "end_logits"):
+            if getattr(before[name], field) is not None:
+                torch.testing.assert_close(getattr(after[name], field), getattr(before[name], field), rtol=0, atol=0, msg=name)
+    # one shared multiple-choice head and one span head, whatever the number of such tasks
+    assert set(model.classification_heads) == {"sentiment", "score"}
+    assert model.multiple_choice_head is not None and model.span_head is not None
+
+
+VANILLA_LOAD = textwrap.dedent("""
+    import sys, json, torch, logging
+    from transformers import AutoModel, AutoModelForSequenceClassification
+    from transformers.utils import logging as hf_logging
+    hf_logging.set_verbosity_warning()
+    report = {}
+    for path in sys.argv[1:]:
+        body, info = AutoModel.from_pretrained(path, output_loading_info=True)
+        report[path] = {k: sorted(v) if isinstance(v, (list, set)) else str(v) for k, v in info.items()}
+        report[path]["class"] = type(body).__name__
+    print("BODIES LOADED", file=sys.stderr, flush=True)
+    for path in sys.argv[1:]:
+        classifier = AutoModelForSequenceClassification.from_pretrained(path, num_labels=4)
+        # fine-tune the vanilla classifier a few steps: the loss goes down
+        torch.manual_seed(0)
+        ids = torch.randint(5, 200, (8, 12)); ids[:, 0] = 2; ids[:, -1] = 3
+        labels = torch.arange(8) % 4
+        optimizer = torch.optim.AdamW(classifier.parameters(), lr=1e-2)
+        losses = []
+        for _ in range(15):
+            loss = classifier(input_ids=ids, labels=labels).loss
+            loss.backward(); optimizer.step(); optimizer.zero_grad(); losses.append(loss.item())
+        report[path]["losses"] = [losses[0], losses[-1]]
+    report["hf_aux_imported"] = any(m.startswith("hf_aux") for m in sys.modules)
+    print("REPORT" + json.dumps(report))
+""")
+
+
+def test_vanilla_transformers_loads_the_body_without_hf_aux(tok, tmp_path):
+    paths = []
+    for arch in ARCHITECTURES:
+        path = tmp_path / arch
+        build(tok, arch).save_pretrained(path)
+        paths.append(str(path))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH="")
+    result = subprocess.run([sys.executable, "-c", VANILLA_LOAD, *paths], capture_output=True, text=True,
+                            cwd=tmp_path, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.split("REPORT", 1)[1])
+    assert report.pop("hf_aux_imported") is False
+    for path, info in report.items():
+        assert info["missing_keys"] == [] and info["unexpected_keys"] == [] and info["mismatched_keys"] == [], path
+        assert info["losses"][1] < info["losses"][0], path
+    # no load report at all for the bodies (the classifiers' fresh heads, loaded afterwards, are expected)
+    body_stderr = result.stderr.split("BODIES LOADED", 1)[0]
+    for word in ("UNEXPECTED", "MISSING", "MISMATCH", "newly initialized", "not used"):
+        assert word not in body_stderr, body_stderr
+    assert [info["class"] for info in report.values()] == ["BertModel", "RobertaModel", "ElectraModel",
+                                                           "DebertaV2Model", "BartModel"]
+
+
+def test_plain_encoder_gets_fresh_heads_and_keeps_its_weights(tok, tmp_path, caplog):
+    torch.manual_seed(1)
+    encoder = AutoModel.from_config(tiny_config("bert", tok))
+    encoder.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="plain encoder checkpoint"):
+        MultiTaskModel.from_pretrained(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="hf_aux.modeling.multitask"):
+        model = MultiTaskModel.from_pretrained(tmp_path, tasks=[TaskSpec(name="topic", kind="classification",
+                                                                         num_labels=4, dataset_name="x/y")])
+    assert "fresh" in caplog.text and "topic" in caplog.text
+    for (name, saved), loaded in zip(encoder.state_dict().items(), model.body.state_dict().values()):
+        torch.testing.assert_close(loaded, saved, rtol=0, atol=0, msg=name)  # wrapping did not re-initialise
+
+
+def test_new_task_on_a_muppet_checkpoint(tok, tmp_path):
+    model = build(tok, "bert")
+    model.save_pretrained(tmp_path)
+    extended = MultiTaskModel.from_pretrained(tmp_path, tasks=[{"name": "topic", "kind": "classification", "num_labels": 5}])
+    assert extended.task_names == [t["name"] for t in TASKS] + ["topic"]
+    torch.testing.assert_close(extended.classification_heads["sentiment"].dense.weight,
+                               model.classification_heads["sentiment"].dense.weight)
+    with pytest.raises(ValueError, match="task 'sentiment': field 'num_labels'"):
+        MultiTaskModel.from_pretrained(tmp_path, tasks=[{"name": "sentiment", "kind": "classification", "num_labels": 2}])
+
+
+def test_seq2seq_needs_an_encoder_decoder(tok):
+    with pytest.raises(ValueError, match="task 'summary': field 'kind': a seq2seq task needs an encoder-decoder"):
+        MultiTaskConfig(encoder=tiny_config("bert", tok), tasks=[SEQ2SEQ])
+    model = build(tok, "bert")
+    with pytest.raises(ValueError, match="task 'summary': field 'kind'"):
+        model.add_tasks([SEQ2SEQ])
+
+
+def test_forward_errors_name_the_field(tok):
+    model = build(tok, "bert")
+    ids = tok(["hi"], return_tensors="pt")
+    with pytest.raises(ValueError, match="task 'nope': field 'name'"):
+        model(task="nope", **ids)
+    with pytest.raises(ValueError, match="field 'task_ids': a batch must belong to one task"):
+        model(task_ids=torch.tensor([0, 1]), input_ids=torch.ones(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="field 'task_ids': 9 is not a task index"):
+        model(task_ids=torch.tensor([9]), **ids)
+
+
+def test_spectral_norm_heads_round_trip(tok, tmp_path):
+    model = build(tok, "roberta", spectral_norm_heads=True)
+    model.train()
+    for _ in range(30):  # each training forward runs one power iteration of the spectral-norm estimate
+        model(task="sentiment", **batches(tok)["sentiment"])
+    model.eval()
+    model.save_pretrained(tmp_path)
+    restored = MultiTaskModel.from_pretrained(tmp_path).eval()
+    assert restored.config.spectral_norm_heads
+    inputs = batches(tok)["sentiment"]
+    torch.testing.assert_close(restored(task="sentiment", **inputs).logits, model(task="sentiment", **inputs).logits)
+    sigma = torch.linalg.matrix_norm(model.classification_heads["sentiment"].dense.weight, ord=2)
+    assert sigma.item() == pytest.approx(1.0, abs=0.05)
+
+
+def test_plain_trainer_trains_and_resumes_a_multitask_model(tok, tmp_path):
+    """Trainer checkpoints are MUPPET-style; Trainer's own resume restores the body through load_state_dict, and
+    load_checkpoint_heads the heads. Trained parameters move; the unused pooler stays frozen."""
+    model = build(tok, "bert")
+    model.train()
+    rows = datasets.Dataset.from_dict({"text": ["good movie", "bad plot", "great fun", "boring film"] * 4,
+                                       "label": [2, 0, 2, 1] * 4})
+    task = TaskSpec(name="sentiment", kind="classification", num_labels=3, dataset=rows)
+    train = tokenize_task(task, rows, tok)
+    before = {k: v.clone() for k, v in model.named_parameters()}
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=4, learning_rate=1e-2,
+                             save_steps=4, report_to=[], remove_unused_columns=False, use_cpu=True, logging_steps=1)
+    Trainer(model=model, args=args, train_dataset=train, data_collator=MultiTaskCollator(tok, model.task_names)).train()
+    moved = {k for k, v in model.named_parameters() if not torch.equal(v, before[k])}
+    assert any(k.startswith("body.encoder.") for k in moved)
+    assert {k for k in moved if k.startswith("classification_heads.")} == {
+        k for k in before if k.startswith("classification_heads.sentiment.")}
+    assert not any(k.startswith(("body.pooler", "multiple_choice_head", "span_head")) for k in moved)
+
+    checkpoint = tmp_path / "checkpoint-4"
+    fresh = build(tok, "bert")
+    from safetensors.torch import load_file
+
+    fresh.load_state_dict(load_file(checkpoint / "model.safetensors"), strict=False)  # what Trainer's resume does
+    fresh.load_checkpoint_heads(str(checkpoint))
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(fresh.state_dict()[name], value, rtol=0, atol=0, msg=name)
