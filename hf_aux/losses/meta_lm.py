@@ -1,0 +1,124 @@
+"""Pure tensor functions of the teacher-student meta-learned LM objective (Shen, *Meta-learning a Language
+Modeling Objective*). Each cites the paper's equation. Shapes: B batch, L length, V vocabulary.
+
+Convention for pseudo outputs y-hat: the PAD token as a target means "nothing to predict here" (the MLM targets
+the teacher learns from carry PAD at unmasked positions), so the student's pseudo loss skips it. Hard and soft
+labels share one normaliser, the number of attended positions, so soft labels with one-hot probabilities give
+exactly the hard-label loss.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def pseudo_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, attention_mask: torch.Tensor,
+                         pad_token_id: int) -> torch.Tensor:
+    """CE(y-hat, S(x-hat)) of eq. 1 for hard labels. logits [B, L, V]; targets (token ids) [B, L].
+
+    Sum of -log p(target) over attended positions whose target is not PAD, divided by the attended positions.
+    """
+    weight = attention_mask.to(logits.dtype) * (targets != pad_token_id).to(logits.dtype)
+    nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(weight)
+    return (nll * weight).sum() / attention_mask.sum().clamp_min(1)
+
+
+def soft_pseudo_cross_entropy(logits: torch.Tensor, target_probs: torch.Tensor, attention_mask: torch.Tensor,
+                              pad_token_id: int) -> torch.Tensor:
+    """CE(E[y-hat], S(E[x-hat])) of eq. 1 with soft labels (§3.3): the teacher's probabilities as the label.
+
+    logits [B, L, V]; target_probs [B, L, V]. The PAD probability is the chance "nothing to predict here", so it
+    is left out of the sum; normalised by the attended positions like `pseudo_cross_entropy`.
+    """
+    log_probs = logits.log_softmax(-1)
+    per_token = -(target_probs * log_probs)
+    per_position = per_token.sum(-1) - per_token[..., pad_token_id]
+    mask = attention_mask.to(logits.dtype)
+    return (per_position * mask).sum() / mask.sum().clamp_min(1)
+
+
+def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean CE over positions whose label is not -100 (support/query batches of eqs. 2-3, MLM targets)."""
+    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+
+
+def teacher_sample_cross_entropy(x_logits: torch.Tensor, y_logits: torch.Tensor | None, x_hat: torch.Tensor,
+                                 y_hat: torch.Tensor | None, attention_mask: torch.Tensor) -> torch.Tensor:
+    """CE((x-hat, y-hat), T(x_u)) of eq. 6: the teacher's average CE of its own samples over attended positions
+    of both heads (the factor N of eq. 5 dropped, as the paper does). `y_logits`/`y_hat` None: x-hat only
+    (the fixed-y variant)."""
+    mask = attention_mask.to(x_logits.dtype)
+    nll = F.cross_entropy(x_logits.flatten(0, 1), x_hat.flatten(), reduction="none").view_as(mask) * mask
+    count = mask.sum()
+    if y_logits is not None:
+        nll = nll + F.cross_entropy(y_logits.flatten(0, 1), y_hat.flatten(), reduction="none").view_as(mask) * mask
+        count = 2 * count
+    return nll.sum() / count.clamp_min(1)
+
+
+def sample_tokens(logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Draw one token per position from softmax(logits) [B, L, V] -> [B, L] (the sampling step of §3.2)."""
+    probs = logits.detach().float().softmax(-1)
+    flat = torch.multinomial(probs.flatten(0, 1), 1, generator=generator)
+    return flat.view(logits.shape[:-1])
+
+
+def per_tensor_dot_and_norms(a: list[torch.Tensor], b: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                      torch.Tensor]:
+    """(sum_i <a_i, b_i>, ||a||, ||b||) over lists of tensors, without flattening them into one vector."""
+    dot = torch.stack([torch.vdot(x.flatten(), y.flatten()) for x, y in zip(a, b)]).sum()
+    norm_a = torch.stack(torch._foreach_norm(a)).norm()
+    norm_b = torch.stack(torch._foreach_norm(b)).norm()
+    return dot, norm_a, norm_b
+
+
+def meta_signal_h(query_grads: list[torch.Tensor], theta_0: list[torch.Tensor], theta_1: list[torch.Tensor],
+                  cosine: bool) -> torch.Tensor:
+    """The scalar h that scales the teacher's gradient (eq. 6).
+
+    cosine=True: eq. 8, h = S_C(grad_{theta_2} CE_query, theta_0 - theta_1) (adaptive optimizers).
+    cosine=False: eq. 7, h = grad_{theta_2} CE_query . (theta_0 - theta_1); for plain SGD theta_0 - theta_1 is
+    eta * grad_{theta_0} CE_pseudo, i.e. exactly eq. 7's eta times the dot product of the two gradients.
+    """
+    delta = torch._foreach_sub(theta_0, theta_1)
+    dot, norm_q, norm_d = per_tensor_dot_and_norms(query_grads, delta)
+    return dot / (norm_q * norm_d) if cosine else dot
+
+
+def clip_by_total_norm(grads: list[torch.Tensor], max_norm: float) -> list[torch.Tensor]:
+    """torch.nn.utils.clip_grad_norm_ as a differentiable function (Trainer clips before eq. 1's step):
+    g * min(1, max_norm / (||g|| + 1e-6))."""
+    if max_norm is None or max_norm <= 0:
+        return list(grads)
+    total = torch.stack([g.norm() for g in grads]).norm()
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    return [g * coef for g in grads]
+
+
+def _safe_sqrt(x: torch.Tensor) -> torch.Tensor:
+    """sqrt with a zero (not NaN) derivative where x == 0 (second-order steps through Adam's denominator)."""
+    positive = x > 0
+    return torch.where(positive, torch.where(positive, x, torch.ones_like(x)).sqrt(), torch.zeros_like(x))
+
+
+def adamw_update(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
+                 step: int, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float) -> torch.Tensor:
+    """theta_1 of eq. 1 when the student's optimizer is AdamW: torch.optim.AdamW's update for one tensor, as
+    a function (differentiable in `param` and `grad`). `exp_avg`, `exp_avg_sq`, `step` are the optimizer's
+    state before this step (zeros and 0 on the first step)."""
+    step = step + 1
+    decayed = param * (1 - lr * weight_decay)
+    m = exp_avg * beta1 + grad * (1 - beta1)
+    v = exp_avg_sq * beta2 + grad * grad * (1 - beta2)
+    bias_correction1 = 1 - beta1**step
+    bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+    denom = _safe_sqrt(v) / bias_correction2_sqrt + eps
+    return decayed - (lr / bias_correction1) * m / denom
+
+
+def sgd_update(param: torch.Tensor, grad: torch.Tensor, lr: float, weight_decay: float = 0.0) -> torch.Tensor:
+    """theta - lr * (grad + weight_decay * theta): eq. 1 with plain SGD, and eq. 2's inner step (weight_decay 0)."""
+    if weight_decay:
+        grad = grad + weight_decay * param
+    return param - lr * grad

@@ -1,0 +1,571 @@
+"""MetaLMTrainer: a teacher network meta-learns the student's pretraining objective (Shen, *Meta-learning a
+Language Modeling Objective*, §3-§4), as a `transformers.Trainer` subclass.
+
+One meta step on an unlabelled batch x_u (eqs. 1-3):
+  1. the teacher turns x_u into pseudo data (x-hat, y-hat): sampled tokens (hard labels, §3.2) or probabilities
+     (soft labels, §3.3: x-hat enters the student as probabilities times its input embedding matrix);
+  2. eq. 1: the student takes its pretraining step on them. This is the student's REAL optimizer step, and it is
+     Trainer's own: `training_step` leaves the pseudo-loss gradient in the student's `.grad`, and Trainer clips
+     and calls `optimizer.step()` as for any model. So the persisted parameters after the step are theta_1.
+  3. The meta part needs theta_1 before Trainer's step has happened. `training_step` computes it exactly from
+     the optimizer's state, as a function: Trainer's clipping then torch's AdamW (or SGD) update (`adamw_update`,
+     `clip_by_total_norm`). For soft labels that function is differentiated (the paper's "whole step
+     differentiated", like `higher`'s differentiable optimizers); for hard labels only its value is used. The
+     tests check that the parameters Trainer's step persists equal this theta_1.
+  4. eq. 2: a finetuning step on a support batch, SGD with `inner_learning_rate` (0.1): theta_2, temporary.
+  5. eq. 3: the loss on a query batch of the same task at theta_2 trains the teacher: hard labels scale the
+     teacher's CE of its own samples by h (eq. 8 cosine for adaptive optimizers, eq. 7 dot product for SGD);
+     soft labels backpropagate the query loss through steps 4, 3 and 1 into the teacher (second order, or first
+     order through the support step with `first_order=True`).
+  6. The teacher's auxiliary losses (§3.4) join its loss; its own AdamW steps every
+     `teacher_gradient_accumulation_steps` meta steps (each with its own student step, §4.1).
+Why not the simpler alternatives: stepping the student optimizer inside `training_step` would make Trainer's
+step a second (momentum/weight-decay) update, and deferring the meta part to the next step would evaluate the
+query at the wrong parameters once the next pseudo step starts; computing theta_1 from the optimizer state keeps
+Trainer in charge of the student and the meta part exact.
+
+`objective="mlm"` is the plain MLM baseline of the student (teacher unused); `fixed_y=True` is Appendix B item 2
+(y-hat fixed to the unlabelled text, the teacher only writes x-hat); `finetune_step=False` drops eq. 2 (the Meta
+Pseudo Labels form, Appendix B item 5).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import torch
+from accelerate.optimizer import AcceleratedOptimizer
+from torch.func import functional_call
+from transformers import PreTrainedTokenizerBase, Trainer, TrainingArguments
+from transformers.optimization import get_scheduler
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from hf_aux.data import mask_tokens_for_mlm
+from hf_aux.losses.meta_lm import (
+    adamw_update,
+    clip_by_total_norm,
+    meta_signal_h,
+    pseudo_cross_entropy,
+    sample_tokens,
+    sgd_update,
+    soft_pseudo_cross_entropy,
+    teacher_sample_cross_entropy,
+    token_cross_entropy,
+)
+from hf_aux.modeling.teacher import MetaLMTeacher, MetaLMTokens, check_same_vocabulary
+
+OBJECTIVES = ("mlm", "hard", "soft")
+TEACHER_DIR = "teacher"
+META_STATE_NAME = "meta_lm_state.pt"
+
+
+@dataclass
+class MetaLMConfig(TrainingArguments):
+    """Settings of the meta-learned LM objective. Defaults follow the paper's Tables 5/8 where they are
+    optimisation settings (AdamW betas (0.9, 0.98), eps 1e-6, weight decay 0.01, clipping 5.0, inverse
+    square-root schedule with linear warmup); `learning_rate` is the PEAK rate (the paper's lr/sqrt(warmup))."""
+
+    objective: str = field(default="soft", metadata={"help": "'soft' (soft labels, §3.3), 'hard' (hard labels, "
+                                                              "§3.2) or 'mlm' (plain MLM baseline, teacher unused)."})
+    lambda_meta: float | None = field(default=None, metadata={
+        "help": "Weight of the meta loss in the teacher's loss (§3.4). Default: 1.0 for hard, 10.0 for soft."})
+    inner_learning_rate: float = field(default=0.1, metadata={"help": "SGD learning rate of the finetuning step "
+                                                                      "(eq. 2)."})
+    first_order: bool = field(default=False, metadata={
+        "help": "Soft labels: do not differentiate through the finetuning step's gradient (first-order MAML); the "
+                "pretraining step (eq. 1) is still differentiated."})
+    finetune_step: bool = field(default=True, metadata={
+        "help": "False drops eq. 2: the query loss is taken at theta_1 (Meta Pseudo Labels form, App. B item 5)."})
+    fixed_y: bool = field(default=False, metadata={
+        "help": "Fix y-hat to the unlabelled text; the teacher only generates x-hat (App. B item 2)."})
+    teacher_aux_losses: bool = field(default=True, metadata={
+        "help": "Train the teacher on (x_m, x_u) given x_u and (x_m, y_m) given x_m as well (§3.4)."})
+    mlm_task_probability: float | None = field(default=None, metadata={
+        "help": "Probability that a support/query pair is an MLM task on unlabelled text instead of a labelled "
+                "task (§4.1). Default: 0.5 for soft labels, 0.0 for hard labels (Table 5)."})
+    samples_per_task: int | None = field(default=None, metadata={
+        "help": "Labelled examples drawn in a row from one task before another task is drawn (§4.1); a multiple "
+                "of per_device_train_batch_size. Default: the batch size (one task per meta step)."})
+    teacher_gradient_accumulation_steps: int = field(default=1, metadata={
+        "help": "Meta steps (each with its own student step) whose teacher gradients are accumulated before the "
+                "teacher's optimizer steps (§4.1). The student's own gradient_accumulation_steps must stay 1."})
+    mlm_probability: float = field(default=0.15, metadata={"help": "MLM mask probability (Table 5)."})
+    mask_replace_prob: float = field(default=0.8, metadata={"help": "Share of chosen tokens replaced by [MASK]."})
+    random_replace_prob: float = field(default=0.1, metadata={"help": "Share of chosen tokens replaced by a "
+                                                                      "random token."})
+    h_cosine: bool | None = field(default=None, metadata={
+        "help": "Hard labels: h as a cosine (eq. 8) or dot product (eq. 7). Default: cosine for AdamW, dot for SGD."})
+    # optimisation defaults of the paper (Tables 5 and 8)
+    lr_scheduler_type: str = field(default="inverse_sqrt", metadata={"help": "Learning-rate schedule (§4.1)."})
+    adam_beta2: float = field(default=0.98, metadata={"help": "AdamW beta2 (Table 5)."})
+    adam_epsilon: float = field(default=1e-6, metadata={"help": "AdamW epsilon (Table 5)."})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay (Table 5)."})
+    max_grad_norm: float = field(default=5.0, metadata={"help": "Gradient clipping, both networks (Table 5)."})
+
+    def __post_init__(self):
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"MetaLMConfig: field 'objective': {self.objective!r} is not one of {OBJECTIVES}")
+        if self.lambda_meta is None:
+            self.lambda_meta = 10.0 if self.objective == "soft" else 1.0
+        if self.lambda_meta < 0:
+            raise ValueError(f"MetaLMConfig: field 'lambda_meta': {self.lambda_meta} < 0")
+        if self.inner_learning_rate <= 0:
+            raise ValueError(f"MetaLMConfig: field 'inner_learning_rate': {self.inner_learning_rate} <= 0")
+        if self.mlm_task_probability is None:
+            self.mlm_task_probability = 0.5 if self.objective == "soft" else 0.0
+        if not 0.0 <= self.mlm_task_probability <= 1.0:
+            raise ValueError(f"MetaLMConfig: field 'mlm_task_probability': {self.mlm_task_probability} not in [0, 1]")
+        if self.teacher_gradient_accumulation_steps < 1:
+            raise ValueError("MetaLMConfig: field 'teacher_gradient_accumulation_steps': must be >= 1")
+        if not 0.0 < self.mlm_probability < 1.0:
+            raise ValueError(f"MetaLMConfig: field 'mlm_probability': {self.mlm_probability} not in (0, 1)")
+        if not (0 <= self.mask_replace_prob and 0 <= self.random_replace_prob
+                and self.mask_replace_prob + self.random_replace_prob <= 1):
+            raise ValueError("MetaLMConfig: fields 'mask_replace_prob', 'random_replace_prob': must be >= 0 and "
+                             "sum to at most 1")
+        super().__post_init__()
+        if self.samples_per_task is None:
+            self.samples_per_task = self.per_device_train_batch_size
+        if self.samples_per_task < 1 or self.samples_per_task % self.per_device_train_batch_size:
+            raise ValueError(f"MetaLMConfig: field 'samples_per_task': {self.samples_per_task} is not a positive "
+                             f"multiple of per_device_train_batch_size ({self.per_device_train_batch_size}); "
+                             "support and query batches must each come from one task")
+        if self.objective != "mlm" and self.gradient_accumulation_steps != 1:
+            raise ValueError("MetaLMConfig: field 'gradient_accumulation_steps': must be 1 for the meta objectives, "
+                             "every meta step needs its own student step (theta_1); accumulate the teacher's "
+                             "gradients with 'teacher_gradient_accumulation_steps' (§4.1)")
+        if self.objective != "mlm" and self.fp16:
+            raise ValueError("MetaLMConfig: field 'fp16': GradScaler cannot scale meta-gradients; use fp32 (or bf16 "
+                             "for hard labels)")
+        if self.objective == "soft" and self.bf16:
+            raise ValueError("MetaLMConfig: field 'bf16': soft labels differentiate through the student's steps "
+                             "and need fp32")
+        if self.objective == "soft" and self.torch_compile:
+            raise ValueError("MetaLMConfig: field 'torch_compile': torch.compile has no double backward")
+
+
+@dataclass
+class MetaLMCollator:
+    """Pads unlabelled blocks (`input_ids` from `group_texts_for_mlm`, starting with [CLS]) into x_u. The
+    masking happens in the trainer, with its own checkpointed random generator (exact resume)."""
+
+    tokenizer: PreTrainedTokenizerBase
+
+    def __call__(self, features):
+        padded = self.tokenizer.pad([{"input_ids": f["input_ids"]} for f in features], return_tensors="pt")
+        return {"input_ids": padded["input_ids"], "attention_mask": padded["attention_mask"]}
+
+
+class MetaLMTrainer(Trainer):
+    """Trainer for the meta-learned LM objective. `model` is the student (any `AutoModelForMaskedLM`-style model
+    predicting a token at each position); `teacher` a `MetaLMTeacher` (built from the student's config when
+    None); `train_dataset` unlabelled blocks; `labelled_tasks` maps a task name to a dataset with `input_ids`
+    (tokenised with the tokenizer's special tokens: position 0 becomes the task token) and an integer `label`
+    (the output is the label token `[LABEL_k]` at every position). The tokenizer must carry the task and label
+    tokens (`hf_aux.modeling.teacher.add_meta_lm_tokens`)."""
+
+    # compute_loss returns a per-micro-batch mean; Trainer divides by gradient_accumulation_steps (MLM baseline)
+    loss_is_scaled_for_ga = False
+
+    def __init__(self, model=None, args: MetaLMConfig = None, teacher: MetaLMTeacher | None = None,
+                 labelled_tasks: dict | None = None, data_collator=None, train_dataset=None, eval_dataset=None,
+                 processing_class=None, **kwargs):
+        if not isinstance(args, MetaLMConfig):
+            raise ValueError("MetaLMTrainer: field 'args': pass a MetaLMConfig")
+        if processing_class is None:
+            raise ValueError("MetaLMTrainer: field 'processing_class': the tokenizer is required (task tokens)")
+        labelled_tasks = dict(labelled_tasks or {})
+        if args.objective != "mlm" and not labelled_tasks and args.mlm_task_probability < 1.0:
+            raise ValueError("MetaLMTrainer: field 'labelled_tasks': the meta objectives need labelled tasks "
+                             "(support and query batches), or mlm_task_probability=1")
+        if data_collator is None:
+            data_collator = MetaLMCollator(processing_class)
+        super().__init__(model=model, args=args, data_collator=data_collator, train_dataset=train_dataset,
+                         eval_dataset=eval_dataset, processing_class=processing_class, **kwargs)
+        self._check_supported_setup()
+        num_labels = self._check_labelled_tasks(labelled_tasks)
+        self.meta_tokens = MetaLMTokens.from_tokenizer(processing_class, list(labelled_tasks), num_labels)
+        self.teacher = None
+        if args.objective != "mlm":
+            self.teacher = teacher if teacher is not None else MetaLMTeacher.from_student_config(self.model.config)
+            check_same_vocabulary(self.model, self.teacher, processing_class)
+            self.teacher.to(args.device)
+        self.teacher_optimizer = None
+        self.teacher_scheduler = None
+        self._labelled = {name: self._labelled_examples(name, data) for name, data in labelled_tasks.items()}
+        self._task_names = list(labelled_tasks)
+        # the trainer's own randomness (masking, teacher samples, task and example draws): checkpointed
+        self._generator = torch.Generator(device=args.device).manual_seed(args.seed)
+        self._eval_generator = torch.Generator(device=args.device)
+        self._current_task: str | None = None
+        self._task_steps_left = 0
+        self._meta_steps = 0
+        self._metrics: dict[str, list[torch.Tensor]] = defaultdict(list)
+
+    # ---------------------------------------------------------------------------------------------- set-up
+    def _check_supported_setup(self):
+        if self.args.objective == "mlm":
+            return
+        if self.accelerator.num_processes > 1:
+            raise ValueError("MetaLMTrainer: the meta objectives run on one process only: the student's functional "
+                             "inner steps and theta_1 are not synchronised across DDP ranks (use objective='mlm' "
+                             "for multi-process runs)")
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled:
+            raise ValueError("MetaLMTrainer: DeepSpeed and FSDP are not supported by the meta objectives (several "
+                             "backward passes and functional calls over full parameters per step)")
+        attn = getattr(self.model.config, "_attn_implementation", None)
+        if self.args.objective == "soft" and attn not in (None, "eager"):
+            raise ValueError(f"MetaLMTrainer: soft labels need a double backward through the student, which SDPA/"
+                             f"flash attention lack (also on CPU); build or load the student with "
+                             f"attn_implementation='eager' (got {attn!r})")
+
+    def _check_labelled_tasks(self, labelled_tasks: dict) -> int:
+        num_labels = 0
+        for name, data in labelled_tasks.items():
+            for column in ("input_ids", "label"):
+                if column not in data.column_names:
+                    raise ValueError(f"task '{name}': field '{column}': column missing (has {data.column_names})")
+            if len(data) == 0:
+                raise ValueError(f"task '{name}': field 'dataset': it is empty")
+            labels = data["label"]
+            if min(labels) < 0:
+                raise ValueError(f"task '{name}': field 'label': negative label {min(labels)}")
+            num_labels = max(num_labels, max(labels) + 1)
+        return num_labels
+
+    def _labelled_examples(self, name: str, data) -> tuple[list[torch.Tensor], torch.Tensor]:
+        ids = []
+        for row in data["input_ids"]:
+            row = torch.tensor(row, dtype=torch.long)
+            row[0] = self.meta_tokens.tasks[name]
+            ids.append(row)
+        return ids, torch.tensor(data["label"], dtype=torch.long)
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        scheduler = super().create_scheduler(num_training_steps, optimizer)
+        if self.teacher is not None and self.teacher_optimizer is None:
+            self._check_student_optimizer()
+            self._create_teacher_optimizer(num_training_steps)
+        return scheduler
+
+    def _student_optimizer(self) -> torch.optim.Optimizer:
+        opt = self.optimizer
+        return opt.optimizer if isinstance(opt, AcceleratedOptimizer) else opt
+
+    def _check_student_optimizer(self):
+        opt = self._student_optimizer()
+        if type(opt) is torch.optim.AdamW:
+            if any(g["amsgrad"] or g["maximize"] for g in opt.param_groups):
+                raise ValueError("MetaLMTrainer: field 'optim': AdamW with amsgrad/maximize is not supported")
+        elif type(opt) is torch.optim.SGD:
+            if any(g["momentum"] or g["maximize"] for g in opt.param_groups):
+                raise ValueError("MetaLMTrainer: field 'optim': SGD with momentum/maximize is not supported")
+        else:
+            raise ValueError(f"MetaLMTrainer: field 'optim': the meta step needs theta_1 of the student's real "
+                             f"optimizer step; supported: adamw_torch, adamw_torch_fused, sgd (got {type(opt)})")
+        if self.args.h_cosine is None:
+            self.args.h_cosine = type(opt) is torch.optim.AdamW
+
+    def _create_teacher_optimizer(self, num_training_steps: int):
+        """The teacher's AdamW with the student's hyperparameters (§4.1); its schedule counts teacher steps."""
+        args = self.args
+        decay = set(self.get_decay_parameter_names(self.teacher))
+        named = [(n, p) for n, p in self.teacher.named_parameters() if p.requires_grad]
+        groups = [{"params": [p for n, p in named if n in decay], "weight_decay": args.weight_decay},
+                  {"params": [p for n, p in named if n not in decay], "weight_decay": 0.0}]
+        self.teacher_optimizer = torch.optim.AdamW(groups, lr=args.learning_rate,
+                                                   betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon)
+        accumulation = args.teacher_gradient_accumulation_steps
+        steps = math.ceil(num_training_steps / accumulation)
+        self.teacher_scheduler = get_scheduler(
+            args.lr_scheduler_type, self.teacher_optimizer,
+            num_warmup_steps=math.ceil(args.get_warmup_steps(num_training_steps) / accumulation),
+            num_training_steps=steps, scheduler_specific_kwargs=args.lr_scheduler_kwargs or {})
+
+    # ---------------------------------------------------------------------------------------------- data
+    def _special_mask(self, input_ids: torch.Tensor) -> torch.Tensor:
+        specials = torch.tensor(sorted(set(self.processing_class.all_special_ids)), device=input_ids.device)
+        return torch.isin(input_ids, specials)
+
+    def _mlm_example(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                     generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x_m, y_m) from x_u: BERT masking (Table 5), position 0 becomes the MLM task token; y_m -100 where
+        nothing is predicted."""
+        x_m, y_m = mask_tokens_for_mlm(
+            input_ids, mask_token_id=self.meta_tokens.mask, vocab_size=self.meta_tokens.vocab_size,
+            special_tokens_mask=self._special_mask(input_ids) | (attention_mask == 0),
+            mlm_probability=self.args.mlm_probability, mask_replace_prob=self.args.mask_replace_prob,
+            random_replace_prob=self.args.random_replace_prob, generator=generator)
+        x_m[:, 0] = self.meta_tokens.mlm_task
+        return x_m, y_m
+
+    def _pad(self, rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        length = max(len(r) for r in rows)
+        ids = torch.full((len(rows), length), self.meta_tokens.pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), length), dtype=torch.long)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)] = row
+            mask[i, : len(row)] = 1
+        return ids.to(self.args.device), mask.to(self.args.device)
+
+    def _next_task(self) -> str:
+        """Support and query come from one task, kept for samples_per_task examples in a row (§4.1)."""
+        if self._task_steps_left == 0:
+            draw = torch.rand((), generator=self._generator, device=self._generator.device).item()
+            if draw < self.args.mlm_task_probability or not self._task_names:
+                self._current_task = "mlm"
+            else:
+                index = torch.randint(len(self._task_names), (), generator=self._generator,
+                                      device=self._generator.device).item()
+                self._current_task = self._task_names[index]
+            self._task_steps_left = self.args.samples_per_task // self.args.per_device_train_batch_size
+        self._task_steps_left -= 1
+        return self._current_task
+
+    def _labelled_batch(self, task: str) -> dict[str, torch.Tensor]:
+        size = self.args.per_device_train_batch_size
+        if task == "mlm":
+            rows = self.train_dataset
+            index = torch.randint(len(rows), (size,), generator=self._generator, device=self._generator.device)
+            ids, mask = self._pad([torch.tensor(rows[i]["input_ids"]) for i in index.tolist()])
+            x, y = self._mlm_example(ids, mask, self._generator)
+            return {"input_ids": x, "attention_mask": mask, "labels": y}
+        examples, labels = self._labelled[task]
+        index = torch.randint(len(examples), (size,), generator=self._generator, device=self._generator.device)
+        index = index.tolist()
+        ids, mask = self._pad([examples[i] for i in index])
+        tokens = torch.tensor(self.meta_tokens.labels, device=ids.device)[labels[index].to(ids.device)]
+        y = tokens[:, None].expand_as(ids).masked_fill(mask == 0, -100)
+        return {"input_ids": ids, "attention_mask": mask, "labels": y}
+
+    # ---------------------------------------------------------------------------------------------- losses
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """The student's MLM loss on (x_m, y_m) from the batch: the `mlm` baseline's training loss and every
+        objective's evaluation loss (a fixed-seed mask per evaluation)."""
+        generator = self._generator if model.training else self._eval_generator
+        x_m, y_m = self._mlm_example(inputs["input_ids"], inputs["attention_mask"], generator)
+        outputs = model(input_ids=x_m, attention_mask=inputs["attention_mask"])
+        loss = token_cross_entropy(outputs.logits, y_m)
+        return (loss, outputs) if return_outputs else loss
+
+    def evaluate(self, *args, **kwargs):
+        self._eval_generator.manual_seed(self.args.seed)
+        return super().evaluate(*args, **kwargs)
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        inputs = self._prepare_inputs(inputs)
+        with torch.no_grad():
+            loss = self.compute_loss(model, inputs)
+        return loss.detach(), None, None
+
+    def _student_loss(self, student, names, params, batch) -> torch.Tensor:
+        """CE of the student with parameters `params` on a support/query batch (eqs. 2-3)."""
+        logits = functional_call(student, dict(zip(names, params)), args=(),
+                                 kwargs={"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]})
+        return token_cross_entropy(logits.logits, batch["labels"])
+
+    def _theta_1(self, params: list[torch.Tensor], grads: list[torch.Tensor | None]) -> list[torch.Tensor]:
+        """theta_1 of eq. 1: Trainer's gradient clipping, then the student optimizer's update, computed from the
+        optimizer's state as a function of `grads` (differentiable when `grads` carry a graph)."""
+        opt = self._student_optimizer()
+        group_of = {id(p): g for g in opt.param_groups for p in g["params"]}
+        present = [i for i, g in enumerate(grads) if g is not None]
+        clipped = clip_by_total_norm([grads[i] for i in present], self.args.max_grad_norm)
+        theta_1 = [p.detach() for p in params]
+        for i, grad in zip(present, clipped):
+            param = params[i].detach()
+            group = group_of[id(params[i])]
+            lr = float(group["lr"])
+            if type(opt) is torch.optim.SGD:
+                theta_1[i] = sgd_update(param, grad, lr, group["weight_decay"])
+                continue
+            state = opt.state.get(params[i], {})
+            step = int(state["step"]) if "step" in state else 0
+            exp_avg = state.get("exp_avg", torch.zeros_like(param))
+            exp_avg_sq = state.get("exp_avg_sq", torch.zeros_like(param))
+            beta1, beta2 = group["betas"]
+            theta_1[i] = adamw_update(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, group["eps"],
+                                      group["weight_decay"])
+        return theta_1
+
+    # ---------------------------------------------------------------------------------------------- the meta step
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        if self.args.objective == "mlm":
+            return super().training_step(model, inputs, num_items_in_batch)
+        model.train()
+        self.teacher.train()
+        inputs = self._prepare_inputs(inputs)
+        x_u, mask = inputs["input_ids"], inputs["attention_mask"]  # [B, L]
+        batch = x_u.shape[0]
+        tokens, args = self.meta_tokens, self.args
+        student = self.accelerator.unwrap_model(model)
+        named = [(n, p) for n, p in student.named_parameters() if p.requires_grad]
+        names, theta_0 = [n for n, _ in named], [p for _, p in named]
+
+        # teacher: one forward over x_u, and for the auxiliary losses x_u as an MLM task and x_m (§3.4)
+        x_m, y_m = self._mlm_example(x_u, mask, self._generator)
+        x_u_as_mlm = x_u.clone()
+        x_u_as_mlm[:, 0] = tokens.mlm_task
+        teacher_inputs = torch.cat([x_u, x_u_as_mlm, x_m]) if args.teacher_aux_losses else x_u
+        out = self.teacher(input_ids=teacher_inputs, attention_mask=mask.repeat(len(teacher_inputs) // batch, 1))
+        x_logits, y_logits = out.input_logits[:batch], out.output_logits[:batch]  # [B, L, V]
+        aux_loss = x_logits.new_zeros(())
+        if args.teacher_aux_losses:
+            def targets(ids):
+                return ids.masked_fill(mask == 0, -100)
+            aux_input = (token_cross_entropy(out.input_logits[batch:2 * batch], targets(x_m))
+                         + token_cross_entropy(out.output_logits[batch:2 * batch], targets(x_u_as_mlm))) / 2
+            aux_mlm = (token_cross_entropy(out.input_logits[2 * batch:], targets(x_m))
+                       + token_cross_entropy(out.output_logits[2 * batch:], y_m)) / 2
+            aux_loss = aux_input + aux_mlm
+            self._record("teacher_aux_loss", aux_loss)
+
+        # eq. 1: the student's pretraining step on the pseudo data; its gradient is left for Trainer's step
+        soft = args.objective == "soft"
+        if soft:
+            x_probs = x_logits.softmax(-1)
+            y_probs = (torch.nn.functional.one_hot(x_u, x_logits.shape[-1]).to(x_probs.dtype) if args.fixed_y
+                       else y_logits.softmax(-1))
+            embeds = x_probs @ student.get_input_embeddings().weight  # [B, L, V] x [V, H]
+            pseudo_logits = model(inputs_embeds=embeds, attention_mask=mask).logits
+            pseudo_loss = soft_pseudo_cross_entropy(pseudo_logits, y_probs, mask, tokens.pad)
+        else:
+            x_hat = sample_tokens(x_logits, self._generator).masked_fill(mask == 0, tokens.pad)
+            y_hat = x_u if args.fixed_y else sample_tokens(y_logits, self._generator).masked_fill(mask == 0, tokens.pad)
+            sample_ce = teacher_sample_cross_entropy(x_logits, None if args.fixed_y else y_logits, x_hat, y_hat, mask)
+            pseudo_logits = model(input_ids=x_hat, attention_mask=mask).logits
+            pseudo_loss = pseudo_cross_entropy(pseudo_logits, y_hat, mask, tokens.pad)
+        pseudo_grads = torch.autograd.grad(pseudo_loss, theta_0, create_graph=soft, allow_unused=True)
+        # Trainer's optimizer.step() applies this (meta objectives refuse GradScaler/DeepSpeed/DDP, so this is
+        # what accelerator.backward(pseudo_loss) would leave in .grad)
+        for param, grad in zip(theta_0, pseudo_grads):
+            if grad is not None:
+                param.grad = grad.detach() if param.grad is None else param.grad + grad.detach()
+        self._record("pseudo_loss", pseudo_loss)
+
+        # theta_1 exactly as Trainer's step will produce it; a function of the teacher for soft labels
+        if soft:
+            theta_1 = self._theta_1(theta_0, list(pseudo_grads))
+        else:
+            with torch.no_grad():
+                theta_1 = self._theta_1(theta_0, [None if g is None else g.detach() for g in pseudo_grads])
+
+        # eq. 2 (support) and eq. 3 (query), both from the same task
+        task = self._next_task()
+        support, query = self._labelled_batch(task), self._labelled_batch(task)
+        if soft:
+            theta_2 = theta_1
+            if args.finetune_step:
+                theta_2 = self._inner_step(student, names, theta_1, support, create_graph=not args.first_order)
+            query_loss = self._student_loss(student, names, theta_2, query)
+            teacher_loss = args.lambda_meta * query_loss + aux_loss
+            ok = torch.isfinite(teacher_loss)
+        else:
+            theta_1 = [t.detach().requires_grad_() for t in theta_1]
+            theta_2 = theta_1
+            if args.finetune_step:
+                theta_2 = [t.detach().requires_grad_() for t in
+                           self._inner_step(student, names, theta_1, support, create_graph=False)]
+            query_loss = self._student_loss(student, names, theta_2, query)
+            query_grads = torch.autograd.grad(query_loss, theta_2, allow_unused=True)
+            query_grads = [torch.zeros_like(t) if g is None else g for g, t in zip(query_grads, theta_2)]
+            h = meta_signal_h(query_grads, [p.detach() for p in theta_0], [t.detach() for t in theta_1],
+                              cosine=args.h_cosine)
+            teacher_loss = args.lambda_meta * h.detach() * sample_ce + aux_loss
+            ok = torch.isfinite(h)
+            self._record("h", h)
+            self._record("teacher_sample_ce", sample_ce)
+        self._record("query_loss", query_loss)
+
+        # the teacher's gradient: the meta signal plus its auxiliary losses; a non-finite one is skipped
+        if bool(ok):
+            teacher_params = [p for p in self.teacher.parameters() if p.requires_grad]
+            grads = torch.autograd.grad(teacher_loss / args.teacher_gradient_accumulation_steps, teacher_params,
+                                        allow_unused=True)
+            for param, grad in zip(teacher_params, grads):
+                if grad is not None:
+                    param.grad = grad if param.grad is None else param.grad + grad
+            self._record("teacher_skipped", torch.zeros((), device=x_u.device))
+        else:
+            self._record("teacher_skipped", torch.ones((), device=x_u.device))
+        self._meta_steps += 1
+        if self._meta_steps % args.teacher_gradient_accumulation_steps == 0:
+            self._teacher_step()
+        return pseudo_loss.detach()
+
+    def _inner_step(self, student, names, theta_1, support, create_graph: bool) -> list[torch.Tensor]:
+        """eq. 2: theta_2 = theta_1 - inner_lr * grad CE(support) (SGD, §4.1)."""
+        support_loss = self._student_loss(student, names, theta_1, support)
+        self._record("support_loss", support_loss)
+        grads = torch.autograd.grad(support_loss, theta_1, create_graph=create_graph, allow_unused=True)
+        return [t if g is None else sgd_update(t, g if create_graph else g.detach(), self.args.inner_learning_rate)
+                for t, g in zip(theta_1, grads)]
+
+    def _teacher_step(self):
+        if self.args.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.teacher.parameters(), self.args.max_grad_norm)
+        self.teacher_optimizer.step()
+        self.teacher_scheduler.step()
+        self.teacher_optimizer.zero_grad(set_to_none=True)
+
+    # ---------------------------------------------------------------------------------------------- logging
+    def _record(self, name: str, value: torch.Tensor):
+        self._metrics[name].append(value.detach().float())
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self._metrics and "loss" in logs:
+            for name, values in self._metrics.items():
+                stacked = self.accelerator.gather_for_metrics(torch.stack(values))
+                value = stacked.sum() if name == "teacher_skipped" else stacked.mean()
+                logs[f"meta/{name}"] = round(value.item(), 6)
+            if self.teacher_scheduler is not None:
+                logs["meta/teacher_lr"] = self.teacher_scheduler.get_last_lr()[0]
+            self._metrics.clear()
+        super().log(logs, start_time)
+
+    # ---------------------------------------------------------------------------------------------- checkpoints
+    def _save(self, output_dir: str | None = None, state_dict=None):
+        """The student as a plain masked-LM checkpoint; the teacher in `teacher/`."""
+        super()._save(output_dir, state_dict)
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        if self.teacher is not None and self.args.should_save:
+            self.teacher.save_pretrained(os.path.join(output_dir, TEACHER_DIR))
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if not self.args.should_save or self.args.save_only_model:
+            return
+        output_dir = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        state = {"generator": self._generator.get_state(), "current_task": self._current_task,
+                 "task_steps_left": self._task_steps_left, "meta_steps": self._meta_steps}
+        if self.teacher_optimizer is not None:
+            state["teacher_optimizer"] = self.teacher_optimizer.state_dict()
+            state["teacher_scheduler"] = self.teacher_scheduler.state_dict()
+        torch.save(state, os.path.join(output_dir, META_STATE_NAME))
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        teacher_dir = os.path.join(resume_from_checkpoint, TEACHER_DIR)
+        if self.teacher is not None:
+            if not os.path.isdir(teacher_dir):
+                raise ValueError(f"MetaLMTrainer: field 'resume_from_checkpoint': {resume_from_checkpoint} has no "
+                                 f"'{TEACHER_DIR}/' folder")
+            loaded = MetaLMTeacher.from_pretrained(teacher_dir)
+            self.teacher.load_state_dict(loaded.state_dict())
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        path = None if checkpoint is None else os.path.join(checkpoint, META_STATE_NAME)
+        if path is None or not os.path.isfile(path):
+            return
+        state = torch.load(path, weights_only=True)
+        self._generator.set_state(state["generator"])
+        self._current_task = state["current_task"]
+        self._task_steps_left = state["task_steps_left"]
+        self._meta_steps = state["meta_steps"]
+        if self.teacher_optimizer is not None and "teacher_optimizer" in state:
+            self.teacher_optimizer.load_state_dict(state["teacher_optimizer"])
+            self.teacher_scheduler.load_state_dict(state["teacher_scheduler"])
