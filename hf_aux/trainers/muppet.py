@@ -1,0 +1,380 @@
+"""MUPPET pre-finetuning as a `transformers.Trainer` (Aghajanyan et al., 2021, arXiv 2101.11038).
+
+What one optimizer update does (§3):
+- it averages the gradients of `gradient_accumulation_steps * world_size` task-homogeneous sub-batches (one per
+  micro-step per rank), drawn so that an update spans several tasks (§3.2, "heterogeneous batches"), with tasks
+  in proportion to their natural size (§3.4). `hf_aux.sampling.TaskBatchSampler` orders them; §5.2's two
+  ablations (batch- and dataset-homogeneous) are `batching=...`.
+- each sub-batch's loss is its task's Table-2 loss per data point, divided by log n(i) (eq. 1,
+  `hf_aux.losses.muppet`), averaged over the sub-batch. Trainer divides every micro-batch loss by the
+  accumulation steps and DDP averages over ranks, so the update is exactly the mean over its sub-batches, each
+  sub-batch weighing the same whatever its task or token count (`loss_is_scaled_for_ga = False`;
+  `num_items_in_batch`, a token count, is deliberately unused: it would let long seq2seq targets dominate).
+- optionally R3F/R4F (§3.2): + lambda * symmetric KL between predictions on clean and noise-perturbed input
+  embeddings (training only); R4F also needs the model's classification heads spectrally normalised
+  (`MultiTaskConfig.spectral_norm_heads`).
+Logged every `logging_steps`: per task, the mean raw (`loss/<task>`) and scaled (`scaled_loss/<task>`) sub-batch
+loss, summed across processes. `evaluate()` scores every task with its own metrics and reports their average.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+from transformers import Trainer, TrainingArguments
+
+from .. import metrics as task_metrics
+from ..data import MultiTaskCollator
+from ..hub import HubTokenSafeArgsMixin
+from ..losses.muppet import (classification_loss, multiple_choice_loss, r3f_divergence, regression_loss,
+                             sample_embedding_noise, scale_losses, seq2seq_loss, span_loss)
+from ..modeling.multitask import MultiTaskModel
+from ..sampling import STRATEGIES, MultiTaskDataset, TaskBatchSampler
+
+SAMPLER_STATE_NAME = "muppet_sampler.json"
+ROBUST_MODES = ("none", "r3f", "r4f")
+TARGET_KEYS = ("labels", "start_positions", "end_positions")
+
+
+@dataclass
+class MuppetConfig(HubTokenSafeArgsMixin, TrainingArguments):
+    """Training arguments of `MuppetTrainer`; every `TrainingArguments` field applies. Sub-batches per update =
+    `gradient_accumulation_steps` x number of processes, each of `per_device_train_batch_size` rows of one task."""
+
+    batching: str = field(default="heterogeneous", metadata={
+        "help": "How sub-batches form updates: 'heterogeneous' (several tasks per update, MUPPET §3.2), "
+                "'batch_homogeneous' (one task per update) or 'dataset_homogeneous' (one task after another); §5.2."})
+    task_sampling_temperature: float = field(default=1.0, metadata={
+        "help": "Batches per task proportional to size ** (1 / T). 1 = natural sizes (the paper's choice, §3.4); "
+                "larger values move towards uniform."})
+    loss_scaling: bool = field(default=True, metadata={
+        "help": "Divide each data point's loss by log n(i), n = number of predictions it ranges over (eq. 1). "
+                "Switch off for the ablation."})
+    robust_finetuning: str = field(default="none", metadata={
+        "help": "'none', 'r3f' (symmetric-KL noise regulariser) or 'r4f' (R3F + spectrally normalised "
+                "classification heads; build the model with spectral_norm_heads=True)."})
+    r3f_eps: float = field(default=1e-5, metadata={
+        "help": "R3F noise scale: U(-eps, eps) on the input embeddings for classification, choice and span heads; "
+                "N(0, eps^2) for seq2seq."})
+    r3f_lambda: float = field(default=1.0, metadata={"help": "Weight of the R3F symmetric KL term."})
+    generation_max_length: int = field(default=64, metadata={
+        "help": "Longest greedy output when evaluating seq2seq tasks with ROUGE."})
+    remove_unused_columns: bool = field(default=False, metadata={
+        "help": "Kept False: the multi-task collator needs each row's task_name."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.batching not in STRATEGIES:
+            raise ValueError(f"MuppetConfig: field 'batching': {self.batching!r} is not one of {list(STRATEGIES)}")
+        if not self.task_sampling_temperature > 0:
+            raise ValueError(f"MuppetConfig: field 'task_sampling_temperature': must be > 0, got "
+                             f"{self.task_sampling_temperature}")
+        if self.robust_finetuning not in ROBUST_MODES:
+            raise ValueError(f"MuppetConfig: field 'robust_finetuning': {self.robust_finetuning!r} is not one of "
+                             f"{list(ROBUST_MODES)}")
+        if not self.r3f_eps >= 0:
+            raise ValueError(f"MuppetConfig: field 'r3f_eps': must be >= 0, got {self.r3f_eps}")
+        if not self.r3f_lambda >= 0:
+            raise ValueError(f"MuppetConfig: field 'r3f_lambda': must be >= 0, got {self.r3f_lambda}")
+        if self.generation_max_length < 1:
+            raise ValueError(f"MuppetConfig: field 'generation_max_length': must be >= 1, got "
+                             f"{self.generation_max_length}")
+        if self.remove_unused_columns:
+            raise ValueError("MuppetConfig: field 'remove_unused_columns': must stay False (rows carry task_name)")
+
+
+class MuppetTrainer(Trainer):
+    """Pre-finetunes a `MultiTaskModel` on several tasks at once.
+
+    train_dataset / eval_dataset: {task name: tokenised split} (rows from `hf_aux.data.tokenize_task`), every name
+    one of the model's tasks. eval_examples: {task name: raw split}, needed for extractive-QA tasks (their eval
+    split must be tokenised with `keep_qa_offsets=True`) to map spans back to text.
+    """
+
+    # explicit: compute_loss returns the sub-batch mean; Trainer divides by the accumulation steps (see module doc)
+    loss_is_scaled_for_ga = False
+
+    def __init__(self, model: MultiTaskModel | None = None, args: MuppetConfig | None = None, data_collator=None,
+                 train_dataset: dict | None = None, eval_dataset: dict | None = None, processing_class=None,
+                 eval_examples: dict | None = None, **kwargs):
+        if not isinstance(args, MuppetConfig):
+            raise ValueError(f"MuppetTrainer: field 'args': needs a MuppetConfig, got {type(args).__name__}")
+        if not isinstance(model, MultiTaskModel):
+            raise ValueError(f"MuppetTrainer: field 'model': needs a hf_aux MultiTaskModel, got {type(model).__name__}")
+        if processing_class is None and data_collator is None:
+            raise ValueError("MuppetTrainer: field 'processing_class': give the tokenizer (or a data_collator)")
+        names = model.task_names
+        for role, given in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
+            if given is None:
+                continue
+            if not isinstance(given, dict) or not given:
+                raise ValueError(f"MuppetTrainer: field '{role}': expected a non-empty dict task name -> dataset")
+            for name in given:
+                if name not in names:
+                    raise ValueError(f"task '{name}': field '{role}': not one of the model's tasks {names}")
+        if args.robust_finetuning == "r4f" and not model.config.spectral_norm_heads:
+            raise ValueError("MuppetConfig: field 'robust_finetuning': 'r4f' needs the model built with "
+                             "spectral_norm_heads=True (MultiTaskModel.from_pretrained(..., spectral_norm_heads=True))")
+        self.eval_examples = dict(eval_examples or {})
+        for name, data in (eval_dataset or {}).items():
+            if model.config.task(name)["kind"] == "extractive_qa":
+                if name not in self.eval_examples:
+                    raise ValueError(f"task '{name}': field 'eval_examples': extractive QA evaluation needs the raw "
+                                     "eval split to map spans back to text")
+                if "offset_mapping" not in data.column_names:
+                    raise ValueError(f"task '{name}': field 'eval_dataset': tokenise the QA eval split with "
+                                     "tokenize_task(..., keep_qa_offsets=True)")
+        if data_collator is None:
+            data_collator = MultiTaskCollator(processing_class, names)
+        train = MultiTaskDataset({n: train_dataset[n] for n in names if n in train_dataset}) if train_dataset else None
+        super().__init__(model=model, args=args, data_collator=data_collator, train_dataset=train,
+                         eval_dataset=eval_dataset, processing_class=processing_class, **kwargs)
+        self.sub_batches_per_update = args.gradient_accumulation_steps * args.world_size
+        if (train is not None and args.batching == "heterogeneous" and len(train.task_names) > 1
+                and self.sub_batches_per_update < 2):
+            raise ValueError("MuppetConfig: field 'gradient_accumulation_steps': heterogeneous batches need at least "
+                             "2 sub-batches per update (gradient_accumulation_steps x processes); got 1")
+        # per task: [sum of raw sub-batch losses, sum of scaled ones, number of sub-batches] since the last log
+        self._task_stats = torch.zeros(len(names), 3, device=args.device)
+        self._task_sampler = None
+        self._resumed_sampler_state = None
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Data: task-homogeneous sub-batches in update-sized groups
+    # ------------------------------------------------------------------------------------------------------------
+    def get_train_dataloader(self) -> DataLoader:
+        if self.train_dataset is None:
+            raise ValueError("MuppetTrainer: field 'train_dataset': training needs train data")
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        sampler = TaskBatchSampler(self.train_dataset.sizes, self._train_batch_size, self.sub_batches_per_update,
+                                   strategy=self.args.batching, temperature=self.args.task_sampling_temperature,
+                                   seed=seed)
+        if self._resumed_sampler_state is not None:
+            saved, now = self._resumed_sampler_state, sampler.state_dict()
+            changed = [k for k in now if k != "epoch" and saved.get(k) != now[k]]
+            if changed:
+                raise ValueError(f"MuppetTrainer: resuming with a different task sampling than the checkpoint "
+                                 f"({', '.join(f'{k}: {saved.get(k)} -> {now[k]}' for k in changed)}); the skipped "
+                                 "batches would not be the ones already trained on")
+        self._task_sampler = sampler
+        loader = DataLoader(self.train_dataset, batch_sampler=sampler, collate_fn=self.data_collator,
+                            num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory,
+                            persistent_workers=self.args.dataloader_persistent_workers and
+                            self.args.dataloader_num_workers > 0)
+        return self.accelerator.prepare(loader)
+
+    def _run_epoch(self, model, epoch, *args, **kwargs):
+        # The order is a pure function of (seed, epoch). Trainer's own set_epoch does not reach a batch sampler
+        # behind accelerate's shard and skip wrappers on a resumed multi-process run, so set it here, directly.
+        if self._task_sampler is not None:
+            self._task_sampler.set_epoch(epoch)
+        return super()._run_epoch(model, epoch, *args, **kwargs)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Loss
+    # ------------------------------------------------------------------------------------------------------------
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        body = self.accelerator.unwrap_model(model)
+        task = int(inputs["task_ids"][0])  # the model resolves the head from it too (one host read per sub-batch)
+        spec = body.config.tasks[task]
+        kind = spec["kind"]
+        model_inputs = {k: v for k, v in inputs.items() if k not in TARGET_KEYS}
+        if kind == "seq2seq":  # teacher forcing; the loss is computed here, per data point
+            model_inputs["decoder_input_ids"] = body._shift_right(inputs["labels"])
+        robust = self.args.robust_finetuning != "none" and model.training
+        if robust:  # R3F perturbs the token embeddings, so look them up here and feed them in
+            embeddings = body.get_input_embeddings()(inputs["input_ids"])
+            model_inputs["inputs_embeds"] = embeddings  # input_ids stay: encoder-decoders locate EOS with them
+        outputs = model(**model_inputs)
+        # Table 2 loss per data point and n(i), the number of predictions it ranges over
+        raw, num_predictions = self._task_losses(kind, outputs, inputs)
+        # eq. 1: L_i / log n(i); the sub-batch loss is the mean over its data points
+        scaled = scale_losses(raw, num_predictions) if self.args.loss_scaling else raw
+        loss = scaled.mean()
+        if robust:
+            # R3F (Aghajanyan et al., 2020, eq. 3): + lambda * KL_S(f(x) || f(x + z)), z on the input embeddings
+            noise = sample_embedding_noise(embeddings, self.args.r3f_eps,
+                                           "normal" if kind == "seq2seq" else "uniform")
+            noisy = model(**{**model_inputs, "inputs_embeds": embeddings + noise})
+            divergence = r3f_divergence(kind, outputs, noisy, choice_mask=inputs.get("choice_mask"),
+                                        attention_mask=inputs.get("attention_mask"), labels=inputs.get("labels"))
+            loss = loss + self.args.r3f_lambda * divergence.mean()
+        if not bool(torch.isfinite(loss.detach())):
+            raise ValueError(f"task '{spec['name']}': field 'loss': non-finite training loss {loss.item()} "
+                             "(check its labels, the learning rate, or fp16 overflow)")
+        if model.training:
+            with torch.no_grad():
+                self._task_stats[task] += torch.stack([raw.mean(), scaled.mean(), raw.new_ones(())]).to(
+                    self._task_stats.device)
+        return (loss, outputs) if return_outputs else loss
+
+    def _task_losses(self, kind: str, outputs, inputs) -> tuple[torch.Tensor, torch.Tensor]:
+        if kind == "classification":
+            return classification_loss(outputs.logits, inputs["labels"])
+        if kind == "multiple_choice":
+            return multiple_choice_loss(outputs.logits, inputs["labels"], inputs.get("choice_mask"))
+        if kind == "extractive_qa":
+            return span_loss(outputs.start_logits, outputs.end_logits, inputs["start_positions"],
+                             inputs["end_positions"], inputs.get("attention_mask"))
+        if kind == "seq2seq":
+            return seq2seq_loss(outputs.logits, inputs["labels"], label_smoothing=self.args.label_smoothing_factor)
+        return regression_loss(outputs.logits, inputs["labels"])
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs:  # a training log: add the per-task losses since the last one, summed over processes
+            stats = self.accelerator.reduce(self._task_stats, reduction="sum").tolist()
+            for name, (raw, scaled, count) in zip(self.accelerator.unwrap_model(self.model).task_names, stats):
+                if count > 0:
+                    logs[f"loss/{name}"] = round(raw / count, 4)
+                    logs[f"scaled_loss/{name}"] = round(scaled / count, 4)
+            self._task_stats.zero_()
+        super().log(logs, start_time)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Checkpoints: MUPPET-style model folder + the sampler's description
+    # ------------------------------------------------------------------------------------------------------------
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self._task_sampler is not None and self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+            with open(os.path.join(folder, SAMPLER_STATE_NAME), "w") as f:
+                json.dump(self._task_sampler.state_dict(), f, indent=2)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        # Trainer restores model.safetensors, i.e. the body only (MultiTaskModel.load_state_dict); heads come here
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        self.accelerator.unwrap_model(model if model is not None else self.model).load_checkpoint_heads(
+            resume_from_checkpoint)
+        state_file = os.path.join(resume_from_checkpoint, SAMPLER_STATE_NAME)
+        if os.path.isfile(state_file):
+            with open(state_file) as f:
+                self._resumed_sampler_state = json.load(f)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Evaluation: every task with its own metrics, and their average
+    # ------------------------------------------------------------------------------------------------------------
+    def evaluate(self, eval_dataset: dict | None = None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
+        """{prefix}_{task}_{metric} for every task and metric, {prefix}_{task}_loss (raw, unscaled),
+        {prefix}_average_primary (mean over tasks of each kind's primary metric, `hf_aux.metrics.PRIMARY_METRIC`)
+        and {prefix}_loss (mean of the task losses)."""
+        datasets_by_task = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if not isinstance(datasets_by_task, dict) or not datasets_by_task:
+            raise ValueError("MuppetTrainer.evaluate: field 'eval_dataset': expected a dict task name -> dataset")
+        self._memory_tracker.start()
+        start = time.time()
+        model = self._wrap_model(self.model, training=False)
+        if model is not self.model and not self.is_in_train:
+            model = self.accelerator.prepare_model(model, evaluation_mode=True)
+        model.eval()
+        body = self.accelerator.unwrap_model(model)
+        metrics, primaries, losses = {}, [], []
+        for name, data in datasets_by_task.items():
+            kind = body.config.task(name)["kind"]
+            task_scores, task_loss = self._evaluate_task(model, body, name, kind, data)
+            for key, value in task_scores.items():
+                metrics[f"{metric_key_prefix}_{name}_{key}"] = value
+            metrics[f"{metric_key_prefix}_{name}_loss"] = task_loss
+            primaries.append(task_scores[task_metrics.PRIMARY_METRIC[kind]])
+            losses.append(task_loss)
+        metrics[f"{metric_key_prefix}_average_primary"] = float(np.mean(primaries))
+        metrics[f"{metric_key_prefix}_loss"] = float(np.mean(losses))
+        metrics[f"{metric_key_prefix}_runtime"] = round(time.time() - start, 4)
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        self._memory_tracker.stop_and_update_metrics(metrics)
+        return metrics
+
+    def _evaluate_task(self, model, body, name: str, kind: str, data) -> tuple[dict, float]:
+        loader = self.accelerator.prepare(DataLoader(
+            data, batch_size=self.args.eval_batch_size, shuffle=False, collate_fn=self.data_collator,
+            num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory))
+        outputs_by_key = {"logits": [], "start_logits": [], "end_logits": [], "labels": [], "loss": [],
+                          "generated": []}
+        for inputs in loader:
+            inputs = self._prepare_inputs(inputs)
+            with torch.no_grad(), self.compute_loss_context_manager():
+                model_inputs = {k: v for k, v in inputs.items() if k not in TARGET_KEYS}
+                if kind == "seq2seq":
+                    model_inputs["decoder_input_ids"] = body._shift_right(inputs["labels"])
+                outputs = model(**model_inputs)
+                raw, _ = self._task_losses(kind, outputs, inputs)
+                if kind == "seq2seq":
+                    generated = self._greedy_generate(model, body, inputs)
+                    outputs_by_key["generated"].append(self._gather(generated, body.config.encoder.pad_token_id or 0))
+                    outputs_by_key["labels"].append(self._gather(inputs["labels"], -100))
+            outputs_by_key["loss"].append(self._gather(raw, 0.0))
+            if kind in ("classification", "regression", "multiple_choice"):
+                pad = torch.finfo(outputs.logits.dtype).min
+                outputs_by_key["logits"].append(self._gather(outputs.logits.float(), pad))
+                outputs_by_key["labels"].append(self._gather(inputs["labels"], -100))
+            elif kind == "extractive_qa":
+                outputs_by_key["start_logits"].append(self._gather(outputs.start_logits.float(), -1e4))
+                outputs_by_key["end_logits"].append(self._gather(outputs.end_logits.float(), -1e4))
+        loss = float(torch.cat(outputs_by_key["loss"]).mean())
+        if kind in ("classification", "regression", "multiple_choice"):
+            logits = _concat_padded(outputs_by_key["logits"], float(np.finfo(np.float32).min))
+            labels = torch.cat(outputs_by_key["labels"]).numpy()
+            return task_metrics.compute_task_metrics(kind, logits, labels), loss
+        if kind == "extractive_qa":
+            start = _concat_padded(outputs_by_key["start_logits"], -1e4)
+            end = _concat_padded(outputs_by_key["end_logits"], -1e4)
+            examples = self.eval_examples[name]
+            texts = task_metrics.postprocess_qa_predictions(examples, data, start, end)
+            spec_answers = _answers_column(examples)
+            return task_metrics.qa_metrics(texts, examples[spec_answers]), loss
+        tokenizer = self.processing_class
+        predictions = [tokenizer.decode([t for t in row if t >= 0], skip_special_tokens=True)
+                       for row in _concat_padded(outputs_by_key["generated"], -100).tolist()]
+        references = [tokenizer.decode([t for t in row if t >= 0], skip_special_tokens=True)
+                      for row in _concat_padded(outputs_by_key["labels"], -100).tolist()]
+        return task_metrics.rouge_metrics(predictions, references), loss
+
+    def _greedy_generate(self, model, body, inputs) -> torch.Tensor:
+        """Greedy decoding for seq2seq evaluation: [B, <= generation_max_length] token ids (-100 after EOS)."""
+        config = body.config.encoder
+        start = config.decoder_start_token_id if config.decoder_start_token_id is not None else config.eos_token_id
+        batch = inputs["input_ids"].shape[0]
+        decoded = inputs["input_ids"].new_full((batch, 1), start)
+        finished = torch.zeros(batch, dtype=torch.bool, device=decoded.device)
+        model_inputs = {k: v for k, v in inputs.items() if k not in TARGET_KEYS}
+        for _ in range(self.args.generation_max_length):
+            logits = model(**model_inputs, decoder_input_ids=decoded).logits[:, -1]  # [B, vocab]
+            next_token = logits.argmax(dim=-1).masked_fill(finished, config.pad_token_id)
+            decoded = torch.cat([decoded, next_token[:, None]], dim=1)
+            finished |= next_token == config.eos_token_id
+            if bool(finished.all()):
+                break
+        generated = decoded[:, 1:]
+        after_eos = (generated == config.eos_token_id).int().cumsum(dim=1) > 0
+        return generated.masked_fill(after_eos, -100)
+
+    def _gather(self, tensor: torch.Tensor, pad_value) -> torch.Tensor:
+        if tensor.dim() > 1 and self.accelerator.num_processes > 1:
+            tensor = self.accelerator.pad_across_processes(tensor, dim=1, pad_index=pad_value)
+        return self.accelerator.gather_for_metrics(tensor).cpu()
+
+
+def _concat_padded(parts: list[torch.Tensor], pad_value) -> np.ndarray:
+    """Concatenate [b, L_k] batches along the first axis, padding L to the longest with pad_value."""
+    if parts[0].dim() == 1:
+        return torch.cat(parts).numpy()
+    width = max(p.shape[1] for p in parts)
+    padded = [torch.nn.functional.pad(p, (0, width - p.shape[1]), value=pad_value) for p in parts]
+    return torch.cat(padded).numpy()
+
+
+def _answers_column(examples) -> str:
+    for column in examples.column_names:
+        values = examples[0][column]
+        if isinstance(values, dict) and "text" in values and "answer_start" in values:
+            return column
+    raise ValueError("MuppetTrainer: field 'eval_examples': the QA examples have no SQuAD-style answers column")
+
+
+__all__ = ["MuppetConfig", "MuppetTrainer"]
