@@ -1,0 +1,162 @@
+"""AMOS loss math as pure tensor functions.
+
+Meng et al., 2022, "Pretraining Text Encoders with Adversarial Mixture of Training Signal Generators" (ICLR 2022,
+arXiv:2204.03243). Equation numbers below are the paper's. Shapes: M = masked positions in the batch, K = MLM
+heads, V = vocabulary, E = token-embedding width.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    """Softmaxes over the vocabulary in float32 (or float64 when given), never in half precision."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+# --------------------------------------------------------------------------------------------------------------
+# Gradient plumbing
+# --------------------------------------------------------------------------------------------------------------
+
+
+class _ScaleGradient(torch.autograd.Function):
+    """Identity forward; the backward multiplies the incoming gradient by `scale` (negative: a reversal layer)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.scale = scale
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad * ctx.scale, None
+
+
+def reverse_gradient(x: torch.Tensor, multiplier: float = 1.0) -> torch.Tensor:
+    """Gradient-reversal layer (Ganin et al., 2016; AMOS §3.3 below eq. 3): the value of `x`, with the gradient
+    multiplied by `-multiplier` on the way back. With multiplier 1 a minimiser of `L_GEN + lambda * L_DISC` moves
+    whatever feeds `x` to *maximise* `L_DISC` (eq. 4)."""
+    return _ScaleGradient.apply(x, -float(multiplier))
+
+
+class _StraightThroughEmbed(torch.autograd.Function):
+    """Zero-valued forward; backward = the gradient that `one_hot_st @ embedding_weight` gives its soft part.
+
+    With the straight-through estimator `y = one_hot - y_soft.detach() + y_soft`, the embedding fed to the
+    discriminator is `y @ W`: its value is W[sampled id] (plain lookup), and its gradient w.r.t. `y_soft` is
+    `grad_out @ W^T`. This function supplies only that gradient path, so the forward needs no [M, V] x [V, E]
+    matmul and the discriminator sees the exact embedding row. The embedding matrix gets no gradient here (the
+    ordinary lookup of the sampled ids already gives it the one-hot's gradient).
+    """
+
+    @staticmethod
+    def forward(ctx, soft: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(weight)
+        return soft.new_zeros(soft.shape[0], weight.shape[1])
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (weight,) = ctx.saved_tensors
+        return grad @ weight.to(grad.dtype).t(), None
+
+
+def straight_through_embedding_grad(soft: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """[M, E] zeros whose gradient flows into `soft` ([M, V]) as if the discriminator had consumed
+    `(one_hot - soft.detach() + soft) @ weight` (Gumbel-Softmax straight-through, §3.3). Add it to the looked-up
+    embeddings of the sampled tokens."""
+    return _StraightThroughEmbed.apply(soft, weight)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Eq. 2: the multi-layer MLM losses
+# --------------------------------------------------------------------------------------------------------------
+
+
+def mlm_losses(head_logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Eq. 2, one term per MLM layer d: mean over masked positions of -log p_MLM(x_orig | h^(d)).
+
+    head_logits: [K, M, V] (masked positions only); targets: [M] original token ids. Returns [K].
+    The paper's L_GEN is the sum over d of these (each averaged over M, as ELECTRA averages its MLM loss).
+    """
+    num_heads, num_masked, vocab = head_logits.shape
+    per_token = F.cross_entropy(_at_least_float32(head_logits.reshape(num_heads * num_masked, vocab)),
+                                targets.repeat(num_heads), reduction="none")
+    return per_token.view(num_heads, num_masked).mean(dim=1)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Eq. 3: adversarial mixture over the heads, and its Gumbel-Softmax sample
+# --------------------------------------------------------------------------------------------------------------
+
+
+def mixture_weights(features: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Eq. 3, gamma_i^(d) = softmax_d(v^T f_i^(d)).
+
+    features: [K, M, H] pre-projection states f of the K MLM layers at the masked positions; v: [H].
+    Returns [M, K], rows summing to 1.
+    """
+    scores = torch.einsum("kmh,h->mk", features, v.to(features.dtype))
+    return _at_least_float32(scores).softmax(dim=-1)
+
+
+def mix_head_logits(gamma: torch.Tensor, head_logits: torch.Tensor) -> torch.Tensor:
+    """Eq. 3, the logits of p_MLM(x | h_bar) with h_bar = sum_d gamma^(d) h^(d).
+
+    The output projection is linear (x_t^T h + b) and the gammas sum to 1, so x_t^T h_bar + b equals
+    sum_d gamma^(d) (x_t^T h^(d) + b): the K heads' logits, already computed for eq. 2, are mixed directly.
+    gamma: [M, K]; head_logits: [K, M, V]. Returns [M, V].
+    """
+    return torch.einsum("mk,kmv->mv", gamma.to(head_logits.dtype), head_logits)
+
+
+def gumbel_softmax_sample(logits: torch.Tensor, temperature: float = 0.3,
+                          soft: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Gumbel-Softmax (Jang et al., 2017; AMOS §3.3): y_soft = softmax((log pi + g) / tau), g ~ Gumbel(0, 1), and
+    the hard sample argmax(log pi + g), an exact draw from pi whatever tau is.
+
+    logits: [M, V] unnormalised; uses torch's global RNG (Trainer seeds it and restores it on resume).
+    Returns (sampled ids [M], y_soft [M, V], or None when `soft` is False: nothing needs its gradient).
+    """
+    log_pi = _at_least_float32(logits).log_softmax(dim=-1)
+    gumbel = -torch.empty_like(log_pi).exponential_().log()
+    perturbed = log_pi + gumbel
+    sampled = perturbed.argmax(dim=-1)
+    return sampled, (perturbed / temperature).softmax(dim=-1) if soft else None
+
+
+def layer_switch_index(progress: float, num_heads: int) -> int:
+    """Table 2's "w. layer switch": the shallowest head for the first 1/K of training, the next one after that...
+    (1/3 and 2/3 for three heads). progress in [0, 1]."""
+    return min(num_heads - 1, max(0, int(progress * num_heads)))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Eq. 1: replaced-token detection
+# --------------------------------------------------------------------------------------------------------------
+
+
+def rtd_labels(replaced_ids: torch.Tensor, original_ids: torch.Tensor) -> torch.Tensor:
+    """1.0 where the discriminator's input differs from the original, 0.0 elsewhere: a sampled token equal to the
+    original counts as original (eq. 1 splits on x_rep = x_orig). Same convention as ElectraForPreTraining
+    (logit > 0 means replaced)."""
+    return (replaced_ids != original_ids).float()
+
+
+def rtd_loss(logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Eq. 1, binary cross-entropy of replaced-token detection averaged over non-pad positions.
+
+    logits: [B, T] (> 0: replaced); labels: [B, T] floats in {0, 1}; attention_mask: [B, T] (1 = real token).
+    """
+    keep = attention_mask.bool()
+    return F.binary_cross_entropy_with_logits(_at_least_float32(logits[keep]), labels[keep].to(_at_least_float32(logits).dtype))
+
+
+def amos_loss(head_mlm_losses: torch.Tensor, discriminator_loss: torch.Tensor, rtd_weight: float) -> torch.Tensor:
+    """Eq. 4 as one scalar: sum_d L_GEN^(d) + lambda * L_DISC.
+
+    The generator minimises its MLM losses; the discriminator minimises L_DISC; the mixture (v, and the generator
+    through gamma) sees -lambda * dL_DISC because of the reversal layer in front of gamma, so minimising this one
+    scalar solves both arg-mins of eq. 4.
+    """
+    return head_mlm_losses.sum() + rtd_weight * discriminator_loss

@@ -1,0 +1,172 @@
+"""AmosTrainer: ELECTRA-style pretraining with an adversarial mixture of MLM generators.
+
+Meng et al., 2022, "Pretraining Text Encoders with Adversarial Mixture of Training Signal Generators"
+(arXiv:2204.03243). The model is an `hf_aux.modeling.amos.AmosModel`; the data are MLM blocks masked by
+`hf_aux.data.MLMCollator(tokenizer, return_original=True)` (15% masking).
+
+Logged every `logging_steps` (and with an `eval_` prefix on evaluation): `mlm_loss/layer_<d>` per MLM head,
+`rtd_loss`, `rtd_accuracy_replaced`, `rtd_accuracy_original`, `replaced_fraction` (share of masked positions whose
+sample differs from the original) and `mixture_weight/layer_<d>` (gamma averaged over all masked positions since
+the previous log: Fig. 3a's curve, read it from `trainer.state.log_history`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from transformers import Trainer, TrainingArguments
+
+from ..data import MLMCollator
+from ..losses.amos import layer_switch_index
+from ..modeling.amos import AmosModel
+
+MIXTURE_CHOICES = ("adversarial", "uniform", "random_layer", "layer_switch")
+
+
+@dataclass
+class AmosConfig(TrainingArguments):
+    """Method settings for AmosTrainer; optimiser defaults follow the paper's Table 5 (Adam beta2 0.98, eps 1e-6,
+    clip norm 2.0, peak learning rate 5e-4)."""
+
+    rtd_weight: float = field(default=50.0, metadata={
+        "help": "lambda of eq. 4: weight of the discriminator (RTD) loss against the summed MLM losses "
+                "(Appendix B: 50)."})
+    gumbel_temperature: float = field(default=0.3, metadata={
+        "help": "tau of the Gumbel-Softmax used to back-propagate the discriminator's gradient into the mixture "
+                "(Appendix B: 0.3)."})
+    mixture: str = field(default="adversarial", metadata={
+        "help": "How the MLM heads are combined to sample replacements: 'adversarial' (AMOS, eq. 3 with reversed "
+                "gradient), 'uniform' (Table 2 '- adv. train'), 'random_layer' (one head per masked position), "
+                "'layer_switch' (shallow to deep head at equal fractions of training: 1/3 and 2/3 for 3 heads).",
+        "choices": list(MIXTURE_CHOICES)})
+    adv_mlm_multiplier: float = field(default=0.0, metadata={
+        "help": "Table 2 '+ adv. MLM': when > 0, the reversed discriminator gradient also reaches the MLM "
+                "embeddings h, multiplied by this (paper: 0.1). 0 keeps the paper's AMOS."})
+    learning_rate: float = field(default=5e-4, metadata={"help": "Peak learning rate (Table 5: 5e-4)."})
+    adam_beta2: float = field(default=0.98, metadata={"help": "Adam beta2 (Table 5: 0.98)."})
+    adam_epsilon: float = field(default=1e-6, metadata={"help": "Adam epsilon (Table 5: 1e-6)."})
+    max_grad_norm: float = field(default=2.0, metadata={"help": "Gradient clipping norm (Table 5: 2.0)."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not self.rtd_weight > 0:
+            raise ValueError(f"AmosConfig: field 'rtd_weight': {self.rtd_weight} must be > 0")
+        if not self.gumbel_temperature > 0:
+            raise ValueError(f"AmosConfig: field 'gumbel_temperature': {self.gumbel_temperature} must be > 0")
+        if self.mixture not in MIXTURE_CHOICES:
+            raise ValueError(f"AmosConfig: field 'mixture': {self.mixture!r} is not one of {MIXTURE_CHOICES}")
+        if self.adv_mlm_multiplier < 0:
+            raise ValueError(f"AmosConfig: field 'adv_mlm_multiplier': {self.adv_mlm_multiplier} must be >= 0")
+
+
+class AmosTrainer(Trainer):
+    """Trains an `AmosModel` (generator, mixture vector and discriminator together) with eq. 4.
+
+    `model` must be an AmosModel; `processing_class` the tokenizer (checked against the vocabulary). Without a
+    `data_collator`, `MLMCollator(processing_class, return_original=True)` is used.
+    """
+
+    def __init__(self, model: AmosModel, args: AmosConfig, data_collator=None, processing_class=None, **kwargs):
+        if not isinstance(model, AmosModel):
+            raise ValueError(f"AmosTrainer: field 'model': expected an AmosModel, got {type(model).__name__}")
+        if not isinstance(args, AmosConfig):
+            raise ValueError(f"AmosTrainer: field 'args': expected an AmosConfig, got {type(args).__name__}")
+        vocab_size = model.get_input_embeddings().num_embeddings
+        if processing_class is not None and len(processing_class) > vocab_size:
+            raise ValueError(f"AmosTrainer: field 'processing_class': the tokenizer has {len(processing_class)} "
+                             f"tokens but the model's vocabulary has {vocab_size}")
+        if data_collator is None:
+            if processing_class is None:
+                raise ValueError("AmosTrainer: field 'processing_class': give the tokenizer or a data_collator "
+                                 "that returns original_input_ids")
+            data_collator = MLMCollator(processing_class, return_original=True)
+        super().__init__(model=model, args=args, data_collator=data_collator, processing_class=processing_class,
+                         **kwargs)
+        self._metric_sums = {"train": None, "eval": None}  # running [sum..., count...] per mode, on device
+
+    # ---- the loss -----------------------------------------------------------------------------------------------
+
+    def _forward_kwargs(self) -> dict:
+        """Method settings passed to AmosModel.forward (read from self.args only)."""
+        mixture, head_index = self.args.mixture, None
+        if mixture == "layer_switch":
+            progress = self.state.global_step / max(1, self.state.max_steps)
+            head_index = layer_switch_index(progress, len(self.accelerator.unwrap_model(self.model).mlm_layers))
+            mixture = "fixed"
+        return {"mixture": mixture, "head_index": head_index, "gumbel_temperature": self.args.gumbel_temperature,
+                "adv_mlm_multiplier": self.args.adv_mlm_multiplier, "rtd_weight": self.args.rtd_weight}
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        # one forward: generator (eq. 2) -> mixture (eq. 3) -> Gumbel sample -> discriminator (eq. 1)
+        outputs = model(**inputs, **self._forward_kwargs())
+        # eq. 4: sum of the heads' MLM losses + lambda * RTD loss; the reversal in front of gamma turns the
+        # mixture's share of this minimisation into maximising the RTD loss
+        loss = outputs.loss
+        if not torch.isfinite(loss):
+            raise ValueError(f"AmosTrainer: non-finite loss at step {self.state.global_step} (MLM losses "
+                             f"{outputs.mlm_losses.tolist()}, RTD loss {outputs.rtd_loss.item()})")
+        self._accumulate_metrics(outputs, inputs["attention_mask"], "train" if model.training else "eval")
+        return (loss, outputs) if return_outputs else loss
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        """Evaluation: the AMOS loss and metrics only (per-batch masked logits have no fixed shape to gather)."""
+        inputs = self._prepare_inputs(inputs)
+        with torch.no_grad():
+            loss = self.compute_loss(model, inputs)
+        return loss.detach(), None, None
+
+    # ---- metrics: accumulated as tensors without host syncs, reduced across processes when logged -----------------
+
+    @torch.no_grad()
+    def _accumulate_metrics(self, outputs, attention_mask, mode: str) -> None:
+        real = attention_mask.bool()
+        replaced = outputs.rtd_labels.bool() & real
+        original = ~outputs.rtd_labels.bool() & real
+        says_replaced = outputs.rtd_logits > 0
+        gamma = outputs.mixture_weights  # [M, K]
+        one = torch.ones((), device=gamma.device)
+        # (sum, count) pairs; values are sum / count after reduction
+        values = torch.cat([
+            outputs.mlm_losses.float(),
+            outputs.rtd_loss.float().reshape(1),
+            (says_replaced & replaced).sum().reshape(1).float(),
+            (~says_replaced & original).sum().reshape(1).float(),
+            replaced.sum().reshape(1).float(),  # numerator of replaced_fraction: replaced tokens sit at M only
+            gamma.sum(dim=0).float(),
+        ])
+        counts = torch.cat([
+            one.expand(outputs.mlm_losses.numel() + 1),
+            replaced.sum().reshape(1).float(),
+            original.sum().reshape(1).float(),
+            torch.tensor([gamma.shape[0]], device=gamma.device, dtype=torch.float),
+            torch.full((gamma.shape[1],), gamma.shape[0], device=gamma.device, dtype=torch.float),
+        ])
+        step = torch.stack([values, counts])
+        total = self._metric_sums[mode]
+        self._metric_sums[mode] = step if total is None else total + step
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        mode = "eval" if any(key.startswith("eval_") for key in logs) else "train"
+        total = self._metric_sums[mode]
+        if total is not None:
+            total = self.accelerator.reduce(total, reduction="sum")
+            sums, counts = total[0].tolist(), total[1].tolist()
+            layers = self.accelerator.unwrap_model(self.model).mlm_layers
+            names = ([f"mlm_loss/layer_{d}" for d in layers]
+                     + ["rtd_loss", "rtd_accuracy_replaced", "rtd_accuracy_original", "replaced_fraction"]
+                     + [f"mixture_weight/layer_{d}" for d in layers])
+            prefix = "eval_" if mode == "eval" else ""
+            for name, value, count in zip(names, sums, counts):
+                logs[prefix + name] = value / count if count > 0 else float("nan")
+            self._metric_sums[mode] = None
+        super().log(logs, start_time)
+
+    # ---- checkpoints: AmosModel writes discriminator + generator/; load both back ---------------------------------
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        self.accelerator.unwrap_model(model if model is not None else self.model).load_amos_weights(
+            resume_from_checkpoint)
+
+    def _load_best_model(self) -> None:
+        self.accelerator.unwrap_model(self.model).load_amos_weights(self.state.best_model_checkpoint)

@@ -1,0 +1,252 @@
+"""AMOS model and loss math on tiny configs: stop-gradient, gradient reversal (finite differences), where the
+discriminator's gradient may go, RTD labels, shared embeddings, masked-only logits."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from tiny import tiny_config, tiny_tokenizer
+
+from hf_aux.data import MLMCollator
+from hf_aux.losses.amos import (
+    gumbel_softmax_sample,
+    layer_switch_index,
+    mix_head_logits,
+    mixture_weights,
+    mlm_losses,
+    reverse_gradient,
+    rtd_labels,
+    rtd_loss,
+    straight_through_embedding_grad,
+)
+from hf_aux.modeling.amos import AmosGeneratorConfig, AmosModel, AmosModelConfig
+
+TEXTS = [
+    "the movie was really good and the plot was great fun to watch",
+    "a terrible film with a boring story and the worst actor i have seen",
+    "she said hello to the cat and the dog in the rain today",
+]
+
+
+def make_model(discriminator="electra", mlm_layers=(1, 2), seed=0, **kwargs):
+    tok = tiny_tokenizer()
+    torch.manual_seed(seed)
+    config = AmosModelConfig.from_configs(tiny_config("electra", tok), tiny_config(discriminator, tok),
+                                          mlm_layers=list(mlm_layers), **kwargs)
+    return AmosModel(config), tok
+
+
+def make_batch(tok, seed=0, mlm_probability=0.3):
+    torch.manual_seed(seed)
+    ids = tok(TEXTS)["input_ids"]
+    return MLMCollator(tok, mlm_probability=mlm_probability, return_original=True)([{"input_ids": i} for i in ids])
+
+
+# ---- pure functions against hand computations ------------------------------------------------------------------
+
+
+def test_mlm_losses_and_mixture_match_hand_computation():
+    torch.manual_seed(0)
+    logits, targets = torch.randn(2, 5, 7), torch.randint(7, (5,))
+    expected = torch.stack([F.cross_entropy(logits[k], targets) for k in range(2)])
+    torch.testing.assert_close(mlm_losses(logits, targets), expected)
+
+    features, v = torch.randn(3, 5, 4), torch.randn(4)
+    gamma = mixture_weights(features, v)
+    manual = torch.stack([torch.softmax(torch.stack([features[k, m] @ v for k in range(3)]), 0) for m in range(5)])
+    torch.testing.assert_close(gamma, manual)
+    # mixing logits equals projecting the mixed embedding h_bar (eq. 3), with a shared bias
+    h, weight, bias = torch.randn(3, 5, 4), torch.randn(7, 4), torch.randn(7)
+    head_logits = h @ weight.t() + bias
+    h_bar = torch.einsum("mk,kme->me", gamma, h)
+    torch.testing.assert_close(mix_head_logits(gamma, head_logits), h_bar @ weight.t() + bias)
+
+
+def test_rtd_labels_count_a_sample_equal_to_the_original_as_original():
+    original = torch.tensor([[2, 10, 11, 12, 3, 0]])
+    replaced = torch.tensor([[2, 10, 40, 12, 3, 0]])  # position 1 sampled its original, position 2 did not
+    assert rtd_labels(replaced, original).tolist() == [[0, 0, 1, 0, 0, 0]]
+    logits = torch.tensor([[0.0, 1.0, 2.0, -1.0, 0.5, 9.0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0]])  # the pad position's logit must not count
+    labels = rtd_labels(replaced, original)
+    by_hand = -(torch.log(torch.sigmoid(-torch.tensor([0.0, 1.0, -1.0, 0.5]))).sum()
+                + torch.log(torch.sigmoid(torch.tensor(2.0)))) / 5
+    torch.testing.assert_close(rtd_loss(logits, labels, mask), by_hand)
+
+
+def test_reverse_gradient_multiplies_by_minus_multiplier():
+    x = torch.randn(4, requires_grad=True)
+    (reverse_gradient(x, 0.1) * torch.arange(4.0)).sum().backward()
+    torch.testing.assert_close(x.grad, -0.1 * torch.arange(4.0))
+
+
+def test_straight_through_carrier_matches_one_hot_times_embeddings():
+    torch.manual_seed(0)
+    logits, weight = torch.randn(5, 7, requires_grad=True), torch.randn(7, 3)
+    upstream = torch.randn(5, 3)
+    torch.manual_seed(1)
+    ids, soft = gumbel_softmax_sample(logits, 0.3)
+    reference = F.one_hot(ids, 7).float() - soft.detach() + soft  # textbook straight-through
+    (grad_ref,) = torch.autograd.grad(((reference @ weight) * upstream).sum(), logits)
+    torch.manual_seed(1)
+    ids2, soft2 = gumbel_softmax_sample(logits, 0.3)
+    carried = weight[ids2] + straight_through_embedding_grad(soft2, weight)
+    torch.testing.assert_close(carried, weight[ids])  # exact embedding rows in the forward
+    (grad,) = torch.autograd.grad((carried * upstream).sum(), logits)
+    torch.testing.assert_close(grad, grad_ref)
+
+
+def test_layer_switch_at_thirds():
+    assert [layer_switch_index(p, 3) for p in (0.0, 0.32, 0.34, 0.66, 0.67, 1.0)] == [0, 0, 1, 1, 2, 2]
+
+
+# ---- the model ---------------------------------------------------------------------------------------------------
+
+
+def test_masked_only_logits_and_shared_embeddings():
+    model, tok = make_model(mlm_layers=(1, 2))
+    batch = make_batch(tok)
+    masked = batch["labels"] != -100
+    gen = model.generator(batch["input_ids"], batch["attention_mask"], masked_positions=masked)
+    assert gen.logits.shape == (2, int(masked.sum()), len(tok))
+    assert gen.features.shape == (2, int(masked.sum()), 32)
+    shared = model.discriminator.get_input_embeddings().weight
+    assert model.generator.get_input_embeddings().weight is shared
+    assert sum(p is shared for p in model.parameters()) == 1  # one tensor, one optimiser entry
+    # the MLM output matrix is that tensor: changing it changes the generator's logits
+    with torch.no_grad():
+        shared[batch["labels"][masked][0]] += 1.0
+    again = model.generator(batch["input_ids"], batch["attention_mask"], masked_positions=masked)
+    assert not torch.allclose(again.logits, gen.logits)
+
+
+@pytest.mark.parametrize("stop_gradient", [True, False])
+def test_stop_gradient_partitions_the_generator(stop_gradient):
+    model, tok = make_model(mlm_layers=(1, 2), stop_gradient=stop_gradient)
+    batch = make_batch(tok)
+    masked = batch["labels"] != -100
+    gen = model.generator(batch["input_ids"], batch["attention_mask"], masked_positions=masked)
+    upper_loss = mlm_losses(gen.logits, batch["labels"][masked])[1]  # the head at layer 2
+    lower_block = list(model.generator.body.encoder.layer[0].parameters())
+    upper_block = list(model.generator.body.encoder.layer[1].parameters())
+    positions = [model.generator.body.embeddings.position_embeddings.weight]
+    grads = torch.autograd.grad(upper_loss, lower_block + upper_block + positions, allow_unused=True)
+    below = [g for g in grads[: len(lower_block)]] + [grads[-1]]
+    above = grads[len(lower_block): len(lower_block) + len(upper_block)]
+    assert all(g is not None and g.abs().sum() > 0 for g in above)
+    if stop_gradient:
+        assert all(g is None or g.abs().sum() == 0 for g in below)
+    else:
+        assert all(g is not None and g.abs().sum() > 0 for g in below)
+
+
+def _head_and_mixture_grads(model, output):
+    head = list(model.generator.mlm_head.parameters())
+    grads = torch.autograd.grad(output.rtd_loss, head + [model.generator.mixture], allow_unused=True)
+    return grads[:-1], grads[-1]
+
+
+def test_discriminator_gradient_reaches_the_mixture_but_not_h_unless_adv_mlm():
+    model, tok = make_model(mlm_layers=(1, 2))
+    with torch.no_grad():
+        model.generator.mixture.normal_()
+    batch = make_batch(tok)
+    head_grads, v_grad = _head_and_mixture_grads(model, model(**batch))
+    assert v_grad is not None and v_grad.abs().sum() > 0
+    assert all(g is None or g.abs().sum() == 0 for g in head_grads)
+
+    head_grads, _ = _head_and_mixture_grads(model, model(**batch, adv_mlm_multiplier=0.1))
+    assert any(g is not None and g.abs().sum() > 0 for g in head_grads)
+
+    # no adversarial training: uniform average, nothing from the discriminator reaches the generator side
+    head_grads, v_grad = _head_and_mixture_grads(model, model(**batch, mixture="uniform"))
+    assert v_grad is None and all(g is None for g in head_grads)
+
+
+def test_reversal_makes_the_mixture_update_increase_the_discriminator_loss():
+    """Finite differences on the straight-through surrogate F(v): its value is the RTD loss of the hard sample
+    and its derivative is the straight-through gradient; a gradient step on eq. 4 must increase it."""
+    model, tok = make_model(mlm_layers=(1, 2), discriminator="bert")
+    model = model.double().eval()  # no dropout: the only randomness is the Gumbel noise, re-seeded below
+    with torch.no_grad():
+        model.generator.mixture.normal_(std=0.3)
+    batch = make_batch(tok)
+    masked = batch["labels"] != -100
+    rtd_weight, temperature = 50.0, 0.3
+
+    torch.manual_seed(123)
+    out = model(**batch, rtd_weight=rtd_weight, gumbel_temperature=temperature)
+    (v_grad,) = torch.autograd.grad(out.loss, [model.generator.mixture])
+
+    with torch.no_grad():
+        gen = model.generator(batch["input_ids"], batch["attention_mask"], masked_positions=masked)
+    weight = model.get_input_embeddings().weight.detach()
+
+    def soft_sample(v):
+        torch.manual_seed(123)  # the same Gumbel noise as the model's forward
+        return gumbel_softmax_sample(mix_head_logits(mixture_weights(gen.features, v), gen.logits), temperature)
+
+    ids0, soft0 = soft_sample(model.generator.mixture.detach())
+    replaced = batch["original_input_ids"].masked_scatter(masked, ids0)
+    assert torch.equal(replaced, out.replaced_input_ids)
+
+    def surrogate(v):
+        with torch.no_grad():
+            _, soft = soft_sample(v)
+            embeds = weight[replaced].clone()
+            embeds[masked] += (soft - soft0).to(weight.dtype) @ weight  # explicit one-hot straight-through
+            logits = model.discriminator(inputs_embeds=embeds, attention_mask=batch["attention_mask"]).logits
+            return rtd_loss(logits, rtd_labels(replaced, batch["original_input_ids"]), batch["attention_mask"])
+
+    v0 = model.generator.mixture.detach().clone()
+    torch.testing.assert_close(surrogate(v0), out.rtd_loss.detach())
+    direction = -v_grad / v_grad.norm()  # what a gradient step on eq. 4 does to v
+    eps = 1e-3  # the surrogate is smooth; float64 rounding of a loss near 0.69 limits smaller steps
+
+    def slope(d):
+        return (surrogate(v0 + eps * d) - surrogate(v0 - eps * d)) / (2 * eps)
+
+    assert slope(direction) > 0  # the update increases the discriminator loss
+    # and the whole gradient is -lambda * dF: reversed, neither rescaled nor flipped twice
+    generator = torch.Generator().manual_seed(5)
+    for d in [direction] + [torch.randn(v0.shape, generator=generator, dtype=v0.dtype) for _ in range(2)]:
+        d = d / d.norm()
+        assert abs(slope(d) * rtd_weight + v_grad @ d) <= 2e-3 * v_grad.norm()
+
+
+def test_a_sample_equal_to_the_original_is_labelled_original():
+    model, tok = make_model(mlm_layers=(1, 2))
+    target = tok.convert_tokens_to_ids("the")
+    with torch.no_grad():
+        model.generator.mlm_head.bias[target] = 1e4  # every sample is "the"
+    batch = make_batch(tok, mlm_probability=0.5)
+    out = model(**batch)
+    masked = batch["labels"] != -100
+    original = batch["original_input_ids"]
+    assert bool((out.replaced_input_ids[masked] == target).all())
+    expected = (masked & (original != target)).float()
+    assert bool((masked & (original == target)).any())  # the case under test occurs
+    assert torch.equal(out.rtd_labels, expected)
+
+
+def test_electra_configuration_is_one_head_without_mixture_gradient():
+    model, tok = make_model(mlm_layers=(2,))
+    batch = make_batch(tok)
+    out = model(**batch)
+    assert out.mlm_losses.shape == (1,) and torch.equal(out.mixture_weights, torch.ones_like(out.mixture_weights))
+    out.loss.backward()
+    assert model.generator.mixture.grad is None or model.generator.mixture.grad.abs().sum() == 0
+    assert model.generator.mlm_head.dense.weight.grad.abs().sum() > 0
+
+
+def test_config_validation():
+    tok = tiny_tokenizer()
+    with pytest.raises(ValueError, match="mlm_layers"):
+        AmosGeneratorConfig(body=tiny_config("electra", tok), mlm_layers=[1])  # must end at the last layer
+    with pytest.raises(ValueError, match="mlm_layers"):
+        AmosGeneratorConfig(body=tiny_config("electra", tok), mlm_layers=[2, 1])
+    config = AmosModelConfig.from_configs(tiny_config("electra", tok, embedding_size=16),
+                                          tiny_config("electra", tok), mlm_layers=[1, 2])
+    with pytest.raises(ValueError, match="token embeddings differ"):
+        AmosModel(config)
+    generator = AmosModelConfig.from_configs(tiny_config("bert", tok), tiny_config("electra", tok)).generator
+    assert generator.body.hidden_dropout_prob == 0.0 and generator.body.attention_probs_dropout_prob == 0.0
