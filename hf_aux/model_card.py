@@ -1,0 +1,345 @@
+"""Model cards for hf_aux checkpoints, rendered from the Jinja templates in `model_cards/` (shipped in the wheel as
+the package `hf_aux.model_cards`), plus the figures they show.
+
+One function, `render_model_card`, builds every method's card: YAML metadata through
+`huggingface_hub.ModelCardData` (library_name, base_model, tags with `hf_aux` and the method, datasets, a
+`model-index` of the per-task metrics), then the method's template, which extends the shared `_base.md`.
+A trainer's `create_model_card` gathers its facts and calls it; see the README's Hub section.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import importlib.resources
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+
+@dataclass(frozen=True)
+class Paper:
+    title: str
+    authors: str
+    venue: str
+    year: int | None
+    arxiv_id: str | None
+    bibtex: str
+    url: str
+
+
+PAPERS = {
+    "muppet": Paper(
+        title="Muppet: Massive Multi-task Representations with Pre-Finetuning",
+        authors="Armen Aghajanyan, Anchit Gupta, Akshat Shrivastava, Xilun Chen, Luke Zettlemoyer, Sonal Gupta",
+        venue="EMNLP 2021", year=2021, arxiv_id="2101.11038", url="https://arxiv.org/abs/2101.11038",
+        bibtex="""@inproceedings{aghajanyan2021muppet,
+  title         = {Muppet: Massive Multi-task Representations with Pre-Finetuning},
+  author        = {Aghajanyan, Armen and Gupta, Anchit and Shrivastava, Akshat and Chen, Xilun and
+                   Zettlemoyer, Luke and Gupta, Sonal},
+  booktitle     = {Proceedings of the 2021 Conference on Empirical Methods in Natural Language Processing},
+  year          = {2021},
+  eprint        = {2101.11038},
+  archivePrefix = {arXiv}
+}""",
+    ),
+    "amos": Paper(
+        title="Pretraining Text Encoders with Adversarial Mixture of Training Signal Generators",
+        authors="Yu Meng, Chenyan Xiong, Payal Bajaj, Saurabh Tiwary, Paul Bennett, Jiawei Han, Xia Song",
+        venue="ICLR 2022", year=2022, arxiv_id="2204.03243", url="https://arxiv.org/abs/2204.03243",
+        bibtex="""@inproceedings{meng2022amos,
+  title         = {Pretraining Text Encoders with Adversarial Mixture of Training Signal Generators},
+  author        = {Meng, Yu and Xiong, Chenyan and Bajaj, Payal and Tiwary, Saurabh and Bennett, Paul and
+                   Han, Jiawei and Song, Xia},
+  booktitle     = {International Conference on Learning Representations},
+  year          = {2022},
+  eprint        = {2204.03243},
+  archivePrefix = {arXiv}
+}""",
+    ),
+    "tartan": Paper(
+        title="Should We Be Pre-training? An Argument for End-task Aware Training as an Alternative",
+        authors="Lucio M. Dery, Paul Michel, Ameet Talwalkar, Graham Neubig",
+        venue="ICLR 2022", year=2022, arxiv_id="2109.07437", url="https://arxiv.org/abs/2109.07437",
+        bibtex="""@inproceedings{dery2022tartan,
+  title         = {Should We Be Pre-training? An Argument for End-task Aware Training as an Alternative},
+  author        = {Dery, Lucio M. and Michel, Paul and Talwalkar, Ameet and Neubig, Graham},
+  booktitle     = {International Conference on Learning Representations},
+  year          = {2022},
+  eprint        = {2109.07437},
+  archivePrefix = {arXiv}
+}""",
+    ),
+    # A Stanford project report with no arXiv version; its code is github.com/jeffdshen/MetaLMO.
+    "meta_lm": Paper(
+        title="Meta-learning a Language Modeling Objective",
+        authors="Jeffrey Shen",
+        venue="project report, Stanford University", year=None, arxiv_id=None,
+        url="https://github.com/jeffdshen/MetaLMO",
+        bibtex="""@misc{shen_metalmo,
+  title        = {Meta-learning a Language Modeling Objective},
+  author       = {Shen, Jeffrey},
+  howpublished = {Project report, Stanford University},
+  note         = {Code: \\url{https://github.com/jeffdshen/MetaLMO}}
+}""",
+    ),
+}
+
+METHOD_NAMES = {
+    "muppet": "MUPPET pre-finetuning",
+    "amos": "AMOS",
+    "tartan": "TARTAN",
+    "meta_lm": "a meta-learned language-modelling objective (teacher-student)",
+}
+
+# The Hub's task type for each task kind: hf_aux.tasks.TASK_KINDS plus the pretraining objectives.
+TASK_TYPES = {
+    "classification": "text-classification",
+    "regression": "text-classification",
+    "multiple_choice": "multiple-choice",
+    "extractive_qa": "question-answering",
+    "seq2seq": "text2text-generation",
+    "mlm": "fill-mask",
+    "rtd": "token-classification",  # replaced-token detection: one binary decision per token
+}
+
+# Base TrainingArguments fields always shown in a card; every field a method's config adds is shown too, and any
+# other base field only when it differs from its default (minus the ones below, which describe the machine, paths
+# or logging rather than the training).
+KEY_TRAINING_FIELDS = (
+    "learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs", "max_steps",
+    "lr_scheduler_type", "warmup_steps", "weight_decay", "optim", "max_grad_norm", "seed", "bf16", "fp16",
+)
+NOT_HYPERPARAMETERS = (
+    "output_dir", "logging_dir", "run_name", "report_to", "overwrite_output_dir", "do_train", "do_eval",
+    "do_predict", "resume_from_checkpoint", "save_strategy", "save_steps", "save_total_limit", "logging_steps",
+    "logging_strategy", "logging_first_step", "eval_steps", "disable_tqdm", "dataloader_num_workers",
+    "dataloader_pin_memory", "per_device_eval_batch_size", "eval_strategy", "push_to_hub", "hub_model_id",
+    "hub_strategy", "hub_private_repo", "hub_always_push", "hub_revision", "use_cpu", "local_rank",
+    "trackio_space_id", "project",
+)
+
+FRAMEWORKS = ("transformers", "torch", "datasets", "accelerate", "huggingface_hub", "tokenizers", "peft")
+
+
+@dataclass
+class TaskSummary:
+    """What a card says about one task: its name and kind, sizes, metrics on its evaluation split.
+
+    `kind` is a `hf_aux.tasks` kind or a pretraining objective ("mlm", "rtd"); `dataset` is the task's Hub dataset
+    id when it has one (it then names the dataset in the model-index); `metrics` maps metric names ("accuracy",
+    "f1", "loss", ...) to values, and each becomes one model-index result.
+    """
+
+    name: str
+    kind: str
+    train_size: int | None = None
+    eval_size: int | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    dataset: str | None = None
+    split: str = "validation"
+
+    def __post_init__(self):
+        if self.kind not in TASK_TYPES:
+            raise ValueError(f"task {self.name!r}: field 'kind': unknown kind {self.kind!r}; expected one of "
+                             f"{list(TASK_TYPES)}")
+        for name, value in self.metrics.items():
+            if not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"task {self.name!r}: field 'metrics': {name} = {value!r} is not a finite number")
+
+
+def hyperparameters_from_args(args) -> dict:
+    """The training hyper-parameters of a `TrainingArguments` (sub)class instance, for a card, without any token.
+
+    Every field the subclass adds (the method's settings), the usual optimisation fields, and any other base field
+    set away from its default. Values come from `args.to_dict()`, which already masks `*_token` fields; those are
+    dropped here altogether.
+    """
+    from transformers import TrainingArguments
+
+    values = args.to_dict()
+    base_fields = {f.name: f for f in dataclasses.fields(TrainingArguments) if f.init}
+    chosen = {}
+    for name, value in values.items():
+        if name.endswith("_token") or name in NOT_HYPERPARAMETERS:
+            continue
+        if name not in base_fields or name in KEY_TRAINING_FIELDS:
+            chosen[name] = value
+            continue
+        spec = base_fields[name]
+        default = spec.default if spec.default is not dataclasses.MISSING else (
+            spec.default_factory() if spec.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        default = getattr(default, "value", default)  # enums compare by value, as to_dict() gives them
+        if value != default:
+            chosen[name] = value
+    return chosen
+
+
+def framework_versions() -> dict[str, str]:
+    """Versions of hf_aux and the libraries a checkpoint depends on, as installed now."""
+    from . import __version__
+
+    versions = {"hf_aux": __version__}
+    for name in FRAMEWORKS:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _template_root():
+    """The templates folder: the installed `hf_aux.model_cards` package, or `model_cards/` of a source checkout."""
+    try:
+        return importlib.resources.files("hf_aux.model_cards")
+    except ModuleNotFoundError:
+        # Running from a source checkout without `pip install`: setup.cfg maps model_cards/ to hf_aux.model_cards.
+        return Path(__file__).resolve().parent.parent / "model_cards"
+
+
+def _environment() -> jinja2.Environment:
+    root = _template_root()
+
+    def load(name: str):
+        resource = root / name
+        if not resource.is_file():
+            return None
+        return resource.read_text(encoding="utf-8")
+
+    return jinja2.Environment(loader=jinja2.FunctionLoader(load), undefined=jinja2.StrictUndefined,
+                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+
+
+def _format_value(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def render_model_card(
+    method: str,
+    *,
+    model_name: str,
+    base_model: str | None = None,
+    datasets: list[str] | tuple = (),
+    tasks: list[TaskSummary] | tuple = (),
+    hyperparameters: dict | None = None,
+    figures: dict[str, str] | None = None,
+    versions: dict[str, str] | None = None,
+    model_id: str | None = None,
+    auto_class: str = "AutoModel",
+    hf_aux_class: str | None = None,
+    license: str | None = None,  # noqa: A002 - the metadata field's name
+    language: str | list[str] | None = "en",
+    tags: list[str] | tuple = (),
+    notes: str | None = None,
+) -> ModelCard:
+    """Render the model card of a checkpoint trained with `method` ("muppet", "amos", "tartan", "meta_lm").
+
+    model_name: the checkpoint's name (its repository name), also the model-index name.
+    base_model: the Hub id (or path) it started from; datasets: Hub dataset ids used for training.
+    tasks: `TaskSummary` per task; their metrics become the model-index.
+    hyperparameters: name -> value, e.g. `hyperparameters_from_args(trainer.args)` (never contains the token).
+    figures: file path relative to the repository root (a PNG saved beside the card) -> caption.
+    versions: framework versions (default: `framework_versions()`).
+    model_id: "<user>/<repo>" used in the loading snippets (default: `model_name`).
+    auto_class: the transformers Auto class that loads it; hf_aux_class: dotted path of the hf_aux class that
+    restores everything (heads included), e.g. "hf_aux.modeling.multitask.MultiTaskModel".
+    notes: free Markdown added under "Training procedure".
+    """
+    if method not in PAPERS:
+        raise ValueError(f"Unknown method {method!r} for a model card; expected one of {list(PAPERS)}")
+    for task in tasks:
+        if not isinstance(task, TaskSummary):
+            raise ValueError(f"tasks must be TaskSummary objects, got {type(task).__name__}")
+    hyperparameters = {name: value for name, value in (hyperparameters or {}).items()
+                       if not name.endswith("_token")}
+    paper = PAPERS[method]
+    tags = list(dict.fromkeys(["hf_aux", method, *(f"arxiv:{paper.arxiv_id}",) * bool(paper.arxiv_id), *tags]))
+    eval_results = [
+        EvalResult(task_type=TASK_TYPES[task.kind], dataset_type=task.dataset or task.name, dataset_name=task.name,
+                   dataset_split=task.split, metric_type=metric, metric_name=metric, metric_value=float(value))
+        for task in tasks for metric, value in task.metrics.items()
+    ]
+    card_data = ModelCardData(
+        model_name=model_name, library_name="transformers", base_model=base_model, datasets=list(datasets) or None,
+        tags=tags, license=license, language=language, eval_results=eval_results or None,
+    )
+    hf_aux_module, _, hf_aux_name = (hf_aux_class or "").rpartition(".")
+    template = _environment().get_template(f"{method}.md")
+    content = template.render(
+        card_data=card_data.to_yaml(), method=method, method_name=METHOD_NAMES[method], paper=paper,
+        model_name=model_name, model_id=model_id or model_name, base_model=base_model, datasets=list(datasets),
+        tasks=list(tasks), metric_names=list(dict.fromkeys(m for task in tasks for m in task.metrics)),
+        hyperparameters={name: _format_value(value) for name, value in hyperparameters.items()},
+        figures=dict(figures or {}), versions=versions if versions is not None else framework_versions(),
+        auto_class=auto_class, hf_aux_module=hf_aux_module, hf_aux_name=hf_aux_name, notes=notes,
+        fmt=_format_value,
+    )
+    return ModelCard(content)
+
+
+# ---- figures ----------------------------------------------------------------------------------------------------
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed, safe in workers and on servers
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_loss_curves(log_history: list[dict], path: str | os.PathLike, keys: tuple = ("loss", "eval_loss"),
+                     title: str = "Loss") -> Path:
+    """Plot the losses logged in `trainer.state.log_history` against the step and save a PNG at `path`.
+
+    Every logged key that ends in "loss" is drawn (the training loss, the evaluation loss, and per-task or
+    per-objective losses a trainer logs, e.g. "loss_sst2"), each as its own line; `keys` come first in the legend.
+    Raises ValueError when nothing loss-like was logged.
+    """
+    series: dict[str, list[tuple[float, float]]] = {}
+    for entry in log_history:
+        step = entry.get("step")
+        if step is None:
+            continue
+        for name, value in entry.items():
+            if name.endswith("loss") and name not in ("train_loss",) and isinstance(value, (int, float)) \
+                    and math.isfinite(value):
+                series.setdefault(name, []).append((step, float(value)))
+    if not series:
+        raise ValueError("No loss was logged: trainer.state.log_history has no entry with a '*loss' key and a step")
+    ordered = {name: series[name] for name in keys if name in series}
+    ordered.update({name: values for name, values in sorted(series.items()) if name not in ordered})
+    return plot_weights_over_time(ordered, path, title=title, ylabel="loss")
+
+
+def plot_weights_over_time(series: dict[str, list[tuple[float, float]]], path: str | os.PathLike,
+                           title: str = "Weights over training", ylabel: str = "weight",
+                           xlabel: str = "step") -> Path:
+    """Plot named series of (step, value) pairs, e.g. TARTAN's task weights or AMOS's mixture weights, to a PNG."""
+    if not series or not any(series.values()):
+        raise ValueError(f"Nothing to plot for {title!r}: every series is empty")
+    plt = _pyplot()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure, axes = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+    try:
+        for name, points in series.items():
+            if not points:
+                continue
+            steps, values = zip(*sorted(points))
+            axes.plot(steps, values, label=name, marker="o" if len(points) < 20 else None, markersize=3)
+        axes.set_xlabel(xlabel)
+        axes.set_ylabel(ylabel)
+        axes.set_title(title)
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize="small")
+        figure.tight_layout()
+        figure.savefig(path, format="png")
+    finally:
+        plt.close(figure)
+    return path

@@ -1,0 +1,169 @@
+"""Model cards (hf_aux.model_card): every method's card renders, its metadata parses and carries the metrics, the
+hyper-parameters never hold the token, the figures are real PNGs, and the templates ship in the wheel."""
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from huggingface_hub import ModelCard
+from transformers import TrainingArguments
+
+from hf_aux.model_card import (
+    PAPERS, TaskSummary, hyperparameters_from_args, plot_loss_curves, plot_weights_over_time, render_model_card,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+METHODS = ["muppet", "amos", "tartan", "meta_lm"]
+TASKS = [
+    TaskSummary("rotten_tomatoes", "classification", train_size=500, eval_size=100,
+                metrics={"accuracy": 0.8125, "f1": 0.79}, dataset="cornell-movie-review-data/rotten_tomatoes"),
+    TaskSummary("chitchat_next_turn", "multiple_choice", train_size=1000, eval_size=200, metrics={"accuracy": 0.4375}),
+    TaskSummary("wiki_mlm", "mlm", train_size=2000, metrics={}),
+]
+
+
+def card_for(method, **overrides):
+    kwargs = dict(model_name=f"{method}-tiny", base_model="sentence-transformers/all-MiniLM-L6-v2",
+                  datasets=["cornell-movie-review-data/rotten_tomatoes"], tasks=TASKS,
+                  hyperparameters={"learning_rate": 2e-5, "seed": 7, "hub_token": "hf_secret"},
+                  figures={"figures/loss.png": "Training loss"}, model_id=f"someone/{method}-tiny",
+                  hf_aux_class="hf_aux.modeling.multitask.MultiTaskModel")
+    kwargs.update(overrides)
+    return render_model_card(method, **kwargs)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_card_metadata_parses_and_carries_the_metrics(method, tmp_path):
+    card = card_for(method)
+    card.save(tmp_path / "README.md")
+    loaded = ModelCard.load(tmp_path / "README.md")  # what the Hub and from_pretrained users read back
+    data = loaded.data
+    assert data.library_name == "transformers"
+    assert data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
+    assert data.datasets == ["cornell-movie-review-data/rotten_tomatoes"]
+    paper = PAPERS[method]
+    assert data.tags[:2] == ["hf_aux", method]
+    assert (f"arxiv:{paper.arxiv_id}" in data.tags) == (paper.arxiv_id is not None)
+    # model-index: one result per (task, metric); tasks without metrics add none.
+    results = {(r.dataset_name, r.metric_type): (r.metric_value, r.task_type, r.dataset_type)
+               for r in data.eval_results}
+    assert results == {
+        ("rotten_tomatoes", "accuracy"): (0.8125, "text-classification", "cornell-movie-review-data/rotten_tomatoes"),
+        ("rotten_tomatoes", "f1"): (0.79, "text-classification", "cornell-movie-review-data/rotten_tomatoes"),
+        ("chitchat_next_turn", "accuracy"): (0.4375, "multiple-choice", "chitchat_next_turn"),
+    }
+    assert data.model_name == f"{method}-tiny"
+
+    text = loaded.text
+    assert paper.title in text and paper.bibtex in text
+    assert "hf_secret" not in str(loaded) and "hub_token" not in str(loaded)
+    assert "| learning_rate | 2e-05 |" in text and "| seed | 7 |" in text
+    assert "![Training loss](figures/loss.png)" in text
+    assert f'AutoModel.from_pretrained("someone/{method}-tiny")' in text
+    assert 'MultiTaskModel.from_pretrained("someone/' in text
+    assert "| rotten_tomatoes ([cornell-movie-review-data/rotten_tomatoes]" in text
+    assert "| chitchat_next_turn | multiple_choice | 1000 | 200 | 0.4375 | - |" in text
+    assert "| wiki_mlm | mlm | 2000 | - | - | - |" in text
+    assert "- transformers " in text and "- hf_aux 0.1.0" in text
+    assert "{{" not in text and "{%" not in text
+
+
+def test_card_without_optional_parts():
+    card = render_model_card("amos", model_name="amos-from-scratch", versions={"hf_aux": "0.1.0"})
+    assert card.data.base_model is None and card.data.eval_results is None
+    assert "from scratch" in card.text and "No task list was recorded" in card.text
+    assert "With hf_aux" not in card.text and "## Figures" not in card.text
+
+
+def test_bad_inputs_are_refused():
+    with pytest.raises(ValueError, match="Unknown method 'electra'"):
+        render_model_card("electra", model_name="x")
+    with pytest.raises(ValueError, match="task 'sst2': field 'kind'"):
+        TaskSummary("sst2", "sentiment")
+    with pytest.raises(ValueError, match="task 'sst2': field 'metrics': accuracy = nan"):
+        TaskSummary("sst2", "classification", metrics={"accuracy": float("nan")})
+    with pytest.raises(ValueError, match="TaskSummary"):
+        render_model_card("muppet", model_name="x", tasks=[{"name": "sst2"}])
+
+
+@dataclass
+class MethodConfig(TrainingArguments):
+    task_weight_lr: float = field(default=0.1, metadata={"help": "A method setting."})
+
+
+def test_hyperparameters_from_args_keep_method_fields_and_changes_but_never_the_token(tmp_path):
+    args = MethodConfig(output_dir=str(tmp_path), learning_rate=3e-4, adam_beta2=0.98, hub_token="hf_secret",
+                        push_to_hub=False, report_to=[], task_weight_lr=0.25)
+    chosen = hyperparameters_from_args(args)
+    assert chosen["task_weight_lr"] == 0.25  # the method's own field
+    assert chosen["learning_rate"] == 3e-4 and chosen["seed"] == 42  # the key fields, even at their default
+    assert chosen["adam_beta2"] == 0.98  # a base field moved away from its default
+    assert "adam_beta1" not in chosen and "output_dir" not in chosen and "logging_steps" not in chosen
+    assert not any(name.endswith("_token") for name in chosen) and "hf_secret" not in json.dumps(chosen, default=str)
+    assert chosen["lr_scheduler_type"] == "linear"  # enums as their values
+
+
+def _png_size(path: Path):
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_loss_curve_and_weights_figures(tmp_path):
+    import matplotlib.image
+
+    log_history = [{"loss": 2.0 - 0.1 * step, "loss_rt": 1.0, "step": step} for step in range(1, 11)]
+    log_history += [{"eval_loss": 1.5, "step": 10}, {"train_loss": 1.7, "train_runtime": 3.0, "step": 10}]
+    path = plot_loss_curves(log_history, tmp_path / "figures" / "loss.png")
+    assert _png_size(path) == (640, 400)
+    pixels = matplotlib.image.imread(path)[..., :3]
+    blue = (abs(pixels - [31 / 255, 119 / 255, 180 / 255]).sum(-1) < 0.05).sum()  # matplotlib's first line colour
+    assert blue > 100
+
+    weights = {"tapt_mlm": [(step, 0.5 + 0.01 * step) for step in range(20)],
+               "dapt_mlm": [(step, 0.5 - 0.01 * step) for step in range(20)]}
+    other = plot_weights_over_time(weights, tmp_path / "figures" / "weights.png", title="TARTAN task weights")
+    assert _png_size(other) == (640, 400) and other.read_bytes() != path.read_bytes()
+    with pytest.raises(ValueError, match="No loss was logged"):
+        plot_loss_curves([{"learning_rate": 0.1, "step": 1}], tmp_path / "none.png")
+    with pytest.raises(ValueError, match="every series is empty"):
+        plot_weights_over_time({"a": []}, tmp_path / "none.png")
+
+
+def test_templates_ship_in_the_wheel_and_render_from_it(tmp_path):
+    """Build a wheel non-editably from a copy of the sources, install it into a folder, render every card there."""
+    source = tmp_path / "src"  # a copy, so the build leaves no build/ or egg-info in the checkout
+    source.mkdir()
+    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for folder in ("hf_aux", "model_cards"):
+        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                            str(source), "-w", str(tmp_path / "dist")], capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr
+    (wheel,) = (tmp_path / "dist").glob("hf_aux-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for template in ["_base.md"] + [f"{method}.md" for method in METHODS]:
+        assert f"hf_aux/model_cards/{template}" in names
+
+    target = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(target)
+    code = (
+        "import importlib.resources, sys\n"
+        "from hf_aux.model_card import render_model_card\n"
+        "root = importlib.resources.files('hf_aux.model_cards')\n"
+        f"assert str(root).startswith({str(target)!r}), root\n"
+        f"for method in {METHODS!r}:\n"
+        "    card = render_model_card(method, model_name='m', versions={})\n"
+        "    assert card.data.tags[1] == method\n"
+        "print('rendered from', root)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(target),
+                         "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "rendered from" in run.stdout
