@@ -114,3 +114,11 @@ def test_mixture_rejects_duplicates_and_empty(tmp_path):
     (tmp_path / "empty.json").write_text(json.dumps({"tasks": []}))
     with pytest.raises(ValueError, match="non-empty list under 'tasks'"):
         load_mixture(tmp_path / "empty.json")
+
+
+def test_unreachable_hub_dataset_names_task_and_field(monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    task = TaskSpec(name="remote", kind="classification", num_labels=2, dataset_name="no-such-user/no-such-dataset")
+    with pytest.raises(ValueError, match=r"task 'remote': field 'dataset_name': could not load 'no-such-user/"):
+        load_task_splits(task)
