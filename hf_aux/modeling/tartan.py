@@ -1,0 +1,352 @@
+"""TartanModel: a shared body, the end-task head phi', one MLM head per auxiliary task, a meta head phi*
+(Dery et al., 2022, "Should We Be Pre-training? An Argument for End-task Aware Training as an Alternative", §3).
+
+The end task and its head phi' are an ordinary `AutoModelForSequenceClassification` (`model.classifier`): its
+body (`classifier.base_model`, e.g. `.bert`) is the body every task shares, and its own classification head is
+phi'. So the trained end-task model is exactly a vanilla transformers checkpoint.
+
+- auxiliary tasks (TAPT: the end task's own text; DAPT: domain text; any corpus): an MLM head each, on the
+  shared body's last hidden states; the decoder is tied to the body's input embeddings, each head has its own
+  transform (dense -> activation -> LayerNorm) and output bias. Logits are computed only at masked positions.
+- phi* (the meta head, §3.3): a copy of the classifier's own head (whatever the architecture puts after its
+  body: BERT's dropout + linear on the pooled output, RoBERTa's dense + tanh + out_proj on <s>, ...), applied to
+  body outputs given to it. It is re-initialised and fitted on frozen body features for every meta step, never
+  trained by the main optimizer (its parameters have requires_grad=False outside `fit_meta_head`) and never saved.
+
+Checkpoint layout (`save_pretrained`):
+  config.json + model.safetensors   the end-task classifier exactly as its own class saves it: plain
+                                    `AutoModelForSequenceClassification.from_pretrained` loads it with no
+                                    missing or unexpected keys;
+  tartan_config.json                auxiliary task names and MLM head settings;
+  tartan_heads.safetensors          the MLM heads (the tied decoder weight is the body's embedding matrix).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import AutoModelForSequenceClassification, PreTrainedModel
+from transformers.activations import ACT2FN
+from transformers.utils import ModelOutput
+
+TARTAN_CONFIG_NAME = "tartan_config.json"
+TARTAN_HEADS_NAME = "tartan_heads.safetensors"
+MODEL_WEIGHTS_NAME = "model.safetensors"
+BODY_INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+@dataclass
+class TartanOutput(ModelOutput):
+    """loss: the end-task loss (scalar); logits: [batch, num_labels]; auxiliary_losses: [num_auxiliary_tasks],
+    one MLM loss per auxiliary task in `TartanModel.auxiliary_tasks` order (only when auxiliary batches were given).
+    """
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    auxiliary_losses: torch.Tensor | None = None
+
+
+class MaskedLMHead(nn.Module):
+    """dense -> activation -> LayerNorm -> decoder tied to the body's input embeddings (+ own bias).
+
+    hidden [M, hidden_size] (hidden states at the masked positions only) -> logits [M, vocab_size].
+    """
+
+    def __init__(self, hidden_size: int, embedding_size: int, vocab_size: int, hidden_act: str = "gelu",
+                 layer_norm_eps: float = 1e-12):
+        super().__init__()
+        if hidden_act not in ACT2FN:
+            raise ValueError(f"TartanModel: field 'mlm_hidden_act': unknown activation {hidden_act!r}")
+        self.dense = nn.Linear(hidden_size, embedding_size)
+        self.activation = ACT2FN[hidden_act]
+        self.layer_norm = nn.LayerNorm(embedding_size, eps=layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+    def forward(self, hidden: torch.Tensor, embedding_weight: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.layer_norm(self.activation(self.dense(hidden))), embedding_weight, self.bias)
+
+
+class _GivenBodyOutputs(nn.Module):
+    """Stands in for a classifier's body: returns the body outputs it was handed (see `ClassifierHead`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.outputs = None
+
+    def forward(self, *args, **kwargs):
+        if self.outputs is None:
+            raise RuntimeError("the meta head was called without body outputs")
+        return self.outputs
+
+
+class ClassifierHead(nn.Module):
+    """A copy of a sequence classifier's head alone: the classifier class's own forward runs with its body
+    replaced by the outputs given, so the head is whatever that architecture puts after its body (no
+    per-architecture code). `forward(body_outputs, labels)` returns the classifier's own output (loss, logits)."""
+
+    def __init__(self, classifier: PreTrainedModel):
+        super().__init__()
+        prefix = classifier.base_model_prefix
+        body = getattr(classifier, prefix)
+        setattr(classifier, prefix, _GivenBodyOutputs())
+        try:
+            self.model = copy.deepcopy(classifier)  # copies the head only: the body slot holds the stand-in
+        finally:
+            setattr(classifier, prefix, body)
+        self.prefix = prefix
+
+    def forward(self, body_outputs, labels: torch.Tensor | None = None):
+        stand_in = getattr(self.model, self.prefix)
+        stand_in.outputs = body_outputs
+        try:
+            return self.model(labels=labels)
+        finally:
+            stand_in.outputs = None
+
+    @torch.no_grad()
+    def reset_parameters(self, generator: torch.Generator, std: float) -> None:
+        """Fresh initialisation from `generator` (a CPU generator, so the draw is the same on every device):
+        linear weights ~ N(0, std), biases 0, LayerNorm 1 / 0."""
+        for name, module in self.model.named_modules():
+            own = list(module.named_parameters(recurse=False))
+            if not own:
+                continue
+            if isinstance(module, nn.Linear):
+                module.weight.copy_(torch.randn(module.weight.shape, generator=generator) * std)
+                if module.bias is not None:
+                    module.bias.zero_()
+            elif isinstance(module, nn.LayerNorm):
+                if module.weight is not None:
+                    module.weight.fill_(1.0)
+                if module.bias is not None:
+                    module.bias.zero_()
+            else:
+                raise ValueError(f"TartanModel: the classifier head has parameters in a {type(module).__name__} "
+                                 f"({name!r}) that the meta head cannot re-initialise; only Linear and LayerNorm "
+                                 "layers are supported")
+
+
+def _detached(outputs):
+    """A copy of a body's ModelOutput with every tensor detached (the frozen-body features phi* is fitted on)."""
+    values = {}
+    for key, value in outputs.items():
+        if isinstance(value, torch.Tensor):
+            value = value.detach()
+        elif isinstance(value, tuple):
+            value = tuple(v.detach() if isinstance(v, torch.Tensor) else v for v in value)
+        values[key] = value
+    return type(outputs)(**values)
+
+
+class TartanModel(nn.Module):
+    """The TARTAN multi-task model (module docstring). `classifier`: any `XForSequenceClassification`; its body
+    is shared. `auxiliary_tasks`: names of the MLM auxiliary tasks (e.g. ["tapt", "dapt"]).
+
+    `forward(input_ids, attention_mask, token_type_ids, labels)` is the end task alone (what evaluation and
+    prediction call); with `auxiliary_batches={name: {input_ids, attention_mask, labels}}` it also returns each
+    auxiliary task's MLM loss from the same call (MT-TARTAN's single forward, one DDP forward per step).
+    """
+
+    def __init__(self, classifier: PreTrainedModel, auxiliary_tasks: Sequence[str] = (), mlm_hidden_act: str = "gelu"):
+        super().__init__()
+        if not isinstance(classifier, PreTrainedModel) or classifier.base_model is classifier:
+            raise ValueError("TartanModel: field 'classifier': expected a transformers XForSequenceClassification "
+                             f"(a body plus a head), got {type(classifier).__name__}")
+        if getattr(classifier.config, "is_encoder_decoder", False):
+            raise ValueError("TartanModel: field 'classifier': encoder-decoder classifiers are not supported; use "
+                             "an encoder (BERT, RoBERTa, ELECTRA, DeBERTa, MiniLM, ...)")
+        names = list(auxiliary_tasks)
+        for name in names:
+            if not isinstance(name, str) or not name or any(c in name for c in "/\\. ") or name.startswith("_"):
+                raise ValueError(f"task {name!r}: field 'name': an auxiliary task name must be a non-empty string "
+                                 "without '/', '\\', '.', spaces or a leading '_'")
+            if names.count(name) > 1:
+                raise ValueError(f"task '{name}': field 'name': appears twice in auxiliary_tasks")
+        self.classifier = classifier
+        self.auxiliary_tasks = names
+        self.mlm_hidden_act = mlm_hidden_act
+        config = classifier.config
+        embeddings = classifier.get_input_embeddings()
+        vocab_size, embedding_size = embeddings.weight.shape
+        eps = getattr(config, "layer_norm_eps", 1e-12)
+        self.mlm_heads = nn.ModuleDict({
+            name: MaskedLMHead(config.hidden_size, embedding_size, vocab_size, mlm_hidden_act, eps) for name in names
+        })
+        std = getattr(config, "initializer_range", 0.02)
+        for head in self.mlm_heads.values():
+            nn.init.normal_(head.dense.weight, std=std)
+            nn.init.zeros_(head.dense.bias)
+        self.meta_head = ClassifierHead(classifier)
+        self.meta_head.requires_grad_(False)
+
+    # ------------------------------------------------------------------------------------------------------------
+    @property
+    def config(self):
+        """The end-task classifier's config (what Trainer and model cards read)."""
+        return self.classifier.config
+
+    @property
+    def body(self) -> nn.Module:
+        return self.classifier.base_model
+
+    def body_parameters(self) -> list[nn.Parameter]:
+        """theta_body: the shared body's trainable parameters (the cosines of Algorithm 1 are taken over these)."""
+        return [p for p in self.body.parameters() if p.requires_grad]
+
+    def end_task_head_parameters(self) -> list[nn.Parameter]:
+        """phi': the classifier's parameters outside its body."""
+        body = {id(p) for p in self.body.parameters()}
+        return [p for p in self.classifier.parameters() if p.requires_grad and id(p) not in body]
+
+    def auxiliary_head_parameters(self, name: str) -> list[nn.Parameter]:
+        return [p for p in self.mlm_heads[name].parameters() if p.requires_grad]
+
+    # ------------------------------------------------------------------------------------------------------------
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, auxiliary_batches=None):
+        inputs = {k: v for k, v in (("input_ids", input_ids), ("attention_mask", attention_mask),
+                                    ("token_type_ids", token_type_ids)) if v is not None}
+        outputs = self.classifier(**inputs, labels=labels)
+        if auxiliary_batches is None:
+            return outputs
+        missing = [name for name in self.auxiliary_tasks if name not in auxiliary_batches]
+        if missing:
+            raise ValueError(f"task '{missing[0]}': field 'auxiliary_batches': no batch given for it")
+        losses = [self.mlm_loss(name, auxiliary_batches[name]) for name in self.auxiliary_tasks]
+        auxiliary = torch.stack(losses) if losses else outputs.logits.new_zeros(0)
+        return TartanOutput(loss=outputs.loss, logits=outputs.logits, auxiliary_losses=auxiliary)
+
+    def mlm_loss(self, name: str, batch: dict) -> torch.Tensor:
+        """Masked-LM cross-entropy of auxiliary task `name` on `batch` (labels -100 where nothing is predicted),
+        mean over predicted tokens; 0 when the batch predicts no token (no host sync to find out)."""
+        if name not in self.mlm_heads:
+            raise ValueError(f"task '{name}': field 'name': the model has no MLM head for it "
+                             f"(it has {self.auxiliary_tasks})")
+        hidden = self.body(**{k: batch[k] for k in BODY_INPUT_KEYS if k in batch}).last_hidden_state  # [B, L, H]
+        labels = batch["labels"]
+        chosen = labels != -100
+        logits = self.mlm_heads[name](hidden[chosen], self.classifier.get_input_embeddings().weight)  # [M, V]
+        total = F.cross_entropy(logits.float(), labels[chosen], reduction="sum")
+        return total / chosen.sum().clamp_min(1)
+
+    @contextmanager
+    def capture_body_outputs(self):
+        """Within the block, the body's most recent outputs (detached) are in the yielded list's last entry: the
+        end-task forward's features, reused to fit phi* without a second body forward."""
+        captured = []
+        handle = self.body.register_forward_hook(lambda module, args, output: captured.append(_detached(output)))
+        try:
+            yield captured
+        finally:
+            handle.remove()
+
+    def body_outputs(self, batch: dict):
+        return self.body(**{k: batch[k] for k in BODY_INPUT_KEYS if k in batch})
+
+    def fit_meta_head(self, features, labels: torch.Tensor, *, steps: int, lr: float, weight_decay: float,
+                      generator: torch.Generator) -> list[float]:
+        """estimate_meta_head of Algorithm 1: re-initialise phi* and fit it for `steps` Adam steps (L2 weight
+        decay `weight_decay`, as in §4) on fixed body `features` (detached body outputs of end-task train
+        examples) with `labels`. The body gets no gradient. Returns nothing useful to the caller but the losses
+        (tensors, so no host sync) for diagnostics."""
+        head = self.meta_head
+        head.reset_parameters(generator, getattr(self.config, "initializer_range", 0.02))
+        params = list(head.parameters())
+        head.requires_grad_(True)
+        optimizer = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+        losses = []
+        try:
+            with torch.enable_grad():
+                for _ in range(steps):
+                    loss = head(features, labels=labels).loss
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+                    losses.append(loss.detach())
+        finally:
+            head.requires_grad_(False)
+            for p in params:
+                p.grad = None
+        return losses
+
+    def meta_loss(self, batch: dict) -> torch.Tensor:
+        """End-task loss on `batch` (validation) through the real body and phi*: its body gradient is g_meta."""
+        return self.meta_head(self.body_outputs(batch), labels=batch["labels"]).loss
+
+    # ------------------------------------------------------------------------------------------------------------
+    def heads_state_dict(self) -> dict[str, torch.Tensor]:
+        return {f"{name}.{k}": v.detach().contiguous().cpu() for name, head in self.mlm_heads.items()
+                for k, v in head.state_dict().items()}
+
+    def tartan_metadata(self) -> dict:
+        from .. import __version__
+
+        return {"auxiliary_tasks": self.auxiliary_tasks, "mlm_hidden_act": self.mlm_hidden_act,
+                "hf_aux_version": __version__, "end_task_class": type(self.classifier).__name__}
+
+    def save_pretrained(self, save_directory: str, is_main_process: bool = True, **kwargs) -> None:
+        """The classifier as its own class saves it, plus tartan_config.json and tartan_heads.safetensors."""
+        if os.path.isfile(save_directory):
+            raise ValueError(f"save_pretrained: {save_directory!r} is a file, not a directory")
+        if not is_main_process:
+            return
+        os.makedirs(save_directory, exist_ok=True)
+        self.classifier.save_pretrained(save_directory, **kwargs)
+        save_file(self.heads_state_dict(), os.path.join(save_directory, TARTAN_HEADS_NAME), metadata={"format": "pt"})
+        with open(os.path.join(save_directory, TARTAN_CONFIG_NAME), "w") as f:
+            json.dump(self.tartan_metadata(), f, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_pretrained(cls, path: str, auxiliary_tasks: Sequence[str] | None = None, mlm_hidden_act: str = "gelu",
+                        **kwargs) -> TartanModel:
+        """A TARTAN checkpoint (folder with tartan_config.json): classifier and MLM heads. A plain checkpoint (a
+        pretrained encoder or a classifier): fresh heads for `auxiliary_tasks`. Keyword arguments (num_labels,
+        id2label, label2id, attn_implementation, ...) go to `AutoModelForSequenceClassification.from_pretrained`."""
+        classifier = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
+        metadata_file = os.path.join(path, TARTAN_CONFIG_NAME)
+        if not os.path.isfile(metadata_file):
+            if auxiliary_tasks is None:
+                raise ValueError(f"{path!r} is not a TARTAN checkpoint (no {TARTAN_CONFIG_NAME}): pass "
+                                 "auxiliary_tasks=[...] to start MLM heads for them")
+            return cls(classifier, auxiliary_tasks, mlm_hidden_act)
+        with open(metadata_file) as f:
+            metadata = json.load(f)
+        if auxiliary_tasks is not None and list(auxiliary_tasks) != metadata["auxiliary_tasks"]:
+            raise ValueError(f"field 'auxiliary_tasks': {list(auxiliary_tasks)} differs from the checkpoint's "
+                             f"{metadata['auxiliary_tasks']}")
+        model = cls(classifier, metadata["auxiliary_tasks"], metadata.get("mlm_hidden_act", "gelu"))
+        model.load_heads(path)
+        return model
+
+    def load_heads(self, path: str) -> None:
+        file = os.path.join(path, TARTAN_HEADS_NAME)
+        if not os.path.isfile(file):
+            raise ValueError(f"{path!r}: {TARTAN_HEADS_NAME} is missing: cannot restore the MLM heads")
+        state = load_file(file)
+        for name, head in self.mlm_heads.items():
+            own = {k[len(name) + 1:]: v for k, v in state.items() if k.startswith(name + ".")}
+            head.load_state_dict(own, strict=True)
+
+    def load_checkpoint(self, path: str) -> None:
+        """Restore every trained parameter from a folder written by `save_pretrained` (Trainer resume and
+        load_best_model_at_end): the classifier strictly, then the MLM heads."""
+        file = os.path.join(path, MODEL_WEIGHTS_NAME)
+        if not os.path.isfile(file):
+            raise ValueError(f"{path!r}: {MODEL_WEIGHTS_NAME} is missing (sharded or non-safetensors checkpoints "
+                             "are not supported for resume)")
+        state = load_file(file)
+        result = self.classifier.load_state_dict(state, strict=False)
+        tied = set(getattr(self.classifier, "_tied_weights_keys", None) or [])
+        missing = [k for k in result.missing_keys if k not in tied]
+        if missing or result.unexpected_keys:
+            raise ValueError(f"{path!r}: the classifier weights do not match the model (missing {missing[:5]}, "
+                             f"unexpected {result.unexpected_keys[:5]})")
+        self.load_heads(path)

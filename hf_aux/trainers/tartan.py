@@ -1,0 +1,507 @@
+"""TartanTrainer: end-task aware training, MT-TARTAN and META-TARTAN (Dery et al., 2022, "Should We Be
+Pre-training? An Argument for End-task Aware Training as an Alternative", ICLR; arXiv:2109.07437).
+
+The end task T* is the Trainer's own `train_dataset` (its dataloader, sampler and resume are Trainer's); each
+auxiliary MLM task T_i (TAPT, DAPT, any corpus) is an endless stream of masked blocks drawn alongside every
+end-task batch; META-TARTAN also draws end-task validation batches (`meta_dataset`, by default `eval_dataset`).
+
+- `mode="mt"` (§3.1, eq. 3): loss = w* L_T* + sum_i w_i L_Ti with fixed weights (uniform 1/(n+1) by default).
+  One forward of the (DDP-wrapped) model carries every task; Trainer's own backward.
+- `mode="meta"` (§3.2-3.3, Algorithm 1, eq. 7): per step, the body gradient g_k of every task (end task first),
+  the meta head phi* refitted on frozen body features, the meta gradient g_meta of an end-task validation batch
+  through phi*, w_k <- w_k + eta cos(g_meta, g_k), alpha = softmax(w), body gradient sum_k alpha_k g_k, each
+  head its own gradient. Gradients are all-reduced over processes before the cosines, so w is identical on
+  every rank.
+
+The task weights (w), their per-step history (alpha) and the auxiliary/validation stream positions live in
+`TaskWeightsCallback`, an `ExportableState` saved in trainer_state.json with every checkpoint and restored on
+resume. Every save writes task_weights.json and task_weights.png beside the checkpoint.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from transformers import PreTrainedModel, Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer_callback import ExportableState
+from transformers.trainer import TRAINER_STATE_NAME
+
+from ..data import mask_tokens_for_mlm, special_tokens_mask_for
+from ..losses.tartan import (
+    combine_gradients,
+    gradient_cosines,
+    mt_tartan_loss,
+    task_mixture,
+    update_task_weights,
+)
+from ..modeling.tartan import TartanModel
+
+TASK_WEIGHTS_JSON = "task_weights.json"
+TASK_WEIGHTS_PNG = "task_weights.png"
+END_TASK = "end_task"
+
+
+@dataclass
+class TartanConfig(TrainingArguments):
+    """Training arguments of `TartanTrainer` (every `TrainingArguments` field, plus the method's own)."""
+
+    mode: str = field(default="meta", metadata={"help": "'mt': MT-TARTAN, fixed task weights (eq. 3). 'meta': "
+                                                         "META-TARTAN, meta-learned task weights (Algorithm 1)."})
+    task_weights: list[float] | None = field(
+        default=None,
+        metadata={"help": "Initial task weights w, end task first, then the auxiliary tasks in the model's order. "
+                          "mt: the fixed mixing weights (normalised to sum to 1). meta: the initial w before the "
+                          "softmax. Default: uniform 1/(number of auxiliary tasks + 1) (§4)."})
+    task_weight_lr: float = field(default=0.1, metadata={"help": "eta, the task-weight step size of Algorithm 1 "
+                                                                   "(the paper searches 1e-1, 5e-2, 3e-2, 1e-2)."})
+    meta_head: str = field(default="separate", metadata={
+        "help": "'separate': cosines through a freshly fitted meta head phi* (§3.3, eq. 7). 'same': through the "
+                "end-task head phi' itself (eq. 6; reproduces §5.4/Fig. 3, where w* rails towards 1)."})
+    meta_head_steps: int = field(default=10, metadata={"help": "Adam steps fitting phi* on frozen body features "
+                                                                 "per meta step (§4: 10)."})
+    meta_head_lr: float = field(default=1e-3, metadata={"help": "Learning rate of the phi* fit (§4: 1e-3)."})
+    meta_head_weight_decay: float = field(default=0.1, metadata={"help": "L2 weight decay of the phi* fit (§4: 0.1)."})
+    meta_head_fresh_batch: bool = field(default=False, metadata={
+        "help": "Fit phi* on a separately drawn end-task train batch (one extra body forward without gradient) "
+                "instead of the features of the step's own end-task batch."})
+    meta_batch_size: int | None = field(default=None, metadata={
+        "help": "Batch size of the end-task validation batches giving g_meta (default: per_device_train_batch_size)."})
+    auxiliary_batch_size: int | None = field(default=None, metadata={
+        "help": "Batch size of each auxiliary MLM task (default: per_device_train_batch_size)."})
+    mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens masked in auxiliary MLM batches."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.mode not in ("mt", "meta"):
+            raise ValueError(f"TartanConfig: field 'mode': expected 'mt' or 'meta', got {self.mode!r}")
+        if self.meta_head not in ("separate", "same"):
+            raise ValueError(f"TartanConfig: field 'meta_head': expected 'separate' or 'same', got {self.meta_head!r}")
+        if not 0.0 < self.task_weight_lr <= 10.0:
+            raise ValueError(f"TartanConfig: field 'task_weight_lr': {self.task_weight_lr} not in (0, 10]")
+        if not isinstance(self.meta_head_steps, int) or self.meta_head_steps < 1:
+            raise ValueError(f"TartanConfig: field 'meta_head_steps': needs a positive integer, got {self.meta_head_steps!r}")
+        if not self.meta_head_lr > 0:
+            raise ValueError(f"TartanConfig: field 'meta_head_lr': must be positive, got {self.meta_head_lr}")
+        if self.meta_head_weight_decay < 0:
+            raise ValueError(f"TartanConfig: field 'meta_head_weight_decay': must be >= 0, got {self.meta_head_weight_decay}")
+        for name in ("meta_batch_size", "auxiliary_batch_size"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"TartanConfig: field '{name}': needs a positive integer, got {value!r}")
+        if not 0.0 < self.mlm_probability < 1.0:
+            raise ValueError(f"TartanConfig: field 'mlm_probability': {self.mlm_probability} not in (0, 1)")
+        if self.task_weights is not None:
+            weights = [float(w) for w in self.task_weights]
+            if not weights or not all(math.isfinite(w) for w in weights):
+                raise ValueError(f"TartanConfig: field 'task_weights': needs finite numbers, got {self.task_weights!r}")
+            if self.mode == "mt" and (min(weights) < 0 or sum(weights) <= 0):
+                raise ValueError("TartanConfig: field 'task_weights': MT-TARTAN weights must be >= 0 with a positive "
+                                 f"sum, got {weights}")
+            self.task_weights = weights
+        if self.mode == "meta" and self.fp16:
+            raise ValueError("TartanConfig: field 'fp16': META-TARTAN takes per-task gradients with autograd.grad, "
+                             "which a GradScaler cannot scale; use bf16 or fp32")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Batches of the auxiliary tasks and of the meta-validation set
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class BatchStream:
+    """Endless shuffled batches over `dataset`. Everything is a function of (seed, draws): epoch e's order is
+    randperm(seed, e), the collate function gets a generator seeded by (seed, draw). So its whole state is the
+    number of draws, restored on resume. `collate(features, generator) -> dict of tensors`."""
+
+    def __init__(self, dataset, batch_size: int, collate: Callable, seed: int):
+        if len(dataset) == 0:
+            raise ValueError("a TARTAN batch stream got an empty dataset")
+        self.dataset, self.batch_size, self.collate, self.seed = dataset, batch_size, collate, seed
+        self.draws = 0
+        self._order = (None, None)
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return max(1, len(self.dataset) // self.batch_size)  # drop the ragged last batch (all batches equal)
+
+    def next(self) -> dict:
+        epoch, index = divmod(self.draws, self.batches_per_epoch)
+        if self._order[0] != epoch:
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            self._order = (epoch, torch.randperm(len(self.dataset), generator=generator).tolist())
+        rows = self._order[1][index * self.batch_size: (index + 1) * self.batch_size]
+        generator = torch.Generator().manual_seed(self.seed * 7_919 + self.draws + 1)
+        self.draws += 1
+        return self.collate([self.dataset[i] for i in rows], generator)
+
+
+class TaskWeightsCallback(TrainerCallback, ExportableState):
+    """Holds the task weights w, the history of alpha (one [step, alpha_end_task, alpha_aux_1, ...] row per
+    optimizer step) and the stream positions; saved in trainer_state.json (`stateful_callbacks`) with every
+    checkpoint and restored on resume."""
+
+    def __init__(self, task_names: list[str] | None = None, weights: list[float] | None = None,
+                 history: list[list[float]] | None = None, stream_draws: dict[str, int] | None = None):
+        self.task_names = list(task_names or [])
+        self.weights = list(weights or [])
+        self.history = [list(row) for row in (history or [])]
+        self.stream_draws = dict(stream_draws or {})
+
+    def state(self) -> dict:
+        return {"args": {"task_names": self.task_names},
+                "attributes": {"weights": self.weights, "history": self.history, "stream_draws": self.stream_draws}}
+
+    def record(self, step: int, alphas: list[float]) -> None:
+        row = [step, *alphas]
+        if self.history and self.history[-1][0] == step:
+            self.history[-1] = row  # gradient accumulation: keep the step's latest weights
+        else:
+            self.history.append(row)
+
+
+def plot_task_weights(history: list[list[float]], task_names: list[str], path: str, title: str = "") -> None:
+    """Draw alpha per task against the optimizer step into a PNG (matplotlib, Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    steps = [row[0] for row in history]
+    for k, name in enumerate(task_names):
+        ax.plot(steps, [row[k + 1] for row in history], label=name)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("task weight (alpha)")
+    ax.set_ylim(0, 1)
+    ax.set_title(title or "TARTAN task weights")
+    ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The trainer
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class TartanTrainer(Trainer):
+    """MT-TARTAN / META-TARTAN (module docstring).
+
+    model: a `TartanModel`, or an `XForSequenceClassification` (wrapped with fresh MLM heads named after
+        `auxiliary_datasets`).
+    train_dataset / eval_dataset: the end task, tokenised (input_ids, attention_mask[, token_type_ids], labels).
+    auxiliary_datasets: {name: dataset of input_ids blocks} (e.g. `hf_aux.data.group_texts_for_mlm` output), in
+        the model's auxiliary task order; masked afresh for every batch.
+    meta_dataset: end-task validation data for g_meta (META-TARTAN; default `eval_dataset`).
+    processing_class: the tokenizer (needed to pad and mask the auxiliary batches).
+    """
+
+    # compute_loss returns per-batch means: Trainer divides them by the accumulation steps (MT-TARTAN)
+    loss_is_scaled_for_ga = False
+
+    def __init__(self, model=None, args: TartanConfig | None = None, train_dataset=None, eval_dataset=None,
+                 auxiliary_datasets: dict | None = None, meta_dataset=None, processing_class=None, **kwargs):
+        if not isinstance(args, TartanConfig):
+            raise ValueError("TartanTrainer: field 'args': expected a TartanConfig")
+        auxiliary_datasets = dict(auxiliary_datasets or {})
+        if isinstance(model, PreTrainedModel):
+            model = TartanModel(model, list(auxiliary_datasets))
+        if not isinstance(model, TartanModel):
+            raise ValueError(f"TartanTrainer: field 'model': expected a TartanModel or a sequence classifier, got "
+                             f"{type(model).__name__}")
+        if list(auxiliary_datasets) != model.auxiliary_tasks:
+            raise ValueError(f"TartanTrainer: field 'auxiliary_datasets': tasks {list(auxiliary_datasets)} do not "
+                             f"match the model's MLM heads {model.auxiliary_tasks} (same names, same order)")
+        if processing_class is None or getattr(processing_class, "mask_token_id", None) is None:
+            raise ValueError("TartanTrainer: field 'processing_class': a tokenizer with a mask token is needed to "
+                             "mask the auxiliary MLM batches")
+        vocab_rows = model.classifier.get_input_embeddings().weight.shape[0]
+        if len(processing_class) > vocab_rows:
+            raise ValueError(f"TartanTrainer: field 'processing_class': the tokenizer has {len(processing_class)} "
+                             f"tokens but the model's embeddings only {vocab_rows}: mismatched tokenizer")
+        for name, data in auxiliary_datasets.items():
+            if "input_ids" not in data.column_names:
+                raise ValueError(f"task '{name}': field 'auxiliary_datasets': needs an input_ids column "
+                                 f"(see hf_aux.data.group_texts_for_mlm); has {data.column_names}")
+            if len(data) == 0:
+                raise ValueError(f"task '{name}': field 'auxiliary_datasets': the dataset is empty")
+        if train_dataset is None:
+            raise ValueError("TartanTrainer: field 'train_dataset': the end task's training data is required")
+        meta_dataset = meta_dataset if meta_dataset is not None else eval_dataset
+        if args.mode == "meta":
+            if meta_dataset is None or isinstance(meta_dataset, dict):
+                raise ValueError("TartanTrainer: field 'meta_dataset': META-TARTAN needs one end-task validation "
+                                 "dataset (meta_dataset, or eval_dataset as a single dataset)")
+            if "labels" not in meta_dataset.column_names:
+                raise ValueError(f"TartanTrainer: field 'meta_dataset': needs a labels column; has "
+                                 f"{meta_dataset.column_names}")
+        task_names = [END_TASK, *model.auxiliary_tasks]
+        weights = args.task_weights or [1.0 / len(task_names)] * len(task_names)
+        if len(weights) != len(task_names):
+            raise ValueError(f"TartanConfig: field 'task_weights': {len(weights)} weights for {len(task_names)} "
+                             f"tasks {task_names} (end task first)")
+        if args.mode == "mt":
+            weights = [w / sum(weights) for w in weights]
+        callbacks = list(kwargs.pop("callbacks", None) or [])
+        callbacks.append(TaskWeightsCallback(task_names, weights))
+        super().__init__(model=model, args=args, train_dataset=train_dataset, eval_dataset=eval_dataset,
+                         processing_class=processing_class, callbacks=callbacks, **kwargs)
+        if args.mode == "meta" and (self.is_deepspeed_enabled or self.is_fsdp_enabled):
+            raise ValueError("TartanTrainer: META-TARTAN takes per-task gradients over full body parameters; "
+                             "DeepSpeed and FSDP are not supported (use DDP)")
+        self.task_names = task_names
+        self._auxiliary_datasets = auxiliary_datasets
+        self._meta_dataset = meta_dataset
+        self._streams: dict[str, BatchStream] | None = None
+        self._metric_sums: dict[str, torch.Tensor] = {}
+        self._metric_count = 0
+
+    # ------------------------------------------------------------------------------------------------------------
+    @property
+    def task_weights_state(self) -> TaskWeightsCallback:
+        """The callback holding w and its history (looked up each time: resume may replace the instance)."""
+        for callback in self.callback_handler.callbacks:
+            if isinstance(callback, TaskWeightsCallback):
+                return callback
+        raise RuntimeError("TaskWeightsCallback was removed from the trainer")
+
+    def _mlm_collate(self, features, generator):
+        tokenizer = self.processing_class
+        padded = tokenizer.pad([{"input_ids": f["input_ids"]} for f in features], return_tensors="pt")
+        masked, labels = mask_tokens_for_mlm(
+            padded["input_ids"], mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
+            special_tokens_mask=special_tokens_mask_for(padded["input_ids"], tokenizer),
+            mlm_probability=self.args.mlm_probability, generator=generator)
+        return {"input_ids": masked, "attention_mask": padded["attention_mask"], "labels": labels}
+
+    def _supervised_collate(self, features, generator):
+        return self.data_collator(features)
+
+    def _get_streams(self) -> dict[str, BatchStream]:
+        """The auxiliary, meta-validation and (optionally) meta-head streams, built on first use, positioned from
+        the task-weight state (so resume continues where the checkpoint was)."""
+        if self._streams is None:
+            args = self.args
+            seed = args.seed + 100_003 * args.process_index
+            aux_size = args.auxiliary_batch_size or args.per_device_train_batch_size
+            streams = {name: BatchStream(data, aux_size, self._mlm_collate, seed + 17 * (k + 1))
+                       for k, (name, data) in enumerate(self._auxiliary_datasets.items())}
+            if args.mode == "meta":
+                meta = self._remove_unused_columns(self._meta_dataset, description="meta")
+                streams["_meta"] = BatchStream(meta, args.meta_batch_size or args.per_device_train_batch_size,
+                                               self._supervised_collate, seed + 7)
+                if args.meta_head_fresh_batch and args.meta_head == "separate":
+                    train = self._remove_unused_columns(self.train_dataset, description="meta head")
+                    streams["_meta_head"] = BatchStream(train, args.per_device_train_batch_size,
+                                                        self._supervised_collate, seed + 11)
+            self._streams = streams
+        draws = self.task_weights_state.stream_draws
+        for name, stream in self._streams.items():
+            stream.draws = draws.get(name, 0)
+        return self._streams
+
+    def _draw(self, name: str) -> dict:
+        stream = self._get_streams()[name]
+        batch = stream.next()
+        self.task_weights_state.stream_draws[name] = stream.draws
+        return self._prepare_inputs(batch)
+
+    def _accumulate_metric(self, name: str, value: torch.Tensor) -> None:
+        value = value.detach().float()
+        self._metric_sums[name] = self._metric_sums[name] + value if name in self._metric_sums else value
+
+    # ------------------------------------------------------------------------------------------------------------
+    # MT-TARTAN (eq. 3): one forward carrying every task, Trainer's backward
+    # ------------------------------------------------------------------------------------------------------------
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if return_outputs or not model.training:  # evaluation / prediction: the end task alone
+            outputs = model(**inputs)
+            return (outputs.loss, outputs) if return_outputs else outputs.loss
+        if self.args.mode != "mt":
+            raise RuntimeError("compute_loss is only used by MT-TARTAN; META-TARTAN runs in training_step")
+        state = self.task_weights_state
+        auxiliary = {name: self._draw(name) for name in self.task_names[1:]}
+        outputs = model(**inputs, auxiliary_batches=auxiliary)                           # one (DDP) forward
+        losses = torch.cat([outputs.loss.reshape(1), outputs.auxiliary_losses])         # [n + 1]: L_T*, L_T1..
+        weights = torch.tensor(state.weights, device=losses.device)                     # fixed w (eq. 3)
+        loss = mt_tartan_loss(losses, weights)                                          # sum_k w_k L_k
+        for name, value in zip(self.task_names, losses):
+            self._accumulate_metric(f"loss_{name}", value)
+        self._metric_count += 1
+        state.record(self.state.global_step + 1, list(state.weights))
+        return loss
+
+    # ------------------------------------------------------------------------------------------------------------
+    # META-TARTAN (Algorithm 1)
+    # ------------------------------------------------------------------------------------------------------------
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        if self.args.mode == "mt":
+            return super().training_step(model, inputs, num_items_in_batch)
+        model.train()
+        tartan: TartanModel = self.accelerator.unwrap_model(model)  # functional parts: the unwrapped model
+        args = self.args
+        inputs = self._prepare_inputs(inputs)
+        body = tartan.body_parameters()
+        n_body = len(body)
+        scale = 1.0 / self.current_gradient_accumulation_steps
+        losses, body_grads, head_grads = [], [], []
+        with self.compute_loss_context_manager():
+            # g*_theta, g*_phi': end-task gradients on B*_tr; the body's outputs are kept for fitting phi*
+            end_head = tartan.end_task_head_parameters()
+            with tartan.capture_body_outputs() as captured:
+                end_loss = tartan(**inputs).loss
+            grads = torch.autograd.grad(end_loss, body + end_head, allow_unused=True)
+            losses.append(end_loss.detach())
+            body_grads.append(list(grads[:n_body]))
+            head_grads.append((end_head, list(grads[n_body:])))
+            # g^i_theta, g^i_phi: each auxiliary task's gradients on its own batch B_i
+            for name in tartan.auxiliary_tasks:
+                aux_head = tartan.auxiliary_head_parameters(name)
+                aux_loss = tartan.mlm_loss(name, self._draw(name))
+                grads = torch.autograd.grad(aux_loss, body + aux_head, allow_unused=True)
+                losses.append(aux_loss.detach())
+                body_grads.append(list(grads[:n_body]))
+                head_grads.append((aux_head, list(grads[n_body:])))
+            # g_meta: end-task validation gradient of the body, through phi* (eq. 7) or phi' (eq. 6)
+            meta_batch = self._draw("_meta")
+            if args.meta_head == "separate":
+                if args.meta_head_fresh_batch:
+                    head_batch = self._draw("_meta_head")
+                    with torch.no_grad():
+                        features = tartan.body_outputs(head_batch)
+                    head_labels = head_batch["labels"]
+                else:
+                    features, head_labels = captured[-1], inputs["labels"]
+                draw = self.task_weights_state.stream_draws["_meta"]
+                generator = torch.Generator().manual_seed(args.seed * 31 + draw * 1_009 + args.process_index)
+                tartan.fit_meta_head(features, head_labels, steps=args.meta_head_steps, lr=args.meta_head_lr,
+                                     weight_decay=args.meta_head_weight_decay, generator=generator)
+                meta_loss = tartan.meta_loss(meta_batch)
+            else:
+                meta_loss = tartan(**meta_batch).loss
+            meta_grads = list(torch.autograd.grad(meta_loss, body, allow_unused=True))
+        # identical task weights on every rank: average every gradient over processes first
+        if args.world_size > 1 and dist.is_available() and dist.is_initialized():
+            for grad_list in [meta_grads, *body_grads, *(g for _, g in head_grads)]:
+                _all_reduce_mean(grad_list, args.world_size)
+        state = self.task_weights_state
+        weights = torch.tensor(state.weights, device=end_loss.device)
+        cosines = gradient_cosines(meta_grads, body_grads)               # cos(g_meta, g_k), k = end task, aux...
+        weights = update_task_weights(weights, cosines, args.task_weight_lr)  # w_k <- w_k + eta cos
+        alphas = task_mixture(weights)                                   # alpha = softmax(w)
+        combined = combine_gradients(alphas, body_grads)                 # sum_k alpha_k g_k
+        _accumulate_grads(body, combined, scale)
+        for params, grads in head_grads:                                 # each head: its own gradient
+            _accumulate_grads(params, grads, scale)
+        losses = torch.stack(losses)
+        total = (alphas * losses).sum()
+        # the step's only host sync: weights, alphas, losses (finite check)
+        synced = torch.cat([weights, alphas, losses]).tolist()
+        n = len(self.task_names)
+        new_weights, new_alphas, loss_values = synced[:n], synced[n:2 * n], synced[2 * n:]
+        for name, value in zip(self.task_names, loss_values):
+            if not math.isfinite(value):
+                raise ValueError(f"task '{name}': the training loss is not finite ({value}) at step "
+                                 f"{self.state.global_step}")
+        state.weights = new_weights
+        state.record(self.state.global_step + 1, new_alphas)
+        for name, loss_k, cos_k in zip(self.task_names, losses, cosines):
+            self._accumulate_metric(f"loss_{name}", loss_k)
+            self._accumulate_metric(f"cos_{name}", cos_k)
+        self._accumulate_metric("loss_meta", meta_loss)
+        self._metric_count += 1
+        return total.detach() * scale
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Logging, saving, resuming
+    # ------------------------------------------------------------------------------------------------------------
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs and self._metric_count > 0:  # a training log: add per-task losses, cosines, alphas
+            names = sorted(self._metric_sums)
+            means = torch.stack([self._metric_sums[k] for k in names]) / self._metric_count
+            means = self.accelerator.reduce(means, reduction="mean")
+            logs.update({k: round(v, 6) for k, v in zip(names, means.tolist())})
+            history = self.task_weights_state.history
+            if history:
+                logs.update({f"alpha_{name}": round(a, 6) for name, a in zip(self.task_names, history[-1][1:])})
+            self._metric_sums, self._metric_count = {}, 0
+        super().log(logs, start_time)
+
+    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
+        """The end-task classifier as a vanilla checkpoint, the MLM heads beside it, the task-weight history as
+        task_weights.json and task_weights.png."""
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        if not self.args.should_save:
+            return
+        os.makedirs(output_dir, exist_ok=True)
+        self.accelerator.unwrap_model(self.model).save_pretrained(output_dir)
+        self.processing_class.save_pretrained(output_dir)
+        safe_args = copy.copy(self.args)
+        safe_args.hub_token = None  # never pickle a token into training_args.bin
+        torch.save(safe_args, os.path.join(output_dir, "training_args.bin"))
+        self.save_task_weights(output_dir)
+
+    def save_task_weights(self, output_dir: str) -> None:
+        state = self.task_weights_state
+        data = {"mode": self.args.mode, "meta_head": self.args.meta_head, "task_weight_lr": self.args.task_weight_lr,
+                "tasks": self.task_names, "weights": state.weights,
+                "steps": [row[0] for row in state.history], "alpha": [row[1:] for row in state.history]}
+        with open(os.path.join(output_dir, TASK_WEIGHTS_JSON), "w") as f:
+            json.dump(data, f)
+        if state.history:
+            title = f"{'META' if self.args.mode == 'meta' else 'MT'}-TARTAN task weights"
+            plot_task_weights(state.history, self.task_names, os.path.join(output_dir, TASK_WEIGHTS_PNG), title)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
+        """Resume: the classifier and MLM heads from the checkpoint folder, the task weights, their history and
+        the stream positions from its trainer_state.json."""
+        tartan = self.accelerator.unwrap_model(model if model is not None else self.model)
+        tartan.load_checkpoint(resume_from_checkpoint)
+        state_file = os.path.join(resume_from_checkpoint, TRAINER_STATE_NAME)
+        if not os.path.isfile(state_file):
+            raise ValueError(f"{resume_from_checkpoint!r}: {TRAINER_STATE_NAME} is missing: cannot restore the "
+                             "task weights")
+        with open(state_file) as f:
+            stored = json.load(f).get("stateful_callbacks", {}).get(TaskWeightsCallback.__name__)
+        if stored is None:
+            raise ValueError(f"{resume_from_checkpoint!r}: no TARTAN task-weight state in {TRAINER_STATE_NAME}")
+        if stored["args"]["task_names"] != self.task_names:
+            raise ValueError(f"{resume_from_checkpoint!r}: the checkpoint's tasks {stored['args']['task_names']} "
+                             f"differ from this run's {self.task_names}")
+        callback = self.task_weights_state
+        for key, value in stored["attributes"].items():
+            setattr(callback, key, value)
+        self._streams = None  # rebuilt at the restored positions
+
+    def _load_best_model(self) -> None:
+        self.accelerator.unwrap_model(self.model).load_checkpoint(self.state.best_model_checkpoint)
+
+
+def _all_reduce_mean(grads: list[torch.Tensor | None], world_size: int) -> None:
+    """Average a gradient list over processes in place (one collective per list; None entries stay None on every
+    rank, since every rank runs the same tasks on the same parameters)."""
+    present = [g for g in grads if g is not None]
+    if not present:
+        return
+    flat = torch._utils._flatten_dense_tensors(present)  # a communication buffer, not for the cosines
+    dist.all_reduce(flat)
+    flat.div_(world_size)
+    for g, synced in zip(present, torch._utils._unflatten_dense_tensors(flat, present)):
+        g.copy_(synced)
+
+
+def _accumulate_grads(params: list[nn.Parameter], grads: list[torch.Tensor | None], scale: float) -> None:
+    for p, g in zip(params, grads):
+        if g is None:
+            continue
+        g = g.to(p.dtype) * scale
+        p.grad = g if p.grad is None else p.grad.add_(g)
