@@ -2,7 +2,11 @@
 
 Meng et al., 2022, "Pretraining Text Encoders with Adversarial Mixture of Training Signal Generators"
 (arXiv:2204.03243). The model is an `hf_aux.modeling.amos.AmosModel`; the data are MLM blocks masked by
-`hf_aux.data.MLMCollator(tokenizer, return_original=True)` (15% masking).
+either unmasked blocks (e.g. from `hf_aux.data.group_texts_for_mlm`), which the trainer pads and masks inside the
+step with torch's RNG (so a resumed run draws the same masks as a straight one: Trainer restores the RNG *after*
+collating the first batch of a resumed epoch), or batches already masked by
+`hf_aux.data.MLMCollator(tokenizer, return_original=True)` (used as they are; resume is then exact only at epoch
+boundaries).
 
 Logged every `logging_steps` (and with an `eval_` prefix on evaluation): `mlm_loss/layer_<d>` per MLM head,
 `rtd_loss`, `rtd_accuracy_replaced`, `rtd_accuracy_original`, `replaced_fraction` (share of masked positions whose
@@ -15,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from transformers import Trainer, TrainingArguments
+from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
 
-from ..data import MLMCollator
+from ..data import mask_tokens_for_mlm, special_tokens_mask_for
 from ..losses.amos import layer_switch_index
 from ..modeling.amos import AmosModel
 
@@ -43,6 +47,8 @@ class AmosConfig(TrainingArguments):
     adv_mlm_multiplier: float = field(default=0.0, metadata={
         "help": "Table 2 '+ adv. MLM': when > 0, the reversed discriminator gradient also reaches the MLM "
                 "embeddings h, multiplied by this (paper: 0.1). 0 keeps the paper's AMOS."})
+    mlm_probability: float = field(default=0.15, metadata={
+        "help": "Share of tokens masked for the generator when batches arrive unmasked (§3.1: 15%)."})
     learning_rate: float = field(default=5e-4, metadata={"help": "Peak learning rate (Table 5: 5e-4)."})
     adam_beta2: float = field(default=0.98, metadata={"help": "Adam beta2 (Table 5: 0.98)."})
     adam_epsilon: float = field(default=1e-6, metadata={"help": "Adam epsilon (Table 5: 1e-6)."})
@@ -56,6 +62,8 @@ class AmosConfig(TrainingArguments):
             raise ValueError(f"AmosConfig: field 'gumbel_temperature': {self.gumbel_temperature} must be > 0")
         if self.mixture not in MIXTURE_CHOICES:
             raise ValueError(f"AmosConfig: field 'mixture': {self.mixture!r} is not one of {MIXTURE_CHOICES}")
+        if not 0.0 < self.mlm_probability < 1.0:
+            raise ValueError(f"AmosConfig: field 'mlm_probability': {self.mlm_probability} is not in (0, 1)")
         if self.adv_mlm_multiplier < 0:
             raise ValueError(f"AmosConfig: field 'adv_mlm_multiplier': {self.adv_mlm_multiplier} must be >= 0")
 
@@ -63,8 +71,8 @@ class AmosConfig(TrainingArguments):
 class AmosTrainer(Trainer):
     """Trains an `AmosModel` (generator, mixture vector and discriminator together) with eq. 4.
 
-    `model` must be an AmosModel; `processing_class` the tokenizer (checked against the vocabulary). Without a
-    `data_collator`, `MLMCollator(processing_class, return_original=True)` is used.
+    `model` must be an AmosModel; `processing_class` the tokenizer (checked against the vocabulary; it masks
+    unmasked batches). Without a `data_collator`, batches are only padded and get masked in `compute_loss`.
     """
 
     def __init__(self, model: AmosModel, args: AmosConfig, data_collator=None, processing_class=None, **kwargs):
@@ -76,11 +84,13 @@ class AmosTrainer(Trainer):
         if processing_class is not None and len(processing_class) > vocab_size:
             raise ValueError(f"AmosTrainer: field 'processing_class': the tokenizer has {len(processing_class)} "
                              f"tokens but the model's vocabulary has {vocab_size}")
+        if processing_class is not None and processing_class.mask_token_id is None:
+            raise ValueError("AmosTrainer: field 'processing_class': the tokenizer has no mask token")
         if data_collator is None:
             if processing_class is None:
-                raise ValueError("AmosTrainer: field 'processing_class': give the tokenizer or a data_collator "
-                                 "that returns original_input_ids")
-            data_collator = MLMCollator(processing_class, return_original=True)
+                raise ValueError("AmosTrainer: field 'processing_class': give the tokenizer, or a data_collator "
+                                 "such as MLMCollator(tokenizer, return_original=True)")
+            data_collator = DataCollatorWithPadding(processing_class)
         super().__init__(model=model, args=args, data_collator=data_collator, processing_class=processing_class,
                          **kwargs)
         self._metric_sums = {"train": None, "eval": None}  # running [sum..., count...] per mode, on device
@@ -97,7 +107,20 @@ class AmosTrainer(Trainer):
         return {"mixture": mixture, "head_index": head_index, "gumbel_temperature": self.args.gumbel_temperature,
                 "adv_mlm_multiplier": self.args.adv_mlm_multiplier, "rtd_weight": self.args.rtd_weight}
 
+    def _mask(self, inputs: dict) -> dict:
+        """BERT masking of unmasked blocks (labels -100 where nothing is predicted), on the batch's device."""
+        if self.processing_class is None:
+            raise ValueError("AmosTrainer: the batch has no 'labels' and no tokenizer was given to mask it")
+        original = inputs["input_ids"]
+        masked, labels = mask_tokens_for_mlm(
+            original, mask_token_id=self.processing_class.mask_token_id, vocab_size=len(self.processing_class),
+            special_tokens_mask=special_tokens_mask_for(original, self.processing_class),
+            mlm_probability=self.args.mlm_probability)
+        return {**inputs, "input_ids": masked, "labels": labels, "original_input_ids": original}
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if "labels" not in inputs:
+            inputs = self._mask(inputs)  # 15% of tokens, BERT-style (§3.1)
         # one forward: generator (eq. 2) -> mixture (eq. 3) -> Gumbel sample -> discriminator (eq. 1)
         outputs = model(**inputs, **self._forward_kwargs())
         # eq. 4: sum of the heads' MLM losses + lambda * RTD loss; the reversal in front of gamma turns the
@@ -106,7 +129,10 @@ class AmosTrainer(Trainer):
         if not torch.isfinite(loss):
             raise ValueError(f"AmosTrainer: non-finite loss at step {self.state.global_step} (MLM losses "
                              f"{outputs.mlm_losses.tolist()}, RTD loss {outputs.rtd_loss.item()})")
-        self._accumulate_metrics(outputs, inputs["attention_mask"], "train" if model.training else "eval")
+        attention_mask = inputs.get("attention_mask")
+        if attention_mask is None:
+            attention_mask = torch.ones_like(inputs["input_ids"])
+        self._accumulate_metrics(outputs, attention_mask, "train" if model.training else "eval")
         return (loss, outputs) if return_outputs else loss
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
