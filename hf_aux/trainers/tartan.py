@@ -352,7 +352,7 @@ class TartanTrainer(Trainer):
         inputs = self._prepare_inputs(inputs)
         body = tartan.body_parameters()
         n_body = len(body)
-        scale = 1.0 / self.current_gradient_accumulation_steps
+        scale = 1.0 / getattr(self, "current_gradient_accumulation_steps", args.gradient_accumulation_steps)
         losses, body_grads, head_grads = [], [], []
         with self.compute_loss_context_manager():
             # g*_theta, g*_phi': end-task gradients on B*_tr; the body's outputs are kept for fitting phi*

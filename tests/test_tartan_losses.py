@@ -1,0 +1,53 @@
+"""TARTAN's task-weight math against flatten-everything reference computations."""
+
+import pytest
+import torch
+
+from hf_aux.losses.tartan import (
+    combine_gradients,
+    gradient_cosines,
+    mt_tartan_loss,
+    task_mixture,
+    update_task_weights,
+)
+
+
+def reference_flat(grads, shapes):
+    return torch.cat([(g if g is not None else torch.zeros(s)).reshape(-1) for g, s in zip(grads, shapes)])
+
+
+def test_cosines_per_tensor_equal_flattened_cosines_with_missing_tensors():
+    torch.manual_seed(0)
+    shapes = [(3, 4), (5,), (2, 2, 2)]
+    reference = [torch.randn(s) for s in shapes]
+    tasks = [[torch.randn(s) for s in shapes], [torch.randn(shapes[0]), None, torch.randn(shapes[2])],
+             [-2.5 * g for g in reference]]
+    cosines = gradient_cosines(reference, tasks)
+    ref = reference_flat(reference, shapes)
+    for k, grads in enumerate(tasks):
+        g = reference_flat(grads, shapes)
+        assert cosines[k].item() == pytest.approx((ref @ g / (ref.norm() * g.norm())).item(), abs=1e-6)
+    assert cosines[2].item() == pytest.approx(-1.0, abs=1e-6)  # anti-parallel
+
+
+def test_weight_update_softmax_and_combination():
+    weights = torch.tensor([0.2, 0.3, 0.5])
+    cosines = torch.tensor([0.5, -1.0, 0.0])
+    updated = update_task_weights(weights, cosines, lr=0.1)
+    torch.testing.assert_close(updated, torch.tensor([0.25, 0.2, 0.5]))
+    alphas = task_mixture(updated)
+    assert alphas.sum().item() == pytest.approx(1.0, abs=1e-7)
+    e = torch.exp(torch.tensor([0.25, 0.2, 0.5]))
+    torch.testing.assert_close(alphas, e / e.sum())
+    grads = [[torch.ones(2), None], [2 * torch.ones(2), torch.ones(3)], [None, None]]
+    combined = combine_gradients(alphas, grads)
+    torch.testing.assert_close(combined[0], (alphas[0] + 2 * alphas[1]) * torch.ones(2))
+    torch.testing.assert_close(combined[1], alphas[1] * torch.ones(3))
+    assert grads[0][0].equal(torch.ones(2))  # inputs untouched
+
+
+def test_mt_loss_is_weighted_sum():
+    losses = torch.tensor([1.0, 2.0, 4.0])
+    assert mt_tartan_loss(losses, torch.tensor([0.5, 0.25, 0.25])).item() == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        mt_tartan_loss(losses, torch.tensor([1.0]))
