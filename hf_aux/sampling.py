@@ -59,12 +59,11 @@ class MultiTaskDataset(torch.utils.data.Dataset):
     def __getitems__(self, indices: list[int]):  # one task per batch: one Arrow read instead of B
         task = int(np.searchsorted(self.offsets, indices[0], side="right") - 1)
         local = [int(i - self.offsets[task]) for i in indices]
-        if local and (min(local) < 0 or max(local) >= self.sizes[task]):
-            return [self[i] for i in indices]
-        rows = self.datasets[task][local]
-        if isinstance(rows, dict):  # a datasets.Dataset returns columns
-            return [dict(zip(rows, values)) for values in zip(*rows.values())]
-        return list(rows)
+        data = self.datasets[task]
+        if not hasattr(data, "column_names") or min(local) < 0 or max(local) >= self.sizes[task]:
+            return [self[i] for i in indices]  # not a datasets.Dataset, or rows of several tasks
+        columns = data[local]  # a datasets.Dataset returns {column: values}
+        return [dict(zip(columns, values)) for values in zip(*columns.values())]
 
 
 def batch_counts(sizes: list[int], batch_size: int, temperature: float = 1.0) -> list[int]:

@@ -20,6 +20,7 @@ loss, summed across processes. `evaluate()` scores every task with its own metri
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -255,6 +256,44 @@ class MuppetTrainer(Trainer):
         if os.path.isfile(state_file):
             with open(state_file) as f:
                 self._resumed_sampler_state = json.load(f)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Model card (Trainer.push_to_hub calls this too, so a push carries the MUPPET card, not the generic one)
+    # ------------------------------------------------------------------------------------------------------------
+    def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,  # noqa: A002
+                          tasks=None, dataset_tags=None, dataset=None, dataset_args=None, **kwargs):
+        """Write README.md in `output_dir` from hf_aux's MUPPET template: per-task metrics of the last
+        `evaluate()`, train sizes, hyper-parameters, a loss curve."""
+        if not self.is_world_process_zero():
+            return
+        from ..model_card import TaskSummary, hyperparameters_from_args, plot_loss_curves, render_model_card
+
+        body = self.accelerator.unwrap_model(self.model)
+        train_sizes = dict(zip(self.train_dataset.task_names, self.train_dataset.sizes)) if self.train_dataset else {}
+        last_eval = next((h for h in reversed(self.state.log_history) if "eval_average_primary" in h), {})
+        summaries = []
+        for spec in body.config.tasks:
+            prefix = f"eval_{spec['name']}_"
+            scores = {k[len(prefix):]: v for k, v in last_eval.items() if k.startswith(prefix)
+                      and isinstance(v, (int, float)) and math.isfinite(v)}
+            eval_data = (self.eval_dataset or {}).get(spec["name"])
+            summaries.append(TaskSummary(name=spec["name"], kind=spec["kind"], train_size=train_sizes.get(spec["name"]),
+                                         eval_size=None if eval_data is None else len(eval_data), metrics=scores))
+        figures = {}
+        try:
+            plot_loss_curves(self.state.log_history, os.path.join(self.args.output_dir, "loss_curve.png"))
+            figures["loss_curve.png"] = "Training loss (overall and per task) and evaluation loss"
+        except ValueError:  # nothing loss-like logged yet
+            pass
+        base = finetuned_from or getattr(body.config.encoder, "_name_or_path", None) or None
+        card = render_model_card(
+            "muppet", model_name=model_name or os.path.basename(os.path.abspath(self.args.output_dir)),
+            base_model=base if base and not os.path.isabs(str(base)) else None,
+            datasets=list(dataset_tags or []) if not isinstance(dataset_tags, str) else [dataset_tags],
+            tasks=summaries, hyperparameters=hyperparameters_from_args(self.args), figures=figures,
+            hf_aux_class="hf_aux.modeling.multitask.MultiTaskModel", license=license,
+            language=language or "en", tags=list(tags or []) if not isinstance(tags, str) else [tags])
+        card.save(os.path.join(self.args.output_dir, "README.md"))
 
     # ------------------------------------------------------------------------------------------------------------
     # Evaluation: every task with its own metrics, and their average
