@@ -544,6 +544,8 @@ class MetaLMTrainer(Trainer):
         if self.teacher_optimizer is not None:
             state["teacher_optimizer"] = self.teacher_optimizer.state_dict()
             state["teacher_scheduler"] = self.teacher_scheduler.state_dict()
+            # teacher gradients accumulated so far (teacher_gradient_accumulation_steps > 1)
+            state["teacher_grads"] = {n: p.grad for n, p in self.teacher.named_parameters() if p.grad is not None}
         torch.save(state, os.path.join(output_dir, META_STATE_NAME))
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
@@ -569,3 +571,6 @@ class MetaLMTrainer(Trainer):
         if self.teacher_optimizer is not None and "teacher_optimizer" in state:
             self.teacher_optimizer.load_state_dict(state["teacher_optimizer"])
             self.teacher_scheduler.load_state_dict(state["teacher_scheduler"])
+            for name, param in self.teacher.named_parameters():
+                grad = state["teacher_grads"].get(name)
+                param.grad = None if grad is None else grad.to(param.device)

@@ -1,0 +1,210 @@
+#!/usr/bin/env python
+"""Pretrain a masked-LM student with a meta-learned objective (teacher-student, Shen: *Meta-learning a Language
+Modeling Objective*), or with the plain MLM baseline, shaped like transformers' run_mlm.py.
+
+Unlabelled side: text files (`--train_file`, txt/csv/json) or a dataset (`--dataset_name`); labelled side: a
+mixture file of classification tasks (`--mixture`, see hf_aux.tasks.load_mixture). With no data arguments it runs
+the embedded default: the paper's Two Moons setting (§4.2), reduced (2,000 unlabelled sequences, the 160-point
+finetune set, 300 steps: a few minutes on 2 CPU cores).
+
+    # the embedded default (soft labels on Two Moons)
+    python run_scripts/run_meta_lm.py --output_dir /tmp/meta-lm-moons
+    # hard labels / the MLM baseline on the same data
+    python run_scripts/run_meta_lm.py --output_dir /tmp/meta-lm-moons-hard --objective hard
+    python run_scripts/run_meta_lm.py --output_dir /tmp/meta-lm-moons-mlm --objective mlm
+    # your own text and tasks, a student from scratch with a local tokenizer
+    python run_scripts/run_meta_lm.py --train_file wiki.txt --mixture tasks.yaml --tokenizer_name ./tok \
+        --model_type bert --config_overrides "hidden_size=256,num_hidden_layers=6,num_attention_heads=4" \
+        --objective soft --lambda_meta 10 --learning_rate 8e-4 --warmup_steps 10000 --max_steps 100000 \
+        --do_train --output_dir runs/meta-lm
+    # one JSON/YAML file with all arguments
+    python run_scripts/run_meta_lm.py args.yaml
+
+The student is saved as a plain masked-LM checkpoint (fine-tune it with run_scripts/run_finetune.py), the
+teacher in `<output_dir>/teacher/`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+
+import datasets
+import transformers
+from transformers import (
+    AutoConfig,
+    AutoModelForMaskedLM,
+    AutoTokenizer,
+    HfArgumentParser,
+    set_seed,
+)
+from transformers.trainer_utils import get_last_checkpoint
+
+from hf_aux.data import group_texts_for_mlm
+from hf_aux.modeling.teacher import MetaLMTeacher, add_meta_lm_tokens
+from hf_aux.trainers.meta_lm import MetaLMConfig, MetaLMTrainer
+
+logger = logging.getLogger(__name__)
+
+# the embedded default: Two Moons, reduced (user flags given after these override them)
+TWO_MOONS_DEFAULTS = ["--two_moons", "--do_train", "--do_eval", "--max_steps", "300", "--learning_rate", "2.5e-3",
+                      "--warmup_steps", "30", "--per_device_train_batch_size", "4", "--logging_steps", "50",
+                      "--save_strategy", "no", "--report_to", "none", "--seed", "0"]
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str | None = field(default=None, metadata={"help": "Student checkpoint; None = from scratch."})
+    model_type: str = field(default="bert", metadata={"help": "Student architecture when training from scratch."})
+    config_overrides: str | None = field(default=None, metadata={
+        "help": "From scratch: 'key=value,...' overrides of the default config (as run_mlm.py)."})
+    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer (default: model_name_or_path)."})
+    teacher_name_or_path: str | None = field(default=None, metadata={
+        "help": "A saved MetaLMTeacher; default: a fresh teacher the student's size (§4.1)."})
+    attn_implementation: str = field(default="eager", metadata={
+        "help": "Student attention; soft labels need 'eager' (double backward)."})
+
+
+@dataclass
+class DataTrainingArguments:
+    two_moons: bool = field(default=False, metadata={"help": "Use the paper's Two Moons data (§4.2)."})
+    two_moons_num_unlabelled: int = field(default=2000, metadata={"help": "Two Moons unlabelled sequences."})
+    two_moons_finetune_size: int = field(default=160, metadata={"help": "Two Moons labelled points (10..160)."})
+    train_file: list[str] | None = field(default=None, metadata={"help": "Unlabelled text files (txt/csv/json)."})
+    dataset_name: str | None = field(default=None, metadata={"help": "Unlabelled dataset (Hub id or local path)."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration."})
+    text_column_name: str = field(default="text", metadata={"help": "Column holding unlabelled text."})
+    mixture: str | None = field(default=None, metadata={"help": "Mixture file of classification TaskSpecs."})
+    block_size: int = field(default=128, metadata={"help": "Tokens per unlabelled block (and labelled input)."})
+    validation_split_percentage: int = field(default=5, metadata={"help": "Unlabelled text held out for eval."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Truncate the unlabelled blocks."})
+
+
+def make_parser() -> HfArgumentParser:
+    return HfArgumentParser((ModelArguments, DataTrainingArguments, MetaLMConfig))
+
+
+def parse(argv: list[str]):
+    parser = make_parser()
+    if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
+        loader = parser.parse_json_file if argv[0].endswith(".json") else parser.parse_yaml_file
+        return loader(os.path.abspath(argv[0]))
+    data_flags = ("--two_moons", "--train_file", "--dataset_name", "--mixture")
+    if not any(a.split("=")[0] in data_flags for a in argv):
+        argv = TWO_MOONS_DEFAULTS + argv
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+def load_labelled_tasks(path: str, tokenizer, block_size: int) -> dict:
+    from hf_aux.tasks import load_mixture, load_task_splits
+
+    tasks = {}
+    for task in load_mixture(path):
+        if task.kind != "classification":
+            raise ValueError(f"task '{task.name}': field 'kind': the meta-LM objective takes classification tasks "
+                             f"(label token as output), got {task.kind!r}")
+        train = load_task_splits(task)["train"]
+
+        def encode(batch, task=task):
+            texts = [batch[c] for c in task.text_columns]
+            encoded = tokenizer(*texts, truncation=True, max_length=block_size)
+            return {"input_ids": encoded["input_ids"], "label": batch[task.label_column]}
+
+        tasks[task.name] = train.map(encode, batched=True, remove_columns=train.column_names)
+    return tasks
+
+
+def build_data(data_args, model_args, training_args):
+    """-> tokenizer, unlabelled train/eval blocks, labelled tasks, student config."""
+    if data_args.two_moons:
+        from hf_aux.two_moons import TASK_NAME, two_moons_data, two_moons_model_config, two_moons_tokenizer
+
+        tokenizer = two_moons_tokenizer()
+        moons = two_moons_data(num_unlabelled=data_args.two_moons_num_unlabelled,
+                               finetune_size=data_args.two_moons_finetune_size, seed=training_args.seed)
+        blocks = moons["unlabelled"].map(lambda b: tokenizer(b["text"]), batched=True, remove_columns=["text"])
+        blocks = blocks.remove_columns([c for c in blocks.column_names if c not in ("input_ids", "attention_mask")])
+        split = blocks.train_test_split(test_size=data_args.validation_split_percentage / 100, seed=0)
+        labelled = moons["train"].map(lambda b: {"input_ids": tokenizer(b["text"])["input_ids"]}, batched=True,
+                                      remove_columns=["text"])
+        return tokenizer, split["train"], split["test"], {TASK_NAME: labelled}, two_moons_model_config(tokenizer)
+
+    tokenizer_name = model_args.tokenizer_name or model_args.model_name_or_path
+    if tokenizer_name is None:
+        raise ValueError("run_meta_lm: field 'tokenizer_name': give a tokenizer (or a model) for your own data")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
+    if data_args.train_file:
+        extension = data_args.train_file[0].rsplit(".", 1)[-1]
+        raw = datasets.load_dataset("text" if extension == "txt" else extension, data_files=data_args.train_file,
+                                    split="train")
+    elif data_args.dataset_name:
+        raw = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name, split="train")
+    else:
+        raise ValueError("run_meta_lm: field 'train_file': give unlabelled text (--train_file or --dataset_name)")
+    with training_args.main_process_first(desc="grouping texts"):
+        blocks = group_texts_for_mlm(raw, tokenizer, data_args.text_column_name, data_args.block_size)
+    split = blocks.train_test_split(test_size=data_args.validation_split_percentage / 100, seed=0)
+    labelled = load_labelled_tasks(data_args.mixture, tokenizer, data_args.block_size) if data_args.mixture else {}
+    num_labels = max([max(t["label"]) + 1 for t in labelled.values()], default=0)
+    add_meta_lm_tokens(tokenizer, list(labelled), num_labels)
+    if model_args.model_name_or_path:
+        config = AutoConfig.from_pretrained(model_args.model_name_or_path)
+    else:
+        config = AutoConfig.for_model(model_args.model_type, vocab_size=len(tokenizer),
+                                      pad_token_id=tokenizer.pad_token_id)
+        if model_args.config_overrides:
+            config.update_from_string(model_args.config_overrides)
+    return tokenizer, split["train"], split["test"], labelled, config
+
+
+def main(model_args, data_args, training_args):
+    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", handlers=[logging.StreamHandler()])
+    transformers.utils.logging.set_verbosity(training_args.get_process_log_level())
+    last_checkpoint = None
+    if os.path.isdir(training_args.output_dir) and training_args.do_train:
+        last_checkpoint = get_last_checkpoint(training_args.output_dir)
+    set_seed(training_args.seed)
+
+    tokenizer, train_blocks, eval_blocks, labelled, config = build_data(data_args, model_args, training_args)
+    if data_args.max_train_samples is not None:
+        train_blocks = train_blocks.select(range(min(data_args.max_train_samples, len(train_blocks))))
+    if model_args.model_name_or_path:
+        student = AutoModelForMaskedLM.from_pretrained(model_args.model_name_or_path,
+                                                       attn_implementation=model_args.attn_implementation)
+    else:
+        student = AutoModelForMaskedLM.from_config(config, attn_implementation=model_args.attn_implementation)
+    if student.get_input_embeddings().num_embeddings < len(tokenizer):
+        student.resize_token_embeddings(len(tokenizer))
+    teacher = None
+    if training_args.objective != "mlm":
+        teacher = (MetaLMTeacher.from_pretrained(model_args.teacher_name_or_path) if model_args.teacher_name_or_path
+                   else MetaLMTeacher.from_student_config(student.config))
+
+    trainer = MetaLMTrainer(model=student, teacher=teacher, args=training_args, labelled_tasks=labelled,
+                            train_dataset=train_blocks if training_args.do_train else None,
+                            eval_dataset=eval_blocks if training_args.do_eval else None, processing_class=tokenizer)
+    if training_args.do_train:
+        checkpoint = training_args.resume_from_checkpoint or last_checkpoint
+        result = trainer.train(resume_from_checkpoint=checkpoint)
+        trainer.save_model()
+        metrics = result.metrics
+        metrics["train_samples"] = len(train_blocks)
+        trainer.log_metrics("train", metrics)
+        trainer.save_metrics("train", metrics)
+        trainer.save_state()
+    if training_args.do_eval:
+        metrics = trainer.evaluate()
+        metrics["eval_samples"] = len(eval_blocks)
+        metrics["perplexity"] = math.exp(min(metrics["eval_loss"], 50))
+        trainer.log_metrics("eval", metrics)
+        trainer.save_metrics("eval", metrics)
+    if training_args.push_to_hub:
+        trainer.push_to_hub(finetuned_from=model_args.model_name_or_path, tags=["hf_aux", "meta-lm"])
+    return trainer
+
+
+if __name__ == "__main__":
+    main(*parse(sys.argv[1:]))
