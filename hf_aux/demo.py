@@ -28,6 +28,10 @@ chitchat_next_turn           5972 / 747 / 745      4 choices    chance 0.25 (0.2
 newsgroups                   160 / 20 / 20         2            0.650 (sci.space; 20 test posts: noisy)
 ===========================  ====================  ===========  ==========================================
 
+For reference, TF-IDF (1-2 grams) + logistic regression on the full train split reaches test accuracy 0.901 on
+imdb, 0.769 rotten_tomatoes, 0.836 news_outlet, 0.778 chatterbot_category, 0.95 newsgroups, and only 0.456 on
+parliament_party (majority 0.444: party from a short speech is hard).
+
 Whole-task class counts: imdb 12,431 negative / 12,471 positive; rotten_tomatoes 4,265 / 4,265; parliament_party
 Con 435, Lab 392, LibDem 57, SNP 22; chatterbot_category trivia 260, emotion 205, ai 105, conversations 105,
 coding 98, psychology 64, literature 45, computers 35, humor 31, money 30, science 28, sports 26, greetings 24,
