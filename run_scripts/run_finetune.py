@@ -181,9 +181,8 @@ class DataTrainingArguments:
                 raise ValueError(f"DataTrainingArguments: field '{name}': must be positive, got {value}")
         if self.max_seq_length < 8:
             raise ValueError(f"DataTrainingArguments: field 'max_seq_length': {self.max_seq_length} is too short")
-        if not 0 <= self.doc_stride < self.max_seq_length:
-            raise ValueError(f"DataTrainingArguments: field 'doc_stride': {self.doc_stride} not in "
-                             f"[0, max_seq_length={self.max_seq_length})")
+        if self.doc_stride < 0:
+            raise ValueError(f"DataTrainingArguments: field 'doc_stride': must be >= 0, got {self.doc_stride}")
         if self.n_best_size < 1 or self.max_answer_length < 1:
             raise ValueError("DataTrainingArguments: field 'n_best_size': n_best_size and max_answer_length must "
                              "be positive")
@@ -226,6 +225,9 @@ def build_task(data_args: DataTrainingArguments) -> TaskSpec:
         task = _task_from_file(data_args.task_file, data_args.task_name)
     else:
         task = _task_from_files(data_args)
+    if task.kind == "extractive_qa" and data_args.doc_stride >= data_args.max_seq_length:
+        raise ValueError(f"DataTrainingArguments: field 'doc_stride': {data_args.doc_stride} must be below "
+                         f"max_seq_length={data_args.max_seq_length} (windows overlap by doc_stride tokens)")
     if task.kind not in SUPPORTED_KINDS:
         raise ValueError(f"task '{task.name}': field 'kind': run_finetune.py supports {list(SUPPORTED_KINDS)}; "
                          f"{task.kind} needs generation for ROUGE, which MultiTaskModel does not provide")
@@ -388,17 +390,28 @@ def build_compute_metrics(task: TaskSpec, data_args: DataTrainingArguments, raw=
     return compute_metrics
 
 
-def baseline_metrics(task: TaskSpec, train_features, eval_raw, eval_features) -> dict[str, float]:
-    """A trivial predictor's score on an evaluation split (the number a fine-tuned model must beat)."""
-    if task.kind in ("classification", "multiple_choice"):
-        train_labels = train_features["labels"] if train_features is not None else None
-        return {"majority_baseline": majority_baseline(eval_features["labels"], train_labels=train_labels)}
+def label_indices(task: TaskSpec, split) -> list:
+    """A split's labels as the model sees them: class indices (string labels -> their index), choice indices or
+    values."""
+    labels = split[task.label_column]
+    if task.kind == "classification" and task.label_names:
+        index = {name: i for i, name in enumerate(task.label_names)}
+        return [index[x] if isinstance(x, str) else int(x) for x in labels]
+    return list(labels)
+
+
+def baseline_metrics(task: TaskSpec, train_raw, eval_raw) -> dict[str, float]:
+    """A trivial predictor's score on an evaluation split (the number a fine-tuned model must beat), fitted on the
+    train split when there is one."""
+    if task.kind == "extractive_qa":
+        answers = eval_raw[task.answers_column]
+        return {"null_answer_baseline": qa_metrics([""] * len(answers), answers)[PRIMARY_METRIC["extractive_qa"]]}
+    labels = label_indices(task, eval_raw)
+    train_labels = label_indices(task, train_raw) if train_raw is not None else None
     if task.kind == "regression":
-        labels = np.asarray(eval_features["labels"], dtype=np.float64)
-        mean = np.mean(train_features["labels"]) if train_features is not None else labels.mean()
-        return {"mean_baseline_mse": float(np.mean((labels - mean) ** 2))}
-    answers = eval_raw[task.answers_column]
-    return {"null_answer_baseline": qa_metrics([""] * len(answers), answers)[PRIMARY_METRIC["extractive_qa"]]}
+        mean = np.mean(train_labels if train_labels is not None else labels)
+        return {"mean_baseline_mse": float(np.mean((np.asarray(labels, dtype=np.float64) - mean) ** 2))}
+    return {"majority_baseline": majority_baseline(labels, train_labels=train_labels)}
 
 
 def prediction_rows(task: TaskSpec, prediction, raw, features, data_args) -> list[dict]:
@@ -472,6 +485,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     features = {}
     with training_args.main_process_first(desc="tokenizing"):
         for split in raw:
+            if (split == "train" and not training_args.do_train) or (split == "test" and not training_args.do_predict):
+                continue
             # evaluation splits of extractive QA keep their offsets to map span logits back to text
             keep_offsets = task.kind == "extractive_qa" and split != "train"
             features[split] = tokenize_task(task, raw[split], tokenizer, keep_qa_offsets=keep_offsets, **tokenize)
@@ -491,7 +506,6 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     )
 
     results = {}
-    train_features = features.get("train")
     if training_args.do_train:
         if checkpoint is not None:
             # Trainer restores the body (model.safetensors); the head lives in multitask_heads.safetensors
@@ -501,7 +515,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
             model.load_checkpoint_heads(trainer.state.best_model_checkpoint)  # Trainer reloaded the body only
         trainer.save_model()  # MUPPET-style: body + head + task metadata
         metrics = dict(train_result.metrics)
-        metrics["train_samples"] = len(train_features)
+        metrics["train_samples"] = len(features["train"])
         metrics["train_examples"] = len(raw["train"])
         metrics["train_fraction"] = data_args.train_fraction
         metrics["train_reused_head"] = float(reused_head)
@@ -518,7 +532,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         trainer.compute_metrics = build_compute_metrics(task, data_args, raw[split], features[split])
         prediction = trainer.predict(features[split], metric_key_prefix=prefix)
         metrics = dict(prediction.metrics)
-        baselines = baseline_metrics(task, train_features, raw[split], features[split])
+        baselines = baseline_metrics(task, raw.get("train"), raw[split])
         metrics.update({f"{prefix}_{k}": v for k, v in baselines.items()})
         metrics[f"{prefix}_samples"] = len(raw[split])
         trainer.log_metrics(prefix, metrics)

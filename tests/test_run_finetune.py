@@ -293,6 +293,9 @@ def test_task_file_with_relative_data_files(monkeypatch, tmp_path, tiny_dir, sen
     results = run_main(monkeypatch, ["--model_name_or_path", tiny_dir, "--task_file", str(folder / "task.yaml"),
                                      "--output_dir", str(tmp_path / "out"), "--do_eval", *COMMON])
     assert "eval_accuracy" in results and results["eval_samples"] == 16
+    # no training, yet the baseline is still the train split's majority scored on validation
+    labels = {s: [json.loads(line)["sentiment"] for line in open(sentiment_files[s])] for s in ("train", "validation")}
+    assert results["eval_majority_baseline"] == pytest.approx(majority_baseline(labels["validation"], labels["train"]))
     with pytest.raises(ValueError, match="does not exist"):
         run_main(monkeypatch, ["--model_name_or_path", tiny_dir, "--task_file", str(folder / "nope.yaml"),
                                "--output_dir", str(tmp_path / "out"), "--do_eval", *COMMON])
@@ -333,3 +336,32 @@ def test_bad_arguments(monkeypatch, tmp_path, tiny_dir, sentiment_files):
         run_main(monkeypatch, ["--model_name_or_path", tiny_dir, "--train_file", sentiment_files["train"],
                                "--task_kind", "classification", "--text_columns", "sentence", "--label_column",
                                "sentiment", "--output_dir", out, "--do_predict", *COMMON])
+
+
+def test_demo_task(monkeypatch, tmp_path, tiny_dir):
+    pytest.importorskip("gensim")  # the demo extra ships the newsgroups posts
+    results = run_main(monkeypatch, [
+        "--model_name_or_path", tiny_dir, "--demo_task", "newsgroups", "--task_name", "space_or_atheism",
+        "--max_train_samples", "16", "--max_eval_samples", "8", "--max_seq_length", "32", "--output_dir",
+        str(tmp_path / "out"), "--do_train", "--do_eval", "--max_steps", "1", *COMMON])
+    assert results["train_examples"] == 16 and results["eval_samples"] == 8
+    saved = MultiTaskModel.from_pretrained(str(tmp_path / "out"))
+    assert saved.task_names == ["space_or_atheism"]
+    assert saved.config.task("space_or_atheism")["label_names"] == ["alt.atheism", "sci.space"]
+
+
+def test_baselines_are_fitted_on_train():
+    task = TaskSpec(name="t", kind="classification", label_names=["neg", "pos"], data_files="unused.jsonl")
+    train = Dataset.from_dict({"text": ["a"] * 3, "label": ["pos", "pos", "neg"]})
+    evaluation = Dataset.from_dict({"text": ["a"] * 4, "label": ["neg", "neg", "neg", "pos"]})
+    # the train majority (pos) is right on 1 of 4 evaluation rows; the evaluation's own majority would score 3/4
+    assert run_finetune.baseline_metrics(task, train, evaluation) == {"majority_baseline": 0.25}
+    assert run_finetune.baseline_metrics(task, None, evaluation) == {"majority_baseline": 0.75}
+    regression = TaskSpec(name="r", kind="regression", data_files="unused.jsonl")
+    train = Dataset.from_dict({"text": ["a"] * 2, "label": [1.0, 3.0]})
+    evaluation = Dataset.from_dict({"text": ["a"] * 2, "label": [0.0, 2.0]})
+    assert run_finetune.baseline_metrics(regression, train, evaluation) == {"mean_baseline_mse": pytest.approx(2.0)}
+    qa = TaskSpec(name="q", kind="extractive_qa", data_files="unused.jsonl")
+    evaluation = Dataset.from_dict({"question": ["q"] * 3, "context": ["ab"] * 3, "answers": [
+        {"text": [], "answer_start": []}, {"text": ["b"], "answer_start": [1]}, {"text": [], "answer_start": []}]})
+    assert run_finetune.baseline_metrics(qa, None, evaluation) == {"null_answer_baseline": pytest.approx(2 / 3)}
