@@ -285,8 +285,12 @@ def check_task_data(task: TaskSpec, data, split: str = "train") -> None:
             field_name = _column_field(task, column)
             raise task_error(task.name, field_name, f"column {column!r} not in the {split} data; "
                              f"columns are {data.column_names}")
+    # one bulk read of the checked columns (datasets 5 reads `data[column]` lazily, row by row)
+    checked = [c for c in (task.label_column, task.choices_column, task.context_column, task.answers_column)
+               if c in task.required_columns()]
+    columns = data.select_columns(checked)[:] if checked else {}
     if task.kind == "classification":
-        labels = data[task.label_column]
+        labels = columns[task.label_column]
         names = task.label_names
         for index, label in enumerate(labels):
             if isinstance(label, str):
@@ -297,18 +301,18 @@ def check_task_data(task: TaskSpec, data, split: str = "train") -> None:
                 raise task_error(task.name, "label_column", f"{split} row {index}: label {label!r} out of range "
                                  f"[0, {task.num_labels})")
     elif task.kind == "regression":
-        for index, label in enumerate(data[task.label_column]):
+        for index, label in enumerate(columns[task.label_column]):
             if isinstance(label, bool) or not isinstance(label, (int, float)) or not math.isfinite(label):
                 raise task_error(task.name, "label_column", f"{split} row {index}: label {label!r} is not a finite number")
     elif task.kind == "multiple_choice":
-        for index, (choices, label) in enumerate(zip(data[task.choices_column], data[task.label_column])):
+        for index, (choices, label) in enumerate(zip(columns[task.choices_column], columns[task.label_column])):
             if not isinstance(choices, list) or len(choices) < 2:
                 raise task_error(task.name, "choices_column", f"{split} row {index}: needs a list of at least 2 choices")
             if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < len(choices):
                 raise task_error(task.name, "label_column", f"{split} row {index}: label {label!r} out of range "
                                  f"[0, {len(choices)})")
     elif task.kind == "extractive_qa":
-        for index, (context, answers) in enumerate(zip(data[task.context_column], data[task.answers_column])):
+        for index, (context, answers) in enumerate(zip(columns[task.context_column], columns[task.answers_column])):
             if not isinstance(answers, dict) or set(answers) < {"text", "answer_start"}:
                 raise task_error(task.name, "answers_column", f"{split} row {index}: expected "
                                  "{'text': [...], 'answer_start': [...]}")
