@@ -165,9 +165,10 @@ def compute_task_metrics(kind: str, predictions, labels) -> dict[str, float]:
     if kind == "multiple_choice":
         return multiple_choice_metrics(predictions, labels)
     if kind in ("extractive_qa", "seq2seq"):
-        raise ValueError(f"compute_task_metrics: field 'kind': {kind} metrics need the raw texts; use "
-                         + ("postprocess_qa_predictions and qa_metrics" if kind == "extractive_qa" else "rouge_metrics"))
-    raise ValueError(f"compute_task_metrics: field 'kind': unknown kind {kind!r}; expected one of {list(PRIMARY_METRIC)}")
+        use = "postprocess_qa_predictions and qa_metrics" if kind == "extractive_qa" else "rouge_metrics"
+        raise ValueError(f"compute_task_metrics: field 'kind': {kind} metrics need the raw texts; use {use}")
+    raise ValueError(f"compute_task_metrics: field 'kind': unknown kind {kind!r}; expected one of "
+                     f"{list(PRIMARY_METRIC)}")
 
 
 def majority_baseline(labels, train_labels=None) -> float:

@@ -347,7 +347,7 @@ def build_model(model_args: ModelArguments, task: TaskSpec) -> tuple[MultiTaskMo
     # a MUPPET-style checkpoint loads with all its saved heads; a plain one needs the task to start a head
     source = MultiTaskModel.from_pretrained(model_args.model_name_or_path,
                                             tasks=None if metadata is not None else [task], **hub)
-    saved_head = checkpoint_head_for(source, task) if metadata is not None else None
+    saved_head = checkpoint_head_for(source, task) if metadata is not None and model_args.reuse_head else None
     dropout = model_args.classifier_dropout
     config = MultiTaskConfig(
         encoder=source.body.config, tasks=[task.head_metadata()],

@@ -63,7 +63,8 @@ def sentiment_rows(n, seed):
     for _ in range(n):
         label = rng.choice(["neg", "pos"])
         word = "good" if label == "pos" else "bad"
-        rows.append({"sentence": " ".join(rng.choices(WORDS, k=4) + [word] + rng.choices(WORDS, k=3)), "sentiment": label})
+        sentence = " ".join(rng.choices(WORDS, k=4) + [word] + rng.choices(WORDS, k=3))
+        rows.append({"sentence": sentence, "sentiment": label})
     return rows
 
 
@@ -255,10 +256,12 @@ def test_reuse_head_starts_from_the_saved_head(monkeypatch, tmp_path, tiny_dir, 
     # a QA task finds no span head in this checkpoint: fresh head, not re-used
     _, reused = run_finetune.build_model(args, TaskSpec(name="qa", kind="extractive_qa", data_files="unused.jsonl"))
     assert not reused
-    # a same-named head with other labels is refused
+    # a same-named head with other labels is refused for re-use, ignored otherwise (the new head is fresh)
+    other = TaskSpec(name="other", kind="classification", num_labels=2, data_files="unused.jsonl")
     with pytest.raises(ValueError, match="num_labels"):
-        run_finetune.build_model(args, TaskSpec(name="other", kind="classification", num_labels=2,
-                                                data_files="unused.jsonl"))
+        run_finetune.build_model(args, other)
+    model, reused = run_finetune.build_model(run_finetune.ModelArguments(model_name_or_path=muppet), other)
+    assert not reused and model.classification_heads["other"].out_proj.out_features == 2
 
 
 def test_resume_restores_the_head(monkeypatch, tmp_path, tiny_dir, sentiment_files):
