@@ -46,8 +46,8 @@ DEMO_MIXTURE = ("imdb", "healthtweets_outlet", "news_outlet", "parliament_party"
 EMBEDDED_DEFAULTS = [
     "--do_train", "--do_eval", "--max_train_samples", "2000", "--max_eval_samples", "200",
     "--max_seq_length", "64", "--per_device_train_batch_size", "16", "--gradient_accumulation_steps", "4",
-    "--per_device_eval_batch_size", "64", "--learning_rate", "1e-4", "--warmup_steps", "0.1", "--max_steps", "60",
-    "--weight_decay", "0.01", "--logging_steps", "10", "--save_steps", "30", "--save_total_limit", "1",
+    "--per_device_eval_batch_size", "64", "--learning_rate", "1e-4", "--warmup_steps", "0.1", "--max_steps", "40",
+    "--weight_decay", "0.01", "--logging_steps", "10", "--save_steps", "20", "--save_total_limit", "1",
     "--report_to", "none", "--disable_tqdm", "false",
 ]
 

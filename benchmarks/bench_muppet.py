@@ -1,0 +1,157 @@
+#!/usr/bin/env python
+"""Step time of MuppetTrainer against a plain Trainer stepping the same multi-head model over the same sub-batches
+with the same gradient accumulation; with R3F; and with 50 tasks in the mixture against 5.
+
+Each configuration is a real Trainer: one `train()` of warm-up + measured optimizer updates, the time of every
+update taken by a callback (on_step_begin -> on_step_end). Runs are interleaved (A B A B ...), several rounds, and
+the ratio is of the medians of the per-update times, so drift from other processes largely cancels.
+
+    python benchmarks/bench_muppet.py                 # tiny BERT (hidden 32)
+    python benchmarks/bench_muppet.py --hidden 256 --layers 4 --steps 30
+
+The last line of output is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+
+import datasets
+import torch
+from transformers import AutoModel, Trainer, TrainerCallback, TrainingArguments
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+from tiny import tiny_config, tiny_tokenizer  # noqa: E402
+
+from hf_aux.data import MultiTaskCollator, tokenize_task  # noqa: E402
+from hf_aux.modeling.multitask import MultiTaskConfig, MultiTaskModel  # noqa: E402
+from hf_aux.sampling import MultiTaskDataset, TaskBatchSampler  # noqa: E402
+from hf_aux.tasks import TaskSpec  # noqa: E402
+from hf_aux.trainers.muppet import MuppetConfig, MuppetTrainer  # noqa: E402
+
+WORDS = "good bad movie film great terrible fun boring love hate the a story plot actor".split()
+
+
+class StepTimer(TrainerCallback):
+    def __init__(self):
+        self.times, self._start = [], None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.times.append(time.perf_counter() - self._start)
+
+
+class PlainTrainer(Trainer):
+    """The baseline: Trainer's own loop and loss (the model's mean cross entropy), fed the same homogeneous
+    sub-batches in the same order as MuppetTrainer's sampler."""
+
+    def __init__(self, *args, sampler=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sampler = sampler
+
+    def get_train_dataloader(self):
+        loader = torch.utils.data.DataLoader(self.train_dataset, batch_sampler=self.sampler,
+                                             collate_fn=self.data_collator)
+        return self.accelerator.prepare(loader)
+
+
+def make_tasks(num_tasks: int, rows_per_task: int, length: int, seed: int = 0):
+    rng = random.Random(seed)
+    tasks = []
+    for t in range(num_tasks):
+        labels = 2 + t % 4
+        rows = [{"text": " ".join(rng.choice(WORDS) for _ in range(length)), "label": rng.randrange(labels)}
+                for _ in range(rows_per_task)]
+        tasks.append(TaskSpec(name=f"task{t}", kind="classification", num_labels=labels,
+                              dataset=datasets.Dataset.from_list(rows)))
+    return tasks
+
+
+def build(tasks, tokenizer, hidden, layers, length):
+    config = tiny_config("bert", tokenizer, hidden_size=hidden, num_hidden_layers=layers,
+                         num_attention_heads=max(2, hidden // 64), intermediate_size=4 * hidden,
+                         max_position_embeddings=max(128, length + 8))
+    torch.manual_seed(0)
+    body = AutoModel.from_config(config)
+    return MultiTaskModel(MultiTaskConfig(encoder=body.config, tasks=tasks), body=body)
+
+
+def run(kind, tasks, train, tokenizer, args_common, hidden, layers, length):
+    """One train() of a fresh model; returns the time of every update."""
+    model = build(tasks, tokenizer, hidden, layers, length)
+    timer = StepTimer()
+    with tempfile.TemporaryDirectory() as out:
+        if kind == "plain":
+            args = TrainingArguments(output_dir=out, **args_common)
+            data = MultiTaskDataset(train)
+            sampler = TaskBatchSampler(data.sizes, args.per_device_train_batch_size, args.gradient_accumulation_steps,
+                                       seed=args.seed)
+            trainer = PlainTrainer(model=model, args=args, train_dataset=data, callbacks=[timer], sampler=sampler,
+                                   data_collator=MultiTaskCollator(tokenizer, model.task_names))
+        else:
+            args = MuppetConfig(output_dir=out, robust_finetuning="r3f" if kind == "r3f" else "none", **args_common)
+            trainer = MuppetTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer,
+                                    callbacks=[timer])
+        trainer.train()
+    return timer.times
+
+
+def peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--length", type=int, default=32)
+    parser.add_argument("--batch_size", type=int, default=8)
+    parser.add_argument("--accumulation", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=24, help="measured updates per run (after warm-up)")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 keeps a shared machine's noise low)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every configuration")
+    cli = parser.parse_args()
+
+    torch.set_num_threads(cli.threads)
+    tokenizer = tiny_tokenizer()
+    common = dict(per_device_train_batch_size=cli.batch_size, gradient_accumulation_steps=cli.accumulation,
+                  max_steps=cli.warmup + cli.steps, learning_rate=1e-4, report_to=[], save_strategy="no",
+                  logging_steps=10, disable_tqdm=True, use_cpu=True, seed=0)
+    rows = cli.batch_size * cli.accumulation * (cli.warmup + cli.steps)
+    mixtures = {}
+    for count in (5, 50):  # same total rows: cost per update must not depend on how many tasks share them
+        tasks = make_tasks(count, max(cli.batch_size, rows // count), cli.length)
+        mixtures[count] = (tasks, {t.name: tokenize_task(t, t.dataset, tokenizer, max_length=cli.length + 2)
+                                   for t in tasks})
+    times = {"plain": [], "muppet": [], "r3f": [], "muppet50": []}
+    for _ in range(cli.rounds):
+        for kind in ("plain", "muppet", "r3f", "muppet50"):
+            tasks, train = mixtures[50 if kind == "muppet50" else 5]
+            measured = run("muppet" if kind == "muppet50" else kind, tasks, train, tokenizer, common, cli.hidden,
+                           cli.layers, cli.length)[cli.warmup:]
+            times[kind].extend(measured)
+    medians = {k: statistics.median(v) for k, v in times.items()}
+    for kind, value in medians.items():
+        print(f"{kind:>9}: median {value * 1000:8.1f} ms/update over {len(times[kind])} updates")
+    print(f"peak RSS of the whole benchmark process: {peak_rss_mb():.0f} MB")
+    result = {"metric": "muppet_step_ratio", "ratio": round(medians["muppet"] / medians["plain"], 3), "goal": 1.03,
+              "r3f_ratio": round(medians["r3f"] / medians["plain"], 3), "r3f_goal": 2.0,
+              "tasks50_vs_5_ratio": round(medians["muppet50"] / medians["muppet"], 3), "tasks_goal": 1.05,
+              "peak_rss_mb": round(peak_rss_mb(), 1)}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
