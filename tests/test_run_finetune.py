@@ -368,3 +368,19 @@ def test_baselines_are_fitted_on_train():
     evaluation = Dataset.from_dict({"question": ["q"] * 3, "context": ["ab"] * 3, "answers": [
         {"text": [], "answer_start": []}, {"text": ["b"], "answer_start": [1]}, {"text": [], "answer_start": []}]})
     assert run_finetune.baseline_metrics(qa, None, evaluation) == {"null_answer_baseline": pytest.approx(2 / 3)}
+
+
+def test_load_best_model_at_end_restores_the_best_head(monkeypatch, tmp_path, tiny_dir, sentiment_files):
+    out = tmp_path / "out"
+    run_main(monkeypatch, classification_args(
+        tiny_dir, sentiment_files, out, "--do_train", "--max_steps", "4", "--learning_rate", "1e-2",
+        "--eval_strategy", "steps", "--eval_steps", "2", "--save_strategy", "steps", "--save_steps", "2",
+        "--load_best_model_at_end", "--metric_for_best_model", "accuracy", "--save_total_limit", "2"))
+    best = json.loads((out / "trainer_state.json").read_text())["best_model_checkpoint"]
+    # the accuracy ties (majority class) at steps 2 and 4, and a tie keeps the earlier checkpoint: the final weights
+    # differ from the best ones, so Trainer's reload (body) and the script's (head) are both visible
+    assert best.endswith("checkpoint-2")
+    for name in ("model.safetensors", HEADS_WEIGHTS_NAME):
+        final, expected = load_file(str(out / name)), load_file(str(Path(best) / name))
+        for key in expected:
+            torch.testing.assert_close(final[key], expected[key], rtol=0, atol=0)
