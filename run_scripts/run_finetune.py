@@ -363,8 +363,6 @@ def build_model(model_args: ModelArguments, task: TaskSpec) -> tuple[MultiTaskMo
     elif model_args.reuse_head:
         logger.warning("task '%s': --reuse_head, but %s has no %s head for it: starting a fresh head", task.name,
                        model_args.model_name_or_path, task.kind)
-    # Trainer's prediction_step would otherwise gather the hidden states of every evaluation batch
-    model.config.keys_to_ignore_at_inference = ["last_hidden_state"]
     return model, reused
 
 

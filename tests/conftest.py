@@ -4,6 +4,12 @@ tests back online against 127.0.0.1 only."""
 
 import os
 
+import torch
+
 for variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
     os.environ[variable] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# The test models are tiny (hidden 32): one thread avoids synchronisation costs that dominate at this size and
+# on shared cores (a 25-step fine-tune measured 2.5 s with 1 thread against 27 s with 2 under load).
+torch.set_num_threads(1)

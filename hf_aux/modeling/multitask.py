@@ -48,6 +48,8 @@ class MultiTaskConfig(PretrainedConfig):
     (seq2seq loss)."""
 
     model_type = "hf_aux_multitask"
+    # Trainer's evaluation gathers every output tensor; the hidden states are large and no metric needs them
+    keys_to_ignore_at_inference = ["last_hidden_state"]
 
     encoder: PretrainedConfig | dict | None = None
     tasks: list | None = None
