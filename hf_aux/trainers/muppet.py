@@ -227,6 +227,14 @@ class MuppetTrainer(Trainer):
             return seq2seq_loss(outputs.logits, inputs["labels"], label_smoothing=self.args.label_smoothing_factor)
         return regression_loss(outputs.logits, inputs["labels"])
 
+    def floating_point_ops(self, inputs) -> int:
+        """6 x input tokens x non-embedding parameters, as PreTrainedModel.floating_point_ops, with the parameter
+        count taken once: Trainer asks on every micro-batch, and recounting walks every task's head each time (a
+        cost that would grow with the number of tasks)."""
+        if getattr(self, "_flops_parameters", None) is None:
+            self._flops_parameters = self.accelerator.unwrap_model(self.model).num_parameters(exclude_embeddings=True)
+        return 6 * int(inputs["input_ids"].numel()) * self._flops_parameters
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:  # a training log: add the per-task losses since the last one, summed over processes
             stats = self.accelerator.reduce(self._task_stats, reduction="sum").tolist()
