@@ -1,0 +1,152 @@
+"""Step time and peak memory of MetaLMTrainer's meta steps against a plain MLM step of the same student.
+
+Configurations (teacher the student's size, auxiliary teacher losses on, same batch): hard labels, soft labels
+second order, soft labels first order; each against `objective="mlm"`. A "step" is what Trainer's loop does per
+optimizer step: training_step, gradient clipping, optimizer.step(), scheduler.step(), zero_grad (the meta steps
+also run the teacher's optimizer inside training_step). Runs are interleaved (MLM, X, MLM, Y, ...) after a
+warm-up; ratios are medians of each step over its neighbouring MLM steps. Peak memory: the growth of the peak
+resident set size over a few steps, each configuration in its own process (CPU; no CUDA calls).
+
+Goals from the passes each step needs (one unit = one student forward+backward): hard ~6 (teacher sample,
+pseudo, support, query, two teacher auxiliary losses), soft second order ~9-10, soft first order ~5 (see the
+README section for the accounting).
+
+    python benchmarks/bench_meta_lm.py              # ~2-4 minutes on 2 cores
+    python benchmarks/bench_meta_lm.py --rounds 30 --hidden 256
+The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+GOALS = {"hard": 6.0, "soft": 9.0, "soft_first_order": 5.0}
+
+
+def build(kind: str, opts):
+    from datasets import Dataset
+    from transformers import AutoModelForMaskedLM, BertConfig, BertTokenizer
+
+    from hf_aux.modeling.teacher import MetaLMTeacher, add_meta_lm_tokens
+    from hf_aux.trainers.meta_lm import MetaLMConfig, MetaLMTrainer
+
+    words = [f"w{i}" for i in range(opts.vocab - 10)]
+    vocab_file = os.path.join(tempfile.mkdtemp(), "vocab.txt")
+    with open(vocab_file, "w") as f:
+        f.write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words))
+    tok = BertTokenizer(vocab_file, do_lower_case=False)
+    add_meta_lm_tokens(tok, ["task"], 2)
+    gen = torch.Generator().manual_seed(0)
+    length = opts.length
+    rows = torch.randint(5, len(words) + 5, (256, length), generator=gen)
+    rows[:, 0], rows[:, -1] = tok.cls_token_id, tok.sep_token_id
+    unlabelled = Dataset.from_dict({"input_ids": rows.tolist(), "attention_mask": [[1] * length] * 256})
+    labelled = Dataset.from_dict({"input_ids": rows[:64].tolist(), "label": (torch.arange(64) % 2).tolist()})
+    config = BertConfig(vocab_size=len(tok), hidden_size=opts.hidden, num_hidden_layers=opts.layers,
+                        num_attention_heads=max(1, opts.hidden // 32), intermediate_size=4 * opts.hidden,
+                        max_position_embeddings=length, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    student = AutoModelForMaskedLM.from_config(config, attn_implementation="eager")
+    objective = {"mlm": "mlm", "hard": "hard", "soft": "soft", "soft_first_order": "soft"}[kind]
+    args = MetaLMConfig(output_dir=tempfile.mkdtemp(), objective=objective, first_order=kind == "soft_first_order",
+                        per_device_train_batch_size=opts.batch, max_steps=10_000, learning_rate=1e-3,
+                        warmup_steps=0, teacher_aux_losses=True, mlm_task_probability=0.0, report_to=[],
+                        use_cpu=True, save_strategy="no", disable_tqdm=True)
+    teacher = None if objective == "mlm" else MetaLMTeacher.from_student_config(student.config)
+    trainer = MetaLMTrainer(model=student, teacher=teacher, args=args, labelled_tasks={"task": labelled},
+                            train_dataset=unlabelled, processing_class=tok)
+    trainer.create_optimizer_and_scheduler(num_training_steps=10_000)
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer's loop; the benchmark drives steps itself
+    batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+    return trainer, batch
+
+
+def full_step(trainer, batch) -> float:
+    """One Trainer-loop step; returns seconds."""
+    start = time.perf_counter()
+    trainer.training_step(trainer.model, batch)
+    torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), trainer.args.max_grad_norm)
+    trainer.optimizer.step()
+    trainer.lr_scheduler.step()
+    trainer.model.zero_grad(set_to_none=True)
+    trainer._metrics.clear()
+    return time.perf_counter() - start
+
+
+def peak_memory_mb(kind: str, opts) -> float:
+    """Run in a child process: growth of the peak RSS over 3 steps after building (MB)."""
+    trainer, batch = build(kind, opts)
+    full_step(trainer, batch)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for _ in range(3):
+        full_step(trainer, batch)
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return (after - before) / 1024
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--length", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--vocab", type=int, default=250)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
+    opts = parser.parse_args()
+    if opts.memory_child:
+        print(json.dumps({"peak_mb": peak_memory_mb(opts.memory_child, opts)}))
+        return
+
+    kinds = ["hard", "soft", "soft_first_order"]
+    built = {k: build(k, opts) for k in ["mlm"] + kinds}
+    for _ in range(opts.warmup):
+        for k in built:
+            full_step(*built[k])
+    times = {k: [] for k in built}
+    ratios = {k: [] for k in kinds}
+    for _ in range(opts.rounds):
+        for k in kinds:  # MLM, X, MLM: each X against the mean of its two neighbouring MLM steps
+            before = full_step(*built["mlm"])
+            t = full_step(*built[k])
+            after = full_step(*built["mlm"])
+            times["mlm"] += [before, after]
+            times[k].append(t)
+            ratios[k].append(t / ((before + after) / 2))
+    memory = {}
+    for k in ["mlm"] + kinds:
+        child = [sys.executable, __file__, "--memory-child", k] + [f"--{n}={getattr(opts, n)}" for n in
+                                                                   ("hidden", "layers", "length", "batch", "vocab")]
+        out = subprocess.run(child, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+        memory[k] = json.loads(out)["peak_mb"]
+
+    print(f"student/teacher: BERT hidden {opts.hidden}, {opts.layers} layers, vocab {opts.vocab + 4}, batch "
+          f"{opts.batch} x {opts.length} tokens, {opts.rounds} interleaved rounds, torch threads "
+          f"{torch.get_num_threads()}")
+    print(f"{'step':<22}{'median ms':>10}{'ratio vs MLM':>14}{'goal':>6}{'peak MB':>9}")
+    print(f"{'mlm':<22}{1000 * statistics.median(times['mlm']):>10.1f}{1.0:>14.2f}{'':>6}{memory['mlm']:>9.1f}")
+    summary = {}
+    for k in kinds:
+        summary[k] = statistics.median(ratios[k])
+        print(f"{k:<22}{1000 * statistics.median(times[k]):>10.1f}{summary[k]:>14.2f}{GOALS[k]:>6.1f}"
+              f"{memory[k]:>9.1f}")
+    print(json.dumps({"metric": "meta_lm_soft_vs_mlm_step_ratio", "ratio": round(summary["soft"], 2),
+                      "goal": GOALS["soft"], "hard_ratio": round(summary["hard"], 2), "hard_goal": GOALS["hard"],
+                      "first_order_ratio": round(summary["soft_first_order"], 2),
+                      "first_order_goal": GOALS["soft_first_order"],
+                      "peak_mb": {k: round(v, 1) for k, v in memory.items()}}))
+
+
+if __name__ == "__main__":
+    main()

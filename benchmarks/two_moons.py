@@ -1,0 +1,165 @@
+"""The paper's Two Moons experiment (§4.2, Appendix A.1, Table 10) at a reduced, documented scale.
+
+Data and model exactly as the paper (hf_aux.two_moons): make_moons coordinates scaled and floored to integers in
+[0, 64), 16 sorted points per unlabelled sequence, a 512-token vocabulary, Table 4's model (2 layers, hidden 8).
+Pretraining follows Table 5 (batch 4, 4 samples per task, accumulation 4, peak lr 2.5e-3 with an inverse
+square-root schedule, lambda_meta 1 for hard and 100 for soft labels, MLM as a labelled task for soft labels);
+fine-tuning follows Table 6 (100 epochs, peak lr 1.2e-2, 10 warmup steps, batch 1/2/4/8/16 for 10..160 points,
+the LM head predicting the label token, best epoch by validation accuracy) and the test set has 1,000 points.
+
+Reduced (the paper pretrains on 640k sequences, 20 epochs of 32k): by default 4,000 unlabelled sequences and
+`--meta_steps 1500` student steps of 4 sequences (6,000 sequences, about 1% of the paper) for every objective; the
+MLM baseline sees the same sequences in 4x fewer optimizer steps (accumulation 4, as Table 5). During pretraining
+the meta objectives use the 10-point labelled set (the smallest finetune set; the finetune sets are nested, the
+first n of 160 points). One seed (the paper averages five runs), so differences of a few points are noise.
+
+    python benchmarks/two_moons.py                    # ~15-25 minutes on 2 cores
+    python benchmarks/two_moons.py --meta_steps 300 --finetune_epochs 20    # a quick look (~4 minutes)
+Prints a table shaped like the paper's Table 10 (test accuracy %, per finetune set size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+
+import torch
+
+
+def pretrain(objective: str, opts, data, tokenizer, out_dir: str, fixed_y: bool = False) -> str:
+    from transformers import AutoModelForMaskedLM
+
+    from hf_aux.modeling.teacher import MetaLMTeacher
+    from hf_aux.trainers.meta_lm import MetaLMConfig, MetaLMTrainer
+    from hf_aux.two_moons import TASK_NAME, two_moons_model_config
+
+    torch.manual_seed(opts.seed)
+    student = AutoModelForMaskedLM.from_config(two_moons_model_config(tokenizer), attn_implementation="eager")
+    steps = opts.meta_steps if objective != "mlm" else max(1, opts.meta_steps // 4)
+    kwargs = dict(output_dir=out_dir, objective=objective, per_device_train_batch_size=4, samples_per_task=4,
+                  max_steps=steps, learning_rate=2.5e-3, warmup_steps=max(1, steps // 10), report_to=[],
+                  use_cpu=True, save_strategy="no", logging_steps=max(1, steps // 5), disable_tqdm=True,
+                  seed=opts.seed, fixed_y=fixed_y)
+    if objective == "mlm":
+        kwargs["gradient_accumulation_steps"] = 4
+    else:
+        kwargs.update(teacher_gradient_accumulation_steps=4, lambda_meta=100.0 if objective == "soft" else 1.0)
+    teacher = None if objective == "mlm" else MetaLMTeacher.from_student_config(student.config)
+    trainer = MetaLMTrainer(model=student, teacher=teacher, args=MetaLMConfig(**kwargs),
+                            labelled_tasks={TASK_NAME: data["pretrain_labelled"]}, train_dataset=data["unlabelled"],
+                            processing_class=tokenizer)
+    trainer.train()
+    trainer.save_model(out_dir)
+    last = [log for log in trainer.state.log_history if "loss" in log][-1]
+    print(f"  pretrained {objective}{' (fixed y)' if fixed_y else ''}: {steps} steps, last log "
+          + json.dumps({k: round(v, 4) for k, v in last.items() if isinstance(v, float)}), flush=True)
+    return out_dir
+
+
+def encode(split, tokenizer, task_id: int):
+    ids = torch.tensor([tokenizer(t)["input_ids"] for t in split["text"]])  # [N, 4]: [CLS] x y [SEP]
+    ids[:, 0] = task_id
+    return ids, torch.tensor(split["label"])
+
+
+def accuracy(model, ids, labels, label_tokens) -> float:
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[..., label_tokens].mean(1)  # [N, 2]: label-token scores
+    model.train()
+    return (logits.argmax(-1) == labels).float().mean().item()
+
+
+def finetune(checkpoint: str, size: int, opts, data, tokenizer) -> float:
+    """Table 6: the LM head predicts the label token at every position; best epoch by validation accuracy."""
+    from transformers import AutoModelForMaskedLM, get_inverse_sqrt_schedule
+
+    from hf_aux.modeling.teacher import MetaLMTokens
+    from hf_aux.two_moons import TASK_NAME
+
+    tokens = MetaLMTokens.from_tokenizer(tokenizer, [TASK_NAME], 2)
+    label_tokens = torch.tensor(tokens.labels)
+    train_ids, train_labels = encode(data["finetune"].select(range(size)), tokenizer, tokens.tasks[TASK_NAME])
+    val_ids, val_labels = encode(data["validation"].select(range(min(size, 128))), tokenizer, tokens.tasks[TASK_NAME])
+    test_ids, test_labels = encode(data["test"], tokenizer, tokens.tasks[TASK_NAME])
+    torch.manual_seed(opts.seed)
+    model = AutoModelForMaskedLM.from_pretrained(checkpoint)
+    decay = [p for n, p in model.named_parameters() if "bias" not in n and "LayerNorm" not in n]
+    rest = [p for n, p in model.named_parameters() if "bias" in n or "LayerNorm" in n]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
+                                  lr=1.2e-2, betas=(0.9, 0.98), eps=1e-6)
+    scheduler = get_inverse_sqrt_schedule(optimizer, num_warmup_steps=10)
+    batch = {10: 1, 20: 2, 40: 4, 80: 8, 160: 16}.get(size, max(1, size // 10))
+    best_val, best_test = -1.0, 0.0
+    for epoch in range(opts.finetune_epochs):
+        order = torch.randperm(size)
+        for start in range(0, size, batch):
+            index = order[start:start + batch]
+            ids = train_ids[index]
+            targets = label_tokens[train_labels[index]][:, None].expand_as(ids)
+            logits = model(input_ids=ids).logits
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+        if (epoch + 1) % opts.eval_every == 0 or epoch + 1 == opts.finetune_epochs:
+            val = accuracy(model, val_ids, val_labels, label_tokens)
+            if val > best_val:
+                best_val, best_test = val, accuracy(model, test_ids, test_labels, label_tokens)
+    return 100 * best_test
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--meta_steps", type=int, default=1500)
+    parser.add_argument("--num_unlabelled", type=int, default=4000)
+    parser.add_argument("--finetune_epochs", type=int, default=100)
+    parser.add_argument("--eval_every", type=int, default=5)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 20, 40, 80, 160])
+    parser.add_argument("--objectives", nargs="+", default=["mlm", "hard", "soft", "soft_fixed_y"])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest for hidden 8)")
+    parser.add_argument("--output_dir", default=None)
+    opts = parser.parse_args()
+    torch.set_num_threads(opts.threads)
+
+    from hf_aux.two_moons import FINETUNE_SIZES, two_moons_data, two_moons_tokenizer
+
+    tokenizer = two_moons_tokenizer()
+    moons = two_moons_data(num_unlabelled=opts.num_unlabelled, finetune_size=max(FINETUNE_SIZES), seed=opts.seed)
+    blocks = moons["unlabelled"].map(lambda b: tokenizer(b["text"]), batched=True, remove_columns=["text"])
+    blocks = blocks.remove_columns([c for c in blocks.column_names if c not in ("input_ids", "attention_mask")])
+    smallest = moons["train"].select(range(min(opts.sizes)))
+    data = {"unlabelled": blocks, "finetune": moons["train"], "validation": moons["validation"], "test": moons["test"],
+            "pretrain_labelled": smallest.map(lambda b: {"input_ids": tokenizer(b["text"])["input_ids"]},
+                                              batched=True, remove_columns=["text"])}
+    root = opts.output_dir or tempfile.mkdtemp(prefix="two_moons_")
+    names = {"mlm": "MLM (latest)", "hard": "Hard", "soft": "Soft", "soft_fixed_y": "Soft (fixed y)"}
+    results = {}
+    for objective in opts.objectives:
+        start = time.time()
+        base = objective.replace("_fixed_y", "")
+        checkpoint = pretrain(base, opts, data, tokenizer, os.path.join(root, objective),
+                              fixed_y=objective.endswith("fixed_y"))
+        results[objective] = [finetune(checkpoint, size, opts, data, tokenizer) for size in opts.sizes]
+        print(f"  {names[objective]}: {['%.1f' % a for a in results[objective]]} ({time.time() - start:.0f} s)",
+              flush=True)
+
+    header = "| Model | " + " | ".join(f"{s} examples" for s in opts.sizes) + " |"
+    print(f"\nTwo Moons test accuracy (%), {opts.meta_steps} meta steps x 4 sequences, "
+          f"{opts.finetune_epochs} finetune epochs, seed {opts.seed}")
+    print(header)
+    print("|" + "---|" * (len(opts.sizes) + 1))
+    for objective, accs in results.items():
+        print(f"| {names[objective]} | " + " | ".join(f"{a:.2f}" for a in accs) + " |")
+    print(json.dumps({"metric": "two_moons_test_accuracy", "sizes": opts.sizes,
+                      **{k: [round(a, 2) for a in v] for k, v in results.items()}}))
+
+
+if __name__ == "__main__":
+    main()
