@@ -1,5 +1,14 @@
 """Hub integration shared by every hf_aux trainer and run script: keep the Hub token out of saved files, push an
-output folder and say clearly what failed.
+output folder and say clearly what failed, download from the Hub with errors that name the argument at fault.
+
+What a run script does with it (run_amos.py, run_tartan.py, run_finetune.py)::
+
+    if training_args.push_to_hub:
+        hub_model_id = create_hub_repo(training_args)   # before anything is loaded: a dead server fails here
+    ... with explain_hub_errors("ModelArguments", "model_name_or_path", name): model = X.from_pretrained(name)
+    trainer.create_model_card(...)                      # always: README.md and its figures in output_dir
+    if training_args.push_to_hub:
+        push_trainer_output(trainer)                    # the output folder, checked for the token, in one commit
 
 Why the token needs care: `Trainer._save` and `Trainer._push_from_checkpoint` call `torch.save(self.args,
 "training_args.bin")`, which pickles every attribute of the arguments, `hub_token` included, and
@@ -15,11 +24,22 @@ import copy
 import fnmatch
 import logging
 import os
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import huggingface_hub
 from huggingface_hub import constants
-from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    GatedRepoError,
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    OfflineModeIsEnabled,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from transformers import TrainingArguments
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +84,12 @@ class HubTokenSafeArgsMixin:
         memo[id(self)] = clone
         clone.__dict__.update(copy.deepcopy(self.__dict__, memo))
         return clone
+
+
+@dataclass
+class TokenSafeTrainingArguments(HubTokenSafeArgsMixin, TrainingArguments):
+    """Plain `TrainingArguments` whose pickles (training_args.bin) never hold `hub_token`: for scripts that train
+    with a plain `Trainer` (run_finetune.py)."""
 
 
 class HubPushError(RuntimeError):
@@ -155,3 +181,124 @@ def push_folder_to_hub(
         raise HubPushError(message) from error
     logger.info("Pushed %d files from %s to %s (commit %s)", len(paths), folder, repo_url, commit.oid)
     return commit
+
+
+# ---- before training: the repository ---------------------------------------------------------------------------
+def hub_repo_id(args) -> str:
+    """The repository a run pushes to: `args.hub_model_id`, else the output folder's name (as Trainer does)."""
+    return args.hub_model_id or Path(args.output_dir).absolute().name
+
+
+def create_hub_repo(args) -> str:
+    """Create (or find) the repository of `--push_to_hub` before anything is loaded or trained; returns its id.
+
+    Trainer creates it in `__init__` (`init_hf_repo`), where a server that is down or a rejected token ends the
+    run with a raw HTTP error after the data and model were loaded. Called first, this fails in seconds with a
+    `HubPushError` saying what failed; nothing in `args.output_dir` (earlier checkpoints included) is touched.
+    """
+    repo_id = hub_repo_id(args)
+    if not args.should_save:  # Trainer creates it on the main process only
+        return repo_id
+    endpoint = constants.ENDPOINT
+    try:
+        url = huggingface_hub.HfApi(endpoint=endpoint, library_name="hf_aux").create_repo(
+            repo_id, token=args.hub_token, private=args.hub_private_repo, exist_ok=True)
+    except Exception as error:  # re-raised below with what failed
+        message = (f"--push_to_hub: could not create or reach the repository {endpoint}/{repo_id}: "
+                   f"{_describe_failure(error, repo_id, endpoint)}. Nothing was trained or changed; the files in "
+                   f"{args.output_dir} are intact. Fix the Hub access, or run without --push_to_hub and push later "
+                   f"with `hf upload {repo_id} {args.output_dir}`.")
+        logger.error(message)
+        raise HubPushError(message) from error
+    return url.repo_id
+
+
+# ---- after training: the output folder -------------------------------------------------------------------------
+def push_trainer_output(trainer, commit_message: str = "End of training") -> huggingface_hub.CommitInfo | None:
+    """Push `trainer.args.output_dir` (`push_folder_to_hub`: model, tokenizer, card, figures, results; no
+    checkpoint-* folders) to `hub_model_id` with the arguments' token, privacy and revision. Checkpoint pushes
+    made during training (`hub_strategy`) that failed are logged first. Main process only; returns the commit."""
+    args = trainer.args
+    if not trainer.is_world_process_zero():
+        return None
+    progress = getattr(trainer, "push_in_progress", None)
+    if progress is not None:
+        progress.wait_until_done()
+        for job in progress.jobs:
+            if job.done() and not job.cancelled() and job.exception() is not None:
+                logger.warning("A checkpoint push during training failed (%s: %s); the final push follows.",
+                               type(job.exception()).__name__, job.exception())
+    return push_folder_to_hub(args.output_dir, trainer.hub_model_id or hub_repo_id(args), token=args.hub_token,
+                              commit_message=commit_message, private=args.hub_private_repo,
+                              revision=args.hub_revision)
+
+
+# ---- downloads ------------------------------------------------------------------------------------------------
+def hub_id_or_none(name: str | None) -> str | None:
+    """`name` when it names a Hub repository rather than a local path (for a card's base_model/datasets)."""
+    return name if name and not os.path.exists(name) and not os.path.isabs(name) else None
+
+
+class HubDownloadError(ValueError):
+    """A model, tokenizer or dataset named by a Hub id could not be loaded; the message names the argument."""
+
+
+def _chain(error: BaseException):
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def _download_failure(error: BaseException, name: str) -> str | None:
+    """Why `name` could not be loaded, or None when the error is not about reaching the Hub."""
+    endpoint = constants.ENDPOINT
+    chain = list(_chain(error))
+    kinds = {type(e).__name__ for e in chain}
+    if any(isinstance(e, (GatedRepoError,)) for e in chain):
+        return f"{name!r} on {endpoint} is gated: accept its conditions on the Hub and pass a token"
+    if any(isinstance(e, RepositoryNotFoundError) for e in chain) or "DatasetNotFoundError" in kinds:
+        return (f"there is no repository {name!r} on {endpoint} (check the spelling; for a private repository "
+                "pass a token or log in with `hf auth login`), and no local folder of that name")
+    if any(isinstance(e, RevisionNotFoundError) for e in chain):
+        return f"{name!r} on {endpoint} has no such revision (branch, tag or commit)"
+    if any(isinstance(e, EntryNotFoundError) for e in chain):
+        missing = next(e for e in chain if isinstance(e, EntryNotFoundError))
+        return f"{name!r} on {endpoint} lacks a file it needs ({missing})"
+    if any(isinstance(e, (LocalEntryNotFoundError, OfflineModeIsEnabled)) for e in chain) or (
+            constants.HF_HUB_OFFLINE and isinstance(error, (OSError, ConnectionError))):
+        if constants.HF_HUB_OFFLINE:
+            return (f"offline mode is on (HF_HUB_OFFLINE=1) and {name!r} is not in the local cache "
+                    f"({constants.HF_HUB_CACHE}): download it once online, or pass a local folder")
+        return f"could not connect to {endpoint} to download {name!r}, and it is not in the local cache"
+    return None
+
+
+@contextmanager
+def explain_hub_errors(owner: str, field_name: str, name: str | None):
+    """Turn a failed Hub download of `name` (the value of `owner`'s field `field_name`, e.g. ModelArguments'
+    model_name_or_path) into a `HubDownloadError` saying which argument and why: no such repository, missing
+    file or revision, offline mode without a cached copy, server unreachable. Other errors pass unchanged."""
+    try:
+        yield
+    except HubDownloadError:
+        raise
+    except Exception as error:
+        reason = _download_failure(error, str(name))
+        if reason is None:
+            raise
+        raise HubDownloadError(f"{owner}: field '{field_name}': cannot load {name!r}: {reason}.") from error
+
+
+def resolve_checkpoint(name_or_path: str, *, owner: str, field_name: str, revision: str | None = None,
+                       cache_dir: str | None = None, token: str | None = None) -> str:
+    """A local folder for a checkpoint given as a folder or a Hub id (`snapshot_download`, honouring
+    HF_HUB_OFFLINE and the cache), for loaders that read files from a folder (AmosModel, TartanModel). Weights
+    of other frameworks (TensorFlow, Flax, ONNX, ...) are not downloaded."""
+    if os.path.isdir(name_or_path):
+        return name_or_path
+    with explain_hub_errors(owner, field_name, name_or_path):
+        return huggingface_hub.snapshot_download(
+            name_or_path, revision=revision, cache_dir=cache_dir, token=token,
+            ignore_patterns=["*.h5", "*.msgpack", "*.ot", "*.onnx", "onnx/*", "coreml/*", "openvino/*", "*.tflite"])

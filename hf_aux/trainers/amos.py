@@ -16,20 +16,27 @@ the previous log: Fig. 3a's curve, read it from `trainer.state.log_history`).
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass, field
 
 import torch
 from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
 
 from ..data import mask_tokens_for_mlm, special_tokens_mask_for
+from ..hub import HubTokenSafeArgsMixin, hub_id_or_none
 from ..losses.amos import layer_switch_index
 from ..modeling.amos import AmosModel
 
 MIXTURE_CHOICES = ("adversarial", "uniform", "random_layer", "layer_switch")
 
 
+LOSS_CURVE_PNG = "loss_curve.png"
+MIXTURE_WEIGHTS_PNG = "mixture_weights.png"
+
+
 @dataclass
-class AmosConfig(TrainingArguments):
+class AmosConfig(HubTokenSafeArgsMixin, TrainingArguments):
     """Method settings for AmosTrainer; optimiser defaults follow the paper's Table 5 (Adam beta2 0.98, eps 1e-6,
     clip norm 2.0, peak learning rate 5e-4)."""
 
@@ -187,6 +194,66 @@ class AmosTrainer(Trainer):
                 logs[prefix + name] = value / count if count > 0 else float("nan")
             self._metric_sums[mode] = None
         super().log(logs, start_time)
+
+    # ---- model card (Trainer.push_to_hub calls it too): the AMOS template, loss and mixture-weight figures ----------
+
+    def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,  # noqa: A002
+                          tasks=None, dataset_tags=None, dataset=None, dataset_args=None, **kwargs):
+        """Write README.md in `output_dir` from hf_aux's AMOS template: the RTD and per-head MLM metrics of the last
+        evaluation (model-index), training sizes, hyper-parameters, loss_curve.png and mixture_weights.png
+        (the mean mixture weight of each MLM head over training, Fig. 3a). `finetuned_from`: the checkpoint the
+        run started from (None: from scratch); `dataset_tags`: Hub dataset ids of the training text."""
+        if not self.is_world_process_zero():
+            return
+        from ..model_card import (
+            TaskSummary, hyperparameters_from_args, logged_series, plot_loss_curves, plot_weights_over_time,
+            render_model_card,
+        )
+
+        output_dir = self.args.output_dir
+        os.makedirs(output_dir, exist_ok=True)
+        layers = self.accelerator.unwrap_model(self.model).mlm_layers
+        history = self.state.log_history
+        last_eval = next((entry for entry in reversed(history) if "eval_rtd_loss" in entry), {})
+
+        def finite(names):  # card metric name -> logged key, kept when it was logged as a finite number
+            return {card: last_eval[key] for card, key in names.items()
+                    if isinstance(last_eval.get(key), (int, float)) and math.isfinite(last_eval[key])}
+
+        train_size = len(self.train_dataset) if self.train_dataset is not None else None
+        eval_size = len(self.eval_dataset) if self.eval_dataset is not None and last_eval else None
+        summaries = [TaskSummary("replaced_token_detection", "rtd", train_size=train_size, eval_size=eval_size,
+                                 metrics=finite({"loss": "eval_rtd_loss",
+                                                 "accuracy_replaced": "eval_rtd_accuracy_replaced",
+                                                 "accuracy_original": "eval_rtd_accuracy_original"}))]
+        summaries += [TaskSummary(f"mlm_layer_{d}", "mlm", train_size=train_size, eval_size=eval_size,
+                                  metrics=finite({"loss": f"eval_mlm_loss/layer_{d}"})) for d in layers]
+        figures = {}
+        try:
+            plot_loss_curves(history, os.path.join(output_dir, LOSS_CURVE_PNG), title="AMOS losses")
+            figures[LOSS_CURVE_PNG] = "Training losses (total, RTD, per MLM head) and evaluation loss"
+        except ValueError:  # nothing logged yet
+            pass
+        weights = logged_series(history, "mixture_weight/")
+        if weights:
+            plot_weights_over_time(weights, os.path.join(output_dir, MIXTURE_WEIGHTS_PNG),
+                                   title=f"AMOS mixture weights ({self.args.mixture})",
+                                   ylabel="mean mixture weight")
+            figures[MIXTURE_WEIGHTS_PNG] = "Mean mixture weight of each generator MLM head over training"
+        discriminator = self.accelerator.unwrap_model(self.model).discriminator.config
+        pretraining_head = "ElectraForPreTraining" in (discriminator.architectures or [])
+        datasets = [dataset_tags] if isinstance(dataset_tags, str) else list(dataset_tags or [])
+        card = render_model_card(
+            "amos", model_name=model_name or os.path.basename(os.path.abspath(output_dir)),
+            base_model=hub_id_or_none(finetuned_from),
+            datasets=datasets, tasks=summaries, hyperparameters=hyperparameters_from_args(self.args),
+            figures=figures, model_id=self.args.hub_model_id or None,
+            auto_class="AutoModelForPreTraining" if pretraining_head else "AutoModel",
+            hf_aux_class="hf_aux.modeling.amos.AmosModel", license=license, language=language or "en",
+            tags=[tags] if isinstance(tags, str) else list(tags or []),
+            notes=f"Generator MLM heads at layers {', '.join(map(str, layers))}; mixture "
+                  f"'{self.args.mixture}'.")
+        card.save(os.path.join(output_dir, "README.md"))
 
     # ---- checkpoints: AmosModel writes discriminator + generator/; load both back ---------------------------------
 

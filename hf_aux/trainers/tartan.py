@@ -35,6 +35,7 @@ from transformers.trainer_callback import ExportableState
 from transformers.trainer import TRAINER_STATE_NAME
 
 from ..data import mask_tokens_for_mlm, special_tokens_mask_for
+from ..hub import HubTokenSafeArgsMixin, hub_id_or_none
 from ..losses.tartan import (
     combine_gradients,
     gradient_cosines,
@@ -46,11 +47,12 @@ from ..modeling.tartan import TartanModel
 
 TASK_WEIGHTS_JSON = "task_weights.json"
 TASK_WEIGHTS_PNG = "task_weights.png"
+LOSS_CURVE_PNG = "loss_curve.png"
 END_TASK = "end_task"
 
 
 @dataclass
-class TartanConfig(TrainingArguments):
+class TartanConfig(HubTokenSafeArgsMixin, TrainingArguments):
     """Training arguments of `TartanTrainer` (every `TrainingArguments` field, plus the method's own)."""
 
     mode: str = field(default="meta", metadata={"help": "'mt': MT-TARTAN, fixed task weights (eq. 3). 'meta': "
@@ -460,6 +462,57 @@ class TartanTrainer(Trainer):
         if state.history:
             title = f"{'META' if self.args.mode == 'meta' else 'MT'}-TARTAN task weights"
             plot_task_weights(state.history, self.task_names, os.path.join(output_dir, TASK_WEIGHTS_PNG), title)
+
+    def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,  # noqa: A002
+                          tasks=None, dataset_tags=None, dataset=None, dataset_args=None, end_task_name=None,
+                          metrics=None, **kwargs):
+        """Write README.md in `output_dir` from hf_aux's TARTAN template: the end task's metrics (`metrics`, e.g.
+        {"eval_accuracy": ...} from a final evaluation; default: the last evaluation in the log history) in the
+        model-index, the auxiliary tasks, hyper-parameters, loss_curve.png and task_weights.png (the task weights
+        over training). `end_task_name`: the end task's name in the card; `finetuned_from`: the starting encoder;
+        `dataset_tags`: Hub dataset ids of the end task."""
+        if not self.is_world_process_zero():
+            return
+        from ..model_card import TaskSummary, hyperparameters_from_args, plot_loss_curves, render_model_card
+
+        output_dir = self.args.output_dir
+        os.makedirs(output_dir, exist_ok=True)
+        if metrics is None:
+            metrics = next((entry for entry in reversed(self.state.log_history) if "eval_loss" in entry), {})
+        datasets = [dataset_tags] if isinstance(dataset_tags, str) else list(dataset_tags or [])
+        split = "validation" if any(k.startswith("eval_") for k in metrics) else "test"
+        prefix = "eval_" if split == "validation" else "test_"
+        scores = {k[len(prefix):]: v for k, v in metrics.items() if k.startswith(prefix)
+                  and k[len(prefix):] not in ("runtime", "samples_per_second", "steps_per_second", "samples", "epoch")
+                  and isinstance(v, (int, float)) and math.isfinite(v)}
+        summaries = [TaskSummary(end_task_name or END_TASK, "classification", train_size=len(self.train_dataset),
+                                 eval_size=len(self.eval_dataset) if self.eval_dataset is not None else None,
+                                 metrics=scores, dataset=datasets[0] if datasets else None, split=split)]
+        summaries += [TaskSummary(name, "mlm", train_size=len(data)) for name, data in self._auxiliary_datasets.items()]
+        figures = {}
+        try:
+            plot_loss_curves(self.state.log_history, os.path.join(output_dir, LOSS_CURVE_PNG), title="TARTAN losses")
+            figures[LOSS_CURVE_PNG] = "Training loss (overall and per task) and evaluation loss"
+        except ValueError:  # nothing logged yet
+            pass
+        state = self.task_weights_state
+        if state.history:  # _save draws it with every checkpoint; drawn again here with the whole history
+            title = f"{'META' if self.args.mode == 'meta' else 'MT'}-TARTAN task weights"
+            plot_task_weights(state.history, self.task_names, os.path.join(output_dir, TASK_WEIGHTS_PNG), title)
+            figures[TASK_WEIGHTS_PNG] = "Task weights (alpha) of the end task and each auxiliary task over training"
+            final = ", ".join(f"{name} {alpha:.3f}" for name, alpha in zip(self.task_names, state.history[-1][1:]))
+            notes = f"{'META' if self.args.mode == 'meta' else 'MT'}-TARTAN; final task weights: {final}."
+        else:
+            notes = f"{'META' if self.args.mode == 'meta' else 'MT'}-TARTAN."
+        card = render_model_card(
+            "tartan", model_name=model_name or os.path.basename(os.path.abspath(output_dir)),
+            base_model=hub_id_or_none(finetuned_from),
+            datasets=datasets, tasks=summaries, hyperparameters=hyperparameters_from_args(self.args),
+            figures=figures, model_id=self.args.hub_model_id or None,
+            auto_class="AutoModelForSequenceClassification", hf_aux_class="hf_aux.modeling.tartan.TartanModel",
+            license=license, language=language or "en", tags=[tags] if isinstance(tags, str) else list(tags or []),
+            notes=notes)
+        card.save(os.path.join(output_dir, "README.md"))
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
         """Resume: the classifier and MLM heads from the checkpoint folder, the task weights, their history and
