@@ -14,22 +14,71 @@ from .data import (  # noqa: E402
     mask_tokens_for_mlm,
     tokenize_task,
 )
+from .hub import HubPushError, HubTokenSafeArgsMixin, push_folder_to_hub  # noqa: E402
+from .metrics import (  # noqa: E402
+    PRIMARY_METRIC,
+    classification_metrics,
+    compute_task_metrics,
+    majority_baseline,
+    multiple_choice_metrics,
+    postprocess_qa_predictions,
+    qa_metrics,
+    regression_metrics,
+    rouge_metrics,
+)
+from .model_card import TaskSummary, render_model_card  # noqa: E402
+from .modeling.amos import AmosGenerator, AmosGeneratorConfig, AmosModel, AmosModelConfig  # noqa: E402
 from .modeling.multitask import MultiTaskConfig, MultiTaskModel, MultiTaskOutput  # noqa: E402
+from .modeling.tartan import TartanModel  # noqa: E402
+from .sampling import MultiTaskDataset, TaskBatchSampler  # noqa: E402
 from .tasks import TASK_KINDS, TaskSpec, load_mixture, load_task_splits  # noqa: E402
+from .trainers.amos import AmosConfig, AmosTrainer  # noqa: E402
+from .trainers.muppet import MuppetConfig, MuppetTrainer  # noqa: E402
+from .trainers.tartan import TartanConfig, TartanTrainer  # noqa: E402
+
+# The demo data (hf_aux.demo: demo_task, demo_mixture, demo_unlabelled_text, DEMO_TASK_NAMES) needs the `demo`
+# extra at call time; import it from hf_aux.demo.
 
 __all__ = [
-    "TASK_KINDS",
+    "AmosConfig",
+    "AmosGenerator",
+    "AmosGeneratorConfig",
+    "AmosModel",
+    "AmosModelConfig",
+    "AmosTrainer",
+    "HubPushError",
+    "HubTokenSafeArgsMixin",
     "MLMCollator",
     "MultiTaskCollator",
     "MultiTaskConfig",
+    "MultiTaskDataset",
     "MultiTaskModel",
     "MultiTaskOutput",
+    "MuppetConfig",
+    "MuppetTrainer",
+    "PRIMARY_METRIC",
+    "TASK_KINDS",
+    "TartanConfig",
+    "TartanModel",
+    "TartanTrainer",
+    "TaskBatchSampler",
     "TaskSpec",
+    "TaskSummary",
     "TokenizedTask",
+    "classification_metrics",
+    "compute_task_metrics",
     "group_texts_for_mlm",
     "load_mixture",
     "load_task_splits",
+    "majority_baseline",
     "mask_tokens_for_mlm",
+    "multiple_choice_metrics",
+    "postprocess_qa_predictions",
+    "push_folder_to_hub",
+    "qa_metrics",
+    "regression_metrics",
+    "render_model_card",
+    "rouge_metrics",
     "tokenize_task",
     "__version__",
 ]
