@@ -131,9 +131,12 @@ def _describe_failure(error: Exception, repo_id: str, endpoint: str) -> str:
         if status == 404:
             return f"{repo_id} was not found on {endpoint} (404)"
         return f"{endpoint} answered {status}: {error}"
-    if "connect" in type(error).__name__.lower() or "timeout" in type(error).__name__.lower():
-        return f"could not connect to {endpoint} ({type(error).__name__}: {error})"
-    return f"{type(error).__name__}: {error}"
+    name, text = type(error).__name__, str(error).rstrip(".")
+    if "connect" in name.lower() or "timeout" in name.lower():
+        return f"could not connect to {endpoint} ({name}: {text})"
+    if name in ("RemoteProtocolError", "ReadError", "WriteError", "NetworkError", "ProtocolError"):
+        return f"lost the connection to {endpoint} ({name}: {text})"
+    return f"{name}: {text}"
 
 
 def push_folder_to_hub(
@@ -256,6 +259,11 @@ def _download_failure(error: BaseException, name: str) -> str | None:
     endpoint = constants.ENDPOINT
     chain = list(_chain(error))
     kinds = {type(e).__name__ for e in chain}
+    offline = constants.HF_HUB_OFFLINE or os.environ.get("HF_DATASETS_OFFLINE", "0").upper() in ("1", "ON", "YES", "TRUE")
+    if offline and not os.path.exists(name) and isinstance(error, (OSError, ConnectionError)):
+        # offline, the Hub cannot say whether the repository exists: what is known is that no copy is cached
+        return (f"offline mode is on (HF_HUB_OFFLINE=1) and {name!r} is not in the local cache "
+                f"({constants.HF_HUB_CACHE}): download it once online, or pass a local folder")
     if any(isinstance(e, (GatedRepoError,)) for e in chain):
         return f"{name!r} on {endpoint} is gated: accept its conditions on the Hub and pass a token"
     if any(isinstance(e, RepositoryNotFoundError) for e in chain) or "DatasetNotFoundError" in kinds:
@@ -263,15 +271,11 @@ def _download_failure(error: BaseException, name: str) -> str | None:
                 "pass a token or log in with `hf auth login`), and no local folder of that name")
     if any(isinstance(e, RevisionNotFoundError) for e in chain):
         return f"{name!r} on {endpoint} has no such revision (branch, tag or commit)"
-    if any(isinstance(e, EntryNotFoundError) for e in chain):
+    if any(isinstance(e, (LocalEntryNotFoundError, OfflineModeIsEnabled)) for e in chain):
+        return f"could not connect to {endpoint} to download {name!r}, and it is not in the local cache"
+    if any(isinstance(e, EntryNotFoundError) for e in chain):  # after LocalEntryNotFoundError, its subclass
         missing = next(e for e in chain if isinstance(e, EntryNotFoundError))
         return f"{name!r} on {endpoint} lacks a file it needs ({missing})"
-    if any(isinstance(e, (LocalEntryNotFoundError, OfflineModeIsEnabled)) for e in chain) or (
-            constants.HF_HUB_OFFLINE and isinstance(error, (OSError, ConnectionError))):
-        if constants.HF_HUB_OFFLINE:
-            return (f"offline mode is on (HF_HUB_OFFLINE=1) and {name!r} is not in the local cache "
-                    f"({constants.HF_HUB_CACHE}): download it once online, or pass a local folder")
-        return f"could not connect to {endpoint} to download {name!r}, and it is not in the local cache"
     return None
 
 

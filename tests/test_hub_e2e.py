@@ -1,0 +1,330 @@
+"""The run scripts against the local Hub server (tests/hub_server.py), end to end and in-process: a run pushes its
+output folder, `snapshot_download` brings it back byte for byte, plain transformers and the method's own class load
+it from the server, the card's metadata carries the metrics; a pre-seeded repository and a Hub dataset feed a run;
+the token is in no pushed file, log or request body; a Hub that is down or refuses the token gives a clear error
+and leaves the local files as they were; offline mode and missing repositories give errors naming the argument.
+
+Tiny models (hidden 32, 2 layers) saved to tmp dirs, a few steps each, one torch thread.
+"""
+
+import hashlib
+import importlib.util
+import json
+import logging
+import random
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub import ModelCard, snapshot_download
+from tiny import WORDS, tiny_config, tiny_tokenizer
+from transformers import (
+    AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification, BertForSequenceClassification,
+)
+
+from hf_aux.hub import HubDownloadError, HubPushError, find_token_in_files
+from hf_aux.modeling.amos import AmosModel
+from hf_aux.modeling.tartan import TartanModel
+from hub_server import DEFAULT_USER, local_hub  # noqa: F401 - `local_hub` is a fixture
+
+TOKEN = "hf_E2eTokenThatMustNeverBeSaved9876543210"
+SCRIPTS = Path(__file__).resolve().parents[1] / "run_scripts"
+QUIET = ["--report_to", "none", "--disable_tqdm", "true", "--seed", "0"]
+
+
+def load_script(name):
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+run_amos, run_tartan, run_finetune = (load_script(n) for n in ("run_amos", "run_tartan", "run_finetune"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def digest(folder: Path, skip=("checkpoint-", "runs/")) -> dict:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and not p.relative_to(folder).as_posix().startswith(skip)}
+
+
+def pushed_digest(hub, repo_id) -> dict:
+    return {path: hashlib.sha256(content).hexdigest() for path, content in hub.files(repo_id).items()}
+
+
+def assert_token_nowhere(hub, repo_id, output_dir, logs: str):
+    assert [path for path, content in hub.files(repo_id).items() if TOKEN.encode() in content] == []
+    assert find_token_in_files(output_dir, TOKEN) == []  # checkpoints, trainer_state, training_args.bin, card
+    assert not any(TOKEN.encode() in r.body for r in hub.requests)
+    assert TOKEN not in logs
+
+
+def sentiment_rows(n, seed):
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        label = rng.choice(["neg", "pos"])
+        words = rng.choices(WORDS[:40], k=5) + ["good" if label == "pos" else "bad"]
+        rows.append({"text": " ".join(words), "label": label})
+    return rows
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_bert_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tiny_bert")
+    tokenizer = tiny_tokenizer()
+    torch.manual_seed(0)
+    AutoModel.from_config(tiny_config("bert", tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+# ---- AMOS: push, download, load with AutoModel and AmosModel, card metrics ----------------------------------------
+def amos_args(tmp_path, out, *extra):
+    tokenizer_dir = tmp_path / "tokenizer"
+    if not tokenizer_dir.exists():
+        tiny_tokenizer().save_pretrained(tokenizer_dir)
+        rng = random.Random(0)
+        (tmp_path / "text.txt").write_text("".join(" ".join(rng.choices(WORDS, k=12)) + "\n" for _ in range(60)))
+    return ["--train_file", str(tmp_path / "text.txt"), "--tokenizer_name", str(tokenizer_dir),
+            "--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "2",
+            "--intermediate_size", "64", "--generator_num_hidden_layers", "2", "--mlm_layers", "1", "2",
+            "--max_seq_length", "16", "--validation_split_percentage", "20", "--per_device_train_batch_size", "8",
+            "--per_device_eval_batch_size", "8", "--max_steps", "4", "--logging_steps", "1",
+            "--output_dir", str(out), *QUIET, *extra]
+
+
+def test_run_amos_pushes_its_output_folder_and_it_loads_back_from_the_hub(local_hub, tmp_path, monkeypatch, caplog,
+                                                                         capsys):
+    caplog.set_level(logging.INFO)
+    local_hub.accept_only(TOKEN)
+    repo = f"{DEFAULT_USER}/amos-tiny"
+    out = tmp_path / "amos"
+    monkeypatch.setattr(sys, "argv", ["run_amos.py", *amos_args(
+        tmp_path, out, "--do_train", "--do_eval", "--save_steps", "2", "--push_to_hub", "--hub_model_id", repo,
+        "--hub_token", TOKEN, "--hub_strategy", "checkpoint")])
+    results = run_amos.main()
+
+    # What was pushed is the output folder (save_pretrained's files, tokenizer, card, figures, results), byte for byte,
+    # plus the last checkpoint that hub_strategy=checkpoint pushed during training.
+    local, pushed = digest(out), pushed_digest(local_hub, repo)
+    assert {"config.json", "model.safetensors", "generator/model.safetensors", "README.md", "loss_curve.png",
+            "mixture_weights.png", "tokenizer_config.json", "eval_results.json"} <= set(local)
+    assert {path: pushed[path] for path in local} == local
+    assert set(pushed) - set(local) - {".gitattributes"} == {p for p in pushed if p.startswith("last-checkpoint/")}
+    assert "last-checkpoint/trainer_state.json" in pushed
+    assert_token_nowhere(local_hub, repo, out, caplog.text + capsys.readouterr().out)
+
+    # snapshot_download brings the same bytes back; plain transformers and AmosModel load them through the server.
+    downloaded = Path(snapshot_download(repo))
+    assert digest(downloaded, skip=("last-checkpoint/", ".gitattributes")) == local
+    local_model = AmosModel.from_pretrained(str(out)).eval()
+    hub_model = AmosModel.from_pretrained(repo).eval()
+    ids = torch.tensor([[2, 10, 20, 30, 40, 3]])
+    assert all(torch.equal(a, b) for a, b in zip(local_model.state_dict().values(), hub_model.state_dict().values()))
+    discriminator = AutoModelForPreTraining.from_pretrained(repo).eval()  # ElectraForPreTraining, RTD head included
+    with torch.no_grad():
+        logits = discriminator(input_ids=ids).logits
+        assert torch.equal(logits, AutoModelForPreTraining.from_pretrained(out).eval()(input_ids=ids).logits)
+        assert torch.allclose(logits, local_model.discriminator(input_ids=ids).logits, atol=1e-6)
+        assert torch.equal(AutoModel.from_pretrained(repo)(input_ids=ids).last_hidden_state,
+                           AutoModel.from_pretrained(out)(input_ids=ids).last_hidden_state)
+
+    # The card: metadata parses, carries the evaluation metrics and the hf_aux tags; the figures are shown.
+    card = ModelCard.load(downloaded / "README.md")
+    assert card.data.tags[:2] == ["hf_aux", "amos"] and card.data.library_name == "transformers"
+    metrics = {(r.dataset_name, r.metric_type): r.metric_value for r in card.data.eval_results}
+    eval_results = json.loads((out / "eval_results.json").read_text())
+    assert metrics[("replaced_token_detection", "accuracy_replaced")] == eval_results["eval_rtd_accuracy_replaced"]
+    assert metrics[("mlm_layer_2", "loss")] == eval_results["eval_mlm_loss/layer_2"]
+    assert "![Mean mixture weight of each generator MLM head over training](mixture_weights.png)" in card.text
+    assert f'AmosModel.from_pretrained("{repo}")' in card.text
+    assert results["eval_rtd_loss"] == eval_results["eval_rtd_loss"]
+
+
+# ---- TARTAN: a pre-seeded model repository and a Hub dataset feed the run; it pushes; plain classes load it -------
+def test_run_tartan_from_hub_model_and_dataset_pushes_a_loadable_classifier(local_hub, tmp_path, tiny_bert_dir,
+                                                                         caplog, capsys):
+    caplog.set_level(logging.INFO)
+    base, data, repo = f"{DEFAULT_USER}/tiny-bert", f"{DEFAULT_USER}/tiny-sentiment", f"{DEFAULT_USER}/tartan-tiny"
+    local_hub.seed(base, tiny_bert_dir)
+    (tmp_path / "data").mkdir()
+    write_jsonl(tmp_path / "data" / "train.jsonl", sentiment_rows(48, seed=1))
+    write_jsonl(tmp_path / "data" / "validation.jsonl", sentiment_rows(16, seed=2))
+    local_hub.seed(data, tmp_path / "data", repo_type="dataset")
+    local_hub.accept_only(TOKEN)
+    out = tmp_path / "tartan"
+    results = run_tartan.main(*run_tartan.parse_args([
+        "--model_name_or_path", base, "--dataset_name", data, "--auxiliary", "tapt=tapt", "--mode", "meta",
+        "--meta_head_steps", "2", "--max_seq_length", "16", "--do_train", "--do_eval", "--max_steps", "3",
+        "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "16", "--logging_steps", "1",
+        "--save_strategy", "no", "--output_dir", str(out), "--push_to_hub", "--hub_model_id", repo,
+        "--hub_token", TOKEN, *QUIET]))
+
+    local, pushed = digest(out), pushed_digest(local_hub, repo)
+    assert {"config.json", "model.safetensors", "tartan_heads.safetensors", "tartan_config.json", "README.md",
+            "loss_curve.png", "task_weights.png", "task_weights.json", "training_args.bin"} <= set(local)
+    assert set(pushed) == set(local) | {".gitattributes"} and {p: pushed[p] for p in local} == local
+    assert_token_nowhere(local_hub, repo, out, caplog.text + capsys.readouterr().out)
+
+    # The starting weights came from the seeded repository: the body before training was the seeded model's.
+    assert any(r.method == "GET" and r.path.startswith(f"/{base}/resolve/") and r.path.endswith("/model.safetensors")
+               for r in local_hub.requests)
+    assert any(r.path.startswith(f"/api/datasets/{data}") for r in local_hub.requests)
+
+    classifier = AutoModelForSequenceClassification.from_pretrained(repo).eval()
+    assert type(classifier) is BertForSequenceClassification
+    assert classifier.config.id2label == {0: "neg", 1: "pos"}
+    tartan = TartanModel.from_pretrained(snapshot_download(repo))
+    local_tartan = TartanModel.from_pretrained(str(out))
+    assert tartan.auxiliary_tasks == ["tapt"]
+    for (name, a), b in zip(tartan.state_dict().items(), local_tartan.state_dict().values()):
+        assert torch.equal(a, b), name
+    seeded = AutoModel.from_pretrained(base)
+    assert not torch.equal(seeded.embeddings.word_embeddings.weight,
+                           classifier.bert.embeddings.word_embeddings.weight)  # training moved it
+
+    card = ModelCard(local_hub.files(repo)["README.md"].decode())
+    assert card.data.base_model == base and card.data.datasets == [data]
+    metrics = {(r.dataset_name, r.metric_type): r.metric_value for r in card.data.eval_results}
+    assert metrics[("tiny-sentiment", "accuracy")] == results["eval_accuracy"]
+    assert metrics[("tiny-sentiment", "macro_f1")] == results["eval_macro_f1"]
+    assert "](task_weights.png)" in card.text and "final task weights: end_task" in card.text
+
+
+# ---- run_finetune: token safety with a plain Trainer; failures; offline mode; missing repositories -----------------
+def finetune_args(model, out, files, *extra):
+    return ["--model_name_or_path", str(model), "--train_file", str(files["train"]),
+            "--validation_file", str(files["validation"]), "--task_kind", "classification",
+            "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "8", "--logging_steps", "1",
+            "--output_dir", str(out), *QUIET, *extra]
+
+
+@pytest.fixture
+def sentiment_files(tmp_path):
+    return {"train": write_jsonl(tmp_path / "train.jsonl", sentiment_rows(24, seed=3)),
+            "validation": write_jsonl(tmp_path / "validation.jsonl", sentiment_rows(8, seed=4))}
+
+
+def test_run_finetune_pushes_checkpoints_and_the_final_folder_without_the_token(local_hub, tmp_path, tiny_bert_dir,
+                                                                                sentiment_files, monkeypatch, caplog):
+    caplog.set_level(logging.INFO)
+    local_hub.accept_only(TOKEN)
+    repo, out = f"{DEFAULT_USER}/ft-tiny", tmp_path / "ft"
+    monkeypatch.setattr(sys, "argv", ["run_finetune.py", *finetune_args(
+        tiny_bert_dir, out, sentiment_files, "--do_train", "--do_eval", "--max_steps", "2", "--save_steps", "1",
+        "--push_to_hub", "--hub_model_id", repo, "--hub_token", TOKEN, "--hub_strategy", "checkpoint")])
+    results = run_finetune.main()
+    pushed = pushed_digest(local_hub, repo)
+    assert "last-checkpoint/training_args.bin" in pushed and "training_args.bin" in pushed
+    assert {p: pushed[p] for p in digest(out)} == digest(out)
+    assert_token_nowhere(local_hub, repo, out, caplog.text)
+    saved = torch.load(out / "training_args.bin", weights_only=False)
+    assert saved.hub_token is None and saved.hub_model_id == repo and saved.max_steps == 2
+    card = ModelCard.load(out / "README.md")
+    assert card.data.tags[:2] == ["hf_aux", "finetune"]
+    metrics = {r.metric_type: r.metric_value for r in card.data.eval_results}
+    assert metrics["accuracy"] == results["eval_accuracy"] and "](loss_curve.png)" in card.text
+
+
+def test_run_finetune_writes_the_card_without_pushing(local_hub, tmp_path, tiny_bert_dir, sentiment_files,
+                                                      monkeypatch):
+    out = tmp_path / "ft"
+    monkeypatch.setattr(sys, "argv", ["run_finetune.py", *finetune_args(
+        tiny_bert_dir, out, sentiment_files, "--do_train", "--do_eval", "--max_steps", "1", "--save_strategy", "no")])
+    run_finetune.main()
+    assert (out / "README.md").is_file() and (out / "loss_curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert local_hub.requests == []  # no --push_to_hub: nothing was sent
+
+
+@pytest.mark.parametrize("failure", ["server_down", "rejected_token"])
+def test_hub_failure_at_the_start_is_clear_and_keeps_the_checkpoints(local_hub, tmp_path, tiny_bert_dir,
+                                                                     sentiment_files, monkeypatch, failure):
+    out = tmp_path / "ft"
+    monkeypatch.setattr(sys, "argv", ["run_finetune.py", *finetune_args(
+        tiny_bert_dir, out, sentiment_files, "--do_train", "--max_steps", "2", "--save_steps", "1")])
+    run_finetune.main()  # an earlier run left checkpoints behind
+    before = digest(out, skip=())
+    assert any(path.startswith("checkpoint-2/") for path in before)
+    if failure == "server_down":
+        local_hub.stop()
+        expected = "could not connect to http://127.0.0.1"
+    else:
+        local_hub.accept_only("hf_some_other_token")
+        expected = "rejected the token \\(401"
+    monkeypatch.setattr(sys, "argv", ["run_finetune.py", *finetune_args(
+        tiny_bert_dir, out, sentiment_files, "--do_train", "--max_steps", "4", "--save_steps", "1", "--push_to_hub",
+        "--hub_model_id", f"{DEFAULT_USER}/never", "--hub_token", TOKEN)])
+    with pytest.raises(HubPushError, match=expected) as error:
+        run_finetune.main()
+    assert "Nothing was trained" in str(error.value) and str(out) in str(error.value)
+    assert TOKEN not in str(error.value)
+    assert digest(out, skip=()) == before
+
+
+def test_failed_final_push_keeps_the_saved_model_and_says_what_failed(local_hub, tmp_path, tiny_bert_dir,
+                                                                      sentiment_files, monkeypatch):
+    out = tmp_path / "ft"
+    real_push = run_finetune.push_trainer_output
+
+    def push_after_the_server_went_down(trainer):
+        local_hub.stop()
+        return real_push(trainer)
+
+    monkeypatch.setattr(run_finetune, "push_trainer_output", push_after_the_server_went_down)
+    monkeypatch.setattr(sys, "argv", ["run_finetune.py", *finetune_args(
+        tiny_bert_dir, out, sentiment_files, "--do_train", "--do_eval", "--max_steps", "2", "--save_strategy", "no",
+        "--push_to_hub", "--hub_model_id", f"{DEFAULT_USER}/late-failure", "--hub_token", TOKEN)])
+    # the clients' open keep-alive connection breaks, or a new one is refused
+    with pytest.raises(HubPushError, match="lost the connection to|could not connect to") as error:
+        run_finetune.main()
+    assert "intact" in str(error.value) and f"hf upload {DEFAULT_USER}/late-failure" in str(error.value)
+    assert {"model.safetensors", "README.md", "eval_results.json"} <= set(digest(out))
+    assert AutoModel.from_pretrained(out).config.hidden_size == 32
+
+
+def test_offline_mode_and_missing_repositories_name_the_argument(local_hub, tmp_path, tiny_bert_dir, sentiment_files,
+                                                                monkeypatch):
+    from huggingface_hub import constants
+
+    repo = f"{DEFAULT_USER}/cached-bert"
+    local_hub.seed(repo, tiny_bert_dir)
+    args = ["--max_steps", "1", "--do_train", "--save_strategy", "no"]
+    with pytest.raises(HubDownloadError, match=f"field 'model_name_or_path': cannot load '{DEFAULT_USER}/nope': "
+                                               "there is no repository"):
+        run_finetune.main(*run_finetune.parse_args(finetune_args(f"{DEFAULT_USER}/nope", tmp_path / "a",
+                                                                 sentiment_files, *args)))
+    with pytest.raises(HubDownloadError, match="field 'dataset_name': cannot load .*there is no repository"):
+        run_finetune.main(*run_finetune.parse_args(
+            ["--model_name_or_path", str(tiny_bert_dir), "--dataset_name", f"{DEFAULT_USER}/no-data",
+             "--task_kind", "classification", "--output_dir", str(tmp_path / "b"), *QUIET, *args]))
+    # An AMOS checkpoint id is resolved by snapshot_download: the same clear error.
+    with pytest.raises(HubDownloadError, match="field 'model_name_or_path'.*there is no repository"):
+        run_amos.main(*run_amos.parse_args(amos_args(tmp_path, tmp_path / "c", "--do_train", "--model_name_or_path",
+                                                     f"{DEFAULT_USER}/no-amos")))
+
+    # Online once: the repository lands in the cache. Offline (HF_HUB_OFFLINE=1): the cached copy is used without a
+    # single request; an uncached id fails saying offline mode is on.
+    run_finetune.main(*run_finetune.parse_args(finetune_args(repo, tmp_path / "online", sentiment_files, *args)))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    sent = len(local_hub.requests)
+    run_finetune.main(*run_finetune.parse_args(finetune_args(repo, tmp_path / "offline", sentiment_files, *args)))
+    assert len(local_hub.requests) == sent
+    with pytest.raises(HubDownloadError, match="offline mode is on \\(HF_HUB_OFFLINE=1\\)"):
+        run_finetune.main(*run_finetune.parse_args(finetune_args(f"{DEFAULT_USER}/never-downloaded",
+                                                                 tmp_path / "d", sentiment_files, *args)))
