@@ -157,6 +157,18 @@ class TaskSummary:
                 raise ValueError(f"task {self.name!r}: field 'metrics': {name} = {value!r} is not a finite number")
 
 
+RUN_STATISTICS = ("runtime", "samples_per_second", "steps_per_second", "samples", "epoch")
+
+
+def task_metrics(metrics: dict) -> tuple[str, dict[str, float]]:
+    """(split, {metric: value}) for a card from Trainer-style metrics: the `eval_*` ones (split "validation"),
+    else the `test_*` ones, prefix removed, without run statistics (runtime, samples, ...) or non-finite values."""
+    split, prefix = ("validation", "eval_") if any(k.startswith("eval_") for k in metrics) else ("test", "test_")
+    return split, {k[len(prefix):]: float(v) for k, v in metrics.items()
+                   if k.startswith(prefix) and k[len(prefix):] not in RUN_STATISTICS
+                   and isinstance(v, (int, float)) and math.isfinite(v)}
+
+
 def hyperparameters_from_args(args) -> dict:
     """The training hyper-parameters of a `TrainingArguments` (sub)class instance, for a card, without any token.
 

@@ -79,7 +79,9 @@ from hf_aux.data import MultiTaskCollator, tokenize_task
 from hf_aux.hub import (
     TokenSafeTrainingArguments, create_hub_repo, explain_hub_errors, hub_id_or_none, push_trainer_output,
 )
-from hf_aux.model_card import TaskSummary, hyperparameters_from_args, plot_loss_curves, render_model_card
+from hf_aux.model_card import (
+    TaskSummary, hyperparameters_from_args, plot_loss_curves, render_model_card, task_metrics,
+)
 from hf_aux.metrics import (
     PRIMARY_METRIC,
     compute_task_metrics,
@@ -609,12 +611,10 @@ def write_model_card(trainer: Trainer, task: TaskSpec, model_args: ModelArgument
     """README.md (hf_aux's fine-tuning card: the task's validation or test metrics in the model-index) and
     loss_curve.png in the output folder."""
     output_dir = trainer.args.output_dir
-    split, prefix = ("validation", "eval_") if any(k.startswith("eval_") for k in results) else ("test", "test_")
-    skip = {"runtime", "samples_per_second", "steps_per_second", "samples", "epoch"}
-    metrics = {k[len(prefix):]: v for k, v in results.items() if k.startswith(prefix) and k[len(prefix):] not in skip
-               and isinstance(v, (int, float)) and np.isfinite(v)}
+    split, metrics = task_metrics(results)
     summary = TaskSummary(task.name, task.kind, train_size=results.get("train_examples"),
-                          eval_size=results.get(f"{prefix}samples"), metrics=metrics,
+                          eval_size=results.get("eval_samples" if split == "validation" else "test_samples"),
+                          metrics=metrics,
                           dataset=hub_id_or_none(task.dataset_name), split=split)
     figures = {}
     try:

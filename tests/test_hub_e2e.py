@@ -4,7 +4,7 @@ it from the server, the card's metadata carries the metrics; a pre-seeded reposi
 the token is in no pushed file, log or request body; a Hub that is down or refuses the token gives a clear error
 and leaves the local files as they were; offline mode and missing repositories give errors naming the argument.
 
-Tiny models (hidden 32, 2 layers) saved to tmp dirs, a few steps each, one torch thread.
+Tiny models (hidden 32, 2 layers) saved to tmp dirs, a few steps each (conftest sets one torch thread).
 """
 
 import hashlib
@@ -42,14 +42,6 @@ def load_script(name):
 
 
 run_amos, run_tartan, run_finetune = (load_script(n) for n in ("run_amos", "run_tartan", "run_finetune"))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def digest(folder: Path, skip=("checkpoint-", "runs/")) -> dict:
@@ -328,3 +320,18 @@ def test_offline_mode_and_missing_repositories_name_the_argument(local_hub, tmp_
     with pytest.raises(HubDownloadError, match="offline mode is on \\(HF_HUB_OFFLINE=1\\)"):
         run_finetune.main(*run_finetune.parse_args(finetune_args(f"{DEFAULT_USER}/never-downloaded",
                                                                  tmp_path / "d", sentiment_files, *args)))
+
+
+# ---- the card helpers the scripts use ------------------------------------------------------------------------------
+def test_task_metrics_and_logged_series_pick_what_a_card_shows():
+    from hf_aux.model_card import _is_loss_key, logged_series, task_metrics
+
+    results = {"train_loss": 0.9, "eval_accuracy": 0.75, "eval_loss": 0.5, "eval_runtime": 1.2, "eval_samples": 8,
+               "eval_f1": float("nan"), "test_accuracy": 0.5}
+    assert task_metrics(results) == ("validation", {"accuracy": 0.75, "loss": 0.5})
+    assert task_metrics({"test_accuracy": 0.5, "test_epoch": 1.0}) == ("test", {"accuracy": 0.5})
+    keys = ["loss", "eval_loss", "rtd_loss", "loss_tapt", "mlm_loss/layer_2", "train_loss", "lossy", "alpha_tapt"]
+    assert [k for k in keys if _is_loss_key(k)] == ["loss", "eval_loss", "rtd_loss", "loss_tapt", "mlm_loss/layer_2"]
+    history = [{"mixture_weight/layer_1": 0.25, "mixture_weight/layer_2": 0.75, "step": 1},
+               {"mixture_weight/layer_1": 0.5, "step": 2}, {"mixture_weight/layer_1": 0.1}]  # no step: skipped
+    assert logged_series(history, "mixture_weight/") == {"layer_1": [(1, 0.25), (2, 0.5)], "layer_2": [(1, 0.75)]}

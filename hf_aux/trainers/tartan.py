@@ -119,14 +119,18 @@ class TartanConfig(HubTokenSafeArgsMixin, TrainingArguments):
 
 
 class BatchStream:
-    """Endless shuffled batches over `dataset`. Everything is a function of (seed, draws): epoch e's order is
-    randperm(seed, e), the collate function gets a generator seeded by (seed, draw). So its whole state is the
-    number of draws, restored on resume. `collate(features, generator) -> dict of tensors`."""
+    """Endless shuffled batches over `dataset`. Everything is a function of (seed, position): epoch e's order is
+    randperm(seed, e), the collate function gets a generator seeded by (seed, position). Under DDP the ranks share
+    one stream, rank r taking positions r, r + world_size, ... (draw d is position d * world_size + r), as
+    accelerate deals the end task's batches: so the ranks never draw the same batch, and N processes draw exactly
+    what one process with N times the gradient accumulation draws. The whole state is the number of draws (the
+    same on every rank), restored on resume. `collate(features, generator) -> dict of tensors`."""
 
-    def __init__(self, dataset, batch_size: int, collate: Callable, seed: int):
+    def __init__(self, dataset, batch_size: int, collate: Callable, seed: int, rank: int = 0, world_size: int = 1):
         if len(dataset) == 0:
             raise ValueError("a TARTAN batch stream got an empty dataset")
         self.dataset, self.batch_size, self.collate, self.seed = dataset, batch_size, collate, seed
+        self.rank, self.world_size = rank, world_size
         self.draws = 0
         self._order = (None, None)
 
@@ -135,12 +139,13 @@ class BatchStream:
         return max(1, len(self.dataset) // self.batch_size)  # drop the ragged last batch (all batches equal)
 
     def next(self) -> dict:
-        epoch, index = divmod(self.draws, self.batches_per_epoch)
+        position = self.draws * self.world_size + self.rank
+        epoch, index = divmod(position, self.batches_per_epoch)
         if self._order[0] != epoch:
             generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
             self._order = (epoch, torch.randperm(len(self.dataset), generator=generator).tolist())
         rows = self._order[1][index * self.batch_size: (index + 1) * self.batch_size]
-        generator = torch.Generator().manual_seed(self.seed * 7_919 + self.draws + 1)
+        generator = torch.Generator().manual_seed(self.seed * 7_919 + position + 1)
         self.draws += 1
         return self.collate([self.dataset[i] for i in rows], generator)
 
@@ -293,18 +298,18 @@ class TartanTrainer(Trainer):
         the task-weight state (so resume continues where the checkpoint was)."""
         if self._streams is None:
             args = self.args
-            seed = args.seed + 100_003 * args.process_index
+            seed, place = args.seed, {"rank": args.process_index, "world_size": args.world_size}  # one shared stream
             aux_size = args.auxiliary_batch_size or args.per_device_train_batch_size
-            streams = {name: BatchStream(data, aux_size, self._mlm_collate, seed + 17 * (k + 1))
+            streams = {name: BatchStream(data, aux_size, self._mlm_collate, seed + 17 * (k + 1), **place)
                        for k, (name, data) in enumerate(self._auxiliary_datasets.items())}
             if args.mode == "meta":
                 meta = self._remove_unused_columns(self._meta_dataset, description="meta")
                 streams["_meta"] = BatchStream(meta, args.meta_batch_size or args.per_device_train_batch_size,
-                                               self._supervised_collate, seed + 7)
+                                               self._supervised_collate, seed + 7, **place)
                 if args.meta_head_fresh_batch and args.meta_head == "separate":
                     train = self._remove_unused_columns(self.train_dataset, description="meta head")
                     streams["_meta_head"] = BatchStream(train, args.per_device_train_batch_size,
-                                                        self._supervised_collate, seed + 11)
+                                                        self._supervised_collate, seed + 11, **place)
             self._streams = streams
         draws = self.task_weights_state.stream_draws
         for name, stream in self._streams.items():
@@ -473,18 +478,16 @@ class TartanTrainer(Trainer):
         `dataset_tags`: Hub dataset ids of the end task."""
         if not self.is_world_process_zero():
             return
-        from ..model_card import TaskSummary, hyperparameters_from_args, plot_loss_curves, render_model_card
+        from ..model_card import (
+            TaskSummary, hyperparameters_from_args, plot_loss_curves, render_model_card, task_metrics,
+        )
 
         output_dir = self.args.output_dir
         os.makedirs(output_dir, exist_ok=True)
         if metrics is None:
             metrics = next((entry for entry in reversed(self.state.log_history) if "eval_loss" in entry), {})
         datasets = [dataset_tags] if isinstance(dataset_tags, str) else list(dataset_tags or [])
-        split = "validation" if any(k.startswith("eval_") for k in metrics) else "test"
-        prefix = "eval_" if split == "validation" else "test_"
-        scores = {k[len(prefix):]: v for k, v in metrics.items() if k.startswith(prefix)
-                  and k[len(prefix):] not in ("runtime", "samples_per_second", "steps_per_second", "samples", "epoch")
-                  and isinstance(v, (int, float)) and math.isfinite(v)}
+        split, scores = task_metrics(metrics)
         summaries = [TaskSummary(end_task_name or END_TASK, "classification", train_size=len(self.train_dataset),
                                  eval_size=len(self.eval_dataset) if self.eval_dataset is not None else None,
                                  metrics=scores, dataset=datasets[0] if datasets else None, split=split)]
