@@ -4,15 +4,16 @@ Configurations (teacher the student's size, auxiliary teacher losses on, same ba
 second order, soft labels first order; each against `objective="mlm"`. A "step" is what Trainer's loop does per
 optimizer step: training_step, gradient clipping, optimizer.step(), scheduler.step(), zero_grad (the meta steps
 also run the teacher's optimizer inside training_step). Runs are interleaved (MLM, X, MLM, Y, ...) after a
-warm-up; ratios are medians of each step over its neighbouring MLM steps. Peak memory: the growth of the peak
-resident set size over a few steps, each configuration in its own process (CPU; no CUDA calls).
+warm-up; ratios are medians of each step over its neighbouring MLM steps. Memory: the bytes of all tensors
+saved for backward during one step (what the autograd graphs hold beyond parameters and optimizer state).
 
-Goals from the passes each step needs (one unit = one student forward+backward): hard ~6 (teacher sample,
-pseudo, support, query, two teacher auxiliary losses), soft second order ~9-10, soft first order ~5 (see the
-README section for the accounting).
+Goals from the passes each step needs (one unit U = one student forward+backward): hard ~6 U (teacher sample,
+pseudo, support, query, two teacher auxiliary losses), soft second order ~9-10 U. Soft first order here drops
+only the support step's Hessian: the teacher's soft signal still needs the double backward through the
+pseudo step (eq. 1), so it is ~7 U, above the issue's 5.0 goal (which counts no pass through eq. 1's graph).
 
-    python benchmarks/bench_meta_lm.py              # ~2-4 minutes on 2 cores
-    python benchmarks/bench_meta_lm.py --rounds 30 --hidden 256
+    python benchmarks/bench_meta_lm.py              # BERT hidden 64, 2 layers, 8 x 32 tokens: ~3-10 minutes
+    python benchmarks/bench_meta_lm.py --rounds 30 --hidden 128 --layers 4 --length 64
 The last line is one JSON object.
 """
 
@@ -21,10 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
@@ -83,31 +81,31 @@ def full_step(trainer, batch) -> float:
     return time.perf_counter() - start
 
 
-def peak_memory_mb(kind: str, opts) -> float:
-    """Run in a child process: growth of the peak RSS over 3 steps after building (MB)."""
-    trainer, batch = build(kind, opts)
-    full_step(trainer, batch)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    for _ in range(3):
+def saved_tensor_mb(trainer, batch) -> float:
+    """Memory the autograd graphs of one step hold: the bytes of every tensor saved for backward (activations,
+    and for the second-order steps the first backward's graph). A CPU-portable stand-in for peak memory minus
+    parameters and optimizer state; no CUDA calls."""
+    total = [0]
+
+    def pack(tensor):
+        total[0] += tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         full_step(trainer, batch)
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return (after - before) / 1024
+    return total[0] / 2**20
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--length", type=int, default=64)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--length", type=int, default=32)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--vocab", type=int, default=250)
-    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     opts = parser.parse_args()
-    if opts.memory_child:
-        print(json.dumps({"peak_mb": peak_memory_mb(opts.memory_child, opts)}))
-        return
 
     kinds = ["hard", "soft", "soft_first_order"]
     built = {k: build(k, opts) for k in ["mlm"] + kinds}
@@ -124,17 +122,11 @@ def main():
             times["mlm"] += [before, after]
             times[k].append(t)
             ratios[k].append(t / ((before + after) / 2))
-    memory = {}
-    for k in ["mlm"] + kinds:
-        child = [sys.executable, __file__, "--memory-child", k] + [f"--{n}={getattr(opts, n)}" for n in
-                                                                   ("hidden", "layers", "length", "batch", "vocab")]
-        out = subprocess.run(child, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-        memory[k] = json.loads(out)["peak_mb"]
-
+    memory = {k: saved_tensor_mb(*built[k]) for k in built}
     print(f"student/teacher: BERT hidden {opts.hidden}, {opts.layers} layers, vocab {opts.vocab + 4}, batch "
           f"{opts.batch} x {opts.length} tokens, {opts.rounds} interleaved rounds, torch threads "
           f"{torch.get_num_threads()}")
-    print(f"{'step':<22}{'median ms':>10}{'ratio vs MLM':>14}{'goal':>6}{'peak MB':>9}")
+    print(f"{'step':<22}{'median ms':>10}{'ratio vs MLM':>14}{'goal':>6}{'saved MB':>9}")
     print(f"{'mlm':<22}{1000 * statistics.median(times['mlm']):>10.1f}{1.0:>14.2f}{'':>6}{memory['mlm']:>9.1f}")
     summary = {}
     for k in kinds:
@@ -145,7 +137,7 @@ def main():
                       "goal": GOALS["soft"], "hard_ratio": round(summary["hard"], 2), "hard_goal": GOALS["hard"],
                       "first_order_ratio": round(summary["soft_first_order"], 2),
                       "first_order_goal": GOALS["soft_first_order"],
-                      "peak_mb": {k: round(v, 1) for k, v in memory.items()}}))
+                      "saved_for_backward_mb": {k: round(v, 1) for k, v in memory.items()}}))
 
 
 if __name__ == "__main__":
