@@ -33,6 +33,7 @@ from transformers import AutoTokenizer, HfArgumentParser, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_aux.data import tokenize_task
+from hf_aux.hub import create_hub_repo, explain_hub_errors, push_trainer_output
 from hf_aux.metrics import PRIMARY_METRIC, majority_baseline
 from hf_aux.modeling.multitask import MultiTaskModel
 from hf_aux.tasks import load_mixture, load_task_splits
@@ -141,16 +142,22 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         if last_checkpoint is not None:
             logger.info("Resuming from %s", last_checkpoint)
     set_seed(training_args.seed)
+    if training_args.push_to_hub:
+        create_hub_repo(training_args)  # a server that is down or a rejected token stops the run here, not later
 
     # ---- tasks, tokenizer, model ----
     tasks = load_tasks(data_args, training_args.seed)
     model_path = model_args.model_name_or_path or default_model_path()
     hub = {"cache_dir": model_args.cache_dir, "revision": model_args.model_revision}
-    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_path, **hub)
+    tokenizer_path = model_args.tokenizer_name or model_path
+    with explain_hub_errors("ModelArguments", "tokenizer_name" if model_args.tokenizer_name else "model_name_or_path",
+                            tokenizer_path):
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, **hub)
     raw = {task.name: load_task_splits(task, seed=training_args.seed) for task in tasks}
-    model = MultiTaskModel.from_pretrained(
-        model_path, tasks=tasks, classifier_dropout=model_args.classifier_dropout,
-        spectral_norm_heads=True if training_args.robust_finetuning == "r4f" else None, **hub)
+    with explain_hub_errors("ModelArguments", "model_name_or_path", model_path):
+        model = MultiTaskModel.from_pretrained(
+            model_path, tasks=tasks, classifier_dropout=model_args.classifier_dropout,
+            spectral_norm_heads=True if training_args.robust_finetuning == "r4f" else None, **hub)
     if model.config.encoder.vocab_size < len(tokenizer):
         raise ValueError(f"ModelArguments: field 'tokenizer_name': the tokenizer has {len(tokenizer)} tokens, the "
                          f"model's vocabulary {model.config.encoder.vocab_size}")
@@ -203,10 +210,9 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     kwargs = {"finetuned_from": model_args.model_name_or_path, "tags": ["muppet", "pre-finetuning"],
               "dataset_tags": [t.dataset_name for t in tasks if t.dataset_name]}
+    trainer.create_model_card(**kwargs)  # README.md + loss_curve.png, pushed or not
     if training_args.push_to_hub:
-        trainer.push_to_hub(**kwargs)  # writes the MUPPET model card first
-    else:
-        trainer.create_model_card(**kwargs)
+        push_trainer_output(trainer)  # the output folder, token-checked; clear errors, local files untouched
     return results
 
 

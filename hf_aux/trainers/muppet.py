@@ -32,6 +32,7 @@ from transformers import Trainer, TrainingArguments
 
 from .. import metrics as task_metrics
 from ..data import MultiTaskCollator
+from ..distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
 from ..hub import HubTokenSafeArgsMixin
 from ..losses.muppet import (classification_loss, multiple_choice_loss, r3f_divergence, regression_loss,
                              sample_embedding_noise, scale_losses, seq2seq_loss, span_loss)
@@ -145,6 +146,7 @@ class MuppetTrainer(Trainer):
         self._task_stats = torch.zeros(len(names), 3, device=args.device)
         self._task_sampler = None
         self._resumed_sampler_state = None
+        self._micro_batches = MicroBatchCounter()
 
     # ------------------------------------------------------------------------------------------------------------
     # Data: task-homogeneous sub-batches in update-sized groups
@@ -181,6 +183,14 @@ class MuppetTrainer(Trainer):
     # Loss
     # ------------------------------------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if model.training:  # R3F noise and dropout seeded by the sub-batch's place in the update stream, so N DDP
+            # processes train exactly like one with N times the accumulation, and resume is exact (hf_aux.distributed)
+            seed = micro_batch_seed(self.args.seed, self._micro_batches.index(self))
+            with seeded_rng(seed, self.args.device):
+                return self._compute_loss(model, inputs, return_outputs)
+        return self._compute_loss(model, inputs, return_outputs)
+
+    def _compute_loss(self, model, inputs, return_outputs=False):
         body = self.accelerator.unwrap_model(model)
         task = int(inputs["task_ids"][0])  # the model resolves the head from it too (one host read per sub-batch)
         spec = body.config.tasks[task]
@@ -266,7 +276,7 @@ class MuppetTrainer(Trainer):
                 self._resumed_sampler_state = json.load(f)
 
     # ------------------------------------------------------------------------------------------------------------
-    # Model card (Trainer.push_to_hub calls this too, so a push carries the MUPPET card, not the generic one)
+    # Model card (run_muppet.py writes it on every run; Trainer.push_to_hub calls it too)
     # ------------------------------------------------------------------------------------------------------------
     def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,  # noqa: A002
                           tasks=None, dataset_tags=None, dataset=None, dataset_args=None, **kwargs):
@@ -296,6 +306,7 @@ class MuppetTrainer(Trainer):
         base = finetuned_from or getattr(body.config.encoder, "_name_or_path", None) or None
         card = render_model_card(
             "muppet", model_name=model_name or os.path.basename(os.path.abspath(self.args.output_dir)),
+            model_id=self.args.hub_model_id,
             base_model=base if base and not os.path.isabs(str(base)) else None,
             datasets=list(dataset_tags or []) if not isinstance(dataset_tags, str) else [dataset_tags],
             tasks=summaries, hyperparameters=hyperparameters_from_args(self.args), figures=figures,
