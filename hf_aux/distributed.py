@@ -1,0 +1,76 @@
+"""What the trainers share to behave the same on one process and on several (DDP).
+
+- `micro_batch_seed`: a seed for the random draws of one micro-batch (MLM masks, Gumbel noise, auxiliary-batch
+  shuffles), a function of the micro-batch's place in the global stream only. Accelerate hands batch k of the
+  dataloader's stream to rank k % world_size, so on rank r, at optimizer step s and accumulation micro-step m, the
+  batch is number g = (s * gradient_accumulation_steps + m) * world_size + r. Seeding by g gives a batch the same
+  draws whether it is trained on rank 0 of two processes or as the second micro-step of one process with twice the
+  accumulation, gives different ranks different draws (not the same masks from identically seeded RNGs), and
+  makes resume exact without saving any generator: (s, m) is all it needs.
+- `refuse_sharded_parameters`: a clear start-up error for FSDP / DeepSpeed ZeRO-3 in methods that read whole
+  parameters outside their module's forward or differentiate several times per step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import torch
+
+
+def global_micro_batch_index(step: int, micro_step: int, accumulation: int, rank: int, world_size: int) -> int:
+    """g = (step * accumulation + micro_step) * world_size + rank (see the module docstring)."""
+    return (int(step) * int(accumulation) + int(micro_step)) * int(world_size) + int(rank)
+
+
+def micro_batch_seed(seed: int, index: int) -> int:
+    """A 63-bit seed for micro-batch `index` of a run seeded with `seed` (SeedSequence mixing, so neighbouring
+    indices or seeds give unrelated streams)."""
+    return int(np.random.SeedSequence([int(seed), int(index)]).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
+class MicroBatchCounter:
+    """Counts the micro-steps of the current optimizer step, from `Trainer.state.global_step` alone, so it needs no
+    checkpointing: call `index(trainer)` once per training micro-batch."""
+
+    def __init__(self):
+        self._step, self._micro = None, 0
+
+    def index(self, trainer) -> int:
+        step = trainer.state.global_step
+        if step != self._step:
+            self._step, self._micro = step, 0
+        args = trainer.args
+        g = global_micro_batch_index(step, self._micro, args.gradient_accumulation_steps, args.process_index,
+                                     args.world_size)
+        self._micro += 1
+        return g
+
+
+@contextlib.contextmanager
+def seeded_rng(seed: int, device: torch.device):
+    """Within the block torch's global RNG (CPU and `device`) is seeded with `seed`; afterwards both are back where
+    they were, so Trainer's own draws (samplers, checkpointed RNG states) are untouched."""
+    with torch.random.fork_rng(devices=[] if device.type == "cpu" else [device]):
+        torch.manual_seed(seed)
+        yield
+
+
+def refuse_sharded_parameters(trainer, method: str, why: str, instead: str = "use DDP (torchrun without an FSDP "
+                              "or DeepSpeed config) or DeepSpeed ZeRO-1/2") -> None:
+    """Raise ValueError at start when `trainer` shards parameters (FSDP, DeepSpeed ZeRO-3) and `method` cannot
+    work on shards; the message names the method, the reason and what to use instead."""
+    from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+
+    if trainer.is_fsdp_enabled:
+        setting = "FSDP"
+    elif trainer.is_deepspeed_enabled and is_deepspeed_zero3_enabled():
+        setting = "DeepSpeed ZeRO-3"
+    else:
+        return
+    raise ValueError(f"{method} does not support {setting}: {why}; {instead}")
+
+
+__all__ = ["MicroBatchCounter", "global_micro_batch_index", "micro_batch_seed", "refuse_sharded_parameters",
+           "seeded_rng"]

@@ -1,0 +1,104 @@
+"""DDP on CPU (gloo, 2 processes via torch.distributed.run) against one process with the same global batches.
+
+Why one process with twice the gradient accumulation (not twice the batch) is the reference: every trainer's
+loss is a per-micro-batch mean (of rows, or of masked tokens), Trainer divides it by the accumulation steps and DDP
+averages it over ranks, so an update is the mean of its micro-batch means either way; accelerate deals batch k of
+the stream to rank k % 2, which is micro-step k % 2 of one process with accumulation 2. A doubled batch would
+instead average over all masked tokens at once (a different loss whenever the halves mask different numbers of
+tokens) and, for MUPPET, change the number of task-homogeneous sub-batches per update. Random draws (masks, Gumbel
+and R3F noise, auxiliary batches) are seeded by the micro-batch's place in that stream (hf_aux.distributed).
+
+META-TARTAN is compared across ranks only: it updates the task weights once per micro-batch, so one process with
+accumulation 2 makes two weight updates per optimizer step where two processes make one (from gradients averaged
+over ranks); and its meta head phi* is fitted on each rank's own features. The strongest true property, tested:
+identical task weights on both ranks at every step (they moved), identical parameters.
+MetaLM's meta objectives (hard, soft) refuse to start under DDP; its mlm baseline is compared like the others.
+
+Every job of a launch runs in the same two processes (one start-up), so the whole file is two launches.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "ddp_worker.py")
+EQUAL_JOBS = ["muppet", "muppet:r3f", "amos", "tartan:mt", "meta_lm:mlm"]  # compared with one process
+DDP_ONLY_JOBS = ["tartan:meta", "meta_lm:soft"]
+
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                                reason="torch.distributed with gloo is needed")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch(out, jobs, processes: int, grad_accum: int) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    if processes > 1:
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
+                   "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), WORKER]
+    else:
+        command = [sys.executable, WORKER]
+    result = subprocess.run(command + [str(out), *jobs, "--grad-accum", str(grad_accum)], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ddp")
+    _launch(root / "two", EQUAL_JOBS + DDP_ONLY_JOBS, processes=2, grad_accum=1)
+    _launch(root / "one", EQUAL_JOBS, processes=1, grad_accum=2)
+    return root
+
+
+def _params(root, job, rank=0):
+    saved = torch.load(root / job.replace(":", "-") / f"params_rank{rank}.pt")
+    return saved["world_size"], saved["params"]
+
+
+@pytest.mark.parametrize("job", EQUAL_JOBS)
+def test_two_processes_end_with_the_parameters_of_one_process_with_the_same_global_batches(runs, job):
+    world, ddp = _params(runs / "two", job)
+    world_1, ddp_1 = _params(runs / "two", job, rank=1)
+    single_world, single = _params(runs / "one", job)
+    assert (world, world_1, single_world) == (2, 2, 1)
+    for name, value in single.items():
+        torch.testing.assert_close(ddp[name], value, atol=1e-5, rtol=0, msg=f"{job}: {name}")
+        torch.testing.assert_close(ddp_1[name], ddp[name], atol=0, rtol=0, msg=f"{job}: {name} differs across ranks")
+    # the comparison means something: training moved the parameters by far more than the tolerance
+    initial = torch.load(runs / "two" / job.replace(":", "-") / "params_rank0.pt")["initial"]
+    assert max((ddp[name] - value).abs().max().item() for name, value in initial.items()) > 1e-3
+
+
+def test_meta_tartan_task_weights_are_identical_on_every_rank_at_every_step(runs):
+    folder = runs / "two" / "tartan-meta"
+    histories = [json.load(open(folder / f"task_weights_rank{r}.json")) for r in (0, 1)]
+    assert [row[0] for row in histories[0]["history"]] == [1, 2, 3]  # one row per optimizer step
+    assert histories[0] == histories[1]  # exact: the cosines come from gradients all-reduced before use
+    first = histories[0]["history"][0][1:]
+    assert max(abs(a - 1 / 3) for a in first) > 1e-3  # the weights moved from uniform
+    _, rank0 = _params(runs / "two", "tartan:meta")
+    _, rank1 = _params(runs / "two", "tartan:meta", rank=1)
+    trained = [name for name in rank0 if not name.startswith("meta_head.")]  # phi*: refitted per step and rank
+    assert trained and len(trained) < len(rank0)
+    for name in trained:
+        torch.testing.assert_close(rank0[name], rank1[name], atol=0, rtol=0, msg=name)
+
+
+def test_meta_lm_meta_objectives_refuse_ddp_with_a_clear_message(runs):
+    folder = runs / "two" / "meta_lm-soft"
+    assert not (folder / "params_rank0.pt").exists()
+    for rank in (0, 1):
+        message = (folder / f"refused_rank{rank}.txt").read_text()
+        assert "MetaLMTrainer" in message and "one process" in message and "objective='mlm'" in message
