@@ -3,10 +3,12 @@
 Meng et al., 2022, "Pretraining Text Encoders with Adversarial Mixture of Training Signal Generators"
 (arXiv:2204.03243). The model is an `hf_aux.modeling.amos.AmosModel`; the data are MLM blocks masked by
 either unmasked blocks (e.g. from `hf_aux.data.group_texts_for_mlm`), which the trainer pads and masks inside the
-step with torch's RNG (so a resumed run draws the same masks as a straight one: Trainer restores the RNG *after*
-collating the first batch of a resumed epoch), or batches already masked by
+step, or batches already masked by
 `hf_aux.data.MLMCollator(tokenizer, return_original=True)` (used as they are; resume is then exact only at epoch
 boundaries).
+Every training micro-batch draws its masks and Gumbel noise from torch's RNG seeded by its place in the global
+batch stream (`hf_aux.distributed.micro_batch_seed`): resume is exact, DDP ranks draw different masks, and N
+processes train exactly like one process with N times the gradient accumulation.
 
 Logged every `logging_steps` (and with an `eval_` prefix on evaluation): `mlm_loss/layer_<d>` per MLM head,
 `rtd_loss`, `rtd_accuracy_replaced`, `rtd_accuracy_original`, `replaced_fraction` (share of masked positions whose
@@ -24,6 +26,7 @@ import torch
 from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
 
 from ..data import mask_tokens_for_mlm, special_tokens_mask_for
+from ..distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
 from ..hub import HubTokenSafeArgsMixin, hub_id_or_none
 from ..losses.amos import layer_switch_index
 from ..modeling.amos import AmosModel
@@ -101,6 +104,7 @@ class AmosTrainer(Trainer):
         super().__init__(model=model, args=args, data_collator=data_collator, processing_class=processing_class,
                          **kwargs)
         self._metric_sums = {"train": None, "eval": None}  # running [sum..., count...] per mode, on device
+        self._micro_batches = MicroBatchCounter()
 
     # ---- the loss -----------------------------------------------------------------------------------------------
 
@@ -126,6 +130,13 @@ class AmosTrainer(Trainer):
         return {**inputs, "input_ids": masked, "labels": labels, "original_input_ids": original}
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if model.training:  # masks, Gumbel noise and dropout from the micro-batch's own seed (module docstring)
+            seed = micro_batch_seed(self.args.seed, self._micro_batches.index(self))
+            with seeded_rng(seed, self.args.device):
+                return self._compute_loss(model, inputs, return_outputs)
+        return self._compute_loss(model, inputs, return_outputs)
+
+    def _compute_loss(self, model, inputs, return_outputs):
         if "labels" not in inputs:
             inputs = self._mask(inputs)  # 15% of tokens, BERT-style (§3.1)
         # one forward: generator (eq. 2) -> mixture (eq. 3) -> Gumbel sample -> discriminator (eq. 1)
