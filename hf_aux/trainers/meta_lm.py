@@ -44,6 +44,7 @@ from transformers.optimization import get_scheduler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from hf_aux.data import mask_tokens_for_mlm
+from hf_aux.distributed import MicroBatchCounter, micro_batch_seed
 from hf_aux.losses.meta_lm import (
     adamw_update,
     clip_by_total_norm,
@@ -200,6 +201,7 @@ class MetaLMTrainer(Trainer):
         # the trainer's own randomness (masking, teacher samples, task and example draws): checkpointed
         self._generator = torch.Generator(device=args.device).manual_seed(args.seed)
         self._eval_generator = torch.Generator(device=args.device)
+        self._micro_batches = MicroBatchCounter()  # the mlm baseline's masks (compute_loss)
         self._current_task: str | None = None
         self._task_steps_left = 0
         self._meta_steps = 0
@@ -345,7 +347,12 @@ class MetaLMTrainer(Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """The student's MLM loss on (x_m, y_m) from the batch: the `mlm` baseline's training loss and every
         objective's evaluation loss (a fixed-seed mask per evaluation)."""
-        generator = self._generator if model.training else self._eval_generator
+        if model.training:  # masks seeded by the micro-batch's place in the global stream: exact resume, and N DDP
+            # processes train like one process with N times the gradient accumulation (hf_aux.distributed)
+            seed = micro_batch_seed(self.args.seed, self._micro_batches.index(self))
+            generator = torch.Generator(device=self.args.device).manual_seed(seed)
+        else:
+            generator = self._eval_generator
         x_m, y_m = self._mlm_example(inputs["input_ids"], inputs["attention_mask"], generator)
         outputs = model(input_ids=x_m, attention_mask=inputs["attention_mask"])
         loss = token_cross_entropy(outputs.logits, y_m)
