@@ -7,8 +7,7 @@
   draws whether it is trained on rank 0 of two processes or as the second micro-step of one process with twice the
   accumulation, gives different ranks different draws (not the same masks from identically seeded RNGs), and
   makes resume exact without saving any generator: (s, m) is all it needs.
-- `refuse_sharded_parameters`: a clear start-up error for FSDP / DeepSpeed ZeRO-3 in methods that read whole
-  parameters outside their module's forward or differentiate several times per step.
+- `seeded_rng`: torch's RNG seeded for one block and restored afterwards.
 """
 
 from __future__ import annotations
@@ -57,20 +56,4 @@ def seeded_rng(seed: int, device: torch.device):
         yield
 
 
-def refuse_sharded_parameters(trainer, method: str, why: str, instead: str = "use DDP (torchrun without an FSDP "
-                              "or DeepSpeed config) or DeepSpeed ZeRO-1/2") -> None:
-    """Raise ValueError at start when `trainer` shards parameters (FSDP, DeepSpeed ZeRO-3) and `method` cannot
-    work on shards; the message names the method, the reason and what to use instead."""
-    from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
-
-    if trainer.is_fsdp_enabled:
-        setting = "FSDP"
-    elif trainer.is_deepspeed_enabled and is_deepspeed_zero3_enabled():
-        setting = "DeepSpeed ZeRO-3"
-    else:
-        return
-    raise ValueError(f"{method} does not support {setting}: {why}; {instead}")
-
-
-__all__ = ["MicroBatchCounter", "global_micro_batch_index", "micro_batch_seed", "refuse_sharded_parameters",
-           "seeded_rng"]
+__all__ = ["MicroBatchCounter", "global_micro_batch_index", "micro_batch_seed", "seeded_rng"]
