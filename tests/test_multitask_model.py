@@ -230,3 +230,18 @@ def test_plain_trainer_trains_and_resumes_a_multitask_model(tok, tmp_path):
     fresh.load_checkpoint_heads(str(checkpoint))
     for name, value in model.state_dict().items():
         torch.testing.assert_close(fresh.state_dict()[name], value, rtol=0, atol=0, msg=name)
+
+
+def test_train_and_eval_switch_every_module_like_nn_module(tok):
+    model = build(tok, "bert", spectral_norm_heads=True)
+    model.add_tasks([{"name": "late", "kind": "classification", "num_labels": 2}])  # heads added after a train()
+    for mode in (True, False, True):
+        model.train(mode)
+        assert {m.training for m in model.modules()} == {mode}
+    model.eval()
+    assert not any(m.training for m in model.modules())
+    # dropout really follows the flag: eval outputs are deterministic, training outputs are not
+    inputs = batches(tok)["sentiment"]
+    torch.testing.assert_close(model(task="sentiment", **inputs).logits, model(task="sentiment", **inputs).logits)
+    model.train()
+    assert not torch.equal(model(task="sentiment", **inputs).logits, model(task="sentiment", **inputs).logits)

@@ -181,6 +181,7 @@ class MultiTaskModel(PreTrainedModel):
         self.post_init()
 
     def _build_head(self, task: dict, hidden: int) -> None:
+        self.__dict__["_head_module_cache"] = None  # train()'s flat list of head modules is rebuilt on next use
         kind, dropout = task["kind"], self.config.classifier_dropout
         if kind in ("classification", "regression"):
             self.classification_heads[task["name"]] = ClassificationHead(
@@ -242,6 +243,24 @@ class MultiTaskModel(PreTrainedModel):
                     module.apply(self._init_weights)
                     module._is_hf_initialized = True
         return added
+
+    def train(self, mode: bool = True):
+        """`nn.Module.train`, but the heads' modules are switched from a cached flat list instead of nn.Module's
+        recursive walk: Trainer calls train() before every micro-batch, and with many tasks that walk made the
+        step's cost grow with the number of heads. Same result: every module's `training` flag is `mode`."""
+        if not isinstance(mode, bool):
+            raise ValueError("training mode is expected to be boolean")
+        self.__dict__["training"] = mode
+        self.body.train(mode)  # the body's own train() (transformers' override included)
+        if self.__dict__.get("_head_module_cache") is None:
+            self.__dict__["_head_module_cache"] = [m for name, child in self.named_children() if child is not self.body
+                                                  for m in child.modules()]
+        for module in self.__dict__["_head_module_cache"]:
+            if type(module).train is nn.Module.train:
+                module.__dict__["training"] = mode
+            else:  # a module with its own train(): let it run
+                module.train(mode)
+        return self
 
     def _head_modules(self):
         heads = list(self.classification_heads.values())
