@@ -22,6 +22,14 @@ finetune set, 300 steps: a few minutes on 2 CPU cores).
 
 The student is saved as a plain masked-LM checkpoint (fine-tune it with run_scripts/run_finetune.py), the
 teacher in `<output_dir>/teacher/`.
+
+Hub ids work wherever a path does (--model_name_or_path, --tokenizer_name, --teacher_name_or_path, --dataset_name,
+a mixture task's dataset_name; --cache_dir, --model_revision, --token for private ones); HF_HUB_OFFLINE=1 uses the
+local cache only, and a missing repository or file stops the run with an error naming the argument. Every run
+writes a model card (README.md, loss_curve.png) into the output folder; --push_to_hub --hub_model_id <user>/<repo>
+[--hub_token ...] pushes the folder (student, teacher/, card, results) at the end:
+
+    python run_scripts/run_meta_lm.py --output_dir /tmp/meta-lm-moons --push_to_hub --hub_model_id me/meta-lm-moons
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from transformers import (
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_aux.data import group_texts_for_mlm
+from hf_aux.hub import create_hub_repo, explain_hub_errors, hub_id_or_none, push_trainer_output
 from hf_aux.modeling.teacher import MetaLMTeacher, add_meta_lm_tokens
 from hf_aux.trainers.meta_lm import MetaLMConfig, MetaLMTrainer
 
@@ -66,6 +75,14 @@ class ModelArguments:
         "help": "A saved MetaLMTeacher; default: a fresh teacher the student's size (§4.1)."})
     attn_implementation: str = field(default="eager", metadata={
         "help": "Student attention; soft labels need 'eager' (double backward)."})
+    cache_dir: str | None = field(default=None, metadata={"help": "Where Hub downloads are stored."})
+    model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of Hub models."})
+    token: str | None = field(default=None, metadata={
+        "help": "Hub token for private models, tokenizers and datasets (default: the stored login or HF_TOKEN)."})
+
+    def hub_kwargs(self) -> dict:
+        """Keyword arguments of every `from_pretrained` of a model, tokenizer or teacher."""
+        return {"cache_dir": self.cache_dir, "revision": self.model_revision, "token": self.token}
 
 
 @dataclass
@@ -106,7 +123,8 @@ def load_labelled_tasks(path: str, tokenizer, block_size: int) -> dict:
         if task.kind != "classification":
             raise ValueError(f"task '{task.name}': field 'kind': the meta-LM objective takes classification tasks "
                              f"(label token as output), got {task.kind!r}")
-        train = load_task_splits(task)["train"]
+        with explain_hub_errors(f"mixture task '{task.name}'", "dataset_name", task.dataset_name):
+            train = load_task_splits(task)["train"]
 
         def encode(batch, task=task):
             texts = [batch[c] for c in task.text_columns]
@@ -135,13 +153,17 @@ def build_data(data_args, model_args, training_args):
     tokenizer_name = model_args.tokenizer_name or model_args.model_name_or_path
     if tokenizer_name is None:
         raise ValueError("run_meta_lm: field 'tokenizer_name': give a tokenizer (or a model) for your own data")
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
+    with explain_hub_errors("ModelArguments", "tokenizer_name" if model_args.tokenizer_name else "model_name_or_path",
+                            tokenizer_name):
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, **model_args.hub_kwargs())
     if data_args.train_file:
         extension = data_args.train_file[0].rsplit(".", 1)[-1]
         raw = datasets.load_dataset("text" if extension == "txt" else extension, data_files=data_args.train_file,
                                     split="train")
     elif data_args.dataset_name:
-        raw = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name, split="train")
+        with explain_hub_errors("DataTrainingArguments", "dataset_name", data_args.dataset_name):
+            raw = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name, split="train",
+                                        cache_dir=model_args.cache_dir, token=model_args.token)
     else:
         raise ValueError("run_meta_lm: field 'train_file': give unlabelled text (--train_file or --dataset_name)")
     with training_args.main_process_first(desc="grouping texts"):
@@ -151,7 +173,8 @@ def build_data(data_args, model_args, training_args):
     num_labels = max([max(t["label"]) + 1 for t in labelled.values()], default=0)
     add_meta_lm_tokens(tokenizer, list(labelled), num_labels)
     if model_args.model_name_or_path:
-        config = AutoConfig.from_pretrained(model_args.model_name_or_path)
+        with explain_hub_errors("ModelArguments", "model_name_or_path", model_args.model_name_or_path):
+            config = AutoConfig.from_pretrained(model_args.model_name_or_path, **model_args.hub_kwargs())
     else:
         config = AutoConfig.for_model(model_args.model_type, vocab_size=len(tokenizer),
                                       pad_token_id=tokenizer.pad_token_id)
@@ -163,6 +186,8 @@ def build_data(data_args, model_args, training_args):
 def main(model_args, data_args, training_args):
     logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", handlers=[logging.StreamHandler()])
     transformers.utils.logging.set_verbosity(training_args.get_process_log_level())
+    if training_args.push_to_hub:
+        create_hub_repo(training_args)  # a server that is down or a rejected token stops the run here, not later
     last_checkpoint = None
     if os.path.isdir(training_args.output_dir) and training_args.do_train:
         last_checkpoint = get_last_checkpoint(training_args.output_dir)
@@ -172,16 +197,20 @@ def main(model_args, data_args, training_args):
     if data_args.max_train_samples is not None:
         train_blocks = train_blocks.select(range(min(data_args.max_train_samples, len(train_blocks))))
     if model_args.model_name_or_path:
-        student = AutoModelForMaskedLM.from_pretrained(model_args.model_name_or_path,
-                                                       attn_implementation=model_args.attn_implementation)
+        with explain_hub_errors("ModelArguments", "model_name_or_path", model_args.model_name_or_path):
+            student = AutoModelForMaskedLM.from_pretrained(model_args.model_name_or_path,
+                                                           attn_implementation=model_args.attn_implementation,
+                                                           **model_args.hub_kwargs())
     else:
         student = AutoModelForMaskedLM.from_config(config, attn_implementation=model_args.attn_implementation)
     if student.get_input_embeddings().num_embeddings < len(tokenizer):
         student.resize_token_embeddings(len(tokenizer))
     teacher = None
-    if training_args.objective != "mlm":
-        teacher = (MetaLMTeacher.from_pretrained(model_args.teacher_name_or_path) if model_args.teacher_name_or_path
-                   else MetaLMTeacher.from_student_config(student.config))
+    if training_args.objective != "mlm" and model_args.teacher_name_or_path:
+        with explain_hub_errors("ModelArguments", "teacher_name_or_path", model_args.teacher_name_or_path):
+            teacher = MetaLMTeacher.from_pretrained(model_args.teacher_name_or_path, **model_args.hub_kwargs())
+    elif training_args.objective != "mlm":
+        teacher = MetaLMTeacher.from_student_config(student.config)
 
     trainer = MetaLMTrainer(model=student, teacher=teacher, args=training_args, labelled_tasks=labelled,
                             train_dataset=train_blocks if training_args.do_train else None,
@@ -195,14 +224,20 @@ def main(model_args, data_args, training_args):
         trainer.log_metrics("train", metrics)
         trainer.save_metrics("train", metrics)
         trainer.save_state()
+    eval_metrics = None
     if training_args.do_eval:
-        metrics = trainer.evaluate()
-        metrics["eval_samples"] = len(eval_blocks)
-        metrics["perplexity"] = math.exp(min(metrics["eval_loss"], 50))
-        trainer.log_metrics("eval", metrics)
-        trainer.save_metrics("eval", metrics)
+        eval_metrics = trainer.evaluate()
+        eval_metrics["eval_samples"] = len(eval_blocks)
+        eval_metrics["perplexity"] = math.exp(min(eval_metrics["eval_loss"], 50))
+        trainer.log_metrics("eval", eval_metrics)
+        trainer.save_metrics("eval", eval_metrics)
+    # the card and its figure are written on every run; --push_to_hub then pushes the whole output folder
+    hub_dataset = hub_id_or_none(data_args.dataset_name)
+    trainer.create_model_card(finetuned_from=model_args.model_name_or_path, metrics=eval_metrics,
+                              dataset_tags=[hub_dataset] if hub_dataset else None,
+                              unlabelled_name="two_moons" if data_args.two_moons else None)
     if training_args.push_to_hub:
-        trainer.push_to_hub(finetuned_from=model_args.model_name_or_path, tags=["hf_aux", "meta-lm"])
+        push_trainer_output(trainer)  # the output folder, token-checked; clear errors, local files untouched
     return trainer
 
 

@@ -45,6 +45,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from hf_aux.data import mask_tokens_for_mlm
 from hf_aux.distributed import MicroBatchCounter, micro_batch_seed
+from hf_aux.hub import HubTokenSafeArgsMixin, hub_id_or_none
 from hf_aux.losses.meta_lm import (
     adamw_update,
     clip_by_total_norm,
@@ -60,11 +61,13 @@ from hf_aux.modeling.teacher import MetaLMTeacher, MetaLMTokens, check_same_voca
 
 OBJECTIVES = ("mlm", "hard", "soft")
 TEACHER_DIR = "teacher"
+LOSS_CURVE_PNG = "loss_curve.png"
+OBJECTIVE_TAGS = {"soft": "soft-labels", "hard": "hard-labels", "mlm": "mlm-baseline"}
 META_STATE_NAME = "meta_lm_state.pt"
 
 
 @dataclass
-class MetaLMConfig(TrainingArguments):
+class MetaLMConfig(HubTokenSafeArgsMixin, TrainingArguments):
     """Settings of the meta-learned LM objective. Defaults follow the paper's Tables 5/8 where they are
     optimisation settings (AdamW betas (0.9, 0.98), eps 1e-6, weight decay 0.01, clipping 5.0, inverse
     square-root schedule with linear warmup); `learning_rate` is the PEAK rate (the paper's lr/sqrt(warmup))."""
@@ -532,6 +535,66 @@ class MetaLMTrainer(Trainer):
                 logs["meta/teacher_lr"] = self.teacher_scheduler.get_last_lr()[0]
             self._metrics.clear()
         super().log(logs, start_time)
+
+    # ---------------------------------------------------------------------------------------------- model card
+    def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,  # noqa: A002
+                          tasks=None, dataset_tags=None, dataset=None, dataset_args=None, metrics=None,
+                          unlabelled_name=None, **kwargs):
+        """Write README.md in `output_dir` from hf_aux's meta_lm template, for the student checkpoint: its MLM loss
+        (and perplexity) on the held-out unlabelled text in the model-index (`metrics`, e.g. {"eval_loss": ...,
+        "perplexity": ...} of a final evaluation; default: the last evaluation in the log history), the labelled
+        tasks the teacher was rewarded on, the objective as a tag and in the hyper-parameters, where the teacher is,
+        and loss_curve.png (the student's pseudo/support/query losses, the teacher's auxiliary loss, the evaluation
+        loss). `finetuned_from`: the student's starting checkpoint; `dataset_tags`: Hub dataset ids of the
+        unlabelled text; `unlabelled_name`: its name in the card (default: the first dataset tag, else
+        "unlabelled_text")."""
+        if not self.is_world_process_zero():
+            return
+        from ..model_card import (
+            TaskSummary, hyperparameters_from_args, plot_loss_curves, render_model_card, task_metrics,
+        )
+
+        args, output_dir = self.args, self.args.output_dir
+        os.makedirs(output_dir, exist_ok=True)
+        if metrics is None:
+            metrics = next((entry for entry in reversed(self.state.log_history) if "eval_loss" in entry), {})
+        split, scores = task_metrics(metrics)
+        if isinstance(metrics.get("perplexity"), (int, float)) and math.isfinite(metrics["perplexity"]):
+            scores["perplexity"] = float(metrics["perplexity"])  # run_mlm.py's key, without the eval_ prefix
+        datasets = [dataset_tags] if isinstance(dataset_tags, str) else list(dataset_tags or [])
+        summaries = [TaskSummary(
+            unlabelled_name or (datasets[0] if datasets else "unlabelled_text"), "mlm",
+            train_size=len(self.train_dataset) if self.train_dataset is not None else None,
+            eval_size=len(self.eval_dataset) if self.eval_dataset is not None and scores else None,
+            metrics=scores, dataset=datasets[0] if datasets else None, split=split)]
+        if args.objective != "mlm":  # support and query batches of the meta objective (eqs. 2-3)
+            summaries += [TaskSummary(name, "classification", train_size=len(labels))
+                          for name, (_, labels) in self._labelled.items()]
+        figures = {}
+        try:
+            plot_loss_curves(self.state.log_history, os.path.join(output_dir, LOSS_CURVE_PNG),
+                             title=f"Meta-learned LM objective ({args.objective}) losses")
+            figures[LOSS_CURVE_PNG] = ("Student losses (pseudo data, support, query; evaluation MLM loss) and the "
+                                       "teacher's auxiliary loss")
+        except ValueError:  # nothing logged yet
+            pass
+        objective = {"soft": "soft labels (§3.3)", "hard": "hard labels (§3.2)",
+                     "mlm": "the plain MLM baseline (no teacher)"}[args.objective]
+        notes = f"Objective: {objective}."
+        if self.teacher is not None:
+            repo = args.hub_model_id or os.path.basename(os.path.abspath(output_dir))
+            notes += (f" The teacher that wrote the student's training examples is saved in the `{TEACHER_DIR}/` "
+                      f"subfolder: `hf_aux.modeling.teacher.MetaLMTeacher.from_pretrained(\"{repo}\", "
+                      f"subfolder=\"{TEACHER_DIR}\")`.")
+        card = render_model_card(
+            "meta_lm", model_name=model_name or os.path.basename(os.path.abspath(output_dir)),
+            base_model=hub_id_or_none(finetuned_from), datasets=datasets, tasks=summaries,
+            hyperparameters=hyperparameters_from_args(args), figures=figures, model_id=args.hub_model_id or None,
+            auto_class="AutoModelForMaskedLM", license=license, language=language or "en",
+            tags=[*([tags] if isinstance(tags, str) else list(tags or [])), OBJECTIVE_TAGS[args.objective],
+                  "fill-mask"],
+            notes=notes)
+        card.save(os.path.join(output_dir, "README.md"))
 
     # ---------------------------------------------------------------------------------------------- checkpoints
     def _save(self, output_dir: str | None = None, state_dict=None):
