@@ -62,59 +62,20 @@ def pretrain(objective: str, opts, data, tokenizer, out_dir: str, fixed_y: bool 
     return out_dir
 
 
-def encode(split, tokenizer, task_id: int):
-    ids = torch.tensor([tokenizer(t)["input_ids"] for t in split["text"]])  # [N, 4]: [CLS] x y [SEP]
-    ids[:, 0] = task_id
-    return ids, torch.tensor(split["label"])
+def finetune(checkpoint: str, size: int, opts, data, tokenizer) -> tuple[float, float]:
+    """Table 6 on the first `size` finetune points (hf_aux.two_moons.finetune_moons): (test %, train %)."""
+    from transformers import AutoModelForMaskedLM
 
+    from hf_aux.two_moons import finetune_moons
 
-def accuracy(model, ids, labels, label_tokens) -> float:
-    model.eval()
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[..., label_tokens].mean(1)  # [N, 2]: label-token scores
-    model.train()
-    return (logits.argmax(-1) == labels).float().mean().item()
-
-
-def finetune(checkpoint: str, size: int, opts, data, tokenizer) -> float:
-    """Table 6: the LM head predicts the label token at every position; best epoch by validation accuracy."""
-    from transformers import AutoModelForMaskedLM, get_inverse_sqrt_schedule
-
-    from hf_aux.modeling.teacher import MetaLMTokens
-    from hf_aux.two_moons import TASK_NAME
-
-    tokens = MetaLMTokens.from_tokenizer(tokenizer, [TASK_NAME], 2)
-    label_tokens = torch.tensor(tokens.labels)
-    train_ids, train_labels = encode(data["finetune"].select(range(size)), tokenizer, tokens.tasks[TASK_NAME])
-    val_ids, val_labels = encode(data["validation"].select(range(min(size, 128))), tokenizer, tokens.tasks[TASK_NAME])
-    test_ids, test_labels = encode(data["test"], tokenizer, tokens.tasks[TASK_NAME])
     torch.manual_seed(opts.seed)
     model = AutoModelForMaskedLM.from_pretrained(checkpoint)
-    decay = [p for n, p in model.named_parameters() if "bias" not in n and "LayerNorm" not in n]
-    rest = [p for n, p in model.named_parameters() if "bias" in n or "LayerNorm" in n]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
-                                  lr=opts.finetune_lr, betas=(0.9, 0.98), eps=1e-6)
-    scheduler = get_inverse_sqrt_schedule(optimizer, num_warmup_steps=10)
     batch = {10: 1, 20: 2, 40: 4, 80: 8, 160: 16}.get(size, max(1, size // 10))
-    best_val, best_test = -1.0, 0.0
-    for epoch in range(opts.finetune_epochs):
-        order = torch.randperm(size)
-        for start in range(0, size, batch):
-            index = order[start:start + batch]
-            ids = train_ids[index]
-            targets = label_tokens[train_labels[index]][:, None].expand_as(ids)
-            logits = model(input_ids=ids).logits
-            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-        if (epoch + 1) % opts.eval_every == 0 or epoch + 1 == opts.finetune_epochs:
-            val = accuracy(model, val_ids, val_labels, label_tokens)
-            if val >= best_val:  # ties: the later (more trained) model
-                best_val, best_test = val, accuracy(model, test_ids, test_labels, label_tokens)
-    return 100 * best_test
+    result = finetune_moons(model, tokenizer, data["finetune"].select(range(size)),
+                            data["validation"].select(range(min(size, 128))), data["test"],
+                            epochs=opts.finetune_epochs, learning_rate=opts.finetune_lr, batch_size=batch,
+                            eval_every=opts.eval_every, loss=opts.finetune_loss, seed=opts.seed)
+    return 100 * result["test"], 100 * result["train"]
 
 
 def main():
@@ -124,6 +85,8 @@ def main():
     parser.add_argument("--finetune_epochs", type=int, default=100)
     parser.add_argument("--eval_every", type=int, default=5)
     parser.add_argument("--finetune_lr", type=float, default=1.2e-2, help="peak fine-tuning lr (Table 6: 1.2e-2)")
+    parser.add_argument("--finetune_loss", choices=["labels", "vocab"], default="labels",
+                        help="cross-entropy over the label tokens (default) or the whole vocabulary (collapses)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 20, 40, 80, 160])
     parser.add_argument("--objectives", nargs="+", default=["mlm", "hard", "soft", "soft_fixed_y"])
     parser.add_argument("--seed", type=int, default=0)
@@ -150,13 +113,14 @@ def main():
         base = objective.replace("_fixed_y", "")
         checkpoint = pretrain(base, opts, data, tokenizer, os.path.join(root, objective),
                               fixed_y=objective.endswith("fixed_y"))
-        results[objective] = [finetune(checkpoint, size, opts, data, tokenizer) for size in opts.sizes]
-        print(f"  {names[objective]}: {['%.1f' % a for a in results[objective]]} ({time.time() - start:.0f} s)",
-              flush=True)
+        runs = [finetune(checkpoint, size, opts, data, tokenizer) for size in opts.sizes]
+        results[objective] = [test for test, _ in runs]
+        print(f"  {names[objective]}: test {['%.1f' % test for test, _ in runs]}, "
+              f"train {['%.1f' % train for _, train in runs]} ({time.time() - start:.0f} s)", flush=True)
 
     header = "| Model | " + " | ".join(f"{s} examples" for s in opts.sizes) + " |"
     print(f"\nTwo Moons test accuracy (%), {opts.meta_steps} meta steps x 4 sequences, "
-          f"{opts.finetune_epochs} finetune epochs, seed {opts.seed}")
+          f"{opts.finetune_epochs} finetune epochs (loss over {opts.finetune_loss}), seed {opts.seed}")
     print(header)
     print("|" + "---|" * (len(opts.sizes) + 1))
     for objective, accs in results.items():
