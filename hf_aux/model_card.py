@@ -179,19 +179,14 @@ def hyperparameters_from_args(args) -> dict:
     from transformers import TrainingArguments
 
     values = args.to_dict()
-    base_fields = {f.name: f for f in dataclasses.fields(TrainingArguments) if f.init}
+    # defaults as __post_init__ normalises them (e.g. debug "" -> [], accelerator_config None -> a dict), so a
+    # field counts as set only when it really differs
+    defaults = TrainingArguments(output_dir=args.output_dir).to_dict()
     chosen = {}
     for name, value in values.items():
         if name.endswith("_token") or name in NOT_HYPERPARAMETERS:
             continue
-        if name not in base_fields or name in KEY_TRAINING_FIELDS:
-            chosen[name] = value
-            continue
-        spec = base_fields[name]
-        default = spec.default if spec.default is not dataclasses.MISSING else (
-            spec.default_factory() if spec.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
-        default = getattr(default, "value", default)  # enums compare by value, as to_dict() gives them
-        if value != default:
+        if name not in defaults or name in KEY_TRAINING_FIELDS or value != defaults[name]:
             chosen[name] = value
     return chosen
 

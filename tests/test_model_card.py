@@ -167,3 +167,16 @@ def test_templates_ship_in_the_wheel_and_render_from_it(tmp_path):
                          "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert "rendered from" in run.stdout
+
+
+def test_hyperparameters_list_only_what_was_set_and_the_method_fields():
+    from hf_aux.model_card import hyperparameters_from_args
+    from hf_aux.trainers.muppet import MuppetConfig
+
+    chosen = hyperparameters_from_args(MuppetConfig(output_dir="unused", learning_rate=3e-5, adam_beta2=0.98,
+                                                    hub_token="hf_secret"))
+    assert chosen["learning_rate"] == 3e-5 and chosen["adam_beta2"] == 0.98
+    assert chosen["batching"] == "heterogeneous" and chosen["loss_scaling"] is True  # the method's own fields
+    for untouched in ("accelerator_config", "debug", "adam_beta1", "logging_steps"):
+        assert untouched not in chosen
+    assert not any(name.endswith("_token") for name in chosen)
