@@ -40,7 +40,8 @@ def pretrain(objective: str, opts, data, tokenizer, out_dir: str, fixed_y: bool 
     from hf_aux.two_moons import TASK_NAME, two_moons_model_config
 
     torch.manual_seed(opts.seed)
-    student = AutoModelForMaskedLM.from_config(two_moons_model_config(tokenizer), attn_implementation="eager")
+    student = AutoModelForMaskedLM.from_config(two_moons_model_config(tokenizer, pre_ln=opts.pre_ln),
+                                                   attn_implementation="eager")
     steps = opts.meta_steps if objective != "mlm" else max(1, opts.meta_steps // 4)
     kwargs = dict(output_dir=out_dir, objective=objective, per_device_train_batch_size=4, samples_per_task=4,
                   max_steps=steps, learning_rate=2.5e-3, warmup_steps=max(1, steps // 10), report_to=[],
@@ -87,6 +88,7 @@ def main():
     parser.add_argument("--finetune_lr", type=float, default=1.2e-2, help="peak fine-tuning lr (Table 6: 1.2e-2)")
     parser.add_argument("--finetune_loss", choices=["labels", "vocab"], default="labels",
                         help="cross-entropy over the label tokens (default) or the whole vocabulary (collapses)")
+    parser.add_argument("--pre_ln", action="store_true", help="the paper's pre-LN encoder (roberta-prelayernorm)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 20, 40, 80, 160])
     parser.add_argument("--objectives", nargs="+", default=["mlm", "hard", "soft", "soft_fixed_y"])
     parser.add_argument("--seed", type=int, default=0)

@@ -92,16 +92,19 @@ def two_moons_tokenizer():
     return tokenizer
 
 
-def two_moons_model_config(tokenizer, **overrides):
-    """Table 4 (the paper's encoder is pre-LN; BERT's is post-LN, the one difference)."""
-    from transformers import BertConfig
+def two_moons_model_config(tokenizer, pre_ln: bool = False, **overrides):
+    """Table 4. BERT (post-LN) by default; `pre_ln=True` gives the paper's pre-LN layout as a
+    `roberta-prelayernorm` config (RoBERTa numbers positions from pad_token_id + 1, hence 2 more position
+    embeddings for the same 34 positions). The layout is not what made fine-tuning fail: both fit 160 points."""
+    from transformers import BertConfig, RobertaPreLayerNormConfig
 
+    positions = 2 * POINTS_PER_SEQUENCE + 2
     kwargs = dict(vocab_size=len(tokenizer), hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
                   intermediate_size=32, hidden_act="gelu", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
-                  max_position_embeddings=2 * POINTS_PER_SEQUENCE + 2, pad_token_id=tokenizer.pad_token_id,
-                  type_vocab_size=1)
+                  max_position_embeddings=positions + (tokenizer.pad_token_id + 1 if pre_ln else 0),
+                  pad_token_id=tokenizer.pad_token_id, type_vocab_size=1)
     kwargs.update(overrides)
-    return BertConfig(**kwargs)
+    return RobertaPreLayerNormConfig(**kwargs) if pre_ln else BertConfig(**kwargs)
 
 
 def two_moons_data(num_unlabelled: int = 32_000, finetune_size: int = 160, test_size: int = 1000,

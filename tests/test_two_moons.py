@@ -100,3 +100,12 @@ def test_finetune_from_scratch_fits_160_points(tokenizer, moons):
     assert shifts["labels"] < 0.5
     assert shifts["vocab"] > 2.0
     assert results["vocab"]["test"] < 0.6
+
+
+def test_pre_ln_layout_fits_too(tokenizer, moons):
+    torch.manual_seed(0)
+    model = AutoModelForMaskedLM.from_config(two_moons_model_config(tokenizer, pre_ln=True))
+    assert model.config.model_type == "roberta-prelayernorm" and model.config.hidden_size == 8
+    result = finetune_moons(model, tokenizer, moons["train"], moons["validation"], moons["test"], epochs=12,
+                            batch_size=16, eval_every=4)
+    assert result["train"] > 0.9 and result["test"] > 0.75
