@@ -130,7 +130,8 @@ def encode_points(split, tokenizer, task_id: int):
 
     ids = torch.tensor([tokenizer(text)["input_ids"] for text in split["text"]])
     if ids.ndim != 2 or ids.shape[1] != 4:
-        raise ValueError(f"two moons: field 'text': expected 'x y' with 2 coordinate tokens, got shape {tuple(ids.shape)}")
+        raise ValueError(f"two moons: field 'text': expected 'x y' with 2 coordinate tokens, got input_ids of "
+                         f"shape {tuple(ids.shape)}")
     if (ids == tokenizer.unk_token_id).any():
         raise ValueError("two moons: field 'text': a coordinate outside the tokenizer's 0..63 vocabulary")
     ids[:, 0] = task_id

@@ -79,7 +79,8 @@ def test_label_token_loss_matches_hand_computation():
 
 def coordinate_embedding_shift(model, tokenizer):
     """Norm of the coordinate embeddings' common mean over their mean distance from it."""
-    weight = model.get_input_embeddings().weight.detach()[[tokenizer.convert_tokens_to_ids(str(i)) for i in range(GRID)]]
+    coordinates = [tokenizer.convert_tokens_to_ids(str(i)) for i in range(GRID)]
+    weight = model.get_input_embeddings().weight.detach()[coordinates]
     mean = weight.mean(0)
     return (mean.norm() / (weight - mean).norm(dim=1).mean()).item()
 
