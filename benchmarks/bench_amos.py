@@ -20,8 +20,11 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import resource
 import statistics
+import subprocess
+import sys
 import time
 
 import torch
@@ -89,7 +92,9 @@ def timed(fn, device):
 
 
 def peak_memory_mb(fn, device, repeats=2):
-    """Peak memory of `repeats` steps: accelerator peak allocation, or max-RSS growth on CPU (MB)."""
+    """Peak memory of `repeats` steps (MB): the accelerator's peak allocation, or on CPU how far the process's peak
+    RSS rises above its peak after building. A process's peak RSS only grows, so on CPU each configuration is
+    measured in a fresh process of its own (`memory_in_subprocess`)."""
     gc.collect()
     if device != "cpu":
         torch.accelerator.reset_peak_memory_stats()
@@ -100,6 +105,22 @@ def peak_memory_mb(fn, device, repeats=2):
     for _ in range(repeats):
         fn()
     return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+
+
+def memory_in_subprocess(name: str) -> float:
+    """Run this script again with `--memory_of name`: it builds only that configuration and prints its peak."""
+    argv = [a for a in sys.argv[1:]]
+    result = subprocess.run([sys.executable, os.path.abspath(__file__), *argv, "--memory_of", name],
+                            capture_output=True, text=True, check=True)
+    return float(result.stdout.strip().splitlines()[-1])
+
+
+def configuration(args, name):
+    """(model, optimizer, step function) of one configuration."""
+    model, optimizer = build(args, args.mlm_layers if name == "amos" else [args.generator_layers])
+    if name == "disc_only":
+        return lambda b: disc_only_step(model, optimizer, b)
+    return lambda b: amos_step(model, optimizer, b)
 
 
 def main():
@@ -115,23 +136,23 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--memory_of", choices=["amos", "electra", "disc_only"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    amos_model, amos_opt = build(args, args.mlm_layers)
-    electra_model, electra_opt = build(args, [args.generator_layers])
-    disc_model, disc_opt = build(args, [args.generator_layers])  # only its discriminator is used
     generator = torch.Generator().manual_seed(0)
     batches = [make_batch(args, generator) for _ in range(4)]
-    runs = {
-        "amos": lambda b: amos_step(amos_model, amos_opt, b),
-        "electra": lambda b: amos_step(electra_model, electra_opt, b),
-        "disc_only": lambda b: disc_only_step(disc_model, disc_opt, b),
-    }
-    # memory first, each configuration on its own (RSS peaks only grow, so the smallest goes first)
-    memory = {name: peak_memory_mb(lambda: runs[name](batches[0]), args.device)
-              for name in ("disc_only", "electra", "amos")}
+    if args.memory_of:  # the child process of memory_in_subprocess
+        run = configuration(args, args.memory_of)
+        print(peak_memory_mb(lambda: run(batches[0]), args.device))
+        return
+    names = ("amos", "electra", "disc_only")
+    # each configuration's memory on its own: a fresh process per configuration on CPU
+    memory = {name: memory_in_subprocess(name) if args.device == "cpu" else None for name in names}
+    runs = {name: configuration(args, name) for name in names}
+    if args.device != "cpu":
+        memory = {name: peak_memory_mb(lambda: runs[name](batches[0]), args.device) for name in names}
     for i in range(args.warmup):
         for run in runs.values():
             run(batches[i % len(batches)])
