@@ -120,7 +120,7 @@ KEY_TRAINING_FIELDS = (
     "lr_scheduler_type", "warmup_steps", "weight_decay", "optim", "max_grad_norm", "seed", "bf16", "fp16",
 )
 NOT_HYPERPARAMETERS = (
-    "output_dir", "logging_dir", "run_name", "report_to", "overwrite_output_dir", "do_train", "do_eval",
+    "accelerator_config", "output_dir", "logging_dir", "run_name", "report_to", "overwrite_output_dir", "do_train", "do_eval",
     "do_predict", "resume_from_checkpoint", "save_strategy", "save_steps", "save_total_limit", "logging_steps",
     "logging_strategy", "logging_first_step", "eval_steps", "disable_tqdm", "dataloader_num_workers",
     "dataloader_pin_memory", "per_device_eval_batch_size", "eval_strategy", "push_to_hub", "hub_model_id",
@@ -178,15 +178,24 @@ def hyperparameters_from_args(args) -> dict:
     """
     from transformers import TrainingArguments
 
+    # Compared with the dataclass defaults. Never build a TrainingArguments here: its __post_init__ resets
+    # accelerate's global state, which breaks a Trainer that is running (Trainer.save_model writes the card
+    # mid-run when pushing). __post_init__ turns some empty defaults into other empties (debug "" -> []).
     values = args.to_dict()
-    # defaults as __post_init__ normalises them (e.g. debug "" -> [], accelerator_config None -> a dict), so a
-    # field counts as set only when it really differs
-    defaults = TrainingArguments(output_dir=args.output_dir).to_dict()
+    base_fields = {f.name: f for f in dataclasses.fields(TrainingArguments) if f.init}
     chosen = {}
     for name, value in values.items():
         if name.endswith("_token") or name in NOT_HYPERPARAMETERS:
             continue
-        if name not in defaults or name in KEY_TRAINING_FIELDS or value != defaults[name]:
+        if name not in base_fields or name in KEY_TRAINING_FIELDS:
+            chosen[name] = value
+            continue
+        spec = base_fields[name]
+        default = spec.default if spec.default is not dataclasses.MISSING else (
+            spec.default_factory() if spec.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        default = getattr(default, "value", default)  # enums compare by value, as to_dict() gives them
+        empty = (None, "", [], {})
+        if value != default and not (value in empty and default in empty):
             chosen[name] = value
     return chosen
 

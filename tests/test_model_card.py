@@ -180,3 +180,19 @@ def test_hyperparameters_list_only_what_was_set_and_the_method_fields():
     for untouched in ("accelerator_config", "debug", "adam_beta1", "logging_steps"):
         assert untouched not in chosen
     assert not any(name.endswith("_token") for name in chosen)
+
+
+def test_hyperparameters_do_not_reset_a_running_accelerator():
+    """Trainer.save_model writes the card mid-run when pushing; building a TrainingArguments there reset
+    accelerate's global state and broke the next accelerator.prepare."""
+    import torch
+    from accelerate import Accelerator
+
+    from hf_aux.model_card import hyperparameters_from_args
+    from hf_aux.trainers.muppet import MuppetConfig
+
+    args = MuppetConfig(output_dir="unused", use_cpu=True)
+    accelerator = Accelerator(cpu=True)  # as a running Trainer holds one
+    hyperparameters_from_args(args)
+    loader = accelerator.prepare(torch.utils.data.DataLoader(list(range(4)), batch_size=2))  # what failed
+    assert [batch.tolist() for batch in loader] == [[0, 1], [2, 3]]
