@@ -14,7 +14,16 @@ from .data import (  # noqa: E402
     mask_tokens_for_mlm,
     tokenize_task,
 )
-from .hub import HubPushError, HubTokenSafeArgsMixin, push_folder_to_hub  # noqa: E402
+from .hub import (  # noqa: E402
+    HubDownloadError,
+    HubPushError,
+    HubTokenSafeArgsMixin,
+    TokenSafeTrainingArguments,
+    create_hub_repo,
+    explain_hub_errors,
+    push_folder_to_hub,
+    push_trainer_output,
+)
 from .metrics import (  # noqa: E402
     PRIMARY_METRIC,
     classification_metrics,
@@ -30,9 +39,11 @@ from .model_card import TaskSummary, render_model_card  # noqa: E402
 from .modeling.amos import AmosGenerator, AmosGeneratorConfig, AmosModel, AmosModelConfig  # noqa: E402
 from .modeling.multitask import MultiTaskConfig, MultiTaskModel, MultiTaskOutput  # noqa: E402
 from .modeling.tartan import TartanModel  # noqa: E402
+from .modeling.teacher import MetaLMTeacher, MetaLMTeacherConfig, MetaLMTokens, add_meta_lm_tokens  # noqa: E402
 from .sampling import MultiTaskDataset, TaskBatchSampler  # noqa: E402
 from .tasks import TASK_KINDS, TaskSpec, load_mixture, load_task_splits  # noqa: E402
 from .trainers.amos import AmosConfig, AmosTrainer  # noqa: E402
+from .trainers.meta_lm import MetaLMCollator, MetaLMConfig, MetaLMTrainer  # noqa: E402
 from .trainers.muppet import MuppetConfig, MuppetTrainer  # noqa: E402
 from .trainers.tartan import TartanConfig, TartanTrainer  # noqa: E402
 
@@ -46,9 +57,16 @@ __all__ = [
     "AmosModel",
     "AmosModelConfig",
     "AmosTrainer",
+    "HubDownloadError",
     "HubPushError",
     "HubTokenSafeArgsMixin",
     "MLMCollator",
+    "MetaLMCollator",
+    "MetaLMConfig",
+    "MetaLMTeacher",
+    "MetaLMTeacherConfig",
+    "MetaLMTokens",
+    "MetaLMTrainer",
     "MultiTaskCollator",
     "MultiTaskConfig",
     "MultiTaskDataset",
@@ -64,9 +82,13 @@ __all__ = [
     "TaskBatchSampler",
     "TaskSpec",
     "TaskSummary",
+    "TokenSafeTrainingArguments",
     "TokenizedTask",
+    "add_meta_lm_tokens",
     "classification_metrics",
     "compute_task_metrics",
+    "create_hub_repo",
+    "explain_hub_errors",
     "group_texts_for_mlm",
     "load_mixture",
     "load_task_splits",
@@ -75,6 +97,7 @@ __all__ = [
     "multiple_choice_metrics",
     "postprocess_qa_predictions",
     "push_folder_to_hub",
+    "push_trainer_output",
     "qa_metrics",
     "regression_metrics",
     "render_model_card",
