@@ -6,8 +6,8 @@ Each configuration is a real Trainer: one `train()` of warm-up + measured optimi
 update taken by a callback (on_step_begin -> on_step_end). Runs are interleaved (A B A B ...), several rounds, and
 the ratio is of the medians of the per-update times, so drift from other processes largely cancels.
 
-    python benchmarks/bench_muppet.py                 # tiny BERT (hidden 32)
-    python benchmarks/bench_muppet.py --hidden 256 --layers 4 --steps 30
+    python benchmarks/bench_muppet.py                       # BERT body hidden 256 x 4 layers (the README's figures)
+    python benchmarks/bench_muppet.py --hidden 64 --layers 2  # a tiny body: Trainer's fixed costs dominate
 
 The last line of output is one JSON object.
 """
@@ -113,15 +113,15 @@ def peak_rss_mb() -> float:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--length", type=int, default=32)
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--accumulation", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=24, help="measured updates per run (after warm-up)")
+    parser.add_argument("--steps", type=int, default=20, help="measured updates per run (after warm-up)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 keeps a shared machine's noise low)")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every configuration")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of every configuration")
     cli = parser.parse_args()
 
     torch.set_num_threads(cli.threads)
