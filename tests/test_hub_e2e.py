@@ -8,7 +8,6 @@ Tiny models (hidden 32, 2 layers) saved to tmp dirs, a few steps each (conftest 
 """
 
 import hashlib
-import importlib.util
 import json
 import logging
 import random
@@ -27,21 +26,13 @@ from hf_aux.hub import HubDownloadError, HubPushError, find_token_in_files
 from hf_aux.modeling.amos import AmosModel
 from hf_aux.modeling.tartan import TartanModel
 from hub_server import DEFAULT_USER, local_hub  # noqa: F401 - `local_hub` is a fixture
+from script_loader import load_run_script
 
 TOKEN = "hf_E2eTokenThatMustNeverBeSaved9876543210"
-SCRIPTS = Path(__file__).resolve().parents[1] / "run_scripts"
 QUIET = ["--report_to", "none", "--disable_tqdm", "true", "--seed", "0"]
 
 
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-run_amos, run_tartan, run_finetune = (load_script(n) for n in ("run_amos", "run_tartan", "run_finetune"))
+run_amos, run_tartan, run_finetune = (load_run_script(n) for n in ("run_amos", "run_tartan", "run_finetune"))
 
 
 def digest(folder: Path, skip=("checkpoint-", "runs/")) -> dict:

@@ -6,10 +6,8 @@ training_args.bin. A second run starts from the pushed student by Hub id, writes
 works offline from the cache; missing repositories and offline misses name the argument."""
 
 import hashlib
-import importlib.util
 import json
 import logging
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,21 +18,13 @@ from transformers import AutoModelForMaskedLM
 from hf_aux.hub import HubDownloadError, find_token_in_files
 from hf_aux.modeling.teacher import MetaLMTeacher
 from hub_server import DEFAULT_USER, local_hub  # noqa: F401 - `local_hub` is a fixture
+from script_loader import load_run_script
 
 TOKEN = "hf_MetaLmE2eTokenNeverSaved0123456789"
 REPO = f"{DEFAULT_USER}/meta-lm-moons"
 
 
-def load_run_meta_lm():
-    path = Path(__file__).resolve().parents[1] / "run_scripts" / "run_meta_lm.py"
-    spec = importlib.util.spec_from_file_location("run_meta_lm", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["run_meta_lm"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-run_meta_lm = load_run_meta_lm()
+run_meta_lm = load_run_script("run_meta_lm")
 
 
 def moons_args(out, *extra):

@@ -3,7 +3,6 @@ byte, and loads through the server with plain `AutoModel` and with `MultiTaskMod
 model-index carries the per-task metrics; the token is in no pushed file."""
 
 import hashlib
-import importlib.util
 import json
 import random
 import sys
@@ -17,17 +16,9 @@ from transformers import AutoModel
 from hf_aux.hub import find_token_in_files
 from hf_aux.modeling.multitask import MultiTaskModel
 from hub_server import DEFAULT_USER, local_hub  # noqa: F401 - `local_hub` is a fixture
+from script_loader import load_run_script
 
 TOKEN = "hf_MuppetE2eTokenNeverSaved0123456789"
-
-
-def load_run_muppet():
-    path = Path(__file__).resolve().parents[1] / "run_scripts" / "run_muppet.py"
-    spec = importlib.util.spec_from_file_location("run_muppet", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["run_muppet"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def write_mixture(folder: Path) -> Path:
@@ -60,7 +51,7 @@ def test_run_muppet_pushes_a_muppet_style_checkpoint_that_loads_back(local_hub, 
         "--gradient_accumulation_steps", "2", "--max_seq_length", "24", "--report_to", "none", "--use_cpu",
         "--save_strategy", "no", "--disable_tqdm", "true", "--push_to_hub", "--hub_model_id", repo,
         "--hub_token", TOKEN])
-    results = load_run_muppet().main()
+    results = load_run_script("run_muppet").main()
 
     # what was pushed is what was saved, byte for byte, and holds no token
     pushed = {p: hashlib.sha256(c).hexdigest() for p, c in local_hub.files(repo).items()}

@@ -1,6 +1,5 @@
 """run_scripts/run_finetune.py end to end on a tiny BERT saved to tmp and tiny jsonl tasks (main() with sys.argv)."""
 
-import importlib.util
 import json
 import random
 import shutil
@@ -19,12 +18,9 @@ from hf_aux.data import MultiTaskCollator, tokenize_task
 from hf_aux.metrics import classification_metrics, majority_baseline
 from hf_aux.modeling.multitask import HEADS_WEIGHTS_NAME, MultiTaskModel
 from hf_aux.tasks import TaskSpec
+from script_loader import load_run_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "run_scripts" / "run_finetune.py"
-spec = importlib.util.spec_from_file_location("run_finetune", SCRIPT)
-run_finetune = importlib.util.module_from_spec(spec)
-sys.modules["run_finetune"] = run_finetune  # dataclasses look their module up
-spec.loader.exec_module(run_finetune)
+run_finetune = load_run_script("run_finetune")
 
 COMMON = ["--report_to", "none", "--disable_tqdm", "true", "--per_device_train_batch_size", "8",
           "--per_device_eval_batch_size", "8", "--save_strategy", "no", "--logging_steps", "1", "--seed", "0"]
