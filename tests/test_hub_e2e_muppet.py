@@ -78,3 +78,20 @@ def test_run_muppet_pushes_a_muppet_style_checkpoint_that_loads_back(local_hub, 
     reported = {(r.dataset_name, r.metric_type): r.metric_value for r in card.data.eval_results}
     assert reported[("sent", "accuracy")] == results["eval_sent_accuracy"]
     assert reported[("pick", "accuracy")] == results["eval_pick_accuracy"]
+
+
+def test_save_pretrained_with_push_to_hub_round_trips(local_hub, tmp_path):
+    local_hub.accept_only(TOKEN)
+    tokenizer = tiny_tokenizer()
+    torch.manual_seed(0)
+    from hf_aux.modeling.multitask import MultiTaskConfig
+
+    model = MultiTaskModel(MultiTaskConfig(encoder=tiny_config("bert", tokenizer),
+                                           tasks=[{"name": "sent", "kind": "classification", "num_labels": 3}])).eval()
+    repo = f"{DEFAULT_USER}/muppet-direct"
+    model.save_pretrained(tmp_path / "saved", push_to_hub=True, repo_id=repo, token=TOKEN)
+    pushed = set(local_hub.files(repo)) - {".gitattributes"}  # the server creates it with the repository
+    assert pushed == {"config.json", "model.safetensors", "multitask_config.json", "multitask_heads.safetensors"}
+    restored = MultiTaskModel.from_pretrained(repo, token=TOKEN, cache_dir=tmp_path / "cache").eval()
+    inputs = tokenizer(["a good movie"], return_tensors="pt")
+    torch.testing.assert_close(restored(task="sent", **inputs).logits, model(task="sent", **inputs).logits)

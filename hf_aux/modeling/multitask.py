@@ -412,13 +412,11 @@ class MultiTaskModel(PreTrainedModel):
             save_file(head_state, os.path.join(save_directory, HEADS_WEIGHTS_NAME), metadata={"format": "pt"})
             with open(os.path.join(save_directory, MULTITASK_CONFIG_NAME), "w") as f:
                 json.dump(self._multitask_metadata(), f, indent=2, sort_keys=True)
-        if push_to_hub and is_main_process:
-            from huggingface_hub import create_repo, upload_folder
+        if push_to_hub and is_main_process:  # token scan and clear errors, as every hf_aux push
+            from ..hub import push_folder_to_hub
 
-            repo_id = repo_id or os.path.basename(os.path.abspath(save_directory))
-            repo_id = create_repo(repo_id, exist_ok=True, token=token).repo_id
-            upload_folder(repo_id=repo_id, folder_path=save_directory, token=token,
-                          commit_message=commit_message or "Upload MUPPET-style multi-task checkpoint")
+            push_folder_to_hub(save_directory, repo_id or os.path.basename(os.path.abspath(save_directory)),
+                               token=token, commit_message=commit_message or "Upload MUPPET-style multi-task checkpoint")
 
     def _multitask_metadata(self) -> dict:
         from .. import __version__
