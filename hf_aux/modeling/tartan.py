@@ -130,7 +130,7 @@ class ClassifierHead(nn.Module):
                 if module.bias is not None:
                     module.bias.zero_()
             else:
-                raise ValueError(f"TartanModel: the classifier head has parameters in a {type(module).__name__} "
+                raise ValueError(f"TartanModel: the classifier head has parameters in a {type(module).__name__} "  # noqa: TRY004
                                  f"({name!r}) that the meta head cannot re-initialise; only Linear and LayerNorm "
                                  "layers are supported")
 
@@ -209,6 +209,21 @@ class TartanModel(nn.Module):
 
     def auxiliary_head_parameters(self, name: str) -> list[nn.Parameter]:
         return [p for p in self.mlm_heads[name].parameters() if p.requires_grad]
+
+    # Activation (gradient) checkpointing of the shared body: Trainer calls these for `activation_checkpointing`
+    # / `gradient_checkpointing`. Every task's forward goes through the same body layers, so all are recomputed.
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, every_n_layers: int = 1,
+                                        offload: bool = False) -> None:
+        kwargs = activation_checkpointing_kwargs or {"use_reentrant": False}  # autograd.grad needs non-reentrant
+        self.classifier.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs,
+                                                        every_n_layers=every_n_layers, offload=offload)
+
+    def activation_checkpointing_disable(self) -> None:
+        self.classifier.activation_checkpointing_disable()
+
+    @property
+    def is_activation_checkpointing(self) -> bool:
+        return self.classifier.is_activation_checkpointing
 
     # ------------------------------------------------------------------------------------------------------------
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, auxiliary_batches=None):
