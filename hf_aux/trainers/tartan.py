@@ -31,10 +31,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from transformers import PreTrainedModel, Trainer, TrainerCallback, TrainingArguments
-from transformers.trainer_callback import ExportableState
+from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_callback import ExportableState
 
 from ..data import mask_tokens_for_mlm, special_tokens_mask_for
+from ..distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
 from ..hub import HubTokenSafeArgsMixin, hub_id_or_none
 from ..losses.tartan import (
     combine_gradients,
@@ -111,6 +113,12 @@ class TartanConfig(HubTokenSafeArgsMixin, TrainingArguments):
         if self.mode == "meta" and self.fp16:
             raise ValueError("TartanConfig: field 'fp16': META-TARTAN takes per-task gradients with autograd.grad, "
                              "which a GradScaler cannot scale; use bf16 or fp32")
+        checkpointing = self.activation_checkpointing_kwargs
+        if self.mode == "meta" and self.activation_checkpointing and isinstance(checkpointing, dict) \
+                and checkpointing.get("use_reentrant", False):
+            raise ValueError("TartanConfig: field 'gradient_checkpointing_kwargs': META-TARTAN takes per-task "
+                             "gradients with torch.autograd.grad, which reentrant checkpointing does not support; "
+                             "use {'use_reentrant': False}")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -218,12 +226,12 @@ class TartanTrainer(Trainer):
     def __init__(self, model=None, args: TartanConfig | None = None, train_dataset=None, eval_dataset=None,
                  auxiliary_datasets: dict | None = None, meta_dataset=None, processing_class=None, **kwargs):
         if not isinstance(args, TartanConfig):
-            raise ValueError("TartanTrainer: field 'args': expected a TartanConfig")
+            raise ValueError("TartanTrainer: field 'args': expected a TartanConfig")  # noqa: TRY004
         auxiliary_datasets = dict(auxiliary_datasets or {})
         if isinstance(model, PreTrainedModel):
             model = TartanModel(model, list(auxiliary_datasets))
         if not isinstance(model, TartanModel):
-            raise ValueError(f"TartanTrainer: field 'model': expected a TartanModel or a sequence classifier, got "
+            raise ValueError(f"TartanTrainer: field 'model': expected a TartanModel or a sequence classifier, got "  # noqa: TRY004
                              f"{type(model).__name__}")
         if list(auxiliary_datasets) != model.auxiliary_tasks:
             raise ValueError(f"TartanTrainer: field 'auxiliary_datasets': tasks {list(auxiliary_datasets)} do not "
@@ -258,13 +266,17 @@ class TartanTrainer(Trainer):
                              f"tasks {task_names} (end task first)")
         if args.mode == "mt":
             weights = [w / sum(weights) for w in weights]
+        _refuse_sharding(args.mode, fsdp=bool(args.fsdp), deepspeed=bool(args.deepspeed),
+                         zero3=is_deepspeed_zero3_enabled())
         callbacks = list(kwargs.pop("callbacks", None) or [])
         callbacks.append(TaskWeightsCallback(task_names, weights))
         super().__init__(model=model, args=args, train_dataset=train_dataset, eval_dataset=eval_dataset,
                          processing_class=processing_class, callbacks=callbacks, **kwargs)
-        if args.mode == "meta" and (self.is_deepspeed_enabled or self.is_fsdp_enabled):
-            raise ValueError("TartanTrainer: META-TARTAN takes per-task gradients over full body parameters; "
-                             "DeepSpeed and FSDP are not supported (use DDP)")
+        # again with what accelerate resolved (an `accelerate launch` FSDP / DeepSpeed config that args do not show)
+        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
+        _refuse_sharding(args.mode, fsdp=self.is_fsdp_enabled, deepspeed=self.is_deepspeed_enabled,
+                         zero3=is_deepspeed_zero3_enabled() or getattr(plugin, "zero_stage", 0) == 3)
+        self._micro_batches = MicroBatchCounter()  # dropout seeded by the micro-batch's place in the global stream
         self.task_names = task_names
         self._auxiliary_datasets = auxiliary_datasets
         self._meta_dataset = meta_dataset
@@ -337,7 +349,9 @@ class TartanTrainer(Trainer):
             raise RuntimeError("compute_loss is only used by MT-TARTAN; META-TARTAN runs in training_step")
         state = self.task_weights_state
         auxiliary = {name: self._draw(name) for name in self.task_names[1:]}
-        outputs = model(**inputs, auxiliary_batches=auxiliary)                           # one (DDP) forward
+        # dropout drawn from the micro-batch's own seed: N processes = one with N x accumulation (hf_aux.distributed)
+        with seeded_rng(micro_batch_seed(self.args.seed, self._micro_batches.index(self)), self.args.device):
+            outputs = model(**inputs, auxiliary_batches=auxiliary)                       # one (DDP) forward
         losses = torch.cat([outputs.loss.reshape(1), outputs.auxiliary_losses])         # [n + 1]: L_T*, L_T1..
         weights = torch.tensor(state.weights, device=losses.device)                     # fixed w (eq. 3)
         loss = mt_tartan_loss(losses, weights)                                          # sum_k w_k L_k
@@ -361,7 +375,10 @@ class TartanTrainer(Trainer):
         n_body = len(body)
         scale = 1.0 / getattr(self, "current_gradient_accumulation_steps", args.gradient_accumulation_steps)
         losses, body_grads, head_grads = [], [], []
-        with self.compute_loss_context_manager():
+        # bf16: accelerate's autocast covers the wrapped forward only, so the whole step runs in it here; dropout
+        # (and phi*'s) from the micro-batch's own seed, as in MT-TARTAN
+        seed = micro_batch_seed(args.seed, self._micro_batches.index(self))
+        with self.compute_loss_context_manager(), self.accelerator.autocast(), seeded_rng(seed, args.device):
             # g*_theta, g*_phi': end-task gradients on B*_tr; the body's outputs are kept for fitting phi*
             end_head = tartan.end_task_head_parameters()
             with tartan.capture_body_outputs() as captured:
@@ -468,7 +485,7 @@ class TartanTrainer(Trainer):
             title = f"{'META' if self.args.mode == 'meta' else 'MT'}-TARTAN task weights"
             plot_task_weights(state.history, self.task_names, os.path.join(output_dir, TASK_WEIGHTS_PNG), title)
 
-    def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,  # noqa: A002
+    def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,
                           tasks=None, dataset_tags=None, dataset=None, dataset_args=None, end_task_name=None,
                           metrics=None, **kwargs):
         """Write README.md in `output_dir` from hf_aux's TARTAN template: the end task's metrics (`metrics`, e.g.
@@ -479,7 +496,11 @@ class TartanTrainer(Trainer):
         if not self.is_world_process_zero():
             return
         from ..model_card import (
-            TaskSummary, hyperparameters_from_args, plot_loss_curves, render_model_card, task_metrics,
+            TaskSummary,
+            hyperparameters_from_args,
+            plot_loss_curves,
+            render_model_card,
+            task_metrics,
         )
 
         output_dir = self.args.output_dir
@@ -540,6 +561,21 @@ class TartanTrainer(Trainer):
 
     def _load_best_model(self) -> None:
         self.accelerator.unwrap_model(self.model).load_checkpoint(self.state.best_model_checkpoint)
+
+
+def _refuse_sharding(mode: str, fsdp: bool, deepspeed: bool, zero3: bool) -> None:
+    """FSDP and DeepSpeed ZeRO-3 shard the body's parameters, gathering each only inside its own module's forward.
+    MT-TARTAN's MLM heads read the embedding matrix outside the embeddings' forward (the decoder tied through
+    F.linear) and run the body once per task in one forward; META-TARTAN also takes torch.autograd.grad over full
+    body parameters several times per step. Both modes refuse at start; DDP (and ZeRO-1/2 for MT) work."""
+    if mode == "meta" and (fsdp or deepspeed):
+        raise ValueError("TartanTrainer: META-TARTAN takes per-task gradients with torch.autograd.grad over full "
+                         "body parameters (several backward passes per step); FSDP and DeepSpeed are not supported: "
+                         "use DDP (torchrun / accelerate launch without FSDP or DeepSpeed)")
+    if fsdp or zero3:
+        raise ValueError(f"TartanTrainer: MT-TARTAN's MLM heads read the body's embedding matrix outside its "
+                         f"module's forward (tied decoder), which {'FSDP' if fsdp else 'DeepSpeed ZeRO-3'} shards: "
+                         "not supported; use DDP (torchrun / accelerate launch without FSDP or ZeRO-3)")
 
 
 def _all_reduce_mean(grads: list[torch.Tensor | None], world_size: int) -> None:
