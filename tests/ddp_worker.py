@@ -3,8 +3,8 @@
     python -m torch.distributed.run --nproc_per_node 2 tests/ddp_worker.py OUT muppet amos tartan:mt tartan:meta
     python tests/ddp_worker.py OUT muppet amos tartan:mt --grad-accum 2     # the same global batches, one process
 
-Every process builds the same data and the same model (fixed seeds, dropout 0), so the runs differ only in how
-the global batch is split. Several jobs run one after another in the same processes (one start-up for all).
+Every process builds the same data and the same model (fixed seeds, dropout 0 but in the TARTAN '-dropout'
+variants), so the runs differ only in how the global batch is split. Several jobs run one after another in the same processes (one start-up for all).
 For each job, each rank writes OUT/<trainer>-<variant>/params_rank<r>.pt ({"world_size", "params"}: its final
 parameters, and those it started from) and, for TARTAN, task_weights_rank<r>.json (its task-weight history, one row per optimizer step). A
 trainer that refuses the setting writes refused_rank<r>.txt with its message instead.
@@ -102,10 +102,12 @@ def make_tartan(out, options):
                                      tokenizer, text_column="text", block_size=12)
            for name, seed in (("tapt", 6), ("dapt", 7))}
     torch.manual_seed(0)
+    mode, _, extra = options.mode.partition("-")  # "mt-dropout": dropout 0.1, seeded per micro-batch by the trainer
+    dropout = {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1} if extra == "dropout" else NO_DROPOUT
     classifier = AutoModelForSequenceClassification.from_config(tiny_config("bert", tokenizer, num_labels=2,
-                                                                            **NO_DROPOUT))
+                                                                            **dropout))
     model = TartanModel(classifier, list(aux))
-    args = TartanConfig(**common_args(out, options), mode=options.mode, meta_head=options.meta_head,
+    args = TartanConfig(**common_args(out, options), mode=mode, meta_head=options.meta_head,
                         meta_head_steps=3, task_weight_lr=0.5)
     return TartanTrainer(model=model, args=args, train_dataset=train, eval_dataset=val, auxiliary_datasets=aux,
                          processing_class=tokenizer)
@@ -174,7 +176,7 @@ def main():
     parser.add_argument("--grad-accum", type=int, default=1)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--robust", default="none", help="MUPPET: none | r3f")
-    parser.add_argument("--mode", default="mt", help="TARTAN: mt | meta")
+    parser.add_argument("--mode", default="mt", help="TARTAN: mt | meta, '-dropout' for dropout 0.1 (mt-dropout)")
     parser.add_argument("--meta-head", default="separate", help="TARTAN: separate | same")
     parser.add_argument("--objective", default="mlm", help="MetaLM: mlm | hard | soft")
     options = parser.parse_args()

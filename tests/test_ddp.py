@@ -6,7 +6,8 @@ averages it over ranks, so an update is the mean of its micro-batch means either
 the stream to rank k % 2, which is micro-step k % 2 of one process with accumulation 2. A doubled batch would
 instead average over all masked tokens at once (a different loss whenever the halves mask different numbers of
 tokens) and, for MUPPET, change the number of task-homogeneous sub-batches per update. Random draws (masks, Gumbel
-and R3F noise, auxiliary batches) are seeded by the micro-batch's place in that stream (hf_aux.distributed).
+and R3F noise, auxiliary batches, TARTAN's dropout in the '-dropout' jobs) are seeded by the micro-batch's place in
+that stream (hf_aux.distributed).
 
 META-TARTAN is compared across ranks only: it updates the task weights once per micro-batch, so one process with
 accumulation 2 makes two weight updates per optimizer step where two processes make one (from gradients averaged
@@ -28,8 +29,8 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "ddp_worker.py")
-EQUAL_JOBS = ["muppet", "muppet:r3f", "amos", "tartan:mt", "meta_lm:mlm"]  # compared with one process
-DDP_ONLY_JOBS = ["tartan:meta", "meta_lm:soft"]
+EQUAL_JOBS = ["muppet", "muppet:r3f", "amos", "tartan:mt", "tartan:mt-dropout", "meta_lm:mlm"]  # vs one process
+DDP_ONLY_JOBS = ["tartan:meta", "tartan:meta-dropout", "meta_lm:soft"]
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                                 reason="torch.distributed with gloo is needed")
@@ -81,15 +82,16 @@ def test_two_processes_end_with_the_parameters_of_one_process_with_the_same_glob
     assert max((ddp[name] - value).abs().max().item() for name, value in initial.items()) > 1e-3
 
 
-def test_meta_tartan_task_weights_are_identical_on_every_rank_at_every_step(runs):
-    folder = runs / "two" / "tartan-meta"
+@pytest.mark.parametrize("job", ["tartan:meta", "tartan:meta-dropout"])
+def test_meta_tartan_task_weights_are_identical_on_every_rank_at_every_step(runs, job):
+    folder = runs / "two" / job.replace(":", "-")
     histories = [json.load(open(folder / f"task_weights_rank{r}.json")) for r in (0, 1)]
     assert [row[0] for row in histories[0]["history"]] == [1, 2, 3]  # one row per optimizer step
     assert histories[0] == histories[1]  # exact: the cosines come from gradients all-reduced before use
     first = histories[0]["history"][0][1:]
     assert max(abs(a - 1 / 3) for a in first) > 1e-3  # the weights moved from uniform
-    _, rank0 = _params(runs / "two", "tartan:meta")
-    _, rank1 = _params(runs / "two", "tartan:meta", rank=1)
+    _, rank0 = _params(runs / "two", job)
+    _, rank1 = _params(runs / "two", job, rank=1)
     trained = [name for name in rank0 if not name.startswith("meta_head.")]  # phi*: refitted per step and rank
     assert trained and len(trained) < len(rank0)
     for name in trained:
