@@ -15,6 +15,13 @@ MUPPET-style checkpoints. `save_pretrained(dir)` writes
   multitask_heads.safetensors           every head's weights.
 `MultiTaskModel.from_pretrained(dir or hub id)` restores all of it; on a plain encoder checkpoint it starts fresh
 heads for the tasks it is given and says which.
+
+LoRA (`add_body_lora(LoraConfig)`, what `MuppetTrainer(peft_config=...)` calls): the body becomes a
+`peft.PeftModel`, base weights frozen, heads fully trainable. `save_pretrained` then writes the adapter as peft
+does (adapter_config.json + adapter_model.safetensors) instead of config.json + model.safetensors, and the heads
+as above; `from_pretrained(dir, base_model=...)` (default: the base recorded in adapter_config.json) restores both.
+`save_merged(dir)` writes the plain MUPPET-style checkpoint of the adapted model (adapters folded into the base
+weights), which `AutoModel` loads without hf_aux or peft.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput, cached_file
 
+from ..adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, base_of, is_lora_body, load_lora_body, lora_body,
+                        merged_body, save_lora_body)
 from ..tasks import TASK_KINDS, TaskSpec, task_error
 
 logger = logging.getLogger(__name__)
@@ -176,7 +185,7 @@ class MultiTaskModel(PreTrainedModel):
         self.span_head = None
         for task in config.tasks:
             self._build_head(task, hidden)
-        self._body_takes_token_types = "token_type_ids" in inspect.signature(self.body.forward).parameters
+        self._body_takes_token_types = "token_type_ids" in inspect.signature(base_of(self.body).forward).parameters
         self._freeze_unused_pooler()
         self.post_init()
 
@@ -195,9 +204,24 @@ class MultiTaskModel(PreTrainedModel):
         # BERT/RoBERTa bodies carry a pooler that the heads here do not use (they read the first token's state).
         # It stays in the body so the checkpoint matches AutoModel exactly, frozen so that DDP sees no unused
         # parameter that requires a gradient.
-        pooler = getattr(self.body, "pooler", None)
+        pooler = getattr(base_of(self.body), "pooler", None)
         if isinstance(pooler, nn.Module):
-            pooler.requires_grad_(False)
+            pooler.requires_grad_(False)  # with LoRA, the pooler's adapters too
+
+    @property
+    def has_body_lora(self) -> bool:
+        return is_lora_body(self.body)
+
+    def add_body_lora(self, peft_config) -> None:
+        """Put LoRA adapters (a `peft.LoraConfig`; `target_modules` name the body's modules) on the shared body:
+        the body becomes a PeftModel with frozen base weights; the heads keep training fully."""
+        self._set_body(lora_body(self.body, peft_config))
+
+    def _set_body(self, body: nn.Module) -> None:
+        self.body = body
+        self.config.encoder = base_of(body).config
+        self.__dict__["_head_module_cache"] = None
+        self._freeze_unused_pooler()
 
     def _init_weights(self, module):
         # only the heads reach here: the body's modules are marked initialised by their own post_init/loading
@@ -402,38 +426,70 @@ class MultiTaskModel(PreTrainedModel):
         os.makedirs(save_directory, exist_ok=True)
         state = state_dict if state_dict is not None else self.state_dict()
         body_state = {k[len(BODY_PREFIX):]: v for k, v in state.items() if k.startswith(BODY_PREFIX)}
-        head_state = {k: v.detach().contiguous().cpu() for k, v in state.items() if not k.startswith(BODY_PREFIX)}
         kwargs.pop("safe_serialization", None)  # always safetensors
         repo_id = kwargs.pop("repo_id", None)
         token = kwargs.pop("token", None)
         commit_message = kwargs.pop("commit_message", None)
         if is_main_process:
-            self.body.save_pretrained(save_directory, state_dict=body_state, **kwargs)
-            save_file(head_state, os.path.join(save_directory, HEADS_WEIGHTS_NAME), metadata={"format": "pt"})
-            with open(os.path.join(save_directory, MULTITASK_CONFIG_NAME), "w") as f:
-                json.dump(self._multitask_metadata(), f, indent=2, sort_keys=True)
+            if self.has_body_lora:  # the adapter alone, as peft writes it; the frozen base weights are not saved
+                save_lora_body(self.body, save_directory, state_dict=body_state)
+            else:
+                self.body.save_pretrained(save_directory, state_dict=body_state, **kwargs)
+            self._save_heads_and_metadata(save_directory, state, adapter="lora" if self.has_body_lora else None)
         if push_to_hub and is_main_process:  # token scan and clear errors, as every hf_aux push
             from ..hub import push_folder_to_hub
 
             push_folder_to_hub(save_directory, repo_id or os.path.basename(os.path.abspath(save_directory)),
                                token=token, commit_message=commit_message or "Upload MUPPET-style multi-task checkpoint")
 
-    def _multitask_metadata(self) -> dict:
+    def _save_heads_and_metadata(self, save_directory: str, state: dict, adapter: str | None) -> None:
+        head_state = {k: v.detach().contiguous().cpu() for k, v in state.items() if not k.startswith(BODY_PREFIX)}
+        save_file(head_state, os.path.join(save_directory, HEADS_WEIGHTS_NAME), metadata={"format": "pt"})
+        with open(os.path.join(save_directory, MULTITASK_CONFIG_NAME), "w") as f:
+            json.dump(self._multitask_metadata(adapter), f, indent=2, sort_keys=True)
+
+    def save_merged(self, save_directory, is_main_process: bool = True, **kwargs) -> None:
+        """The LoRA model as a plain MUPPET-style checkpoint: the body with its adapters folded into the base
+        weights (config.json + model.safetensors, loadable by `AutoModel` alone) and the heads beside it. The
+        model itself keeps its adapters. Keyword arguments go to the merged body's `save_pretrained`."""
+        if not self.has_body_lora:
+            raise ValueError("MultiTaskModel.save_merged: the body has no LoRA adapter (save_pretrained already "
+                             "writes a plain checkpoint)")
+        if os.path.isfile(save_directory):
+            raise ValueError(f"save_merged: {save_directory!r} is a file, not a directory")
+        if not is_main_process:
+            return
+        os.makedirs(save_directory, exist_ok=True)
+        merged = merged_body(self.body)
+        merged.save_pretrained(save_directory, **kwargs)
+        self._save_heads_and_metadata(save_directory, self.state_dict(), adapter=None)
+
+    def _multitask_metadata(self, adapter: str | None = None) -> dict:
         from .. import __version__
 
         data = {k: v for k, v in self.config.to_dict().items()
                 if k in ("tasks", "classifier_dropout", "spectral_norm_heads", "label_smoothing")}
         data["hf_aux_version"] = __version__
-        data["format"] = "muppet-style: body in config.json/model.safetensors, heads in " + HEADS_WEIGHTS_NAME
+        if adapter is None:
+            data["format"] = "muppet-style: body in config.json/model.safetensors, heads in " + HEADS_WEIGHTS_NAME
+        else:
+            data["adapter"] = adapter
+            data["format"] = (f"muppet-style with a {adapter} body: peft adapter in {ADAPTER_CONFIG_NAME}/"
+                              f"adapter_model.safetensors over the base model it names, heads in {HEADS_WEIGHTS_NAME}")
         return data
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, tasks=None, config=None,
-                        spectral_norm_heads: bool | None = None, classifier_dropout: float | None = None, **kwargs):
+                        spectral_norm_heads: bool | None = None, classifier_dropout: float | None = None,
+                        base_model: str | None = None, is_trainable: bool = False, **kwargs):
         """Load a MUPPET-style checkpoint (local folder or Hub id) with all its heads, or a plain encoder
         checkpoint with fresh heads for `tasks` (TaskSpecs or {name, kind, num_labels} dicts). Given `tasks` are
         added to a MUPPET-style checkpoint's own (fresh heads for the new ones, logged). Other keyword arguments
-        (revision, token, cache_dir, attn_implementation, dtype, ...) go to `AutoModel.from_pretrained`."""
+        (revision, token, cache_dir, attn_implementation, dtype, ...) go to `AutoModel.from_pretrained`.
+
+        A LoRA checkpoint (adapter_config.json beside the heads): the body is `base_model` (default: the base model
+        recorded in adapter_config.json) with the saved adapter; `is_trainable=True` to train the adapter further
+        (peft's default, False, freezes it)."""
         if model_args:
             raise TypeError("MultiTaskModel.from_pretrained takes no positional arguments besides the path")
         if config is not None:
@@ -442,10 +498,22 @@ class MultiTaskModel(PreTrainedModel):
                       if k in kwargs}
         metadata_file = cached_file(pretrained_model_name_or_path, MULTITASK_CONFIG_NAME,
                                     _raise_exceptions_for_missing_entries=False, **hub_kwargs)
-        body = AutoModel.from_pretrained(pretrained_model_name_or_path, **kwargs)
+        metadata = {}
         if metadata_file is not None:
             with open(metadata_file) as f:
                 metadata = json.load(f)
+        adapter_file = None
+        if metadata.get("adapter") == "lora":  # the body is a base model + the adapter saved here
+            adapter_file = cached_file(pretrained_model_name_or_path, ADAPTER_CONFIG_NAME, **hub_kwargs)
+            base = adapter_base_model(adapter_file, base_model, "MultiTaskModel.from_pretrained")
+            body = AutoModel.from_pretrained(base, **{k: v for k, v in kwargs.items()
+                                                      if k not in ("revision", "subfolder")})
+        else:
+            if base_model is not None:
+                raise ValueError("MultiTaskModel.from_pretrained: field 'base_model': only for a LoRA checkpoint; "
+                                 f"{pretrained_model_name_or_path!r} has no adapter")
+            body = AutoModel.from_pretrained(pretrained_model_name_or_path, **kwargs)
+        if metadata_file is not None:
             saved_tasks = metadata["tasks"]
             settings = {k: metadata[k] for k in ("classifier_dropout", "spectral_norm_heads", "label_smoothing")
                         if k in metadata}
@@ -461,6 +529,9 @@ class MultiTaskModel(PreTrainedModel):
         if classifier_dropout is not None:
             settings["classifier_dropout"] = classifier_dropout
         model = cls(MultiTaskConfig(encoder=body.config, tasks=saved_tasks, **settings), body=body)
+        if adapter_file is not None:
+            model._set_body(load_lora_body(body, pretrained_model_name_or_path, is_trainable=is_trainable,
+                                           **hub_kwargs))
         if metadata_file is not None:
             heads_file = cached_file(pretrained_model_name_or_path, HEADS_WEIGHTS_NAME, **hub_kwargs)
             model._load_heads(load_file(heads_file), source=pretrained_model_name_or_path)

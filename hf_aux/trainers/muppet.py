@@ -13,6 +13,10 @@ What one optimizer update does (§3):
 - optionally R3F/R4F (§3.2): + lambda * symmetric KL between predictions on clean and noise-perturbed input
   embeddings (training only); R4F also needs the model's classification heads spectrally normalised
   (`MultiTaskConfig.spectral_norm_heads`).
+LoRA (`peft_config=LoraConfig(...)`, issue #8): the shared body becomes a peft model with frozen base weights;
+its adapters and every task head train. Checkpoints (intermediate ones too) hold the adapter (peft's
+adapter_config.json + adapter_model.safetensors) and the heads, not the frozen base; resume restores both
+exactly. `model.save_merged(dir)` writes a plain checkpoint that `AutoModel` loads without hf_aux or peft.
 Logged every `logging_steps`: per task, the mean raw (`loss/<task>`) and scaled (`scaled_loss/<task>`) sub-batch
 loss, summed across processes. `evaluate()` scores every task with its own metrics and reports their average.
 """
@@ -31,6 +35,7 @@ from torch.utils.data import DataLoader
 from transformers import Trainer, TrainingArguments
 
 from .. import metrics as task_metrics
+from ..adapters import load_lora_weights
 from ..data import MultiTaskCollator
 from ..distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
 from ..hub import HubTokenSafeArgsMixin
@@ -97,6 +102,8 @@ class MuppetTrainer(Trainer):
     train_dataset / eval_dataset: {task name: tokenised split} (rows from `hf_aux.data.tokenize_task`), every name
     one of the model's tasks. eval_examples: {task name: raw split}, needed for extractive-QA tasks (their eval
     split must be tokenised with `keep_qa_offsets=True`) to map spans back to text.
+    peft_config: a `peft.LoraConfig` to train LoRA adapters on the shared body instead of all its weights (as
+    trl's trainers take it); the model is changed in place (`MultiTaskModel.add_body_lora`).
     """
 
     # explicit: compute_loss returns the sub-batch mean; Trainer divides by the accumulation steps (see module doc)
@@ -104,7 +111,7 @@ class MuppetTrainer(Trainer):
 
     def __init__(self, model: MultiTaskModel | None = None, args: MuppetConfig | None = None, data_collator=None,
                  train_dataset: dict | None = None, eval_dataset: dict | None = None, processing_class=None,
-                 eval_examples: dict | None = None, **kwargs):
+                 eval_examples: dict | None = None, peft_config=None, **kwargs):
         if not isinstance(args, MuppetConfig):
             raise ValueError(f"MuppetTrainer: field 'args': needs a MuppetConfig, got {type(args).__name__}")
         if not isinstance(model, MultiTaskModel):
@@ -120,6 +127,8 @@ class MuppetTrainer(Trainer):
             for name in given:
                 if name not in names:
                     raise ValueError(f"task '{name}': field '{role}': not one of the model's tasks {names}")
+        if peft_config is not None:
+            model.add_body_lora(peft_config)
         if args.robust_finetuning == "r4f" and not model.config.spectral_norm_heads:
             raise ValueError("MuppetConfig: field 'robust_finetuning': 'r4f' needs the model built with "
                              "spectral_norm_heads=True (MultiTaskModel.from_pretrained(..., spectral_norm_heads=True))")
@@ -266,14 +275,25 @@ class MuppetTrainer(Trainer):
                 json.dump(self._task_sampler.state_dict(), f, indent=2)
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
-        # Trainer restores model.safetensors, i.e. the body only (MultiTaskModel.load_state_dict); heads come here
-        super()._load_from_checkpoint(resume_from_checkpoint, model)
-        self.accelerator.unwrap_model(model if model is not None else self.model).load_checkpoint_heads(
-            resume_from_checkpoint)
+        self._load_model_weights(resume_from_checkpoint, model)
         state_file = os.path.join(resume_from_checkpoint, SAMPLER_STATE_NAME)
         if os.path.isfile(state_file):
             with open(state_file) as f:
                 self._resumed_sampler_state = json.load(f)
+
+    def _load_best_model(self) -> None:
+        self._load_model_weights(self.state.best_model_checkpoint)
+
+    def _load_model_weights(self, folder: str, model=None) -> None:
+        """Body and heads from a checkpoint folder. Trainer restores model.safetensors, i.e. the body only
+        (MultiTaskModel.load_state_dict), and its adapter path expects a top-level PeftModel: a LoRA body's adapter
+        is loaded here, strictly, and the heads in both cases."""
+        unwrapped = self.accelerator.unwrap_model(model if model is not None else self.model)
+        if unwrapped.has_body_lora:
+            load_lora_weights(unwrapped.body, folder)
+        else:
+            super()._load_from_checkpoint(folder, model)
+        unwrapped.load_checkpoint_heads(folder)
 
     # ------------------------------------------------------------------------------------------------------------
     # Model card (run_muppet.py writes it on every run; Trainer.push_to_hub calls it too)
