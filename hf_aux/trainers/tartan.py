@@ -218,13 +218,17 @@ class TartanTrainer(Trainer):
         the model's auxiliary task order; masked afresh for every batch.
     meta_dataset: end-task validation data for g_meta (META-TARTAN; default `eval_dataset`).
     processing_class: the tokenizer (needed to pad and mask the auxiliary batches).
+    peft_config: a `peft.LoraConfig`: LoRA adapters on the shared body, base weights frozen (as trl's trainers take
+        it); phi' and the MLM heads train fully; META-TARTAN's cosines are over the adapters
+        (`TartanModel.add_body_lora`, which changes the model in place).
     """
 
     # compute_loss returns per-batch means: Trainer divides them by the accumulation steps (MT-TARTAN)
     loss_is_scaled_for_ga = False
 
     def __init__(self, model=None, args: TartanConfig | None = None, train_dataset=None, eval_dataset=None,
-                 auxiliary_datasets: dict | None = None, meta_dataset=None, processing_class=None, **kwargs):
+                 auxiliary_datasets: dict | None = None, meta_dataset=None, processing_class=None, peft_config=None,
+                 **kwargs):
         if not isinstance(args, TartanConfig):
             raise ValueError("TartanTrainer: field 'args': expected a TartanConfig")  # noqa: TRY004
         auxiliary_datasets = dict(auxiliary_datasets or {})
@@ -233,6 +237,8 @@ class TartanTrainer(Trainer):
         if not isinstance(model, TartanModel):
             raise ValueError(f"TartanTrainer: field 'model': expected a TartanModel or a sequence classifier, got "  # noqa: TRY004
                              f"{type(model).__name__}")
+        if peft_config is not None:
+            model.add_body_lora(peft_config)
         if list(auxiliary_datasets) != model.auxiliary_tasks:
             raise ValueError(f"TartanTrainer: field 'auxiliary_datasets': tasks {list(auxiliary_datasets)} do not "
                              f"match the model's MLM heads {model.auxiliary_tasks} (same names, same order)")
@@ -567,8 +573,9 @@ def _refuse_sharding(mode: str, fsdp: bool, deepspeed: bool, zero3: bool) -> Non
     """FSDP and DeepSpeed ZeRO-3 shard the body's parameters, gathering each only inside its own module's forward.
     MT-TARTAN's MLM heads read the embedding matrix outside the embeddings' forward (the decoder tied through
     F.linear) and run the body once per task in one forward; META-TARTAN also takes torch.autograd.grad over full
-    body parameters several times per step. Both modes refuse at start; DDP (and ZeRO-1/2 for MT) work."""
-    if mode == "meta" and (fsdp or deepspeed):
+    body parameters several times per step. Both refuse at start (META any DeepSpeed stage); DDP works. MT-TARTAN
+    under ZeRO-1/2 (optimizer / gradient sharding only) is not refused, and not tested."""
+    if mode == "meta" and (fsdp or deepspeed or zero3):
         raise ValueError("TartanTrainer: META-TARTAN takes per-task gradients with torch.autograd.grad over full "
                          "body parameters (several backward passes per step); FSDP and DeepSpeed are not supported: "
                          "use DDP (torchrun / accelerate launch without FSDP or DeepSpeed)")
