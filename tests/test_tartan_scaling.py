@@ -26,8 +26,7 @@ def data():
         return datasets.Dataset.from_dict({**tok(texts, truncation=True, max_length=16), "labels": labels})
 
     aux = {"tapt": group_texts_for_mlm(datasets.Dataset.from_dict({"text": TEXTS * 3}), tok, block_size=12),
-           "dapt": group_texts_for_mlm(datasets.Dataset.from_dict({"text": ["the cat and the dog love a long river "
-                                                                            "in the sun and rain today"] * 8}),
+           "dapt": group_texts_for_mlm(datasets.Dataset.from_dict({"text": ["the cat and the dog love a long river in the sun"] * 8}),
                                        tok, block_size=12)}
     return tok, encode(TEXTS * 3, LABELS * 3), encode(TEXTS[::-1], LABELS[::-1]), aux
 
@@ -82,10 +81,10 @@ def test_gradient_checkpointing_gives_the_same_training_as_without(data, tmp_pat
     for checkpointing in (False, True):
         trainer = make_trainer(data, tmp_path / str(checkpointing), mode=mode, gradient_checkpointing=checkpointing,
                                gradient_checkpointing_kwargs={"use_reentrant": False})
-        calls = []
+        calls: list[int] = []
         # inside the layer: transformers checkpoints the layer's forward, so the layer's own hooks run once
         layer = trainer.model.body.encoder.layer[0].attention.self.query
-        handle = layer.register_forward_hook(lambda module, args, output: calls.append(1))
+        handle = layer.register_forward_hook(lambda module, args, output, calls=calls: calls.append(1))
         trainer.train()
         handle.remove()
         runs[checkpointing] = trainer, len(calls)
@@ -147,6 +146,6 @@ def test_dropout_is_a_function_of_the_micro_batch_place_not_of_the_global_rng(da
 
     loss_a, grad_a = micro_step(0, rng_seed=1)
     loss_b, grad_b = micro_step(0, rng_seed=2)
-    loss_c, grad_c = micro_step(1, rng_seed=1)
+    _, grad_c = micro_step(1, rng_seed=1)
     assert torch.equal(loss_a, loss_b) and torch.equal(grad_a, grad_b)
     assert not torch.equal(grad_a, grad_c)
