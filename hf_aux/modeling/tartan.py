@@ -19,6 +19,13 @@ Checkpoint layout (`save_pretrained`):
                                     missing or unexpected keys;
   tartan_config.json                auxiliary task names and MLM head settings;
   tartan_heads.safetensors          the MLM heads (the tied decoder weight is the body's embedding matrix).
+
+LoRA (`add_body_lora(LoraConfig)`, what `TartanTrainer(peft_config=...)` calls): the shared body becomes a
+`peft.PeftModel` inside the classifier, base weights frozen; phi' and the MLM heads train fully, phi* stays
+outside the optimizer, and `body_parameters()` (the cosines' parameters) are exactly the adapters. Checkpoints then
+hold adapter_config.json + adapter_model.safetensors (peft's files), end_task_head.safetensors (phi'), the MLM
+heads and the end-task config in tartan_config.json, not the frozen base; `from_pretrained(dir, base_model=...)`
+restores them and `save_merged(dir)` writes the plain layout above with the adapters folded into the body.
 """
 
 from __future__ import annotations
@@ -36,11 +43,16 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoModelForSequenceClassification, PreTrainedModel
 from transformers.activations import ACT2FN
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.utils import ModelOutput
+
+from ..adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, is_lora_body, load_lora_body, load_lora_weights,
+                        lora_body, merged_body, save_lora_body)
 
 TARTAN_CONFIG_NAME = "tartan_config.json"
 TARTAN_HEADS_NAME = "tartan_heads.safetensors"
 MODEL_WEIGHTS_NAME = "model.safetensors"
+END_TASK_HEAD_NAME = "end_task_head.safetensors"  # phi', in LoRA checkpoints only
 BODY_INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -210,6 +222,29 @@ class TartanModel(nn.Module):
     def auxiliary_head_parameters(self, name: str) -> list[nn.Parameter]:
         return [p for p in self.mlm_heads[name].parameters() if p.requires_grad]
 
+    @property
+    def has_body_lora(self) -> bool:
+        return is_lora_body(self.body)
+
+    def add_body_lora(self, peft_config) -> None:
+        """LoRA adapters (a `peft.LoraConfig`) on the shared body, inside the classifier: base weights frozen, the
+        heads untouched (phi' and the MLM heads train, phi* stays frozen)."""
+        setattr(self.classifier, self.classifier.base_model_prefix, lora_body(self.body, peft_config))
+
+    def end_task_head_state_dict(self) -> dict[str, torch.Tensor]:
+        """phi': the classifier's weights outside its body, under the classifier's own keys."""
+        prefix = self.classifier.base_model_prefix + "."
+        return {k: v.detach().contiguous().cpu() for k, v in self.classifier.state_dict().items()
+                if not k.startswith(prefix)}
+
+    def _load_end_task_head(self, path: str) -> None:
+        state = load_file(os.path.join(path, END_TASK_HEAD_NAME))
+        expected = set(self.end_task_head_state_dict())
+        if set(state) != expected:
+            raise ValueError(f"{path!r}: {END_TASK_HEAD_NAME} does not match the classifier's head (missing "
+                             f"{sorted(expected - set(state))[:5]}, unexpected {sorted(set(state) - expected)[:5]})")
+        self.classifier.load_state_dict(state, strict=False)
+
     # Activation (gradient) checkpointing of the shared body: Trainer calls these for `activation_checkpointing`
     # / `gradient_checkpointing`. Every task's forward goes through the same body layers, so all are recomputed.
     def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, every_n_layers: int = 1,
@@ -304,8 +339,11 @@ class TartanModel(nn.Module):
     def tartan_metadata(self) -> dict:
         from .. import __version__
 
-        return {"auxiliary_tasks": self.auxiliary_tasks, "mlm_hidden_act": self.mlm_hidden_act,
-                "hf_aux_version": __version__, "end_task_class": type(self.classifier).__name__}
+        metadata = {"auxiliary_tasks": self.auxiliary_tasks, "mlm_hidden_act": self.mlm_hidden_act,
+                    "hf_aux_version": __version__, "end_task_class": type(self.classifier).__name__}
+        if self.has_body_lora:  # no config.json in the folder: the end task's config is kept here
+            metadata.update(adapter="lora", end_task_config=self.config.to_dict())
+        return metadata
 
     def save_pretrained(self, save_directory: str, is_main_process: bool = True, **kwargs) -> None:
         """The classifier as its own class saves it, plus tartan_config.json and tartan_heads.safetensors."""
@@ -314,17 +352,41 @@ class TartanModel(nn.Module):
         if not is_main_process:
             return
         os.makedirs(save_directory, exist_ok=True)
-        self.classifier.save_pretrained(save_directory, **kwargs)
+        if self.has_body_lora:  # the adapter as peft writes it and phi'; the frozen base weights are not saved
+            save_lora_body(self.body, save_directory)
+            save_file(self.end_task_head_state_dict(), os.path.join(save_directory, END_TASK_HEAD_NAME),
+                      metadata={"format": "pt"})
+        else:
+            self.classifier.save_pretrained(save_directory, **kwargs)
         save_file(self.heads_state_dict(), os.path.join(save_directory, TARTAN_HEADS_NAME), metadata={"format": "pt"})
         with open(os.path.join(save_directory, TARTAN_CONFIG_NAME), "w") as f:
             json.dump(self.tartan_metadata(), f, indent=2, sort_keys=True)
 
+    def save_merged(self, save_directory: str, is_main_process: bool = True, **kwargs) -> None:
+        """A LoRA model as a plain TARTAN checkpoint (module docstring): the classifier with the adapters folded
+        into its body, which `AutoModelForSequenceClassification` loads alone, and the MLM heads. The model keeps
+        its adapters."""
+        if not self.has_body_lora:
+            raise ValueError("TartanModel.save_merged: the body has no LoRA adapter (save_pretrained already writes "
+                             "a plain checkpoint)")
+        prefix = self.classifier.base_model_prefix
+        adapted = getattr(self.classifier, prefix)
+        setattr(self.classifier, prefix, merged_body(adapted))
+        try:
+            self.save_pretrained(save_directory, is_main_process=is_main_process, **kwargs)
+        finally:
+            setattr(self.classifier, prefix, adapted)
+
     @classmethod
     def from_pretrained(cls, path: str, auxiliary_tasks: Sequence[str] | None = None, mlm_hidden_act: str = "gelu",
-                        **kwargs) -> TartanModel:
+                        base_model: str | None = None, is_trainable: bool = False, **kwargs) -> TartanModel:
         """A TARTAN checkpoint (folder with tartan_config.json): classifier and MLM heads. A plain checkpoint (a
         pretrained encoder or a classifier): fresh heads for `auxiliary_tasks`. Keyword arguments (num_labels,
-        id2label, label2id, attn_implementation, ...) go to `AutoModelForSequenceClassification.from_pretrained`."""
+        id2label, label2id, attn_implementation, ...) go to `AutoModelForSequenceClassification.from_pretrained`.
+        A LoRA checkpoint: the body of `base_model` (default: the base recorded in adapter_config.json) with the
+        saved adapter (`is_trainable=True` to train it further), phi' and the MLM heads."""
+        if os.path.isfile(os.path.join(path, ADAPTER_CONFIG_NAME)):
+            return cls._from_lora_checkpoint(path, auxiliary_tasks, base_model, is_trainable, **kwargs)
         classifier = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
         metadata_file = os.path.join(path, TARTAN_CONFIG_NAME)
         if not os.path.isfile(metadata_file):
@@ -341,6 +403,24 @@ class TartanModel(nn.Module):
         model.load_heads(path)
         return model
 
+    @classmethod
+    def _from_lora_checkpoint(cls, path, auxiliary_tasks, base_model, is_trainable, **kwargs) -> TartanModel:
+        with open(os.path.join(path, TARTAN_CONFIG_NAME)) as f:
+            metadata = json.load(f)
+        if auxiliary_tasks is not None and list(auxiliary_tasks) != metadata["auxiliary_tasks"]:
+            raise ValueError(f"field 'auxiliary_tasks': {list(auxiliary_tasks)} differs from the checkpoint's "
+                             f"{metadata['auxiliary_tasks']}")
+        saved = dict(metadata["end_task_config"])
+        config = CONFIG_MAPPING[saved["model_type"]].from_dict(saved)
+        base = adapter_base_model(os.path.join(path, ADAPTER_CONFIG_NAME), base_model, "TartanModel.from_pretrained")
+        classifier = AutoModelForSequenceClassification.from_pretrained(base, config=config, **kwargs)
+        model = cls(classifier, metadata["auxiliary_tasks"], metadata.get("mlm_hidden_act", "gelu"))
+        body = load_lora_body(model.body, path, is_trainable=is_trainable)
+        setattr(classifier, classifier.base_model_prefix, body)
+        model._load_end_task_head(path)
+        model.load_heads(path)
+        return model
+
     def load_heads(self, path: str) -> None:
         file = os.path.join(path, TARTAN_HEADS_NAME)
         if not os.path.isfile(file):
@@ -353,6 +433,11 @@ class TartanModel(nn.Module):
     def load_checkpoint(self, path: str) -> None:
         """Restore every trained parameter from a folder written by `save_pretrained` (Trainer resume and
         load_best_model_at_end): the classifier strictly, then the MLM heads."""
+        if self.has_body_lora:  # the adapter (strictly), phi', the MLM heads
+            load_lora_weights(self.body, path)
+            self._load_end_task_head(path)
+            self.load_heads(path)
+            return
         file = os.path.join(path, MODEL_WEIGHTS_NAME)
         if not os.path.isfile(file):
             raise ValueError(f"{path!r}: {MODEL_WEIGHTS_NAME} is missing (sharded or non-safetensors checkpoints "
