@@ -13,12 +13,16 @@ import torch
 from peft import LoraConfig, PeftModel
 from safetensors.torch import load_file
 from test_muppet_trainer import _setup
+from test_tartan_trainer import StopAfter, first_batch, make_model, record_draws
+from test_tartan_trainer import data as tartan_data  # noqa: F401 (a module fixture, under this name here)
 from transformers import AutoModel
 
 from hf_aux.adapters import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, LoraArguments, base_of
 from hf_aux.data import MultiTaskCollator
 from hf_aux.modeling.multitask import HEADS_WEIGHTS_NAME, MultiTaskModel
+from hf_aux.modeling.tartan import END_TASK_HEAD_NAME, TARTAN_HEADS_NAME, TartanModel
 from hf_aux.trainers.muppet import MuppetTrainer
+from hf_aux.trainers.tartan import TartanConfig, TartanTrainer
 
 LORA = {"r": 4, "lora_alpha": 8, "lora_dropout": 0.0, "target_modules": ["query", "value", "dense"]}
 
@@ -183,3 +187,130 @@ def test_muppet_lora_arguments_and_errors(tmp_path):
         MuppetTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer, peft_config=lora())
     with pytest.raises(ValueError, match="no LoRA adapter"):
         _setup(tmp_path)[3].save_merged(tmp_path / "m")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# TARTAN
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def make_trainer(data, tmp_path, model=None, peft_config=None, **overrides):
+    """test_tartan_trainer.make_trainer's settings, with a LoRA config for the trainer."""
+    tok, train, val, aux = data
+    settings = {"output_dir": str(tmp_path / "out"), "max_steps": 2, "per_device_train_batch_size": 4,
+                "learning_rate": 1e-3, "report_to": [], "use_cpu": True, "seed": 3, "logging_steps": 1,
+                "save_strategy": "no", "disable_tqdm": True, "meta_head_steps": 3, **overrides}
+    return TartanTrainer(model=model or make_model(tok), args=TartanConfig(**settings), train_dataset=train,
+                         eval_dataset=val, auxiliary_datasets=aux, processing_class=tok, peft_config=peft_config)
+
+
+def test_tartan_lora_mt_trains_adapters_and_heads_never_phi_star(tartan_data, tmp_path):  # noqa: F811 (the fixture)
+    trainer = make_trainer(tartan_data, tmp_path, mode="mt", max_steps=3, peft_config=lora())
+    tartan = trainer.model
+    assert tartan.has_body_lora
+    body_names = {n for n, _ in tartan.named_parameters() if n.startswith("classifier.bert.")}
+    trainable = {n for n, p in tartan.named_parameters() if p.requires_grad}
+    assert trainable & body_names == {n for n in body_names if ".lora_" in n}
+    assert not any(n.startswith("meta_head.") for n in trainable)
+    before = snapshot(tartan)
+    trainer.train()
+    moved = changed(before, tartan)
+    assert {k for k in before if k.startswith("classifier.bert.")} & moved == {
+        k for k in before if ".lora_" in k}  # every adapter moved, every base weight bit-identical
+    assert {"classifier.classifier.weight", "classifier.classifier.bias"} <= moved  # phi'
+    for name in ("tapt", "dapt"):
+        assert {k for k in before if k.startswith(f"mlm_heads.{name}.")} <= moved
+    assert not any(k.startswith("meta_head.") for k in moved)
+
+
+def test_tartan_lora_meta_step_takes_cosines_over_exactly_the_adapters(tartan_data, tmp_path):  # noqa: F811 (the fixture)
+    trainer = make_trainer(tartan_data, tmp_path, model=make_model(tartan_data[0], dropout=0.0), mode="meta",
+                           task_weight_lr=0.05, task_weights=[0.2, 0.5, 0.3], peft_config=lora())
+    tartan = trainer.model
+    adapters = [p for n, p in tartan.named_parameters() if ".lora_" in n]
+    assert [id(p) for p in tartan.body_parameters()] == [id(p) for p in adapters]
+    with torch.no_grad():  # lora_B starts at 0 (so would lora_A's gradient): give both a gradient to compare
+        for n, p in tartan.named_parameters():
+            if ".lora_B." in n:
+                p.normal_(0, 0.05)
+    drawn = record_draws(trainer)
+    batch = first_batch(trainer)
+    before = snapshot(tartan)
+    trainer.training_step(tartan, batch)
+    assert not {k for k in changed(before, tartan) if not k.startswith("meta_head.")}
+    frozen = [p for n, p in tartan.named_parameters() if n.startswith("classifier.bert.") and ".lora_" not in n]
+    assert frozen and all(p.grad is None for p in frozen)  # the base gets no gradient at all
+
+    def grad(loss):  # the MLM losses do not reach the pooler's adapters: zeros there
+        grads = torch.autograd.grad(loss, adapters, allow_unused=True)
+        return torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1) for g, p in zip(grads, adapters)])
+
+    grads = [grad(tartan(**batch).loss)] + [grad(tartan.mlm_loss(n, drawn[n])) for n in ("tapt", "dapt")]
+    g_meta = grad(tartan.meta_head(tartan.body_outputs(drawn["_meta"]), labels=drawn["_meta"]["labels"]).loss)
+    cosines = torch.stack([g_meta @ g / (g_meta.norm() * g.norm()) for g in grads])
+    expected_w = torch.tensor([0.2, 0.5, 0.3]) + 0.05 * cosines
+    weights = torch.tensor(trainer.task_weights_state.weights)
+    assert torch.isfinite(weights).all() and not torch.equal(weights, torch.tensor([0.2, 0.5, 0.3]))
+    torch.testing.assert_close(weights, expected_w, atol=1e-6, rtol=1e-5)
+    alpha = torch.softmax(expected_w, 0)
+    combined = sum(a * g for a, g in zip(alpha, grads))
+    torch.testing.assert_close(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                                          for p in adapters]), combined, atol=1e-6, rtol=1e-4)
+
+
+def test_tartan_lora_resume_is_exact_reload_and_merged_export_loads_vanilla(tartan_data, tmp_path):  # noqa: F811 (the fixture)
+    common = {"mode": "meta", "max_steps": 4, "save_strategy": "steps", "save_steps": 2}
+    base_dir = tmp_path / "base"
+    model = make_model(tartan_data[0])
+    model.classifier.save_pretrained(base_dir)  # the base classifier, before any adapter
+    straight = make_trainer(tartan_data, tmp_path / "a", model=model, peft_config=lora(), **common)
+    straight.train()
+    first = make_trainer(tartan_data, tmp_path / "b", peft_config=lora(), **common)
+    first.add_callback(StopAfter(2))
+    first.train()
+    checkpoint = tmp_path / "b" / "out" / "checkpoint-2"
+    files = set(os.listdir(checkpoint))
+    assert {ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, END_TASK_HEAD_NAME, TARTAN_HEADS_NAME} <= files
+    assert "model.safetensors" not in files and "config.json" not in files
+    assert set(load_file(checkpoint / END_TASK_HEAD_NAME)) == {"classifier.weight", "classifier.bias"}
+
+    resumed_model = make_model(tartan_data[0])  # the same base; other adapters and heads, restored from checkpoint-2
+    with torch.no_grad():
+        for name, param in resumed_model.named_parameters():
+            if not name.startswith("classifier.bert."):
+                param.add_(0.5)
+    resumed = make_trainer(tartan_data, tmp_path / "b", model=resumed_model,
+                           peft_config=LoraConfig(**{**LORA, "init_lora_weights": "gaussian"}), **common)
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    for (name, a), (_, b) in zip(straight.model.named_parameters(), resumed.model.named_parameters()):
+        if not name.startswith("meta_head."):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=0, msg=name)
+    torch.testing.assert_close(torch.tensor(straight.task_weights_state.history),
+                               torch.tensor(resumed.task_weights_state.history), atol=1e-6, rtol=0)
+
+    final = tmp_path / "a" / "out" / "checkpoint-4"
+    with pytest.raises(ValueError, match="base_model"):
+        TartanModel.from_pretrained(str(final))
+    reloaded = TartanModel.from_pretrained(str(final), base_model=str(base_dir)).eval()
+    ids = torch.tensor([[2, 10, 20, 30, 3], [2, 40, 50, 3, 0]])
+    mask = (ids != 0).long()
+    straight.model.eval()
+    with torch.no_grad():
+        expected = straight.model(input_ids=ids, attention_mask=mask).logits
+        assert torch.equal(reloaded(input_ids=ids, attention_mask=mask).logits, expected)
+        assert torch.equal(reloaded.mlm_heads["tapt"].bias, straight.model.mlm_heads["tapt"].bias)
+
+    merged = tmp_path / "merged"
+    straight.model.save_merged(str(merged))
+    assert straight.model.has_body_lora and not (merged / ADAPTER_CONFIG_NAME).exists()
+    torch.save({"ids": ids, "mask": mask, "logits": expected}, tmp_path / "expected.pt")
+    clean_process(
+        "import torch\nfrom transformers import AutoModelForSequenceClassification\n"
+        f"model, info = AutoModelForSequenceClassification.from_pretrained({str(merged)!r}, output_loading_info=True)\n"
+        "assert not info['missing_keys'] and not info['unexpected_keys'] and not info['mismatched_keys'], info\n"
+        f"ref = torch.load({str(tmp_path / 'expected.pt')!r})\n"
+        "logits = model.eval()(input_ids=ref['ids'], attention_mask=ref['mask']).logits\n"
+        "assert (logits - ref['logits']).abs().max() < 1e-5, (logits, ref['logits'])\n", tmp_path)
+    plain = TartanModel.from_pretrained(str(merged)).eval()  # the merged folder is an ordinary TARTAN checkpoint
+    with torch.no_grad():
+        torch.testing.assert_close(plain(input_ids=ids, attention_mask=mask).logits, expected, atol=1e-5, rtol=0)
