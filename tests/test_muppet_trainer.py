@@ -2,6 +2,7 @@
 sub-batch gradients, resume is exact, evaluation scores every task, run_muppet.py's main() runs end to end."""
 
 import json
+import math
 import os
 import random
 import sys
@@ -208,3 +209,60 @@ def test_run_muppet_main_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", argv[:-2] + ["--max_seq_length", "0"])
     with pytest.raises(ValueError, match="max_seq_length"):
         run_muppet.main()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Issue #8 item 3: bf16 autocast on CPU, activation (gradient) checkpointing
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("robust", ["none", "r3f"])
+def test_bf16_autocast_on_cpu_trains_with_finite_losses(tmp_path, robust):
+    tokenizer, _, train, model, args = _setup(tmp_path, max_steps=3, logging_steps=1, bf16=True,
+                                              robust_finetuning=robust, r3f_eps=1e-2)
+    dtypes = []  # the body's matmuls run in bf16 under accelerate's autocast
+    model.body.encoder.layer[0].attention.self.query.register_forward_hook(lambda m, i, o: dtypes.append(o.dtype))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = MuppetTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
+    trainer.train()
+    assert dtypes and set(dtypes) == {torch.bfloat16}
+    assert len(dtypes) == 3 * 2 * (2 if robust == "r3f" else 1)  # steps x sub-batches x (clean + noisy forward)
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # fp32 master weights
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == 3 and all(math.isfinite(x) and x > 0 for x in losses)
+    moved = {k for k, v in model.state_dict().items() if not torch.equal(before[k], v)}
+    assert any(k.startswith("body.encoder.") for k in moved) and any(k.startswith("classification_heads.") for k in moved)
+
+
+def test_activation_checkpointing_gives_the_same_gradients_and_trains(tmp_path):
+    tokenizer, _, train, model, args = _setup(tmp_path, dropout=0.0, max_steps=2, activation_checkpointing=True)
+    batches = [MultiTaskCollator(tokenizer, model.task_names)([dict(train[name][i]) for i in range(3)])
+               for name in ("sent", "choice", "qa")]
+    calls = []
+    # inside a layer (the layer's own hooks run outside its checkpointed forward): counts forwards + recomputes
+    model.body.encoder.layer[1].attention.self.query.register_forward_hook(lambda m, i, o: calls.append(1))
+
+    def gradients():
+        model.zero_grad(set_to_none=True)
+        calls.clear()
+        for batch in batches:
+            model(**batch).loss.backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    model.train()
+    plain = gradients()
+    assert len(calls) == 3
+    model.activation_checkpointing_enable()  # transformers' default: non-reentrant
+    checkpointed = gradients()
+    assert len(calls) == 6  # each layer ran again in the backward pass
+    assert plain.keys() == checkpointed.keys() and any(k.startswith("body.encoder.") for k in plain)
+    for name in plain:
+        torch.testing.assert_close(checkpointed[name], plain[name], atol=1e-6, rtol=1e-5, msg=name)
+    model.activation_checkpointing_disable()
+
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = MuppetTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
+    calls.clear()
+    trainer.train()  # Trainer switches checkpointing on from `activation_checkpointing=True`
+    assert model.is_activation_checkpointing and len(calls) == 2 * 2 * 2  # steps x sub-batches x (forward + recompute)
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items() if k.startswith("body.encoder."))

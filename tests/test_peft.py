@@ -169,6 +169,52 @@ def test_muppet_lora_reload_and_merged_export_load_in_plain_transformers(tmp_pat
         torch.testing.assert_close(full(**inputs).logits, expected.logits, atol=1e-5, rtol=0)
 
 
+def test_muppet_lora_with_non_reentrant_checkpointing_needs_no_input_grads(tmp_path):
+    """The classic pitfall: frozen embeddings + reentrant checkpointing give the adapters no gradient unless the
+    embeddings' output is made to require grad (`enable_input_require_grads`). Non-reentrant needs no such hook."""
+    tokenizer, _, train, model, args = _setup(tmp_path, dropout=0.0, max_steps=2, activation_checkpointing=True)
+    model.add_body_lora(lora())
+    with torch.no_grad():  # lora_B starts at 0, which would leave lora_A without gradient
+        for name, param in model.named_parameters():
+            if ".lora_B." in name:
+                param.normal_(0, 0.05)
+    batch = MultiTaskCollator(tokenizer, model.task_names)([dict(train["sent"][i]) for i in range(3)])
+    embedded = []
+    model.get_input_embeddings().register_forward_hook(lambda m, i, o: embedded.append(o.requires_grad))
+    adapters = {n: p for n, p in model.named_parameters() if ".lora_" in n and p.requires_grad}
+
+    def adapter_grads():
+        model.zero_grad(set_to_none=True)
+        model(**batch).loss.backward()
+        return {n: p.grad for n, p in adapters.items()}
+
+    model.train()
+    plain = adapter_grads()
+    assert all(g is not None for g in plain.values())
+    model.activation_checkpointing_enable()  # non-reentrant; transformers also hooks the embeddings: remove that
+    model.disable_input_require_grads()
+    embedded.clear()
+    checkpointed = adapter_grads()
+    assert embedded == [False]  # the checkpointed layers' input does not require grad ...
+    for name, grad in plain.items():  # ... and the adapters still get exactly their gradient
+        torch.testing.assert_close(checkpointed[name], grad, atol=1e-6, rtol=1e-5, msg=name)
+    model.activation_checkpointing_disable()
+    model.activation_checkpointing_enable({"use_reentrant": True})
+    model.disable_input_require_grads()
+    with pytest.warns(UserWarning, match="requires_grad"):
+        reentrant = adapter_grads()
+    assert all(reentrant[n] is None for n in adapters if ".encoder.layer." in n)  # the pitfall, for contrast
+    model.activation_checkpointing_disable()
+
+    base = {k: v.clone() for k, v in base_of(model.body).state_dict().items() if ".lora_" not in k}
+    before = snapshot(model)
+    MuppetTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer).train()
+    assert model.is_activation_checkpointing
+    assert all(torch.equal(v, base[k]) for k, v in base_of(model.body).state_dict().items() if ".lora_" not in k)
+    assert {k for k in changed(before, model) if k.startswith("body.")} == {
+        k for k in before if ".lora_" in k and ".pooler." not in k}
+
+
 def test_muppet_lora_arguments_and_errors(tmp_path):
     config = LoraArguments(use_lora=True, lora_r=2, lora_alpha=4, lora_target_modules=["query"]).lora_config()
     assert (config.r, config.lora_alpha, set(config.target_modules)) == (2, 4, {"query"})
