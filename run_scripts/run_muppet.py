@@ -16,6 +16,15 @@ Any Hub encoder (online), your own mixture file (see hf_aux.tasks.load_mixture),
     python run_scripts/run_muppet.py --output_dir runs/ablation --batching batch_homogeneous
     python run_scripts/run_muppet.py config.yaml        # every argument in one file
 
+LoRA on the shared body (peft; frozen base weights, every task head trains; checkpoints hold the adapter and the
+heads), with a merged plain checkpoint written to <output_dir>/merged at the end:
+
+    python run_scripts/run_muppet.py --output_dir runs/muppet-lora --use_lora --lora_r 8 --lora_alpha 16 \
+        --lora_dropout 0.05 --lora_target_modules query key value dense --merge_lora
+
+The LoRA output folder loads with MultiTaskModel.from_pretrained(output_dir) (the base model is the one recorded
+in adapter_config.json); output_dir/merged with AutoModel.from_pretrained alone.
+
 Without --mixture_file the demo mixture is used, and EMBEDDED_DEFAULTS below come first on the command line (any
 flag you give overrides them). With a mixture file, transformers' usual defaults apply.
 """
@@ -32,6 +41,7 @@ import transformers
 from transformers import AutoTokenizer, HfArgumentParser, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 
+from hf_aux.adapters import LoraArguments
 from hf_aux.data import tokenize_task
 from hf_aux.demo import minilm_path
 from hf_aux.hub import create_hub_repo, explain_hub_errors, push_trainer_output
@@ -88,7 +98,7 @@ class DataTrainingArguments:
 
 
 def make_parser() -> HfArgumentParser:
-    return HfArgumentParser((ModelArguments, DataTrainingArguments, MuppetConfig))
+    return HfArgumentParser((ModelArguments, DataTrainingArguments, MuppetConfig, LoraArguments))
 
 
 def parse_args(argv: list[str] | None = None):
@@ -118,10 +128,11 @@ def load_tasks(data_args: DataTrainingArguments, seed: int):
 
 
 def main(model_args: ModelArguments | None = None, data_args: DataTrainingArguments | None = None,
-         training_args: MuppetConfig | None = None) -> dict:
+         training_args: MuppetConfig | None = None, lora_args: LoraArguments | None = None) -> dict:
     """Run the job; with no arguments, parse them from sys.argv (parse_args). Returns the train/eval metrics."""
     if model_args is None or data_args is None or training_args is None:
-        model_args, data_args, training_args = parse_args()
+        model_args, data_args, training_args, lora_args = parse_args()
+    lora_args = lora_args or LoraArguments()
     logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", datefmt="%m/%d/%Y %H:%M:%S",
                         handlers=[logging.StreamHandler(sys.stdout)])
     log_level = training_args.get_process_log_level()
@@ -173,12 +184,15 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         raise ValueError("--do_eval: no task has a validation split (set validation_fraction in the mixture)")
 
     trainer = MuppetTrainer(model=model, args=training_args, train_dataset=train_data or None,
-                            eval_dataset=eval_data or None, processing_class=tokenizer, eval_examples=eval_examples)
+                            eval_dataset=eval_data or None, processing_class=tokenizer, eval_examples=eval_examples,
+                            peft_config=lora_args.lora_config())
 
     results = {}
     if training_args.do_train:
         train_result = trainer.train(resume_from_checkpoint=last_checkpoint)
-        trainer.save_model()  # MUPPET-style: body as plain transformers + heads beside it
+        trainer.save_model()  # MUPPET-style: body as plain transformers (or its LoRA adapter) + heads beside it
+        if lora_args.merge_lora and trainer.is_world_process_zero():
+            model.save_merged(os.path.join(training_args.output_dir, "merged"))  # AutoModel loads it alone
         metrics = dict(train_result.metrics)
         metrics["train_samples"] = sum(len(d) for d in train_data.values())
         trainer.log_metrics("train", metrics)

@@ -13,9 +13,11 @@ import torch
 from peft import LoraConfig, PeftModel
 from safetensors.torch import load_file
 from test_muppet_trainer import _setup
-from test_tartan_trainer import StopAfter, first_batch, make_model, record_draws
+from script_loader import load_run_script
+from test_tartan_trainer import LABELS, TEXTS, StopAfter, first_batch, make_model, record_draws
 from test_tartan_trainer import data as tartan_data  # noqa: F401 (a module fixture, under this name here)
-from transformers import AutoModel
+from tiny import tiny_config, tiny_tokenizer
+from transformers import AutoModel, AutoModelForSequenceClassification
 
 from hf_aux.adapters import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, LoraArguments, base_of
 from hf_aux.data import MultiTaskCollator
@@ -360,3 +362,60 @@ def test_tartan_lora_resume_is_exact_reload_and_merged_export_loads_vanilla(tart
     plain = TartanModel.from_pretrained(str(merged)).eval()  # the merged folder is an ordinary TARTAN checkpoint
     with torch.no_grad():
         torch.testing.assert_close(plain(input_ids=ids, attention_mask=mask).logits, expected, atol=1e-5, rtol=0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Run scripts: --use_lora ... --merge_lora
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_run_scripts_train_lora_and_write_a_merged_export(tmp_path, monkeypatch):
+    tokenizer = tiny_tokenizer()
+    model_dir = tmp_path / "tiny-bert"
+    AutoModel.from_config(tiny_config("bert", tokenizer)).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    rows = [{"text": t, "label": y} for t, y in zip(TEXTS * 3, LABELS * 3)]
+    for name, part in (("train", rows), ("validation", rows[:8])):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    lora_flags = ["--use_lora", "--lora_r", "4", "--lora_alpha", "8", "--lora_dropout", "0.0",
+                  "--lora_target_modules", "query", "value", "--merge_lora"]
+    common = ["--model_name_or_path", str(model_dir), "--do_train", "--max_steps", "2", "--report_to", "none",
+              "--use_cpu", "--save_strategy", "no", "--disable_tqdm", "true", "--max_seq_length", "16",
+              "--per_device_train_batch_size", "4", *lora_flags]
+
+    # MUPPET
+    (tmp_path / "mixture.json").write_text(json.dumps({"tasks": [
+        {"name": "sent", "kind": "classification", "num_labels": 2, "data_files": str(tmp_path / "train.jsonl")},
+        {"name": "sent2", "kind": "classification", "num_labels": 2, "data_files": str(tmp_path / "train.jsonl")}]}))
+    run_muppet = load_run_script("run_muppet")
+    out = tmp_path / "muppet"
+    monkeypatch.setattr(sys, "argv", ["run_muppet.py", "--mixture_file", str(tmp_path / "mixture.json"),
+                                      "--output_dir", str(out), "--gradient_accumulation_steps", "2", *common])
+    run_muppet.main()
+    assert {ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, HEADS_WEIGHTS_NAME} <= set(os.listdir(out))
+    assert not (out / "model.safetensors").exists() and (out / "merged" / "model.safetensors").is_file()
+    adapter = json.loads((out / ADAPTER_CONFIG_NAME).read_text())
+    assert adapter["r"] == 4 and set(adapter["target_modules"]) == {"query", "value"}
+    assert adapter["base_model_name_or_path"] == str(model_dir)  # from_pretrained finds the base by itself
+    lora_model = MultiTaskModel.from_pretrained(str(out)).eval()
+    merged = AutoModel.from_pretrained(out / "merged").eval()
+    ids = torch.tensor([[2, 10, 20, 30, 3]])
+    with torch.no_grad():
+        torch.testing.assert_close(merged(input_ids=ids).last_hidden_state,
+                                   lora_model.body(input_ids=ids).last_hidden_state, atol=1e-5, rtol=0)
+        assert not torch.equal(AutoModel.from_pretrained(model_dir)(input_ids=ids).last_hidden_state,
+                               merged(input_ids=ids).last_hidden_state)  # the adapters trained
+
+    # TARTAN
+    run_tartan = load_run_script("run_tartan")
+    out = tmp_path / "tartan"
+    args = ["--train_file", str(tmp_path / "train.jsonl"), "--validation_file", str(tmp_path / "validation.jsonl"),
+            "--auxiliary", "tapt=tapt", "--mode", "meta", "--meta_head_steps", "2", "--output_dir", str(out), *common]
+    run_tartan.main(*run_tartan.parse_args(args))
+    assert {ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, END_TASK_HEAD_NAME, TARTAN_HEADS_NAME} <= set(os.listdir(out))
+    tartan = TartanModel.from_pretrained(str(out)).eval()
+    merged = AutoModelForSequenceClassification.from_pretrained(out / "merged").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(merged(input_ids=ids).logits, tartan(input_ids=ids).logits, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="final_finetune_epochs"):
+        run_tartan.main(*run_tartan.parse_args([*args, "--final_finetune_epochs", "1"]))
