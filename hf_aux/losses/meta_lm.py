@@ -9,6 +9,8 @@ exactly the hard-label loss.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -122,3 +124,34 @@ def sgd_update(param: torch.Tensor, grad: torch.Tensor, lr: float, weight_decay:
     if weight_decay:
         grad = grad + weight_decay * param
     return param - lr * grad
+
+
+def first_order_soft_label_grads(label_grads_at: Callable[[list[torch.Tensor]], list[torch.Tensor]],
+                                 theta_0: list[torch.Tensor], w: list[torch.Tensor | None],
+                                 base: list[torch.Tensor], radius: float) -> list[torch.Tensor]:
+    """First-order soft-label meta-gradient dL/dp with respect to the teacher's soft labels p = (E[x-hat], E[y-hat])
+    (§3.3), from ONE extra forward and backward of the pseudo step instead of a double backward through it.
+
+    Derivation. L = CE(y_l1, S(x_l1; theta_2)) (eq. 3), theta_2 = theta_1 - alpha grad CE_support(theta_1) (eq. 2),
+    theta_1 = U(theta_0, g) the student optimizer's update (eq. 1) with g = grad_theta f(theta_0; p) and
+    f = CE(E[y-hat], S(E[x-hat])). First order as eq. 7: dL/dtheta_1 ~ v = grad_{theta_2} L (theta_2's dependence
+    on the teacher through the support gradient dropped). Then dL/dp ~ (dg/dp)^T w with w = (dU/dg)^T v (a
+    vector-Jacobian product of the update; -eta v for SGD), and since <w, grad_theta f(theta_0; p)> is the
+    directional derivative of f along w,
+        dL/dp ~ d/de grad_p f(theta_0 + e w; p) |_{e=0}
+              ~ (grad_p f(theta_0 + e w; p) - grad_p f(theta_0; p)) / e,   e = radius / ||w||.
+    grad_p f(theta_0; p) (`base`) comes from the pseudo step's own backward (together with g, which the student's
+    real step needs anyway); `label_grads_at(params)` returns grad_p f(params; p) with the same dropout masks.
+    The forward difference is first-order accurate in e (the test compares it with the exact double backward).
+
+    `w` None entries (parameters the pseudo loss does not reach) are zero. Returns one tensor per entry of `base`.
+    A zero w (e.g. a zero student step) gives zeros.
+    """
+    present = [d for d in w if d is not None]
+    norm = torch.stack(torch._foreach_norm(present)).norm() if present else torch.zeros(())
+    if not bool(norm > 0):
+        return [torch.zeros_like(b) for b in base]
+    eps = radius / norm
+    shifted = [t.detach() if d is None else t.detach() + eps * d for t, d in zip(theta_0, w)]
+    at_shift = label_grads_at(shifted)
+    return [(s - b) / eps for s, b in zip(at_shift, base)]

@@ -31,6 +31,7 @@ Pseudo Labels form, Appendix B item 5).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections import defaultdict
@@ -39,16 +40,19 @@ from dataclasses import dataclass, field
 import torch
 from accelerate.optimizer import AcceleratedOptimizer
 from torch.func import functional_call
+from torch.optim.adamw import adamw as adamw_functional
+from torch.optim.sgd import sgd as sgd_functional
 from transformers import PreTrainedTokenizerBase, Trainer, TrainingArguments
 from transformers.optimization import get_scheduler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from hf_aux.data import mask_tokens_for_mlm
-from hf_aux.distributed import MicroBatchCounter, micro_batch_seed
+from hf_aux.distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
 from hf_aux.hub import HubTokenSafeArgsMixin, hub_id_or_none
 from hf_aux.losses.meta_lm import (
     adamw_update,
     clip_by_total_norm,
+    first_order_soft_label_grads,
     meta_signal_h,
     pseudo_cross_entropy,
     sample_tokens,
@@ -79,8 +83,12 @@ class MetaLMConfig(HubTokenSafeArgsMixin, TrainingArguments):
     inner_learning_rate: float = field(default=0.1, metadata={"help": "SGD learning rate of the finetuning step "
                                                                       "(eq. 2)."})
     first_order: bool = field(default=False, metadata={
-        "help": "Soft labels: do not differentiate through the finetuning step's gradient (first-order MAML); the "
-                "pretraining step (eq. 1) is still differentiated."})
+        "help": "Soft labels, first order (eq. 7): the query gradient at theta_2 stands for dL/dtheta_1 (no "
+                "differentiation through the finetuning step's gradient), and its effect on the soft labels through "
+                "the pretraining step (eq. 1) is a directional derivative by a forward difference: one more forward "
+                "and backward of the pseudo step instead of a double backward (losses.first_order_soft_label_grads)."})
+    first_order_radius: float = field(default=1e-3, metadata={
+        "help": "first_order: the norm of the parameter shift of the forward difference (e * ||w||)."})
     finetune_step: bool = field(default=True, metadata={
         "help": "False drops eq. 2: the query loss is taken at theta_1 (Meta Pseudo Labels form, App. B item 5)."})
     fixed_y: bool = field(default=False, metadata={
@@ -116,6 +124,8 @@ class MetaLMConfig(HubTokenSafeArgsMixin, TrainingArguments):
             self.lambda_meta = 10.0 if self.objective == "soft" else 1.0
         if self.lambda_meta < 0:
             raise ValueError(f"MetaLMConfig: field 'lambda_meta': {self.lambda_meta} < 0")
+        if self.first_order_radius <= 0:
+            raise ValueError(f"MetaLMConfig: field 'first_order_radius': {self.first_order_radius} <= 0")
         if self.inner_learning_rate <= 0:
             raise ValueError(f"MetaLMConfig: field 'inner_learning_rate': {self.inner_learning_rate} <= 0")
         if self.mlm_task_probability is None:
@@ -401,6 +411,48 @@ class MetaLMTrainer(Trainer):
                                       group["weight_decay"])
         return theta_1
 
+    @torch.no_grad()
+    def _theta_1_values(self, params: list[torch.Tensor], grads: list[torch.Tensor | None]) -> list[torch.Tensor]:
+        """theta_1 as values only (hard and first-order soft labels): Trainer's clipping (torch's
+        clip_grad_norm_), then the student optimizer's own functional update (torch.optim.adamw.adamw /
+        sgd.sgd, fused or foreach as the optimizer) on copies of the parameters and of its state."""
+        opt = self._student_optimizer()
+        present = [i for i, g in enumerate(grads) if g is not None]
+        clipped = [grads[i].detach().clone() for i in present]
+        if self.args.max_grad_norm is not None and self.args.max_grad_norm > 0:
+            coef = (self.args.max_grad_norm / (torch.nn.utils.get_total_norm(clipped) + 1e-6)).clamp(max=1.0)
+            torch._foreach_mul_(clipped, coef)
+        theta_1 = [p.detach() for p in params]
+        slot = {id(params[i]): (i, g) for i, g in zip(present, clipped)}
+        for group in opt.param_groups:
+            members = [slot[id(p)] for p in group["params"] if id(p) in slot]
+            if not members:
+                continue
+            new = [params[i].detach().clone() for i, _ in members]
+            group_grads = [g for _, g in members]
+            if type(opt) is torch.optim.SGD:
+                sgd_functional(new, group_grads, [None] * len(new), foreach=group["foreach"],
+                               fused=group["fused"], weight_decay=group["weight_decay"], momentum=0.0,
+                               lr=group["lr"], dampening=0.0, nesterov=False, maximize=False)
+            else:
+                states = [opt.state.get(params[i], {}) for i, _ in members]
+                exp_avgs = [s["exp_avg"].clone() if "exp_avg" in s else torch.zeros_like(p)
+                            for s, p in zip(states, new)]
+                exp_avg_sqs = [s["exp_avg_sq"].clone() if "exp_avg_sq" in s else torch.zeros_like(p)
+                               for s, p in zip(states, new)]
+                fused = bool(group["fused"])
+                steps = [s["step"].clone() if "step" in s else
+                         torch.zeros((), dtype=torch.float32, device=p.device if fused else "cpu")
+                         for s, p in zip(states, new)]
+                beta1, beta2 = group["betas"]
+                adamw_functional(new, group_grads, exp_avgs, exp_avg_sqs, [], steps,
+                                 foreach=None if fused else group["foreach"], fused=group["fused"],
+                                 amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"],
+                                 weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)
+            for (i, _), value in zip(members, new):
+                theta_1[i] = value
+        return theta_1
+
     # ---------------------------------------------------------------------------------------------- the meta step
     def training_step(self, model, inputs, num_items_in_batch=None):
         if self.args.objective == "mlm":
@@ -435,20 +487,32 @@ class MetaLMTrainer(Trainer):
 
         # eq. 1: the student's pretraining step on the pseudo data; its gradient is left for Trainer's step
         soft = args.objective == "soft"
+        second_order = soft and not args.first_order
+        label_leaves = []
         if soft:
             x_probs = x_logits.softmax(-1)
             y_probs = (torch.nn.functional.one_hot(x_u, x_logits.shape[-1]).to(x_probs.dtype) if args.fixed_y
                        else y_logits.softmax(-1))
-            embeds = x_probs @ student.get_input_embeddings().weight  # [B, L, V] x [V, H]
-            pseudo_logits = model(inputs_embeds=embeds, attention_mask=mask).logits
-            pseudo_loss = soft_pseudo_cross_entropy(pseudo_logits, y_probs, mask, tokens.pad)
+            p_x, p_y = x_probs, y_probs
+            if args.first_order:  # the soft labels as leaves: one backward gives g and grad_p f(theta_0; p) together
+                p_x = x_probs.detach().requires_grad_()
+                p_y = y_probs.detach().requires_grad_(not args.fixed_y)
+                label_leaves = [p_x] + ([] if args.fixed_y else [p_y])
+            # first order: the pseudo forward and its shifted copy share their dropout masks (one seed per meta step)
+            seed = micro_batch_seed(args.seed, self._meta_steps)
+            embedding = student.get_input_embeddings().weight
+            with seeded_rng(seed, args.device) if args.first_order else contextlib.nullcontext():
+                embeds = p_x @ embedding  # [B, L, V] x [V, H]
+                pseudo_logits = model(inputs_embeds=embeds, attention_mask=mask).logits
+            pseudo_loss = soft_pseudo_cross_entropy(pseudo_logits, p_y, mask, tokens.pad)
         else:
             x_hat = sample_tokens(x_logits, self._generator).masked_fill(mask == 0, tokens.pad)
             y_hat = x_u if args.fixed_y else sample_tokens(y_logits, self._generator).masked_fill(mask == 0, tokens.pad)
             sample_ce = teacher_sample_cross_entropy(x_logits, None if args.fixed_y else y_logits, x_hat, y_hat, mask)
             pseudo_logits = model(input_ids=x_hat, attention_mask=mask).logits
             pseudo_loss = pseudo_cross_entropy(pseudo_logits, y_hat, mask, tokens.pad)
-        pseudo_grads = torch.autograd.grad(pseudo_loss, theta_0, create_graph=soft, allow_unused=True)
+        grads = torch.autograd.grad(pseudo_loss, theta_0 + label_leaves, create_graph=second_order, allow_unused=True)
+        pseudo_grads, base_label_grads = list(grads[:len(theta_0)]), list(grads[len(theta_0):])
         # Trainer's optimizer.step() applies this (meta objectives refuse GradScaler/DeepSpeed/DDP, so this is
         # what accelerator.backward(pseudo_loss) would leave in .grad)
         for param, grad in zip(theta_0, pseudo_grads):
@@ -456,45 +520,60 @@ class MetaLMTrainer(Trainer):
                 param.grad = grad.detach() if param.grad is None else param.grad + grad.detach()
         self._record("pseudo_loss", pseudo_loss)
 
-        # theta_1 exactly as Trainer's step will produce it; a function of the teacher for soft labels
-        if soft:
-            theta_1 = self._theta_1(theta_0, list(pseudo_grads))
+        # theta_1 exactly as Trainer's step will produce it: a function of the teacher for second-order soft
+        # labels, of the gradient g (for the vector-Jacobian product w) for first order, a value for hard labels
+        g_leaves = None
+        if second_order:
+            theta_1 = self._theta_1(theta_0, pseudo_grads)
+        elif soft:
+            g_leaves = [None if g is None else g.detach().requires_grad_() for g in pseudo_grads]
+            theta_1 = self._theta_1(theta_0, g_leaves)
         else:
-            with torch.no_grad():
-                theta_1 = self._theta_1(theta_0, [None if g is None else g.detach() for g in pseudo_grads])
+            theta_1 = self._theta_1_values(theta_0, pseudo_grads)
 
         # eq. 2 (support) and eq. 3 (query), both from the same task
         task = self._next_task()
         support, query = self._labelled_batch(task), self._labelled_batch(task)
-        if soft:
+        if second_order:
             theta_2 = theta_1
             if args.finetune_step:
-                theta_2 = self._inner_step(student, names, theta_1, support, create_graph=not args.first_order)
+                theta_2 = self._inner_step(student, names, theta_1, support, create_graph=True)
             query_loss = self._student_loss(student, names, theta_2, query)
-            teacher_loss = args.lambda_meta * query_loss + aux_loss
-            ok = torch.isfinite(teacher_loss)
-        else:
-            theta_1 = [t.detach().requires_grad_() for t in theta_1]
-            theta_2 = theta_1
+            teacher_outputs, teacher_cotangents = [args.lambda_meta * query_loss + aux_loss], [None]
+            ok = torch.isfinite(teacher_outputs[0])
+        else:  # hard labels and first-order soft labels: the query gradient at theta_2 (eq. 7), theta_2 a value
+            theta_1_values = [t.detach().requires_grad_() for t in theta_1]
+            theta_2 = theta_1_values
             if args.finetune_step:
                 theta_2 = [t.detach().requires_grad_() for t in
-                           self._inner_step(student, names, theta_1, support, create_graph=False)]
+                           self._inner_step(student, names, theta_1_values, support, create_graph=False)]
             query_loss = self._student_loss(student, names, theta_2, query)
             query_grads = torch.autograd.grad(query_loss, theta_2, allow_unused=True)
             query_grads = [torch.zeros_like(t) if g is None else g for g, t in zip(query_grads, theta_2)]
-            h = meta_signal_h(query_grads, [p.detach() for p in theta_0], [t.detach() for t in theta_1],
-                              cosine=args.h_cosine)
-            teacher_loss = args.lambda_meta * h.detach() * sample_ce + aux_loss
-            ok = torch.isfinite(h)
-            self._record("h", h)
-            self._record("teacher_sample_ce", sample_ce)
+            if soft:
+                ok, teacher_outputs, teacher_cotangents = self._first_order_soft_signal(
+                    student, names, theta_0, theta_1, g_leaves, query_grads, label_leaves, base_label_grads,
+                    (x_probs, y_probs), mask, seed)
+                teacher_outputs.append(aux_loss)
+                teacher_cotangents.append(None)
+                ok = ok & torch.isfinite(query_loss)
+            else:
+                h = meta_signal_h(query_grads, [p.detach() for p in theta_0], [t.detach() for t in theta_1],
+                                  cosine=args.h_cosine)
+                teacher_outputs, teacher_cotangents = [args.lambda_meta * h.detach() * sample_ce + aux_loss], [None]
+                ok = torch.isfinite(h)
+                self._record("h", h)
+                self._record("teacher_sample_ce", sample_ce)
         self._record("query_loss", query_loss)
 
         # the teacher's gradient: the meta signal plus its auxiliary losses; a non-finite one is skipped
         if bool(ok):
             teacher_params = [p for p in self.teacher.parameters() if p.requires_grad]
-            grads = torch.autograd.grad(teacher_loss / args.teacher_gradient_accumulation_steps, teacher_params,
-                                        allow_unused=True)
+            scale = 1.0 / args.teacher_gradient_accumulation_steps
+            kept = [(o, c) for o, c in zip(teacher_outputs, teacher_cotangents) if o.requires_grad]
+            teacher_outputs = [o for o, _ in kept]
+            cotangents = [torch.full_like(o, scale) if c is None else c * scale for o, c in kept]
+            grads = torch.autograd.grad(teacher_outputs, teacher_params, grad_outputs=cotangents, allow_unused=True)
             for param, grad in zip(teacher_params, grads):
                 if grad is not None:
                     param.grad = grad if param.grad is None else param.grad + grad
@@ -513,6 +592,40 @@ class MetaLMTrainer(Trainer):
         grads = torch.autograd.grad(support_loss, theta_1, create_graph=create_graph, allow_unused=True)
         return [t if g is None else sgd_update(t, g if create_graph else g.detach(), self.args.inner_learning_rate)
                 for t, g in zip(theta_1, grads)]
+
+    def _first_order_soft_signal(self, student, names, theta_0, theta_1, g_leaves, query_grads, label_leaves,
+                                 base_label_grads, probs, mask, seed):
+        """First-order soft labels: the teacher's meta signal as cotangents of its soft labels
+        (`first_order_soft_label_grads`): w = (dtheta_1/dg)^T v by a backward through the optimizer's update only,
+        then one forward and backward of the pseudo step at theta_0 + e w with the same dropout masks.
+        Returns (finite?, [soft-label tensors of the teacher's graph], [lambda_meta * dL/dp])."""
+        args, tokens = self.args, self.meta_tokens
+        present = [i for i, g in enumerate(g_leaves) if g is not None]
+        w = [None] * len(theta_0)
+        vjp = torch.autograd.grad([theta_1[i] for i in present], [g_leaves[i] for i in present],
+                                  grad_outputs=[query_grads[i] for i in present], allow_unused=True)
+        for i, grad in zip(present, vjp):
+            w[i] = grad
+        embedding = student.get_input_embeddings().weight
+        embedding_index = next((i for i, p in enumerate(theta_0) if p is embedding), None)
+
+        def label_grads_at(params):
+            leaves = [leaf.detach().requires_grad_() for leaf in label_leaves]
+            p_x = leaves[0]
+            p_y = probs[1].detach() if args.fixed_y else leaves[1]
+            weight = embedding.detach() if embedding_index is None else params[embedding_index]
+            with seeded_rng(seed, args.device):
+                embeds = p_x @ weight
+                logits = functional_call(student, dict(zip(names, params)), args=(),
+                                         kwargs={"inputs_embeds": embeds, "attention_mask": mask}).logits
+            loss = soft_pseudo_cross_entropy(logits, p_y, mask, tokens.pad)
+            return list(torch.autograd.grad(loss, leaves))
+
+        label_grads = first_order_soft_label_grads(label_grads_at, theta_0, w, base_label_grads,
+                                                   args.first_order_radius)
+        ok = torch.stack([torch.isfinite(g).all() for g in label_grads]).all()
+        outputs = list(probs[:len(label_grads)])
+        return ok, outputs, [args.lambda_meta * g for g in label_grads]
 
     def _teacher_step(self):
         if self.args.max_grad_norm > 0:
@@ -551,7 +664,11 @@ class MetaLMTrainer(Trainer):
         if not self.is_world_process_zero():
             return
         from ..model_card import (
-            TaskSummary, hyperparameters_from_args, plot_loss_curves, render_model_card, task_metrics,
+            TaskSummary,
+            hyperparameters_from_args,
+            plot_loss_curves,
+            render_model_card,
+            task_metrics,
         )
 
         args, output_dir = self.args, self.args.output_dir
