@@ -117,6 +117,29 @@ def test_muppet_lora_checkpoint_holds_adapter_and_heads_and_resume_is_exact(tmp_
         torch.testing.assert_close(a, b, atol=1e-6, rtol=0, msg=name)
 
 
+def test_muppet_lora_load_best_model_at_end_restores_adapter_and_heads(tmp_path):
+    tokenizer, _, train, model, args = _setup(
+        tmp_path, max_steps=3, eval_strategy="steps", eval_steps=1, save_strategy="steps", save_steps=1,
+        load_best_model_at_end=True, metric_for_best_model="loss", greater_is_better=True, learning_rate=5e-2)
+    # "best" = the highest eval loss, i.e. an early checkpoint: the end state must really be replaced
+    evaluation = {"sent": train["sent"].select(range(8)), "topic": train["topic"].select(range(8))}
+    trainer = MuppetTrainer(model=model, args=args, train_dataset=train, eval_dataset=evaluation,
+                            processing_class=tokenizer, peft_config=lora())
+    trainer.train()
+    best = trainer.state.best_model_checkpoint
+    last = os.path.join(args.output_dir, "checkpoint-3")
+    adapter, heads = load_file(os.path.join(best, ADAPTER_WEIGHTS_NAME)), load_file(os.path.join(best, HEADS_WEIGHTS_NAME))
+    state = model.state_dict()
+    for key, value in adapter.items():  # peft's file keys lack the adapter name: lora_A.weight -> lora_A.default.weight
+        own = "body." + key.replace(".lora_A.", ".lora_A.default.").replace(".lora_B.", ".lora_B.default.")
+        assert torch.equal(state[own], value), key
+    assert all(torch.equal(state[k], v) for k, v in heads.items())
+    losses = [h["eval_loss"] for h in trainer.state.log_history if "eval_loss" in h]
+    assert best.endswith(f"checkpoint-{losses.index(max(losses)) + 1}") and best != last
+    final = load_file(os.path.join(last, HEADS_WEIGHTS_NAME))
+    assert any(not torch.equal(state[k], v) for k, v in final.items())
+
+
 def test_muppet_lora_reload_and_merged_export_load_in_plain_transformers(tmp_path):
     tokenizer, _, train, model, args = _setup(tmp_path, max_steps=3, dropout=0.0)
     base_dir = tmp_path / "base"
