@@ -11,12 +11,12 @@ from hf_aux.losses.amos import (
     gumbel_softmax_sample,
     layer_switch_index,
     mix_head_logits,
+    mixture_straight_through,
     mixture_weights,
     mlm_losses,
     reverse_gradient,
     rtd_labels,
     rtd_loss,
-    straight_through_embedding_grad,
 )
 from hf_aux.modeling.amos import AmosGeneratorConfig, AmosModel, AmosModelConfig
 
@@ -79,20 +79,43 @@ def test_reverse_gradient_multiplies_by_minus_multiplier():
     torch.testing.assert_close(x.grad, -0.1 * torch.arange(4.0))
 
 
-def test_straight_through_carrier_matches_one_hot_times_embeddings():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fused_mixture_straight_through_matches_the_composed_one_hot_form(dtype):
+    """The fused sample + carrier equals the textbook composition: mix the heads (eq. 3), Gumbel-Softmax sample,
+    y = one_hot - y_soft.detach() + y_soft, embeddings y @ W; same ids, same values, same gradients into gamma and
+    the head logits (and none into W through the carrier)."""
     torch.manual_seed(0)
-    logits, weight = torch.randn(5, 7, requires_grad=True), torch.randn(7, 3)
-    upstream = torch.randn(5, 3)
+    gamma = torch.softmax(torch.randn(6, 3, dtype=dtype), dim=-1).requires_grad_()
+    head_logits = torch.randn(3, 6, 11, dtype=dtype, requires_grad=True)
+    weight = torch.randn(11, 4, dtype=dtype, requires_grad=True)
+    upstream = torch.randn(6, 4, dtype=dtype)
+
     torch.manual_seed(1)
-    ids, soft = gumbel_softmax_sample(logits, 0.3)
-    reference = F.one_hot(ids, 7).float() - soft.detach() + soft  # textbook straight-through
-    (grad_ref,) = torch.autograd.grad(((reference @ weight) * upstream).sum(), logits)
+    ids_ref, soft = gumbel_softmax_sample(mix_head_logits(gamma, head_logits), 0.3)
+    reference = (F.one_hot(ids_ref, 11).to(dtype) - soft.detach() + soft) @ weight.detach()
+    grads_ref = torch.autograd.grad((reference * upstream).sum(), [gamma, head_logits])
+
     torch.manual_seed(1)
-    ids2, soft2 = gumbel_softmax_sample(logits, 0.3)
-    carried = weight[ids2] + straight_through_embedding_grad(soft2, weight)
-    torch.testing.assert_close(carried, weight[ids])  # exact embedding rows in the forward
-    (grad,) = torch.autograd.grad((carried * upstream).sum(), logits)
-    torch.testing.assert_close(grad, grad_ref)
+    ids, carrier = mixture_straight_through(gamma, head_logits, weight, 0.3)
+    assert torch.equal(ids, ids_ref)
+    embeds = weight.detach()[ids] + carrier
+    torch.testing.assert_close(embeds, reference)  # the exact embedding rows in the forward
+    grads = torch.autograd.grad((embeds * upstream).sum(), [gamma, head_logits, weight], allow_unused=True)
+    torch.testing.assert_close(grads[0], grads_ref[0])
+    torch.testing.assert_close(grads[1], grads_ref[1])
+    assert grads[2] is None or grads[2].abs().sum() == 0
+    assert grads[0].abs().sum() > 0  # the case under test is not trivially zero
+
+
+def test_gumbel_sample_is_an_exact_draw_from_the_distribution():
+    """argmax(logits + Gumbel noise) draws token v with probability softmax(logits)_v (chi-square-sized check)."""
+    torch.manual_seed(0)
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0, -30.0])
+    ids, _ = gumbel_softmax_sample(logits.expand(40000, 5), soft=False)
+    frequencies = torch.bincount(ids, minlength=5).double() / ids.numel()
+    expected = torch.softmax(logits.double(), dim=0)
+    assert frequencies[4] == 0
+    assert torch.all((frequencies - expected).abs() <= 4 * (expected * (1 - expected) / ids.numel()).sqrt() + 1e-9)
 
 
 def test_layer_switch_at_thirds():

@@ -23,23 +23,31 @@ from dataclasses import dataclass
 import torch
 from safetensors.torch import load_file
 from torch import nn
-from transformers import AutoConfig, AutoModel, ElectraForPreTraining, PretrainedConfig, PreTrainedModel
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    ElectraForPreTraining,
+    PretrainedConfig,
+    PreTrainedModel,
+)
 from transformers import initialization as init
 from transformers.activations import get_activation
 from transformers.configuration_utils import SubConfigSpec
 from transformers.modeling_outputs import ModelOutput
-from transformers.models.electra.modeling_electra import ElectraDiscriminatorPredictions, ElectraForPreTrainingOutput
+from transformers.models.electra.modeling_electra import (
+    ElectraDiscriminatorPredictions,
+    ElectraForPreTrainingOutput,
+)
 
 from ..losses.amos import (
     amos_loss,
-    gumbel_softmax_sample,
-    mix_head_logits,
+    mixture_straight_through,
     mixture_weights,
     mlm_losses,
+    perturbed_mixture,
     reverse_gradient,
     rtd_labels,
     rtd_loss,
-    straight_through_embedding_grad,
 )
 
 GENERATOR_FOLDER = "generator"
@@ -95,7 +103,7 @@ class AmosModelConfig(PretrainedConfig):
     @classmethod
     def from_configs(cls, generator_body: PretrainedConfig, discriminator: PretrainedConfig,
                      mlm_layers: list[int] | None = None, stop_gradient: bool = True,
-                     generator_dropout: bool = False) -> "AmosModelConfig":
+                     generator_dropout: bool = False) -> AmosModelConfig:
         """generator_body: encoder config of depth d_K; mlm_layers default to [d_K] (ELECTRA). Generator dropout
         is switched off unless `generator_dropout` (COCO-LM / AMOS §4)."""
         body = generator_body.to_dict()
@@ -312,6 +320,9 @@ class AmosModel(PreTrainedModel):
 
     config_class = AmosModelConfig
     base_model_prefix = "amos"
+    # non-reentrant activation checkpointing of both encoders' layers: transformers checkpoints each layer's
+    # forward, so the generator's stop-gradient pre-hooks and head-capture hooks run outside the recomputed region
+    supports_gradient_checkpointing = True
     accepts_loss_kwargs = False  # each loss is a per-micro-batch mean: Trainer divides by the accumulation steps
 
     def __init__(self, config: AmosModelConfig):
@@ -391,23 +402,26 @@ class AmosModel(PreTrainedModel):
                 chosen = torch.full_like(targets, head_index)
             gamma = nn.functional.one_hot(chosen, num_heads).float()
         # the discriminator's gradient reaches gamma reversed (eq. 4); h only under "+ adv. MLM", never E
+        adv_mlm = adv_mlm_multiplier > 0 and torch.is_grad_enabled()
         gamma_in = reverse_gradient(gamma) if adversarial else gamma.detach()
-        if adv_mlm_multiplier > 0 and torch.is_grad_enabled():
+        if adv_mlm:
             weight = self.get_input_embeddings().weight.detach()
             h_in = reverse_gradient(gen.mlm_embeddings, adv_mlm_multiplier)
             sampling_logits = nn.functional.linear(h_in, weight, self.generator.mlm_head.bias.detach())
         else:
             sampling_logits = gen.logits.detach()
-        mixed_logits = mix_head_logits(gamma_in, sampling_logits)  # [M, V], logits of p_MLM(x | h_bar)
 
-        # Gumbel-Softmax sample; the discriminator reads the straight-through one-hot through the embeddings
-        needs_gradient = adversarial or (adv_mlm_multiplier > 0 and torch.is_grad_enabled())
-        sampled, soft = gumbel_softmax_sample(mixed_logits, gumbel_temperature, soft=needs_gradient)
-        replaced_ids = original_input_ids.masked_scatter(masked, sampled)  # x_rep: samples at M, originals elsewhere
+        # Gumbel-Softmax sample of p_MLM(x | h_bar); the discriminator reads the straight-through one-hot through
+        # the embeddings: W[x_rep] plus a zero carrier whose gradient is that of (one_hot - y.detach() + y) @ W
         embedding = self.get_input_embeddings()
+        if adversarial or adv_mlm:
+            sampled, carrier = mixture_straight_through(gamma_in, sampling_logits, embedding.weight,
+                                                        gumbel_temperature)
+        else:  # nothing needs the soft sample's gradient: the hard draw only
+            sampled, carrier = perturbed_mixture(gamma_in, sampling_logits).argmax(dim=-1), None
+        replaced_ids = original_input_ids.masked_scatter(masked, sampled)  # x_rep: samples at M, originals elsewhere
         inputs_embeds = embedding(replaced_ids)  # [B, T, E], the one-hot's value (W[x_rep]) and its W-gradient
-        if needs_gradient:
-            carrier = straight_through_embedding_grad(soft, embedding.weight)  # zeros, gradient into y_soft
+        if carrier is not None:
             inputs_embeds = inputs_embeds.index_put(masked.nonzero(as_tuple=True), carrier.to(inputs_embeds.dtype),
                                                     accumulate=True)
 
@@ -454,7 +468,7 @@ class AmosModel(PreTrainedModel):
         self.load_state_dict(state, strict=True)
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str, **kwargs) -> "AmosModel":
+    def from_pretrained(cls, pretrained_model_name_or_path: str, **kwargs) -> AmosModel:
         """Rebuild generator + discriminator from a folder (or Hub repo) written by `save_pretrained`."""
         if kwargs:
             raise ValueError(f"AmosModel.from_pretrained: unsupported arguments {sorted(kwargs)}")
