@@ -23,7 +23,10 @@ import os
 from dataclasses import dataclass, field
 
 import torch
+from peft import PeftModel
+from peft.tuners.tuners_utils import BaseTunerLayer
 from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
+from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 
 from ..data import mask_tokens_for_mlm, special_tokens_mask_for
 from ..distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
@@ -85,7 +88,9 @@ class AmosTrainer(Trainer):
     unmasked batches). Without a `data_collator`, batches are only padded and get masked in `compute_loss`.
     """
 
-    def __init__(self, model: AmosModel, args: AmosConfig, data_collator=None, processing_class=None, **kwargs):
+    def __init__(self, model: AmosModel, args: AmosConfig, data_collator=None, processing_class=None,
+                 peft_config=None, **kwargs):
+        _refuse_adapters(model, peft_config)
         if not isinstance(model, AmosModel):
             raise ValueError(f"AmosTrainer: field 'model': expected an AmosModel, got {type(model).__name__}")
         if not isinstance(args, AmosConfig):
@@ -101,8 +106,21 @@ class AmosTrainer(Trainer):
                 raise ValueError("AmosTrainer: field 'processing_class': give the tokenizer, or a data_collator "
                                  "such as MLMCollator(tokenizer, return_original=True)")
             data_collator = DataCollatorWithPadding(processing_class)
+        _refuse_sharding(fsdp=bool(args.fsdp), zero3=is_deepspeed_zero3_enabled())
+        checkpointing_kwargs = args.activation_checkpointing_kwargs or {}
+        if (args.activation_checkpointing and checkpointing_kwargs.get("use_reentrant", False)
+                and model.config.generator.stop_gradient and len(model.mlm_layers) > 1):
+            # the stop-gradient detaches the input of each block after a head before transformers' checkpoint
+            # wrapper sees it; reentrant checkpointing then gives that block's parameters no gradient at all
+            raise ValueError("AmosTrainer: field 'gradient_checkpointing_kwargs': use_reentrant=True cannot carry "
+                             "the generator's stop-gradient (the block after each MLM head would get no gradient); "
+                             "use {'use_reentrant': False} (the default)")
         super().__init__(model=model, args=args, data_collator=data_collator, processing_class=processing_class,
                          **kwargs)
+        # again with what accelerate resolved (an `accelerate launch` FSDP / DeepSpeed config that args do not show)
+        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
+        _refuse_sharding(fsdp=self.is_fsdp_enabled,
+                         zero3=is_deepspeed_zero3_enabled() or getattr(plugin, "zero_stage", 0) == 3)
         self._metric_sums = {"train": None, "eval": None}  # running [sum..., count...] per mode, on device
         self._micro_batches = MicroBatchCounter()
 
@@ -208,7 +226,7 @@ class AmosTrainer(Trainer):
 
     # ---- model card (Trainer.push_to_hub calls it too): the AMOS template, loss and mixture-weight figures ----------
 
-    def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,  # noqa: A002
+    def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,
                           tasks=None, dataset_tags=None, dataset=None, dataset_args=None, **kwargs):
         """Write README.md in `output_dir` from hf_aux's AMOS template: the RTD and per-head MLM metrics of the last
         evaluation (model-index), training sizes, hyper-parameters, loss_curve.png and mixture_weights.png
@@ -217,7 +235,11 @@ class AmosTrainer(Trainer):
         if not self.is_world_process_zero():
             return
         from ..model_card import (
-            TaskSummary, hyperparameters_from_args, logged_series, plot_loss_curves, plot_weights_over_time,
+            TaskSummary,
+            hyperparameters_from_args,
+            logged_series,
+            plot_loss_curves,
+            plot_weights_over_time,
             render_model_card,
         )
 
@@ -274,3 +296,29 @@ class AmosTrainer(Trainer):
 
     def _load_best_model(self) -> None:
         self.accelerator.unwrap_model(self.model).load_amos_weights(self.state.best_model_checkpoint)
+
+
+def _refuse_adapters(model, peft_config) -> None:
+    """AMOS pretrains both encoders from scratch (eq. 4 trains every generator, mixture and discriminator
+    parameter), so LoRA adapters have nothing to adapt: refuse a `peft_config`, a PeftModel, or adapters already
+    injected into the AmosModel."""
+    if peft_config is not None:
+        raise ValueError("AmosTrainer: field 'peft_config': AMOS pretrains its generator and discriminator from "
+                         "scratch and does not support PEFT / LoRA; train the full AmosModel, then fine-tune the "
+                         "saved discriminator with LoRA (e.g. MuppetTrainer or TartanTrainer with peft_config)")
+    if isinstance(model, PeftModel) or any(isinstance(m, BaseTunerLayer) for m in model.modules()):
+        raise ValueError(f"AmosTrainer: field 'model': got {type(model).__name__} with PEFT / LoRA adapters; AMOS "
+                         "pretrains from scratch and does not support PEFT: pass a plain AmosModel")
+
+
+def _refuse_sharding(fsdp: bool, zero3: bool) -> None:
+    """FSDP and DeepSpeed ZeRO-3 shard parameters and gather each only inside its own module's forward. AMOS reads
+    the shared token-embedding matrix outside the embeddings' forward (the generator's tied MLM output projection
+    and the straight-through one-hot times the embeddings, whose backward multiplies by the full matrix), so it
+    refuses them at start. DDP works (tests/test_ddp.py); ZeRO-1/2 (optimizer / gradient sharding only) is not
+    refused, and not tested."""
+    if fsdp or zero3:
+        raise ValueError(f"AmosTrainer: AMOS reads the shared token-embedding matrix outside its module's forward "
+                         f"(tied MLM output projection, straight-through one-hot x embeddings), which "
+                         f"{'FSDP' if fsdp else 'DeepSpeed ZeRO-3'} shards: not supported; use DDP (torchrun / "
+                         "accelerate launch without FSDP or ZeRO-3)")
