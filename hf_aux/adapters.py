@@ -36,7 +36,8 @@ class LoraArguments:
         "help": "Train LoRA adapters on the shared body (frozen base weights) and the task heads, instead of every "
                 "weight. Checkpoints then hold the adapter and the heads only."})
     lora_r: int = field(default=8, metadata={"help": "LoRA rank r."})
-    lora_alpha: float = field(default=16.0, metadata={"help": "LoRA scaling alpha (the update is scaled by alpha / r)."})
+    lora_alpha: float = field(default=16.0, metadata={
+        "help": "LoRA scaling alpha (the update is scaled by alpha / r)."})
     lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA branch's input."})
     lora_target_modules: list[str] | None = field(default=None, metadata={
         "help": "Body modules that get adapters (names or name suffixes, e.g. query key value dense; 'all-linear' "

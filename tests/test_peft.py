@@ -47,8 +47,8 @@ def clean_process(script: str, cwd) -> str:
                "[m for m in sys.modules if m.split('.')[0] in ('hf_aux', 'peft')]\nprint('CLEAN_OK')\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    result = subprocess.run([sys.executable, "-c", "import sys\n" + script], check=False, capture_output=True, text=True,
-                            env=env, cwd=cwd, timeout=300)
+    result = subprocess.run([sys.executable, "-c", "import sys\n" + script], check=False, capture_output=True,
+                            text=True, env=env, cwd=cwd, timeout=300)
     assert "CLEAN_OK" in result.stdout, result.stderr[-3000:]
     return result.stdout
 
@@ -128,7 +128,8 @@ def test_muppet_lora_load_best_model_at_end_restores_adapter_and_heads(tmp_path)
     trainer.train()
     best = trainer.state.best_model_checkpoint
     last = os.path.join(args.output_dir, "checkpoint-3")
-    adapter, heads = load_file(os.path.join(best, ADAPTER_WEIGHTS_NAME)), load_file(os.path.join(best, HEADS_WEIGHTS_NAME))
+    adapter = load_file(os.path.join(best, ADAPTER_WEIGHTS_NAME))
+    heads = load_file(os.path.join(best, HEADS_WEIGHTS_NAME))
     state = model.state_dict()
     for key, value in adapter.items():  # peft's file keys lack the adapter name: lora_A.weight -> lora_A.default.weight
         own = "body." + key.replace(".lora_A.", ".lora_A.default.").replace(".lora_B.", ".lora_B.default.")
@@ -275,7 +276,7 @@ def make_trainer(data, tmp_path, model=None, peft_config=None, **overrides):
                          eval_dataset=val, auxiliary_datasets=aux, processing_class=tok, peft_config=peft_config)
 
 
-def test_tartan_lora_mt_trains_adapters_and_heads_never_phi_star(tartan_data, tmp_path):  # noqa: F811 (the fixture)
+def test_tartan_lora_mt_trains_adapters_and_heads_never_phi_star(tartan_data, tmp_path):  # noqa: F811
     trainer = make_trainer(tartan_data, tmp_path, mode="mt", max_steps=3, peft_config=lora())
     tartan = trainer.model
     assert tartan.has_body_lora
@@ -294,7 +295,7 @@ def test_tartan_lora_mt_trains_adapters_and_heads_never_phi_star(tartan_data, tm
     assert not any(k.startswith("meta_head.") for k in moved)
 
 
-def test_tartan_lora_meta_step_takes_cosines_over_exactly_the_adapters(tartan_data, tmp_path):  # noqa: F811 (the fixture)
+def test_tartan_lora_meta_step_takes_cosines_over_exactly_the_adapters(tartan_data, tmp_path):  # noqa: F811
     trainer = make_trainer(tartan_data, tmp_path, model=make_model(tartan_data[0], dropout=0.0), mode="meta",
                            task_weight_lr=0.05, task_weights=[0.2, 0.5, 0.3], peft_config=lora())
     tartan = trainer.model
@@ -329,7 +330,7 @@ def test_tartan_lora_meta_step_takes_cosines_over_exactly_the_adapters(tartan_da
                                           for p in adapters]), combined, atol=1e-6, rtol=1e-4)
 
 
-def test_tartan_lora_resume_is_exact_reload_and_merged_export_loads_vanilla(tartan_data, tmp_path):  # noqa: F811 (the fixture)
+def test_tartan_lora_resume_is_exact_reload_and_merged_export_loads_vanilla(tartan_data, tmp_path):  # noqa: F811
     common = {"mode": "meta", "max_steps": 4, "save_strategy": "steps", "save_steps": 2}
     base_dir = tmp_path / "base"
     model = make_model(tartan_data[0])
