@@ -258,6 +258,9 @@ def render_model_card(
     language: str | list[str] | None = "en",
     tags: list[str] | tuple = (),
     notes: str | None = None,
+    adapter: bool = False,
+    adapter_auto_class: str | None = None,
+    merged_subfolder: str | None = None,
 ) -> ModelCard:
     """Render the model card of a checkpoint trained with `method` ("muppet", "amos", "tartan", "meta_lm", or
     "finetune" for run_finetune.py's single-task fine-tuning).
@@ -272,6 +275,11 @@ def render_model_card(
     auto_class: the transformers Auto class that loads it; hf_aux_class: dotted path of the hf_aux class that
     restores everything (heads included), e.g. "hf_aux.modeling.multitask.MultiTaskModel".
     notes: free Markdown added under "Training procedure".
+    adapter: the folder holds LoRA adapters for the body (peft's files) and the heads, not the base weights: the
+    card's metadata says `library_name: peft` and its loading section says how to restore them;
+    adapter_auto_class: the Auto class of the body the adapter fits as it is (`PeftModel.from_pretrained(
+    <class>.from_pretrained(base_model), folder)`), None where only hf_aux restores it; merged_subfolder: where
+    the merged plain checkpoint lies in the repository (loaded with `auto_class`), if one was written.
     """
     if method not in PAPERS:
         raise ValueError(f"Unknown method {method!r} for a model card; expected one of {list(PAPERS)}")
@@ -281,14 +289,15 @@ def render_model_card(
     hyperparameters = {name: value for name, value in (hyperparameters or {}).items()
                        if not name.endswith("_token")}
     paper = PAPERS[method]
-    tags = list(dict.fromkeys(["hf_aux", method, *(f"arxiv:{paper.arxiv_id}",) * bool(paper.arxiv_id), *tags]))
+    tags = list(dict.fromkeys(["hf_aux", method, *(f"arxiv:{paper.arxiv_id}",) * bool(paper.arxiv_id),
+                               *("lora",) * adapter, *tags]))
     eval_results = [
         EvalResult(task_type=TASK_TYPES[task.kind], dataset_type=task.dataset or task.name, dataset_name=task.name,
                    dataset_split=task.split, metric_type=metric, metric_name=metric, metric_value=float(value))
         for task in tasks for metric, value in task.metrics.items()
     ]
     card_data = ModelCardData(
-        model_name=model_name, library_name="transformers", base_model=base_model, datasets=list(datasets) or None,
+        model_name=model_name, library_name="peft" if adapter else "transformers", base_model=base_model, datasets=list(datasets) or None,
         tags=tags, license=license, language=language, eval_results=eval_results or None,
     )
     hf_aux_module, _, hf_aux_name = (hf_aux_class or "").rpartition(".")
@@ -300,7 +309,8 @@ def render_model_card(
         hyperparameters={name: _format_value(value) for name, value in hyperparameters.items()},
         figures=dict(figures or {}), versions=versions if versions is not None else framework_versions(),
         auto_class=auto_class, hf_aux_module=hf_aux_module, hf_aux_name=hf_aux_name, notes=notes,
-        fmt=_format_value,
+        fmt=_format_value, adapter=adapter, adapter_auto_class=adapter_auto_class if adapter else None,
+        merged_subfolder=merged_subfolder if adapter else None,
     )
     return ModelCard(content)
 

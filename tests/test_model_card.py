@@ -73,6 +73,28 @@ def test_card_metadata_parses_and_carries_the_metrics(method, tmp_path):
     assert "{{" not in text and "{%" not in text
 
 
+@pytest.mark.parametrize("method,adapter_auto_class", [("muppet", "AutoModel"), ("tartan", None)])
+def test_lora_card_says_the_folder_holds_adapters_and_how_to_load_them(method, adapter_auto_class, tmp_path):
+    card = card_for(method, adapter=True, adapter_auto_class=adapter_auto_class, merged_subfolder="merged",
+                    auto_class="AutoModelForSequenceClassification" if method == "tartan" else "AutoModel")
+    card.save(tmp_path / "README.md")
+    loaded = ModelCard.load(tmp_path / "README.md")
+    assert loaded.data.library_name == "peft" and "lora" in loaded.data.tags
+    assert loaded.data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
+    text = loaded.text
+    assert "LoRA adapters" in text and "not the base weights" in text
+    auto = "AutoModelForSequenceClassification" if method == "tartan" else "AutoModel"
+    assert f'{auto}.from_pretrained("someone/{method}-tiny", subfolder="merged")' in text
+    # the plain-transformers snippet of a full checkpoint would be wrong here: the folder has no base weights
+    assert f'{auto}.from_pretrained("someone/{method}-tiny")' not in text
+    assert ("PeftModel.from_pretrained(AutoModel.from_pretrained(\"sentence-transformers/all-MiniLM-L6-v2\"), "
+            f'"someone/{method}-tiny")' in text) == (adapter_auto_class is not None)
+    assert 'MultiTaskModel.from_pretrained("someone/' in text
+    # without a merged export the card does not point at a merged folder
+    bare = card_for(method, adapter=True, adapter_auto_class=adapter_auto_class).text
+    assert "subfolder=" not in bare and "LoRA adapters" in bare
+
+
 def test_card_without_optional_parts():
     card = render_model_card("amos", model_name="amos-from-scratch", versions={"hf_aux": "0.1.0"})
     assert card.data.base_model is None and card.data.eval_results is None

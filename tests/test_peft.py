@@ -421,6 +421,8 @@ def test_run_scripts_train_lora_and_write_a_merged_export(tmp_path, monkeypatch)
     adapter = json.loads((out / ADAPTER_CONFIG_NAME).read_text())
     assert adapter["r"] == 4 and set(adapter["target_modules"]) == {"query", "value"}
     assert adapter["base_model_name_or_path"] == str(model_dir)  # from_pretrained finds the base by itself
+    card = (out / "README.md").read_text()  # the card says what the folder holds and where the merged copy is
+    assert "library_name: peft" in card and "LoRA adapters" in card and 'subfolder="merged"' in card
     lora_model = MultiTaskModel.from_pretrained(str(out)).eval()
     merged = AutoModel.from_pretrained(out / "merged").eval()
     ids = torch.tensor([[2, 10, 20, 30, 3]])

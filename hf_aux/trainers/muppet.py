@@ -331,7 +331,9 @@ class MuppetTrainer(Trainer):
             datasets=list(dataset_tags or []) if not isinstance(dataset_tags, str) else [dataset_tags],
             tasks=summaries, hyperparameters=hyperparameters_from_args(self.args), figures=figures,
             hf_aux_class="hf_aux.modeling.multitask.MultiTaskModel", license=license,
-            language=language or "en", tags=list(tags or []) if not isinstance(tags, str) else [tags])
+            language=language or "en", tags=list(tags or []) if not isinstance(tags, str) else [tags],
+            adapter=body.has_body_lora, adapter_auto_class="AutoModel",
+            merged_subfolder="merged" if os.path.isdir(os.path.join(self.args.output_dir, "merged")) else None)
         card.save(os.path.join(self.args.output_dir, "README.md"))
 
     # ------------------------------------------------------------------------------------------------------------
