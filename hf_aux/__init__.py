@@ -6,6 +6,7 @@ from ._versions import check_versions
 
 check_versions()
 
+from .adapters import LoraArguments  # noqa: E402
 from .data import (  # noqa: E402
     MLMCollator,
     MultiTaskCollator,
@@ -60,6 +61,7 @@ __all__ = [
     "HubDownloadError",
     "HubPushError",
     "HubTokenSafeArgsMixin",
+    "LoraArguments",
     "MLMCollator",
     "MetaLMCollator",
     "MetaLMConfig",
