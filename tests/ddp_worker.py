@@ -120,14 +120,16 @@ def make_meta_lm(out, options):
     tokenizer = tiny_tokenizer()
     add_meta_lm_tokens(tokenizer, ["sent"], num_labels=2)
     torch.manual_seed(0)
+    objective, _, extra = options.objective.partition("-")  # "mlm-dropout": dropout 0.1, seeded per micro-batch
+    dropout = {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1} if extra == "dropout" else NO_DROPOUT
     student = AutoModelForMaskedLM.from_config(tiny_config("bert", tokenizer, vocab_size=len(tokenizer),
-                                                           attn_implementation="eager", **NO_DROPOUT))
+                                                           attn_implementation="eager", **dropout))
     blocks = group_texts_for_mlm(datasets.Dataset.from_dict({"text": sentences(30, 8, length=(5, 12))}), tokenizer,
                                  text_column="text", block_size=12)
     texts = sentences(16, 9)
     labelled = datasets.Dataset.from_dict({**tokenizer(texts, truncation=True, max_length=16),
                                            "label": [i % 2 for i in range(16)]})
-    args = MetaLMConfig(**common_args(out, options), objective=options.objective)
+    args = MetaLMConfig(**common_args(out, options), objective=objective)
     return MetaLMTrainer(model=student, args=args, labelled_tasks={"sent": labelled}, train_dataset=blocks,
                          processing_class=tokenizer)
 
@@ -178,7 +180,7 @@ def main():
     parser.add_argument("--robust", default="none", help="MUPPET: none | r3f")
     parser.add_argument("--mode", default="mt", help="TARTAN: mt | meta, '-dropout' for dropout 0.1 (mt-dropout)")
     parser.add_argument("--meta-head", default="separate", help="TARTAN: separate | same")
-    parser.add_argument("--objective", default="mlm", help="MetaLM: mlm | hard | soft")
+    parser.add_argument("--objective", default="mlm", help="MetaLM: mlm | hard | soft, 'mlm-dropout' for dropout 0.1")
     options = parser.parse_args()
     for job in options.jobs:
         run_job(job, options.out, options)

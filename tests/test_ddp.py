@@ -29,7 +29,8 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "ddp_worker.py")
-EQUAL_JOBS = ["muppet", "muppet:r3f", "amos", "tartan:mt", "tartan:mt-dropout", "meta_lm:mlm"]  # vs one process
+EQUAL_JOBS = ["muppet", "muppet:r3f", "amos", "tartan:mt", "tartan:mt-dropout", "meta_lm:mlm",
+              "meta_lm:mlm-dropout"]  # vs one process
 DDP_ONLY_JOBS = ["tartan:meta", "tartan:meta-dropout", "meta_lm:soft"]
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),

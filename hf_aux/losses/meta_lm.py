@@ -155,3 +155,38 @@ def first_order_soft_label_grads(label_grads_at: Callable[[list[torch.Tensor]], 
     shifted = [t.detach() if d is None else t.detach() + eps * d for t, d in zip(theta_0, w)]
     at_shift = label_grads_at(shifted)
     return [(s - b) / eps for s, b in zip(at_shift, base)]
+
+
+def adamw_update_vjp(grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, step: int, lr: float,
+                     beta1: float, beta2: float, eps: float, cotangent: torch.Tensor) -> torch.Tensor:
+    """cotangent^T d adamw_update / d grad, in closed form (the update is elementwise in the gradient):
+    with m = beta1 m_0 + (1 - beta1) g, v = beta2 v_0 + (1 - beta2) g^2, s = sqrt(v), D = s / sqrt(bc2) + eps,
+        d theta_1 / d g = -(lr / bc1) ((1 - beta1) / D - m (1 - beta2) g / (D^2 sqrt(bc2) s)),
+    the second term taken as 0 where s = 0 (as `_safe_sqrt`)."""
+    step = step + 1
+    m = exp_avg * beta1 + grad * (1 - beta1)
+    v = exp_avg_sq * beta2 + grad * grad * (1 - beta2)
+    bias_correction1 = 1 - beta1**step
+    bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+    s = _safe_sqrt(v)
+    denom = s / bias_correction2_sqrt + eps
+    through_v = torch.where(s > 0, m * (1 - beta2) * grad / (denom * denom * bias_correction2_sqrt
+                                                              * torch.where(s > 0, s, torch.ones_like(s))),
+                            torch.zeros_like(s))
+    return cotangent * (-(lr / bias_correction1) * ((1 - beta1) / denom - through_v))
+
+
+def clip_by_total_norm_vjp(grads: list[torch.Tensor], max_norm: float,
+                           cotangents: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The cotangents of `clip_by_total_norm`'s output pulled back to its input: with n = ||g||, c = min(1,
+    max_norm / (n + 1e-6)), the output c g has the vector-Jacobian product c u - [c < 1] max_norm / (n + 1e-6)^2
+    <u, g> / n g."""
+    if max_norm is None or max_norm <= 0:
+        return list(cotangents)
+    total = torch.stack(torch._foreach_norm(grads)).norm()
+    coef = max_norm / (total + 1e-6)
+    if not bool(coef < 1):
+        return list(cotangents)
+    dot = torch.stack([torch.vdot(u.flatten(), g.flatten()) for u, g in zip(cotangents, grads)]).sum()
+    along = max_norm / (total + 1e-6) ** 2 * dot / total
+    return [coef * u - along * g for u, g in zip(cotangents, grads)]

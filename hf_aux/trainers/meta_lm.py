@@ -51,7 +51,9 @@ from hf_aux.distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
 from hf_aux.hub import HubTokenSafeArgsMixin, hub_id_or_none
 from hf_aux.losses.meta_lm import (
     adamw_update,
+    adamw_update_vjp,
     clip_by_total_norm,
+    clip_by_total_norm_vjp,
     first_order_soft_label_grads,
     meta_signal_h,
     pseudo_cross_entropy,
@@ -360,14 +362,17 @@ class MetaLMTrainer(Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """The student's MLM loss on (x_m, y_m) from the batch: the `mlm` baseline's training loss and every
         objective's evaluation loss (a fixed-seed mask per evaluation)."""
-        if model.training:  # masks seeded by the micro-batch's place in the global stream: exact resume, and N DDP
-            # processes train like one process with N times the gradient accumulation (hf_aux.distributed)
+        rng = contextlib.nullcontext()
+        if model.training:  # masks and dropout seeded by the micro-batch's place in the global stream: exact resume,
+            # and N DDP processes train like one process with N times the gradient accumulation (hf_aux.distributed)
             seed = micro_batch_seed(self.args.seed, self._micro_batches.index(self))
             generator = torch.Generator(device=self.args.device).manual_seed(seed)
+            rng = seeded_rng(seed, self.args.device)
         else:
             generator = self._eval_generator
         x_m, y_m = self._mlm_example(inputs["input_ids"], inputs["attention_mask"], generator)
-        outputs = model(input_ids=x_m, attention_mask=inputs["attention_mask"])
+        with rng:
+            outputs = model(input_ids=x_m, attention_mask=inputs["attention_mask"])
         loss = token_cross_entropy(outputs.logits, y_m)
         return (loss, outputs) if return_outputs else loss
 
@@ -410,6 +415,33 @@ class MetaLMTrainer(Trainer):
             theta_1[i] = adamw_update(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, group["eps"],
                                       group["weight_decay"])
         return theta_1
+
+    @torch.no_grad()
+    def _theta_1_vjp(self, params: list[torch.Tensor], grads: list[torch.Tensor | None],
+                     cotangents: list[torch.Tensor]) -> list[torch.Tensor | None]:
+        """w = (dtheta_1/dg)^T v for `_theta_1`'s map from the gradient g to theta_1 (clipping, then the
+        optimizer's update), in closed form (`clip_by_total_norm_vjp`, `adamw_update_vjp`; -lr v for SGD)."""
+        opt = self._student_optimizer()
+        group_of = {id(p): g for g in opt.param_groups for p in g["params"]}
+        present = [i for i, g in enumerate(grads) if g is not None]
+        raw = [grads[i].detach() for i in present]
+        clipped = clip_by_total_norm(raw, self.args.max_grad_norm)
+        through_update = []
+        for i, grad in zip(present, clipped):
+            group = group_of[id(params[i])]
+            if type(opt) is torch.optim.SGD:
+                through_update.append(-float(group["lr"]) * cotangents[i])
+                continue
+            state = opt.state.get(params[i], {})
+            beta1, beta2 = group["betas"]
+            through_update.append(adamw_update_vjp(
+                grad, state.get("exp_avg", torch.zeros_like(grad)), state.get("exp_avg_sq", torch.zeros_like(grad)),
+                int(state["step"]) if "step" in state else 0, float(group["lr"]), beta1, beta2, group["eps"],
+                cotangents[i]))
+        w = [None] * len(params)
+        for i, value in zip(present, clip_by_total_norm_vjp(raw, self.args.max_grad_norm, through_update)):
+            w[i] = value
+        return w
 
     @torch.no_grad()
     def _theta_1_values(self, params: list[torch.Tensor], grads: list[torch.Tensor | None]) -> list[torch.Tensor]:
@@ -522,12 +554,8 @@ class MetaLMTrainer(Trainer):
 
         # theta_1 exactly as Trainer's step will produce it: a function of the teacher for second-order soft
         # labels, of the gradient g (for the vector-Jacobian product w) for first order, a value for hard labels
-        g_leaves = None
         if second_order:
             theta_1 = self._theta_1(theta_0, pseudo_grads)
-        elif soft:
-            g_leaves = [None if g is None else g.detach().requires_grad_() for g in pseudo_grads]
-            theta_1 = self._theta_1(theta_0, g_leaves)
         else:
             theta_1 = self._theta_1_values(theta_0, pseudo_grads)
 
@@ -552,7 +580,7 @@ class MetaLMTrainer(Trainer):
             query_grads = [torch.zeros_like(t) if g is None else g for g, t in zip(query_grads, theta_2)]
             if soft:
                 ok, teacher_outputs, teacher_cotangents = self._first_order_soft_signal(
-                    student, names, theta_0, theta_1, g_leaves, query_grads, label_leaves, base_label_grads,
+                    student, names, theta_0, pseudo_grads, query_grads, label_leaves, base_label_grads,
                     (x_probs, y_probs), mask, seed)
                 teacher_outputs.append(aux_loss)
                 teacher_cotangents.append(None)
@@ -593,19 +621,14 @@ class MetaLMTrainer(Trainer):
         return [t if g is None else sgd_update(t, g if create_graph else g.detach(), self.args.inner_learning_rate)
                 for t, g in zip(theta_1, grads)]
 
-    def _first_order_soft_signal(self, student, names, theta_0, theta_1, g_leaves, query_grads, label_leaves,
+    def _first_order_soft_signal(self, student, names, theta_0, pseudo_grads, query_grads, label_leaves,
                                  base_label_grads, probs, mask, seed):
         """First-order soft labels: the teacher's meta signal as cotangents of its soft labels
-        (`first_order_soft_label_grads`): w = (dtheta_1/dg)^T v by a backward through the optimizer's update only,
-        then one forward and backward of the pseudo step at theta_0 + e w with the same dropout masks.
+        (`first_order_soft_label_grads`): w = (dtheta_1/dg)^T v in closed form (`_theta_1_vjp`), then one forward
+        and backward of the pseudo step at theta_0 + e w with the same dropout masks.
         Returns (finite?, [soft-label tensors of the teacher's graph], [lambda_meta * dL/dp])."""
         args, tokens = self.args, self.meta_tokens
-        present = [i for i, g in enumerate(g_leaves) if g is not None]
-        w = [None] * len(theta_0)
-        vjp = torch.autograd.grad([theta_1[i] for i in present], [g_leaves[i] for i in present],
-                                  grad_outputs=[query_grads[i] for i in present], allow_unused=True)
-        for i, grad in zip(present, vjp):
-            w[i] = grad
+        w = self._theta_1_vjp(theta_0, pseudo_grads, query_grads)
         embedding = student.get_input_embeddings().weight
         embedding_index = next((i for i, p in enumerate(theta_0) if p is embedding), None)
 

@@ -1,0 +1,74 @@
+"""The closed-form pieces of first-order soft labels (hf_aux.losses.meta_lm) against autograd and a hand-derived
+mixed derivative: the optimizer-update and clipping vector-Jacobian products, and the forward difference of the
+soft-label gradient."""
+
+import pytest
+import torch
+
+from hf_aux.losses.meta_lm import (
+    adamw_update,
+    adamw_update_vjp,
+    clip_by_total_norm,
+    clip_by_total_norm_vjp,
+    first_order_soft_label_grads,
+)
+
+HYPER = dict(lr=3e-3, beta1=0.9, beta2=0.98, eps=1e-6)  # noqa: C408
+
+
+@pytest.mark.parametrize("step", [0, 4])
+def test_adamw_update_vjp_matches_autograd(step):
+    gen = torch.Generator().manual_seed(0)
+    grad = torch.randn(5, 7, generator=gen, dtype=torch.float64)
+    grad[0, :3] = 0.0  # with a zero second moment: sqrt's derivative is taken as 0 there, as _safe_sqrt
+    exp_avg = 0.1 * torch.randn(5, 7, generator=gen, dtype=torch.float64) if step else torch.zeros(5, 7).double()
+    exp_avg_sq = torch.rand(5, 7, generator=gen, dtype=torch.float64) * 0.01 if step else torch.zeros(5, 7).double()
+    exp_avg_sq[0, :3] = 0.0
+    param = torch.randn(5, 7, generator=gen, dtype=torch.float64)
+    cotangent = torch.randn(5, 7, generator=gen, dtype=torch.float64)
+    leaf = grad.clone().requires_grad_()
+    out = adamw_update(param, leaf, exp_avg, exp_avg_sq, step, weight_decay=0.01, **HYPER)
+    (expected,) = torch.autograd.grad(out, leaf, grad_outputs=cotangent)
+    got = adamw_update_vjp(grad, exp_avg, exp_avg_sq, step, cotangent=cotangent, **HYPER)
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+    assert got[0, :3].abs().max() > 0  # the zero-moment entries still pass the (1 - beta1) / D part
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 100.0, 0.0])  # clipping active, inactive, off
+def test_clip_by_total_norm_vjp_matches_autograd(max_norm):
+    gen = torch.Generator().manual_seed(1)
+    grads = [torch.randn(3, 4, generator=gen, dtype=torch.float64), torch.randn(6, generator=gen, dtype=torch.float64)]
+    cotangents = [torch.randn_like(g) for g in grads]
+    leaves = [g.clone().requires_grad_() for g in grads]
+    expected = torch.autograd.grad(clip_by_total_norm(leaves, max_norm), leaves, grad_outputs=cotangents)
+    got = clip_by_total_norm_vjp(grads, max_norm, cotangents)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_first_order_soft_label_grads_is_the_mixed_derivative_along_w():
+    # f(theta; p) = sum_k p_k sin(<a_k, theta>) + 0.5 ||theta||^2: grad_p f = sin(A theta), and the exact
+    # d/de grad_p f(theta + e w; p) = cos(A theta) * (A w), by hand
+    gen = torch.Generator().manual_seed(2)
+    a = torch.randn(6, 4, generator=gen, dtype=torch.float64)
+    theta = [torch.randn(4, generator=gen, dtype=torch.float64)]
+    w = [torch.randn(4, generator=gen, dtype=torch.float64)]
+    p = torch.rand(6, generator=gen, dtype=torch.float64)
+
+    def label_grads_at(params):
+        leaf = p.clone().requires_grad_()
+        f = (leaf * torch.sin(a @ params[0])).sum() + 0.5 * params[0].pow(2).sum()
+        return list(torch.autograd.grad(f, leaf))
+
+    base = label_grads_at(theta)
+    exact = torch.cos(a @ theta[0]) * (a @ w[0])
+    errors = []
+    for radius in (1e-2, 1e-3, 1e-6):
+        (got,) = first_order_soft_label_grads(label_grads_at, theta, w, base, radius)
+        errors.append((got - exact).norm().item() / exact.norm().item())
+    assert errors[2] < 1e-6
+    assert 5 < errors[0] / errors[1] < 20  # a forward difference: the error shrinks linearly with the radius
+    zeros = first_order_soft_label_grads(label_grads_at, theta, [torch.zeros(4, dtype=torch.float64)], base, 1e-3)
+    assert torch.equal(zeros[0], torch.zeros(6, dtype=torch.float64))
+    (unused,) = first_order_soft_label_grads(label_grads_at, theta, [None], base, 1e-3)
+    assert torch.equal(unused, torch.zeros(6, dtype=torch.float64))
