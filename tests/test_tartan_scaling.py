@@ -5,6 +5,7 @@ dropout seeded by the micro-batch's place in the global stream (the DDP equivale
 import datasets
 import pytest
 import torch
+from test_tartan_trainer import LABELS, TEXTS, StopAfter
 from tiny import tiny_config, tiny_tokenizer
 from transformers import AutoModelForSequenceClassification
 
@@ -12,10 +13,6 @@ import hf_aux.trainers.tartan as tartan_trainer
 from hf_aux.data import group_texts_for_mlm
 from hf_aux.modeling.tartan import TartanModel
 from hf_aux.trainers.tartan import TartanConfig, TartanTrainer
-
-TEXTS = ["the movie was good and fun", "a terrible boring plot", "i love this film", "the worst actor ever",
-         "great story really", "bad movie so boring", "best film of the year", "i hate the plot"]
-LABELS = [1, 0, 1, 0, 1, 0, 1, 0]
 
 
 @pytest.fixture(scope="module")
@@ -149,3 +146,30 @@ def test_dropout_is_a_function_of_the_micro_batch_place_not_of_the_global_rng(da
     _, grad_c = micro_step(1, rng_seed=1)
     assert torch.equal(loss_a, loss_b) and torch.equal(grad_a, grad_b)
     assert not torch.equal(grad_a, grad_c)
+
+
+def test_meta_with_accumulation_and_dropout_resumes_exactly(data, tmp_path, monkeypatch):
+    """META-TARTAN moves w once per micro-batch (2 per optimizer step here) and draws dropout from the micro-batch's
+    place: 4 straight steps equal 2 steps + resume + 2 steps (parameters, w and its history within 1e-6)."""
+    common = {"mode": "meta", "max_steps": 4, "gradient_accumulation_steps": 2, "save_strategy": "steps",
+              "save_steps": 2}
+    updates = []
+    update = tartan_trainer.update_task_weights
+    monkeypatch.setattr(tartan_trainer, "update_task_weights", lambda *a: updates.append(1) or update(*a))
+    straight = make_trainer(data, tmp_path / "a", dropout=0.2, **common)
+    straight.train()
+    assert len(updates) == 8  # 4 optimizer steps x 2 micro-batches: one weight update per micro-batch
+    first = make_trainer(data, tmp_path / "b", dropout=0.2, **common)
+    first.add_callback(StopAfter(2))
+    first.train()
+    resumed = make_trainer(data, tmp_path / "b", dropout=0.2, **common)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "b" / "out" / "checkpoint-2"))
+    a, b = parameters(straight), parameters(resumed)
+    for name, value in a.items():
+        torch.testing.assert_close(b[name], value, atol=1e-6, rtol=0, msg=name)
+    history_a, history_b = straight.task_weights_state.history, resumed.task_weights_state.history
+    assert [row[0] for row in history_a] == [1, 2, 3, 4]  # one row per optimizer step: its last micro-batch's alpha
+    torch.testing.assert_close(torch.tensor(history_b), torch.tensor(history_a), atol=1e-6, rtol=0)
+    torch.testing.assert_close(torch.tensor(resumed.task_weights_state.weights),
+                               torch.tensor(straight.task_weights_state.weights), atol=1e-6, rtol=0)
+    assert straight.task_weights_state.weights != [1 / 3] * 3
