@@ -45,6 +45,7 @@ from torch.optim.sgd import sgd as sgd_functional
 from transformers import PreTrainedTokenizerBase, Trainer, TrainingArguments
 from transformers.optimization import get_scheduler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.utils import is_peft_available
 
 from hf_aux.data import mask_tokens_for_mlm
 from hf_aux.distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
@@ -163,6 +164,33 @@ class MetaLMConfig(HubTokenSafeArgsMixin, TrainingArguments):
             raise ValueError("MetaLMConfig: field 'torch_compile': torch.compile has no double backward")
 
 
+@contextlib.contextmanager
+def _without_checkpointing(module: torch.nn.Module):
+    """Activation checkpointing off inside the block. A checkpointed layer recomputes its forward during backward
+    with the module's stored parameters; under `functional_call` those are theta_0, not the theta_1/theta_2 the
+    forward used (the support and query gradients came out wrong: tested), so the functional steps run without it."""
+    layers = [m for m in module.modules() if getattr(m, "gradient_checkpointing", False) is True]
+    for layer in layers:
+        layer.gradient_checkpointing = False
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.gradient_checkpointing = True
+
+
+def _has_adapters(model) -> bool:
+    """A peft model, or a transformers model with adapters injected by `add_adapter`."""
+    if model is None:
+        return False
+    if is_peft_available():
+        from peft import PeftModel
+
+        if isinstance(model, PeftModel):
+            return True
+    return bool(getattr(model, "_hf_peft_config_loaded", False))
+
+
 @dataclass
 class MetaLMCollator:
     """Pads unlabelled blocks (`input_ids` from `group_texts_for_mlm`, starting with [CLS]) into x_u. The
@@ -197,6 +225,14 @@ class MetaLMTrainer(Trainer):
         if args.objective != "mlm" and not labelled_tasks and args.mlm_task_probability < 1.0:
             raise ValueError("MetaLMTrainer: field 'labelled_tasks': the meta objectives need labelled tasks "
                              "(support and query batches), or mlm_task_probability=1")
+        if args.objective != "mlm":
+            for role, network in (("model", model), ("teacher", teacher)):
+                if _has_adapters(network):
+                    raise ValueError(f"MetaLMTrainer: field '{role}': PEFT/LoRA adapters are not supported by the meta "
+                                     f"objectives ({args.objective!r}): theta_1 and the functional support/query steps "
+                                     "(eqs. 1-3) are computed over the student's full parameters, and the teacher's "
+                                     "soft labels are differentiated through them; pass a plain model (merge "
+                                     "adapters with merge_and_unload()), or use objective='mlm' with a PeftModel")
         if data_collator is None:
             data_collator = MetaLMCollator(processing_class)
         super().__init__(model=model, args=args, data_collator=data_collator, train_dataset=train_dataset,
@@ -388,8 +424,9 @@ class MetaLMTrainer(Trainer):
 
     def _student_loss(self, student, names, params, batch) -> torch.Tensor:
         """CE of the student with parameters `params` on a support/query batch (eqs. 2-3)."""
-        logits = functional_call(student, dict(zip(names, params)), args=(),
-                                 kwargs={"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]})
+        with _without_checkpointing(student):
+            logits = functional_call(student, dict(zip(names, params)), args=(),
+                                     kwargs={"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]})
         return token_cross_entropy(logits.logits, batch["labels"])
 
     def _theta_1(self, params: list[torch.Tensor], grads: list[torch.Tensor | None]) -> list[torch.Tensor]:
@@ -637,7 +674,7 @@ class MetaLMTrainer(Trainer):
             p_x = leaves[0]
             p_y = probs[1].detach() if args.fixed_y else leaves[1]
             weight = embedding.detach() if embedding_index is None else params[embedding_index]
-            with seeded_rng(seed, args.device):
+            with seeded_rng(seed, args.device), _without_checkpointing(student):
                 embeds = p_x @ weight
                 logits = functional_call(student, dict(zip(names, params)), args=(),
                                          kwargs={"inputs_embeds": embeds, "attention_mask": mask}).logits
