@@ -3,6 +3,7 @@ differences, h against a hand computation, persisted student parameters = theta_
 skipped non-finite h, exact resume of both networks and both optimizers, checkpoints and input errors."""
 
 import copy
+import math
 import os
 
 import pytest
@@ -354,3 +355,30 @@ def test_input_errors(data, tmp_path):
                       labelled_tasks={"sent": labelled}, train_dataset=unlabelled, processing_class=tok)
 
 
+
+
+def test_pseudo_input_statistics_by_hand(data, tmp_path):
+    """meta/x_hat_distinct, x_u_distinct, x_hat_pooled_entropy, x_hat_position_entropy (vocabulary collapse)."""
+    trainer = make_trainer(data, tmp_path, objective="soft")
+    vocab = trainer.meta_tokens.vocab_size
+    x_u = torch.tensor([[2, 7, 7, 9], [2, 8, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    collapsed = torch.full((2, 4, vocab), -30.0)
+    collapsed[..., 5] = 30.0  # every position certain of token 5
+    trainer._record_pseudo_input_statistics(x_u, collapsed, None, mask)
+    halves = torch.full((2, 4, vocab), -1e4)
+    halves[0, :, 5] = halves[0, :, 6] = 0.0  # row 0: 50/50 between tokens 5 and 6; row 1: uniform
+    halves[1] = 0.0
+    x_hat = torch.tensor([[5, 6, 6, 5], [3, 4, 0, 0]])
+    trainer._record_pseudo_input_statistics(x_u, halves, x_hat, mask)
+    m = {k: [v.item() for v in values] for k, values in trainer._metrics.items()}
+    assert m["x_u_distinct"] == [4.0, 4.0]  # 2, 7, 9, 8 (padding left out)
+    assert m["x_hat_distinct"] == [1.0, 4.0]  # argmax 5 everywhere; then the samples 5, 6, 3, 4
+    assert m["x_hat_pooled_entropy"][0] == pytest.approx(0.0, abs=1e-5)
+    assert m["x_hat_position_entropy"][0] == pytest.approx(0.0, abs=1e-5)
+    # by hand: 6 attended positions, 4 with p(5) = p(6) = 1/2, 2 uniform over the vocabulary
+    assert m["x_hat_position_entropy"][1] == pytest.approx((4 * math.log(2) + 2 * math.log(vocab)) / 6, rel=1e-5)
+    pooled = torch.full((vocab,), 2 / (6 * vocab))
+    pooled[5] += 4 / 12
+    pooled[6] += 4 / 12
+    assert m["x_hat_pooled_entropy"][1] == pytest.approx(-(pooled * pooled.log()).sum().item(), rel=1e-5)

@@ -329,8 +329,12 @@ class MetaLMTrainer(Trainer):
         named = [(n, p) for n, p in self.teacher.named_parameters() if p.requires_grad]
         groups = [{"params": [p for n, p in named if n in decay], "weight_decay": args.weight_decay},
                   {"params": [p for n, p in named if n not in decay], "weight_decay": 0.0}]
+        # the student's implementation (fused/foreach): torch's default on CPU is the per-tensor loop
+        student_group = self._student_optimizer().param_groups[0]
+        fused = bool(student_group.get("fused")) and type(self._student_optimizer()) is torch.optim.AdamW
         self.teacher_optimizer = torch.optim.AdamW(groups, lr=args.learning_rate,
-                                                   betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon)
+                                                   betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon,
+                                                   fused=fused or None, foreach=None if fused else True)
         accumulation = args.teacher_gradient_accumulation_steps
         steps = math.ceil(num_training_steps / accumulation)
         self.teacher_scheduler = get_scheduler(
@@ -580,6 +584,7 @@ class MetaLMTrainer(Trainer):
             sample_ce = teacher_sample_cross_entropy(x_logits, None if args.fixed_y else y_logits, x_hat, y_hat, mask)
             pseudo_logits = model(input_ids=x_hat, attention_mask=mask).logits
             pseudo_loss = pseudo_cross_entropy(pseudo_logits, y_hat, mask, tokens.pad)
+        self._record_pseudo_input_statistics(x_u, x_logits, x_hat if not soft else None, mask)
         grads = torch.autograd.grad(pseudo_loss, theta_0 + label_leaves, create_graph=second_order, allow_unused=True)
         pseudo_grads, base_label_grads = list(grads[:len(theta_0)]), list(grads[len(theta_0):])
         # Trainer's optimizer.step() applies this (meta objectives refuse GradScaler/DeepSpeed/DDP, so this is
@@ -697,6 +702,20 @@ class MetaLMTrainer(Trainer):
     # ---------------------------------------------------------------------------------------------- logging
     def _record(self, name: str, value: torch.Tensor):
         self._metrics[name].append(value.detach().float())
+
+    @torch.no_grad()
+    def _record_pseudo_input_statistics(self, x_u, x_logits, x_hat, mask):
+        """Whether the teacher's pseudo inputs collapse to a few tokens: distinct tokens of x-hat in the batch
+        (sampled for hard labels, the most likely token for soft labels) against x_u's, the entropy (nats) of
+        x-hat's token distribution pooled over the batch, and the mean per-position entropy of the teacher."""
+        attended = mask.bool()
+        log_probs = x_logits.detach().float().log_softmax(-1)[attended]  # [N, V]
+        tokens = (x_logits.detach().argmax(-1) if x_hat is None else x_hat)[attended]
+        pooled = log_probs.exp().mean(0)
+        self._record("x_hat_distinct", torch.tensor(float(tokens.unique().numel()), device=x_u.device))
+        self._record("x_u_distinct", torch.tensor(float(x_u[attended].unique().numel()), device=x_u.device))
+        self._record("x_hat_pooled_entropy", -(pooled * pooled.clamp_min(1e-30).log()).sum())
+        self._record("x_hat_position_entropy", -(log_probs.exp() * log_probs).sum(-1).mean())
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self._metrics and "loss" in logs:
