@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 from test_meta_lm_trainer import data, make_trainer  # noqa: F401  (the module-scoped data fixture)
+from transformers import AutoModelForMaskedLM
 
 from hf_aux.trainers.meta_lm import MetaLMConfig, MetaLMTrainer
 
@@ -73,4 +74,22 @@ def test_meta_objectives_refuse_a_peft_student_or_teacher(data, tmp_path, role):
     args = MetaLMConfig(output_dir=str(tmp_path), objective="hard", report_to=[], use_cpu=True)
     with pytest.raises(ValueError, match=rf"field '{role}': PEFT/LoRA adapters are not supported"):
         MetaLMTrainer(model=student, teacher=teacher, args=args, labelled_tasks={"sent": labelled},
+                      train_dataset=unlabelled, processing_class=tok)
+
+
+def test_first_order_soft_labels_run_with_sdpa_attention(data, tmp_path):  # noqa: F811
+    # no double backward in the first-order form, so SDPA (refused for second order) is accepted and trains
+    tok, unlabelled, labelled = data
+    base = make_trainer(data, tmp_path, objective="soft")
+    sdpa = AutoModelForMaskedLM.from_config(base.model.config, attn_implementation="sdpa")
+    args = MetaLMConfig(output_dir=str(tmp_path), objective="soft", first_order=True, max_steps=1, report_to=[],
+                        use_cpu=True, save_strategy="no", warmup_steps=0, learning_rate=1e-2)
+    trainer = MetaLMTrainer(model=sdpa, args=args, labelled_tasks={"sent": labelled}, train_dataset=unlabelled,
+                            processing_class=tok)
+    teacher0 = {n: p.detach().clone() for n, p in trainer.teacher.named_parameters()}
+    trainer.train()
+    assert len(_moved(teacher0, trainer.teacher)) == len(teacher0)
+    with pytest.raises(ValueError, match="first_order=True"):
+        MetaLMTrainer(model=sdpa, args=MetaLMConfig(output_dir=str(tmp_path), objective="soft", report_to=[],
+                                                    use_cpu=True), labelled_tasks={"sent": labelled},
                       train_dataset=unlabelled, processing_class=tok)

@@ -270,10 +270,10 @@ class MetaLMTrainer(Trainer):
             raise ValueError("MetaLMTrainer: DeepSpeed and FSDP are not supported by the meta objectives (several "
                              "backward passes and functional calls over full parameters per step)")
         attn = getattr(self.model.config, "_attn_implementation", None)
-        if self.args.objective == "soft" and attn not in (None, "eager"):
-            raise ValueError(f"MetaLMTrainer: soft labels need a double backward through the student, which SDPA/"
-                             f"flash attention lack (also on CPU); build or load the student with "
-                             f"attn_implementation='eager' (got {attn!r})")
+        if self.args.objective == "soft" and not self.args.first_order and attn not in (None, "eager"):
+            raise ValueError(f"MetaLMTrainer: second-order soft labels need a double backward through the student, "
+                             f"which SDPA/flash attention lack (also on CPU); build or load the student with "
+                             f"attn_implementation='eager', or use first_order=True (got {attn!r})")
 
     def _check_labelled_tasks(self, labelled_tasks: dict) -> int:
         num_labels = 0
