@@ -439,6 +439,8 @@ def test_run_scripts_train_lora_and_write_a_merged_export(tmp_path, monkeypatch)
             "--auxiliary", "tapt=tapt", "--mode", "meta", "--meta_head_steps", "2", "--output_dir", str(out), *common]
     run_tartan.main(*run_tartan.parse_args(args))
     assert {ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, END_TASK_HEAD_NAME, TARTAN_HEADS_NAME} <= set(os.listdir(out))
+    card = (out / "README.md").read_text()
+    assert "library_name: peft" in card and "LoRA adapters" in card and 'subfolder="merged"' in card
     tartan = TartanModel.from_pretrained(str(out)).eval()
     merged = AutoModelForSequenceClassification.from_pretrained(out / "merged").eval()
     with torch.no_grad():

@@ -541,7 +541,8 @@ class TartanTrainer(Trainer):
             figures=figures, model_id=self.args.hub_model_id or None,
             auto_class="AutoModelForSequenceClassification", hf_aux_class="hf_aux.modeling.tartan.TartanModel",
             license=license, language=language or "en", tags=[tags] if isinstance(tags, str) else list(tags or []),
-            notes=notes)
+            notes=notes, adapter=self.accelerator.unwrap_model(self.model).has_body_lora,
+            merged_subfolder="merged" if os.path.isdir(os.path.join(output_dir, "merged")) else None)
         card.save(os.path.join(output_dir, "README.md"))
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
