@@ -729,7 +729,7 @@ class MetaLMTrainer(Trainer):
         super().log(logs, start_time)
 
     # ---------------------------------------------------------------------------------------------- model card
-    def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,  # noqa: A002
+    def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,
                           tasks=None, dataset_tags=None, dataset=None, dataset_args=None, metrics=None,
                           unlabelled_name=None, **kwargs):
         """Write README.md in `output_dir` from hf_aux's meta_lm template, for the student checkpoint: its MLM loss
