@@ -5,11 +5,13 @@ Three configurations, run interleaved (A B C A B C ...) after warm-up, median st
   amos      generator of depth d_K with MLM heads at D, adversarial mixture (straight-through into the embeddings)
   electra   the same generator with one head at its last layer, no mixture (the ELECTRA configuration)
   disc_only the discriminator's RTD step on the same batch with random replacements (no generator at all)
-Every step is forward + backward + AdamW update. Peak memory: the process's max RSS growth while running one
-configuration alone first (CPU), or torch's peak allocated memory on an accelerator.
+Every step is forward + backward + AdamW update. Batches are real text: the demo's unlabelled Wikipedia + IMDB
+documents, MiniLM tokenizer (vocabulary 30,522), `group_texts_for_mlm` blocks masked as AmosTrainer masks them
+(15%, BERT 80/10/10). Peak memory: the process's max RSS growth while running one configuration alone first
+(CPU), or torch's peak allocated memory on an accelerator.
 
-    python benchmarks/bench_amos.py                       # small paper-shaped model (12-layer disc, 8-layer gen)
-    python benchmarks/bench_amos.py --hidden 768 --steps 20 # BERT-base width (slow on CPU)
+    python benchmarks/bench_amos.py                  # small paper-shaped model (hidden 256, 12-layer disc, 8-layer gen)
+    python benchmarks/bench_amos.py --base --steps 6 # BERT-base proportions: hidden 768, 12 heads, FFN 3072 (slow on CPU)
 
 The last line is one JSON object: {"metric": "amos_vs_electra_step_ratio", "ratio": ..., "goal": 1.10,
 "disc_only_ratio": ..., "disc_only_goal": 2.0, ...}.
@@ -18,6 +20,7 @@ The last line is one JSON object: {"metric": "amos_vs_electra_step_ratio", "rati
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -28,8 +31,15 @@ import sys
 import time
 
 import torch
-from transformers import AutoConfig
+from torch.utils.flop_counter import FlopCounterMode
+from transformers import AutoConfig, AutoTokenizer
 
+from hf_aux.data import (
+    group_texts_for_mlm,
+    mask_tokens_for_mlm,
+    special_tokens_mask_for,
+)
+from hf_aux.demo import demo_unlabelled_text, minilm_path
 from hf_aux.losses.amos import rtd_labels, rtd_loss
 from hf_aux.modeling.amos import AmosModel, AmosModelConfig
 
@@ -49,14 +59,28 @@ def build(args, mlm_layers):
     return model, torch.optim.AdamW(model.parameters(), lr=1e-4)
 
 
-def make_batch(args, generator):
-    original = torch.randint(5, args.vocab, (args.batch, args.seq), generator=generator)
-    chosen = torch.rand(args.batch, args.seq, generator=generator) < 0.15
-    labels = torch.where(chosen, original, torch.full_like(original, -100))
-    masked = torch.where(chosen, torch.full_like(original, 4), original)
-    batch = {"input_ids": masked, "attention_mask": torch.ones_like(original), "labels": labels,
-             "original_input_ids": original}
-    return {k: v.to(args.device) for k, v in batch.items()}
+def real_batches(args, count: int) -> list[dict]:
+    """`count` batches of `args.batch` blocks of `args.seq` tokens of the demo's unlabelled text (the run script's
+    embedded default data), masked with a fixed seed as AmosTrainer masks unmasked blocks."""
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path("bench_amos", "tokenizer"))
+    text = demo_unlabelled_text(("wikipedia", "imdb"), max_documents=args.documents, seed=0)
+    blocks = group_texts_for_mlm(text, tokenizer, block_size=args.seq)
+    if len(blocks) < count * args.batch:
+        raise ValueError(f"bench_amos: field 'documents': {args.documents} documents give {len(blocks)} blocks of "
+                         f"{args.seq} tokens, fewer than {count} batches of {args.batch}")
+    ids = torch.tensor(blocks[: count * args.batch]["input_ids"]).view(count, args.batch, args.seq)
+    generator = torch.Generator().manual_seed(0)
+    batches = []
+    for original in ids:
+        masked, labels = mask_tokens_for_mlm(original, mask_token_id=tokenizer.mask_token_id,
+                                             vocab_size=len(tokenizer),
+                                             special_tokens_mask=special_tokens_mask_for(original, tokenizer),
+                                             generator=generator)
+        batch = {"input_ids": masked, "attention_mask": torch.ones_like(original), "labels": labels,
+                 "original_input_ids": original}
+        batches.append({k: v.to(args.device) for k, v in batch.items()})
+    args.vocab = len(tokenizer)
+    return batches
 
 
 def amos_step(model, optimizer, batch, mixture="adversarial"):
@@ -107,6 +131,14 @@ def peak_memory_mb(fn, device, repeats=2):
     return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
 
 
+def step_gflop(fn) -> float:
+    """GFLOPs torch's FlopCounterMode counts in one call of `fn` (matrix products and attention, forward and
+    backward; element-wise work such as softmax, Gumbel noise, dropout and the optimizer is not counted)."""
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops() / 1e9
+
+
 def memory_in_subprocess(name: str) -> float:
     """Run this script again with `--memory_of name`: it builds only that configuration and prints its peak."""
     argv = [a for a in sys.argv[1:]]
@@ -129,20 +161,24 @@ def main():
     parser.add_argument("--layers", type=int, default=12, help="discriminator depth")
     parser.add_argument("--generator_layers", type=int, default=8, help="generator depth d_K")
     parser.add_argument("--mlm_layers", type=int, nargs="+", default=[4, 6, 8])
-    parser.add_argument("--vocab", type=int, default=30522)
+    parser.add_argument("--base", action="store_true",
+                        help="BERT-base proportions (the paper's setting): hidden 768, 12 attention heads, FFN 3072; "
+                             "depths and heads as given (12-layer discriminator, generator 8 with heads at 4/6/8)")
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--documents", type=int, default=300, help="demo documents per source to cut blocks from")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per configuration")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--memory_of", choices=["amos", "electra", "disc_only"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.base:
+        args.hidden = 768
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    generator = torch.Generator().manual_seed(0)
-    batches = [make_batch(args, generator) for _ in range(4)]
+    batches = real_batches(args, 4)
     if args.memory_of:  # the child process of memory_in_subprocess
         run = configuration(args, args.memory_of)
         print(peak_memory_mb(lambda: run(batches[0]), args.device))
@@ -152,14 +188,17 @@ def main():
     memory = {name: memory_in_subprocess(name) if args.device == "cpu" else None for name in names}
     runs = {name: configuration(args, name) for name in names}
     if args.device != "cpu":
-        memory = {name: peak_memory_mb(lambda: runs[name](batches[0]), args.device) for name in names}
+        memory = {name: peak_memory_mb(functools.partial(runs[name], batches[0]), args.device) for name in names}
+    # FLOPs of one step (matmuls and attention, forward + backward, counted by torch): the ratios a perfectly
+    # compute-bound step would give, i.e. the part of the cost that is inherent to the extra heads
+    gflop = {name: step_gflop(functools.partial(run, batches[0])) for name, run in runs.items()}
     for i in range(args.warmup):
         for run in runs.values():
             run(batches[i % len(batches)])
     times = {name: [] for name in runs}
     for i in range(args.steps):
         for name, run in runs.items():  # interleaved, so drifting load hits all three alike
-            times[name].append(timed(lambda: run(batches[i % len(batches)]), args.device))
+            times[name].append(timed(functools.partial(run, batches[i % len(batches)]), args.device))
     median = {name: statistics.median(t) for name, t in times.items()}
     ratio, disc_ratio = median["amos"] / median["electra"], median["amos"] / median["disc_only"]
     per_pair = [a / e for a, e in zip(times["amos"], times["electra"])]
@@ -172,9 +211,15 @@ def main():
           f"{statistics.median(per_pair):.3f}, quartiles {statistics.quantiles(per_pair, n=4)[0]:.3f}.."
           f"{statistics.quantiles(per_pair, n=4)[2]:.3f}")
     print(f"  AMOS / discriminator only: {disc_ratio:.3f} (goal <= 2.0)")
+    print("  FLOPs per step (matmul + attention, fwd + bwd): " + ", ".join(f"{k} {v:.1f} G" for k, v in gflop.items())
+          + f"; FLOP ratios AMOS / ELECTRA {gflop['amos'] / gflop['electra']:.3f}, AMOS / discriminator "
+          f"{gflop['amos'] / gflop['disc_only']:.3f}")
     print(json.dumps({"metric": "amos_vs_electra_step_ratio", "ratio": round(ratio, 4), "goal": 1.10,
                       "disc_only_ratio": round(disc_ratio, 4), "disc_only_goal": 2.0,
                       "median_ms": {k: round(v * 1000, 1) for k, v in median.items()},
+                      "gflop_per_step": {k: round(v, 2) for k, v in gflop.items()},
+                      "flop_ratio": round(gflop["amos"] / gflop["electra"], 4),
+                      "disc_only_flop_ratio": round(gflop["amos"] / gflop["disc_only"], 4),
                       "peak_memory_mb": {k: round(v, 1) for k, v in memory.items()}, "device": args.device,
                       "hidden": args.hidden, "layers": args.layers, "generator_layers": args.generator_layers,
                       "mlm_layers": args.mlm_layers}))
