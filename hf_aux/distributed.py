@@ -8,14 +8,18 @@
   accumulation, gives different ranks different draws (not the same masks from identically seeded RNGs), and
   makes resume exact without saving any generator: (s, m) is all it needs.
 - `seeded_rng`: torch's RNG seeded for one block and restored afterwards.
+- `parameter_sharding`: whether FSDP / DeepSpeed (ZeRO-3) will shard the model, for trainers that must refuse it.
 """
 
 from __future__ import annotations
 
 import contextlib
 
+from typing import NamedTuple
+
 import numpy as np
 import torch
+from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 
 
 def global_micro_batch_index(step: int, micro_step: int, accumulation: int, rank: int, world_size: int) -> int:
@@ -57,3 +61,19 @@ def seeded_rng(seed: int, device: torch.device):
 
 
 __all__ = ["MicroBatchCounter", "global_micro_batch_index", "micro_batch_seed", "seeded_rng"]
+
+
+class Sharding(NamedTuple):
+    fsdp: bool
+    deepspeed: bool
+    zero3: bool
+
+
+def parameter_sharding(args, trainer=None) -> Sharding:
+    """FSDP / DeepSpeed / ZeRO-3 as `args` ask for them (before `Trainer.__init__`, to refuse before any set-up), or,
+    given the `trainer`, as accelerate resolved them (an `accelerate launch` config that args do not show)."""
+    if trainer is None:
+        return Sharding(bool(args.fsdp), bool(args.deepspeed), is_deepspeed_zero3_enabled())
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    return Sharding(bool(trainer.is_fsdp_enabled), bool(trainer.is_deepspeed_enabled),
+                    is_deepspeed_zero3_enabled() or getattr(plugin, "zero_stage", 0) == 3)

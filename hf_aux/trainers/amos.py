@@ -26,10 +26,9 @@ import torch
 from peft import PeftModel
 from peft.tuners.tuners_utils import BaseTunerLayer
 from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
-from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 
 from ..data import mask_tokens_for_mlm, special_tokens_mask_for
-from ..distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
+from ..distributed import MicroBatchCounter, Sharding, micro_batch_seed, parameter_sharding, seeded_rng
 from ..hub import HubTokenSafeArgsMixin, hub_id_or_none
 from ..losses.amos import layer_switch_index
 from ..modeling.amos import AmosModel
@@ -106,7 +105,7 @@ class AmosTrainer(Trainer):
                 raise ValueError("AmosTrainer: field 'processing_class': give the tokenizer, or a data_collator "
                                  "such as MLMCollator(tokenizer, return_original=True)")
             data_collator = DataCollatorWithPadding(processing_class)
-        _refuse_sharding(fsdp=bool(args.fsdp), zero3=is_deepspeed_zero3_enabled())
+        _refuse_sharding(parameter_sharding(args))
         checkpointing_kwargs = args.activation_checkpointing_kwargs or {}
         if (args.activation_checkpointing and checkpointing_kwargs.get("use_reentrant", False)
                 and model.config.generator.stop_gradient and len(model.mlm_layers) > 1):
@@ -117,10 +116,7 @@ class AmosTrainer(Trainer):
                              "use {'use_reentrant': False} (the default)")
         super().__init__(model=model, args=args, data_collator=data_collator, processing_class=processing_class,
                          **kwargs)
-        # again with what accelerate resolved (an `accelerate launch` FSDP / DeepSpeed config that args do not show)
-        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
-        _refuse_sharding(fsdp=self.is_fsdp_enabled,
-                         zero3=is_deepspeed_zero3_enabled() or getattr(plugin, "zero_stage", 0) == 3)
+        _refuse_sharding(parameter_sharding(args, self))  # again, as accelerate resolved it
         self._metric_sums = {"train": None, "eval": None}  # running [sum..., count...] per mode, on device
         self._micro_batches = MicroBatchCounter()
 
@@ -311,14 +307,14 @@ def _refuse_adapters(model, peft_config) -> None:
                          "pretrains from scratch and does not support PEFT: pass a plain AmosModel")
 
 
-def _refuse_sharding(fsdp: bool, zero3: bool) -> None:
+def _refuse_sharding(sharding: Sharding) -> None:
     """FSDP and DeepSpeed ZeRO-3 shard parameters and gather each only inside its own module's forward. AMOS reads
     the shared token-embedding matrix outside the embeddings' forward (the generator's tied MLM output projection
     and the straight-through one-hot times the embeddings, whose backward multiplies by the full matrix), so it
     refuses them at start. DDP works (tests/test_ddp.py); ZeRO-1/2 (optimizer / gradient sharding only) is not
     refused, and not tested."""
-    if fsdp or zero3:
+    if sharding.fsdp or sharding.zero3:
+        sharder = "FSDP" if sharding.fsdp else "DeepSpeed ZeRO-3"
         raise ValueError(f"AmosTrainer: AMOS reads the shared token-embedding matrix outside its module's forward "
-                         f"(tied MLM output projection, straight-through one-hot x embeddings), which "
-                         f"{'FSDP' if fsdp else 'DeepSpeed ZeRO-3'} shards: not supported; use DDP (torchrun / "
-                         "accelerate launch without FSDP or ZeRO-3)")
+                         f"(tied MLM output projection, straight-through one-hot x embeddings), which {sharder} "
+                         "shards: not supported; use DDP (torchrun / accelerate launch without FSDP or ZeRO-3)")

@@ -31,12 +31,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from transformers import PreTrainedModel, Trainer, TrainerCallback, TrainingArguments
-from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
 
 from ..data import mask_tokens_for_mlm, special_tokens_mask_for
-from ..distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
+from ..distributed import MicroBatchCounter, Sharding, micro_batch_seed, parameter_sharding, seeded_rng
 from ..hub import HubTokenSafeArgsMixin, hub_id_or_none
 from ..losses.tartan import (
     combine_gradients,
@@ -272,16 +271,12 @@ class TartanTrainer(Trainer):
                              f"tasks {task_names} (end task first)")
         if args.mode == "mt":
             weights = [w / sum(weights) for w in weights]
-        _refuse_sharding(args.mode, fsdp=bool(args.fsdp), deepspeed=bool(args.deepspeed),
-                         zero3=is_deepspeed_zero3_enabled())
+        _refuse_sharding(args.mode, parameter_sharding(args))
         callbacks = list(kwargs.pop("callbacks", None) or [])
         callbacks.append(TaskWeightsCallback(task_names, weights))
         super().__init__(model=model, args=args, train_dataset=train_dataset, eval_dataset=eval_dataset,
                          processing_class=processing_class, callbacks=callbacks, **kwargs)
-        # again with what accelerate resolved (an `accelerate launch` FSDP / DeepSpeed config that args do not show)
-        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
-        _refuse_sharding(args.mode, fsdp=self.is_fsdp_enabled, deepspeed=self.is_deepspeed_enabled,
-                         zero3=is_deepspeed_zero3_enabled() or getattr(plugin, "zero_stage", 0) == 3)
+        _refuse_sharding(args.mode, parameter_sharding(args, self))  # again, as accelerate resolved it
         self._micro_batches = MicroBatchCounter()  # dropout seeded by the micro-batch's place in the global stream
         self.task_names = task_names
         self._auxiliary_datasets = auxiliary_datasets
@@ -570,12 +565,13 @@ class TartanTrainer(Trainer):
         self.accelerator.unwrap_model(self.model).load_checkpoint(self.state.best_model_checkpoint)
 
 
-def _refuse_sharding(mode: str, fsdp: bool, deepspeed: bool, zero3: bool) -> None:
+def _refuse_sharding(mode: str, sharding: Sharding) -> None:
     """FSDP and DeepSpeed ZeRO-3 shard the body's parameters, gathering each only inside its own module's forward.
     MT-TARTAN's MLM heads read the embedding matrix outside the embeddings' forward (the decoder tied through
     F.linear) and run the body once per task in one forward; META-TARTAN also takes torch.autograd.grad over full
     body parameters several times per step. Both refuse at start (META any DeepSpeed stage); DDP works. MT-TARTAN
     under ZeRO-1/2 (optimizer / gradient sharding only) is not refused, and not tested."""
+    fsdp, deepspeed, zero3 = sharding
     if mode == "meta" and (fsdp or deepspeed or zero3):
         raise ValueError("TartanTrainer: META-TARTAN takes per-task gradients with torch.autograd.grad over full "
                          "body parameters (several backward passes per step); FSDP and DeepSpeed are not supported: "
