@@ -28,6 +28,14 @@ from safetensors.torch import save_file
 from torch import nn
 
 
+MERGED_SUBFOLDER = "merged"  # where the run scripts' --merge_lora writes the merged copy; model cards point at it
+
+
+def merged_subfolder(output_dir: str) -> str | None:
+    """MERGED_SUBFOLDER if a merged copy was written in `output_dir`, else None (for the model card)."""
+    return MERGED_SUBFOLDER if os.path.isdir(os.path.join(output_dir, MERGED_SUBFOLDER)) else None
+
+
 @dataclass
 class LoraArguments:
     """LoRA on the shared body (run_muppet.py, run_tartan.py)."""
@@ -151,5 +159,6 @@ def merged_body(body: PeftModel) -> nn.Module:
     return copy.deepcopy(body).merge_and_unload()
 
 
-__all__ = ["ADAPTER_CONFIG_NAME", "ADAPTER_WEIGHTS_NAME", "LoraArguments", "adapter_base_model", "base_of",
-           "is_lora_body", "load_lora_body", "load_lora_weights", "lora_body", "merged_body", "save_lora_body"]
+__all__ = ["ADAPTER_CONFIG_NAME", "ADAPTER_WEIGHTS_NAME", "MERGED_SUBFOLDER", "LoraArguments", "adapter_base_model",
+           "base_of", "is_lora_body", "load_lora_body", "load_lora_weights", "lora_body", "merged_body",
+           "merged_subfolder", "save_lora_body"]

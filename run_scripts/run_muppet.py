@@ -41,7 +41,7 @@ import transformers
 from transformers import AutoTokenizer, HfArgumentParser, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 
-from hf_aux.adapters import LoraArguments
+from hf_aux.adapters import MERGED_SUBFOLDER, LoraArguments
 from hf_aux.data import tokenize_task
 from hf_aux.demo import minilm_path
 from hf_aux.hub import create_hub_repo, explain_hub_errors, push_trainer_output
@@ -192,7 +192,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         train_result = trainer.train(resume_from_checkpoint=last_checkpoint)
         trainer.save_model()  # MUPPET-style: body as plain transformers (or its LoRA adapter) + heads beside it
         if lora_args.merge_lora and trainer.is_world_process_zero():
-            model.save_merged(os.path.join(training_args.output_dir, "merged"))  # AutoModel loads it alone
+            model.save_merged(os.path.join(training_args.output_dir, MERGED_SUBFOLDER))  # AutoModel loads it alone
         metrics = dict(train_result.metrics)
         metrics["train_samples"] = sum(len(d) for d in train_data.values())
         trainer.log_metrics("train", metrics)

@@ -77,7 +77,7 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from hf_aux.adapters import LoraArguments
+from hf_aux.adapters import MERGED_SUBFOLDER, LoraArguments
 from hf_aux.data import group_texts_for_mlm, tokenize_task
 from hf_aux.demo import minilm_path
 from hf_aux.hub import create_hub_repo, explain_hub_errors, hub_id_or_none, push_trainer_output
@@ -317,7 +317,7 @@ def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_
         train_result = trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_model()
         if lora_args.merge_lora and trainer.is_world_process_zero():
-            model.save_merged(os.path.join(training_args.output_dir, "merged"))  # a plain classifier checkpoint
+            model.save_merged(os.path.join(training_args.output_dir, MERGED_SUBFOLDER))  # a plain classifier checkpoint
         metrics = train_result.metrics
         metrics["train_samples"] = len(features["train"])
         trainer.log_metrics("train", metrics)

@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader
 from transformers import Trainer, TrainingArguments
 
 from .. import metrics as task_metrics
-from ..adapters import load_lora_weights
+from ..adapters import load_lora_weights, merged_subfolder
 from ..data import MultiTaskCollator
 from ..distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
 from ..hub import HubTokenSafeArgsMixin
@@ -333,7 +333,7 @@ class MuppetTrainer(Trainer):
             hf_aux_class="hf_aux.modeling.multitask.MultiTaskModel", license=license,
             language=language or "en", tags=list(tags or []) if not isinstance(tags, str) else [tags],
             adapter=body.has_body_lora, adapter_auto_class="AutoModel",
-            merged_subfolder="merged" if os.path.isdir(os.path.join(self.args.output_dir, "merged")) else None)
+            merged_subfolder=merged_subfolder(self.args.output_dir))
         card.save(os.path.join(self.args.output_dir, "README.md"))
 
     # ------------------------------------------------------------------------------------------------------------

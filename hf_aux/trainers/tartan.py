@@ -34,6 +34,7 @@ from transformers import PreTrainedModel, Trainer, TrainerCallback, TrainingArgu
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
 
+from ..adapters import merged_subfolder
 from ..data import mask_tokens_for_mlm, special_tokens_mask_for
 from ..distributed import MicroBatchCounter, Sharding, micro_batch_seed, parameter_sharding, seeded_rng
 from ..hub import HubTokenSafeArgsMixin, hub_id_or_none
@@ -537,7 +538,7 @@ class TartanTrainer(Trainer):
             auto_class="AutoModelForSequenceClassification", hf_aux_class="hf_aux.modeling.tartan.TartanModel",
             license=license, language=language or "en", tags=[tags] if isinstance(tags, str) else list(tags or []),
             notes=notes, adapter=self.accelerator.unwrap_model(self.model).has_body_lora,
-            merged_subfolder="merged" if os.path.isdir(os.path.join(output_dir, "merged")) else None)
+            merged_subfolder=merged_subfolder(output_dir))
         card.save(os.path.join(output_dir, "README.md"))
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
