@@ -162,9 +162,15 @@ class MetaLMTeacher(PreTrainedModel):
     def get_input_embeddings(self):
         return self.encoder.get_input_embeddings()
 
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The encoder's last hidden states [B, L, H], before either head. The trainer applies each head only to
+        the rows and positions whose logits a loss or a sample needs (the vocabulary projections are most of the
+        teacher's work when the vocabulary is large)."""
+        return self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 **kwargs) -> MetaLMTeacherOutput:
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # [B, L, H]
+        hidden = self.encode(input_ids, attention_mask)  # [B, L, H]
         return MetaLMTeacherOutput(input_logits=self.input_head(hidden), output_logits=self.output_head(hidden))
 
 

@@ -426,6 +426,24 @@ class MetaLMTrainer(Trainer):
             loss = self.compute_loss(model, inputs)
         return loss.detach(), None, None
 
+    def _teacher_aux_loss(self, hidden_u: torch.Tensor, hidden_m: torch.Tensor, x_u_as_mlm: torch.Tensor,
+                          x_m: torch.Tensor, y_m: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The teacher's auxiliary losses (§3.4) from its hidden states [B, L, H]: output (x_m, x_u) given x_u (as an
+        MLM task) and (x_m, y_m) given x_m, each the mean of its two heads' token cross entropies. y_m has targets
+        only at the masked positions, so the output head of the x_m row runs on those hidden states alone (as
+        ELECTRA's generator does): the same mean over the same positions, without the [B, L, V] logits."""
+        teacher = self.teacher
+
+        def targets(ids):
+            return ids.masked_fill(mask == 0, -100)
+
+        aux_input = (token_cross_entropy(teacher.input_head(hidden_u), targets(x_m))
+                     + token_cross_entropy(teacher.output_head(hidden_u), targets(x_u_as_mlm))) / 2
+        predicted = y_m != -100  # [B, L]
+        aux_mlm = (token_cross_entropy(teacher.input_head(hidden_m), targets(x_m))
+                   + token_cross_entropy(teacher.output_head(hidden_m[predicted])[None], y_m[predicted][None])) / 2
+        return aux_input + aux_mlm
+
     def _student_loss(self, student, names, params, batch) -> torch.Tensor:
         """CE of the student with parameters `params` on a support/query batch (eqs. 2-3)."""
         with _without_checkpointing(student):
@@ -540,22 +558,19 @@ class MetaLMTrainer(Trainer):
         named = [(n, p) for n, p in student.named_parameters() if p.requires_grad]
         names, theta_0 = [n for n, _ in named], [p for _, p in named]
 
-        # teacher: one forward over x_u, and for the auxiliary losses x_u as an MLM task and x_m (§3.4)
+        # teacher: one encoder forward over x_u, and for the auxiliary losses x_u as an MLM task and x_m (§3.4);
+        # each head runs on its own rows' hidden states (slicing [3B, L, V] logits would make the backward fill a
+        # zero [3B, L, V] buffer per slice), and on the x_m row the output head only where y_m has a target
         x_m, y_m = self._mlm_example(x_u, mask, self._generator)
         x_u_as_mlm = x_u.clone()
         x_u_as_mlm[:, 0] = tokens.mlm_task
         teacher_inputs = torch.cat([x_u, x_u_as_mlm, x_m]) if args.teacher_aux_losses else x_u
-        out = self.teacher(input_ids=teacher_inputs, attention_mask=mask.repeat(len(teacher_inputs) // batch, 1))
-        x_logits, y_logits = out.input_logits[:batch], out.output_logits[:batch]  # [B, L, V]
+        hidden = self.teacher.encode(teacher_inputs, mask.repeat(len(teacher_inputs) // batch, 1))  # [R B, L, H]
+        x_logits = self.teacher.input_head(hidden[:batch])  # [B, L, V]
+        y_logits = None if args.fixed_y else self.teacher.output_head(hidden[:batch])
         aux_loss = x_logits.new_zeros(())
         if args.teacher_aux_losses:
-            def targets(ids):
-                return ids.masked_fill(mask == 0, -100)
-            aux_input = (token_cross_entropy(out.input_logits[batch:2 * batch], targets(x_m))
-                         + token_cross_entropy(out.output_logits[batch:2 * batch], targets(x_u_as_mlm))) / 2
-            aux_mlm = (token_cross_entropy(out.input_logits[2 * batch:], targets(x_m))
-                       + token_cross_entropy(out.output_logits[2 * batch:], y_m)) / 2
-            aux_loss = aux_input + aux_mlm
+            aux_loss = self._teacher_aux_loss(hidden[batch:2 * batch], hidden[2 * batch:], x_u_as_mlm, x_m, y_m, mask)
             self._record("teacher_aux_loss", aux_loss)
 
         # eq. 1: the student's pretraining step on the pseudo data; its gradient is left for Trainer's step
@@ -709,13 +724,15 @@ class MetaLMTrainer(Trainer):
         (sampled for hard labels, the most likely token for soft labels) against x_u's, the entropy (nats) of
         x-hat's token distribution pooled over the batch, and the mean per-position entropy of the teacher."""
         attended = mask.bool()
-        log_probs = x_logits.detach().float().log_softmax(-1)[attended]  # [N, V]
-        tokens = (x_logits.detach().argmax(-1) if x_hat is None else x_hat)[attended]
-        pooled = log_probs.exp().mean(0)
+        logits = x_logits.detach()[attended]  # [N, V]
+        log_probs = logits.float().log_softmax(-1)
+        probs = log_probs.exp()
+        tokens = logits.argmax(-1) if x_hat is None else x_hat[attended]
+        pooled = probs.mean(0)
         self._record("x_hat_distinct", torch.tensor(float(tokens.unique().numel()), device=x_u.device))
         self._record("x_u_distinct", torch.tensor(float(x_u[attended].unique().numel()), device=x_u.device))
         self._record("x_hat_pooled_entropy", -(pooled * pooled.clamp_min(1e-30).log()).sum())
-        self._record("x_hat_position_entropy", -(log_probs.exp() * log_probs).sum(-1).mean())
+        self._record("x_hat_position_entropy", -(probs * log_probs).sum(-1).mean())
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self._metrics and "loss" in logs:
