@@ -29,9 +29,30 @@ def test_adamw_update_vjp_matches_autograd(step):
     leaf = grad.clone().requires_grad_()
     out = adamw_update(param, leaf, exp_avg, exp_avg_sq, step, weight_decay=0.01, **HYPER)
     (expected,) = torch.autograd.grad(out, leaf, grad_outputs=cotangent)
-    got = adamw_update_vjp(grad, exp_avg, exp_avg_sq, step, cotangent=cotangent, **HYPER)
+    # a list (one param group): the same tensor twice, and a second, scaled one, through the foreach ops
+    got, again, scaled = adamw_update_vjp([grad, grad, 3 * grad], [exp_avg, exp_avg, 3 * exp_avg],
+                                          [exp_avg_sq, exp_avg_sq, 9 * exp_avg_sq], step,
+                                          cotangents=[cotangent, cotangent, cotangent], **HYPER)
     torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(again, got, rtol=0, atol=0)
+    leaf3 = (3 * grad).requires_grad_()
+    out3 = adamw_update(param, leaf3, 3 * exp_avg, 9 * exp_avg_sq, step, weight_decay=0.01, **HYPER)
+    torch.testing.assert_close(scaled, torch.autograd.grad(out3, leaf3, grad_outputs=cotangent)[0], rtol=1e-10,
+                               atol=1e-12)
     assert got[0, :3].abs().max() > 0  # the zero-moment entries still pass the (1 - beta1) / D part
+    assert adamw_update_vjp([], [], [], step, cotangents=[], **HYPER) == []
+
+
+def test_adamw_update_vjp_where_the_gradient_squared_underflows():
+    """s = 0 with a nonzero gradient (g^2 underflows in float32): the v term is 0 there, as `_safe_sqrt` takes it,
+    not m g / 0."""
+    grad = torch.tensor([1e-30, 0.0, 1e-3])
+    zeros = torch.zeros(3)
+    (got,) = adamw_update_vjp([grad], [zeros], [zeros], 0, cotangents=[torch.ones(3)], **HYPER)
+    assert torch.isfinite(got).all()
+    expected_first = -(HYPER["lr"] / (1 - HYPER["beta1"])) * (1 - HYPER["beta1"]) / HYPER["eps"]
+    assert got[0].item() == pytest.approx(expected_first, rel=1e-6)
+    assert got[1].item() == pytest.approx(expected_first, rel=1e-6)
 
 
 @pytest.mark.parametrize("max_norm", [0.5, 100.0, 0.0])  # clipping active, inactive, off

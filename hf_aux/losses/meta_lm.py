@@ -171,23 +171,42 @@ def first_order_soft_label_grads(label_grads_at: Callable[[list[torch.Tensor]], 
     return [(s - b) / eps for s, b in zip(at_shift, base)]
 
 
-def adamw_update_vjp(grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, step: int, lr: float,
-                     beta1: float, beta2: float, eps: float, cotangent: torch.Tensor) -> torch.Tensor:
-    """cotangent^T d adamw_update / d grad, in closed form (the update is elementwise in the gradient):
-    with m = beta1 m_0 + (1 - beta1) g, v = beta2 v_0 + (1 - beta2) g^2, s = sqrt(v), D = s / sqrt(bc2) + eps,
+def adamw_update_vjp(grads: list[torch.Tensor], exp_avgs: list[torch.Tensor], exp_avg_sqs: list[torch.Tensor],
+                     step: int, lr: float, beta1: float, beta2: float, eps: float,
+                     cotangents: list[torch.Tensor]) -> list[torch.Tensor]:
+    """cotangent^T d adamw_update / d grad for a list of tensors sharing one step and lr (an optimizer's param
+    group), in closed form (the update is elementwise in the gradient): with m = beta1 m_0 + (1 - beta1) g,
+    v = beta2 v_0 + (1 - beta2) g^2, s = sqrt(v), D = s / sqrt(bc2) + eps,
         d theta_1 / d g = -(lr / bc1) ((1 - beta1) / D - m (1 - beta2) g / (D^2 sqrt(bc2) s)),
-    the second term taken as 0 where s = 0 (as `_safe_sqrt`)."""
+    the second term taken as 0 where s = 0 (as `_safe_sqrt`). `torch._foreach_*` ops over the whole list: one
+    kernel per operation instead of one per tensor."""
+    if not grads:
+        return []
     step = step + 1
-    m = exp_avg * beta1 + grad * (1 - beta1)
-    v = exp_avg_sq * beta2 + grad * grad * (1 - beta2)
     bias_correction1 = 1 - beta1**step
     bias_correction2_sqrt = (1 - beta2**step) ** 0.5
-    s = _safe_sqrt(v)
-    denom = s / bias_correction2_sqrt + eps
-    through_v = torch.where(s > 0, m * (1 - beta2) * grad / (denom * denom * bias_correction2_sqrt
-                                                              * torch.where(s > 0, s, torch.ones_like(s))),
-                            torch.zeros_like(s))
-    return cotangent * (-(lr / bias_correction1) * ((1 - beta1) / denom - through_v))
+    m = torch._foreach_mul(exp_avgs, beta1)
+    torch._foreach_add_(m, grads, alpha=1 - beta1)
+    v = torch._foreach_mul(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
+    s = torch._foreach_sqrt(v)  # v >= 0
+    denom = torch._foreach_div(s, bias_correction2_sqrt)
+    torch._foreach_add_(denom, eps)
+    # m (1 - beta2) g / (D^2 sqrt(bc2) s) where s > 0, else 0: sign(s) is 1 or 0, and a positive s is at least
+    # the square root of the smallest subnormal, far above finfo.tiny, so clamping s there changes only s = 0
+    # (g^2 can underflow to v = 0 with g != 0); dividing one factor at a time keeps 0 / 0 from appearing
+    through_v = torch._foreach_mul(m, grads)
+    torch._foreach_mul_(through_v, torch._foreach_sign(s))
+    torch._foreach_div_(through_v, denom)
+    torch._foreach_div_(through_v, denom)
+    torch._foreach_div_(through_v, torch._foreach_clamp_min(s, torch.finfo(s[0].dtype).tiny))
+    torch._foreach_mul_(through_v, (1 - beta2) / bias_correction2_sqrt)
+    out = torch._foreach_reciprocal(denom)
+    torch._foreach_mul_(out, 1 - beta1)
+    torch._foreach_sub_(out, through_v)
+    torch._foreach_mul_(out, cotangents)
+    torch._foreach_mul_(out, -(lr / bias_correction1))
+    return out
 
 
 def clip_by_total_norm_vjp(grads: list[torch.Tensor], max_norm: float,

@@ -481,22 +481,32 @@ class MetaLMTrainer(Trainer):
         """w = (dtheta_1/dg)^T v for `_theta_1`'s map from the gradient g to theta_1 (clipping, then the
         optimizer's update), in closed form (`clip_by_total_norm_vjp`, `adamw_update_vjp`; -lr v for SGD)."""
         opt = self._student_optimizer()
-        group_of = {id(p): g for g in opt.param_groups for p in g["params"]}
         present = [i for i, g in enumerate(grads) if g is not None]
         raw = [grads[i].detach() for i in present]
         clipped = clip_by_total_norm(raw, self.args.max_grad_norm)
-        through_update = []
-        for i, grad in zip(present, clipped):
-            group = group_of[id(params[i])]
-            if type(opt) is torch.optim.SGD:
-                through_update.append(-float(group["lr"]) * cotangents[i])
-                continue
-            state = opt.state.get(params[i], {})
-            beta1, beta2 = group["betas"]
-            through_update.append(adamw_update_vjp(
-                grad, state.get("exp_avg", torch.zeros_like(grad)), state.get("exp_avg_sq", torch.zeros_like(grad)),
-                int(state["step"]) if "step" in state else 0, float(group["lr"]), beta1, beta2, group["eps"],
-                cotangents[i]))
+        through_update = [None] * len(present)
+        slot = {id(params[i]): k for k, i in enumerate(present)}
+        for group in opt.param_groups:  # one foreach call per param group and optimizer step count
+            buckets = defaultdict(list)
+            for p in group["params"]:
+                if id(p) in slot:
+                    state = opt.state.get(p, {})
+                    buckets[int(state["step"]) if "step" in state else 0].append((slot[id(p)], state))
+            for step, members in buckets.items():
+                ks = [k for k, _ in members]
+                cotangent = [cotangents[present[k]] for k in ks]
+                if type(opt) is torch.optim.SGD:
+                    values = torch._foreach_mul(cotangent, -float(group["lr"]))
+                else:
+                    beta1, beta2 = group["betas"]
+                    values = adamw_update_vjp(
+                        [clipped[k] for k in ks],
+                        [st["exp_avg"] if "exp_avg" in st else torch.zeros_like(clipped[k]) for k, st in members],
+                        [st["exp_avg_sq"] if "exp_avg_sq" in st else torch.zeros_like(clipped[k])
+                         for k, st in members],
+                        step, float(group["lr"]), beta1, beta2, group["eps"], cotangent)
+                for k, value in zip(ks, values):
+                    through_update[k] = value
         w = [None] * len(params)
         for i, value in zip(present, clip_by_total_norm_vjp(raw, self.args.max_grad_norm, through_update)):
             w[i] = value
