@@ -109,6 +109,14 @@ class ModelArguments:
     model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of a Hub model."})
     token: str | None = field(default=None, metadata={
         "help": "Hub token for private models, tokenizers and datasets (default: the stored login or HF_TOKEN)."})
+    mlm_heads: str = field(default="pretrained", metadata={
+        "help": "'pretrained': each auxiliary MLM head starts as a copy of the checkpoint's own masked-LM head when "
+                "it ships one (RoBERTa, BERT, ...; fresh otherwise, e.g. MiniLM). 'fresh': always fresh heads."})
+
+    def __post_init__(self):
+        if self.mlm_heads not in ("pretrained", "fresh"):
+            raise ValueError(f"ModelArguments: field 'mlm_heads': expected 'pretrained' or 'fresh', got "
+                             f"{self.mlm_heads!r}")
 
 
 @dataclass
@@ -299,6 +307,14 @@ def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_
             model_path, num_labels=task.num_labels, id2label=task.id2label,
             label2id={v: k for k, v in task.id2label.items()}, **hub)
     model = TartanModel(classifier, list(blocks))
+    if blocks and model_args.mlm_heads == "pretrained":
+        with explain_hub_errors("ModelArguments", "model_name_or_path", model_path):
+            copied = model.load_pretrained_mlm_heads(model_path, **hub)
+        if copied:
+            logger.info("auxiliary MLM heads: copies of %s's pretrained masked-LM head", model_path)
+        elif training_args.mlm_head_warmup_steps == 0:
+            logger.warning("%s ships no masked-LM head: the auxiliary MLM heads start fresh, and their first "
+                           "gradients on the body dwarf the end task's; consider --mlm_head_warmup_steps", model_path)
 
     def compute_metrics(prediction):
         return classification_metrics(prediction.predictions, prediction.label_ids)

@@ -102,13 +102,15 @@ def make_tartan(out, options):
                                      tokenizer, text_column="text", block_size=12)
            for name, seed in (("tapt", 6), ("dapt", 7))}
     torch.manual_seed(0)
-    mode, _, extra = options.mode.partition("-")  # "mt-dropout": dropout 0.1, seeded per micro-batch by the trainer
+    # "mt-dropout": dropout 0.1, seeded per micro-batch by the trainer; "mt-warmup": 3 MLM head warm-up steps first
+    mode, _, extra = options.mode.partition("-")
     dropout = {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1} if extra == "dropout" else NO_DROPOUT
+    warmup = {"mlm_head_warmup_steps": 3, "mlm_head_warmup_lr": 1e-2} if extra == "warmup" else {}
     classifier = AutoModelForSequenceClassification.from_config(tiny_config("bert", tokenizer, num_labels=2,
                                                                             **dropout))
     model = TartanModel(classifier, list(aux))
     args = TartanConfig(**common_args(out, options), mode=mode, meta_head=options.meta_head,
-                        meta_head_steps=3, task_weight_lr=0.5)
+                        meta_head_steps=3, task_weight_lr=0.5, **warmup)
     return TartanTrainer(model=model, args=args, train_dataset=train, eval_dataset=val, auxiliary_datasets=aux,
                          processing_class=tokenizer)
 
@@ -167,7 +169,7 @@ def run_job(job: str, out: str, options) -> None:
     if name == "tartan":
         state = trainer.task_weights_state
         with open(os.path.join(folder, f"task_weights_rank{rank}.json"), "w") as f:
-            json.dump({"history": state.history, "weights": state.weights}, f)
+            json.dump({"history": state.history, "weights": state.weights, "head_warmup": state.head_warmup}, f)
 
 
 def main():

@@ -29,9 +29,9 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "ddp_worker.py")
-EQUAL_JOBS = ["muppet", "muppet:r3f", "amos", "tartan:mt", "tartan:mt-dropout", "meta_lm:mlm",
+EQUAL_JOBS = ["muppet", "muppet:r3f", "amos", "tartan:mt", "tartan:mt-dropout", "tartan:mt-warmup", "meta_lm:mlm",
               "meta_lm:mlm-dropout"]  # vs one process
-DDP_ONLY_JOBS = ["tartan:meta", "tartan:meta-dropout", "meta_lm:soft"]
+DDP_ONLY_JOBS = ["tartan:meta", "tartan:meta-dropout", "tartan:meta-warmup", "meta_lm:soft"]
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                                 reason="torch.distributed with gloo is needed")
@@ -83,7 +83,7 @@ def test_two_processes_end_with_the_parameters_of_one_process_with_the_same_glob
     assert max((ddp[name] - value).abs().max().item() for name, value in initial.items()) > 1e-3
 
 
-@pytest.mark.parametrize("job", ["tartan:meta", "tartan:meta-dropout"])
+@pytest.mark.parametrize("job", ["tartan:meta", "tartan:meta-dropout", "tartan:meta-warmup"])
 def test_meta_tartan_task_weights_are_identical_on_every_rank_at_every_step(runs, job):
     folder = runs / "two" / job.replace(":", "-")
     histories = [json.load(open(folder / f"task_weights_rank{r}.json")) for r in (0, 1)]
@@ -97,6 +97,9 @@ def test_meta_tartan_task_weights_are_identical_on_every_rank_at_every_step(runs
     assert trained and len(trained) < len(rank0)
     for name in trained:
         torch.testing.assert_close(rank0[name], rank1[name], atol=0, rtol=0, msg=name)
+    if job.endswith("-warmup"):  # the MLM head warm-up ran on both ranks, on the same batches, to the same heads
+        warmups = [json.load(open(folder / f"task_weights_rank{r}.json"))["head_warmup"] for r in (0, 1)]
+        assert warmups[0] == warmups[1] and set(warmups[0]) == {"tapt", "dapt"}
 
 
 def test_meta_lm_meta_objectives_refuse_ddp_with_a_clear_message(runs):

@@ -14,7 +14,7 @@ from transformers import AutoModelForSequenceClassification, TrainerCallback
 
 from hf_aux.data import group_texts_for_mlm
 from hf_aux.modeling.tartan import TartanModel
-from hf_aux.trainers.tartan import TASK_WEIGHTS_JSON, TASK_WEIGHTS_PNG, TartanConfig, TartanTrainer
+from hf_aux.trainers.tartan import TASK_WEIGHTS_JSON, TASK_WEIGHTS_PNG, BatchStream, TartanConfig, TartanTrainer
 
 TEXTS = ["the movie was good and fun", "a terrible boring plot", "i love this film", "the worst actor ever",
          "great story really", "bad movie so boring", "best film of the year", "i hate the plot"]
@@ -252,6 +252,8 @@ def test_meta_resume_is_exact_and_output_loads_vanilla(data, tmp_path):
     ({"meta_head_steps": 0}, "meta_head_steps"),
     ({"mode": "mt", "task_weights": [1.0, -1.0, 1.0]}, "task_weights"),
     ({"mode": "meta", "fp16": True}, "fp16"),
+    ({"mlm_head_warmup_steps": -1}, "mlm_head_warmup_steps"),
+    ({"mlm_head_warmup_lr": 0.0}, "mlm_head_warmup_lr"),
 ])
 def test_config_rejects_bad_values(tmp_path, overrides, field):
     with pytest.raises(ValueError, match=field):
@@ -271,3 +273,152 @@ def test_trainer_rejects_mismatched_inputs(data, tmp_path):
     with pytest.raises(ValueError, match="meta_dataset"):
         TartanTrainer(model=make_model(tok), args=args, train_dataset=train, auxiliary_datasets=aux,
                       processing_class=tok)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# MLM head warm-up on the frozen body (mlm_head_warmup_steps)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_mlm_head_warmup_fits_only_the_mlm_heads_on_the_frozen_body_in_eval_mode(data, tmp_path):
+    trainer = make_trainer(data, tmp_path, model=make_model(data[0], dropout=0.1), mode="mt",
+                           mlm_head_warmup_steps=8, mlm_head_warmup_lr=1e-2)
+    tartan = trainer.model
+    tartan.train()
+    before = {n: p.detach().clone() for n, p in tartan.named_parameters()}
+    # the first warm-up batches, drawn again from a stream with the same seed: the first step's loss must be the
+    # eval-mode (no dropout) MLM loss of each head on them
+    streams = trainer._get_streams()
+    draws_before = dict(trainer.task_weights_state.stream_draws)
+    torch.manual_seed(123)  # the warm-up must not depend on (or consume) the global RNG: dropout is off
+    trainer._warm_up_mlm_heads(tartan)
+    warmup = trainer.task_weights_state.head_warmup
+    assert set(warmup) == {"tapt", "dapt"}
+    assert all(last < first for first, last in warmup.values()), warmup  # the heads were fitted
+    assert trainer.task_weights_state.stream_draws == draws_before  # the training streams did not move
+    assert all(stream.draws == 0 for stream in streams.values())
+    assert tartan.training  # train mode restored
+    for name, p in tartan.named_parameters():
+        if name.startswith("mlm_heads."):
+            assert not torch.equal(before[name], p), f"{name}: an MLM head parameter did not move"
+        else:
+            assert torch.equal(before[name], p), f"{name}: moved during the MLM head warm-up"
+        assert p.grad is None, name
+    # the same warm-up again from the same start: identical heads (deterministic, RNG-free)
+    again = make_trainer(data, tmp_path / "again", model=make_model(data[0], dropout=0.1), mode="mt",
+                         mlm_head_warmup_steps=8, mlm_head_warmup_lr=1e-2)
+    torch.manual_seed(7)
+    again._warm_up_mlm_heads(again.model)
+    for (name, a), (_, b) in zip(tartan.named_parameters(), again.model.named_parameters()):
+        assert torch.equal(a, b), name
+    # the first step's loss is the eval-mode MLM loss of the initial heads on the stream's first batches
+    fresh = make_model(data[0], dropout=0.1)
+    fresh.eval()
+    first_batches = {name: BatchStream(aux, 4, trainer._mlm_collate, 3 + 23 * (k + 1)).next()
+                     for k, (name, aux) in enumerate(data[3].items())}
+    with torch.no_grad():
+        for name, batch in first_batches.items():
+            assert abs(fresh.mlm_loss(name, batch).item() - warmup[name][0]) < 1e-5, name
+    # once only: a second call (e.g. the next micro-batch) changes nothing
+    heads = [p.detach().clone() for p in tartan.mlm_heads.parameters()]
+    trainer._warm_up_mlm_heads(tartan)
+    assert all(torch.equal(a, p) for a, p in zip(heads, tartan.mlm_heads.parameters()))
+
+
+@pytest.mark.parametrize("mode", ["mt", "meta"])
+def test_mlm_head_warmup_runs_before_the_first_step_and_not_again_on_resume(data, tmp_path, mode, monkeypatch):
+    common = dict(mode=mode, max_steps=4, save_strategy="steps", save_steps=2, mlm_head_warmup_steps=3,
+                  mlm_head_warmup_lr=1e-2)
+    calls = []
+    original = TartanModel.fit_mlm_heads
+
+    def counted(self, *args, **kwargs):
+        calls.append(kwargs["steps"])
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(TartanModel, "fit_mlm_heads", counted)
+    straight = make_trainer(data, tmp_path / "a", **common)
+    straight.train()
+    first = make_trainer(data, tmp_path / "b", **common)
+    first.add_callback(StopAfter(2))
+    first.train()
+    assert calls == [3, 3]
+    resumed = make_trainer(data, tmp_path / "b", **common)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "b" / "out" / "checkpoint-2"))
+    assert calls == [3, 3]  # the resumed run took its heads from the checkpoint
+    assert resumed.task_weights_state.head_warmup == straight.task_weights_state.head_warmup  # restored state
+    for (name, a), (_, b) in zip(straight.model.named_parameters(), resumed.model.named_parameters()):
+        if not name.startswith("meta_head."):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=0, msg=name)
+    saved = json.loads((tmp_path / "a" / "out" / "checkpoint-4" / TASK_WEIGHTS_JSON).read_text())
+    assert saved["mlm_head_warmup"] == straight.task_weights_state.head_warmup
+    # without the warm-up the same run ends elsewhere: the warm-up is part of what was compared above
+    plain = make_trainer(data, tmp_path / "c", **{**common, "mlm_head_warmup_steps": 0})
+    plain.train()
+    assert calls == [3, 3]
+    assert plain.task_weights_state.head_warmup == {}
+    head = "mlm_heads.tapt.dense.weight"
+    moved = dict(plain.model.named_parameters())[head] - dict(straight.model.named_parameters())[head]
+    assert moved.abs().max() > 1e-3
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# MLM heads from a pretrained masked-LM head (TartanModel.load_pretrained_mlm_heads / from_pretrained)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model_type", ["bert", "roberta"])
+def test_mlm_heads_start_from_the_checkpoint_s_own_masked_lm_head(data, tmp_path, model_type):
+    from transformers import AutoModel, AutoModelForMaskedLM
+
+    tok = data[0]
+    torch.manual_seed(0)
+    config = tiny_config(model_type, tok, num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    masked_lm = AutoModelForMaskedLM.from_config(config)
+    with torch.no_grad():  # a head unlike a fresh one: non-trivial LayerNorm and output bias
+        for p in masked_lm.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    masked_lm.save_pretrained(tmp_path / "mlm")
+    model = TartanModel.from_pretrained(str(tmp_path / "mlm"), auxiliary_tasks=["tapt", "dapt"], num_labels=2)
+    batch = BatchStream(data[3]["tapt"], 4, make_trainer(data, tmp_path)._mlm_collate, 0).next()
+    model.eval()
+    masked_lm.eval()
+    with torch.no_grad():
+        expected = masked_lm(**batch).loss
+        for name in ("tapt", "dapt"):  # every auxiliary head computes the pretrained head's MLM loss
+            torch.testing.assert_close(model.mlm_loss(name, batch), expected, atol=1e-5, rtol=1e-5)
+    fresh = TartanModel.from_pretrained(str(tmp_path / "mlm"), auxiliary_tasks=["tapt"], num_labels=2,
+                                        pretrained_mlm_heads=False)
+    for copied, new in zip(model.mlm_heads["tapt"].parameters(), fresh.mlm_heads["tapt"].parameters()):
+        assert (copied - new).abs().max() > 0.01  # the comparison above means something: fresh heads differ
+    # a checkpoint without a masked-LM head (a bare encoder): nothing copied, the heads stay fresh
+    AutoModel.from_config(config).save_pretrained(tmp_path / "bare")
+    bare = TartanModel(AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "bare"), num_labels=2),
+                       ["tapt"])
+    before = [p.detach().clone() for p in bare.mlm_heads.parameters()]
+    assert bare.load_pretrained_mlm_heads(str(tmp_path / "bare")) is False
+    assert all(torch.equal(a, p) for a, p in zip(before, bare.mlm_heads.parameters()))
+    # a masked LM of another checkpoint (different embeddings) is refused, naming the field
+    other = TartanModel(AutoModelForSequenceClassification.from_config(config), ["tapt"])
+    with pytest.raises(ValueError, match="masked_lm.*embedding matrix"):
+        other.copy_mlm_head(masked_lm)
+
+
+def test_end_task_head_learning_rate_gives_phi_prime_its_own_rate(data, tmp_path):
+    trainer = make_trainer(data, tmp_path, model=make_model(data[0], dropout=0.0), mode="mt", max_steps=1,
+                           learning_rate=1e-4, end_task_head_learning_rate=1e-2, lr_scheduler_type="constant",
+                           weight_decay=0.0)
+    tartan = trainer.model
+    head = {id(p) for p in tartan.end_task_head_parameters()}
+    before = {n: p.detach().clone() for n, p in tartan.named_parameters()}
+    trainer.train()
+    groups = trainer.optimizer.param_groups
+    assert {id(p) for g in groups if g["lr"] == 1e-2 for p in g["params"]} == head
+    assert all(g["lr"] == 1e-4 for g in groups if any(id(p) not in head for p in g["params"]))
+    # Adam's first step moves every coordinate with a gradient by its learning rate (m / sqrt(v) = sign(g))
+    for name, p in tartan.named_parameters():
+        if name.startswith("meta_head.") or "embeddings" in name or name.endswith("key.bias"):
+            continue  # phi*, rows of unused tokens, and the key bias (softmax-invariant: no gradient)
+        step = (p - before[name]).abs().max().item()
+        expected = 1e-2 if id(p) in head else 1e-4
+        assert abs(step - expected) < 0.05 * expected, (name, step, expected)

@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
-from transformers import AutoModelForSequenceClassification, PreTrainedModel
+from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification, PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.utils import ModelOutput
@@ -54,6 +54,7 @@ TARTAN_HEADS_NAME = "tartan_heads.safetensors"
 MODEL_WEIGHTS_NAME = "model.safetensors"
 END_TASK_HEAD_NAME = "end_task_head.safetensors"  # phi', in LoRA checkpoints only
 BODY_INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+HUB_KWARGS = ("cache_dir", "revision", "token", "local_files_only", "trust_remote_code")
 
 
 @dataclass
@@ -327,6 +328,95 @@ class TartanModel(nn.Module):
                 p.grad = None
         return losses
 
+    def copy_mlm_head(self, masked_lm: PreTrainedModel) -> None:
+        """Start every auxiliary MLM head from a pretrained masked-LM head (`masked_lm`, an
+        `AutoModelForMaskedLM` of the same checkpoint as the body), as TAPT/DAPT continued pretraining does (the
+        paper starts from RoBERTa's). Architecture-generic: the head's one [embedding, hidden] Linear is the
+        transform, its LayerNorm the norm, the output embeddings' bias the output bias; the decoder weight must be
+        the body's input embedding matrix (tied, as every head here is)."""
+        body_params = {id(p) for p in masked_lm.base_model.parameters()}
+        output = masked_lm.get_output_embeddings()
+        embedding = self.classifier.get_input_embeddings().weight
+        name = type(masked_lm).__name__
+        if output is None or getattr(output, "bias", None) is None:
+            raise ValueError(f"TartanModel: field 'masked_lm': {name} has no output embeddings with a bias to copy")
+        if output.weight.shape != embedding.shape or not torch.equal(output.weight.detach().cpu(),
+                                                                      embedding.detach().cpu()):
+            raise ValueError(f"TartanModel: field 'masked_lm': {name}'s decoder is not the body's input embedding "
+                             "matrix (another checkpoint, or an untied decoder): its head cannot be copied")
+        target = next(iter(self.mlm_heads.values()), None)
+        if target is None:
+            return
+        head_modules = [m for m in masked_lm.modules() if m is not output
+                        and any(id(p) not in body_params for p in m.parameters(recurse=False))]
+        dense = [m for m in head_modules if isinstance(m, nn.Linear) and m.weight.shape == target.dense.weight.shape]
+        norms = [m for m in head_modules if isinstance(m, nn.LayerNorm)
+                 and tuple(m.normalized_shape) == tuple(target.layer_norm.normalized_shape)]
+        if len(dense) != 1 or len(norms) != 1:
+            raise ValueError(f"TartanModel: field 'masked_lm': cannot map {name}'s MLM head (found {len(dense)} "
+                             f"transform Linear and {len(norms)} LayerNorm layers of the expected shapes; expected "
+                             "one each: dense -> activation -> LayerNorm -> tied decoder)")
+        with torch.no_grad():
+            for head in self.mlm_heads.values():
+                head.dense.weight.copy_(dense[0].weight)
+                head.dense.bias.copy_(dense[0].bias)
+                head.layer_norm.weight.copy_(norms[0].weight)
+                head.layer_norm.bias.copy_(norms[0].bias)
+                head.bias.copy_(output.bias)
+
+    def load_pretrained_mlm_heads(self, path: str, **kwargs) -> bool:
+        """Copy the masked-LM head of checkpoint `path` (a folder or Hub id; keyword arguments go to
+        `AutoModelForMaskedLM.from_pretrained`) into every auxiliary MLM head when the checkpoint has one.
+        Returns False and changes nothing when it ships none (e.g. a sentence encoder such as all-MiniLM-L6-v2:
+        its heads stay fresh, see `TartanConfig.mlm_head_warmup_steps`)."""
+        masked_lm, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True, **kwargs)
+        prefix = masked_lm.base_model_prefix + "."
+        if any(not key.startswith(prefix) for key in info["missing_keys"]):
+            return False  # the head was freshly initialised: nothing pretrained to copy
+        self.copy_mlm_head(masked_lm)
+        return True
+
+    def fit_mlm_heads(self, draw, *, steps: int, lr: float) -> dict[str, list[float]]:
+        """Warm up every auxiliary MLM head on the frozen body before joint training: `steps` AdamW steps (no
+        weight decay) on the sum of the heads' MLM losses, each head on its own batch `draw(name)` (input_ids,
+        attention_mask, labels with -100 where nothing is predicted). The body runs in eval mode without gradient
+        and the tied decoder (the body's embedding matrix) stays fixed: only each head's transform and output bias
+        move. Returns {name: [loss at the first step, loss at the last step]}.
+
+        Why: a body that ships no MLM head (a sentence encoder such as all-MiniLM-L6-v2) starts its auxiliary tasks
+        at ~ln(vocabulary) with body gradients ~50x the end task's; fitting the heads first brings both down."""
+        names = self.auxiliary_tasks
+        params = [p for name in names for p in self.mlm_heads[name].parameters()]
+        optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+        embedding = self.classifier.get_input_embeddings().weight.detach()
+        first, last = {}, {}
+        was_training = self.body.training
+        self.body.eval()
+        try:
+            for _ in range(steps):
+                total = 0.0
+                for name in names:
+                    batch = draw(name)
+                    labels = batch["labels"]
+                    chosen = labels != -100
+                    with torch.no_grad():
+                        hidden = self.body(**{k: batch[k] for k in BODY_INPUT_KEYS if k in batch}).last_hidden_state
+                    with torch.enable_grad():
+                        logits = self.mlm_heads[name](hidden[chosen], embedding)
+                        loss = F.cross_entropy(logits.float(), labels[chosen], reduction="sum")
+                        loss = loss / chosen.sum().clamp_min(1)
+                    total = total + loss
+                    last[name] = loss.detach()
+                    first.setdefault(name, last[name])
+                optimizer.zero_grad(set_to_none=True)
+                total.backward()
+                optimizer.step()
+        finally:
+            self.body.train(was_training)
+            for p in params:
+                p.grad = None
+        return {name: [float(first[name]), float(last[name])] for name in first}
+
     def meta_loss(self, batch: dict) -> torch.Tensor:
         """End-task loss on `batch` (validation) through the real body and phi*: its body gradient is g_meta."""
         return self.meta_head(self.body_outputs(batch), labels=batch["labels"]).loss
@@ -379,9 +469,11 @@ class TartanModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str, auxiliary_tasks: Sequence[str] | None = None, mlm_hidden_act: str = "gelu",
-                        base_model: str | None = None, is_trainable: bool = False, **kwargs) -> TartanModel:
+                        base_model: str | None = None, is_trainable: bool = False, pretrained_mlm_heads: bool = True,
+                        **kwargs) -> TartanModel:
         """A TARTAN checkpoint (folder with tartan_config.json): classifier and MLM heads. A plain checkpoint (a
-        pretrained encoder or a classifier): fresh heads for `auxiliary_tasks`. Keyword arguments (num_labels,
+        pretrained encoder or a classifier): MLM heads for `auxiliary_tasks`, each a copy of the checkpoint's own
+        masked-LM head when it ships one and `pretrained_mlm_heads` (`load_pretrained_mlm_heads`), else fresh. Keyword arguments (num_labels,
         id2label, label2id, attn_implementation, ...) go to `AutoModelForSequenceClassification.from_pretrained`.
         A LoRA checkpoint: the body of `base_model` (default: the base recorded in adapter_config.json) with the
         saved adapter (`is_trainable=True` to train it further), phi' and the MLM heads."""
@@ -393,7 +485,10 @@ class TartanModel(nn.Module):
             if auxiliary_tasks is None:
                 raise ValueError(f"{path!r} is not a TARTAN checkpoint (no {TARTAN_CONFIG_NAME}): pass "
                                  "auxiliary_tasks=[...] to start MLM heads for them")
-            return cls(classifier, auxiliary_tasks, mlm_hidden_act)
+            model = cls(classifier, auxiliary_tasks, mlm_hidden_act)
+            if pretrained_mlm_heads:
+                model.load_pretrained_mlm_heads(path, **{k: v for k, v in kwargs.items() if k in HUB_KWARGS})
+            return model
         with open(metadata_file) as f:
             metadata = json.load(f)
         if auxiliary_tasks is not None and list(auxiliary_tasks) != metadata["auxiliary_tasks"]:

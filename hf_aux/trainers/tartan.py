@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 import os
 from collections.abc import Callable
@@ -46,6 +47,8 @@ from ..losses.tartan import (
     update_task_weights,
 )
 from ..modeling.tartan import TartanModel
+
+logger = logging.getLogger(__name__)
 
 TASK_WEIGHTS_JSON = "task_weights.json"
 TASK_WEIGHTS_PNG = "task_weights.png"
@@ -81,6 +84,15 @@ class TartanConfig(HubTokenSafeArgsMixin, TrainingArguments):
     auxiliary_batch_size: int | None = field(default=None, metadata={
         "help": "Batch size of each auxiliary MLM task (default: per_device_train_batch_size)."})
     mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens masked in auxiliary MLM batches."})
+    end_task_head_learning_rate: float | None = field(default=None, metadata={
+        "help": "Peak learning rate of the end-task head phi' (its own optimizer group, same schedule). §4 searches "
+                "{1e-3, 1e-4, 1e-5} for it; the authors' scripts train it at 1e-3 with the body at 1e-4. Default: "
+                "learning_rate."})
+    mlm_head_warmup_steps: int = field(default=0, metadata={
+        "help": "Steps fitting the auxiliary MLM heads on the frozen body before joint training (0: off). For a body "
+                "that ships no MLM head (e.g. a sentence encoder), whose fresh heads start at ~ln(vocabulary) with "
+                "body gradients that swamp the end task's. Runs once, before the first step (not again on resume)."})
+    mlm_head_warmup_lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate of the MLM head warm-up."})
 
     def __post_init__(self):
         super().__post_init__()
@@ -100,6 +112,15 @@ class TartanConfig(HubTokenSafeArgsMixin, TrainingArguments):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"TartanConfig: field '{name}': needs a positive integer, got {value!r}")
+        if not isinstance(self.mlm_head_warmup_steps, int) or self.mlm_head_warmup_steps < 0:
+            raise ValueError("TartanConfig: field 'mlm_head_warmup_steps': needs an integer >= 0, got "
+                             f"{self.mlm_head_warmup_steps!r}")
+        if self.end_task_head_learning_rate is not None and not self.end_task_head_learning_rate > 0:
+            raise ValueError("TartanConfig: field 'end_task_head_learning_rate': must be positive, got "
+                             f"{self.end_task_head_learning_rate}")
+        if not self.mlm_head_warmup_lr > 0:
+            raise ValueError(f"TartanConfig: field 'mlm_head_warmup_lr': must be positive, got "
+                             f"{self.mlm_head_warmup_lr}")
         if not 0.0 < self.mlm_probability < 1.0:
             raise ValueError(f"TartanConfig: field 'mlm_probability': {self.mlm_probability} not in (0, 1)")
         if self.task_weights is not None:
@@ -160,19 +181,22 @@ class BatchStream:
 
 class TaskWeightsCallback(TrainerCallback, ExportableState):
     """Holds the task weights w, the history of alpha (one [step, alpha_end_task, alpha_aux_1, ...] row per
-    optimizer step) and the stream positions; saved in trainer_state.json (`stateful_callbacks`) with every
-    checkpoint and restored on resume."""
+    optimizer step), the stream positions and the MLM head warm-up's losses ({task: [first, last]}, empty until
+    it ran); saved in trainer_state.json (`stateful_callbacks`) with every checkpoint and restored on resume."""
 
     def __init__(self, task_names: list[str] | None = None, weights: list[float] | None = None,
-                 history: list[list[float]] | None = None, stream_draws: dict[str, int] | None = None):
+                 history: list[list[float]] | None = None, stream_draws: dict[str, int] | None = None,
+                 head_warmup: dict[str, list[float]] | None = None):
         self.task_names = list(task_names or [])
         self.weights = list(weights or [])
         self.history = [list(row) for row in (history or [])]
         self.stream_draws = dict(stream_draws or {})
+        self.head_warmup = dict(head_warmup or {})
 
     def state(self) -> dict:
         return {"args": {"task_names": self.task_names},
-                "attributes": {"weights": self.weights, "history": self.history, "stream_draws": self.stream_draws}}
+                "attributes": {"weights": self.weights, "history": self.history, "stream_draws": self.stream_draws,
+                               "head_warmup": self.head_warmup}}
 
     def record(self, step: int, alphas: list[float]) -> None:
         row = [step, *alphas]
@@ -283,6 +307,7 @@ class TartanTrainer(Trainer):
         self._auxiliary_datasets = auxiliary_datasets
         self._meta_dataset = meta_dataset
         self._streams: dict[str, BatchStream] | None = None
+        self._resumed = False  # set by _load_from_checkpoint: the heads come from the checkpoint, no warm-up
         self._metric_sums: dict[str, torch.Tensor] = {}
         self._metric_count = 0
 
@@ -336,6 +361,40 @@ class TartanTrainer(Trainer):
         self.task_weights_state.stream_draws[name] = stream.draws
         return self._prepare_inputs(batch)
 
+    def create_optimizer(self, model=None):
+        """Trainer's optimizer; with `end_task_head_learning_rate`, phi' moves to groups of its own at that rate
+        (keeping its weight-decay split), so the schedule scales it like the rest."""
+        ours = self.optimizer is None
+        optimizer = super().create_optimizer(model)
+        lr = self.args.end_task_head_learning_rate
+        if not ours or lr is None:
+            return optimizer
+        head = {id(p) for p in self.accelerator.unwrap_model(model or self.model).end_task_head_parameters()}
+        for group in list(optimizer.param_groups):
+            moved = [p for p in group["params"] if id(p) in head]
+            if moved:
+                group["params"] = [p for p in group["params"] if id(p) not in head]
+                optimizer.add_param_group({**{k: v for k, v in group.items() if k != "params"}, "params": moved,
+                                           "lr": lr})
+        return optimizer
+
+    def _warm_up_mlm_heads(self, model) -> None:
+        """`mlm_head_warmup_steps` > 0: before the first step of a run (never after a resume, whose heads come from
+        the checkpoint), fit the MLM heads on the frozen body (`TartanModel.fit_mlm_heads`). Every process draws
+        the same batches (a stream of its own, seeded by the run's seed alone, leaving the training streams where
+        they are) and runs the same deterministic steps, so the heads stay identical across ranks."""
+        args, state = self.args, self.task_weights_state
+        if args.mlm_head_warmup_steps == 0 or state.head_warmup or self._resumed or not self.task_names[1:]:
+            return
+        streams = {name: BatchStream(data, args.auxiliary_batch_size or args.per_device_train_batch_size,
+                                     self._mlm_collate, args.seed + 23 * (k + 1))
+                   for k, (name, data) in enumerate(self._auxiliary_datasets.items())}
+        tartan: TartanModel = self.accelerator.unwrap_model(model)
+        state.head_warmup = tartan.fit_mlm_heads(lambda name: self._prepare_inputs(streams[name].next()),
+                                                 steps=args.mlm_head_warmup_steps, lr=args.mlm_head_warmup_lr)
+        logger.info("MLM head warm-up (%d steps on the frozen body): %s", args.mlm_head_warmup_steps,
+                    ", ".join(f"{k} {a:.3f} -> {b:.3f}" for k, (a, b) in state.head_warmup.items()))
+
     def _accumulate_metric(self, name: str, value: torch.Tensor) -> None:
         value = value.detach().float()
         self._metric_sums[name] = self._metric_sums[name] + value if name in self._metric_sums else value
@@ -349,6 +408,7 @@ class TartanTrainer(Trainer):
             return (outputs.loss, outputs) if return_outputs else outputs.loss
         if self.args.mode != "mt":
             raise RuntimeError("compute_loss is only used by MT-TARTAN; META-TARTAN runs in training_step")
+        self._warm_up_mlm_heads(model)
         state = self.task_weights_state
         auxiliary = {name: self._draw(name) for name in self.task_names[1:]}
         # dropout drawn from the micro-batch's own seed: N processes = one with N x accumulation (hf_aux.distributed)
@@ -370,6 +430,7 @@ class TartanTrainer(Trainer):
         if self.args.mode == "mt":
             return super().training_step(model, inputs, num_items_in_batch)
         model.train()
+        self._warm_up_mlm_heads(model)
         tartan: TartanModel = self.accelerator.unwrap_model(model)  # functional parts: the unwrapped model
         args = self.args
         inputs = self._prepare_inputs(inputs)
@@ -479,7 +540,7 @@ class TartanTrainer(Trainer):
     def save_task_weights(self, output_dir: str) -> None:
         state = self.task_weights_state
         data = {"mode": self.args.mode, "meta_head": self.args.meta_head, "task_weight_lr": self.args.task_weight_lr,
-                "tasks": self.task_names, "weights": state.weights,
+                "tasks": self.task_names, "weights": state.weights, "mlm_head_warmup": state.head_warmup,
                 "steps": [row[0] for row in state.history], "alpha": [row[1:] for row in state.history]}
         with open(os.path.join(output_dir, TASK_WEIGHTS_JSON), "w") as f:
             json.dump(data, f)
@@ -561,6 +622,7 @@ class TartanTrainer(Trainer):
         for key, value in stored["attributes"].items():
             setattr(callback, key, value)
         self._streams = None  # rebuilt at the restored positions
+        self._resumed = True
 
     def _load_best_model(self) -> None:
         self.accelerator.unwrap_model(self.model).load_checkpoint(self.state.best_model_checkpoint)
