@@ -65,6 +65,11 @@ def test_clip_by_total_norm_vjp_matches_autograd(max_norm):
     got = clip_by_total_norm_vjp(grads, max_norm, cotangents)
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    buffers = [u.clone() for u in cotangents]  # in place: the same values, written into the cotangents
+    in_place = clip_by_total_norm_vjp(grads, max_norm, buffers, in_place=True)
+    for a, b, buffer in zip(in_place, got, buffers):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+        assert a.data_ptr() == buffer.data_ptr()
 
 
 def test_first_order_soft_label_grads_is_the_mixed_derivative_along_w():

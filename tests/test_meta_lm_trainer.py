@@ -221,8 +221,8 @@ def test_persisted_student_parameters_are_theta_1(data, tmp_path, objective, opt
     method = "_theta_1" if objective == "soft" else "_theta_1_values"  # hard labels need only its value
     original = getattr(trainer, method)
 
-    def recording(params, grads):
-        theta_1 = original(params, grads)
+    def recording(params, grads, **kwargs):
+        theta_1 = original(params, grads, **kwargs)
         predicted["theta_1"] = [t.detach().clone() for t in theta_1]
         predicted["theta_0"] = [p.detach().clone() for p in params]
         return theta_1

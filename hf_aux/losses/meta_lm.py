@@ -166,7 +166,7 @@ def first_order_soft_label_grads(label_grads_at: Callable[[list[torch.Tensor]], 
     if not bool(norm > 0):
         return [torch.zeros_like(b) for b in base]
     eps = radius / norm
-    shifted = [t.detach() if d is None else t.detach() + eps * d for t, d in zip(theta_0, w)]
+    shifted = [t.detach() if d is None else torch.addcmul(t.detach(), d, eps) for t, d in zip(theta_0, w)]
     at_shift = label_grads_at(shifted)
     return [(s - b) / eps for s, b in zip(at_shift, base)]
 
@@ -178,30 +178,48 @@ def adamw_update_vjp(grads: list[torch.Tensor], exp_avgs: list[torch.Tensor], ex
     group), in closed form (the update is elementwise in the gradient): with m = beta1 m_0 + (1 - beta1) g,
     v = beta2 v_0 + (1 - beta2) g^2, s = sqrt(v), D = s / sqrt(bc2) + eps,
         d theta_1 / d g = -(lr / bc1) ((1 - beta1) / D - m (1 - beta2) g / (D^2 sqrt(bc2) s)),
-    the second term taken as 0 where s = 0 (as `_safe_sqrt`). `torch._foreach_*` ops over the whole list: one
-    kernel per operation instead of one per tensor."""
+    the second term taken as 0 where s = 0 (as `_safe_sqrt`). `exp_avgs`, `exp_avg_sqs` are the moments before
+    the step; `adamw_update_vjp_from_moments` takes the updated ones."""
+    if not grads:
+        return []
+    m = torch._foreach_mul(exp_avgs, beta1)
+    torch._foreach_add_(m, grads, alpha=1 - beta1)
+    v = torch._foreach_mul(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
+    return adamw_update_vjp_from_moments(grads, m, v, step, lr, beta1, beta2, eps, cotangents)
+
+
+def adamw_update_vjp_from_moments(grads: list[torch.Tensor], new_exp_avgs: list[torch.Tensor],
+                                  new_exp_avg_sqs: list[torch.Tensor], step: int, lr: float, beta1: float,
+                                  beta2: float, eps: float, cotangents: list[torch.Tensor]) -> list[torch.Tensor]:
+    """`adamw_update_vjp` from the moments m, v AFTER the step (what the optimizer's own update leaves in copies
+    of its state). Overwrites `new_exp_avgs` and `new_exp_avg_sqs` (used as work space) and allocates one
+    parameter-sized list: on a large model a fresh buffer costs several times an elementwise pass (page faults),
+    so `torch._foreach_*` ops run in place."""
     if not grads:
         return []
     step = step + 1
     bias_correction1 = 1 - beta1**step
     bias_correction2_sqrt = (1 - beta2**step) ** 0.5
-    m = torch._foreach_mul(exp_avgs, beta1)
-    torch._foreach_add_(m, grads, alpha=1 - beta1)
-    v = torch._foreach_mul(exp_avg_sqs, beta2)
-    torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
-    s = torch._foreach_sqrt(v)  # v >= 0
-    denom = torch._foreach_div(s, bias_correction2_sqrt)
+    s = new_exp_avg_sqs
+    torch._foreach_sqrt_(s)  # s = sqrt(v), v >= 0
+    denom = torch._foreach_mul(s, 1 / bias_correction2_sqrt)
     torch._foreach_add_(denom, eps)
-    # m (1 - beta2) g / (D^2 sqrt(bc2) s) where s > 0, else 0: sign(s) is 1 or 0, and a positive s is at least
-    # the square root of the smallest subnormal, far above finfo.tiny, so clamping s there changes only s = 0
-    # (g^2 can underflow to v = 0 with g != 0); dividing one factor at a time keeps 0 / 0 from appearing
-    through_v = torch._foreach_mul(m, grads)
-    torch._foreach_mul_(through_v, torch._foreach_sign(s))
+    # through_v = m (1 - beta2) g / (D^2 sqrt(bc2) s) where s > 0, else 0 (g^2 can underflow to v = 0 with g != 0):
+    # the factor s makes it exactly 0 there, and a positive s is at least the square root of the smallest
+    # subnormal, far above finfo.tiny, so clamping s there changes only s = 0; dividing one factor at a time
+    # never forms 0 / 0
+    through_v = new_exp_avgs
+    torch._foreach_mul_(through_v, grads)
+    torch._foreach_mul_(through_v, s)
     torch._foreach_div_(through_v, denom)
     torch._foreach_div_(through_v, denom)
-    torch._foreach_div_(through_v, torch._foreach_clamp_min(s, torch.finfo(s[0].dtype).tiny))
+    torch._foreach_clamp_min_(s, torch.finfo(s[0].dtype).tiny)
+    torch._foreach_div_(through_v, s)
+    torch._foreach_div_(through_v, s)
     torch._foreach_mul_(through_v, (1 - beta2) / bias_correction2_sqrt)
-    out = torch._foreach_reciprocal(denom)
+    out = denom
+    torch._foreach_reciprocal_(out)
     torch._foreach_mul_(out, 1 - beta1)
     torch._foreach_sub_(out, through_v)
     torch._foreach_mul_(out, cotangents)
@@ -209,11 +227,11 @@ def adamw_update_vjp(grads: list[torch.Tensor], exp_avgs: list[torch.Tensor], ex
     return out
 
 
-def clip_by_total_norm_vjp(grads: list[torch.Tensor], max_norm: float,
-                           cotangents: list[torch.Tensor]) -> list[torch.Tensor]:
+def clip_by_total_norm_vjp(grads: list[torch.Tensor], max_norm: float, cotangents: list[torch.Tensor],
+                           in_place: bool = False) -> list[torch.Tensor]:
     """The cotangents of `clip_by_total_norm`'s output pulled back to its input: with n = ||g||, c = min(1,
     max_norm / (n + 1e-6)), the output c g has the vector-Jacobian product c u - [c < 1] max_norm / (n + 1e-6)^2
-    <u, g> / n g."""
+    <u, g> / n g. `in_place`: written into `cotangents` (no new parameter-sized buffers)."""
     if max_norm is None or max_norm <= 0:
         return list(cotangents)
     total = torch.stack(torch._foreach_norm(grads)).norm()
@@ -222,4 +240,6 @@ def clip_by_total_norm_vjp(grads: list[torch.Tensor], max_norm: float,
         return list(cotangents)
     dot = torch.stack([torch.vdot(u.flatten(), g.flatten()) for u, g in zip(cotangents, grads)]).sum()
     along = max_norm / (total + 1e-6) ** 2 * dot / total
+    if in_place:
+        return [u.mul_(coef).addcmul_(g, along, value=-1) for u, g in zip(cotangents, grads)]
     return [coef * u - along * g for u, g in zip(cotangents, grads)]

@@ -52,7 +52,7 @@ from hf_aux.distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
 from hf_aux.hub import HubTokenSafeArgsMixin, hub_id_or_none
 from hf_aux.losses.meta_lm import (
     adamw_update,
-    adamw_update_vjp,
+    adamw_update_vjp_from_moments,
     clip_by_total_norm,
     clip_by_total_norm_vjp,
     first_order_soft_label_grads,
@@ -257,6 +257,7 @@ class MetaLMTrainer(Trainer):
         self._task_steps_left = 0
         self._meta_steps = 0
         self._metrics: dict[str, list[torch.Tensor]] = defaultdict(list)
+        self._pseudo_step_moments: dict | None = None  # first order: from _theta_1_values to _theta_1_vjp
 
     # ---------------------------------------------------------------------------------------------- set-up
     def _check_supported_setup(self):
@@ -479,44 +480,50 @@ class MetaLMTrainer(Trainer):
     def _theta_1_vjp(self, params: list[torch.Tensor], grads: list[torch.Tensor | None],
                      cotangents: list[torch.Tensor]) -> list[torch.Tensor | None]:
         """w = (dtheta_1/dg)^T v for `_theta_1`'s map from the gradient g to theta_1 (clipping, then the
-        optimizer's update), in closed form (`clip_by_total_norm_vjp`, `adamw_update_vjp`; -lr v for SGD)."""
+        optimizer's update), in closed form (`clip_by_total_norm_vjp`, `adamw_update_vjp_from_moments`; -lr v for
+        SGD). It reuses, and overwrites, the clipped gradient and updated moments that `_theta_1_values(...,
+        keep_moments=True)` left in `self._pseudo_step_moments` (one fresh parameter-sized list instead of seven)."""
         opt = self._student_optimizer()
         present = [i for i, g in enumerate(grads) if g is not None]
-        raw = [grads[i].detach() for i in present]
-        clipped = clip_by_total_norm(raw, self.args.max_grad_norm)
-        through_update = [None] * len(present)
-        slot = {id(params[i]): k for k, i in enumerate(present)}
+        kept = self._pseudo_step_moments
+        self._pseudo_step_moments = None
+        if kept is None or set(kept) != set(present):
+            raise RuntimeError("MetaLMTrainer._theta_1_vjp: call _theta_1_values(..., keep_moments=True) first")
+        through_update = [None] * len(params)
+        slot = {id(params[i]): i for i in present}
         for group in opt.param_groups:  # one foreach call per param group and optimizer step count
             buckets = defaultdict(list)
             for p in group["params"]:
                 if id(p) in slot:
                     state = opt.state.get(p, {})
-                    buckets[int(state["step"]) if "step" in state else 0].append((slot[id(p)], state))
-            for step, members in buckets.items():
-                ks = [k for k, _ in members]
-                cotangent = [cotangents[present[k]] for k in ks]
+                    buckets[int(state["step"]) if "step" in state else 0].append(slot[id(p)])
+            for step, indices in buckets.items():
+                cotangent = [cotangents[i] for i in indices]
                 if type(opt) is torch.optim.SGD:
                     values = torch._foreach_mul(cotangent, -float(group["lr"]))
                 else:
                     beta1, beta2 = group["betas"]
-                    values = adamw_update_vjp(
-                        [clipped[k] for k in ks],
-                        [st["exp_avg"] if "exp_avg" in st else torch.zeros_like(clipped[k]) for k, st in members],
-                        [st["exp_avg_sq"] if "exp_avg_sq" in st else torch.zeros_like(clipped[k])
-                         for k, st in members],
+                    values = adamw_update_vjp_from_moments(
+                        [kept[i][0] for i in indices], [kept[i][1] for i in indices], [kept[i][2] for i in indices],
                         step, float(group["lr"]), beta1, beta2, group["eps"], cotangent)
-                for k, value in zip(ks, values):
-                    through_update[k] = value
+                for i, value in zip(indices, values):
+                    through_update[i] = value
         w = [None] * len(params)
-        for i, value in zip(present, clip_by_total_norm_vjp(raw, self.args.max_grad_norm, through_update)):
+        raw = [grads[i].detach() for i in present]
+        pulled = clip_by_total_norm_vjp(raw, self.args.max_grad_norm, [through_update[i] for i in present],
+                                        in_place=True)
+        for i, value in zip(present, pulled):
             w[i] = value
         return w
 
     @torch.no_grad()
-    def _theta_1_values(self, params: list[torch.Tensor], grads: list[torch.Tensor | None]) -> list[torch.Tensor]:
+    def _theta_1_values(self, params: list[torch.Tensor], grads: list[torch.Tensor | None],
+                        keep_moments: bool = False) -> list[torch.Tensor]:
         """theta_1 as values only (hard and first-order soft labels): Trainer's clipping (torch's
         clip_grad_norm_), then the student optimizer's own functional update (torch.optim.adamw.adamw /
-        sgd.sgd, fused or foreach as the optimizer) on copies of the parameters and of its state."""
+        sgd.sgd, fused or foreach as the optimizer) on copies of the parameters and of its state.
+        `keep_moments`: keep the clipped gradients and the updated copies of the moments for `_theta_1_vjp`, in
+        `self._pseudo_step_moments` {parameter index: (clipped gradient, m, v)}."""
         opt = self._student_optimizer()
         present = [i for i, g in enumerate(grads) if g is not None]
         clipped = [grads[i].detach().clone() for i in present]
@@ -524,6 +531,7 @@ class MetaLMTrainer(Trainer):
             coef = (self.args.max_grad_norm / (torch.nn.utils.get_total_norm(clipped) + 1e-6)).clamp(max=1.0)
             torch._foreach_mul_(clipped, coef)
         theta_1 = [p.detach() for p in params]
+        moments = {}
         slot = {id(params[i]): (i, g) for i, g in zip(present, clipped)}
         for group in opt.param_groups:
             members = [slot[id(p)] for p in group["params"] if id(p) in slot]
@@ -552,6 +560,11 @@ class MetaLMTrainer(Trainer):
                                  weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)
             for (i, _), value in zip(members, new):
                 theta_1[i] = value
+            if keep_moments:
+                for k, (i, grad) in enumerate(members):
+                    moments[i] = (grad, None, None) if type(opt) is torch.optim.SGD else (grad, exp_avgs[k],
+                                                                                         exp_avg_sqs[k])
+        self._pseudo_step_moments = moments if keep_moments else None
         return theta_1
 
     # ---------------------------------------------------------------------------------------------- the meta step
@@ -624,7 +637,7 @@ class MetaLMTrainer(Trainer):
         if second_order:
             theta_1 = self._theta_1(theta_0, pseudo_grads)
         else:
-            theta_1 = self._theta_1_values(theta_0, pseudo_grads)
+            theta_1 = self._theta_1_values(theta_0, pseudo_grads, keep_moments=soft)  # first order: w needs them
 
         # eq. 2 (support) and eq. 3 (query), both from the same task
         task = self._next_task()
