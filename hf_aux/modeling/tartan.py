@@ -282,9 +282,13 @@ class TartanModel(nn.Module):
             raise ValueError(f"task '{name}': field 'name': the model has no MLM head for it "
                              f"(it has {self.auxiliary_tasks})")
         hidden = self.body(**{k: batch[k] for k in BODY_INPUT_KEYS if k in batch}).last_hidden_state  # [B, L, H]
-        labels = batch["labels"]
+        return self._head_mlm_loss(name, hidden, batch["labels"], self.classifier.get_input_embeddings().weight)
+
+    def _head_mlm_loss(self, name: str, hidden: torch.Tensor, labels: torch.Tensor,
+                       embedding: torch.Tensor) -> torch.Tensor:
+        """Head `name`'s MLM cross-entropy on body states `hidden` [B, L, H], logits only where labels != -100."""
         chosen = labels != -100
-        logits = self.mlm_heads[name](hidden[chosen], self.classifier.get_input_embeddings().weight)  # [M, V]
+        logits = self.mlm_heads[name](hidden[chosen], embedding)  # [M, V]
         total = F.cross_entropy(logits.float(), labels[chosen], reduction="sum")
         return total / chosen.sum().clamp_min(1)
 
@@ -397,14 +401,10 @@ class TartanModel(nn.Module):
                 total = 0.0
                 for name in names:
                     batch = draw(name)
-                    labels = batch["labels"]
-                    chosen = labels != -100
                     with torch.no_grad():
                         hidden = self.body(**{k: batch[k] for k in BODY_INPUT_KEYS if k in batch}).last_hidden_state
                     with torch.enable_grad():
-                        logits = self.mlm_heads[name](hidden[chosen], embedding)
-                        loss = F.cross_entropy(logits.float(), labels[chosen], reduction="sum")
-                        loss = loss / chosen.sum().clamp_min(1)
+                        loss = self._head_mlm_loss(name, hidden, batch["labels"], embedding)
                     total = total + loss
                     last[name] = loss.detach()
                     first.setdefault(name, last[name])
