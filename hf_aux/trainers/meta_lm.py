@@ -257,7 +257,6 @@ class MetaLMTrainer(Trainer):
         self._task_steps_left = 0
         self._meta_steps = 0
         self._metrics: dict[str, list[torch.Tensor]] = defaultdict(list)
-        self._pseudo_step_moments: dict | None = None  # first order: from _theta_1_values to _theta_1_vjp
 
     # ---------------------------------------------------------------------------------------------- set-up
     def _check_supported_setup(self):
@@ -478,17 +477,13 @@ class MetaLMTrainer(Trainer):
 
     @torch.no_grad()
     def _theta_1_vjp(self, params: list[torch.Tensor], grads: list[torch.Tensor | None],
-                     cotangents: list[torch.Tensor]) -> list[torch.Tensor | None]:
+                     cotangents: list[torch.Tensor], moments: dict) -> list[torch.Tensor | None]:
         """w = (dtheta_1/dg)^T v for `_theta_1`'s map from the gradient g to theta_1 (clipping, then the
         optimizer's update), in closed form (`clip_by_total_norm_vjp`, `adamw_update_vjp_from_moments`; -lr v for
         SGD). It reuses, and overwrites, the clipped gradient and updated moments that `_theta_1_values(...,
-        keep_moments=True)` left in `self._pseudo_step_moments` (one fresh parameter-sized list instead of seven)."""
+        moments=...)` filled in `moments` (one fresh parameter-sized list instead of seven)."""
         opt = self._student_optimizer()
         present = [i for i, g in enumerate(grads) if g is not None]
-        kept = self._pseudo_step_moments
-        self._pseudo_step_moments = None
-        if kept is None or set(kept) != set(present):
-            raise RuntimeError("MetaLMTrainer._theta_1_vjp: call _theta_1_values(..., keep_moments=True) first")
         through_update = [None] * len(params)
         slot = {id(params[i]): i for i in present}
         for group in opt.param_groups:  # one foreach call per param group and optimizer step count
@@ -504,7 +499,8 @@ class MetaLMTrainer(Trainer):
                 else:
                     beta1, beta2 = group["betas"]
                     values = adamw_update_vjp_from_moments(
-                        [kept[i][0] for i in indices], [kept[i][1] for i in indices], [kept[i][2] for i in indices],
+                        [moments[i][0] for i in indices], [moments[i][1] for i in indices],
+                        [moments[i][2] for i in indices],
                         step, float(group["lr"]), beta1, beta2, group["eps"], cotangent)
                 for i, value in zip(indices, values):
                     through_update[i] = value
@@ -518,12 +514,12 @@ class MetaLMTrainer(Trainer):
 
     @torch.no_grad()
     def _theta_1_values(self, params: list[torch.Tensor], grads: list[torch.Tensor | None],
-                        keep_moments: bool = False) -> list[torch.Tensor]:
+                        moments: dict | None = None) -> list[torch.Tensor]:
         """theta_1 as values only (hard and first-order soft labels): Trainer's clipping (torch's
         clip_grad_norm_), then the student optimizer's own functional update (torch.optim.adamw.adamw /
         sgd.sgd, fused or foreach as the optimizer) on copies of the parameters and of its state.
-        `keep_moments`: keep the clipped gradients and the updated copies of the moments for `_theta_1_vjp`, in
-        `self._pseudo_step_moments` {parameter index: (clipped gradient, m, v)}."""
+        `moments`: a dict to fill with the clipped gradients and the updated copies of the moments, for
+        `_theta_1_vjp`: {parameter index: (clipped gradient, m, v)}."""
         opt = self._student_optimizer()
         present = [i for i, g in enumerate(grads) if g is not None]
         clipped = [grads[i].detach().clone() for i in present]
@@ -531,7 +527,6 @@ class MetaLMTrainer(Trainer):
             coef = (self.args.max_grad_norm / (torch.nn.utils.get_total_norm(clipped) + 1e-6)).clamp(max=1.0)
             torch._foreach_mul_(clipped, coef)
         theta_1 = [p.detach() for p in params]
-        moments = {}
         slot = {id(params[i]): (i, g) for i, g in zip(present, clipped)}
         for group in opt.param_groups:
             members = [slot[id(p)] for p in group["params"] if id(p) in slot]
@@ -560,11 +555,10 @@ class MetaLMTrainer(Trainer):
                                  weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)
             for (i, _), value in zip(members, new):
                 theta_1[i] = value
-            if keep_moments:
+            if moments is not None:
                 for k, (i, grad) in enumerate(members):
                     moments[i] = (grad, None, None) if type(opt) is torch.optim.SGD else (grad, exp_avgs[k],
                                                                                          exp_avg_sqs[k])
-        self._pseudo_step_moments = moments if keep_moments else None
         return theta_1
 
     # ---------------------------------------------------------------------------------------------- the meta step
@@ -637,7 +631,8 @@ class MetaLMTrainer(Trainer):
         if second_order:
             theta_1 = self._theta_1(theta_0, pseudo_grads)
         else:
-            theta_1 = self._theta_1_values(theta_0, pseudo_grads, keep_moments=soft)  # first order: w needs them
+            moments = {} if soft else None  # first order: w needs them
+            theta_1 = self._theta_1_values(theta_0, pseudo_grads, moments=moments)
 
         # eq. 2 (support) and eq. 3 (query), both from the same task
         task = self._next_task()
@@ -660,7 +655,7 @@ class MetaLMTrainer(Trainer):
             query_grads = [torch.zeros_like(t) if g is None else g for g, t in zip(query_grads, theta_2)]
             if soft:
                 ok, teacher_outputs, teacher_cotangents = self._first_order_soft_signal(
-                    student, names, theta_0, pseudo_grads, query_grads, label_leaves, base_label_grads,
+                    student, names, theta_0, pseudo_grads, query_grads, moments, label_leaves, base_label_grads,
                     (x_probs, y_probs), mask, seed)
                 teacher_outputs.append(aux_loss)
                 teacher_cotangents.append(None)
@@ -701,14 +696,14 @@ class MetaLMTrainer(Trainer):
         return [t if g is None else sgd_update(t, g if create_graph else g.detach(), self.args.inner_learning_rate)
                 for t, g in zip(theta_1, grads)]
 
-    def _first_order_soft_signal(self, student, names, theta_0, pseudo_grads, query_grads, label_leaves,
+    def _first_order_soft_signal(self, student, names, theta_0, pseudo_grads, query_grads, moments, label_leaves,
                                  base_label_grads, probs, mask, seed):
         """First-order soft labels: the teacher's meta signal as cotangents of its soft labels
         (`first_order_soft_label_grads`): w = (dtheta_1/dg)^T v in closed form (`_theta_1_vjp`), then one forward
         and backward of the pseudo step at theta_0 + e w with the same dropout masks.
         Returns (finite?, [soft-label tensors of the teacher's graph], [lambda_meta * dL/dp])."""
         args, tokens = self.args, self.meta_tokens
-        w = self._theta_1_vjp(theta_0, pseudo_grads, query_grads)
+        w = self._theta_1_vjp(theta_0, pseudo_grads, query_grads, moments)
         embedding = student.get_input_embeddings().weight
         embedding_index = next((i for i, p in enumerate(theta_0) if p is embedding), None)
 
