@@ -344,13 +344,70 @@ def logged_series(log_history: list[dict], prefix: str) -> dict[str, list[tuple[
     return series
 
 
+MAX_SERIES_PER_PANEL = 6  # more lines than this in one panel cannot be told apart at the card's size
+
+
+def _series_family(name: str) -> str:
+    """Which panel a logged key belongs to: 'loss/<task>' -> 'loss/', 'eval_<task>_loss' -> 'eval_<task>_loss',
+    anything else (the overall training and evaluation losses, a trainer's named loss parts) -> ''."""
+    if "/" in name:
+        return name.split("/", 1)[0] + "/"
+    if name.startswith("eval_") and name.endswith("_loss") and name != "eval_loss":
+        return "eval_<task>_loss"
+    return ""
+
+
+def loss_panels(series: dict[str, list[tuple[float, float]]], keys: tuple = ("loss", "eval_loss"),
+                title: str = "Loss") -> list[tuple[str, dict[str, list[tuple[float, float]]]]]:
+    """Split loss series into panels a person can read: the overall panel first (`keys` first in it), then one
+    panel per family of per-task keys ('loss/<task>', 'eval_<task>_loss', ...), none with more than
+    `MAX_SERIES_PER_PANEL` series (a larger family is cut into several panels, '(1/3)' ...)."""
+    families: dict[str, dict[str, list[tuple[float, float]]]] = {"": {}}
+    for name in [k for k in keys if k in series] + sorted(k for k in series if k not in keys):
+        families.setdefault(_series_family(name), {})[name] = series[name]
+    panels = []
+    order = sorted(families, key=lambda f: (f != "", f != "loss/", f == "eval_<task>_loss", f))
+    for family in order:
+        members = families[family]
+        if not members:
+            continue
+        label = f"{title}: {_FAMILY_TITLES.get(family, family + '*' if family.endswith('/') else family)}" \
+            if family else title
+        panels.extend(_chunked(label, {_task_of(name, family): points for name, points in members.items()}))
+    return panels
+
+
+_FAMILY_TITLES = {"loss/": "training loss per task", "eval_<task>_loss": "evaluation loss per task"}
+
+
+def _task_of(name: str, family: str) -> str:
+    """The legend label of a per-task key: the task's name alone ('loss/imdb' and 'eval_imdb_loss' -> 'imdb')."""
+    if family.endswith("/"):
+        return name[len(family):] or name
+    if family == "eval_<task>_loss":
+        return name[len("eval_"):-len("_loss")]
+    return name
+
+
+def _chunked(label: str, series: dict) -> list[tuple[str, dict]]:
+    names = list(series)
+    size = math.ceil(len(names) / math.ceil(len(names) / MAX_SERIES_PER_PANEL))  # balanced: 9 -> 5 + 4, not 6 + 3
+    chunks = [names[i:i + size] for i in range(0, len(names), size)]
+    if len(chunks) == 1:
+        return [(label, series)]
+    return [(f"{label} ({i}/{len(chunks)})", {name: series[name] for name in chunk})
+            for i, chunk in enumerate(chunks, 1)]
+
+
 def plot_loss_curves(log_history: list[dict], path: str | os.PathLike, keys: tuple = ("loss", "eval_loss"),
-                     title: str = "Loss") -> Path:
+                     title: str = "Loss", exclude_prefixes: tuple = ()) -> Path:
     """Plot the losses logged in `trainer.state.log_history` against the step and save a PNG at `path`.
 
     Every logged loss is drawn (a key with "loss" as one of its words: the training loss, the evaluation loss, and
-    per-task or per-objective losses a trainer logs, e.g. "loss_sst2", "rtd_loss", "mlm_loss/layer_4"), each as its
-    own line; `keys` come first in the legend.
+    per-task or per-objective losses a trainer logs, e.g. "loss/sst2", "rtd_loss", "eval_imdb_loss"), in small
+    multiples: the overall losses (`keys` first) in one panel, each family of per-task losses in panels of its own,
+    at most `MAX_SERIES_PER_PANEL` lines a panel, legends beside the axes. Keys starting with one of
+    `exclude_prefixes` are left out (e.g. MUPPET's "scaled_loss/": the same curves as "loss/", rescaled).
     Raises ValueError when nothing loss-like was logged.
     """
     series: dict[str, list[tuple[float, float]]] = {}
@@ -359,37 +416,51 @@ def plot_loss_curves(log_history: list[dict], path: str | os.PathLike, keys: tup
         if step is None:
             continue
         for name, value in entry.items():
-            if _is_loss_key(name) and isinstance(value, (int, float)) and math.isfinite(value):
+            if _is_loss_key(name) and isinstance(value, (int, float)) and math.isfinite(value) \
+                    and not name.startswith(exclude_prefixes):
                 series.setdefault(name, []).append((step, float(value)))
     if not series:
         raise ValueError("No loss was logged: trainer.state.log_history has no entry with a '*loss' key and a step")
-    ordered = {name: series[name] for name in keys if name in series}
-    ordered.update({name: values for name, values in sorted(series.items()) if name not in ordered})
-    return plot_weights_over_time(ordered, path, title=title, ylabel="loss")
+    return plot_panels(loss_panels(series, keys, title), path, ylabel="loss")
 
 
 def plot_weights_over_time(series: dict[str, list[tuple[float, float]]], path: str | os.PathLike,
                            title: str = "Weights over training", ylabel: str = "weight",
-                           xlabel: str = "step") -> Path:
-    """Plot named series of (step, value) pairs, e.g. TARTAN's task weights or AMOS's mixture weights, to a PNG."""
+                           xlabel: str = "optimizer step") -> Path:
+    """Plot named series of (step, value) pairs, e.g. TARTAN's task weights or AMOS's mixture weights, to a PNG
+    (several panels when there are more than `MAX_SERIES_PER_PANEL` series)."""
     if not series or not any(series.values()):
         raise ValueError(f"Nothing to plot for {title!r}: every series is empty")
+    return plot_panels(_chunked(title, series), path, ylabel=ylabel, xlabel=xlabel)
+
+
+def plot_panels(panels: list[tuple[str, dict[str, list[tuple[float, float]]]]], path: str | os.PathLike,
+                ylabel: str, xlabel: str = "optimizer step") -> Path:
+    """Draw each (title, {name: [(step, value), ...]}) as its own panel, two columns at most, each panel's legend
+    outside its axes on the right, and save a PNG at `path`."""
+    panels = [(title, {name: points for name, points in series.items() if points}) for title, series in panels]
+    panels = [(title, series) for title, series in panels if series]
+    if not panels:
+        raise ValueError("Nothing to plot: every series is empty")
     plt = _pyplot()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure, axes = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+    columns = 1 if len(panels) == 1 else 2
+    rows = math.ceil(len(panels) / columns)
+    figure, grid = plt.subplots(rows, columns, figsize=(6.4 * columns, 3.2 * rows), dpi=100, squeeze=False,
+                                layout="constrained")
     try:
-        for name, points in series.items():
-            if not points:
-                continue
-            steps, values = zip(*sorted(points))
-            axes.plot(steps, values, label=name, marker="o" if len(points) < 20 else None, markersize=3)
-        axes.set_xlabel(xlabel)
-        axes.set_ylabel(ylabel)
-        axes.set_title(title)
-        axes.grid(alpha=0.3)
-        axes.legend(fontsize="small")
-        figure.tight_layout()
+        for axes, (title, series) in zip(grid.flat, panels):
+            for name, points in series.items():
+                steps, values = zip(*sorted(points))
+                axes.plot(steps, values, label=name, marker="o" if len(points) < 20 else None, markersize=3)
+            axes.set_xlabel(xlabel)
+            axes.set_ylabel(ylabel)
+            axes.set_title(title, fontsize="medium")
+            axes.grid(alpha=0.3)
+            axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+        for axes in list(grid.flat)[len(panels):]:
+            axes.set_visible(False)
         figure.savefig(path, format="png")
     finally:
         plt.close(figure)

@@ -14,7 +14,8 @@ from huggingface_hub import ModelCard
 from transformers import TrainingArguments
 
 from hf_aux.model_card import (
-    PAPERS, TaskSummary, hyperparameters_from_args, plot_loss_curves, plot_weights_over_time, render_model_card,
+    MAX_SERIES_PER_PANEL, PAPERS, TaskSummary, hyperparameters_from_args, loss_panels, plot_loss_curves,
+    plot_weights_over_time, render_model_card,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,7 +143,7 @@ def test_loss_curve_and_weights_figures(tmp_path):
     log_history = [{"loss": 2.0 - 0.1 * step, "loss_rt": 1.0, "step": step} for step in range(1, 11)]
     log_history += [{"eval_loss": 1.5, "step": 10}, {"train_loss": 1.7, "train_runtime": 3.0, "step": 10}]
     path = plot_loss_curves(log_history, tmp_path / "figures" / "loss.png")
-    assert _png_size(path) == (640, 400)
+    assert _png_size(path) == (640, 320)  # one panel: loss, eval_loss and loss_rt
     pixels = matplotlib.image.imread(path)[..., :3]
     blue = (abs(pixels - [31 / 255, 119 / 255, 180 / 255]).sum(-1) < 0.05).sum()  # matplotlib's first line colour
     assert blue > 100
@@ -150,11 +151,34 @@ def test_loss_curve_and_weights_figures(tmp_path):
     weights = {"tapt_mlm": [(step, 0.5 + 0.01 * step) for step in range(20)],
                "dapt_mlm": [(step, 0.5 - 0.01 * step) for step in range(20)]}
     other = plot_weights_over_time(weights, tmp_path / "figures" / "weights.png", title="TARTAN task weights")
-    assert _png_size(other) == (640, 400) and other.read_bytes() != path.read_bytes()
+    assert _png_size(other) == (640, 320) and other.read_bytes() != path.read_bytes()
     with pytest.raises(ValueError, match="No loss was logged"):
         plot_loss_curves([{"learning_rate": 0.1, "step": 1}], tmp_path / "none.png")
     with pytest.raises(ValueError, match="every series is empty"):
         plot_weights_over_time({"a": []}, tmp_path / "none.png")
+
+
+def test_many_task_losses_become_small_multiples(tmp_path):
+    """Nine tasks' training and evaluation losses: the overall panel first, then per-task panels of at most six
+    lines (balanced 5 + 4), training before evaluation, the excluded prefix left out."""
+    tasks = [f"task{i}" for i in range(9)]
+    series = {"loss": [(1, 1.0)], "eval_loss": [(1, 1.0)], "rtd_loss": [(1, 1.0)]}
+    series.update({f"loss/{t}": [(1, 1.0)] for t in tasks})
+    series.update({f"eval_{t}_loss": [(1, 1.0)] for t in tasks})
+    panels = loss_panels(series, title="MUPPET losses")
+    assert [title for title, _ in panels] == [
+        "MUPPET losses", "MUPPET losses: training loss per task (1/2)", "MUPPET losses: training loss per task (2/2)",
+        "MUPPET losses: evaluation loss per task (1/2)", "MUPPET losses: evaluation loss per task (2/2)"]
+    assert list(panels[0][1]) == ["loss", "eval_loss", "rtd_loss"]
+    assert [len(s) for _, s in panels] == [3, 5, 4, 5, 4] and max(len(s) for _, s in panels) <= MAX_SERIES_PER_PANEL
+    assert list(panels[1][1]) == tasks[:5] and list(panels[4][1]) == tasks[5:]  # legends name the task alone
+
+    history = [{"step": step, "loss": 1.0 / step, **{f"loss/{t}": 1.0 / step for t in tasks},
+                **{f"scaled_loss/{t}": 0.5 / step for t in tasks}} for step in range(1, 6)]
+    path = plot_loss_curves(history, tmp_path / "many.png", exclude_prefixes=("scaled_loss/",))
+    assert _png_size(path) == (1280, 640)  # three panels, two columns, two rows
+    weights = plot_weights_over_time({t: [(1, 0.1), (2, 0.2)] for t in tasks}, tmp_path / "w.png")
+    assert _png_size(weights) == (1280, 320)  # nine series -> two panels side by side
 
 
 def test_templates_ship_in_the_wheel_and_render_from_it(tmp_path):

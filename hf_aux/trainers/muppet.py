@@ -319,8 +319,10 @@ class MuppetTrainer(Trainer):
                                          eval_size=None if eval_data is None else len(eval_data), metrics=scores))
         figures = {}
         try:
-            plot_loss_curves(self.state.log_history, os.path.join(self.args.output_dir, "loss_curve.png"))
-            figures["loss_curve.png"] = "Training loss (overall and per task) and evaluation loss"
+            plot_loss_curves(self.state.log_history, os.path.join(self.args.output_dir, "loss_curve.png"),
+                             title="MUPPET losses", exclude_prefixes=("scaled_loss/",))
+            figures["loss_curve.png"] = ("Training and evaluation loss: overall, and per task in panels of their own "
+                                         "(raw losses; the scaled ones are these divided by log n)")
         except ValueError:  # nothing loss-like logged yet
             pass
         base = finetuned_from or getattr(body.config.encoder, "_name_or_path", None) or None
