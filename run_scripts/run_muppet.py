@@ -192,7 +192,9 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         train_result = trainer.train(resume_from_checkpoint=last_checkpoint)
         trainer.save_model()  # MUPPET-style: body as plain transformers (or its LoRA adapter) + heads beside it
         if lora_args.merge_lora and trainer.is_world_process_zero():
-            model.save_merged(os.path.join(training_args.output_dir, MERGED_SUBFOLDER))  # AutoModel loads it alone
+            merged_dir = os.path.join(training_args.output_dir, MERGED_SUBFOLDER)
+            model.save_merged(merged_dir)  # AutoModel loads it alone
+            tokenizer.save_pretrained(merged_dir)  # (and SentenceTransformer, for a sentence-transformers body)
         metrics = dict(train_result.metrics)
         metrics["train_samples"] = sum(len(d) for d in train_data.values())
         trainer.log_metrics("train", metrics)

@@ -335,7 +335,9 @@ def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_
         train_result = trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_model()
         if lora_args.merge_lora and trainer.is_world_process_zero():
-            model.save_merged(os.path.join(training_args.output_dir, MERGED_SUBFOLDER))  # a plain classifier checkpoint
+            merged_dir = os.path.join(training_args.output_dir, MERGED_SUBFOLDER)
+            model.save_merged(merged_dir)  # a plain classifier checkpoint
+            tokenizer.save_pretrained(merged_dir)
         metrics = train_result.metrics
         metrics["train_samples"] = len(features["train"])
         trainer.log_metrics("train", metrics)

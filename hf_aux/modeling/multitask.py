@@ -41,6 +41,7 @@ from transformers.utils import ModelOutput, cached_file
 
 from ..adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, base_of, is_lora_body, load_lora_body, lora_body,
                         merged_body, save_lora_body)
+from ..sentence_transformers_files import copy_sentence_transformers_files
 from ..tasks import TASK_KINDS, TaskSpec, task_error
 
 logger = logging.getLogger(__name__)
@@ -435,6 +436,7 @@ class MultiTaskModel(PreTrainedModel):
                 save_lora_body(self.body, save_directory, state_dict=body_state)
             else:
                 self.body.save_pretrained(save_directory, state_dict=body_state, **kwargs)
+                copy_sentence_transformers_files(self.body.config._name_or_path, save_directory)
             self._save_heads_and_metadata(save_directory, state, adapter="lora" if self.has_body_lora else None)
         if push_to_hub and is_main_process:  # token scan and clear errors, as every hf_aux push
             from ..hub import push_folder_to_hub
@@ -462,6 +464,7 @@ class MultiTaskModel(PreTrainedModel):
         os.makedirs(save_directory, exist_ok=True)
         merged = merged_body(self.body)
         merged.save_pretrained(save_directory, **kwargs)
+        copy_sentence_transformers_files(merged.config._name_or_path, save_directory)
         self._save_heads_and_metadata(save_directory, self.state_dict(), adapter=None)
 
     def _multitask_metadata(self, adapter: str | None = None) -> dict:

@@ -48,6 +48,7 @@ from transformers.utils import ModelOutput
 
 from ..adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, is_lora_body, load_lora_body, load_lora_weights,
                         lora_body, merged_body, save_lora_body)
+from ..sentence_transformers_files import copy_sentence_transformers_files
 
 TARTAN_CONFIG_NAME = "tartan_config.json"
 TARTAN_HEADS_NAME = "tartan_heads.safetensors"
@@ -448,6 +449,7 @@ class TartanModel(nn.Module):
                       metadata={"format": "pt"})
         else:
             self.classifier.save_pretrained(save_directory, **kwargs)
+            copy_sentence_transformers_files(self.classifier.config._name_or_path, save_directory)
         save_file(self.heads_state_dict(), os.path.join(save_directory, TARTAN_HEADS_NAME), metadata={"format": "pt"})
         with open(os.path.join(save_directory, TARTAN_CONFIG_NAME), "w") as f:
             json.dump(self.tartan_metadata(), f, indent=2, sort_keys=True)
