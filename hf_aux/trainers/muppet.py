@@ -56,7 +56,7 @@ class MuppetConfig(HubTokenSafeArgsMixin, TrainingArguments):
 
     batching: str = field(default="heterogeneous", metadata={
         "help": "How sub-batches form updates: 'heterogeneous' (several tasks per update, MUPPET §3.2), "
-                "'batch_homogeneous' (one task per update) or 'dataset_homogeneous' (one task after another); §5.2."})
+                "'batch_homogeneous' (one task per update; the few left-over batches pooled) or 'dataset_homogeneous' (one task after another); §5.2."})
     task_sampling_temperature: float = field(default=1.0, metadata={
         "help": "Batches per task proportional to size ** (1 / T). 1 = natural sizes (the paper's choice, §3.4); "
                 "larger values move towards uniform."})
