@@ -70,6 +70,9 @@ class MuppetConfig(HubTokenSafeArgsMixin, TrainingArguments):
         "help": "R3F noise scale: U(-eps, eps) on the input embeddings for classification, choice and span heads; "
                 "N(0, eps^2) for seq2seq."})
     r3f_lambda: float = field(default=1.0, metadata={"help": "Weight of the R3F symmetric KL term."})
+    label_smoothing_factor: float = field(default=0.1, metadata={
+        "help": "Label smoothing of the seq2seq tasks' cross entropy (Table 2: label-smoothed CE; 0.1 is the value "
+                "of fairseq's BART summarisation recipe). The only smoothing setting; other task kinds use plain CE."})
     generation_max_length: int = field(default=64, metadata={
         "help": "Longest greedy output when evaluating seq2seq tasks with ROUGE."})
     remove_unused_columns: bool = field(default=False, metadata={
