@@ -238,6 +238,33 @@ def test_spectral_norm_heads_round_trip(tok, tmp_path):
     assert sigma.item() == pytest.approx(1.0, abs=0.05)
 
 
+def test_r4f_spectrally_normalises_every_head_kind_it_fits(tok, tmp_path):
+    """R4F (§3.2) normalises the heads' projections: the classification/regression heads, the shared
+    multiple-choice head and the span head alike (the seq2seq LM head is the pre-trained tied embedding: left)."""
+    model = build(tok, "bert", spectral_norm_heads=True)
+    heads = {"sentiment": model.classification_heads["sentiment"], "score": model.classification_heads["score"],
+             "answer_pick": model.multiple_choice_head, "squad_like": model.span_head}
+    linears = {name: [m for m in head.modules() if isinstance(m, torch.nn.Linear)] for name, head in heads.items()}
+    for name, layers in linears.items():
+        assert layers and all(torch.nn.utils.parametrize.is_parametrized(m, "weight") for m in layers), name
+    model.train()
+    inputs = batches(tok)
+    for _ in range(30):  # power iterations run in training forwards
+        for name in heads:
+            model(task=name, **inputs[name])
+    for name, layers in linears.items():
+        for layer in layers:
+            assert torch.linalg.matrix_norm(layer.weight, ord=2).item() == pytest.approx(1.0, abs=0.05), name
+    model.eval()
+    model.save_pretrained(tmp_path)
+    restored = MultiTaskModel.from_pretrained(tmp_path).eval()
+    for name in ("answer_pick", "squad_like"):
+        for field in ("logits", "start_logits"):
+            if getattr(model(task=name, **inputs[name]), field) is not None:
+                torch.testing.assert_close(getattr(restored(task=name, **inputs[name]), field),
+                                           getattr(model(task=name, **inputs[name]), field), msg=name)
+
+
 def test_plain_trainer_trains_and_resumes_a_multitask_model(tok, tmp_path):
     """Trainer checkpoints are MUPPET-style; Trainer's own resume restores the body through load_state_dict, and
     load_checkpoint_heads the heads. Trained parameters move; the unused pooler stays frozen."""

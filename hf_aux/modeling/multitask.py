@@ -10,6 +10,8 @@
   bias and scaling (T5 rescales the decoder states by d_model ** -0.5 before a tied projection, BART adds
   `final_logits_bias`, an untied head has its own matrix). A seq2seq task needs an encoder-decoder body.
   Sentence-level heads read the decoder states (the body's encoder and decoder, without the LM head).
+- with `spectral_norm_heads` (R4F, §3.2), every head's linear maps are spectrally normalised: classification,
+  regression, multiple-choice and span heads (the seq2seq LM head is the body's pre-trained projection: left as is).
 
 MUPPET-style checkpoints. `save_pretrained(dir)` writes
   config.json + model.safetensors       the body alone, exactly as its own class saves it: plain transformers
@@ -207,9 +209,12 @@ class MultiTaskModel(PreTrainedModel):
             self.classification_heads[task["name"]] = ClassificationHead(
                 hidden, task["num_labels"], dropout, spectral_norm=self.config.spectral_norm_heads)
         elif kind == "multiple_choice" and self.multiple_choice_head is None:
-            self.multiple_choice_head = ClassificationHead(hidden, 1, dropout)
+            self.multiple_choice_head = ClassificationHead(hidden, 1, dropout,
+                                                           spectral_norm=self.config.spectral_norm_heads)
         elif kind == "extractive_qa" and self.span_head is None:
             self.span_head = nn.Linear(hidden, 2)
+            if self.config.spectral_norm_heads:
+                self.span_head = nn.utils.parametrizations.spectral_norm(self.span_head)
 
     def _freeze_unused_pooler(self) -> None:
         # BERT/RoBERTa bodies carry a pooler that the heads here do not use (they read the first token's state).

@@ -11,8 +11,8 @@ What one optimizer update does (§3):
   sub-batch weighing the same whatever its task or token count (`loss_is_scaled_for_ga = False`;
   `num_items_in_batch`, a token count, is deliberately unused: it would let long seq2seq targets dominate).
 - optionally R3F/R4F (§3.2): + lambda * symmetric KL between predictions on clean and noise-perturbed input
-  embeddings (training only); R4F also needs the model's classification heads spectrally normalised
-  (`MultiTaskConfig.spectral_norm_heads`).
+  embeddings (training only); R4F also needs the model's heads (classification,
+  regression, multiple choice, span) spectrally normalised (`MultiTaskConfig.spectral_norm_heads`).
 LoRA (`peft_config=LoraConfig(...)`, issue #8): the shared body becomes a peft model with frozen base weights;
 its adapters and every task head train. Checkpoints (intermediate ones too) hold the adapter (peft's
 adapter_config.json + adapter_model.safetensors) and the heads, not the frozen base; resume restores both
@@ -65,7 +65,7 @@ class MuppetConfig(HubTokenSafeArgsMixin, TrainingArguments):
                 "Switch off for the ablation."})
     robust_finetuning: str = field(default="none", metadata={
         "help": "'none', 'r3f' (symmetric-KL noise regulariser) or 'r4f' (R3F + spectrally normalised "
-                "classification heads; build the model with spectral_norm_heads=True)."})
+                "task heads; build the model with spectral_norm_heads=True)."})
     r3f_eps: float = field(default=1e-5, metadata={
         "help": "R3F noise scale: U(-eps, eps) on the input embeddings for classification, choice and span heads; "
                 "N(0, eps^2) for seq2seq."})
