@@ -307,7 +307,8 @@ class MuppetTrainer(Trainer):
         `evaluate()`, train sizes, hyper-parameters, a loss curve."""
         if not self.is_world_process_zero():
             return
-        from ..model_card import TaskSummary, hyperparameters_from_args, plot_loss_curves, render_model_card
+        from ..model_card import (TaskSummary, card_base_model, hyperparameters_from_args, plot_loss_curves,
+                                  render_model_card)
 
         body = self.accelerator.unwrap_model(self.model)
         train_sizes = dict(zip(self.train_dataset.task_names, self.train_dataset.sizes)) if self.train_dataset else {}
@@ -326,11 +327,10 @@ class MuppetTrainer(Trainer):
             figures["loss_curve.png"] = "Training loss (overall and per task) and evaluation loss"
         except ValueError:  # nothing loss-like logged yet
             pass
-        base = finetuned_from or getattr(body.config.encoder, "_name_or_path", None) or None
         card = render_model_card(
             "muppet", model_name=model_name or os.path.basename(os.path.abspath(self.args.output_dir)),
             model_id=self.args.hub_model_id,
-            base_model=base if base and not os.path.isabs(str(base)) else None,
+            base_model=card_base_model(finetuned_from or getattr(body.config.encoder, "_name_or_path", None)),
             datasets=list(dataset_tags or []) if not isinstance(dataset_tags, str) else [dataset_tags],
             tasks=summaries, hyperparameters=hyperparameters_from_args(self.args), figures=figures,
             hf_aux_class="hf_aux.modeling.multitask.MultiTaskModel", license=license,
