@@ -27,14 +27,6 @@ QUIET = ["--report_to", "none", "--disable_tqdm", "true", "--use_cpu", "--loggin
 WORDS = "the movie film story actor plot was very really good bad fun boring".split()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @functools.cache
 def script_module(script):
     return load_run_script(script)
