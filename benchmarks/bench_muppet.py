@@ -6,6 +6,12 @@ Each configuration is a real Trainer: one `train()` of warm-up + measured optimi
 update taken by a callback (on_step_begin -> on_step_end). Runs are interleaved (A B A B ...), several rounds, and
 the ratio is of the medians of the per-update times, so drift from other processes largely cancels.
 
+Beside each measured ratio the last line carries its FLOP floor (`*flop_ratio`): the ratio of the FLOPs torch's
+FlopCounterMode counts in one update's forward and backward passes (its sub-batches, the same ones for both
+configurations; matrix products only, see flops.gflop_of), what the step would cost if it were matmul-bound.
+MUPPET's loss adds no matrix product (floor 1.0); R3F adds one forward and backward of the noisy embeddings
+(floor ~2.0); 50 tasks instead of 5 change only which head runs (floor ~1.0).
+
     python benchmarks/bench_muppet.py                       # BERT body hidden 256 x 4 layers (the README's figures)
     python benchmarks/bench_muppet.py --hidden 64 --layers 2  # a tiny body: Trainer's fixed costs dominate
 
@@ -25,6 +31,7 @@ import time
 
 import datasets
 import torch
+from flops import gflop_of
 from transformers import AutoModel, Trainer, TrainerCallback, TrainingArguments
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
@@ -85,24 +92,43 @@ def build(tasks, tokenizer, hidden, layers, length):
     return MultiTaskModel(MultiTaskConfig(encoder=body.config, tasks=tasks), body=body)
 
 
+def make_trainer(kind, model, train, tokenizer, args_common, out, callbacks=()):
+    if kind == "plain":
+        args = TrainingArguments(output_dir=out, **args_common)
+        data = MultiTaskDataset(train)
+        sampler = TaskBatchSampler(data.sizes, args.per_device_train_batch_size, args.gradient_accumulation_steps,
+                                   seed=args.seed)
+        return PlainTrainer(model=model, args=args, train_dataset=data, callbacks=list(callbacks), sampler=sampler,
+                            data_collator=MultiTaskCollator(tokenizer, model.task_names))
+    args = MuppetConfig(output_dir=out, robust_finetuning="r3f" if kind == "r3f" else "none", **args_common)
+    return MuppetTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer,
+                         callbacks=list(callbacks))
+
+
 def run(kind, tasks, train, tokenizer, args_common, hidden, layers, length):
     """One train() of a fresh model; returns the time of every update."""
     model = build(tasks, tokenizer, hidden, layers, length)
     timer = StepTimer()
     with tempfile.TemporaryDirectory() as out:
-        if kind == "plain":
-            args = TrainingArguments(output_dir=out, **args_common)
-            data = MultiTaskDataset(train)
-            sampler = TaskBatchSampler(data.sizes, args.per_device_train_batch_size, args.gradient_accumulation_steps,
-                                       seed=args.seed)
-            trainer = PlainTrainer(model=model, args=args, train_dataset=data, callbacks=[timer], sampler=sampler,
-                                   data_collator=MultiTaskCollator(tokenizer, model.task_names))
-        else:
-            args = MuppetConfig(output_dir=out, robust_finetuning="r3f" if kind == "r3f" else "none", **args_common)
-            trainer = MuppetTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer,
-                                    callbacks=[timer])
-        trainer.train()
+        make_trainer(kind, model, train, tokenizer, args_common, out, [timer]).train()
     return timer.times
+
+
+def update_gflop(kind, tasks, train, tokenizer, args_common, hidden, layers, length) -> float:
+    """GFLOPs of one update's forward and backward passes: its first `gradient_accumulation_steps` sub-batches of
+    the task sampler's stream (the same for every kind), each through the trainer's own compute_loss."""
+    model = build(tasks, tokenizer, hidden, layers, length)
+    with tempfile.TemporaryDirectory() as out:
+        trainer = make_trainer(kind, model, train, tokenizer, args_common, out)
+        loader = iter(trainer.get_train_dataloader())
+        sub_batches = [trainer._prepare_inputs(next(loader)) for _ in range(args_common["gradient_accumulation_steps"])]
+        model.train()
+
+        def one_update():
+            for inputs in sub_batches:
+                trainer.compute_loss(model, inputs).backward()
+
+        return gflop_of(one_update)
 
 
 def peak_rss_mb() -> float:
@@ -143,13 +169,21 @@ def main():
                            cli.layers, cli.length)[cli.warmup:]
             times[kind].extend(measured)
     medians = {k: statistics.median(v) for k, v in times.items()}
+    gflop = {kind: update_gflop("muppet" if kind == "muppet50" else kind, *mixtures[50 if kind == "muppet50" else 5],
+                                tokenizer, common, cli.hidden, cli.layers, cli.length) for kind in times}
     for kind, value in medians.items():
         print(f"{kind:>9}: median {value * 1000:8.1f} ms/update over {len(times[kind])} updates")
+    print("GFLOPs per update (forward + backward, matrix products): "
+          + ", ".join(f"{kind} {value:.3f}" for kind, value in gflop.items()))
     print(f"peak RSS of the whole benchmark process: {peak_rss_mb():.0f} MB")
     result = {"metric": "muppet_step_ratio", "ratio": round(medians["muppet"] / medians["plain"], 3), "goal": 1.03,
+              "flop_ratio": round(gflop["muppet"] / gflop["plain"], 4),
               "r3f_ratio": round(medians["r3f"] / medians["plain"], 3), "r3f_goal": 2.0,
+              "r3f_flop_ratio": round(gflop["r3f"] / gflop["plain"], 4),
               "tasks50_vs_5_ratio": round(medians["muppet50"] / medians["muppet"], 3), "tasks_goal": 1.05,
-              "peak_rss_mb": round(peak_rss_mb(), 1)}
+              "tasks50_vs_5_flop_ratio": round(gflop["muppet50"] / gflop["muppet"], 4),
+              "gflop_per_update": {k: round(v, 4) for k, v in gflop.items()},
+              "peak_rss_mb": round(peak_rss_mb(), 1), "load_average": [round(x, 2) for x in os.getloadavg()]}
     print(json.dumps(result))
 
 

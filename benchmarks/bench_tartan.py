@@ -12,7 +12,9 @@ A step = TartanTrainer.training_step on one end-task batch (plus the auxiliary a
 it draws) + optimizer.step + zero_grad. The two modes are interleaved (MT, META, MT, META, ...) after warm-up and
 the medians are compared, so drift from other processes on a shared machine largely cancels. Wall time and the
 process's CPU time (user + sys of all its threads) are both reported; on a loaded machine the CPU-time ratio is
-the steadier of the two.
+the steadier of the two. Beside the measured ratios the last line carries the FLOP floor (`flop_ratio`): the
+ratio of the FLOPs torch's FlopCounterMode counts in one step of each mode (matrix products and attention,
+forward and backward, optimizer excluded; flops.gflop_of), what the step would cost if it were matmul-bound.
 
 Memory: each mode runs alone in a fresh subprocess. It builds model and data, takes one warm-up step (Adam's state,
 lazy initialisations), then measures the peak over `--memory_steps` steps above what was resident before them:
@@ -42,6 +44,7 @@ import time
 
 import datasets
 import torch
+from flops import gflop_of
 from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
@@ -169,6 +172,7 @@ def main():
     with tempfile.TemporaryDirectory() as out:
         mt = build("mt", args, os.path.join(out, "mt"))
         runs = {"mt": mt[:2], "meta": build("meta", args, os.path.join(out, "meta"), data=mt[2])[:2]}
+        gflop = {mode: gflop_of(lambda mode=mode: step(*runs[mode])) for mode in runs}  # one step each, not timed
         wall, cpu = {"mt": [], "meta": []}, {"mt": [], "meta": []}
         for i in range(args.warmup + args.steps):
             for mode in ("mt", "meta"):  # interleaved
@@ -193,10 +197,13 @@ def main():
               f"  step peak memory {memory[mode]['step_peak_mib']:7.1f} MiB above the resident "
               f"{memory[mode]['process_peak_rss_mib'] - memory[mode]['step_peak_mib']:.0f} MiB")
     print(f"memory: {memory['mt']['measure']}")
+    print(f"GFLOPs per step (matrix products, forward + backward): MT {gflop['mt']:.2f}, META {gflop['meta']:.2f}")
     ratio = medians["meta"] / medians["mt"]
     print(json.dumps({
         "metric": "meta_vs_mt_step_ratio", "ratio": round(ratio, 3), "goal": 1.4,
         "cpu_time_ratio": round(cpu_medians["meta"] / cpu_medians["mt"], 3),
+        "flop_ratio": round(gflop["meta"] / gflop["mt"], 4),
+        "gflop_per_step": {mode: round(value, 3) for mode, value in gflop.items()},
         "mt_ms": round(medians["mt"] * 1000, 1), "meta_ms": round(medians["meta"] * 1000, 1),
         "mt_step_peak_mib": round(memory["mt"]["step_peak_mib"], 1),
         "meta_step_peak_mib": round(memory["meta"]["step_peak_mib"], 1),

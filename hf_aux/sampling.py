@@ -17,8 +17,12 @@ One epoch, a pure function of (seed, epoch):
                        (k + u) / c_i, u ~ U(0, 1)), so every window of an update holds tasks in proportion to their
                        sizes; an update that still came out with a single task swaps one of its batches with a
                        nearby update (counts are unchanged) so that it spans at least two tasks.
-   batch_homogeneous   (§5.2) every update is `sub_batches_per_update` batches of one task; the updates are shuffled.
-                       c_i is rounded up to a multiple of `sub_batches_per_update` so no update mixes tasks.
+   batch_homogeneous   (§5.2) every update is `sub_batches_per_update` (G) batches of one task; the updates are
+                       shuffled. The counts c_i stay those above, so the ablation changes only how updates are
+                       composed, not how often each task is seen: the c_i mod G batches a task has left over after
+                       its whole updates are pooled with the other tasks' remainders (shuffled) and cut into at most
+                       as many mixed updates as there are tasks; the pool's last, short update ends the epoch (as
+                       in the other strategies, only the epoch's last update can be short).
    dataset_homogeneous (§5.2) one dataset after another, in mixture order (each task's batches shuffled).
 Resuming mid-epoch needs no extra state: Trainer skips the batches already seen, and the order is recomputed from
 (seed, epoch). `state_dict()` records what the order depends on so a resume can check it did not change.
@@ -96,10 +100,7 @@ class TaskBatchSampler(torch.utils.data.Sampler):
         self.offsets = np.concatenate([[0], np.cumsum(self.task_sizes)]).astype(np.int64)
         self.batch_size, self.group = batch_size, sub_batches_per_update
         self.strategy, self.temperature, self.seed = strategy, temperature, seed
-        counts = batch_counts(self.task_sizes, batch_size, temperature)
-        if strategy == "batch_homogeneous":
-            counts = [math.ceil(c / self.group) * self.group for c in counts]
-        self.counts = counts
+        self.counts = batch_counts(self.task_sizes, batch_size, temperature)  # the same for every strategy
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -128,12 +129,21 @@ class TaskBatchSampler(torch.utils.data.Sampler):
         if self.strategy == "dataset_homogeneous":
             order = [(t, k) for t, count in enumerate(self.counts) for k in range(count)]
         elif self.strategy == "batch_homogeneous":
-            updates = [(t, k) for t, count in enumerate(self.counts) for k in range(0, count, self.group)]
-            order = [(t, k + j) for i in rng.permutation(len(updates)) for t, k in [updates[i]]
-                     for j in range(self.group)]
+            order = self._batch_homogeneous_order(rng)
         else:
             order = self._heterogeneous_order(rng)
         return [(t, batches[t][k]) for t, k in order]
+
+    def _batch_homogeneous_order(self, rng: np.random.Generator) -> list[tuple[int, int]]:
+        group = self.group
+        updates = [[(t, k + j) for j in range(group)]  # each task's whole updates of G of its batches
+                   for t, count in enumerate(self.counts) for k in range(0, count - count % group, group)]
+        leftover = [(t, k) for t, count in enumerate(self.counts) for k in range(count - count % group, count)]
+        leftover = [leftover[i] for i in rng.permutation(len(leftover))]
+        pooled = [leftover[i:i + group] for i in range(0, len(leftover), group)]
+        short = [pooled.pop()] if pooled and len(pooled[-1]) < group else []
+        updates += pooled
+        return [batch for i in rng.permutation(len(updates)) for batch in updates[i]] + [b for u in short for b in u]
 
     def _heterogeneous_order(self, rng: np.random.Generator) -> list[tuple[int, int]]:
         tasks = np.concatenate([np.full(c, t) for t, c in enumerate(self.counts)])

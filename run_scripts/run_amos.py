@@ -38,15 +38,14 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import sys
 from dataclasses import dataclass, field
 
 import datasets
 import transformers
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, set_seed
-from transformers.trainer_utils import get_last_checkpoint
 
+from hf_aux.cli import checkpoint_to_resume, parse_command_line
 from hf_aux.data import group_texts_for_mlm
 from hf_aux.demo import minilm_path
 from hf_aux.hub import (
@@ -140,16 +139,8 @@ def make_parser() -> HfArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None):
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = make_parser()
-    if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
-        path = os.path.abspath(argv[0])
-        parsed = parser.parse_json_file(path) if path.endswith(".json") else parser.parse_yaml_file(path)
-        return tuple(parsed)
-    own_data = any(a.split("=")[0] in ("--dataset_name", "--train_file") for a in argv)
-    if not own_data:
-        argv = EMBEDDED_DEFAULTS + argv  # later flags win in argparse
-    return tuple(parser.parse_args_into_dataclasses(args=argv))
+    return parse_command_line(make_parser(), argv, embedded_defaults=EMBEDDED_DEFAULTS,
+                              data_source_flags=("--dataset_name", "--train_file"))
 
 
 def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed: int) -> datasets.DatasetDict:
@@ -229,11 +220,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     if training_args.push_to_hub:
         create_hub_repo(training_args)  # a server that is down or a rejected token stops the run here, not later
 
-    last_checkpoint = None
-    if os.path.isdir(training_args.output_dir) and training_args.do_train:
-        last_checkpoint = get_last_checkpoint(training_args.output_dir)
-        if last_checkpoint is not None:
-            logger.info("Resuming from %s", last_checkpoint)
+    checkpoint = checkpoint_to_resume(training_args)
     set_seed(training_args.seed)
 
     # ---- text, tokenizer, model ----
@@ -267,7 +254,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     results = {}
     if training_args.do_train:
-        train_result = trainer.train(resume_from_checkpoint=last_checkpoint)
+        train_result = trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_model()  # discriminator at the top (plain transformers), generator in generator/
         metrics = dict(train_result.metrics)
         metrics["train_samples"] = len(train_data)

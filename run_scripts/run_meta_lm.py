@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import sys
 from dataclasses import dataclass, field
 
@@ -49,8 +48,8 @@ from transformers import (
     HfArgumentParser,
     set_seed,
 )
-from transformers.trainer_utils import get_last_checkpoint
 
+from hf_aux.cli import checkpoint_to_resume, parse_command_line
 from hf_aux.data import group_texts_for_mlm
 from hf_aux.hub import create_hub_repo, explain_hub_errors, hub_id_or_none, push_trainer_output
 from hf_aux.modeling.teacher import MetaLMTeacher, add_meta_lm_tokens
@@ -105,14 +104,8 @@ def make_parser() -> HfArgumentParser:
 
 
 def parse(argv: list[str]):
-    parser = make_parser()
-    if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
-        loader = parser.parse_json_file if argv[0].endswith(".json") else parser.parse_yaml_file
-        return loader(os.path.abspath(argv[0]))
-    data_flags = ("--two_moons", "--train_file", "--dataset_name", "--mixture")
-    if not any(a.split("=")[0] in data_flags for a in argv):
-        argv = TWO_MOONS_DEFAULTS + argv
-    return parser.parse_args_into_dataclasses(args=argv)
+    return parse_command_line(make_parser(), argv, embedded_defaults=TWO_MOONS_DEFAULTS,
+                              data_source_flags=("--two_moons", "--train_file", "--dataset_name", "--mixture"))
 
 
 def load_labelled_tasks(path: str, tokenizer, block_size: int) -> dict:
@@ -188,9 +181,7 @@ def main(model_args, data_args, training_args):
     transformers.utils.logging.set_verbosity(training_args.get_process_log_level())
     if training_args.push_to_hub:
         create_hub_repo(training_args)  # a server that is down or a rejected token stops the run here, not later
-    last_checkpoint = None
-    if os.path.isdir(training_args.output_dir) and training_args.do_train:
-        last_checkpoint = get_last_checkpoint(training_args.output_dir)
+    checkpoint = checkpoint_to_resume(training_args)
     set_seed(training_args.seed)
 
     tokenizer, train_blocks, eval_blocks, labelled, config = build_data(data_args, model_args, training_args)
@@ -216,7 +207,6 @@ def main(model_args, data_args, training_args):
                             train_dataset=train_blocks if training_args.do_train else None,
                             eval_dataset=eval_blocks if training_args.do_eval else None, processing_class=tokenizer)
     if training_args.do_train:
-        checkpoint = training_args.resume_from_checkpoint or last_checkpoint
         result = trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_model()
         metrics = result.metrics

@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 import datasets
 import transformers
 from transformers import AutoTokenizer, HfArgumentParser, set_seed
-from transformers.trainer_utils import get_last_checkpoint
 
 from hf_aux.adapters import MERGED_SUBFOLDER, LoraArguments
+from hf_aux.cli import checkpoint_to_resume, parse_command_line
 from hf_aux.data import tokenize_task
 from hf_aux.demo import minilm_path
 from hf_aux.hub import create_hub_repo, explain_hub_errors, push_trainer_output
@@ -102,15 +102,8 @@ def make_parser() -> HfArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None):
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = make_parser()
-    if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
-        path = os.path.abspath(argv[0])
-        parsed = parser.parse_json_file(path) if path.endswith(".json") else parser.parse_yaml_file(path)
-        return tuple(parsed)
-    if "--mixture_file" not in argv and not any(a.startswith("--mixture_file=") for a in argv):
-        argv = EMBEDDED_DEFAULTS + argv  # later flags win in argparse
-    return tuple(parser.parse_args_into_dataclasses(args=argv))
+    return parse_command_line(make_parser(), argv, embedded_defaults=EMBEDDED_DEFAULTS,
+                              data_source_flags=("--mixture_file",))
 
 
 def load_tasks(data_args: DataTrainingArguments, seed: int):
@@ -140,11 +133,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     datasets.utils.logging.set_verbosity(log_level)
     transformers.utils.logging.set_verbosity(log_level)
 
-    last_checkpoint = None
-    if os.path.isdir(training_args.output_dir) and training_args.do_train:
-        last_checkpoint = get_last_checkpoint(training_args.output_dir)
-        if last_checkpoint is not None:
-            logger.info("Resuming from %s", last_checkpoint)
+    checkpoint = checkpoint_to_resume(training_args)
     set_seed(training_args.seed)
     if training_args.push_to_hub:
         create_hub_repo(training_args)  # a server that is down or a rejected token stops the run here, not later
@@ -189,7 +178,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     results = {}
     if training_args.do_train:
-        train_result = trainer.train(resume_from_checkpoint=last_checkpoint)
+        train_result = trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_model()  # MUPPET-style: body as plain transformers (or its LoRA adapter) + heads beside it
         if lora_args.merge_lora and trainer.is_world_process_zero():
             merged_dir = os.path.join(training_args.output_dir, MERGED_SUBFOLDER)
@@ -217,7 +206,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         results.update(metrics)
         print_task_table(tasks, eval_data, metrics)
 
-    kwargs = {"finetuned_from": model_args.model_name_or_path, "tags": ["muppet", "pre-finetuning"],
+    kwargs = {"finetuned_from": model_path, "tags": ["muppet", "pre-finetuning"],
               "dataset_tags": [t.dataset_name for t in tasks if t.dataset_name]}
     trainer.create_model_card(**kwargs)  # README.md + loss_curve.png, pushed or not
     if training_args.push_to_hub:

@@ -51,9 +51,10 @@ Hub ids work for --model_name_or_path, --tokenizer_name and --dataset_name; HF_H
 Every run writes a model card (README.md with loss_curve.png and task_weights.png); --push_to_hub
 --hub_model_id <user>/<repo> pushes the output folder at the end (checkpoints during training per --hub_strategy).
 
-With no arguments but --output_dir the embedded default runs (the first command); any other argument switches
-the defaults off except those given. Resume: re-running with the same --output_dir continues from its last
-checkpoint-* (task weights and their history included).
+Without --demo_task, --train_file or --dataset_name the embedded default runs (the first command) and any flag
+you give overrides its value (e.g. --output_dir X --max_steps 4); with one, transformers' usual defaults apply.
+Resume (hf_aux.cli.checkpoint_to_resume): from --resume_from_checkpoint <any run's checkpoint-N> when given, else
+re-running with the same --output_dir continues from its last checkpoint-* (task weights and history included).
 """
 
 from __future__ import annotations
@@ -62,7 +63,6 @@ import dataclasses
 import logging
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 
 import datasets
@@ -76,9 +76,9 @@ from transformers import (
     Trainer,
     set_seed,
 )
-from transformers.trainer_utils import get_last_checkpoint
 
 from hf_aux.adapters import MERGED_SUBFOLDER, LoraArguments
+from hf_aux.cli import checkpoint_to_resume, parse_command_line
 from hf_aux.data import group_texts_for_mlm, tokenize_task
 from hf_aux.demo import minilm_path
 from hf_aux.hub import create_hub_repo, explain_hub_errors, hub_id_or_none, push_trainer_output
@@ -89,7 +89,7 @@ from hf_aux.trainers.tartan import TartanConfig, TartanTrainer
 
 logger = logging.getLogger(__name__)
 
-# The embedded default (run with only --output_dir): the paper's low-resource setting made from PyPI data.
+# The embedded default (no end-task data given): the paper's low-resource setting made from PyPI data.
 DEFAULT_ARGS = [
     "--demo_task", "rotten_tomatoes", "--max_train_samples", "500", "--max_eval_samples", "400",
     "--auxiliary", "tapt=tapt", "dapt=demo:imdb", "--max_auxiliary_documents", "1500",
@@ -161,17 +161,8 @@ def make_parser() -> HfArgumentParser:
 
 
 def parse_args(args: list[str] | None = None):
-    parser = make_parser()
-    args = sys.argv[1:] if args is None else list(args)
-    if len(args) == 1 and args[0].endswith(".json"):
-        return parser.parse_json_file(os.path.abspath(args[0]))
-    if len(args) == 1 and args[0].endswith((".yaml", ".yml")):
-        return parser.parse_yaml_file(os.path.abspath(args[0]))
-    only_output_dir = (len(args) == 2 and args[0] == "--output_dir") or (
-        len(args) == 1 and args[0].startswith("--output_dir="))
-    if only_output_dir:
-        args = DEFAULT_ARGS + args
-    return parser.parse_args_into_dataclasses(args=args)
+    return parse_command_line(make_parser(), args, embedded_defaults=DEFAULT_ARGS,
+                              data_source_flags=("--demo_task", "--train_file", "--dataset_name"))
 
 
 
@@ -283,9 +274,7 @@ def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_
     transformers.utils.logging.set_verbosity_warning()
     if training_args.push_to_hub:
         create_hub_repo(training_args)  # a server that is down or a rejected token stops the run here, not later
-    last_checkpoint = None
-    if os.path.isdir(training_args.output_dir) and training_args.do_train:
-        last_checkpoint = get_last_checkpoint(training_args.output_dir)
+    checkpoint = checkpoint_to_resume(training_args)
     set_seed(training_args.seed)
 
     task = build_task(data_args)
@@ -331,7 +320,6 @@ def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_
 
     results = {}
     if training_args.do_train:
-        checkpoint = training_args.resume_from_checkpoint or last_checkpoint
         train_result = trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_model()
         if lora_args.merge_lora and trainer.is_world_process_zero():
@@ -373,7 +361,7 @@ def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_
 
     # the card and its figures are written on every run; --push_to_hub then pushes the whole output folder
     hub_dataset = hub_id_or_none(data_args.dataset_name)
-    trainer.create_model_card(finetuned_from=model_args.model_name_or_path, end_task_name=task.name,
+    trainer.create_model_card(finetuned_from=model_path, end_task_name=task.name,
                               metrics=results, dataset_tags=[hub_dataset] if hub_dataset else None,
                               tags=["text-classification", "end-task-aware-training"])
     if training_args.push_to_hub:

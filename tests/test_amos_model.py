@@ -185,6 +185,40 @@ def test_discriminator_gradient_reaches_the_mixture_but_not_h_unless_adv_mlm():
     assert v_grad is None and all(g is None for g in head_grads)
 
 
+def test_reversed_gradient_reaches_the_tied_matrix_only_through_the_generator_lookup():
+    """The README's statement, exactly: the RTD loss's gradient on the shared token-embedding / MLM output matrix is
+    the discriminator's own (through its lookup of x_rep) plus, only with the adversarial mixture, a part through
+    the generator's input lookup (from gamma, reversed, through f and the generator's encoder); nothing through
+    the output projection."""
+    model, tok = make_model(mlm_layers=(1, 2))
+    with torch.no_grad():
+        model.generator.mixture.normal_()
+    batch = make_batch(tok)
+    embedding = model.get_input_embeddings()
+    for mixture in ("adversarial", "uniform"):
+        lookups = []  # (ids, output) of every call of the shared embedding: the generator's, then x_rep's
+        handle = embedding.register_forward_hook(lambda module, args, output: lookups.append((args[0], output)))
+        try:
+            out = model(**batch, mixture=mixture)
+        finally:
+            handle.remove()
+        assert len(lookups) == 2
+        (generator_ids, generator_out), (replaced_ids, replaced_out) = lookups
+        assert torch.equal(replaced_ids, out.replaced_input_ids)
+        through_generator, through_discriminator, total = torch.autograd.grad(
+            out.rtd_loss, [generator_out, replaced_out, embedding.weight], allow_unused=True)
+        assert through_discriminator.abs().sum() > 0
+        if mixture == "adversarial":
+            assert through_generator is not None and through_generator.abs().sum() > 0
+        else:
+            assert through_generator is None or through_generator.abs().sum() == 0
+            through_generator = torch.zeros_like(generator_out)
+        by_lookups = torch.zeros_like(embedding.weight)
+        by_lookups.index_add_(0, generator_ids.flatten(), through_generator.flatten(0, 1))
+        by_lookups.index_add_(0, replaced_ids.flatten(), through_discriminator.flatten(0, 1))
+        torch.testing.assert_close(total, by_lookups, rtol=1e-5, atol=1e-7)
+
+
 def test_reversal_makes_the_mixture_update_increase_the_discriminator_loss():
     """Finite differences on the straight-through surrogate F(v): its value is the RTD loss of the hard sample
     and its derivative is the straight-through gradient; a gradient step on eq. 4 must increase it."""

@@ -103,6 +103,32 @@ def test_seq2seq_targets_are_padded_with_ignore_index(tok):
     assert batch["labels"].tolist()[1] == out[1]["labels"]
 
 
+def test_rows_that_would_crash_training_are_rejected_at_load_time(tok):
+    """Issue #13 item 5: a multiple-choice row with one choice (eq. 1 divides by log 1 = 0) and a seq2seq row whose
+    target has no token once tokenised and truncated (the token-mean loss divides by 0) are refused when the split
+    is tokenised, naming the task, the field and the row, instead of crashing mid-run."""
+    rows = datasets.Dataset.from_dict({"question": ["what is red", "who is there", "why"],
+                                       "choices": [["the sun", "a cat"], ["a dog"], ["rain", "sun"]], "label": [0, 0, 1]})
+    with pytest.raises(ValueError, match=r"task 'mc': field 'choices': row 1 has 1 choice"):
+        tokenize_task(TaskSpec(name="mc", kind="multiple_choice", dataset=rows), rows, tok)
+    # a tokenizer that adds no special tokens to targets (GPT-2-like): an empty target gives no label at all
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    word_level = Tokenizer(models.WordLevel(tok.get_vocab(), unk_token="[UNK]"))
+    word_level.pre_tokenizer = pre_tokenizers.Whitespace()
+    bare = PreTrainedTokenizerFast(tokenizer_object=word_level, unk_token="[UNK]", pad_token="[PAD]")
+    rows = datasets.Dataset.from_dict({"source": ["the cat", "a dog", "hi"], "target": ["cat", "dog", ""]})
+    with pytest.raises(ValueError, match=r"task 'summ': field 'target': row 2 .*no target token"):
+        tokenize_task(TaskSpec(name="summ", kind="seq2seq", dataset=rows), rows, bare)
+    # with special tokens, a target truncated to them alone has no content left: refused too
+    rows = datasets.Dataset.from_dict({"source": ["the cat", "a dog"], "target": ["cat", "   "]})
+    with pytest.raises(ValueError, match=r"task 'summ': field 'target': row 1 "):
+        tokenize_task(TaskSpec(name="summ", kind="seq2seq", dataset=rows), rows, tok)
+    ok = datasets.Dataset.from_dict({"source": ["the cat"], "target": ["cat"]})
+    assert len(tokenize_task(TaskSpec(name="summ", kind="seq2seq", dataset=ok), ok, bare)) == 1
+
+
 def test_collator_rejects_mixed_or_unknown_tasks(tok):
     a = {"input_ids": [2, 3], "attention_mask": [1, 1], "labels": 0, "task_name": "a"}
     b = dict(a, task_name="b")

@@ -9,7 +9,7 @@ import datasets
 import pytest
 import torch
 from tiny import tiny_config, tiny_tokenizer
-from transformers import AutoModel, Trainer, TrainingArguments
+from transformers import AutoModel, AutoModelForSeq2SeqLM, Trainer, TrainingArguments
 
 from hf_aux.data import MultiTaskCollator, tokenize_task
 from hf_aux.modeling.multitask import HEADS_WEIGHTS_NAME, MULTITASK_CONFIG_NAME, MultiTaskConfig, MultiTaskModel
@@ -76,8 +76,9 @@ def test_checkpoint_round_trip_restores_every_head(tok, arch, tmp_path):
     assert before["squad_like"].start_logits.shape == before["squad_like"].end_logits.shape
 
     model.save_pretrained(tmp_path)
+    generation = ["generation_config.json"] if arch == "bart" else []  # the *ForConditionalGeneration body's
     assert sorted(os.listdir(tmp_path)) == sorted(["config.json", "model.safetensors", MULTITASK_CONFIG_NAME,
-                                                   HEADS_WEIGHTS_NAME])
+                                                   HEADS_WEIGHTS_NAME, *generation])
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["model_type"] == arch and "tasks" not in config  # a plain body config
     restored = MultiTaskModel.from_pretrained(tmp_path).eval()
@@ -95,12 +96,13 @@ def test_checkpoint_round_trip_restores_every_head(tok, arch, tmp_path):
 
 VANILLA_LOAD = textwrap.dedent("""
     import sys, json, torch, logging
-    from transformers import AutoModel, AutoModelForSequenceClassification
+    from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
     hf_logging.set_verbosity_warning()
     report = {}
-    for path in sys.argv[1:]:
-        body, info = AutoModel.from_pretrained(path, output_loading_info=True)
+    for path in sys.argv[1:]:  # an encoder-decoder body is its *ForConditionalGeneration model
+        auto = AutoModelForSeq2SeqLM if AutoConfig.from_pretrained(path).is_encoder_decoder else AutoModel
+        body, info = auto.from_pretrained(path, output_loading_info=True)
         report[path] = {k: sorted(v) if isinstance(v, (list, set)) else str(v) for k, v in info.items()}
         report[path]["class"] = type(body).__name__
     print("BODIES LOADED", file=sys.stderr, flush=True)
@@ -141,7 +143,40 @@ def test_vanilla_transformers_loads_the_body_without_hf_aux(tok, tmp_path):
     for word in ("UNEXPECTED", "MISSING", "MISMATCH", "newly initialized", "not used"):
         assert word not in body_stderr, body_stderr
     assert [info["class"] for info in report.values()] == ["BertModel", "RobertaModel", "ElectraModel",
-                                                           "DebertaV2Model", "BartModel"]
+                                                           "DebertaV2Model", "BartForConditionalGeneration"]
+
+
+SEQ2SEQ_BODIES = {"t5-tied": ("t5", {}), "t5-untied": ("t5", {"tie_word_embeddings": False}),
+                  "bart-tied": ("bart", {}), "bart-untied": ("bart", {"tie_word_embeddings": False})}
+
+
+@pytest.mark.parametrize("body", SEQ2SEQ_BODIES)
+def test_seq2seq_logits_are_the_architectures_own_and_load_in_auto_model_for_seq2seq_lm(tok, body, tmp_path):
+    """Seq2seq logits come from the architecture's own *ForConditionalGeneration head and scaling (tied T5 rescales
+    the decoder states by d_model ** -0.5 before its tied projection; projecting with the input embedding matrix
+    alone was 15 off on a tiny T5), and the saved body is that model: AutoModelForSeq2SeqLM loads it, with no
+    hf_aux, and gives the same logits."""
+    arch, overrides = SEQ2SEQ_BODIES[body]
+    torch.manual_seed(0)
+    model = MultiTaskModel(MultiTaskConfig(encoder=tiny_config(arch, tok, **overrides), tasks=[SEQ2SEQ, TASKS[0]]))
+    with torch.no_grad():  # non-zero biases and a spread-out embedding, so a missing bias or scale shows
+        for name, value in model.body.named_parameters():
+            value.normal_(0.0, 0.5 if "shared" in name or "embed" in name else 0.1)
+        for name, buffer in model.body.named_buffers():
+            if "logits_bias" in name:
+                buffer.normal_(0.0, 1.0)
+    model.eval()
+    inputs = {k: v for k, v in batches(tok)["summary"].items() if k != "token_type_ids"}
+    logits = model(task="summary", **inputs).logits
+    model.save_pretrained(tmp_path)
+    reference = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
+    expected = reference(**inputs).logits  # it shifts the labels into decoder inputs itself
+    torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
+    restored = MultiTaskModel.from_pretrained(tmp_path).eval()
+    torch.testing.assert_close(restored(task="summary", **inputs).logits, logits, rtol=0, atol=0)
+    sentence = {k: v for k, v in batches(tok)["sentiment"].items() if k != "token_type_ids"}
+    torch.testing.assert_close(restored(task="sentiment", **sentence).logits, model(task="sentiment", **sentence).logits,
+                               rtol=0, atol=0)
 
 
 def test_plain_encoder_gets_fresh_heads_and_keeps_its_weights(tok, tmp_path, caplog):
@@ -201,6 +236,33 @@ def test_spectral_norm_heads_round_trip(tok, tmp_path):
     torch.testing.assert_close(restored(task="sentiment", **inputs).logits, model(task="sentiment", **inputs).logits)
     sigma = torch.linalg.matrix_norm(model.classification_heads["sentiment"].dense.weight, ord=2)
     assert sigma.item() == pytest.approx(1.0, abs=0.05)
+
+
+def test_r4f_spectrally_normalises_every_head_kind_it_fits(tok, tmp_path):
+    """R4F (§3.2) normalises the heads' projections: the classification/regression heads, the shared
+    multiple-choice head and the span head alike (the seq2seq LM head is the pre-trained tied embedding: left)."""
+    model = build(tok, "bert", spectral_norm_heads=True)
+    heads = {"sentiment": model.classification_heads["sentiment"], "score": model.classification_heads["score"],
+             "answer_pick": model.multiple_choice_head, "squad_like": model.span_head}
+    linears = {name: [m for m in head.modules() if isinstance(m, torch.nn.Linear)] for name, head in heads.items()}
+    for name, layers in linears.items():
+        assert layers and all(torch.nn.utils.parametrize.is_parametrized(m, "weight") for m in layers), name
+    model.train()
+    inputs = batches(tok)
+    for _ in range(30):  # power iterations run in training forwards
+        for name in heads:
+            model(task=name, **inputs[name])
+    for name, layers in linears.items():
+        for layer in layers:
+            assert torch.linalg.matrix_norm(layer.weight, ord=2).item() == pytest.approx(1.0, abs=0.05), name
+    model.eval()
+    model.save_pretrained(tmp_path)
+    restored = MultiTaskModel.from_pretrained(tmp_path).eval()
+    for name in ("answer_pick", "squad_like"):
+        for field in ("logits", "start_logits"):
+            if getattr(model(task=name, **inputs[name]), field) is not None:
+                torch.testing.assert_close(getattr(restored(task=name, **inputs[name]), field),
+                                           getattr(model(task=name, **inputs[name]), field), msg=name)
 
 
 def test_plain_trainer_trains_and_resumes_a_multitask_model(tok, tmp_path):

@@ -143,7 +143,8 @@ def test_sampler_is_deterministic_per_seed_and_epoch_and_yields_global_indices()
 
 def test_homogeneous_strategies_and_temperature():
     groups, _ = _groups(TaskBatchSampler([40, 30, 20, 10], 4, 4, strategy="batch_homogeneous", seed=0))
-    assert all(len(set(g)) == 1 for g in groups)
+    # counts 10, 8, 5, 3 batches: 2 + 2 + 1 + 0 whole one-task updates; the 2 + 0 + 1 + 3 left over are pooled
+    assert sum(len(g) == 4 and len(set(g)) == 1 for g in groups) == 5 and len(groups) == math.ceil(26 / 4)
     assert len({tuple(g) for g in groups}) > 1
     _, plan = _groups(TaskBatchSampler([40, 30, 20], 4, 2, strategy="dataset_homogeneous", seed=0))
     tasks = [t for t, _ in plan]
@@ -151,6 +152,28 @@ def test_homogeneous_strategies_and_temperature():
     assert batch_counts([900, 100], 10) == [90, 10]
     hot = batch_counts([900, 100], 10, temperature=1e6)  # -> uniform
     assert hot == [50, 50]
+
+
+def test_all_three_strategies_give_each_task_the_same_batches_per_epoch():
+    """§5.2's ablation changes how updates are composed, not the task proportions: the issue's example (sizes
+    [100k, 2k, 500, 100], B = 16, 64 sub-batches per update) gave the 100-row task 64 batches (10.24 passes) under
+    batch-homogeneous updates against 7 (1.12 passes) under heterogeneous ones."""
+    sizes, batch, group = [100_000, 2_000, 500, 100], 16, 64
+    per_strategy = {}
+    for strategy in ("heterogeneous", "batch_homogeneous", "dataset_homogeneous"):
+        sampler = TaskBatchSampler(sizes, batch, group, strategy=strategy, seed=5)
+        plan = sampler.epoch_plan(0)
+        per_strategy[strategy] = collections.Counter(t for t, _ in plan)
+        assert len(plan) == len(sampler) == sum(math.ceil(n / batch) for n in sizes)
+    assert per_strategy["heterogeneous"] == per_strategy["batch_homogeneous"] == per_strategy["dataset_homogeneous"]
+    assert per_strategy["batch_homogeneous"][3] == 7  # ceil(100 / 16): 1.12 passes, not 10.24
+    # batch-homogeneous: every full update that does not hold a task's remainder is one task; the remainders
+    # (c_i mod 64 batches of each task) fill the few mixed updates, the partial one last
+    groups, _ = _groups(TaskBatchSampler(sizes, batch, group, strategy="batch_homogeneous", seed=5))
+    mixed = [g for g in groups if len(set(g)) > 1]
+    remainders = sum(c % group for c in [6250, 125, 32, 7])  # 42 + 61 + 32 + 7 = 142 batches
+    assert len(mixed) <= math.ceil(remainders / group) and sum(len(g) for g in mixed) <= remainders
+    assert len(groups[-1]) == sum([6250, 125, 32, 7]) % group
 
 
 def test_multitask_dataset_reads_rows_of_each_task():

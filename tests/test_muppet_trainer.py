@@ -267,3 +267,39 @@ def test_activation_checkpointing_gives_the_same_gradients_and_trains(tmp_path):
     trainer.train()  # Trainer switches checkpointing on from `activation_checkpointing=True`
     assert model.is_activation_checkpointing and len(calls) == 2 * 2 * 2  # steps x sub-batches x (forward + recompute)
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items() if k.startswith("body.encoder."))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Issue #13 item 4: label smoothing is one setting, MuppetConfig.label_smoothing_factor, 0.1 by default
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_seq2seq_training_loss_is_label_smoothed_at_0_1_by_default(tmp_path):
+    from hf_aux.losses.muppet import seq2seq_loss
+
+    tokenizer = tiny_tokenizer()
+    rows = datasets.Dataset.from_list([{"source": "the movie was great fun", "target": "great movie"},
+                                       {"source": "the plot was bad and boring", "target": "bad plot"}])
+    task = TaskSpec(name="summary", kind="seq2seq", dataset=rows)
+    train = {"summary": tokenize_task(task, rows, tokenizer, max_length=16, max_target_length=8)}
+    torch.manual_seed(0)
+    model = MultiTaskModel(MultiTaskConfig(encoder=tiny_config("bart", tokenizer, dropout=0.0), tasks=[task]))
+    args = MuppetConfig(output_dir=str(tmp_path), report_to=[], use_cpu=True, per_device_train_batch_size=2)
+    assert args.label_smoothing_factor == 0.1  # Table 2's label-smoothed CE; fairseq's BART summarisation value
+    trainer = MuppetTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
+    batch = MultiTaskCollator(tokenizer, model.task_names)([dict(row) for row in train["summary"]])
+    model.train()
+    loss = trainer.compute_loss(model, batch)
+    logits = model(**{k: v for k, v in batch.items() if k != "labels"},
+                   decoder_input_ids=model._shift_right(batch["labels"])).logits
+    vocab = logits.shape[-1]
+    log_probs = torch.log_softmax(logits.float(), dim=-1)
+    target = batch["labels"].clamp(min=0)
+    per_token = -(0.9 * log_probs.gather(-1, target[..., None])[..., 0] + 0.1 * log_probs.mean(dim=-1))
+    real = batch["labels"] != -100
+    by_hand = ((per_token * real).sum(dim=1) / real.sum(dim=1) / math.log(vocab)).mean()  # eq. 1: / log V
+    torch.testing.assert_close(loss, by_hand, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(loss, scale_losses(*seq2seq_loss(logits, batch["labels"])).mean())  # smoothing 0
+    # the model config has no second setting
+    with pytest.raises(ValueError, match="label_smoothing_factor"):
+        MultiTaskConfig(encoder=tiny_config("bart", tokenizer), tasks=[task], label_smoothing=0.1)

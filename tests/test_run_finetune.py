@@ -321,8 +321,9 @@ def test_bad_arguments(monkeypatch, tmp_path, tiny_dir, sentiment_files):
         run_main(monkeypatch, ["--model_name_or_path", tiny_dir, "--train_file", str(tmp_path / "missing.jsonl"),
                                "--task_kind", "classification", "--num_labels", "2", "--output_dir", out,
                                "--do_train", *COMMON])
-    with pytest.raises(ValueError, match="exactly one"):
-        run_main(monkeypatch, ["--model_name_or_path", tiny_dir, "--output_dir", out, "--do_train", *COMMON])
+    with pytest.raises(ValueError, match="exactly one"):  # (no source at all runs the embedded default: test_cli)
+        run_main(monkeypatch, ["--model_name_or_path", tiny_dir, "--demo_task", "rotten_tomatoes", "--train_file",
+                               sentiment_files["train"], "--output_dir", out, "--do_train", *COMMON])
     with pytest.raises(ValueError, match="task_kind"):
         run_main(monkeypatch, ["--model_name_or_path", tiny_dir, "--train_file", sentiment_files["train"],
                                "--output_dir", out, "--do_train", *COMMON])

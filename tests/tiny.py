@@ -28,10 +28,14 @@ def tiny_tokenizer() -> BertTokenizer:
 
 
 def tiny_config(model_type: str = "bert", tokenizer=None, **overrides):
-    """A hidden-32, 2-layer config of `model_type` (bert, roberta, electra, deberta-v2, bart)."""
+    """A hidden-32, 2-layer config of `model_type` (bert, roberta, electra, deberta-v2, bart, t5)."""
     tokenizer = tokenizer or tiny_tokenizer()
     common = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
-    if model_type == "bart":
+    if model_type == "t5":  # T5 starts decoding from the pad token
+        kwargs = dict(d_model=32, d_kv=16, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=2,
+                      relative_attention_num_buckets=8, eos_token_id=tokenizer.sep_token_id,
+                      decoder_start_token_id=tokenizer.pad_token_id)
+    elif model_type == "bart":
         kwargs = dict(
             d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,
             encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,

@@ -5,12 +5,18 @@
 - ONE multiple-choice ranking head shared by all multiple-choice tasks and ONE span head shared by all
   extractive-QA tasks ("for Commonsense and MRC we utilize a separate unified head for each task [type]":
   per-dataset heads over-fitted),
-- seq2seq through the base model's own LM head (the input embedding matrix, as BART's tied `lm_head`): no new
-  parameters, so a seq2seq task needs an encoder-decoder body.
+- seq2seq through the architecture's own LM head: an encoder-decoder body is its `*ForConditionalGeneration`
+  model (what `AutoModelForSeq2SeqLM` builds), so the logits are exactly that class's, with its own projection,
+  bias and scaling (T5 rescales the decoder states by d_model ** -0.5 before a tied projection, BART adds
+  `final_logits_bias`, an untied head has its own matrix). A seq2seq task needs an encoder-decoder body.
+  Sentence-level heads read the decoder states (the body's encoder and decoder, without the LM head).
+- with `spectral_norm_heads` (R4F, §3.2), every head's linear maps are spectrally normalised: classification,
+  regression, multiple-choice and span heads (the seq2seq LM head is the body's pre-trained projection: left as is).
 
 MUPPET-style checkpoints. `save_pretrained(dir)` writes
   config.json + model.safetensors       the body alone, exactly as its own class saves it: plain transformers
-                                        loads it with AutoModel / AutoModelForSequenceClassification;
+                                        loads it with AutoModel / AutoModelForSequenceClassification (and an
+                                        encoder-decoder body with AutoModelForSeq2SeqLM, same logits);
   multitask_config.json                 task metadata and head settings (no encoder part: config.json is that);
   multitask_heads.safetensors           every head's weights.
 `MultiTaskModel.from_pretrained(dir or hub id)` restores all of it; on a plain encoder checkpoint it starts fresh
@@ -36,7 +42,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
-from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedModel
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, PretrainedConfig, PreTrainedModel
+from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING
 from transformers.utils import ModelOutput, cached_file
 
 from ..adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, base_of, is_lora_body, load_lora_body, lora_body,
@@ -54,8 +61,8 @@ BODY_PREFIX = "body."
 class MultiTaskConfig(PretrainedConfig):
     """`encoder`: the body's config (any model `AutoModel` builds). `tasks`: a list of
     {name, kind, num_labels, label_names} (see `TaskSpec.head_metadata`). Head settings: `classifier_dropout`,
-    `spectral_norm_heads` (R4F: spectral normalisation of the classification heads), `label_smoothing`
-    (seq2seq loss)."""
+    `spectral_norm_heads` (R4F: spectral normalisation of the heads' linear maps). Label smoothing is a training
+    setting, `MuppetConfig.label_smoothing_factor`, not part of the model."""
 
     model_type = "hf_aux_multitask"
     # Trainer's evaluation gathers every output tensor; the hidden states are large and no metric needs them
@@ -65,9 +72,11 @@ class MultiTaskConfig(PretrainedConfig):
     tasks: list | None = None
     classifier_dropout: float = 0.1
     spectral_norm_heads: bool = False
-    label_smoothing: float = 0.0
 
     def __post_init__(self, **kwargs):
+        if "label_smoothing" in kwargs:
+            raise ValueError("MultiTaskConfig: field 'label_smoothing': not a model setting; the seq2seq loss's "
+                             "smoothing is MuppetConfig.label_smoothing_factor (--label_smoothing_factor)")
         if isinstance(self.encoder, dict):
             encoder = dict(self.encoder)
             self.encoder = AutoConfig.for_model(encoder.pop("model_type"), **encoder)
@@ -83,8 +92,6 @@ class MultiTaskConfig(PretrainedConfig):
                                      f"BART); {self.encoder.model_type} is encoder-only")
         if not 0.0 <= self.classifier_dropout < 1.0:
             raise ValueError(f"MultiTaskConfig: field 'classifier_dropout': {self.classifier_dropout} not in [0, 1)")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"MultiTaskConfig: field 'label_smoothing': {self.label_smoothing} not in [0, 1)")
         super().__post_init__(**kwargs)
 
     def to_dict(self):
@@ -178,17 +185,23 @@ class MultiTaskModel(PreTrainedModel):
         if config.encoder is None:
             raise ValueError("MultiTaskConfig: field 'encoder': the body's config is required")
         super().__init__(config)
-        self.body = body if body is not None else AutoModel.from_config(config.encoder)
+        self.body = body if body is not None else body_auto_class(config.encoder).from_config(config.encoder)
         self.config.encoder = self.body.config  # one config object: the body's own
         hidden = _hidden_size(self.body.config)
         self.classification_heads = nn.ModuleDict()
         self.multiple_choice_head = None
         self.span_head = None
         for task in config.tasks:
+            self._check_body_fits(task)
             self._build_head(task, hidden)
         self._body_takes_token_types = "token_type_ids" in inspect.signature(base_of(self.body).forward).parameters
         self._freeze_unused_pooler()
         self.post_init()
+
+    def _check_body_fits(self, task: dict) -> None:
+        if task["kind"] == "seq2seq" and base_of(self.body).get_output_embeddings() is None:
+            raise task_error(task["name"], "kind", f"a seq2seq task needs the body's LM head: build the body with "
+                             f"AutoModelForSeq2SeqLM, not {type(base_of(self.body)).__name__}")
 
     def _build_head(self, task: dict, hidden: int) -> None:
         self.__dict__["_head_module_cache"] = None  # train()'s flat list of head modules is rebuilt on next use
@@ -197,9 +210,12 @@ class MultiTaskModel(PreTrainedModel):
             self.classification_heads[task["name"]] = ClassificationHead(
                 hidden, task["num_labels"], dropout, spectral_norm=self.config.spectral_norm_heads)
         elif kind == "multiple_choice" and self.multiple_choice_head is None:
-            self.multiple_choice_head = ClassificationHead(hidden, 1, dropout)
+            self.multiple_choice_head = ClassificationHead(hidden, 1, dropout,
+                                                           spectral_norm=self.config.spectral_norm_heads)
         elif kind == "extractive_qa" and self.span_head is None:
             self.span_head = nn.Linear(hidden, 2)
+            if self.config.spectral_norm_heads:
+                self.span_head = nn.utils.parametrizations.spectral_norm(self.span_head)
 
     def _freeze_unused_pooler(self) -> None:
         # BERT/RoBERTa bodies carry a pooler that the heads here do not use (they read the first token's state).
@@ -259,6 +275,7 @@ class MultiTaskModel(PreTrainedModel):
             if task["kind"] == "seq2seq" and not self.body.config.is_encoder_decoder:
                 raise task_error(task["name"], "kind", f"a seq2seq task needs an encoder-decoder body (e.g. BART); "
                                  f"{self.body.config.model_type} is encoder-only")
+            self._check_body_fits(task)
             self.config.tasks.append(task)
             self._build_head(task, _hidden_size(self.body.config))
             added.append(task["name"])
@@ -330,7 +347,7 @@ class MultiTaskModel(PreTrainedModel):
                 raise ValueError(f"task '{spec['name']}': field 'labels': seq2seq needs labels or decoder_input_ids")
             decoder_input_ids = self._shift_right(labels)
         hidden = self._run_body(input_ids, attention_mask, token_type_ids, inputs_embeds, decoder_input_ids,
-                                decoder_attention_mask)  # [N, length, hidden]
+                                decoder_attention_mask, lm_logits=kind == "seq2seq")  # [N, length, hidden or vocab]
 
         loss = logits = start_logits = end_logits = None
         if kind in ("classification", "regression"):
@@ -355,11 +372,11 @@ class MultiTaskModel(PreTrainedModel):
                 end_logits = end_logits.masked_fill(padding, torch.finfo(end_logits.dtype).min)
             if start_positions is not None and end_positions is not None:
                 loss = (F.cross_entropy(start_logits, start_positions) + F.cross_entropy(end_logits, end_positions)) / 2
-        else:  # seq2seq: the body's own LM head, i.e. the (tied) input embedding matrix
-            logits = F.linear(hidden, self.body.get_input_embeddings().weight)  # [B, T, vocab]
-            if labels is not None:
-                loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100,
-                                       label_smoothing=self.config.label_smoothing)
+        else:  # seq2seq: the *ForConditionalGeneration body's own logits (its head, bias and scaling)
+            logits = hidden  # [B, T, vocab]
+            hidden = None
+            if labels is not None:  # the plain token-level cross entropy; MuppetTrainer's training loss is its own
+                loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
         return MultiTaskOutput(loss=loss, logits=logits, start_logits=start_logits, end_logits=end_logits,
                                last_hidden_state=hidden)
 
@@ -377,7 +394,9 @@ class MultiTaskModel(PreTrainedModel):
         return self.config.tasks[first]["name"]
 
     def _run_body(self, input_ids, attention_mask, token_type_ids, inputs_embeds, decoder_input_ids,
-                  decoder_attention_mask) -> torch.Tensor:
+                  decoder_attention_mask, lm_logits: bool = False) -> torch.Tensor:
+        """The body's last hidden states [N, length, hidden] (an encoder-decoder's: the decoder's), or with
+        `lm_logits` the encoder-decoder's own LM logits [N, target length, vocab]."""
         kwargs = {"attention_mask": attention_mask}
         if inputs_embeds is not None:
             kwargs["inputs_embeds"] = inputs_embeds
@@ -392,8 +411,15 @@ class MultiTaskModel(PreTrainedModel):
                                      "decoder inputs")
                 decoder_input_ids = self._shift_right(input_ids)
                 decoder_attention_mask = attention_mask
-            kwargs["decoder_input_ids"] = decoder_input_ids
-            kwargs["decoder_attention_mask"] = decoder_attention_mask
+            if lm_logits:  # the *ForConditionalGeneration forward: its own head and scaling
+                return self.body(**kwargs, decoder_input_ids=decoder_input_ids,
+                                 decoder_attention_mask=decoder_attention_mask, return_dict=True).logits
+            # the decoder states alone, as the base model's forward computes them (no vocabulary projection)
+            model = base_of(self.body)
+            encoded = model.get_encoder()(**kwargs, return_dict=True).last_hidden_state
+            return model.get_decoder()(input_ids=decoder_input_ids, attention_mask=decoder_attention_mask,
+                                       encoder_hidden_states=encoded, encoder_attention_mask=attention_mask,
+                                       return_dict=True).last_hidden_state
         return self.body(**kwargs, return_dict=True).last_hidden_state
 
     def _sentence_representation(self, hidden: torch.Tensor, input_ids: torch.Tensor | None) -> torch.Tensor:
@@ -471,7 +497,7 @@ class MultiTaskModel(PreTrainedModel):
         from .. import __version__
 
         data = {k: v for k, v in self.config.to_dict().items()
-                if k in ("tasks", "classifier_dropout", "spectral_norm_heads", "label_smoothing")}
+                if k in ("tasks", "classifier_dropout", "spectral_norm_heads")}
         data["hf_aux_version"] = __version__
         if adapter is None:
             data["format"] = "muppet-style: body in config.json/model.safetensors, heads in " + HEADS_WEIGHTS_NAME
@@ -509,17 +535,19 @@ class MultiTaskModel(PreTrainedModel):
         if metadata.get("adapter") == "lora":  # the body is a base model + the adapter saved here
             adapter_file = cached_file(pretrained_model_name_or_path, ADAPTER_CONFIG_NAME, **hub_kwargs)
             base = adapter_base_model(adapter_file, base_model, "MultiTaskModel.from_pretrained")
-            body = AutoModel.from_pretrained(base, **{k: v for k, v in kwargs.items()
-                                                      if k not in ("revision", "subfolder")})
+            base_kwargs = {k: v for k, v in kwargs.items() if k not in ("revision", "subfolder")}
+            base_config = AutoConfig.from_pretrained(base, **{k: v for k, v in hub_kwargs.items()
+                                                             if k not in ("revision", "subfolder")})
+            body = body_auto_class(base_config).from_pretrained(base, **base_kwargs)
         else:
             if base_model is not None:
                 raise ValueError("MultiTaskModel.from_pretrained: field 'base_model': only for a LoRA checkpoint; "
                                  f"{pretrained_model_name_or_path!r} has no adapter")
-            body = AutoModel.from_pretrained(pretrained_model_name_or_path, **kwargs)
+            body_config = AutoConfig.from_pretrained(pretrained_model_name_or_path, **hub_kwargs)
+            body = body_auto_class(body_config).from_pretrained(pretrained_model_name_or_path, **kwargs)
         if metadata_file is not None:
             saved_tasks = metadata["tasks"]
-            settings = {k: metadata[k] for k in ("classifier_dropout", "spectral_norm_heads", "label_smoothing")
-                        if k in metadata}
+            settings = {k: metadata[k] for k in ("classifier_dropout", "spectral_norm_heads") if k in metadata}
         else:
             saved_tasks, settings = [], {}
             if not tasks:
@@ -565,6 +593,14 @@ class MultiTaskModel(PreTrainedModel):
             if set(state_dict) <= body_keys:
                 return self.body.load_state_dict(state_dict, strict=False, assign=assign)
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+
+def body_auto_class(config: PretrainedConfig):
+    """The auto class that builds a body for `config`: `AutoModelForSeq2SeqLM` for an encoder-decoder it knows
+    (its *ForConditionalGeneration model, whose LM head seq2seq tasks use), else `AutoModel`."""
+    if config.is_encoder_decoder and type(config) in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING:
+        return AutoModelForSeq2SeqLM
+    return AutoModel
 
 
 def _hidden_size(config) -> int:

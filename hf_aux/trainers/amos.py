@@ -29,7 +29,7 @@ from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
 
 from ..data import mask_tokens_for_mlm, special_tokens_mask_for
 from ..distributed import MicroBatchCounter, Sharding, micro_batch_seed, parameter_sharding, seeded_rng
-from ..hub import HubTokenSafeArgsMixin, hub_id_or_none
+from ..hub import HubTokenSafeArgsMixin
 from ..losses.amos import layer_switch_index
 from ..modeling.amos import AmosModel
 
@@ -232,6 +232,7 @@ class AmosTrainer(Trainer):
             return
         from ..model_card import (
             TaskSummary,
+            card_base_model,
             hyperparameters_from_args,
             logged_series,
             plot_loss_curves,
@@ -274,7 +275,7 @@ class AmosTrainer(Trainer):
         datasets = [dataset_tags] if isinstance(dataset_tags, str) else list(dataset_tags or [])
         card = render_model_card(
             "amos", model_name=model_name or os.path.basename(os.path.abspath(output_dir)),
-            base_model=hub_id_or_none(finetuned_from),
+            base_model=card_base_model(finetuned_from),
             datasets=datasets, tasks=summaries, hyperparameters=hyperparameters_from_args(self.args),
             figures=figures, model_id=self.args.hub_model_id or None,
             auto_class="AutoModelForPreTraining" if pretraining_head else "AutoModel",

@@ -49,7 +49,7 @@ from transformers.utils import is_peft_available
 
 from hf_aux.data import mask_tokens_for_mlm
 from hf_aux.distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
-from hf_aux.hub import HubTokenSafeArgsMixin, hub_id_or_none
+from hf_aux.hub import HubTokenSafeArgsMixin
 from hf_aux.losses.meta_lm import (
     adamw_update,
     adamw_update_vjp_from_moments,
@@ -779,6 +779,7 @@ class MetaLMTrainer(Trainer):
             return
         from ..model_card import (
             TaskSummary,
+            card_base_model,
             hyperparameters_from_args,
             plot_loss_curves,
             render_model_card,
@@ -819,7 +820,7 @@ class MetaLMTrainer(Trainer):
                       f"subfolder=\"{TEACHER_DIR}\")`.")
         card = render_model_card(
             "meta_lm", model_name=model_name or os.path.basename(os.path.abspath(output_dir)),
-            base_model=hub_id_or_none(finetuned_from), datasets=datasets, tasks=summaries,
+            base_model=card_base_model(finetuned_from), datasets=datasets, tasks=summaries,
             hyperparameters=hyperparameters_from_args(args), figures=figures, model_id=args.hub_model_id or None,
             auto_class="AutoModelForMaskedLM", license=license, language=language or "en",
             tags=[*([tags] if isinstance(tags, str) else list(tags or [])), OBJECTIVE_TAGS[args.objective],

@@ -11,8 +11,8 @@ What one optimizer update does (§3):
   sub-batch weighing the same whatever its task or token count (`loss_is_scaled_for_ga = False`;
   `num_items_in_batch`, a token count, is deliberately unused: it would let long seq2seq targets dominate).
 - optionally R3F/R4F (§3.2): + lambda * symmetric KL between predictions on clean and noise-perturbed input
-  embeddings (training only); R4F also needs the model's classification heads spectrally normalised
-  (`MultiTaskConfig.spectral_norm_heads`).
+  embeddings (training only); R4F also needs the model's heads (classification,
+  regression, multiple choice, span) spectrally normalised (`MultiTaskConfig.spectral_norm_heads`).
 LoRA (`peft_config=LoraConfig(...)`, issue #8): the shared body becomes a peft model with frozen base weights;
 its adapters and every task head train. Checkpoints (intermediate ones too) hold the adapter (peft's
 adapter_config.json + adapter_model.safetensors) and the heads, not the frozen base; resume restores both
@@ -56,7 +56,7 @@ class MuppetConfig(HubTokenSafeArgsMixin, TrainingArguments):
 
     batching: str = field(default="heterogeneous", metadata={
         "help": "How sub-batches form updates: 'heterogeneous' (several tasks per update, MUPPET §3.2), "
-                "'batch_homogeneous' (one task per update) or 'dataset_homogeneous' (one task after another); §5.2."})
+                "'batch_homogeneous' (one task per update; the few left-over batches pooled) or 'dataset_homogeneous' (one task after another); §5.2."})
     task_sampling_temperature: float = field(default=1.0, metadata={
         "help": "Batches per task proportional to size ** (1 / T). 1 = natural sizes (the paper's choice, §3.4); "
                 "larger values move towards uniform."})
@@ -65,11 +65,14 @@ class MuppetConfig(HubTokenSafeArgsMixin, TrainingArguments):
                 "Switch off for the ablation."})
     robust_finetuning: str = field(default="none", metadata={
         "help": "'none', 'r3f' (symmetric-KL noise regulariser) or 'r4f' (R3F + spectrally normalised "
-                "classification heads; build the model with spectral_norm_heads=True)."})
+                "task heads; build the model with spectral_norm_heads=True)."})
     r3f_eps: float = field(default=1e-5, metadata={
         "help": "R3F noise scale: U(-eps, eps) on the input embeddings for classification, choice and span heads; "
                 "N(0, eps^2) for seq2seq."})
     r3f_lambda: float = field(default=1.0, metadata={"help": "Weight of the R3F symmetric KL term."})
+    label_smoothing_factor: float = field(default=0.1, metadata={
+        "help": "Label smoothing of the seq2seq tasks' cross entropy (Table 2: label-smoothed CE; 0.1 is the value "
+                "of fairseq's BART summarisation recipe). The only smoothing setting; other task kinds use plain CE."})
     generation_max_length: int = field(default=64, metadata={
         "help": "Longest greedy output when evaluating seq2seq tasks with ROUGE."})
     remove_unused_columns: bool = field(default=False, metadata={
@@ -304,7 +307,8 @@ class MuppetTrainer(Trainer):
         `evaluate()`, train sizes, hyper-parameters, a loss curve."""
         if not self.is_world_process_zero():
             return
-        from ..model_card import TaskSummary, hyperparameters_from_args, plot_loss_curves, render_model_card
+        from ..model_card import (TaskSummary, card_base_model, hyperparameters_from_args, plot_loss_curves,
+                                  render_model_card)
 
         body = self.accelerator.unwrap_model(self.model)
         train_sizes = dict(zip(self.train_dataset.task_names, self.train_dataset.sizes)) if self.train_dataset else {}
@@ -325,11 +329,10 @@ class MuppetTrainer(Trainer):
                                          "(raw losses; the scaled ones are these divided by log n)")
         except ValueError:  # nothing loss-like logged yet
             pass
-        base = finetuned_from or getattr(body.config.encoder, "_name_or_path", None) or None
         card = render_model_card(
             "muppet", model_name=model_name or os.path.basename(os.path.abspath(self.args.output_dir)),
             model_id=self.args.hub_model_id,
-            base_model=base if base and not os.path.isabs(str(base)) else None,
+            base_model=card_base_model(finetuned_from or getattr(body.config.encoder, "_name_or_path", None)),
             datasets=list(dataset_tags or []) if not isinstance(dataset_tags, str) else [dataset_tags],
             tasks=summaries, hyperparameters=hyperparameters_from_args(self.args), figures=figures,
             hf_aux_class="hf_aux.modeling.multitask.MultiTaskModel", license=license,

@@ -38,7 +38,7 @@ from transformers.trainer_callback import ExportableState
 from ..adapters import merged_subfolder
 from ..data import mask_tokens_for_mlm, special_tokens_mask_for
 from ..distributed import MicroBatchCounter, Sharding, micro_batch_seed, parameter_sharding, seeded_rng
-from ..hub import HubTokenSafeArgsMixin, hub_id_or_none
+from ..hub import HubTokenSafeArgsMixin
 from ..losses.tartan import (
     combine_gradients,
     gradient_cosines,
@@ -560,6 +560,7 @@ class TartanTrainer(Trainer):
             return
         from ..model_card import (
             TaskSummary,
+            card_base_model,
             hyperparameters_from_args,
             plot_loss_curves,
             render_model_card,
@@ -593,7 +594,7 @@ class TartanTrainer(Trainer):
             notes = f"{'META' if self.args.mode == 'meta' else 'MT'}-TARTAN."
         card = render_model_card(
             "tartan", model_name=model_name or os.path.basename(os.path.abspath(output_dir)),
-            base_model=hub_id_or_none(finetuned_from),
+            base_model=card_base_model(finetuned_from),
             datasets=datasets, tasks=summaries, hyperparameters=hyperparameters_from_args(self.args),
             figures=figures, model_id=self.args.hub_model_id or None,
             auto_class="AutoModelForSequenceClassification", hf_aux_class="hf_aux.modeling.tartan.TartanModel",

@@ -1,0 +1,168 @@
+"""hf_aux.cli, the command-line rules every run script shares (issue #13 items 6, 7, 8), checked on all five
+scripts: the embedded demo defaults apply whenever no data source is given and any flag overrides them; training
+resumes from --resume_from_checkpoint (another run's checkpoint, into a new output_dir) or else from output_dir's
+last checkpoint; every card names the model it started from (base_model)."""
+
+import functools
+import json
+import random
+import sys
+from dataclasses import dataclass
+
+import pytest
+import torch
+import transformers
+from huggingface_hub import ModelCard
+from tiny import tiny_config, tiny_tokenizer
+from transformers import AutoModelForMaskedLM, HfArgumentParser, TrainingArguments
+
+from hf_aux.cli import checkpoint_to_resume, parse_command_line
+from hf_aux.demo import minilm_path
+from hf_aux.model_card import PACKAGED_MINILM_HUB_ID, card_base_model
+from script_loader import load_run_script
+
+SCRIPTS = ("run_muppet", "run_amos", "run_tartan", "run_meta_lm", "run_finetune")
+BASE_ID = "hf-aux-tests/tiny-bert"  # what the tiny checkpoint's config.json records as its origin
+QUIET = ["--report_to", "none", "--disable_tqdm", "true", "--use_cpu", "--logging_steps", "1"]
+WORDS = "the movie film story actor plot was very really good bad fun boring".split()
+
+
+@functools.cache
+def script_module(script):
+    return load_run_script(script)
+
+
+def parse(script, argv):
+    module = script_module(script)
+    return (module.parse if script == "run_meta_lm" else module.parse_args)(argv)
+
+
+@dataclass
+class DataArguments:
+    train_file: str | None = None
+
+
+# ---- the rules themselves ----------------------------------------------------------------------------------------
+def test_parse_command_line_puts_embedded_defaults_first_unless_a_data_source_is_given(tmp_path):
+    parser = HfArgumentParser((DataArguments, TrainingArguments))
+    defaults = ["--max_steps", "40", "--learning_rate", "1e-4"]
+    rule = dict(embedded_defaults=defaults, data_source_flags=("--train_file",))
+    _, args = parse_command_line(parser, ["--output_dir", str(tmp_path), "--max_steps", "4"], **rule)
+    assert (args.max_steps, args.learning_rate) == (4, 1e-4)  # the flag overrides, the other default applies
+    for given in (["--train_file=x"], ["--train_file", "x"]):  # a data source switches the defaults off
+        data, args = parse_command_line(parser, ["--output_dir", str(tmp_path), *given], **rule)
+        assert data.train_file == "x" and (args.max_steps, args.learning_rate) == (-1, 5e-5)
+    (tmp_path / "args.json").write_text(json.dumps({"output_dir": str(tmp_path), "max_steps": 7}))
+    _, args = parse_command_line(parser, [str(tmp_path / "args.json")], **rule)
+    assert (args.max_steps, args.learning_rate) == (7, 5e-5)  # a file holds every argument
+
+
+def test_checkpoint_to_resume_prefers_the_given_checkpoint(tmp_path):
+    out, other = tmp_path / "out", tmp_path / "other" / "checkpoint-2"
+    (out / "checkpoint-3").mkdir(parents=True)
+    other.mkdir(parents=True)
+    args = lambda **kw: TrainingArguments(output_dir=str(out), do_train=True, report_to=[], **kw)  # noqa: E731
+    assert checkpoint_to_resume(args()) == str(out / "checkpoint-3")
+    assert checkpoint_to_resume(args(resume_from_checkpoint=str(other))) == str(other)
+    assert checkpoint_to_resume(TrainingArguments(output_dir=str(out), report_to=[])) is None  # not training
+    with pytest.raises(ValueError, match="field 'resume_from_checkpoint'"):
+        checkpoint_to_resume(args(resume_from_checkpoint=str(tmp_path / "nope")))
+
+
+def test_card_base_model_names_the_real_base():
+    assert card_base_model(minilm_path()) == PACKAGED_MINILM_HUB_ID == "sentence-transformers/all-MiniLM-L6-v2"
+    assert card_base_model("roberta-base") == "roberta-base"
+    assert card_base_model(None) is None and card_base_model("") is None
+
+
+# ---- item 8: `--output_dir X --max_steps 4` runs the embedded default, for every script ---------------------------
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_embedded_default_applies_when_no_data_source_is_given_and_flags_override_it(script, tmp_path):
+    plain = parse(script, ["--output_dir", str(tmp_path)])
+    shorter = parse(script, ["--output_dir", str(tmp_path), "--max_steps", "4"])
+    assert shorter[2].max_steps == 4 and plain[2].max_steps != 4 and plain[2].do_train
+    assert shorter[1] == plain[1]  # the same embedded data source
+    plain_settings = plain[2].to_dict()
+    changed = {k for k, v in shorter[2].to_dict().items() if v != plain_settings[k]}
+    assert changed <= {"max_steps"}
+
+
+# ---- items 6 and 7: resume into a new output_dir from another run's checkpoint; the card's base_model ------------
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cli_data")
+    tokenizer = tiny_tokenizer()
+    torch.manual_seed(0)
+    model_dir = folder / "tiny_bert"
+    AutoModelForMaskedLM.from_config(tiny_config("bert", tokenizer)).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    (model_dir / "config.json").write_text(json.dumps({**config, "_name_or_path": BASE_ID}))
+    rng = random.Random(0)
+    rows = [{"text": " ".join(rng.choices(WORDS, k=6)), "label": rng.randrange(2)} for _ in range(32)]
+    for split, part in (("train", rows[:24]), ("validation", rows[24:])):
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    choices = [{"question": "what is it", "choices": rng.choices(WORDS, k=3), "label": rng.randrange(3)}
+               for _ in range(16)]
+    (folder / "choice.jsonl").write_text("".join(json.dumps(r) + "\n" for r in choices))
+    (folder / "mixture.json").write_text(json.dumps({"tasks": [
+        {"name": "sent", "kind": "classification", "num_labels": 2, "data_files": str(folder / "train.jsonl")},
+        {"name": "choice", "kind": "multiple_choice", "data_files": str(folder / "choice.jsonl")}]}))
+    (folder / "text.txt").write_text("".join(" ".join(rng.choices(WORDS, k=12)) + "\n" for _ in range(60)))
+    return folder
+
+
+def script_args(script, data, out):
+    model = ["--model_name_or_path", str(data / "tiny_bert")]
+    common = ["--output_dir", str(out), "--do_train", "--save_strategy", "steps", "--save_steps", "2", *QUIET]
+    if script == "run_muppet":
+        return [*model, "--mixture_file", str(data / "mixture.json"), "--max_seq_length", "16",
+                "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2", *common]
+    if script == "run_amos":  # pre-training from scratch: no base model
+        return ["--train_file", str(data / "text.txt"), "--tokenizer_name", str(data / "tiny_bert"),
+                "--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "2",
+                "--intermediate_size", "64", "--generator_num_hidden_layers", "2", "--mlm_layers", "1", "2",
+                "--max_seq_length", "16", "--validation_split_percentage", "20", "--per_device_train_batch_size", "8",
+                *common]
+    if script == "run_tartan":
+        return [*model, "--train_file", str(data / "train.jsonl"), "--validation_file",
+                str(data / "validation.jsonl"), "--auxiliary", "tapt=tapt", "--mode", "mt", "--max_seq_length", "16",
+                "--per_device_train_batch_size", "4", *common]
+    if script == "run_meta_lm":
+        return [*model, "--two_moons", "--two_moons_num_unlabelled", "40", "--two_moons_finetune_size", "10",
+                "--validation_split_percentage", "20", "--per_device_train_batch_size", "4", "--objective", "hard",
+                "--seed", "0", *common]
+    return [*model, "--train_file", str(data / "train.jsonl"), "--validation_file", str(data / "validation.jsonl"),
+            "--task_kind", "classification", "--per_device_train_batch_size", "4", *common]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_resume_into_a_new_output_dir_from_another_runs_checkpoint_and_card_base_model(script, data, tmp_path,
+                                                                                      monkeypatch):
+    module = script_module(script)
+    resumed_from = []
+    original_train = transformers.Trainer.train
+
+    def spy(self, resume_from_checkpoint=None, **kwargs):
+        resumed_from.append(resume_from_checkpoint)
+        return original_train(self, resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
+    monkeypatch.setattr(transformers.Trainer, "train", spy)
+
+    def run(out, *extra):
+        monkeypatch.setattr(sys, "argv", [f"{script}.py", *script_args(script, data, out), *extra])
+        if script in ("run_muppet", "run_amos", "run_finetune"):
+            module.main()
+        else:
+            module.main(*(module.parse if script == "run_meta_lm" else module.parse_args)(sys.argv[1:]))
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    run(first, "--max_steps", "2")
+    assert (first / "checkpoint-2").is_dir() and resumed_from == [None]
+    run(second, "--max_steps", "3", "--resume_from_checkpoint", str(first / "checkpoint-2"))
+    assert resumed_from[-1] == str(first / "checkpoint-2")
+    state = json.loads((second / "checkpoint-3" / "trainer_state.json").read_text())
+    assert state["global_step"] == 3
+    assert [h["step"] for h in state["log_history"] if "loss" in h][:2] == [1, 2]  # the first run's history
+    card = ModelCard.load(second / "README.md")
+    assert card.data.base_model == (None if script == "run_amos" else BASE_ID)
