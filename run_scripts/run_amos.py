@@ -54,6 +54,7 @@ from hf_aux.hub import (
 )
 from hf_aux.modeling.amos import AmosModel, AmosModelConfig
 from hf_aux.trainers.amos import AmosConfig, AmosTrainer
+from hf_aux.validation import check_corpus, check_holdout_split, load_data_files
 
 logger = logging.getLogger(__name__)
 
@@ -162,9 +163,7 @@ def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed
         files = {"train": data_args.train_file}
         if data_args.validation_file is not None:
             files["validation"] = data_args.validation_file
-        extension = data_args.train_file.rsplit(".", 1)[-1]
-        extension = {"txt": "text", "jsonl": "json"}.get(extension, extension)
-        raw = datasets.load_dataset(extension, data_files=files, cache_dir=model_args.cache_dir)
+        raw = load_data_files(files, "DataTrainingArguments: field 'train_file'", cache_dir=model_args.cache_dir)
     else:
         from hf_aux.demo import demo_unlabelled_text
 
@@ -173,7 +172,11 @@ def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed
                                                                   seed=seed)})
     if "train" not in raw:
         raise ValueError(f"DataTrainingArguments: the data has no 'train' split (splits: {list(raw)})")
+    for name, split in raw.items():
+        check_corpus(split, data_args.text_column_name, "DataTrainingArguments: field 'text_column_name'", name)
     if "validation" not in raw and data_args.validation_split_percentage > 0:
+        check_holdout_split(len(raw["train"]), data_args.validation_split_percentage,
+                            "DataTrainingArguments: field 'validation_split_percentage'")
         split = raw["train"].train_test_split(test_size=data_args.validation_split_percentage / 100, seed=seed)
         raw = datasets.DatasetDict({"train": split["train"], "validation": split["test"]})
     return raw
@@ -236,7 +239,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
             logger.info("Resuming from %s", last_checkpoint)
     set_seed(training_args.seed)
 
-    # ---- text, tokenizer, model ----
+    # ---- text (checked before anything is loaded), tokenizer, model ----
+    raw = load_text(data_args, model_args, training_args.seed)
     tokenizer_name = model_args.tokenizer_name or minilm_path("ModelArguments", "tokenizer_name")
     with explain_hub_errors("ModelArguments", "tokenizer_name", tokenizer_name):
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, cache_dir=model_args.cache_dir,
@@ -246,7 +250,6 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     if vocab < len(tokenizer):
         raise ValueError(f"ModelArguments: field 'tokenizer_name': the tokenizer has {len(tokenizer)} tokens, the "
                          f"model's vocabulary {vocab}")
-    raw = load_text(data_args, model_args, training_args.seed)
     blocks = {}
     with training_args.main_process_first(desc="grouping text into blocks"):
         for split in ("train", "validation"):

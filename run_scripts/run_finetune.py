@@ -91,6 +91,7 @@ from hf_aux.metrics import (
 )
 from hf_aux.modeling.multitask import MULTITASK_CONFIG_NAME, MultiTaskConfig, MultiTaskModel
 from hf_aux.tasks import DATA_FILE_BUILDERS, TASK_KINDS, TaskSpec, load_mixture, load_task_splits
+from hf_aux.validation import load_data_files, read_structured_file
 
 logger = logging.getLogger(__name__)
 
@@ -259,16 +260,7 @@ def build_task(data_args: DataTrainingArguments) -> TaskSpec:
 def _task_from_file(path: str, name: str | None) -> TaskSpec:
     """One TaskSpec mapping, `{demo: name, ...}`, or a mixture file (`tasks:`) with exactly one task."""
     file = Path(path)
-    if not file.is_file():
-        raise ValueError(f"DataTrainingArguments: field 'task_file': {path!r} does not exist")
-    if file.suffix.lower() == ".json":
-        content = json.loads(file.read_text())
-    elif file.suffix.lower() in (".yaml", ".yml"):
-        import yaml
-
-        content = yaml.safe_load(file.read_text())
-    else:
-        raise ValueError(f"DataTrainingArguments: field 'task_file': {path!r}: use a .json, .yaml or .yml file")
+    content = read_structured_file(file, "DataTrainingArguments: field 'task_file'")
     if isinstance(content, dict) and "tasks" in content:
         tasks = load_mixture(file)
         if len(tasks) != 1:
@@ -332,17 +324,18 @@ def _labels_from_data(name: str, files, label_column: str) -> dict:
     sorted names for string labels, max + 1 for ints."""
     import datasets
 
-    if isinstance(files, datasets.DatasetDict):
-        raw = files
-    else:
-        builder = DATA_FILE_BUILDERS[Path(next(iter(files.values()))).suffix.lower()]
-        raw = datasets.load_dataset(builder, data_files=files)
+    raw = files if isinstance(files, datasets.DatasetDict) else load_data_files(
+        files, f"task '{name}': field 'data_files'")
     values = set()
-    for split in raw.values():
+    for split_name, split in raw.items():
         if label_column not in split.column_names:
             raise ValueError(f"task '{name}': field 'label_column': column {label_column!r} not in the data; "
                              f"columns are {split.column_names}")
-        values.update(split[label_column])
+        labels = list(split[label_column])
+        if None in labels:
+            raise ValueError(f"task '{name}': field 'label_column': {split_name} row {labels.index(None)}: the label "
+                             "is empty (None/null); fill it or drop the row")
+        values.update(labels)
     if values and all(isinstance(v, str) for v in values):
         return {"label_names": sorted(values)}
     if values and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):

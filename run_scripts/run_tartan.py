@@ -86,6 +86,7 @@ from hf_aux.metrics import classification_metrics
 from hf_aux.modeling.tartan import TartanModel
 from hf_aux.tasks import TaskSpec, load_task_splits
 from hf_aux.trainers.tartan import TartanConfig, TartanTrainer
+from hf_aux.validation import check_corpus, load_data_files
 
 logger = logging.getLogger(__name__)
 
@@ -192,14 +193,10 @@ def build_task(data_args: DataTrainingArguments) -> TaskSpec:
         files = {"train": data_args.train_file, "validation": data_args.validation_file}
         if data_args.test_file:
             files["test"] = data_args.test_file
-        labels = data_args.task_label_names
+        labels, num_labels = data_args.task_label_names, None
         if labels is None:
-            raw = datasets.load_dataset(_builder(data_args.train_file), data_files={"train": data_args.train_file})
-            values = sorted(set(raw["train"][data_args.label_column]))
-            labels = [str(v) for v in values] if all(isinstance(v, str) for v in values) else None
-            num_labels = None if labels else int(max(values)) + 1
-        else:
-            num_labels = None
+            raw = load_data_files({"train": data_args.train_file}, "DataTrainingArguments: field 'train_file'")
+            labels, num_labels = _labels_of(raw["train"], data_args.label_column, "train_file")
         task = TaskSpec(name="end_task", kind="classification", text_columns=data_args.text_columns,
                         label_column=data_args.label_column, label_names=labels, num_labels=num_labels,
                         data_files=files, max_train_samples=data_args.max_train_samples,
@@ -222,9 +219,7 @@ def _task_from_hub(data_args: DataTrainingArguments) -> TaskSpec:
     if labels is None and isinstance(feature, datasets.ClassLabel):
         labels = list(feature.names)
     elif labels is None:
-        values = sorted(set(train[data_args.label_column]))
-        labels = [str(v) for v in values] if all(isinstance(v, str) for v in values) else None
-        num_labels = None if labels else int(max(values)) + 1
+        labels, num_labels = _labels_of(train, data_args.label_column, "dataset_name")
     name = re.sub(r"[^A-Za-z0-9_-]", "_", data_args.dataset_name.rstrip("/").split("/")[-1])
     return TaskSpec(name=name, kind="classification", text_columns=data_args.text_columns,
                     label_column=data_args.label_column, label_names=labels, num_labels=num_labels,
@@ -232,12 +227,23 @@ def _task_from_hub(data_args: DataTrainingArguments) -> TaskSpec:
                     max_train_samples=data_args.max_train_samples, max_eval_samples=data_args.max_eval_samples)
 
 
-def _builder(path: str) -> str:
-    suffix = os.path.splitext(path)[1].lower()
-    builders = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text"}
-    if suffix not in builders:
-        raise ValueError(f"file {path!r}: unsupported extension {suffix!r}; use one of {sorted(builders)}")
-    return builders[suffix]
+def _labels_of(train, label_column: str, source_flag: str) -> tuple[list[str] | None, int | None]:
+    """(label_names, num_labels) read from the train split: sorted names for string labels, max + 1 for
+    non-negative integers."""
+    if label_column not in train.column_names:
+        raise ValueError(f"DataTrainingArguments: field 'label_column': {label_column!r} is not a column of the "
+                         f"{source_flag} data ({train.column_names})")
+    values = list(train[label_column])
+    if None in values:
+        raise ValueError(f"DataTrainingArguments: field 'label_column': train row {values.index(None)}: the label is "
+                         "empty (None/null); fill it or drop the row")
+    distinct = set(values)
+    if all(isinstance(v, str) for v in distinct):
+        return sorted(distinct), None
+    if all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in distinct):
+        return None, max(2, max(distinct) + 1)
+    raise ValueError(f"DataTrainingArguments: field 'label_column': labels must be all strings or all non-negative "
+                     f"integers, found {sorted(map(repr, distinct))[:5]}; pass --task_label_names")
 
 
 def auxiliary_corpora(specs: list[str], raw, task: TaskSpec, max_documents: int | None) -> dict:
@@ -258,12 +264,8 @@ def auxiliary_corpora(specs: list[str], raw, task: TaskSpec, max_documents: int 
 
             corpus = demo_unlabelled_text(sources=(source[5:],), max_documents=max_documents)
         else:
-            if not os.path.isfile(source):
-                raise ValueError(f"task '{name}': field 'auxiliary': file {source!r} does not exist")
-            corpus = datasets.load_dataset(_builder(source), data_files={"train": source})["train"]
-            if "text" not in corpus.column_names:
-                raise ValueError(f"task '{name}': field 'auxiliary': {source!r} has no text column "
-                                 f"({corpus.column_names})")
+            corpus = load_data_files({"train": source}, f"task '{name}': field 'auxiliary'")["train"]
+            check_corpus(corpus, "text", f"task '{name}': field 'auxiliary' ({source!r})")
         if max_documents is not None and len(corpus) > max_documents:
             corpus = corpus.select(range(max_documents))
         corpora[name] = corpus.select_columns(["text"])

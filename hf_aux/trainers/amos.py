@@ -60,7 +60,7 @@ class AmosConfig(HubTokenSafeArgsMixin, TrainingArguments):
         "help": "Table 2 '+ adv. MLM': when > 0, the reversed discriminator gradient also reaches the MLM "
                 "embeddings h, multiplied by this (paper: 0.1). 0 keeps the paper's AMOS."})
     mlm_probability: float = field(default=0.15, metadata={
-        "help": "Share of tokens masked for the generator when batches arrive unmasked (§3.1: 15%)."})
+        "help": "Share of tokens masked for the generator when batches arrive unmasked (§3.1: 0.15)."})
     learning_rate: float = field(default=5e-4, metadata={"help": "Peak learning rate (Table 5: 5e-4)."})
     adam_beta2: float = field(default=0.98, metadata={"help": "Adam beta2 (Table 5: 0.98)."})
     adam_epsilon: float = field(default=1e-6, metadata={"help": "Adam epsilon (Table 5: 1e-6)."})
