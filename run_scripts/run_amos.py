@@ -45,7 +45,6 @@ from dataclasses import dataclass, field
 import datasets
 import transformers
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, set_seed
-from transformers.trainer_utils import get_last_checkpoint
 
 from hf_aux.data import group_texts_for_mlm
 from hf_aux.demo import minilm_path
@@ -53,6 +52,7 @@ from hf_aux.hub import (
     create_hub_repo, explain_hub_errors, hub_id_or_none, push_trainer_output, resolve_checkpoint,
 )
 from hf_aux.modeling.amos import AmosModel, AmosModelConfig
+from hf_aux.run_guard import guard_output_dir
 from hf_aux.trainers.amos import AmosConfig, AmosTrainer
 from hf_aux.validation import check_corpus, check_holdout_split, load_data_files
 
@@ -229,14 +229,11 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     datasets.utils.logging.set_verbosity(log_level)
     transformers.utils.logging.set_verbosity(log_level)
 
+    run = guard_output_dir(training_args, model_args, data_args)  # lock; another run's folder; last complete checkpoint
+    if run.finished:
+        return run.results
     if training_args.push_to_hub:
         create_hub_repo(training_args)  # a server that is down or a rejected token stops the run here, not later
-
-    last_checkpoint = None
-    if os.path.isdir(training_args.output_dir) and training_args.do_train:
-        last_checkpoint = get_last_checkpoint(training_args.output_dir)
-        if last_checkpoint is not None:
-            logger.info("Resuming from %s", last_checkpoint)
     set_seed(training_args.seed)
 
     # ---- text (checked before anything is loaded), tokenizer, model ----
@@ -267,10 +264,11 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     trainer = AmosTrainer(model=model, args=training_args, train_dataset=train_data if training_args.do_train else None,
                           eval_dataset=eval_data if training_args.do_eval else None, processing_class=tokenizer)
+    run.attach(trainer)  # Ctrl-C / SIGTERM: checkpoint, then exit non-zero
 
     results = {}
     if training_args.do_train:
-        train_result = trainer.train(resume_from_checkpoint=last_checkpoint)
+        train_result = trainer.train(resume_from_checkpoint=run.checkpoint)
         trainer.save_model()  # discriminator at the top (plain transformers), generator in generator/
         metrics = dict(train_result.metrics)
         metrics["train_samples"] = len(train_data)

@@ -72,7 +72,6 @@ from pathlib import Path
 import numpy as np
 import transformers
 from transformers import AutoTokenizer, HfArgumentParser, Trainer, set_seed
-from transformers.trainer_utils import get_last_checkpoint
 from transformers.utils import cached_file
 
 from hf_aux.data import MultiTaskCollator, tokenize_task
@@ -90,6 +89,8 @@ from hf_aux.metrics import (
     qa_metrics,
 )
 from hf_aux.modeling.multitask import MULTITASK_CONFIG_NAME, MultiTaskConfig, MultiTaskModel
+from hf_aux.nonfinite import install_nonfinite_guard
+from hf_aux.run_guard import guard_output_dir
 from hf_aux.tasks import DATA_FILE_BUILDERS, TASK_KINDS, TaskSpec, load_mixture, load_task_splits
 from hf_aux.validation import load_data_files, read_structured_file
 
@@ -488,16 +489,12 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
         raise ValueError("TrainingArguments: field 'do_train': nothing to do; pass --do_train, --do_eval and/or "
                          "--do_predict")
+    run = guard_output_dir(training_args, model_args, data_args)  # lock; another run's folder; last complete checkpoint
+    if run.finished:
+        return run.results
+    checkpoint = run.checkpoint
     if training_args.push_to_hub:
         create_hub_repo(training_args)  # a server that is down or a rejected token stops the run here, not later
-
-    last_checkpoint = None
-    if training_args.do_train and training_args.resume_from_checkpoint is None and \
-            os.path.isdir(training_args.output_dir):
-        last_checkpoint = get_last_checkpoint(training_args.output_dir)
-        if last_checkpoint is not None:
-            logger.info("Resuming from %s (pass a new --output_dir to start afresh)", last_checkpoint)
-    checkpoint = training_args.resume_from_checkpoint or last_checkpoint
 
     set_seed(training_args.seed)
     task = build_task(data_args)
@@ -546,6 +543,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         data_collator=MultiTaskCollator(tokenizer, [task.name]),
         compute_metrics=build_compute_metrics(task, data_args, raw.get("validation"), features.get("validation")),
     )
+    install_nonfinite_guard(trainer, watch_model_loss=True)  # a NaN/Inf loss or gradient stops before any save
+    run.attach(trainer)  # Ctrl-C / SIGTERM: checkpoint, then exit non-zero
 
     results = {}
     if training_args.do_train:

@@ -49,11 +49,11 @@ from transformers import (
     HfArgumentParser,
     set_seed,
 )
-from transformers.trainer_utils import get_last_checkpoint
 
 from hf_aux.data import group_texts_for_mlm
 from hf_aux.hub import create_hub_repo, explain_hub_errors, hub_id_or_none, push_trainer_output
 from hf_aux.modeling.teacher import MetaLMTeacher, add_meta_lm_tokens
+from hf_aux.run_guard import guard_output_dir
 from hf_aux.trainers.meta_lm import MetaLMConfig, MetaLMTrainer
 from hf_aux.validation import check_corpus, check_holdout_split, load_data_files
 
@@ -192,11 +192,11 @@ def build_data(data_args, model_args, training_args):
 def main(model_args, data_args, training_args):
     logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", handlers=[logging.StreamHandler()])
     transformers.utils.logging.set_verbosity(training_args.get_process_log_level())
+    run = guard_output_dir(training_args, model_args, data_args)  # lock; another run's folder; last complete checkpoint
+    if run.finished:
+        return run.results
     if training_args.push_to_hub:
         create_hub_repo(training_args)  # a server that is down or a rejected token stops the run here, not later
-    last_checkpoint = None
-    if os.path.isdir(training_args.output_dir) and training_args.do_train:
-        last_checkpoint = get_last_checkpoint(training_args.output_dir)
     set_seed(training_args.seed)
 
     tokenizer, train_blocks, eval_blocks, labelled, config = build_data(data_args, model_args, training_args)
@@ -221,9 +221,9 @@ def main(model_args, data_args, training_args):
     trainer = MetaLMTrainer(model=student, teacher=teacher, args=training_args, labelled_tasks=labelled,
                             train_dataset=train_blocks if training_args.do_train else None,
                             eval_dataset=eval_blocks if training_args.do_eval else None, processing_class=tokenizer)
+    run.attach(trainer)  # Ctrl-C / SIGTERM: checkpoint, then exit non-zero
     if training_args.do_train:
-        checkpoint = training_args.resume_from_checkpoint or last_checkpoint
-        result = trainer.train(resume_from_checkpoint=checkpoint)
+        result = trainer.train(resume_from_checkpoint=run.checkpoint)
         trainer.save_model()
         metrics = result.metrics
         metrics["train_samples"] = len(train_blocks)

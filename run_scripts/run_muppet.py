@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 import datasets
 import transformers
 from transformers import AutoTokenizer, HfArgumentParser, set_seed
-from transformers.trainer_utils import get_last_checkpoint
 
 from hf_aux.adapters import MERGED_SUBFOLDER, LoraArguments
 from hf_aux.data import tokenize_task
@@ -48,6 +47,7 @@ from hf_aux.hub import create_hub_repo, explain_hub_errors, push_trainer_output
 from hf_aux.metrics import PRIMARY_METRIC, majority_baseline
 from hf_aux.modeling.multitask import MultiTaskModel
 from hf_aux.tasks import load_mixture, load_task_splits
+from hf_aux.run_guard import guard_output_dir
 from hf_aux.trainers.muppet import MuppetConfig, MuppetTrainer
 
 logger = logging.getLogger(__name__)
@@ -140,11 +140,9 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     datasets.utils.logging.set_verbosity(log_level)
     transformers.utils.logging.set_verbosity(log_level)
 
-    last_checkpoint = None
-    if os.path.isdir(training_args.output_dir) and training_args.do_train:
-        last_checkpoint = get_last_checkpoint(training_args.output_dir)
-        if last_checkpoint is not None:
-            logger.info("Resuming from %s", last_checkpoint)
+    run = guard_output_dir(training_args, model_args, data_args, lora_args)  # lock; another run's folder; resume
+    if run.finished:
+        return run.results
     set_seed(training_args.seed)
     if training_args.push_to_hub:
         create_hub_repo(training_args)  # a server that is down or a rejected token stops the run here, not later
@@ -186,10 +184,11 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     trainer = MuppetTrainer(model=model, args=training_args, train_dataset=train_data or None,
                             eval_dataset=eval_data or None, processing_class=tokenizer, eval_examples=eval_examples,
                             peft_config=lora_args.lora_config())
+    run.attach(trainer)  # Ctrl-C / SIGTERM: checkpoint, then exit non-zero
 
     results = {}
     if training_args.do_train:
-        train_result = trainer.train(resume_from_checkpoint=last_checkpoint)
+        train_result = trainer.train(resume_from_checkpoint=run.checkpoint)
         trainer.save_model()  # MUPPET-style: body as plain transformers (or its LoRA adapter) + heads beside it
         if lora_args.merge_lora and trainer.is_world_process_zero():
             model.save_merged(os.path.join(training_args.output_dir, MERGED_SUBFOLDER))  # AutoModel loads it alone

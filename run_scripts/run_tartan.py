@@ -76,7 +76,6 @@ from transformers import (
     Trainer,
     set_seed,
 )
-from transformers.trainer_utils import get_last_checkpoint
 
 from hf_aux.adapters import MERGED_SUBFOLDER, LoraArguments
 from hf_aux.data import group_texts_for_mlm, tokenize_task
@@ -84,7 +83,9 @@ from hf_aux.demo import minilm_path
 from hf_aux.hub import create_hub_repo, explain_hub_errors, hub_id_or_none, push_trainer_output
 from hf_aux.metrics import classification_metrics
 from hf_aux.modeling.tartan import TartanModel
+from hf_aux.nonfinite import install_nonfinite_guard
 from hf_aux.tasks import TaskSpec, load_task_splits
+from hf_aux.run_guard import guard_output_dir
 from hf_aux.trainers.tartan import TartanConfig, TartanTrainer
 from hf_aux.validation import check_corpus, load_data_files
 
@@ -283,11 +284,11 @@ def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_
                          "with LoRA, run --merge_lora and fine-tune output_dir/merged instead")
     logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()
+    run = guard_output_dir(training_args, model_args, data_args, lora_args)  # lock; another run's folder; resume
+    if run.finished:
+        return run.results
     if training_args.push_to_hub:
         create_hub_repo(training_args)  # a server that is down or a rejected token stops the run here, not later
-    last_checkpoint = None
-    if os.path.isdir(training_args.output_dir) and training_args.do_train:
-        last_checkpoint = get_last_checkpoint(training_args.output_dir)
     set_seed(training_args.seed)
 
     task = build_task(data_args)
@@ -330,11 +331,11 @@ def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_
         model=model, args=training_args, train_dataset=features["train"], eval_dataset=features.get("validation"),
         auxiliary_datasets=blocks, processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=compute_metrics, callbacks=callbacks, peft_config=lora_args.lora_config())
+    run.attach(trainer)  # Ctrl-C / SIGTERM: checkpoint, then exit non-zero
 
     results = {}
     if training_args.do_train:
-        checkpoint = training_args.resume_from_checkpoint or last_checkpoint
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
+        train_result = trainer.train(resume_from_checkpoint=run.checkpoint)
         trainer.save_model()
         if lora_args.merge_lora and trainer.is_world_process_zero():
             model.save_merged(os.path.join(training_args.output_dir, MERGED_SUBFOLDER))  # a plain classifier checkpoint
@@ -357,6 +358,7 @@ def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_
                             data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics,
                             callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience)]
                             if data_args.early_stopping_patience else None)
+        install_nonfinite_guard(evaluator, watch_model_loss=True)
         evaluator.train()
         model.classifier.save_pretrained(training_args.output_dir)  # the top level is the fine-tuned classifier
 

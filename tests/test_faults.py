@@ -376,3 +376,326 @@ def test_help_renders_for_every_script(script, capsys):
         parse(script, ["--help"])
     assert raised.value.code == 0
     assert "--output_dir" in capsys.readouterr().out
+
+
+# ---- non-finite training --------------------------------------------------------------------------------------
+from hf_aux.nonfinite import NonFiniteTrainingError  # noqa: E402
+
+MIXTURE_FILES = {"mix.json": mixture([sentiment_task()]), "train.jsonl": jsonl(sentences(16)),
+                 "dev.jsonl": jsonl(sentences(8))}
+TRAINING_RUNS = {  # each script's 4-step run on the case folder's files: argv, files
+    "run_finetune": (finetune_argv, {"train.jsonl": jsonl(sentences(16)), "dev.jsonl": jsonl(sentences(8))}),
+    "run_tartan": (lambda *extra: tartan_argv(*extra, auxiliary=("tapt=tapt",)),
+                   {"train.jsonl": jsonl(sentences(16)), "dev.jsonl": jsonl(sentences(8))}),
+    "run_amos": (amos_argv, {"corpus.txt": CORPUS}),
+    "run_muppet": (muppet_argv, MIXTURE_FILES),
+    "run_meta_lm": (meta_lm_argv, {"corpus.txt": CORPUS, **MIXTURE_FILES}),
+    "run_meta_lm-hard": (lambda *extra: meta_lm_argv(*extra, objective="hard"), {"corpus.txt": CORPUS,
+                                                                                 **MIXTURE_FILES}),
+}
+
+
+def training_case(name: str, folder: Path, tiny: str, *extra: str) -> tuple[str, list[str]]:
+    argv, files = TRAINING_RUNS[name]
+    for file, content in files.items():
+        (folder / file).write_text(content)
+    return name.split("-")[0], _fill(argv(*extra), folder, tiny)
+
+
+def all_finite(folder: Path) -> bool:
+    from safetensors.torch import load_file
+
+    return all(bool(torch.isfinite(t.float()).all()) for path in folder.rglob("*.safetensors")
+               for t in load_file(path).values())
+
+
+@pytest.mark.parametrize("name", list(TRAINING_RUNS))
+def test_huge_learning_rate_stops_before_anything_non_finite_is_saved(name, tmp_path, tiny_dir, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    script, argv = training_case(name, tmp_path, tiny_dir, "--learning_rate", "1e30", "--max_steps", "4",
+                                 "--save_strategy", "steps", "--save_steps", "1")
+    with pytest.raises(NonFiniteTrainingError) as raised:
+        run_script(script, argv)
+    message = str(raised.value)
+    assert "non-finite" in message and "at step" in message or "after optimizer step" in message, message
+    assert "--on_nonfinite skip" in message
+    out = tmp_path / "out"
+    assert not (out / "model.safetensors").exists()  # no final model
+    assert all_finite(out)  # every checkpoint written before the failure holds finite numbers only
+
+
+class _Regressor(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 1)
+
+    def forward(self, x, labels):
+        return {"loss": ((self.linear(x).squeeze(-1) - labels) ** 2).mean()}
+
+
+def _train_regressor(tmp_path, rows, policy: str):
+    from datasets import Dataset
+    from transformers import Trainer
+
+    from hf_aux.hub import TokenSafeTrainingArguments
+    from hf_aux.nonfinite import install_nonfinite_guard
+
+    torch.manual_seed(0)
+    model = _Regressor()
+    args = TokenSafeTrainingArguments(
+        output_dir=str(tmp_path / policy), per_device_train_batch_size=1, max_steps=len(rows), learning_rate=0.1,
+        lr_scheduler_type="constant", report_to="none", save_strategy="no", disable_tqdm=True, seed=0,
+        on_nonfinite=policy, logging_steps=1)
+    data = Dataset.from_list([{"x": x, "labels": y} for x, y in rows]).with_format("torch")
+    trainer = Trainer(model=model, args=args, train_dataset=data)
+    install_nonfinite_guard(trainer, watch_model_loss=True)
+    trainer.get_train_dataloader = lambda: torch.utils.data.DataLoader(data, batch_size=1, shuffle=False)
+    trainer.train()
+    return model.linear.weight.detach().clone(), trainer
+
+
+def test_on_nonfinite_skip_skips_exactly_the_bad_step_and_stop_names_it(tmp_path):
+    good_a, bad, good_b = ([1.0, 2.0], 3.0), ([float("nan"), 1.0], 1.0), ([0.5, -1.0], 0.0)
+    skipped, trainer = _train_regressor(tmp_path, [good_a, bad, good_b], "skip")
+    # the bad step changed nothing (parameters, Adam moments and step count): as if it had never been there,
+    # except that the constant schedule counted it
+    reference, _ = _train_regressor(tmp_path, [good_a, good_b, good_b], "stop")
+    two_steps, _ = _train_regressor(tmp_path, [good_a, good_b], "stop")
+    assert torch.isfinite(skipped).all()
+    assert torch.equal(skipped, two_steps) and not torch.equal(skipped, reference)
+    guard = next(c for c in trainer.callback_handler.callbacks if type(c).__name__ == "NonFiniteGuard")
+    assert guard.skipped == 1
+    with pytest.raises(NonFiniteTrainingError, match=r"at step 2: loss nan; non-finite gradients in 2 of 2"):
+        _train_regressor(tmp_path, [good_a, bad, good_b], "stop")
+    with pytest.raises(ValueError, match="on_nonfinite"):
+        from hf_aux.hub import TokenSafeTrainingArguments
+
+        TokenSafeTrainingArguments(output_dir=str(tmp_path), on_nonfinite="ignore")
+
+
+# ---- output folders: finished runs, other configurations, locks, incomplete checkpoints ---------------------------
+import hashlib  # noqa: E402
+import subprocess  # noqa: E402
+
+from hf_aux.run_guard import OutputDirError, lock_path  # noqa: E402
+
+
+def digest(folder: Path) -> dict:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def finetune_run(tmp_path, tiny_dir, *extra, steps: int = 3):
+    files = {"train.jsonl": jsonl(sentences(16)), "dev.jsonl": jsonl(sentences(8))}
+    for name, content in files.items():
+        if not (tmp_path / name).exists():
+            (tmp_path / name).write_text(content)
+    argv = [a for a in finetune_argv("--max_steps", str(steps), "--per_device_train_batch_size", "4")
+            if a != "--do_eval"]
+    return _fill(argv + list(extra), tmp_path, tiny_dir)
+
+
+def test_a_finished_run_is_neither_repeated_nor_overwritten_by_another_configuration(tmp_path, tiny_dir, capsys):
+    out = tmp_path / "out"
+    run_script("run_finetune", finetune_run(tmp_path, tiny_dir))
+    finished = digest(out)
+    # the identical command again: nothing is trained (no step past max_steps), and it says so
+    results = run_script("run_finetune", finetune_run(tmp_path, tiny_dir))
+    assert "already holds this finished run (step 3 of 3); nothing to do" in capsys.readouterr().out
+    assert results["train_samples"] == 16 and digest(out) == finished
+    # another configuration is refused, naming what differs; nothing in the folder changes
+    with pytest.raises(OutputDirError, match=r"another configuration \(learning_rate: 5e-05 -> 0.001\).*"
+                                             r"--overwrite_output_dir"):
+        run_script("run_finetune", finetune_run(tmp_path, tiny_dir, "--learning_rate", "1e-3"))
+    assert digest(out) == finished
+    # unless asked for
+    run_script("run_finetune", finetune_run(tmp_path, tiny_dir, "--learning_rate", "1e-3", "--overwrite_output_dir"))
+    assert digest(out)["model.safetensors"] != finished["model.safetensors"]
+
+
+def test_a_folder_used_by_a_live_process_is_refused_and_a_stale_lock_is_replaced(tmp_path, tiny_dir):
+    out = tmp_path / "out"
+    out.mkdir()
+    import socket
+
+    from hf_aux.run_guard import _boot_id
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock = {"pid": sleeper.pid, "host": socket.gethostname(), "boot_id": _boot_id(), "started": "now",
+                "command": "run_finetune.py --output_dir out"}
+        lock_path(out).write_text(json.dumps(lock))
+        with pytest.raises(OutputDirError, match=rf"in use by process {sleeper.pid}.*another --output_dir"):
+            run_script("run_finetune", finetune_run(tmp_path, tiny_dir, steps=1))
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    # the process is gone (a crash): its lock no longer blocks; a lock from an earlier boot neither
+    run_script("run_finetune", finetune_run(tmp_path, tiny_dir, steps=1))
+    lock_path(out).write_text(json.dumps({**lock, "pid": 1, "boot_id": "an-earlier-boot"}))
+    run_script("run_finetune", finetune_run(tmp_path, tiny_dir, steps=1))  # finished: nothing to do, no error
+
+
+def test_an_incomplete_last_checkpoint_is_skipped_and_the_run_resumes_exactly(tmp_path, tiny_dir, capsys):
+    out = tmp_path / "out"
+    checkpointed = ("--save_strategy", "steps", "--save_steps", "1")
+    run_script("run_finetune", finetune_run(tmp_path, tiny_dir, *checkpointed, steps=4))
+    reference = (out / "model.safetensors").read_bytes()
+    # as if killed while writing checkpoint-4: its weights half written, no trainer_state.json; no final model
+    for name in ("model.safetensors", "trainer_state.json", "train_results.json", "all_results.json"):
+        (out / name).unlink()
+    weights = out / "checkpoint-4" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    (out / "checkpoint-4" / "trainer_state.json").unlink()
+    run_script("run_finetune", finetune_run(tmp_path, tiny_dir, *checkpointed, steps=4))
+    assert "skipping incomplete checkpoint" in capsys.readouterr().err
+    assert (out / "model.safetensors").read_bytes() == reference  # resumed from checkpoint-3, exactly
+    assert len(list((out / "_incomplete_checkpoints").iterdir())) == 1
+    # a damaged checkpoint named explicitly is an error naming the file and the choices
+    damaged = out / "checkpoint-3" / "optimizer.pt"
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    with pytest.raises(OutputDirError, match=r"resume_from_checkpoint.*checkpoint-3.*optimizer.pt is truncated.*"
+                                             r"earlier checkpoint"):
+        run_script("run_finetune", finetune_run(tmp_path, tiny_dir, *checkpointed, "--resume_from_checkpoint",
+                                                str(out / "checkpoint-3"), steps=4))
+
+
+# ---- SIGINT / SIGTERM ---------------------------------------------------------------------------------------------
+import signal  # noqa: E402
+
+SLOW_RUN = """import sys, time
+sys.path.insert(0, {tests!r})
+import transformers
+step = transformers.Trainer.training_step
+def slow_step(self, *args, **kwargs):  # 0.3 s a step: time for the test to send its signal mid-run
+    time.sleep(0.3)
+    return step(self, *args, **kwargs)
+transformers.Trainer.training_step = slow_step
+from script_loader import load_run_script
+script = load_run_script("run_finetune")
+script.main(*script.parse_args(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_saves_a_checkpoint_exits_non_zero_with_one_line_and_the_rerun_resumes_exactly(tmp_path, tiny_dir,
+                                                                                               caplog):
+    argv = finetune_run(tmp_path, tiny_dir, "--logging_steps", "1", steps=6)
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-c", SLOW_RUN.format(tests=str(Path(__file__).parent)), *argv]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               cwd=tmp_path)
+    for line in process.stdout:  # the first logged step
+        if "'loss'" in line:
+            process.send_signal(signal.SIGINT)
+            break
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 128 + signal.SIGINT, stderr[-2000:]
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("hf_aux: interrupted by SIGINT at step ") and "of 6" in last, last
+    step = int(last.split(" at step ")[1].split()[0])
+    assert 1 <= step < 6 and f"saved {tmp_path / 'out' / f'checkpoint-{step}'}" in last
+    assert not (tmp_path / "out" / "model.safetensors").exists()
+    # the same command again resumes from that checkpoint and ends exactly where an uninterrupted run ends
+    with caplog.at_level("WARNING", logger="hf_aux.run_guard"):
+        run_script("run_finetune", argv)
+    assert f"Resuming from {tmp_path / 'out' / f'checkpoint-{step}'}" in caplog.text
+    reference = tmp_path / "reference"
+    run_script("run_finetune", [a if a != str(tmp_path / "out") else str(reference) for a in argv])
+    assert (tmp_path / "out" / "model.safetensors").read_bytes() == (reference / "model.safetensors").read_bytes()
+
+
+def test_sigterm_during_training_in_process_checkpoints_and_exits_143(tmp_path, tiny_dir, capsys):
+    import os
+
+    from transformers import TrainerCallback
+
+    class TerminateAtStep2(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            if state.global_step == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    module = MODULES["run_finetune"]
+    original = module.Trainer
+
+    class Trainer(original):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.add_callback(TerminateAtStep2())
+
+    module.Trainer = Trainer
+    try:
+        with pytest.raises(SystemExit) as raised:
+            run_script("run_finetune", finetune_run(tmp_path, tiny_dir, steps=4))
+    finally:
+        module.Trainer = original
+    assert raised.value.code == 128 + signal.SIGTERM
+    assert f"interrupted by SIGTERM at step 2 of 4: saved {tmp_path / 'out' / 'checkpoint-2'}" in \
+        capsys.readouterr().err
+    assert (tmp_path / "out" / "checkpoint-2" / "trainer_state.json").is_file()
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handlers are put back
+
+
+# ---- the Hub: a silent, failing or refusing server ends the run in bounded time, naming endpoint and operation ----
+import time  # noqa: E402
+
+import hf_aux.hub as hub_module  # noqa: E402
+from hf_aux.hub import HubPushError  # noqa: E402
+from hub_server import DEFAULT_USER, local_hub  # noqa: E402, F401 - `local_hub` is a fixture
+
+TOKEN = "hf_FaultsTokenThatMustNeverBeSaved0123456789"
+
+
+@pytest.fixture
+def quick_hub_timeouts(monkeypatch):
+    """1 s timeouts and 2 attempts (the defaults: 10 s connect, 60 s read, 3 attempts)."""
+    monkeypatch.setattr(hub_module, "HUB_ATTEMPTS", 2)
+    monkeypatch.setattr(hub_module, "HUB_READ_TIMEOUT", 1.0)
+    hub_module.install_hub_timeouts(connect=1.0, read=1.0)
+    yield
+    hub_module.install_hub_timeouts()
+
+
+def push_run(tmp_path, tiny_dir, repo, *extra):
+    return finetune_run(tmp_path, tiny_dir, "--do_eval", "--push_to_hub", "--hub_model_id", f"{DEFAULT_USER}/{repo}",
+                        "--hub_token", TOKEN, *extra, steps=2)
+
+
+def test_a_silent_hub_ends_the_run_in_bounded_time_naming_endpoint_and_operation(local_hub, quick_hub_timeouts,
+                                                                                  tmp_path, tiny_dir):
+    local_hub.stall()
+    start = time.monotonic()
+    with pytest.raises(HubPushError) as raised:
+        run_script("run_finetune", push_run(tmp_path, tiny_dir, "silent"))
+    assert time.monotonic() - start < 20  # 2 attempts x 1 s + back-off; unbounded before
+    message = str(raised.value)
+    assert f"{local_hub.url}/{DEFAULT_USER}/silent (create_repo)" in message
+    assert "did not answer within 1 s" in message and "failed 2 times" in message
+    assert "Nothing was trained" in message and TOKEN not in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_refused_token_is_not_retried(local_hub, quick_hub_timeouts, tmp_path, tiny_dir):
+    local_hub.accept_only("hf_another_token")
+    with pytest.raises(HubPushError, match=r"\(create_repo\).*rejected the token \(401"):
+        run_script("run_finetune", push_run(tmp_path, tiny_dir, "refused"))
+    assert len([r for r in local_hub.requests if r.path == "/api/repos/create"]) == 1
+
+
+def test_5xx_on_upload_leaves_evaluation_metrics_and_card_written_and_only_hf_aux_pushes(
+        local_hub, quick_hub_timeouts, tmp_path, tiny_dir, caplog):
+    local_hub.fail(500, path_contains="/commit/")
+    with pytest.raises(HubPushError) as raised:
+        run_script("run_finetune", push_run(tmp_path, tiny_dir, "failing", "--save_strategy", "steps",
+                                            "--save_steps", "1", "--hub_strategy", "checkpoint"))
+    message = str(raised.value)
+    assert "upload_folder (commit)" in message and "answered 500" in message and "failed 2 times" in message
+    assert "intact" in message and TOKEN not in message
+    out = tmp_path / "out"
+    # evaluation, metrics and the card were written before the push could fail
+    assert {"model.safetensors", "eval_results.json", "all_results.json", "README.md"} <= {p.name for p in
+                                                                                            out.iterdir()}
+    # one failed checkpoint push (2 attempts) stopped further checkpoint pushes; then the final push (2 attempts):
+    # Trainer pushed nothing on its own
+    commits = [r for r in local_hub.requests if "/commit/" in r.path]
+    assert len(commits) == 4
+    assert "Checkpoint push failed; no more checkpoint pushes" in caplog.text
