@@ -211,6 +211,29 @@ def check_text_cells(values: list, where: str, column: str, split: str, *, neste
                        empty, len(values), split, first_empty)
 
 
+def infer_class_labels(splits: dict, label_column: str, where: str, hint: str) -> dict:
+    """The classes of a classification task read from its loaded splits (name -> Dataset): {"label_names": sorted
+    names} for string labels, {"num_labels": max + 1} for non-negative integers. A missing column, an empty label
+    or mixed types is an error naming `where` (e.g. "task 'x': field 'label_column'"), the row, and `hint` (the
+    flags that set the labels instead)."""
+    values = set()
+    for split, data in splits.items():
+        if label_column not in data.column_names:
+            raise ValueError(f"{where}: column {label_column!r} not in the {split} data; columns are "
+                             f"{data.column_names}")
+        labels = list(data[label_column])
+        if None in labels:
+            raise ValueError(f"{where}: {split} row {labels.index(None)}: the label is empty (None/null); fill it or "
+                             "drop the row")
+        values.update(labels)
+    if values and all(isinstance(v, str) for v in values):
+        return {"label_names": sorted(values)}
+    if values and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        return {"num_labels": max(2, max(values) + 1)}
+    raise ValueError(f"{where}: labels must be all strings or all non-negative integers; pass {hint} (found "
+                     f"{sorted(map(repr, values))[:5]})")
+
+
 def check_corpus(dataset, text_column: str, where: str, split: str = "train") -> None:
     """Unlabelled MLM text: the column exists and holds text (None is an error naming the row; blank lines are
     fine unless every line is blank)."""

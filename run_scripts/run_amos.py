@@ -264,7 +264,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     trainer = AmosTrainer(model=model, args=training_args, train_dataset=train_data if training_args.do_train else None,
                           eval_dataset=eval_data if training_args.do_eval else None, processing_class=tokenizer)
-    run.attach(trainer)  # Ctrl-C / SIGTERM: checkpoint, then exit non-zero
+    run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
 
     results = {}
     if training_args.do_train:

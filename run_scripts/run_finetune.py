@@ -92,7 +92,7 @@ from hf_aux.modeling.multitask import MULTITASK_CONFIG_NAME, MultiTaskConfig, Mu
 from hf_aux.nonfinite import install_nonfinite_guard
 from hf_aux.run_guard import guard_output_dir
 from hf_aux.tasks import DATA_FILE_BUILDERS, TASK_KINDS, TaskSpec, load_mixture, load_task_splits
-from hf_aux.validation import load_data_files, read_structured_file
+from hf_aux.validation import infer_class_labels, load_data_files, read_structured_file
 
 logger = logging.getLogger(__name__)
 
@@ -327,22 +327,8 @@ def _labels_from_data(name: str, files, label_column: str) -> dict:
 
     raw = files if isinstance(files, datasets.DatasetDict) else load_data_files(
         files, f"task '{name}': field 'data_files'")
-    values = set()
-    for split_name, split in raw.items():
-        if label_column not in split.column_names:
-            raise ValueError(f"task '{name}': field 'label_column': column {label_column!r} not in the data; "
-                             f"columns are {split.column_names}")
-        labels = list(split[label_column])
-        if None in labels:
-            raise ValueError(f"task '{name}': field 'label_column': {split_name} row {labels.index(None)}: the label "
-                             "is empty (None/null); fill it or drop the row")
-        values.update(labels)
-    if values and all(isinstance(v, str) for v in values):
-        return {"label_names": sorted(values)}
-    if values and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
-        return {"num_labels": max(2, max(values) + 1)}
-    raise ValueError(f"task '{name}': field 'label_column': labels must be all strings or all non-negative "
-                     f"integers; pass --task_label_names or --num_labels (found {sorted(map(repr, values))[:5]})")
+    return infer_class_labels(raw, label_column, f"task '{name}': field 'label_column'",
+                              "--task_label_names or --num_labels")
 
 
 def select_train_rows(train, data_args: DataTrainingArguments):
@@ -544,7 +530,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         compute_metrics=build_compute_metrics(task, data_args, raw.get("validation"), features.get("validation")),
     )
     install_nonfinite_guard(trainer, watch_model_loss=True)  # a NaN/Inf loss or gradient stops before any save
-    run.attach(trainer)  # Ctrl-C / SIGTERM: checkpoint, then exit non-zero
+    run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
 
     results = {}
     if training_args.do_train:

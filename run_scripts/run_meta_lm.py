@@ -221,7 +221,7 @@ def main(model_args, data_args, training_args):
     trainer = MetaLMTrainer(model=student, teacher=teacher, args=training_args, labelled_tasks=labelled,
                             train_dataset=train_blocks if training_args.do_train else None,
                             eval_dataset=eval_blocks if training_args.do_eval else None, processing_class=tokenizer)
-    run.attach(trainer)  # Ctrl-C / SIGTERM: checkpoint, then exit non-zero
+    run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
     if training_args.do_train:
         result = trainer.train(resume_from_checkpoint=run.checkpoint)
         trainer.save_model()

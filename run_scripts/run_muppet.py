@@ -46,8 +46,8 @@ from hf_aux.demo import minilm_path
 from hf_aux.hub import create_hub_repo, explain_hub_errors, push_trainer_output
 from hf_aux.metrics import PRIMARY_METRIC, majority_baseline
 from hf_aux.modeling.multitask import MultiTaskModel
-from hf_aux.tasks import load_mixture, load_task_splits
 from hf_aux.run_guard import guard_output_dir
+from hf_aux.tasks import load_mixture, load_task_splits
 from hf_aux.trainers.muppet import MuppetConfig, MuppetTrainer
 
 logger = logging.getLogger(__name__)
@@ -184,7 +184,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     trainer = MuppetTrainer(model=model, args=training_args, train_dataset=train_data or None,
                             eval_dataset=eval_data or None, processing_class=tokenizer, eval_examples=eval_examples,
                             peft_config=lora_args.lora_config())
-    run.attach(trainer)  # Ctrl-C / SIGTERM: checkpoint, then exit non-zero
+    run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
 
     results = {}
     if training_args.do_train:

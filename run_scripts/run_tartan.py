@@ -87,7 +87,7 @@ from hf_aux.nonfinite import install_nonfinite_guard
 from hf_aux.tasks import TaskSpec, load_task_splits
 from hf_aux.run_guard import guard_output_dir
 from hf_aux.trainers.tartan import TartanConfig, TartanTrainer
-from hf_aux.validation import check_corpus, load_data_files
+from hf_aux.validation import check_corpus, infer_class_labels, load_data_files
 
 logger = logging.getLogger(__name__)
 
@@ -229,22 +229,10 @@ def _task_from_hub(data_args: DataTrainingArguments) -> TaskSpec:
 
 
 def _labels_of(train, label_column: str, source_flag: str) -> tuple[list[str] | None, int | None]:
-    """(label_names, num_labels) read from the train split: sorted names for string labels, max + 1 for
-    non-negative integers."""
-    if label_column not in train.column_names:
-        raise ValueError(f"DataTrainingArguments: field 'label_column': {label_column!r} is not a column of the "
-                         f"{source_flag} data ({train.column_names})")
-    values = list(train[label_column])
-    if None in values:
-        raise ValueError(f"DataTrainingArguments: field 'label_column': train row {values.index(None)}: the label is "
-                         "empty (None/null); fill it or drop the row")
-    distinct = set(values)
-    if all(isinstance(v, str) for v in distinct):
-        return sorted(distinct), None
-    if all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in distinct):
-        return None, max(2, max(distinct) + 1)
-    raise ValueError(f"DataTrainingArguments: field 'label_column': labels must be all strings or all non-negative "
-                     f"integers, found {sorted(map(repr, distinct))[:5]}; pass --task_label_names")
+    """(label_names, num_labels) read from the train split."""
+    labels = infer_class_labels({"train": train}, label_column,
+                                f"DataTrainingArguments: field 'label_column' ({source_flag})", "--task_label_names")
+    return labels.get("label_names"), labels.get("num_labels")
 
 
 def auxiliary_corpora(specs: list[str], raw, task: TaskSpec, max_documents: int | None) -> dict:
@@ -331,7 +319,7 @@ def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_
         model=model, args=training_args, train_dataset=features["train"], eval_dataset=features.get("validation"),
         auxiliary_datasets=blocks, processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=compute_metrics, callbacks=callbacks, peft_config=lora_args.lora_config())
-    run.attach(trainer)  # Ctrl-C / SIGTERM: checkpoint, then exit non-zero
+    run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
 
     results = {}
     if training_args.do_train:

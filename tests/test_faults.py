@@ -230,6 +230,13 @@ CASES = [
     Case("ft-mixed-formats", "run_finetune", finetune_argv(dev="dev.csv"), {"train.jsonl": GOOD,
                                                                              "dev.csv": "sentence,label\na,pos\n"},
          ValueError, ("train_file", "formats")),
+    Case("ft-damaged-parquet", "run_finetune", finetune_argv(train="train.parquet", dev="dev.parquet"),
+         {"train.parquet": b"PAR1 not really parquet", "dev.parquet": b"PAR1 nor this"}, ValueError,
+         ("data_files", "train.parquet", "could not read")),
+    Case("ft-resume-from-missing", "run_finetune", finetune_argv("--resume_from_checkpoint", "{d}/checkpoint-9"),
+         TWO_SPLITS, ValueError, ("resume_from_checkpoint", "checkpoint-9", "not a folder")),
+    Case("ft-empty-task-yaml", "run_finetune", finetune_file_argv(source=("--task_file", "{d}/task.yaml")),
+         {"task.yaml": "# nothing yet\n"}, ValueError, ("task_file", "task.yaml", "mapping")),
     # ---- run_tartan ----
     Case("tartan-no-validation-file", "run_tartan", [a for a in tartan_argv() if a not in ("--validation_file",
                                                                                           "{d}/dev.jsonl")],
@@ -623,6 +630,7 @@ def test_sigterm_during_training_in_process_checkpoints_and_exits_143(tmp_path, 
             self.add_callback(TerminateAtStep2())
 
     module.Trainer = Trainer
+    before = signal.getsignal(signal.SIGTERM)
     try:
         with pytest.raises(SystemExit) as raised:
             run_script("run_finetune", finetune_run(tmp_path, tiny_dir, steps=4))
@@ -632,7 +640,7 @@ def test_sigterm_during_training_in_process_checkpoints_and_exits_143(tmp_path, 
     assert f"interrupted by SIGTERM at step 2 of 4: saved {tmp_path / 'out' / 'checkpoint-2'}" in \
         capsys.readouterr().err
     assert (tmp_path / "out" / "checkpoint-2" / "trainer_state.json").is_file()
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handlers are put back
+    assert signal.getsignal(signal.SIGTERM) == before  # the handlers are put back
 
 
 # ---- the Hub: a silent, failing or refusing server ends the run in bounded time, naming endpoint and operation ----
@@ -699,3 +707,11 @@ def test_5xx_on_upload_leaves_evaluation_metrics_and_card_written_and_only_hf_au
     commits = [r for r in local_hub.requests if "/commit/" in r.path]
     assert len(commits) == 4
     assert "Checkpoint push failed; no more checkpoint pushes" in caplog.text
+
+
+def test_string_labels_in_a_meta_lm_mixture_train(tmp_path, tiny_dir, monkeypatch):
+    """Was a TypeError (max() over strings): labels named in label_names become their class index."""
+    monkeypatch.chdir(tmp_path)
+    script, argv = training_case("run_meta_lm-hard", tmp_path, tiny_dir, "--max_steps", "2")
+    trainer = run_script(script, argv)
+    assert trainer.state.global_step == 2 and (tmp_path / "out" / "model.safetensors").is_file()
