@@ -17,9 +17,9 @@ Rules (run_glue's contract, made exact):
   exists.
 - A finished run (final model, trainer_state.json, the same configuration) is not trained again: the call says so
   and returns its saved results (`all_results.json`).
-- `<parent>/.<output folder>.hf_aux.lock` holds the PID, host and boot id of the process writing the folder; a
-  second process is refused while that process lives. A lock left by a crash (the process is gone) or by an earlier boot is replaced, with
-  a warning.
+- `<parent>/.<output folder>.hf_aux.lock` holds the PID (and its start time), host and boot id of the process
+  writing the folder; a second process is refused while that process lives. A lock left by a crash (the process
+  is gone, or its PID now belongs to a process started later) or by an earlier boot is replaced, with a warning.
 - A checkpoint is complete when its trainer_state.json parses (Trainer writes it after the model, optimizer,
   scheduler and RNG files; hf_aux's own files are written before it), every *.safetensors file is as long as its
   header says, and every torch pickle is an intact zip. Incomplete ones are moved to `_incomplete_checkpoints/`
@@ -200,14 +200,24 @@ def _boot_id() -> str:
         return ""
 
 
-def _alive(pid: int) -> bool:
+def _start_time(pid: int) -> str:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), "" where unknown: a PID
+    reused by another process after a crash has another start time."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def _alive(pid: int, start_time: str = "") -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # it exists, owned by someone else
-        return True
-    return True
+        pass
+    return not start_time or not _start_time(pid) or _start_time(pid) == start_time
 
 
 def _lock_holder(lock: Path) -> dict | None:
@@ -218,7 +228,7 @@ def _lock_holder(lock: Path) -> dict | None:
         return None
     if holder.get("host") != socket.gethostname():
         return holder  # cannot check a process on another machine: assume it runs
-    if holder.get("boot_id") != _boot_id() or not _alive(int(holder.get("pid", -1))):
+    if holder.get("boot_id") != _boot_id() or not _alive(int(holder.get("pid", -1)), holder.get("start_time", "")):
         return None
     return holder
 
@@ -238,7 +248,8 @@ def acquire_lock(output_dir: str | os.PathLike) -> Path:
     process; a lock this process already holds is kept as it is."""
     lock = lock_path(output_dir)
     lock.parent.mkdir(parents=True, exist_ok=True)
-    record = {"pid": os.getpid(), "host": socket.gethostname(), "boot_id": _boot_id(),
+    record = {"pid": os.getpid(), "start_time": _start_time(os.getpid()), "host": socket.gethostname(),
+              "boot_id": _boot_id(),
               "started": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv)}
     for _ in range(2):
         try:

@@ -7,6 +7,7 @@ model (hidden 32, 2 layers)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -525,11 +526,12 @@ def test_a_folder_used_by_a_live_process_is_refused_and_a_stale_lock_is_replaced
     out.mkdir()
     import socket
 
-    from hf_aux.run_guard import _boot_id
+    from hf_aux.run_guard import _boot_id, _start_time
 
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        lock = {"pid": sleeper.pid, "host": socket.gethostname(), "boot_id": _boot_id(), "started": "now",
+        lock = {"pid": sleeper.pid, "start_time": _start_time(sleeper.pid), "host": socket.gethostname(),
+                "boot_id": _boot_id(), "started": "now",
                 "command": "run_finetune.py --output_dir out"}
         lock_path(out).write_text(json.dumps(lock))
         with pytest.raises(OutputDirError, match=rf"in use by process {sleeper.pid}.*another --output_dir"):
@@ -541,6 +543,9 @@ def test_a_folder_used_by_a_live_process_is_refused_and_a_stale_lock_is_replaced
     run_script("run_finetune", finetune_run(tmp_path, tiny_dir, steps=1))
     lock_path(out).write_text(json.dumps({**lock, "pid": 1, "boot_id": "an-earlier-boot"}))
     run_script("run_finetune", finetune_run(tmp_path, tiny_dir, steps=1))  # finished: nothing to do, no error
+    # a PID reused by a process started after the crashed one is no false positive either
+    lock_path(out).write_text(json.dumps({**lock, "pid": os.getppid(), "start_time": "1"}))
+    run_script("run_finetune", finetune_run(tmp_path, tiny_dir, steps=1))
 
 
 def test_an_incomplete_last_checkpoint_is_skipped_and_the_run_resumes_exactly(tmp_path, tiny_dir, capsys):
@@ -587,7 +592,7 @@ script.main(*script.parse_args(sys.argv[1:]))
 def test_ctrl_c_saves_a_checkpoint_exits_non_zero_with_one_line_and_the_rerun_resumes_exactly(tmp_path, tiny_dir,
                                                                                                caplog):
     argv = finetune_run(tmp_path, tiny_dir, "--logging_steps", "1", steps=6)
-    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-c", SLOW_RUN.format(tests=str(Path(__file__).parent)), *argv]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                cwd=tmp_path)
@@ -612,8 +617,6 @@ def test_ctrl_c_saves_a_checkpoint_exits_non_zero_with_one_line_and_the_rerun_re
 
 
 def test_sigterm_during_training_in_process_checkpoints_and_exits_143(tmp_path, tiny_dir, capsys):
-    import os
-
     from transformers import TrainerCallback
 
     class TerminateAtStep2(TrainerCallback):
