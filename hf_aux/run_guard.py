@@ -402,7 +402,14 @@ def guard_output_dir(training_args, *arguments) -> GuardedRun:
             run.checkpoint = last_complete_checkpoint(output_dir, move_incomplete=False)
         run.checkpoint = training_args.resume_from_checkpoint or run.checkpoint
         return run
-    run.lock = acquire_lock(output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise OutputDirError(f"TrainingArguments: field 'output_dir': {str(output_dir)!r} is a file, not a folder; "
+                             "pass a folder path")
+    try:
+        run.lock = acquire_lock(output_dir)
+    except PermissionError as error:
+        raise OutputDirError(f"TrainingArguments: field 'output_dir': cannot write beside or into {str(output_dir)!r} "
+                             f"({error.strerror}: {error.filename}); pass a folder you can write to") from error
     try:
         _decide(run, training_args, output_dir, run_configuration(training_args, *arguments))
     except BaseException:

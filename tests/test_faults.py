@@ -238,6 +238,8 @@ CASES = [
          TWO_SPLITS, ValueError, ("resume_from_checkpoint", "checkpoint-9", "not a folder")),
     Case("ft-empty-task-yaml", "run_finetune", finetune_file_argv(source=("--task_file", "{d}/task.yaml")),
          {"task.yaml": "# nothing yet\n"}, ValueError, ("task_file", "task.yaml", "mapping")),
+    Case("ft-output-dir-is-a-file", "run_finetune", finetune_argv("--output_dir", "{d}/train.jsonl"), TWO_SPLITS,
+         ValueError, ("output_dir", "train.jsonl", "is a file")),
     # ---- run_tartan ----
     Case("tartan-no-validation-file", "run_tartan", [a for a in tartan_argv() if a not in ("--validation_file",
                                                                                           "{d}/dev.jsonl")],
