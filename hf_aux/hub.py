@@ -96,8 +96,8 @@ def call_hub(operation: str, function, *args, **kwargs):
             return function(*args, **kwargs)
         except Exception as error:  # re-raised unless transient and attempts are left
             if attempt == HUB_ATTEMPTS or not _is_transient(error):
-                if attempt > 1:
-                    error.add_note(f"hf_aux: {operation} failed {attempt} times")
+                if attempt > 1:  # a note (Python 3.11's add_note, written out for 3.10)
+                    error.__notes__ = [*getattr(error, "__notes__", []), f"hf_aux: {operation} failed {attempt} times"]
                 raise
             logger.warning("%s failed (%s: %s); attempt %d of %d in %.0f s", operation, type(error).__name__,
                            str(error).splitlines()[0][:200] if str(error) else "", attempt + 1, HUB_ATTEMPTS, delay)

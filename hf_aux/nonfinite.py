@@ -3,16 +3,16 @@
 
 - `check_finite_loss(trainer, parts, owner)`: called by a trainer's loss code with its named loss parts (one host
   sync); a NaN/Inf part raises `NonFiniteTrainingError` naming the step, every part's value and the last
-  checkpoint, before the backward pass and the optimizer step.
+  checkpoint, before the optimizer step.
 - `NonFiniteGuard`, a `TrainerCallback` every hf_aux trainer installs: just before each optimizer step it checks
-  the gradients (per-tensor norms, one host sync; optionally the loss of the model's last forward), and just
+  the gradients (per-tensor max |g|, one host sync; optionally the loss of the model's last forward), and just
   after it the parameters (an update can overflow even from finite gradients). Nothing non-finite ever reaches
   a checkpoint or the final model: the error is raised before Trainer's next save, so the last good checkpoint
   stays as it was.
-- `--on_nonfinite skip` (a field of every hf_aux config, through `hf_aux.run_guard.RunArgsMixin`): a step whose loss or gradients
-  are non-finite is skipped instead (its gradients are dropped, so the optimizer leaves every parameter and its
-  moments as they were); the count is logged as `nonfinite_skipped_steps`. Parameters that became non-finite
-  cannot be skipped back and always stop the run.
+- `--on_nonfinite skip` (a field of every hf_aux config, through `hf_aux.run_guard.RunArgsMixin`): a step whose
+  loss or gradients are non-finite is skipped instead (its gradients are dropped, so the optimizer leaves every
+  parameter and its moments as they were); the count is logged as `nonfinite_skipped_steps`. Parameters that
+  became non-finite cannot be skipped back and always stop the run.
 """
 
 from __future__ import annotations
