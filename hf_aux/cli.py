@@ -6,23 +6,20 @@ Each rule is written once here and every script calls it, so the scripts cannot 
   embedded defaults (its method's demo job) come first on the command line whenever no data source flag is given,
   so any flag the user gives overrides the default it names (argparse keeps the last value), and giving a data
   source switches the embedded defaults off (transformers' own defaults apply).
-- `checkpoint_to_resume`: training resumes from `--resume_from_checkpoint` when given (any run's checkpoint folder,
-  e.g. into a new `--output_dir`), else from the last `checkpoint-*` in `--output_dir`, else starts afresh.
+- Resume, the output folder's lock and Ctrl-C handling are `hf_aux.run_guard.guard_output_dir`: training resumes
+  from `--resume_from_checkpoint` when given (any run's checkpoint folder, e.g. into a new `--output_dir`), else
+  from the newest complete `checkpoint-*` in `--output_dir`, else starts afresh.
 
 This module is the seed of the shared command-line layer: later issues add the other shared steps here.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from collections.abc import Sequence
 
-from transformers import HfArgumentParser, TrainingArguments
-from transformers.trainer_utils import get_last_checkpoint
-
-logger = logging.getLogger(__name__)
+from transformers import HfArgumentParser
 
 ARGUMENT_FILE_SUFFIXES = (".json", ".yaml", ".yml")
 
@@ -49,23 +46,4 @@ def parse_command_line(parser: HfArgumentParser, argv: Sequence[str] | None = No
     return tuple(parser.parse_args_into_dataclasses(args=argv))
 
 
-def checkpoint_to_resume(training_args: TrainingArguments) -> str | None:
-    """The checkpoint training starts from: `resume_from_checkpoint or last_checkpoint`, where last_checkpoint is
-    the newest `checkpoint-*` folder in `output_dir`. None when not training or when there is nothing to resume."""
-    if not training_args.do_train:
-        return None
-    explicit = training_args.resume_from_checkpoint
-    if explicit:
-        if not os.path.isdir(explicit):
-            raise ValueError(f"TrainingArguments: field 'resume_from_checkpoint': {explicit!r} is not a checkpoint "
-                             "folder")
-        logger.info("Resuming from %s (--resume_from_checkpoint)", explicit)
-        return explicit
-    last = get_last_checkpoint(training_args.output_dir) if os.path.isdir(training_args.output_dir) else None
-    if last is not None:
-        logger.info("Resuming from %s, the last checkpoint in --output_dir (pass a new --output_dir to start "
-                    "afresh)", last)
-    return last
-
-
-__all__ = ["checkpoint_to_resume", "gives_flag", "parse_command_line"]
+__all__ = ["gives_flag", "parse_command_line"]

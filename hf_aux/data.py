@@ -42,7 +42,8 @@ def group_texts_for_mlm(dataset, tokenizer: PreTrainedTokenizerBase, text_column
     grouped = dataset.map(tokenize_and_group, batched=True, batch_size=1000, remove_columns=dataset.column_names,
                           num_proc=num_proc, desc="Grouping texts into MLM blocks")
     if len(grouped) == 0:
-        raise ValueError(f"MLM text: field 'block_size': the text holds fewer than {block_size} tokens in all")
+        raise ValueError(f"MLM text: field 'block_size': the text holds fewer than {block_size} tokens in all, not "
+                         "one block; give more text or a smaller block size (--max_seq_length / --block_size)")
     return grouped
 
 

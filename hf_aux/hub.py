@@ -24,6 +24,7 @@ import copy
 import fnmatch
 import logging
 import os
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +42,67 @@ from huggingface_hub.errors import (
 )
 from transformers import TrainingArguments
 
+from .run_guard import RunArgsMixin
+
 logger = logging.getLogger(__name__)
+
+# ---- every Hub call: a connect and a read timeout, and a bounded retry ------------------------------------------
+# huggingface_hub's HTTP client waits forever by default (timeout=None): a server that accepts the connection and
+# never answers hangs the run. hf_aux gives the shared client these timeouts when it is imported (downloads,
+# from_pretrained, create_repo, uploads), and retries its own Hub operations HUB_ATTEMPTS times on timeouts,
+# network errors, 429 and 5xx answers (not on 4xx): a silent, failing or refusing server ends the run within about
+# HUB_ATTEMPTS * (HUB_CONNECT_TIMEOUT + HUB_READ_TIMEOUT) + the back-off (3 * 70 s + 6 s, under 4 minutes, by
+# default), with a message naming the endpoint and the operation. Environment variables override the defaults.
+HUB_CONNECT_TIMEOUT = float(os.environ.get("HF_AUX_HUB_CONNECT_TIMEOUT", "10"))
+HUB_READ_TIMEOUT = float(os.environ.get("HF_AUX_HUB_READ_TIMEOUT", "60"))
+HUB_ATTEMPTS = max(1, int(os.environ.get("HF_AUX_HUB_ATTEMPTS", "3")))
+HUB_BACKOFF = float(os.environ.get("HF_AUX_HUB_BACKOFF", "2"))  # seconds before the 2nd attempt, doubled after
+
+
+def install_hub_timeouts(connect: float | None = None, read: float | None = None) -> None:
+    """Give huggingface_hub's shared HTTP client connect/read timeouts (default: HUB_CONNECT_TIMEOUT /
+    HUB_READ_TIMEOUT). Called when hf_aux.hub is imported; call it again to change them."""
+    import httpx2
+    from huggingface_hub.utils import _http
+
+    timeout = httpx2.Timeout(read if read is not None else HUB_READ_TIMEOUT,
+                             connect=connect if connect is not None else HUB_CONNECT_TIMEOUT)
+
+    def client_with_timeouts():
+        client = _http.default_client_factory()  # huggingface_hub's own hooks and redirects
+        client.timeout = timeout
+        return client
+
+    huggingface_hub.set_client_factory(client_with_timeouts)
+
+
+install_hub_timeouts()
+
+
+def _is_transient(error: BaseException) -> bool:
+    import httpx2
+
+    if isinstance(error, HfHubHTTPError) and error.response is not None:
+        return error.response.status_code == 429 or error.response.status_code >= 500
+    return isinstance(error, (httpx2.TimeoutException, httpx2.NetworkError, httpx2.RemoteProtocolError))
+
+
+def call_hub(operation: str, function, *args, **kwargs):
+    """`function(*args, **kwargs)`, retried up to HUB_ATTEMPTS times (back-off HUB_BACKOFF, doubled) when the Hub
+    times out, drops the connection or answers 429/5xx. `operation` names it in the logs."""
+    delay = HUB_BACKOFF
+    for attempt in range(1, HUB_ATTEMPTS + 1):
+        try:
+            return function(*args, **kwargs)
+        except Exception as error:  # re-raised unless transient and attempts are left
+            if attempt == HUB_ATTEMPTS or not _is_transient(error):
+                if attempt > 1:  # a note (Python 3.11's add_note, written out for 3.10)
+                    error.__notes__ = [*getattr(error, "__notes__", []), f"hf_aux: {operation} failed {attempt} times"]
+                raise
+            logger.warning("%s failed (%s: %s); attempt %d of %d in %.0f s", operation, type(error).__name__,
+                           str(error).splitlines()[0][:200] if str(error) else "", attempt + 1, HUB_ATTEMPTS, delay)
+            time.sleep(delay)
+            delay *= 2
 
 # Never pushed: intermediate checkpoints (Trainer's `hub_strategy` pushes those itself), TensorBoard event files,
 # and private or hidden files. Everything else in the output folder (what `save_pretrained` wrote, the
@@ -87,9 +148,10 @@ class HubTokenSafeArgsMixin:
 
 
 @dataclass
-class TokenSafeTrainingArguments(HubTokenSafeArgsMixin, TrainingArguments):
-    """Plain `TrainingArguments` whose pickles (training_args.bin) never hold `hub_token`: for scripts that train
-    with a plain `Trainer` (run_finetune.py)."""
+class TokenSafeTrainingArguments(HubTokenSafeArgsMixin, RunArgsMixin, TrainingArguments):
+    """Plain `TrainingArguments` whose pickles (training_args.bin) never hold `hub_token`, with hf_aux's run
+    settings (`RunArgsMixin`: overwrite_output_dir, on_nonfinite): for scripts that train with a plain `Trainer`
+    (run_finetune.py)."""
 
 
 class HubPushError(RuntimeError):
@@ -119,6 +181,12 @@ def find_token_in_files(folder: str | os.PathLike, token: str, paths=None) -> li
 
 
 def _describe_failure(error: Exception, repo_id: str, endpoint: str) -> str:
+    attempts = next((note for note in getattr(error, "__notes__", []) if note.startswith("hf_aux: ")), None)
+    reason = _describe_reason(error, repo_id, endpoint)
+    return f"{reason} ({attempts[len('hf_aux: '):]})" if attempts else reason
+
+
+def _describe_reason(error: Exception, repo_id: str, endpoint: str) -> str:
     if isinstance(error, OfflineModeIsEnabled):
         return "offline mode is on (HF_HUB_OFFLINE=1); unset it to push"
     if isinstance(error, HfHubHTTPError) and error.response is not None:
@@ -132,6 +200,8 @@ def _describe_failure(error: Exception, repo_id: str, endpoint: str) -> str:
             return f"{repo_id} was not found on {endpoint} (404)"
         return f"{endpoint} answered {status}: {error}"
     name, text = type(error).__name__, str(error).rstrip(".")
+    if "timeout" in name.lower() and "connect" not in name.lower():
+        return f"{endpoint} did not answer within {HUB_READ_TIMEOUT:g} s ({name})"
     if "connect" in name.lower() or "timeout" in name.lower():
         return f"could not connect to {endpoint} ({name}: {text})"
     if name in ("RemoteProtocolError", "ReadError", "WriteError", "NetworkError", "ProtocolError"):
@@ -148,6 +218,7 @@ def push_folder_to_hub(
     private: bool | None = None,
     revision: str | None = None,
     ignore_patterns=PUSH_IGNORE_PATTERNS,
+    path_in_repo: str | None = None,
 ) -> huggingface_hub.CommitInfo:
     """Push a saved output folder to the Hub repository `repo_id` (created if needed) in one commit.
 
@@ -173,13 +244,17 @@ def push_folder_to_hub(
                              "inherit hf_aux.hub.HubTokenSafeArgsMixin).")
     endpoint = constants.ENDPOINT
     api = huggingface_hub.HfApi(endpoint=endpoint, library_name="hf_aux")
+    operation = "create_repo"
     try:
-        repo_url = api.create_repo(repo_id, token=token, private=private, exist_ok=True)
-        commit = api.upload_folder(repo_id=repo_url.repo_id, folder_path=folder, allow_patterns=paths,
-                                   commit_message=commit_message, token=token, revision=revision)
+        repo_url = call_hub(operation, api.create_repo, repo_id, token=token, private=private, exist_ok=True)
+        operation = "upload_folder (commit)"
+        commit = call_hub(operation, api.upload_folder, repo_id=repo_url.repo_id, folder_path=folder,
+                          allow_patterns=paths, commit_message=commit_message, token=token, revision=revision,
+                          path_in_repo=path_in_repo)
     except Exception as error:  # re-raised below with what failed; the local folder is untouched
-        message = (f"Pushing {folder} to {endpoint}/{repo_id} failed: {_describe_failure(error, repo_id, endpoint)}. "
-                   f"The local files in {folder} are intact; push them later with `hf upload {repo_id} {folder}`.")
+        message = (f"Pushing {folder} to {endpoint}/{repo_id} failed in {operation}: "
+                   f"{_describe_failure(error, repo_id, endpoint)}. The local files in {folder} are intact; push "
+                   f"them later with `hf upload {repo_id} {folder}`.")
         logger.error(message)
         raise HubPushError(message) from error
     logger.info("Pushed %d files from %s to %s (commit %s)", len(paths), folder, repo_url, commit.oid)
@@ -204,10 +279,10 @@ def create_hub_repo(args) -> str:
         return repo_id
     endpoint = constants.ENDPOINT
     try:
-        url = huggingface_hub.HfApi(endpoint=endpoint, library_name="hf_aux").create_repo(
-            repo_id, token=args.hub_token, private=args.hub_private_repo, exist_ok=True)
+        url = call_hub("create_repo", huggingface_hub.HfApi(endpoint=endpoint, library_name="hf_aux").create_repo,
+                       repo_id, token=args.hub_token, private=args.hub_private_repo, exist_ok=True)
     except Exception as error:  # re-raised below with what failed
-        message = (f"--push_to_hub: could not create or reach the repository {endpoint}/{repo_id}: "
+        message = (f"--push_to_hub: could not create or reach the repository {endpoint}/{repo_id} (create_repo): "
                    f"{_describe_failure(error, repo_id, endpoint)}. Nothing was trained or changed; the files in "
                    f"{args.output_dir} are intact. Fix the Hub access, or run without --push_to_hub and push later "
                    f"with `hf upload {repo_id} {args.output_dir}`.")
@@ -234,6 +309,40 @@ def push_trainer_output(trainer, commit_message: str = "End of training") -> hug
     return push_folder_to_hub(args.output_dir, trainer.hub_model_id or hub_repo_id(args), token=args.hub_token,
                               commit_message=commit_message, private=args.hub_private_repo,
                               revision=args.hub_revision)
+
+
+# ---- during training: exactly one push path ----------------------------------------------------------------------
+def take_over_pushes(trainer) -> None:
+    """Make hf_aux's token-checked pushes the only ones of a `--push_to_hub` run: Trainer's own upload in
+    `save_model` is deferred to the end of the run (`push_trainer_output`, after evaluation, metrics and the card
+    are written), and its checkpoint uploads (`hub_strategy`) go through `push_checkpoint`. No public Trainer hook
+    can stop Trainer's own pushes, so the two methods are replaced on this instance."""
+    if not trainer.args.push_to_hub:
+        return
+    trainer.push_to_hub = lambda *args, **kwargs: logger.info(
+        "Trainer.push_to_hub deferred: hf_aux pushes the output folder at the end of the run")
+    trainer._push_from_checkpoint = lambda checkpoint_folder: push_checkpoint(trainer, checkpoint_folder)
+
+
+def push_checkpoint(trainer, checkpoint_folder: str) -> None:
+    """Push a checkpoint per `hub_strategy` ('checkpoint': to last-checkpoint/, 'all_checkpoints': to checkpoint-N/,
+    'every_save': its files at the top), token-checked like the final push. A failure is logged and stops the
+    checkpoint pushes of this run (each one would wait for the same dead server); training goes on and the final
+    push tries again."""
+    args = trainer.args
+    strategy = getattr(args.hub_strategy, "value", args.hub_strategy)
+    if not trainer.is_world_process_zero() or strategy == "end" or getattr(trainer, "_hf_aux_push_failed", False):
+        return
+    path_in_repo = {"checkpoint": "last-checkpoint", "all_checkpoints": Path(checkpoint_folder).name}.get(strategy)
+    try:
+        push_folder_to_hub(checkpoint_folder, trainer.hub_model_id or hub_repo_id(args), token=args.hub_token,
+                           commit_message=f"Training in progress, step {trainer.state.global_step}",
+                           private=args.hub_private_repo, revision=args.hub_revision, ignore_patterns=(".*", "*/.*"),
+                           path_in_repo=path_in_repo)
+    except HubPushError as error:
+        trainer._hf_aux_push_failed = True
+        logger.warning("Checkpoint push failed; no more checkpoint pushes in this run (the final push tries again). "
+                       "%s", error)
 
 
 # ---- downloads ------------------------------------------------------------------------------------------------

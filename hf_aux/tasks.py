@@ -7,12 +7,13 @@ loaded by `load_task_splits`. Every validation error is a `ValueError` of the fo
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from .validation import check_text_cells, load_data_files, read_structured_file
 
 TASK_KINDS = ("classification", "regression", "multiple_choice", "extractive_qa", "seq2seq")
 DATA_FILE_BUILDERS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
@@ -122,6 +123,12 @@ class TaskSpec:
             files = self.data_files if isinstance(self.data_files, dict) else {self.train_split: self.data_files}
             if not files:
                 raise task_error(self.name, "data_files", "is empty")
+            read = [s for s in (self.train_split, self.validation_split, self.test_split) if s]
+            unread = [s for s in files if s not in read]
+            if unread:
+                raise task_error(self.name, "data_files", f"split {unread[0]!r} is not read: the task reads the "
+                                 f"splits {read}; rename the key to one of them, or map it (e.g. validation_split: "
+                                 f"{unread[0]})")
             suffixes = set()
             for split, path in files.items():
                 suffix = Path(str(path)).suffix.lower()
@@ -182,17 +189,7 @@ def load_mixture(path: str | os.PathLike) -> list[TaskSpec]:
     built-in demo task (hf_aux.demo, needs the `demo` extra). Relative `data_files` resolve against the file's
     folder."""
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"mixture file {str(path)!r} does not exist")
-    text = path.read_text()
-    if path.suffix.lower() == ".json":
-        content = json.loads(text)
-    elif path.suffix.lower() in (".yaml", ".yml"):
-        import yaml
-
-        content = yaml.safe_load(text)
-    else:
-        raise ValueError(f"mixture file {str(path)!r}: use a .json, .yaml or .yml file")
+    content = read_structured_file(path, "mixture file")
     entries = content.get("tasks") if isinstance(content, dict) else None
     if not isinstance(entries, list) or not entries:
         raise ValueError(f"mixture file {str(path)!r}: needs a non-empty list under 'tasks'")
@@ -241,11 +238,7 @@ def load_task_splits(task: TaskSpec, seed: int = 42):
             raise task_error(task.name, "dataset", f"expected a datasets.Dataset or DatasetDict, got {type(raw).__name__}")
     elif task.data_files is not None:
         files = task.data_files if isinstance(task.data_files, dict) else {task.train_split: task.data_files}
-        for split, file in files.items():
-            if not os.path.isfile(file):
-                raise task_error(task.name, "data_files", f"{split} file {file!r} does not exist")
-        builder = DATA_FILE_BUILDERS[Path(str(next(iter(files.values())))).suffix.lower()]
-        raw = datasets.load_dataset(builder, data_files=files)
+        raw = load_data_files(files, f"task '{task.name}': field 'data_files'")
     else:
         try:
             raw = datasets.load_dataset(task.dataset_name, task.dataset_config)
@@ -286,13 +279,20 @@ def check_task_data(task: TaskSpec, data, split: str = "train") -> None:
             raise task_error(task.name, field_name, f"column {column!r} not in the {split} data; "
                              f"columns are {data.column_names}")
     # one bulk read of the checked columns (datasets 5 reads `data[column]` lazily, row by row)
-    checked = [c for c in (task.label_column, task.choices_column, task.context_column, task.answers_column)
-               if c in task.required_columns()]
+    texts = _text_columns(task)
+    checked = list(dict.fromkeys([c for c in (task.label_column, task.choices_column, task.context_column,
+                                              task.answers_column) if c in task.required_columns()] + list(texts)))
     columns = data.select_columns(checked)[:] if checked else {}
+    for column, field_name in texts.items():
+        check_text_cells(columns[column], f"task '{task.name}': field '{field_name}'", column, split,
+                         nested=column == task.choices_column and task.kind == "multiple_choice")
     if task.kind == "classification":
         labels = columns[task.label_column]
         names = task.label_names
         for index, label in enumerate(labels):
+            if label is None:
+                raise task_error(task.name, "label_column", f"{split} row {index}: the label is empty (None/null); "
+                                 "fill it or drop the row")
             if isinstance(label, str):
                 if names is None or label not in names:
                     raise task_error(task.name, "label_column", f"{split} row {index}: label {label!r} is not one of "
@@ -313,13 +313,37 @@ def check_task_data(task: TaskSpec, data, split: str = "train") -> None:
                                  f"[0, {len(choices)})")
     elif task.kind == "extractive_qa":
         for index, (context, answers) in enumerate(zip(columns[task.context_column], columns[task.answers_column])):
-            if not isinstance(answers, dict) or set(answers) < {"text", "answer_start"}:
-                raise task_error(task.name, "answers_column", f"{split} row {index}: expected "
-                                 "{'text': [...], 'answer_start': [...]}")
+            if not isinstance(answers, dict) or not {"text", "answer_start"} <= set(answers):
+                keys = sorted(answers) if isinstance(answers, dict) else type(answers).__name__
+                raise task_error(task.name, "answers_column", f"{split} row {index}: expected SQuAD answers "
+                                 "{'text': [...], 'answer_start': [...]} (character offsets into the context), got "
+                                 f"{keys}; add answer_start to every answer")
+            if not isinstance(answers["text"], list) or not isinstance(answers["answer_start"], list) or \
+                    len(answers["text"]) != len(answers["answer_start"]):
+                raise task_error(task.name, "answers_column", f"{split} row {index}: 'text' and 'answer_start' must "
+                                 "be lists of equal length")
+            if not isinstance(context, str):
+                raise task_error(task.name, "context_column", f"{split} row {index}: the context is "
+                                 f"{context!r}, not text; fill the cell or drop the row")
             for text, start in zip(answers["text"], answers["answer_start"]):
+                if not isinstance(start, int) or isinstance(start, bool) or not isinstance(text, str):
+                    raise task_error(task.name, "answers_column", f"{split} row {index}: answer {text!r} at "
+                                     f"{start!r}: text must be a string and answer_start an integer")
                 if context[start : start + len(text)] != text:
                     raise task_error(task.name, "answers_column", f"{split} row {index}: answer {text!r} is not at "
                                      f"character {start} of the context")
+
+
+def _text_columns(task: TaskSpec) -> dict[str, str]:
+    """The task's text columns -> the TaskSpec field naming each (labels and QA answers are checked apart)."""
+    if task.kind in ("classification", "regression"):
+        return {c: "text_columns" for c in task.text_columns}
+    if task.kind == "multiple_choice":
+        return {c: f for c, f in ((task.question_column, "question_column"), (task.choices_column, "choices_column"))
+                if c}
+    if task.kind == "extractive_qa":
+        return {task.question_column: "question_column"}  # an empty context is legal for unanswerable questions
+    return {task.source_column: "source_column", task.target_column: "target_column"}
 
 
 def _column_field(task: TaskSpec, column: str) -> str:

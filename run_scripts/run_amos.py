@@ -45,14 +45,16 @@ import datasets
 import transformers
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, set_seed
 
-from hf_aux.cli import checkpoint_to_resume, parse_command_line
+from hf_aux.cli import parse_command_line
 from hf_aux.data import group_texts_for_mlm
 from hf_aux.demo import minilm_path
 from hf_aux.hub import (
     create_hub_repo, explain_hub_errors, hub_id_or_none, push_trainer_output, resolve_checkpoint,
 )
 from hf_aux.modeling.amos import AmosModel, AmosModelConfig
+from hf_aux.run_guard import guard_output_dir
 from hf_aux.trainers.amos import AmosConfig, AmosTrainer
+from hf_aux.validation import check_corpus, check_holdout_split, load_data_files
 
 logger = logging.getLogger(__name__)
 
@@ -153,9 +155,7 @@ def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed
         files = {"train": data_args.train_file}
         if data_args.validation_file is not None:
             files["validation"] = data_args.validation_file
-        extension = data_args.train_file.rsplit(".", 1)[-1]
-        extension = {"txt": "text", "jsonl": "json"}.get(extension, extension)
-        raw = datasets.load_dataset(extension, data_files=files, cache_dir=model_args.cache_dir)
+        raw = load_data_files(files, "DataTrainingArguments: field 'train_file'", cache_dir=model_args.cache_dir)
     else:
         from hf_aux.demo import demo_unlabelled_text
 
@@ -164,7 +164,11 @@ def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed
                                                                   seed=seed)})
     if "train" not in raw:
         raise ValueError(f"DataTrainingArguments: the data has no 'train' split (splits: {list(raw)})")
+    for name, split in raw.items():
+        check_corpus(split, data_args.text_column_name, "DataTrainingArguments: field 'text_column_name'", name)
     if "validation" not in raw and data_args.validation_split_percentage > 0:
+        check_holdout_split(len(raw["train"]), data_args.validation_split_percentage,
+                            "DataTrainingArguments: field 'validation_split_percentage'")
         split = raw["train"].train_test_split(test_size=data_args.validation_split_percentage / 100, seed=seed)
         raw = datasets.DatasetDict({"train": split["train"], "validation": split["test"]})
     return raw
@@ -217,13 +221,15 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     datasets.utils.logging.set_verbosity(log_level)
     transformers.utils.logging.set_verbosity(log_level)
 
+    run = guard_output_dir(training_args, model_args, data_args)  # lock; another run's folder; last complete checkpoint
+    if run.finished:
+        return run.results
     if training_args.push_to_hub:
         create_hub_repo(training_args)  # a server that is down or a rejected token stops the run here, not later
-
-    checkpoint = checkpoint_to_resume(training_args)
     set_seed(training_args.seed)
 
-    # ---- text, tokenizer, model ----
+    # ---- text (checked before anything is loaded), tokenizer, model ----
+    raw = load_text(data_args, model_args, training_args.seed)
     tokenizer_name = model_args.tokenizer_name or minilm_path("ModelArguments", "tokenizer_name")
     with explain_hub_errors("ModelArguments", "tokenizer_name", tokenizer_name):
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, cache_dir=model_args.cache_dir,
@@ -233,7 +239,6 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     if vocab < len(tokenizer):
         raise ValueError(f"ModelArguments: field 'tokenizer_name': the tokenizer has {len(tokenizer)} tokens, the "
                          f"model's vocabulary {vocab}")
-    raw = load_text(data_args, model_args, training_args.seed)
     blocks = {}
     with training_args.main_process_first(desc="grouping text into blocks"):
         for split in ("train", "validation"):
@@ -251,10 +256,11 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     trainer = AmosTrainer(model=model, args=training_args, train_dataset=train_data if training_args.do_train else None,
                           eval_dataset=eval_data if training_args.do_eval else None, processing_class=tokenizer)
+    run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
 
     results = {}
     if training_args.do_train:
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
+        train_result = trainer.train(resume_from_checkpoint=run.checkpoint)
         trainer.save_model()  # discriminator at the top (plain transformers), generator in generator/
         metrics = dict(train_result.metrics)
         metrics["train_samples"] = len(train_data)

@@ -57,8 +57,9 @@ output folder at the end (checkpoints during training per --hub_strategy); train
 Without a task source (--demo_task, --task_file, --dataset_name or data files) the embedded default runs, the first
 command above on the packaged MiniLM, and any flag you give overrides its value (e.g. --output_dir X --max_steps 4).
 
-Resume (hf_aux.cli.checkpoint_to_resume): from --resume_from_checkpoint (any run's checkpoint-N) when given, else
-re-running with the same --output_dir continues from its last checkpoint-*; the heads are restored from the checkpoint's multitask_heads.safetensors.
+Resume (hf_aux.run_guard): from --resume_from_checkpoint (any run's checkpoint-N) when given, else re-running
+with the same --output_dir continues from its last complete checkpoint-*; the heads are restored from the
+checkpoint's multitask_heads.safetensors.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ import transformers
 from transformers import AutoTokenizer, HfArgumentParser, Trainer, set_seed
 from transformers.utils import cached_file
 
-from hf_aux.cli import checkpoint_to_resume, parse_command_line
+from hf_aux.cli import parse_command_line
 from hf_aux.data import MultiTaskCollator, tokenize_task
 from hf_aux.demo import minilm_path
 from hf_aux.hub import (
@@ -94,7 +95,10 @@ from hf_aux.metrics import (
     qa_metrics,
 )
 from hf_aux.modeling.multitask import MULTITASK_CONFIG_NAME, MultiTaskConfig, MultiTaskModel
+from hf_aux.nonfinite import install_nonfinite_guard
+from hf_aux.run_guard import guard_output_dir
 from hf_aux.tasks import DATA_FILE_BUILDERS, TASK_KINDS, TaskSpec, load_mixture, load_task_splits
+from hf_aux.validation import infer_class_labels, load_data_files, read_structured_file
 
 logger = logging.getLogger(__name__)
 
@@ -268,16 +272,7 @@ def build_task(data_args: DataTrainingArguments) -> TaskSpec:
 def _task_from_file(path: str, name: str | None) -> TaskSpec:
     """One TaskSpec mapping, `{demo: name, ...}`, or a mixture file (`tasks:`) with exactly one task."""
     file = Path(path)
-    if not file.is_file():
-        raise ValueError(f"DataTrainingArguments: field 'task_file': {path!r} does not exist")
-    if file.suffix.lower() == ".json":
-        content = json.loads(file.read_text())
-    elif file.suffix.lower() in (".yaml", ".yml"):
-        import yaml
-
-        content = yaml.safe_load(file.read_text())
-    else:
-        raise ValueError(f"DataTrainingArguments: field 'task_file': {path!r}: use a .json, .yaml or .yml file")
+    content = read_structured_file(file, "DataTrainingArguments: field 'task_file'")
     if isinstance(content, dict) and "tasks" in content:
         tasks = load_mixture(file)
         if len(tasks) != 1:
@@ -341,23 +336,10 @@ def _labels_from_data(name: str, files, label_column: str) -> dict:
     sorted names for string labels, max + 1 for ints."""
     import datasets
 
-    if isinstance(files, datasets.DatasetDict):
-        raw = files
-    else:
-        builder = DATA_FILE_BUILDERS[Path(next(iter(files.values()))).suffix.lower()]
-        raw = datasets.load_dataset(builder, data_files=files)
-    values = set()
-    for split in raw.values():
-        if label_column not in split.column_names:
-            raise ValueError(f"task '{name}': field 'label_column': column {label_column!r} not in the data; "
-                             f"columns are {split.column_names}")
-        values.update(split[label_column])
-    if values and all(isinstance(v, str) for v in values):
-        return {"label_names": sorted(values)}
-    if values and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
-        return {"num_labels": max(2, max(values) + 1)}
-    raise ValueError(f"task '{name}': field 'label_column': labels must be all strings or all non-negative "
-                     f"integers; pass --task_label_names or --num_labels (found {sorted(map(repr, values))[:5]})")
+    raw = files if isinstance(files, datasets.DatasetDict) else load_data_files(
+        files, f"task '{name}': field 'data_files'")
+    return infer_class_labels(raw, label_column, f"task '{name}': field 'label_column'",
+                              "--task_label_names or --num_labels")
 
 
 def select_train_rows(train, data_args: DataTrainingArguments):
@@ -504,10 +486,13 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
         raise ValueError("TrainingArguments: field 'do_train': nothing to do; pass --do_train, --do_eval and/or "
                          "--do_predict")
+    run = guard_output_dir(training_args, model_args, data_args)  # lock; another run's folder; last complete checkpoint
+    if run.finished:
+        return run.results
+    checkpoint = run.checkpoint
     if training_args.push_to_hub:
         create_hub_repo(training_args)  # a server that is down or a rejected token stops the run here, not later
 
-    checkpoint = checkpoint_to_resume(training_args)
     if model_args.model_name_or_path is None:
         model_args.model_name_or_path = minilm_path()
 
@@ -558,6 +543,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         data_collator=MultiTaskCollator(tokenizer, [task.name]),
         compute_metrics=build_compute_metrics(task, data_args, raw.get("validation"), features.get("validation")),
     )
+    install_nonfinite_guard(trainer, watch_model_loss=True)  # a NaN/Inf loss or gradient stops before any save
+    run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
 
     results = {}
     if training_args.do_train:

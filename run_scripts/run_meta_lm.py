@@ -49,11 +49,13 @@ from transformers import (
     set_seed,
 )
 
-from hf_aux.cli import checkpoint_to_resume, parse_command_line
+from hf_aux.cli import parse_command_line
 from hf_aux.data import group_texts_for_mlm
 from hf_aux.hub import create_hub_repo, explain_hub_errors, hub_id_or_none, push_trainer_output
 from hf_aux.modeling.teacher import MetaLMTeacher, add_meta_lm_tokens
+from hf_aux.run_guard import guard_output_dir
 from hf_aux.trainers.meta_lm import MetaLMConfig, MetaLMTrainer
+from hf_aux.validation import check_corpus, check_holdout_split, load_data_files
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +124,10 @@ def load_labelled_tasks(path: str, tokenizer, block_size: int) -> dict:
         def encode(batch, task=task):
             texts = [batch[c] for c in task.text_columns]
             encoded = tokenizer(*texts, truncation=True, max_length=block_size)
-            return {"input_ids": encoded["input_ids"], "label": batch[task.label_column]}
+            # string labels (checked against label_names by load_task_splits) become their class index
+            index = {name: i for i, name in enumerate(task.label_names or [])}
+            labels = [index[x] if isinstance(x, str) else int(x) for x in batch[task.label_column]]
+            return {"input_ids": encoded["input_ids"], "label": labels}
 
         tasks[task.name] = train.map(encode, batched=True, remove_columns=train.column_names)
     return tasks
@@ -146,21 +151,23 @@ def build_data(data_args, model_args, training_args):
     tokenizer_name = model_args.tokenizer_name or model_args.model_name_or_path
     if tokenizer_name is None:
         raise ValueError("run_meta_lm: field 'tokenizer_name': give a tokenizer (or a model) for your own data")
-    with explain_hub_errors("ModelArguments", "tokenizer_name" if model_args.tokenizer_name else "model_name_or_path",
-                            tokenizer_name):
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, **model_args.hub_kwargs())
     if data_args.train_file:
-        extension = data_args.train_file[0].rsplit(".", 1)[-1]
-        raw = datasets.load_dataset("text" if extension == "txt" else extension, data_files=data_args.train_file,
-                                    split="train")
+        raw = load_data_files({"train": data_args.train_file}, "DataTrainingArguments: field 'train_file'")["train"]
     elif data_args.dataset_name:
         with explain_hub_errors("DataTrainingArguments", "dataset_name", data_args.dataset_name):
             raw = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name, split="train",
                                         cache_dir=model_args.cache_dir, token=model_args.token)
     else:
         raise ValueError("run_meta_lm: field 'train_file': give unlabelled text (--train_file or --dataset_name)")
+    check_corpus(raw, data_args.text_column_name, "DataTrainingArguments: field 'text_column_name'")
+    with explain_hub_errors("ModelArguments", "tokenizer_name" if model_args.tokenizer_name else "model_name_or_path",
+                            tokenizer_name):
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, **model_args.hub_kwargs())
     with training_args.main_process_first(desc="grouping texts"):
         blocks = group_texts_for_mlm(raw, tokenizer, data_args.text_column_name, data_args.block_size)
+    check_holdout_split(len(blocks), data_args.validation_split_percentage,
+                        "DataTrainingArguments: field 'validation_split_percentage'",
+                        f"blocks of {data_args.block_size} tokens")
     split = blocks.train_test_split(test_size=data_args.validation_split_percentage / 100, seed=0)
     labelled = load_labelled_tasks(data_args.mixture, tokenizer, data_args.block_size) if data_args.mixture else {}
     num_labels = max([max(t["label"]) + 1 for t in labelled.values()], default=0)
@@ -179,9 +186,11 @@ def build_data(data_args, model_args, training_args):
 def main(model_args, data_args, training_args):
     logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", handlers=[logging.StreamHandler()])
     transformers.utils.logging.set_verbosity(training_args.get_process_log_level())
+    run = guard_output_dir(training_args, model_args, data_args)  # lock; another run's folder; last complete checkpoint
+    if run.finished:
+        return run.results
     if training_args.push_to_hub:
         create_hub_repo(training_args)  # a server that is down or a rejected token stops the run here, not later
-    checkpoint = checkpoint_to_resume(training_args)
     set_seed(training_args.seed)
 
     tokenizer, train_blocks, eval_blocks, labelled, config = build_data(data_args, model_args, training_args)
@@ -206,8 +215,9 @@ def main(model_args, data_args, training_args):
     trainer = MetaLMTrainer(model=student, teacher=teacher, args=training_args, labelled_tasks=labelled,
                             train_dataset=train_blocks if training_args.do_train else None,
                             eval_dataset=eval_blocks if training_args.do_eval else None, processing_class=tokenizer)
+    run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
     if training_args.do_train:
-        result = trainer.train(resume_from_checkpoint=checkpoint)
+        result = trainer.train(resume_from_checkpoint=run.checkpoint)
         trainer.save_model()
         metrics = result.metrics
         metrics["train_samples"] = len(train_blocks)

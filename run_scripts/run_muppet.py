@@ -41,12 +41,13 @@ import transformers
 from transformers import AutoTokenizer, HfArgumentParser, set_seed
 
 from hf_aux.adapters import MERGED_SUBFOLDER, LoraArguments
-from hf_aux.cli import checkpoint_to_resume, parse_command_line
+from hf_aux.cli import parse_command_line
 from hf_aux.data import tokenize_task
 from hf_aux.demo import minilm_path
 from hf_aux.hub import create_hub_repo, explain_hub_errors, push_trainer_output
 from hf_aux.metrics import PRIMARY_METRIC, majority_baseline
 from hf_aux.modeling.multitask import MultiTaskModel
+from hf_aux.run_guard import guard_output_dir
 from hf_aux.tasks import load_mixture, load_task_splits
 from hf_aux.trainers.muppet import MuppetConfig, MuppetTrainer
 
@@ -133,7 +134,9 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     datasets.utils.logging.set_verbosity(log_level)
     transformers.utils.logging.set_verbosity(log_level)
 
-    checkpoint = checkpoint_to_resume(training_args)
+    run = guard_output_dir(training_args, model_args, data_args, lora_args)  # lock; another run's folder; resume
+    if run.finished:
+        return run.results
     set_seed(training_args.seed)
     if training_args.push_to_hub:
         create_hub_repo(training_args)  # a server that is down or a rejected token stops the run here, not later
@@ -175,10 +178,11 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     trainer = MuppetTrainer(model=model, args=training_args, train_dataset=train_data or None,
                             eval_dataset=eval_data or None, processing_class=tokenizer, eval_examples=eval_examples,
                             peft_config=lora_args.lora_config())
+    run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
 
     results = {}
     if training_args.do_train:
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
+        train_result = trainer.train(resume_from_checkpoint=run.checkpoint)
         trainer.save_model()  # MUPPET-style: body as plain transformers (or its LoRA adapter) + heads beside it
         if lora_args.merge_lora and trainer.is_world_process_zero():
             merged_dir = os.path.join(training_args.output_dir, MERGED_SUBFOLDER)

@@ -53,8 +53,9 @@ Every run writes a model card (README.md with loss_curve.png and task_weights.pn
 
 Without --demo_task, --train_file or --dataset_name the embedded default runs (the first command) and any flag
 you give overrides its value (e.g. --output_dir X --max_steps 4); with one, transformers' usual defaults apply.
-Resume (hf_aux.cli.checkpoint_to_resume): from --resume_from_checkpoint <any run's checkpoint-N> when given, else
-re-running with the same --output_dir continues from its last checkpoint-* (task weights and history included).
+Resume (hf_aux.run_guard): from --resume_from_checkpoint <any run's checkpoint-N> when given, else
+re-running with the same --output_dir continues from its last complete checkpoint-* (task weights and history
+included).
 """
 
 from __future__ import annotations
@@ -78,14 +79,17 @@ from transformers import (
 )
 
 from hf_aux.adapters import MERGED_SUBFOLDER, LoraArguments
-from hf_aux.cli import checkpoint_to_resume, parse_command_line
+from hf_aux.cli import parse_command_line
 from hf_aux.data import group_texts_for_mlm, tokenize_task
 from hf_aux.demo import minilm_path
 from hf_aux.hub import create_hub_repo, explain_hub_errors, hub_id_or_none, push_trainer_output
 from hf_aux.metrics import classification_metrics
 from hf_aux.modeling.tartan import TartanModel
+from hf_aux.nonfinite import install_nonfinite_guard
 from hf_aux.tasks import TaskSpec, load_task_splits
+from hf_aux.run_guard import guard_output_dir
 from hf_aux.trainers.tartan import TartanConfig, TartanTrainer
+from hf_aux.validation import check_corpus, infer_class_labels, load_data_files
 
 logger = logging.getLogger(__name__)
 
@@ -183,14 +187,10 @@ def build_task(data_args: DataTrainingArguments) -> TaskSpec:
         files = {"train": data_args.train_file, "validation": data_args.validation_file}
         if data_args.test_file:
             files["test"] = data_args.test_file
-        labels = data_args.task_label_names
+        labels, num_labels = data_args.task_label_names, None
         if labels is None:
-            raw = datasets.load_dataset(_builder(data_args.train_file), data_files={"train": data_args.train_file})
-            values = sorted(set(raw["train"][data_args.label_column]))
-            labels = [str(v) for v in values] if all(isinstance(v, str) for v in values) else None
-            num_labels = None if labels else int(max(values)) + 1
-        else:
-            num_labels = None
+            raw = load_data_files({"train": data_args.train_file}, "DataTrainingArguments: field 'train_file'")
+            labels, num_labels = _labels_of(raw["train"], data_args.label_column, "train_file")
         task = TaskSpec(name="end_task", kind="classification", text_columns=data_args.text_columns,
                         label_column=data_args.label_column, label_names=labels, num_labels=num_labels,
                         data_files=files, max_train_samples=data_args.max_train_samples,
@@ -213,9 +213,7 @@ def _task_from_hub(data_args: DataTrainingArguments) -> TaskSpec:
     if labels is None and isinstance(feature, datasets.ClassLabel):
         labels = list(feature.names)
     elif labels is None:
-        values = sorted(set(train[data_args.label_column]))
-        labels = [str(v) for v in values] if all(isinstance(v, str) for v in values) else None
-        num_labels = None if labels else int(max(values)) + 1
+        labels, num_labels = _labels_of(train, data_args.label_column, "dataset_name")
     name = re.sub(r"[^A-Za-z0-9_-]", "_", data_args.dataset_name.rstrip("/").split("/")[-1])
     return TaskSpec(name=name, kind="classification", text_columns=data_args.text_columns,
                     label_column=data_args.label_column, label_names=labels, num_labels=num_labels,
@@ -223,12 +221,11 @@ def _task_from_hub(data_args: DataTrainingArguments) -> TaskSpec:
                     max_train_samples=data_args.max_train_samples, max_eval_samples=data_args.max_eval_samples)
 
 
-def _builder(path: str) -> str:
-    suffix = os.path.splitext(path)[1].lower()
-    builders = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text"}
-    if suffix not in builders:
-        raise ValueError(f"file {path!r}: unsupported extension {suffix!r}; use one of {sorted(builders)}")
-    return builders[suffix]
+def _labels_of(train, label_column: str, source_flag: str) -> tuple[list[str] | None, int | None]:
+    """(label_names, num_labels) read from the train split."""
+    labels = infer_class_labels({"train": train}, label_column,
+                                f"DataTrainingArguments: field 'label_column' ({source_flag})", "--task_label_names")
+    return labels.get("label_names"), labels.get("num_labels")
 
 
 def auxiliary_corpora(specs: list[str], raw, task: TaskSpec, max_documents: int | None) -> dict:
@@ -249,12 +246,8 @@ def auxiliary_corpora(specs: list[str], raw, task: TaskSpec, max_documents: int 
 
             corpus = demo_unlabelled_text(sources=(source[5:],), max_documents=max_documents)
         else:
-            if not os.path.isfile(source):
-                raise ValueError(f"task '{name}': field 'auxiliary': file {source!r} does not exist")
-            corpus = datasets.load_dataset(_builder(source), data_files={"train": source})["train"]
-            if "text" not in corpus.column_names:
-                raise ValueError(f"task '{name}': field 'auxiliary': {source!r} has no text column "
-                                 f"({corpus.column_names})")
+            corpus = load_data_files({"train": source}, f"task '{name}': field 'auxiliary'")["train"]
+            check_corpus(corpus, "text", f"task '{name}': field 'auxiliary' ({source!r})")
         if max_documents is not None and len(corpus) > max_documents:
             corpus = corpus.select(range(max_documents))
         corpora[name] = corpus.select_columns(["text"])
@@ -272,9 +265,11 @@ def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_
                          "with LoRA, run --merge_lora and fine-tune output_dir/merged instead")
     logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()
+    run = guard_output_dir(training_args, model_args, data_args, lora_args)  # lock; another run's folder; resume
+    if run.finished:
+        return run.results
     if training_args.push_to_hub:
         create_hub_repo(training_args)  # a server that is down or a rejected token stops the run here, not later
-    checkpoint = checkpoint_to_resume(training_args)
     set_seed(training_args.seed)
 
     task = build_task(data_args)
@@ -317,10 +312,11 @@ def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_
         model=model, args=training_args, train_dataset=features["train"], eval_dataset=features.get("validation"),
         auxiliary_datasets=blocks, processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=compute_metrics, callbacks=callbacks, peft_config=lora_args.lora_config())
+    run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
 
     results = {}
     if training_args.do_train:
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
+        train_result = trainer.train(resume_from_checkpoint=run.checkpoint)
         trainer.save_model()
         if lora_args.merge_lora and trainer.is_world_process_zero():
             merged_dir = os.path.join(training_args.output_dir, MERGED_SUBFOLDER)
@@ -345,6 +341,7 @@ def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_
                             data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics,
                             callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience)]
                             if data_args.early_stopping_patience else None)
+        install_nonfinite_guard(evaluator, watch_model_loss=True)
         evaluator.train()
         model.classifier.save_pretrained(training_args.output_dir)  # the top level is the fine-tuned classifier
 

@@ -23,6 +23,9 @@ does nothing. Two ways work with huggingface_hub 2.4:
 `HF_HUB_DISABLE_XET=1` is required: with `hf_xet` installed, uploads otherwise take the Xet protocol, which
 this server does not speak.
 
+Faults for robustness tests: `stall()` accepts requests and never answers, `fail(500)` answers an error status,
+`accept_only(...)` refuses other tokens with 401 (each optionally only for paths containing a string).
+
 Errors follow the real Hub: a missing repository answers 404 with `X-Error-Code: RepoNotFound` (the code
 huggingface_hub maps to `RepositoryNotFoundError`), a missing file 404 with `X-Error-Code: EntryNotFound`
 (transformers relies on it for optional files), a missing revision 404 with `RevisionNotFound`, and a
@@ -139,6 +142,8 @@ class LocalHub:
         self.repos: dict[tuple[str, str], Repo] = {}
         self.requests: list[RecordedRequest] = []
         self.accepted_tokens: set[str] | None = None  # None: any token (or none) is accepted
+        self.fault: tuple[str, int | None, str] | None = None  # set by stall() / fail()
+        self._released = threading.Event()  # ends stalled requests
         self._lock = threading.RLock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -154,6 +159,7 @@ class LocalHub:
         return self
 
     def stop(self) -> None:
+        self._released.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -175,6 +181,17 @@ class LocalHub:
     def accept_only(self, *tokens: str) -> None:
         """From now on answer 401 to any request carrying another token, and to writes carrying none."""
         self.accepted_tokens = set(tokens)
+
+    def stall(self, path_contains: str = "") -> None:
+        """From now on accept requests whose path contains `path_contains` and never answer them (until stop())."""
+        self.fault = ("stall", None, path_contains)
+
+    def fail(self, status: int = 500, path_contains: str = "") -> None:
+        """From now on answer `status` (e.g. 500, 503) to requests whose path contains `path_contains`."""
+        self.fault = ("fail", status, path_contains)
+
+    def heal(self) -> None:
+        self.fault = None
 
     def client_env(self, cache_dir: str | os.PathLike | None = None) -> dict:
         """Environment for a subprocess whose Hub clients should use this server (and nothing else)."""
@@ -361,6 +378,14 @@ class _Handler(BaseHTTPRequestHandler):
         hub = self.hub
         with hub._lock:
             hub.requests.append(request)
+        fault = hub.fault
+        if fault is not None and fault[2] in path:
+            if fault[0] == "stall":
+                hub._released.wait(120)  # a bound, so a forgotten stop() cannot hang the test run
+                self.close_connection = True
+                return
+            self._send(fault[1], json.dumps({"error": "injected failure"}).encode(), head=method == "HEAD")
+            return
         try:
             self._check_token(request)
             self._route(method, path, query, body, request)

@@ -16,9 +16,10 @@ from huggingface_hub import ModelCard
 from tiny import tiny_config, tiny_tokenizer
 from transformers import AutoModelForMaskedLM, HfArgumentParser, TrainingArguments
 
-from hf_aux.cli import checkpoint_to_resume, parse_command_line
+from hf_aux.cli import parse_command_line
 from hf_aux.demo import minilm_path
 from hf_aux.model_card import PACKAGED_MINILM_HUB_ID, card_base_model
+from hf_aux.run_guard import RUN_CONFIG_NAME, guard_output_dir, run_configuration
 from script_loader import load_run_script
 
 SCRIPTS = ("run_muppet", "run_amos", "run_tartan", "run_meta_lm", "run_finetune")
@@ -57,16 +58,30 @@ def test_parse_command_line_puts_embedded_defaults_first_unless_a_data_source_is
     assert (args.max_steps, args.learning_rate) == (7, 5e-5)  # a file holds every argument
 
 
-def test_checkpoint_to_resume_prefers_the_given_checkpoint(tmp_path):
+def test_resume_rule_prefers_the_given_checkpoint(tmp_path):
+    """One resume rule (hf_aux.run_guard): --resume_from_checkpoint when given, even into a new output_dir, else
+    output_dir's newest complete checkpoint of the same configuration, else nothing; not training, nothing."""
     out, other = tmp_path / "out", tmp_path / "other" / "checkpoint-2"
-    (out / "checkpoint-3").mkdir(parents=True)
-    other.mkdir(parents=True)
-    args = lambda **kw: TrainingArguments(output_dir=str(out), do_train=True, report_to=[], **kw)  # noqa: E731
-    assert checkpoint_to_resume(args()) == str(out / "checkpoint-3")
-    assert checkpoint_to_resume(args(resume_from_checkpoint=str(other))) == str(other)
-    assert checkpoint_to_resume(TrainingArguments(output_dir=str(out), report_to=[])) is None  # not training
+    for folder in (out / "checkpoint-3", other):
+        folder.mkdir(parents=True)
+        (folder / "trainer_state.json").write_text("{}")  # a complete checkpoint, as far as the rule looks
+    args = lambda output_dir=out, **kw: TrainingArguments(output_dir=str(output_dir), do_train=True,  # noqa: E731
+                                                          report_to=[], **kw)
+    first = guard_output_dir(args(tmp_path / "new"))  # nothing there: starts afresh, and records its configuration
+    assert first.checkpoint is None
+    first.release()
+    (out / RUN_CONFIG_NAME).write_text(json.dumps({"configuration": run_configuration(args())}))
+    for given, expected in ((args(), out / "checkpoint-3"),
+                            (args(resume_from_checkpoint=str(other)), other),
+                            (args(tmp_path / "new", resume_from_checkpoint=str(other)), other)):
+        run = guard_output_dir(given)
+        assert run.checkpoint == str(expected)
+        run.release()
+    run = guard_output_dir(TrainingArguments(output_dir=str(out), report_to=[]))  # not training
+    assert run.checkpoint is None
+    run.release()
     with pytest.raises(ValueError, match="field 'resume_from_checkpoint'"):
-        checkpoint_to_resume(args(resume_from_checkpoint=str(tmp_path / "nope")))
+        guard_output_dir(args(resume_from_checkpoint=str(tmp_path / "nope")))
 
 
 def test_card_base_model_names_the_real_base():

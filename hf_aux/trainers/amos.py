@@ -32,6 +32,8 @@ from ..distributed import MicroBatchCounter, Sharding, micro_batch_seed, paramet
 from ..hub import HubTokenSafeArgsMixin
 from ..losses.amos import layer_switch_index
 from ..modeling.amos import AmosModel
+from ..nonfinite import check_finite_loss, install_nonfinite_guard
+from ..run_guard import RunArgsMixin
 
 MIXTURE_CHOICES = ("adversarial", "uniform", "random_layer", "layer_switch")
 
@@ -41,7 +43,7 @@ MIXTURE_WEIGHTS_PNG = "mixture_weights.png"
 
 
 @dataclass
-class AmosConfig(HubTokenSafeArgsMixin, TrainingArguments):
+class AmosConfig(HubTokenSafeArgsMixin, RunArgsMixin, TrainingArguments):
     """Method settings for AmosTrainer; optimiser defaults follow the paper's Table 5 (Adam beta2 0.98, eps 1e-6,
     clip norm 2.0, peak learning rate 5e-4)."""
 
@@ -60,7 +62,7 @@ class AmosConfig(HubTokenSafeArgsMixin, TrainingArguments):
         "help": "Table 2 '+ adv. MLM': when > 0, the reversed discriminator gradient also reaches the MLM "
                 "embeddings h, multiplied by this (paper: 0.1). 0 keeps the paper's AMOS."})
     mlm_probability: float = field(default=0.15, metadata={
-        "help": "Share of tokens masked for the generator when batches arrive unmasked (§3.1: 15%)."})
+        "help": "Share of tokens masked for the generator when batches arrive unmasked (§3.1: 0.15)."})
     learning_rate: float = field(default=5e-4, metadata={"help": "Peak learning rate (Table 5: 5e-4)."})
     adam_beta2: float = field(default=0.98, metadata={"help": "Adam beta2 (Table 5: 0.98)."})
     adam_epsilon: float = field(default=1e-6, metadata={"help": "Adam epsilon (Table 5: 1e-6)."})
@@ -117,6 +119,7 @@ class AmosTrainer(Trainer):
         super().__init__(model=model, args=args, data_collator=data_collator, processing_class=processing_class,
                          **kwargs)
         _refuse_sharding(parameter_sharding(args, self))  # again, as accelerate resolved it
+        install_nonfinite_guard(self)  # gradients before, parameters after every optimizer step
         self._metric_sums = {"train": None, "eval": None}  # running [sum..., count...] per mode, on device
         self._micro_batches = MicroBatchCounter()
 
@@ -158,9 +161,9 @@ class AmosTrainer(Trainer):
         # eq. 4: sum of the heads' MLM losses + lambda * RTD loss; the reversal in front of gamma turns the
         # mixture's share of this minimisation into maximising the RTD loss
         loss = outputs.loss
-        if not torch.isfinite(loss):
-            raise ValueError(f"AmosTrainer: non-finite loss at step {self.state.global_step} (MLM losses "
-                             f"{outputs.mlm_losses.tolist()}, RTD loss {outputs.rtd_loss.item()})")
+        if model.training:  # stops (or, with on_nonfinite='skip', flags the step) before the backward pass
+            check_finite_loss(self, {"loss": loss, "mlm_losses": outputs.mlm_losses, "rtd_loss": outputs.rtd_loss},
+                              "AmosTrainer")
         attention_mask = inputs.get("attention_mask")
         if attention_mask is None:
             attention_mask = torch.ones_like(inputs["input_ids"])

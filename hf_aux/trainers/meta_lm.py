@@ -65,6 +65,8 @@ from hf_aux.losses.meta_lm import (
     token_cross_entropy,
 )
 from hf_aux.modeling.teacher import MetaLMTeacher, MetaLMTokens, check_same_vocabulary
+from hf_aux.nonfinite import check_finite_loss, check_finite_parameters, install_nonfinite_guard
+from hf_aux.run_guard import RunArgsMixin
 
 OBJECTIVES = ("mlm", "hard", "soft")
 TEACHER_DIR = "teacher"
@@ -74,7 +76,7 @@ META_STATE_NAME = "meta_lm_state.pt"
 
 
 @dataclass
-class MetaLMConfig(HubTokenSafeArgsMixin, TrainingArguments):
+class MetaLMConfig(HubTokenSafeArgsMixin, RunArgsMixin, TrainingArguments):
     """Settings of the meta-learned LM objective. Defaults follow the paper's Tables 5/8 where they are
     optimisation settings (AdamW betas (0.9, 0.98), eps 1e-6, weight decay 0.01, clipping 5.0, inverse
     square-root schedule with linear warmup); `learning_rate` is the PEAK rate (the paper's lr/sqrt(warmup))."""
@@ -237,6 +239,7 @@ class MetaLMTrainer(Trainer):
             data_collator = MetaLMCollator(processing_class)
         super().__init__(model=model, args=args, data_collator=data_collator, train_dataset=train_dataset,
                          eval_dataset=eval_dataset, processing_class=processing_class, **kwargs)
+        install_nonfinite_guard(self)  # the student's gradients before, its parameters after every step
         self._check_supported_setup()
         num_labels = self._check_labelled_tasks(labelled_tasks)
         self.meta_tokens = MetaLMTokens.from_tokenizer(processing_class, list(labelled_tasks), num_labels)
@@ -414,6 +417,8 @@ class MetaLMTrainer(Trainer):
         with rng:
             outputs = model(input_ids=x_m, attention_mask=inputs["attention_mask"])
         loss = token_cross_entropy(outputs.logits, y_m)
+        if model.training:
+            check_finite_loss(self, {"mlm_loss": loss}, "MetaLMTrainer")
         return (loss, outputs) if return_outputs else loss
 
     def evaluate(self, *args, **kwargs):
@@ -616,6 +621,7 @@ class MetaLMTrainer(Trainer):
             sample_ce = teacher_sample_cross_entropy(x_logits, None if args.fixed_y else y_logits, x_hat, y_hat, mask)
             pseudo_logits = model(input_ids=x_hat, attention_mask=mask).logits
             pseudo_loss = pseudo_cross_entropy(pseudo_logits, y_hat, mask, tokens.pad)
+        check_finite_loss(self, {"pseudo_loss": pseudo_loss}, "MetaLMTrainer")  # the student's loss (eq. 1)
         self._record_pseudo_input_statistics(x_u, x_logits, x_hat if not soft else None, mask)
         grads = torch.autograd.grad(pseudo_loss, theta_0 + label_leaves, create_graph=second_order, allow_unused=True)
         pseudo_grads, base_label_grads = list(grads[:len(theta_0)]), list(grads[len(theta_0):])
@@ -729,6 +735,7 @@ class MetaLMTrainer(Trainer):
         if self.args.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.teacher.parameters(), self.args.max_grad_norm)
         self.teacher_optimizer.step()
+        check_finite_parameters(self.teacher.named_parameters(), self.state.global_step + 1, self.args, "the teacher")
         self.teacher_scheduler.step()
         self.teacher_optimizer.zero_grad(set_to_none=True)
 
@@ -837,10 +844,15 @@ class MetaLMTrainer(Trainer):
             self.teacher.save_pretrained(os.path.join(output_dir, TEACHER_DIR))
 
     def _save_checkpoint(self, model, trial):
+        # written first: Trainer then adds the model, optimizer and trainer_state.json (the last file, which marks
+        # a complete checkpoint: hf_aux.run_guard) and only then rotates old checkpoints
+        if self.args.should_save and not self.args.save_only_model:
+            self._save_meta_state(os.path.join(self._get_output_dir(trial=trial),
+                                               f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"))
         super()._save_checkpoint(model, trial)
-        if not self.args.should_save or self.args.save_only_model:
-            return
-        output_dir = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+
+    def _save_meta_state(self, output_dir: str) -> None:
+        os.makedirs(output_dir, exist_ok=True)
         state = {"generator": self._generator.get_state(), "current_task": self._current_task,
                  "task_steps_left": self._task_steps_left, "meta_steps": self._meta_steps}
         if self.teacher_optimizer is not None:

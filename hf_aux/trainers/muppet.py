@@ -42,6 +42,8 @@ from ..hub import HubTokenSafeArgsMixin
 from ..losses.muppet import (classification_loss, multiple_choice_loss, r3f_divergence, regression_loss,
                              sample_embedding_noise, scale_losses, seq2seq_loss, span_loss)
 from ..modeling.multitask import MultiTaskModel
+from ..nonfinite import check_finite_loss, install_nonfinite_guard
+from ..run_guard import RunArgsMixin
 from ..sampling import STRATEGIES, MultiTaskDataset, TaskBatchSampler
 
 SAMPLER_STATE_NAME = "muppet_sampler.json"
@@ -50,7 +52,7 @@ TARGET_KEYS = ("labels", "start_positions", "end_positions")
 
 
 @dataclass
-class MuppetConfig(HubTokenSafeArgsMixin, TrainingArguments):
+class MuppetConfig(HubTokenSafeArgsMixin, RunArgsMixin, TrainingArguments):
     """Training arguments of `MuppetTrainer`; every `TrainingArguments` field applies. Sub-batches per update =
     `gradient_accumulation_steps` x number of processes, each of `per_device_train_batch_size` rows of one task."""
 
@@ -149,6 +151,7 @@ class MuppetTrainer(Trainer):
         train = MultiTaskDataset({n: train_dataset[n] for n in names if n in train_dataset}) if train_dataset else None
         super().__init__(model=model, args=args, data_collator=data_collator, train_dataset=train,
                          eval_dataset=eval_dataset, processing_class=processing_class, **kwargs)
+        install_nonfinite_guard(self)  # gradients before, parameters after every optimizer step
         self.sub_batches_per_update = args.gradient_accumulation_steps * args.world_size
         if (train is not None and args.batching == "heterogeneous" and len(train.task_names) > 1
                 and self.sub_batches_per_update < 2):
@@ -228,9 +231,10 @@ class MuppetTrainer(Trainer):
             divergence = r3f_divergence(kind, outputs, noisy, choice_mask=inputs.get("choice_mask"),
                                         attention_mask=inputs.get("attention_mask"), labels=inputs.get("labels"))
             loss = loss + self.args.r3f_lambda * divergence.mean()
-        if not bool(torch.isfinite(loss.detach())):
-            raise ValueError(f"task '{spec['name']}': field 'loss': non-finite training loss {loss.item()} "
-                             "(check its labels, the learning rate, or fp16 overflow)")
+        if model.training:  # check its labels, the learning rate, or fp16 overflow
+            parts = {"loss": loss, "task_loss": scaled.mean()}
+            check_finite_loss(self, {**parts, "r3f_divergence": divergence.mean()} if robust else parts,
+                              f"task '{spec['name']}': field 'loss'")
         if model.training:
             with torch.no_grad():
                 self._task_stats[task] += torch.stack([raw.mean(), scaled.mean(), raw.new_ones(())]).to(
@@ -271,11 +275,14 @@ class MuppetTrainer(Trainer):
     # Checkpoints: MUPPET-style model folder + the sampler's description
     # ------------------------------------------------------------------------------------------------------------
     def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
+        # written first: Trainer then adds the model, optimizer and trainer_state.json (the last file, which marks
+        # a complete checkpoint: hf_aux.run_guard) and only then rotates old checkpoints
         if self._task_sampler is not None and self.args.should_save:
             folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+            os.makedirs(folder, exist_ok=True)
             with open(os.path.join(folder, SAMPLER_STATE_NAME), "w") as f:
                 json.dump(self._task_sampler.state_dict(), f, indent=2)
+        super()._save_checkpoint(model, trial)
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         self._load_model_weights(resume_from_checkpoint, model)

@@ -47,6 +47,8 @@ from ..losses.tartan import (
     update_task_weights,
 )
 from ..modeling.tartan import TartanModel
+from ..nonfinite import check_finite_loss, install_nonfinite_guard
+from ..run_guard import RunArgsMixin
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +59,7 @@ END_TASK = "end_task"
 
 
 @dataclass
-class TartanConfig(HubTokenSafeArgsMixin, TrainingArguments):
+class TartanConfig(HubTokenSafeArgsMixin, RunArgsMixin, TrainingArguments):
     """Training arguments of `TartanTrainer` (every `TrainingArguments` field, plus the method's own)."""
 
     mode: str = field(default="meta", metadata={"help": "'mt': MT-TARTAN, fixed task weights (eq. 3). 'meta': "
@@ -302,6 +304,7 @@ class TartanTrainer(Trainer):
         super().__init__(model=model, args=args, train_dataset=train_dataset, eval_dataset=eval_dataset,
                          processing_class=processing_class, callbacks=callbacks, **kwargs)
         _refuse_sharding(args.mode, parameter_sharding(args, self))  # again, as accelerate resolved it
+        install_nonfinite_guard(self)  # gradients before, parameters after every optimizer step
         self._micro_batches = MicroBatchCounter()  # dropout seeded by the micro-batch's place in the global stream
         self.task_names = task_names
         self._auxiliary_datasets = auxiliary_datasets
@@ -495,10 +498,8 @@ class TartanTrainer(Trainer):
         synced = torch.cat([weights, alphas, losses]).tolist()
         n = len(self.task_names)
         new_weights, new_alphas, loss_values = synced[:n], synced[n:2 * n], synced[2 * n:]
-        for name, value in zip(self.task_names, loss_values):
-            if not math.isfinite(value):
-                raise ValueError(f"task '{name}': the training loss is not finite ({value}) at step "
-                                 f"{self.state.global_step}")
+        check_finite_loss(self, {f"loss_{name}": value for name, value in zip(self.task_names, loss_values)},
+                          "TartanTrainer")
         state.weights = new_weights
         state.record(self.state.global_step + 1, new_alphas)
         for name, loss_k, cos_k in zip(self.task_names, losses, cosines):

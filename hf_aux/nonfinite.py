@@ -1,0 +1,190 @@
+"""Non-finite training stops before it is saved: one implementation for every hf_aux trainer and the plain
+`Trainer` of run_finetune.py.
+
+- `check_finite_loss(trainer, parts, owner)`: called by a trainer's loss code with its named loss parts (one host
+  sync); a NaN/Inf part raises `NonFiniteTrainingError` naming the step, every part's value and the last
+  checkpoint, before the optimizer step.
+- `NonFiniteGuard`, a `TrainerCallback` every hf_aux trainer installs: just before each optimizer step it checks
+  the gradients (per-tensor max |g|, one host sync; optionally the loss of the model's last forward), and just
+  after it the parameters (an update can overflow even from finite gradients). Nothing non-finite ever reaches
+  a checkpoint or the final model: the error is raised before Trainer's next save, so the last good checkpoint
+  stays as it was.
+- `--on_nonfinite skip` (a field of every hf_aux config, through `hf_aux.run_guard.RunArgsMixin`): a step whose
+  loss or gradients are non-finite is skipped instead (its gradients are dropped, so the optimizer leaves every
+  parameter and its moments as they were); the count is logged as `nonfinite_skipped_steps`. Parameters that
+  became non-finite cannot be skipped back and always stop the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import torch
+from transformers import TrainerCallback
+from transformers.trainer_utils import get_last_checkpoint
+
+logger = logging.getLogger(__name__)
+
+NONFINITE_POLICIES = ("stop", "skip")
+
+
+class NonFiniteTrainingError(ValueError):
+    """A loss, gradient or parameter became NaN/Inf; the message names the step and the values."""
+
+
+@dataclass
+class NonFiniteArgsMixin:
+    """The `on_nonfinite` setting; every hf_aux `TrainingArguments` subclass gets it through
+    `hf_aux.run_guard.RunArgsMixin`."""
+
+    on_nonfinite: str = field(default="stop", metadata={
+        "help": "What a non-finite (NaN/Inf) loss or gradient does: 'stop' the run with an error naming the step "
+                "and the loss parts (nothing non-finite is saved; the last checkpoint stays intact), or 'skip' "
+                "that optimizer step and go on (counted in the logs as nonfinite_skipped_steps).",
+        "choices": list(NONFINITE_POLICIES)})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.on_nonfinite not in NONFINITE_POLICIES:
+            raise ValueError(f"{type(self).__name__}: field 'on_nonfinite': {self.on_nonfinite!r} is not one of "
+                             f"{list(NONFINITE_POLICIES)}")
+
+
+def _policy(args) -> str:
+    # plain TrainingArguments (a user's own) have no on_nonfinite: they stop
+    return getattr(args, "on_nonfinite", "stop")
+
+
+def _where_to_resume(output_dir: str | None) -> str:
+    try:
+        last = get_last_checkpoint(output_dir) if output_dir else None
+    except (OSError, ValueError):
+        last = None
+    if last is None:
+        return "no checkpoint had been saved"
+    return f"the last checkpoint, {last}, is intact (resume from it with a lower learning rate)"
+
+
+def _advice(args) -> str:
+    return (f"Nothing holding NaN/Inf was saved; {_where_to_resume(args.output_dir)}. Lower --learning_rate, check "
+            "the data and --max_grad_norm, or pass --on_nonfinite skip to skip such steps.")
+
+
+def _format(value: float) -> str:
+    return f"{value:.6g}"
+
+
+def check_finite_loss(trainer, parts: dict, owner: str | None = None) -> bool:
+    """True when every loss part (tensor or float) is finite. Otherwise, with `on_nonfinite` 'stop' (the default)
+    raise `NonFiniteTrainingError` naming `owner`, the step in progress and every part; with 'skip' return False
+    (the `NonFiniteGuard` then drops the step's gradients). One host sync for tensors."""
+    tensors = [v.detach().float().reshape(-1) for v in parts.values() if isinstance(v, torch.Tensor)]
+    if tensors:
+        if bool(torch.isfinite(torch.cat([t.to(tensors[0].device) for t in tensors])).all()):
+            if all(math.isfinite(v) for v in parts.values() if not isinstance(v, torch.Tensor)):
+                return True
+    elif all(math.isfinite(v) for v in parts.values()):
+        return True
+    if _policy(trainer.args) == "skip":
+        return False
+    values = {name: (v.detach().float().reshape(-1).tolist() if isinstance(v, torch.Tensor) else [float(v)])
+              for name, v in parts.items()}
+    described = ", ".join(f"{name} {_format(v[0]) if len(v) == 1 else [_format(x) for x in v]}"
+                          for name, v in values.items())
+    prefix = f"{owner}: " if owner else f"{type(trainer).__name__}: "
+    raise NonFiniteTrainingError(f"{prefix}non-finite loss at step {trainer.state.global_step + 1} ({described}). "
+                                 + _advice(trainer.args))
+
+
+class NonFiniteGuard(TrainerCallback):
+    """Checks gradients before and parameters after every optimizer step (module docstring). `watch_model_loss`:
+    also check the `loss` of the model's last forward pass (for a plain `Trainer`, whose loss no hf_aux code
+    sees); hf_aux trainers check their own named loss parts with `check_finite_loss` instead."""
+
+    def __init__(self, watch_model_loss: bool = False):
+        self.watch_model_loss = watch_model_loss
+        self.skipped = 0
+        self._last_loss = None
+        self._hook = None
+
+    # ---- the plain Trainer's loss: recorded (no host sync) by a forward hook while training ----
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if self.watch_model_loss and model is not None and self._hook is None:
+            self._hook = model.register_forward_hook(self._record_loss)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def _record_loss(self, module, inputs, output):
+        loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
+        if module.training and isinstance(loss, torch.Tensor):
+            self._last_loss = loss.detach()
+
+    # ---- before the update: gradients (and the watched loss) ----
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        named = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None]
+        checks = []
+        if named:
+            checks.append(_max_abs([g for _, g in named]))
+        if self._last_loss is not None:
+            checks.append(self._last_loss.float().reshape(1).to(checks[0].device if checks else "cpu"))
+        if not checks or bool(torch.isfinite(torch.cat(checks)).all()):
+            self._last_loss = None
+            return
+        step = state.global_step + 1
+        bad = [name for name, g in named if not bool(torch.isfinite(g).all())]
+        loss = None if self._last_loss is None else self._last_loss.item()
+        self._last_loss = None
+        what = (f"loss {_format(loss)}; " if loss is not None else "") + (
+            f"non-finite gradients in {len(bad)} of {len(named)} parameter tensors (first: {bad[0]})" if bad
+            else "the gradients are finite")
+        if _policy(args) == "skip":
+            for _, p in model.named_parameters():
+                p.grad = None  # torch optimizers leave parameters without a gradient (and their moments) alone
+            self.skipped += 1
+            logger.warning("Skipping optimizer step %d (--on_nonfinite skip): %s; %d step(s) skipped so far", step,
+                           what, self.skipped)
+            return
+        raise NonFiniteTrainingError(f"non-finite training at step {step}: {what}. " + _advice(args))
+
+    # ---- after the update: parameters ----
+    def on_optimizer_step(self, args, state, control, model=None, **kwargs):
+        check_finite_parameters(model.named_parameters(), state.global_step + 1, args)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.skipped and logs is not None and "loss" in logs:
+            logs["nonfinite_skipped_steps"] = self.skipped
+
+
+def _max_abs(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """[len(tensors)] max |x| per tensor (the inf-norm: unlike the 2-norm it cannot overflow from finite values;
+    NaN propagates)."""
+    return torch.stack(torch._foreach_norm(tensors, float("inf"))).float()
+
+
+def check_finite_parameters(named_parameters, step: int, args, owner: str = "the model") -> None:
+    """Raise `NonFiniteTrainingError` when a parameter is NaN/Inf after optimizer step `step` (an update too large
+    for the number format cannot be skipped back). One host sync."""
+    named = list(named_parameters)
+    if not named:
+        return
+    if bool(torch.isfinite(_max_abs([p.detach() for _, p in named])).all()):
+        return
+    bad = [name for name, p in named if not bool(torch.isfinite(p).all())]
+    raise NonFiniteTrainingError(
+        f"non-finite parameters of {owner} after optimizer step {step}: {len(bad)} of {len(named)} parameter "
+        f"tensors hold NaN/Inf (first: {bad[0]}); the update was too large. " + _advice(args))
+
+
+def install_nonfinite_guard(trainer, watch_model_loss: bool = False) -> NonFiniteGuard:
+    """Add a `NonFiniteGuard` to `trainer` unless it has one; returns the guard."""
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, NonFiniteGuard):
+            return callback
+    guard = NonFiniteGuard(watch_model_loss=watch_model_loss)
+    trainer.add_callback(guard)
+    return guard

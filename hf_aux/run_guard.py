@@ -1,0 +1,469 @@
+"""What every run script does around training, written once: guard the output folder, lock it, pick a complete
+checkpoint to resume from, and turn Ctrl-C / SIGTERM into a checkpoint and a one-line exit.
+
+    run = guard_output_dir(training_args, model_args, data_args)   # before any data or model is loaded
+    if run.finished:
+        return run.results                                          # identical finished run: nothing to do
+    ... build data, model, trainer ...
+    run.attach(trainer)                                             # SIGINT/SIGTERM -> checkpoint, exit 128+signal
+    trainer.train(resume_from_checkpoint=run.checkpoint)
+
+Rules (run_glue's contract, made exact):
+- The folder's configuration is recorded in `hf_aux_run.json` (the parsed arguments, less those that do not
+  change what is trained: output/logging/Hub/evaluation settings). A folder holding a final model or checkpoints
+  of ANOTHER configuration is refused unless `--overwrite_output_dir` (which then removes its checkpoints) or an
+  explicit `--resume_from_checkpoint` is given; the same configuration resumes from its last complete checkpoint,
+  and so does one that differs only in max_steps / num_train_epochs (training it for longer) when a checkpoint
+  exists.
+- A finished run (final model, trainer_state.json, the same configuration) is not trained again: the call says so
+  and returns its saved results (`all_results.json`).
+- `<parent>/.<output folder>.hf_aux.lock` holds the PID (and its start time), host and boot id of the process
+  writing the folder; a second process is refused while that process lives. A lock left by a crash (the process
+  is gone, or its PID now belongs to a process started later) or by an earlier boot is replaced, with a warning.
+- A checkpoint is complete when its trainer_state.json parses (Trainer writes it after the model, optimizer,
+  scheduler and RNG files; hf_aux's own files are written before it), every *.safetensors file is as long as its
+  header says, and every torch pickle is an intact zip. Incomplete ones are moved to `_incomplete_checkpoints/`
+  with a warning naming them; the newest complete one is resumed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from .nonfinite import NonFiniteArgsMixin
+
+logger = logging.getLogger(__name__)
+
+RUN_CONFIG_NAME = "hf_aux_run.json"
+LOCK_NAME = ".hf_aux.lock"  # beside the output folder: lock_path
+INCOMPLETE_DIR = "_incomplete_checkpoints"
+FINAL_MODEL_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                     "adapter_model.safetensors")
+TORCH_PICKLES = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin", "scaler.pt")
+# arguments that do not change what a run trains (and may differ between a run and its resumption)
+RUN_CONTROL_FIELDS = {
+    "output_dir", "logging_dir", "overwrite_output_dir", "resume_from_checkpoint", "do_eval", "do_predict",
+    "push_to_hub", "hub_model_id", "hub_strategy", "hub_token", "hub_private_repo", "hub_always_push",
+    "hub_revision", "report_to", "disable_tqdm", "log_level", "log_level_replica", "logging_strategy",
+    "logging_steps", "logging_first_step", "logging_nan_inf_filter", "per_device_eval_batch_size",
+    "eval_strategy", "eval_steps", "eval_delay", "eval_accumulation_steps", "eval_on_start", "save_total_limit",
+    "save_steps", "save_strategy", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
+    "dataloader_prefetch_factor", "token", "cache_dir", "max_eval_samples", "max_predict_samples", "run_name",
+    "project", "trackio_space_id", "preprocessing_num_workers", "on_nonfinite", "merge_lora",
+}
+
+
+@dataclass
+class RunArgsMixin(NonFiniteArgsMixin):
+    """hf_aux's run settings, mixed into every hf_aux `TrainingArguments` subclass (before TrainingArguments
+    among the bases): `overwrite_output_dir` (run_glue's flag, which transformers 5 dropped) and `on_nonfinite`."""
+
+    overwrite_output_dir: bool = field(default=False, metadata={
+        "help": "Replace a finished or interrupted run of another configuration in output_dir (its checkpoints "
+                "are removed). Without it such a folder is refused, and the same configuration resumes."})
+
+
+# changing only these continues a run from its last checkpoint (train it for longer); anything else is another run
+EXTENSION_FIELDS = ("max_steps", "num_train_epochs")
+
+
+def _only_longer(old: dict, new: dict) -> bool:
+    return all(old.get(k) == new.get(k) for k in set(old) | set(new) if k not in EXTENSION_FIELDS)
+
+
+class OutputDirError(ValueError):
+    """The output folder cannot be used as asked; the message says why and what to do."""
+
+
+# ---- the configuration record -----------------------------------------------------------------------------------
+
+
+def _as_dict(arguments) -> dict:
+    if hasattr(arguments, "to_dict"):  # TrainingArguments: redacts tokens, turns enums into strings
+        return arguments.to_dict()
+    return dataclasses.asdict(arguments)
+
+
+def run_configuration(*arguments) -> dict:
+    """The parsed argument dataclasses as one JSON-able dict, less RUN_CONTROL_FIELDS."""
+    config = {}
+    for item in arguments:
+        if item is None:
+            continue
+        for key, value in _as_dict(item).items():
+            if key not in RUN_CONTROL_FIELDS:
+                config[key] = json.loads(json.dumps(value, default=str))
+    return config
+
+
+def _differences(old: dict, new: dict, limit: int = 6) -> list[str]:
+    keys = sorted(set(old) | set(new))
+    changed = [f"{k}: {old.get(k, '<unset>')!r} -> {new.get(k, '<unset>')!r}" for k in keys
+               if old.get(k, "<unset>") != new.get(k, "<unset>")]
+    return changed[:limit] + ([f"... {len(changed) - limit} more"] if len(changed) > limit else [])
+
+
+# ---- checkpoints ------------------------------------------------------------------------------------------------
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    size = path.stat().st_size
+    if size < 8:
+        return f"{path.name} is truncated ({size} bytes)"
+    with open(path, "rb") as handle:
+        (header_size,) = struct.unpack("<Q", handle.read(8))
+        if 8 + header_size > size:
+            return f"{path.name} is truncated (header of {header_size} bytes, file of {size})"
+        try:
+            header = json.loads(handle.read(header_size))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return f"{path.name} has a damaged header"
+    ends = [entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__"]
+    if 8 + header_size + max(ends, default=0) > size:
+        return f"{path.name} is truncated ({size} bytes, its header needs {8 + header_size + max(ends)})"
+    return None
+
+
+def checkpoint_problem(folder: str | os.PathLike) -> str | None:
+    """Why a checkpoint folder cannot be resumed from, or None when it is complete (module docstring)."""
+    folder = Path(folder)
+    state = folder / "trainer_state.json"
+    if not state.is_file():
+        return "trainer_state.json is missing (the checkpoint was not finished)"
+    try:
+        json.loads(state.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return "trainer_state.json is damaged"
+    for path in sorted(folder.rglob("*.safetensors")):
+        problem = _safetensors_problem(path)
+        if problem:
+            return problem
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and (path.name in TORCH_PICKLES or path.suffix in (".pt", ".pth", ".bin")) and \
+                not path.name.endswith(".safetensors"):
+            if not zipfile.is_zipfile(path):
+                return f"{path.relative_to(folder)} is truncated or damaged"
+    return None
+
+
+def _checkpoints(output_dir: Path) -> list[Path]:
+    found = []
+    for path in output_dir.glob(f"{PREFIX_CHECKPOINT_DIR}-*"):
+        suffix = path.name[len(PREFIX_CHECKPOINT_DIR) + 1:]
+        if path.is_dir() and suffix.isdigit():
+            found.append((int(suffix), path))
+    return [path for _, path in sorted(found)]
+
+
+def last_complete_checkpoint(output_dir: str | os.PathLike, move_incomplete: bool = True) -> str | None:
+    """The newest complete checkpoint-N under `output_dir`; newer incomplete ones are moved to
+    `_incomplete_checkpoints/` (so they neither block this run nor are taken for the newest later) with a warning."""
+    output_dir = Path(output_dir)
+    for path in reversed(_checkpoints(output_dir)):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return str(path)
+        if move_incomplete:
+            target = output_dir / INCOMPLETE_DIR / f"{path.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+            target.parent.mkdir(exist_ok=True)
+            shutil.move(str(path), str(target))
+            logger.warning("Skipping %s: %s. Moved it to %s; resuming from the previous complete checkpoint.", path,
+                           problem, target)
+            print(f"hf_aux: skipping incomplete checkpoint {path} ({problem}); moved to {target}", file=sys.stderr)
+    return None
+
+
+# ---- the lock -------------------------------------------------------------------------------------------------
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), "" where unknown: a PID
+    reused by another process after a crash has another start time."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def _alive(pid: int, start_time: str = "") -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, owned by someone else
+        pass
+    return not start_time or not _start_time(pid) or _start_time(pid) == start_time
+
+
+def _lock_holder(lock: Path) -> dict | None:
+    """The live process holding `lock`, or None when the lock is stale (crash, reboot, other host unknown)."""
+    try:
+        holder = json.loads(lock.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if holder.get("host") != socket.gethostname():
+        return holder  # cannot check a process on another machine: assume it runs
+    if holder.get("boot_id") != _boot_id() or not _alive(int(holder.get("pid", -1)), holder.get("start_time", "")):
+        return None
+    return holder
+
+
+_HELD_LOCKS: set[str] = set()
+
+
+def lock_path(output_dir: str | os.PathLike) -> Path:
+    """The lock of `output_dir`: a hidden file beside it (never inside it: nothing in the run folder changes, and
+    nothing of it is pushed), `<parent>/.<name>.hf_aux.lock`."""
+    folder = Path(output_dir).absolute()
+    return folder.parent / f".{folder.name}{LOCK_NAME}"
+
+
+def acquire_lock(output_dir: str | os.PathLike) -> Path:
+    """Create the lock of `output_dir` (`lock_path`) for this process, refusing a folder locked by another live
+    process; a lock this process already holds is kept as it is."""
+    lock = lock_path(output_dir)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    record = {"pid": os.getpid(), "start_time": _start_time(os.getpid()), "host": socket.gethostname(),
+              "boot_id": _boot_id(),
+              "started": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv)}
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = _lock_holder(lock)
+            if holder is not None and holder.get("pid") == os.getpid() and holder.get("host") == record["host"]:
+                _HELD_LOCKS.add(str(lock))
+                return lock
+            if holder is not None:
+                raise OutputDirError(
+                    f"output_dir {str(output_dir)!r} is in use by process {holder.get('pid')} on "
+                    f"{holder.get('host')} (since {holder.get('started')}: {holder.get('command', '')[:200]}). "
+                    f"Wait for it to finish or use another --output_dir; if that process is gone, delete {lock}.")
+            logger.warning("Replacing the stale lock %s (its process is gone)", lock)
+            lock.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as handle:
+            json.dump(record, handle)
+        _HELD_LOCKS.add(str(lock))
+        return lock
+    raise OutputDirError(f"output_dir {str(output_dir)!r}: could not create the lock file {lock}")
+
+
+def release_lock(lock: str | os.PathLike) -> None:
+    lock = Path(lock)
+    try:
+        if json.loads(lock.read_text()).get("pid") == os.getpid():
+            lock.unlink()
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        pass
+    _HELD_LOCKS.discard(str(lock))
+
+
+def _release_all_locks() -> None:
+    for lock in list(_HELD_LOCKS):
+        release_lock(lock)
+
+
+atexit.register(_release_all_locks)
+
+
+# ---- signals --------------------------------------------------------------------------------------------------
+
+
+class InterruptCallback(TrainerCallback):
+    """While training, SIGINT/SIGTERM ask Trainer to save a checkpoint at the end of the current step and stop;
+    `on_train_end` then exits with 128 + the signal number and one line saying where the checkpoint is. A second
+    signal acts at once (the default handler is restored by the first)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous = {}
+
+    def _handle(self, signum, frame):
+        self.received = signum
+        for number, handler in self._previous.items():  # a second Ctrl-C is not swallowed
+            signal.signal(number, handler)
+        logger.warning("%s received: saving a checkpoint at the end of this step, then stopping (send it again to "
+                       "stop at once)", signal.Signals(signum).name)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.received = None
+        if threading_main():
+            self._previous = {number: signal.getsignal(number) for number in self.SIGNALS}
+            for number in self.SIGNALS:
+                signal.signal(number, self._handle)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.received is not None:
+            control.should_save = True
+            control.should_training_stop = True
+
+    def on_train_end(self, args, state, control, **kwargs):
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+        self._previous = {}
+        if self.received is None:
+            return
+        name = signal.Signals(self.received).name
+        checkpoint = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+        where = (f"saved {checkpoint}" if os.path.isdir(checkpoint)
+                 else f"the last checkpoint is {last_complete_checkpoint(args.output_dir, move_incomplete=False)}")
+        message = (f"hf_aux: interrupted by {name} at step {state.global_step} of {state.max_steps}: {where}; run "
+                   "the same command again to resume from it.")
+        logger.error(message)
+        print(message, file=sys.stderr, flush=True)
+        raise SystemExit(128 + self.received)
+
+
+def threading_main() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+# ---- the guard ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GuardedRun:
+    """What `guard_output_dir` decided: the checkpoint to resume from, whether the run is already finished (and
+    its saved results), and the lock it holds."""
+
+    output_dir: str
+    checkpoint: str | None = None
+    finished: bool = False
+    results: dict = field(default_factory=dict)
+    lock: Path | None = None
+    configuration: dict | None = None
+    replaced_checkpoints: list[str] = field(default_factory=list)
+
+    def attach(self, trainer) -> None:
+        """Just before training: record the run's configuration in the output folder (nothing is written there
+        when the run fails earlier), install the SIGINT/SIGTERM handling (InterruptCallback), and make hf_aux's
+        token-checked push the only one (hf_aux.hub.take_over_pushes)."""
+        from .hub import take_over_pushes
+
+        for path in self.replaced_checkpoints:  # --overwrite_output_dir: the earlier run's, once nothing failed
+            shutil.rmtree(path, ignore_errors=True)
+        if self.replaced_checkpoints:
+            logger.warning("--overwrite_output_dir: removed %d checkpoint(s) of the earlier run in %s",
+                           len(self.replaced_checkpoints), self.output_dir)
+            self.replaced_checkpoints = []
+        if self.configuration is not None and trainer.args.should_save and trainer.args.do_train:
+            os.makedirs(self.output_dir, exist_ok=True)
+            Path(self.output_dir, RUN_CONFIG_NAME).write_text(
+                json.dumps({"configuration": self.configuration}, indent=1, sort_keys=True))
+        if not any(isinstance(c, InterruptCallback) for c in trainer.callback_handler.callbacks):
+            trainer.add_callback(InterruptCallback())
+        take_over_pushes(trainer)
+
+    def release(self) -> None:
+        if self.lock is not None:
+            release_lock(self.lock)
+            self.lock = None
+
+
+def _has_final_model(output_dir: Path) -> bool:
+    return any((output_dir / name).is_file() for name in FINAL_MODEL_FILES)
+
+
+def guard_output_dir(training_args, *arguments) -> GuardedRun:
+    """Check and lock `training_args.output_dir` for a run of `arguments` (every parsed argument dataclass, the
+    training arguments included) before anything is loaded; see the module docstring. Returns a `GuardedRun`."""
+    output_dir = Path(training_args.output_dir)
+    run = GuardedRun(output_dir=str(output_dir))
+    if not training_args.should_save:  # other DDP ranks: the main process guards, locks and records
+        if training_args.do_train and training_args.resume_from_checkpoint is None and output_dir.is_dir():
+            run.checkpoint = last_complete_checkpoint(output_dir, move_incomplete=False)
+        run.checkpoint = training_args.resume_from_checkpoint or run.checkpoint
+        return run
+    if output_dir.exists() and not output_dir.is_dir():
+        raise OutputDirError(f"TrainingArguments: field 'output_dir': {str(output_dir)!r} is a file, not a folder; "
+                             "pass a folder path")
+    try:
+        run.lock = acquire_lock(output_dir)
+    except PermissionError as error:
+        raise OutputDirError(f"TrainingArguments: field 'output_dir': cannot write beside or into {str(output_dir)!r} "
+                             f"({error.strerror}: {error.filename}); pass a folder you can write to") from error
+    try:
+        _decide(run, training_args, output_dir, run_configuration(training_args, *arguments))
+    except BaseException:
+        run.release()
+        raise
+    return run
+
+
+def _decide(run: GuardedRun, args, output_dir: Path, config: dict) -> None:
+    record_path = output_dir / RUN_CONFIG_NAME
+    recorded = None
+    if record_path.is_file():
+        try:
+            recorded = json.loads(record_path.read_text()).get("configuration")
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+            recorded = None
+    checkpoints = _checkpoints(output_dir)
+    has_run = _has_final_model(output_dir) or bool(checkpoints)
+    explicit = args.resume_from_checkpoint
+    if explicit is not None:
+        problem = checkpoint_problem(explicit) if os.path.isdir(explicit) else "it is not a folder"
+        if problem:
+            raise OutputDirError(f"TrainingArguments: field 'resume_from_checkpoint': cannot resume from "
+                                 f"{explicit!r}: {problem}. Pass an earlier checkpoint, or leave the flag out to "
+                                 "resume from the newest complete one (or start over with --overwrite_output_dir).")
+    if args.do_train and has_run and explicit is None:
+        if getattr(args, "overwrite_output_dir", False):  # plain TrainingArguments (transformers 5) lack it
+            run.replaced_checkpoints = [str(path) for path in checkpoints]  # removed by attach()
+            checkpoints = []
+        elif recorded is not None and recorded != config and _only_longer(recorded, config) and checkpoints:
+            logger.warning("%s: continuing the run to %s (it was %s), from its last complete checkpoint", output_dir,
+                           {k: config.get(k) for k in EXTENSION_FIELDS}, {k: recorded.get(k) for k in EXTENSION_FIELDS})
+        elif recorded != config:
+            why = ("holds a run whose configuration was not recorded (not written by this version of hf_aux)"
+                   if recorded is None else "holds a run of another configuration ("
+                   + "; ".join(_differences(recorded, config)) + ")")
+            raise OutputDirError(
+                f"TrainingArguments: field 'output_dir': {str(output_dir)!r} {why}. Pass --overwrite_output_dir to "
+                "replace it (its checkpoints are removed), choose another --output_dir, or pass "
+                "--resume_from_checkpoint <checkpoint> to continue it on purpose.")
+        elif _has_final_model(output_dir) and (output_dir / "trainer_state.json").is_file():
+            run.finished = True
+            results = output_dir / "all_results.json"
+            run.results = json.loads(results.read_text()) if results.is_file() else {}
+            state = json.loads((output_dir / "trainer_state.json").read_text())
+            message = (f"hf_aux: {output_dir} already holds this finished run (step {state.get('global_step')} of "
+                       f"{state.get('max_steps')}); nothing to do. Pass --overwrite_output_dir to train it again.")
+            logger.warning(message)
+            print(message, flush=True)
+            run.release()
+            return
+    if args.do_train:
+        run.checkpoint = explicit or (last_complete_checkpoint(output_dir) if checkpoints else None)
+        if run.checkpoint is not None:
+            logger.warning("Resuming from %s (the same configuration; --overwrite_output_dir starts over)",
+                           run.checkpoint)
+        run.configuration = config  # recorded by attach(), just before training

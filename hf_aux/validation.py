@@ -1,0 +1,254 @@
+"""Checks of user input made before any tokenisation or model loading, each failing with ONE `ValueError` that
+names the task, flag or file, the field, the row where it applies, and what to do.
+
+- `read_structured_file`: a JSON/YAML file (mixture, task file) whose syntax errors name the file, line and column.
+- `load_data_files`: local csv/json/jsonl/parquet/txt files checked first (exists, not empty, UTF-8, CSV rows as
+  wide as the header) and then loaded with `datasets`, whose own errors are re-raised naming the file.
+- `check_text_cells`: text/target columns hold strings; None is an error naming the row; an all-empty column, or
+  more than `MAX_EMPTY_SHARE` of empty cells, is an error; fewer empty cells are logged with their count.
+- `check_holdout_split`: a corpus large enough to carve a validation share from.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# Above this share of empty ('' or whitespace) text cells a split is refused; below it the rows are kept (the
+# model sees [CLS] [SEP]) and their count is logged.
+MAX_EMPTY_SHARE = 0.1
+# builder of `datasets.load_dataset` per file suffix (txt: one document per line)
+TEXT_FILE_BUILDERS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text"}
+_CHUNK = 1 << 20
+
+
+def read_structured_file(path: str | os.PathLike, what: str) -> Any:
+    """The content of a .json/.yaml/.yml file. `what` names it in errors (e.g. "mixture file 'mix.yaml'")."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{what}: {str(path)!r} does not exist")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{what}: {str(path)!r} is not UTF-8 text (byte {error.start}); save it as UTF-8") from error
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{what}: {str(path)!r} is not valid JSON: {error.msg} at line {error.lineno}, column "
+                             f"{error.colno}; fix the file's syntax") from error
+    if suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            raise ValueError(f"{what}: {str(path)!r} is not valid YAML: {problem}{where}; fix the file's "
+                             "syntax") from error
+    raise ValueError(f"{what}: {str(path)!r}: use a .json, .yaml or .yml file")
+
+
+# ---- local data files -------------------------------------------------------------------------------------------
+
+
+def _check_utf8(path: str, where: str) -> None:
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as error:
+                line = _line_of(path, offset + error.start)
+                raise ValueError(f"{where}: {path!r} is not UTF-8 text (byte {offset + error.start}, line {line}); "
+                                 "re-save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)") from error
+            offset += len(chunk)
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{where}: {path!r} ends inside a UTF-8 character; re-save it as UTF-8") from error
+
+
+def _line_of(path: str, byte: int) -> int:
+    with open(path, "rb") as handle:
+        return handle.read(byte).count(b"\n") + 1
+
+
+def _check_csv(path: str, where: str) -> None:
+    with open(path, encoding="utf-8", newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, None)
+        if not header or not any(cell.strip() for cell in header):
+            raise ValueError(f"{where}: {path!r} has no CSV header row; the first line must name the columns")
+        rows = 0
+        for row in reader:
+            if not row:  # blank line
+                continue
+            rows += 1
+            if len(row) != len(header):
+                raise ValueError(f"{where}: {path!r} line {reader.line_num}: {len(row)} fields, the header has "
+                                 f"{len(header)} ({header}); quote fields that contain commas, or fix the row")
+    if rows == 0:
+        raise ValueError(f"{where}: {path!r} has a header but no data rows")
+
+
+def _check_lines(path: str, where: str, json_lines: bool) -> None:
+    """Rows exist; JSON Lines (the first row a complete object) hold one object per line."""
+    rows, lines_mode = 0, None
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            rows += 1
+            if not json_lines:
+                continue
+            if lines_mode is None:  # a pretty-printed or array JSON file is left to datasets' reader
+                lines_mode = _is_json_object(line)
+            if lines_mode:
+                try:
+                    value = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"{where}: {path!r} line {number} is not valid JSON ({error.msg}); write one "
+                                     "JSON object per line") from error
+                if not isinstance(value, dict):
+                    raise ValueError(f"{where}: {path!r} line {number} is a {type(value).__name__}, not a JSON "
+                                     "object of column -> value")
+    if rows == 0:
+        raise ValueError(f"{where}: {path!r} holds no rows (only blank lines)")
+
+
+def _is_json_object(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except json.JSONDecodeError:
+        return False
+
+
+def check_data_file(path: str, where: str) -> str:
+    """Check one local data file before `datasets` reads it; returns its builder name. `where` names the owner
+    in errors, e.g. "task 'sst2': field 'data_files' (validation)"."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in TEXT_FILE_BUILDERS:
+        raise ValueError(f"{where}: {path!r}: unsupported extension {suffix!r}; use one of "
+                         f"{sorted(TEXT_FILE_BUILDERS)}")
+    if not os.path.isfile(path):
+        raise ValueError(f"{where}: file {path!r} does not exist")
+    if os.path.getsize(path) == 0:
+        raise ValueError(f"{where}: file {path!r} is empty (0 bytes); give a file with data")
+    builder = TEXT_FILE_BUILDERS[suffix]
+    if builder == "parquet":
+        return builder  # binary; datasets' own reader reports a damaged file (re-raised by load_data_files)
+    _check_utf8(path, where)
+    if builder == "csv":
+        _check_csv(path, where)
+    else:
+        _check_lines(path, where, json_lines=builder == "json")
+    return builder
+
+
+def load_data_files(files: dict[str, str], where: str, **load_kwargs):
+    """`datasets.load_dataset(builder, data_files=files)` after `check_data_file` on every file; a failure inside
+    `datasets` is re-raised as a ValueError naming `where` and the files. Returns a `DatasetDict`."""
+    import datasets
+
+    builders = {check_data_file(str(path), f"{where} ({split})") for split, paths in files.items()
+                for path in (paths if isinstance(paths, (list, tuple)) else [paths])}
+    if len(builders) > 1:
+        raise ValueError(f"{where}: the files mix formats {sorted(builders)} ({files}); use one format")
+    try:
+        return datasets.load_dataset(builders.pop(), data_files=files, **load_kwargs)
+    except Exception as error:  # datasets wraps parser errors in DatasetGenerationError and friends
+        cause = error.__cause__ or error.__context__ or error
+        raise ValueError(f"{where}: could not read {files}: {type(cause).__name__}: {cause}; check that every "
+                         "row has the same columns and types") from error
+
+
+# ---- cells ------------------------------------------------------------------------------------------------------
+
+
+def check_text_cells(values: list, where: str, column: str, split: str, *, nested: bool = False,
+                     max_empty_share: float = MAX_EMPTY_SHARE) -> None:
+    """`values`: one split's cells of a text column (`nested`: each cell a list of strings, as multiple-choice
+    options). None or a non-string is an error naming the row; so is an all-empty column or more than
+    `max_empty_share` empty cells; fewer empty cells are logged. (Unlabelled MLM text passes 1.0: blank lines add
+    no tokens, only an all-empty corpus is an error.)"""
+    empty, first_empty = 0, None
+    for row, cell in enumerate(values):
+        for item in (cell if nested and isinstance(cell, list) else [cell]):
+            if item is None:
+                raise ValueError(f"{where}: {split} row {row}: column {column!r} is empty (None/null); fill the "
+                                 "cell or drop the row")
+            if not isinstance(item, str):
+                raise ValueError(f"{where}: {split} row {row}: column {column!r} holds {type(item).__name__} "
+                                 f"{item!r}, not text; convert the column to strings")
+            if not item.strip():
+                empty += 1
+                first_empty = row if first_empty is None else first_empty
+                break
+    if not values or empty == 0:
+        return
+    share = empty / len(values)
+    if empty == len(values):
+        raise ValueError(f"{where}: column {column!r} is empty ('') in every one of the {len(values)} {split} rows; "
+                         "point the column flag at the column that holds the text")
+    if share > max_empty_share:
+        raise ValueError(f"{where}: column {column!r} is empty ('') in {empty} of {len(values)} {split} rows "
+                         f"(first: row {first_empty}), more than {max_empty_share:.0%}; fill or drop those rows")
+    if max_empty_share < 1.0:
+        logger.warning("%s: column %r is empty in %d of %d %s rows (first: row %d); they are kept", where, column,
+                       empty, len(values), split, first_empty)
+
+
+def infer_class_labels(splits: dict, label_column: str, where: str, hint: str) -> dict:
+    """The classes of a classification task read from its loaded splits (name -> Dataset): {"label_names": sorted
+    names} for string labels, {"num_labels": max + 1} for non-negative integers. A missing column, an empty label
+    or mixed types is an error naming `where` (e.g. "task 'x': field 'label_column'"), the row, and `hint` (the
+    flags that set the labels instead)."""
+    values = set()
+    for split, data in splits.items():
+        if label_column not in data.column_names:
+            raise ValueError(f"{where}: column {label_column!r} not in the {split} data; columns are "
+                             f"{data.column_names}")
+        labels = list(data[label_column])
+        if None in labels:
+            raise ValueError(f"{where}: {split} row {labels.index(None)}: the label is empty (None/null); fill it or "
+                             "drop the row")
+        values.update(labels)
+    if values and all(isinstance(v, str) for v in values):
+        return {"label_names": sorted(values)}
+    if values and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        return {"num_labels": max(2, max(values) + 1)}
+    raise ValueError(f"{where}: labels must be all strings or all non-negative integers; pass {hint} (found "
+                     f"{sorted(map(repr, values))[:5]})")
+
+
+def check_corpus(dataset, text_column: str, where: str, split: str = "train") -> None:
+    """Unlabelled MLM text: the column exists and holds text (None is an error naming the row; blank lines are
+    fine unless every line is blank)."""
+    if text_column not in dataset.column_names:
+        raise ValueError(f"{where}: column {text_column!r} not in the {split} text; columns are "
+                         f"{dataset.column_names} (set --text_column_name)")
+    check_text_cells(dataset[text_column], where, text_column, split, max_empty_share=1.0)
+
+
+def check_holdout_split(size: int, percentage: float, where: str, what: str = "documents") -> None:
+    """A `train_test_split(test_size=percentage / 100)` of `size` rows must leave at least one row on each side."""
+    if percentage <= 0:
+        return
+    held_out = math.ceil(size * percentage / 100)
+    if size < 2 or size - held_out < 1:
+        raise ValueError(f"{where}: the text has {size} {what}, too few to hold out validation_split_percentage="
+                         f"{percentage}% of them and train on the rest; give more text, a validation file, or "
+                         "--validation_split_percentage 0")
