@@ -58,6 +58,28 @@ def test_parse_command_line_puts_embedded_defaults_first_unless_a_data_source_is
     assert (args.max_steps, args.learning_rate) == (7, 5e-5)  # a file holds every argument
 
 
+@pytest.mark.parametrize("name, text, message", [
+    ("broken.yaml", "output_dir: x\n  bad: [1,\n", r"(?s)broken.yaml' is not valid YAML: .*line 2"),
+    ("broken.json", '{"output_dir": }', r"broken.json' is not valid JSON: .*line 1 column 16"),
+    ("unknown.yaml", "output_dir: x\nno_such_key: 1\n", r"unknown.yaml': .*\['no_such_key'\]"),
+    ("type.yaml", "output_dir: x\nmax_steps: many\n", r"type.yaml': field 'max_steps' must be int, got 'many'"),
+    ("type.json", '{"output_dir": "x", "fp16": "yes"}', r"type.json': field 'fp16' must be bool, got 'yes'"),
+    ("missing.yaml", None, r"missing.yaml' does not exist"),
+])
+def test_a_bad_argument_file_is_one_error_naming_the_file_and_field(tmp_path, name, text, message):
+    parser = HfArgumentParser((DataArguments, TrainingArguments))
+    if text is not None:
+        (tmp_path / name).write_text(text)
+    with pytest.raises(ValueError, match=message):
+        parse_command_line(parser, [str(tmp_path / name)])
+
+
+def test_numbers_written_as_text_in_an_argument_file_are_numbers(tmp_path):
+    (tmp_path / "args.yaml").write_text("output_dir: x\nlearning_rate: 1e-4\nmax_steps: '7'\n")  # YAML: 1e-4 is text
+    _, args = parse_command_line(HfArgumentParser((DataArguments, TrainingArguments)), [str(tmp_path / "args.yaml")])
+    assert (args.learning_rate, args.max_steps) == (1e-4, 7)
+
+
 def test_resume_rule_prefers_the_given_checkpoint(tmp_path):
     """One resume rule (hf_aux.run_guard): --resume_from_checkpoint when given, even into a new output_dir, else
     output_dir's newest complete checkpoint of the same configuration, else nothing; not training, nothing."""
