@@ -51,6 +51,24 @@ this machine a fresh parameter-sized buffer cost ~0.24 s against ~0.035 s for an
 trainer reuses buffers where the mathematics allows (20% of the process CPU time of a `--base` run is kernel
 time; a 2-minute default run takes 9.8 million minor page faults).
 
+Why the default text configuration runs above its FLOP floor (hard 9.6 against 8.0, first order 14.3 against
+10.3; issue #13). Operator-level CPU profiles (torch.profiler, 1 torch thread, 4 steps per objective after 2
+warm-up steps), taken while the shared 2-core machine ran at load average 8-10, so only proportions and process
+CPU time are used, never the loaded wall time. Process CPU time per step: mlm 139 ms, hard 1306 ms (9.4x), first
+order 1997 ms (14.4x). Share of operator time in matrix products (aten::mm/addmm): mlm 68%, hard 51%, first order
+37%; the rest is element-wise work, and 94-96% of it (hard, first order; 76% for mlm) is on tensors with the
+30,526-token vocabulary dimension. Splitting each step's CPU time by those shares: matrix products hard 7.1x and
+first order 7.9x the MLM step's (at or below the FLOP floors 8.0 and 10.3: the meta steps' products are larger and
+run closer to peak), element-wise work hard ~14x and first order ~28x. That element-wise work is what
+FlopCounterMode does not count: log-softmax and its backward over the teacher's two vocabulary heads, the
+cumulative sums of the hard labels' inverse-CDF sampling over V, the soft labels' softmax, the soft cross entropy's
+products and sums, and the forward difference's extra pass, all [B, L, V]. At hidden 64 a [B L, 64] x [64, V]
+product does only 64 multiply-adds per output element, so one element-wise pass over its [B L, V] output costs a
+sizeable fraction of the product itself; the gap is inherent to a small student with a 30k vocabulary, not lost
+time in the trainer. It narrows as the hidden size grows (more multiply-adds per vocabulary element): with
+`--hidden 256 --layers 4` (same data, 8 x 32 tokens, 2 rounds, load average 9.1) the process-CPU-time ratios were
+hard 8.54 against a floor of 7.51 and first order 9.99 against 9.34 (soft, 2nd order: 14.22 against 12.01).
+
     python benchmarks/bench_meta_lm.py                   # real text, BERT hidden 64, 2 layers, 8 x 32 tokens
     python benchmarks/bench_meta_lm.py --data moons --rounds 8
     python benchmarks/bench_meta_lm.py --hidden 256 --layers 4 --length 64 --rounds 6
