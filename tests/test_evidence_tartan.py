@@ -63,8 +63,8 @@ def test_append_run_is_cumulative_and_has_run_matches(common, tmp_path):
 def test_quick_runs_every_arm_and_renders_the_report(study, tmp_path):
     runs = study.quick(str(tmp_path))
     arms = {(r["claim"], r["variant"]) for r in runs}
-    assert arms == {("end_task", v) for v in study.CLAIMS["end_task"]} | {("meta_head", "meta_same"),
-                                                                         ("pilot", "meta_w80")}
+    assert arms == ({("end_task", v) for v in study.CLAIMS["end_task"]}
+                    | {("meta_head", v) for v in study.CLAIMS["meta_head"]} | {("pilot", "meta_w80")})
     for run in runs:
         for key in ("claim", "variant", "seed", "metric", "value", "split", "steps", "wall_s", "cpu_s", "device",
                     "commit", "load_avg", "test_accuracy", "test_macro_f1", "test_loss", "validation_macro_f1"):
@@ -73,13 +73,16 @@ def test_quick_runs_every_arm_and_renders_the_report(study, tmp_path):
         assert run["best_step"] in (2, 4)
         assert run["pretrained_mlm_heads"] is (run["variant"] not in ("alone",))  # the tiny checkpoint ships one
     by_variant = {r["variant"]: r for r in runs}
-    for name in ("mt", "meta", "meta_same", "meta_w80"):
+    for name in ("mt", "meta", "meta_uniform", "meta_same", "meta_w80"):
         alpha = by_variant[name]["alpha"]
         assert alpha["steps"][-1] == 4 and set(alpha) == {"steps", "end_task", "tapt", "dapt"}
         assert all(abs(sum(alpha[t][i] for t in ("end_task", "tapt", "dapt")) - 1) < 1e-3
                    for i in range(len(alpha["steps"])))
-    assert by_variant["mt"]["alpha"]["end_task"][-1] == pytest.approx(1 / 3, abs=1e-4)  # MT: fixed uniform
-    assert by_variant["meta_w80"]["alpha"]["end_task"][0] == pytest.approx(0.8, abs=0.01)  # initial mixture
+    # MT: the fixed default mixture; META: starts from it (or from uniform) and moves by at most eta per step
+    assert by_variant["mt"]["alpha"]["end_task"] == [pytest.approx(study.DEFAULT_MIXTURE[0], abs=1e-4)] * 4
+    assert by_variant["meta"]["alpha"]["end_task"][0] == pytest.approx(study.DEFAULT_MIXTURE[0], abs=0.02)
+    assert by_variant["meta_uniform"]["alpha"]["end_task"][0] == pytest.approx(1 / 3, abs=0.05)
+    assert by_variant["meta_w80"]["alpha"]["end_task"][0] == pytest.approx(0.8, abs=0.02)
     for name in ("tapt_ft", "dapt_ft"):
         assert by_variant[name]["pretrain_mlm_loss"] > 0 and "alpha" not in by_variant[name]
     # cached: a second pass adds nothing
