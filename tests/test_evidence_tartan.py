@@ -62,6 +62,10 @@ def test_append_run_is_cumulative_and_has_run_matches(common, tmp_path):
 
 def test_quick_runs_every_arm_and_renders_the_report(study, tmp_path):
     runs = study.quick(str(tmp_path))
+    probe = [r for r in runs if r["claim"] == "probe"]
+    assert len(probe) == 1 and len(probe[0]["rows"]) == 2 * len(study.PROBE_GRID)
+    assert all(len(row["accuracy"]) == 2 and 0 <= min(row["accuracy"]) for row in probe[0]["rows"])
+    runs = [r for r in runs if r["claim"] != "probe"]
     arms = {(r["claim"], r["variant"]) for r in runs}
     scheduled = {(claim, v) for claim, names in study.SCHEDULE + study.CASSETTE_SCHEDULE for v in names}
     assert arms == scheduled | {("pilot", "meta_w80")}
@@ -91,5 +95,6 @@ def test_quick_runs_every_arm_and_renders_the_report(study, tmp_path):
                          0, str(tmp_path)) is None
     text = (tmp_path / "tartan.md").read_text()
     assert "## Claim 1" in text and "## Claim 2" in text and "incomplete: 1" in text and "## How to continue" in text
+    assert "phi* on the frozen body" in text
     for figure in ("tartan_quick_claim1.png", "tartan_quick_claim2.png"):
         assert (tmp_path / figure).stat().st_size > 0

@@ -99,8 +99,9 @@ VARIANTS = {
     "alone": Variant("alone", "alone", label="end task alone"),
     "tapt_ft": Variant("tapt_ft", "pretrain", ("tapt",), label="TAPT -> FT"),
     "dapt_ft": Variant("dapt_ft", "pretrain", ("dapt",), label="DAPT -> FT"),
-    "mt": Variant("mt", "tartan", ("tapt", "dapt"), "mt", weights=DEFAULT_MIXTURE, label="MT-TARTAN"),
-    "meta": Variant("meta", "tartan", ("tapt", "dapt"), "meta", weights=DEFAULT_MIXTURE, label="META-TARTAN"),
+    "mt": Variant("mt", "tartan", ("tapt", "dapt"), "mt", weights=DEFAULT_MIXTURE, label="MT-TARTAN 0.9/0.05/0.05"),
+    "meta": Variant("meta", "tartan", ("tapt", "dapt"), "meta", weights=DEFAULT_MIXTURE,
+                    label="META-TARTAN from 0.9/0.05/0.05"),
     # the paper's uniform weights (§4); claim 2 starts from them, where railing towards the end task is visible
     "mt_uniform": Variant("mt_uniform", "tartan", ("tapt", "dapt"), "mt", label="MT-TARTAN, uniform"),
     "meta_uniform": Variant("meta_uniform", "tartan", ("tapt", "dapt"), "meta",
@@ -357,8 +358,105 @@ def quick(folder: str) -> list[dict]:
         for name in names:
             run_arm(path, setting, claim, VARIANTS[name], 0, os.path.join(folder, "runs"))
     run_arm(path, setting, "pilot", PILOTS["meta_w80"], 0, os.path.join(folder, "runs"))
+    probe_meta_head(path, setting, draws=2)
     report(path, os.path.join(folder, "tartan.md"))
     return load_runs(path)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Probe: can phi* see the end task in the frozen body's features?
+# ------------------------------------------------------------------------------------------------------------------
+
+PROBE_GRID = ((16, 10, 1e-3), (32, 10, 1e-3), (64, 10, 1e-2), (64, 30, 1e-2))  # (sentences, Adam steps, lr)
+
+
+def probe_meta_head(path: str, setting: Setting = MAIN, draws: int = 5) -> dict | None:
+    """phi* as Algorithm 1 fits it (`TartanModel.fit_meta_head`: the classifier's own head, here BERT's pooler ->
+    linear, re-initialised, Adam with weight decay 0.1) against a linear head on the mean-pooled token states (how
+    sentence encoders are trained), both on the frozen pretrained body: validation accuracy and loss per
+    (train sentences, steps, learning rate), `draws` draws each. Appended as claim "probe"."""
+    import torch
+    import torch.nn.functional as F
+    from transformers import AutoTokenizer, DataCollatorWithPadding
+
+    keys = dict(claim="probe", variant="meta_head_features", seed=0, setting=setting.name, weights=None)
+    if has_run(load_runs(path), **keys):
+        return None
+    meta = run_meta()
+    start_wall, start_cpu = time.time(), time.process_time()
+    tokenizer = AutoTokenizer.from_pretrained(model_path(setting))
+    data = load_data(setting, tokenizer)
+    model, _ = build_model(setting, data, ())
+    model.eval()
+    collate = DataCollatorWithPadding(tokenizer)
+    columns = ["input_ids", "attention_mask", "token_type_ids", "labels"]
+
+    def features(split, count):
+        rows = data["features"][split].select(range(count))
+        batch = collate([{k: row[k] for k in columns if k in row} for row in rows])
+        with torch.no_grad():
+            outputs = model.body_outputs(batch)
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        mean = (outputs.last_hidden_state * mask).sum(1) / mask.sum(1)
+        return outputs, mean, batch["labels"]
+
+    pool = min(128, len(data["features"]["train"]))  # the sentences each draw picks its batch from
+    train_outputs, train_mean, train_labels = features("train", pool)
+    val_outputs, val_mean, val_labels = features("validation", len(data["features"]["validation"]))
+    rows = []
+    for size, steps, lr in PROBE_GRID:
+        for head in ("classifier head (pooler)", "linear on mean-pooled states"):
+            accuracies, losses = [], []
+            for draw in range(draws):
+                generator = torch.Generator().manual_seed(draw)
+                chosen = torch.randperm(pool, generator=generator)[:size]
+                if head.startswith("classifier"):
+                    picked = type(train_outputs)(**{k: v[chosen] for k, v in train_outputs.items()
+                                                    if isinstance(v, torch.Tensor)})
+                    model.fit_meta_head(picked, train_labels[chosen], steps=steps, lr=lr, weight_decay=0.1,
+                                        generator=generator)
+                    with torch.no_grad():
+                        logits = model.meta_head(val_outputs).logits
+                else:
+                    linear = torch.nn.Linear(train_mean.shape[1], data["num_labels"])
+                    with torch.no_grad():
+                        linear.weight.copy_(torch.randn(linear.weight.shape, generator=generator) * 0.02)
+                        linear.bias.zero_()
+                    optimizer = torch.optim.Adam(linear.parameters(), lr=lr, weight_decay=0.1)
+                    for _ in range(steps):
+                        loss = F.cross_entropy(linear(train_mean[chosen]), train_labels[chosen])
+                        optimizer.zero_grad()
+                        loss.backward()
+                        optimizer.step()
+                    with torch.no_grad():
+                        logits = linear(val_mean)
+                accuracies.append((logits.argmax(-1) == val_labels).float().mean().item())
+                losses.append(F.cross_entropy(logits, val_labels).item())
+            rows.append({"head": head, "sentences": size, "steps": steps, "lr": lr,
+                         "accuracy": [round(a, 4) for a in accuracies], "loss": [round(v, 4) for v in losses]})
+    run = {**keys, "metric": "accuracy", "value": max(mean_sd(r["accuracy"])[0] for r in rows), "split": "validation",
+           "steps": 0, "rows": rows, "validation_sentences": len(val_labels), "wall_s": round(time.time() - start_wall, 1),
+           "cpu_s": round(time.process_time() - start_cpu, 1), **meta}
+    append_run(path, run)
+    return run
+
+
+def _probe_lines(runs: list[dict]) -> list[str]:
+    lines = []
+    for run in runs:
+        lines += [f"### phi* on the frozen body (`{run['setting']}`)", "",
+                  "How well can a head fitted on frozen features of a few end-task sentences classify the "
+                  f"{run['validation_sentences']} validation sentences? Algorithm 1's phi* (the classifier's "
+                  "own head: BERT's pooler, then a linear layer; `TartanModel.fit_meta_head`, Adam, weight decay 0.1) "
+                  "against a linear head on the mean-pooled token states; mean ± sd over "
+                  f"{len(run['rows'][0]['accuracy'])} draws (chance 0.5):", "",
+                  "| head | train sentences | Adam steps | lr | validation accuracy | validation loss |",
+                  "|---|---|---|---|---|---|"]
+        for row in run["rows"]:
+            lines.append(f"| {row['head']} | {row['sentences']} | {row['steps']} | {row['lr']:g} | "
+                         f"{_fmt(row['accuracy'])} | {_fmt(row['loss'])} |")
+        lines.append("")
+    return lines
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -516,7 +614,9 @@ def _setting_lines(budget: dict) -> list[str]:
         f"warm-up steps), validation every {budget['eval_steps']} steps, the best checkpoint by validation macro-F1 "
         f"reported on test. TAPT -> FT and DAPT -> FT first train {budget['pre_steps']} MLM steps (MT-TARTAN with "
         "end-task weight 0: eq. 1), then fine-tune with the same end-task budget (eq. 2), so they see as many "
-        "auxiliary blocks as MT / META. META: task-weight step size "
+        "auxiliary blocks as MT / META. MT / META mixtures (end task / TAPT / DAPT) as labelled: fixed (MT) or "
+        "the starting point of the learned weights (META); uniform = 1/3 each, the paper's (§4). META: task-weight "
+        "step size "
         f"eta = {budget['task_weight_lr']}; phi* 10 Adam steps at 1e-3, weight decay 0.1, on the step's end-task "
         "batch (§4)."]
 
@@ -568,10 +668,12 @@ def report(path: str = EVIDENCE_JSON, output: str = REPORT_MD) -> str:
             claim2 += _claim2_lines(arms2, os.path.join(folder, f"{stem}_{setting}_claim2.png"))
     lines += claim2
 
+    probes = [r for r in runs if r["claim"] == "probe"]
     pilots = [r for r in runs if r["claim"] == "pilot"]
+    if pilots or probes:
+        lines += ["## Pilots (choosing the default; validation decides)", "", *_probe_lines(probes)]
     if pilots:
-        lines += ["## Pilots (choosing the default; validation decides)", "",
-                  "| setting | arm | seed | steps | validation acc / macro-F1 | test acc / macro-F1 / loss | "
+        lines += ["| setting | arm | seed | steps | validation acc / macro-F1 | test acc / macro-F1 / loss | "
                   "final alpha (end task / TAPT / DAPT) | wall (min) |", "|---|---|---|---|---|---|---|---|"]
         for r in pilots:
             alpha = " / ".join(f"{r['alpha'][t][-1]:.2f}" for t in r["alpha"] if t != "steps") if r.get("alpha") else ""
@@ -670,6 +772,7 @@ def main(argv=None) -> None:
     action.add_argument("--pilot", nargs="+", choices=sorted({**PILOTS, **VARIANTS}),
                         help="pilot arms (claim 'pilot') at the main setting or --steps")
     action.add_argument("--report", action="store_true", help="render the markdown report and figures")
+    action.add_argument("--probe", action="store_true", help="phi* on the frozen body: pooler vs mean-pooled")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=None)
     parser.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=None,
@@ -690,6 +793,9 @@ def main(argv=None) -> None:
     import torch
 
     torch.set_num_threads(1)
+    if args.probe:
+        probe_meta_head(args.json, SETTINGS[args.settings[0]] if args.settings else MAIN)
+        return
     if args.run:
         study(args.json, args.seeds, args.variants, settings=args.settings)
         report(args.json, REPORT_MD if args.json == EVIDENCE_JSON else os.path.splitext(args.json)[0] + ".md")
