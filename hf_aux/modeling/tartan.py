@@ -52,7 +52,6 @@ from ..sentence_transformers_files import copy_sentence_transformers_files
 
 TARTAN_CONFIG_NAME = "tartan_config.json"
 TARTAN_HEADS_NAME = "tartan_heads.safetensors"
-MODEL_WEIGHTS_NAME = "model.safetensors"
 END_TASK_HEAD_NAME = "end_task_head.safetensors"  # phi', in LoRA checkpoints only
 BODY_INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 HUB_KWARGS = ("cache_dir", "revision", "token", "local_files_only", "trust_remote_code")
@@ -535,15 +534,18 @@ class TartanModel(nn.Module):
             self._load_end_task_head(path)
             self.load_heads(path)
             return
-        file = os.path.join(path, MODEL_WEIGHTS_NAME)
-        if not os.path.isfile(file):
-            raise ValueError(f"{path!r}: {MODEL_WEIGHTS_NAME} is missing (sharded or non-safetensors checkpoints "
-                             "are not supported for resume)")
-        state = load_file(file)
-        result = self.classifier.load_state_dict(state, strict=False)
-        tied = set(getattr(self.classifier, "_tied_weights_keys", None) or [])
-        missing = [k for k in result.missing_keys if k not in tied]
-        if missing or result.unexpected_keys:
+        # the classifier's own loader reads the folder: transformers saves some checkpoints under the key names of
+        # the checkpoint they came from (e.g. LayerNorm gamma / beta), which a raw load_state_dict would not match
+        classifier = self.classifier
+        try:
+            saved, info = type(classifier).from_pretrained(path, config=classifier.config, output_loading_info=True)
+        except OSError as error:
+            raise ValueError(f"{path!r}: no classifier weights to restore ({error})") from error
+        tied = set(getattr(classifier, "_tied_weights_keys", None) or [])
+        missing = [k for k in info["missing_keys"] if k not in tied]
+        if missing or info["unexpected_keys"] or info["mismatched_keys"]:
             raise ValueError(f"{path!r}: the classifier weights do not match the model (missing {missing[:5]}, "
-                             f"unexpected {result.unexpected_keys[:5]})")
+                             f"unexpected {list(info['unexpected_keys'])[:5]}, mismatched "
+                             f"{list(info['mismatched_keys'])[:5]})")
+        classifier.load_state_dict(saved.state_dict())
         self.load_heads(path)
