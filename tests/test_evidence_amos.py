@@ -28,6 +28,9 @@ def test_quick_study_runs_every_variant_and_renders_the_report(tmp_path):
             assert key in r, (name, key)
         assert [e["step"] for e in r["eval_curve"]] == [2, 4] and r["steps"] == 4
         assert 0 <= r["value"] <= 1
+        check = r["plain_transformers_check"]  # plain transformers scores the replaced tokens as AmosModel does
+        assert check["plain_class"] == "ElectraForPreTraining" and check["max_abs_logit_difference"] < 1e-4
+        assert abs(check["plain_auc/mixture"] - check["amos_auc"]) < 1e-6
         heads = r["mlm_layers"]
         if len(heads) > 1:  # the discriminator's separation of each head's samples alone, at every evaluation
             assert all(f"eval_rtd_auc/layer_{d}" in e for e in r["eval_curve"] for d in heads)

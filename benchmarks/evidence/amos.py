@@ -135,10 +135,49 @@ def pretrain(name: str, seed: int, setting: dict, quick: bool, out_dir: Path) ->
                    or key in ("step", "rtd_auc", "rtd_loss", "rtd_accuracy_replaced")}
                   for entry in history if "rtd_loss" in entry]
     layers = json.loads((out_dir / "generator" / "config.json").read_text())["mlm_layers"]
-    return {"claim": "pretrain", "variant": name, "seed": seed, "metric": "eval_rtd_auc",
+    check = plain_transformers_check(out_dir, num_blocks=setting["eval_blocks"], block=setting["block"])
+    return {"plain_transformers_check": check,"claim": "pretrain", "variant": name, "seed": seed, "metric": "eval_rtd_auc",
             "value": metrics["eval_rtd_auc"], "split": "held-out IMDB blocks" if not quick else "quick",
             "steps": evals[-1]["step"], "mlm_layers": layers, "eval_curve": evals, "train_curve": train_logs,
             "wall_s": round(time.time() - start, 1), "cpu_s": round(time.process_time() - cpu_start, 1), **meta}
+
+
+def plain_transformers_check(folder: Path, num_blocks: int = 64, block: int = 128) -> dict:
+    """Does a plain-transformers user who loads the saved discriminator (`AutoModelForPreTraining`, nothing from
+    hf_aux) see the same separation? IMDB test-split reviews (never pretraining text) in blocks of `block` tokens, 15%
+    masked with a fixed seed, replaced by the saved generator's samples (`AmosModel`, the run's mixture at v); both
+    the plain model and the AmosModel's discriminator score the same replaced blocks. Returns both exact AUCs (and
+    each head's samples' AUC from the plain model) and the largest logit difference."""
+    import torch
+    from transformers import AutoModelForPreTraining, AutoTokenizer
+
+    from hf_aux.data import group_texts_for_mlm, mask_tokens_for_mlm, special_tokens_mask_for
+    from hf_aux.demo import demo_task
+    from hf_aux.metrics import roc_auc
+    from hf_aux.modeling.amos import AmosModel
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    text = demo_task("imdb", seed=42, max_eval_samples=200).dataset["test"]
+    blocks = group_texts_for_mlm(text, tokenizer, block_size=block)
+    ids = torch.tensor(blocks.select(range(min(num_blocks, len(blocks))))["input_ids"])
+    masked, labels = mask_tokens_for_mlm(ids, mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
+                                         special_tokens_mask=special_tokens_mask_for(ids, tokenizer),
+                                         generator=torch.Generator().manual_seed(0))
+    amos = AmosModel.from_pretrained(str(folder)).eval()
+    plain = AutoModelForPreTraining.from_pretrained(str(folder)).eval()
+    heads = len(amos.mlm_layers)
+    result = {"plain_class": type(plain).__name__, "blocks": len(ids)}
+    with torch.no_grad(), torch.random.fork_rng():
+        for name, settings in [("mixture", {})] + [(f"layer_{d}", {"mixture": "fixed", "head_index": k})
+                                                   for k, d in enumerate(amos.mlm_layers) if heads > 1]:
+            torch.manual_seed(1)
+            out = amos(masked, labels=labels, original_input_ids=ids, **settings)
+            plain_logits = plain(input_ids=out.replaced_input_ids).logits
+            result[f"plain_auc/{name}"] = roc_auc(plain_logits.flatten().numpy(), out.rtd_labels.flatten().numpy())
+            if name == "mixture":
+                result["amos_auc"] = roc_auc(out.rtd_logits.flatten().numpy(), out.rtd_labels.flatten().numpy())
+                result["max_abs_logit_difference"] = float((plain_logits - out.rtd_logits).abs().max())
+    return result
 
 
 def finetune(checkpoint: str, task: str, seed: int, setting: dict, out_dir: Path) -> dict:
@@ -488,10 +527,17 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="every variant for a few steps on tiny models")
     parser.add_argument("--report", action="store_true", help="render the report from the JSON only")
+    parser.add_argument("--check", default=None, metavar="FOLDER",
+                        help="only the plain-transformers check of a run_amos.py output folder (printed as JSON)")
     parser.add_argument("--output", default=None, help="JSON path (default docs/evidence/amos.json; --quick: a "
                                                        "temporary folder)")
     args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.check:
+        import json
+
+        print(json.dumps(plain_transformers_check(Path(args.check)), indent=1))
+        return
     if args.quick:
         json_path = Path(args.output) if args.output else Path(tempfile.mkdtemp()) / "amos.json"
         run_study("quick", json_path, quick=True)
