@@ -324,8 +324,9 @@ class AmosTrainer(Trainer):
                                    title=f"AMOS mixture weights ({self.args.mixture})",
                                    ylabel="mean mixture weight")
             figures[MIXTURE_WEIGHTS_PNG] = "Mean mixture weight of each generator MLM head over training"
+        # one point per step (the last): an evaluation at the final step and the run's closing evaluate() share it
         separation = {("train" if name == "rtd_auc" else "eval" + name[len("eval_rtd_auc"):].replace("/", " ")):
-                      points for name, points in logged_series(history, "").items()
+                      list(dict(points).items()) for name, points in logged_series(history, "").items()
                       if name in ("rtd_auc", "eval_rtd_auc") or name.startswith("eval_rtd_auc/")}
         if separation:
             plot_weights_over_time(separation, os.path.join(output_dir, RTD_AUC_PNG),
