@@ -529,6 +529,7 @@ def main(argv=None) -> None:
     parser.add_argument("--report", action="store_true", help="render the report from the JSON only")
     parser.add_argument("--check", default=None, metavar="FOLDER",
                         help="only the plain-transformers check of a run_amos.py output folder (printed as JSON)")
+    parser.add_argument("--check_blocks", type=int, default=64, help="held-out blocks for --check")
     parser.add_argument("--output", default=None, help="JSON path (default docs/evidence/amos.json; --quick: a "
                                                        "temporary folder)")
     args = parser.parse_args(argv)
@@ -536,7 +537,7 @@ def main(argv=None) -> None:
     if args.check:
         import json
 
-        print(json.dumps(plain_transformers_check(Path(args.check)), indent=1))
+        print(json.dumps(plain_transformers_check(Path(args.check), num_blocks=args.check_blocks), indent=1))
         return
     if args.quick:
         json_path = Path(args.output) if args.output else Path(tempfile.mkdtemp()) / "amos.json"
