@@ -338,7 +338,8 @@ def print_summary(trainer: AmosTrainer, layers: list[int]) -> None:
     """RTD accuracies and the mixture weights over training (Fig. 3a) from the log history."""
     logs = [entry for entry in trainer.state.log_history if "rtd_loss" in entry]
     evals = [entry for entry in trainer.state.log_history if "eval_rtd_loss" in entry]
-    lines = ["", "AMOS training curve (from trainer.state.log_history; AUC: replaced vs original tokens, 0.5 = chance):",
+    lines = ["", "AMOS training curve (from trainer.state.log_history; rtd_auc: replaced vs original tokens, 0.5 = "
+             "chance):",
              "  step  rtd_loss  rtd_auc  acc_replaced  acc_original  " + "  ".join(f"w[layer {d}]" for d in layers)]
     for entry in logs:
         weights = "  ".join(f"{entry[f'mixture_weight/layer_{d}']:10.3f}" for d in layers)

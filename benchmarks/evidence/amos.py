@@ -136,7 +136,8 @@ def pretrain(name: str, seed: int, setting: dict, quick: bool, out_dir: Path) ->
                   for entry in history if "rtd_loss" in entry]
     layers = json.loads((out_dir / "generator" / "config.json").read_text())["mlm_layers"]
     check = plain_transformers_check(out_dir, num_blocks=setting["eval_blocks"], block=setting["block"])
-    return {"plain_transformers_check": check,"claim": "pretrain", "variant": name, "seed": seed, "metric": "eval_rtd_auc",
+    return {"claim": "pretrain", "variant": name, "seed": seed, "metric": "eval_rtd_auc",
+            "plain_transformers_check": check,
             "value": metrics["eval_rtd_auc"], "split": "held-out IMDB blocks" if not quick else "quick",
             "steps": evals[-1]["step"], "mlm_layers": layers, "eval_curve": evals, "train_curve": train_logs,
             "wall_s": round(time.time() - start, 1), "cpu_s": round(time.process_time() - cpu_start, 1), **meta}
@@ -482,8 +483,8 @@ def render_report(json_path: Path, report_path: Path, setting_name: str = "minil
         if not task_runs:
             lines += ["No fine-tuning run yet.", ""]
             continue
-        lines += ["| arm | pairs | test accuracy (mean ± sd) | validation accuracy | paired diff. arm - AMOS, 95% CI | "
-                  "verdict (AMOS better) |", "|---|---|---|---|---|---|"]
+        lines += ["| arm | pairs | test accuracy (mean ± sd) | validation accuracy | paired diff. arm - AMOS, "
+                  "95% CI | verdict (AMOS better) |", "|---|---|---|---|---|---|"]
         reference = {(run["pretrain_seed"], run["seed"]): run for run in task_runs if run["variant"] == REFERENCE}
         for name in ["minilm"] + ORDER:
             group = {(run["pretrain_seed"], run["seed"]): run for run in task_runs if run["variant"] == name}
@@ -508,8 +509,9 @@ def render_report(json_path: Path, report_path: Path, setting_name: str = "minil
                          f"{_fmt(valid[1])} | {diff} | {result} |")
         lines.append("")
     lines += ["The paired difference is arm - AMOS over (pretraining seed, fine-tuning seed) pairs; the paper expects "
-              "it below 0 for every arm. A verdict needs 3 pairs; with fewer than 3 pretraining seeds the interval covers "
-              "the fine-tuning seeds' variance only (one pretraining run per seed and arm), which the row says.", ""]
+              "it below 0 for every arm. A verdict needs 3 pairs; with fewer than 3 pretraining seeds the interval "
+              "covers the fine-tuning seeds' variance only (one pretraining run per seed and arm), which the row "
+              "says.", ""]
 
     lines += ["## How to continue", "",
               "```bash",

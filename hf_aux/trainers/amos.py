@@ -12,11 +12,11 @@ processes train exactly like one process with N times the gradient accumulation.
 
 Logged every `logging_steps` (and with an `eval_` prefix on evaluation): `mlm_loss/layer_<d>` per MLM head,
 `rtd_loss`, `rtd_accuracy_replaced`, `rtd_accuracy_original` (decision at p = 0.5), `rtd_auc` (threshold-free: the
-AUC of the RTD logit over replaced vs original tokens, from histograms of 1/1024-logit bins), `replaced_fraction` (share of
-masked positions whose sample differs from the original) and `mixture_weight/layer_<d>` (gamma averaged over all
-masked positions since the previous log: Fig. 3a's curve, read it from `trainer.state.log_history`). Evaluation
-also samples every head alone on the same masks (`rtd_per_head_eval`) and logs `eval_rtd_auc/layer_<d>` and
-`eval_rtd_accuracy_replaced/layer_<d>`: how well the discriminator separates each head's samples (Fig. 1a, 3b).
+AUC of the RTD logit over replaced vs original tokens, from histograms of 1/1024-logit bins), `replaced_fraction`
+(share of masked positions whose sample differs from the original) and `mixture_weight/layer_<d>` (gamma averaged
+over all masked positions since the previous log: Fig. 3a's curve, read it from `trainer.state.log_history`).
+Evaluation also samples every head alone on the same masks (`rtd_per_head_eval`) and logs `eval_rtd_auc/layer_<d>`
+and `eval_rtd_accuracy_replaced/layer_<d>`: how well the discriminator separates each head's samples (Fig. 1a, 3b).
 """
 
 from __future__ import annotations
