@@ -51,3 +51,16 @@ def test_quick_study_runs_every_variant_and_renders_the_report(tmp_path):
     for heading in ("Claim 1", "Claim 2", "Claim 3", "How to continue", "incomplete: 1 seed so far"):
         assert heading in report, heading
     assert (tmp_path / "amos_mixture_weights.png").is_file() and (tmp_path / "amos_curriculum.png").is_file()
+
+
+def test_shared_statistics_by_hand():
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.evidence.common import mean_sd, paired_ci, verdict
+
+    assert mean_sd([1.0, 2.0, 3.0]) == (2.0, 1.0)
+    # differences 1, 2, 3: mean 2, sd 1, t(0.975, 2) = 4.302653: 2 -/+ 4.302653 / sqrt(3)
+    mean, lo, hi = paired_ci([2.0, 4.0, 6.0], [1.0, 2.0, 3.0])
+    assert mean == 2.0 and abs(lo - (2 - 2.4841377)) < 1e-6 and abs(hi - (2 + 2.4841377)) < 1e-6
+    assert verdict(lo, hi, +1) == "inconclusive"
+    assert verdict(0.1, 0.3, +1) == "reproduced" and verdict(0.1, 0.3, -1) == "not reproduced"
+    assert verdict(float("nan"), float("nan"), +1) == "inconclusive"
