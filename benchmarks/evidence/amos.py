@@ -460,7 +460,8 @@ def render_report(json_path: Path, report_path: Path, setting_name: str = "minil
     # ---- pretraining summary per arm ----
     if pretrain_runs:
         lines += ["## Pretraining runs", "", "| arm | seeds | final eval RTD AUC | final replaced acc. | final deepest-"
-                  "head MLM loss | wall s / run | CPU s / run |", "|---|---|---|---|---|---|---|"]
+                  "head MLM loss | plain-transformers AUC, IMDB test | wall s / run | CPU s / run |",
+                  "|---|---|---|---|---|---|---|---|"]
         for name in ORDER:
             group = [run for run in pretrain_runs if run["variant"] == name]
             if not group:
@@ -469,8 +470,10 @@ def render_report(json_path: Path, report_path: Path, setting_name: str = "minil
             auc = mean_sd([run["value"] for run in group])
             acc = mean_sd([run["eval_curve"][-1]["eval_rtd_accuracy_replaced"] for run in group])
             loss = mean_sd([run["eval_curve"][-1][f"eval_mlm_loss/layer_{deep}"] for run in group])
+            plain = mean_sd([run["plain_transformers_check"]["plain_auc/mixture"] for run in group
+                             if "plain_transformers_check" in run])
             lines.append(f"| {name} | {len(group)} | {_fmt(auc[0])} ± {_fmt(auc[1])} | {_fmt(acc[0])} ± "
-                         f"{_fmt(acc[1])} | {_fmt(loss[0])} ± {_fmt(loss[1])} | "
+                         f"{_fmt(acc[1])} | {_fmt(loss[0])} ± {_fmt(loss[1])} | {_fmt(plain[0])} ± {_fmt(plain[1])} | "
                          f"{mean_sd([r['wall_s'] for r in group])[0]:.0f} | "
                          f"{mean_sd([r['cpu_s'] for r in group])[0]:.0f} |")
         lines.append("")
