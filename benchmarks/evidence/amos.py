@@ -473,7 +473,8 @@ def render_report(json_path: Path, report_path: Path, setting_name: str = "minil
             plain = mean_sd([run["plain_transformers_check"]["plain_auc/mixture"] for run in group
                              if "plain_transformers_check" in run])
             lines.append(f"| {name} | {len(group)} | {_fmt(auc[0])} ± {_fmt(auc[1])} | {_fmt(acc[0])} ± "
-                         f"{_fmt(acc[1])} | {_fmt(loss[0])} ± {_fmt(loss[1])} | {_fmt(plain[0])} ± {_fmt(plain[1])} | "
+                         f"{_fmt(acc[1])} | {_fmt(loss[0])} ± {_fmt(loss[1])} | "
+                         f"{_fmt(plain[0])} ± {_fmt(plain[1])} | "
                          f"{mean_sd([r['wall_s'] for r in group])[0]:.0f} | "
                          f"{mean_sd([r['cpu_s'] for r in group])[0]:.0f} |")
         lines.append("")
