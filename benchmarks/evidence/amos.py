@@ -316,6 +316,12 @@ def _fmt(value, digits=3):
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
 
+def _pm(mean_and_sd, n: int | None = None) -> str:
+    """'mean ± sd', or 'mean' alone for a single value (no spread to show)."""
+    mean, sd = mean_and_sd
+    return _fmt(mean) if n == 1 or (n is None and sd == 0.0) else f"{_fmt(mean)} ± {_fmt(sd)}"
+
+
 def _claim_line(diffs_a, diffs_b, expected_sign, what) -> tuple[str, str]:
     n = len(diffs_a)
     mean, lo, hi = paired_ci(diffs_a, diffs_b)
@@ -404,7 +410,7 @@ def render_report(json_path: Path, report_path: Path, setting_name: str = "minil
             values = [run["train_curve"][-1][f"mixture_weight/layer_{d}"] for run in amos_runs]
             finals[d] = values
             mean, sd = mean_sd(values)
-            lines.append(f"| {d} | {uniform:.3f} | {_fmt(mean)} ± {_fmt(sd)} | {_fmt(mean - uniform, 4)} |")
+            lines.append(f"| {d} | {uniform:.3f} | {_pm((mean, sd), len(values))} | {_fmt(mean - uniform, 4)} |")
         text, result = _claim_line(finals[layers[-1]], [uniform] * len(amos_runs), +1,
                                    f"deepest head's final weight - 1/K, 95% CI")
         lines += ["", f"{text}. **Verdict: {result}.**", ""]
@@ -427,8 +433,8 @@ def render_report(json_path: Path, report_path: Path, setting_name: str = "minil
             loss = mean_sd([run["eval_curve"][-1][f"eval_mlm_loss/layer_{d}"] for run in amos_runs])
             auc = mean_sd([run["eval_curve"][-1][f"eval_rtd_auc/layer_{d}"] for run in amos_runs])
             acc = mean_sd([run["eval_curve"][-1][f"eval_rtd_accuracy_replaced/layer_{d}"] for run in amos_runs])
-            lines.append(f"| {d} | {_fmt(loss[0])} ± {_fmt(loss[1])} | {_fmt(auc[0])} ± {_fmt(auc[1])} | "
-                         f"{_fmt(acc[0])} ± {_fmt(acc[1])} |")
+            lines.append(f"| {d} | {_pm(loss)} | {_pm(auc)} | "
+                         f"{_pm(acc)} |")
         shallow, deep = layers[0], layers[-1]
         text, result = _claim_line([run["eval_curve"][-1][f"eval_rtd_auc/layer_{shallow}"] for run in amos_runs],
                                    [run["eval_curve"][-1][f"eval_rtd_auc/layer_{deep}"] for run in amos_runs], +1,
@@ -467,14 +473,14 @@ def render_report(json_path: Path, report_path: Path, setting_name: str = "minil
             if not group:
                 continue
             deep = group[0]["mlm_layers"][-1]
-            auc = mean_sd([run["value"] for run in group])
+            auc = mean_sd([run["eval_curve"][-1]["eval_rtd_auc"] for run in group])
             acc = mean_sd([run["eval_curve"][-1]["eval_rtd_accuracy_replaced"] for run in group])
             loss = mean_sd([run["eval_curve"][-1][f"eval_mlm_loss/layer_{deep}"] for run in group])
             plain = mean_sd([run["plain_transformers_check"]["plain_auc/mixture"] for run in group
                              if "plain_transformers_check" in run])
-            lines.append(f"| {name} | {len(group)} | {_fmt(auc[0])} ± {_fmt(auc[1])} | {_fmt(acc[0])} ± "
-                         f"{_fmt(acc[1])} | {_fmt(loss[0])} ± {_fmt(loss[1])} | "
-                         f"{_fmt(plain[0])} ± {_fmt(plain[1])} | "
+            lines.append(f"| {name} | {len(group)} | {_pm(auc)} | {_pm(acc)}"
+                         f" | {_pm(loss)} | "
+                         f"{_pm(plain)} | "
                          f"{mean_sd([r['wall_s'] for r in group])[0]:.0f} | "
                          f"{mean_sd([r['cpu_s'] for r in group])[0]:.0f} |")
         lines.append("")
@@ -509,8 +515,8 @@ def render_report(json_path: Path, report_path: Path, setting_name: str = "minil
                 if pretrain_seeds < 3 and not result.startswith("incomplete"):
                     result += f" ({pretrain_seeds} pretraining seed{'s' if pretrain_seeds > 1 else ''}: " \
                               "fine-tuning variance only)"
-            lines.append(f"| {name} | {len(group)} | {_fmt(test[0])} ± {_fmt(test[1])} | {_fmt(valid[0])} ± "
-                         f"{_fmt(valid[1])} | {diff} | {result} |")
+            lines.append(f"| {name} | {len(group)} | {_pm(test)} | {_pm(valid)}"
+                         f" | {diff} | {result} |")
         lines.append("")
     lines += ["The paired difference is arm - AMOS over (pretraining seed, fine-tuning seed) pairs; the paper expects "
               "it below 0 for every arm. A verdict needs 3 pairs; with fewer than 3 pretraining seeds the interval "
