@@ -203,10 +203,11 @@ def finetune(checkpoint: str, task: str, seed: int, setting: dict, out_dir: Path
 
 
 def plan(setting: dict) -> list[tuple]:
-    """(kind, variant, pretrain seed) in priority order: AMOS vs ELECTRA on seed 0, the MiniLM starting point,
-    seeds 1 and 2 of both, then the ablations."""
+    """(kind, variant, pretrain seed) in priority order: AMOS on the first seed, the MiniLM starting point (cheap:
+    fine-tunings only; it tells whether continued pretraining helps at all), ELECTRA on the first seed, seeds 1 and 2
+    of both, then the ablations."""
     seeds = setting["pretrain_seeds"]
-    steps = [("pretrain", "amos", seeds[0]), ("pretrain", "electra", seeds[0]), ("base", "minilm", None)]
+    steps = [("pretrain", "amos", seeds[0]), ("base", "minilm", None), ("pretrain", "electra", seeds[0])]
     steps += [("pretrain", name, s) for s in seeds[1:] for name in ("amos", "electra")]
     steps += [("pretrain", name, s) for name in ORDER[2:] for s in seeds]
     return steps
