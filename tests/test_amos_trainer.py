@@ -60,12 +60,62 @@ def test_training_moves_generator_discriminator_and_mixture_and_logs_curves(tmp_
             assert key in entry, key
         assert abs(entry["mixture_weight/layer_1"] + entry["mixture_weight/layer_2"] - 1) < 1e-5
         assert 0 <= entry["rtd_accuracy_replaced"] <= 1 and 0 <= entry["rtd_accuracy_original"] <= 1
+        assert 0 <= entry["rtd_auc"] <= 1
     # the logged loss is eq. 4 of the logged parts, averaged over the same steps
     last = logs[-1]
     assert last["loss"] == pytest.approx(last["mlm_loss/layer_1"] + last["mlm_loss/layer_2"]
                                          + 50.0 * last["rtd_loss"], rel=1e-4)
     metrics = trainer.evaluate(data)
     assert "eval_loss" in metrics and "eval_rtd_accuracy_replaced" in metrics and "eval_mixture_weight/layer_2" in metrics
+    for d in (1, 2):  # each head's samples alone, on the evaluation masks
+        assert 0 <= metrics[f"eval_rtd_auc/layer_{d}"] <= 1
+        assert 0 <= metrics[f"eval_rtd_accuracy_replaced/layer_{d}"] <= 1
+    card = (tmp_path / "README.md")
+    trainer.create_model_card()
+    text = card.read_text()
+    assert "rtd_on_layer_2_samples" in text and (tmp_path / "rtd_auc.png").is_file()
+
+
+def test_rtd_histogram_and_logged_auc_match_sklearn(tmp_path):
+    """The logged AUC (histograms summed over steps, reduced in log()) equals roc_auc_score over the same tokens
+    up to the bin width, and the histogram counts only non-pad tokens, split by label."""
+    from sklearn.metrics import roc_auc_score
+
+    from hf_aux.losses.amos import RTD_HISTOGRAM_BINS, rtd_logit_histogram
+    from hf_aux.metrics import binned_auc
+
+    logits = torch.tensor([[-3.0, 0.0, 0.01, 40.0], [-0.5, 1.0, 2.0, -50.0]])
+    labels = torch.tensor([[0.0, 0.0, 1.0, 1.0], [1.0, 0.0, 1.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
+    histogram = rtd_logit_histogram(logits, labels, mask)
+    assert histogram.shape == (2, RTD_HISTOGRAM_BINS)
+    assert histogram[0].sum() == 3 and histogram[1].sum() == 4  # the padded token is not counted
+    assert histogram[1, RTD_HISTOGRAM_BINS // 2:].sum() == 3  # logits > 0 (0.01, 40, 2.0): called replaced
+    assert histogram[0, :RTD_HISTOGRAM_BINS // 2].sum() == 2  # logit 0.0 is an edge: called original
+    keep = mask.bool()
+    assert binned_auc(histogram.numpy()) == pytest.approx(roc_auc_score(labels[keep], logits[keep]))
+
+    model, tok, data = tiny_setup()
+    trainer = AmosTrainer(model=model, args=make_args(tmp_path, max_steps=4, rtd_per_head_eval=False),
+                          train_dataset=data, processing_class=tok)
+    trainer.train()  # spreads the logits out of the narrow band of the initialisation
+    seen = []
+    original = trainer._accumulate_metrics
+
+    def spy(outputs, attention_mask, mode):
+        seen.append((outputs.rtd_logits.detach().flatten(), outputs.rtd_labels.flatten(),
+                     attention_mask.flatten().bool()))
+        original(outputs, attention_mask, mode)
+
+    trainer._accumulate_metrics = spy
+    metrics = trainer.evaluate(data)
+    scores, labels, keep = (torch.cat(parts) for parts in zip(*seen))
+    # exactly the binned AUC of every evaluation token, and within the bins' resolution of the exact AUC
+    histogram = rtd_logit_histogram(scores, labels, keep).double().numpy()
+    assert metrics["eval_rtd_auc"] == pytest.approx(binned_auc(histogram), abs=1e-12)
+    same_bin = 0.5 * (histogram[0] * histogram[1]).sum() / (histogram[0].sum() * histogram[1].sum())
+    assert abs(metrics["eval_rtd_auc"] - roc_auc_score(labels[keep], scores[keep])) <= same_bin + 1e-12
+    assert not any(key.startswith("eval_rtd_auc/") for key in metrics)  # per-head evaluation switched off
 
 
 def test_layer_switch_and_uniform_mixtures_log_their_weights(tmp_path):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from datasets import Dataset
 from scipy.stats import pearsonr, rankdata, spearmanr
-from sklearn.metrics import f1_score, matthews_corrcoef
+from sklearn.metrics import f1_score, matthews_corrcoef, roc_auc_score
 from tiny import tiny_tokenizer
 
 from hf_aux import metrics
@@ -12,6 +12,7 @@ from hf_aux.data import tokenize_task
 from hf_aux.metrics import (
     PRIMARY_METRIC,
     average_ranks,
+    binned_auc,
     classification_metrics,
     compute_task_metrics,
     majority_baseline,
@@ -19,6 +20,7 @@ from hf_aux.metrics import (
     postprocess_qa_predictions,
     qa_metrics,
     regression_metrics,
+    roc_auc,
     rouge_metrics,
 )
 from hf_aux.tasks import TASK_KINDS, TaskSpec
@@ -277,3 +279,30 @@ def test_evaluate_metric_wrapper_offline(tmp_path):
     assert metric.compute() == pytest.approx(classification_metrics(logits, labels))
     with pytest.raises(ValueError, match="config_name"):
         metrics.HfAuxMetric("extractive_qa", cache_dir=str(tmp_path))
+
+
+def test_roc_auc_by_hand_and_against_sklearn():
+    # 2 positives x 2 negatives: 0.35 beats 0.1 only, 0.8 beats both: 3 of 4 pairs
+    assert roc_auc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == pytest.approx(0.75)
+    # a tie counts one half: positive 1.0 vs negative 1.0 (0.5), positive 2.0 vs it (1)
+    assert roc_auc([1.0, 1.0, 2.0], [0, 1, 1]) == pytest.approx(0.75)
+    assert np.isnan(roc_auc([0.2, 0.3], [1, 1]))
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        labels = rng.integers(0, 2, 300)
+        scores = np.round(rng.normal(labels * 0.7, 1.0), 1)  # rounded: many ties
+        assert roc_auc(scores, labels) == pytest.approx(roc_auc_score(labels, scores), abs=1e-12)
+    with pytest.raises(ValueError, match="roc_auc"):
+        roc_auc([0.1, 0.2], [1])
+
+
+def test_binned_auc_by_hand_and_against_exact():
+    # bins ordered low to high; negatives 2, 1, 0 and positives 0, 1, 1: the positive in bin 1 beats 2 negatives
+    # and ties 1 (2.5), the one in bin 2 beats all 3: (2.5 + 3) / (2 * 3)
+    assert binned_auc([[2, 1, 0], [0, 1, 1]]) == pytest.approx(5.5 / 6)
+    assert np.isnan(binned_auc([[1, 2], [0, 0]]))
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 2, 500)
+    bins = rng.integers(0, 40, 500) + 3 * labels  # one score per bin: binned equals exact
+    histogram = np.stack([np.bincount(bins[labels == c], minlength=50) for c in (0, 1)])
+    assert binned_auc(histogram) == pytest.approx(roc_auc_score(labels, bins), abs=1e-12)

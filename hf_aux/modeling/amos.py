@@ -485,6 +485,52 @@ class AmosModel(PreTrainedModel):
         model.load_amos_weights(path)
         return model
 
+    @classmethod
+    def from_pretrained_encoder(cls, encoder_name_or_path: str, generator_num_hidden_layers: int,
+                                mlm_layers: list[int] | None = None, stop_gradient: bool = True,
+                                generator_dropout: bool = False, **load_kwargs) -> AmosModel:
+        """Continued ELECTRA/AMOS-style pretraining of a pretrained BERT or ELECTRA encoder (e.g. MiniLM on domain
+        text): the discriminator is the whole encoder as an `ElectraForPreTraining` (the two architectures have the
+        same body; BERT's pooler is dropped) with a fresh RTD head, the generator a copy of the encoder's first
+        `generator_num_hidden_layers` layers with a fresh MLM head (output matrix: the shared, pretrained token
+        embeddings) and v = 0 (uniform mixture at the start). `load_kwargs` go to `AutoModel.from_pretrained`."""
+        body = AutoModel.from_pretrained(encoder_name_or_path, **load_kwargs)
+        source = body.config
+        if source.model_type not in ("bert", "electra"):
+            raise ValueError(f"AMOS: field 'encoder_name_or_path': {encoder_name_or_path} is a "
+                             f"'{source.model_type}' encoder; continued pretraining maps BERT or ELECTRA bodies "
+                             "onto ELECTRA's (same layers), other types are not supported")
+        if not 1 <= generator_num_hidden_layers <= source.num_hidden_layers:
+            raise ValueError(f"AMOS: field 'generator_num_hidden_layers': {generator_num_hidden_layers} is not in "
+                             f"1..{source.num_hidden_layers} (the encoder's depth)")
+        names = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                 "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
+                 "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id")
+        sizes = {name: getattr(source, name) for name in names}
+        sizes["embedding_size"] = getattr(source, "embedding_size", None) or source.hidden_size
+        discriminator = AutoConfig.for_model("electra", **sizes)
+        generator = AutoConfig.for_model("electra", **{**sizes, "num_hidden_layers": generator_num_hidden_layers})
+        depth = generator_num_hidden_layers
+        config = AmosModelConfig.from_configs(
+            generator, discriminator, stop_gradient=stop_gradient, generator_dropout=generator_dropout,
+            mlm_layers=mlm_layers or sorted({max(1, round(depth / 2)), max(1, round(3 * depth / 4)), depth}))
+        model = cls(config)
+        weights = {key: value for key, value in body.state_dict().items() if not key.startswith("pooler.")}
+        missing, unexpected = model.discriminator.electra.load_state_dict(weights, strict=False)
+        if missing or unexpected:
+            raise ValueError(f"AMOS: field 'encoder_name_or_path': {encoder_name_or_path} does not map onto an "
+                             f"ELECTRA body (missing {missing[:5]}, unexpected {unexpected[:5]})")
+        # the generator's body: the same embeddings (already shared) and the first d_K layers
+        generator_body = model.generator.body
+        kept = {key: value for key, value in weights.items()
+                if not key.startswith("encoder.layer.") or int(key.split(".")[2]) < depth}
+        kept = {key: value for key, value in kept.items() if not key.startswith("embeddings.word_embeddings.")}
+        missing, unexpected = generator_body.load_state_dict(kept, strict=False)
+        if unexpected or [key for key in missing if not key.startswith("embeddings.word_embeddings.")]:
+            raise ValueError(f"AMOS: field 'encoder_name_or_path': the generator body does not take the encoder's "
+                             f"first {depth} layers (missing {missing[:5]}, unexpected {unexpected[:5]})")
+        return model
+
 
 AutoConfig.register(AmosGeneratorConfig.model_type, AmosGeneratorConfig, exist_ok=True)
 AutoConfig.register(AmosModelConfig.model_type, AmosModelConfig, exist_ok=True)

@@ -11,9 +11,12 @@ batch stream (`hf_aux.distributed.micro_batch_seed`): resume is exact, DDP ranks
 processes train exactly like one process with N times the gradient accumulation.
 
 Logged every `logging_steps` (and with an `eval_` prefix on evaluation): `mlm_loss/layer_<d>` per MLM head,
-`rtd_loss`, `rtd_accuracy_replaced`, `rtd_accuracy_original`, `replaced_fraction` (share of masked positions whose
-sample differs from the original) and `mixture_weight/layer_<d>` (gamma averaged over all masked positions since
-the previous log: Fig. 3a's curve, read it from `trainer.state.log_history`).
+`rtd_loss`, `rtd_accuracy_replaced`, `rtd_accuracy_original` (decision at p = 0.5), `rtd_auc` (threshold-free: the
+AUC of the RTD logit over replaced vs original tokens, from histograms of 1/1024-logit bins), `replaced_fraction`
+(share of masked positions whose sample differs from the original) and `mixture_weight/layer_<d>` (gamma averaged
+over all masked positions since the previous log: Fig. 3a's curve, read it from `trainer.state.log_history`).
+Evaluation also samples every head alone on the same masks (`rtd_per_head_eval`) and logs `eval_rtd_auc/layer_<d>`
+and `eval_rtd_accuracy_replaced/layer_<d>`: how well the discriminator separates each head's samples (Fig. 1a, 3b).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
 from ..data import mask_tokens_for_mlm, special_tokens_mask_for
 from ..distributed import MicroBatchCounter, Sharding, micro_batch_seed, parameter_sharding, seeded_rng
 from ..hub import HubTokenSafeArgsMixin
-from ..losses.amos import layer_switch_index
+from ..losses.amos import RTD_HISTOGRAM_BINS, layer_switch_index, rtd_logit_histogram
+from ..metrics import binned_auc
 from ..modeling.amos import AmosModel
 from ..nonfinite import check_finite_loss, install_nonfinite_guard
 from ..run_guard import RunArgsMixin
@@ -40,6 +44,7 @@ MIXTURE_CHOICES = ("adversarial", "uniform", "random_layer", "layer_switch")
 
 LOSS_CURVE_PNG = "loss_curve.png"
 MIXTURE_WEIGHTS_PNG = "mixture_weights.png"
+RTD_AUC_PNG = "rtd_auc.png"
 
 
 @dataclass
@@ -61,6 +66,10 @@ class AmosConfig(HubTokenSafeArgsMixin, RunArgsMixin, TrainingArguments):
     adv_mlm_multiplier: float = field(default=0.0, metadata={
         "help": "Table 2 '+ adv. MLM': when > 0, the reversed discriminator gradient also reaches the MLM "
                 "embeddings h, multiplied by this (paper: 0.1). 0 keeps the paper's AMOS."})
+    rtd_per_head_eval: bool = field(default=True, metadata={
+        "help": "On evaluation, also replace the masked tokens with each MLM head's samples alone (same masks) and "
+                "log the discriminator's AUC and replaced-token accuracy on them (eval_rtd_auc/layer_<d>); costs "
+                "one more forward per head and evaluation batch."})
     mlm_probability: float = field(default=0.15, metadata={
         "help": "Share of tokens masked for the generator when batches arrive unmasked (§3.1: 0.15)."})
     learning_rate: float = field(default=5e-4, metadata={"help": "Peak learning rate (Table 5: 5e-4)."})
@@ -121,6 +130,8 @@ class AmosTrainer(Trainer):
         _refuse_sharding(parameter_sharding(args, self))  # again, as accelerate resolved it
         install_nonfinite_guard(self)  # gradients before, parameters after every optimizer step
         self._metric_sums = {"train": None, "eval": None}  # running [sum..., count...] per mode, on device
+        # running RTD-logit histograms per mode, [1 + K, 2, bins]: slot 0 the run's own samples, 1 + k head k's alone
+        self._rtd_histograms = {"train": None, "eval": None}
         self._micro_batches = MicroBatchCounter()
 
     # ---- the loss -----------------------------------------------------------------------------------------------
@@ -171,10 +182,22 @@ class AmosTrainer(Trainer):
         return (loss, outputs) if return_outputs else loss
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
-        """Evaluation: the AMOS loss and metrics only (per-batch masked logits have no fixed shape to gather)."""
+        """Evaluation: the AMOS loss and metrics only (per-batch masked logits have no fixed shape to gather); with
+        `rtd_per_head_eval`, the discriminator's separation of each head's samples alone on the same masks."""
         inputs = self._prepare_inputs(inputs)
+        if "labels" not in inputs:
+            inputs = self._mask(inputs)
         with torch.no_grad():
             loss = self.compute_loss(model, inputs)
+            num_heads = len(self.accelerator.unwrap_model(model).mlm_layers)
+            if self.args.rtd_per_head_eval and num_heads > 1:
+                attention_mask = inputs.get("attention_mask")
+                if attention_mask is None:
+                    attention_mask = torch.ones_like(inputs["input_ids"])
+                settings = self._forward_kwargs()
+                for head in range(num_heads):
+                    outputs = model(**inputs, **{**settings, "mixture": "fixed", "head_index": head})
+                    self._accumulate_histogram(outputs, attention_mask, "eval", slot=1 + head, slots=1 + num_heads)
         return loss.detach(), None, None
 
     # ---- metrics: accumulated as tensors without host syncs, reduced across processes when logged -----------------
@@ -206,6 +229,15 @@ class AmosTrainer(Trainer):
         step = torch.stack([values, counts])
         total = self._metric_sums[mode]
         self._metric_sums[mode] = step if total is None else total + step
+        self._accumulate_histogram(outputs, attention_mask, mode, slot=0, slots=1 + gamma.shape[1])
+
+    @torch.no_grad()
+    def _accumulate_histogram(self, outputs, attention_mask, mode: str, slot: int, slots: int) -> None:
+        """Add this batch's RTD-logit histogram (replaced vs original, non-pad tokens) to `slot`."""
+        if self._rtd_histograms[mode] is None:
+            self._rtd_histograms[mode] = torch.zeros(slots, 2, RTD_HISTOGRAM_BINS, device=outputs.rtd_logits.device)
+        self._rtd_histograms[mode][slot] += rtd_logit_histogram(outputs.rtd_logits, outputs.rtd_labels,
+                                                                attention_mask)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         mode = "eval" if any(key.startswith("eval_") for key in logs) else "train"
@@ -221,7 +253,25 @@ class AmosTrainer(Trainer):
             for name, value, count in zip(names, sums, counts):
                 logs[prefix + name] = value / count if count > 0 else float("nan")
             self._metric_sums[mode] = None
+            logs.update(self._separation_logs(layers, prefix, mode))
         super().log(logs, start_time)
+
+    def _separation_logs(self, layers: list[int], prefix: str, mode: str) -> dict[str, float]:
+        """rtd_auc from the accumulated histograms (reduced across processes), and per head (slots that saw
+        batches) the AUC and the replaced-token accuracy at p = 0.5 on that head's samples."""
+        histograms = self._rtd_histograms[mode]
+        if histograms is None:
+            return {}
+        histograms = self.accelerator.reduce(histograms, reduction="sum").cpu().numpy()
+        self._rtd_histograms[mode] = None
+        logs = {prefix + "rtd_auc": binned_auc(histograms[0])}
+        for depth, histogram in zip(layers, histograms[1:]):
+            replaced = histogram[1]
+            if replaced.sum() > 0:
+                logs[f"{prefix}rtd_auc/layer_{depth}"] = binned_auc(histogram)
+                logs[f"{prefix}rtd_accuracy_replaced/layer_{depth}"] = float(
+                    replaced[RTD_HISTOGRAM_BINS // 2:].sum() / replaced.sum())
+        return logs
 
     # ---- model card (Trainer.push_to_hub calls it too): the AMOS template, loss and mixture-weight figures ----------
 
@@ -258,7 +308,12 @@ class AmosTrainer(Trainer):
         summaries = [TaskSummary("replaced_token_detection", "rtd", train_size=train_size, eval_size=eval_size,
                                  metrics=finite({"loss": "eval_rtd_loss",
                                                  "accuracy_replaced": "eval_rtd_accuracy_replaced",
-                                                 "accuracy_original": "eval_rtd_accuracy_original"}))]
+                                                 "accuracy_original": "eval_rtd_accuracy_original",
+                                                 "auc": "eval_rtd_auc"}))]
+        summaries += [TaskSummary(f"rtd_on_layer_{d}_samples", "rtd", train_size=train_size, eval_size=eval_size,
+                                  metrics=finite({"accuracy_replaced": f"eval_rtd_accuracy_replaced/layer_{d}",
+                                                  "auc": f"eval_rtd_auc/layer_{d}"}))
+                      for d in layers if f"eval_rtd_auc/layer_{d}" in last_eval]
         summaries += [TaskSummary(f"mlm_layer_{d}", "mlm", train_size=train_size, eval_size=eval_size,
                                   metrics=finite({"loss": f"eval_mlm_loss/layer_{d}"})) for d in layers]
         figures = {}
@@ -273,6 +328,16 @@ class AmosTrainer(Trainer):
                                    title=f"AMOS mixture weights ({self.args.mixture})",
                                    ylabel="mean mixture weight")
             figures[MIXTURE_WEIGHTS_PNG] = "Mean mixture weight of each generator MLM head over training"
+        # one point per step (the last): an evaluation at the final step and the run's closing evaluate() share it
+        separation = {("train" if name == "rtd_auc" else "eval" + name[len("eval_rtd_auc"):].replace("/", " ")):
+                      list(dict(points).items()) for name, points in logged_series(history, "").items()
+                      if name in ("rtd_auc", "eval_rtd_auc") or name.startswith("eval_rtd_auc/")}
+        if separation:
+            plot_weights_over_time(separation, os.path.join(output_dir, RTD_AUC_PNG),
+                                   title="Discriminator separation (AUC, replaced vs original tokens)",
+                                   ylabel="RTD AUC (0.5 = chance)")
+            figures[RTD_AUC_PNG] = ("AUC of the discriminator's P(replaced) over replaced vs original tokens: on "
+                                    "training batches, on evaluation, and on each head's samples alone")
         discriminator = self.accelerator.unwrap_model(self.model).discriminator.config
         pretraining_head = "ElectraForPreTraining" in (discriminator.architectures or [])
         datasets = [dataset_tags] if isinstance(dataset_tags, str) else list(dataset_tags or [])

@@ -1,0 +1,66 @@
+"""The AMOS evidence study's --quick mode: every pretraining arm and both fine-tuning tasks run end to end on tiny
+models, the JSON cache holds what the report reads, and --report renders the claims and figures from it."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_quick_study_runs_every_variant_and_renders_the_report(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "OMP_NUM_THREADS": "1", "AMOS_EVIDENCE_WORK": str(tmp_path / "work")}
+    output = tmp_path / "amos.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "evidence" / "amos.py"), "--quick", "--output",
+                          str(output)], capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    runs = json.loads(output.read_text())["runs"]
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.evidence.amos import ORDER, TASKS
+
+    pretraining = {r["variant"]: r for r in runs if r["claim"] == "pretrain"}
+    assert sorted(pretraining) == sorted(ORDER)
+    for name, r in pretraining.items():
+        for key in ("seed", "steps", "wall_s", "cpu_s", "device", "commit", "load_avg", "split", "metric"):
+            assert key in r, (name, key)
+        assert [e["step"] for e in r["eval_curve"]] == [2, 4] and r["steps"] == 4
+        assert 0 <= r["value"] <= 1
+        check = r["plain_transformers_check"]  # plain transformers scores the replaced tokens as AmosModel does
+        assert check["plain_class"] == "ElectraForPreTraining" and check["max_abs_logit_difference"] < 1e-4
+        assert abs(check["plain_auc/mixture"] - check["amos_auc"]) < 1e-6
+        heads = r["mlm_layers"]
+        if len(heads) > 1:  # the discriminator's separation of each head's samples alone, at every evaluation
+            assert all(f"eval_rtd_auc/layer_{d}" in e for e in r["eval_curve"] for d in heads)
+    assert pretraining["electra"]["mlm_layers"] == [2] and pretraining["amos"]["mlm_layers"] == [1, 2]
+    weights = pretraining["amos"]["train_curve"][-1]
+    assert abs(weights["mixture_weight/layer_1"] + weights["mixture_weight/layer_2"] - 1) < 1e-5
+    downstream = {(r["claim"], r["variant"]) for r in runs if r["claim"].startswith("downstream/")}
+    assert downstream == {(f"downstream/{task}", name) for task in TASKS for name in ORDER}
+
+    # cached: a second run adds nothing; --report renders from the JSON alone
+    before = output.read_text()
+    again = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "evidence" / "amos.py"), "--quick",
+                            "--output", str(output)], capture_output=True, text=True, env=env, cwd=str(ROOT),
+                           timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert output.read_text() == before
+    report = output.with_suffix(".md").read_text()
+    for heading in ("Claim 1", "Claim 2", "Claim 3", "How to continue", "incomplete: 1 seed so far"):
+        assert heading in report, heading
+    assert (tmp_path / "amos_mixture_weights.png").is_file() and (tmp_path / "amos_curriculum.png").is_file()
+
+
+def test_shared_statistics_by_hand():
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.evidence.common import mean_sd, paired_ci, verdict
+
+    assert mean_sd([1.0, 2.0, 3.0]) == (2.0, 1.0)
+    # differences 1, 2, 3: mean 2, sd 1, t(0.975, 2) = 4.302653: 2 -/+ 4.302653 / sqrt(3)
+    mean, lo, hi = paired_ci([2.0, 4.0, 6.0], [1.0, 2.0, 3.0])
+    assert mean == 2.0 and abs(lo - (2 - 2.4841377)) < 1e-6 and abs(hi - (2 + 2.4841377)) < 1e-6
+    assert verdict(lo, hi, +1) == "inconclusive"
+    assert verdict(0.1, 0.3, +1) == "reproduced" and verdict(0.1, 0.3, -1) == "not reproduced"
+    assert verdict(float("nan"), float("nan"), +1) == "inconclusive"

@@ -1,0 +1,54 @@
+"""run_amos.py's continued-pretraining mode (--encoder_name_or_path): a pretrained BERT encoder becomes the
+discriminator (ElectraForPreTraining) and the generator's lower layers; the run logs the RTD AUC, and plain
+transformers loading the saved discriminator sees the same separation as the trained AmosModel."""
+
+import random
+
+import torch
+from script_loader import load_run_script
+from tiny import WORDS, tiny_config, tiny_tokenizer
+from transformers import AutoModel, AutoModelForPreTraining
+
+from hf_aux.metrics import roc_auc
+from hf_aux.modeling.amos import AmosModel
+
+run_amos = load_run_script("run_amos")
+
+
+def test_continued_pretraining_of_an_encoder_logs_auc_and_plain_transformers_sees_the_same(tmp_path, capsys):
+    tokenizer = tiny_tokenizer()
+    torch.manual_seed(0)
+    encoder_dir = tmp_path / "encoder"
+    AutoModel.from_config(tiny_config("bert", tokenizer, num_hidden_layers=3)).save_pretrained(encoder_dir)
+    tokenizer.save_pretrained(encoder_dir)
+    rng = random.Random(0)
+    (tmp_path / "text.txt").write_text("".join(" ".join(rng.choices(WORDS, k=12)) + "\n" for _ in range(60)))
+    out = tmp_path / "out"
+    results = run_amos.main(*run_amos.parse_args([
+        "--encoder_name_or_path", str(encoder_dir), "--generator_num_hidden_layers", "2", "--mlm_layers", "1", "2",
+        "--train_file", str(tmp_path / "text.txt"), "--max_seq_length", "16", "--validation_split_percentage", "20",
+        "--do_train", "--do_eval", "--max_steps", "4", "--logging_steps", "2", "--per_device_train_batch_size", "8",
+        "--learning_rate", "1e-3", "--report_to", "none", "--save_strategy", "no", "--output_dir", str(out)]))
+    assert 0 <= results["eval_rtd_auc"] <= 1 and "eval_rtd_auc/layer_1" in results
+    printed = capsys.readouterr().out
+    assert "rtd_auc" in printed and "each head's samples alone" in printed
+    assert (out / "rtd_auc.png").is_file()
+    card = (out / "README.md").read_text()
+    assert f"base_model: {encoder_dir}" not in card  # a local folder is not a Hub id
+
+    # the saved discriminator, loaded by plain transformers, scores the replaced tokens exactly as the AmosModel does
+    amos = AmosModel.from_pretrained(str(out)).eval()
+    plain = AutoModelForPreTraining.from_pretrained(str(out)).eval()
+    assert type(plain).__name__ == "ElectraForPreTraining"
+    ids = torch.tensor([tokenizer.encode(" ".join(rng.choices(WORDS, k=14))) for _ in range(8)])
+    labels = torch.full_like(ids, -100)
+    chosen = torch.rand(ids.shape, generator=torch.Generator().manual_seed(0)) < 0.3
+    chosen[:, 0] = chosen[:, -1] = False
+    labels[chosen] = ids[chosen]
+    masked = ids.masked_fill(chosen, tokenizer.mask_token_id)
+    with torch.no_grad():
+        outputs = amos(masked, labels=labels, original_input_ids=ids)
+        plain_logits = plain(input_ids=outputs.replaced_input_ids).logits
+    torch.testing.assert_close(plain_logits, outputs.rtd_logits, rtol=1e-5, atol=1e-5)
+    assert roc_auc(plain_logits.flatten(), outputs.rtd_labels.flatten()) == roc_auc(
+        outputs.rtd_logits.flatten(), outputs.rtd_labels.flatten())
