@@ -94,8 +94,8 @@ def test_padded_positions_do_not_count_in_loss_or_scores():
             return type("Out", (), {"logits": logits})()
 
     scores = label_token_scores(Fixed(), None, label_ids, mask)
-    assert scores.tolist() == pytest.approx([[(3.0 + 0.5) / 2, (1.0 + 0.0) / 2]])
-    assert label_token_scores(Fixed(), None, label_ids).tolist() == pytest.approx([[(3.0 + 0.5 - 50) / 3, 51 / 3]])
+    assert scores[0].tolist() == pytest.approx([(3.0 + 0.5) / 2, (1.0 + 0.0) / 2])
+    assert label_token_scores(Fixed(), None, label_ids)[0].tolist() == pytest.approx([(3.0 + 0.5 - 50) / 3, 51 / 3])
 
 
 def coordinate_embedding_shift(model, tokenizer):
