@@ -58,12 +58,18 @@ def test_quick_runs_every_variant_and_renders_the_report(tmp_path):
         if run["claim"] == "two_moons":
             assert 0.0 <= run["value"] <= 100.0
     shares = {r["variant"]: r for r in runs if r["claim"] == "teacher_share"}
-    assert set(shares) == {"hard", "soft", "soft_fixed_y"}
-    for variant in ("hard", "soft"):
-        row = shares[variant]
+    assert set(shares) == {"hard", "soft"}
+    for row in shares.values():
         assert row["share_mlm_like"] + row["share_downstream_like"] + row["share_mixed"] == pytest.approx(1.0)
-        assert 0.0 <= row["mean_y_copy"] <= 1.0 and 0.0 <= row["mean_y_label"] <= 1.0
-    assert "share_mlm_like" not in shares["soft_fixed_y"]  # fixed y: no y-hat to measure
+        for key in ("mean_y_copy", "mean_y_label", "mean_x_mask", "mean_p_y_copy", "mean_p_y_label"):
+            assert 0.0 <= row[key] <= 1.0
+    text_runs = [r for r in runs if r["claim"] == "text_tasks"]
+    assert {(r["variant"], r["task"]) for r in text_runs} == {
+        (v, t) for v in ("mlm", "soft") for t in study.QUICK_CLAIM2.tasks}
+    assert all(0.0 <= r["majority"] <= 100.0 and r["finetune_lr"] in study.QUICK_CLAIM2.finetune_lrs
+               for r in text_runs)
+    soft_logs = next(r["logs"] for r in runs if r["claim"] == "text_pretraining" and r["variant"] == "soft")
+    assert {"meta/x_hat_distinct", "meta/x_hat_pooled_entropy", "meta/x_hat_position_entropy"} <= set(soft_logs[-1])
     # a second call finds every run cached and adds nothing
     assert len(study.main(["--quick", "--json", str(json_path)])) == len(runs)
     report = study.render_report(runs, tmp_path / "report")
@@ -71,3 +77,4 @@ def test_quick_runs_every_variant_and_renders_the_report(tmp_path):
     assert "## Claim 1: Two Moons, Table 10" in text
     assert "incomplete: 1 seeds so far" in text and "| reproduced |" not in text  # one seed: no verdict
     assert (tmp_path / "report" / "meta_lm_two_moons.png").exists()
+    assert (tmp_path / "report" / "meta_lm_text_teacher.png").exists()

@@ -152,34 +152,36 @@ def meta_logs(trainer) -> list[dict]:
 
 
 @torch.no_grad()
-def teacher_shares(trainer, blocks, num_sequences: int) -> dict:
+def teacher_shares(teacher, tokenizer, blocks, num_sequences: int, fixed_y: bool) -> dict:
     """Claim 3: what the teacher's pseudo examples on unlabelled x_u are (teacher in eval mode, no dropout).
-    Per attended position, the probability the teacher gives y-hat = x_u's token (reconstruction: an MLM-like
-    output), y-hat = a label token (a downstream-like output), and x-hat = [MASK] / x_u's token. These are the
-    expected shares of the hard teacher's sampled tokens and the soft teacher's soft labels. A pseudo example is
-    MLM-like when its expected reconstruction share is >= 0.5, downstream-like when its label share is >= 0.5,
-    mixed otherwise."""
-    teacher, tokens = trainer.teacher, trainer.meta_tokens
-    tokenizer = trainer.processing_class
-    was_training = teacher.training
+    Per attended position: whether the teacher's most likely y-hat token is x_u's own token (reconstruction, as
+    MLM's target: an MLM-like output) or a label token (a downstream-like output), and whether its most likely
+    x-hat token is [MASK] or x_u's token; the same as probabilities (the expected shares of the hard teacher's
+    samples and the soft teacher's soft labels). A pseudo example is MLM-like when the argmax reconstructs x_u at
+    >= half its positions, downstream-like when it is a label token at >= half, mixed otherwise."""
+    from hf_aux.modeling.teacher import MetaLMTokens
+    from hf_aux.two_moons import TASK_NAME
+
+    tokens = MetaLMTokens.from_tokenizer(tokenizer, [TASK_NAME], 2)
     teacher.eval()
     rows = [torch.tensor(blocks[i]["input_ids"]) for i in range(min(num_sequences, len(blocks)))]
     x_u = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=tokens.pad)
     mask = (x_u != tokens.pad).long()
     hidden = teacher.encode(x_u, mask)
     p_x = teacher.input_head(hidden).softmax(-1)  # [N, L, V]
-    attended = mask.bool()
     label_ids = torch.tensor(tokens.labels)
-    out = {"x_copy": p_x.gather(-1, x_u[..., None])[..., 0],
-           "x_mask": p_x[..., tokenizer.mask_token_id]}
-    if not trainer.args.fixed_y:
+    x_top = p_x.argmax(-1)
+    out = {"p_x_copy": p_x.gather(-1, x_u[..., None])[..., 0], "p_x_mask": p_x[..., tokens.mask],
+           "x_copy": (x_top == x_u).float(), "x_mask": (x_top == tokens.mask).float()}
+    if not fixed_y:
         p_y = teacher.output_head(hidden).softmax(-1)
-        out["y_copy"] = p_y.gather(-1, x_u[..., None])[..., 0]
-        out["y_label"] = p_y[..., label_ids].sum(-1)
-    teacher.train(was_training)
+        y_top = p_y.argmax(-1)
+        out.update(p_y_copy=p_y.gather(-1, x_u[..., None])[..., 0], p_y_label=p_y[..., label_ids].sum(-1),
+                   y_copy=(y_top == x_u).float(), y_label=torch.isin(y_top, label_ids).float())
+    attended = mask.bool()
     per_example = {k: (v * attended).sum(1) / attended.sum(1) for k, v in out.items()}
     result = {f"mean_{k}": round(v.mean().item(), 4) for k, v in per_example.items()}
-    if "y_copy" in per_example:
+    if not fixed_y:
         mlm_like = per_example["y_copy"] >= 0.5
         downstream_like = per_example["y_label"] >= 0.5
         result.update(share_mlm_like=round(mlm_like.float().mean().item(), 4),
@@ -187,6 +189,31 @@ def teacher_shares(trainer, blocks, num_sequences: int) -> dict:
                       share_mixed=round((~mlm_like & ~downstream_like).float().mean().item(), 4))
     result["sequences"] = len(rows)
     return result
+
+
+def run_claim3(json_path: Path, work_dir: Path, settings: Claim1Settings, seeds, sizes, log=print):
+    """Claim 3 from claim 1's saved teachers (hard, soft; `<checkpoint>/teacher`) whose pretraining finished."""
+    from hf_aux.modeling.teacher import MetaLMTeacher
+
+    data_cache: dict[int, dict] = {}
+    for size in sizes:
+        for seed in seeds:
+            for objective in ("hard", "soft"):
+                checkpoint = work_dir / "two_moons" / f"{objective}-n{size}-s{seed}"
+                key = dict(claim="teacher_share", variant=objective, seed=seed, finetune_size=size,
+                           metric="share_mlm_like_argmax")
+                if has_run(load_runs(json_path), **key) or not (checkpoint / "pretrain_record.json").exists():
+                    continue
+                if seed not in data_cache:
+                    data_cache[seed] = moons_data(settings, seed)
+                meta, clock = run_meta(), _Clock()
+                teacher = MetaLMTeacher.from_pretrained(str(checkpoint / "teacher"))
+                shares = teacher_shares(teacher, data_cache[seed]["tokenizer"], data_cache[seed]["unlabelled"],
+                                        settings.share_sequences, fixed_y=False)
+                steps = json.loads((checkpoint / "pretrain_record.json").read_text())["steps"]
+                append_run(json_path, dict(**key, value=shares["share_mlm_like"], split="unlabelled", steps=steps,
+                                           **shares, **clock.read(), **meta))
+                log(f"teacher_share {objective} n={size} seed={seed}: " + json.dumps(shares))
 
 
 def finetune_moons_size(checkpoint: Path, size: int, seed: int, settings: Claim1Settings, data: dict) -> dict:
@@ -230,14 +257,6 @@ def run_claim1(json_path: Path, work_dir: Path, settings: Claim1Settings, seeds,
                     logs = meta_logs(trainer)
                     (checkpoint / "pretrain_record.json").write_text(json.dumps(
                         {"cost": pretrain_cost, "logs": logs, "steps": trainer.state.global_step}))
-                    if objective in ("hard", "soft", "soft_fixed_y"):
-                        share_clock = _Clock()
-                        shares = teacher_shares(trainer, data["unlabelled"], settings.share_sequences)
-                        append_run(json_path, dict(claim="teacher_share", variant=objective, seed=seed,
-                                                   finetune_size=size, metric="share_mlm_like",
-                                                   value=shares.get("share_mlm_like"), split="unlabelled",
-                                                   steps=trainer.state.global_step, **shares, **share_clock.read(),
-                                                   **meta))
                     del trainer
                 record = json.loads((checkpoint / "pretrain_record.json").read_text())
                 result = finetune_moons_size(checkpoint, size, seed, settings, data)
@@ -745,31 +764,37 @@ def render_report(runs, out_dir: Path, json_name: str = "meta_lm.json") -> Path:
               "**Paper** (§4.2 Analysis, Table 1): \"the hard labels teacher never strays from generating MLM tasks, "
               "whereas the soft labels teacher generates a mixture between an MLM task and the finetuning "
               "classification task\" (no number; Table 1 shows one sample of each).", "",
-              "**Measured here** at the end of each claim-1 pretraining, on the first "
-              f"{settings['share_sequences']} unlabelled sequences of the seed, teacher in eval mode: per attended "
-              "position the probability that y-hat is x_u's own token (reconstruction: MLM-like output), that "
-              "y-hat is a label token (downstream-like output), and that x-hat is [MASK]; these are the expected "
-              "shares of the hard teacher's samples and the soft teacher's soft labels. A pseudo example is "
-              "MLM-like when its reconstruction share is >= 0.5, downstream-like when its label share is >= 0.5, "
-              "mixed otherwise. Mean ± sd over seeds (seeds):", "",
-              "| teacher | fine-tune set | MLM-like examples | downstream-like | mixed | P(y-hat = x_u) | "
-              "P(y-hat = label) | P(x-hat = [MASK]) |", "|---|---|---|---|---|---|---|---|"]
+              "**Measured here** on each claim-1 teacher at the end of its pretraining (`<checkpoint>/teacher`), "
+              f"on the first {settings['share_sequences']} unlabelled sequences of the seed, teacher in eval mode: "
+              "per attended position whether the teacher's most likely y-hat token is x_u's own token "
+              "(reconstruction, MLM's target: an MLM-like output) or a label token (a downstream-like output), and "
+              "whether its most likely x-hat token is [MASK]; and the probabilities of the same (the expected shares "
+              "of the hard teacher's samples and of the soft teacher's soft labels; uniform would give 1/512 and "
+              "2/512). A pseudo example is MLM-like when the most likely y-hat reconstructs x_u at >= half its "
+              "positions, downstream-like when it is a label token at >= half, mixed otherwise. Mean ± sd over "
+              "seeds (seeds):", "",
+              "| teacher | fine-tune set | MLM-like examples | downstream-like | mixed | argmax y-hat = x_u | "
+              "argmax y-hat = label | argmax x-hat = [MASK] | P(y-hat = x_u) | P(y-hat = label) |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    share_runs = [r for r in runs if r["claim"] == "teacher_share" and r["metric"] == "share_mlm_like_argmax"]
+    fields = ("share_mlm_like", "share_downstream_like", "share_mixed", "mean_y_copy", "mean_y_label", "mean_x_mask",
+              "mean_p_y_copy", "mean_p_y_label")
     for variant in ("hard", "soft"):
         for size in MOONS_SIZES:
-            if not _by_seed(runs, "teacher_share", variant, finetune_size=size):
+            if not _by_seed(share_runs, "teacher_share", variant, finetune_size=size):
                 continue
-            cells = [_cell(_by_seed(runs, "teacher_share", variant, key, finetune_size=size), 2)
-                     for key in ("share_mlm_like", "share_downstream_like", "share_mixed", "mean_y_copy",
-                                 "mean_y_label", "mean_x_mask")]
+            cells = [_cell(_by_seed(share_runs, "teacher_share", variant, key, finetune_size=size), 2)
+                     for key in fields]
             lines.append(f"| {NAMES[variant]} | {size} | " + " | ".join(cells) + " |")
-    lines += ["", "| comparison | here: difference [95% CI] | verdict (paper: soft teaches more downstream-like "
-              "examples, hard stays MLM-like) |", "|---|---|---|"]
+    lines += ["", "| comparison (paper: the soft teacher teaches more downstream-like, the hard one MLM-like "
+              "examples) | here: difference [95% CI] | verdict |", "|---|---|---|"]
     for size in MOONS_SIZES:
-        for key, label in (("mean_y_label", "P(y-hat = label)"), ("mean_y_copy", "P(y-hat = x_u)")):
-            soft = _by_seed(runs, "teacher_share", "soft", key, finetune_size=size)
-            hard = _by_seed(runs, "teacher_share", "hard", key, finetune_size=size)
+        for key, label, sign in (("mean_y_label", "argmax y-hat = label", +1),
+                                 ("mean_p_y_label", "P(y-hat = label)", +1), ("mean_y_copy", "argmax y-hat = x_u", -1)):
+            soft = _by_seed(share_runs, "teacher_share", "soft", key, finetune_size=size)
+            hard = _by_seed(share_runs, "teacher_share", "hard", key, finetune_size=size)
             if soft or hard:
-                diff, result, _ = comparison(soft, hard, +1 if key == "mean_y_label" else -1, 3)
+                diff, result, _ = comparison(soft, hard, sign, 3)
                 lines.append(f"| soft - hard, {label}, fine-tune set {size} | {diff} | {result} |")
     lines += ["", "## How to continue", "",
               "The study resumes where it stopped (each finished run is in the JSON; its checkpoints in "
@@ -792,8 +817,9 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="every variant for a few steps on tiny data, into a "
                         "temporary JSON (or --json), then the report into a temporary folder")
     parser.add_argument("--report", action="store_true", help="render docs/evidence/meta_lm.md from the JSON")
-    parser.add_argument("--claims", nargs="+", default=["1", "2"], choices=["1", "2"],
-                        help="1: Two Moons (also records claim 3's teacher shares); 2: Wikipedia+IMDB -> tasks")
+    parser.add_argument("--claims", nargs="+", default=["1", "2"], choices=["1", "2", "3"],
+                        help="1: Two Moons (then claim 3 on its saved teachers); 2: Wikipedia+IMDB -> tasks; 3: only "
+                             "claim 3 on the teachers claim 1 has saved so far")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     parser.add_argument("--sizes", type=int, nargs="+", default=list(MOONS_SIZES))
     parser.add_argument("--objectives", nargs="+", default=list(MOONS_OBJECTIVES), choices=MOONS_OBJECTIVES)
@@ -812,6 +838,7 @@ def main(argv=None):
             json_path = opts.json or Path(tmp) / "meta_lm.json"
             if "1" in opts.claims:
                 run_claim1(json_path, Path(tmp), QUICK_CLAIM1, seeds=[0], sizes=[10], objectives=MOONS_OBJECTIVES)
+                run_claim3(json_path, Path(tmp), QUICK_CLAIM1, seeds=[0], sizes=[10])
             if "2" in opts.claims:
                 run_claim2(json_path, Path(tmp), QUICK_CLAIM2, seeds=[0])
             runs = load_runs(json_path)
@@ -825,10 +852,13 @@ def main(argv=None):
     small = [n for n in opts.sizes if n <= 20]
     if "1" in opts.claims and small:
         run_claim1(json_path, opts.work_dir, Claim1Settings(), opts.seeds, small, opts.objectives)
+        run_claim3(json_path, opts.work_dir, Claim1Settings(), opts.seeds, small)
     if "2" in opts.claims:
         run_claim2(json_path, opts.work_dir, Claim2Settings(), opts.seeds)
     if "1" in opts.claims:
         run_claim1(json_path, opts.work_dir, Claim1Settings(), opts.seeds, opts.sizes, opts.objectives)
+    if "1" in opts.claims or "3" in opts.claims:  # claim 3 measures claim 1's saved teachers
+        run_claim3(json_path, opts.work_dir, Claim1Settings(), opts.seeds, opts.sizes)
     return load_runs(json_path)
 
 
