@@ -75,35 +75,10 @@ def mean_sd(values) -> tuple[float, float]:
 
 
 def _t_quantile(p: float, df: int) -> float:
-    """Student's t quantile (scipy's when available, else a bisection on the regularized incomplete beta)."""
-    try:
-        from scipy.stats import t
+    """Student's t quantile (scipy, which scikit-learn, hence hf_aux.two_moons, already needs)."""
+    from scipy.stats import t
 
-        return float(t.ppf(p, df))
-    except ImportError:
-        pass
-
-    def cdf(x):  # P(T <= x) via the continued fraction of the incomplete beta function (Numerical Recipes 6.4)
-        z = df / (df + x * x)
-        a, b = df / 2, 0.5
-        front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(z) + b * math.log1p(-z))
-        c, d = 1.0, 1.0 - (a + b) * z / (a + 1)
-        d = 1 / d
-        result = d
-        for m in range(1, 200):
-            for numerator in (m * (b - m) * z / ((a + 2 * m - 1) * (a + 2 * m)),
-                              -(a + m) * (a + b + m) * z / ((a + 2 * m) * (a + 2 * m + 1))):
-                d = 1 / (1 + numerator * d)
-                c = 1 + numerator / c
-                result *= d * c
-        tail = 0.5 * front * result / a
-        return 1 - tail if x > 0 else tail
-
-    low, high = -1e3, 1e3
-    for _ in range(200):
-        mid = (low + high) / 2
-        low, high = (mid, high) if cdf(mid) < p else (low, mid)
-    return (low + high) / 2
+    return float(t.ppf(p, df))
 
 
 def paired_ci(a, b, confidence: float = 0.95) -> tuple[float, float, float]:
