@@ -199,13 +199,17 @@ def finetune_label_tokens(model, splits: dict, label_ids, *, epochs: int, learni
 
     train_ids, train_mask, train_labels = splits["train"]
 
-    def accuracy(name):
+    def accuracy(name, chunk: int = 256):  # in chunks: the logits are [N, L, V] before the label columns are taken
         ids, mask, labels = splits[name]
         model.eval()
+        hits = 0
         with torch.no_grad():
-            hits = (label_token_scores(model, ids, label_ids, mask).argmax(-1) == labels).float().mean().item()
+            for start in range(0, len(ids), chunk):
+                rows = slice(start, start + chunk)
+                scores = label_token_scores(model, ids[rows], label_ids, None if mask is None else mask[rows])
+                hits += (scores.argmax(-1) == labels[rows]).sum().item()
         model.train()
-        return hits
+        return hits / len(ids)
 
     no_decay = [p for n, p in model.named_parameters() if "bias" in n or "LayerNorm" in n or "layer_norm" in n]
     decay = [p for p in model.parameters() if all(p is not q for q in no_decay)]
