@@ -557,7 +557,8 @@ def _plot_moons(runs, path: Path) -> bool:
         if sizes:
             axes[0].errorbar(sizes, means, yerr=sds, marker="o", capsize=3, label=NAMES[variant])
         paper = [(n, a) for n, a in zip(MOONS_SIZES, PAPER_TABLE_10[variant]) if a is not None]
-        axes[1].plot(*zip(*paper), marker="s", linestyle="--", label=NAMES[variant])
+        gaps = len(paper) < len(MOONS_SIZES)  # fixed y: only 10 and 160 in the paper, no line across the gap
+        axes[1].plot(*zip(*paper), marker="s", linestyle="none" if gaps else "--", label=NAMES[variant])
     axes[0].set_title("here: mean ± sd over seeds (reduced pretraining)")
     axes[1].set_title("paper, Table 10 (one run per cell)")
     for ax in axes:
@@ -805,8 +806,34 @@ def render_report(runs, out_dir: Path, json_name: str = "meta_lm.json") -> Path:
               "> /work/runs/metalm/study.log 2>&1 &",
               ".venv/bin/python benchmarks/evidence/meta_lm.py --report", "```", ""]
     path = out_dir / "meta_lm.md"
-    path.write_text("\n".join(lines))
+    intro_end = lines.index("## Claim 1: Two Moons, Table 10")
+    path.write_text("\n".join(lines[:intro_end] + _summary(lines[intro_end:]) + lines[intro_end:]))
     return path
+
+
+def _summary(lines: list[str]) -> list[str]:
+    """Per claim, how many of its paired comparisons are reproduced / not reproduced / inconclusive / incomplete
+    (counted from the verdict column of its tables)."""
+    out = ["## Summary (verdicts over seeds; < 3 seeds is incomplete, never a verdict)", ""]
+    sections: dict[str, list[str]] = {}
+    title = None
+    for line in lines:
+        if line.startswith("## "):
+            title = line[3:]
+            sections[title] = []
+        elif title and line.startswith("|"):
+            sections[title].append(line)
+    for title, rows in sections.items():
+        if title == "How to continue":
+            continue
+        cells = [row.rstrip(" |").rsplit("|", 1)[-1].strip() for row in rows]
+        counts = {k: sum(c == k for c in cells) for k in ("reproduced", "not reproduced", "inconclusive")}
+        incomplete = sum(c.startswith("incomplete") for c in cells)
+        if not incomplete and not any(counts.values()):
+            out.append(f"- {title}: no runs yet.")
+            continue
+        out.append(f"- {title}: " + ", ".join(f"{n} {k}" for k, n in counts.items()) + f", {incomplete} incomplete.")
+    return out + [""]
 
 
 # ---------------------------------------------------------------------------------------------------------------
