@@ -68,7 +68,10 @@ def test_quick_runs_every_variant_and_renders_the_report(tmp_path):
         (v, t) for v in ("mlm", "soft") for t in study.QUICK_CLAIM2.tasks}
     assert all(0.0 <= r["majority"] <= 100.0 and r["finetune_lr"] in study.QUICK_CLAIM2.finetune_lrs
                for r in text_runs)
-    soft_logs = next(r["logs"] for r in runs if r["claim"] == "text_pretraining" and r["variant"] == "soft")
+    soft = next(r for r in runs if r["claim"] == "text_pretraining" and r["variant"] == "soft")
+    soft_logs = soft["logs"]
+    for key in ("x_top_token_share", "y_top_token_share", "mean_y_task", "mean_y_label", "mean_x_mask"):
+        assert 0.0 <= soft["teacher"][key] <= 1.0
     assert {"meta/x_hat_distinct", "meta/x_hat_pooled_entropy", "meta/x_hat_position_entropy"} <= set(soft_logs[-1])
     # a second call finds every run cached and adds nothing
     assert len(study.main(["--quick", "--json", str(json_path)])) == len(runs)

@@ -152,17 +152,16 @@ def meta_logs(trainer) -> list[dict]:
 
 
 @torch.no_grad()
-def teacher_shares(teacher, tokenizer, blocks, num_sequences: int, fixed_y: bool) -> dict:
+def teacher_shares(teacher, tokens, blocks, num_sequences: int, fixed_y: bool) -> dict:
     """Claim 3: what the teacher's pseudo examples on unlabelled x_u are (teacher in eval mode, no dropout).
     Per attended position: whether the teacher's most likely y-hat token is x_u's own token (reconstruction, as
     MLM's target: an MLM-like output) or a label token (a downstream-like output), and whether its most likely
     x-hat token is [MASK] or x_u's token; the same as probabilities (the expected shares of the hard teacher's
     samples and the soft teacher's soft labels). A pseudo example is MLM-like when the argmax reconstructs x_u at
-    >= half its positions, downstream-like when it is a label token at >= half, mixed otherwise."""
-    from hf_aux.modeling.teacher import MetaLMTokens
-    from hf_aux.two_moons import TASK_NAME
-
-    tokens = MetaLMTokens.from_tokenizer(tokenizer, [TASK_NAME], 2)
+    >= half its positions, downstream-like when it is a label token at >= half, mixed otherwise. Degeneration
+    (§4.3, Table 3: x-hat "that that that ...", y-hat one task token repeated): the share of the attended positions
+    taken by the single most frequent argmax token of x-hat and of y-hat, and y-hat's argmax share of task tokens.
+    `tokens`: `hf_aux.modeling.teacher.MetaLMTokens`."""
     teacher.eval()
     rows = [torch.tensor(blocks[i]["input_ids"]) for i in range(min(num_sequences, len(blocks)))]
     x_u = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=tokens.pad)
@@ -181,6 +180,11 @@ def teacher_shares(teacher, tokenizer, blocks, num_sequences: int, fixed_y: bool
     attended = mask.bool()
     per_example = {k: (v * attended).sum(1) / attended.sum(1) for k, v in out.items()}
     result = {f"mean_{k}": round(v.mean().item(), 4) for k, v in per_example.items()}
+    result["x_top_token_share"] = round(x_top[attended].bincount().max().item() / attended.sum().item(), 4)
+    if not fixed_y:
+        task_ids = torch.tensor([tokens.mlm_task, *tokens.tasks.values()])
+        result["y_top_token_share"] = round(y_top[attended].bincount().max().item() / attended.sum().item(), 4)
+        result["mean_y_task"] = round(torch.isin(y_top[attended], task_ids).float().mean().item(), 4)
     if not fixed_y:
         mlm_like = per_example["y_copy"] >= 0.5
         downstream_like = per_example["y_label"] >= 0.5
@@ -193,7 +197,8 @@ def teacher_shares(teacher, tokenizer, blocks, num_sequences: int, fixed_y: bool
 
 def run_claim3(json_path: Path, work_dir: Path, settings: Claim1Settings, seeds, sizes, log=print):
     """Claim 3 from claim 1's saved teachers (hard, soft; `<checkpoint>/teacher`) whose pretraining finished."""
-    from hf_aux.modeling.teacher import MetaLMTeacher
+    from hf_aux.modeling.teacher import MetaLMTeacher, MetaLMTokens
+    from hf_aux.two_moons import TASK_NAME
 
     data_cache: dict[int, dict] = {}
     for size in sizes:
@@ -208,8 +213,9 @@ def run_claim3(json_path: Path, work_dir: Path, settings: Claim1Settings, seeds,
                     data_cache[seed] = moons_data(settings, seed)
                 meta, clock = run_meta(), _Clock()
                 teacher = MetaLMTeacher.from_pretrained(str(checkpoint / "teacher"))
-                shares = teacher_shares(teacher, data_cache[seed]["tokenizer"], data_cache[seed]["unlabelled"],
-                                        settings.share_sequences, fixed_y=False)
+                tokens = MetaLMTokens.from_tokenizer(data_cache[seed]["tokenizer"], [TASK_NAME], 2)
+                shares = teacher_shares(teacher, tokens, data_cache[seed]["unlabelled"], settings.share_sequences,
+                                        fixed_y=False)
                 steps = json.loads((checkpoint / "pretrain_record.json").read_text())["steps"]
                 append_run(json_path, dict(**key, value=shares["share_mlm_like"], split="unlabelled", steps=steps,
                                            **shares, **clock.read(), **meta))
@@ -445,12 +451,16 @@ def run_claim2(json_path: Path, work_dir: Path, settings: Claim2Settings, seeds,
                 clock = _Clock()
                 trainer = pretrain_text(objective, seed, settings, data, checkpoint)
                 cost, logs, steps = clock.read(), meta_logs(trainer), trainer.state.global_step
+                # what the soft teacher writes at the end (its x-hat/y-hat argmax on 256 unlabelled blocks)
+                teacher = {} if trainer.teacher is None else teacher_shares(
+                    trainer.teacher, trainer.meta_tokens, data["unlabelled"], 256, fixed_y=False)
                 del trainer
                 record_path.write_text(json.dumps({"cost": cost, "logs": logs, "steps": steps}))
                 # the pretraining's own record: its cost (charged once) and its meta/* logs over training
                 append_run(json_path, dict(claim="text_pretraining", variant=objective, seed=seed,
                                            metric="final_loss", value=logs[-1]["loss"] if logs else None,
-                                           split="train", steps=steps, logs=logs, **cost, **meta, settings=budget))
+                                           split="train", steps=steps, logs=logs, teacher=teacher, **cost, **meta,
+                                           settings=budget))
             record = json.loads(record_path.read_text())
             pretrain_cost, steps = record["cost"], record["steps"]
             for name, task in data["tasks"].items():
@@ -678,6 +688,18 @@ def _text_section(runs, out_dir: Path) -> list[str]:
                       f"{span('meta/x_u_distinct')}); pooled entropy of x-hat {span('meta/x_hat_pooled_entropy')} "
                       f"nats; mean per-position entropy {span('meta/x_hat_position_entropy')} nats (uniform over the "
                       f"vocabulary: ln V)."]
+    ends = [r["teacher"] for r in pretraining if r["variant"] == "soft" and r.get("teacher")]
+    if ends:
+        def stat(key):
+            return _cell({i: end[key] for i, end in enumerate(ends)}, 2).rsplit(" (", 1)[0]
+
+        lines += ["", f"At the end of pretraining ({len(ends)} seeds, teacher in eval mode, 256 unlabelled blocks; "
+                  "mean ± sd): the most frequent argmax token of x-hat takes "
+                  f"{stat('x_top_token_share')} of the positions (the paper's \"that that that\"), of y-hat "
+                  f"{stat('y_top_token_share')}; y-hat's argmax is a task token at {stat('mean_y_task')} and a label "
+                  f"token at {stat('mean_y_label')} of the positions (the paper's repeated [CLS9]) and reconstructs "
+                  f"x_u at {stat('mean_y_copy')}; x-hat's argmax is [MASK] at {stat('mean_x_mask')} and x_u's own "
+                  f"token at {stat('mean_x_copy')}."]
     if _plot_text_logs(runs, out_dir / "meta_lm_text_teacher.png"):
         lines += ["", "![The soft-label teacher's x-hat diversity over pretraining](meta_lm_text_teacher.png)"]
     return lines
