@@ -12,13 +12,16 @@ Three claims, each driven through hf_aux's Python API (`MetaLMTrainer`, `hf_aux.
    teacher's pseudo-input diversity over pretraining (the `meta/x_hat_*` logs).
 3. **What the teacher teaches** (§4.2, Table 1): the share of MLM-like (y-hat reconstructs x_u) and
    downstream-like (y-hat is label tokens) pseudo examples of the hard and soft teachers at the end of claim 1's
-   pretraining, measured on unlabelled sequences.
+   pretraining, measured on unlabelled sequences from the saved teachers.
+
+The default run goes claim 1 at 10 and 20 examples, claim 2, claim 1 at 40-160, then claim 3 on every saved
+teacher (claim 3 alone: `--claims 3`).
 
 Every finished run is appended to docs/evidence/meta_lm.json (atomic) and skipped when present, so the study
 resumes where it stopped; checkpoints go to --work_dir (default /work/runs/metalm), never into the repository.
 
-    python benchmarks/evidence/meta_lm.py --quick            # every variant for a few steps (< 1 minute)
-    OMP_NUM_THREADS=1 nice -n 10 python benchmarks/evidence/meta_lm.py --claims 1 3   # the study (resumes)
+    python benchmarks/evidence/meta_lm.py --quick      # every variant for a few steps (~25 s of CPU time)
+    OMP_NUM_THREADS=1 nice -n 10 python benchmarks/evidence/meta_lm.py     # the study (resumes)
     python benchmarks/evidence/meta_lm.py --report           # docs/evidence/meta_lm.md + figures from the JSON
 """
 
@@ -185,7 +188,6 @@ def teacher_shares(teacher, tokens, blocks, num_sequences: int, fixed_y: bool) -
         task_ids = torch.tensor([tokens.mlm_task, *tokens.tasks.values()])
         result["y_top_token_share"] = round(y_top[attended].bincount().max().item() / attended.sum().item(), 4)
         result["mean_y_task"] = round(torch.isin(y_top[attended], task_ids).float().mean().item(), 4)
-    if not fixed_y:
         mlm_like = per_example["y_copy"] >= 0.5
         downstream_like = per_example["y_label"] >= 0.5
         result.update(share_mlm_like=round(mlm_like.float().mean().item(), 4),
