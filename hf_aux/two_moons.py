@@ -138,21 +138,28 @@ def encode_points(split, tokenizer, task_id: int):
     return ids, torch.tensor(split["label"])
 
 
-def label_token_scores(model, input_ids, label_ids):
-    """[N, num_labels]: each label token's LM-head logit, averaged over the positions."""
-    return model(input_ids=input_ids).logits[..., label_ids].mean(1)
+def label_token_scores(model, input_ids, label_ids, attention_mask=None):
+    """[N, num_labels]: each label token's LM-head logit, averaged over the (attended) positions."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[..., label_ids]  # [N, L, num_labels]
+    if attention_mask is None:
+        return logits.mean(1)
+    weights = attention_mask[..., None].to(logits.dtype)
+    return (logits * weights).sum(1) / weights.sum(1)
 
 
-def label_token_loss(logits, labels, label_ids, loss: str = "labels"):
-    """Cross-entropy of the label token at every position. `loss="labels"`: normalised over the label tokens
-    (the fix, see the module docstring); `loss="vocab"`: over the whole vocabulary (collapses at hidden 8)."""
+def label_token_loss(logits, labels, label_ids, loss: str = "labels", attention_mask=None):
+    """Cross-entropy of the label token at every (attended) position. `loss="labels"`: normalised over the label
+    tokens (the fix, see the module docstring); `loss="vocab"`: over the whole vocabulary (collapses at hidden 8)."""
     import torch
 
     targets = labels[:, None].expand(logits.shape[:2])
+    if attention_mask is not None:
+        targets = targets.masked_fill(attention_mask == 0, -100)
     if loss == "labels":
         return torch.nn.functional.cross_entropy(logits[..., label_ids].flatten(0, 1), targets.flatten())
     if loss == "vocab":
-        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), label_ids[targets].flatten())
+        vocab_targets = label_ids[targets.clamp_min(0)].masked_fill(targets < 0, -100)
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), vocab_targets.flatten())
     raise ValueError(f"two moons: field 'loss': {loss!r} is not 'labels' or 'vocab'")
 
 
@@ -163,25 +170,46 @@ def finetune_moons(model, tokenizer, train, validation, test, *, epochs: int = 1
     test accuracy of the epoch with the best validation accuracy (ties: the later epoch). `model` is an
     `AutoModelForMaskedLM` (trained in place). Returns accuracies in [0, 1]: best_validation, test, train."""
     import torch
-    from transformers import get_inverse_sqrt_schedule
 
     from hf_aux.modeling.teacher import MetaLMTokens
 
     if len(train) == 0:
         raise ValueError("two moons: field 'train': empty")
     tokens = MetaLMTokens.from_tokenizer(tokenizer, [TASK_NAME], 2)
-    label_ids = torch.tensor(tokens.labels)
-    splits = {name: encode_points(split, tokenizer, tokens.tasks[TASK_NAME])
-              for name, split in (("train", train), ("validation", validation), ("test", test))}
-    train_ids, train_labels = splits["train"]
+    splits = {}
+    for name, split in (("train", train), ("validation", validation), ("test", test)):
+        ids, labels = encode_points(split, tokenizer, tokens.tasks[TASK_NAME])
+        splits[name] = (ids, None, labels)
+    return finetune_label_tokens(model, splits, torch.tensor(tokens.labels), epochs=epochs,
+                                 learning_rate=learning_rate, batch_size=batch_size, warmup_steps=warmup_steps,
+                                 weight_decay=weight_decay, eval_every=eval_every, loss=loss, seed=seed,
+                                 owner="two moons")
 
-    def accuracy(name):
-        ids, labels = splits[name]
+
+def finetune_label_tokens(model, splits: dict, label_ids, *, epochs: int, learning_rate: float, batch_size: int,
+                          warmup_steps: int = 10, weight_decay: float = 0.01, eval_every: int = 1,
+                          loss: str = "labels", seed: int = 0, owner: str = "fine-tuning") -> dict:
+    """Fine-tune an `AutoModelForMaskedLM` (in place) to output its label token at every position (the paper's
+    conversion of a classification task, §4.3), as Tables 6/9: AdamW (betas 0.9/0.98, eps 1e-6, clip 5), inverse
+    square-root schedule after `warmup_steps`. `splits` maps train / validation / test to (input_ids [N, L],
+    attention_mask [N, L] or None, labels [N]). Returns the accuracies (in [0, 1]) at the epoch with the best
+    validation accuracy (ties: the later epoch): best_validation, test, train, and that epoch."""
+    import torch
+    from transformers import get_inverse_sqrt_schedule
+
+    train_ids, train_mask, train_labels = splits["train"]
+
+    def accuracy(name, chunk: int = 256):  # in chunks: the logits are [N, L, V] before the label columns are taken
+        ids, mask, labels = splits[name]
         model.eval()
+        hits = 0
         with torch.no_grad():
-            hits = (label_token_scores(model, ids, label_ids).argmax(-1) == labels).float().mean().item()
+            for start in range(0, len(ids), chunk):
+                rows = slice(start, start + chunk)
+                scores = label_token_scores(model, ids[rows], label_ids, None if mask is None else mask[rows])
+                hits += (scores.argmax(-1) == labels[rows]).sum().item()
         model.train()
-        return hits
+        return hits / len(ids)
 
     no_decay = [p for n, p in model.named_parameters() if "bias" in n or "LayerNorm" in n or "layer_norm" in n]
     decay = [p for p in model.parameters() if all(p is not q for q in no_decay)]
@@ -191,15 +219,16 @@ def finetune_moons(model, tokenizer, train, validation, test, *, epochs: int = 1
     scheduler = get_inverse_sqrt_schedule(optimizer, num_warmup_steps=warmup_steps)
     generator = torch.Generator().manual_seed(seed)
     model.train()
-    best = {"best_validation": -1.0, "test": 0.0, "train": 0.0}
+    best = {"best_validation": -1.0, "test": 0.0, "train": 0.0, "epoch": 0}
     for epoch in range(epochs):
         order = torch.randperm(len(train_ids), generator=generator)
         for start in range(0, len(order), batch_size):
             index = order[start:start + batch_size]
-            logits = model(input_ids=train_ids[index]).logits
-            step_loss = label_token_loss(logits, train_labels[index], label_ids, loss)
+            mask = None if train_mask is None else train_mask[index]
+            logits = model(input_ids=train_ids[index], attention_mask=mask).logits
+            step_loss = label_token_loss(logits, train_labels[index], label_ids, loss, mask)
             if not torch.isfinite(step_loss):
-                raise ValueError(f"two moons: non-finite fine-tuning loss at epoch {epoch}")
+                raise ValueError(f"{owner}: non-finite fine-tuning loss at epoch {epoch}")
             step_loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
             optimizer.step()
@@ -208,5 +237,6 @@ def finetune_moons(model, tokenizer, train, validation, test, *, epochs: int = 1
         if (epoch + 1) % eval_every == 0 or epoch + 1 == epochs:
             validation_accuracy = accuracy("validation")
             if validation_accuracy >= best["best_validation"]:
-                best = {"best_validation": validation_accuracy, "test": accuracy("test"), "train": accuracy("train")}
+                best = {"best_validation": validation_accuracy, "test": accuracy("test"), "train": accuracy("train"),
+                        "epoch": epoch + 1}
     return best

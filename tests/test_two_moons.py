@@ -11,7 +11,8 @@ from transformers import AutoModelForMaskedLM
 
 from hf_aux.modeling.teacher import MetaLMTokens
 from hf_aux.two_moons import (GRID, TASK_NAME, VOCAB_SIZE, encode_points, finetune_moons, label_token_loss,
-                              moon_points, two_moons_data, two_moons_model_config, two_moons_tokenizer)
+                              label_token_scores, moon_points, two_moons_data, two_moons_model_config,
+                              two_moons_tokenizer)
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +76,26 @@ def test_label_token_loss_matches_hand_computation():
     assert label_token_loss(logits, labels, label_ids, "vocab").item() == pytest.approx(over_vocab, abs=1e-6)
     with pytest.raises(ValueError, match="loss"):
         label_token_loss(logits, labels, label_ids, "tokens")
+
+
+def test_padded_positions_do_not_count_in_loss_or_scores():
+    """Text tasks are padded: the loss and the scores over the attended positions only equal those of the unpadded
+    example (hand check: position 2 is padding and carries a huge wrong logit)."""
+    logits = torch.tensor([[[0.0, 1.0, 2.0, 3.0], [1.0, 0.0, -1.0, 0.5], [0.0, 50.0, 0.0, -50.0]]])
+    mask = torch.tensor([[1, 1, 0]])
+    label_ids = torch.tensor([3, 1])
+    labels = torch.tensor([0])
+    for loss in ("labels", "vocab"):
+        assert label_token_loss(logits, labels, label_ids, loss, mask).item() == pytest.approx(
+            label_token_loss(logits[:, :2], labels, label_ids, loss).item(), abs=1e-6)
+
+    class Fixed(torch.nn.Module):
+        def forward(self, input_ids, attention_mask=None):
+            return type("Out", (), {"logits": logits})()
+
+    scores = label_token_scores(Fixed(), None, label_ids, mask)
+    assert scores[0].tolist() == pytest.approx([(3.0 + 0.5) / 2, (1.0 + 0.0) / 2])
+    assert label_token_scores(Fixed(), None, label_ids)[0].tolist() == pytest.approx([(3.0 + 0.5 - 50) / 3, 51 / 3])
 
 
 def coordinate_embedding_shift(model, tokenizer):
