@@ -1,0 +1,142 @@
+"""Small generic helpers shared by the evidence studies (benchmarks/evidence/<method>.py): the JSON run cache,
+run metadata, and the statistics every report needs (mean +- sd over seeds, a paired t interval, a verdict).
+
+The cache is one JSON file `{"runs": [...]}`; each finished run appends its object atomically (temp file + rename),
+so an interrupted study continues where it stopped and a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+
+def load_runs(path) -> list[dict]:
+    """Every run object in the cache file (an empty list when the file does not exist yet)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    with open(path) as handle:
+        content = json.load(handle)
+    runs = content.get("runs") if isinstance(content, dict) else None
+    if not isinstance(runs, list):
+        raise ValueError(f"{path}: field 'runs': expected a list of run objects")
+    return runs
+
+
+def append_run(path, run: dict) -> None:
+    """Append one run object to the cache file, atomically (write a temp file beside it, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    runs = load_runs(path) + [run]
+    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w") as out:
+            json.dump({"runs": runs}, out, indent=1)
+            out.write("\n")
+        os.replace(temp, path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.remove(temp)
+        raise
+
+
+def has_run(runs, **keys) -> bool:
+    """Whether a cached run matches every given key/value."""
+    return any(all(run.get(k) == v for k, v in keys.items()) for run in runs)
+
+
+def run_meta() -> dict:
+    """Where and how a run ran: the repository commit, device, 1-minute load average at start, torch threads."""
+    import torch
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+                                cwd=Path(__file__).resolve().parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    return {"commit": commit, "device": "cuda" if torch.cuda.is_available() else "cpu",
+            "load_avg": round(os.getloadavg()[0], 2), "torch_threads": torch.get_num_threads()}
+
+
+def mean_sd(values) -> tuple[float, float]:
+    """Mean and sample standard deviation (n - 1); sd is nan for fewer than two values."""
+    values = [float(v) for v in values]
+    if not values:
+        raise ValueError("mean_sd: field 'values': no values")
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, float("nan")
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def t_quantile(p: float, dof: int) -> float:
+    """The p-quantile of Student's t with `dof` degrees of freedom (scipy's when installed, else bisection on the
+    regularised incomplete beta function computed by continued fraction)."""
+    try:
+        from scipy import stats
+
+        return float(stats.t.ppf(p, dof))
+    except ImportError:
+        pass
+
+    def cdf(t: float) -> float:
+        x = dof / (dof + t * t)
+        tail = 0.5 * _incomplete_beta(dof / 2.0, 0.5, x)
+        return 1.0 - tail if t > 0 else tail
+
+    lo, hi = -1e3, 1e3
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b) (Numerical Recipes' continued fraction, Lentz's method)."""
+    if x <= 0.0 or x >= 1.0:
+        return 0.0 if x <= 0.0 else 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - _incomplete_beta(b, a, 1.0 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log(1 - x)) / a
+    c, d, result = 1.0, 1.0 - (a + b) * x / (a + 1), 0.0
+    d = 1.0 / (d if abs(d) > 1e-300 else 1e-300)
+    result = d
+    for m in range(1, 300):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > 1e-300 else 1e-300)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > 1e-300 else 1e-300
+            result *= c * d
+        if abs(c * d - 1.0) < 1e-12:
+            break
+    return front * result
+
+
+def paired_ci(a, b, confidence: float = 0.95) -> tuple[float, float, float]:
+    """(mean of a - b, lower, upper): the t interval over paired seeds. Needs at least two pairs."""
+    a, b = [float(v) for v in a], [float(v) for v in b]
+    if len(a) != len(b):
+        raise ValueError(f"paired_ci: fields 'a', 'b': {len(a)} and {len(b)} values are not paired")
+    if len(a) < 2:
+        raise ValueError(f"paired_ci: field 'a': a t interval needs at least 2 pairs, got {len(a)}")
+    diffs = [x - y for x, y in zip(a, b)]
+    mean, sd = mean_sd(diffs)
+    half = t_quantile(0.5 + confidence / 2, len(diffs) - 1) * sd / math.sqrt(len(diffs))
+    return mean, mean - half, mean + half
+
+
+def verdict(lo: float, hi: float, expected_sign: int) -> str:
+    """'reproduced' when the interval lies entirely on the paper's side of 0, 'not reproduced' when it lies
+    entirely on the other side, 'inconclusive' when it includes 0."""
+    if expected_sign not in (1, -1):
+        raise ValueError(f"verdict: field 'expected_sign': must be 1 or -1, got {expected_sign}")
+    if lo > 0 or hi < 0:
+        return "reproduced" if (lo > 0) == (expected_sign > 0) else "not reproduced"
+    return "inconclusive"
