@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import importlib.util
 import io
 import json
@@ -221,6 +222,7 @@ def finetune(settings: Settings, model: str, task: str, out: Path, seed: int, *,
     return results, [h for h in history if "eval_loss" in h and "epoch" in h], cost
 
 
+@functools.lru_cache(maxsize=None)
 def train_size(settings: Settings, task: str) -> int:
     from hf_aux.demo import demo_task
 
@@ -244,7 +246,7 @@ class Study:
         from hf_aux.demo import minilm_path
 
         self.settings, self.json_path, self.runs_dir = settings, Path(json_path), Path(runs_dir)
-        self.model = model or minilm_path()
+        self.model = str(model or minilm_path())
         self.with_batch_homogeneous = with_batch_homogeneous
 
     @property
@@ -459,9 +461,11 @@ def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str
               f"(linear decay, 10% warm-up), {s.ft_epochs} epochs clipped to [{s.ft_min_steps}, {s.ft_max_steps}] "
               "updates, the same for both arms; fractions of the full train split from one fixed shuffle "
               f"(subset seed {s.subset_seed}, so 1% is inside 10%), seeds {', '.join(map(str, s.seeds))} change "
-              "the training order and new heads. `--reuse_head` for the pre-finetuned model: the multiple-choice "
-              "task starts from the shared choice head trained on chitchat_next_turn (§4); Rotten Tomatoes has no "
-              "head of its own in the checkpoint and gets a fresh one. Test accuracy is reported; nothing was "
+              "the training order and new heads. The pre-finetuned model is fine-tuned with `--reuse_head`, which "
+              "finds no head of a held-out task's name in the checkpoint, so its head is fresh as the base "
+              "model's; a third arm starts Rotten Tomatoes from the pre-finetuned IMDB head (same labels neg / "
+              "pos: `--task_name imdb --reuse_head`), the paper's head re-use (§4) where it applies. "
+              "Test accuracy is reported; nothing was "
               "tuned on test (the fine-tuning recipe is the README's, fixed before any run; the pre-finetuning "
               "budget is picked on validation).",
               f"- CPU time so far: {cpu_minutes(runs):.0f} CPU minutes over {len(runs)} recorded results "
@@ -524,45 +528,49 @@ def fit_section(runs, s: Settings) -> list[str]:
     return lines + [""]
 
 
-def heldout_rows(runs, claim, variant, s: Settings, fractions):
-    rows, verdicts = [], []
+ARM_LABELS = {"base": "base MiniLM", "muppet": "pre-finetuned, fresh head",
+              "muppet_task_head": "pre-finetuned, IMDB head re-used"}
+
+
+def values_of(runs, claim, variant, task, fraction) -> list[float]:
+    return [r["value"] for r in runs if r["claim"] == claim and r["variant"] == variant and r["task"] == task
+            and r["fraction"] == fraction]
+
+
+def heldout_rows(runs, claim, variant, s: Settings, fractions) -> list[str]:
+    """Table rows: per held-out task and fraction, base vs the arm, the paired difference and its verdict."""
+    rows = []
     for task in s.held_out:
         for fraction in sorted(fractions):
-            seeds, a, b = paired(runs, claim, variant, "heldout", "base", task, fraction)
-            base = [r["value"] for r in runs if r["claim"] == "heldout" and r["variant"] == "base"
-                    and r["task"] == task and r["fraction"] == fraction]
-            arm = [r["value"] for r in runs if r["claim"] == claim and r["variant"] == variant
-                   and r["task"] == task and r["fraction"] == fraction]
-            if not base and not arm:
+            base = values_of(runs, "heldout", "base", task, fraction)
+            arm = values_of(runs, claim, variant, task, fraction)
+            if not arm:
                 continue
-            steps = next((r["steps"] for r in runs if r["task"] == task and r["fraction"] == fraction), "")
-            examples = next((r.get("train_examples") for r in runs if r["task"] == task and r["fraction"] == fraction
-                             and r.get("train_examples")), "")
+            seeds, a, b = paired(runs, claim, variant, "heldout", "base", task, fraction)
+            done = [r for r in runs if r["claim"] == claim and r["variant"] == variant and r["task"] == task
+                    and r["fraction"] == fraction]
             cell, word = difference_cell(seeds, a, b)
-            rows.append(f"| {task} | {fraction:g} ({examples} ex., {steps} upd.) | "
+            rows.append(f"| {task} | {fraction:g} ({done[0].get('train_examples')} ex., {done[0]['steps']} upd.) | "
                         f"{fmt(*mean_sd(base)) if base else '-'} (n={len(base)}) | "
-                        f"{fmt(*mean_sd(arm)) if arm else '-'} (n={len(arm)}) | {cell} | {word} |")
-            verdicts.append((task, fraction, word))
-    return rows, verdicts
+                        f"{fmt(*mean_sd(arm))} (n={len(arm)}) | {cell} | {word} |")
+    return rows
 
 
 def heldout_section(runs, s: Settings, folder: Path) -> list[str]:
-    lines = ["## Claim 1: held-out tasks fine-tune better from the pre-finetuned model", "", PAPER["heldout"], "",
-             "Test accuracy, mean ± sd over seeds; the difference is pre-finetuned - base, paired by seed, with its "
-             "95% t interval; verdict: reproduced when the interval lies above 0.", "",
-             "| task | train fraction | base MiniLM | pre-finetuned | difference [95% CI] | verdict |",
-             "|---|---|---|---|---|---|"]
-    rows, _ = heldout_rows(runs, "heldout", "muppet", s, s.fractions)
-    if not rows:
-        return lines[:4] + ["No run yet.", ""]
-    lines += rows
+    lines = ["## Claim 1: held-out tasks fine-tune better from the pre-finetuned model", "", PAPER["heldout"], ""]
+    if not [r for r in runs if r["claim"] == "heldout"]:
+        return lines + ["No run yet.", ""]
+    lines += ["Test accuracy, mean ± sd over seeds; the difference is arm - base, paired by seed, with its 95% t "
+              "interval; verdict: reproduced when the interval lies above 0."]
+    for variant in ("muppet", "muppet_task_head"):
+        rows = heldout_rows(runs, "heldout", variant, s, s.fractions)
+        if rows:
+            lines += ["", f"**{ARM_LABELS[variant]}** against base MiniLM:", "",
+                      f"| task | train fraction | base MiniLM | {ARM_LABELS[variant]} | difference [95% CI] | verdict |",
+                      "|---|---|---|---|---|---|", *rows]
     figure = plot_heldout(runs, s, folder)
     if figure:
         lines += ["", f"![test accuracy vs train fraction]({figure})"]
-    reuse = [r for r in runs if r["claim"] == "heldout" and r["variant"] == "muppet"]
-    if reuse:
-        used = sorted({r["task"] for r in reuse if r.get("reused_head")})
-        lines += ["", f"Heads re-used from the checkpoint: {', '.join(used) or 'none'}."]
     return lines + [""]
 
 
@@ -575,27 +583,30 @@ def plot_heldout(runs, s: Settings, folder: Path) -> str | None:
     tasks = [t for t in s.held_out if any(r["claim"] == "heldout" and r["task"] == t for r in runs)]
     if not tasks:
         return None
-    figure, axes = plt.subplots(1, len(tasks), figsize=(5.2 * len(tasks), 3.8), squeeze=False)
+    figure, axes = plt.subplots(1, len(tasks), figsize=(5.2 * len(tasks), 4.0), squeeze=False)
+    styles = {"base": "o--", "muppet": "s-", "muppet_task_head": "^-"}
     for axis, task in zip(axes[0], tasks):
-        for variant, label, style in (("base", "base MiniLM", "o--"), ("muppet", "pre-finetuned (MUPPET)", "s-")):
+        for variant, style in styles.items():
             points = []
             for fraction in sorted(s.fractions):
-                values = [r["value"] for r in runs if r["claim"] == "heldout" and r["variant"] == variant
-                          and r["task"] == task and r["fraction"] == fraction]
+                values = values_of(runs, "heldout", variant, task, fraction)
                 if values:
                     mean, sd = mean_sd(values)
                     points.append((fraction * 100, mean, 0.0 if math.isnan(sd) else sd))
             if points:
                 x, y, e = zip(*points)
-                axis.errorbar(x, y, yerr=e, fmt=style, capsize=3, label=label)
+                axis.errorbar(x, y, yerr=e, fmt=style, capsize=3, label=ARM_LABELS[variant])
         axis.set_xscale("log")
         axis.set_xlabel("train data used (% of the train split, log scale)")
-        axis.set_ylabel("test accuracy")
+        axis.set_ylabel("test accuracy (mean ± sd over seeds)")
         axis.set_title(task)
         axis.grid(alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="lower center", ncol=2, bbox_to_anchor=(0.5, -0.02))
-    figure.tight_layout(rect=(0, 0.08, 1, 1))
+    handles = {}
+    for axis in axes[0]:
+        for handle, label in zip(*axis.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    figure.legend(list(handles.values()), list(handles), loc="lower center", ncol=3, bbox_to_anchor=(0.5, 0.0))
+    figure.tight_layout(rect=(0, 0.09, 1, 1))
     name = "muppet_heldout.png"
     figure.savefig(folder / name, dpi=110)
     plt.close(figure)
