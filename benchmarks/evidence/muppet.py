@@ -593,7 +593,7 @@ def plot_heldout(runs, s: Settings, folder: Path) -> str | None:
     tasks = [t for t in s.held_out if any(r["claim"] == "heldout" and r["task"] == t for r in runs)]
     if not tasks:
         return None
-    figure, axes = plt.subplots(1, len(tasks), figsize=(5.2 * len(tasks), 4.0), squeeze=False)
+    figure, axes = plt.subplots(1, len(tasks), figsize=(max(8.0, 5.2 * len(tasks)), 4.2), squeeze=False)
     styles = {"base": "o--", "muppet": "s-", "muppet_task_head": "^-"}
     for axis, task in zip(axes[0], tasks):
         for variant, style in styles.items():
