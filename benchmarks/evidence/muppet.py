@@ -510,8 +510,8 @@ def fit_section(runs, s: Settings) -> list[str]:
     lines += ["Validation accuracy of each mixture task after e epochs: the pre-finetuned model (one multi-task "
               "run, evaluated after each epoch) against MiniLM fine-tuned on that task alone for the same epochs "
               "over the same rows (the same per-task budget; batch "
-              f"{s.batch_size}, learning rate {s.pft_learning_rate:g}, {s.warmup_updates} warm-up updates). Chance "
-              "level: the majority class (classification) or 0.25 (4 choices).", "", header,
+              f"{s.batch_size}, learning rate {s.pft_learning_rate:g}, {s.warmup_updates} warm-up updates). "
+              "\"-\": not run yet (the single-task references run after claim 1's first fraction).", "", header,
               "|---|" + "---|---|" * len(epochs)]
     value = {(r["variant"], r["task"], r["epoch"]): r["value"] for r in fit}
     for task in [*s.mixture, "average"]:
