@@ -162,7 +162,10 @@ def pretrain(settings: Settings, model: str, out: Path, tasks, epochs: int, batc
     finished, only reads its log."""
     state_file = out / "trainer_state.json"
     cost = {"wall_s": 0.0, "cpu_s": 0.0}
-    if not (out / "multitask_config.json").is_file() or not state_file.is_file():
+    finished = (out / "multitask_config.json").is_file() and state_file.is_file()
+    if finished and json.loads(state_file.read_text())["log_history"][-1].get("epoch", 0) < epochs - 1e-6:
+        finished = False  # a longer budget than the run had: it resumes from its last checkpoint (constant rate)
+    if not finished:
         run_muppet = load_run_script("run_muppet")
         argv = ["--model_name_or_path", model, "--demo_tasks", *tasks, "--output_dir", str(out), "--do_train",
                 "--do_eval", "--max_train_samples", str(settings.pft_train_rows), "--max_eval_samples",
@@ -270,10 +273,13 @@ class Study:
         meta = run_meta()
         self.log(f"pre-finetuning {name}: {len(tasks)} tasks, {epochs} epochs, {batching}, scaling {loss_scaling}")
         evals, cost = pretrain(self.settings, self.model, out, tasks, epochs, batching, loss_scaling)
-        if not has_run(self.runs, claim=claim, variant=name, run_id=name):
+        recorded = {r["epoch"] for r in self.runs if r["claim"] == claim and r.get("run_id") == name}
+        if any(round(entry["epoch"]) not in recorded for entry in evals):
             objects = []
             for entry in evals:
                 epoch = round(entry["epoch"])
+                if epoch in recorded:
+                    continue
                 base = {"claim": claim, "variant": name, "run_id": name, "seed": self.settings.pft_seed,
                         "epoch": epoch, "steps": entry["step"], "split": "validation", "tasks": list(tasks),
                         "batching": batching, "loss_scaling": loss_scaling}
@@ -690,10 +696,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="folder for the JSON, report and run folders (default: docs/evidence, and --runs_dir)")
     parser.add_argument("--runs_dir", type=Path, default=RUNS_DIR, help="pre-finetuned checkpoints (not committed)")
     parser.add_argument("--claims", nargs="+", default=["1", "3", "2"], choices=["1", "2", "3"])
+    parser.add_argument("--pft_epochs", type=int, default=None,
+                        help="the fit pilot's longest budget (default: the settings'); a longer one resumes it")
     parser.add_argument("--with_batch_homogeneous", action="store_true",
                         help="run claim 2's batch-homogeneous arm (after the sampler fix of issue #13)")
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else FULL
+    if args.pft_epochs is not None:
+        settings = dataclasses.replace(settings, pft_epochs=args.pft_epochs)
     json_path = args.out / "muppet.json" if args.out else JSON_PATH
     report_path = args.out / "muppet.md" if args.out else REPORT_PATH
     if not args.report:
