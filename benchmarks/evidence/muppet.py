@@ -500,7 +500,12 @@ def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str
               "# after the batch-homogeneous sampler fix (issue #13) is merged:",
               "#   ... benchmarks/evidence/muppet.py --claims 2 --with_batch_homogeneous",
               ".venv/bin/python benchmarks/evidence/muppet.py --report",
-              "```", ""]
+              "```", "",
+              "A longer pre-finetuning budget (if the single-task references show the mixture undertrained): "
+              "`--pft_epochs 6` resumes the pilot from its last checkpoint (the rate is constant after warm-up, so "
+              "epoch e of the longer run is still a run of e epochs). Claims 1-3 then use the new best epoch, so "
+              "give them their own JSON and report (`--out docs/evidence/muppet_6ep`), leaving this one as it is.",
+              ""]
     text = "\n".join(lines)
     report_path.write_text(text)
     return text
@@ -601,6 +606,7 @@ def plot_heldout(runs, s: Settings, folder: Path) -> str | None:
         return None
     figure, axes = plt.subplots(1, len(tasks), figsize=(max(8.0, 5.2 * len(tasks)), 4.2), squeeze=False)
     styles = {"base": "o--", "muppet": "s-", "muppet_task_head": "^-"}
+    nudge = {"base": 0.93, "muppet": 1.0, "muppet_task_head": 1.07}  # side by side at each fraction (log x)
     for axis, task in zip(axes[0], tasks):
         for variant, style in styles.items():
             points = []
@@ -608,11 +614,15 @@ def plot_heldout(runs, s: Settings, folder: Path) -> str | None:
                 values = values_of(runs, "heldout", variant, task, fraction)
                 if values:
                     mean, sd = mean_sd(values)
-                    points.append((fraction * 100, mean, 0.0 if math.isnan(sd) else sd))
+                    points.append((fraction * 100 * nudge[variant], mean, 0.0 if math.isnan(sd) else sd))
             if points:
                 x, y, e = zip(*points)
                 axis.errorbar(x, y, yerr=e, fmt=style, capsize=3, label=ARM_LABELS[variant])
         axis.set_xscale("log")
+        ticks = sorted(f * 100 for f in s.fractions)
+        axis.set_xticks(ticks, [f"{t:g}%" for t in ticks])
+        axis.minorticks_off()
+        axis.set_xlim(ticks[0] / 2, ticks[-1] * 2)
         axis.set_xlabel("train data used (% of the train split, log scale)")
         axis.set_ylabel("test accuracy (mean ± sd over seeds)")
         axis.set_title(task)
