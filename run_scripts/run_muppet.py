@@ -209,6 +209,10 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         trainer.save_metrics("eval", metrics)
         results.update(metrics)
         print_task_table(tasks, eval_data, metrics)
+        if data_args.mixture_file is None:  # the demo mixture: where its held-out benefit is measured
+            print(f"Held-out tasks: docs/evidence/muppet.md compares fine-tuning plain MiniLM and a pre-finetuned "
+                  f"one (seeds, CIs); to try one task: run_scripts/run_finetune.py --model_name_or_path "
+                  f"{training_args.output_dir} --demo_task rotten_tomatoes --do_train --do_eval\n", flush=True)
 
     kwargs = {"finetuned_from": model_path, "tags": ["muppet", "pre-finetuning"],
               "dataset_tags": [t.dataset_name for t in tasks if t.dataset_name]}

