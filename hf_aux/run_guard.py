@@ -346,6 +346,42 @@ def threading_main() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+class _Terminated(BaseException):
+    """SIGTERM outside the training steps, raised like KeyboardInterrupt (no `except Exception` swallows it)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def run_command(main, *args):
+    """A run script's entry point: `main(*args)`, with SIGTERM acting as Ctrl-C does. Inside the training steps
+    `InterruptCallback` checkpoints and exits with its own line; anywhere else (loading data or models, evaluating,
+    saving) a Ctrl-C or SIGTERM ends the process with one line and exit code 128 + the signal number instead of a
+    traceback. The SIGTERM handler is restored when `main` returns."""
+
+    def on_sigterm(signum, frame):
+        raise _Terminated(signum)
+
+    previous = signal.getsignal(signal.SIGTERM) if threading_main() else None
+    if previous is not None:
+        signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        return main(*args)
+    except KeyboardInterrupt:
+        signum = signal.SIGINT
+    except _Terminated as interrupted:
+        signum = interrupted.signum
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    message = (f"hf_aux: interrupted by {signal.Signals(signum).name} outside the training steps; nothing "
+               "half-written is ever resumed from: run the same command again to resume from the last complete "
+               "checkpoint in --output_dir (or to start, if there is none).")
+    print(message, file=sys.stderr, flush=True)
+    raise SystemExit(128 + signum)
+
+
 # ---- the guard ----------------------------------------------------------------------------------------------------
 
 

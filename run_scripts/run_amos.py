@@ -60,7 +60,7 @@ from hf_aux.hub import (
     create_hub_repo, explain_hub_errors, hub_id_or_none, push_trainer_output, resolve_checkpoint,
 )
 from hf_aux.modeling.amos import AmosModel, AmosModelConfig
-from hf_aux.run_guard import guard_output_dir
+from hf_aux.run_guard import guard_output_dir, run_command
 from hf_aux.trainers.amos import AmosConfig, AmosTrainer
 from hf_aux.validation import check_corpus, check_holdout_split, load_data_files
 
@@ -351,4 +351,4 @@ def print_summary(trainer: AmosTrainer, layers: list[int]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

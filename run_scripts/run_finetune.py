@@ -96,7 +96,7 @@ from hf_aux.metrics import (
 )
 from hf_aux.modeling.multitask import MULTITASK_CONFIG_NAME, MultiTaskConfig, MultiTaskModel
 from hf_aux.nonfinite import install_nonfinite_guard
-from hf_aux.run_guard import guard_output_dir
+from hf_aux.run_guard import guard_output_dir, run_command
 from hf_aux.tasks import DATA_FILE_BUILDERS, TASK_KINDS, TaskSpec, load_mixture, load_task_splits
 from hf_aux.validation import infer_class_labels, load_data_files, read_structured_file
 
@@ -625,4 +625,4 @@ def write_model_card(trainer: Trainer, task: TaskSpec, model_args: ModelArgument
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

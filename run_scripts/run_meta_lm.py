@@ -53,7 +53,7 @@ from hf_aux.cli import parse_command_line
 from hf_aux.data import group_texts_for_mlm
 from hf_aux.hub import create_hub_repo, explain_hub_errors, hub_id_or_none, push_trainer_output
 from hf_aux.modeling.teacher import MetaLMTeacher, add_meta_lm_tokens
-from hf_aux.run_guard import guard_output_dir
+from hf_aux.run_guard import guard_output_dir, run_command
 from hf_aux.trainers.meta_lm import MetaLMConfig, MetaLMTrainer
 from hf_aux.validation import check_corpus, check_holdout_split, load_data_files
 
@@ -242,4 +242,4 @@ def main(model_args, data_args, training_args):
 
 
 if __name__ == "__main__":
-    main(*parse(sys.argv[1:]))
+    run_command(lambda: main(*parse(sys.argv[1:])))

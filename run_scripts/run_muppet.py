@@ -47,7 +47,7 @@ from hf_aux.demo import minilm_path
 from hf_aux.hub import create_hub_repo, explain_hub_errors, push_trainer_output
 from hf_aux.metrics import PRIMARY_METRIC, majority_baseline
 from hf_aux.modeling.multitask import MultiTaskModel
-from hf_aux.run_guard import guard_output_dir
+from hf_aux.run_guard import guard_output_dir, run_command
 from hf_aux.tasks import load_mixture, load_task_splits
 from hf_aux.trainers.muppet import MuppetConfig, MuppetTrainer
 
@@ -238,4 +238,4 @@ def print_task_table(tasks, eval_data, metrics: dict) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

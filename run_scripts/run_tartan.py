@@ -89,7 +89,7 @@ from hf_aux.metrics import classification_metrics
 from hf_aux.modeling.tartan import TartanModel
 from hf_aux.nonfinite import install_nonfinite_guard
 from hf_aux.tasks import TaskSpec, load_task_splits
-from hf_aux.run_guard import guard_output_dir
+from hf_aux.run_guard import guard_output_dir, run_command
 from hf_aux.trainers.tartan import TartanConfig, TartanTrainer
 from hf_aux.validation import check_corpus, infer_class_labels, load_data_files
 
@@ -373,4 +373,4 @@ def main(model_args: ModelArguments, data_args: DataTrainingArguments, training_
 
 
 if __name__ == "__main__":
-    main(*parse_args())
+    run_command(lambda: main(*parse_args()))

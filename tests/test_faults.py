@@ -720,3 +720,30 @@ def test_string_labels_in_a_meta_lm_mixture_train(tmp_path, tiny_dir, monkeypatc
     script, argv = training_case("run_meta_lm-hard", tmp_path, tiny_dir, "--max_steps", "2")
     trainer = run_script(script, argv)
     assert trainer.state.global_step == 2 and (tmp_path / "out" / "model.safetensors").is_file()
+
+
+def test_an_interrupt_outside_the_training_steps_is_one_line_and_exit_128_plus_signal(capsys):
+    """run_command, every script's entry point: Ctrl-C or SIGTERM while data or models load (or during evaluation)
+    ends with one line on stderr and 128 + the signal number, not a traceback; SIGTERM's handler is restored."""
+    import os
+    import signal
+    import time
+
+    from hf_aux.run_guard import run_command
+
+    def loading():
+        raise KeyboardInterrupt
+
+    def terminated():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this returns
+
+    previous = signal.getsignal(signal.SIGTERM)
+    for body, code, name in ((loading, 130, "SIGINT"), (terminated, 143, "SIGTERM")):
+        with pytest.raises(SystemExit) as exit_info:
+            run_command(body)
+        assert exit_info.value.code == code
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"hf_aux: interrupted by {name} outside the training steps")
+        assert signal.getsignal(signal.SIGTERM) is previous
+    assert run_command(lambda x: x + 1, 1) == 2 and signal.getsignal(signal.SIGTERM) is previous
