@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny import tiny_config, tiny_tokenizer
-from transformers import AutoModel
+from tiny import save_tiny_bert
 
 from script_loader import load_run_script
 
@@ -26,12 +25,7 @@ QUIET = ["--report_to", "none", "--disable_tqdm", "true", "--seed", "0", "--save
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory) -> str:
-    folder = tmp_path_factory.mktemp("tiny_bert")
-    tokenizer = tiny_tokenizer()
-    torch.manual_seed(0)
-    AutoModel.from_config(tiny_config("bert", tokenizer)).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert"))
 
 
 def parse(script: str, argv: list[str]):

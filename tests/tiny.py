@@ -58,3 +58,14 @@ def tiny_config(model_type: str = "bert", tokenizer=None, **overrides):
 
 def seed_all(seed: int = 0) -> None:
     torch.manual_seed(seed)
+
+
+def save_tiny_bert(folder) -> str:
+    """A seeded tiny BertModel and its tokenizer saved in `folder` (a local checkpoint for the run scripts)."""
+    from transformers import AutoModel
+
+    tokenizer = tiny_tokenizer()
+    torch.manual_seed(0)
+    AutoModel.from_config(tiny_config("bert", tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
