@@ -18,14 +18,15 @@ check_versions()
 
 # public name -> submodule that defines it
 _LAZY_NAMES: dict[str, str] = {
-    "LoraArguments": "adapters",
+    "LoraArguments": "cli.arguments",
+    "TokenSafeTrainingArguments": "training_args",
     **dict.fromkeys(
         ["MLMCollator", "MultiTaskCollator", "TokenizedTask", "group_texts_for_mlm", "mask_tokens_for_mlm",
          "tokenize_task"],
         "data",
     ),
     **dict.fromkeys(
-        ["HubDownloadError", "HubPushError", "HubTokenSafeArgsMixin", "TokenSafeTrainingArguments",
+        ["HubDownloadError", "HubPushError", "HubTokenSafeArgsMixin",
          "create_hub_repo", "explain_hub_errors", "push_folder_to_hub", "push_trainer_output"],
         "hub",
     ),
@@ -69,10 +70,11 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static analysers and IDEs see the real imports
-    from .adapters import LoraArguments
+    from .cli.arguments import LoraArguments
+    from .training_args import TokenSafeTrainingArguments
     from .data import (MLMCollator, MultiTaskCollator, TokenizedTask, group_texts_for_mlm, mask_tokens_for_mlm,
                        tokenize_task)
-    from .hub import (HubDownloadError, HubPushError, HubTokenSafeArgsMixin, TokenSafeTrainingArguments,
+    from .hub import (HubDownloadError, HubPushError, HubTokenSafeArgsMixin,
                       create_hub_repo, explain_hub_errors, push_folder_to_hub, push_trainer_output)
     from .metrics import (PRIMARY_METRIC, classification_metrics, compute_task_metrics, majority_baseline,
                           multiple_choice_metrics, postprocess_qa_predictions, qa_metrics, regression_metrics,

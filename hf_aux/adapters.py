@@ -9,7 +9,7 @@ Checkpoint files of a LoRA body are peft's own: adapter_config.json + adapter_mo
 folder)` restores the adapted body without hf_aux. The frozen base weights are not written: loading needs the
 base model (`base_model_name_or_path` in adapter_config.json, or given explicitly).
 
-`LoraArguments` is the run scripts' dataclass for the flags `--use_lora --lora_r --lora_alpha --lora_dropout
+`LoraArguments` (defined in hf_aux.cli.arguments, importable here) holds the flags `--use_lora --lora_r --lora_alpha --lora_dropout
 --lora_target_modules --merge_lora`.
 """
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-from dataclasses import dataclass, field
 
 from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 from peft.utils import CONFIG_NAME as ADAPTER_CONFIG_NAME
@@ -27,54 +26,12 @@ from peft.utils import load_peft_weights
 from safetensors.torch import save_file
 from torch import nn
 
-
-MERGED_SUBFOLDER = "merged"  # where the run scripts' --merge_lora writes the merged copy; model cards point at it
+from .cli.arguments import MERGED_SUBFOLDER, LoraArguments  # noqa: F401  (the flags; kept importable here)
 
 
 def merged_subfolder(output_dir: str) -> str | None:
     """MERGED_SUBFOLDER if a merged copy was written in `output_dir`, else None (for the model card)."""
     return MERGED_SUBFOLDER if os.path.isdir(os.path.join(output_dir, MERGED_SUBFOLDER)) else None
-
-
-@dataclass
-class LoraArguments:
-    """LoRA on the shared body (run_muppet.py, run_tartan.py)."""
-
-    use_lora: bool = field(default=False, metadata={
-        "help": "Train LoRA adapters on the shared body (frozen base weights) and the task heads, instead of every "
-                "weight. Checkpoints then hold the adapter and the heads only."})
-    lora_r: int = field(default=8, metadata={"help": "LoRA rank r."})
-    lora_alpha: float = field(default=16.0, metadata={
-        "help": "LoRA scaling alpha (the update is scaled by alpha / r)."})
-    lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA branch's input."})
-    lora_target_modules: list[str] | None = field(default=None, metadata={
-        "help": "Body modules that get adapters (names or name suffixes, e.g. query key value dense; 'all-linear' "
-                "for every linear layer). Default: peft's choice for the architecture (BERT-likes: query value)."})
-    merge_lora: bool = field(default=False, metadata={
-        "help": "After training, also write a merged plain checkpoint (adapters folded into the base weights) to "
-                "<output_dir>/merged, loadable by transformers alone."})
-
-    def __post_init__(self):
-        if self.lora_r < 1:
-            raise ValueError(f"LoraArguments: field 'lora_r': needs a positive integer, got {self.lora_r}")
-        if not self.lora_alpha > 0:
-            raise ValueError(f"LoraArguments: field 'lora_alpha': must be > 0, got {self.lora_alpha}")
-        if not 0.0 <= self.lora_dropout < 1.0:
-            raise ValueError(f"LoraArguments: field 'lora_dropout': {self.lora_dropout} not in [0, 1)")
-        if self.merge_lora and not self.use_lora:
-            raise ValueError("LoraArguments: field 'merge_lora': needs --use_lora")
-        if self.lora_target_modules is not None and not self.lora_target_modules:
-            raise ValueError("LoraArguments: field 'lora_target_modules': give at least one module name")
-
-    def lora_config(self) -> LoraConfig | None:
-        """The `LoraConfig` these flags describe, or None without --use_lora."""
-        if not self.use_lora:
-            return None
-        targets = self.lora_target_modules
-        if targets == ["all-linear"]:
-            targets = "all-linear"
-        return LoraConfig(r=self.lora_r, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
-                          target_modules=targets)
 
 
 def is_lora_body(module: nn.Module) -> bool:

@@ -98,7 +98,7 @@ from dataclasses import fields
 from pathlib import Path
 from urllib.parse import urlparse
 
-from .tasks import TaskSpec
+from .task_spec import TaskSpec
 
 DEMO_TASK_NAMES = (
     "imdb",

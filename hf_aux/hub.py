@@ -26,7 +26,6 @@ import logging
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import huggingface_hub
@@ -40,9 +39,6 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from transformers import TrainingArguments
-
-from .run_guard import RunArgsMixin
 
 logger = logging.getLogger(__name__)
 
@@ -145,13 +141,6 @@ class HubTokenSafeArgsMixin:
         memo[id(self)] = clone
         clone.__dict__.update(copy.deepcopy(self.__dict__, memo))
         return clone
-
-
-@dataclass
-class TokenSafeTrainingArguments(HubTokenSafeArgsMixin, RunArgsMixin, TrainingArguments):
-    """Plain `TrainingArguments` whose pickles (training_args.bin) never hold `hub_token`, with hf_aux's run
-    settings (`RunArgsMixin`: overwrite_output_dir, on_nonfinite): for scripts that train with a plain `Trainer`
-    (run_finetune.py)."""
 
 
 class HubPushError(RuntimeError):

@@ -214,6 +214,44 @@ def majority_baseline(labels, train_labels=None) -> float:
     return sum(label == majority for label in labels) / len(labels)
 
 
+def label_indices(task, split) -> list:
+    """A split's labels as the model sees them: class indices (string labels -> their index in
+    `task.label_names`), choice indices or values."""
+    labels = split[task.label_column]
+    if task.kind == "classification" and task.label_names:
+        index = {name: i for i, name in enumerate(task.label_names)}
+        return [index[x] if isinstance(x, str) else int(x) for x in labels]
+    return list(labels)
+
+
+def baseline_metrics(task, train_raw, eval_raw) -> dict[str, float]:
+    """A trivial predictor's score on one task's evaluation split (the number a fine-tuned model must beat),
+    fitted on the train split when there is one: the majority class (classification, multiple choice), always
+    answering "" (extractive QA), the train mean (regression, as an MSE)."""
+    if task.kind == "extractive_qa":
+        answers = eval_raw[task.answers_column]
+        return {"null_answer_baseline": qa_metrics([""] * len(answers), answers)[PRIMARY_METRIC["extractive_qa"]]}
+    labels = label_indices(task, eval_raw)
+    train_labels = label_indices(task, train_raw) if train_raw is not None else None
+    if task.kind == "regression":
+        mean = np.mean(train_labels if train_labels is not None else labels)
+        return {"mean_baseline_mse": float(np.mean((np.asarray(labels, dtype=np.float64) - mean) ** 2))}
+    return {"majority_baseline": majority_baseline(labels, train_labels=train_labels)}
+
+
+def majority_baselines(tasks, raw: dict, eval_data: dict) -> dict[str, float]:
+    """`eval_<task>_majority_baseline` for every task of a mixture scored by accuracy: the majority class of
+    its train split (raw[task.name]["train"], when there is one) on its tokenised evaluation labels."""
+    baselines = {}
+    for task in tasks:
+        if task.name not in eval_data or PRIMARY_METRIC[task.kind] != "accuracy":
+            continue
+        train_labels = label_indices(task, raw[task.name]["train"]) if "train" in raw[task.name] else None
+        baselines[f"eval_{task.name}_majority_baseline"] = majority_baseline(eval_data[task.name]["labels"],
+                                                                              train_labels)
+    return baselines
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Extractive QA: window logits -> answer text -> SQuAD exact match / F1
 # --------------------------------------------------------------------------------------------------------------

@@ -1,183 +1,25 @@
-"""What a task is: its kind, its columns, its labels, where its data comes from.
+"""Reading tasks and their data: mixture files, one-task files, data files with their columns, Hub datasets
+(`load_mixture`, `task_from_file`, `task_from_data_files`, `task_from_hub`: the one reader every command uses), and
+`load_task_splits` for a task's data.
 
-A `TaskSpec` is pure description (it round-trips through `to_dict`/`from_dict` and a mixture file); data is
-loaded by `load_task_splits`. Every validation error is a `ValueError` of the form
-``task '<name>': field '<field>': <what is wrong>``.
+What a task is (`TaskSpec`, `TASK_KINDS`) lives in `hf_aux.task_spec` and is importable from here too. Every
+validation error is a `ValueError` of the form ``task '<name>': field '<field>': <what is wrong>``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
-from dataclasses import dataclass, field, fields
+import re
 from pathlib import Path
-from typing import Any
 
-from .validation import check_text_cells, load_data_files, read_structured_file
+from .task_spec import SPLITS, TASK_KINDS, TaskSpec, task_error
 
-TASK_KINDS = ("classification", "regression", "multiple_choice", "extractive_qa", "seq2seq")
-DATA_FILE_BUILDERS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
-SPLITS = ("train", "validation", "test")
-
-
-def task_error(task: str, field_name: str, message: str) -> ValueError:
-    return ValueError(f"task '{task}': field '{field_name}': {message}")
-
-
-@dataclass
-class TaskSpec:
-    """One supervised task of a multi-task mixture.
-
-    Columns used per kind:
-      classification / regression: `text_columns` (one sentence or a sentence pair), `label_column`
-      multiple_choice: `choices_column` (a list of strings per example), optional `question_column` (the shared
-          context each choice is paired with), `label_column` (index of the right choice)
-      extractive_qa: `question_column`, `context_column`, `answers_column` (SQuAD format:
-          {"text": [...], "answer_start": [...]}, empty lists for unanswerable questions)
-      seq2seq: `source_column`, `target_column`
-    Data: exactly one of `dataset_name` (a Hub id, with `dataset_config`), `data_files` (local csv/json/jsonl/
-    parquet: one path, or a dict split -> path) and `dataset` (an in-memory `datasets.Dataset` or `DatasetDict`,
-    never serialised).
-    """
-
-    name: str
-    kind: str
-    text_columns: list[str] = field(default_factory=lambda: ["text"])
-    label_column: str = "label"
-    label_names: list[str] | None = None
-    num_labels: int | None = None
-    choices_column: str = "choices"
-    question_column: str | None = "question"
-    context_column: str = "context"
-    answers_column: str = "answers"
-    source_column: str = "source"
-    target_column: str = "target"
-    dataset_name: str | None = None
-    dataset_config: str | None = None
-    data_files: str | dict[str, str] | None = None
-    dataset: Any = field(default=None, repr=False, compare=False)
-    train_split: str = "train"
-    validation_split: str | None = "validation"
-    test_split: str | None = "test"
-    validation_fraction: float | None = None
-    max_train_samples: int | None = None
-    max_eval_samples: int | None = None
-
-    def __post_init__(self):
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise ValueError(f"task {self.name!r}: field 'name': must be a non-empty string")
-        if any(c in self.name for c in "/\\. ") or self.name.startswith("_"):
-            raise task_error(self.name, "name", "may not contain '/', '\\', '.', spaces or start with '_' "
-                             "(it names a head in checkpoints)")
-        if self.kind not in TASK_KINDS:
-            raise task_error(self.name, "kind", f"unknown kind {self.kind!r}; expected one of {list(TASK_KINDS)}")
-        if isinstance(self.text_columns, str):
-            self.text_columns = [self.text_columns]
-        if self.kind in ("classification", "regression"):
-            if not 1 <= len(self.text_columns) <= 2 or not all(isinstance(c, str) and c for c in self.text_columns):
-                raise task_error(self.name, "text_columns", f"needs one or two column names, got {self.text_columns!r}")
-        if self.kind == "classification":
-            self._check_labels()
-        elif self.kind == "regression":
-            if self.label_names is not None:
-                raise task_error(self.name, "label_names", "a regression task has no label names")
-            if self.num_labels not in (None, 1):
-                raise task_error(self.name, "num_labels", f"a regression task predicts one value, got {self.num_labels}")
-            self.num_labels = 1
-        elif self.label_names is not None or self.num_labels is not None:
-            offending = "label_names" if self.label_names is not None else "num_labels"
-            raise task_error(self.name, offending, f"only classification and regression tasks take it, not {self.kind}")
-        if self.kind == "extractive_qa" and not self.question_column:
-            raise task_error(self.name, "question_column", "an extractive_qa task needs a question column")
-        self._check_source()
-        if self.validation_fraction is not None and not 0.0 < self.validation_fraction < 1.0:
-            raise task_error(self.name, "validation_fraction", f"must be in (0, 1), got {self.validation_fraction}")
-        for name in ("max_train_samples", "max_eval_samples"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise task_error(self.name, name, f"must be a positive integer, got {value!r}")
-
-    def _check_labels(self):
-        if self.label_names is not None:
-            if not isinstance(self.label_names, (list, tuple)) or not all(isinstance(n, str) for n in self.label_names):
-                raise task_error(self.name, "label_names", f"must be a list of strings, got {self.label_names!r}")
-            self.label_names = list(self.label_names)
-            if len(set(self.label_names)) != len(self.label_names):
-                raise task_error(self.name, "label_names", f"has duplicates: {self.label_names}")
-            if self.num_labels is None:
-                self.num_labels = len(self.label_names)
-            elif self.num_labels != len(self.label_names):
-                raise task_error(self.name, "num_labels",
-                                 f"{self.num_labels} disagrees with the {len(self.label_names)} label_names")
-        if self.num_labels is None:
-            raise task_error(self.name, "num_labels", "a classification task needs num_labels or label_names")
-        if not isinstance(self.num_labels, int) or self.num_labels < 2:
-            raise task_error(self.name, "num_labels", f"a classification task needs at least 2 labels, got {self.num_labels!r}")
-
-    def _check_source(self):
-        given = [n for n in ("dataset_name", "data_files", "dataset") if getattr(self, n) is not None]
-        if len(given) != 1:
-            raise task_error(self.name, "dataset_name",
-                             f"give exactly one data source (dataset_name, data_files or dataset), got {given or 'none'}")
-        if self.data_files is not None:
-            files = self.data_files if isinstance(self.data_files, dict) else {self.train_split: self.data_files}
-            if not files:
-                raise task_error(self.name, "data_files", "is empty")
-            read = [s for s in (self.train_split, self.validation_split, self.test_split) if s]
-            unread = [s for s in files if s not in read]
-            if unread:
-                raise task_error(self.name, "data_files", f"split {unread[0]!r} is not read: the task reads the "
-                                 f"splits {read}; rename the key to one of them, or map it (e.g. validation_split: "
-                                 f"{unread[0]})")
-            suffixes = set()
-            for split, path in files.items():
-                suffix = Path(str(path)).suffix.lower()
-                if suffix not in DATA_FILE_BUILDERS:
-                    raise task_error(self.name, "data_files",
-                                     f"{path!r} ({split}): unsupported extension; use one of {sorted(DATA_FILE_BUILDERS)}")
-                suffixes.add(DATA_FILE_BUILDERS[suffix])
-            if len(suffixes) > 1:
-                raise task_error(self.name, "data_files", f"mixes file formats {sorted(suffixes)}")
-
-    # ----------------------------------------------------------------------------------------------------------
-    @property
-    def id2label(self) -> dict[int, str]:
-        if self.kind != "classification":
-            return {}
-        names = self.label_names or [str(i) for i in range(self.num_labels)]
-        return dict(enumerate(names))
-
-    def required_columns(self) -> list[str]:
-        if self.kind in ("classification", "regression"):
-            return [*self.text_columns, self.label_column]
-        if self.kind == "multiple_choice":
-            return [c for c in (self.question_column, self.choices_column, self.label_column) if c]
-        if self.kind == "extractive_qa":
-            return [self.question_column, self.context_column, self.answers_column]
-        return [self.source_column, self.target_column]
-
-    def to_dict(self) -> dict:
-        """JSON-serialisable description (the in-memory `dataset` is left out)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "dataset"}
-
-    def head_metadata(self) -> dict:
-        """What a checkpoint needs to rebuild this task's head: name, kind, labels."""
-        return {"name": self.name, "kind": self.kind, "num_labels": self.num_labels, "label_names": self.label_names}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> TaskSpec:
-        if not isinstance(data, dict):
-            raise ValueError(f"task {data!r}: field 'task': each task must be a mapping")
-        name = data.get("name", "<unnamed>")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise task_error(str(name), unknown[0], f"unknown field; known fields are {sorted(known - {'dataset'})}")
-        for required in ("name", "kind"):
-            if required not in data:
-                raise task_error(str(name), required, "is required")
-        return cls(**data)
-
+__all__ = ["SPLITS", "TASK_KINDS", "TaskSpec", "check_task_data", "check_unique_names", "hub_task_name",
+           "load_mixture", "load_task_splits", "task_error", "task_from_data_files", "task_from_entry",
+           "task_from_file", "task_from_hub"]
+from .validation import check_text_cells, infer_class_labels, load_data_files, read_structured_file
 
 # --------------------------------------------------------------------------------------------------------------
 # Mixtures: one YAML or JSON file describing several tasks
@@ -193,22 +35,103 @@ def load_mixture(path: str | os.PathLike) -> list[TaskSpec]:
     entries = content.get("tasks") if isinstance(content, dict) else None
     if not isinstance(entries, list) or not entries:
         raise ValueError(f"mixture file {str(path)!r}: needs a non-empty list under 'tasks'")
-    tasks = []
-    for entry in entries:
-        if isinstance(entry, dict) and "demo" in entry:
-            from .demo import demo_task
-
-            options = {k: v for k, v in entry.items() if k != "demo"}
-            tasks.append(demo_task(entry["demo"], **options))
-            continue
-        if isinstance(entry, dict) and entry.get("data_files") is not None:
-            entry = dict(entry)
-            files = entry["data_files"]
-            resolve = lambda p: str(p if os.path.isabs(p) else path.parent / p)  # noqa: E731
-            entry["data_files"] = {k: resolve(v) for k, v in files.items()} if isinstance(files, dict) else resolve(files)
-        tasks.append(TaskSpec.from_dict(entry))
+    tasks = [task_from_entry(entry, path.parent) for entry in entries]
     check_unique_names(tasks)
     return tasks
+
+
+def task_from_entry(entry, folder: str | os.PathLike) -> TaskSpec:
+    """One task of a mixture or task file: TaskSpec fields (relative `data_files` resolve against `folder`), or
+    ``{demo: <name>, ...options}`` for a demo task."""
+    if isinstance(entry, dict) and "demo" in entry:
+        from .demo import demo_task
+
+        return demo_task(entry["demo"], **{k: v for k, v in entry.items() if k != "demo"})
+    if isinstance(entry, dict) and entry.get("data_files") is not None:
+        files = entry["data_files"]
+        resolve = lambda p: str(p if os.path.isabs(p) else Path(folder) / p)  # noqa: E731
+        entry = {**entry, "data_files": {k: resolve(v) for k, v in files.items()} if isinstance(files, dict)
+                 else resolve(files)}
+    return TaskSpec.from_dict(entry)
+
+
+def task_from_file(path: str | os.PathLike, name: str | None = None) -> TaskSpec:
+    """The one task of a task file: a TaskSpec mapping, ``{demo: <name>, ...}``, or a mixture file (``tasks:``)
+    holding exactly one task; renamed to `name` when given."""
+    file = Path(path)
+    content = read_structured_file(file, "DataTrainingArguments: field 'task_file'")
+    if isinstance(content, dict) and "tasks" in content:
+        tasks = load_mixture(file)
+        if len(tasks) != 1:
+            raise ValueError(f"DataTrainingArguments: field 'task_file': {str(path)!r} holds {len(tasks)} tasks "
+                             f"({[t.name for t in tasks]}); fine-tuning takes exactly one")
+        task = tasks[0]
+    elif isinstance(content, dict):
+        task = task_from_entry(content, file.parent)
+    else:
+        raise ValueError(f"DataTrainingArguments: field 'task_file': {str(path)!r} must hold a mapping")
+    return dataclasses.replace(task, name=name) if name and name != task.name else task
+
+
+def task_from_data_files(name: str, kind: str, files: dict[str, str], columns: dict | None = None,
+                         label_splits: tuple[str, ...] | None = None, labels_hint: str = "--task_label_names",
+                         **options) -> TaskSpec:
+    """A task from local data files (split -> path) with its columns (TaskSpec fields such as text_columns,
+    label_column, label_names, num_labels). A classification task without label_names/num_labels reads its
+    classes from the data: from the splits `label_splits` (default: every split). `options` are further TaskSpec
+    fields (validation_fraction, max_train_samples, ...)."""
+    for split, path in files.items():
+        if not os.path.isfile(path):
+            raise ValueError(f"task '{name}': field 'data_files': {split} file {path!r} does not exist")
+    spec = {"name": name, "kind": kind, "data_files": files, **(columns or {}), **options}
+    if kind == "classification" and spec.get("label_names") is None and spec.get("num_labels") is None:
+        chosen = {split: path for split, path in files.items() if label_splits is None or split in label_splits}
+        spec.update(_classes_from_data(name, load_data_files(chosen, f"task '{name}': field 'data_files'"),
+                                       spec.get("label_column", "label"), labels_hint))
+    return TaskSpec.from_dict(spec)
+
+
+def task_from_hub(dataset_name: str, kind: str, dataset_config: str | None = None, name: str | None = None,
+                  columns: dict | None = None, label_splits: tuple[str, ...] | None = None,
+                  labels_hint: str = "--task_label_names", **options) -> TaskSpec:
+    """A task from a Hub dataset id (or dataset folder); its name defaults to the dataset's. A classification task
+    without label_names/num_labels takes its classes from a ClassLabel feature, else from the data (the splits
+    `label_splits`, default: every split)."""
+    import datasets
+
+    from .hub import explain_hub_errors
+
+    name = name or hub_task_name(dataset_name)
+    spec = {"name": name, "kind": kind, "dataset_name": dataset_name, "dataset_config": dataset_config,
+            **(columns or {}), **options}
+    if kind == "classification" and spec.get("label_names") is None and spec.get("num_labels") is None:
+        with explain_hub_errors("DataTrainingArguments", "dataset_name", dataset_name):
+            raw = datasets.load_dataset(dataset_name, dataset_config)
+        if label_splits is not None:
+            raw = datasets.DatasetDict({split: raw[split] for split in label_splits if split in raw})
+        label_column = spec.get("label_column", "label")
+        first = next(iter(raw.values()))
+        if label_column not in first.column_names:
+            raise ValueError(f"DataTrainingArguments: field 'label_column': {label_column!r} is not a column of "
+                             f"{dataset_name} ({first.column_names})")
+        feature = first.features[label_column]
+        if isinstance(feature, datasets.ClassLabel):
+            spec["label_names"] = list(feature.names)
+        else:
+            spec.update(_classes_from_data(name, raw, label_column, labels_hint))
+    return TaskSpec.from_dict(spec)
+
+
+def hub_task_name(dataset_name: str) -> str:
+    """A task name from a Hub dataset id: its last part, with characters other than letters, digits, - and _
+    replaced."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", dataset_name.rstrip("/").split("/")[-1])
+
+
+def _classes_from_data(name: str, splits, label_column: str, hint: str) -> dict:
+    """{"label_names": sorted names} for string labels or {"num_labels": max + 1} for integers, read from the
+    loaded splits; `hint` names the flags that set the classes instead."""
+    return infer_class_labels(splits, label_column, f"task '{name}': field 'label_column'", hint)
 
 
 def check_unique_names(tasks: list[TaskSpec]) -> None:

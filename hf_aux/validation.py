@@ -25,8 +25,11 @@ logger = logging.getLogger(__name__)
 # Above this share of empty ('' or whitespace) text cells a split is refused; below it the rows are kept (the
 # model sees [CLS] [SEP]) and their count is logged.
 MAX_EMPTY_SHARE = 0.1
-# builder of `datasets.load_dataset` per file suffix (txt: one document per line)
-TEXT_FILE_BUILDERS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text"}
+# The one map from file suffix to the `datasets.load_dataset` builder, used by every reader of data files
+# (txt: one document per line, for unlabelled text only)
+DATA_FILE_BUILDERS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text"}
+# labelled tasks name their columns: every format above but plain text
+LABELLED_FILE_BUILDERS = {suffix: builder for suffix, builder in DATA_FILE_BUILDERS.items() if builder != "text"}
 _CHUNK = 1 << 20
 
 
@@ -140,14 +143,14 @@ def check_data_file(path: str, where: str) -> str:
     """Check one local data file before `datasets` reads it; returns its builder name. `where` names the owner
     in errors, e.g. "task 'sst2': field 'data_files' (validation)"."""
     suffix = Path(path).suffix.lower()
-    if suffix not in TEXT_FILE_BUILDERS:
+    if suffix not in DATA_FILE_BUILDERS:
         raise ValueError(f"{where}: {path!r}: unsupported extension {suffix!r}; use one of "
-                         f"{sorted(TEXT_FILE_BUILDERS)}")
+                         f"{sorted(DATA_FILE_BUILDERS)}")
     if not os.path.isfile(path):
         raise ValueError(f"{where}: file {path!r} does not exist")
     if os.path.getsize(path) == 0:
         raise ValueError(f"{where}: file {path!r} is empty (0 bytes); give a file with data")
-    builder = TEXT_FILE_BUILDERS[suffix]
+    builder = DATA_FILE_BUILDERS[suffix]
     if builder == "parquet":
         return builder  # binary; datasets' own reader reports a damaged file (re-raised by load_data_files)
     _check_utf8(path, where)

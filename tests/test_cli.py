@@ -3,24 +3,29 @@ scripts: the embedded demo defaults apply whenever no data source is given and a
 resumes from --resume_from_checkpoint (another run's checkpoint, into a new output_dir) or else from output_dir's
 last checkpoint; every card names the model it started from (base_model)."""
 
+import ast
 import functools
 import json
 import random
+import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
 import transformers
+import yaml
 from huggingface_hub import ModelCard
 from tiny import tiny_config, tiny_tokenizer
 from transformers import AutoModelForMaskedLM, HfArgumentParser, TrainingArguments
 
 from hf_aux.cli import parse_command_line
+from hf_aux.cli.command import COMMANDS
 from hf_aux.demo import minilm_path
 from hf_aux.model_card import PACKAGED_MINILM_HUB_ID, card_base_model
 from hf_aux.run_guard import RUN_CONFIG_NAME, guard_output_dir, run_configuration
-from script_loader import load_run_script
+import importlib
 
 SCRIPTS = ("run_muppet", "run_amos", "run_tartan", "run_meta_lm", "run_finetune")
 BASE_ID = "hf-aux-tests/tiny-bert"  # what the tiny checkpoint's config.json records as its origin
@@ -30,12 +35,12 @@ WORDS = "the movie film story actor plot was very really good bad fun boring".sp
 
 @functools.cache
 def script_module(script):
-    return load_run_script(script)
+    """What run_scripts/<script>.py calls: hf_aux.cli.<method>."""
+    return importlib.import_module(f"hf_aux.cli.{script[4:]}")
 
 
 def parse(script, argv):
-    module = script_module(script)
-    return (module.parse if script == "run_meta_lm" else module.parse_args)(argv)
+    return script_module(script).parse_args(argv)
 
 
 @dataclass
@@ -46,8 +51,8 @@ class DataArguments:
 # ---- the rules themselves ----------------------------------------------------------------------------------------
 def test_parse_command_line_puts_embedded_defaults_first_unless_a_data_source_is_given(tmp_path):
     parser = HfArgumentParser((DataArguments, TrainingArguments))
-    defaults = ["--max_steps", "40", "--learning_rate", "1e-4"]
-    rule = dict(embedded_defaults=defaults, data_source_flags=("--train_file",))
+    defaults = {"max_steps": 40, "learning_rate": "1e-4"}  # as a demo config holds them (YAML reads 1e-4 as text)
+    rule = dict(demo_config=defaults, data_source_flags=("--train_file",))
     _, args = parse_command_line(parser, ["--output_dir", str(tmp_path), "--max_steps", "4"], **rule)
     assert (args.max_steps, args.learning_rate) == (4, 1e-4)  # the flag overrides, the other default applies
     for given in (["--train_file=x"], ["--train_file", "x"]):  # a data source switches the defaults off
@@ -188,10 +193,7 @@ def test_resume_into_a_new_output_dir_from_another_runs_checkpoint_and_card_base
 
     def run(out, *extra):
         monkeypatch.setattr(sys, "argv", [f"{script}.py", *script_args(script, data, out), *extra])
-        if script in ("run_muppet", "run_amos", "run_finetune"):
-            module.main()
-        else:
-            module.main(*(module.parse if script == "run_meta_lm" else module.parse_args)(sys.argv[1:]))
+        module.main()
 
     first, second = tmp_path / "first", tmp_path / "second"
     run(first, "--max_steps", "2")
@@ -203,3 +205,92 @@ def test_resume_into_a_new_output_dir_from_another_runs_checkpoint_and_card_base
     assert [h["step"] for h in state["log_history"] if "loss" in h][:2] == [1, 2]  # the first run's history
     card = ModelCard.load(second / "README.md")
     assert card.data.base_model == (None if script == "run_amos" else BASE_ID)
+
+
+# ---- issue #19: --config YAML under the flags, the demo config under both, per method -----------------------------
+# a data source each method accepts, to check that one in the --config file switches the demo config off
+CONFIG_DATA_SOURCE = {"run_muppet": {"mixture_file": "m.yaml"}, "run_amos": {"train_file": "t.txt"},
+                      "run_tartan": {"train_file": "t.jsonl", "validation_file": "v.jsonl"},
+                      "run_meta_lm": {"train_file": ["t.txt"]},
+                      "run_finetune": {"train_file": "t.jsonl", "task_kind": "classification"}}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_config_yaml_sets_defaults_that_flags_override_over_the_demo_config(script, tmp_path):
+    demo = parse(script, ["--output_dir", str(tmp_path)])
+    config = tmp_path / "my.yaml"
+    config.write_text("max_steps: 7\nlearning_rate: 3.0e-4\nseed: 5\nlogging_steps: 3\n")
+    parsed = parse(script, ["--config", str(config), "--output_dir", str(tmp_path), "--seed", "9"])
+    args = parsed[2]
+    assert (args.max_steps, args.learning_rate, args.logging_steps) == (7, 3e-4, 3)  # the file over the demo config
+    assert args.seed == 9  # the flag over the file
+    assert args.do_train and parsed[1] == demo[1]  # what neither sets stays the demo config's
+    settings = demo[2].to_dict()
+    changed = {k for k, v in args.to_dict().items() if v != settings[k]}
+    assert changed <= {"max_steps", "learning_rate", "seed", "logging_steps"}
+    # a data source in the file switches the demo config off: transformers' defaults apply under the file
+    config.write_text(yaml.safe_dump({**CONFIG_DATA_SOURCE[script], "max_steps": 7}))
+    plain = parse(script, ["--config", str(config), "--output_dir", str(tmp_path)])[2]
+    assert plain.max_steps == 7 and not plain.do_train and plain.learning_rate == type(plain)(
+        output_dir=str(tmp_path)).learning_rate
+
+
+def test_a_bad_config_file_names_the_file(tmp_path):
+    config = tmp_path / "my.yaml"
+    config.write_text("max_steps: 7\nno_such_flag: 1\n")
+    with pytest.raises(ValueError, match=r"my.yaml': keys no argument of this command knows: \['no_such_flag'\]"):
+        parse("run_amos", ["--config", str(config), "--output_dir", str(tmp_path)])
+    config.write_text("- a list\n")
+    with pytest.raises(ValueError, match="must hold a mapping"):
+        parse("run_amos", ["--config", str(config), "--output_dir", str(tmp_path)])
+    with pytest.raises(ValueError, match="--config: give the path"):
+        parse("run_amos", ["--output_dir", str(tmp_path), "--config"])
+
+
+def test_every_method_ships_its_demo_config():
+    for _, (module, _) in COMMANDS.items():
+        assert (Path(script_module(f"run_{module}").__file__).parent / "configs" / f"{module}.yaml").is_file()
+
+
+HELP_PROBE = """import sys, contextlib, io
+from hf_aux.cli.command import main
+pages = []
+for argv in ([], ["--help"], *([name, "--help"] for name in {names!r})):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            main(argv)
+        except SystemExit:
+            pass
+    pages.append(out.getvalue())
+print("\\x00".join(pages))
+print("\\x00" + " ".join(m for m in ("transformers.trainer", "datasets", "matplotlib", "hf_aux.trainers.muppet")
+                         if m in sys.modules))
+"""
+
+
+def test_hf_aux_help_lists_every_flag_of_every_method_without_importing_trainer_or_datasets():
+    names = list(COMMANDS)
+    out = subprocess.run([sys.executable, "-c", HELP_PROBE.format(names=names)], check=True, capture_output=True,
+                         text=True).stdout
+    *pages, heavy = out.split("\x00")
+    assert heavy.split() == []  # transformers' trainer_utils imports peft itself when it is installed
+    assert "usage: hf-aux <command>" in pages[0] and pages[0] == pages[1]
+    for name, page in zip(names, pages[2:]):
+        module = script_module(f"run_{COMMANDS[name][0]}")
+        assert page.startswith(f"usage: hf-aux {name}") and "--config FILE" in page
+        for action in module.make_parser()._actions:
+            assert action.option_strings[0] in page, (name, action.option_strings)
+            assert action.help, (name, action.dest)  # every flag has help text
+
+
+def test_the_run_scripts_are_thin_and_call_the_library():
+    for script in SCRIPTS:
+        path = Path(__file__).resolve().parents[1] / "run_scripts" / f"{script}.py"
+        code = ast.parse(path.read_text())
+        assert ast.get_docstring(code).count(f"python run_scripts/{script}.py") >= 2  # copy-pasteable commands
+        body = [node for node in code.body[1:] if not isinstance(node, (ast.Import, ast.ImportFrom))]
+        assert len(body) == 1 and isinstance(body[0], ast.If)  # only `if __name__ == "__main__": run_command(main)`
+        imported = {alias.name for node in code.body if isinstance(node, ast.ImportFrom)
+                    and node.module == f"hf_aux.cli.{script[4:]}" for alias in node.names}
+        assert imported == {"main", "parse_args"}

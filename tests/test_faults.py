@@ -16,10 +16,10 @@ import pytest
 import torch
 from tiny import save_tiny_bert
 
-from script_loader import load_run_script
+import importlib
 
 SCRIPTS = ("run_finetune", "run_tartan", "run_amos", "run_muppet", "run_meta_lm")
-MODULES = {name: load_run_script(name) for name in SCRIPTS}
+MODULES = {name: importlib.import_module(f"hf_aux.cli.{name[4:]}") for name in SCRIPTS}  # what each script calls
 QUIET = ["--report_to", "none", "--disable_tqdm", "true", "--seed", "0", "--save_strategy", "no"]
 
 
@@ -29,9 +29,7 @@ def tiny_dir(tmp_path_factory) -> str:
 
 
 def parse(script: str, argv: list[str]):
-    module = MODULES[script]
-    parser = getattr(module, "parse_args", None) or module.parse
-    return parser(argv)
+    return MODULES[script].parse_args(argv)
 
 
 def run_script(script: str, argv: list[str]):
@@ -441,7 +439,7 @@ def _train_regressor(tmp_path, rows, policy: str):
     from datasets import Dataset
     from transformers import Trainer
 
-    from hf_aux.hub import TokenSafeTrainingArguments
+    from hf_aux.training_args import TokenSafeTrainingArguments
     from hf_aux.nonfinite import install_nonfinite_guard
 
     torch.manual_seed(0)
@@ -472,7 +470,7 @@ def test_on_nonfinite_skip_skips_exactly_the_bad_step_and_stop_names_it(tmp_path
     with pytest.raises(NonFiniteTrainingError, match=r"at step 2: loss nan; non-finite gradients in 2 of 2"):
         _train_regressor(tmp_path, [good_a, bad, good_b], "stop")
     with pytest.raises(ValueError, match="on_nonfinite"):
-        from hf_aux.hub import TokenSafeTrainingArguments
+        from hf_aux.training_args import TokenSafeTrainingArguments
 
         TokenSafeTrainingArguments(output_dir=str(tmp_path), on_nonfinite="ignore")
 
@@ -620,21 +618,22 @@ def test_sigterm_during_training_in_process_checkpoints_and_exits_143(tmp_path, 
             if state.global_step == 1:
                 os.kill(os.getpid(), signal.SIGTERM)
 
-    module = MODULES["run_finetune"]
-    original = module.Trainer
+    import transformers
+
+    original = transformers.Trainer  # hf_aux.cli.finetune.main imports it when it runs
 
     class Trainer(original):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.add_callback(TerminateAtStep2())
 
-    module.Trainer = Trainer
+    transformers.Trainer = Trainer
     before = signal.getsignal(signal.SIGTERM)
     try:
         with pytest.raises(SystemExit) as raised:
             run_script("run_finetune", finetune_run(tmp_path, tiny_dir, steps=4))
     finally:
-        module.Trainer = original
+        transformers.Trainer = original
     assert raised.value.code == 128 + signal.SIGTERM
     assert f"interrupted by SIGTERM at step 2 of 4: saved {tmp_path / 'out' / 'checkpoint-2'}" in \
         capsys.readouterr().err

@@ -22,17 +22,19 @@ from transformers import (
     AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification, BertForSequenceClassification,
 )
 
+import hf_aux.hub as hub_module
 from hf_aux.hub import HubDownloadError, HubPushError, find_token_in_files
 from hf_aux.modeling.amos import AmosModel
 from hf_aux.modeling.tartan import TartanModel
 from hub_server import DEFAULT_USER, local_hub  # noqa: F401 - `local_hub` is a fixture
-from script_loader import load_run_script
+from hf_aux.cli import amos as run_amos
+from hf_aux.cli import finetune as run_finetune
+from hf_aux.cli import tartan as run_tartan
 
 TOKEN = "hf_E2eTokenThatMustNeverBeSaved9876543210"
 QUIET = ["--report_to", "none", "--disable_tqdm", "true", "--seed", "0"]
 
 
-run_amos, run_tartan, run_finetune = (load_run_script(n) for n in ("run_amos", "run_tartan", "run_finetune"))
 
 
 def digest(folder: Path, skip=("checkpoint-", "runs/")) -> dict:
@@ -262,13 +264,14 @@ def test_hub_failure_at_the_start_is_clear_and_keeps_the_checkpoints(local_hub, 
 def test_failed_final_push_keeps_the_saved_model_and_says_what_failed(local_hub, tmp_path, tiny_bert_dir,
                                                                       sentiment_files, monkeypatch):
     out = tmp_path / "ft"
-    real_push = run_finetune.push_trainer_output
+    real_push = hub_module.push_trainer_output
 
     def push_after_the_server_went_down(trainer):
         local_hub.stop()
         return real_push(trainer)
 
-    monkeypatch.setattr(run_finetune, "push_trainer_output", push_after_the_server_went_down)
+    # the end-of-run step (hf_aux.cli.run.finish_run) looks the push up in hf_aux.hub when it runs
+    monkeypatch.setattr(hub_module, "push_trainer_output", push_after_the_server_went_down)
     monkeypatch.setattr(sys, "argv", ["run_finetune.py", *finetune_args(
         tiny_bert_dir, out, sentiment_files, "--do_train", "--do_eval", "--max_steps", "2", "--save_strategy", "no",
         "--push_to_hub", "--hub_model_id", f"{DEFAULT_USER}/late-failure", "--hub_token", TOKEN)])

@@ -18,13 +18,12 @@ from transformers import AutoModelForMaskedLM
 from hf_aux.hub import HubDownloadError, find_token_in_files
 from hf_aux.modeling.teacher import MetaLMTeacher
 from hub_server import DEFAULT_USER, local_hub  # noqa: F401 - `local_hub` is a fixture
-from script_loader import load_run_script
+from hf_aux.cli import meta_lm as run_meta_lm
 
 TOKEN = "hf_MetaLmE2eTokenNeverSaved0123456789"
 REPO = f"{DEFAULT_USER}/meta-lm-moons"
 
 
-run_meta_lm = load_run_script("run_meta_lm")
 
 
 def moons_args(out, *extra):
@@ -45,7 +44,7 @@ def test_run_meta_lm_pushes_the_student_and_teacher_and_they_load_back(local_hub
     caplog.set_level(logging.INFO)
     local_hub.accept_only(TOKEN)
     out = tmp_path / "meta-lm"
-    trainer = run_meta_lm.main(*run_meta_lm.parse(moons_args(
+    trainer = run_meta_lm.main(*run_meta_lm.parse_args(moons_args(
         out, "--do_train", "--do_eval", "--objective", "soft", "--push_to_hub", "--hub_model_id", REPO,
         "--hub_token", TOKEN)))
 
@@ -98,7 +97,7 @@ def test_hub_ids_as_inputs_card_without_push_offline_and_missing_repositories(lo
 
     # a student and a teacher on the Hub (as a previous hard-label run would have pushed them)
     seed_out = tmp_path / "seed"
-    run_meta_lm.main(*run_meta_lm.parse(moons_args(seed_out, "--do_train", "--objective", "hard", "--max_steps",
+    run_meta_lm.main(*run_meta_lm.parse_args(moons_args(seed_out, "--do_train", "--objective", "hard", "--max_steps",
                                                    "1")))
     local_hub.seed(REPO, seed_out)
     teacher_repo = f"{DEFAULT_USER}/meta-lm-teacher"
@@ -108,7 +107,7 @@ def test_hub_ids_as_inputs_card_without_push_offline_and_missing_repositories(lo
     sent = len(local_hub.requests)
     out = tmp_path / "from-hub"
     hub_inputs = ["--model_name_or_path", REPO, "--teacher_name_or_path", teacher_repo]
-    trainer = run_meta_lm.main(*run_meta_lm.parse(moons_args(out, "--do_train", "--objective", "hard",
+    trainer = run_meta_lm.main(*run_meta_lm.parse_args(moons_args(out, "--do_train", "--objective", "hard",
                                                              "--max_steps", "1", *hub_inputs)))
     assert len(local_hub.requests) > sent and not any(r.method in ("POST", "PUT") for r in local_hub.requests[sent:])
     assert not trainer.args.push_to_hub
@@ -120,17 +119,17 @@ def test_hub_ids_as_inputs_card_without_push_offline_and_missing_repositories(lo
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     sent = len(local_hub.requests)
-    run_meta_lm.main(*run_meta_lm.parse(moons_args(tmp_path / "offline", "--do_train", "--objective", "hard",
+    run_meta_lm.main(*run_meta_lm.parse_args(moons_args(tmp_path / "offline", "--do_train", "--objective", "hard",
                                                    "--max_steps", "1", *hub_inputs)))
     assert len(local_hub.requests) == sent
     assert (tmp_path / "offline" / "README.md").is_file()
     with pytest.raises(HubDownloadError, match="field 'teacher_name_or_path': cannot load .*offline mode is on"):
-        run_meta_lm.main(*run_meta_lm.parse(moons_args(
+        run_meta_lm.main(*run_meta_lm.parse_args(moons_args(
             tmp_path / "e", "--do_train", "--model_name_or_path", REPO,
             "--teacher_name_or_path", f"{DEFAULT_USER}/never-downloaded")))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     with pytest.raises(HubDownloadError, match=f"field 'model_name_or_path': cannot load '{DEFAULT_USER}/nope': "
                                                "there is no repository"):
-        run_meta_lm.main(*run_meta_lm.parse(moons_args(tmp_path / "f", "--do_train",
+        run_meta_lm.main(*run_meta_lm.parse_args(moons_args(tmp_path / "f", "--do_train",
                                                        "--model_name_or_path", f"{DEFAULT_USER}/nope")))

@@ -16,7 +16,7 @@ from transformers import AutoModel
 from hf_aux.hub import find_token_in_files
 from hf_aux.modeling.multitask import MultiTaskModel
 from hub_server import DEFAULT_USER, local_hub  # noqa: F401 - `local_hub` is a fixture
-from script_loader import load_run_script
+from hf_aux.cli import muppet as run_muppet
 
 TOKEN = "hf_MuppetE2eTokenNeverSaved0123456789"
 
@@ -51,7 +51,7 @@ def test_run_muppet_pushes_a_muppet_style_checkpoint_that_loads_back(local_hub, 
         "--gradient_accumulation_steps", "2", "--max_seq_length", "24", "--report_to", "none", "--use_cpu",
         "--save_strategy", "no", "--disable_tqdm", "true", "--push_to_hub", "--hub_model_id", repo,
         "--hub_token", TOKEN])
-    results = load_run_script("run_muppet").main()
+    results = run_muppet.main()
 
     # what was pushed is what was saved, byte for byte, and holds no token
     pushed = {p: hashlib.sha256(c).hexdigest() for p, c in local_hub.files(repo).items()}

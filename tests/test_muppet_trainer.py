@@ -18,7 +18,7 @@ from hf_aux.losses.muppet import classification_loss, multiple_choice_loss, scal
 from hf_aux.modeling.multitask import MultiTaskConfig, MultiTaskModel
 from hf_aux.tasks import TaskSpec
 from hf_aux.trainers.muppet import MuppetConfig, MuppetTrainer
-from script_loader import load_run_script
+from hf_aux.cli import muppet as run_muppet
 
 WORDS = "good bad movie film great terrible fun boring love hate".split()
 
@@ -180,7 +180,6 @@ def test_run_muppet_main_end_to_end(tmp_path, monkeypatch):
     (tmp_path / "mixture.json").write_text(json.dumps({"tasks": [
         {"name": "sent", "kind": "classification", "num_labels": 2, "data_files": "sent.jsonl", "validation_fraction": 0.25},
         {"name": "choice", "kind": "multiple_choice", "data_files": "choice.jsonl", "validation_fraction": 0.25}]}))
-    run_muppet = load_run_script("run_muppet")
 
     out = tmp_path / "run"
     argv = ["run_muppet.py", "--model_name_or_path", str(model_dir), "--mixture_file", str(tmp_path / "mixture.json"),

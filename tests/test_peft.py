@@ -13,7 +13,8 @@ import torch
 from peft import LoraConfig, PeftModel
 from safetensors.torch import load_file
 from test_muppet_trainer import _setup
-from script_loader import load_run_script
+from hf_aux.cli import muppet as run_muppet
+from hf_aux.cli import tartan as run_tartan
 from test_tartan_trainer import LABELS, TEXTS, StopAfter, first_batch, make_model, record_draws
 from test_tartan_trainer import data as tartan_data  # noqa: F401 (a module fixture, under this name here)
 from tiny import tiny_config, tiny_tokenizer
@@ -411,7 +412,6 @@ def test_run_scripts_train_lora_and_write_a_merged_export(tmp_path, monkeypatch)
     (tmp_path / "mixture.json").write_text(json.dumps({"tasks": [
         {"name": "sent", "kind": "classification", "num_labels": 2, "data_files": str(tmp_path / "train.jsonl")},
         {"name": "sent2", "kind": "classification", "num_labels": 2, "data_files": str(tmp_path / "train.jsonl")}]}))
-    run_muppet = load_run_script("run_muppet")
     out = tmp_path / "muppet"
     monkeypatch.setattr(sys, "argv", ["run_muppet.py", "--mixture_file", str(tmp_path / "mixture.json"),
                                       "--output_dir", str(out), "--gradient_accumulation_steps", "2", *common])
@@ -433,7 +433,6 @@ def test_run_scripts_train_lora_and_write_a_merged_export(tmp_path, monkeypatch)
                                merged(input_ids=ids).last_hidden_state)  # the adapters trained
 
     # TARTAN
-    run_tartan = load_run_script("run_tartan")
     out = tmp_path / "tartan"
     args = ["--train_file", str(tmp_path / "train.jsonl"), "--validation_file", str(tmp_path / "validation.jsonl"),
             "--auxiliary", "tapt=tapt", "--mode", "meta", "--meta_head_steps", "2", "--output_dir", str(out), *common]

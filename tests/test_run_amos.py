@@ -5,14 +5,13 @@ transformers loading the saved discriminator sees the same separation as the tra
 import random
 
 import torch
-from script_loader import load_run_script
+from hf_aux.cli import amos as run_amos
 from tiny import WORDS, tiny_config, tiny_tokenizer
 from transformers import AutoModel, AutoModelForPreTraining
 
 from hf_aux.metrics import roc_auc
 from hf_aux.modeling.amos import AmosModel
 
-run_amos = load_run_script("run_amos")
 
 
 def test_continued_pretraining_of_an_encoder_logs_auc_and_plain_transformers_sees_the_same(tmp_path, capsys):

@@ -18,9 +18,10 @@ from hf_aux.data import MultiTaskCollator, tokenize_task
 from hf_aux.metrics import classification_metrics, majority_baseline
 from hf_aux.modeling.multitask import HEADS_WEIGHTS_NAME, MultiTaskModel
 from hf_aux.tasks import TaskSpec
-from script_loader import load_run_script
+from hf_aux.cli import finetune as run_finetune
+from hf_aux.metrics import baseline_metrics
+from hf_aux.modeling.multitask import single_task_model
 
-run_finetune = load_run_script("run_finetune")
 
 COMMON = ["--report_to", "none", "--disable_tqdm", "true", "--per_device_train_batch_size", "8",
           "--per_device_eval_batch_size", "8", "--save_strategy", "no", "--logging_steps", "1", "--seed", "0"]
@@ -243,20 +244,20 @@ def test_reuse_head_starts_from_the_saved_head(monkeypatch, tmp_path, tiny_dir, 
                            heads["classification_heads.sentiment.dense.weight"])
 
     # multiple choice re-uses the unified head whatever the task's name (MUPPET §3.5: one head per task type)
-    args = run_finetune.ModelArguments(model_name_or_path=muppet, reuse_head=True)
-    model, reused = run_finetune.build_model(args, TaskSpec(name="colours", kind="multiple_choice",
-                                                            data_files="unused.jsonl"))
+    model, reused = single_task_model(muppet, TaskSpec(name="colours", kind="multiple_choice",
+                                                       data_files="unused.jsonl"), reuse_head=True)
     assert reused
     for key, tensor in model.multiple_choice_head.state_dict().items():
         torch.testing.assert_close(tensor, heads[f"multiple_choice_head.{key}"], rtol=0, atol=0)
     # a QA task finds no span head in this checkpoint: fresh head, not re-used
-    _, reused = run_finetune.build_model(args, TaskSpec(name="qa", kind="extractive_qa", data_files="unused.jsonl"))
+    _, reused = single_task_model(muppet, TaskSpec(name="qa", kind="extractive_qa", data_files="unused.jsonl"),
+                                  reuse_head=True)
     assert not reused
     # a same-named head with other labels is refused for re-use, ignored otherwise (the new head is fresh)
     other = TaskSpec(name="other", kind="classification", num_labels=2, data_files="unused.jsonl")
     with pytest.raises(ValueError, match="num_labels"):
-        run_finetune.build_model(args, other)
-    model, reused = run_finetune.build_model(run_finetune.ModelArguments(model_name_or_path=muppet), other)
+        single_task_model(muppet, other, reuse_head=True)
+    model, reused = single_task_model(muppet, other)
     assert not reused and model.classification_heads["other"].out_proj.out_features == 2
 
 
@@ -355,16 +356,16 @@ def test_baselines_are_fitted_on_train():
     train = Dataset.from_dict({"text": ["a"] * 3, "label": ["pos", "pos", "neg"]})
     evaluation = Dataset.from_dict({"text": ["a"] * 4, "label": ["neg", "neg", "neg", "pos"]})
     # the train majority (pos) is right on 1 of 4 evaluation rows; the evaluation's own majority would score 3/4
-    assert run_finetune.baseline_metrics(task, train, evaluation) == {"majority_baseline": 0.25}
-    assert run_finetune.baseline_metrics(task, None, evaluation) == {"majority_baseline": 0.75}
+    assert baseline_metrics(task, train, evaluation) == {"majority_baseline": 0.25}
+    assert baseline_metrics(task, None, evaluation) == {"majority_baseline": 0.75}
     regression = TaskSpec(name="r", kind="regression", data_files="unused.jsonl")
     train = Dataset.from_dict({"text": ["a"] * 2, "label": [1.0, 3.0]})
     evaluation = Dataset.from_dict({"text": ["a"] * 2, "label": [0.0, 2.0]})
-    assert run_finetune.baseline_metrics(regression, train, evaluation) == {"mean_baseline_mse": pytest.approx(2.0)}
+    assert baseline_metrics(regression, train, evaluation) == {"mean_baseline_mse": pytest.approx(2.0)}
     qa = TaskSpec(name="q", kind="extractive_qa", data_files="unused.jsonl")
     evaluation = Dataset.from_dict({"question": ["q"] * 3, "context": ["ab"] * 3, "answers": [
         {"text": [], "answer_start": []}, {"text": ["b"], "answer_start": [1]}, {"text": [], "answer_start": []}]})
-    assert run_finetune.baseline_metrics(qa, None, evaluation) == {"null_answer_baseline": pytest.approx(2 / 3)}
+    assert baseline_metrics(qa, None, evaluation) == {"null_answer_baseline": pytest.approx(2 / 3)}
 
 
 def test_load_best_model_at_end_restores_the_best_head(monkeypatch, tmp_path, tiny_dir, sentiment_files):

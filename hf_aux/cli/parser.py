@@ -1,0 +1,185 @@
+"""One parser for every hf_aux command: `--config file.yaml` whose values are defaults that any flag overrides, the
+method's shipped demo config under it when no data source is given, and the single-argument-file form.
+
+The layers, lowest first, each overriding the one before:
+
+1. the dataclasses' own defaults (transformers' `TrainingArguments`, the method's config, its data arguments);
+2. the method's demo config (`hf_aux/cli/configs/<method>.yaml`, shipped in the wheel), only when neither the
+   command line nor the `--config` file names a data source (the method's `data_source_flags`), so that
+   `hf-aux tartan --output_dir X --max_steps 4` is the demo, four steps long;
+3. the `--config` file (YAML or JSON, a mapping of argument names to values);
+4. the flags on the command line.
+
+A single `.json`/`.yaml`/`.yml` argument (`run_muppet.py config.yaml`, transformers' example-script habit) is the
+older form: the file holds every argument, and no demo config applies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from transformers import HfArgumentParser
+
+ARGUMENT_FILE_SUFFIXES = (".json", ".yaml", ".yml")
+CONFIG_FLAG = "--config"
+DEMO_CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+
+def demo_config_path(method: str) -> Path:
+    """The shipped demo config of `method` (muppet, amos, tartan, meta_lm, finetune)."""
+    return DEMO_CONFIG_DIR / f"{method}.yaml"
+
+
+def command_parser(dataclass_types, method: str, data_source_flags: Sequence[str]) -> HfArgumentParser:
+    """The `HfArgumentParser` of a method's command, its help saying how --config and the demo config work."""
+    import argparse
+
+    sources = ", ".join(data_source_flags)
+    epilog = (f"{CONFIG_FLAG} FILE     a YAML/JSON mapping of the arguments above, as defaults that any flag on the "
+              f"command line overrides. Without a data source ({sources}), on the command line or in the file, the "
+              f"demo config {demo_config_path(method)} supplies the defaults first. A single .json/.yaml argument "
+              "instead holds every argument (no demo config).")
+    return HfArgumentParser(dataclass_types, epilog=epilog, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+
+def gives_flag(argv: Sequence[str], flag: str) -> bool:
+    """Whether the command line `argv` sets `flag` (as `--flag value` or `--flag=value`)."""
+    return any(argument == flag or argument.startswith(flag + "=") for argument in argv)
+
+
+def parse_command_line(parser: HfArgumentParser, argv: Sequence[str] | None = None, *,
+                       demo_config: str | os.PathLike | Mapping | None = None,
+                       data_source_flags: Sequence[str] = ()) -> tuple:
+    """The command's argument dataclasses from `argv` (default: `sys.argv[1:]`), layered as the module says.
+
+    `demo_config` is a YAML/JSON file (or a mapping) of the method's demo defaults; `data_source_flags` are the
+    flags (`--train_file`, ...) any one of which, on the command line or as a key of the `--config` file, switches
+    the demo defaults off."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 1 and argv[0].endswith(ARGUMENT_FILE_SUFFIXES):
+        return tuple(_parse_argument_file(parser, os.path.abspath(argv[0])))
+    argv, config_path = _take_config_flag(argv)
+    config = read_argument_mapping(config_path, parser) if config_path else {}
+    names = [flag.lstrip("-") for flag in data_source_flags]
+    gives_data = any(gives_flag(argv, flag) for flag in data_source_flags) or any(
+        config.get(name) not in (None, False, [], "") for name in names)
+    defaults = {}
+    if demo_config is not None and not gives_data:
+        defaults.update(demo_config if isinstance(demo_config, Mapping) else read_argument_mapping(demo_config, parser))
+    defaults.update(config)
+    original = {action.dest: action.default for action in parser._actions if action.dest in defaults}
+    parser.set_defaults(**defaults)  # argparse converts string defaults with the flag's type, as if typed
+    try:
+        parsed = parser.parse_args_into_dataclasses(args=argv)
+    finally:  # the parser can be used again
+        parser.set_defaults(**original)
+    where = f"--config {config_path!r}" if config_path else "the demo config"
+    _check_scalar_types(parsed, defaults, where)
+    return tuple(parsed)
+
+
+def read_argument_mapping(path: str | os.PathLike, parser: HfArgumentParser) -> dict:
+    """The mapping of argument names to values in a YAML/JSON file, or a ValueError naming the file and what is
+    wrong (missing, not valid YAML/JSON with the line, not a mapping, keys no argument of `parser` knows)."""
+    import yaml
+
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"argument file {path!r} does not exist; pass the path of a .json/.yaml file of arguments")
+    is_json = path.endswith(".json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            content = json.load(handle) if is_json else yaml.safe_load(handle)
+    except (json.JSONDecodeError, yaml.YAMLError) as error:
+        raise ValueError(f"argument file {path!r} is not valid {'JSON' if is_json else 'YAML'}: {error}") from error
+    content = {} if content is None else content
+    if not isinstance(content, dict):
+        raise ValueError(f"argument file {path!r} must hold a mapping of argument names to values, got "
+                         f"{type(content).__name__}")
+    known = {action.dest for action in parser._actions}
+    unknown = sorted(set(content) - known)
+    if unknown:
+        raise ValueError(f"argument file {path!r}: keys no argument of this command knows: {unknown}")
+    return content
+
+
+def _take_config_flag(argv: list[str]) -> tuple[list[str], str | None]:
+    """`argv` without `--config F` / `--config=F`, and F (the last one given)."""
+    rest, path, index = [], None, 0
+    while index < len(argv):
+        argument = argv[index]
+        if argument == CONFIG_FLAG:
+            if index + 1 >= len(argv) or argv[index + 1].startswith("--"):
+                raise ValueError(f"{CONFIG_FLAG}: give the path of a .yaml/.json file of arguments")
+            path, index = argv[index + 1], index + 2
+            continue
+        if argument.startswith(CONFIG_FLAG + "="):
+            path = argument.split("=", 1)[1]
+        else:
+            rest.append(argument)
+        index += 1
+    return rest, path
+
+
+def _parse_argument_file(parser: HfArgumentParser, path: str) -> tuple:
+    """The dataclasses from one JSON/YAML argument file, or a ValueError naming the file and what is wrong in it
+    (a missing file, a syntax error with its line, keys no argument class knows, values of the wrong type)."""
+    import yaml
+
+    if not os.path.isfile(path):
+        raise ValueError(f"argument file {path!r} does not exist; pass the path of a .json/.yaml file of arguments")
+    try:
+        parsed = parser.parse_json_file(path) if path.endswith(".json") else parser.parse_yaml_file(path)
+    except (json.JSONDecodeError, yaml.YAMLError) as error:
+        raise ValueError(f"argument file {path!r} is not valid {'JSON' if path.endswith('.json') else 'YAML'}: "
+                         f"{error}") from error
+    except (ValueError, TypeError) as error:  # unknown keys, a field's own check
+        raise ValueError(f"argument file {path!r}: {error}") from error
+    with open(path, encoding="utf-8") as handle:
+        given = (json.load(handle) if path.endswith(".json") else yaml.safe_load(handle)) or {}
+    _check_scalar_types(parsed, given, f"argument file {path!r}")
+    return parsed
+
+
+def _check_scalar_types(parsed, given: Mapping, where: str) -> None:
+    """Values that came from a file, not typed by argparse: `max_steps: many` must not pass. Numbers written as
+    text (YAML reads 1e-4, without a dot, as a string) are taken as numbers."""
+    for instance in parsed:
+        for item in dataclasses.fields(instance):
+            if item.name not in given:
+                continue
+            value, expected = getattr(instance, item.name), _SCALAR_TYPES.get(_type_name(item.type))
+            if value is None or expected is None or _is_a(value, expected):
+                continue
+            try:
+                setattr(instance, item.name, _from_text(value, expected))
+            except ValueError:
+                raise ValueError(f"{where}: field {item.name!r} must be {expected.__name__}, got {value!r}") from None
+
+
+def _type_name(annotation) -> str:
+    """'int', 'float|None', ... for an annotation given as a type or as a string (`from __future__ import
+    annotations`)."""
+    name = annotation.__name__ if isinstance(annotation, type) else str(annotation)
+    return name.replace(" ", "").replace("Optional[", "").replace("]", "|None")
+
+
+_SCALAR_TYPES = {name: kind for kind in (bool, int, float) for name in (kind.__name__, f"{kind.__name__}|None")}
+
+
+def _is_a(value, expected: type) -> bool:
+    if expected is bool:
+        return isinstance(value, bool)
+    kinds = (int, float) if expected is float else (int,)
+    return isinstance(value, kinds) and not isinstance(value, bool)
+
+
+def _from_text(value, expected: type):
+    if not isinstance(value, str) or expected is bool:
+        raise ValueError(value)
+    return expected(value)

@@ -1,0 +1,85 @@
+"""The steps every hf_aux command takes around its method, written once:
+
+- `start_run`: one logging set-up; the output folder's guard (`hf_aux.run_guard.guard_output_dir`: lock, another
+  run's folder, and the ONE resume rule: `--resume_from_checkpoint` when given, else the newest complete
+  `checkpoint-*` in `--output_dir`, else afresh); the Hub repository created before any work; `set_seed`.
+- `train_and_save`: `trainer.train(resume_from_checkpoint=run.checkpoint)`, `save_model`, the train metrics and
+  the trainer state.
+- `record_metrics`: log and save one split's metrics.
+- `finish_run`: the model card (README.md and its figures, written on every run), then the token-checked push of
+  the output folder with `--push_to_hub` (`hf_aux.hub.push_trainer_output`).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+logger = logging.getLogger("hf_aux")
+
+
+def setup_logging(training_args) -> None:
+    """Log lines on stdout with time and source; hf_aux's, transformers' and datasets' level from --log_level
+    (per process: --log_level_replica on the other DDP ranks)."""
+    import datasets
+    import transformers
+
+    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", datefmt="%m/%d/%Y %H:%M:%S",
+                        handlers=[logging.StreamHandler(sys.stdout)])
+    level = training_args.get_process_log_level()
+    logger.setLevel(level)
+    datasets.utils.logging.set_verbosity(level)
+    transformers.utils.logging.set_verbosity(level)
+
+
+def start_run(training_args, *arguments):
+    """Set up logging, guard and lock the output folder (see the module docstring), create the Hub repository
+    when pushing (a server that is down or a rejected token stops the run here, not after training) and seed.
+    `arguments` are every other parsed dataclass (recorded to recognise the same run). Returns the
+    `GuardedRun`; when `run.finished`, the command returns `run.results` without doing anything."""
+    from transformers import set_seed
+
+    from ..hub import create_hub_repo
+    from ..run_guard import guard_output_dir
+
+    setup_logging(training_args)
+    run = guard_output_dir(training_args, *arguments)
+    if run.finished:
+        return run
+    if training_args.push_to_hub:
+        create_hub_repo(training_args)
+    set_seed(training_args.seed)
+    return run
+
+
+def train_and_save(trainer, run, **extra_metrics) -> dict:
+    """Train (resuming from `run.checkpoint`), save the model and the trainer state, and log and save the train
+    metrics with `extra_metrics` (e.g. train_samples) added. Returns the metrics."""
+    train_result = trainer.train(resume_from_checkpoint=run.checkpoint)
+    trainer.save_model()
+    metrics = {**train_result.metrics, **extra_metrics}
+    record_metrics(trainer, "train", metrics)
+    trainer.save_state()
+    return metrics
+
+
+def record_metrics(trainer, split: str, metrics: dict) -> dict:
+    """Log `metrics` and write them to <output_dir>/<split>_results.json (and all_results.json)."""
+    trainer.log_metrics(split, metrics)
+    trainer.save_metrics(split, metrics)
+    return metrics
+
+
+def finish_run(trainer, write_card=None, **card_kwargs) -> None:
+    """The end of every run: the model card (README.md and its figures) in the output folder, by
+    `trainer.create_model_card(**card_kwargs)` or by `write_card()` for a plain Trainer; then, with --push_to_hub,
+    the output folder pushed with the token checks of `hf_aux.hub.push_trainer_output` (clear errors; local files
+    untouched)."""
+    from ..hub import push_trainer_output
+
+    if write_card is not None:
+        write_card()
+    else:
+        trainer.create_model_card(**card_kwargs)
+    if trainer.args.push_to_hub:
+        push_trainer_output(trainer)
