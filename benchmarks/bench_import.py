@@ -6,7 +6,10 @@ medians over the rounds are compared, so drift from other processes on a shared 
 
 - ``import hf_aux``: the package namespace alone (lazy: the version check, nothing heavy);
 - ``import torch; import transformers``: the floor any Hugging Face tool pays before doing anything;
-- ``from hf_aux import MuppetTrainer``: the first real use, which imports Trainer, peft and the rest.
+- ``from hf_aux import MuppetTrainer``: the first real use, which imports Trainer, peft and the rest;
+- ``hf-aux muppet --help``: the installed command's help (its entry point, ``hf_aux.cli.command:main``, run in the
+  same way), which imports the method's argument dataclasses (torch, transformers' TrainingArguments) but not
+  Trainer, datasets or matplotlib.
 
 It also lists which heavy modules (torch, transformers.trainer, peft, datasets, matplotlib) ``import hf_aux``
 leaves in ``sys.modules``: none should be there.
@@ -31,6 +34,7 @@ STATEMENTS = {
     "hf_aux": "import hf_aux",
     "torch_transformers": "import torch; import transformers",
     "hf_aux_trainer": "from hf_aux import MuppetTrainer",
+    "hf_aux_muppet_help": "from hf_aux.cli.command import main; main(['muppet', '--help'])",
 }
 HEAVY_MODULES = ("torch", "transformers.trainer", "peft", "datasets", "matplotlib")
 
@@ -38,7 +42,7 @@ HEAVY_MODULES = ("torch", "transformers.trainer", "peft", "datasets", "matplotli
 def time_statement(statement: str) -> float:
     """Wall seconds of a fresh interpreter that runs ``statement`` (the interpreter's own start-up included)."""
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", statement], check=True, env=_env())
+    subprocess.run([sys.executable, "-c", statement], check=True, env=_env(), stdout=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
@@ -73,6 +77,8 @@ def main() -> None:
         "ratio_hf_aux_to_torch_transformers": round(medians["hf_aux"] / medians["torch_transformers"], 3),
         "ratio_hf_aux_trainer_to_torch_transformers": round(
             medians["hf_aux_trainer"] / medians["torch_transformers"], 3),
+        "ratio_hf_aux_muppet_help_to_torch_transformers": round(
+            medians["hf_aux_muppet_help"] / medians["torch_transformers"], 3),
         "heavy_modules_after_import_hf_aux": heavy_modules_after_import(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }

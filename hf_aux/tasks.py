@@ -75,18 +75,20 @@ def task_from_file(path: str | os.PathLike, name: str | None = None) -> TaskSpec
 
 def task_from_data_files(name: str, kind: str, files: dict[str, str], columns: dict | None = None,
                          label_splits: tuple[str, ...] | None = None, labels_hint: str = "--task_label_names",
-                         **options) -> TaskSpec:
+                         where: str | None = None, **options) -> TaskSpec:
     """A task from local data files (split -> path) with its columns (TaskSpec fields such as text_columns,
     label_column, label_names, num_labels). A classification task without label_names/num_labels reads its
-    classes from the data: from the splits `label_splits` (default: every split). `options` are further TaskSpec
-    fields (validation_fraction, max_train_samples, ...)."""
+    classes from the data: from the splits `label_splits` (default: every split). `where` names the files' owner
+    in errors (default: the task's data_files; a command names its flag). `options` are further TaskSpec fields
+    (validation_fraction, max_train_samples, ...)."""
+    where = where or f"task '{name}': field 'data_files'"
     for split, path in files.items():
         if not os.path.isfile(path):
-            raise ValueError(f"task '{name}': field 'data_files': {split} file {path!r} does not exist")
+            raise ValueError(f"{where}: {split} file {path!r} does not exist")
     spec = {"name": name, "kind": kind, "data_files": files, **(columns or {}), **options}
     if kind == "classification" and spec.get("label_names") is None and spec.get("num_labels") is None:
         chosen = {split: path for split, path in files.items() if label_splits is None or split in label_splits}
-        spec.update(_classes_from_data(name, load_data_files(chosen, f"task '{name}': field 'data_files'"),
+        spec.update(_classes_from_data(name, load_data_files(chosen, where),
                                        spec.get("label_column", "label"), labels_hint))
     return TaskSpec.from_dict(spec)
 

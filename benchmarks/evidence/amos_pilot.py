@@ -60,11 +60,10 @@ def build_model(args: argparse.Namespace, tokenizer) -> AmosModel:
     mlm_layers = [int(x) for x in args.mlm_layers.split(",")] if args.mlm_layers else None
     if args.mode == "minilm":
         return AmosModel.from_pretrained_encoder(minilm_path(), args.gen_layers, mlm_layers=mlm_layers)
-    sys.path.insert(0, str(ROOT / "run_scripts"))
-    import run_amos
+    from hf_aux.cli import amos as amos_command  # what run_scripts/run_amos.py runs
 
-    sizes = run_amos.ModelArguments(generator_num_hidden_layers=args.gen_layers, mlm_layers=mlm_layers)
-    return run_amos.build_model(sizes, tokenizer, args.seq)
+    sizes = amos_command.ModelArguments(generator_num_hidden_layers=args.gen_layers, mlm_layers=mlm_layers)
+    return amos_command.build_model(sizes, tokenizer, args.seq)
 
 
 class Pilot:

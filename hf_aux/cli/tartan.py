@@ -112,7 +112,7 @@ def build_task(data_args: DataTrainingArguments):
         if data_args.test_file:
             files["test"] = data_args.test_file
         task = task_from_data_files("end_task", "classification", files, columns=columns, label_splits=("train",),
-                                    **caps)
+                                    where="DataTrainingArguments: field 'train_file'", **caps)
     if task.kind != "classification":
         raise ValueError(f"task '{task.name}': field 'kind': hf-aux tartan trains a classification end task, "
                          f"got {task.kind}")
