@@ -9,7 +9,7 @@ medians over the rounds are compared, so drift from other processes on a shared 
 - ``from hf_aux import MuppetTrainer``: the first real use, which imports Trainer, peft and the rest;
 - ``hf-aux muppet --help``: the installed command's help (its entry point, ``hf_aux.cli.command:main``, run in the
   same way), which imports the method's argument dataclasses (torch, transformers' TrainingArguments) but not
-  Trainer, datasets or matplotlib.
+  Trainer, peft, datasets or matplotlib.
 
 It also lists which heavy modules (torch, transformers.trainer, peft, datasets, matplotlib) ``import hf_aux``
 leaves in ``sys.modules``: none should be there.

@@ -264,17 +264,18 @@ for argv in ([], ["--help"], *([name, "--help"] for name in {names!r})):
             pass
     pages.append(out.getvalue())
 print("\\x00".join(pages))
-print("\\x00" + " ".join(m for m in ("transformers.trainer", "datasets", "matplotlib", "hf_aux.trainers.muppet")
+print("\\x00" + " ".join(m for m in ("transformers.trainer", "peft", "datasets", "matplotlib",
+                                    "hf_aux.trainers.muppet")
                          if m in sys.modules))
 """
 
 
-def test_hf_aux_help_lists_every_flag_of_every_method_without_importing_trainer_or_datasets():
+def test_hf_aux_help_lists_every_flag_of_every_method_without_importing_trainer_peft_or_datasets():
     names = list(COMMANDS)
     out = subprocess.run([sys.executable, "-c", HELP_PROBE.format(names=names)], check=True, capture_output=True,
                          text=True).stdout
     *pages, heavy = out.split("\x00")
-    assert heavy.split() == []  # transformers' trainer_utils imports peft itself when it is installed
+    assert heavy.split() == []
     assert "usage: hf-aux <command>" in pages[0] and pages[0] == pages[1]
     for name, page in zip(names, pages[2:]):
         module = script_module(f"run_{COMMANDS[name][0]}")
@@ -294,3 +295,11 @@ def test_the_run_scripts_are_thin_and_call_the_library():
         imported = {alias.name for node in code.body if isinstance(node, ast.ImportFrom)
                     and node.module == f"hf_aux.cli.{script[4:]}" for alias in node.names}
         assert imported == {"main", "parse_args"}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_method_takes_hub_token_revision_and_cache_dir_and_never_records_the_token(script, tmp_path):
+    model_args, *rest = parse(script, ["--output_dir", str(tmp_path), "--token", "hf_secret", "--model_revision",
+                                       "v1", "--cache_dir", str(tmp_path / "cache")])
+    assert model_args.hub_kwargs() == {"token": "hf_secret", "revision": "v1", "cache_dir": str(tmp_path / "cache")}
+    assert "hf_secret" not in json.dumps(run_configuration(rest[1], model_args, *rest[:1], *rest[2:]))

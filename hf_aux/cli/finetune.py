@@ -156,7 +156,8 @@ COLUMN_FIELDS = {"text_columns": "text_columns", "label_column": "label_column",
 
 def make_parser() -> HfArgumentParser:
     # TokenSafeTrainingArguments: TrainingArguments whose training_args.bin never holds --hub_token
-    return command_parser((ModelArguments, DataTrainingArguments, TokenSafeTrainingArguments), "finetune", DATA_SOURCE_FLAGS)
+    return command_parser((ModelArguments, DataTrainingArguments, TokenSafeTrainingArguments),
+                          "finetune", DATA_SOURCE_FLAGS)
 
 
 def parse_args(argv: list[str] | None = None):

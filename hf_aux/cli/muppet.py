@@ -58,7 +58,8 @@ class DataTrainingArguments:
 
 
 def make_parser() -> HfArgumentParser:
-    return command_parser((ModelArguments, DataTrainingArguments, MuppetConfig, LoraArguments), "muppet", DATA_SOURCE_FLAGS)
+    return command_parser((ModelArguments, DataTrainingArguments, MuppetConfig, LoraArguments),
+                          "muppet", DATA_SOURCE_FLAGS)
 
 
 def parse_args(argv: list[str] | None = None):

@@ -79,7 +79,8 @@ class DataTrainingArguments:
 
 
 def make_parser() -> HfArgumentParser:
-    return command_parser((ModelArguments, DataTrainingArguments, TartanConfig, LoraArguments), "tartan", DATA_SOURCE_FLAGS)
+    return command_parser((ModelArguments, DataTrainingArguments, TartanConfig, LoraArguments),
+                          "tartan", DATA_SOURCE_FLAGS)
 
 
 def parse_args(argv: list[str] | None = None):
