@@ -306,3 +306,18 @@ def test_binned_auc_by_hand_and_against_exact():
     bins = rng.integers(0, 40, 500) + 3 * labels  # one score per bin: binned equals exact
     histogram = np.stack([np.bincount(bins[labels == c], minlength=50) for c in (0, 1)])
     assert binned_auc(histogram) == pytest.approx(roc_auc_score(labels, bins), abs=1e-12)
+
+
+def test_majority_baselines_of_a_mixture_by_hand():
+    """MUPPET's per-task baseline: the train split's majority class (string labels mapped to their index) scored
+    on the tokenised evaluation labels; tasks not scored by accuracy get none."""
+    from hf_aux.metrics import majority_baselines
+
+    sentiment = TaskSpec(name="sentiment", kind="classification", label_names=["neg", "pos"], data_files="x.jsonl")
+    score = TaskSpec(name="score", kind="regression", data_files="x.jsonl")
+    raw = {"sentiment": {"train": {"label": ["pos", "pos", "neg"]}}, "score": {"train": {"label": [0.5, 1.0]}}}
+    eval_data = {"sentiment": {"labels": [0, 1, 1, 1]}, "score": {"labels": [0.2, 0.4]}}
+    # majority of train = "pos" = class 1; it is right on 3 of the 4 evaluation rows
+    assert majority_baselines([sentiment, score], raw, eval_data) == {"eval_sentiment_majority_baseline": 0.75}
+    # no train split: the evaluation labels' own majority (1), again 3 of 4
+    assert majority_baselines([sentiment], {"sentiment": {}}, eval_data) == {"eval_sentiment_majority_baseline": 0.75}
