@@ -122,3 +122,30 @@ def test_unreachable_hub_dataset_names_task_and_field(monkeypatch):
     task = TaskSpec(name="remote", kind="classification", num_labels=2, dataset_name="no-such-user/no-such-dataset")
     with pytest.raises(ValueError, match=r"task 'remote': field 'dataset_name': could not load 'no-such-user/"):
         load_task_splits(task)
+
+
+def test_one_reader_builds_a_task_from_a_task_file_a_mixture_of_one_or_data_files(tmp_path):
+    """hf_aux.tasks is the one reader of task sources (the fine-tuning and TARTAN commands call it): a TaskSpec
+    mapping with data_files relative to the file, a mixture holding exactly one task, or data files whose classes
+    are read from the splits asked for."""
+    from hf_aux.tasks import task_from_data_files, task_from_file
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text('{"text": "a", "label": "pos"}\n{"text": "b", "label": "neg"}\n')
+    (data / "dev.jsonl").write_text('{"text": "c", "label": "meh"}\n')
+    (tmp_path / "task.yaml").write_text("name: s\nkind: classification\nlabel_names: [neg, pos]\n"
+                                        "data_files: {train: data/train.jsonl}\n")
+    task = task_from_file(tmp_path / "task.yaml", name="renamed")
+    assert (task.name, task.data_files) == ("renamed", {"train": str(data / "train.jsonl")})
+    (tmp_path / "one.yaml").write_text("tasks:\n  - {name: s, kind: regression, data_files: data/train.jsonl}\n")
+    assert task_from_file(tmp_path / "one.yaml").kind == "regression"
+    (tmp_path / "two.yaml").write_text("tasks:\n  - {name: a, kind: regression, data_files: data/train.jsonl}\n"
+                                       "  - {name: b, kind: regression, data_files: data/train.jsonl}\n")
+    with pytest.raises(ValueError, match="holds 2 tasks"):
+        task_from_file(tmp_path / "two.yaml")
+    files = {"train": str(data / "train.jsonl"), "validation": str(data / "dev.jsonl")}
+    assert task_from_data_files("t", "classification", files).label_names == ["meh", "neg", "pos"]
+    assert task_from_data_files("t", "classification", files, label_splits=("train",)).label_names == ["neg", "pos"]
+    with pytest.raises(ValueError, match=r"--train_file: validation file .*nope.jsonl' does not exist"):
+        task_from_data_files("t", "classification", {"validation": str(data / "nope.jsonl")}, where="--train_file")
