@@ -6,7 +6,7 @@
 Every process builds the same data and the same model (fixed seeds, dropout 0 but in the TARTAN '-dropout'
 variants), so the runs differ only in how the global batch is split. Several jobs run one after another in the same processes (one start-up for all).
 For each job, each rank writes OUT/<trainer>-<variant>/params_rank<r>.pt ({"world_size", "params"}: its final
-parameters, and those it started from) and, for TARTAN, task_weights_rank<r>.json (its task-weight history, one row per optimizer step). A
+parameters, those it started from, and its training logs' `<family>/<name>` metrics) and, for TARTAN, task_weights_rank<r>.json (its task-weight history, one row per optimizer step). A
 trainer that refuses the setting writes refused_rank<r>.txt with its message instead.
 """
 
@@ -164,7 +164,8 @@ def run_job(job: str, out: str, options) -> None:
 
     initial = parameters()
     trainer.train()
-    torch.save({"world_size": trainer.args.world_size, "initial": initial, "params": parameters()},
+    logged = [{k: v for k, v in entry.items() if "/" in k} for entry in trainer.state.log_history if "loss" in entry]
+    torch.save({"world_size": trainer.args.world_size, "initial": initial, "params": parameters(), "logged": logged},
                os.path.join(folder, f"params_rank{rank}.pt"))
     if name == "tartan":
         state = trainer.task_weights_state

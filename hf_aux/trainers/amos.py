@@ -38,6 +38,7 @@ from ..metrics import binned_auc
 from ..modeling.amos import AmosModel
 from ..nonfinite import check_finite_loss, install_nonfinite_guard
 from ..run_guard import RunArgsMixin
+from ..training_metrics import MetricAccumulator
 
 MIXTURE_CHOICES = ("adversarial", "uniform", "random_layer", "layer_switch")
 
@@ -129,7 +130,7 @@ class AmosTrainer(Trainer):
                          **kwargs)
         _refuse_sharding(parameter_sharding(args, self))  # again, as accelerate resolved it
         install_nonfinite_guard(self)  # gradients before, parameters after every optimizer step
-        self._metric_sums = {"train": None, "eval": None}  # running [sum..., count...] per mode, on device
+        self._metrics = {"train": MetricAccumulator(), "eval": MetricAccumulator()}  # device sums per mode
         # running RTD-logit histograms per mode, [1 + K, 2, bins]: slot 0 the run's own samples, 1 + k head k's alone
         self._rtd_histograms = {"train": None, "eval": None}
         self._micro_batches = MicroBatchCounter()
@@ -209,26 +210,17 @@ class AmosTrainer(Trainer):
         original = ~outputs.rtd_labels.bool() & real
         says_replaced = outputs.rtd_logits > 0
         gamma = outputs.mixture_weights  # [M, K]
-        one = torch.ones((), device=gamma.device)
-        # (sum, count) pairs; values are sum / count after reduction
-        values = torch.cat([
-            outputs.mlm_losses.float(),
-            outputs.rtd_loss.float().reshape(1),
-            (says_replaced & replaced).sum().reshape(1).float(),
-            (~says_replaced & original).sum().reshape(1).float(),
-            replaced.sum().reshape(1).float(),  # numerator of replaced_fraction: replaced tokens sit at M only
-            gamma.sum(dim=0).float(),
-        ])
-        counts = torch.cat([
-            one.expand(outputs.mlm_losses.numel() + 1),
-            replaced.sum().reshape(1).float(),
-            original.sum().reshape(1).float(),
-            torch.tensor([gamma.shape[0]], device=gamma.device, dtype=torch.float),
-            torch.full((gamma.shape[1],), gamma.shape[0], device=gamma.device, dtype=torch.float),
-        ])
-        step = torch.stack([values, counts])
-        total = self._metric_sums[mode]
-        self._metric_sums[mode] = step if total is None else total + step
+        metrics = self._metrics[mode]
+        layers = self.accelerator.unwrap_model(self.model).mlm_layers
+        for depth, mlm_loss in zip(layers, outputs.mlm_losses):
+            metrics.add(f"mlm_loss/layer_{depth}", mlm_loss)
+        metrics.add("rtd_loss", outputs.rtd_loss)
+        metrics.add("rtd_accuracy_replaced", (says_replaced & replaced).sum(), count=replaced.sum())
+        metrics.add("rtd_accuracy_original", (~says_replaced & original).sum(), count=original.sum())
+        # replaced tokens sit at masked positions only: the share of the M masked positions that were replaced
+        metrics.add("replaced_fraction", replaced.sum(), count=gamma.shape[0])
+        for depth, weight in zip(layers, gamma.sum(dim=0)):
+            metrics.add(f"mixture_weight/layer_{depth}", weight, count=gamma.shape[0])
         self._accumulate_histogram(outputs, attention_mask, mode, slot=0, slots=1 + gamma.shape[1])
 
     @torch.no_grad()
@@ -241,18 +233,11 @@ class AmosTrainer(Trainer):
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         mode = "eval" if any(key.startswith("eval_") for key in logs) else "train"
-        total = self._metric_sums[mode]
-        if total is not None:
-            total = self.accelerator.reduce(total, reduction="sum")
-            sums, counts = total[0].tolist(), total[1].tolist()
-            layers = self.accelerator.unwrap_model(self.model).mlm_layers
-            names = ([f"mlm_loss/layer_{d}" for d in layers]
-                     + ["rtd_loss", "rtd_accuracy_replaced", "rtd_accuracy_original", "replaced_fraction"]
-                     + [f"mixture_weight/layer_{d}" for d in layers])
+        if self._metrics[mode]:
             prefix = "eval_" if mode == "eval" else ""
-            for name, value, count in zip(names, sums, counts):
-                logs[prefix + name] = value / count if count > 0 else float("nan")
-            self._metric_sums[mode] = None
+            logs.update({prefix + name: value for name, value in
+                         self._metrics[mode].reduce(self.accelerator).items()})
+            layers = self.accelerator.unwrap_model(self.model).mlm_layers
             logs.update(self._separation_logs(layers, prefix, mode))
         super().log(logs, start_time)
 

@@ -67,6 +67,7 @@ from hf_aux.losses.meta_lm import (
 from hf_aux.modeling.teacher import MetaLMTeacher, MetaLMTokens, check_same_vocabulary
 from hf_aux.nonfinite import check_finite_loss, check_finite_parameters, install_nonfinite_guard
 from hf_aux.run_guard import RunArgsMixin
+from hf_aux.training_metrics import MetricAccumulator
 
 OBJECTIVES = ("mlm", "hard", "soft")
 TEACHER_DIR = "teacher"
@@ -259,7 +260,7 @@ class MetaLMTrainer(Trainer):
         self._current_task: str | None = None
         self._task_steps_left = 0
         self._meta_steps = 0
-        self._metrics: dict[str, list[torch.Tensor]] = defaultdict(list)
+        self._train_metrics = MetricAccumulator()  # meta/<name>, logged beside Trainer's loss
 
     # ---------------------------------------------------------------------------------------------- set-up
     def _check_supported_setup(self):
@@ -593,7 +594,7 @@ class MetaLMTrainer(Trainer):
         aux_loss = x_logits.new_zeros(())
         if args.teacher_aux_losses:
             aux_loss = self._teacher_aux_loss(hidden[batch:2 * batch], hidden[2 * batch:], x_u_as_mlm, x_m, y_m, mask)
-            self._record("teacher_aux_loss", aux_loss)
+            self._train_metrics.add("meta/teacher_aux_loss", aux_loss)
 
         # eq. 1: the student's pretraining step on the pseudo data; its gradient is left for Trainer's step
         soft = args.objective == "soft"
@@ -630,7 +631,7 @@ class MetaLMTrainer(Trainer):
         for param, grad in zip(theta_0, pseudo_grads):
             if grad is not None:
                 param.grad = grad.detach() if param.grad is None else param.grad + grad.detach()
-        self._record("pseudo_loss", pseudo_loss)
+        self._train_metrics.add("meta/pseudo_loss", pseudo_loss)
 
         # theta_1 exactly as Trainer's step will produce it: a function of the teacher for second-order soft
         # labels, of the gradient g (for the vector-Jacobian product w) for first order, a value for hard labels
@@ -671,9 +672,9 @@ class MetaLMTrainer(Trainer):
                                   cosine=args.h_cosine)
                 teacher_outputs, teacher_cotangents = [args.lambda_meta * h.detach() * sample_ce + aux_loss], [None]
                 ok = torch.isfinite(h)
-                self._record("h", h)
-                self._record("teacher_sample_ce", sample_ce)
-        self._record("query_loss", query_loss)
+                self._train_metrics.add("meta/h", h)
+                self._train_metrics.add("meta/teacher_sample_ce", sample_ce)
+        self._train_metrics.add("meta/query_loss", query_loss)
 
         # the teacher's gradient: the meta signal plus its auxiliary losses; a non-finite one is skipped
         if bool(ok):
@@ -686,9 +687,9 @@ class MetaLMTrainer(Trainer):
             for param, grad in zip(teacher_params, grads):
                 if grad is not None:
                     param.grad = grad if param.grad is None else param.grad + grad
-            self._record("teacher_skipped", torch.zeros((), device=x_u.device))
+            self._train_metrics.add_total("meta/teacher_skipped", torch.zeros((), device=x_u.device))
         else:
-            self._record("teacher_skipped", torch.ones((), device=x_u.device))
+            self._train_metrics.add_total("meta/teacher_skipped", torch.ones((), device=x_u.device))
         self._meta_steps += 1
         if self._meta_steps % args.teacher_gradient_accumulation_steps == 0:
             self._teacher_step()
@@ -697,7 +698,7 @@ class MetaLMTrainer(Trainer):
     def _inner_step(self, student, names, theta_1, support, create_graph: bool) -> list[torch.Tensor]:
         """eq. 2: theta_2 = theta_1 - inner_lr * grad CE(support) (SGD, §4.1)."""
         support_loss = self._student_loss(student, names, theta_1, support)
-        self._record("support_loss", support_loss)
+        self._train_metrics.add("meta/support_loss", support_loss)
         grads = torch.autograd.grad(support_loss, theta_1, create_graph=create_graph, allow_unused=True)
         return [t if g is None else sgd_update(t, g if create_graph else g.detach(), self.args.inner_learning_rate)
                 for t, g in zip(theta_1, grads)]
@@ -740,9 +741,6 @@ class MetaLMTrainer(Trainer):
         self.teacher_optimizer.zero_grad(set_to_none=True)
 
     # ---------------------------------------------------------------------------------------------- logging
-    def _record(self, name: str, value: torch.Tensor):
-        self._metrics[name].append(value.detach().float())
-
     @torch.no_grad()
     def _record_pseudo_input_statistics(self, x_u, x_logits, x_hat, mask):
         """Whether the teacher's pseudo inputs collapse to a few tokens: distinct tokens of x-hat in the batch
@@ -754,20 +752,17 @@ class MetaLMTrainer(Trainer):
         probs = log_probs.exp()
         tokens = logits.argmax(-1) if x_hat is None else x_hat[attended]
         pooled = probs.mean(0)
-        self._record("x_hat_distinct", torch.tensor(float(tokens.unique().numel()), device=x_u.device))
-        self._record("x_u_distinct", torch.tensor(float(x_u[attended].unique().numel()), device=x_u.device))
-        self._record("x_hat_pooled_entropy", -(pooled * pooled.clamp_min(1e-30).log()).sum())
-        self._record("x_hat_position_entropy", -(probs * log_probs).sum(-1).mean())
+        x_hat_distinct, x_u_distinct = tokens.unique().numel(), x_u[attended].unique().numel()
+        self._train_metrics.add("meta/x_hat_distinct", torch.tensor(float(x_hat_distinct), device=x_u.device))
+        self._train_metrics.add("meta/x_u_distinct", torch.tensor(float(x_u_distinct), device=x_u.device))
+        self._train_metrics.add("meta/x_hat_pooled_entropy", -(pooled * pooled.clamp_min(1e-30).log()).sum())
+        self._train_metrics.add("meta/x_hat_position_entropy", -(probs * log_probs).sum(-1).mean())
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self._metrics and "loss" in logs:
-            for name, values in self._metrics.items():
-                stacked = self.accelerator.gather_for_metrics(torch.stack(values))
-                value = stacked.sum() if name == "teacher_skipped" else stacked.mean()
-                logs[f"meta/{name}"] = round(value.item(), 6)
+        if "loss" in logs and self._train_metrics:  # means over the steps since the last log; teacher_skipped a count
+            logs.update(self._train_metrics.reduce(self.accelerator))
             if self.teacher_scheduler is not None:
                 logs["meta/teacher_lr"] = self.teacher_scheduler.get_last_lr()[0]
-            self._metrics.clear()
         super().log(logs, start_time)
 
     # ---------------------------------------------------------------------------------------------- model card

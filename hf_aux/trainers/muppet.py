@@ -45,6 +45,7 @@ from ..modeling.multitask import MultiTaskModel
 from ..nonfinite import check_finite_loss, install_nonfinite_guard
 from ..run_guard import RunArgsMixin
 from ..sampling import STRATEGIES, MultiTaskDataset, TaskBatchSampler
+from ..training_metrics import MetricAccumulator
 
 SAMPLER_STATE_NAME = "muppet_sampler.json"
 ROBUST_MODES = ("none", "r3f", "r4f")
@@ -157,8 +158,10 @@ class MuppetTrainer(Trainer):
                 and self.sub_batches_per_update < 2):
             raise ValueError("MuppetConfig: field 'gradient_accumulation_steps': heterogeneous batches need at least "
                              "2 sub-batches per update (gradient_accumulation_steps x processes); got 1")
-        # per task: [sum of raw sub-batch losses, sum of scaled ones, number of sub-batches] since the last log
-        self._task_stats = torch.zeros(len(names), 3, device=args.device)
+        # per task, the raw and scaled sub-batch losses since the last log (every task declared: a rank may not
+        # see each task between two logs, and every rank must reduce the same keys)
+        self._train_metrics = MetricAccumulator([f"{family}/{name}" for name in names
+                                                 for family in ("loss", "scaled_loss")], device=args.device)
         self._task_sampler = None
         self._resumed_sampler_state = None
         self._micro_batches = MicroBatchCounter()
@@ -236,9 +239,8 @@ class MuppetTrainer(Trainer):
             check_finite_loss(self, {**parts, "r3f_divergence": divergence.mean()} if robust else parts,
                               f"task '{spec['name']}': field 'loss'")
         if model.training:
-            with torch.no_grad():
-                self._task_stats[task] += torch.stack([raw.mean(), scaled.mean(), raw.new_ones(())]).to(
-                    self._task_stats.device)
+            self._train_metrics.add(f"loss/{spec['name']}", raw.mean())
+            self._train_metrics.add(f"scaled_loss/{spec['name']}", scaled.mean())
         return (loss, outputs) if return_outputs else loss
 
     def _task_losses(self, kind: str, outputs, inputs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -262,13 +264,8 @@ class MuppetTrainer(Trainer):
         return 6 * int(inputs["input_ids"].numel()) * self._flops_parameters
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs:  # a training log: add the per-task losses since the last one, summed over processes
-            stats = self.accelerator.reduce(self._task_stats, reduction="sum").tolist()
-            for name, (raw, scaled, count) in zip(self.accelerator.unwrap_model(self.model).task_names, stats):
-                if count > 0:
-                    logs[f"loss/{name}"] = round(raw / count, 4)
-                    logs[f"scaled_loss/{name}"] = round(scaled / count, 4)
-            self._task_stats.zero_()
+        if "loss" in logs:  # a training log: the per-task losses since the last one, over every process
+            logs.update(self._train_metrics.reduce(self.accelerator, drop_empty=True))
         super().log(logs, start_time)
 
     # ------------------------------------------------------------------------------------------------------------

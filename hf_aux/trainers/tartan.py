@@ -49,6 +49,7 @@ from ..losses.tartan import (
 from ..modeling.tartan import TartanModel
 from ..nonfinite import check_finite_loss, install_nonfinite_guard
 from ..run_guard import RunArgsMixin
+from ..training_metrics import MetricAccumulator
 
 logger = logging.getLogger(__name__)
 
@@ -311,8 +312,7 @@ class TartanTrainer(Trainer):
         self._meta_dataset = meta_dataset
         self._streams: dict[str, BatchStream] | None = None
         self._resumed = False  # set by _load_from_checkpoint: the heads come from the checkpoint, no warm-up
-        self._metric_sums: dict[str, torch.Tensor] = {}
-        self._metric_count = 0
+        self._train_metrics = MetricAccumulator()
 
     # ------------------------------------------------------------------------------------------------------------
     @property
@@ -398,10 +398,6 @@ class TartanTrainer(Trainer):
         logger.info("MLM head warm-up (%d steps on the frozen body): %s", args.mlm_head_warmup_steps,
                     ", ".join(f"{k} {a:.3f} -> {b:.3f}" for k, (a, b) in state.head_warmup.items()))
 
-    def _accumulate_metric(self, name: str, value: torch.Tensor) -> None:
-        value = value.detach().float()
-        self._metric_sums[name] = self._metric_sums[name] + value if name in self._metric_sums else value
-
     # ------------------------------------------------------------------------------------------------------------
     # MT-TARTAN (eq. 3): one forward carrying every task, Trainer's backward
     # ------------------------------------------------------------------------------------------------------------
@@ -421,8 +417,7 @@ class TartanTrainer(Trainer):
         weights = torch.tensor(state.weights, device=losses.device)                     # fixed w (eq. 3)
         loss = mt_tartan_loss(losses, weights)                                          # sum_k w_k L_k
         for name, value in zip(self.task_names, losses):
-            self._accumulate_metric(f"loss_{name}", value)
-        self._metric_count += 1
+            self._train_metrics.add(f"loss/{name}", value)
         state.record(self.state.global_step + 1, list(state.weights))
         return loss
 
@@ -498,30 +493,25 @@ class TartanTrainer(Trainer):
         synced = torch.cat([weights, alphas, losses]).tolist()
         n = len(self.task_names)
         new_weights, new_alphas, loss_values = synced[:n], synced[n:2 * n], synced[2 * n:]
-        check_finite_loss(self, {f"loss_{name}": value for name, value in zip(self.task_names, loss_values)},
+        check_finite_loss(self, {f"loss/{name}": value for name, value in zip(self.task_names, loss_values)},
                           "TartanTrainer")
         state.weights = new_weights
         state.record(self.state.global_step + 1, new_alphas)
         for name, loss_k, cos_k in zip(self.task_names, losses, cosines):
-            self._accumulate_metric(f"loss_{name}", loss_k)
-            self._accumulate_metric(f"cos_{name}", cos_k)
-        self._accumulate_metric("loss_meta", meta_loss)
-        self._metric_count += 1
+            self._train_metrics.add(f"loss/{name}", loss_k)
+            self._train_metrics.add(f"cos/{name}", cos_k)
+        self._train_metrics.add("meta_loss", meta_loss)
         return total.detach() * scale
 
     # ------------------------------------------------------------------------------------------------------------
     # Logging, saving, resuming
     # ------------------------------------------------------------------------------------------------------------
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs and self._metric_count > 0:  # a training log: add per-task losses, cosines, alphas
-            names = sorted(self._metric_sums)
-            means = torch.stack([self._metric_sums[k] for k in names]) / self._metric_count
-            means = self.accelerator.reduce(means, reduction="mean")
-            logs.update({k: round(v, 6) for k, v in zip(names, means.tolist())})
+        if "loss" in logs and self._train_metrics:  # a training log: per-task losses and cosines, the weights
+            logs.update(self._train_metrics.reduce(self.accelerator))
             history = self.task_weights_state.history
-            if history:
-                logs.update({f"alpha_{name}": round(a, 6) for name, a in zip(self.task_names, history[-1][1:])})
-            self._metric_sums, self._metric_count = {}, 0
+            if history:  # alpha of the last step (identical on every rank)
+                logs.update({f"alpha/{name}": a for name, a in zip(self.task_names, history[-1][1:])})
         super().log(logs, start_time)
 
     def _save(self, output_dir: str | None = None, state_dict=None) -> None:
