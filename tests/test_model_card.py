@@ -242,3 +242,19 @@ def test_hyperparameters_do_not_reset_a_running_accelerator():
     hyperparameters_from_args(args)
     loader = accelerator.prepare(torch.utils.data.DataLoader(list(range(4)), batch_size=2))  # what failed
     assert [batch.tolist() for batch in loader] == [[0, 1], [2, 3]]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_each_trainer_declares_its_card_and_shares_one_renderer(method):
+    """trl's pattern: the trainer states name, tags, paper and template; ModelCardMixin.create_model_card renders."""
+    import hf_aux
+    from hf_aux.model_card import METHOD_NAMES, ModelCardMixin
+
+    trainer_class = getattr(hf_aux, {"muppet": "MuppetTrainer", "amos": "AmosTrainer", "tartan": "TartanTrainer",
+                                     "meta_lm": "MetaLMTrainer"}[method])
+    assert issubclass(trainer_class, ModelCardMixin)
+    assert trainer_class.create_model_card is ModelCardMixin.create_model_card  # no override of its own
+    assert trainer_class._paper is PAPERS[method]
+    assert trainer_class._tag_names == ("hf_aux", method)
+    assert trainer_class._template_file == f"{method}.md"
+    assert trainer_class._name == METHOD_NAMES[method]  # render_model_card(method) says the same

@@ -35,6 +35,7 @@ from ..distributed import MicroBatchCounter, Sharding, micro_batch_seed, paramet
 from ..hub import HubTokenSafeArgsMixin
 from ..losses.amos import RTD_HISTOGRAM_BINS, layer_switch_index, rtd_logit_histogram
 from ..metrics import binned_auc
+from ..model_card import AMOS_PAPER, ModelCardMixin, TaskSummary, logged_series, plot_weights_over_time
 from ..modeling.amos import AmosModel
 from ..nonfinite import check_finite_loss, install_nonfinite_guard
 from ..run_guard import RunArgsMixin
@@ -43,7 +44,6 @@ from ..training_metrics import MetricAccumulator
 MIXTURE_CHOICES = ("adversarial", "uniform", "random_layer", "layer_switch")
 
 
-LOSS_CURVE_PNG = "loss_curve.png"
 MIXTURE_WEIGHTS_PNG = "mixture_weights.png"
 RTD_AUC_PNG = "rtd_auc.png"
 
@@ -92,7 +92,7 @@ class AmosConfig(HubTokenSafeArgsMixin, RunArgsMixin, TrainingArguments):
             raise ValueError(f"AmosConfig: field 'adv_mlm_multiplier': {self.adv_mlm_multiplier} must be >= 0")
 
 
-class AmosTrainer(Trainer):
+class AmosTrainer(ModelCardMixin, Trainer):
     """Trains an `AmosModel` (generator, mixture vector and discriminator together) with eq. 4.
 
     `model` must be an AmosModel; `processing_class` the tokenizer (checked against the vocabulary; it masks
@@ -258,31 +258,19 @@ class AmosTrainer(Trainer):
                     replaced[RTD_HISTOGRAM_BINS // 2:].sum() / replaced.sum())
         return logs
 
-    # ---- model card (Trainer.push_to_hub calls it too): the AMOS template, loss and mixture-weight figures ----------
+    # ---- model card (ModelCardMixin.create_model_card; Trainer.push_to_hub calls it too) ---------------------------
+    # the RTD and per-head MLM metrics of the last evaluation (model-index), training sizes, loss_curve.png,
+    # mixture_weights.png (the mean mixture weight of each MLM head over training, Fig. 3a) and rtd_auc.png.
+    # `finetuned_from`: the checkpoint the run started from (None: from scratch).
+    _name = "AMOS"
+    _tag_names = ("hf_aux", "amos")
+    _paper = AMOS_PAPER
+    _template_file = "amos.md"
+    _hf_aux_class = "hf_aux.modeling.amos.AmosModel"
 
-    def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,
-                          tasks=None, dataset_tags=None, dataset=None, dataset_args=None, **kwargs):
-        """Write README.md in `output_dir` from hf_aux's AMOS template: the RTD and per-head MLM metrics of the last
-        evaluation (model-index), training sizes, hyper-parameters, loss_curve.png and mixture_weights.png
-        (the mean mixture weight of each MLM head over training, Fig. 3a). `finetuned_from`: the checkpoint the
-        run started from (None: from scratch); `dataset_tags`: Hub dataset ids of the training text."""
-        if not self.is_world_process_zero():
-            return
-        from ..model_card import (
-            TaskSummary,
-            card_base_model,
-            hyperparameters_from_args,
-            logged_series,
-            plot_loss_curves,
-            plot_weights_over_time,
-            render_model_card,
-        )
-
-        output_dir = self.args.output_dir
-        os.makedirs(output_dir, exist_ok=True)
+    def _card_tasks(self, datasets: list[str], **kwargs) -> list[TaskSummary]:
         layers = self.accelerator.unwrap_model(self.model).mlm_layers
-        history = self.state.log_history
-        last_eval = next((entry for entry in reversed(history) if "eval_rtd_loss" in entry), {})
+        last_eval = next((entry for entry in reversed(self.state.log_history) if "eval_rtd_loss" in entry), {})
 
         def finite(names):  # card metric name -> logged key, kept when it was logged as a finite number
             return {card: last_eval[key] for card, key in names.items()
@@ -301,12 +289,12 @@ class AmosTrainer(Trainer):
                       for d in layers if f"eval_rtd_auc/layer_{d}" in last_eval]
         summaries += [TaskSummary(f"mlm_layer_{d}", "mlm", train_size=train_size, eval_size=eval_size,
                                   metrics=finite({"loss": f"eval_mlm_loss/layer_{d}"})) for d in layers]
-        figures = {}
-        try:
-            plot_loss_curves(history, os.path.join(output_dir, LOSS_CURVE_PNG), title="AMOS losses")
-            figures[LOSS_CURVE_PNG] = "Training losses (total, RTD, per MLM head) and evaluation loss"
-        except ValueError:  # nothing logged yet
-            pass
+        return summaries
+
+    def _card_figures(self, output_dir: str) -> dict[str, str]:
+        history = self.state.log_history
+        figures = self._loss_curve_figure(output_dir, "AMOS losses",
+                                          "Training losses (total, RTD, per MLM head) and evaluation loss")
         weights = logged_series(history, "mixture_weight/")
         if weights:
             plot_weights_over_time(weights, os.path.join(output_dir, MIXTURE_WEIGHTS_PNG),
@@ -323,20 +311,14 @@ class AmosTrainer(Trainer):
                                    ylabel="RTD AUC (0.5 = chance)")
             figures[RTD_AUC_PNG] = ("AUC of the discriminator's P(replaced) over replaced vs original tokens: on "
                                     "training batches, on evaluation, and on each head's samples alone")
-        discriminator = self.accelerator.unwrap_model(self.model).discriminator.config
-        pretraining_head = "ElectraForPreTraining" in (discriminator.architectures or [])
-        datasets = [dataset_tags] if isinstance(dataset_tags, str) else list(dataset_tags or [])
-        card = render_model_card(
-            "amos", model_name=model_name or os.path.basename(os.path.abspath(output_dir)),
-            base_model=card_base_model(finetuned_from),
-            datasets=datasets, tasks=summaries, hyperparameters=hyperparameters_from_args(self.args),
-            figures=figures, model_id=self.args.hub_model_id or None,
-            auto_class="AutoModelForPreTraining" if pretraining_head else "AutoModel",
-            hf_aux_class="hf_aux.modeling.amos.AmosModel", license=license, language=language or "en",
-            tags=[tags] if isinstance(tags, str) else list(tags or []),
-            notes=f"Generator MLM heads at layers {', '.join(map(str, layers))}; mixture "
-                  f"'{self.args.mixture}'.")
-        card.save(os.path.join(output_dir, "README.md"))
+        return figures
+
+    def _card_details(self) -> dict:
+        amos = self.accelerator.unwrap_model(self.model)
+        pretraining_head = "ElectraForPreTraining" in (amos.discriminator.config.architectures or [])
+        return {"auto_class": "AutoModelForPreTraining" if pretraining_head else "AutoModel",
+                "notes": f"Generator MLM heads at layers {', '.join(map(str, amos.mlm_layers))}; mixture "
+                         f"'{self.args.mixture}'."}
 
     # ---- checkpoints: AmosModel writes discriminator + generator/; load both back ---------------------------------
 

@@ -41,6 +41,7 @@ from ..distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
 from ..hub import HubTokenSafeArgsMixin
 from ..losses.muppet import (classification_loss, multiple_choice_loss, r3f_divergence, regression_loss,
                              sample_embedding_noise, scale_losses, seq2seq_loss, span_loss)
+from ..model_card import MUPPET_PAPER, ModelCardMixin, TaskSummary
 from ..modeling.multitask import MultiTaskModel
 from ..nonfinite import check_finite_loss, install_nonfinite_guard
 from ..run_guard import RunArgsMixin
@@ -102,7 +103,7 @@ class MuppetConfig(HubTokenSafeArgsMixin, RunArgsMixin, TrainingArguments):
             raise ValueError("MuppetConfig: field 'remove_unused_columns': must stay False (rows carry task_name)")
 
 
-class MuppetTrainer(Trainer):
+class MuppetTrainer(ModelCardMixin, Trainer):
     """Pre-finetunes a `MultiTaskModel` on several tasks at once.
 
     train_dataset / eval_dataset: {task name: tokenised split} (rows from `hf_aux.data.tokenize_task`), every name
@@ -303,17 +304,16 @@ class MuppetTrainer(Trainer):
         unwrapped.load_checkpoint_heads(folder)
 
     # ------------------------------------------------------------------------------------------------------------
-    # Model card (run_muppet.py writes it on every run; Trainer.push_to_hub calls it too)
+    # Model card (ModelCardMixin.create_model_card; run_muppet.py writes it on every run, push_to_hub too):
+    # per-task metrics of the last `evaluate()`, train sizes, a loss curve
     # ------------------------------------------------------------------------------------------------------------
-    def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,  # noqa: A002
-                          tasks=None, dataset_tags=None, dataset=None, dataset_args=None, **kwargs):
-        """Write README.md in `output_dir` from hf_aux's MUPPET template: per-task metrics of the last
-        `evaluate()`, train sizes, hyper-parameters, a loss curve."""
-        if not self.is_world_process_zero():
-            return
-        from ..model_card import (TaskSummary, card_base_model, hyperparameters_from_args, plot_loss_curves,
-                                  render_model_card)
+    _name = "MUPPET pre-finetuning"
+    _tag_names = ("hf_aux", "muppet")
+    _paper = MUPPET_PAPER
+    _template_file = "muppet.md"
+    _hf_aux_class = "hf_aux.modeling.multitask.MultiTaskModel"
 
+    def _card_tasks(self, datasets: list[str], **kwargs) -> list[TaskSummary]:
         body = self.accelerator.unwrap_model(self.model)
         train_sizes = dict(zip(self.train_dataset.task_names, self.train_dataset.sizes)) if self.train_dataset else {}
         last_eval = next((h for h in reversed(self.state.log_history) if "eval_average_primary" in h), {})
@@ -325,25 +325,20 @@ class MuppetTrainer(Trainer):
             eval_data = (self.eval_dataset or {}).get(spec["name"])
             summaries.append(TaskSummary(name=spec["name"], kind=spec["kind"], train_size=train_sizes.get(spec["name"]),
                                          eval_size=None if eval_data is None else len(eval_data), metrics=scores))
-        figures = {}
-        try:
-            plot_loss_curves(self.state.log_history, os.path.join(self.args.output_dir, "loss_curve.png"),
-                             title="MUPPET losses", exclude_prefixes=("scaled_loss/",))
-            figures["loss_curve.png"] = ("Training and evaluation loss: overall, and per task in panels of their own "
-                                         "(raw losses; the scaled ones are these divided by log n)")
-        except ValueError:  # nothing loss-like logged yet
-            pass
-        card = render_model_card(
-            "muppet", model_name=model_name or os.path.basename(os.path.abspath(self.args.output_dir)),
-            model_id=self.args.hub_model_id,
-            base_model=card_base_model(finetuned_from or getattr(body.config.encoder, "_name_or_path", None)),
-            datasets=list(dataset_tags or []) if not isinstance(dataset_tags, str) else [dataset_tags],
-            tasks=summaries, hyperparameters=hyperparameters_from_args(self.args), figures=figures,
-            hf_aux_class="hf_aux.modeling.multitask.MultiTaskModel", license=license,
-            language=language or "en", tags=list(tags or []) if not isinstance(tags, str) else [tags],
-            adapter=body.has_body_lora, adapter_auto_class="AutoModel",
-            merged_subfolder=merged_subfolder(self.args.output_dir))
-        card.save(os.path.join(self.args.output_dir, "README.md"))
+        return summaries
+
+    def _card_figures(self, output_dir: str) -> dict[str, str]:
+        return self._loss_curve_figure(output_dir, "MUPPET losses", "Training and evaluation loss: overall, and per "
+                                       "task in panels of their own (raw losses; the scaled ones are these divided by "
+                                       "log n)", exclude_prefixes=("scaled_loss/",))
+
+    def _card_base_model(self, finetuned_from: str | None) -> str | None:
+        encoder = self.accelerator.unwrap_model(self.model).config.encoder
+        return finetuned_from or getattr(encoder, "_name_or_path", None)
+
+    def _card_details(self) -> dict:
+        return {"adapter": self.accelerator.unwrap_model(self.model).has_body_lora, "adapter_auto_class": "AutoModel",
+                "merged_subfolder": merged_subfolder(self.args.output_dir)}
 
     # ------------------------------------------------------------------------------------------------------------
     # Evaluation: every task with its own metrics, and their average

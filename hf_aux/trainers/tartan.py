@@ -46,6 +46,7 @@ from ..losses.tartan import (
     task_mixture,
     update_task_weights,
 )
+from ..model_card import TARTAN_PAPER, ModelCardMixin, TaskSummary, task_metrics
 from ..modeling.tartan import TartanModel
 from ..nonfinite import check_finite_loss, install_nonfinite_guard
 from ..run_guard import RunArgsMixin
@@ -55,7 +56,6 @@ logger = logging.getLogger(__name__)
 
 TASK_WEIGHTS_JSON = "task_weights.json"
 TASK_WEIGHTS_PNG = "task_weights.png"
-LOSS_CURVE_PNG = "loss_curve.png"
 END_TASK = "end_task"
 
 
@@ -235,7 +235,7 @@ def plot_task_weights(history: list[list[float]], task_names: list[str], path: s
 # ----------------------------------------------------------------------------------------------------------------
 
 
-class TartanTrainer(Trainer):
+class TartanTrainer(ModelCardMixin, Trainer):
     """MT-TARTAN / META-TARTAN (module docstring).
 
     model: a `TartanModel`, or an `XForSequenceClassification` (wrapped with fresh MLM heads named after
@@ -536,63 +536,54 @@ class TartanTrainer(Trainer):
         with open(os.path.join(output_dir, TASK_WEIGHTS_JSON), "w") as f:
             json.dump(data, f)
         if state.history:
-            title = f"{'META' if self.args.mode == 'meta' else 'MT'}-TARTAN task weights"
-            plot_task_weights(state.history, self.task_names, os.path.join(output_dir, TASK_WEIGHTS_PNG), title)
+            plot_task_weights(state.history, self.task_names, os.path.join(output_dir, TASK_WEIGHTS_PNG),
+                              self._mode_name + " task weights")
 
-    def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,
-                          tasks=None, dataset_tags=None, dataset=None, dataset_args=None, end_task_name=None,
-                          metrics=None, **kwargs):
-        """Write README.md in `output_dir` from hf_aux's TARTAN template: the end task's metrics (`metrics`, e.g.
-        {"eval_accuracy": ...} from a final evaluation; default: the last evaluation in the log history) in the
-        model-index, the auxiliary tasks, hyper-parameters, loss_curve.png and task_weights.png (the task weights
-        over training). `end_task_name`: the end task's name in the card; `finetuned_from`: the starting encoder;
-        `dataset_tags`: Hub dataset ids of the end task."""
-        if not self.is_world_process_zero():
-            return
-        from ..model_card import (
-            TaskSummary,
-            card_base_model,
-            hyperparameters_from_args,
-            plot_loss_curves,
-            render_model_card,
-            task_metrics,
-        )
+    # ---- model card (ModelCardMixin.create_model_card): the end task's metrics in the model-index, the auxiliary
+    # tasks, hyper-parameters, loss_curve.png and task_weights.png (the task weights over training) -------------
+    _name = "TARTAN"
+    _tag_names = ("hf_aux", "tartan")
+    _paper = TARTAN_PAPER
+    _template_file = "tartan.md"
+    _auto_class = "AutoModelForSequenceClassification"
+    _hf_aux_class = "hf_aux.modeling.tartan.TartanModel"
 
-        output_dir = self.args.output_dir
-        os.makedirs(output_dir, exist_ok=True)
+    def _card_tasks(self, datasets: list[str], end_task_name: str | None = None, metrics: dict | None = None,
+                    **kwargs) -> list[TaskSummary]:
+        """`metrics`: the end task's, e.g. {"eval_accuracy": ...} from a final evaluation (default: the last
+        evaluation in the log history); `end_task_name`: the end task's name in the card; `datasets`: Hub
+        dataset ids of the end task."""
         if metrics is None:
             metrics = next((entry for entry in reversed(self.state.log_history) if "eval_loss" in entry), {})
-        datasets = [dataset_tags] if isinstance(dataset_tags, str) else list(dataset_tags or [])
         split, scores = task_metrics(metrics)
         summaries = [TaskSummary(end_task_name or END_TASK, "classification", train_size=len(self.train_dataset),
                                  eval_size=len(self.eval_dataset) if self.eval_dataset is not None else None,
                                  metrics=scores, dataset=datasets[0] if datasets else None, split=split)]
         summaries += [TaskSummary(name, "mlm", train_size=len(data)) for name, data in self._auxiliary_datasets.items()]
-        figures = {}
-        try:
-            plot_loss_curves(self.state.log_history, os.path.join(output_dir, LOSS_CURVE_PNG), title="TARTAN losses")
-            figures[LOSS_CURVE_PNG] = "Training loss (overall and per task) and evaluation loss"
-        except ValueError:  # nothing logged yet
-            pass
+        return summaries
+
+    def _card_figures(self, output_dir: str) -> dict[str, str]:
+        figures = self._loss_curve_figure(output_dir, "TARTAN losses",
+                                          "Training loss (overall and per task) and evaluation loss")
         state = self.task_weights_state
         if state.history:  # _save draws it with every checkpoint; drawn again here with the whole history
-            title = f"{'META' if self.args.mode == 'meta' else 'MT'}-TARTAN task weights"
-            plot_task_weights(state.history, self.task_names, os.path.join(output_dir, TASK_WEIGHTS_PNG), title)
+            plot_task_weights(state.history, self.task_names, os.path.join(output_dir, TASK_WEIGHTS_PNG),
+                              self._mode_name + " task weights")
             figures[TASK_WEIGHTS_PNG] = "Task weights (alpha) of the end task and each auxiliary task over training"
-            final = ", ".join(f"{name} {alpha:.3f}" for name, alpha in zip(self.task_names, state.history[-1][1:]))
-            notes = f"{'META' if self.args.mode == 'meta' else 'MT'}-TARTAN; final task weights: {final}."
-        else:
-            notes = f"{'META' if self.args.mode == 'meta' else 'MT'}-TARTAN."
-        card = render_model_card(
-            "tartan", model_name=model_name or os.path.basename(os.path.abspath(output_dir)),
-            base_model=card_base_model(finetuned_from),
-            datasets=datasets, tasks=summaries, hyperparameters=hyperparameters_from_args(self.args),
-            figures=figures, model_id=self.args.hub_model_id or None,
-            auto_class="AutoModelForSequenceClassification", hf_aux_class="hf_aux.modeling.tartan.TartanModel",
-            license=license, language=language or "en", tags=[tags] if isinstance(tags, str) else list(tags or []),
-            notes=notes, adapter=self.accelerator.unwrap_model(self.model).has_body_lora,
-            merged_subfolder=merged_subfolder(output_dir))
-        card.save(os.path.join(output_dir, "README.md"))
+        return figures
+
+    def _card_details(self) -> dict:
+        history = self.task_weights_state.history
+        notes = f"{self._mode_name}."
+        if history:
+            final = ", ".join(f"{name} {alpha:.3f}" for name, alpha in zip(self.task_names, history[-1][1:]))
+            notes = f"{self._mode_name}; final task weights: {final}."
+        return {"notes": notes, "adapter": self.accelerator.unwrap_model(self.model).has_body_lora,
+                "merged_subfolder": merged_subfolder(self.args.output_dir)}
+
+    @property
+    def _mode_name(self) -> str:
+        return "META-TARTAN" if self.args.mode == "meta" else "MT-TARTAN"
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
         """Resume: the classifier and MLM heads from the checkpoint folder, the task weights, their history and
