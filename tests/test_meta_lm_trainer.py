@@ -74,10 +74,10 @@ def prime_adam(trainer):
 def replay_batches(trainer, state, x_u, mask):
     """The trainer's random draws of one meta step, replayed from its generator state."""
     trainer._generator.set_state(state)
-    trainer._task_steps_left = 0
+    trainer._support_query.task_steps_left = 0
     trainer._mlm_example(x_u, mask, trainer._generator)
-    task = trainer._next_task()
-    return trainer._labelled_batch(task), trainer._labelled_batch(task)
+    task = trainer._support_query.next_task()
+    return trainer._support_query.batch(task), trainer._support_query.batch(task)
 
 
 def student_step_reference(trainer, student0, opt_state, pseudo_loss_fn, support, query, finetune=True,
@@ -184,8 +184,8 @@ def test_h_and_teacher_gradient_match_hand_computation(data, tmp_path, optim):
     pad = trainer.meta_tokens.pad
     x_hat = sample_tokens(out.input_logits, trainer._generator).masked_fill(mask == 0, pad)
     y_hat = sample_tokens(out.output_logits, trainer._generator).masked_fill(mask == 0, pad)
-    task = trainer._next_task()
-    support, query = trainer._labelled_batch(task), trainer._labelled_batch(task)
+    task = trainer._support_query.next_task()
+    support, query = trainer._support_query.batch(task), trainer._support_query.batch(task)
 
     def pseudo(s):
         return pseudo_cross_entropy(s(input_ids=x_hat, attention_mask=mask).logits, y_hat, mask, pad)
