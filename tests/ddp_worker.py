@@ -55,7 +55,7 @@ def common_args(out: str, options) -> dict:
 
 
 def make_muppet(out, options):
-    from hf_aux.modeling.multitask import MultiTaskConfig, MultiTaskModel
+    from hf_aux.modeling.multitask import MultiTaskModelConfig, MultiTaskModel
     from hf_aux.trainers.muppet import MuppetConfig, MuppetTrainer
 
     tokenizer = tiny_tokenizer()
@@ -67,7 +67,7 @@ def make_muppet(out, options):
     train = {t.name: tokenize_task(t, t.dataset, tokenizer, max_length=16) for t in tasks}
     torch.manual_seed(0)
     body = AutoModel.from_config(tiny_config("bert", tokenizer, **NO_DROPOUT))
-    model = MultiTaskModel(MultiTaskConfig(encoder=body.config, tasks=tasks, classifier_dropout=0.0), body=body)
+    model = MultiTaskModel(MultiTaskModelConfig(encoder=body.config, tasks=tasks, classifier_dropout=0.0), body=body)
     args = MuppetConfig(**common_args(out, options), robust_finetuning=options.robust, r3f_eps=1e-2)
     return MuppetTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
 

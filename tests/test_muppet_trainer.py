@@ -15,7 +15,7 @@ from transformers import AutoModel
 
 from hf_aux.data import MultiTaskCollator, tokenize_task
 from hf_aux.losses.muppet import classification_loss, multiple_choice_loss, scale_losses
-from hf_aux.modeling.multitask import MultiTaskConfig, MultiTaskModel
+from hf_aux.modeling.multitask import MultiTaskModelConfig, MultiTaskModel
 from hf_aux.tasks import TaskSpec
 from hf_aux.trainers.muppet import MuppetConfig, MuppetTrainer
 from script_loader import load_run_script
@@ -50,7 +50,7 @@ def _setup(tmp_path, dropout=0.1, spectral_norm=False, seed=0, init_seed=0, **co
     torch.manual_seed(init_seed)
     body = AutoModel.from_config(tiny_config("bert", tokenizer, hidden_dropout_prob=dropout,
                                              attention_probs_dropout_prob=dropout))
-    model = MultiTaskModel(MultiTaskConfig(encoder=body.config, tasks=tasks, classifier_dropout=dropout,
+    model = MultiTaskModel(MultiTaskModelConfig(encoder=body.config, tasks=tasks, classifier_dropout=dropout,
                                            spectral_norm_heads=spectral_norm), body=body)
     defaults = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, gradient_accumulation_steps=2,
                     max_steps=4, learning_rate=1e-3, report_to=[], logging_steps=2, save_strategy="no", use_cpu=True,
@@ -283,7 +283,7 @@ def test_seq2seq_training_loss_is_label_smoothed_at_0_1_by_default(tmp_path):
     task = TaskSpec(name="summary", kind="seq2seq", dataset=rows)
     train = {"summary": tokenize_task(task, rows, tokenizer, max_length=16, max_target_length=8)}
     torch.manual_seed(0)
-    model = MultiTaskModel(MultiTaskConfig(encoder=tiny_config("bart", tokenizer, dropout=0.0), tasks=[task]))
+    model = MultiTaskModel(MultiTaskModelConfig(encoder=tiny_config("bart", tokenizer, dropout=0.0), tasks=[task]))
     args = MuppetConfig(output_dir=str(tmp_path), report_to=[], use_cpu=True, per_device_train_batch_size=2)
     assert args.label_smoothing_factor == 0.1  # Table 2's label-smoothed CE; fairseq's BART summarisation value
     trainer = MuppetTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
@@ -302,4 +302,4 @@ def test_seq2seq_training_loss_is_label_smoothed_at_0_1_by_default(tmp_path):
     assert not torch.allclose(loss, scale_losses(*seq2seq_loss(logits, batch["labels"])).mean())  # smoothing 0
     # the model config has no second setting
     with pytest.raises(ValueError, match="label_smoothing_factor"):
-        MultiTaskConfig(encoder=tiny_config("bart", tokenizer), tasks=[task], label_smoothing=0.1)
+        MultiTaskModelConfig(encoder=tiny_config("bart", tokenizer), tasks=[task], label_smoothing=0.1)

@@ -12,7 +12,7 @@ What one optimizer update does (§3):
   `num_items_in_batch`, a token count, is deliberately unused: it would let long seq2seq targets dominate).
 - optionally R3F/R4F (§3.2): + lambda * symmetric KL between predictions on clean and noise-perturbed input
   embeddings (training only); R4F also needs the model's heads (classification,
-  regression, multiple choice, span) spectrally normalised (`MultiTaskConfig.spectral_norm_heads`).
+  regression, multiple choice, span) spectrally normalised (`MultiTaskModelConfig.spectral_norm_heads`).
 LoRA (`peft_config=LoraConfig(...)`, issue #8): the shared body becomes a peft model with frozen base weights;
 its adapters and every task head train. Checkpoints (intermediate ones too) hold the adapter (peft's
 adapter_config.json + adapter_model.safetensors) and the heads, not the frozen base; resume restores both
