@@ -112,7 +112,8 @@ def test_resume_mid_epoch_is_exact(tmp_path, robust):
     trainer = MuppetTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
     trainer.train()
     checkpoint = os.path.join(args.output_dir, "checkpoint-3")
-    assert json.load(open(os.path.join(checkpoint, "muppet_sampler.json")))["strategy"] == "heterogeneous"
+    saved = json.load(open(os.path.join(checkpoint, "trainer_state.json")))["stateful_callbacks"]
+    assert saved["TaskSamplerState"]["attributes"]["description"]["strategy"] == "heterogeneous"
     # a fresh model with different weights, restored from checkpoint-3 (heads included) and trained 3 more steps
     tokenizer, _, train, resumed, args = _setup(tmp_path / "b", init_seed=1, **common)
     MuppetTrainer(model=resumed, args=args, train_dataset=train, processing_class=tokenizer).train(

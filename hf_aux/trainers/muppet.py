@@ -23,7 +23,6 @@ loss, summed across processes. `evaluate()` scores every task with its own metri
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -32,7 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
-from transformers import Trainer, TrainingArguments
+from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer_callback import ExportableState
 
 from .. import metrics as task_metrics
 from ..adapters import load_lora_weights, merged_subfolder
@@ -48,7 +48,6 @@ from ..run_guard import RunArgsMixin
 from ..sampling import STRATEGIES, MultiTaskDataset, TaskBatchSampler
 from ..training_metrics import MetricAccumulator
 
-SAMPLER_STATE_NAME = "muppet_sampler.json"
 ROBUST_MODES = ("none", "r3f", "r4f")
 TARGET_KEYS = ("labels", "start_positions", "end_positions")
 
@@ -103,6 +102,20 @@ class MuppetConfig(HubTokenSafeArgsMixin, RunArgsMixin, TrainingArguments):
             raise ValueError("MuppetConfig: field 'remove_unused_columns': must stay False (rows carry task_name)")
 
 
+class TaskSamplerState(TrainerCallback, ExportableState):
+    """The task sampler's description (task sizes, batch size, sub-batches per update, strategy, temperature, seed,
+    epoch), saved in trainer_state.json (`stateful_callbacks`) with every checkpoint: a resume checks that it
+    samples the same way, since Trainer skips the batches already trained on by count."""
+
+    def __init__(self):
+        self.sampler: TaskBatchSampler | None = None  # set by MuppetTrainer.get_train_dataloader
+        self.description: dict | None = None
+
+    def state(self) -> dict:
+        description = self.sampler.state_dict() if self.sampler is not None else self.description
+        return {"args": {}, "attributes": {"description": description}}
+
+
 class MuppetTrainer(ModelCardMixin, Trainer):
     """Pre-finetunes a `MultiTaskModel` on several tasks at once.
 
@@ -151,8 +164,9 @@ class MuppetTrainer(ModelCardMixin, Trainer):
         if data_collator is None:
             data_collator = MultiTaskCollator(processing_class, names)
         train = MultiTaskDataset({n: train_dataset[n] for n in names if n in train_dataset}) if train_dataset else None
+        callbacks = [*(kwargs.pop("callbacks", None) or []), TaskSamplerState()]
         super().__init__(model=model, args=args, data_collator=data_collator, train_dataset=train,
-                         eval_dataset=eval_dataset, processing_class=processing_class, **kwargs)
+                         eval_dataset=eval_dataset, processing_class=processing_class, callbacks=callbacks, **kwargs)
         install_nonfinite_guard(self)  # gradients before, parameters after every optimizer step
         self.sub_batches_per_update = args.gradient_accumulation_steps * args.world_size
         if (train is not None and args.batching == "heterogeneous" and len(train.task_names) > 1
@@ -164,7 +178,6 @@ class MuppetTrainer(ModelCardMixin, Trainer):
         self._train_metrics = MetricAccumulator([f"{family}/{name}" for name in names
                                                  for family in ("loss", "scaled_loss")], device=args.device)
         self._task_sampler = None
-        self._resumed_sampler_state = None
         self._micro_batches = MicroBatchCounter()
 
     # ------------------------------------------------------------------------------------------------------------
@@ -177,14 +190,7 @@ class MuppetTrainer(ModelCardMixin, Trainer):
         sampler = TaskBatchSampler(self.train_dataset.sizes, self._train_batch_size, self.sub_batches_per_update,
                                    strategy=self.args.batching, temperature=self.args.task_sampling_temperature,
                                    seed=seed)
-        if self._resumed_sampler_state is not None:
-            saved, now = self._resumed_sampler_state, sampler.state_dict()
-            changed = [k for k in now if k != "epoch" and saved.get(k) != now[k]]
-            if changed:
-                raise ValueError(f"MuppetTrainer: resuming with a different task sampling than the checkpoint "
-                                 f"({', '.join(f'{k}: {saved.get(k)} -> {now[k]}' for k in changed)}); the skipped "
-                                 "batches would not be the ones already trained on")
-        self._task_sampler = sampler
+        self._task_sampler = self._sampler_state.sampler = sampler
         loader = DataLoader(self.train_dataset, batch_sampler=sampler, collate_fn=self.data_collator,
                             num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory,
                             persistent_workers=self.args.dataloader_persistent_workers and
@@ -192,11 +198,34 @@ class MuppetTrainer(ModelCardMixin, Trainer):
         return self.accelerator.prepare(loader)
 
     def _run_epoch(self, model, epoch, *args, **kwargs):
-        # The order is a pure function of (seed, epoch). Trainer's own set_epoch does not reach a batch sampler
-        # behind accelerate's shard and skip wrappers on a resumed multi-process run, so set it here, directly.
+        # Private on purpose: no public hook knows the epoch index before the epoch's batches are drawn
+        # (on_epoch_begin gets state.epoch, a float of progress), and the order is a pure function of (seed, epoch).
+        # Trainer's own set_epoch does not reach a batch sampler behind accelerate's shard and skip wrappers on a
+        # resumed multi-process run, so set it here, directly.
         if self._task_sampler is not None:
+            if epoch == kwargs.get("epochs_trained"):  # the first epoch of this train() call, resumed or not
+                self._check_same_sampling()
+            self._sampler_state.sampler = self._task_sampler  # Trainer may have rebuilt the callback on resume
             self._task_sampler.set_epoch(epoch)
         return super()._run_epoch(model, epoch, *args, **kwargs)
+
+    @property
+    def _sampler_state(self) -> TaskSamplerState:
+        """The callback that saves the sampler's description (looked up each time: resume may replace it)."""
+        return next(c for c in self.callback_handler.callbacks if isinstance(c, TaskSamplerState))
+
+    def _check_same_sampling(self) -> None:
+        """Resuming: the checkpoint's sampler description (trainer_state.json) must match this run's sampler, since
+        Trainer skips the batches already trained on by count."""
+        saved = (self.state.stateful_callbacks.get(TaskSamplerState.__name__) or {}).get("attributes", {})
+        saved, now = saved.get("description"), self._task_sampler.state_dict()
+        if saved is None:  # a fresh run, or a checkpoint that does not describe its sampler
+            return
+        changed = [k for k in now if k != "epoch" and saved.get(k) != now[k]]
+        if changed:
+            raise ValueError(f"MuppetTrainer: resuming with a different task sampling than the checkpoint "
+                             f"({', '.join(f'{k}: {saved.get(k)} -> {now[k]}' for k in changed)}); the skipped "
+                             "batches would not be the ones already trained on")
 
     # ------------------------------------------------------------------------------------------------------------
     # Loss
@@ -270,24 +299,12 @@ class MuppetTrainer(ModelCardMixin, Trainer):
         super().log(logs, start_time)
 
     # ------------------------------------------------------------------------------------------------------------
-    # Checkpoints: MUPPET-style model folder + the sampler's description
+    # Checkpoints: MUPPET-style model folder (the sampler's description travels in trainer_state.json)
     # ------------------------------------------------------------------------------------------------------------
-    def _save_checkpoint(self, model, trial):
-        # written first: Trainer then adds the model, optimizer and trainer_state.json (the last file, which marks
-        # a complete checkpoint: hf_aux.run_guard) and only then rotates old checkpoints
-        if self._task_sampler is not None and self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-            os.makedirs(folder, exist_ok=True)
-            with open(os.path.join(folder, SAMPLER_STATE_NAME), "w") as f:
-                json.dump(self._task_sampler.state_dict(), f, indent=2)
-        super()._save_checkpoint(model, trial)
-
+    # Private on purpose, both: Trainer's loading restores model.safetensors only (the body), and no public hook
+    # loads a model's weights; the heads and a LoRA body's adapter need `_load_model_weights`.
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         self._load_model_weights(resume_from_checkpoint, model)
-        state_file = os.path.join(resume_from_checkpoint, SAMPLER_STATE_NAME)
-        if os.path.isfile(state_file):
-            with open(state_file) as f:
-                self._resumed_sampler_state = json.load(f)
 
     def _load_best_model(self) -> None:
         self._load_model_weights(self.state.best_model_checkpoint)
