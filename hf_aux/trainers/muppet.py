@@ -363,21 +363,23 @@ class MuppetTrainer(ModelCardMixin, Trainer):
     def evaluate(self, eval_dataset: dict | None = None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
         """{prefix}_{task}_{metric} for every task and metric, {prefix}_{task}_loss (raw, unscaled),
         {prefix}_average_primary (mean over tasks of each kind's primary metric, `hf_aux.metrics.PRIMARY_METRIC`)
-        and {prefix}_loss (mean of the task losses)."""
+        and {prefix}_loss (mean of the task losses), logged once. Each task runs through Trainer's own
+        `evaluation_loop` (batching, gathering across processes) with `prediction_step` below; its metrics come from
+        `hf_aux.metrics` by task kind. (Trainer.evaluate with a dict would log and call on_evaluate per task.)"""
         datasets_by_task = eval_dataset if eval_dataset is not None else self.eval_dataset
         if not isinstance(datasets_by_task, dict) or not datasets_by_task:
             raise ValueError("MuppetTrainer.evaluate: field 'eval_dataset': expected a dict task name -> dataset")
         self._memory_tracker.start()
         start = time.time()
-        model = self._wrap_model(self.model, training=False)
-        if model is not self.model and not self.is_in_train:
-            model = self.accelerator.prepare_model(model, evaluation_mode=True)
-        model.eval()
-        body = self.accelerator.unwrap_model(model)
+        body = self.accelerator.unwrap_model(self.model)
         metrics, primaries, losses = {}, [], []
         for name, data in datasets_by_task.items():
             kind = body.config.task(name)["kind"]
-            task_scores, task_loss = self._evaluate_task(model, body, name, kind, data)
+            output = self.evaluation_loop(self.get_eval_dataloader(data), description=f"Evaluation of {name}",
+                                          prediction_loss_only=False, ignore_keys=ignore_keys,
+                                          metric_key_prefix=metric_key_prefix)
+            task_scores = self._task_scores(name, kind, data, output.predictions, output.label_ids)
+            task_loss = output.metrics[f"{metric_key_prefix}_loss"]
             for key, value in task_scores.items():
                 metrics[f"{metric_key_prefix}_{name}_{key}"] = value
             metrics[f"{metric_key_prefix}_{name}_loss"] = task_loss
@@ -391,50 +393,40 @@ class MuppetTrainer(ModelCardMixin, Trainer):
         self._memory_tracker.stop_and_update_metrics(metrics)
         return metrics
 
-    def _evaluate_task(self, model, body, name: str, kind: str, data) -> tuple[dict, float]:
-        loader = self.accelerator.prepare(DataLoader(
-            data, batch_size=self.args.eval_batch_size, shuffle=False, collate_fn=self.data_collator,
-            num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory))
-        outputs_by_key = {"logits": [], "start_logits": [], "end_logits": [], "labels": [], "loss": [],
-                          "generated": []}
-        for inputs in loader:
-            inputs = self._prepare_inputs(inputs)
-            with torch.no_grad(), self.compute_loss_context_manager():
-                model_inputs = {k: v for k, v in inputs.items() if k not in TARGET_KEYS}
-                if kind == "seq2seq":
-                    model_inputs["decoder_input_ids"] = body._shift_right(inputs["labels"])
-                outputs = model(**model_inputs)
-                raw, _ = self._task_losses(kind, outputs, inputs)
-                if kind == "seq2seq":
-                    generated = self._greedy_generate(model, body, inputs)
-                    outputs_by_key["generated"].append(self._gather(generated, body.config.encoder.pad_token_id or 0))
-                    outputs_by_key["labels"].append(self._gather(inputs["labels"], -100))
-            outputs_by_key["loss"].append(self._gather(raw, 0.0))
-            if kind in ("classification", "regression", "multiple_choice"):
-                pad = torch.finfo(outputs.logits.dtype).min
-                outputs_by_key["logits"].append(self._gather(outputs.logits.float(), pad))
-                outputs_by_key["labels"].append(self._gather(inputs["labels"], -100))
-            elif kind == "extractive_qa":
-                outputs_by_key["start_logits"].append(self._gather(outputs.start_logits.float(), -1e4))
-                outputs_by_key["end_logits"].append(self._gather(outputs.end_logits.float(), -1e4))
-        loss = float(torch.cat(outputs_by_key["loss"]).mean())
-        if kind in ("classification", "regression", "multiple_choice"):
-            logits = _concat_padded(outputs_by_key["logits"], float(np.finfo(np.float32).min))
-            labels = torch.cat(outputs_by_key["labels"]).numpy()
-            return task_metrics.compute_task_metrics(kind, logits, labels), loss
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        """One evaluation batch of one task: (mean raw loss, predictions, labels). Predictions: the logits
+        (classification, regression, multiple choice), (start, end) logits (extractive QA), or greedily decoded
+        token ids, -100 after EOS (seq2seq; the labels are the reference ids)."""
+        inputs = self._prepare_inputs(inputs)
+        body = self.accelerator.unwrap_model(model)
+        kind = body.config.tasks[int(inputs["task_ids"][0])]["kind"]
+        with torch.no_grad(), self.compute_loss_context_manager():
+            model_inputs = {k: v for k, v in inputs.items() if k not in TARGET_KEYS}
+            if kind == "seq2seq":
+                model_inputs["decoder_input_ids"] = body._shift_right(inputs["labels"])
+            outputs = model(**model_inputs)
+            raw, _ = self._task_losses(kind, outputs, inputs)
+            loss = raw.mean().detach()
+            if prediction_loss_only:
+                return loss, None, None
+            if kind == "seq2seq":
+                return loss, self._greedy_generate(model, body, inputs), inputs["labels"]
         if kind == "extractive_qa":
-            start = _concat_padded(outputs_by_key["start_logits"], -1e4)
-            end = _concat_padded(outputs_by_key["end_logits"], -1e4)
+            return loss, (outputs.start_logits.float(), outputs.end_logits.float()), None
+        return loss, outputs.logits.float(), inputs["labels"]
+
+    def _task_scores(self, name: str, kind: str, data, predictions, labels) -> dict:
+        """One task's metrics from the gathered predictions (Trainer pads ragged batches with -100)."""
+        if kind in ("classification", "regression", "multiple_choice"):
+            return task_metrics.compute_task_metrics(kind, predictions, labels)
+        if kind == "extractive_qa":
             examples = self.eval_examples[name]
-            texts = task_metrics.postprocess_qa_predictions(examples, data, start, end)
-            spec_answers = _answers_column(examples)
-            return task_metrics.qa_metrics(texts, examples[spec_answers]), loss
+            texts = task_metrics.postprocess_qa_predictions(examples, data, predictions[0], predictions[1])
+            return task_metrics.qa_metrics(texts, examples[_answers_column(examples)])
         tokenizer = self.processing_class
-        predictions = [tokenizer.decode([t for t in row if t >= 0], skip_special_tokens=True)
-                       for row in _concat_padded(outputs_by_key["generated"], -100).tolist()]
-        references = [tokenizer.decode([t for t in row if t >= 0], skip_special_tokens=True)
-                      for row in _concat_padded(outputs_by_key["labels"], -100).tolist()]
-        return task_metrics.rouge_metrics(predictions, references), loss
+        predicted, references = ([tokenizer.decode([t for t in row if t >= 0], skip_special_tokens=True)
+                                  for row in ids.tolist()] for ids in (predictions, labels))
+        return task_metrics.rouge_metrics(predicted, references)
 
     def _greedy_generate(self, model, body, inputs) -> torch.Tensor:
         """Greedy decoding for seq2seq evaluation: [B, <= generation_max_length] token ids (-100 after EOS)."""
@@ -454,20 +446,6 @@ class MuppetTrainer(ModelCardMixin, Trainer):
         generated = decoded[:, 1:]
         after_eos = (generated == config.eos_token_id).int().cumsum(dim=1) > 0
         return generated.masked_fill(after_eos, -100)
-
-    def _gather(self, tensor: torch.Tensor, pad_value) -> torch.Tensor:
-        if tensor.dim() > 1 and self.accelerator.num_processes > 1:
-            tensor = self.accelerator.pad_across_processes(tensor, dim=1, pad_index=pad_value)
-        return self.accelerator.gather_for_metrics(tensor).cpu()
-
-
-def _concat_padded(parts: list[torch.Tensor], pad_value) -> np.ndarray:
-    """Concatenate [b, L_k] batches along the first axis, padding L to the longest with pad_value."""
-    if parts[0].dim() == 1:
-        return torch.cat(parts).numpy()
-    width = max(p.shape[1] for p in parts)
-    padded = [torch.nn.functional.pad(p, (0, width - p.shape[1]), value=pad_value) for p in parts]
-    return torch.cat(padded).numpy()
 
 
 def _answers_column(examples) -> str:
