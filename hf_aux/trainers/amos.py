@@ -321,6 +321,8 @@ class AmosTrainer(ModelCardMixin, Trainer):
                          f"'{self.args.mixture}'."}
 
     # ---- checkpoints: AmosModel writes discriminator + generator/; load both back ---------------------------------
+    # Private on purpose: Trainer's loading reads model.safetensors into the model, and no public hook loads a
+    # model's weights; AmosModel's checkpoint is two models (the discriminator and generator/).
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         self.accelerator.unwrap_model(model if model is not None else self.model).load_amos_weights(

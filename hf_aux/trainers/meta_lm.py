@@ -268,6 +268,7 @@ class MetaLMTrainer(ModelCardMixin, Trainer):
             self.teacher.to(args.device)
         self.teacher_optimizer = None
         self.teacher_scheduler = None
+        self._resumed_teacher_state = None  # a checkpoint's teacher optimizer state, until that optimizer exists
         self._labelled = {name: self._labelled_examples(name, data) for name, data in labelled_tasks.items()}
         # the trainer's own randomness (masking, teacher samples, task and example draws): checkpointed
         self._generator = torch.Generator(device=args.device).manual_seed(args.seed)
@@ -324,6 +325,7 @@ class MetaLMTrainer(ModelCardMixin, Trainer):
         if self.teacher is not None and self.teacher_optimizer is None:
             self._check_student_optimizer()
             self._create_teacher_optimizer(num_training_steps)
+            self._restore_teacher_optimizer()  # resuming: the state _load_from_checkpoint read
         return scheduler
 
     def _student_optimizer(self) -> torch.optim.Optimizer:
@@ -727,15 +729,17 @@ class MetaLMTrainer(ModelCardMixin, Trainer):
 
     # ---------------------------------------------------------------------------------------------- checkpoints
     def _save(self, output_dir: str | None = None, state_dict=None):
-        """The student as a plain masked-LM checkpoint; the teacher in `teacher/`."""
+        """The student as a plain masked-LM checkpoint; the teacher in `teacher/`. (Private on purpose: the one
+        method both save_model and checkpoints write the model through; no public hook adds a second model.)"""
         super()._save(output_dir, state_dict)
         output_dir = output_dir if output_dir is not None else self.args.output_dir
         if self.teacher is not None and self.args.should_save:
             self.teacher.save_pretrained(os.path.join(output_dir, TEACHER_DIR))
 
     def _save_checkpoint(self, model, trial):
-        # written first: Trainer then adds the model, optimizer and trainer_state.json (the last file, which marks
-        # a complete checkpoint: hf_aux.run_guard) and only then rotates old checkpoints
+        # Private on purpose: the meta state (the teacher's optimizer: tensors, not JSON for a stateful callback)
+        # must be written before trainer_state.json, the last file, which marks a complete checkpoint
+        # (hf_aux.run_guard); on_save runs after it, and after old checkpoints are rotated.
         if self.args.should_save and not self.args.save_only_model:
             self._save_meta_state(os.path.join(self._get_output_dir(trial=trial),
                                                f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"))
@@ -753,6 +757,9 @@ class MetaLMTrainer(ModelCardMixin, Trainer):
         torch.save(state, os.path.join(output_dir, META_STATE_NAME))
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        # Private on purpose: Trainer's loading restores the student only, and no public hook restores a second
+        # model. The meta state is read here too (the random generator, the support/query task, the meta step
+        # count); the teacher's optimizer state is applied once that optimizer exists (create_scheduler).
         super()._load_from_checkpoint(resume_from_checkpoint, model)
         teacher_dir = os.path.join(resume_from_checkpoint, TEACHER_DIR)
         if self.teacher is not None:
@@ -761,19 +768,24 @@ class MetaLMTrainer(ModelCardMixin, Trainer):
                                  f"'{TEACHER_DIR}/' folder")
             loaded = MetaLMTeacher.from_pretrained(teacher_dir)
             self.teacher.load_state_dict(loaded.state_dict())
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        path = None if checkpoint is None else os.path.join(checkpoint, META_STATE_NAME)
-        if path is None or not os.path.isfile(path):
+        path = os.path.join(resume_from_checkpoint, META_STATE_NAME)
+        if not os.path.isfile(path):  # save_only_model checkpoints, or the mlm baseline's before it had one
             return
         state = torch.load(path, weights_only=True)
         self._generator.set_state(state["generator"])
         self._support_query.load_state_dict(state)
         self._meta_steps = state["meta_steps"]
-        if self.teacher_optimizer is not None and "teacher_optimizer" in state:
-            self.teacher_optimizer.load_state_dict(state["teacher_optimizer"])
-            self.teacher_scheduler.load_state_dict(state["teacher_scheduler"])
-            for name, param in self.teacher.named_parameters():
-                grad = state["teacher_grads"].get(name)
-                param.grad = None if grad is None else grad.to(param.device)
+        self._resumed_teacher_state = state if "teacher_optimizer" in state else None
+        if self.teacher_optimizer is not None:
+            self._restore_teacher_optimizer()
+
+    def _restore_teacher_optimizer(self) -> None:
+        """The teacher's optimizer, schedule and accumulated gradients from the checkpoint being resumed."""
+        state, self._resumed_teacher_state = self._resumed_teacher_state, None
+        if state is None:
+            return
+        self.teacher_optimizer.load_state_dict(state["teacher_optimizer"])
+        self.teacher_scheduler.load_state_dict(state["teacher_scheduler"])
+        for name, param in self.teacher.named_parameters():
+            grad = state["teacher_grads"].get(name)
+            param.grad = None if grad is None else grad.to(param.device)

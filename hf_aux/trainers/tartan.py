@@ -516,7 +516,8 @@ class TartanTrainer(ModelCardMixin, Trainer):
 
     def _save(self, output_dir: str | None = None, state_dict=None) -> None:
         """The end-task classifier as a vanilla checkpoint, the MLM heads beside it, the task-weight history as
-        task_weights.json and task_weights.png."""
+        task_weights.json and task_weights.png. (Private on purpose: the one method both save_model and
+        checkpoints write the model through; TartanModel is not a PreTrainedModel Trainer could save.)"""
         output_dir = output_dir if output_dir is not None else self.args.output_dir
         if not self.args.should_save:
             return
@@ -587,7 +588,9 @@ class TartanTrainer(ModelCardMixin, Trainer):
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
         """Resume: the classifier and MLM heads from the checkpoint folder, the task weights, their history and
-        the stream positions from its trainer_state.json."""
+        the stream positions from its trainer_state.json. (Private on purpose: no public hook loads a model's
+        weights; and Trainer restores stateful callbacks only with restore_callback_states_from_checkpoint, a
+        user-wide switch, so the task weights are restored here, checked against this run's tasks.)"""
         tartan = self.accelerator.unwrap_model(model if model is not None else self.model)
         tartan.load_checkpoint(resume_from_checkpoint)
         state_file = os.path.join(resume_from_checkpoint, TRAINER_STATE_NAME)
@@ -607,7 +610,7 @@ class TartanTrainer(ModelCardMixin, Trainer):
         self._streams = None  # rebuilt at the restored positions
         self._resumed = True
 
-    def _load_best_model(self) -> None:
+    def _load_best_model(self) -> None:  # private on purpose: as _load_from_checkpoint, for load_best_model_at_end
         self.accelerator.unwrap_model(self.model).load_checkpoint(self.state.best_model_checkpoint)
 
 
