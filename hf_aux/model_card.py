@@ -397,7 +397,8 @@ def loss_panels(series: dict[str, list[tuple[float, float]]], keys: tuple = ("lo
     for name in [k for k in keys if k in series] + sorted(k for k in series if k not in keys):
         families.setdefault(_series_family(name, keys), {})[name] = series[name]
     panels = []
-    order = sorted(families, key=lambda f: (f != "", f != "parts", f != "loss/", f == "eval_<task>_loss", f))
+    # overall, parts, training families ('loss/' first), then evaluation families ('eval_mlm_loss/' after 'mlm_loss/')
+    order = sorted(families, key=lambda f: (f != "", f != "parts", f.startswith("eval_"), f != "loss/", f))
     for family in order:
         members = families[family]
         if not members:
