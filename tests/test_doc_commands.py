@@ -21,6 +21,7 @@ Shell `#` comments and `\\` continuations are understood; a command the test doe
 from __future__ import annotations
 
 import configparser
+import importlib
 import os
 import re
 import shlex
@@ -116,8 +117,11 @@ def strip_launcher(words: list[str]) -> list[str]:
 
 
 def run_script_call(words: list[str]) -> tuple[str, list[str]] | None:
-    """(script module name, its arguments) when the command runs a run script (python or torchrun), else None."""
+    """(script module name, its arguments) when the command runs a run script (python, torchrun, or the installed
+    `hf-aux <method>` command, whose methods are the run scripts'), else None."""
     words = strip_launcher(words)
+    if words[:1] == ["hf-aux"] and len(words) > 1:
+        return "run_" + words[1].replace("-", "_"), words[2:]
     if not words or (words[0] not in PYTHONS and words[0] != "torchrun"):
         return None
     for position, word in enumerate(words[1:], 1):
@@ -127,6 +131,15 @@ def run_script_call(words: list[str]) -> tuple[str, list[str]] | None:
         if words[0] != "torchrun" and not word.startswith("-"):
             return None
     return None
+
+
+def script_parser(name: str):
+    """The run script's HfArgumentParser (its own make_parser, or that of the hf_aux.cli module it calls)."""
+    module = load_run_script(name)
+    make_parser = getattr(module, "make_parser", None)
+    if make_parser is None:
+        make_parser = importlib.import_module(f"hf_aux.cli.{name[len('run_'):]}").make_parser
+    return make_parser()
 
 
 def parse_run_script_args(name: str, argv: list[str], tmp_path: Path) -> tuple:
@@ -187,7 +200,7 @@ def check_command(command: Command, tmp_path: Path) -> None:
         raise AssertionError(f"not a run-script command; put it in a 'static' block: {shlex.join(command.words)}")
     if strip_launcher(command.words)[0] == "torchrun":
         # the config's checks set up torch.distributed from torchrun's environment, absent here: check the flags
-        known = set(load_run_script(call[0]).make_parser()._option_string_actions)
+        known = set(script_parser(call[0])._option_string_actions)
         unknown = [word for word in call[1] if word.startswith("--") and word.split("=", 1)[0] not in known]
         assert not unknown, f"{call[0]} has no flag {unknown}"
         return
@@ -252,3 +265,11 @@ def test_checker_refuses_unmarked_blocks_misspelled_flags_and_unknown_commands(t
         check_command(unknown_bench_flag, tmp_path)
     with pytest.raises(AssertionError, match="does not know"):
         check_command(unknown, tmp_path)
+    # the installed command's form (`hf-aux <method>`) reaches the same run script's parsing
+    installed, installed_misspelled = commands_of(
+        "<!-- doc-test: parse -->\n```bash\nhf-aux meta-lm --output_dir x --objective hard\n"
+        "hf-aux tartan --output_dir x --task_weightz 1\n```\n", "t.md")
+    assert run_script_call(installed.words)[0] == "run_meta_lm"
+    check_command(installed, tmp_path)
+    with pytest.raises((ValueError, SystemExit)):
+        check_command(installed_misspelled, tmp_path)
