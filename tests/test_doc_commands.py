@@ -273,3 +273,15 @@ def test_checker_refuses_unmarked_blocks_misspelled_flags_and_unknown_commands(t
     check_command(installed, tmp_path)
     with pytest.raises((ValueError, SystemExit)):
         check_command(installed_misspelled, tmp_path)
+
+
+def test_every_relative_link_in_the_docs_points_at_a_file():
+    """[text](path) links of README.md and docs/*.md that are not URLs or anchors name files that exist."""
+    broken = []
+    for path in DOC_FILES:
+        for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text(encoding="utf-8")):
+            if re.match(r"[a-z]+://|#|mailto:", target):
+                continue
+            if not (path.parent / target.split("#")[0]).exists():
+                broken.append(f"{path.relative_to(ROOT)} -> {target}")
+    assert not broken, broken
