@@ -489,6 +489,8 @@ def plot_panels(panels: list[tuple[str, dict[str, list[tuple[float, float]]]]], 
     if not panels:
         raise ValueError("Nothing to plot: every series is empty")
     plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     columns = 1 if len(panels) == 1 else 2
@@ -501,6 +503,13 @@ def plot_panels(panels: list[tuple[str, dict[str, list[tuple[float, float]]]]], 
                 steps, values = zip(*one_value_per_step(points))
                 axes.plot(steps, values, label=name, marker="o" if len(steps) < 20 else None, markersize=3)
             axes.set_xlabel(xlabel)
+            steps_drawn = {step for points in series.values() for step, _ in points}
+            if len(steps_drawn) == 1:  # e.g. one closing evaluation: one tick at its step, not 5.68 ... 6.32
+                (only,) = steps_drawn
+                axes.set_xlim(only - 1, only + 1)
+                axes.set_xticks([only])
+            else:
+                axes.xaxis.set_major_locator(MaxNLocator(integer=True))
             axes.set_ylabel(ylabel if isinstance(ylabel, str) else ylabel[title])
             if ylim and title in ylim:
                 axes.set_ylim(*ylim[title])
