@@ -4,8 +4,8 @@ Each ```bash block in those files is preceded by a marker comment that says how 
 without one fails the test, so nothing is skipped silently):
 
 - `<!-- doc-test: run -->`: its first run-script command runs for real, in a fresh process, offline, on the real
-  bundled MiniLM and demo data it names, with `--max_steps 2`, `--output_dir` under tmp_path and the row caps of
-  `FAST_FLAGS` (so the file stays within a few minutes on 2 loaded cores); the other commands of the block are
+  bundled MiniLM and demo data it names, with `--max_steps 2`, `--output_dir` under tmp_path and the row caps and
+  smaller batches of `FAST_FLAGS` (so the file stays within a few minutes on 2 loaded cores); the other commands of the block are
   parsed like those of `parse` blocks. One such block per run script.
 - `<!-- doc-test: parse -->`: every run-script command is parsed by the script's own argument parsing, embedded
   defaults and the config dataclasses' checks included: an unknown or misspelled flag, or a value a config
@@ -41,17 +41,20 @@ KINDS = ("run", "parse", "static")
 RUN_SCRIPT = re.compile(r"(?:^|/)run_scripts/(run_\w+)\.py$")
 PYTHONS = ("python", "python3", ".venv/bin/python")
 
-# Row caps added to the `run` commands so that each finishes in about a minute on a loaded 2-core machine; they
-# only shrink the data the documented command uses (every flag here is parsed like a documented one).
+# Row caps and smaller batches added to the `run` commands so that each finishes in about a minute on a loaded
+# 2-core machine; they only shrink the data the documented command uses and how much of it one step reads (every
+# flag here is parsed like a documented one). What runs is the documented job: its model, data, method and code path.
 FAST_FLAGS = {
-    "run_muppet": ["--max_train_samples", "32", "--max_eval_samples", "8", "--per_device_eval_batch_size", "8"],
-    "run_amos": ["--demo_max_documents", "40", "--max_eval_samples", "4"],
+    "run_muppet": ["--max_train_samples", "32", "--max_eval_samples", "8", "--per_device_train_batch_size", "4",
+                   "--gradient_accumulation_steps", "2", "--per_device_eval_batch_size", "8"],
+    "run_amos": ["--demo_max_documents", "40", "--max_eval_samples", "4", "--per_device_train_batch_size", "2",
+                 "--per_device_eval_batch_size", "2"],
     "run_tartan": ["--max_train_samples", "32", "--max_eval_samples", "16", "--max_auxiliary_documents", "40",
-                   "--mlm_head_warmup_steps", "1", "--eval_strategy", "no", "--load_best_model_at_end", "false",
-                   "--early_stopping_patience", "0"],
+                   "--per_device_train_batch_size", "4", "--auxiliary_batch_size", "2", "--mlm_head_warmup_steps", "1",
+                   "--eval_strategy", "no", "--load_best_model_at_end", "false", "--early_stopping_patience", "0"],
     "run_meta_lm": ["--two_moons_num_unlabelled", "64"],
     "run_finetune": ["--max_train_samples", "32", "--max_eval_samples", "16", "--max_predict_samples", "16",
-                     "--eval_strategy", "no"],
+                     "--per_device_train_batch_size", "8", "--eval_strategy", "no"],
 }
 
 
