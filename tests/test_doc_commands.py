@@ -5,8 +5,8 @@ without one fails the test, so nothing is skipped silently):
 
 - `<!-- doc-test: run -->`: its first run-script command runs for real, in a fresh process, offline, on the real
   bundled MiniLM and demo data it names, with `--max_steps 2`, `--output_dir` under tmp_path and the row caps and
-  smaller batches of `FAST_FLAGS` (so the file stays within a few minutes on 2 loaded cores); the other commands of the block are
-  parsed like those of `parse` blocks. One such block per run script.
+  smaller batches of `FAST_FLAGS` (so the file stays within a few minutes on 2 loaded cores); the other commands
+  of the block are parsed like those of `parse` blocks. One such block per run script.
 - `<!-- doc-test: parse -->`: every run-script command is parsed by the script's own argument parsing, embedded
   defaults and the config dataclasses' checks included: an unknown or misspelled flag, or a value a config
   refuses, fails (behind `torchrun`, whose environment the checks need, every flag must be one the script
