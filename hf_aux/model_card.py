@@ -391,8 +391,9 @@ def _series_family(name: str, keys: tuple = ("loss", "eval_loss")) -> str:
 def loss_panels(series: dict[str, list[tuple[float, float]]], keys: tuple = ("loss", "eval_loss"),
                 title: str = "Loss") -> list[tuple[str, dict[str, list[tuple[float, float]]]]]:
     """Split loss series into panels a person can read: the overall panel first (`keys`), then the trainer's other
-    named loss parts ('rtd_loss', ...), then one panel per family of per-task keys ('loss/<task>', 'eval_<task>_loss', ...), none with more than
-    `MAX_SERIES_PER_PANEL` series (a larger family is cut into several panels, '(1/3)' ...)."""
+    named loss parts ('rtd_loss', ...), then one panel per family of per-task keys ('loss/<task>',
+    'eval_<task>_loss', ...), none with more than `MAX_SERIES_PER_PANEL` series (a larger family is cut into several
+    panels, '(1/3)' ...)."""
     families: dict[str, dict[str, list[tuple[float, float]]]] = {"": {}}
     for name in [k for k in keys if k in series] + sorted(k for k in series if k not in keys):
         families.setdefault(_series_family(name, keys), {})[name] = series[name]
