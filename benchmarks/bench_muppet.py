@@ -12,7 +12,7 @@ configurations; matrix products only, see flops.gflop_of), what the step would c
 MUPPET's loss adds no matrix product (floor 1.0); R3F adds one forward and backward of the noisy embeddings
 (floor ~2.0); 50 tasks instead of 5 change only which head runs (floor ~1.0).
 
-    python benchmarks/bench_muppet.py                       # BERT body hidden 256 x 4 layers (the README's figures)
+    python benchmarks/bench_muppet.py                       # BERT body hidden 256 x 4 layers (the figures in docs/muppet_measurements.md)
     python benchmarks/bench_muppet.py --hidden 64 --layers 2  # a tiny body: Trainer's fixed costs dominate
 
 The last line of output is one JSON object.

@@ -470,26 +470,31 @@ def logged_series(log_history: list[dict], prefix: str) -> dict[str, list[tuple[
 MAX_SERIES_PER_PANEL = 6  # more lines than this in one panel cannot be told apart at the card's size
 
 
-def _series_family(name: str) -> str:
-    """Which panel a logged key belongs to: 'loss/<task>' -> 'loss/', 'eval_<task>_loss' -> 'eval_<task>_loss',
-    anything else (the overall training and evaluation losses, a trainer's named loss parts) -> ''."""
+def _series_family(name: str, keys: tuple = ("loss", "eval_loss")) -> str:
+    """Which panel a logged key belongs to: the overall `keys` -> '', 'loss/<task>' -> 'loss/',
+    'eval_<task>_loss' -> 'eval_<task>_loss', a trainer's other named loss parts ('rtd_loss', 'meta_loss', ...) ->
+    'parts' (their own panel: they are often on another scale than the total they add up to)."""
+    if name in keys:
+        return ""
     if "/" in name:
         return name.split("/", 1)[0] + "/"
     if name.startswith("eval_") and name.endswith("_loss") and name != "eval_loss":
         return "eval_<task>_loss"
-    return ""
+    return "parts"
 
 
 def loss_panels(series: dict[str, list[tuple[float, float]]], keys: tuple = ("loss", "eval_loss"),
                 title: str = "Loss") -> list[tuple[str, dict[str, list[tuple[float, float]]]]]:
-    """Split loss series into panels a person can read: the overall panel first (`keys` first in it), then one
-    panel per family of per-task keys ('loss/<task>', 'eval_<task>_loss', ...), none with more than
-    `MAX_SERIES_PER_PANEL` series (a larger family is cut into several panels, '(1/3)' ...)."""
+    """Split loss series into panels a person can read: the overall panel first (`keys`), then the trainer's other
+    named loss parts ('rtd_loss', ...), then one panel per family of per-task keys ('loss/<task>',
+    'eval_<task>_loss', ...), none with more than `MAX_SERIES_PER_PANEL` series (a larger family is cut into several
+    panels, '(1/3)' ...)."""
     families: dict[str, dict[str, list[tuple[float, float]]]] = {"": {}}
     for name in [k for k in keys if k in series] + sorted(k for k in series if k not in keys):
-        families.setdefault(_series_family(name), {})[name] = series[name]
+        families.setdefault(_series_family(name, keys), {})[name] = series[name]
     panels = []
-    order = sorted(families, key=lambda f: (f != "", f != "loss/", f == "eval_<task>_loss", f))
+    # overall, parts, training families ('loss/' first), then evaluation families ('eval_mlm_loss/' after 'mlm_loss/')
+    order = sorted(families, key=lambda f: (f != "", f != "parts", f.startswith("eval_"), f != "loss/", f))
     for family in order:
         members = families[family]
         if not members:
@@ -500,7 +505,8 @@ def loss_panels(series: dict[str, list[tuple[float, float]]], keys: tuple = ("lo
     return panels
 
 
-_FAMILY_TITLES = {"loss/": "training loss per task", "eval_<task>_loss": "evaluation loss per task"}
+_FAMILY_TITLES = {"loss/": "training loss per task", "eval_<task>_loss": "evaluation loss per task",
+                  "parts": "loss parts"}
 
 
 def _task_of(name: str, family: str) -> str:
@@ -528,7 +534,8 @@ def plot_loss_curves(log_history: list[dict], path: str | os.PathLike, keys: tup
 
     Every logged loss is drawn (a key with "loss" as one of its words: the training loss, the evaluation loss, and
     per-task or per-objective losses a trainer logs, e.g. "loss/sst2", "rtd_loss", "eval_imdb_loss"), in small
-    multiples: the overall losses (`keys` first) in one panel, each family of per-task losses in panels of its own,
+    multiples: the overall losses (`keys`) in one panel, a trainer's other named loss parts in the next, each family
+    of per-task losses in panels of its own,
     at most `MAX_SERIES_PER_PANEL` lines a panel, legends beside the axes. Keys starting with one of
     `exclude_prefixes` are left out (e.g. MUPPET's "scaled_loss/": the same curves as "loss/", rescaled).
     Raises ValueError when nothing loss-like was logged.
@@ -544,7 +551,10 @@ def plot_loss_curves(log_history: list[dict], path: str | os.PathLike, keys: tup
                 series.setdefault(name, []).append((step, float(value)))
     if not series:
         raise ValueError("No loss was logged: trainer.state.log_history has no entry with a '*loss' key and a step")
-    return plot_panels(loss_panels(series, keys, title), path, ylabel="loss")
+    panels = loss_panels(series, keys, title)
+    # the overall panel holds the objective as optimised (MUPPET's is eq. 1-scaled, unitless); the parts and
+    # per-task losses are cross entropies in nats (a regression task's, MSE in its label's units)
+    return plot_panels(panels, path, ylabel={name: "loss" if name == title else "loss (nats)" for name, _ in panels})
 
 
 def plot_weights_over_time(series: dict[str, list[tuple[float, float]]], path: str | os.PathLike,
@@ -557,15 +567,26 @@ def plot_weights_over_time(series: dict[str, list[tuple[float, float]]], path: s
     return plot_panels(_chunked(title, series), path, ylabel=ylabel, xlabel=xlabel)
 
 
+def one_value_per_step(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(step, value) pairs sorted by step, the later of two values logged at one step kept."""
+    return sorted(dict(points).items())
+
+
 def plot_panels(panels: list[tuple[str, dict[str, list[tuple[float, float]]]]], path: str | os.PathLike,
-                ylabel: str, xlabel: str = "optimizer step") -> Path:
+                ylabel: str | dict[str, str], xlabel: str = "optimizer step",
+                ylim: dict[str, tuple[float, float]] | None = None) -> Path:
     """Draw each (title, {name: [(step, value), ...]}) as its own panel, two columns at most, each panel's legend
-    outside its axes on the right, and save a PNG at `path`."""
+    outside its axes on the right, and save a PNG at `path`. `ylabel`: one label, or one per panel title. A series
+    logged twice at one step (an evaluation at the last step, then the run's closing evaluate()) keeps its later
+    value, so no vertical jump is drawn at that step. `ylim`: fixed y ranges of some panels, by title (others
+    scale to their data)."""
     panels = [(title, {name: points for name, points in series.items() if points}) for title, series in panels]
     panels = [(title, series) for title, series in panels if series]
     if not panels:
         raise ValueError("Nothing to plot: every series is empty")
     plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     columns = 1 if len(panels) == 1 else 2
@@ -575,10 +596,19 @@ def plot_panels(panels: list[tuple[str, dict[str, list[tuple[float, float]]]]], 
     try:
         for axes, (title, series) in zip(grid.flat, panels):
             for name, points in series.items():
-                steps, values = zip(*sorted(points))
-                axes.plot(steps, values, label=name, marker="o" if len(points) < 20 else None, markersize=3)
+                steps, values = zip(*one_value_per_step(points))
+                axes.plot(steps, values, label=name, marker="o" if len(steps) < 20 else None, markersize=3)
             axes.set_xlabel(xlabel)
-            axes.set_ylabel(ylabel)
+            steps_drawn = {step for points in series.values() for step, _ in points}
+            if len(steps_drawn) == 1:  # e.g. one closing evaluation: one tick at its step, not 5.68 ... 6.32
+                (only,) = steps_drawn
+                axes.set_xlim(only - 1, only + 1)
+                axes.set_xticks([only])
+            else:
+                axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+            axes.set_ylabel(ylabel if isinstance(ylabel, str) else ylabel[title])
+            if ylim and title in ylim:
+                axes.set_ylim(*ylim[title])
             axes.set_title(title, fontsize="medium")
             axes.grid(alpha=0.3)
             axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)

@@ -110,7 +110,7 @@ def test_meta_tartan_task_weights_are_identical_on_every_rank_at_every_step(runs
     _, rank1 = _params(runs / "two", job, rank=1)
     trained = [name for name in rank0 if not name.startswith("meta_head.")]  # phi*: refitted per step and rank
     assert trained and len(trained) < len(rank0)
-    # each rank fits its own phi* on its own features (README, META-TARTAN under DDP): they differ
+    # each rank fits its own phi* on its own features (docs/tartan.md, META-TARTAN under DDP): they differ
     assert any(not torch.equal(rank0[name], rank1[name]) for name in rank0 if name.startswith("meta_head."))
     for name in trained:
         torch.testing.assert_close(rank0[name], rank1[name], atol=0, rtol=0, msg=name)

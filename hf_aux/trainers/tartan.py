@@ -210,24 +210,18 @@ class TaskWeightsCallback(TrainerCallback, ExportableState):
 
 
 def plot_task_weights(history: list[list[float]], task_names: list[str], path: str, title: str = "") -> None:
-    """Draw alpha per task against the optimizer step into a PNG (matplotlib, Agg backend)."""
-    import matplotlib
+    """Draw alpha per task against the optimizer step into a PNG: the whole mixture on a shared 0-1 axis first,
+    then one panel per task on its own scale (META's weights often move by less than 0.01, invisible on 0-1),
+    legends outside the axes (`hf_aux.model_card.plot_panels`)."""
+    from ..model_card import MAX_SERIES_PER_PANEL, plot_panels
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    steps = [row[0] for row in history]
-    for k, name in enumerate(task_names):
-        ax.plot(steps, [row[k + 1] for row in history], label=name)
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("task weight (alpha)")
-    ax.set_ylim(0, 1)
-    ax.set_title(title or "TARTAN task weights")
-    ax.legend(loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    title = title or "TARTAN task weights"
+    series = {name: [(row[0], row[k + 1]) for row in history] for k, name in enumerate(task_names)}
+    names = list(series)
+    panels = [(f"{title}: {'all tasks' if len(names) <= MAX_SERIES_PER_PANEL else 'first tasks'} (0-1)",
+               {name: series[name] for name in names[:MAX_SERIES_PER_PANEL]})]
+    panels += [(f"{title}: {name}", {name: points}) for name, points in series.items()]
+    plot_panels(panels, path, ylabel="task weight alpha (share, sums to 1)", ylim={panels[0][0]: (0.0, 1.0)})
 
 
 # ----------------------------------------------------------------------------------------------------------------
