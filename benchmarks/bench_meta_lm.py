@@ -160,7 +160,7 @@ def full_step(trainer, batch) -> tuple[float, float]:
     trainer.optimizer.step()
     trainer.lr_scheduler.step()
     trainer.model.zero_grad(set_to_none=True)
-    trainer._metrics.clear()
+    trainer._train_metrics.clear()
     return time.perf_counter() - start, time.process_time() - cpu
 
 

@@ -12,7 +12,7 @@ configurations; matrix products only, see flops.gflop_of), what the step would c
 MUPPET's loss adds no matrix product (floor 1.0); R3F adds one forward and backward of the noisy embeddings
 (floor ~2.0); 50 tasks instead of 5 change only which head runs (floor ~1.0).
 
-    python benchmarks/bench_muppet.py                       # BERT body hidden 256 x 4 layers (the README's figures)
+    python benchmarks/bench_muppet.py                       # BERT body hidden 256 x 4 layers (the figures in docs/muppet_measurements.md)
     python benchmarks/bench_muppet.py --hidden 64 --layers 2  # a tiny body: Trainer's fixed costs dominate
 
 The last line of output is one JSON object.
@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from tiny import tiny_config, tiny_tokenizer  # noqa: E402
 
 from hf_aux.data import MultiTaskCollator, tokenize_task  # noqa: E402
-from hf_aux.modeling.multitask import MultiTaskConfig, MultiTaskModel  # noqa: E402
+from hf_aux.modeling.multitask import MultiTaskModelConfig, MultiTaskModel  # noqa: E402
 from hf_aux.sampling import MultiTaskDataset, TaskBatchSampler  # noqa: E402
 from hf_aux.tasks import TaskSpec  # noqa: E402
 from hf_aux.trainers.muppet import MuppetConfig, MuppetTrainer  # noqa: E402
@@ -89,7 +89,7 @@ def build(tasks, tokenizer, hidden, layers, length):
                          max_position_embeddings=max(128, length + 8))
     torch.manual_seed(0)
     body = AutoModel.from_config(config)
-    return MultiTaskModel(MultiTaskConfig(encoder=body.config, tasks=tasks), body=body)
+    return MultiTaskModel(MultiTaskModelConfig(encoder=body.config, tasks=tasks), body=body)
 
 
 def make_trainer(kind, model, train, tokenizer, args_common, out, callbacks=()):

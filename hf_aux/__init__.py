@@ -38,7 +38,8 @@ _LAZY_NAMES: dict[str, str] = {
     ),
     **dict.fromkeys(["TaskSummary", "render_model_card"], "model_card"),
     **dict.fromkeys(["AmosGenerator", "AmosGeneratorConfig", "AmosModel", "AmosModelConfig"], "modeling.amos"),
-    **dict.fromkeys(["MultiTaskConfig", "MultiTaskModel", "MultiTaskOutput"], "modeling.multitask"),
+    **dict.fromkeys(["MultiTaskConfig", "MultiTaskModelConfig", "MultiTaskModel", "MultiTaskOutput"],
+                    "modeling.multitask"),  # MultiTaskConfig: deprecated name of MultiTaskModelConfig
     "TartanModel": "modeling.tartan",
     **dict.fromkeys(["MetaLMTeacher", "MetaLMTeacherConfig", "MetaLMTokens", "add_meta_lm_tokens"],
                     "modeling.teacher"),
@@ -81,7 +82,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real imports
                           rouge_metrics)
     from .model_card import TaskSummary, render_model_card
     from .modeling.amos import AmosGenerator, AmosGeneratorConfig, AmosModel, AmosModelConfig
-    from .modeling.multitask import MultiTaskConfig, MultiTaskModel, MultiTaskOutput
+    from .modeling.multitask import MultiTaskConfig, MultiTaskModel, MultiTaskModelConfig, MultiTaskOutput
     from .modeling.tartan import TartanModel
     from .modeling.teacher import MetaLMTeacher, MetaLMTeacherConfig, MetaLMTokens, add_meta_lm_tokens
     from .sampling import MultiTaskDataset, TaskBatchSampler

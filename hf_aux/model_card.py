@@ -4,7 +4,8 @@ the package `hf_aux.model_cards`), plus the figures they show.
 One function, `render_model_card`, builds every method's card: YAML metadata through
 `huggingface_hub.ModelCardData` (library_name, base_model, tags with `hf_aux` and the method, datasets, a
 `model-index` of the per-task metrics), then the method's template, which extends the shared `_base.md`.
-A trainer's `create_model_card` gathers its facts and calls it; see the README's Hub section.
+Every trainer's `create_model_card` is `ModelCardMixin`'s: the trainer declares its method's card (name, tags,
+paper, template) and supplies its tasks and figures; see the README's Hub section.
 """
 
 from __future__ import annotations
@@ -33,12 +34,11 @@ class Paper:
     url: str
 
 
-PAPERS = {
-    "muppet": Paper(
-        title="Muppet: Massive Multi-task Representations with Pre-Finetuning",
-        authors="Armen Aghajanyan, Anchit Gupta, Akshat Shrivastava, Xilun Chen, Luke Zettlemoyer, Sonal Gupta",
-        venue="EMNLP 2021", year=2021, arxiv_id="2101.11038", url="https://arxiv.org/abs/2101.11038",
-        bibtex="""@inproceedings{aghajanyan2021muppet,
+MUPPET_PAPER = Paper(
+    title="Muppet: Massive Multi-task Representations with Pre-Finetuning",
+    authors="Armen Aghajanyan, Anchit Gupta, Akshat Shrivastava, Xilun Chen, Luke Zettlemoyer, Sonal Gupta",
+    venue="EMNLP 2021", year=2021, arxiv_id="2101.11038", url="https://arxiv.org/abs/2101.11038",
+    bibtex="""@inproceedings{aghajanyan2021muppet,
   title         = {Muppet: Massive Multi-task Representations with Pre-Finetuning},
   author        = {Aghajanyan, Armen and Gupta, Anchit and Shrivastava, Akshat and Chen, Xilun and
                    Zettlemoyer, Luke and Gupta, Sonal},
@@ -47,12 +47,12 @@ PAPERS = {
   eprint        = {2101.11038},
   archivePrefix = {arXiv}
 }""",
-    ),
-    "amos": Paper(
-        title="Pretraining Text Encoders with Adversarial Mixture of Training Signal Generators",
-        authors="Yu Meng, Chenyan Xiong, Payal Bajaj, Saurabh Tiwary, Paul Bennett, Jiawei Han, Xia Song",
-        venue="ICLR 2022", year=2022, arxiv_id="2204.03243", url="https://arxiv.org/abs/2204.03243",
-        bibtex="""@inproceedings{meng2022amos,
+)
+AMOS_PAPER = Paper(
+    title="Pretraining Text Encoders with Adversarial Mixture of Training Signal Generators",
+    authors="Yu Meng, Chenyan Xiong, Payal Bajaj, Saurabh Tiwary, Paul Bennett, Jiawei Han, Xia Song",
+    venue="ICLR 2022", year=2022, arxiv_id="2204.03243", url="https://arxiv.org/abs/2204.03243",
+    bibtex="""@inproceedings{meng2022amos,
   title         = {Pretraining Text Encoders with Adversarial Mixture of Training Signal Generators},
   author        = {Meng, Yu and Xiong, Chenyan and Bajaj, Payal and Tiwary, Saurabh and Bennett, Paul and
                    Han, Jiawei and Song, Xia},
@@ -61,12 +61,12 @@ PAPERS = {
   eprint        = {2204.03243},
   archivePrefix = {arXiv}
 }""",
-    ),
-    "tartan": Paper(
-        title="Should We Be Pre-training? An Argument for End-task Aware Training as an Alternative",
-        authors="Lucio M. Dery, Paul Michel, Ameet Talwalkar, Graham Neubig",
-        venue="ICLR 2022", year=2022, arxiv_id="2109.07437", url="https://arxiv.org/abs/2109.07437",
-        bibtex="""@inproceedings{dery2022tartan,
+)
+TARTAN_PAPER = Paper(
+    title="Should We Be Pre-training? An Argument for End-task Aware Training as an Alternative",
+    authors="Lucio M. Dery, Paul Michel, Ameet Talwalkar, Graham Neubig",
+    venue="ICLR 2022", year=2022, arxiv_id="2109.07437", url="https://arxiv.org/abs/2109.07437",
+    bibtex="""@inproceedings{dery2022tartan,
   title         = {Should We Be Pre-training? An Argument for End-task Aware Training as an Alternative},
   author        = {Dery, Lucio M. and Michel, Paul and Talwalkar, Ameet and Neubig, Graham},
   booktitle     = {International Conference on Learning Representations},
@@ -74,25 +74,26 @@ PAPERS = {
   eprint        = {2109.07437},
   archivePrefix = {arXiv}
 }""",
-    ),
-    # A Stanford project report with no arXiv version; its code is github.com/jeffdshen/MetaLMO.
-    "meta_lm": Paper(
-        title="Meta-learning a Language Modeling Objective",
-        authors="Jeffrey Shen",
-        venue="project report, Stanford University", year=None, arxiv_id=None,
-        url="https://github.com/jeffdshen/MetaLMO",
-        bibtex="""@misc{shen_metalmo,
+)
+# A Stanford project report with no arXiv version; its code is github.com/jeffdshen/MetaLMO.
+META_LM_PAPER = Paper(
+    title="Meta-learning a Language Modeling Objective",
+    authors="Jeffrey Shen",
+    venue="project report, Stanford University", year=None, arxiv_id=None,
+    url="https://github.com/jeffdshen/MetaLMO",
+    bibtex="""@misc{shen_metalmo,
   title        = {Meta-learning a Language Modeling Objective},
   author       = {Shen, Jeffrey},
   howpublished = {Project report, Stanford University},
   note         = {Code: \\url{https://github.com/jeffdshen/MetaLMO}}
 }""",
-    ),
-}
+)
 
-# run_finetune.py follows MUPPET's downstream protocol (§4 head re-use, §5.3 low-resource fractions) and writes
-# its checkpoint format, so its card cites that paper.
-PAPERS["finetune"] = PAPERS["muppet"]
+# The card of each method by its short name (its template's name): the trainers declare theirs as class attributes
+# (`ModelCardMixin`); run_finetune.py follows MUPPET's downstream protocol (§4 head re-use, §5.3 low-resource
+# fractions) and writes its checkpoint format, so its card cites that paper.
+PAPERS = {"muppet": MUPPET_PAPER, "amos": AMOS_PAPER, "tartan": TARTAN_PAPER, "meta_lm": META_LM_PAPER,
+          "finetune": MUPPET_PAPER}
 
 METHOD_NAMES = {
     "muppet": "MUPPET pre-finetuning",
@@ -128,6 +129,8 @@ NOT_HYPERPARAMETERS = (
     "hub_strategy", "hub_private_repo", "hub_always_push", "hub_revision", "use_cpu", "local_rank",
     "trackio_space_id", "project",
 )
+
+LOSS_CURVE_PNG = "loss_curve.png"
 
 FRAMEWORKS = ("transformers", "torch", "datasets", "accelerate", "huggingface_hub", "tokenizers", "peft")
 
@@ -311,13 +314,32 @@ def render_model_card(
     """
     if method not in PAPERS:
         raise ValueError(f"Unknown method {method!r} for a model card; expected one of {list(PAPERS)}")
+    return render_declared_card(
+        template_file=f"{method}.md", name=METHOD_NAMES[method], tag_names=("hf_aux", method), paper=PAPERS[method],
+        model_name=model_name, base_model=base_model, datasets=datasets, tasks=tasks,
+        hyperparameters=hyperparameters, figures=figures, versions=versions, model_id=model_id,
+        auto_class=auto_class, hf_aux_class=hf_aux_class, license=license, language=language, tags=tags,
+        notes=notes, adapter=adapter, adapter_auto_class=adapter_auto_class, merged_subfolder=merged_subfolder)
+
+
+def render_declared_card(*, template_file: str, name: str, tag_names: tuple | list, paper: Paper, model_name: str,
+                         base_model: str | None = None, datasets: list[str] | tuple = (),
+                         tasks: list[TaskSummary] | tuple = (), hyperparameters: dict | None = None,
+                         figures: dict[str, str] | None = None, versions: dict[str, str] | None = None,
+                         model_id: str | None = None, auto_class: str = "AutoModel", hf_aux_class: str | None = None,
+                         license: str | None = None,  # noqa: A002 - the metadata field's name
+                         language: str | list[str] | None = "en", tags: list[str] | tuple = (),
+                         notes: str | None = None, adapter: bool = False, adapter_auto_class: str | None = None,
+                         merged_subfolder: str | None = None) -> ModelCard:
+    """`render_model_card` for a method described by what its trainer declares (`ModelCardMixin`): the template
+    file in model_cards/, the method's name in the card's prose, its Hub tags (before the arXiv tag, "lora" and
+    `tags`) and its paper."""
     for task in tasks:
         if not isinstance(task, TaskSummary):
             raise ValueError(f"tasks must be TaskSummary objects, got {type(task).__name__}")
-    hyperparameters = {name: value for name, value in (hyperparameters or {}).items()
-                       if not name.endswith("_token")}
-    paper = PAPERS[method]
-    tags = list(dict.fromkeys(["hf_aux", method, *(f"arxiv:{paper.arxiv_id}",) * bool(paper.arxiv_id),
+    hyperparameters = {key: value for key, value in (hyperparameters or {}).items()
+                       if not key.endswith("_token")}
+    tags = list(dict.fromkeys([*tag_names, *(f"arxiv:{paper.arxiv_id}",) * bool(paper.arxiv_id),
                                *("lora",) * adapter, *tags]))
     eval_results = [
         EvalResult(task_type=TASK_TYPES[task.kind], dataset_type=task.dataset or task.name, dataset_name=task.name,
@@ -325,22 +347,95 @@ def render_model_card(
         for task in tasks for metric, value in task.metrics.items()
     ]
     card_data = ModelCardData(
-        model_name=model_name, library_name="peft" if adapter else "transformers", base_model=base_model, datasets=list(datasets) or None,
-        tags=tags, license=license, language=language, eval_results=eval_results or None,
+        model_name=model_name, library_name="peft" if adapter else "transformers", base_model=base_model,
+        datasets=list(datasets) or None, tags=tags, license=license, language=language,
+        eval_results=eval_results or None,
     )
     hf_aux_module, _, hf_aux_name = (hf_aux_class or "").rpartition(".")
-    template = _environment().get_template(f"{method}.md")
+    template = _environment().get_template(template_file)
     content = template.render(
-        card_data=card_data.to_yaml(), method=method, method_name=METHOD_NAMES[method], paper=paper,
+        card_data=card_data.to_yaml(), method_name=name, paper=paper,
         model_name=model_name, model_id=model_id or model_name, base_model=base_model, datasets=list(datasets),
         tasks=list(tasks), metric_names=list(dict.fromkeys(m for task in tasks for m in task.metrics)),
-        hyperparameters={name: _format_value(value) for name, value in hyperparameters.items()},
+        hyperparameters={key: _format_value(value) for key, value in hyperparameters.items()},
         figures=dict(figures or {}), versions=versions if versions is not None else framework_versions(),
         auto_class=auto_class, hf_aux_module=hf_aux_module, hf_aux_name=hf_aux_name, notes=notes,
         fmt=_format_value, adapter=adapter, adapter_auto_class=adapter_auto_class if adapter else None,
         merged_subfolder=merged_subfolder if adapter else None,
     )
     return ModelCard(content)
+
+
+def _as_list(value) -> list:
+    """A card argument given as one string or a list of them (Trainer.push_to_hub passes either)."""
+    return [value] if isinstance(value, str) else list(value or [])
+
+
+class ModelCardMixin:
+    """The one `create_model_card` of hf_aux's trainers (put it before `Trainer` in the bases).
+
+    A trainer declares its card as class attributes, as trl's trainers do: `_name` (the method in the card's
+    prose), `_tag_names` (Hub tags), `_paper` (a `Paper`: title, arXiv id, BibTeX), `_template_file` (in
+    model_cards/), `_auto_class` / `_hf_aux_class` (what loads the checkpoint). It supplies only what a run adds:
+    `_card_tasks` (the `TaskSummary` list, from the log history or `create_model_card`'s extra keyword
+    arguments), `_card_figures` (PNGs it draws into the output folder, file -> caption), and `_card_details` for
+    anything else the card says (notes, adapter, another auto class, extra tags). Writes README.md in
+    `args.output_dir` on the main process; Trainer.push_to_hub calls it too."""
+
+    _name: str
+    _tag_names: tuple = ("hf_aux",)
+    _paper: Paper
+    _template_file: str
+    _auto_class: str = "AutoModel"
+    _hf_aux_class: str | None = None
+
+    def create_model_card(self, language=None, license=None, tags=None, model_name=None,  # noqa: A002
+                          finetuned_from=None, tasks=None, dataset_tags=None, dataset=None, dataset_args=None,
+                          **kwargs):
+        """`finetuned_from`: the checkpoint the run started from (its Hub id becomes `base_model`);
+        `dataset_tags`: Hub dataset ids of the training data; `tags`: extra Hub tags; `model_name`: the card's
+        name (default: the output folder's). Other keyword arguments go to the trainer's `_card_tasks`."""
+        if not self.is_world_process_zero():
+            return
+        output_dir = self.args.output_dir
+        os.makedirs(output_dir, exist_ok=True)
+        datasets = _as_list(dataset_tags)
+        details = {"auto_class": self._auto_class, "hf_aux_class": self._hf_aux_class, "extra_tags": [],
+                   **self._card_details()}
+        card = render_declared_card(
+            template_file=self._template_file, name=self._name, tag_names=self._tag_names, paper=self._paper,
+            model_name=model_name or os.path.basename(os.path.abspath(output_dir)),
+            model_id=self.args.hub_model_id or None, base_model=card_base_model(self._card_base_model(finetuned_from)),
+            datasets=datasets, tasks=self._card_tasks(datasets, **kwargs),
+            hyperparameters=hyperparameters_from_args(self.args), figures=self._card_figures(output_dir),
+            license=license, language=language or "en", tags=[*_as_list(tags), *details.pop("extra_tags")],
+            **details)
+        card.save(os.path.join(output_dir, "README.md"))
+
+    def _card_tasks(self, datasets: list[str], **kwargs) -> list[TaskSummary]:
+        raise NotImplementedError(f"{type(self).__name__} must say which tasks its card lists (_card_tasks)")
+
+    def _card_figures(self, output_dir: str) -> dict[str, str]:
+        return {}
+
+    def _card_details(self) -> dict:
+        """Keyword arguments of `render_declared_card` this run adds (notes, adapter, ...); `extra_tags` come
+        after the user's tags."""
+        return {}
+
+    def _card_base_model(self, finetuned_from: str | None) -> str | None:
+        """What the run started from (None: from scratch); `card_base_model` turns it into a Hub id."""
+        return finetuned_from
+
+    def _loss_curve_figure(self, output_dir: str, title: str, caption: str,
+                           exclude_prefixes: tuple = ()) -> dict[str, str]:
+        """loss_curve.png from the log history, as {file: caption}; {} while nothing loss-like was logged."""
+        try:
+            plot_loss_curves(self.state.log_history, os.path.join(output_dir, LOSS_CURVE_PNG), title=title,
+                             exclude_prefixes=exclude_prefixes)
+        except ValueError:  # nothing logged yet
+            return {}
+        return {LOSS_CURVE_PNG: caption}
 
 
 # ---- figures ----------------------------------------------------------------------------------------------------
@@ -375,26 +470,31 @@ def logged_series(log_history: list[dict], prefix: str) -> dict[str, list[tuple[
 MAX_SERIES_PER_PANEL = 6  # more lines than this in one panel cannot be told apart at the card's size
 
 
-def _series_family(name: str) -> str:
-    """Which panel a logged key belongs to: 'loss/<task>' -> 'loss/', 'eval_<task>_loss' -> 'eval_<task>_loss',
-    anything else (the overall training and evaluation losses, a trainer's named loss parts) -> ''."""
+def _series_family(name: str, keys: tuple = ("loss", "eval_loss")) -> str:
+    """Which panel a logged key belongs to: the overall `keys` -> '', 'loss/<task>' -> 'loss/',
+    'eval_<task>_loss' -> 'eval_<task>_loss', a trainer's other named loss parts ('rtd_loss', 'meta_loss', ...) ->
+    'parts' (their own panel: they are often on another scale than the total they add up to)."""
+    if name in keys:
+        return ""
     if "/" in name:
         return name.split("/", 1)[0] + "/"
     if name.startswith("eval_") and name.endswith("_loss") and name != "eval_loss":
         return "eval_<task>_loss"
-    return ""
+    return "parts"
 
 
 def loss_panels(series: dict[str, list[tuple[float, float]]], keys: tuple = ("loss", "eval_loss"),
                 title: str = "Loss") -> list[tuple[str, dict[str, list[tuple[float, float]]]]]:
-    """Split loss series into panels a person can read: the overall panel first (`keys` first in it), then one
-    panel per family of per-task keys ('loss/<task>', 'eval_<task>_loss', ...), none with more than
-    `MAX_SERIES_PER_PANEL` series (a larger family is cut into several panels, '(1/3)' ...)."""
+    """Split loss series into panels a person can read: the overall panel first (`keys`), then the trainer's other
+    named loss parts ('rtd_loss', ...), then one panel per family of per-task keys ('loss/<task>',
+    'eval_<task>_loss', ...), none with more than `MAX_SERIES_PER_PANEL` series (a larger family is cut into several
+    panels, '(1/3)' ...)."""
     families: dict[str, dict[str, list[tuple[float, float]]]] = {"": {}}
     for name in [k for k in keys if k in series] + sorted(k for k in series if k not in keys):
-        families.setdefault(_series_family(name), {})[name] = series[name]
+        families.setdefault(_series_family(name, keys), {})[name] = series[name]
     panels = []
-    order = sorted(families, key=lambda f: (f != "", f != "loss/", f == "eval_<task>_loss", f))
+    # overall, parts, training families ('loss/' first), then evaluation families ('eval_mlm_loss/' after 'mlm_loss/')
+    order = sorted(families, key=lambda f: (f != "", f != "parts", f.startswith("eval_"), f != "loss/", f))
     for family in order:
         members = families[family]
         if not members:
@@ -405,7 +505,8 @@ def loss_panels(series: dict[str, list[tuple[float, float]]], keys: tuple = ("lo
     return panels
 
 
-_FAMILY_TITLES = {"loss/": "training loss per task", "eval_<task>_loss": "evaluation loss per task"}
+_FAMILY_TITLES = {"loss/": "training loss per task", "eval_<task>_loss": "evaluation loss per task",
+                  "parts": "loss parts"}
 
 
 def _task_of(name: str, family: str) -> str:
@@ -433,7 +534,8 @@ def plot_loss_curves(log_history: list[dict], path: str | os.PathLike, keys: tup
 
     Every logged loss is drawn (a key with "loss" as one of its words: the training loss, the evaluation loss, and
     per-task or per-objective losses a trainer logs, e.g. "loss/sst2", "rtd_loss", "eval_imdb_loss"), in small
-    multiples: the overall losses (`keys` first) in one panel, each family of per-task losses in panels of its own,
+    multiples: the overall losses (`keys`) in one panel, a trainer's other named loss parts in the next, each family
+    of per-task losses in panels of its own,
     at most `MAX_SERIES_PER_PANEL` lines a panel, legends beside the axes. Keys starting with one of
     `exclude_prefixes` are left out (e.g. MUPPET's "scaled_loss/": the same curves as "loss/", rescaled).
     Raises ValueError when nothing loss-like was logged.
@@ -449,7 +551,10 @@ def plot_loss_curves(log_history: list[dict], path: str | os.PathLike, keys: tup
                 series.setdefault(name, []).append((step, float(value)))
     if not series:
         raise ValueError("No loss was logged: trainer.state.log_history has no entry with a '*loss' key and a step")
-    return plot_panels(loss_panels(series, keys, title), path, ylabel="loss")
+    panels = loss_panels(series, keys, title)
+    # the overall panel holds the objective as optimised (MUPPET's is eq. 1-scaled, unitless); the parts and
+    # per-task losses are cross entropies in nats (a regression task's, MSE in its label's units)
+    return plot_panels(panels, path, ylabel={name: "loss" if name == title else "loss (nats)" for name, _ in panels})
 
 
 def plot_weights_over_time(series: dict[str, list[tuple[float, float]]], path: str | os.PathLike,
@@ -462,15 +567,26 @@ def plot_weights_over_time(series: dict[str, list[tuple[float, float]]], path: s
     return plot_panels(_chunked(title, series), path, ylabel=ylabel, xlabel=xlabel)
 
 
+def one_value_per_step(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(step, value) pairs sorted by step, the later of two values logged at one step kept."""
+    return sorted(dict(points).items())
+
+
 def plot_panels(panels: list[tuple[str, dict[str, list[tuple[float, float]]]]], path: str | os.PathLike,
-                ylabel: str, xlabel: str = "optimizer step") -> Path:
+                ylabel: str | dict[str, str], xlabel: str = "optimizer step",
+                ylim: dict[str, tuple[float, float]] | None = None) -> Path:
     """Draw each (title, {name: [(step, value), ...]}) as its own panel, two columns at most, each panel's legend
-    outside its axes on the right, and save a PNG at `path`."""
+    outside its axes on the right, and save a PNG at `path`. `ylabel`: one label, or one per panel title. A series
+    logged twice at one step (an evaluation at the last step, then the run's closing evaluate()) keeps its later
+    value, so no vertical jump is drawn at that step. `ylim`: fixed y ranges of some panels, by title (others
+    scale to their data)."""
     panels = [(title, {name: points for name, points in series.items() if points}) for title, series in panels]
     panels = [(title, series) for title, series in panels if series]
     if not panels:
         raise ValueError("Nothing to plot: every series is empty")
     plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     columns = 1 if len(panels) == 1 else 2
@@ -480,10 +596,19 @@ def plot_panels(panels: list[tuple[str, dict[str, list[tuple[float, float]]]]], 
     try:
         for axes, (title, series) in zip(grid.flat, panels):
             for name, points in series.items():
-                steps, values = zip(*sorted(points))
-                axes.plot(steps, values, label=name, marker="o" if len(points) < 20 else None, markersize=3)
+                steps, values = zip(*one_value_per_step(points))
+                axes.plot(steps, values, label=name, marker="o" if len(steps) < 20 else None, markersize=3)
             axes.set_xlabel(xlabel)
-            axes.set_ylabel(ylabel)
+            steps_drawn = {step for points in series.values() for step, _ in points}
+            if len(steps_drawn) == 1:  # e.g. one closing evaluation: one tick at its step, not 5.68 ... 6.32
+                (only,) = steps_drawn
+                axes.set_xlim(only - 1, only + 1)
+                axes.set_xticks([only])
+            else:
+                axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+            axes.set_ylabel(ylabel if isinstance(ylabel, str) else ylabel[title])
+            if ylim and title in ylim:
+                axes.set_ylim(*ylim[title])
             axes.set_title(title, fontsize="medium")
             axes.grid(alpha=0.3)
             axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)

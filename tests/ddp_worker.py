@@ -6,7 +6,7 @@
 Every process builds the same data and the same model (fixed seeds, dropout 0 but in the TARTAN '-dropout'
 variants), so the runs differ only in how the global batch is split. Several jobs run one after another in the same processes (one start-up for all).
 For each job, each rank writes OUT/<trainer>-<variant>/params_rank<r>.pt ({"world_size", "params"}: its final
-parameters, and those it started from) and, for TARTAN, task_weights_rank<r>.json (its task-weight history, one row per optimizer step). A
+parameters, those it started from, and its training logs' `<family>/<name>` metrics) and, for TARTAN, task_weights_rank<r>.json (its task-weight history, one row per optimizer step). A
 trainer that refuses the setting writes refused_rank<r>.txt with its message instead.
 """
 
@@ -55,7 +55,7 @@ def common_args(out: str, options) -> dict:
 
 
 def make_muppet(out, options):
-    from hf_aux.modeling.multitask import MultiTaskConfig, MultiTaskModel
+    from hf_aux.modeling.multitask import MultiTaskModelConfig, MultiTaskModel
     from hf_aux.trainers.muppet import MuppetConfig, MuppetTrainer
 
     tokenizer = tiny_tokenizer()
@@ -67,7 +67,7 @@ def make_muppet(out, options):
     train = {t.name: tokenize_task(t, t.dataset, tokenizer, max_length=16) for t in tasks}
     torch.manual_seed(0)
     body = AutoModel.from_config(tiny_config("bert", tokenizer, **NO_DROPOUT))
-    model = MultiTaskModel(MultiTaskConfig(encoder=body.config, tasks=tasks, classifier_dropout=0.0), body=body)
+    model = MultiTaskModel(MultiTaskModelConfig(encoder=body.config, tasks=tasks, classifier_dropout=0.0), body=body)
     args = MuppetConfig(**common_args(out, options), robust_finetuning=options.robust, r3f_eps=1e-2)
     return MuppetTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
 
@@ -164,7 +164,8 @@ def run_job(job: str, out: str, options) -> None:
 
     initial = parameters()
     trainer.train()
-    torch.save({"world_size": trainer.args.world_size, "initial": initial, "params": parameters()},
+    logged = [{k: v for k, v in entry.items() if "/" in k} for entry in trainer.state.log_history if "loss" in entry]
+    torch.save({"world_size": trainer.args.world_size, "initial": initial, "params": parameters(), "logged": logged},
                os.path.join(folder, f"params_rank{rank}.pt"))
     if name == "tartan":
         state = trainer.task_weights_state

@@ -186,7 +186,7 @@ def test_discriminator_gradient_reaches_the_mixture_but_not_h_unless_adv_mlm():
 
 
 def test_reversed_gradient_reaches_the_tied_matrix_only_through_the_generator_lookup():
-    """The README's statement, exactly: the RTD loss's gradient on the shared token-embedding / MLM output matrix is
+    """docs/amos.md's statement, exactly: the RTD loss's gradient on the shared token-embedding / MLM output matrix is
     the discriminator's own (through its lookup of x_rep) plus, only with the adversarial mixture, a part through
     the generator's input lookup (from gamma, reversed, through f and the generator's encoder); nothing through
     the output projection."""

@@ -83,6 +83,21 @@ def test_two_processes_end_with_the_parameters_of_one_process_with_the_same_glob
     assert max((ddp[name] - value).abs().max().item() for name, value in initial.items()) > 1e-3
 
 
+@pytest.mark.parametrize("job", ["muppet", "amos", "tartan:mt"])
+def test_logged_metrics_are_gathered_over_processes(runs, job):
+    """The per-task / per-head metrics a trainer logs (hf_aux.training_metrics) cover every process: two processes
+    log what one process with the same global batches logs, and both ranks log the same."""
+    logs = {where: torch.load(runs / where / job.replace(":", "-") / "params_rank0.pt")["logged"]
+            for where in ("one", "two")}
+    rank1 = torch.load(runs / "two" / job.replace(":", "-") / "params_rank1.pt")["logged"]
+    assert len(logs["one"]) == len(logs["two"]) == 3 and all(logs["two"]), logs
+    assert rank1 == logs["two"]
+    for single, ddp in zip(logs["one"], logs["two"]):
+        assert set(single) == set(ddp)
+        for key, value in single.items():
+            assert ddp[key] == pytest.approx(value, rel=1e-4, abs=1e-6, nan_ok=True), (job, key)
+
+
 @pytest.mark.parametrize("job", ["tartan:meta", "tartan:meta-dropout", "tartan:meta-warmup"])
 def test_meta_tartan_task_weights_are_identical_on_every_rank_at_every_step(runs, job):
     folder = runs / "two" / job.replace(":", "-")
@@ -95,7 +110,7 @@ def test_meta_tartan_task_weights_are_identical_on_every_rank_at_every_step(runs
     _, rank1 = _params(runs / "two", job, rank=1)
     trained = [name for name in rank0 if not name.startswith("meta_head.")]  # phi*: refitted per step and rank
     assert trained and len(trained) < len(rank0)
-    # each rank fits its own phi* on its own features (README, META-TARTAN under DDP): they differ
+    # each rank fits its own phi* on its own features (docs/tartan.md, META-TARTAN under DDP): they differ
     assert any(not torch.equal(rank0[name], rank1[name]) for name in rank0 if name.startswith("meta_head."))
     for name in trained:
         torch.testing.assert_close(rank0[name], rank1[name], atol=0, rtol=0, msg=name)

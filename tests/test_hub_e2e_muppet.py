@@ -84,9 +84,9 @@ def test_save_pretrained_with_push_to_hub_round_trips(local_hub, tmp_path):
     local_hub.accept_only(TOKEN)
     tokenizer = tiny_tokenizer()
     torch.manual_seed(0)
-    from hf_aux.modeling.multitask import MultiTaskConfig
+    from hf_aux.modeling.multitask import MultiTaskModelConfig
 
-    model = MultiTaskModel(MultiTaskConfig(encoder=tiny_config("bert", tokenizer),
+    model = MultiTaskModel(MultiTaskModelConfig(encoder=tiny_config("bert", tokenizer),
                                            tasks=[{"name": "sent", "kind": "classification", "num_labels": 3}])).eval()
     repo = f"{DEFAULT_USER}/muppet-direct"
     model.save_pretrained(tmp_path / "saved", push_to_hub=True, repo_id=repo, token=TOKEN)

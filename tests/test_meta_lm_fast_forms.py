@@ -85,7 +85,7 @@ def test_teacher_heads_per_row_give_the_full_logits_aux_losses_and_gradients(dat
     teacher0 = copy.deepcopy(trainer.teacher)
     gen_state = trainer._generator.get_state()
     trainer.training_step(trainer.model, batch)
-    aux_trainer = trainer._metrics["teacher_aux_loss"][-1].item()
+    aux_trainer = trainer._train_metrics.last["meta/teacher_aux_loss"].item()
 
     trainer._generator.set_state(gen_state)
     x_m, y_m = trainer._mlm_example(x_u, mask, trainer._generator)

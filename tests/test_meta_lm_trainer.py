@@ -74,10 +74,10 @@ def prime_adam(trainer):
 def replay_batches(trainer, state, x_u, mask):
     """The trainer's random draws of one meta step, replayed from its generator state."""
     trainer._generator.set_state(state)
-    trainer._task_steps_left = 0
+    trainer._support_query.task_steps_left = 0
     trainer._mlm_example(x_u, mask, trainer._generator)
-    task = trainer._next_task()
-    return trainer._labelled_batch(task), trainer._labelled_batch(task)
+    task = trainer._support_query.next_task()
+    return trainer._support_query.batch(task), trainer._support_query.batch(task)
 
 
 def student_step_reference(trainer, student0, opt_state, pseudo_loss_fn, support, query, finetune=True,
@@ -175,7 +175,7 @@ def test_h_and_teacher_gradient_match_hand_computation(data, tmp_path, optim):
     opt_state = copy.deepcopy(trainer.optimizer.state_dict())
     gen_state = trainer._generator.get_state()
     trainer.training_step(trainer.model, batch)
-    h_trainer = trainer._metrics["h"][-1].item()
+    h_trainer = trainer._train_metrics.last["meta/h"].item()
 
     # by hand: the same draws, the teacher's samples, the student's real step, support step, query gradient
     trainer._generator.set_state(gen_state)
@@ -184,8 +184,8 @@ def test_h_and_teacher_gradient_match_hand_computation(data, tmp_path, optim):
     pad = trainer.meta_tokens.pad
     x_hat = sample_tokens(out.input_logits, trainer._generator).masked_fill(mask == 0, pad)
     y_hat = sample_tokens(out.output_logits, trainer._generator).masked_fill(mask == 0, pad)
-    task = trainer._next_task()
-    support, query = trainer._labelled_batch(task), trainer._labelled_batch(task)
+    task = trainer._support_query.next_task()
+    support, query = trainer._support_query.batch(task), trainer._support_query.batch(task)
 
     def pseudo(s):
         return pseudo_cross_entropy(s(input_ids=x_hat, attention_mask=mask).logits, y_hat, mask, pad)
@@ -265,8 +265,8 @@ def test_non_finite_h_skips_the_teacher_update(data, tmp_path):
     before = copy.deepcopy(trainer.teacher.state_dict())
     trainer.create_optimizer_and_scheduler(num_training_steps=2)
     trainer.training_step(trainer.model, first_batch(trainer))
-    assert not torch.isfinite(trainer._metrics["h"][-1])
-    assert trainer._metrics["teacher_skipped"][-1].item() == 1.0
+    assert not torch.isfinite(trainer._train_metrics.last["meta/h"])
+    assert trainer._train_metrics.last["meta/teacher_skipped"].item() == 1.0
     assert all(p.grad is None for p in trainer.teacher.parameters())
     assert all(torch.equal(p, before[n]) for n, p in trainer.teacher.state_dict().items())
     logs = {"loss": 1.0}
@@ -366,12 +366,14 @@ def test_pseudo_input_statistics_by_hand(data, tmp_path):
     collapsed = torch.full((2, 4, vocab), -30.0)
     collapsed[..., 5] = 30.0  # every position certain of token 5
     trainer._record_pseudo_input_statistics(x_u, collapsed, None, mask)
+    m = {k[len("meta/"):]: [v.item()] for k, v in trainer._train_metrics.last.items()}
     halves = torch.full((2, 4, vocab), -1e4)
     halves[0, :, 5] = halves[0, :, 6] = 0.0  # row 0: 50/50 between tokens 5 and 6; row 1: uniform
     halves[1] = 0.0
     x_hat = torch.tensor([[5, 6, 6, 5], [3, 4, 0, 0]])
     trainer._record_pseudo_input_statistics(x_u, halves, x_hat, mask)
-    m = {k: [v.item() for v in values] for k, values in trainer._metrics.items()}
+    for k, v in trainer._train_metrics.last.items():
+        m[k[len("meta/"):]].append(v.item())
     assert m["x_u_distinct"] == [4.0, 4.0]  # 2, 7, 9, 8 (padding left out)
     assert m["x_hat_distinct"] == [1.0, 4.0]  # argmax 5 everywhere; then the samples 5, 6, 3, 4
     assert m["x_hat_pooled_entropy"][0] == pytest.approx(0.0, abs=1e-5)

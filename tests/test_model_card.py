@@ -14,8 +14,8 @@ from huggingface_hub import ModelCard
 from transformers import TrainingArguments
 
 from hf_aux.model_card import (
-    MAX_SERIES_PER_PANEL, PAPERS, TaskSummary, hyperparameters_from_args, loss_panels, plot_loss_curves,
-    plot_weights_over_time, render_model_card,
+    MAX_SERIES_PER_PANEL, PAPERS, TaskSummary, hyperparameters_from_args, loss_panels, one_value_per_step,
+    plot_loss_curves, plot_weights_over_time, render_model_card,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,7 +143,7 @@ def test_loss_curve_and_weights_figures(tmp_path):
     log_history = [{"loss": 2.0 - 0.1 * step, "loss_rt": 1.0, "step": step} for step in range(1, 11)]
     log_history += [{"eval_loss": 1.5, "step": 10}, {"train_loss": 1.7, "train_runtime": 3.0, "step": 10}]
     path = plot_loss_curves(log_history, tmp_path / "figures" / "loss.png")
-    assert _png_size(path) == (640, 320)  # one panel: loss, eval_loss and loss_rt
+    assert _png_size(path) == (1280, 320)  # two panels: loss and eval_loss; the named part loss_rt
     pixels = matplotlib.image.imread(path)[..., :3]
     blue = (abs(pixels - [31 / 255, 119 / 255, 180 / 255]).sum(-1) < 0.05).sum()  # matplotlib's first line colour
     assert blue > 100
@@ -158,6 +158,11 @@ def test_loss_curve_and_weights_figures(tmp_path):
         plot_weights_over_time({"a": []}, tmp_path / "none.png")
 
 
+def test_a_value_logged_twice_at_one_step_is_drawn_once():
+    """The last evaluation during training and the closing evaluate() share the last step: the later value wins."""
+    assert one_value_per_step([(6, 7.2), (1, 9.0), (6, 7.0)]) == [(1, 9.0), (6, 7.0)]
+
+
 def test_many_task_losses_become_small_multiples(tmp_path):
     """Nine tasks' training and evaluation losses: the overall panel first, then per-task panels of at most six
     lines (balanced 5 + 4), training before evaluation, the excluded prefix left out."""
@@ -167,11 +172,13 @@ def test_many_task_losses_become_small_multiples(tmp_path):
     series.update({f"eval_{t}_loss": [(1, 1.0)] for t in tasks})
     panels = loss_panels(series, title="MUPPET losses")
     assert [title for title, _ in panels] == [
-        "MUPPET losses", "MUPPET losses: training loss per task (1/2)", "MUPPET losses: training loss per task (2/2)",
-        "MUPPET losses: evaluation loss per task (1/2)", "MUPPET losses: evaluation loss per task (2/2)"]
-    assert list(panels[0][1]) == ["loss", "eval_loss", "rtd_loss"]
-    assert [len(s) for _, s in panels] == [3, 5, 4, 5, 4] and max(len(s) for _, s in panels) <= MAX_SERIES_PER_PANEL
-    assert list(panels[1][1]) == tasks[:5] and list(panels[4][1]) == tasks[5:]  # legends name the task alone
+        "MUPPET losses", "MUPPET losses: loss parts", "MUPPET losses: training loss per task (1/2)",
+        "MUPPET losses: training loss per task (2/2)", "MUPPET losses: evaluation loss per task (1/2)",
+        "MUPPET losses: evaluation loss per task (2/2)"]
+    assert list(panels[0][1]) == ["loss", "eval_loss"]  # a named part (~0.5) beside a total (~50) would look flat
+    assert list(panels[1][1]) == ["rtd_loss"]
+    assert [len(s) for _, s in panels] == [2, 1, 5, 4, 5, 4] and max(len(s) for _, s in panels) <= MAX_SERIES_PER_PANEL
+    assert list(panels[2][1]) == tasks[:5] and list(panels[5][1]) == tasks[5:]  # legends name the task alone
 
     history = [{"step": step, "loss": 1.0 / step, **{f"loss/{t}": 1.0 / step for t in tasks},
                 **{f"scaled_loss/{t}": 0.5 / step for t in tasks}} for step in range(1, 6)]
@@ -242,3 +249,43 @@ def test_hyperparameters_do_not_reset_a_running_accelerator():
     hyperparameters_from_args(args)
     loader = accelerator.prepare(torch.utils.data.DataLoader(list(range(4)), batch_size=2))  # what failed
     assert [batch.tolist() for batch in loader] == [[0, 1], [2, 3]]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_each_trainer_declares_its_card_and_shares_one_renderer(method):
+    """trl's pattern: the trainer states name, tags, paper and template; ModelCardMixin.create_model_card renders."""
+    import hf_aux
+    from hf_aux.model_card import METHOD_NAMES, ModelCardMixin
+
+    trainer_class = getattr(hf_aux, {"muppet": "MuppetTrainer", "amos": "AmosTrainer", "tartan": "TartanTrainer",
+                                     "meta_lm": "MetaLMTrainer"}[method])
+    assert issubclass(trainer_class, ModelCardMixin)
+    assert trainer_class.create_model_card is ModelCardMixin.create_model_card  # no override of its own
+    assert trainer_class._paper is PAPERS[method]
+    assert trainer_class._tag_names == ("hf_aux", method)
+    assert trainer_class._template_file == f"{method}.md"
+    assert trainer_class._name == METHOD_NAMES[method]  # render_model_card(method) says the same
+
+
+def test_tartan_task_weights_figure_shows_the_mixture_and_each_task_on_its_own_scale(tmp_path):
+    """META-TARTAN's weights move by thousandths: the first panel shows the mixture on 0-1, then each task's alpha
+    gets a panel scaled to its own range, legends outside the axes."""
+    import matplotlib.image
+
+    from hf_aux.trainers.tartan import plot_task_weights
+
+    history = [[step, 0.9 - 0.001 * step, 0.05 + 0.0006 * step, 0.05 + 0.0004 * step] for step in range(1, 31)]
+    path = tmp_path / "task_weights.png"
+    plot_task_weights(history, ["end_task", "tapt", "dapt"], str(path), title="META-TARTAN task weights")
+    assert _png_size(path) == (1280, 640)  # four panels: the mixture, then end_task, tapt, dapt
+    pixels = matplotlib.image.imread(path)[..., :3]
+
+    def rows_spanned(panel, colour):  # inside the axes only (the legend sits right of them)
+        hits = (abs(panel[:, 60:450] - colour).sum(-1) < 0.05).any(axis=1).nonzero()[0]
+        return int(hits.max() - hits.min()) if hits.size else 0
+
+    blue, orange = [31 / 255, 119 / 255, 180 / 255], [1.0, 127 / 255, 14 / 255]  # matplotlib's first two colours
+    # tapt rises by 0.018 over the run: flat on the 0-1 mixture panel (top left, tapt second, orange), a full
+    # diagonal in its own panel (bottom left, its only line, blue)
+    flat, diagonal = rows_spanned(pixels[:320, :640], orange), rows_spanned(pixels[320:, :640], blue)
+    assert diagonal > 150 and flat < diagonal / 5, (flat, diagonal)

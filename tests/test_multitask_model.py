@@ -12,7 +12,7 @@ from tiny import tiny_config, tiny_tokenizer
 from transformers import AutoModel, AutoModelForSeq2SeqLM, Trainer, TrainingArguments
 
 from hf_aux.data import MultiTaskCollator, tokenize_task
-from hf_aux.modeling.multitask import HEADS_WEIGHTS_NAME, MULTITASK_CONFIG_NAME, MultiTaskConfig, MultiTaskModel
+from hf_aux.modeling.multitask import HEADS_WEIGHTS_NAME, MULTITASK_CONFIG_NAME, MultiTaskModelConfig, MultiTaskModel
 from hf_aux.tasks import TaskSpec
 
 ARCHITECTURES = ["bert", "roberta", "electra", "deberta-v2", "bart"]
@@ -34,7 +34,7 @@ def tok():
 def build(tok, arch, **settings):
     torch.manual_seed(0)
     tasks = TASKS + ([SEQ2SEQ] if arch == "bart" else [])
-    return MultiTaskModel(MultiTaskConfig(encoder=tiny_config(arch, tok), tasks=tasks, **settings)).eval()
+    return MultiTaskModel(MultiTaskModelConfig(encoder=tiny_config(arch, tok), tasks=tasks, **settings)).eval()
 
 
 def batches(tok):
@@ -158,7 +158,7 @@ def test_seq2seq_logits_are_the_architectures_own_and_load_in_auto_model_for_seq
     hf_aux, and gives the same logits."""
     arch, overrides = SEQ2SEQ_BODIES[body]
     torch.manual_seed(0)
-    model = MultiTaskModel(MultiTaskConfig(encoder=tiny_config(arch, tok, **overrides), tasks=[SEQ2SEQ, TASKS[0]]))
+    model = MultiTaskModel(MultiTaskModelConfig(encoder=tiny_config(arch, tok, **overrides), tasks=[SEQ2SEQ, TASKS[0]]))
     with torch.no_grad():  # non-zero biases and a spread-out embedding, so a missing bias or scale shows
         for name, value in model.body.named_parameters():
             value.normal_(0.0, 0.5 if "shared" in name or "embed" in name else 0.1)
@@ -206,7 +206,7 @@ def test_new_task_on_a_muppet_checkpoint(tok, tmp_path):
 
 def test_seq2seq_needs_an_encoder_decoder(tok):
     with pytest.raises(ValueError, match="task 'summary': field 'kind': a seq2seq task needs an encoder-decoder"):
-        MultiTaskConfig(encoder=tiny_config("bert", tok), tasks=[SEQ2SEQ])
+        MultiTaskModelConfig(encoder=tiny_config("bert", tok), tasks=[SEQ2SEQ])
     model = build(tok, "bert")
     with pytest.raises(ValueError, match="task 'summary': field 'kind'"):
         model.add_tasks([SEQ2SEQ])
@@ -307,3 +307,15 @@ def test_train_and_eval_switch_every_module_like_nn_module(tok):
     torch.testing.assert_close(model(task="sentiment", **inputs).logits, model(task="sentiment", **inputs).logits)
     model.train()
     assert not torch.equal(model(task="sentiment", **inputs).logits, model(task="sentiment", **inputs).logits)
+
+
+def test_old_config_name_is_a_deprecated_alias():
+    """Model configurations are named after their model (MultiTaskModelConfig, AmosModelConfig); <Method>Config
+    (MuppetConfig, AmosConfig, ...) are training arguments, as trl names them. The 0.1 name still works, warning."""
+    import hf_aux
+    from hf_aux.modeling import multitask
+
+    with pytest.warns(FutureWarning, match="MultiTaskModelConfig"):
+        assert multitask.MultiTaskConfig is multitask.MultiTaskModelConfig
+    with pytest.warns(FutureWarning):
+        assert hf_aux.__getattr__("MultiTaskConfig") is hf_aux.MultiTaskModelConfig

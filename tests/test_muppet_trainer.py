@@ -15,7 +15,8 @@ from transformers import AutoModel
 
 from hf_aux.data import MultiTaskCollator, tokenize_task
 from hf_aux.losses.muppet import classification_loss, multiple_choice_loss, scale_losses
-from hf_aux.modeling.multitask import MultiTaskConfig, MultiTaskModel
+from hf_aux.metrics import rouge_metrics
+from hf_aux.modeling.multitask import MultiTaskModel, MultiTaskModelConfig
 from hf_aux.tasks import TaskSpec
 from hf_aux.trainers.muppet import MuppetConfig, MuppetTrainer
 from hf_aux.cli import muppet as run_muppet
@@ -50,7 +51,7 @@ def _setup(tmp_path, dropout=0.1, spectral_norm=False, seed=0, init_seed=0, **co
     torch.manual_seed(init_seed)
     body = AutoModel.from_config(tiny_config("bert", tokenizer, hidden_dropout_prob=dropout,
                                              attention_probs_dropout_prob=dropout))
-    model = MultiTaskModel(MultiTaskConfig(encoder=body.config, tasks=tasks, classifier_dropout=dropout,
+    model = MultiTaskModel(MultiTaskModelConfig(encoder=body.config, tasks=tasks, classifier_dropout=dropout,
                                            spectral_norm_heads=spectral_norm), body=body)
     defaults = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, gradient_accumulation_steps=2,
                     max_steps=4, learning_rate=1e-3, report_to=[], logging_steps=2, save_strategy="no", use_cpu=True,
@@ -112,7 +113,8 @@ def test_resume_mid_epoch_is_exact(tmp_path, robust):
     trainer = MuppetTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
     trainer.train()
     checkpoint = os.path.join(args.output_dir, "checkpoint-3")
-    assert json.load(open(os.path.join(checkpoint, "muppet_sampler.json")))["strategy"] == "heterogeneous"
+    saved = json.load(open(os.path.join(checkpoint, "trainer_state.json")))["stateful_callbacks"]
+    assert saved["TaskSamplerState"]["attributes"]["description"]["strategy"] == "heterogeneous"
     # a fresh model with different weights, restored from checkpoint-3 (heads included) and trained 3 more steps
     tokenizer, _, train, resumed, args = _setup(tmp_path / "b", init_seed=1, **common)
     MuppetTrainer(model=resumed, args=args, train_dataset=train, processing_class=tokenizer).train(
@@ -282,7 +284,7 @@ def test_seq2seq_training_loss_is_label_smoothed_at_0_1_by_default(tmp_path):
     task = TaskSpec(name="summary", kind="seq2seq", dataset=rows)
     train = {"summary": tokenize_task(task, rows, tokenizer, max_length=16, max_target_length=8)}
     torch.manual_seed(0)
-    model = MultiTaskModel(MultiTaskConfig(encoder=tiny_config("bart", tokenizer, dropout=0.0), tasks=[task]))
+    model = MultiTaskModel(MultiTaskModelConfig(encoder=tiny_config("bart", tokenizer, dropout=0.0), tasks=[task]))
     args = MuppetConfig(output_dir=str(tmp_path), report_to=[], use_cpu=True, per_device_train_batch_size=2)
     assert args.label_smoothing_factor == 0.1  # Table 2's label-smoothed CE; fairseq's BART summarisation value
     trainer = MuppetTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
@@ -301,4 +303,46 @@ def test_seq2seq_training_loss_is_label_smoothed_at_0_1_by_default(tmp_path):
     assert not torch.allclose(loss, scale_losses(*seq2seq_loss(logits, batch["labels"])).mean())  # smoothing 0
     # the model config has no second setting
     with pytest.raises(ValueError, match="label_smoothing_factor"):
-        MultiTaskConfig(encoder=tiny_config("bart", tokenizer), tasks=[task], label_smoothing=0.1)
+        MultiTaskModelConfig(encoder=tiny_config("bart", tokenizer), tasks=[task], label_smoothing=0.1)
+
+
+def test_seq2seq_evaluation_scores_greedy_outputs_with_rouge(tmp_path):
+    """evaluate() runs Trainer's evaluation_loop per task: a seq2seq task's ROUGE is that of its batches' greedy
+    outputs (each token the argmax given the ones before it), gathered over batches of different output lengths."""
+    from hf_aux.metrics import PRIMARY_METRIC
+
+    tokenizer = tiny_tokenizer()
+    rows = datasets.Dataset.from_list([{"source": "the movie was great fun", "target": "great movie"},
+                                       {"source": "the plot was bad and boring", "target": "bad plot"},
+                                       {"source": "a fine cast and a good story", "target": "good story"}])
+    task = TaskSpec(name="summary", kind="seq2seq", dataset=rows)
+    data = tokenize_task(task, rows, tokenizer, max_length=16, max_target_length=8)
+    torch.manual_seed(0)
+    model = MultiTaskModel(MultiTaskModelConfig(encoder=tiny_config("bart", tokenizer, dropout=0.0), tasks=[task]))
+    args = MuppetConfig(output_dir=str(tmp_path), report_to=[], use_cpu=True, per_device_eval_batch_size=2,
+                        generation_max_length=5)
+    trainer = MuppetTrainer(model=model, args=args, eval_dataset={"summary": data}, processing_class=tokenizer)
+    metrics = trainer.evaluate()
+    collate = MultiTaskCollator(tokenizer, model.task_names)
+    start_token = model.config.encoder.decoder_start_token_id
+    predictions, references = [], []
+    model.eval()
+    for first in (0, 2):  # the evaluation batches, by hand
+        batch = collate([dict(data[i]) for i in range(first, min(first + 2, len(data)))])
+        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        _, generated, _ = trainer.prediction_step(model, batch, prediction_loss_only=False)
+        assert generated.shape[1] <= 5
+        for i, (row, labels) in enumerate(zip(generated.tolist(), batch["labels"].tolist())):
+            tokens = [t for t in row if t >= 0]
+            with torch.no_grad():  # greedy: every token is the argmax given the tokens before it
+                prefix = torch.tensor([[start_token, *tokens]])
+                logits = model(**{k: v[i:i + 1] for k, v in inputs.items()}, decoder_input_ids=prefix).logits
+            assert logits[0, :len(tokens)].argmax(-1).tolist() == tokens
+            predictions.append(tokenizer.decode(tokens, skip_special_tokens=True))
+            references.append(tokenizer.decode([t for t in labels if t >= 0], skip_special_tokens=True))
+    expected = rouge_metrics(predictions, references)
+    assert expected
+    for key, value in expected.items():
+        assert metrics[f"eval_summary_{key}"] == pytest.approx(value)
+    assert metrics["eval_average_primary"] == pytest.approx(expected[PRIMARY_METRIC["seq2seq"]])
+    assert metrics["eval_summary_loss"] > 0

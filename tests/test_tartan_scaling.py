@@ -62,7 +62,7 @@ def test_bf16_autocast_on_cpu_runs_every_forward_in_bf16_and_trains(data, tmp_pa
     logged = [log for log in trainer.state.log_history if "loss" in log]
     assert len(logged) == 3
     for log in logged:
-        for key in ("loss", "loss_end_task", "loss_tapt", "loss_dapt"):
+        for key in ("loss", "loss/end_task", "loss/tapt", "loss/dapt"):
             assert torch.isfinite(torch.tensor(log[key])), (key, log)
     after = parameters(trainer)
     assert all(p.dtype == torch.float32 for p in after.values())  # autocast, not a bf16 model

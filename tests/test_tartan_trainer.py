@@ -189,7 +189,7 @@ def test_mt_weights_fixed_loss_is_weighted_sum_and_parameters_move(data, tmp_pat
             assert did_move, f"{name} did not move"
     assert moved["classifier.bert.embeddings.word_embeddings.weight"]
     logged = [log for log in trainer.state.log_history if "loss" in log]
-    assert {"loss_end_task", "loss_tapt", "loss_dapt", "alpha_end_task"} <= set(logged[0])
+    assert {"loss/end_task", "loss/tapt", "loss/dapt", "alpha/end_task"} <= set(logged[0])
 
 
 def test_meta_resume_is_exact_and_output_loads_vanilla(data, tmp_path):

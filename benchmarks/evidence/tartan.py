@@ -250,7 +250,7 @@ def train_one(setting: Setting, variant: Variant, seed: int, workdir: str) -> di
             processing_class=tokenizer, data_collator=collator)
         stage.train()
         extra["mlm_head_warmup"] = stage.task_weights_state.head_warmup
-        extra["pretrain_mlm_loss"] = _last_logged(stage, f"loss_{variant.auxiliary[0]}")
+        extra["pretrain_mlm_loss"] = _last_logged(stage, f"loss/{variant.auxiliary[0]}")
         model = TartanModel(model.classifier, [])
     auxiliary = variant.auxiliary if variant.kind == "tartan" else ()
     overrides = {}
@@ -286,9 +286,9 @@ def train_one(setting: Setting, variant: Variant, seed: int, workdir: str) -> di
                            **{name: [round(a, 5) for a in (row[k + 1] for row in rows)]
                               for k, name in enumerate(trainer.task_names)}}
         result["mlm_head_warmup"] = state.head_warmup
-        result["final_mlm_loss"] = {n: _last_logged(trainer, f"loss_{n}") for n in auxiliary}
+        result["final_mlm_loss"] = {n: _last_logged(trainer, f"loss/{n}") for n in auxiliary}
         if variant.mode == "meta":
-            result["mean_abs_cos"] = {name: _mean_logged(trainer, f"cos_{name}", absolute=True)
+            result["mean_abs_cos"] = {name: _mean_logged(trainer, f"cos/{name}", absolute=True)
                                       for name in trainer.task_names}
     return result
 

@@ -36,6 +36,7 @@ import inspect
 import json
 import logging
 import os
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -58,7 +59,7 @@ HEADS_WEIGHTS_NAME = "multitask_heads.safetensors"
 BODY_PREFIX = "body."
 
 
-class MultiTaskConfig(PretrainedConfig):
+class MultiTaskModelConfig(PretrainedConfig):
     """`encoder`: the body's config (any model `AutoModel` builds). `tasks`: a list of
     {name, kind, num_labels, label_names} (see `TaskSpec.head_metadata`). Head settings: `classifier_dropout`,
     `spectral_norm_heads` (R4F: spectral normalisation of the heads' linear maps). Label smoothing is a training
@@ -75,7 +76,7 @@ class MultiTaskConfig(PretrainedConfig):
 
     def __post_init__(self, **kwargs):
         if "label_smoothing" in kwargs:
-            raise ValueError("MultiTaskConfig: field 'label_smoothing': not a model setting; the seq2seq loss's "
+            raise ValueError("MultiTaskModelConfig: field 'label_smoothing': not a model setting; the seq2seq loss's "
                              "smoothing is MuppetConfig.label_smoothing_factor (--label_smoothing_factor)")
         if isinstance(self.encoder, dict):
             encoder = dict(self.encoder)
@@ -91,7 +92,7 @@ class MultiTaskConfig(PretrainedConfig):
                     raise task_error(task["name"], "kind", f"a seq2seq task needs an encoder-decoder body (e.g. "
                                      f"BART); {self.encoder.model_type} is encoder-only")
         if not 0.0 <= self.classifier_dropout < 1.0:
-            raise ValueError(f"MultiTaskConfig: field 'classifier_dropout': {self.classifier_dropout} not in [0, 1)")
+            raise ValueError(f"MultiTaskModelConfig: field 'classifier_dropout': {self.classifier_dropout} not in [0, 1)")
         super().__post_init__(**kwargs)
 
     def to_dict(self):
@@ -176,14 +177,14 @@ class MultiTaskOutput(ModelOutput):
 
 
 class MultiTaskModel(PreTrainedModel):
-    config_class = MultiTaskConfig
+    config_class = MultiTaskModelConfig
     base_model_prefix = "body"
     supports_gradient_checkpointing = True
     _supports_sdpa = True
 
-    def __init__(self, config: MultiTaskConfig, body: PreTrainedModel | None = None):
+    def __init__(self, config: MultiTaskModelConfig, body: PreTrainedModel | None = None):
         if config.encoder is None:
-            raise ValueError("MultiTaskConfig: field 'encoder': the body's config is required")
+            raise ValueError("MultiTaskModelConfig: field 'encoder': the body's config is required")
         super().__init__(config)
         self.body = body if body is not None else body_auto_class(config.encoder).from_config(config.encoder)
         self.config.encoder = self.body.config  # one config object: the body's own
@@ -559,7 +560,7 @@ class MultiTaskModel(PreTrainedModel):
             settings["spectral_norm_heads"] = spectral_norm_heads
         if classifier_dropout is not None:
             settings["classifier_dropout"] = classifier_dropout
-        model = cls(MultiTaskConfig(encoder=body.config, tasks=saved_tasks, **settings), body=body)
+        model = cls(MultiTaskModelConfig(encoder=body.config, tasks=saved_tasks, **settings), body=body)
         if adapter_file is not None:
             model._set_body(load_lora_body(body, pretrained_model_name_or_path, is_trainable=is_trainable,
                                            **hub_kwargs))
@@ -646,7 +647,7 @@ def single_task_model(model_name_or_path: str, task: TaskSpec, reuse_head: bool 
     source = MultiTaskModel.from_pretrained(model_name_or_path, tasks=None if metadata is not None else [task],
                                             **hub_kwargs)
     saved_head = checkpoint_head_for(source, task) if metadata is not None and reuse_head else None
-    config = MultiTaskConfig(
+    config = MultiTaskModelConfig(
         encoder=source.body.config, tasks=[task.head_metadata()],
         classifier_dropout=source.config.classifier_dropout if classifier_dropout is None else classifier_dropout,
         spectral_norm_heads=source.config.spectral_norm_heads)
@@ -659,3 +660,13 @@ def single_task_model(model_name_or_path: str, task: TaskSpec, reuse_head: bool 
         logger.warning("task '%s': --reuse_head, but %s has no %s head for it: starting a fresh head", task.name,
                        model_name_or_path, task.kind)
     return model, False
+
+
+def __getattr__(name: str):
+    """`MultiTaskConfig`, its name in hf_aux 0.1: a deprecated alias of `MultiTaskModelConfig` (model configurations
+    are named after their model class; `<Method>Config` names a trainer's training arguments, as in trl)."""
+    if name == "MultiTaskConfig":
+        warnings.warn("hf_aux: MultiTaskConfig is deprecated, use MultiTaskModelConfig (the configuration of "
+                      "MultiTaskModel; MuppetConfig holds the training arguments)", FutureWarning, stacklevel=2)
+        return MultiTaskModelConfig
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

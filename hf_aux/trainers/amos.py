@@ -34,19 +34,20 @@ from ..distributed import MicroBatchCounter, Sharding, micro_batch_seed, paramet
 from .amos_config import AmosConfig
 from ..losses.amos import RTD_HISTOGRAM_BINS, layer_switch_index, rtd_logit_histogram
 from ..metrics import binned_auc
+from ..model_card import AMOS_PAPER, ModelCardMixin, TaskSummary, logged_series, plot_weights_over_time
 from ..modeling.amos import AmosModel
 from ..nonfinite import check_finite_loss, install_nonfinite_guard
+from ..training_metrics import MetricAccumulator
 
 
 
-LOSS_CURVE_PNG = "loss_curve.png"
 MIXTURE_WEIGHTS_PNG = "mixture_weights.png"
 RTD_AUC_PNG = "rtd_auc.png"
 
 
 
 
-class AmosTrainer(Trainer):
+class AmosTrainer(ModelCardMixin, Trainer):
     """Trains an `AmosModel` (generator, mixture vector and discriminator together) with eq. 4.
 
     `model` must be an AmosModel; `processing_class` the tokenizer (checked against the vocabulary; it masks
@@ -84,7 +85,7 @@ class AmosTrainer(Trainer):
                          **kwargs)
         _refuse_sharding(parameter_sharding(args, self))  # again, as accelerate resolved it
         install_nonfinite_guard(self)  # gradients before, parameters after every optimizer step
-        self._metric_sums = {"train": None, "eval": None}  # running [sum..., count...] per mode, on device
+        self._metrics = {"train": MetricAccumulator(), "eval": MetricAccumulator()}  # device sums per mode
         # running RTD-logit histograms per mode, [1 + K, 2, bins]: slot 0 the run's own samples, 1 + k head k's alone
         self._rtd_histograms = {"train": None, "eval": None}
         self._micro_batches = MicroBatchCounter()
@@ -164,26 +165,17 @@ class AmosTrainer(Trainer):
         original = ~outputs.rtd_labels.bool() & real
         says_replaced = outputs.rtd_logits > 0
         gamma = outputs.mixture_weights  # [M, K]
-        one = torch.ones((), device=gamma.device)
-        # (sum, count) pairs; values are sum / count after reduction
-        values = torch.cat([
-            outputs.mlm_losses.float(),
-            outputs.rtd_loss.float().reshape(1),
-            (says_replaced & replaced).sum().reshape(1).float(),
-            (~says_replaced & original).sum().reshape(1).float(),
-            replaced.sum().reshape(1).float(),  # numerator of replaced_fraction: replaced tokens sit at M only
-            gamma.sum(dim=0).float(),
-        ])
-        counts = torch.cat([
-            one.expand(outputs.mlm_losses.numel() + 1),
-            replaced.sum().reshape(1).float(),
-            original.sum().reshape(1).float(),
-            torch.tensor([gamma.shape[0]], device=gamma.device, dtype=torch.float),
-            torch.full((gamma.shape[1],), gamma.shape[0], device=gamma.device, dtype=torch.float),
-        ])
-        step = torch.stack([values, counts])
-        total = self._metric_sums[mode]
-        self._metric_sums[mode] = step if total is None else total + step
+        metrics = self._metrics[mode]
+        layers = self.accelerator.unwrap_model(self.model).mlm_layers
+        for depth, mlm_loss in zip(layers, outputs.mlm_losses):
+            metrics.add(f"mlm_loss/layer_{depth}", mlm_loss)
+        metrics.add("rtd_loss", outputs.rtd_loss)
+        metrics.add("rtd_accuracy_replaced", (says_replaced & replaced).sum(), count=replaced.sum())
+        metrics.add("rtd_accuracy_original", (~says_replaced & original).sum(), count=original.sum())
+        # replaced tokens sit at masked positions only: the share of the M masked positions that were replaced
+        metrics.add("replaced_fraction", replaced.sum(), count=gamma.shape[0])
+        for depth, weight in zip(layers, gamma.sum(dim=0)):
+            metrics.add(f"mixture_weight/layer_{depth}", weight, count=gamma.shape[0])
         self._accumulate_histogram(outputs, attention_mask, mode, slot=0, slots=1 + gamma.shape[1])
 
     @torch.no_grad()
@@ -196,18 +188,11 @@ class AmosTrainer(Trainer):
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         mode = "eval" if any(key.startswith("eval_") for key in logs) else "train"
-        total = self._metric_sums[mode]
-        if total is not None:
-            total = self.accelerator.reduce(total, reduction="sum")
-            sums, counts = total[0].tolist(), total[1].tolist()
-            layers = self.accelerator.unwrap_model(self.model).mlm_layers
-            names = ([f"mlm_loss/layer_{d}" for d in layers]
-                     + ["rtd_loss", "rtd_accuracy_replaced", "rtd_accuracy_original", "replaced_fraction"]
-                     + [f"mixture_weight/layer_{d}" for d in layers])
+        if self._metrics[mode]:
             prefix = "eval_" if mode == "eval" else ""
-            for name, value, count in zip(names, sums, counts):
-                logs[prefix + name] = value / count if count > 0 else float("nan")
-            self._metric_sums[mode] = None
+            logs.update({prefix + name: value for name, value in
+                         self._metrics[mode].reduce(self.accelerator).items()})
+            layers = self.accelerator.unwrap_model(self.model).mlm_layers
             logs.update(self._separation_logs(layers, prefix, mode))
         super().log(logs, start_time)
 
@@ -228,31 +213,19 @@ class AmosTrainer(Trainer):
                     replaced[RTD_HISTOGRAM_BINS // 2:].sum() / replaced.sum())
         return logs
 
-    # ---- model card (Trainer.push_to_hub calls it too): the AMOS template, loss and mixture-weight figures ----------
+    # ---- model card (ModelCardMixin.create_model_card; Trainer.push_to_hub calls it too) ---------------------------
+    # the RTD and per-head MLM metrics of the last evaluation (model-index), training sizes, loss_curve.png,
+    # mixture_weights.png (the mean mixture weight of each MLM head over training, Fig. 3a) and rtd_auc.png.
+    # `finetuned_from`: the checkpoint the run started from (None: from scratch).
+    _name = "AMOS"
+    _tag_names = ("hf_aux", "amos")
+    _paper = AMOS_PAPER
+    _template_file = "amos.md"
+    _hf_aux_class = "hf_aux.modeling.amos.AmosModel"
 
-    def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,
-                          tasks=None, dataset_tags=None, dataset=None, dataset_args=None, **kwargs):
-        """Write README.md in `output_dir` from hf_aux's AMOS template: the RTD and per-head MLM metrics of the last
-        evaluation (model-index), training sizes, hyper-parameters, loss_curve.png and mixture_weights.png
-        (the mean mixture weight of each MLM head over training, Fig. 3a). `finetuned_from`: the checkpoint the
-        run started from (None: from scratch); `dataset_tags`: Hub dataset ids of the training text."""
-        if not self.is_world_process_zero():
-            return
-        from ..model_card import (
-            TaskSummary,
-            card_base_model,
-            hyperparameters_from_args,
-            logged_series,
-            plot_loss_curves,
-            plot_weights_over_time,
-            render_model_card,
-        )
-
-        output_dir = self.args.output_dir
-        os.makedirs(output_dir, exist_ok=True)
+    def _card_tasks(self, datasets: list[str], **kwargs) -> list[TaskSummary]:
         layers = self.accelerator.unwrap_model(self.model).mlm_layers
-        history = self.state.log_history
-        last_eval = next((entry for entry in reversed(history) if "eval_rtd_loss" in entry), {})
+        last_eval = next((entry for entry in reversed(self.state.log_history) if "eval_rtd_loss" in entry), {})
 
         def finite(names):  # card metric name -> logged key, kept when it was logged as a finite number
             return {card: last_eval[key] for card, key in names.items()
@@ -271,12 +244,12 @@ class AmosTrainer(Trainer):
                       for d in layers if f"eval_rtd_auc/layer_{d}" in last_eval]
         summaries += [TaskSummary(f"mlm_layer_{d}", "mlm", train_size=train_size, eval_size=eval_size,
                                   metrics=finite({"loss": f"eval_mlm_loss/layer_{d}"})) for d in layers]
-        figures = {}
-        try:
-            plot_loss_curves(history, os.path.join(output_dir, LOSS_CURVE_PNG), title="AMOS losses")
-            figures[LOSS_CURVE_PNG] = "Training losses (total, RTD, per MLM head) and evaluation loss"
-        except ValueError:  # nothing logged yet
-            pass
+        return summaries
+
+    def _card_figures(self, output_dir: str) -> dict[str, str]:
+        history = self.state.log_history
+        figures = self._loss_curve_figure(output_dir, "AMOS losses",
+                                          "Training losses (total, RTD, per MLM head) and evaluation loss")
         weights = logged_series(history, "mixture_weight/")
         if weights:
             plot_weights_over_time(weights, os.path.join(output_dir, MIXTURE_WEIGHTS_PNG),
@@ -293,22 +266,18 @@ class AmosTrainer(Trainer):
                                    ylabel="RTD AUC (0.5 = chance)")
             figures[RTD_AUC_PNG] = ("AUC of the discriminator's P(replaced) over replaced vs original tokens: on "
                                     "training batches, on evaluation, and on each head's samples alone")
-        discriminator = self.accelerator.unwrap_model(self.model).discriminator.config
-        pretraining_head = "ElectraForPreTraining" in (discriminator.architectures or [])
-        datasets = [dataset_tags] if isinstance(dataset_tags, str) else list(dataset_tags or [])
-        card = render_model_card(
-            "amos", model_name=model_name or os.path.basename(os.path.abspath(output_dir)),
-            base_model=card_base_model(finetuned_from),
-            datasets=datasets, tasks=summaries, hyperparameters=hyperparameters_from_args(self.args),
-            figures=figures, model_id=self.args.hub_model_id or None,
-            auto_class="AutoModelForPreTraining" if pretraining_head else "AutoModel",
-            hf_aux_class="hf_aux.modeling.amos.AmosModel", license=license, language=language or "en",
-            tags=[tags] if isinstance(tags, str) else list(tags or []),
-            notes=f"Generator MLM heads at layers {', '.join(map(str, layers))}; mixture "
-                  f"'{self.args.mixture}'.")
-        card.save(os.path.join(output_dir, "README.md"))
+        return figures
+
+    def _card_details(self) -> dict:
+        amos = self.accelerator.unwrap_model(self.model)
+        pretraining_head = "ElectraForPreTraining" in (amos.discriminator.config.architectures or [])
+        return {"auto_class": "AutoModelForPreTraining" if pretraining_head else "AutoModel",
+                "notes": f"Generator MLM heads at layers {', '.join(map(str, amos.mlm_layers))}; mixture "
+                         f"'{self.args.mixture}'."}
 
     # ---- checkpoints: AmosModel writes discriminator + generator/; load both back ---------------------------------
+    # Private on purpose: Trainer's loading reads model.safetensors into the model, and no public hook loads a
+    # model's weights; AmosModel's checkpoint is two models (the discriminator and generator/).
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         self.accelerator.unwrap_model(model if model is not None else self.model).load_amos_weights(

@@ -8,8 +8,8 @@ One meta step on an unlabelled batch x_u (eqs. 1-3):
      Trainer's own: `training_step` leaves the pseudo-loss gradient in the student's `.grad`, and Trainer clips
      and calls `optimizer.step()` as for any model. So the persisted parameters after the step are theta_1.
   3. The meta part needs theta_1 before Trainer's step has happened. `training_step` computes it exactly from
-     the optimizer's state, as a function: Trainer's clipping then torch's AdamW (or SGD) update (`adamw_update`,
-     `clip_by_total_norm`). For soft labels that function is differentiated (the paper's "whole step
+     the optimizer's state, as a function: Trainer's clipping then torch's AdamW (or SGD) update
+     (`hf_aux.functional_optim`). For soft labels that function is differentiated (the paper's "whole step
      differentiated", like `higher`'s differentiable optimizers); for hard labels only its value is used. The
      tests check that the parameters Trainer's step persists equal this theta_1.
   4. eq. 2: a finetuning step on a support batch, SGD with `inner_learning_rate` (0.1): theta_2, temporary.
@@ -34,14 +34,11 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from accelerate.optimizer import AcceleratedOptimizer
 from torch.func import functional_call
-from torch.optim.adamw import adamw as adamw_functional
-from torch.optim.sgd import sgd as sgd_functional
 from transformers import PreTrainedTokenizerBase, Trainer
 from transformers.optimization import get_scheduler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
@@ -49,26 +46,24 @@ from transformers.utils import is_peft_available
 
 from hf_aux.data import mask_tokens_for_mlm
 from hf_aux.distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
+from hf_aux.functional_optim import sgd_update, student_update, student_update_values, student_update_vjp
 from hf_aux.trainers.meta_lm_config import MetaLMConfig
 from hf_aux.losses.meta_lm import (
-    adamw_update,
-    adamw_update_vjp_from_moments,
-    clip_by_total_norm,
-    clip_by_total_norm_vjp,
     first_order_soft_label_grads,
     meta_signal_h,
     pseudo_cross_entropy,
     sample_tokens,
-    sgd_update,
     soft_pseudo_cross_entropy,
     teacher_sample_cross_entropy,
     token_cross_entropy,
 )
+from hf_aux.model_card import META_LM_PAPER, ModelCardMixin, TaskSummary, task_metrics
 from hf_aux.modeling.teacher import MetaLMTeacher, MetaLMTokens, check_same_vocabulary
 from hf_aux.nonfinite import check_finite_loss, check_finite_parameters, install_nonfinite_guard
+from hf_aux.sampling import SupportQuerySampler
+from hf_aux.training_metrics import MetricAccumulator
 
 TEACHER_DIR = "teacher"
-LOSS_CURVE_PNG = "loss_curve.png"
 OBJECTIVE_TAGS = {"soft": "soft-labels", "hard": "hard-labels", "mlm": "mlm-baseline"}
 META_STATE_NAME = "meta_lm_state.pt"
 
@@ -103,6 +98,29 @@ def _has_adapters(model) -> bool:
 
 
 @dataclass
+class _MetaStep:
+    """What one meta step's named steps (MetaLMTrainer.training_step) hand on to the next."""
+
+    x_u: torch.Tensor                     # [B, L] unlabelled batch
+    mask: torch.Tensor                    # [B, L] its attention mask
+    x_logits: torch.Tensor | None = None  # [B, L, V] the teacher's input head on x_u
+    y_logits: torch.Tensor | None = None  # [B, L, V] its output head (None with fixed_y)
+    aux_loss: torch.Tensor | None = None  # the teacher's auxiliary losses (§3.4), 0 when off
+    x_probs: torch.Tensor | None = None   # soft labels E[x-hat], E[y-hat] (§3.3)
+    y_probs: torch.Tensor | None = None
+    x_hat: torch.Tensor | None = None     # hard labels: the teacher's samples (§3.2) and its CE of them (eq. 6)
+    y_hat: torch.Tensor | None = None
+    sample_ce: torch.Tensor | None = None
+    label_leaves: list = field(default_factory=list)  # first-order soft labels: p as autograd leaves
+    seed: int | None = None               # the pseudo forward's dropout seed (soft labels)
+    pseudo_loss: torch.Tensor | None = None
+    pseudo_grads: list | None = None      # g (eq. 1), with a graph for second order
+    base_label_grads: list | None = None  # first order: grad_p f(theta_0; p)
+    theta_1: list | None = None
+    moments: dict | None = None           # first order: the clipped g and updated moments for the VJP
+
+
+@dataclass
 class MetaLMCollator:
     """Pads unlabelled blocks (`input_ids` from `group_texts_for_mlm`, starting with [CLS]) into x_u. The
     masking happens in the trainer, with its own checkpointed random generator (exact resume)."""
@@ -114,7 +132,7 @@ class MetaLMCollator:
         return {"input_ids": padded["input_ids"], "attention_mask": padded["attention_mask"]}
 
 
-class MetaLMTrainer(Trainer):
+class MetaLMTrainer(ModelCardMixin, Trainer):
     """Trainer for the meta-learned LM objective. `model` is the student (any `AutoModelForMaskedLM`-style model
     predicting a token at each position); `teacher` a `MetaLMTeacher` (built from the student's config when
     None); `train_dataset` unlabelled blocks; `labelled_tasks` maps a task name to a dataset with `input_ids`
@@ -159,16 +177,18 @@ class MetaLMTrainer(Trainer):
             self.teacher.to(args.device)
         self.teacher_optimizer = None
         self.teacher_scheduler = None
+        self._resumed_teacher_state = None  # a checkpoint's teacher optimizer state, until that optimizer exists
         self._labelled = {name: self._labelled_examples(name, data) for name, data in labelled_tasks.items()}
-        self._task_names = list(labelled_tasks)
         # the trainer's own randomness (masking, teacher samples, task and example draws): checkpointed
         self._generator = torch.Generator(device=args.device).manual_seed(args.seed)
         self._eval_generator = torch.Generator(device=args.device)
         self._micro_batches = MicroBatchCounter()  # the mlm baseline's masks (compute_loss)
-        self._current_task: str | None = None
-        self._task_steps_left = 0
+        self._support_query = SupportQuerySampler(
+            self._labelled, train_dataset, args.per_device_train_batch_size, args.samples_per_task,
+            args.mlm_task_probability, self.meta_tokens.labels, self.meta_tokens.pad, self._mlm_example,
+            self._generator, args.device)
         self._meta_steps = 0
-        self._metrics: dict[str, list[torch.Tensor]] = defaultdict(list)
+        self._train_metrics = MetricAccumulator()  # meta/<name>, logged beside Trainer's loss
 
     # ---------------------------------------------------------------------------------------------- set-up
     def _check_supported_setup(self):
@@ -214,6 +234,7 @@ class MetaLMTrainer(Trainer):
         if self.teacher is not None and self.teacher_optimizer is None:
             self._check_student_optimizer()
             self._create_teacher_optimizer(num_training_steps)
+            self._restore_teacher_optimizer()  # resuming: the state _load_from_checkpoint read
         return scheduler
 
     def _student_optimizer(self) -> torch.optim.Optimizer:
@@ -271,45 +292,6 @@ class MetaLMTrainer(Trainer):
         x_m[:, 0] = self.meta_tokens.mlm_task
         return x_m, y_m
 
-    def _pad(self, rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        length = max(len(r) for r in rows)
-        ids = torch.full((len(rows), length), self.meta_tokens.pad, dtype=torch.long)
-        mask = torch.zeros((len(rows), length), dtype=torch.long)
-        for i, row in enumerate(rows):
-            ids[i, : len(row)] = row
-            mask[i, : len(row)] = 1
-        return ids.to(self.args.device), mask.to(self.args.device)
-
-    def _next_task(self) -> str:
-        """Support and query come from one task, kept for samples_per_task examples in a row (§4.1)."""
-        if self._task_steps_left == 0:
-            draw = torch.rand((), generator=self._generator, device=self._generator.device).item()
-            if draw < self.args.mlm_task_probability or not self._task_names:
-                self._current_task = "mlm"
-            else:
-                index = torch.randint(len(self._task_names), (), generator=self._generator,
-                                      device=self._generator.device).item()
-                self._current_task = self._task_names[index]
-            self._task_steps_left = self.args.samples_per_task // self.args.per_device_train_batch_size
-        self._task_steps_left -= 1
-        return self._current_task
-
-    def _labelled_batch(self, task: str) -> dict[str, torch.Tensor]:
-        size = self.args.per_device_train_batch_size
-        if task == "mlm":
-            rows = self.train_dataset
-            index = torch.randint(len(rows), (size,), generator=self._generator, device=self._generator.device)
-            ids, mask = self._pad([torch.tensor(rows[i]["input_ids"]) for i in index.tolist()])
-            x, y = self._mlm_example(ids, mask, self._generator)
-            return {"input_ids": x, "attention_mask": mask, "labels": y}
-        examples, labels = self._labelled[task]
-        index = torch.randint(len(examples), (size,), generator=self._generator, device=self._generator.device)
-        index = index.tolist()
-        ids, mask = self._pad([examples[i] for i in index])
-        tokens = torch.tensor(self.meta_tokens.labels, device=ids.device)[labels[index].to(ids.device)]
-        y = tokens[:, None].expand_as(ids).masked_fill(mask == 0, -100)
-        return {"input_ids": ids, "attention_mask": mask, "labels": y}
-
     # ---------------------------------------------------------------------------------------------- losses
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """The student's MLM loss on (x_m, y_m) from the batch: the `mlm` baseline's training loss and every
@@ -365,248 +347,182 @@ class MetaLMTrainer(Trainer):
                                      kwargs={"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]})
         return token_cross_entropy(logits.logits, batch["labels"])
 
+    # theta_1 of eq. 1 from the student optimizer's state (hf_aux.functional_optim), clipped to max_grad_norm as
+    # Trainer clips: differentiable in the gradient, as values, and the vector-Jacobian product of the map
     def _theta_1(self, params: list[torch.Tensor], grads: list[torch.Tensor | None]) -> list[torch.Tensor]:
-        """theta_1 of eq. 1: Trainer's gradient clipping, then the student optimizer's update, computed from the
-        optimizer's state as a function of `grads` (differentiable when `grads` carry a graph)."""
-        opt = self._student_optimizer()
-        group_of = {id(p): g for g in opt.param_groups for p in g["params"]}
-        present = [i for i, g in enumerate(grads) if g is not None]
-        clipped = clip_by_total_norm([grads[i] for i in present], self.args.max_grad_norm)
-        theta_1 = [p.detach() for p in params]
-        for i, grad in zip(present, clipped):
-            param = params[i].detach()
-            group = group_of[id(params[i])]
-            lr = float(group["lr"])
-            if type(opt) is torch.optim.SGD:
-                theta_1[i] = sgd_update(param, grad, lr, group["weight_decay"])
-                continue
-            state = opt.state.get(params[i], {})
-            step = int(state["step"]) if "step" in state else 0
-            exp_avg = state.get("exp_avg", torch.zeros_like(param))
-            exp_avg_sq = state.get("exp_avg_sq", torch.zeros_like(param))
-            beta1, beta2 = group["betas"]
-            theta_1[i] = adamw_update(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, group["eps"],
-                                      group["weight_decay"])
-        return theta_1
+        return student_update(self._student_optimizer(), self.args.max_grad_norm, params, grads)
 
-    @torch.no_grad()
-    def _theta_1_vjp(self, params: list[torch.Tensor], grads: list[torch.Tensor | None],
-                     cotangents: list[torch.Tensor], moments: dict) -> list[torch.Tensor | None]:
-        """w = (dtheta_1/dg)^T v for `_theta_1`'s map from the gradient g to theta_1 (clipping, then the
-        optimizer's update), in closed form (`clip_by_total_norm_vjp`, `adamw_update_vjp_from_moments`; -lr v for
-        SGD). It reuses, and overwrites, the clipped gradient and updated moments that `_theta_1_values(...,
-        moments=...)` filled in `moments` (one fresh parameter-sized list instead of seven)."""
-        opt = self._student_optimizer()
-        present = [i for i, g in enumerate(grads) if g is not None]
-        through_update = [None] * len(params)
-        slot = {id(params[i]): i for i in present}
-        for group in opt.param_groups:  # one foreach call per param group and optimizer step count
-            buckets = defaultdict(list)
-            for p in group["params"]:
-                if id(p) in slot:
-                    state = opt.state.get(p, {})
-                    buckets[int(state["step"]) if "step" in state else 0].append(slot[id(p)])
-            for step, indices in buckets.items():
-                cotangent = [cotangents[i] for i in indices]
-                if type(opt) is torch.optim.SGD:
-                    values = torch._foreach_mul(cotangent, -float(group["lr"]))
-                else:
-                    beta1, beta2 = group["betas"]
-                    values = adamw_update_vjp_from_moments(
-                        [moments[i][0] for i in indices], [moments[i][1] for i in indices],
-                        [moments[i][2] for i in indices],
-                        step, float(group["lr"]), beta1, beta2, group["eps"], cotangent)
-                for i, value in zip(indices, values):
-                    through_update[i] = value
-        w = [None] * len(params)
-        raw = [grads[i].detach() for i in present]
-        pulled = clip_by_total_norm_vjp(raw, self.args.max_grad_norm, [through_update[i] for i in present],
-                                        in_place=True)
-        for i, value in zip(present, pulled):
-            w[i] = value
-        return w
-
-    @torch.no_grad()
     def _theta_1_values(self, params: list[torch.Tensor], grads: list[torch.Tensor | None],
                         moments: dict | None = None) -> list[torch.Tensor]:
-        """theta_1 as values only (hard and first-order soft labels): Trainer's clipping (torch's
-        clip_grad_norm_), then the student optimizer's own functional update (torch.optim.adamw.adamw /
-        sgd.sgd, fused or foreach as the optimizer) on copies of the parameters and of its state.
-        `moments`: a dict to fill with the clipped gradients and the updated copies of the moments, for
-        `_theta_1_vjp`: {parameter index: (clipped gradient, m, v)}."""
-        opt = self._student_optimizer()
-        present = [i for i, g in enumerate(grads) if g is not None]
-        clipped = [grads[i].detach().clone() for i in present]
-        if self.args.max_grad_norm is not None and self.args.max_grad_norm > 0:
-            coef = (self.args.max_grad_norm / (torch.nn.utils.get_total_norm(clipped) + 1e-6)).clamp(max=1.0)
-            torch._foreach_mul_(clipped, coef)
-        theta_1 = [p.detach() for p in params]
-        slot = {id(params[i]): (i, g) for i, g in zip(present, clipped)}
-        for group in opt.param_groups:
-            members = [slot[id(p)] for p in group["params"] if id(p) in slot]
-            if not members:
-                continue
-            new = [params[i].detach().clone() for i, _ in members]
-            group_grads = [g for _, g in members]
-            if type(opt) is torch.optim.SGD:
-                sgd_functional(new, group_grads, [None] * len(new), foreach=group["foreach"],
-                               fused=group["fused"], weight_decay=group["weight_decay"], momentum=0.0,
-                               lr=group["lr"], dampening=0.0, nesterov=False, maximize=False)
-            else:
-                states = [opt.state.get(params[i], {}) for i, _ in members]
-                exp_avgs = [s["exp_avg"].clone() if "exp_avg" in s else torch.zeros_like(p)
-                            for s, p in zip(states, new)]
-                exp_avg_sqs = [s["exp_avg_sq"].clone() if "exp_avg_sq" in s else torch.zeros_like(p)
-                               for s, p in zip(states, new)]
-                fused = bool(group["fused"])
-                steps = [s["step"].clone() if "step" in s else
-                         torch.zeros((), dtype=torch.float32, device=p.device if fused else "cpu")
-                         for s, p in zip(states, new)]
-                beta1, beta2 = group["betas"]
-                adamw_functional(new, group_grads, exp_avgs, exp_avg_sqs, [], steps,
-                                 foreach=None if fused else group["foreach"], fused=group["fused"],
-                                 amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"],
-                                 weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)
-            for (i, _), value in zip(members, new):
-                theta_1[i] = value
-            if moments is not None:
-                for k, (i, grad) in enumerate(members):
-                    moments[i] = (grad, None, None) if type(opt) is torch.optim.SGD else (grad, exp_avgs[k],
-                                                                                         exp_avg_sqs[k])
-        return theta_1
+        return student_update_values(self._student_optimizer(), self.args.max_grad_norm, params, grads, moments)
+
+    def _theta_1_vjp(self, params: list[torch.Tensor], grads: list[torch.Tensor | None],
+                     cotangents: list[torch.Tensor], moments: dict) -> list[torch.Tensor | None]:
+        return student_update_vjp(self._student_optimizer(), self.args.max_grad_norm, params, grads, cotangents,
+                                  moments)
 
     # ---------------------------------------------------------------------------------------------- the meta step
     def training_step(self, model, inputs, num_items_in_batch=None):
+        """One meta step on the unlabelled batch x_u (module docstring), as named steps in the order they run.
+        Returns the student's pseudo loss; its gradient is left in `.grad` for Trainer's optimizer step."""
         if self.args.objective == "mlm":
             return super().training_step(model, inputs, num_items_in_batch)
         model.train()
         self.teacher.train()
         inputs = self._prepare_inputs(inputs)
-        x_u, mask = inputs["input_ids"], inputs["attention_mask"]  # [B, L]
-        batch = x_u.shape[0]
-        tokens, args = self.meta_tokens, self.args
+        step = _MetaStep(x_u=inputs["input_ids"], mask=inputs["attention_mask"])  # [B, L]
         student = self.accelerator.unwrap_model(model)
         named = [(n, p) for n, p in student.named_parameters() if p.requires_grad]
         names, theta_0 = [n for n, _ in named], [p for _, p in named]
 
-        # teacher: one encoder forward over x_u, and for the auxiliary losses x_u as an MLM task and x_m (§3.4);
-        # each head runs on its own rows' hidden states (slicing [3B, L, V] logits would make the backward fill a
-        # zero [3B, L, V] buffer per slice), and on the x_m row the output head only where y_m has a target
+        self._write_pseudo_data(step)                               # the teacher's x-hat, y-hat; §3.4 aux losses
+        self._pseudo_step(model, student, theta_0, step)            # eq. 1: g in the student's .grad
+        self._predict_theta_1(theta_0, step)                        # theta_1 as Trainer's step will make it
+        support, query = self._support_query.support_and_query()   # eqs. 2-3: two batches of one task
+        if self.args.objective == "soft" and not self.args.first_order:
+            outputs, cotangents, ok = self._second_order_signal(student, names, step, support, query)
+        else:
+            outputs, cotangents, ok = self._first_order_signal(student, names, theta_0, step, support, query)
+        self._accumulate_teacher_gradient(outputs, cotangents, ok, step.x_u.device)
+        self._meta_steps += 1
+        if self._meta_steps % self.args.teacher_gradient_accumulation_steps == 0:
+            self._teacher_step()
+        return step.pseudo_loss.detach()
+
+    def _write_pseudo_data(self, step: "_MetaStep") -> None:
+        """The teacher's logits over x-hat and y-hat (§3.2-3.3): one encoder forward over x_u, and for the
+        auxiliary losses (§3.4) x_u as an MLM task and x_m; each head runs on its own rows' hidden states (slicing
+        [3B, L, V] logits would make the backward fill a zero [3B, L, V] buffer per slice), and on the x_m row the
+        output head only where y_m has a target. Hard labels: the sampled x-hat, y-hat and the teacher's CE of
+        them (eq. 6); soft labels: the probabilities."""
+        args, tokens, x_u, mask = self.args, self.meta_tokens, step.x_u, step.mask
+        batch = x_u.shape[0]
         x_m, y_m = self._mlm_example(x_u, mask, self._generator)
         x_u_as_mlm = x_u.clone()
         x_u_as_mlm[:, 0] = tokens.mlm_task
         teacher_inputs = torch.cat([x_u, x_u_as_mlm, x_m]) if args.teacher_aux_losses else x_u
         hidden = self.teacher.encode(teacher_inputs, mask.repeat(len(teacher_inputs) // batch, 1))  # [R B, L, H]
-        x_logits = self.teacher.input_head(hidden[:batch])  # [B, L, V]
-        y_logits = None if args.fixed_y else self.teacher.output_head(hidden[:batch])
-        aux_loss = x_logits.new_zeros(())
+        step.x_logits = self.teacher.input_head(hidden[:batch])  # [B, L, V]
+        step.y_logits = None if args.fixed_y else self.teacher.output_head(hidden[:batch])
+        step.aux_loss = step.x_logits.new_zeros(())
         if args.teacher_aux_losses:
-            aux_loss = self._teacher_aux_loss(hidden[batch:2 * batch], hidden[2 * batch:], x_u_as_mlm, x_m, y_m, mask)
-            self._record("teacher_aux_loss", aux_loss)
+            step.aux_loss = self._teacher_aux_loss(hidden[batch:2 * batch], hidden[2 * batch:], x_u_as_mlm, x_m,
+                                                   y_m, mask)
+            self._train_metrics.add("meta/teacher_aux_loss", step.aux_loss)
+        if args.objective == "soft":
+            step.x_probs = step.x_logits.softmax(-1)
+            step.y_probs = (torch.nn.functional.one_hot(x_u, step.x_logits.shape[-1]).to(step.x_probs.dtype)
+                            if args.fixed_y else step.y_logits.softmax(-1))
+        else:
+            step.x_hat = sample_tokens(step.x_logits, self._generator).masked_fill(mask == 0, tokens.pad)
+            step.y_hat = x_u if args.fixed_y else sample_tokens(step.y_logits, self._generator).masked_fill(
+                mask == 0, tokens.pad)
+            step.sample_ce = teacher_sample_cross_entropy(step.x_logits, step.y_logits, step.x_hat, step.y_hat, mask)
 
-        # eq. 1: the student's pretraining step on the pseudo data; its gradient is left for Trainer's step
+    def _pseudo_step(self, model, student, theta_0: list[torch.Tensor], step: "_MetaStep") -> None:
+        """eq. 1: the student's pretraining loss on the pseudo data and its gradient g, left in `.grad` for
+        Trainer's step (meta objectives refuse GradScaler/DeepSpeed/DDP, so this is what
+        accelerator.backward(pseudo_loss) would leave). Second-order soft labels keep g's graph; first-order ones
+        take the soft labels as leaves, so the same backward gives grad_p f(theta_0; p) too."""
+        args, mask, pad = self.args, step.mask, self.meta_tokens.pad
         soft = args.objective == "soft"
-        second_order = soft and not args.first_order
-        label_leaves = []
         if soft:
-            x_probs = x_logits.softmax(-1)
-            y_probs = (torch.nn.functional.one_hot(x_u, x_logits.shape[-1]).to(x_probs.dtype) if args.fixed_y
-                       else y_logits.softmax(-1))
-            p_x, p_y = x_probs, y_probs
-            if args.first_order:  # the soft labels as leaves: one backward gives g and grad_p f(theta_0; p) together
-                p_x = x_probs.detach().requires_grad_()
-                p_y = y_probs.detach().requires_grad_(not args.fixed_y)
-                label_leaves = [p_x] + ([] if args.fixed_y else [p_y])
+            p_x, p_y = step.x_probs, step.y_probs
+            if args.first_order:
+                p_x = step.x_probs.detach().requires_grad_()
+                p_y = step.y_probs.detach().requires_grad_(not args.fixed_y)
+                step.label_leaves = [p_x] + ([] if args.fixed_y else [p_y])
             # first order: the pseudo forward and its shifted copy share their dropout masks (one seed per meta step)
-            seed = micro_batch_seed(args.seed, self._meta_steps)
+            step.seed = micro_batch_seed(args.seed, self._meta_steps)
             embedding = student.get_input_embeddings().weight
-            with seeded_rng(seed, args.device) if args.first_order else contextlib.nullcontext():
+            with seeded_rng(step.seed, args.device) if args.first_order else contextlib.nullcontext():
                 embeds = p_x @ embedding  # [B, L, V] x [V, H]
                 pseudo_logits = model(inputs_embeds=embeds, attention_mask=mask).logits
-            pseudo_loss = soft_pseudo_cross_entropy(pseudo_logits, p_y, mask, tokens.pad)
+            pseudo_loss = soft_pseudo_cross_entropy(pseudo_logits, p_y, mask, pad)
         else:
-            x_hat = sample_tokens(x_logits, self._generator).masked_fill(mask == 0, tokens.pad)
-            y_hat = x_u if args.fixed_y else sample_tokens(y_logits, self._generator).masked_fill(mask == 0, tokens.pad)
-            sample_ce = teacher_sample_cross_entropy(x_logits, None if args.fixed_y else y_logits, x_hat, y_hat, mask)
-            pseudo_logits = model(input_ids=x_hat, attention_mask=mask).logits
-            pseudo_loss = pseudo_cross_entropy(pseudo_logits, y_hat, mask, tokens.pad)
+            pseudo_logits = model(input_ids=step.x_hat, attention_mask=mask).logits
+            pseudo_loss = pseudo_cross_entropy(pseudo_logits, step.y_hat, mask, pad)
         check_finite_loss(self, {"pseudo_loss": pseudo_loss}, "MetaLMTrainer")  # the student's loss (eq. 1)
-        self._record_pseudo_input_statistics(x_u, x_logits, x_hat if not soft else None, mask)
-        grads = torch.autograd.grad(pseudo_loss, theta_0 + label_leaves, create_graph=second_order, allow_unused=True)
-        pseudo_grads, base_label_grads = list(grads[:len(theta_0)]), list(grads[len(theta_0):])
-        # Trainer's optimizer.step() applies this (meta objectives refuse GradScaler/DeepSpeed/DDP, so this is
-        # what accelerator.backward(pseudo_loss) would leave in .grad)
-        for param, grad in zip(theta_0, pseudo_grads):
+        self._record_pseudo_input_statistics(step.x_u, step.x_logits, step.x_hat, mask)
+        grads = torch.autograd.grad(pseudo_loss, theta_0 + step.label_leaves,
+                                    create_graph=soft and not args.first_order, allow_unused=True)
+        step.pseudo_grads, step.base_label_grads = list(grads[:len(theta_0)]), list(grads[len(theta_0):])
+        for param, grad in zip(theta_0, step.pseudo_grads):
             if grad is not None:
                 param.grad = grad.detach() if param.grad is None else param.grad + grad.detach()
-        self._record("pseudo_loss", pseudo_loss)
+        step.pseudo_loss = pseudo_loss
+        self._train_metrics.add("meta/pseudo_loss", pseudo_loss)
 
-        # theta_1 exactly as Trainer's step will produce it: a function of the teacher for second-order soft
-        # labels, of the gradient g (for the vector-Jacobian product w) for first order, a value for hard labels
-        if second_order:
-            theta_1 = self._theta_1(theta_0, pseudo_grads)
+    def _predict_theta_1(self, theta_0: list[torch.Tensor], step: "_MetaStep") -> None:
+        """theta_1 exactly as Trainer's step will produce it: a function of the teacher for second-order soft
+        labels, values for hard labels, values plus the optimizer moments for first order (w needs them)."""
+        if self.args.objective == "soft" and not self.args.first_order:
+            step.theta_1 = self._theta_1(theta_0, step.pseudo_grads)
+            return
+        step.moments = {} if self.args.objective == "soft" else None
+        step.theta_1 = self._theta_1_values(theta_0, step.pseudo_grads, moments=step.moments)
+
+    def _second_order_signal(self, student, names, step: "_MetaStep", support, query):
+        """Soft labels, second order: the query loss at theta_2 (eq. 3) backpropagates through the support step
+        (eq. 2), theta_1 and the pseudo step into the teacher. Returns (outputs, cotangents, finite?)."""
+        theta_2 = step.theta_1
+        if self.args.finetune_step:
+            theta_2 = self._inner_step(student, names, step.theta_1, support, create_graph=True)
+        query_loss = self._student_loss(student, names, theta_2, query)
+        self._train_metrics.add("meta/query_loss", query_loss)
+        output = self.args.lambda_meta * query_loss + step.aux_loss
+        return [output], [None], torch.isfinite(output)
+
+    def _first_order_signal(self, student, names, theta_0, step: "_MetaStep", support, query):
+        """Hard labels and first-order soft labels: the query gradient at theta_2 (eq. 7), theta_2 a value; then
+        hard labels scale the teacher's CE of its samples by h (eqs. 7-8), soft ones pull the query gradient back
+        to the soft labels (`_first_order_soft_signal`). Returns (outputs, cotangents, finite?)."""
+        args = self.args
+        theta_2 = [t.detach().requires_grad_() for t in step.theta_1]
+        if args.finetune_step:
+            theta_2 = [t.detach().requires_grad_() for t in
+                       self._inner_step(student, names, theta_2, support, create_graph=False)]
+        query_loss = self._student_loss(student, names, theta_2, query)
+        query_grads = torch.autograd.grad(query_loss, theta_2, allow_unused=True)
+        query_grads = [torch.zeros_like(t) if g is None else g for g, t in zip(query_grads, theta_2)]
+        if args.objective == "soft":
+            ok, outputs, cotangents = self._first_order_soft_signal(
+                student, names, theta_0, step.pseudo_grads, query_grads, step.moments, step.label_leaves,
+                step.base_label_grads, (step.x_probs, step.y_probs), step.mask, step.seed)
+            outputs.append(step.aux_loss)
+            cotangents.append(None)
+            ok = ok & torch.isfinite(query_loss)
         else:
-            moments = {} if soft else None  # first order: w needs them
-            theta_1 = self._theta_1_values(theta_0, pseudo_grads, moments=moments)
+            h = meta_signal_h(query_grads, [p.detach() for p in theta_0], [t.detach() for t in step.theta_1],
+                              cosine=args.h_cosine)
+            outputs, cotangents = [args.lambda_meta * h.detach() * step.sample_ce + step.aux_loss], [None]
+            ok = torch.isfinite(h)
+            self._train_metrics.add("meta/h", h)
+            self._train_metrics.add("meta/teacher_sample_ce", step.sample_ce)
+        self._train_metrics.add("meta/query_loss", query_loss)
+        return outputs, cotangents, ok
 
-        # eq. 2 (support) and eq. 3 (query), both from the same task
-        task = self._next_task()
-        support, query = self._labelled_batch(task), self._labelled_batch(task)
-        if second_order:
-            theta_2 = theta_1
-            if args.finetune_step:
-                theta_2 = self._inner_step(student, names, theta_1, support, create_graph=True)
-            query_loss = self._student_loss(student, names, theta_2, query)
-            teacher_outputs, teacher_cotangents = [args.lambda_meta * query_loss + aux_loss], [None]
-            ok = torch.isfinite(teacher_outputs[0])
-        else:  # hard labels and first-order soft labels: the query gradient at theta_2 (eq. 7), theta_2 a value
-            theta_1_values = [t.detach().requires_grad_() for t in theta_1]
-            theta_2 = theta_1_values
-            if args.finetune_step:
-                theta_2 = [t.detach().requires_grad_() for t in
-                           self._inner_step(student, names, theta_1_values, support, create_graph=False)]
-            query_loss = self._student_loss(student, names, theta_2, query)
-            query_grads = torch.autograd.grad(query_loss, theta_2, allow_unused=True)
-            query_grads = [torch.zeros_like(t) if g is None else g for g, t in zip(query_grads, theta_2)]
-            if soft:
-                ok, teacher_outputs, teacher_cotangents = self._first_order_soft_signal(
-                    student, names, theta_0, pseudo_grads, query_grads, moments, label_leaves, base_label_grads,
-                    (x_probs, y_probs), mask, seed)
-                teacher_outputs.append(aux_loss)
-                teacher_cotangents.append(None)
-                ok = ok & torch.isfinite(query_loss)
-            else:
-                h = meta_signal_h(query_grads, [p.detach() for p in theta_0], [t.detach() for t in theta_1],
-                                  cosine=args.h_cosine)
-                teacher_outputs, teacher_cotangents = [args.lambda_meta * h.detach() * sample_ce + aux_loss], [None]
-                ok = torch.isfinite(h)
-                self._record("h", h)
-                self._record("teacher_sample_ce", sample_ce)
-        self._record("query_loss", query_loss)
-
-        # the teacher's gradient: the meta signal plus its auxiliary losses; a non-finite one is skipped
-        if bool(ok):
-            teacher_params = [p for p in self.teacher.parameters() if p.requires_grad]
-            scale = 1.0 / args.teacher_gradient_accumulation_steps
-            kept = [(o, c) for o, c in zip(teacher_outputs, teacher_cotangents) if o.requires_grad]
-            teacher_outputs = [o for o, _ in kept]
-            cotangents = [torch.full_like(o, scale) if c is None else c * scale for o, c in kept]
-            grads = torch.autograd.grad(teacher_outputs, teacher_params, grad_outputs=cotangents, allow_unused=True)
-            for param, grad in zip(teacher_params, grads):
-                if grad is not None:
-                    param.grad = grad if param.grad is None else param.grad + grad
-            self._record("teacher_skipped", torch.zeros((), device=x_u.device))
-        else:
-            self._record("teacher_skipped", torch.ones((), device=x_u.device))
-        self._meta_steps += 1
-        if self._meta_steps % args.teacher_gradient_accumulation_steps == 0:
-            self._teacher_step()
-        return pseudo_loss.detach()
+    def _accumulate_teacher_gradient(self, outputs, cotangents, ok, device) -> None:
+        """The teacher's gradient (the meta signal plus its auxiliary losses), scaled for its accumulation and
+        added to its `.grad`; a non-finite signal skips it (counted as meta/teacher_skipped)."""
+        if not bool(ok):
+            self._train_metrics.add_total("meta/teacher_skipped", torch.ones((), device=device))
+            return
+        teacher_params = [p for p in self.teacher.parameters() if p.requires_grad]
+        scale = 1.0 / self.args.teacher_gradient_accumulation_steps
+        kept = [(o, c) for o, c in zip(outputs, cotangents) if o.requires_grad]
+        grads = torch.autograd.grad([o for o, _ in kept], teacher_params, allow_unused=True,
+                                    grad_outputs=[torch.full_like(o, scale) if c is None else c * scale
+                                                  for o, c in kept])
+        for param, grad in zip(teacher_params, grads):
+            if grad is not None:
+                param.grad = grad if param.grad is None else param.grad + grad
+        self._train_metrics.add_total("meta/teacher_skipped", torch.zeros((), device=device))
 
     def _inner_step(self, student, names, theta_1, support, create_graph: bool) -> list[torch.Tensor]:
         """eq. 2: theta_2 = theta_1 - inner_lr * grad CE(support) (SGD, §4.1)."""
         support_loss = self._student_loss(student, names, theta_1, support)
-        self._record("support_loss", support_loss)
+        self._train_metrics.add("meta/support_loss", support_loss)
         grads = torch.autograd.grad(support_loss, theta_1, create_graph=create_graph, allow_unused=True)
         return [t if g is None else sgd_update(t, g if create_graph else g.detach(), self.args.inner_learning_rate)
                 for t, g in zip(theta_1, grads)]
@@ -649,9 +565,6 @@ class MetaLMTrainer(Trainer):
         self.teacher_optimizer.zero_grad(set_to_none=True)
 
     # ---------------------------------------------------------------------------------------------- logging
-    def _record(self, name: str, value: torch.Tensor):
-        self._metrics[name].append(value.detach().float())
-
     @torch.no_grad()
     def _record_pseudo_input_statistics(self, x_u, x_logits, x_hat, mask):
         """Whether the teacher's pseudo inputs collapse to a few tokens: distinct tokens of x-hat in the batch
@@ -663,98 +576,79 @@ class MetaLMTrainer(Trainer):
         probs = log_probs.exp()
         tokens = logits.argmax(-1) if x_hat is None else x_hat[attended]
         pooled = probs.mean(0)
-        self._record("x_hat_distinct", torch.tensor(float(tokens.unique().numel()), device=x_u.device))
-        self._record("x_u_distinct", torch.tensor(float(x_u[attended].unique().numel()), device=x_u.device))
-        self._record("x_hat_pooled_entropy", -(pooled * pooled.clamp_min(1e-30).log()).sum())
-        self._record("x_hat_position_entropy", -(probs * log_probs).sum(-1).mean())
+        x_hat_distinct, x_u_distinct = tokens.unique().numel(), x_u[attended].unique().numel()
+        self._train_metrics.add("meta/x_hat_distinct", torch.tensor(float(x_hat_distinct), device=x_u.device))
+        self._train_metrics.add("meta/x_u_distinct", torch.tensor(float(x_u_distinct), device=x_u.device))
+        self._train_metrics.add("meta/x_hat_pooled_entropy", -(pooled * pooled.clamp_min(1e-30).log()).sum())
+        self._train_metrics.add("meta/x_hat_position_entropy", -(probs * log_probs).sum(-1).mean())
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self._metrics and "loss" in logs:
-            for name, values in self._metrics.items():
-                stacked = self.accelerator.gather_for_metrics(torch.stack(values))
-                value = stacked.sum() if name == "teacher_skipped" else stacked.mean()
-                logs[f"meta/{name}"] = round(value.item(), 6)
+        if "loss" in logs and self._train_metrics:  # means over the steps since the last log; teacher_skipped a count
+            logs.update(self._train_metrics.reduce(self.accelerator))
             if self.teacher_scheduler is not None:
                 logs["meta/teacher_lr"] = self.teacher_scheduler.get_last_lr()[0]
-            self._metrics.clear()
         super().log(logs, start_time)
 
     # ---------------------------------------------------------------------------------------------- model card
-    def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,
-                          tasks=None, dataset_tags=None, dataset=None, dataset_args=None, metrics=None,
-                          unlabelled_name=None, **kwargs):
-        """Write README.md in `output_dir` from hf_aux's meta_lm template, for the student checkpoint: its MLM loss
-        (and perplexity) on the held-out unlabelled text in the model-index (`metrics`, e.g. {"eval_loss": ...,
-        "perplexity": ...} of a final evaluation; default: the last evaluation in the log history), the labelled
-        tasks the teacher was rewarded on, the objective as a tag and in the hyper-parameters, where the teacher is,
-        and loss_curve.png (the student's pseudo/support/query losses, the teacher's auxiliary loss, the evaluation
-        loss). `finetuned_from`: the student's starting checkpoint; `dataset_tags`: Hub dataset ids of the
-        unlabelled text; `unlabelled_name`: its name in the card (default: the first dataset tag, else
-        "unlabelled_text")."""
-        if not self.is_world_process_zero():
-            return
-        from ..model_card import (
-            TaskSummary,
-            card_base_model,
-            hyperparameters_from_args,
-            plot_loss_curves,
-            render_model_card,
-            task_metrics,
-        )
+    # ModelCardMixin.create_model_card, for the student checkpoint: its MLM loss (and perplexity) on held-out
+    # unlabelled text in the model-index, the labelled tasks the teacher was rewarded on, the objective as a tag
+    # and in the hyper-parameters, where the teacher is, and loss_curve.png.
+    _name = "a meta-learned language-modelling objective (teacher-student)"
+    _tag_names = ("hf_aux", "meta_lm")
+    _paper = META_LM_PAPER
+    _template_file = "meta_lm.md"
+    _auto_class = "AutoModelForMaskedLM"
 
-        args, output_dir = self.args, self.args.output_dir
-        os.makedirs(output_dir, exist_ok=True)
+    def _card_tasks(self, datasets: list[str], metrics: dict | None = None, unlabelled_name: str | None = None,
+                    **kwargs) -> list[TaskSummary]:
+        """`metrics`: e.g. {"eval_loss": ..., "perplexity": ...} of a final evaluation (default: the last evaluation
+        in the log history); `unlabelled_name`: the unlabelled text's name in the card (default: the first dataset
+        tag, else "unlabelled_text"); `datasets`: Hub dataset ids of the unlabelled text."""
         if metrics is None:
             metrics = next((entry for entry in reversed(self.state.log_history) if "eval_loss" in entry), {})
         split, scores = task_metrics(metrics)
         if isinstance(metrics.get("perplexity"), (int, float)) and math.isfinite(metrics["perplexity"]):
             scores["perplexity"] = float(metrics["perplexity"])  # run_mlm.py's key, without the eval_ prefix
-        datasets = [dataset_tags] if isinstance(dataset_tags, str) else list(dataset_tags or [])
         summaries = [TaskSummary(
             unlabelled_name or (datasets[0] if datasets else "unlabelled_text"), "mlm",
             train_size=len(self.train_dataset) if self.train_dataset is not None else None,
             eval_size=len(self.eval_dataset) if self.eval_dataset is not None and scores else None,
             metrics=scores, dataset=datasets[0] if datasets else None, split=split)]
-        if args.objective != "mlm":  # support and query batches of the meta objective (eqs. 2-3)
+        if self.args.objective != "mlm":  # support and query batches of the meta objective (eqs. 2-3)
             summaries += [TaskSummary(name, "classification", train_size=len(labels))
                           for name, (_, labels) in self._labelled.items()]
-        figures = {}
-        try:
-            plot_loss_curves(self.state.log_history, os.path.join(output_dir, LOSS_CURVE_PNG),
-                             title=f"Meta-learned LM objective ({args.objective}) losses")
-            figures[LOSS_CURVE_PNG] = ("Student losses (pseudo data, support, query; evaluation MLM loss) and the "
+        return summaries
+
+    def _card_figures(self, output_dir: str) -> dict[str, str]:
+        return self._loss_curve_figure(output_dir, f"Meta-learned LM objective ({self.args.objective}) losses",
+                                       "Student losses (pseudo data, support, query; evaluation MLM loss) and the "
                                        "teacher's auxiliary loss")
-        except ValueError:  # nothing logged yet
-            pass
+
+    def _card_details(self) -> dict:
+        args = self.args
         objective = {"soft": "soft labels (§3.3)", "hard": "hard labels (§3.2)",
                      "mlm": "the plain MLM baseline (no teacher)"}[args.objective]
         notes = f"Objective: {objective}."
         if self.teacher is not None:
-            repo = args.hub_model_id or os.path.basename(os.path.abspath(output_dir))
+            repo = args.hub_model_id or os.path.basename(os.path.abspath(args.output_dir))
             notes += (f" The teacher that wrote the student's training examples is saved in the `{TEACHER_DIR}/` "
                       f"subfolder: `hf_aux.modeling.teacher.MetaLMTeacher.from_pretrained(\"{repo}\", "
                       f"subfolder=\"{TEACHER_DIR}\")`.")
-        card = render_model_card(
-            "meta_lm", model_name=model_name or os.path.basename(os.path.abspath(output_dir)),
-            base_model=card_base_model(finetuned_from), datasets=datasets, tasks=summaries,
-            hyperparameters=hyperparameters_from_args(args), figures=figures, model_id=args.hub_model_id or None,
-            auto_class="AutoModelForMaskedLM", license=license, language=language or "en",
-            tags=[*([tags] if isinstance(tags, str) else list(tags or [])), OBJECTIVE_TAGS[args.objective],
-                  "fill-mask"],
-            notes=notes)
-        card.save(os.path.join(output_dir, "README.md"))
+        return {"notes": notes, "extra_tags": [OBJECTIVE_TAGS[args.objective], "fill-mask"]}
 
     # ---------------------------------------------------------------------------------------------- checkpoints
     def _save(self, output_dir: str | None = None, state_dict=None):
-        """The student as a plain masked-LM checkpoint; the teacher in `teacher/`."""
+        """The student as a plain masked-LM checkpoint; the teacher in `teacher/`. (Private on purpose: the one
+        method both save_model and checkpoints write the model through; no public hook adds a second model.)"""
         super()._save(output_dir, state_dict)
         output_dir = output_dir if output_dir is not None else self.args.output_dir
         if self.teacher is not None and self.args.should_save:
             self.teacher.save_pretrained(os.path.join(output_dir, TEACHER_DIR))
 
     def _save_checkpoint(self, model, trial):
-        # written first: Trainer then adds the model, optimizer and trainer_state.json (the last file, which marks
-        # a complete checkpoint: hf_aux.run_guard) and only then rotates old checkpoints
+        # Private on purpose: the meta state (the teacher's optimizer: tensors, not JSON for a stateful callback)
+        # must be written before trainer_state.json, the last file, which marks a complete checkpoint
+        # (hf_aux.run_guard); on_save runs after it, and after old checkpoints are rotated.
         if self.args.should_save and not self.args.save_only_model:
             self._save_meta_state(os.path.join(self._get_output_dir(trial=trial),
                                                f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"))
@@ -762,8 +656,8 @@ class MetaLMTrainer(Trainer):
 
     def _save_meta_state(self, output_dir: str) -> None:
         os.makedirs(output_dir, exist_ok=True)
-        state = {"generator": self._generator.get_state(), "current_task": self._current_task,
-                 "task_steps_left": self._task_steps_left, "meta_steps": self._meta_steps}
+        state = {"generator": self._generator.get_state(), **self._support_query.state_dict(),
+                 "meta_steps": self._meta_steps}
         if self.teacher_optimizer is not None:
             state["teacher_optimizer"] = self.teacher_optimizer.state_dict()
             state["teacher_scheduler"] = self.teacher_scheduler.state_dict()
@@ -772,6 +666,9 @@ class MetaLMTrainer(Trainer):
         torch.save(state, os.path.join(output_dir, META_STATE_NAME))
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        # Private on purpose: Trainer's loading restores the student only, and no public hook restores a second
+        # model. The meta state is read here too (the random generator, the support/query task, the meta step
+        # count); the teacher's optimizer state is applied once that optimizer exists (create_scheduler).
         super()._load_from_checkpoint(resume_from_checkpoint, model)
         teacher_dir = os.path.join(resume_from_checkpoint, TEACHER_DIR)
         if self.teacher is not None:
@@ -780,20 +677,24 @@ class MetaLMTrainer(Trainer):
                                  f"'{TEACHER_DIR}/' folder")
             loaded = MetaLMTeacher.from_pretrained(teacher_dir)
             self.teacher.load_state_dict(loaded.state_dict())
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        path = None if checkpoint is None else os.path.join(checkpoint, META_STATE_NAME)
-        if path is None or not os.path.isfile(path):
+        path = os.path.join(resume_from_checkpoint, META_STATE_NAME)
+        if not os.path.isfile(path):  # save_only_model checkpoints, or the mlm baseline's before it had one
             return
         state = torch.load(path, weights_only=True)
         self._generator.set_state(state["generator"])
-        self._current_task = state["current_task"]
-        self._task_steps_left = state["task_steps_left"]
+        self._support_query.load_state_dict(state)
         self._meta_steps = state["meta_steps"]
-        if self.teacher_optimizer is not None and "teacher_optimizer" in state:
-            self.teacher_optimizer.load_state_dict(state["teacher_optimizer"])
-            self.teacher_scheduler.load_state_dict(state["teacher_scheduler"])
-            for name, param in self.teacher.named_parameters():
-                grad = state["teacher_grads"].get(name)
-                param.grad = None if grad is None else grad.to(param.device)
+        self._resumed_teacher_state = state if "teacher_optimizer" in state else None
+        if self.teacher_optimizer is not None:
+            self._restore_teacher_optimizer()
+
+    def _restore_teacher_optimizer(self) -> None:
+        """The teacher's optimizer, schedule and accumulated gradients from the checkpoint being resumed."""
+        state, self._resumed_teacher_state = self._resumed_teacher_state, None
+        if state is None:
+            return
+        self.teacher_optimizer.load_state_dict(state["teacher_optimizer"])
+        self.teacher_scheduler.load_state_dict(state["teacher_scheduler"])
+        for name, param in self.teacher.named_parameters():
+            grad = state["teacher_grads"].get(name)
+            param.grad = None if grad is None else grad.to(param.device)

@@ -12,7 +12,7 @@ What one optimizer update does (§3):
   `num_items_in_batch`, a token count, is deliberately unused: it would let long seq2seq targets dominate).
 - optionally R3F/R4F (§3.2): + lambda * symmetric KL between predictions on clean and noise-perturbed input
   embeddings (training only); R4F also needs the model's heads (classification,
-  regression, multiple choice, span) spectrally normalised (`MultiTaskConfig.spectral_norm_heads`).
+  regression, multiple choice, span) spectrally normalised (`MultiTaskModelConfig.spectral_norm_heads`).
 LoRA (`peft_config=LoraConfig(...)`, issue #8): the shared body becomes a peft model with frozen base weights;
 its adapters and every task head train. Checkpoints (intermediate ones too) hold the adapter (peft's
 adapter_config.json + adapter_model.safetensors) and the heads, not the frozen base; resume restores both
@@ -23,15 +23,14 @@ loss, summed across processes. `evaluate()` scores every task with its own metri
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback
+from transformers.trainer_callback import ExportableState
 
 from .. import metrics as task_metrics
 from ..adapters import load_lora_weights, merged_subfolder
@@ -40,9 +39,11 @@ from ..distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
 from .muppet_config import MuppetConfig
 from ..losses.muppet import (classification_loss, multiple_choice_loss, r3f_divergence, regression_loss,
                              sample_embedding_noise, scale_losses, seq2seq_loss, span_loss)
+from ..model_card import MUPPET_PAPER, ModelCardMixin, TaskSummary
 from ..modeling.multitask import MultiTaskModel
 from ..nonfinite import check_finite_loss, install_nonfinite_guard
 from ..sampling import MultiTaskDataset, TaskBatchSampler
+from ..training_metrics import MetricAccumulator
 
 SAMPLER_STATE_NAME = "muppet_sampler.json"
 TARGET_KEYS = ("labels", "start_positions", "end_positions")
@@ -50,7 +51,21 @@ TARGET_KEYS = ("labels", "start_positions", "end_positions")
 
 
 
-class MuppetTrainer(Trainer):
+class TaskSamplerState(TrainerCallback, ExportableState):
+    """The task sampler's description (task sizes, batch size, sub-batches per update, strategy, temperature, seed,
+    epoch), saved in trainer_state.json (`stateful_callbacks`) with every checkpoint: a resume checks that it
+    samples the same way, since Trainer skips the batches already trained on by count."""
+
+    def __init__(self):
+        self.sampler: TaskBatchSampler | None = None  # set by MuppetTrainer.get_train_dataloader
+        self.description: dict | None = None
+
+    def state(self) -> dict:
+        description = self.sampler.state_dict() if self.sampler is not None else self.description
+        return {"args": {}, "attributes": {"description": description}}
+
+
+class MuppetTrainer(ModelCardMixin, Trainer):
     """Pre-finetunes a `MultiTaskModel` on several tasks at once.
 
     train_dataset / eval_dataset: {task name: tokenised split} (rows from `hf_aux.data.tokenize_task`), every name
@@ -98,18 +113,20 @@ class MuppetTrainer(Trainer):
         if data_collator is None:
             data_collator = MultiTaskCollator(processing_class, names)
         train = MultiTaskDataset({n: train_dataset[n] for n in names if n in train_dataset}) if train_dataset else None
+        callbacks = [*(kwargs.pop("callbacks", None) or []), TaskSamplerState()]
         super().__init__(model=model, args=args, data_collator=data_collator, train_dataset=train,
-                         eval_dataset=eval_dataset, processing_class=processing_class, **kwargs)
+                         eval_dataset=eval_dataset, processing_class=processing_class, callbacks=callbacks, **kwargs)
         install_nonfinite_guard(self)  # gradients before, parameters after every optimizer step
         self.sub_batches_per_update = args.gradient_accumulation_steps * args.world_size
         if (train is not None and args.batching == "heterogeneous" and len(train.task_names) > 1
                 and self.sub_batches_per_update < 2):
             raise ValueError("MuppetConfig: field 'gradient_accumulation_steps': heterogeneous batches need at least "
                              "2 sub-batches per update (gradient_accumulation_steps x processes); got 1")
-        # per task: [sum of raw sub-batch losses, sum of scaled ones, number of sub-batches] since the last log
-        self._task_stats = torch.zeros(len(names), 3, device=args.device)
+        # per task, the raw and scaled sub-batch losses since the last log (every task declared: a rank may not
+        # see each task between two logs, and every rank must reduce the same keys)
+        self._train_metrics = MetricAccumulator([f"{family}/{name}" for name in names
+                                                 for family in ("loss", "scaled_loss")], device=args.device)
         self._task_sampler = None
-        self._resumed_sampler_state = None
         self._micro_batches = MicroBatchCounter()
 
     # ------------------------------------------------------------------------------------------------------------
@@ -122,14 +139,7 @@ class MuppetTrainer(Trainer):
         sampler = TaskBatchSampler(self.train_dataset.sizes, self._train_batch_size, self.sub_batches_per_update,
                                    strategy=self.args.batching, temperature=self.args.task_sampling_temperature,
                                    seed=seed)
-        if self._resumed_sampler_state is not None:
-            saved, now = self._resumed_sampler_state, sampler.state_dict()
-            changed = [k for k in now if k != "epoch" and saved.get(k) != now[k]]
-            if changed:
-                raise ValueError(f"MuppetTrainer: resuming with a different task sampling than the checkpoint "
-                                 f"({', '.join(f'{k}: {saved.get(k)} -> {now[k]}' for k in changed)}); the skipped "
-                                 "batches would not be the ones already trained on")
-        self._task_sampler = sampler
+        self._task_sampler = self._sampler_state.sampler = sampler
         loader = DataLoader(self.train_dataset, batch_sampler=sampler, collate_fn=self.data_collator,
                             num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory,
                             persistent_workers=self.args.dataloader_persistent_workers and
@@ -137,11 +147,34 @@ class MuppetTrainer(Trainer):
         return self.accelerator.prepare(loader)
 
     def _run_epoch(self, model, epoch, *args, **kwargs):
-        # The order is a pure function of (seed, epoch). Trainer's own set_epoch does not reach a batch sampler
-        # behind accelerate's shard and skip wrappers on a resumed multi-process run, so set it here, directly.
+        # Private on purpose: no public hook knows the epoch index before the epoch's batches are drawn
+        # (on_epoch_begin gets state.epoch, a float of progress), and the order is a pure function of (seed, epoch).
+        # Trainer's own set_epoch does not reach a batch sampler behind accelerate's shard and skip wrappers on a
+        # resumed multi-process run, so set it here, directly.
         if self._task_sampler is not None:
+            if epoch == kwargs.get("epochs_trained"):  # the first epoch of this train() call, resumed or not
+                self._check_same_sampling()
+            self._sampler_state.sampler = self._task_sampler  # Trainer may have rebuilt the callback on resume
             self._task_sampler.set_epoch(epoch)
         return super()._run_epoch(model, epoch, *args, **kwargs)
+
+    @property
+    def _sampler_state(self) -> TaskSamplerState:
+        """The callback that saves the sampler's description (looked up each time: resume may replace it)."""
+        return next(c for c in self.callback_handler.callbacks if isinstance(c, TaskSamplerState))
+
+    def _check_same_sampling(self) -> None:
+        """Resuming: the checkpoint's sampler description (trainer_state.json) must match this run's sampler, since
+        Trainer skips the batches already trained on by count."""
+        saved = (self.state.stateful_callbacks.get(TaskSamplerState.__name__) or {}).get("attributes", {})
+        saved, now = saved.get("description"), self._task_sampler.state_dict()
+        if saved is None:  # a fresh run, or a checkpoint that does not describe its sampler
+            return
+        changed = [k for k in now if k != "epoch" and saved.get(k) != now[k]]
+        if changed:
+            raise ValueError(f"MuppetTrainer: resuming with a different task sampling than the checkpoint "
+                             f"({', '.join(f'{k}: {saved.get(k)} -> {now[k]}' for k in changed)}); the skipped "
+                             "batches would not be the ones already trained on")
 
     # ------------------------------------------------------------------------------------------------------------
     # Loss
@@ -185,9 +218,8 @@ class MuppetTrainer(Trainer):
             check_finite_loss(self, {**parts, "r3f_divergence": divergence.mean()} if robust else parts,
                               f"task '{spec['name']}': field 'loss'")
         if model.training:
-            with torch.no_grad():
-                self._task_stats[task] += torch.stack([raw.mean(), scaled.mean(), raw.new_ones(())]).to(
-                    self._task_stats.device)
+            self._train_metrics.add(f"loss/{spec['name']}", raw.mean())
+            self._train_metrics.add(f"scaled_loss/{spec['name']}", scaled.mean())
         return (loss, outputs) if return_outputs else loss
 
     def _task_losses(self, kind: str, outputs, inputs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -211,34 +243,17 @@ class MuppetTrainer(Trainer):
         return 6 * int(inputs["input_ids"].numel()) * self._flops_parameters
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs:  # a training log: add the per-task losses since the last one, summed over processes
-            stats = self.accelerator.reduce(self._task_stats, reduction="sum").tolist()
-            for name, (raw, scaled, count) in zip(self.accelerator.unwrap_model(self.model).task_names, stats):
-                if count > 0:
-                    logs[f"loss/{name}"] = round(raw / count, 4)
-                    logs[f"scaled_loss/{name}"] = round(scaled / count, 4)
-            self._task_stats.zero_()
+        if "loss" in logs:  # a training log: the per-task losses since the last one, over every process
+            logs.update(self._train_metrics.reduce(self.accelerator, drop_empty=True))
         super().log(logs, start_time)
 
     # ------------------------------------------------------------------------------------------------------------
-    # Checkpoints: MUPPET-style model folder + the sampler's description
+    # Checkpoints: MUPPET-style model folder (the sampler's description travels in trainer_state.json)
     # ------------------------------------------------------------------------------------------------------------
-    def _save_checkpoint(self, model, trial):
-        # written first: Trainer then adds the model, optimizer and trainer_state.json (the last file, which marks
-        # a complete checkpoint: hf_aux.run_guard) and only then rotates old checkpoints
-        if self._task_sampler is not None and self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-            os.makedirs(folder, exist_ok=True)
-            with open(os.path.join(folder, SAMPLER_STATE_NAME), "w") as f:
-                json.dump(self._task_sampler.state_dict(), f, indent=2)
-        super()._save_checkpoint(model, trial)
-
+    # Private on purpose, both: Trainer's loading restores model.safetensors only (the body), and no public hook
+    # loads a model's weights; the heads and a LoRA body's adapter need `_load_model_weights`.
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         self._load_model_weights(resume_from_checkpoint, model)
-        state_file = os.path.join(resume_from_checkpoint, SAMPLER_STATE_NAME)
-        if os.path.isfile(state_file):
-            with open(state_file) as f:
-                self._resumed_sampler_state = json.load(f)
 
     def _load_best_model(self) -> None:
         self._load_model_weights(self.state.best_model_checkpoint)
@@ -255,17 +270,16 @@ class MuppetTrainer(Trainer):
         unwrapped.load_checkpoint_heads(folder)
 
     # ------------------------------------------------------------------------------------------------------------
-    # Model card (run_muppet.py writes it on every run; Trainer.push_to_hub calls it too)
+    # Model card (ModelCardMixin.create_model_card; run_muppet.py writes it on every run, push_to_hub too):
+    # per-task metrics of the last `evaluate()`, train sizes, a loss curve
     # ------------------------------------------------------------------------------------------------------------
-    def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,  # noqa: A002
-                          tasks=None, dataset_tags=None, dataset=None, dataset_args=None, **kwargs):
-        """Write README.md in `output_dir` from hf_aux's MUPPET template: per-task metrics of the last
-        `evaluate()`, train sizes, hyper-parameters, a loss curve."""
-        if not self.is_world_process_zero():
-            return
-        from ..model_card import (TaskSummary, card_base_model, hyperparameters_from_args, plot_loss_curves,
-                                  render_model_card)
+    _name = "MUPPET pre-finetuning"
+    _tag_names = ("hf_aux", "muppet")
+    _paper = MUPPET_PAPER
+    _template_file = "muppet.md"
+    _hf_aux_class = "hf_aux.modeling.multitask.MultiTaskModel"
 
+    def _card_tasks(self, datasets: list[str], **kwargs) -> list[TaskSummary]:
         body = self.accelerator.unwrap_model(self.model)
         train_sizes = dict(zip(self.train_dataset.task_names, self.train_dataset.sizes)) if self.train_dataset else {}
         last_eval = next((h for h in reversed(self.state.log_history) if "eval_average_primary" in h), {})
@@ -277,25 +291,20 @@ class MuppetTrainer(Trainer):
             eval_data = (self.eval_dataset or {}).get(spec["name"])
             summaries.append(TaskSummary(name=spec["name"], kind=spec["kind"], train_size=train_sizes.get(spec["name"]),
                                          eval_size=None if eval_data is None else len(eval_data), metrics=scores))
-        figures = {}
-        try:
-            plot_loss_curves(self.state.log_history, os.path.join(self.args.output_dir, "loss_curve.png"),
-                             title="MUPPET losses", exclude_prefixes=("scaled_loss/",))
-            figures["loss_curve.png"] = ("Training and evaluation loss: overall, and per task in panels of their own "
-                                         "(raw losses; the scaled ones are these divided by log n)")
-        except ValueError:  # nothing loss-like logged yet
-            pass
-        card = render_model_card(
-            "muppet", model_name=model_name or os.path.basename(os.path.abspath(self.args.output_dir)),
-            model_id=self.args.hub_model_id,
-            base_model=card_base_model(finetuned_from or getattr(body.config.encoder, "_name_or_path", None)),
-            datasets=list(dataset_tags or []) if not isinstance(dataset_tags, str) else [dataset_tags],
-            tasks=summaries, hyperparameters=hyperparameters_from_args(self.args), figures=figures,
-            hf_aux_class="hf_aux.modeling.multitask.MultiTaskModel", license=license,
-            language=language or "en", tags=list(tags or []) if not isinstance(tags, str) else [tags],
-            adapter=body.has_body_lora, adapter_auto_class="AutoModel",
-            merged_subfolder=merged_subfolder(self.args.output_dir))
-        card.save(os.path.join(self.args.output_dir, "README.md"))
+        return summaries
+
+    def _card_figures(self, output_dir: str) -> dict[str, str]:
+        return self._loss_curve_figure(output_dir, "MUPPET losses", "Training and evaluation loss: overall, and per "
+                                       "task in panels of their own (raw losses; the scaled ones are these divided by "
+                                       "log n)", exclude_prefixes=("scaled_loss/",))
+
+    def _card_base_model(self, finetuned_from: str | None) -> str | None:
+        encoder = self.accelerator.unwrap_model(self.model).config.encoder
+        return finetuned_from or getattr(encoder, "_name_or_path", None)
+
+    def _card_details(self) -> dict:
+        return {"adapter": self.accelerator.unwrap_model(self.model).has_body_lora, "adapter_auto_class": "AutoModel",
+                "merged_subfolder": merged_subfolder(self.args.output_dir)}
 
     # ------------------------------------------------------------------------------------------------------------
     # Evaluation: every task with its own metrics, and their average
@@ -303,21 +312,23 @@ class MuppetTrainer(Trainer):
     def evaluate(self, eval_dataset: dict | None = None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
         """{prefix}_{task}_{metric} for every task and metric, {prefix}_{task}_loss (raw, unscaled),
         {prefix}_average_primary (mean over tasks of each kind's primary metric, `hf_aux.metrics.PRIMARY_METRIC`)
-        and {prefix}_loss (mean of the task losses)."""
+        and {prefix}_loss (mean of the task losses), logged once. Each task runs through Trainer's own
+        `evaluation_loop` (batching, gathering across processes) with `prediction_step` below; its metrics come from
+        `hf_aux.metrics` by task kind. (Trainer.evaluate with a dict would log and call on_evaluate per task.)"""
         datasets_by_task = eval_dataset if eval_dataset is not None else self.eval_dataset
         if not isinstance(datasets_by_task, dict) or not datasets_by_task:
             raise ValueError("MuppetTrainer.evaluate: field 'eval_dataset': expected a dict task name -> dataset")
         self._memory_tracker.start()
         start = time.time()
-        model = self._wrap_model(self.model, training=False)
-        if model is not self.model and not self.is_in_train:
-            model = self.accelerator.prepare_model(model, evaluation_mode=True)
-        model.eval()
-        body = self.accelerator.unwrap_model(model)
+        body = self.accelerator.unwrap_model(self.model)
         metrics, primaries, losses = {}, [], []
         for name, data in datasets_by_task.items():
             kind = body.config.task(name)["kind"]
-            task_scores, task_loss = self._evaluate_task(model, body, name, kind, data)
+            output = self.evaluation_loop(self.get_eval_dataloader(data), description=f"Evaluation of {name}",
+                                          prediction_loss_only=False, ignore_keys=ignore_keys,
+                                          metric_key_prefix=metric_key_prefix)
+            task_scores = self._task_scores(name, kind, data, output.predictions, output.label_ids)
+            task_loss = output.metrics[f"{metric_key_prefix}_loss"]
             for key, value in task_scores.items():
                 metrics[f"{metric_key_prefix}_{name}_{key}"] = value
             metrics[f"{metric_key_prefix}_{name}_loss"] = task_loss
@@ -331,50 +342,40 @@ class MuppetTrainer(Trainer):
         self._memory_tracker.stop_and_update_metrics(metrics)
         return metrics
 
-    def _evaluate_task(self, model, body, name: str, kind: str, data) -> tuple[dict, float]:
-        loader = self.accelerator.prepare(DataLoader(
-            data, batch_size=self.args.eval_batch_size, shuffle=False, collate_fn=self.data_collator,
-            num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory))
-        outputs_by_key = {"logits": [], "start_logits": [], "end_logits": [], "labels": [], "loss": [],
-                          "generated": []}
-        for inputs in loader:
-            inputs = self._prepare_inputs(inputs)
-            with torch.no_grad(), self.compute_loss_context_manager():
-                model_inputs = {k: v for k, v in inputs.items() if k not in TARGET_KEYS}
-                if kind == "seq2seq":
-                    model_inputs["decoder_input_ids"] = body._shift_right(inputs["labels"])
-                outputs = model(**model_inputs)
-                raw, _ = self._task_losses(kind, outputs, inputs)
-                if kind == "seq2seq":
-                    generated = self._greedy_generate(model, body, inputs)
-                    outputs_by_key["generated"].append(self._gather(generated, body.config.encoder.pad_token_id or 0))
-                    outputs_by_key["labels"].append(self._gather(inputs["labels"], -100))
-            outputs_by_key["loss"].append(self._gather(raw, 0.0))
-            if kind in ("classification", "regression", "multiple_choice"):
-                pad = torch.finfo(outputs.logits.dtype).min
-                outputs_by_key["logits"].append(self._gather(outputs.logits.float(), pad))
-                outputs_by_key["labels"].append(self._gather(inputs["labels"], -100))
-            elif kind == "extractive_qa":
-                outputs_by_key["start_logits"].append(self._gather(outputs.start_logits.float(), -1e4))
-                outputs_by_key["end_logits"].append(self._gather(outputs.end_logits.float(), -1e4))
-        loss = float(torch.cat(outputs_by_key["loss"]).mean())
-        if kind in ("classification", "regression", "multiple_choice"):
-            logits = _concat_padded(outputs_by_key["logits"], float(np.finfo(np.float32).min))
-            labels = torch.cat(outputs_by_key["labels"]).numpy()
-            return task_metrics.compute_task_metrics(kind, logits, labels), loss
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        """One evaluation batch of one task: (mean raw loss, predictions, labels). Predictions: the logits
+        (classification, regression, multiple choice), (start, end) logits (extractive QA), or greedily decoded
+        token ids, -100 after EOS (seq2seq; the labels are the reference ids)."""
+        inputs = self._prepare_inputs(inputs)
+        body = self.accelerator.unwrap_model(model)
+        kind = body.config.tasks[int(inputs["task_ids"][0])]["kind"]
+        with torch.no_grad(), self.compute_loss_context_manager():
+            model_inputs = {k: v for k, v in inputs.items() if k not in TARGET_KEYS}
+            if kind == "seq2seq":
+                model_inputs["decoder_input_ids"] = body._shift_right(inputs["labels"])
+            outputs = model(**model_inputs)
+            raw, _ = self._task_losses(kind, outputs, inputs)
+            loss = raw.mean().detach()
+            if prediction_loss_only:
+                return loss, None, None
+            if kind == "seq2seq":
+                return loss, self._greedy_generate(model, body, inputs), inputs["labels"]
         if kind == "extractive_qa":
-            start = _concat_padded(outputs_by_key["start_logits"], -1e4)
-            end = _concat_padded(outputs_by_key["end_logits"], -1e4)
+            return loss, (outputs.start_logits.float(), outputs.end_logits.float()), None
+        return loss, outputs.logits.float(), inputs["labels"]
+
+    def _task_scores(self, name: str, kind: str, data, predictions, labels) -> dict:
+        """One task's metrics from the gathered predictions (Trainer pads ragged batches with -100)."""
+        if kind in ("classification", "regression", "multiple_choice"):
+            return task_metrics.compute_task_metrics(kind, predictions, labels)
+        if kind == "extractive_qa":
             examples = self.eval_examples[name]
-            texts = task_metrics.postprocess_qa_predictions(examples, data, start, end)
-            spec_answers = _answers_column(examples)
-            return task_metrics.qa_metrics(texts, examples[spec_answers]), loss
+            texts = task_metrics.postprocess_qa_predictions(examples, data, predictions[0], predictions[1])
+            return task_metrics.qa_metrics(texts, examples[_answers_column(examples)])
         tokenizer = self.processing_class
-        predictions = [tokenizer.decode([t for t in row if t >= 0], skip_special_tokens=True)
-                       for row in _concat_padded(outputs_by_key["generated"], -100).tolist()]
-        references = [tokenizer.decode([t for t in row if t >= 0], skip_special_tokens=True)
-                      for row in _concat_padded(outputs_by_key["labels"], -100).tolist()]
-        return task_metrics.rouge_metrics(predictions, references), loss
+        predicted, references = ([tokenizer.decode([t for t in row if t >= 0], skip_special_tokens=True)
+                                  for row in ids.tolist()] for ids in (predictions, labels))
+        return task_metrics.rouge_metrics(predicted, references)
 
     def _greedy_generate(self, model, body, inputs) -> torch.Tensor:
         """Greedy decoding for seq2seq evaluation: [B, <= generation_max_length] token ids (-100 after EOS)."""
@@ -394,20 +395,6 @@ class MuppetTrainer(Trainer):
         generated = decoded[:, 1:]
         after_eos = (generated == config.eos_token_id).int().cumsum(dim=1) > 0
         return generated.masked_fill(after_eos, -100)
-
-    def _gather(self, tensor: torch.Tensor, pad_value) -> torch.Tensor:
-        if tensor.dim() > 1 and self.accelerator.num_processes > 1:
-            tensor = self.accelerator.pad_across_processes(tensor, dim=1, pad_index=pad_value)
-        return self.accelerator.gather_for_metrics(tensor).cpu()
-
-
-def _concat_padded(parts: list[torch.Tensor], pad_value) -> np.ndarray:
-    """Concatenate [b, L_k] batches along the first axis, padding L to the longest with pad_value."""
-    if parts[0].dim() == 1:
-        return torch.cat(parts).numpy()
-    width = max(p.shape[1] for p in parts)
-    padded = [torch.nn.functional.pad(p, (0, width - p.shape[1]), value=pad_value) for p in parts]
-    return torch.cat(padded).numpy()
 
 
 def _answers_column(examples) -> str:

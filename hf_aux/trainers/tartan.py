@@ -44,14 +44,15 @@ from ..losses.tartan import (
     task_mixture,
     update_task_weights,
 )
+from ..model_card import TARTAN_PAPER, ModelCardMixin, TaskSummary, task_metrics
 from ..modeling.tartan import TartanModel
 from ..nonfinite import check_finite_loss, install_nonfinite_guard
+from ..training_metrics import MetricAccumulator
 
 logger = logging.getLogger(__name__)
 
 TASK_WEIGHTS_JSON = "task_weights.json"
 TASK_WEIGHTS_PNG = "task_weights.png"
-LOSS_CURVE_PNG = "loss_curve.png"
 END_TASK = "end_task"
 
 
@@ -122,24 +123,18 @@ class TaskWeightsCallback(TrainerCallback, ExportableState):
 
 
 def plot_task_weights(history: list[list[float]], task_names: list[str], path: str, title: str = "") -> None:
-    """Draw alpha per task against the optimizer step into a PNG (matplotlib, Agg backend)."""
-    import matplotlib
+    """Draw alpha per task against the optimizer step into a PNG: the whole mixture on a shared 0-1 axis first,
+    then one panel per task on its own scale (META's weights often move by less than 0.01, invisible on 0-1),
+    legends outside the axes (`hf_aux.model_card.plot_panels`)."""
+    from ..model_card import MAX_SERIES_PER_PANEL, plot_panels
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    steps = [row[0] for row in history]
-    for k, name in enumerate(task_names):
-        ax.plot(steps, [row[k + 1] for row in history], label=name)
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("task weight (alpha)")
-    ax.set_ylim(0, 1)
-    ax.set_title(title or "TARTAN task weights")
-    ax.legend(loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    title = title or "TARTAN task weights"
+    series = {name: [(row[0], row[k + 1]) for row in history] for k, name in enumerate(task_names)}
+    names = list(series)
+    panels = [(f"{title}: {'all tasks' if len(names) <= MAX_SERIES_PER_PANEL else 'first tasks'} (0-1)",
+               {name: series[name] for name in names[:MAX_SERIES_PER_PANEL]})]
+    panels += [(f"{title}: {name}", {name: points}) for name, points in series.items()]
+    plot_panels(panels, path, ylabel="task weight alpha (share, sums to 1)", ylim={panels[0][0]: (0.0, 1.0)})
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -147,7 +142,7 @@ def plot_task_weights(history: list[list[float]], task_names: list[str], path: s
 # ----------------------------------------------------------------------------------------------------------------
 
 
-class TartanTrainer(Trainer):
+class TartanTrainer(ModelCardMixin, Trainer):
     """MT-TARTAN / META-TARTAN (module docstring).
 
     model: a `TartanModel`, or an `XForSequenceClassification` (wrapped with fresh MLM heads named after
@@ -224,8 +219,7 @@ class TartanTrainer(Trainer):
         self._meta_dataset = meta_dataset
         self._streams: dict[str, BatchStream] | None = None
         self._resumed = False  # set by _load_from_checkpoint: the heads come from the checkpoint, no warm-up
-        self._metric_sums: dict[str, torch.Tensor] = {}
-        self._metric_count = 0
+        self._train_metrics = MetricAccumulator()
 
     # ------------------------------------------------------------------------------------------------------------
     @property
@@ -311,10 +305,6 @@ class TartanTrainer(Trainer):
         logger.info("MLM head warm-up (%d steps on the frozen body): %s", args.mlm_head_warmup_steps,
                     ", ".join(f"{k} {a:.3f} -> {b:.3f}" for k, (a, b) in state.head_warmup.items()))
 
-    def _accumulate_metric(self, name: str, value: torch.Tensor) -> None:
-        value = value.detach().float()
-        self._metric_sums[name] = self._metric_sums[name] + value if name in self._metric_sums else value
-
     # ------------------------------------------------------------------------------------------------------------
     # MT-TARTAN (eq. 3): one forward carrying every task, Trainer's backward
     # ------------------------------------------------------------------------------------------------------------
@@ -334,8 +324,7 @@ class TartanTrainer(Trainer):
         weights = torch.tensor(state.weights, device=losses.device)                     # fixed w (eq. 3)
         loss = mt_tartan_loss(losses, weights)                                          # sum_k w_k L_k
         for name, value in zip(self.task_names, losses):
-            self._accumulate_metric(f"loss_{name}", value)
-        self._metric_count += 1
+            self._train_metrics.add(f"loss/{name}", value)
         state.record(self.state.global_step + 1, list(state.weights))
         return loss
 
@@ -411,35 +400,31 @@ class TartanTrainer(Trainer):
         synced = torch.cat([weights, alphas, losses]).tolist()
         n = len(self.task_names)
         new_weights, new_alphas, loss_values = synced[:n], synced[n:2 * n], synced[2 * n:]
-        check_finite_loss(self, {f"loss_{name}": value for name, value in zip(self.task_names, loss_values)},
+        check_finite_loss(self, {f"loss/{name}": value for name, value in zip(self.task_names, loss_values)},
                           "TartanTrainer")
         state.weights = new_weights
         state.record(self.state.global_step + 1, new_alphas)
         for name, loss_k, cos_k in zip(self.task_names, losses, cosines):
-            self._accumulate_metric(f"loss_{name}", loss_k)
-            self._accumulate_metric(f"cos_{name}", cos_k)
-        self._accumulate_metric("loss_meta", meta_loss)
-        self._metric_count += 1
+            self._train_metrics.add(f"loss/{name}", loss_k)
+            self._train_metrics.add(f"cos/{name}", cos_k)
+        self._train_metrics.add("meta_loss", meta_loss)
         return total.detach() * scale
 
     # ------------------------------------------------------------------------------------------------------------
     # Logging, saving, resuming
     # ------------------------------------------------------------------------------------------------------------
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs and self._metric_count > 0:  # a training log: add per-task losses, cosines, alphas
-            names = sorted(self._metric_sums)
-            means = torch.stack([self._metric_sums[k] for k in names]) / self._metric_count
-            means = self.accelerator.reduce(means, reduction="mean")
-            logs.update({k: round(v, 6) for k, v in zip(names, means.tolist())})
+        if "loss" in logs and self._train_metrics:  # a training log: per-task losses and cosines, the weights
+            logs.update(self._train_metrics.reduce(self.accelerator))
             history = self.task_weights_state.history
-            if history:
-                logs.update({f"alpha_{name}": round(a, 6) for name, a in zip(self.task_names, history[-1][1:])})
-            self._metric_sums, self._metric_count = {}, 0
+            if history:  # alpha of the last step (identical on every rank)
+                logs.update({f"alpha/{name}": a for name, a in zip(self.task_names, history[-1][1:])})
         super().log(logs, start_time)
 
     def _save(self, output_dir: str | None = None, state_dict=None) -> None:
         """The end-task classifier as a vanilla checkpoint, the MLM heads beside it, the task-weight history as
-        task_weights.json and task_weights.png."""
+        task_weights.json and task_weights.png. (Private on purpose: the one method both save_model and
+        checkpoints write the model through; TartanModel is not a PreTrainedModel Trainer could save.)"""
         output_dir = output_dir if output_dir is not None else self.args.output_dir
         if not self.args.should_save:
             return
@@ -459,67 +444,60 @@ class TartanTrainer(Trainer):
         with open(os.path.join(output_dir, TASK_WEIGHTS_JSON), "w") as f:
             json.dump(data, f)
         if state.history:
-            title = f"{'META' if self.args.mode == 'meta' else 'MT'}-TARTAN task weights"
-            plot_task_weights(state.history, self.task_names, os.path.join(output_dir, TASK_WEIGHTS_PNG), title)
+            plot_task_weights(state.history, self.task_names, os.path.join(output_dir, TASK_WEIGHTS_PNG),
+                              self._mode_name + " task weights")
 
-    def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,
-                          tasks=None, dataset_tags=None, dataset=None, dataset_args=None, end_task_name=None,
-                          metrics=None, **kwargs):
-        """Write README.md in `output_dir` from hf_aux's TARTAN template: the end task's metrics (`metrics`, e.g.
-        {"eval_accuracy": ...} from a final evaluation; default: the last evaluation in the log history) in the
-        model-index, the auxiliary tasks, hyper-parameters, loss_curve.png and task_weights.png (the task weights
-        over training). `end_task_name`: the end task's name in the card; `finetuned_from`: the starting encoder;
-        `dataset_tags`: Hub dataset ids of the end task."""
-        if not self.is_world_process_zero():
-            return
-        from ..model_card import (
-            TaskSummary,
-            card_base_model,
-            hyperparameters_from_args,
-            plot_loss_curves,
-            render_model_card,
-            task_metrics,
-        )
+    # ---- model card (ModelCardMixin.create_model_card): the end task's metrics in the model-index, the auxiliary
+    # tasks, hyper-parameters, loss_curve.png and task_weights.png (the task weights over training) -------------
+    _name = "TARTAN"
+    _tag_names = ("hf_aux", "tartan")
+    _paper = TARTAN_PAPER
+    _template_file = "tartan.md"
+    _auto_class = "AutoModelForSequenceClassification"
+    _hf_aux_class = "hf_aux.modeling.tartan.TartanModel"
 
-        output_dir = self.args.output_dir
-        os.makedirs(output_dir, exist_ok=True)
+    def _card_tasks(self, datasets: list[str], end_task_name: str | None = None, metrics: dict | None = None,
+                    **kwargs) -> list[TaskSummary]:
+        """`metrics`: the end task's, e.g. {"eval_accuracy": ...} from a final evaluation (default: the last
+        evaluation in the log history); `end_task_name`: the end task's name in the card; `datasets`: Hub
+        dataset ids of the end task."""
         if metrics is None:
             metrics = next((entry for entry in reversed(self.state.log_history) if "eval_loss" in entry), {})
-        datasets = [dataset_tags] if isinstance(dataset_tags, str) else list(dataset_tags or [])
         split, scores = task_metrics(metrics)
         summaries = [TaskSummary(end_task_name or END_TASK, "classification", train_size=len(self.train_dataset),
                                  eval_size=len(self.eval_dataset) if self.eval_dataset is not None else None,
                                  metrics=scores, dataset=datasets[0] if datasets else None, split=split)]
         summaries += [TaskSummary(name, "mlm", train_size=len(data)) for name, data in self._auxiliary_datasets.items()]
-        figures = {}
-        try:
-            plot_loss_curves(self.state.log_history, os.path.join(output_dir, LOSS_CURVE_PNG), title="TARTAN losses")
-            figures[LOSS_CURVE_PNG] = "Training loss (overall and per task) and evaluation loss"
-        except ValueError:  # nothing logged yet
-            pass
+        return summaries
+
+    def _card_figures(self, output_dir: str) -> dict[str, str]:
+        figures = self._loss_curve_figure(output_dir, "TARTAN losses",
+                                          "Training loss (overall and per task) and evaluation loss")
         state = self.task_weights_state
         if state.history:  # _save draws it with every checkpoint; drawn again here with the whole history
-            title = f"{'META' if self.args.mode == 'meta' else 'MT'}-TARTAN task weights"
-            plot_task_weights(state.history, self.task_names, os.path.join(output_dir, TASK_WEIGHTS_PNG), title)
+            plot_task_weights(state.history, self.task_names, os.path.join(output_dir, TASK_WEIGHTS_PNG),
+                              self._mode_name + " task weights")
             figures[TASK_WEIGHTS_PNG] = "Task weights (alpha) of the end task and each auxiliary task over training"
-            final = ", ".join(f"{name} {alpha:.3f}" for name, alpha in zip(self.task_names, state.history[-1][1:]))
-            notes = f"{'META' if self.args.mode == 'meta' else 'MT'}-TARTAN; final task weights: {final}."
-        else:
-            notes = f"{'META' if self.args.mode == 'meta' else 'MT'}-TARTAN."
-        card = render_model_card(
-            "tartan", model_name=model_name or os.path.basename(os.path.abspath(output_dir)),
-            base_model=card_base_model(finetuned_from),
-            datasets=datasets, tasks=summaries, hyperparameters=hyperparameters_from_args(self.args),
-            figures=figures, model_id=self.args.hub_model_id or None,
-            auto_class="AutoModelForSequenceClassification", hf_aux_class="hf_aux.modeling.tartan.TartanModel",
-            license=license, language=language or "en", tags=[tags] if isinstance(tags, str) else list(tags or []),
-            notes=notes, adapter=self.accelerator.unwrap_model(self.model).has_body_lora,
-            merged_subfolder=merged_subfolder(output_dir))
-        card.save(os.path.join(output_dir, "README.md"))
+        return figures
+
+    def _card_details(self) -> dict:
+        history = self.task_weights_state.history
+        notes = f"{self._mode_name}."
+        if history:
+            final = ", ".join(f"{name} {alpha:.3f}" for name, alpha in zip(self.task_names, history[-1][1:]))
+            notes = f"{self._mode_name}; final task weights: {final}."
+        return {"notes": notes, "adapter": self.accelerator.unwrap_model(self.model).has_body_lora,
+                "merged_subfolder": merged_subfolder(self.args.output_dir)}
+
+    @property
+    def _mode_name(self) -> str:
+        return "META-TARTAN" if self.args.mode == "meta" else "MT-TARTAN"
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
         """Resume: the classifier and MLM heads from the checkpoint folder, the task weights, their history and
-        the stream positions from its trainer_state.json."""
+        the stream positions from its trainer_state.json. (Private on purpose: no public hook loads a model's
+        weights; and Trainer restores stateful callbacks only with restore_callback_states_from_checkpoint, a
+        user-wide switch, so the task weights are restored here, checked against this run's tasks.)"""
         tartan = self.accelerator.unwrap_model(model if model is not None else self.model)
         tartan.load_checkpoint(resume_from_checkpoint)
         state_file = os.path.join(resume_from_checkpoint, TRAINER_STATE_NAME)
@@ -539,7 +517,7 @@ class TartanTrainer(Trainer):
         self._streams = None  # rebuilt at the restored positions
         self._resumed = True
 
-    def _load_best_model(self) -> None:
+    def _load_best_model(self) -> None:  # private on purpose: as _load_from_checkpoint, for load_best_model_at_end
         self.accelerator.unwrap_model(self.model).load_checkpoint(self.state.best_model_checkpoint)
 
 
