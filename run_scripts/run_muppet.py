@@ -3,8 +3,8 @@
 run_glue.py: ModelArguments, DataTrainingArguments and MuppetConfig through HfArgumentParser (or one JSON/YAML
 file), --do_train / --do_eval, resume from the last checkpoint, save_metrics, a model card, --push_to_hub.
 
-The main job (embedded default: the real all-MiniLM-L6-v2 pre-finetuned on 8 real demo tasks; ~10 min on 2 CPU
-cores):
+The main job (embedded default: the real all-MiniLM-L6-v2 pre-finetuned on 5 real demo tasks at the budget where
+docs/evidence/muppet.md measured a held-out benefit; 5-10 min on 2 CPU cores):
 
     python run_scripts/run_muppet.py --output_dir runs/muppet-minilm
 

@@ -123,7 +123,7 @@ def run_script_call(words: list[str]) -> tuple[str, list[str]] | None:
     """(script module name, its arguments) when the command runs a run script (python, torchrun, or the installed
     `hf-aux <method>` command, whose methods are the run scripts'), else None."""
     words = strip_launcher(words)
-    if words[:1] == ["hf-aux"] and len(words) > 1:
+    if words and Path(words[0]).name == "hf-aux" and len(words) > 1:  # hf-aux, or .venv/bin/hf-aux
         return "run_" + words[1].replace("-", "_"), words[2:]
     if not words or (words[0] not in PYTHONS and words[0] != "torchrun"):
         return None
