@@ -64,3 +64,16 @@ def test_shared_statistics_by_hand():
     assert verdict(lo, hi, +1) == "inconclusive"
     assert verdict(0.1, 0.3, +1) == "reproduced" and verdict(0.1, 0.3, -1) == "not reproduced"
     assert verdict(float("nan"), float("nan"), +1) == "inconclusive"
+
+
+def test_select_splits_the_plan_into_disjoint_shares():
+    from benchmarks.evidence.amos import SETTINGS, plan, select
+
+    steps = plan(SETTINGS["minilm"])
+    electra = select(steps, arms=["electra"])
+    rest = select(steps, arms=["minilm", "amos"])
+    assert electra == [("pretrain", "electra", seed) for seed in (42, 1, 2)]
+    assert rest == [("pretrain", "amos", 42), ("base", "minilm", None), ("pretrain", "amos", 1), ("pretrain", "amos", 2)]
+    assert not set(electra) & set(rest)
+    assert select(steps, arms=["amos"], seeds=[1, 2]) == [("pretrain", "amos", 1), ("pretrain", "amos", 2)]
+    assert select(steps) == steps

@@ -17,6 +17,8 @@ the MiniLM starting point, further seeds, then the ablations.
     python benchmarks/evidence/amos.py            # run (or continue) the study, then render the report
     python benchmarks/evidence/amos.py --report   # render docs/evidence/amos.md + figures from the JSON only
     python benchmarks/evidence/amos.py --quick --output /tmp/amos.json   # every variant, tiny models, seconds
+    python benchmarks/evidence/amos.py --arms electra &  # two processes sharing the study: disjoint arms or seeds
+    python benchmarks/evidence/amos.py --arms minilm amos &
 
 Run it single-threaded and niced on a shared machine: OMP_NUM_THREADS=1 nice -n 10 python ...
 """
@@ -213,7 +215,14 @@ def plan(setting: dict) -> list[tuple]:
     return steps
 
 
-def run_study(setting_name: str, json_path: Path, quick: bool) -> None:
+def select(steps: list[tuple], arms=None, seeds=None) -> list[tuple]:
+    """The plan's steps of these arms ("minilm" is the fine-tuned starting point) and pretraining seeds (None: all),
+    so that two processes can share a study without running the same step twice."""
+    return [(kind, name, seed) for kind, name, seed in steps
+            if (arms is None or name in arms) and (seeds is None or seed is None or seed in seeds)]
+
+
+def run_study(setting_name: str, json_path: Path, quick: bool, arms=None, seeds=None) -> None:
     import torch
 
     from hf_aux.demo import minilm_path
@@ -221,7 +230,8 @@ def run_study(setting_name: str, json_path: Path, quick: bool) -> None:
     torch.set_num_threads(1)
     setting = SETTINGS[setting_name]
     work = WORK_DIR / setting_name
-    for kind, name, pretrain_seed in plan(setting) if not quick else _quick_plan(setting):
+    steps = plan(setting) if not quick else _quick_plan(setting)
+    for kind, name, pretrain_seed in select(steps, arms, seeds):
         runs = load_runs(json_path)
         checkpoint = None
         if kind == "pretrain":
@@ -548,6 +558,10 @@ def main(argv=None) -> None:
     parser.add_argument("--check_blocks", type=int, default=64, help="held-out blocks for --check")
     parser.add_argument("--output", default=None, help="JSON path (default docs/evidence/amos.json; --quick: a "
                                                        "temporary folder)")
+    parser.add_argument("--arms", nargs="+", default=None, choices=["minilm", *ORDER],
+                        help="run only these arms' steps (default: all, in the plan's order)")
+    parser.add_argument("--pretrain_seeds", nargs="+", type=int, default=None,
+                        help="run only these pretraining seeds (default: all)")
     args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.check:
@@ -562,7 +576,7 @@ def main(argv=None) -> None:
         return
     json_path = Path(args.output) if args.output else JSON_PATH
     if not args.report:
-        run_study("minilm", json_path, quick=False)
+        run_study("minilm", json_path, quick=False, arms=args.arms, seeds=args.pretrain_seeds)
     render_report(json_path, REPORT_PATH if args.output is None else json_path.with_suffix(".md"))
 
 
