@@ -68,9 +68,27 @@ def test_append_run_and_has_run(tmp_path):
     assert [r["seed"] for r in runs] == [0, 1]
     assert json.loads(path.read_text())["runs"] == runs
     assert common.has_run(runs, claim="a", seed=1) and not common.has_run(runs, claim="a", seed=2)
-    assert list(path.parent.iterdir()) == [path]  # no temp file left behind
+    assert sorted(p.name for p in path.parent.iterdir()) == [".runs.json.lock", "runs.json"]  # no temp file left
     meta = common.run_meta()
     assert set(meta) >= {"commit", "device", "load_avg", "torch_threads"}
+
+
+def _append_many(path, start):
+    for seed in range(start, start + 40):
+        common.append_run(path, {"claim": "a", "seed": seed})
+
+
+def test_append_run_from_two_processes_loses_nothing(tmp_path):
+    import multiprocessing
+
+    path = tmp_path / "runs.json"
+    workers = [multiprocessing.get_context("fork").Process(target=_append_many, args=(path, start))
+               for start in (0, 1000)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert sorted(r["seed"] for r in common.load_runs(path)) == [*range(40), *range(1000, 1040)]
 
 
 # ---- the study, quick ------------------------------------------------------------------------------------------

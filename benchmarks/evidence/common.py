@@ -29,20 +29,25 @@ def load_runs(path) -> list[dict]:
 
 
 def append_run(path, run: dict) -> None:
-    """Append one run object to the cache file, atomically (write a temp file beside it, then rename)."""
+    """Append one run object to the cache file, atomically (write a temp file beside it, then rename), holding a
+    lock beside it so that two processes sharing a study cannot lose each other's runs."""
+    import fcntl
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    runs = load_runs(path) + [run]
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as out:
-            json.dump({"runs": runs}, out, indent=1)
-            out.write("\n")
-        os.replace(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.remove(temp)
-        raise
+    with open(path.parent / f".{path.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        runs = load_runs(path) + [run]
+        handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(handle, "w") as out:
+                json.dump({"runs": runs}, out, indent=1)
+                out.write("\n")
+            os.replace(temp, path)
+        except BaseException:
+            if os.path.exists(temp):
+                os.remove(temp)
+            raise
 
 
 def has_run(runs, **keys) -> bool:
