@@ -251,7 +251,7 @@ def run_study(setting_name: str, json_path: Path, quick: bool, arms=None, seeds=
         else:
             if quick:
                 continue
-            checkpoint = minilm_path()
+            checkpoint = str(minilm_path())
         for task in TASKS:
             for seed in setting["finetune_seeds"]:
                 keys = dict(claim=f"downstream/{task}", variant=name, pretrain_seed=pretrain_seed, seed=seed,
