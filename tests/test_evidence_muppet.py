@@ -5,6 +5,7 @@ computations."""
 import importlib.util
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -106,15 +107,23 @@ def test_quick_runs_every_variant_caches_and_reports(tmp_path):
         assert arms == {("fit", "mixture_all"), ("fit", "single_task"), ("heldout", "base"),
                         ("heldout", "muppet"), ("heldout", "muppet_task_head"), ("num_tasks", "mixture_2"),
                         ("batching", "dataset_homogeneous"), ("batching", "no_loss_scaling"),
-                        ("batching", "batch_homogeneous")}
+                        ("batching", "batch_homogeneous"), ("budget", "muppet_long"),
+                        ("budget", "muppet_long_task_head")}
         quick = muppet.QUICK
         for run in runs:
             assert {"wall_s", "cpu_s", "device", "commit", "load_avg", "seed", "metric", "value"} <= set(run)
             assert 0.0 <= run["value"] <= 1.0 and run["quick"] is True
         fit = [r for r in runs if r["claim"] == "fit" and r["variant"] == "mixture_all"]
-        assert {r["epoch"] for r in fit} == set(range(1, quick.pft_epochs + 1))
+        # the longer budget resumed the same run: its later epochs, once each, and as many single-task epochs
+        assert sorted(r["epoch"] for r in fit if r["task"] == "average") == list(range(1, quick.pft_epochs_long + 1))
+        single = [r for r in runs if r["claim"] == "fit" and r["variant"] == "single_task"]
+        assert sorted(r["epoch"] for r in single if r["task"] == "imdb") == list(range(1, quick.pft_epochs_long + 1))
         assert {r["task"] for r in fit} == {*quick.mixture, "average"}
-        for epoch in range(1, quick.pft_epochs + 1):  # the average is the mean of the tasks' accuracies
+        budget = [r for r in runs if r["claim"] == "budget"]
+        assert {(r["task"], r["seed"]) for r in budget if r["variant"] == "muppet_long"} == \
+            {(t, seed) for t in quick.held_out for seed in quick.seeds}
+        assert {r["fraction"] for r in budget} == {quick.claim_fraction}
+        for epoch in range(1, quick.pft_epochs_long + 1):  # the average is the mean of the tasks' accuracies
             per_task = [r["value"] for r in fit if r["epoch"] == epoch and r["task"] != "average"]
             average = next(r["value"] for r in fit if r["epoch"] == epoch and r["task"] == "average")
             assert average == pytest.approx(sum(per_task) / len(per_task))
@@ -136,7 +145,9 @@ def test_quick_runs_every_variant_caches_and_reports(tmp_path):
 
     text = (tmp_path / "muppet.md").read_text()
     for heading in ("## Is the pre-finetuned model fitted?", "## Claim 1", "## Claim 2", "## Claim 3",
-                    "## How to continue"):
+                    "## The longer budget", "## How to continue"):
         assert heading in text
     assert "incomplete: 1 seed so far" in text  # one seed: no verdict
+    chosen = re.search(r"Budget used by claims 1-3: \*\*(\d) epoch", text)
+    assert chosen and int(chosen.group(1)) <= muppet.QUICK.pft_epochs  # the longer run does not move the budget
     assert (tmp_path / "muppet_heldout.png").is_file()

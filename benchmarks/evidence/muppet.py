@@ -19,6 +19,9 @@ fine-tunes one task), never copies of the trainers. Steps, in the order they run
   claim 2   batching and loss scaling (§5.2, Fig. 2): batch-homogeneous and dataset-homogeneous batches, and loss
             scaling off, against the heterogeneous, scaled reference; the mixture's average validation metric and
             the held-out benefit at 1%.
+  budget    the longer budget: the mixture continued to `pft_epochs_long` epochs and the single-task references
+            as long, then the held-out comparison at 1% from its last epoch (is the model of claims 1-3
+            undertrained, and does fitting it longer change what it transfers?).
   claims 2 and 3 use the 1% fraction: claim 1 measured the reference's held-out benefit there and none at 10%,
   so an arm's effect on the benefit can only be seen at 1%. Claim 1's 100% fraction runs last (the costliest).
 
@@ -89,6 +92,8 @@ class Settings:
     pft_learning_rate: float = 1e-4
     warmup_updates: int = 10           # then constant: epoch e of a run = a run of e epochs
     pft_epochs: int = 3                # the fit pilot's longest budget
+    pft_epochs_long: int = 6           # the longer budget: is the mixture fitted at pft_epochs, and does fitting it
+    #                                    longer change the held-out benefit? (the same run resumed)
     ft_learning_rate: float = 5e-5
     ft_batch_size: int = 16
     ft_epochs: int = 3                 # fine-tuning budget: ft_epochs passes, clipped to [ft_min_steps, ft_max_steps]
@@ -110,7 +115,8 @@ FULL = Settings()
 QUICK = Settings(mixture=("imdb", "parliament_party", "newsgroups"), held_out=("rotten_tomatoes",), pft_train_rows=24,
                  pft_eval_rows=16, max_seq_length=32, batch_size=8, sub_batches=2, warmup_updates=1, pft_epochs=2,
                  ft_epochs=1, ft_min_steps=2, ft_max_steps=3, fractions=(0.01,), seeds=(0,), mixture_sizes=(2,),
-                 claim_fraction=0.01, eval_batch_size=32, heldout_eval_rows=32, quick=True)
+                 claim_fraction=0.01, eval_batch_size=32, heldout_eval_rows=32, quick=True,
+                 pft_epochs_long=3)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -294,23 +300,41 @@ class Study:
         """The pre-finetuning budget (epochs) of claims 1-3: the best average validation metric of the mixture."""
         s = self.settings
         out, evals = self.pretrained("mixture_all", s.mixture, s.pft_epochs, "fit")
-        best = max(evals, key=lambda h: h["eval_average_primary"])
+        # the run may have been resumed to the longer budget: the pilot chooses among its first pft_epochs only
+        best = max((h for h in evals if round(h["epoch"]) <= s.pft_epochs), key=lambda h: h["eval_average_primary"])
         return round(best["epoch"])
 
-    def single_task_references(self) -> None:
+    def single_task_references(self, epochs: int) -> None:
+        """MiniLM fine-tuned on each mixture task alone for `epochs` epochs over the mixture's rows of it; records
+        the epochs not recorded yet (the rate is constant after warm-up, so epoch e of a longer run is a run of e
+        epochs: a longer budget re-runs the task and adds its later epochs)."""
         s = self.settings
         for task in s.mixture:
             run_id = f"single_{task}"
-            if has_run(self.runs, claim="fit", run_id=run_id):
+            recorded = {r["epoch"] for r in self.runs if r["claim"] == "fit" and r.get("run_id") == run_id}
+            if recorded and max(recorded) >= epochs:
                 continue
-            self.log(f"single-task reference {task}: {s.pft_epochs} epochs")
+            self.log(f"single-task reference {task}: {epochs} epochs")
             meta = run_meta()
-            _, evals, cost = finetune(s, self.model, task, self.runs_dir / "tmp_ft", s.pft_seed, epochs=s.pft_epochs,
+            _, evals, cost = finetune(s, self.model, task, self.runs_dir / "tmp_ft", s.pft_seed, epochs=epochs,
                                       capped=True, per_epoch_eval=True)
             objects = [{"claim": "fit", "variant": "single_task", "run_id": run_id, "seed": s.pft_seed,
                         "task": task, "epoch": round(e["epoch"]), "steps": e["step"], "split": "validation",
-                        "metric": "accuracy", "value": e["eval_accuracy"]} for e in evals]
+                        "metric": "accuracy", "value": e["eval_accuracy"]} for e in evals
+                       if round(e["epoch"]) not in recorded]
             self.record(objects, cost, meta)
+
+    def longer_budget(self, epochs: int) -> None:
+        """The mixture and the single-task references resumed / re-run to pft_epochs_long epochs, and the held-out
+        comparison at claim_fraction repeated from the mixture's last epoch (variant muppet_long): is the model of
+        claims 1-3 undertrained, and would fitting it better change what it transfers?"""
+        s = self.settings
+        if s.pft_epochs_long <= s.pft_epochs:
+            return
+        out, evals = self.pretrained("mixture_all", s.mixture, s.pft_epochs_long, "fit")
+        self.single_task_references(s.pft_epochs_long)
+        self.compare("budget", "muppet_long", str(epoch_checkpoint(out, evals, s.pft_epochs_long)),
+                     [s.claim_fraction], s.seeds, task_heads=True)
 
     # -- fine-tuning on the held-out tasks ---------------------------------------------------------------------
     def heldout(self, claim: str, variant: str, model: str, task: str, fraction: float, seed: int,
@@ -342,7 +366,7 @@ class Study:
                                      head_from=HEAD_SOURCES[task])
 
     # -- the whole study ----------------------------------------------------------------------------------------
-    def run(self, claims=("1", "3", "2")) -> None:
+    def run(self, claims=("1", "3", "2", "budget")) -> None:
         s = self.settings
         epochs = self.fit_pilot()
         self.log(f"pre-finetuning budget: {epochs} epochs (best average validation metric)")
@@ -350,7 +374,7 @@ class Study:
         reference_ckpt = str(epoch_checkpoint(reference, evals, epochs))
         if "1" in claims:  # the most important comparison first: claim 1 at its first fraction, every seed
             self.compare("heldout", "muppet", reference_ckpt, s.fractions[:1], s.seeds, task_heads=True)
-        self.single_task_references()  # is the multi-task model fitted? (a diagnostic of the budget)
+        self.single_task_references(s.pft_epochs)  # is the multi-task model fitted? (a diagnostic of the budget)
         if "1" in claims:  # the cheap fractions now, the full training sets after claims 2 and 3
             self.compare("heldout", "muppet", reference_ckpt, s.fractions[:2], s.seeds, task_heads=True)
         if "3" in claims:
@@ -367,6 +391,8 @@ class Study:
                                                loss_scaling=arm != "no_loss_scaling")
                 self.compare("batching", arm, str(epoch_checkpoint(out, evals_k, epochs)), [s.claim_fraction],
                              s.seeds)
+        if "budget" in claims:
+            self.longer_budget(epochs)
         if "1" in claims:
             self.compare("heldout", "muppet", reference_ckpt, s.fractions, s.seeds, task_heads=True)
 
@@ -442,7 +468,9 @@ def difference_cell(seeds, a, b, expected_sign: int = 1) -> tuple[str, str]:
 def cpu_minutes(runs) -> float:
     seen, total = set(), 0.0
     for r in runs:
-        key = r.get("run_id") or (r["claim"], r["variant"], r.get("task"), r.get("fraction"), r.get("seed"))
+        # objects recorded together share one cost (a resumed run records its later epochs with their own)
+        key = (r["run_id"], r.get("cpu_s")) if r.get("run_id") else (r["claim"], r["variant"], r.get("task"),
+                                                                      r.get("fraction"), r.get("seed"))
         if key not in seen:
             seen.add(key)
             total += r.get("cpu_s") or 0.0
@@ -489,6 +517,7 @@ def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str
     lines += heldout_section(runs, s, folder)
     lines += num_tasks_section(runs, s, folder)
     lines += batching_section(runs, s)
+    lines += budget_section(runs, s)
     lines += ["## How to continue", "",
               "The JSON is the cache: finished runs are skipped, pre-finetuned checkpoints are rebuilt under "
               f"`{RUNS_DIR}` (or `$MUPPET_EVIDENCE_RUNS`) when missing. From the repository root:", "",
@@ -497,11 +526,9 @@ def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str
               "  nohup nice -n 10 .venv/bin/python benchmarks/evidence/muppet.py > muppet_evidence.log 2>&1 &",
               ".venv/bin/python benchmarks/evidence/muppet.py --report",
               "```", "",
-              "A longer pre-finetuning budget (if the single-task references show the mixture undertrained): "
-              "`--pft_epochs 6` resumes the pilot from its last checkpoint (the rate is constant after warm-up, so "
-              "epoch e of the longer run is still a run of e epochs). Claims 1-3 then use the new best epoch, so "
-              "give them their own JSON and report (`--out docs/evidence/muppet_6ep`), leaving this one as it is.",
-              ""]
+              f"The longer budget alone: `--claims budget` (it resumes the mixture to {s.pft_epochs_long} epochs; "
+              "claims 1-3 keep the budget chosen among the first "
+              f"{s.pft_epochs}). Claim 1's full training sets run last.", ""]
     text = "\n".join(lines)
     report_path.write_text(text)
     return text
@@ -513,13 +540,14 @@ def fit_section(runs, s: Settings) -> list[str]:
     if not fit:
         return lines + ["No run yet.", ""]
     epochs = sorted({r["epoch"] for r in fit})
-    header = "| task | " + " | ".join(f"mixture, {e} ep | alone, {e} ep" for e in epochs) + " |"
-    lines += ["Validation accuracy of each mixture task after e epochs: the pre-finetuned model (one multi-task "
-              "run, evaluated after each epoch) against MiniLM fine-tuned on that task alone for the same epochs "
-              "over the same rows (the same per-task budget; batch "
+    header = "| task | " + " | ".join(f"{e} ep" for e in epochs) + " |"
+    lines += ["Validation accuracy of each mixture task after e epochs, as *mixture / alone*: the pre-finetuned "
+              "model (one multi-task run, evaluated after each epoch) against MiniLM fine-tuned on that task alone "
+              "for the same epochs over the same rows (the same per-task budget; batch "
               f"{s.batch_size}, learning rate {s.pft_learning_rate:g}, {s.warmup_updates} warm-up updates). "
-              "\"-\": not run yet (the single-task references run after claim 1's first fraction).", "", header,
-              "|---|" + "---|---|" * len(epochs)]
+              "\"-\": not run yet (the single-task references run after claim 1's first fraction). Epochs after "
+              f"{s.pft_epochs} are the longer budget (the same runs continued; see the last section).", "", header,
+              "|---|" + "---|" * len(epochs)]
     value = {(r["variant"], r["task"], r["epoch"]): r["value"] for r in fit}
     for task in [*s.mixture, "average"]:
         cells = []
@@ -530,23 +558,27 @@ def fit_section(runs, s: Settings) -> list[str]:
                 st = sum(alone) / len(alone) if all(v is not None for v in alone) else None
             else:
                 st = value.get(("single_task", task, e))
-            cells += ["-" if mt is None else f"{mt:.3f}", "-" if st is None else f"{st:.3f}"]
+            cell = f"{'-' if mt is None else f'{mt:.3f}'} / {'-' if st is None else f'{st:.3f}'}"
+            cells.append(f"**{cell}**" if task == "average" else cell)
         lines.append(f"| {task} | " + " | ".join(cells) + " |")
-    averages = {r["epoch"]: r["value"] for r in fit if r["variant"] == "mixture_all" and r["task"] == "average"}
+    averages = {r["epoch"]: r["value"] for r in fit if r["variant"] == "mixture_all" and r["task"] == "average"
+                and r["epoch"] <= s.pft_epochs}
     if averages:
         best = max(averages, key=averages.get)
         lines += ["", f"Budget used by claims 1-3: **{best} epoch{'s' if best != 1 else ''}** (best average "
                       f"validation accuracy of the mixture, {averages[best]:.3f})."]
-    cost = [r for r in fit if r["variant"] == "mixture_all"][:1]
+    cost = [r for r in fit if r["variant"] == "mixture_all" and r["epoch"] <= s.pft_epochs]
     if cost:
-        lines.append(f"The multi-task run took {cost[0]['wall_s'] / 60:.1f} min wall, {cost[0]['cpu_s'] / 60:.1f} "
-                     f"CPU min ({cost[0]['steps'] if len(epochs) == 1 else max(r['steps'] for r in fit if r['variant'] == 'mixture_all')} "
-                     f"updates; load average {cost[0]['load_avg']} at its start).")
+        lines.append(f"The multi-task run of {s.pft_epochs} epochs took {cost[0]['wall_s'] / 60:.1f} min wall, "
+                     f"{cost[0]['cpu_s'] / 60:.1f} CPU min ({max(r['steps'] for r in cost)} updates; load average "
+                     f"{cost[0]['load_avg']} at its start).")
     return lines + [""]
 
 
 ARM_LABELS = {"base": "base MiniLM", "muppet": "pre-finetuned, fresh head",
-              "muppet_task_head": "pre-finetuned, IMDB head re-used"}
+              "muppet_task_head": "pre-finetuned, IMDB head re-used",
+              "muppet_long": "longer pre-finetuning, fresh head",
+              "muppet_long_task_head": "longer pre-finetuning, IMDB head re-used"}
 
 
 def values_of(runs, claim, variant, task, fraction) -> list[float]:
@@ -663,6 +695,47 @@ def num_tasks_section(runs, s: Settings, folder: Path) -> list[str]:
     return lines + rows + [""]
 
 
+def budget_section(runs, s: Settings) -> list[str]:
+    lines = [f"## The longer budget: {s.pft_epochs_long} epochs of pre-finetuning", "",
+             f"The same mixture run continued from {s.pft_epochs} to {s.pft_epochs_long} epochs (constant rate, so "
+             "nothing else changes), its per-task validation against the single-task references in the first "
+             f"table, and the held-out comparison at {s.claim_fraction:g} of the train split repeated from its last "
+             "epoch: is the model of claims 1-3 undertrained, and does fitting the mixture longer change what it "
+             "transfers? Difference: arm - base MiniLM, paired by seed.", ""]
+    fit = {(r["variant"], r["epoch"]): r["value"] for r in runs if r["claim"] == "fit" and r["task"] == "average"
+           and r["variant"] == "mixture_all"}
+    alone = {}
+    for r in runs:
+        if r["claim"] == "fit" and r["variant"] == "single_task":
+            alone.setdefault(r["epoch"], []).append(r["value"])
+    long_fit, long_alone = fit.get(("mixture_all", s.pft_epochs_long)), alone.get(s.pft_epochs_long, [])
+    if long_fit is None:
+        return lines + ["Not run yet (`--claims budget`).", ""]
+    if len(long_alone) == len(s.mixture):
+        best = max(alone, key=lambda e: sum(alone[e]) / len(alone[e]) if len(alone[e]) == len(s.mixture) else -1)
+        lines += [f"Average validation accuracy at {s.pft_epochs_long} epochs: mixture {long_fit:.3f}, single-task "
+                  f"{sum(long_alone) / len(long_alone):.3f} (single-task's best: "
+                  f"{sum(alone[best]) / len(alone[best]):.3f} at {best} epochs).", ""]
+    rows = []
+    for variant in ("muppet_long", "muppet_long_task_head"):
+        reference = variant.replace("_long", "")
+        for row in heldout_rows(runs, "budget", variant, s, [s.claim_fraction]):
+            rows.append(row.replace("| ", f"| {ARM_LABELS[variant]} | ", 1))
+        for task in s.held_out:  # the same arm at the budget of claims 1-3, for comparison
+            seeds, a, b = paired(runs, "budget", variant, "heldout", reference, task, s.claim_fraction)
+            if a:
+                cell, word = difference_cell(seeds, a, b)
+                if len(seeds) >= 3:
+                    _, lo, hi = paired_ci(a, b)
+                    word = "longer better" if lo > 0 else "longer worse" if hi < 0 else "no difference shown"
+                rows.append(f"| {ARM_LABELS[variant]} | {task} | vs the same arm at {s.pft_epochs} epochs | | | "
+                            f"{cell} | {word} |")
+    if rows:
+        lines += ["| arm | task | train fraction | base MiniLM | arm | difference [95% CI] | verdict |",
+                  "|---|---|---|---|---|---|---|", *rows]
+    return lines + [""]
+
+
 def batching_section(runs, s: Settings) -> list[str]:
     lines = ["## Claim 2: heterogeneous batches and loss scaling", "", PAPER["batching"], "",
              "Each arm pre-finetunes the same mixture for the same epochs; the reference is the heterogeneous, "
@@ -700,7 +773,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="folder for the JSON, report and run folders (default: docs/evidence, and --runs_dir)")
     parser.add_argument("--runs_dir", type=Path, default=RUNS_DIR, help="pre-finetuned checkpoints (not committed)")
-    parser.add_argument("--claims", nargs="+", default=["1", "3", "2"], choices=["1", "2", "3"])
+    parser.add_argument("--claims", nargs="+", default=["1", "3", "2", "budget"], choices=["1", "2", "3", "budget"],
+                        help="what to run (budget: the longer pre-finetuning budget, pft_epochs_long)")
     parser.add_argument("--pft_epochs", type=int, default=None,
                         help="the fit pilot's longest budget (default: the settings'); a longer one resumes it")
     args = parser.parse_args(argv)
