@@ -1,5 +1,6 @@
 """Model cards (hf_aux.model_card): every method's card renders, its metadata parses and carries the metrics, the
-hyper-parameters never hold the token, the figures are real PNGs, and the templates ship in the wheel."""
+hyper-parameters never hold the token, the figures are real PNGs, and the templates (and the demo configs) ship in
+the wheel."""
 
 import json
 import shutil
@@ -203,6 +204,9 @@ def test_templates_ship_in_the_wheel_and_render_from_it(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     for template in ["_base.md"] + [f"{method}.md" for method in METHODS]:
         assert f"hf_aux/model_cards/{template}" in names
+    for method in ["muppet", "amos", "tartan", "meta_lm", "finetune"]:  # `hf-aux <method>`'s demo configs
+        assert f"hf_aux/cli/configs/{method}.yaml" in names
+    assert "is absent from the `packages` configuration" not in build.stderr  # every data folder is declared
 
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)
