@@ -183,6 +183,9 @@ def pretrain(settings: Settings, model: str, out: Path, tasks, epochs: int, batc
                 "--eval_strategy", "epoch", "--save_strategy", "epoch", "--save_total_limit", "100",
                 "--batching", batching, "--loss_scaling", str(loss_scaling), "--seed", str(settings.pft_seed),
                 *common_train_flags(settings)]
+        checkpoints = sorted(out.glob("checkpoint-*"), key=lambda c: int(c.name.split("-")[1]))
+        if checkpoints:  # continue it on purpose (the run guard refuses a silent resume with a changed budget)
+            argv += ["--resume_from_checkpoint", str(checkpoints[-1])]
         with measured() as cost, quiet(settings.quick):
             run_muppet.main(*run_muppet.parse_args(argv))
     history = json.loads(state_file.read_text())["log_history"]
