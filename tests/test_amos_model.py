@@ -341,3 +341,36 @@ def test_from_pretrained_encoder_copies_the_body_into_both_models(tmp_path, sour
     roberta.save_pretrained(tmp_path / "roberta")
     with pytest.raises(ValueError, match="encoder_name_or_path"):
         AmosModel.from_pretrained_encoder(str(tmp_path / "roberta"), 1)
+
+
+def test_fixed_weights_mixture_equals_its_special_cases_and_sends_nothing_back():
+    """Table 8's 'w. final mix weights': gamma is the given weights at every masked position. One-hot weights give
+    the 'fixed' head's draws, equal weights the uniform mixture's (same noise); no gradient reaches v or h."""
+    model, tok = make_model(mlm_layers=(1, 2))
+    model.eval()  # no dropout: the same Gumbel noise under the same seed is the only randomness
+    with torch.no_grad():
+        model.generator.mixture.normal_()
+        for parameter in model.generator.body.encoder.layer[1].parameters():  # the two heads now disagree
+            parameter.normal_(std=1.0)
+    batch = make_batch(tok)
+
+    def run(**kwargs):
+        torch.manual_seed(7)
+        return model(**batch, **kwargs)
+
+    assert not torch.equal(run(mixture="fixed", head_index=0).replaced_input_ids,
+                           run(mixture="fixed", head_index=1).replaced_input_ids)
+
+    for weights, same in (([1.0, 0.0], dict(mixture="fixed", head_index=0)),
+                          ([0.0, 1.0], dict(mixture="fixed", head_index=1)),
+                          ([0.5, 0.5], dict(mixture="uniform"))):
+        out, reference = run(mixture="weights", fixed_weights=weights), run(**same)
+        assert torch.equal(out.replaced_input_ids, reference.replaced_input_ids), weights
+        torch.testing.assert_close(out.loss, reference.loss)
+        assert torch.equal(out.mixture_weights, torch.tensor(weights).expand_as(out.mixture_weights))
+    mixed = run(mixture="weights", fixed_weights=[0.8, 0.2])
+    head_grads, v_grad = _head_and_mixture_grads(model, mixed)
+    assert v_grad is None and all(g is None for g in head_grads)
+    for bad in ([1.0], [0.7, 0.7], [1.5, -0.5], None):
+        with pytest.raises(ValueError, match="field 'fixed_weights'"):
+            model(**batch, mixture="weights", fixed_weights=bad)

@@ -129,6 +129,28 @@ def test_layer_switch_and_uniform_mixtures_log_their_weights(tmp_path):
     assert torch.equal(model.generator.mixture, v_before)  # no adversarial gradient reaches v
 
 
+def test_fixed_weights_mixture_logs_its_weights_and_checks_them(tmp_path):
+    model, tok, data = tiny_setup()
+    v_before = model.generator.mixture.detach().clone()
+    args = make_args(tmp_path, mixture="fixed_weights", mixture_weights=[3.0, 1.0], max_steps=2, logging_steps=1)
+    assert args.mixture_weights == [0.75, 0.25]  # normalised
+    trainer = AmosTrainer(model=model, args=args, train_dataset=data, processing_class=tok)
+    trainer.train()
+    logged = [(entry["mixture_weight/layer_1"], entry["mixture_weight/layer_2"])
+              for entry in trainer.state.log_history if "loss" in entry]
+    assert logged == [pytest.approx((0.75, 0.25))] * 2
+    assert torch.equal(model.generator.mixture, v_before)  # no adversarial gradient reaches v
+
+    with pytest.raises(ValueError, match="field 'mixture_weights': 3 weights for 2 MLM heads"):
+        AmosTrainer(model=model, args=make_args(tmp_path, mixture="fixed_weights", mixture_weights=[1, 1, 1]),
+                    train_dataset=data, processing_class=tok)
+    for bad in (None, [], [0.0, 0.0], [1.0, -0.5]):
+        with pytest.raises(ValueError, match="AmosConfig: field 'mixture_weights'"):
+            make_args(tmp_path, mixture="fixed_weights", mixture_weights=bad)
+    with pytest.raises(ValueError, match="read only with mixture='fixed_weights'"):
+        make_args(tmp_path, mixture_weights=[0.5, 0.5])
+
+
 def _train(output_dir, max_steps, resume=None, save_steps=None):
     model, tok, data = tiny_setup()
     args = make_args(output_dir, max_steps=max_steps, save_strategy="steps" if save_steps else "no",

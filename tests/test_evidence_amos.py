@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -37,6 +39,12 @@ def test_quick_study_runs_every_variant_and_renders_the_report(tmp_path):
     assert pretraining["electra"]["mlm_layers"] == [2] and pretraining["amos"]["mlm_layers"] == [1, 2]
     weights = pretraining["amos"]["train_curve"][-1]
     assert abs(weights["mixture_weight/layer_1"] + weights["mixture_weight/layer_2"] - 1) < 1e-5
+    # 'w. final mix weights' trains with the AMOS run's last logged weights of the same seed, all the way
+    final = [weights["mixture_weight/layer_1"], weights["mixture_weight/layer_2"]]
+    fixed = pretraining["final_mix_weights"]
+    assert fixed["fixed_weights"] == final
+    for entry in fixed["train_curve"]:
+        assert [entry["mixture_weight/layer_1"], entry["mixture_weight/layer_2"]] == pytest.approx(final, abs=1e-5)
     downstream = {(r["claim"], r["variant"]) for r in runs if r["claim"].startswith("downstream/")}
     assert downstream == {(f"downstream/{task}", name) for task in TASKS for name in ORDER}
 

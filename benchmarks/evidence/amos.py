@@ -61,9 +61,10 @@ VARIANTS = {
     "random_layer": {"mixture": "random_layer"},         # w. random layer
     "no_stop_gradient": {"stop_gradient": False},        # - stop grad.
     "layer_switch": {"mixture": "layer_switch"},         # w. layer switch
+    "final_mix_weights": {"mixture": "fixed_weights"},   # w. final mix weights (Table 8): the AMOS run's of that seed
 }
 REFERENCE = "amos"
-ORDER = ["amos", "electra", "uniform", "random_layer", "no_stop_gradient", "layer_switch"]
+ORDER = ["amos", "electra", "uniform", "random_layer", "no_stop_gradient", "layer_switch", "final_mix_weights"]
 TASKS = ("rotten_tomatoes", "news_outlet")
 
 SETTINGS = {
@@ -104,7 +105,19 @@ def _load_script(name: str):
     return module
 
 
-def _variant_flags(name: str, depth: int) -> list[str]:
+def final_mixture_weights(runs: list[dict], seed: int, setting: str) -> list[float]:
+    """The mixture weights the AMOS arm's pretraining run of this seed logged last (shallowest head first): what
+    'w. final mix weights' trains with all the way."""
+    amos = [run for run in runs if run["claim"] == "pretrain" and run["variant"] == "amos" and run["seed"] == seed
+            and run.get("setting") == setting]
+    if not amos:
+        raise ValueError(f"AMOS evidence: arm 'final_mix_weights' seed {seed} needs the 'amos' arm's pretraining run "
+                         "of that seed first (run --arms amos)")
+    last = amos[0]["train_curve"][-1]
+    return [last[f"mixture_weight/layer_{d}"] for d in amos[0]["mlm_layers"]]
+
+
+def _variant_flags(name: str, depth: int, weights: list[float] | None = None) -> list[str]:
     """run_amos.py flags of one arm on top of the embedded defaults (Table 2 names in VARIANTS)."""
     variant = VARIANTS[name]
     flags = []
@@ -112,12 +125,15 @@ def _variant_flags(name: str, depth: int) -> list[str]:
         flags += ["--mlm_layers", str(depth)]
     if "mixture" in variant:
         flags += ["--mixture", variant["mixture"]]
+    if variant.get("mixture") == "fixed_weights":
+        flags += ["--mixture_weights", *(f"{w:.6f}" for w in weights)]
     if variant.get("stop_gradient") is False:
         flags += ["--stop_gradient", "false"]
     return flags
 
 
-def pretrain(name: str, seed: int, setting: dict, quick: bool, out_dir: Path) -> dict:
+def pretrain(name: str, seed: int, setting: dict, quick: bool, out_dir: Path,
+             weights: list[float] | None = None) -> dict:
     """One pretraining run through run_amos.py: its embedded default (continued pretraining of MiniLM on IMDB) with
     this arm's flags and seed (--quick: a tiny from-scratch pair). The discriminator stays in out_dir for the
     fine-tunings; the curves come from its trainer_state.json. Returns the run object."""
@@ -126,7 +142,7 @@ def pretrain(name: str, seed: int, setting: dict, quick: bool, out_dir: Path) ->
     run_amos = _load_script("run_amos")
     meta, start, cpu_start = run_meta(), time.time(), time.process_time()
     argv = ["--output_dir", str(out_dir), "--seed", str(seed), "--disable_tqdm", "true",
-            *_variant_flags(name, setting["generator_layers"]), *setting["run_amos_flags"]]
+            *_variant_flags(name, setting["generator_layers"], weights), *setting["run_amos_flags"]]
     metrics = run_amos.main(*run_amos.parse_args(argv))
     for checkpoint in out_dir.glob("checkpoint-*"):
         shutil.rmtree(checkpoint, ignore_errors=True)  # resume points are not needed once the run finished
@@ -243,8 +259,12 @@ def run_study(setting_name: str, json_path: Path, quick: bool, arms=None, seeds=
                                    seed=s, setting=setting_name) for task in TASKS for s in setting["finetune_seeds"]):
                         continue
                 print(f"[amos evidence] pretraining {name} seed {pretrain_seed}", flush=True)
-                run = pretrain(name, pretrain_seed, setting, quick, out_dir)
+                weights = (final_mixture_weights(runs, pretrain_seed, setting_name)
+                           if VARIANTS[name].get("mixture") == "fixed_weights" else None)
+                run = pretrain(name, pretrain_seed, setting, quick, out_dir, weights)
                 run["setting"] = setting_name
+                if weights is not None:
+                    run["fixed_weights"] = weights
                 if not cached:
                     append_run(json_path, run)
             checkpoint = str(out_dir)
@@ -281,7 +301,8 @@ PAPER = {
                "Fig. 3b: AMOS's replaced-token accuracy starts easier than random-layer mixing and gets harder."),
     "claim3": ("Table 1: AMOS 88.9/88.7 MNLI-m/mm vs ELECTRA 86.9/86.7 (base setting, GLUE AVG 88.6 vs 85.5); "
                "Table 2 differences from AMOS on MNLI-m: random layer -0.3, layer switch -0.3, - adv. train -0.2, "
-               "- stop grad. -0.5."),
+               "- stop grad. -0.5; Table 8: w. final mix weights (the weights AMOS learned, fixed from the start; "
+               "here the AMOS run's of the same seed) -0.5."),
 }
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -51,7 +52,7 @@ from ..losses.amos import (
 )
 
 GENERATOR_FOLDER = "generator"
-MIXTURES = ("adversarial", "uniform", "random_layer", "fixed")
+MIXTURES = ("adversarial", "uniform", "random_layer", "fixed", "weights")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -360,6 +361,7 @@ class AmosModel(PreTrainedModel):
         *,
         mixture: str = "adversarial",
         head_index: int | None = None,
+        fixed_weights: Sequence[float] | None = None,
         gumbel_temperature: float = 0.3,
         adv_mlm_multiplier: float = 0.0,
         rtd_weight: float = 50.0,
@@ -369,7 +371,8 @@ class AmosModel(PreTrainedModel):
 
         mixture: "adversarial" (eq. 3 weights, reversed discriminator gradient), "uniform" (Table 2 "- adv.
         train"), "random_layer" (one head drawn per masked position), "fixed" (head `head_index`, used by the
-        "layer switch" schedule). adv_mlm_multiplier > 0: Table 2's "+ adv. MLM", the reversed gradient also
+        "layer switch" schedule), "weights" (the heads mixed with the fixed `fixed_weights`, one per head,
+        summing to 1: Table 8's "w. final mix weights"). adv_mlm_multiplier > 0: Table 2's "+ adv. MLM", the reversed gradient also
         reaches h, scaled by it.
         """
         if labels is None or original_input_ids is None:
@@ -393,6 +396,13 @@ class AmosModel(PreTrainedModel):
             gamma = mixture_weights(gen.features, self.generator.mixture)
         elif mixture == "uniform":
             gamma = gen.logits.new_full((targets.numel(), num_heads), 1.0 / num_heads, dtype=torch.float32)
+        elif mixture == "weights":
+            weights = torch.as_tensor(fixed_weights if fixed_weights is not None else [], dtype=torch.float32,
+                                      device=targets.device)
+            if weights.shape != (num_heads,) or (weights < 0).any() or abs(float(weights.sum()) - 1.0) > 1e-4:
+                raise ValueError(f"AMOS: field 'fixed_weights': {fixed_weights} must be {num_heads} weights "
+                                 ">= 0 summing to 1, one per MLM head")
+            gamma = weights.expand(targets.numel(), num_heads)
         else:
             if mixture == "random_layer":
                 chosen = torch.randint(num_heads, (targets.numel(),), device=targets.device)

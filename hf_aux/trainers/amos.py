@@ -72,6 +72,9 @@ class AmosTrainer(ModelCardMixin, Trainer):
                 raise ValueError("AmosTrainer: field 'processing_class': give the tokenizer, or a data_collator "
                                  "such as MLMCollator(tokenizer, return_original=True)")
             data_collator = DataCollatorWithPadding(processing_class)
+        if args.mixture_weights is not None and len(args.mixture_weights) != len(model.mlm_layers):
+            raise ValueError(f"AmosTrainer: field 'mixture_weights': {len(args.mixture_weights)} weights for "
+                             f"{len(model.mlm_layers)} MLM heads (layers {model.mlm_layers})")
         _refuse_sharding(parameter_sharding(args))
         checkpointing_kwargs = args.activation_checkpointing_kwargs or {}
         if (args.activation_checkpointing and checkpointing_kwargs.get("use_reentrant", False)
@@ -99,7 +102,10 @@ class AmosTrainer(ModelCardMixin, Trainer):
             progress = self.state.global_step / max(1, self.state.max_steps)
             head_index = layer_switch_index(progress, len(self.accelerator.unwrap_model(self.model).mlm_layers))
             mixture = "fixed"
-        return {"mixture": mixture, "head_index": head_index, "gumbel_temperature": self.args.gumbel_temperature,
+        fixed_weights = self.args.mixture_weights if mixture == "fixed_weights" else None
+        mixture = "weights" if mixture == "fixed_weights" else mixture
+        return {"mixture": mixture, "head_index": head_index, "fixed_weights": fixed_weights,
+                "gumbel_temperature": self.args.gumbel_temperature,
                 "adv_mlm_multiplier": self.args.adv_mlm_multiplier, "rtd_weight": self.args.rtd_weight}
 
     def _mask(self, inputs: dict) -> dict:

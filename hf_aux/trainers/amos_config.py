@@ -12,7 +12,7 @@ from transformers import TrainingArguments
 from ..hub import HubTokenSafeArgsMixin
 from ..run_guard import RunArgsMixin
 
-MIXTURE_CHOICES = ("adversarial", "uniform", "random_layer", "layer_switch")
+MIXTURE_CHOICES = ("adversarial", "uniform", "random_layer", "layer_switch", "fixed_weights")
 
 
 @dataclass
@@ -29,8 +29,13 @@ class AmosConfig(HubTokenSafeArgsMixin, RunArgsMixin, TrainingArguments):
     mixture: str = field(default="adversarial", metadata={
         "help": "How the MLM heads are combined to sample replacements: 'adversarial' (AMOS, eq. 3 with reversed "
                 "gradient), 'uniform' (Table 2 '- adv. train'), 'random_layer' (one head per masked position), "
-                "'layer_switch' (shallow to deep head at equal fractions of training: 1/3 and 2/3 for 3 heads).",
+                "'layer_switch' (shallow to deep head at equal fractions of training: 1/3 and 2/3 for 3 heads), "
+                "'fixed_weights' (Table 8 'w. final mix weights': the heads mixed with --mixture_weights all the "
+                "way, no adversarial training).",
         "choices": list(MIXTURE_CHOICES)})
+    mixture_weights: list[float] | None = field(default=None, metadata={
+        "help": "With --mixture fixed_weights: one weight per MLM head, shallowest first, >= 0 (normalised to sum "
+                "to 1), e.g. the final mixture_weight/layer_<d> an AMOS run logged."})
     adv_mlm_multiplier: float = field(default=0.0, metadata={
         "help": "Table 2 '+ adv. MLM': when > 0, the reversed discriminator gradient also reaches the MLM "
                 "embeddings h, multiplied by this (paper: 0.1). 0 keeps the paper's AMOS."})
@@ -53,6 +58,15 @@ class AmosConfig(HubTokenSafeArgsMixin, RunArgsMixin, TrainingArguments):
             raise ValueError(f"AmosConfig: field 'gumbel_temperature': {self.gumbel_temperature} must be > 0")
         if self.mixture not in MIXTURE_CHOICES:
             raise ValueError(f"AmosConfig: field 'mixture': {self.mixture!r} is not one of {MIXTURE_CHOICES}")
+        if self.mixture == "fixed_weights":
+            weights = self.mixture_weights or []
+            if not weights or any(not w >= 0 for w in weights) or not sum(weights) > 0:
+                raise ValueError(f"AmosConfig: field 'mixture_weights': {self.mixture_weights} must be one weight "
+                                 ">= 0 per MLM head, not all 0, with mixture='fixed_weights'")
+            self.mixture_weights = [w / sum(weights) for w in weights]
+        elif self.mixture_weights is not None:
+            raise ValueError(f"AmosConfig: field 'mixture_weights': given, but mixture is {self.mixture!r}; it is "
+                             "read only with mixture='fixed_weights'")
         if not 0.0 < self.mlm_probability < 1.0:
             raise ValueError(f"AmosConfig: field 'mlm_probability': {self.mlm_probability} is not in (0, 1)")
         if self.adv_mlm_multiplier < 0:
