@@ -85,3 +85,19 @@ def test_select_splits_the_plan_into_disjoint_shares():
     assert not set(electra) & set(rest)
     assert select(steps, arms=["amos"], seeds=[1, 2]) == [("pretrain", "amos", 1), ("pretrain", "amos", 2)]
     assert select(steps) == steps
+
+
+def test_starting_point_rows_pair_by_finetuning_seed_and_average_pretraining_seeds():
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.evidence.amos import _starting_point_rows
+
+    runs = [{"variant": "minilm", "seed": s, "value": v} for s, v in ((0, 0.70), (1, 0.72), (2, 0.74))]
+    # amos: two pretraining seeds per fine-tuning seed, means 0.60, 0.61, 0.65 -> differences -0.10, -0.11, -0.09
+    runs += [{"variant": "amos", "seed": s, "pretrain_seed": p, "value": v}
+             for s, values in ((0, (0.59, 0.61)), (1, (0.60, 0.62)), (2, (0.64, 0.66))) for p, v in zip((42, 1), values)]
+    (row,) = [line for line in _starting_point_rows(runs) if line.startswith("| amos")]
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[1] == "2" and cells[2].startswith("-0.100 [") and cells[3] == "hurts"
+    low, high = (float(x) for x in cells[2].split("[")[1].split("]")[0].split(", "))
+    half = 4.302653 * 0.01 / 3 ** 0.5  # t(0.975, 2) * sd of (-0.10, -0.11, -0.09) / sqrt(3)
+    assert abs(low - (-0.100 - half)) < 1.5e-3 and abs(high - (-0.100 + half)) < 1.5e-3
