@@ -280,7 +280,8 @@ def run_study(setting_name: str, json_path: Path, quick: bool, arms=None, seeds=
                     continue
                 print(f"[amos evidence] fine-tuning {name} (pretrain seed {pretrain_seed}) on {task}, seed {seed}",
                       flush=True)
-                result = finetune(checkpoint, task, seed, setting, work / "finetune")
+                # a folder per (arm, pretraining seed): processes sharing the study (--arms) fine-tune side by side
+                result = finetune(checkpoint, task, seed, setting, work / f"finetune-{name}-{pretrain_seed}")
                 append_run(json_path, {**keys, "steps": None, **result})
 
 
