@@ -5,6 +5,7 @@ import json
 import math
 import os
 import random
+import shutil
 import sys
 
 import datasets
@@ -121,6 +122,20 @@ def test_resume_mid_epoch_is_exact(tmp_path, robust):
         resume_from_checkpoint=checkpoint)
     for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=0, msg=name)
+    # a checkpoint that does not describe its sampler (written before the description was saved) still resumes,
+    # and its next checkpoint describes it
+    undescribed = str(tmp_path / "undescribed-checkpoint-3")
+    shutil.copytree(checkpoint, undescribed)
+    state_file = os.path.join(undescribed, "trainer_state.json")
+    state = json.load(open(state_file))
+    del state["stateful_callbacks"]["TaskSamplerState"]
+    json.dump(state, open(state_file, "w"))
+    tokenizer, _, train, old, args = _setup(tmp_path / "c", **common)
+    MuppetTrainer(model=old, args=args, train_dataset=train, processing_class=tokenizer).train(
+        resume_from_checkpoint=undescribed)
+    resaved = json.load(open(os.path.join(args.output_dir, "checkpoint-6", "trainer_state.json")))
+    assert resaved["stateful_callbacks"]["TaskSamplerState"]["attributes"]["description"]["strategy"] == \
+        "heterogeneous"
     # resuming with another task sampling would skip the wrong batches: refused
     tokenizer, _, train, other, args = _setup(tmp_path / "b", batching="batch_homogeneous", **common)
     with pytest.raises(ValueError, match="different task sampling"):

@@ -166,9 +166,12 @@ class MuppetTrainer(ModelCardMixin, Trainer):
     def _check_same_sampling(self) -> None:
         """Resuming: the checkpoint's sampler description (trainer_state.json) must match this run's sampler, since
         Trainer skips the batches already trained on by count."""
-        saved = (self.state.stateful_callbacks.get(TaskSamplerState.__name__) or {}).get("attributes", {})
+        name = TaskSamplerState.__name__
+        saved = (self.state.stateful_callbacks.get(name) or {}).get("attributes", {})
         saved, now = saved.get("description"), self._task_sampler.state_dict()
-        if saved is None:  # a fresh run, or a checkpoint that does not describe its sampler
+        if saved is None:  # a fresh run, or a checkpoint that does not describe its sampler (an older hf_aux):
+            # Trainer's checkpoint saving updates stateful_callbacks by key, so the key must exist
+            self.state.stateful_callbacks.setdefault(name, self._sampler_state.state())
             return
         changed = [k for k in now if k != "epoch" and saved.get(k) != now[k]]
         if changed:
