@@ -666,6 +666,10 @@ def report(path: str = EVIDENCE_JSON, output: str = REPORT_MD) -> str:
                        "DAPT), with the separate meta head phi* against `meta_head=\"same\"`; budget as in claim 1.",
                        ""]
             claim2 += _claim2_lines(arms2, os.path.join(folder, f"{stem}_{setting}_claim2.png"))
+        elif arms:
+            claim2 += [f"### Setting `{setting}`", "", "Not run yet: `--run --settings "
+                       f"{setting} --variants {' '.join(CLAIMS['meta_head'])}` (two META-TARTAN arms per seed, each "
+                       "costing about what the META arm of claim 1 costs in the table above).", ""]
     lines += claim2
 
     probes = [r for r in runs if r["claim"] == "probe"]
