@@ -81,7 +81,8 @@ def test_select_splits_the_plan_into_disjoint_shares():
     electra = select(steps, arms=["electra"])
     rest = select(steps, arms=["minilm", "amos"])
     assert electra == [("pretrain", "electra", seed) for seed in (42, 1, 2)]
-    assert rest == [("pretrain", "amos", 42), ("base", "minilm", None), ("pretrain", "amos", 1), ("pretrain", "amos", 2)]
+    assert rest == [("pretrain", "amos", 42), ("base", "minilm", None), ("pretrain", "amos", 1),
+                    ("pretrain", "amos", 2)]
     assert not set(electra) & set(rest)
     assert select(steps, arms=["amos"], seeds=[1, 2]) == [("pretrain", "amos", 1), ("pretrain", "amos", 2)]
     assert select(steps) == steps
@@ -93,8 +94,9 @@ def test_starting_point_rows_pair_by_finetuning_seed_and_average_pretraining_see
 
     runs = [{"variant": "minilm", "seed": s, "value": v} for s, v in ((0, 0.70), (1, 0.72), (2, 0.74))]
     # amos: two pretraining seeds per fine-tuning seed, means 0.60, 0.61, 0.65 -> differences -0.10, -0.11, -0.09
+    finetunings = ((0, (0.59, 0.61)), (1, (0.60, 0.62)), (2, (0.64, 0.66)))
     runs += [{"variant": "amos", "seed": s, "pretrain_seed": p, "value": v}
-             for s, values in ((0, (0.59, 0.61)), (1, (0.60, 0.62)), (2, (0.64, 0.66))) for p, v in zip((42, 1), values)]
+             for s, values in finetunings for p, v in zip((42, 1), values)]
     (row,) = [line for line in _starting_point_rows(runs) if line.startswith("| amos")]
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert cells[1] == "2" and cells[2].startswith("-0.100 [") and cells[3] == "hurts"

@@ -376,8 +376,8 @@ def _starting_point_rows(task_runs: list[dict]) -> list[str]:
     if not rows:
         return []
     return ["Against the starting point (continued pretraining - MiniLM, test accuracy, paired by fine-tuning seed; "
-            "the arm's mean over its pretraining seeds; 'helps' / 'hurts' when the interval excludes 0; the paper pretrains "
-            "from scratch, so it makes no claim here):", "",
+            "the arm's mean over its pretraining seeds; 'helps' / 'hurts' when the interval excludes 0; the paper "
+            "pretrains from scratch, so it makes no claim here):", "",
             "| arm | pretraining seeds | diff. arm - MiniLM, 95% CI | verdict |",
             "|---|---|---|---|", *rows, ""]
 

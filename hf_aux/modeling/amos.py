@@ -372,8 +372,8 @@ class AmosModel(PreTrainedModel):
         mixture: "adversarial" (eq. 3 weights, reversed discriminator gradient), "uniform" (Table 2 "- adv.
         train"), "random_layer" (one head drawn per masked position), "fixed" (head `head_index`, used by the
         "layer switch" schedule), "weights" (the heads mixed with the fixed `fixed_weights`, one per head,
-        summing to 1: Table 8's "w. final mix weights"). adv_mlm_multiplier > 0: Table 2's "+ adv. MLM", the reversed gradient also
-        reaches h, scaled by it.
+        summing to 1: Table 8's "w. final mix weights"). adv_mlm_multiplier > 0: Table 2's "+ adv. MLM", the
+        reversed gradient also reaches h, scaled by it.
         """
         if labels is None or original_input_ids is None:
             raise ValueError("AMOS: fields 'labels' and 'original_input_ids' are required (use "
