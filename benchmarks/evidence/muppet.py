@@ -614,13 +614,19 @@ def heldout_section(runs, s: Settings, folder: Path) -> list[str]:
     if not [r for r in runs if r["claim"] == "heldout"]:
         return lines + ["No run yet.", ""]
     lines += ["Test accuracy, mean ± sd over seeds; the difference is arm - base, paired by seed, with its 95% t "
-              "interval; verdict: reproduced when the interval lies above 0."]
+              "interval; verdict: reproduced when the interval lies above 0. The updates of each fraction are in "
+              f"its row: {s.ft_epochs} epochs clipped to [{s.ft_min_steps}, {s.ft_max_steps}] updates, so the small "
+              "fractions train the same number of updates and differ in how often they pass over their examples."]
     for variant in ("muppet", "muppet_task_head"):
         rows = heldout_rows(runs, "heldout", variant, s, s.fractions)
         if rows:
             lines += ["", f"**{ARM_LABELS[variant]}** against base MiniLM:", "",
                       f"| task | train fraction | base MiniLM | {ARM_LABELS[variant]} | difference [95% CI] | verdict |",
                       "|---|---|---|---|---|---|", *rows]
+    missing = [f for f in sorted(s.fractions) if not values_of(runs, "heldout", "muppet", s.held_out[0], f)]
+    if missing:
+        lines += ["", "Not run yet: " + ", ".join(f"{f * 100:g}%" for f in missing) + " of the train split (last in the "
+                  f"study's order: up to {s.ft_max_steps} updates a run, the costliest fine-tunings)."]
     figure = plot_heldout(runs, s, folder)
     if figure:
         lines += ["", f"![test accuracy vs train fraction]({figure})"]
@@ -651,7 +657,7 @@ def plot_heldout(runs, s: Settings, folder: Path) -> str | None:
                 x, y, e = zip(*points)
                 axis.errorbar(x, y, yerr=e, fmt=style, capsize=3, label=ARM_LABELS[variant])
         axis.set_xscale("log")
-        ticks = sorted(f * 100 for f in s.fractions)
+        ticks = sorted({r["fraction"] * 100 for r in runs if r["claim"] == "heldout"})  # the fractions run so far
         axis.set_xticks(ticks, [f"{t:g}%" for t in ticks])
         axis.minorticks_off()
         axis.set_xlim(ticks[0] / 2, ticks[-1] * 2)
