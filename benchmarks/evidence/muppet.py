@@ -625,8 +625,9 @@ def heldout_section(runs, s: Settings, folder: Path) -> list[str]:
                       "|---|---|---|---|---|---|", *rows]
     missing = [f for f in sorted(s.fractions) if not values_of(runs, "heldout", "muppet", s.held_out[0], f)]
     if missing:
-        lines += ["", "Not run yet: " + ", ".join(f"{f * 100:g}%" for f in missing) + " of the train split (last in the "
-                  f"study's order: up to {s.ft_max_steps} updates a run, the costliest fine-tunings)."]
+        names = ", ".join(f"{f * 100:g}%" for f in missing)
+        lines += ["", f"Not run yet: {names} of the train split (last in the study's order: up to "
+                  f"{s.ft_max_steps} updates a run, the costliest fine-tunings)."]
     figure = plot_heldout(runs, s, folder)
     if figure:
         lines += ["", f"![test accuracy vs train fraction]({figure})"]
