@@ -713,13 +713,13 @@ def budget_section(runs, s: Settings) -> list[str]:
              f"table, and the held-out comparison at {s.claim_fraction:g} of the train split repeated from its last "
              "epoch: is the model of claims 1-3 undertrained, and does fitting the mixture longer change what it "
              "transfers? Difference: arm - base MiniLM, paired by seed.", ""]
-    fit = {(r["variant"], r["epoch"]): r["value"] for r in runs if r["claim"] == "fit" and r["task"] == "average"
-           and r["variant"] == "mixture_all"}
+    mixture = {r["epoch"]: r["value"] for r in runs if r["claim"] == "fit" and r["task"] == "average"
+               and r["variant"] == "mixture_all"}
     alone = {}
     for r in runs:
         if r["claim"] == "fit" and r["variant"] == "single_task":
             alone.setdefault(r["epoch"], []).append(r["value"])
-    long_fit, long_alone = fit.get(("mixture_all", s.pft_epochs_long)), alone.get(s.pft_epochs_long, [])
+    long_fit, long_alone = mixture.get(s.pft_epochs_long), alone.get(s.pft_epochs_long, [])
     if long_fit is None:
         return lines + ["Not run yet (`--claims budget`).", ""]
     if len(long_alone) == len(s.mixture):
