@@ -374,3 +374,97 @@ def test_fixed_weights_mixture_equals_its_special_cases_and_sends_nothing_back()
     for bad in ([1.0], [0.7, 0.7], [1.5, -0.5], None):
         with pytest.raises(ValueError, match="field 'fixed_weights'"):
             model(**batch, mixture="weights", fixed_weights=bad)
+
+
+def test_separate_generators_each_read_their_own_body():
+    """Table 2 'w. separate MLM gen.': generator k is a body of depth mlm_layers[k] read at its last layer through
+    its own MLM head; head k's MLM loss trains body k (and the shared embeddings) only; the checkpoint stores the
+    shared token embeddings once and reloads exactly, tied again."""
+    tok = tiny_tokenizer()
+    torch.manual_seed(0)
+    config = AmosModelConfig.from_configs(tiny_config("electra", tok, num_hidden_layers=3), tiny_config("electra", tok),
+                                          mlm_layers=[1, 3, 3], separate_generators=True)
+    model = AmosModel(config)
+    generator = model.generator
+    assert [body.config.num_hidden_layers for body in generator.bodies] == [1, 3, 3]
+    assert model.head_names == ["generator_1_depth_1", "generator_2_depth_3", "generator_3_depth_3"]
+    shared = model.get_input_embeddings().weight
+    assert all(body.get_input_embeddings().weight is shared for body in generator.bodies)
+    assert sum(p is shared for p in model.parameters()) == 1
+
+    batch = make_batch(tok)
+    masked = batch["labels"] != -100
+    model.eval()
+    gen = generator(batch["input_ids"], batch["attention_mask"], masked_positions=masked)
+    for k, (body, head) in enumerate(zip(generator.bodies, generator.mlm_heads)):  # by hand, one generator alone
+        states = body(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        expected = head(states[masked]) @ shared.t() + head.bias
+        torch.testing.assert_close(gen.logits[k], expected)
+    losses = mlm_losses(gen.logits, batch["labels"][masked])
+    blocks = [list(body.encoder.parameters()) + list(head.parameters())
+              for body, head in zip(generator.bodies, generator.mlm_heads)]
+    grads = torch.autograd.grad(losses[1], [p for block in blocks for p in block] + [shared], allow_unused=True)
+    sizes = [len(block) for block in blocks]
+    per_block = [grads[sum(sizes[:k]):sum(sizes[:k + 1])] for k in range(3)]
+    assert all(g is not None and g.abs().sum() > 0 for g in per_block[1])
+    assert all(g is None or g.abs().sum() == 0 for g in per_block[0] + per_block[2])
+    assert grads[-1].abs().sum() > 0
+
+    out = model(**batch)
+    assert out.mlm_losses.shape == (3,) and out.mixture_weights.shape == (int(masked.sum()), 3)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        AmosGeneratorConfig(body=tiny_config("electra", tok), mlm_layers=[2, 2])  # repeats: separate only
+    with pytest.raises(ValueError, match="non-decreasing"):
+        AmosGeneratorConfig(body=tiny_config("electra", tok), mlm_layers=[2, 1, 2], separate_generators=True)
+
+
+def test_separate_generators_checkpoint_stores_the_shared_embeddings_once(tmp_path):
+    from safetensors.torch import load_file
+
+    tok = tiny_tokenizer()
+    torch.manual_seed(0)
+    config = AmosModelConfig.from_configs(tiny_config("electra", tok), tiny_config("electra", tok),
+                                          mlm_layers=[1, 2], separate_generators=True)
+    model = AmosModel(config)
+    with torch.no_grad():
+        model.generator.mixture.normal_()
+    model.save_pretrained(str(tmp_path))
+    stored = load_file(str(tmp_path / "generator" / "model.safetensors"))
+    assert "bodies.0.embeddings.word_embeddings.weight" in stored
+    assert "bodies.1.embeddings.word_embeddings.weight" not in stored and "bodies.1.encoder.layer.1.output.dense.weight" in stored
+    reloaded = AmosModel.from_pretrained(str(tmp_path))
+    assert reloaded.config.generator.separate_generators and reloaded.mlm_layers == [1, 2]
+    for (key, value), (key_again, value_again) in zip(model.state_dict().items(), reloaded.state_dict().items()):
+        assert key == key_again and torch.equal(value, value_again), key
+    shared = reloaded.get_input_embeddings().weight
+    assert all(body.get_input_embeddings().weight is shared for body in reloaded.generator.bodies)
+
+
+def test_from_pretrained_encoder_gives_each_separate_generator_its_depth(tmp_path):
+    """Continued pretraining with separate generators: generator k = the encoder's first mlm_layers[k] layers. Equal
+    depths start as identical copies and, without generator dropout, stay identical after a training step (same
+    inputs, same gradients): 'w. three 4-layer gen.' from one pretrained encoder is one generator."""
+    from transformers import AutoModel
+
+    tok = tiny_tokenizer()
+    torch.manual_seed(0)
+    encoder = AutoModel.from_config(tiny_config("bert", tok, num_hidden_layers=3))
+    encoder.save_pretrained(tmp_path / "encoder")
+    source = encoder.state_dict()
+    model = AmosModel.from_pretrained_encoder(str(tmp_path / "encoder"), 2, mlm_layers=[1, 2, 2],
+                                              separate_generators=True)
+    for body, depth in zip(model.generator.bodies, [1, 2, 2]):
+        state = body.state_dict()
+        assert not any(key.startswith(f"encoder.layer.{depth}.") for key in state)
+        for key, value in state.items():
+            torch.testing.assert_close(value, source[key], rtol=0, atol=0, msg=key)
+    with torch.no_grad():  # the two depth-2 generators' heads start alike too
+        model.generator.mlm_heads[2].load_state_dict(model.generator.mlm_heads[1].state_dict())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.train()
+    model(**make_batch(tok)).loss.backward()
+    optimizer.step()
+    twin, other = model.generator.bodies[1].state_dict(), model.generator.bodies[2].state_dict()
+    assert any(not torch.equal(twin[key], source[key]) for key in twin if key.startswith("encoder."))
+    for key in twin:
+        assert torch.equal(twin[key], other[key]), key

@@ -151,6 +151,46 @@ def test_fixed_weights_mixture_logs_its_weights_and_checks_them(tmp_path):
         make_args(tmp_path, mixture_weights=[0.5, 0.5])
 
 
+def test_separate_generators_train_log_by_name_and_resume_from_their_checkpoint(tmp_path):
+    """Table 2 'w. separate MLM gen.' through the trainer: every generator body, its head and v move; metrics are
+    keyed by generator; a checkpoint (shared embeddings stored once) resumes to the same weights."""
+    def setup():
+        tok = tiny_tokenizer()
+        torch.manual_seed(0)
+        config = AmosModelConfig.from_configs(tiny_config("electra", tok), tiny_config("electra", tok),
+                                              mlm_layers=[1, 2], separate_generators=True)
+        text = Dataset.from_dict({"text": [" ".join(SENTENCES[i % 4] for i in range(j, j + 3)) for j in range(16)]})
+        return AmosModel(config), tok, group_texts_for_mlm(text, tok, block_size=24)
+
+    model, tok, data = setup()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    args = make_args(tmp_path / "straight", learning_rate=5e-3, activation_checkpointing=True)
+    trainer = AmosTrainer(model=model, args=args, train_dataset=data, processing_class=tok)
+    trainer.train()
+    moved = {name for name, p in model.named_parameters() if not torch.equal(p, before[name])}
+    for name in ["generator.mixture", "generator.bodies.0.encoder.layer.0.output.dense.weight",
+                 "generator.bodies.1.encoder.layer.1.output.dense.weight", "generator.mlm_heads.0.dense.weight",
+                 "generator.mlm_heads.1.bias", "discriminator.electra.encoder.layer.1.output.dense.weight"]:
+        assert name in moved, name
+    names = ["generator_1_depth_1", "generator_2_depth_2"]
+    for entry in [entry for entry in trainer.state.log_history if "loss" in entry]:
+        assert all(f"mlm_loss/{n}" in entry and f"mixture_weight/{n}" in entry for n in names)
+    metrics = trainer.evaluate(data)
+    assert all(0 <= metrics[f"eval_rtd_auc/{n}"] <= 1 for n in names)
+    trainer.create_model_card()
+    assert "Separate generators of depths 1, 2" in (tmp_path / "straight" / "README.md").read_text()
+
+    model, tok, data = setup()
+    args = make_args(tmp_path / "resumed", learning_rate=5e-3, activation_checkpointing=True, save_strategy="steps",
+                     save_steps=2)
+    AmosTrainer(model=model, args=args, train_dataset=data, processing_class=tok).train()
+    model, tok, data = setup()
+    resumed = AmosTrainer(model=model, args=args, train_dataset=data, processing_class=tok)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "resumed" / "checkpoint-2"))
+    for (name, p), q in zip(trainer.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(p, q), name
+
+
 def _train(output_dir, max_steps, resume=None, save_steps=None):
     model, tok, data = tiny_setup()
     args = make_args(output_dir, max_steps=max_steps, save_strategy="steps" if save_steps else "no",

@@ -21,7 +21,7 @@ def test_quick_study_runs_every_variant_and_renders_the_report(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     runs = json.loads(output.read_text())["runs"]
     sys.path.insert(0, str(ROOT))
-    from benchmarks.evidence.amos import ORDER, TASKS
+    from benchmarks.evidence.amos import ORDER, TASKS, head_names
 
     pretraining = {r["variant"]: r for r in runs if r["claim"] == "pretrain"}
     assert sorted(pretraining) == sorted(ORDER)
@@ -33,10 +33,12 @@ def test_quick_study_runs_every_variant_and_renders_the_report(tmp_path):
         check = r["plain_transformers_check"]  # plain transformers scores the replaced tokens as AmosModel does
         assert check["plain_class"] == "ElectraForPreTraining" and check["max_abs_logit_difference"] < 1e-4
         assert abs(check["plain_auc/mixture"] - check["amos_auc"]) < 1e-6
-        heads = r["mlm_layers"]
+        heads = head_names(r)
         if len(heads) > 1:  # the discriminator's separation of each head's samples alone, at every evaluation
-            assert all(f"eval_rtd_auc/layer_{d}" in e for e in r["eval_curve"] for d in heads)
+            assert all(f"eval_rtd_auc/{h}" in e for e in r["eval_curve"] for h in heads)
+            assert all(f"plain_auc/{h}" in check for h in heads)
     assert pretraining["electra"]["mlm_layers"] == [2] and pretraining["amos"]["mlm_layers"] == [1, 2]
+    assert head_names(pretraining["separate_gens"]) == ["generator_1_depth_1", "generator_2_depth_2"]
     weights = pretraining["amos"]["train_curve"][-1]
     assert abs(weights["mixture_weight/layer_1"] + weights["mixture_weight/layer_2"] - 1) < 1e-5
     # 'w. final mix weights' trains with the AMOS run's last logged weights of the same seed, all the way

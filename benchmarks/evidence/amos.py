@@ -62,9 +62,11 @@ VARIANTS = {
     "no_stop_gradient": {"stop_gradient": False},        # - stop grad.
     "layer_switch": {"mixture": "layer_switch"},         # w. layer switch
     "final_mix_weights": {"mixture": "fixed_weights"},   # w. final mix weights (Table 8): the AMOS run's of that seed
+    "separate_gens": {"separate_generators": True},      # w. separate MLM gen.: generators of depths 2, 3, 4
 }
 REFERENCE = "amos"
-ORDER = ["amos", "electra", "uniform", "random_layer", "no_stop_gradient", "layer_switch", "final_mix_weights"]
+ORDER = ["amos", "electra", "uniform", "random_layer", "no_stop_gradient", "layer_switch", "final_mix_weights",
+         "separate_gens"]
 TASKS = ("rotten_tomatoes", "news_outlet")
 
 SETTINGS = {
@@ -117,6 +119,13 @@ def final_mixture_weights(runs: list[dict], seed: int, setting: str) -> list[flo
     return [last[f"mixture_weight/layer_{d}"] for d in amos[0]["mlm_layers"]]
 
 
+def head_names(run: dict) -> list[str]:
+    """The metric names of a pretraining run's MLM heads (`AmosGeneratorConfig.head_names`)."""
+    from hf_aux.modeling.amos import mlm_head_names
+
+    return mlm_head_names(run["mlm_layers"], run.get("separate_generators", False))
+
+
 def _variant_flags(name: str, depth: int, weights: list[float] | None = None) -> list[str]:
     """run_amos.py flags of one arm on top of the embedded defaults (Table 2 names in VARIANTS)."""
     variant = VARIANTS[name]
@@ -129,6 +138,8 @@ def _variant_flags(name: str, depth: int, weights: list[float] | None = None) ->
         flags += ["--mixture_weights", *(f"{w:.6f}" for w in weights)]
     if variant.get("stop_gradient") is False:
         flags += ["--stop_gradient", "false"]
+    if variant.get("separate_generators"):
+        flags += ["--separate_generators", "true"]
     return flags
 
 
@@ -155,12 +166,15 @@ def pretrain(name: str, seed: int, setting: dict, quick: bool, out_dir: Path,
     train_logs = [{key: value for key, value in entry.items() if key.startswith("mixture_weight/")
                    or key in ("step", "rtd_auc", "rtd_loss", "rtd_accuracy_replaced")}
                   for entry in history if "rtd_loss" in entry]
-    layers = json.loads((out_dir / "generator" / "config.json").read_text())["mlm_layers"]
+    generator = json.loads((out_dir / "generator" / "config.json").read_text())
+    layers = generator["mlm_layers"]
     check = plain_transformers_check(out_dir, num_blocks=setting["eval_blocks"], block=setting["block"])
     return {"claim": "pretrain", "variant": name, "seed": seed, "metric": "eval_rtd_auc",
             "plain_transformers_check": check,
             "value": metrics["eval_rtd_auc"], "split": "held-out IMDB blocks" if not quick else "quick",
-            "steps": evals[-1]["step"], "mlm_layers": layers, "eval_curve": evals, "train_curve": train_logs,
+            "steps": evals[-1]["step"], "mlm_layers": layers,
+            **({"separate_generators": True} if generator.get("separate_generators") else {}),
+            "eval_curve": evals, "train_curve": train_logs,
             "wall_s": round(time.time() - start, 1), "cpu_s": round(time.process_time() - cpu_start, 1),
             **({"resumed_at_step": resumed} if resumed is not None else {}), **meta}
 
@@ -191,8 +205,8 @@ def plain_transformers_check(folder: Path, num_blocks: int = 64, block: int = 12
     heads = len(amos.mlm_layers)
     result = {"plain_class": type(plain).__name__, "blocks": len(ids)}
     with torch.no_grad(), torch.random.fork_rng():
-        for name, settings in [("mixture", {})] + [(f"layer_{d}", {"mixture": "fixed", "head_index": k})
-                                                   for k, d in enumerate(amos.mlm_layers) if heads > 1]:
+        for name, settings in [("mixture", {})] + [(head, {"mixture": "fixed", "head_index": k})
+                                                   for k, head in enumerate(amos.head_names) if heads > 1]:
             torch.manual_seed(1)
             out = amos(masked, labels=labels, original_input_ids=ids, **settings)
             plain_logits = plain(input_ids=out.replaced_input_ids).logits
@@ -306,8 +320,9 @@ PAPER = {
                "Fig. 3b: AMOS's replaced-token accuracy starts easier than random-layer mixing and gets harder."),
     "claim3": ("Table 1: AMOS 88.9/88.7 MNLI-m/mm vs ELECTRA 86.9/86.7 (base setting, GLUE AVG 88.6 vs 85.5); "
                "Table 2 differences from AMOS on MNLI-m: random layer -0.3, layer switch -0.3, - adv. train -0.2, "
-               "- stop grad. -0.5; Table 8: w. final mix weights (the weights AMOS learned, fixed from the start; "
-               "here the AMOS run's of the same seed) -0.5."),
+               "- stop grad. -0.5, w. separate MLM gen. (generators of 4, 6, 8 layers; here 2, 3, 4) -0.1; "
+               "Table 8: w. final mix weights (the weights AMOS learned, fixed from the start; here the AMOS run's "
+               "of the same seed) -0.5, w. three 4-layer gen. -0.3."),
 }
 
 
@@ -543,10 +558,10 @@ def render_report(json_path: Path, report_path: Path, setting_name: str = "minil
             resumed += [f"{name} seed {run['seed']} (at step {run['resumed_at_step']})" for run in group
                         if "resumed_at_step" in run]
             group_cost = [run for run in group if "resumed_at_step" not in run] or group
-            deep = group[0]["mlm_layers"][-1]
+            deep = head_names(group[0])[-1]
             auc = mean_sd([run["eval_curve"][-1]["eval_rtd_auc"] for run in group])
             acc = mean_sd([run["eval_curve"][-1]["eval_rtd_accuracy_replaced"] for run in group])
-            loss = mean_sd([run["eval_curve"][-1][f"eval_mlm_loss/layer_{deep}"] for run in group])
+            loss = mean_sd([run["eval_curve"][-1][f"eval_mlm_loss/{deep}"] for run in group])
             plain = mean_sd([run["plain_transformers_check"]["plain_auc/mixture"] for run in group
                              if "plain_transformers_check" in run])
             lines.append(f"| {name} | {len(group)} | {_pm(auc)} | {_pm(acc)}"
@@ -596,7 +611,12 @@ def render_report(json_path: Path, report_path: Path, setting_name: str = "minil
     lines += ["The paired difference is arm - AMOS over (pretraining seed, fine-tuning seed) pairs; the paper expects "
               "it below 0 for every arm. A verdict needs 3 pairs; with fewer than 3 pretraining seeds the interval "
               "covers the fine-tuning seeds' variance only (one pretraining run per seed and arm), which the row "
-              "says.", ""]
+              "says.", "",
+              "Not run: 'w. three 4-layer gen.' (`--separate_generators true --mlm_layers 4 4 4`, built and tested). "
+              "Continued pretraining starts every 4-layer generator as the same copy of MiniLM's first 4 layers, "
+              "and without generator dropout identical copies get identical gradients and stay identical "
+              "(tests/test_amos_model.py checks it), so here the arm would be ELECTRA with three times the "
+              "generator cost; it needs from-scratch pretraining, where the copies start apart.", ""]
 
     lines += ["## How to continue", "",
               "```bash",

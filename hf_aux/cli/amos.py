@@ -59,9 +59,14 @@ class ModelArguments(SharedModelArguments):
     generator_intermediate_size: int | None = field(default=None, metadata={"help": "Default: discriminator's."})
     mlm_layers: list[int] | None = field(default=None, metadata={
         "help": "Generator layers with an MLM head; the last must be generator_num_hidden_layers. Default: "
-                "d_K/2, 3d_K/4, d_K (4 6 8 for d_K = 8). One value = ELECTRA."})
+                "d_K/2, 3d_K/4, d_K (4 6 8 for d_K = 8). One value = ELECTRA. With --separate_generators: the "
+                "separate generators' depths (may repeat, e.g. 4 4 4)."})
     stop_gradient: bool = field(default=True, metadata={
         "help": "Stop the gradient between generator blocks (False: Table 2 '- stop grad.')."})
+    separate_generators: bool = field(default=False, metadata={
+        "help": "One separate generator per --mlm_layers entry, of that depth, with its own MLM head, sharing only "
+                "the token embeddings (Table 2 'w. separate MLM gen.': 4 6 8; Table 8 'w. three 4-layer gen.': "
+                "4 4 4). Default: one generator with heads at those layers (AMOS)."})
     generator_dropout: bool = field(default=False, metadata={"help": "Keep dropout in the generator."})
     config_overrides: str | None = field(default=None, metadata={
         "help": "Discriminator config overrides, e.g. 'hidden_dropout_prob=0.1,max_position_embeddings=1024'."})
@@ -173,7 +178,7 @@ def build_model(model_args: ModelArguments, tokenizer, max_seq_length: int):
         return AmosModel.from_pretrained_encoder(
             encoder_path(model_args), model_args.generator_num_hidden_layers, mlm_layers=model_args.mlm_layers,
             stop_gradient=model_args.stop_gradient, generator_dropout=model_args.generator_dropout,
-            cache_dir=model_args.cache_dir, revision=model_args.model_revision, token=model_args.token)
+            separate_generators=model_args.separate_generators, cache_dir=model_args.cache_dir, revision=model_args.model_revision, token=model_args.token)
     if model_args.model_name_or_path is not None:  # a folder or Hub repository written by AmosModel.save_pretrained
         return AmosModel.from_pretrained(resolve_checkpoint(
             model_args.model_name_or_path, owner="ModelArguments", field_name="model_name_or_path",
@@ -202,7 +207,8 @@ def build_model(model_args: ModelArguments, tokenizer, max_seq_length: int):
     mlm_layers = model_args.mlm_layers or sorted({max(1, round(depth / 2)), max(1, round(3 * depth / 4)), depth})
     config = AmosModelConfig.from_configs(generator, discriminator, mlm_layers=mlm_layers,
                                           stop_gradient=model_args.stop_gradient,
-                                          generator_dropout=model_args.generator_dropout)
+                                          generator_dropout=model_args.generator_dropout,
+                                          separate_generators=model_args.separate_generators)
     return AmosModel(config)
 
 
@@ -260,10 +266,10 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     if training_args.do_eval:
         metrics = trainer.evaluate()
         metrics["eval_samples"] = len(eval_data)
-        metrics["perplexity_deepest_head"] = math.exp(min(50.0, metrics[f"eval_mlm_loss/layer_{model.mlm_layers[-1]}"]))
+        metrics["perplexity_deepest_head"] = math.exp(min(50.0, metrics[f"eval_mlm_loss/{model.head_names[-1]}"]))
         results.update(record_metrics(trainer, "eval", metrics))
 
-    print_summary(trainer, model.mlm_layers)
+    print_summary(trainer, model.head_names)
     hub_dataset = hub_id_or_none(data_args.dataset_name)
     started_from = model_args.model_name_or_path or (
         MINILM_HUB_ID if model_args.encoder_name_or_path == "minilm" else model_args.encoder_name_or_path)
@@ -272,25 +278,25 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     return results
 
 
-def print_summary(trainer, layers: list[int]) -> None:
+def print_summary(trainer, heads: list[str]) -> None:
     """RTD accuracies and the mixture weights over training (Fig. 3a) from the log history."""
     logs = [entry for entry in trainer.state.log_history if "rtd_loss" in entry]
     evals = [entry for entry in trainer.state.log_history if "eval_rtd_loss" in entry]
     lines = ["", "AMOS training curve (from trainer.state.log_history; rtd_auc: replaced vs original tokens, 0.5 = "
              "chance):",
-             "  step  rtd_loss  rtd_auc  acc_replaced  acc_original  " + "  ".join(f"w[layer {d}]" for d in layers)]
+             "  step  rtd_loss  rtd_auc  acc_replaced  acc_original  " + "  ".join(f"w[{h}]" for h in heads)]
     for entry in logs:
-        weights = "  ".join(f"{entry[f'mixture_weight/layer_{d}']:10.3f}" for d in layers)
+        weights = "  ".join(f"{entry[f'mixture_weight/{h}']:{len(h) + 3}.3f}" for h in heads)
         lines.append(f"  {entry['step']:4d}  {entry['rtd_loss']:8.4f}  {entry['rtd_auc']:7.3f}  "
                      f"{entry['rtd_accuracy_replaced']:12.3f}  {entry['rtd_accuracy_original']:12.3f}  {weights}")
     if evals:
         last = evals[-1]
-        per_head = ", ".join(f"layer {d} {last[f'eval_rtd_auc/layer_{d}']:.3f}" for d in layers
-                             if f"eval_rtd_auc/layer_{d}" in last)
+        per_head = ", ".join(f"{h.replace('_', ' ')} {last[f'eval_rtd_auc/{h}']:.3f}" for h in heads
+                             if f"eval_rtd_auc/{h}" in last)
         lines.append(f"  eval: RTD AUC {last['eval_rtd_auc']:.3f}" + (f" (each head's samples alone: {per_head})"
                                                                       if per_head else "")
                      + f"; RTD accuracy on replaced tokens {last['eval_rtd_accuracy_replaced']:.3f}, on original "
                      f"tokens {last['eval_rtd_accuracy_original']:.3f}; MLM loss of the deepest head "
-                     f"{last[f'eval_mlm_loss/layer_{layers[-1]}']:.3f}")
+                     f"{last[f'eval_mlm_loss/{heads[-1]}']:.3f}")
     print("\n".join(lines) + "\n", flush=True)
 

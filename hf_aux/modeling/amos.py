@@ -16,6 +16,7 @@ Checkpoint layout written by `AmosModel.save_pretrained(dir)`:
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Sequence
@@ -55,6 +56,14 @@ GENERATOR_FOLDER = "generator"
 MIXTURES = ("adversarial", "uniform", "random_layer", "fixed", "weights")
 
 
+def mlm_head_names(mlm_layers: Sequence[int], separate_generators: bool = False) -> list[str]:
+    """One name per MLM head, used in logged metric keys (`mlm_loss/<name>`): `layer_<d>` for the heads of one
+    generator, `generator_<k>_depth_<d>` (k = 1..K) for separate generators, whose depths may repeat."""
+    if separate_generators:
+        return [f"generator_{k}_depth_{d}" for k, d in enumerate(mlm_layers, start=1)]
+    return [f"layer_{d}" for d in mlm_layers]
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Configs: architecture only (which layers carry MLM heads, stop-gradient); method settings live in AmosConfig
 # --------------------------------------------------------------------------------------------------------------
@@ -66,6 +75,11 @@ class AmosGeneratorConfig(PretrainedConfig):
     mlm_layers: 1-based layers carrying the shared MLM head (paper: 4, 6, 8 of an 8-layer generator; ELECTRA: the
     last layer only). stop_gradient: block the gradient at the input of each block after a head (§3.3; False is
     Table 2's "- stop grad." ablation).
+
+    separate_generators: instead of one body with heads at several layers, one separate generator per entry of
+    `mlm_layers`, each a `body` of that depth with its own MLM head (Table 2 "w. separate MLM gen.": 4, 6, 8;
+    Table 8 "w. three 4-layer gen.": 4, 4, 4, so depths may repeat). Only the token embeddings are shared;
+    stop_gradient has no blocks to cut there.
     """
 
     model_type = "amos_generator"
@@ -74,6 +88,7 @@ class AmosGeneratorConfig(PretrainedConfig):
     body: PretrainedConfig | dict | None = None
     mlm_layers: list[int] | None = None
     stop_gradient: bool = True
+    separate_generators: bool = False
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -81,11 +96,18 @@ class AmosGeneratorConfig(PretrainedConfig):
         if self.mlm_layers is None:
             self.mlm_layers = [depth]
         self.mlm_layers = [int(d) for d in self.mlm_layers]
-        if not self.mlm_layers or sorted(set(self.mlm_layers)) != self.mlm_layers:
-            raise ValueError(f"AMOS generator: field 'mlm_layers': {self.mlm_layers} must be strictly increasing")
+        order = sorted(self.mlm_layers) if self.separate_generators else sorted(set(self.mlm_layers))
+        if not self.mlm_layers or order != self.mlm_layers:
+            raise ValueError(f"AMOS generator: field 'mlm_layers': {self.mlm_layers} must be "
+                             + ("non-decreasing (separate generators' depths)" if self.separate_generators
+                                else "strictly increasing"))
         if self.mlm_layers[0] < 1 or self.mlm_layers[-1] != depth:
             raise ValueError(f"AMOS generator: field 'mlm_layers': {self.mlm_layers} must lie in 1..{depth} and end "
                              f"at the generator's last layer ({depth}), the paper's depth d_K")
+
+    @property
+    def head_names(self) -> list[str]:
+        return mlm_head_names(self.mlm_layers, self.separate_generators)
 
 
 class AmosModelConfig(PretrainedConfig):
@@ -104,15 +126,17 @@ class AmosModelConfig(PretrainedConfig):
     @classmethod
     def from_configs(cls, generator_body: PretrainedConfig, discriminator: PretrainedConfig,
                      mlm_layers: list[int] | None = None, stop_gradient: bool = True,
-                     generator_dropout: bool = False) -> AmosModelConfig:
-        """generator_body: encoder config of depth d_K; mlm_layers default to [d_K] (ELECTRA). Generator dropout
-        is switched off unless `generator_dropout` (COCO-LM / AMOS §4)."""
+                     generator_dropout: bool = False, separate_generators: bool = False) -> AmosModelConfig:
+        """generator_body: encoder config of depth d_K; mlm_layers default to [d_K] (ELECTRA); with
+        `separate_generators` they are the separate generators' depths. Generator dropout is switched off unless
+        `generator_dropout` (COCO-LM / AMOS §4)."""
         body = generator_body.to_dict()
         if not generator_dropout:
             for key in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout"):
                 if key in body:
                     body[key] = 0.0
-        generator = AmosGeneratorConfig(body=body, mlm_layers=mlm_layers, stop_gradient=stop_gradient)
+        generator = AmosGeneratorConfig(body=body, mlm_layers=mlm_layers, stop_gradient=stop_gradient,
+                                        separate_generators=separate_generators)
         return cls(generator=generator, discriminator=discriminator.to_dict())
 
 
@@ -135,6 +159,13 @@ def _detach_block_input(module, args, kwargs):
     if args:
         return (args[0].detach(), *args[1:]), kwargs
     return args, {**kwargs, "hidden_states": kwargs["hidden_states"].detach()}
+
+
+def _with_depth(config: PretrainedConfig, depth: int) -> PretrainedConfig:
+    """A copy of an encoder config with `depth` layers (one separate generator)."""
+    config = copy.deepcopy(config)
+    config.num_hidden_layers = depth
+    return config
 
 
 def _read_safetensors(folder: str) -> dict[str, torch.Tensor]:
@@ -185,21 +216,33 @@ class AmosMLMHead(nn.Module):
 
 class AmosGenerator(PreTrainedModel):
     """One encoder of depth d_K with the shared MLM head at the layers in `config.mlm_layers` (§3.3, eq. 2) and the
-    mixture vector v of eq. 3. One forward serves every head; head logits only at the masked positions."""
+    mixture vector v of eq. 3. One forward serves every head; head logits only at the masked positions.
+
+    With `config.separate_generators`, `bodies[k]` / `mlm_heads[k]` are K separate generators of depths
+    `mlm_layers[k]`, each read at its last layer (Table 2 "w. separate MLM gen.", Table 8 "w. three 4-layer
+    gen."); otherwise `body` / `mlm_head` (the checkpoint keys of the paper's AMOS)."""
 
     config_class = AmosGeneratorConfig
     base_model_prefix = "amos_generator"
 
     def __init__(self, config: AmosGeneratorConfig):
         super().__init__(config)
-        self.body = AutoModel.from_config(config.body)
-        embedding = self.body.get_input_embeddings()
-        self.mlm_head = AmosMLMHead(config.body.hidden_size, embedding.embedding_dim, embedding.num_embeddings,
-                                    getattr(config.body, "layer_norm_eps", 1e-12))
+        if config.separate_generators:
+            self.bodies = nn.ModuleList(AutoModel.from_config(_with_depth(config.body, depth))
+                                        for depth in config.mlm_layers)
+            self.mlm_heads = nn.ModuleList(self._new_head(body) for body in self.bodies)
+        else:
+            self.body = AutoModel.from_config(config.body)
+            self.mlm_head = self._new_head(self.body)
+            _transformer_layers(self.body, config.body.num_hidden_layers)  # fail early on unknown encoders
         # v of eq. 3; zeros: the mixture starts as the uniform average of the heads
         self.mixture = nn.Parameter(torch.zeros(config.body.hidden_size))
-        _transformer_layers(self.body, config.body.num_hidden_layers)  # fail early on unknown encoders
         self.post_init()
+
+    def _new_head(self, body: PreTrainedModel) -> AmosMLMHead:
+        embedding = body.get_input_embeddings()
+        return AmosMLMHead(self.config.body.hidden_size, embedding.embedding_dim, embedding.num_embeddings,
+                           getattr(self.config.body, "layer_norm_eps", 1e-12))
 
     def _init_weights(self, module):
         std = getattr(self.config.body, "initializer_range", 0.02)
@@ -215,11 +258,40 @@ class AmosGenerator(PreTrainedModel):
         elif isinstance(module, AmosGenerator):
             init.zeros_(module.mixture)
 
+    @property
+    def generator_bodies(self) -> list[PreTrainedModel]:
+        """The encoder bodies: one, or one per separate generator."""
+        return list(self.bodies) if self.config.separate_generators else [self.body]
+
+    def head_logits(self, mlm_embeddings: torch.Tensor, weight: torch.Tensor, detach_bias: bool = False):
+        """[K, M, V] logits x_t^T h^(d) + b of the K heads' embeddings [K, M, E] against the output matrix
+        `weight` [V, E] (the shared token embeddings), with each head's bias (one shared bias, or each separate
+        generator's own)."""
+        if not self.config.separate_generators:
+            bias = self.mlm_head.bias
+            return nn.functional.linear(mlm_embeddings, weight, bias.detach() if detach_bias else bias)
+        return torch.stack([nn.functional.linear(h, weight, head.bias.detach() if detach_bias else head.bias)
+                            for h, head in zip(mlm_embeddings, self.mlm_heads)])
+
+    def shared_embedding_copies(self) -> list[str]:
+        """State-dict keys that alias the first body's token embeddings (the other separate generators'): the
+        checkpoint stores that tensor once (safetensors refuses aliases); `load_amos_weights` puts it back."""
+        if not self.config.separate_generators:
+            return []
+        copies = []
+        for k, body in enumerate(self.bodies):
+            weight = body.get_input_embeddings().weight
+            name = next(name for name, parameter in body.named_parameters(remove_duplicate=False)
+                        if parameter is weight)
+            copies.append(f"bodies.{k}.{name}")
+        return copies[1:]
+
     def get_input_embeddings(self) -> nn.Embedding:
-        return self.body.get_input_embeddings()
+        return self.generator_bodies[0].get_input_embeddings()
 
     def set_input_embeddings(self, value: nn.Embedding):
-        self.body.set_input_embeddings(value)
+        for body in self.generator_bodies:
+            body.set_input_embeddings(value)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 masked_positions: torch.Tensor | None = None) -> AmosGeneratorOutput:
@@ -227,6 +299,18 @@ class AmosGenerator(PreTrainedModel):
         counts, i.e. all positions). Returns the K heads' features, MLM embeddings and logits at those positions."""
         if masked_positions is None:
             masked_positions = torch.ones_like(input_ids, dtype=torch.bool)
+        if self.config.separate_generators:
+            features = torch.stack([body(input_ids=input_ids, attention_mask=attention_mask)[0][masked_positions]
+                                    for body in self.bodies])  # [K, M, H]: each generator's last layer
+            mlm_embeddings = torch.stack([head(f) for head, f in zip(self.mlm_heads, features)])  # [K, M, E]
+        else:
+            features = self._shared_body_features(input_ids, attention_mask, masked_positions)
+            mlm_embeddings = self.mlm_head(features)  # [K, M, E], h^(d)
+        logits = self.head_logits(mlm_embeddings, self.get_input_embeddings().weight)
+        return AmosGeneratorOutput(features=features, mlm_embeddings=mlm_embeddings, logits=logits)
+
+    def _shared_body_features(self, input_ids, attention_mask, masked_positions) -> torch.Tensor:
+        """[K, M, H] states f^(d) of the one body at the head layers, with the §3.3 stop-gradient."""
         layers = _transformer_layers(self.body, self.config.body.num_hidden_layers)
         states = {}
 
@@ -245,10 +329,7 @@ class AmosGenerator(PreTrainedModel):
         finally:
             for handle in handles:
                 handle.remove()
-        features = torch.stack([states[d][masked_positions] for d in self.config.mlm_layers])  # [K, M, H]
-        mlm_embeddings = self.mlm_head(features)  # [K, M, E], h^(d)
-        logits = nn.functional.linear(mlm_embeddings, self.get_input_embeddings().weight, self.mlm_head.bias)
-        return AmosGeneratorOutput(features=features, mlm_embeddings=mlm_embeddings, logits=logits)
+        return torch.stack([states[d][masked_positions] for d in self.config.mlm_layers])
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -347,7 +428,13 @@ class AmosModel(PreTrainedModel):
 
     @property
     def mlm_layers(self) -> list[int]:
+        """The generator layers with an MLM head (separate generators: their depths), shallowest first."""
         return list(self.config.generator.mlm_layers)
+
+    @property
+    def head_names(self) -> list[str]:
+        """One name per MLM head for metric keys (`mlm_loss/<name>`): `layer_<d>`, or `generator_<k>_depth_<d>`."""
+        return self.config.generator.head_names
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.discriminator.get_input_embeddings()
@@ -417,7 +504,7 @@ class AmosModel(PreTrainedModel):
         if adv_mlm:
             weight = self.get_input_embeddings().weight.detach()
             h_in = reverse_gradient(gen.mlm_embeddings, adv_mlm_multiplier)
-            sampling_logits = nn.functional.linear(h_in, weight, self.generator.mlm_head.bias.detach())
+            sampling_logits = self.generator.head_logits(h_in, weight, detach_bias=True)
         else:
             sampling_logits = gen.logits.detach()
 
@@ -461,6 +548,8 @@ class AmosModel(PreTrainedModel):
             for prefix, part in parts.items():
                 if key.startswith(prefix):
                     part[key[len(prefix):]] = value
+        for key in self.generator.shared_embedding_copies():  # stored once, under the first generator
+            parts["generator."].pop(key, None)
         self.discriminator.save_pretrained(save_directory, state_dict=parts["discriminator."], **kwargs)
         self.generator.save_pretrained(os.path.join(save_directory, GENERATOR_FOLDER),
                                        state_dict=parts["generator."], **kwargs)
@@ -470,6 +559,10 @@ class AmosModel(PreTrainedModel):
         state = {f"discriminator.{k}": v for k, v in _read_safetensors(directory).items()}
         state.update({f"generator.{k}": v for k, v in
                       _read_safetensors(os.path.join(directory, GENERATOR_FOLDER)).items()})
+        copies = self.generator.shared_embedding_copies()
+        if copies:  # the separate generators' shared token embeddings, stored once
+            first = f"generator.{copies[0].replace('bodies.1.', 'bodies.0.', 1)}"
+            state.update({f"generator.{key}": state[first] for key in copies if first in state})
         expected = set(self.state_dict())
         missing = sorted(expected - set(state))
         unexpected = sorted(set(state) - expected)
@@ -498,12 +591,16 @@ class AmosModel(PreTrainedModel):
     @classmethod
     def from_pretrained_encoder(cls, encoder_name_or_path: str, generator_num_hidden_layers: int,
                                 mlm_layers: list[int] | None = None, stop_gradient: bool = True,
-                                generator_dropout: bool = False, **load_kwargs) -> AmosModel:
+                                generator_dropout: bool = False, separate_generators: bool = False,
+                                **load_kwargs) -> AmosModel:
         """Continued ELECTRA/AMOS-style pretraining of a pretrained BERT or ELECTRA encoder (e.g. MiniLM on domain
         text): the discriminator is the whole encoder as an `ElectraForPreTraining` (the two architectures have the
         same body; BERT's pooler is dropped) with a fresh RTD head, the generator a copy of the encoder's first
         `generator_num_hidden_layers` layers with a fresh MLM head (output matrix: the shared, pretrained token
-        embeddings) and v = 0 (uniform mixture at the start). `load_kwargs` go to `AutoModel.from_pretrained`."""
+        embeddings) and v = 0 (uniform mixture at the start). With `separate_generators`, generator k is a copy of
+        the encoder's first `mlm_layers[k]` layers with its own fresh head; generators of equal depth therefore
+        start identical, and without `generator_dropout` they stay identical (same inputs, same gradients).
+        `load_kwargs` go to `AutoModel.from_pretrained`."""
         body = AutoModel.from_pretrained(encoder_name_or_path, **load_kwargs)
         source = body.config
         if source.model_type not in ("bert", "electra"):
@@ -523,22 +620,24 @@ class AmosModel(PreTrainedModel):
         depth = generator_num_hidden_layers
         config = AmosModelConfig.from_configs(
             generator, discriminator, stop_gradient=stop_gradient, generator_dropout=generator_dropout,
-            mlm_layers=mlm_layers or sorted({max(1, round(depth / 2)), max(1, round(3 * depth / 4)), depth}))
+            mlm_layers=mlm_layers or sorted({max(1, round(depth / 2)), max(1, round(3 * depth / 4)), depth}),
+            separate_generators=separate_generators)
         model = cls(config)
         weights = {key: value for key, value in body.state_dict().items() if not key.startswith("pooler.")}
         missing, unexpected = model.discriminator.electra.load_state_dict(weights, strict=False)
         if missing or unexpected:
             raise ValueError(f"AMOS: field 'encoder_name_or_path': {encoder_name_or_path} does not map onto an "
                              f"ELECTRA body (missing {missing[:5]}, unexpected {unexpected[:5]})")
-        # the generator's body: the same embeddings (already shared) and the first d_K layers
-        generator_body = model.generator.body
-        kept = {key: value for key, value in weights.items()
-                if not key.startswith("encoder.layer.") or int(key.split(".")[2]) < depth}
-        kept = {key: value for key, value in kept.items() if not key.startswith("embeddings.word_embeddings.")}
-        missing, unexpected = generator_body.load_state_dict(kept, strict=False)
-        if unexpected or [key for key in missing if not key.startswith("embeddings.word_embeddings.")]:
-            raise ValueError(f"AMOS: field 'encoder_name_or_path': the generator body does not take the encoder's "
-                             f"first {depth} layers (missing {missing[:5]}, unexpected {unexpected[:5]})")
+        # each generator body: the same embeddings (already shared) and the encoder's first layers, as many as it has
+        for generator_body in model.generator.generator_bodies:
+            layers = generator_body.config.num_hidden_layers
+            kept = {key: value for key, value in weights.items()
+                    if not key.startswith("encoder.layer.") or int(key.split(".")[2]) < layers}
+            kept = {key: value for key, value in kept.items() if not key.startswith("embeddings.word_embeddings.")}
+            missing, unexpected = generator_body.load_state_dict(kept, strict=False)
+            if unexpected or [key for key in missing if not key.startswith("embeddings.word_embeddings.")]:
+                raise ValueError(f"AMOS: field 'encoder_name_or_path': a generator body does not take the encoder's "
+                                 f"first {layers} layers (missing {missing[:5]}, unexpected {unexpected[:5]})")
         return model
 
 

@@ -17,6 +17,8 @@ AUC of the RTD logit over replaced vs original tokens, from histograms of 1/1024
 over all masked positions since the previous log: Fig. 3a's curve, read it from `trainer.state.log_history`).
 Evaluation also samples every head alone on the same masks (`rtd_per_head_eval`) and logs `eval_rtd_auc/layer_<d>`
 and `eval_rtd_accuracy_replaced/layer_<d>`: how well the discriminator separates each head's samples (Fig. 1a, 3b).
+With separate generators (`AmosGeneratorConfig.separate_generators`) the heads are named
+`generator_<k>_depth_<d>` instead of `layer_<d>` (`AmosModel.head_names`).
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ class AmosTrainer(ModelCardMixin, Trainer):
         _refuse_sharding(parameter_sharding(args))
         checkpointing_kwargs = args.activation_checkpointing_kwargs or {}
         if (args.activation_checkpointing and checkpointing_kwargs.get("use_reentrant", False)
-                and model.config.generator.stop_gradient and len(model.mlm_layers) > 1):
+                and model.config.generator.stop_gradient and len(model.mlm_layers) > 1
+                and not model.config.generator.separate_generators):
             # the stop-gradient detaches the input of each block after a head before transformers' checkpoint
             # wrapper sees it; reentrant checkpointing then gives that block's parameters no gradient at all
             raise ValueError("AmosTrainer: field 'gradient_checkpointing_kwargs': use_reentrant=True cannot carry "
@@ -172,16 +175,16 @@ class AmosTrainer(ModelCardMixin, Trainer):
         says_replaced = outputs.rtd_logits > 0
         gamma = outputs.mixture_weights  # [M, K]
         metrics = self._metrics[mode]
-        layers = self.accelerator.unwrap_model(self.model).mlm_layers
-        for depth, mlm_loss in zip(layers, outputs.mlm_losses):
-            metrics.add(f"mlm_loss/layer_{depth}", mlm_loss)
+        heads = self.accelerator.unwrap_model(self.model).head_names
+        for head, mlm_loss in zip(heads, outputs.mlm_losses):
+            metrics.add(f"mlm_loss/{head}", mlm_loss)
         metrics.add("rtd_loss", outputs.rtd_loss)
         metrics.add("rtd_accuracy_replaced", (says_replaced & replaced).sum(), count=replaced.sum())
         metrics.add("rtd_accuracy_original", (~says_replaced & original).sum(), count=original.sum())
         # replaced tokens sit at masked positions only: the share of the M masked positions that were replaced
         metrics.add("replaced_fraction", replaced.sum(), count=gamma.shape[0])
-        for depth, weight in zip(layers, gamma.sum(dim=0)):
-            metrics.add(f"mixture_weight/layer_{depth}", weight, count=gamma.shape[0])
+        for head, weight in zip(heads, gamma.sum(dim=0)):
+            metrics.add(f"mixture_weight/{head}", weight, count=gamma.shape[0])
         self._accumulate_histogram(outputs, attention_mask, mode, slot=0, slots=1 + gamma.shape[1])
 
     @torch.no_grad()
@@ -198,11 +201,11 @@ class AmosTrainer(ModelCardMixin, Trainer):
             prefix = "eval_" if mode == "eval" else ""
             logs.update({prefix + name: value for name, value in
                          self._metrics[mode].reduce(self.accelerator).items()})
-            layers = self.accelerator.unwrap_model(self.model).mlm_layers
-            logs.update(self._separation_logs(layers, prefix, mode))
+            heads = self.accelerator.unwrap_model(self.model).head_names
+            logs.update(self._separation_logs(heads, prefix, mode))
         super().log(logs, start_time)
 
-    def _separation_logs(self, layers: list[int], prefix: str, mode: str) -> dict[str, float]:
+    def _separation_logs(self, heads: list[str], prefix: str, mode: str) -> dict[str, float]:
         """rtd_auc from the accumulated histograms (reduced across processes), and per head (slots that saw
         batches) the AUC and the replaced-token accuracy at p = 0.5 on that head's samples."""
         histograms = self._rtd_histograms[mode]
@@ -211,11 +214,11 @@ class AmosTrainer(ModelCardMixin, Trainer):
         histograms = self.accelerator.reduce(histograms, reduction="sum").cpu().numpy()
         self._rtd_histograms[mode] = None
         logs = {prefix + "rtd_auc": binned_auc(histograms[0])}
-        for depth, histogram in zip(layers, histograms[1:]):
+        for head, histogram in zip(heads, histograms[1:]):
             replaced = histogram[1]
             if replaced.sum() > 0:
-                logs[f"{prefix}rtd_auc/layer_{depth}"] = binned_auc(histogram)
-                logs[f"{prefix}rtd_accuracy_replaced/layer_{depth}"] = float(
+                logs[f"{prefix}rtd_auc/{head}"] = binned_auc(histogram)
+                logs[f"{prefix}rtd_accuracy_replaced/{head}"] = float(
                     replaced[RTD_HISTOGRAM_BINS // 2:].sum() / replaced.sum())
         return logs
 
@@ -230,7 +233,7 @@ class AmosTrainer(ModelCardMixin, Trainer):
     _hf_aux_class = "hf_aux.modeling.amos.AmosModel"
 
     def _card_tasks(self, datasets: list[str], **kwargs) -> list[TaskSummary]:
-        layers = self.accelerator.unwrap_model(self.model).mlm_layers
+        heads = self.accelerator.unwrap_model(self.model).head_names
         last_eval = next((entry for entry in reversed(self.state.log_history) if "eval_rtd_loss" in entry), {})
 
         def finite(names):  # card metric name -> logged key, kept when it was logged as a finite number
@@ -244,12 +247,12 @@ class AmosTrainer(ModelCardMixin, Trainer):
                                                  "accuracy_replaced": "eval_rtd_accuracy_replaced",
                                                  "accuracy_original": "eval_rtd_accuracy_original",
                                                  "auc": "eval_rtd_auc"}))]
-        summaries += [TaskSummary(f"rtd_on_layer_{d}_samples", "rtd", train_size=train_size, eval_size=eval_size,
-                                  metrics=finite({"accuracy_replaced": f"eval_rtd_accuracy_replaced/layer_{d}",
-                                                  "auc": f"eval_rtd_auc/layer_{d}"}))
-                      for d in layers if f"eval_rtd_auc/layer_{d}" in last_eval]
-        summaries += [TaskSummary(f"mlm_layer_{d}", "mlm", train_size=train_size, eval_size=eval_size,
-                                  metrics=finite({"loss": f"eval_mlm_loss/layer_{d}"})) for d in layers]
+        summaries += [TaskSummary(f"rtd_on_{h}_samples", "rtd", train_size=train_size, eval_size=eval_size,
+                                  metrics=finite({"accuracy_replaced": f"eval_rtd_accuracy_replaced/{h}",
+                                                  "auc": f"eval_rtd_auc/{h}"}))
+                      for h in heads if f"eval_rtd_auc/{h}" in last_eval]
+        summaries += [TaskSummary(f"mlm_{h}", "mlm", train_size=train_size, eval_size=eval_size,
+                                  metrics=finite({"loss": f"eval_mlm_loss/{h}"})) for h in heads]
         return summaries
 
     def _card_figures(self, output_dir: str) -> dict[str, str]:
@@ -278,8 +281,10 @@ class AmosTrainer(ModelCardMixin, Trainer):
         amos = self.accelerator.unwrap_model(self.model)
         pretraining_head = "ElectraForPreTraining" in (amos.discriminator.config.architectures or [])
         return {"auto_class": "AutoModelForPreTraining" if pretraining_head else "AutoModel",
-                "notes": f"Generator MLM heads at layers {', '.join(map(str, amos.mlm_layers))}; mixture "
-                         f"'{self.args.mixture}'."}
+                "notes": (f"Separate generators of depths {', '.join(map(str, amos.mlm_layers))}"
+                          if amos.config.generator.separate_generators else
+                          f"Generator MLM heads at layers {', '.join(map(str, amos.mlm_layers))}")
+                         + f"; mixture '{self.args.mixture}'."}
 
     # ---- checkpoints: AmosModel writes discriminator + generator/; load both back ---------------------------------
     # Private on purpose: Trainer's loading reads model.safetensors into the model, and no public hook loads a
