@@ -58,8 +58,10 @@ def test_quick_study_runs_every_variant_and_renders_the_report(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert output.read_text() == before
     report = output.with_suffix(".md").read_text()
-    for heading in ("Claim 1", "Claim 2", "Claim 3", "How to continue", "incomplete: 1 seed so far"):
+    for heading in ("Claim 1", "Claim 2", "Claim 3", "How to continue", "incomplete: 1 seed so far", "Not run",
+                    "three 4-layer gen."):
         assert heading in report, heading
+    assert "Arms without a pretraining run" not in report  # --quick runs every arm
     assert (tmp_path / "amos_mixture_weights.png").is_file() and (tmp_path / "amos_curriculum.png").is_file()
 
 

@@ -443,6 +443,31 @@ def _pilot_lines(path: Path) -> list[str]:
     return lines
 
 
+def _not_run_lines(runs: list[dict], setting: dict) -> list[str]:
+    """The arms without a pretraining run at every seed, the command that runs them, and the AMOS arm's measured
+    cost per pretraining seed (pretraining and its fine-tunings) as the estimate."""
+    missing = []
+    for name in ORDER:
+        done = {run["seed"] for run in runs if run["claim"] == "pretrain" and run["variant"] == name}
+        seeds = [seed for seed in setting["pretrain_seeds"] if seed not in done]
+        if seeds:
+            missing.append(f"`{name}` (seeds {', '.join(map(str, seeds))})")
+    lines = ["## Not run", "",
+             "'w. three 4-layer gen.' (`--separate_generators true --mlm_layers 4 4 4`, built and tested): continued "
+             "pretraining starts every 4-layer generator as the same copy of MiniLM's first 4 layers, and without "
+             "generator dropout identical copies get identical gradients and stay identical "
+             "(tests/test_amos_model.py checks it), so here the arm would be ELECTRA at three times the generator "
+             "cost; it needs from-scratch pretraining, where the copies start apart.", ""]
+    if missing:
+        amos = [run for run in runs if run["variant"] == REFERENCE and "resumed_at_step" not in run]
+        seeds = len({run["seed"] for run in amos if run["claim"] == "pretrain"})
+        cost = (f" At the AMOS arm's measured cost, one pretraining seed with its fine-tunings takes about "
+                f"{sum(run['cpu_s'] for run in amos) / seeds / 60:.0f} CPU minutes.") if seeds else ""
+        lines += [f"Arms without a pretraining run at every seed: {', '.join(missing)}. "
+                  "`benchmarks/evidence/amos.py --arms <arm>` runs one (cached runs are skipped)." + cost, ""]
+    return lines
+
+
 def render_report(json_path: Path, report_path: Path, setting_name: str = "minilm") -> str:
     runs = [run for run in load_runs(json_path) if run.get("setting", setting_name) == setting_name]
     setting = SETTINGS[setting_name]
@@ -569,7 +594,14 @@ def render_report(json_path: Path, report_path: Path, setting_name: str = "minil
                          f"{_pm(plain)} | "
                          f"{mean_sd([r['wall_s'] for r in group_cost])[0]:.0f} | "
                          f"{mean_sd([r['cpu_s'] for r in group_cost])[0]:.0f} |")
-        lines.append("")
+        checks = [run["plain_transformers_check"] for run in pretrain_runs if "plain_transformers_check" in run]
+        gap = max((abs(c["plain_auc/mixture"] - c["amos_auc"]) for c in checks), default=float("nan"))
+        logits = max((c["max_abs_logit_difference"] for c in checks), default=float("nan"))
+        lines += ["", "The plain-transformers column: the saved discriminator loaded with `AutoModelForPreTraining` "
+                  "(nothing from hf_aux) scores IMDB test blocks whose masked tokens the saved generator replaced, "
+                  "mixed at its saved v (so uniformly for the arms that do not train v). Over the "
+                  f"{len(checks)} runs its AUC differs from the AmosModel's own on the same blocks by at most "
+                  f"{gap:.1e}, its logits by at most {logits:.1e}.", ""]
         if resumed:
             lines += [f"Interrupted and resumed from a checkpoint: {', '.join(resumed)}; the cost columns leave such "
                       "runs out where the arm has others (they record only the part after the resume).", ""]
@@ -611,13 +643,9 @@ def render_report(json_path: Path, report_path: Path, setting_name: str = "minil
     lines += ["The paired difference is arm - AMOS over (pretraining seed, fine-tuning seed) pairs; the paper expects "
               "it below 0 for every arm. A verdict needs 3 pairs; with fewer than 3 pretraining seeds the interval "
               "covers the fine-tuning seeds' variance only (one pretraining run per seed and arm), which the row "
-              "says.", "",
-              "Not run: 'w. three 4-layer gen.' (`--separate_generators true --mlm_layers 4 4 4`, built and tested). "
-              "Continued pretraining starts every 4-layer generator as the same copy of MiniLM's first 4 layers, "
-              "and without generator dropout identical copies get identical gradients and stay identical "
-              "(tests/test_amos_model.py checks it), so here the arm would be ELECTRA with three times the "
-              "generator cost; it needs from-scratch pretraining, where the copies start apart.", ""]
+              "says.", ""]
 
+    lines += _not_run_lines(runs, setting)
     lines += ["## How to continue", "",
               "```bash",
               "OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 nice -n 10 \\",
