@@ -10,6 +10,8 @@ Checkpoint layout written by `AmosModel.save_pretrained(dir)`:
                                                   AutoModel body (keys under its base_model_prefix) plus the
                                                   RTD head; AutoModel / AutoModelForSequenceClassification load it
     dir/generator/config.json, model.safetensors  AmosGenerator: body, shared MLM head, mixture vector v
+                                                  (separate generators: bodies.<k>, mlm_heads.<k>, v; their
+                                                  shared token embeddings once, under bodies.0)
 
 `AmosModel.from_pretrained(dir)` rebuilds both and re-ties the shared token embeddings.
 """
@@ -220,7 +222,9 @@ class AmosGenerator(PreTrainedModel):
 
     With `config.separate_generators`, `bodies[k]` / `mlm_heads[k]` are K separate generators of depths
     `mlm_layers[k]`, each read at its last layer (Table 2 "w. separate MLM gen.", Table 8 "w. three 4-layer
-    gen."); otherwise `body` / `mlm_head` (the checkpoint keys of the paper's AMOS)."""
+    gen."); otherwise `body` / `mlm_head` (the checkpoint keys of the paper's AMOS). Eq. 3 then mixes the
+    generators' last-layer states f^(k) and their logits x_t^T h^(k) + b_k: with one bias per generator, the sampling
+    distribution is the gamma-weighted mixture of the generators' logits."""
 
     config_class = AmosGeneratorConfig
     base_model_prefix = "amos_generator"
