@@ -401,6 +401,54 @@ def _starting_point_rows(task_runs: list[dict]) -> list[str]:
             "|---|---|---|---|", *rows, ""]
 
 
+def _paired_with_reference(task_runs: list[dict], name: str) -> tuple[list, list[float], list[float]]:
+    """The (pretraining seed, fine-tuning seed) pairs that arm `name` and AMOS both have on one task, with the two
+    arms' test accuracies in that order."""
+    reference = {(run["pretrain_seed"], run["seed"]): run["value"] for run in task_runs if run["variant"] == REFERENCE}
+    arm = {(run["pretrain_seed"], run["seed"]): run["value"] for run in task_runs if run["variant"] == name}
+    keys = sorted(set(arm) & set(reference))
+    return keys, [arm[k] for k in keys], [reference[k] for k in keys]
+
+
+def _downstream_plot(runs: list[dict], path: Path) -> bool:
+    """Claim 3 as a forest plot, one panel per task: each arm's paired differences from AMOS (grey dots) and their
+    mean with its 95% t-interval; left of 0 = AMOS better, as the paper expects. False when no arm has 2 pairs."""
+    panels = []
+    for task in TASKS:
+        task_runs = [run for run in runs if run["claim"] == f"downstream/{task}"]
+        rows = []
+        for name in ORDER:
+            if name == REFERENCE:
+                continue
+            _, arm, reference = _paired_with_reference(task_runs, name)
+            if len(arm) >= 2:
+                rows.append((name, [a - b for a, b in zip(arm, reference)], paired_ci(arm, reference)))
+        if rows:
+            panels.append((task, rows))
+    if not panels:
+        return False
+    from hf_aux.model_card import _pyplot
+
+    plt = _pyplot()
+    height = 1.6 + 0.45 * max(len(rows) for _, rows in panels)
+    figure, axes = plt.subplots(1, len(panels), figsize=(5.4 * len(panels), height), dpi=100, squeeze=False)
+    for axis, (task, rows) in zip(axes.flat, panels):
+        for i, (name, diffs, (mean, lo, hi)) in enumerate(rows):
+            axis.scatter(diffs, [i] * len(diffs), color="0.6", s=12, zorder=2)
+            axis.errorbar([mean], [i], xerr=[[mean - lo], [hi - mean]], fmt="o", color="C0", capsize=4, zorder=3)
+        axis.axvline(0.0, color="black", linewidth=0.8)
+        axis.set_yticks(range(len(rows)), [f"{name} (n={len(diffs)})" for name, diffs, _ in rows])
+        axis.invert_yaxis()
+        axis.set_title(task, fontsize="medium")
+        axis.set_xlabel("test accuracy: arm - AMOS")
+        axis.grid(axis="x", alpha=0.3)
+    figure.suptitle("Claim 3: paired differences from AMOS (dots: pairs; bar: mean, 95% CI)")
+    figure.tight_layout()
+    figure.savefig(path, format="png")
+    plt.close(figure)
+    return True
+
+
 def _claim_line(diffs_a, diffs_b, expected_sign, what) -> tuple[str, str]:
     n = len(diffs_a)
     if n < 2:  # no interval from one pair
@@ -616,21 +664,19 @@ def render_report(json_path: Path, report_path: Path, setting_name: str = "minil
             continue
         lines += ["| arm | pairs | test accuracy (mean ± sd) | validation accuracy | paired diff. arm - AMOS, "
                   "95% CI | verdict (AMOS better) |", "|---|---|---|---|---|---|"]
-        reference = {(run["pretrain_seed"], run["seed"]): run for run in task_runs if run["variant"] == REFERENCE}
         for name in ["minilm"] + ORDER:
-            group = {(run["pretrain_seed"], run["seed"]): run for run in task_runs if run["variant"] == name}
+            group = [run for run in task_runs if run["variant"] == name]
             if not group:
                 continue
-            test = mean_sd([run["value"] for run in group.values()])
-            valid = mean_sd([run["validation"] for run in group.values()])
+            test = mean_sd([run["value"] for run in group])
+            valid = mean_sd([run["validation"] for run in group])
             if name == REFERENCE:
                 diff, result = "reference", "-"
             elif name == "minilm":  # not paired by pretraining seed: MiniLM has none
                 diff, result = "(starting point, unpaired)", "-"
             else:
-                keys = sorted(set(group) & set(reference))
-                text, result = _claim_line([group[k]["value"] for k in keys],
-                                           [reference[k]["value"] for k in keys], -1, "diff")
+                keys, arm, reference = _paired_with_reference(task_runs, name)
+                text, result = _claim_line(arm, reference, -1, "diff")
                 diff = text.split(": ", 1)[1]
                 pretrain_seeds = len({k[0] for k in keys})
                 if pretrain_seeds < 3 and not result.startswith("incomplete"):
@@ -640,6 +686,8 @@ def render_report(json_path: Path, report_path: Path, setting_name: str = "minil
                          f" | {diff} | {result} |")
         lines.append("")
         lines += _starting_point_rows(task_runs)
+    if _downstream_plot(runs, figures / f"{stem}_downstream.png"):
+        lines += [f"![downstream]({stem}_downstream.png)", ""]
     lines += ["The paired difference is arm - AMOS over (pretraining seed, fine-tuning seed) pairs; the paper expects "
               "it below 0 for every arm. A verdict needs 3 pairs; with fewer than 3 pretraining seeds the interval "
               "covers the fine-tuning seeds' variance only (one pretraining run per seed and arm), which the row "
