@@ -126,3 +126,19 @@ def test_claim3_pairs_by_both_seeds_and_the_forest_plot_draws_arms_with_two_pair
     assert _downstream_plot(runs, tmp_path / "forest.png") and (tmp_path / "forest.png").stat().st_size > 0
     assert not _downstream_plot([r for r in runs if r["variant"] != "electra"], tmp_path / "none.png")
     assert not (tmp_path / "none.png").exists()  # uniform has one pair: no interval to draw
+
+
+def test_not_run_section_names_the_missing_arms_and_seeds_with_the_measured_cost():
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.evidence.amos import ORDER, SETTINGS, _not_run_lines
+
+    setting = SETTINGS["minilm"]
+    runs = [{"claim": "pretrain", "variant": name, "seed": seed, "cpu_s": 600.0}
+            for name in ORDER if name != "separate_gens" for seed in setting["pretrain_seeds"]
+            if (name, seed) != ("electra", 2)]
+    runs += [{"claim": "downstream/rotten_tomatoes", "variant": "amos", "seed": 0, "pretrain_seed": seed,
+              "cpu_s": 300.0} for seed in setting["pretrain_seeds"]]
+    text = "\n".join(_not_run_lines(runs, setting))
+    assert "three 4-layer gen." in text
+    assert "`electra` (seeds 2), `separate_gens` (seeds 42, 1, 2)" in text
+    assert "about 15 CPU minutes" in text  # (3 x 600 + 3 x 300) s over 3 AMOS pretraining seeds
