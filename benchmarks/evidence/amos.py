@@ -371,7 +371,8 @@ def _fmt(value, digits=3):
 def _pm(mean_and_sd, n: int | None = None) -> str:
     """'mean ± sd', or 'mean' alone for a single value (no spread to show)."""
     mean, sd = mean_and_sd
-    return _fmt(mean) if n == 1 or (n is None and sd == 0.0) else f"{_fmt(mean)} ± {_fmt(sd)}"
+    alone = n == 1 or (n is None and (sd == 0.0 or math.isnan(sd)))
+    return _fmt(mean) if alone else f"{_fmt(mean)} ± {_fmt(sd)}"
 
 
 def _starting_point_rows(task_runs: list[dict]) -> list[str]:
