@@ -450,6 +450,31 @@ def _downstream_plot(runs: list[dict], path: Path) -> bool:
     return True
 
 
+def _other_adversarial_arms(pretrain_runs: list[dict]) -> tuple[list[str], list]:
+    """Claim 1 in the other arms whose mixture is learned adversarially (no 'mixture' flag, several heads): their
+    final weights, the deepest head's final weight - 1/K with its interval, and a figure panel each."""
+    rows, panels = [], []
+    for name in ORDER:
+        group = [run for run in pretrain_runs if run["variant"] == name]
+        if name == REFERENCE or "mixture" in VARIANTS[name] or not group or len(group[0]["mlm_layers"]) < 2:
+            continue
+        heads = head_names(group[0])
+        uniform = 1.0 / len(heads)
+        finals = [[run["train_curve"][-1][f"mixture_weight/{h}"] for run in group] for h in heads]
+        text, result = _claim_line(finals[-1], [uniform] * len(group), +1, "diff")
+        weights = " / ".join(_pm(mean_sd(values), len(values)) for values in finals)
+        rows.append(f"| {name} | {len(group)} | {', '.join(heads)} | {weights} | {text.split(': ', 1)[1]} | "
+                    f"{result} |")
+        panels.append((f"mixture weight per head ({name})", "mean mixture weight",
+                       {h.replace("_", " "): [[(e["step"], e[f"mixture_weight/{h}"]) for e in run["train_curve"]]
+                                              for run in group] for h in heads}))
+    if not rows:
+        return [], []
+    return (["The other arms that learn the mixture adversarially (same eq. 3 and reversal):", "",
+             "| arm | seeds | heads (shallow to deep) | final weights (mean ± sd) | deepest - 1/K, 95% CI | verdict |",
+             "|---|---|---|---|---|---|", *rows, ""], panels)
+
+
 def _claim_line(diffs_a, diffs_b, expected_sign, what) -> tuple[str, str]:
     n = len(diffs_a)
     if n < 2:  # no interval from one pair
@@ -573,6 +598,9 @@ def render_report(json_path: Path, report_path: Path, setting_name: str = "minil
         panels = [("mixture weight per head (AMOS)", "mean mixture weight",
                    {f"layer {d}": [[(e["step"], e[f"mixture_weight/layer_{d}"]) for e in run["train_curve"]]
                                    for run in amos_runs] for d in layers})]
+        other_lines, other_panels = _other_adversarial_arms(pretrain_runs)
+        lines += other_lines
+        panels += other_panels
         _plot(panels, figures / f"{stem}_mixture_weights.png", "Claim 1: mixture weights over training (band: seeds)")
         lines += [f"![mixture weights]({stem}_mixture_weights.png)", ""]
     else:
