@@ -450,6 +450,13 @@ def _downstream_plot(runs: list[dict], path: Path) -> bool:
     return True
 
 
+def _mixture_panel(label: str, group: list[dict]) -> tuple[str, str, dict]:
+    """A `_plot` panel: each head's logged mixture weight over training, one curve per run of the arm."""
+    return (f"mixture weight per head ({label})", "mean mixture weight",
+            {h.replace("_", " "): [[(e["step"], e[f"mixture_weight/{h}"]) for e in run["train_curve"]]
+                                   for run in group] for h in head_names(group[0])})
+
+
 def _other_adversarial_arms(pretrain_runs: list[dict]) -> tuple[list[str], list]:
     """Claim 1 in the other arms whose mixture is learned adversarially (no 'mixture' flag, several heads): their
     final weights, the deepest head's final weight - 1/K with its interval, and a figure panel each."""
@@ -465,9 +472,7 @@ def _other_adversarial_arms(pretrain_runs: list[dict]) -> tuple[list[str], list]
         weights = " / ".join(_pm(mean_sd(values), len(values)) for values in finals)
         rows.append(f"| {name} | {len(group)} | {', '.join(heads)} | {weights} | {text.split(': ', 1)[1]} | "
                     f"{result} |")
-        panels.append((f"mixture weight per head ({name})", "mean mixture weight",
-                       {h.replace("_", " "): [[(e["step"], e[f"mixture_weight/{h}"]) for e in run["train_curve"]]
-                                              for run in group] for h in heads}))
+        panels.append(_mixture_panel(name, group))
     if not rows:
         return [], []
     return (["The other arms that learn the mixture adversarially (same eq. 3 and reversal):", "",
@@ -534,9 +539,9 @@ def _not_run_lines(runs: list[dict], setting: dict) -> list[str]:
              "cost; it needs from-scratch pretraining, where the copies start apart.", ""]
     if missing:
         amos = [run for run in runs if run["variant"] == REFERENCE and "resumed_at_step" not in run]
-        seeds = len({run["seed"] for run in amos if run["claim"] == "pretrain"})
+        amos_seeds = len({run["seed"] for run in amos if run["claim"] == "pretrain"})
         cost = (f" At the AMOS arm's measured cost, one pretraining seed with its fine-tunings takes about "
-                f"{sum(run['cpu_s'] for run in amos) / seeds / 60:.0f} CPU minutes.") if seeds else ""
+                f"{sum(run['cpu_s'] for run in amos) / amos_seeds / 60:.0f} CPU minutes.") if amos_seeds else ""
         lines += [f"Arms without a pretraining run at every seed: {', '.join(missing)}. "
                   "`benchmarks/evidence/amos.py --arms <arm>` runs one (cached runs are skipped)." + cost, ""]
     return lines
@@ -595,9 +600,7 @@ def render_report(json_path: Path, report_path: Path, setting_name: str = "minil
         text, result = _claim_line(finals[layers[-1]], [uniform] * len(amos_runs), +1,
                                    "deepest head's final weight - 1/K, 95% CI")
         lines += ["", f"{text}. **Verdict: {result}.**", ""]
-        panels = [("mixture weight per head (AMOS)", "mean mixture weight",
-                   {f"layer {d}": [[(e["step"], e[f"mixture_weight/layer_{d}"]) for e in run["train_curve"]]
-                                   for run in amos_runs] for d in layers})]
+        panels = [_mixture_panel("AMOS", amos_runs)]
         other_lines, other_panels = _other_adversarial_arms(pretrain_runs)
         lines += other_lines
         panels += other_panels

@@ -277,18 +277,19 @@ class AmosGenerator(PreTrainedModel):
         return torch.stack([nn.functional.linear(h, weight, head.bias.detach() if detach_bias else head.bias)
                             for h, head in zip(mlm_embeddings, self.mlm_heads)])
 
-    def shared_embedding_copies(self) -> list[str]:
-        """State-dict keys that alias the first body's token embeddings (the other separate generators'): the
-        checkpoint stores that tensor once (safetensors refuses aliases); `load_amos_weights` puts it back."""
+    def separate_embedding_keys(self) -> list[str]:
+        """State-dict keys of the separate generators' token embeddings, one per body, all aliasing one tensor (the
+        shared embeddings); [] for the single body. The checkpoint stores the first only (safetensors refuses
+        aliases) and `AmosModel.load_amos_weights` copies it back to the others."""
         if not self.config.separate_generators:
             return []
-        copies = []
+        keys = []
         for k, body in enumerate(self.bodies):
             weight = body.get_input_embeddings().weight
             name = next(name for name, parameter in body.named_parameters(remove_duplicate=False)
                         if parameter is weight)
-            copies.append(f"bodies.{k}.{name}")
-        return copies[1:]
+            keys.append(f"bodies.{k}.{name}")
+        return keys
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.generator_bodies[0].get_input_embeddings()
@@ -552,7 +553,7 @@ class AmosModel(PreTrainedModel):
             for prefix, part in parts.items():
                 if key.startswith(prefix):
                     part[key[len(prefix):]] = value
-        for key in self.generator.shared_embedding_copies():  # stored once, under the first generator
+        for key in self.generator.separate_embedding_keys()[1:]:  # stored once, under the first generator
             parts["generator."].pop(key, None)
         self.discriminator.save_pretrained(save_directory, state_dict=parts["discriminator."], **kwargs)
         self.generator.save_pretrained(os.path.join(save_directory, GENERATOR_FOLDER),
@@ -563,10 +564,9 @@ class AmosModel(PreTrainedModel):
         state = {f"discriminator.{k}": v for k, v in _read_safetensors(directory).items()}
         state.update({f"generator.{k}": v for k, v in
                       _read_safetensors(os.path.join(directory, GENERATOR_FOLDER)).items()})
-        copies = self.generator.shared_embedding_copies()
-        if copies:  # the separate generators' shared token embeddings, stored once
-            first = f"generator.{copies[0].replace('bodies.1.', 'bodies.0.', 1)}"
-            state.update({f"generator.{key}": state[first] for key in copies if first in state})
+        first, *copies = [f"generator.{key}" for key in self.generator.separate_embedding_keys()] or [None]
+        if first in state:  # the separate generators' shared token embeddings, stored once
+            state.update({key: state[first] for key in copies})
         expected = set(self.state_dict())
         missing = sorted(expected - set(state))
         unexpected = sorted(set(state) - expected)
