@@ -24,6 +24,9 @@ Rules (run_glue's contract, made exact):
   scheduler and RNG files; hf_aux's own files are written before it), every *.safetensors file is as long as its
   header says, and every torch pickle is an intact zip. Incomplete ones are moved to `_incomplete_checkpoints/`
   with a warning naming them; the newest complete one is resumed.
+- Several processes (torchrun, accelerate launch): one process guards the folder (rank 0, or each node's local
+  rank 0 with save_on_each_node) and the others follow its decision or its error (`guard_output_dir`); the number
+  of processes is part of the configuration; a signal stops every rank at the same step (`InterruptCallback`).
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ RUN_CONTROL_FIELDS = {
     "save_steps", "save_strategy", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
     "dataloader_prefetch_factor", "token", "cache_dir", "max_eval_samples", "max_predict_samples", "run_name",
     "project", "trackio_space_id", "preprocessing_num_workers", "on_nonfinite", "merge_lora",
+    "local_rank", "ddp_timeout", "log_on_each_node",  # the number of processes is recorded as "processes" instead
 }
 
 
@@ -298,13 +302,17 @@ atexit.register(_release_all_locks)
 class InterruptCallback(TrainerCallback):
     """While training, SIGINT/SIGTERM ask Trainer to save a checkpoint at the end of the current step and stop;
     `on_train_end` then exits with 128 + the signal number and one line saying where the checkpoint is. A second
-    signal acts at once (the default handler is restored by the first)."""
+    signal acts at once (the default handler is restored by the first). With several processes (a launcher passes
+    its SIGTERM to every rank) the ranks agree on the step to stop at (`hf_aux.distributed.StopAgreement`, one step
+    after the signal), so all of them save the same checkpoint and none waits for the others in a collective."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self):
         self.received: int | None = None
+        self.stopped_by: int | None = None
         self._previous = {}
+        self._agreement = None
 
     def _handle(self, signum, frame):
         self.received = signum
@@ -314,14 +322,19 @@ class InterruptCallback(TrainerCallback):
                        "stop at once)", signal.Signals(signum).name)
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self.received = None
+        from .distributed import StopAgreement, several_processes
+
+        self.received = self.stopped_by = None
+        self._agreement = StopAgreement(args) if several_processes(args) else None
         if threading_main():
             self._previous = {number: signal.getsignal(number) for number in self.SIGNALS}
             for number in self.SIGNALS:
                 signal.signal(number, self._handle)
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.received is not None:
+        stop = self.received if self._agreement is None else self._agreement.exchange(self.received)
+        if stop:
+            self.stopped_by = stop
             control.should_save = True
             control.should_training_stop = True
 
@@ -329,17 +342,21 @@ class InterruptCallback(TrainerCallback):
         for number, handler in self._previous.items():
             signal.signal(number, handler)
         self._previous = {}
-        if self.received is None:
+        if self._agreement is not None:
+            self._agreement.close()
+            self._agreement = None
+        if self.stopped_by is None:
             return
-        name = signal.Signals(self.received).name
+        name = signal.Signals(self.stopped_by).name
         checkpoint = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
         where = (f"saved {checkpoint}" if os.path.isdir(checkpoint)
                  else f"the last checkpoint is {last_complete_checkpoint(args.output_dir, move_incomplete=False)}")
         message = (f"hf_aux: interrupted by {name} at step {state.global_step} of {state.max_steps}: {where}; run "
                    "the same command again to resume from it.")
-        logger.error(message)
-        print(message, file=sys.stderr, flush=True)
-        raise SystemExit(128 + self.received)
+        if args.should_log:  # one line per run, not one per rank
+            logger.error(message)
+            print(message, file=sys.stderr, flush=True)
+        raise SystemExit(128 + self.stopped_by)
 
 
 def threading_main() -> bool:
@@ -428,16 +445,65 @@ def _has_final_model(output_dir: Path) -> bool:
     return any((output_dir / name).is_file() for name in FINAL_MODEL_FILES)
 
 
-def guard_output_dir(training_args, *arguments) -> GuardedRun:
+def guard_output_dir(training_args, *arguments, prepare=None) -> GuardedRun:
     """Check and lock `training_args.output_dir` for a run of `arguments` (every parsed argument dataclass, the
-    training arguments included) before anything is loaded; see the module docstring. Returns a `GuardedRun`."""
+    training arguments included) before anything is loaded; see the module docstring. `prepare(training_args)`, if
+    given, runs next on the deciding process, for a run that will train (e.g. creating the Hub repository), so that
+    its failure stops every rank too. Returns a `GuardedRun`.
+
+    With several processes (torchrun, accelerate launch) exactly one process per output folder guards it: global
+    rank 0, or each node's local rank 0 when `save_on_each_node` gives every node its own folder. The others wait
+    (at most --ddp_timeout) and follow its decision: the same checkpoint to resume from, the same "nothing to do",
+    or the same error, which names the rank that decided."""
+    from .distributed import check_launch, gather_objects, several_processes
+
+    check_launch(training_args)
+    if not several_processes(training_args):
+        return _guard_here(training_args, arguments, prepare)
+    rank = training_args.process_index
+    decider = rank - training_args.local_process_index if training_args.save_on_each_node else 0
+    run, failure, outcome = None, None, None
+    if training_args.should_save:
+        try:
+            run = _guard_here(training_args, arguments, prepare)
+            outcome = {"checkpoint": run.checkpoint, "finished": run.finished, "results": run.results}
+        except BaseException as error:  # shared with the other ranks, then raised here as it is
+            failure, outcome = error, {"error": str(error) or type(error).__name__}
+    try:
+        outcomes = gather_objects(outcome, training_args)
+    except RuntimeError as error:
+        if run is not None:
+            run.release()
+        raise OutputDirError(
+            f"rank {rank}: no decision about output_dir {str(training_args.output_dir)!r} from the process that guards "
+            f"it (rank {decider}) within --ddp_timeout {training_args.ddp_timeout} s, or that process is gone: "
+            f"{error}") from failure
+    errors = [(index, item["error"]) for index, item in enumerate(outcomes) if item and "error" in item]
+    decisions = {(item["checkpoint"] and os.path.basename(item["checkpoint"]), item["finished"])
+                 for item in outcomes if item and "error" not in item}
+    if failure is not None:
+        raise failure
+    if errors or len(decisions) > 1:
+        if run is not None:
+            run.release()
+        if errors:
+            index, message = errors[0]
+            raise OutputDirError(f"{message} (decided by rank {index}, which guards the output folder)")
+        raise OutputDirError(
+            f"output_dir {str(training_args.output_dir)!r}: the nodes' folders (--save_on_each_node) hold different "
+            f"runs: {[item and (item['checkpoint'], item['finished']) for item in outcomes]}; make them the same "
+            "(copy the newest complete checkpoint to every node) or pass --resume_from_checkpoint.")
+    if run is None:
+        chosen = outcomes[decider]
+        run = GuardedRun(output_dir=str(training_args.output_dir), checkpoint=chosen["checkpoint"],
+                         finished=chosen["finished"], results=chosen["results"])
+    return run
+
+
+def _guard_here(training_args, arguments, prepare) -> GuardedRun:
+    """The guard as the one process that decides for the output folder runs it (guard_output_dir)."""
     output_dir = Path(training_args.output_dir)
     run = GuardedRun(output_dir=str(output_dir))
-    if not training_args.should_save:  # other DDP ranks: the main process guards, locks and records
-        if training_args.do_train and training_args.resume_from_checkpoint is None and output_dir.is_dir():
-            run.checkpoint = last_complete_checkpoint(output_dir, move_incomplete=False)
-        run.checkpoint = training_args.resume_from_checkpoint or run.checkpoint
-        return run
     if output_dir.exists() and not output_dir.is_dir():
         raise OutputDirError(f"TrainingArguments: field 'output_dir': {str(output_dir)!r} is a file, not a folder; "
                              "pass a folder path")
@@ -447,7 +513,12 @@ def guard_output_dir(training_args, *arguments) -> GuardedRun:
         raise OutputDirError(f"TrainingArguments: field 'output_dir': cannot write beside or into {str(output_dir)!r} "
                              f"({error.strerror}: {error.filename}); pass a folder you can write to") from error
     try:
-        _decide(run, training_args, output_dir, run_configuration(training_args, *arguments))
+        config = run_configuration(training_args, *arguments)
+        if training_args.world_size > 1:  # the global batch depends on it; absent for one process (older records)
+            config["processes"] = training_args.world_size
+        _decide(run, training_args, output_dir, config)
+        if prepare is not None and not run.finished:
+            prepare(training_args)
     except BaseException:
         run.release()
         raise
@@ -460,6 +531,8 @@ def _decide(run: GuardedRun, args, output_dir: Path, config: dict) -> None:
     if record_path.is_file():
         try:
             recorded = json.loads(record_path.read_text()).get("configuration")
+            # a record written before a field became run control (e.g. local_rank) still matches
+            recorded = {k: v for k, v in recorded.items() if k not in RUN_CONTROL_FIELDS}
         except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
             recorded = None
     checkpoints = _checkpoints(output_dir)

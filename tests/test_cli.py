@@ -6,7 +6,6 @@ last checkpoint; every card names the model it started from (base_model)."""
 import ast
 import functools
 import json
-import random
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -17,8 +16,8 @@ import torch
 import transformers
 import yaml
 from huggingface_hub import ModelCard
-from tiny import tiny_config, tiny_tokenizer
-from transformers import AutoModelForMaskedLM, HfArgumentParser, TrainingArguments
+from tiny import command_args, write_command_data
+from transformers import HfArgumentParser, TrainingArguments
 
 from hf_aux.cli import parse_command_line
 from hf_aux.cli.command import COMMANDS
@@ -30,7 +29,6 @@ import importlib
 SCRIPTS = ("run_muppet", "run_amos", "run_tartan", "run_meta_lm", "run_finetune")
 BASE_ID = "hf-aux-tests/tiny-bert"  # what the tiny checkpoint's config.json records as its origin
 QUIET = ["--report_to", "none", "--disable_tqdm", "true", "--use_cpu", "--logging_steps", "1"]
-WORDS = "the movie film story actor plot was very really good bad fun boring".split()
 
 
 @functools.cache
@@ -111,6 +109,23 @@ def test_resume_rule_prefers_the_given_checkpoint(tmp_path):
         guard_output_dir(args(resume_from_checkpoint=str(tmp_path / "nope")))
 
 
+def test_a_record_holding_fields_that_became_run_control_still_resumes(tmp_path):
+    """local_rank (-1 alone, 0 on rank 0 of a launcher) and ddp_timeout change nothing trained: a record written
+    when they were still part of the configuration resumes; a launch of another number of processes would not."""
+    out = tmp_path / "out"
+    (out / "checkpoint-2").mkdir(parents=True)
+    (out / "checkpoint-2" / "trainer_state.json").write_text("{}")
+    args = TrainingArguments(output_dir=str(out), do_train=True, report_to=[])
+    older = {**run_configuration(args), "local_rank": 0, "ddp_timeout": 60}
+    (out / RUN_CONFIG_NAME).write_text(json.dumps({"configuration": older}))
+    run = guard_output_dir(args)
+    assert run.checkpoint == str(out / "checkpoint-2")
+    run.release()
+    (out / RUN_CONFIG_NAME).write_text(json.dumps({"configuration": {**older, "processes": 2}}))
+    with pytest.raises(ValueError, match=r"processes: 2 -> '<unset>'"):
+        guard_output_dir(args)
+
+
 def test_card_base_model_names_the_real_base():
     assert card_base_model(minilm_path()) == PACKAGED_MINILM_HUB_ID == "sentence-transformers/all-MiniLM-L6-v2"
     assert card_base_model("roberta-base") == "roberta-base"
@@ -132,50 +147,11 @@ def test_embedded_default_applies_when_no_data_source_is_given_and_flags_overrid
 # ---- items 6 and 7: resume into a new output_dir from another run's checkpoint; the card's base_model ------------
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("cli_data")
-    tokenizer = tiny_tokenizer()
-    torch.manual_seed(0)
-    model_dir = folder / "tiny_bert"
-    AutoModelForMaskedLM.from_config(tiny_config("bert", tokenizer)).save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    config = json.loads((model_dir / "config.json").read_text())
-    (model_dir / "config.json").write_text(json.dumps({**config, "_name_or_path": BASE_ID}))
-    rng = random.Random(0)
-    rows = [{"text": " ".join(rng.choices(WORDS, k=6)), "label": rng.randrange(2)} for _ in range(32)]
-    for split, part in (("train", rows[:24]), ("validation", rows[24:])):
-        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
-    choices = [{"question": "what is it", "choices": rng.choices(WORDS, k=3), "label": rng.randrange(3)}
-               for _ in range(16)]
-    (folder / "choice.jsonl").write_text("".join(json.dumps(r) + "\n" for r in choices))
-    (folder / "mixture.json").write_text(json.dumps({"tasks": [
-        {"name": "sent", "kind": "classification", "num_labels": 2, "data_files": str(folder / "train.jsonl")},
-        {"name": "choice", "kind": "multiple_choice", "data_files": str(folder / "choice.jsonl")}]}))
-    (folder / "text.txt").write_text("".join(" ".join(rng.choices(WORDS, k=12)) + "\n" for _ in range(60)))
-    return folder
+    return write_command_data(tmp_path_factory.mktemp("cli_data"), BASE_ID)
 
 
 def script_args(script, data, out):
-    model = ["--model_name_or_path", str(data / "tiny_bert")]
-    common = ["--output_dir", str(out), "--do_train", "--save_strategy", "steps", "--save_steps", "2", *QUIET]
-    if script == "run_muppet":
-        return [*model, "--mixture_file", str(data / "mixture.json"), "--max_seq_length", "16",
-                "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2", *common]
-    if script == "run_amos":  # pre-training from scratch: no base model
-        return ["--train_file", str(data / "text.txt"), "--tokenizer_name", str(data / "tiny_bert"),
-                "--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "2",
-                "--intermediate_size", "64", "--generator_num_hidden_layers", "2", "--mlm_layers", "1", "2",
-                "--max_seq_length", "16", "--validation_split_percentage", "20", "--per_device_train_batch_size", "8",
-                *common]
-    if script == "run_tartan":
-        return [*model, "--train_file", str(data / "train.jsonl"), "--validation_file",
-                str(data / "validation.jsonl"), "--auxiliary", "tapt=tapt", "--mode", "mt", "--max_seq_length", "16",
-                "--per_device_train_batch_size", "4", *common]
-    if script == "run_meta_lm":
-        return [*model, "--two_moons", "--two_moons_num_unlabelled", "40", "--two_moons_finetune_size", "10",
-                "--validation_split_percentage", "20", "--per_device_train_batch_size", "4", "--objective", "hard",
-                "--seed", "0", *common]
-    return [*model, "--train_file", str(data / "train.jsonl"), "--validation_file", str(data / "validation.jsonl"),
-            "--task_kind", "classification", "--per_device_train_batch_size", "4", *common]
+    return command_args(script, data, out, QUIET)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

@@ -20,12 +20,12 @@ Every job of a launch runs in the same two processes (one start-up), so the whol
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 import torch
+from tiny import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "ddp_worker.py")
@@ -37,18 +37,12 @@ pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torc
                                 reason="torch.distributed with gloo is needed")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch(out, jobs, processes: int, grad_accum: int) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
     if processes > 1:
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
-                   "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), WORKER]
+                   "--master_addr", "127.0.0.1", "--master_port", str(free_port()), WORKER]
     else:
         command = [sys.executable, WORKER]
     result = subprocess.run(command + [str(out), *jobs, "--grad-accum", str(grad_accum)], env=env,

@@ -6,7 +6,8 @@ without one fails the test, so nothing is skipped silently):
 - `<!-- doc-test: run -->`: its first run-script command runs for real, in a fresh process, offline, on the real
   bundled MiniLM and demo data it names, with `--max_steps 2`, `--output_dir` under tmp_path and the row caps and
   smaller batches of `FAST_FLAGS` (so the file stays within a few minutes on 2 loaded cores); the other commands
-  of the block are parsed like those of `parse` blocks. One such block per run script.
+  of the block are parsed like those of `parse` blocks. One such block per run script, and besides them blocks
+  whose command starts with `torchrun` (run under torchrun with its documented options, on CPU).
 - `<!-- doc-test: parse -->`: every run-script command is parsed by the script's own argument parsing, embedded
   defaults and the config dataclasses' checks included: an unknown or misspelled flag, or a value a config
   refuses, fails (behind `torchrun`, whose environment the checks need, every flag must be one the script
@@ -33,6 +34,7 @@ from pathlib import Path
 import pytest
 
 from script_loader import load_run_script
+from tiny import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]  # not docs/evidence/: generated reports
@@ -131,6 +133,8 @@ def run_script_call(words: list[str]) -> tuple[str, list[str]] | None:
         match = RUN_SCRIPT.search(word)
         if match:
             return match.group(1), words[position + 1:]
+        if words[0] == "torchrun" and Path(word).name == "hf-aux" and position + 1 < len(words):  # --no-python
+            return "run_" + words[position + 1].replace("-", "_"), words[position + 2:]
         if words[0] != "torchrun" and not word.startswith("-"):
             return None
     return None
@@ -232,8 +236,16 @@ def test_documented_other_command_names_what_exists(command, tmp_path):
 RUN_COMMANDS = [c for c in all_commands() if c.kind == "run" and c.first_in_block]
 
 
+def launcher_options(words: list[str]) -> list[str] | None:
+    """torchrun's own options of a documented `torchrun ... run_scripts/x.py ...` command, None for other commands."""
+    words = strip_launcher(words)
+    if words[0] != "torchrun":
+        return None
+    return words[1:next(i for i, word in enumerate(words) if RUN_SCRIPT.search(word))]
+
+
 def test_one_run_block_per_run_script():
-    scripts = sorted(run_script_call(c.words)[0] for c in RUN_COMMANDS)
+    scripts = sorted(run_script_call(c.words)[0] for c in RUN_COMMANDS if launcher_options(c.words) is None)
     assert scripts == sorted(FAST_FLAGS), f"'run' blocks cover {scripts}, expected one each for {sorted(FAST_FLAGS)}"
 
 
@@ -243,7 +255,12 @@ def test_documented_quick_start_runs(command, tmp_path):
     output_dir = tmp_path / "out"
     argv = [*argv, *FAST_FLAGS[name], "--max_steps", "2", "--logging_steps", "1", "--output_dir", str(output_dir)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run([sys.executable, str(ROOT / "run_scripts" / f"{name}.py"), *argv], cwd=tmp_path, env=env,
+    launcher = [sys.executable]
+    if launcher_options(command.words) is not None:  # torchrun as documented, on a free local port
+        launcher = [sys.executable, "-m", "torch.distributed.run", *launcher_options(command.words), "--master_addr",
+                    "127.0.0.1", "--master_port", str(free_port())]
+        env["OMP_NUM_THREADS"] = "1"
+    done = subprocess.run([*launcher, str(ROOT / "run_scripts" / f"{name}.py"), *argv], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"{command.source}: {shlex.join(argv)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     assert (output_dir / "README.md").is_file(), "no model card written"

@@ -56,6 +56,15 @@ def tiny_config(model_type: str = "bert", tokenizer=None, **overrides):
     return AutoConfig.for_model(model_type, **kwargs)
 
 
+def free_port() -> int:
+    """A free local TCP port (for torchrun's --master_port)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def seed_all(seed: int = 0) -> None:
     torch.manual_seed(seed)
 
@@ -69,3 +78,67 @@ def save_tiny_bert(folder) -> str:
     AutoModel.from_config(tiny_config("bert", tokenizer)).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+# ---- the commands' own small data: a tiny BERT checkpoint, labelled rows, a mixture file, plain text -------------
+COMMAND_WORDS = "the movie film story actor plot was very really good bad fun boring".split()
+
+
+def write_command_data(folder, base_id: str):
+    """A command's inputs in `folder`: tiny_bert/ (a tiny BertForMaskedLM whose config names `base_id` as its origin),
+    train/validation.jsonl (text, label), choice.jsonl (multiple choice), mixture.json (both) and text.txt."""
+    import json
+    import random
+    from pathlib import Path
+
+    from transformers import AutoModelForMaskedLM
+
+    folder = Path(folder)
+    tokenizer = tiny_tokenizer()
+    torch.manual_seed(0)
+    model_dir = folder / "tiny_bert"
+    AutoModelForMaskedLM.from_config(tiny_config("bert", tokenizer)).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    (model_dir / "config.json").write_text(json.dumps({**config, "_name_or_path": base_id}))
+    rng = random.Random(0)
+    rows = [{"text": " ".join(rng.choices(COMMAND_WORDS, k=6)), "label": rng.randrange(2)} for _ in range(32)]
+    for split, part in (("train", rows[:24]), ("validation", rows[24:])):
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    choices = [{"question": "what is it", "choices": rng.choices(COMMAND_WORDS, k=3), "label": rng.randrange(3)}
+               for _ in range(16)]
+    (folder / "choice.jsonl").write_text("".join(json.dumps(r) + "\n" for r in choices))
+    (folder / "mixture.json").write_text(json.dumps({"tasks": [
+        {"name": "sent", "kind": "classification", "num_labels": 2, "data_files": str(folder / "train.jsonl")},
+        {"name": "choice", "kind": "multiple_choice", "data_files": str(folder / "choice.jsonl")}]}))
+    (folder / "text.txt").write_text("".join(" ".join(rng.choices(COMMAND_WORDS, k=12)) + "\n" for _ in range(60)))
+    return folder
+
+
+def command_args(script: str, data, out, quiet, meta_objective: str = "hard") -> list[str]:
+    """A few-second job of `script` (run_muppet, run_amos, ...) on write_command_data's files, checkpoints every 2
+    steps; the meta-learned LM on Two Moons (hard/soft) or on text.txt (mlm)."""
+    model = ["--model_name_or_path", str(data / "tiny_bert")]
+    common = ["--output_dir", str(out), "--do_train", "--save_strategy", "steps", "--save_steps", "2", *quiet]
+    if script == "run_muppet":
+        return [*model, "--mixture_file", str(data / "mixture.json"), "--max_seq_length", "16",
+                "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2", *common]
+    if script == "run_amos":  # pre-training from scratch: no base model
+        return ["--train_file", str(data / "text.txt"), "--tokenizer_name", str(data / "tiny_bert"),
+                "--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "2",
+                "--intermediate_size", "64", "--generator_num_hidden_layers", "2", "--mlm_layers", "1", "2",
+                "--max_seq_length", "16", "--validation_split_percentage", "20", "--per_device_train_batch_size", "8",
+                *common]
+    if script == "run_tartan":
+        return [*model, "--train_file", str(data / "train.jsonl"), "--validation_file",
+                str(data / "validation.jsonl"), "--auxiliary", "tapt=tapt", "--mode", "mt", "--max_seq_length", "16",
+                "--per_device_train_batch_size", "4", *common]
+    if script == "run_meta_lm" and meta_objective == "mlm":
+        return [*model, "--train_file", str(data / "text.txt"), "--objective", "mlm", "--block_size", "16",
+                "--validation_split_percentage", "20", "--per_device_train_batch_size", "4", "--seed", "0", *common]
+    if script == "run_meta_lm":
+        return [*model, "--two_moons", "--two_moons_num_unlabelled", "40", "--two_moons_finetune_size", "10",
+                "--validation_split_percentage", "20", "--per_device_train_batch_size", "4", "--objective",
+                meta_objective, "--seed", "0", *common]
+    return [*model, "--train_file", str(data / "train.jsonl"), "--validation_file", str(data / "validation.jsonl"),
+            "--task_kind", "classification", "--per_device_train_batch_size", "4", *common]

@@ -269,7 +269,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         metrics["perplexity_deepest_head"] = math.exp(min(50.0, metrics[f"eval_mlm_loss/{model.head_names[-1]}"]))
         results.update(record_metrics(trainer, "eval", metrics))
 
-    print_summary(trainer, model.head_names)
+    if trainer.is_world_process_zero():  # one summary per run, not one per rank
+        print_summary(trainer, model.head_names)
     hub_dataset = hub_id_or_none(data_args.dataset_name)
     started_from = model_args.model_name_or_path or (
         MINILM_HUB_ID if model_args.encoder_name_or_path == "minilm" else model_args.encoder_name_or_path)

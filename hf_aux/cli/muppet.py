@@ -156,8 +156,9 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         metrics = trainer.evaluate()
         metrics.update(majority_baselines(tasks, raw, eval_data))  # what each task's accuracy must beat
         results.update(record_metrics(trainer, "eval", metrics))
-        print_task_table(tasks, eval_data, metrics)
-        if data_args.mixture_file is None:  # the demo mixture: where its held-out benefit is measured
+        if trainer.is_world_process_zero():  # one summary per run, not one per rank
+            print_task_table(tasks, eval_data, metrics)
+        if data_args.mixture_file is None and trainer.is_world_process_zero():  # the demo mixture: where its held-out benefit is measured
             print("Held-out benefit: docs/evidence/muppet.md fine-tunes plain and pre-finetuned MiniLM on tasks "
                   "outside this mixture (3 seeds, 95% CIs). One seed of its clearest case, Rotten Tomatoes with 1% "
                   "of its training data (the study's recipe), pre-finetuned, then plain:", flush=True)

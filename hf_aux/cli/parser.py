@@ -60,6 +60,9 @@ def parse_command_line(parser: HfArgumentParser, argv: Sequence[str] | None = No
     `demo_config` is a YAML/JSON file (or a mapping) of the method's demo defaults; `data_source_flags` are the
     flags (`--train_file`, ...) any one of which, on the command line or as a key of the `--config` file, switches
     the demo defaults off."""
+    from ..distributed import use_cpu_under_launcher
+
+    use_cpu_under_launcher()  # torchrun on a machine without a GPU: one gloo run, not N lone processes
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) == 1 and argv[0].endswith(ARGUMENT_FILE_SUFFIXES):
         return tuple(_parse_argument_file(parser, os.path.abspath(argv[0])))

@@ -2,7 +2,8 @@
 
 - `start_run`: one logging set-up; the output folder's guard (`hf_aux.run_guard.guard_output_dir`: lock, another
   run's folder, and the ONE resume rule: `--resume_from_checkpoint` when given, else the newest complete
-  `checkpoint-*` in `--output_dir`, else afresh); the Hub repository created before any work; `set_seed`.
+  `checkpoint-*` in `--output_dir`, else afresh; under a launcher one process decides and every rank follows);
+  the Hub repository created before any work, as part of that decision; `set_seed`.
 - `train_and_save`: `trainer.train(resume_from_checkpoint=run.checkpoint)`, `save_model`, the train metrics and
   the trainer state.
 - `record_metrics`: log and save one split's metrics.
@@ -43,11 +44,9 @@ def start_run(training_args, *arguments):
     from ..run_guard import guard_output_dir
 
     setup_logging(training_args)
-    run = guard_output_dir(training_args, *arguments)
+    run = guard_output_dir(training_args, *arguments, prepare=create_hub_repo if training_args.push_to_hub else None)
     if run.finished:
         return run
-    if training_args.push_to_hub:
-        create_hub_repo(training_args)
     set_seed(training_args.seed)
     return run
 
