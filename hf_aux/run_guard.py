@@ -117,6 +117,21 @@ def run_configuration(*arguments) -> dict:
     return config
 
 
+def _defaults(arguments) -> dict:
+    """Every field's default value of the argument dataclasses, as run_configuration writes values."""
+    defaults = {}
+    for item in arguments:
+        for spec in dataclasses.fields(item) if item is not None else ():
+            if spec.default is not dataclasses.MISSING:
+                value = spec.default
+            elif spec.default_factory is not dataclasses.MISSING:
+                value = spec.default_factory()
+            else:
+                continue
+            defaults[spec.name] = json.loads(json.dumps(value, default=str))
+    return defaults
+
+
 def _differences(old: dict, new: dict, limit: int = 6) -> list[str]:
     keys = sorted(set(old) | set(new))
     changed = [f"{k}: {old.get(k, '<unset>')!r} -> {new.get(k, '<unset>')!r}" for k in keys
@@ -516,7 +531,7 @@ def _guard_here(training_args, arguments, prepare) -> GuardedRun:
         config = run_configuration(training_args, *arguments)
         if training_args.world_size > 1:  # the global batch depends on it; absent for one process (older records)
             config["processes"] = training_args.world_size
-        _decide(run, training_args, output_dir, config)
+        _decide(run, training_args, output_dir, config, _defaults((training_args, *arguments)))
         if prepare is not None and not run.finished:
             prepare(training_args)
     except BaseException:
@@ -525,7 +540,7 @@ def _guard_here(training_args, arguments, prepare) -> GuardedRun:
     return run
 
 
-def _decide(run: GuardedRun, args, output_dir: Path, config: dict) -> None:
+def _decide(run: GuardedRun, args, output_dir: Path, config: dict, defaults: dict) -> None:
     record_path = output_dir / RUN_CONFIG_NAME
     recorded = None
     if record_path.is_file():
@@ -535,6 +550,8 @@ def _decide(run: GuardedRun, args, output_dir: Path, config: dict) -> None:
             recorded = {k: v for k, v in recorded.items() if k not in RUN_CONTROL_FIELDS}
         except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
             recorded = None
+    if recorded is not None:  # an argument added after the record was written, left at its default, is no change
+        config = {k: v for k, v in config.items() if k in recorded or k not in defaults or defaults[k] != v}
     checkpoints = _checkpoints(output_dir)
     has_run = _has_final_model(output_dir) or bool(checkpoints)
     explicit = args.resume_from_checkpoint

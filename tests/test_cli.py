@@ -111,7 +111,8 @@ def test_resume_rule_prefers_the_given_checkpoint(tmp_path):
 
 def test_a_record_holding_fields_that_became_run_control_still_resumes(tmp_path):
     """local_rank (-1 alone, 0 on rank 0 of a launcher) and ddp_timeout change nothing trained: a record written
-    when they were still part of the configuration resumes; a launch of another number of processes would not."""
+    when they were still part of the configuration resumes, and so does one written before an argument existed
+    while that argument keeps its default; a launch of another number of processes would not."""
     out = tmp_path / "out"
     (out / "checkpoint-2").mkdir(parents=True)
     (out / "checkpoint-2" / "trainer_state.json").write_text("{}")
@@ -121,6 +122,12 @@ def test_a_record_holding_fields_that_became_run_control_still_resumes(tmp_path)
     run = guard_output_dir(args)
     assert run.checkpoint == str(out / "checkpoint-2")
     run.release()
+    missing_new_flag = {k: v for k, v in older.items() if k not in ("weight_decay", "learning_rate")}
+    (out / RUN_CONFIG_NAME).write_text(json.dumps({"configuration": missing_new_flag}))
+    run = guard_output_dir(args)  # flags the record predates, left at their defaults: the same run
+    run.release()
+    with pytest.raises(ValueError, match=r"learning_rate: '<unset>' -> 0.0001"):  # ... unless one is set
+        guard_output_dir(TrainingArguments(output_dir=str(out), do_train=True, report_to=[], learning_rate=1e-4))
     (out / RUN_CONFIG_NAME).write_text(json.dumps({"configuration": {**older, "processes": 2}}))
     with pytest.raises(ValueError, match=r"processes: 2 -> '<unset>'"):
         guard_output_dir(args)

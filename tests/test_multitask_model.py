@@ -320,3 +320,87 @@ def test_old_config_name_is_a_deprecated_alias():
         assert multitask.MultiTaskConfig is multitask.MultiTaskModelConfig
     with pytest.warns(FutureWarning):
         assert hf_aux.__getattr__("MultiTaskConfig") is hf_aux.MultiTaskModelConfig
+
+
+# ---- sentence pooling (issue #28): the body read the way it was trained ------------------------------------------
+def test_auto_pooling_of_the_real_minilm_is_its_own_mean_pooling_as_sentence_transformers_computes_it():
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoTokenizer
+
+    from hf_aux.demo import minilm_path
+
+    path = str(minilm_path())
+    model = MultiTaskModel.from_pretrained(path, tasks=[{"name": "t", "kind": "classification", "num_labels": 2}])
+    assert model.config.pooling == "mean"  # from its 1_Pooling/config.json
+    texts = ["a short one", "a much longer sentence about a film whose plot was good", "ok"]
+    encoder = SentenceTransformer(path, device="cpu")
+    features = encoder.preprocess(texts) if hasattr(encoder, "preprocess") else encoder.tokenize(texts)
+    pooled = dict(features)
+    for module in list(encoder)[:2]:  # Transformer, Pooling: everything before Normalize
+        pooled = module(pooled)
+    encoded = encoder.encode(texts, convert_to_tensor=True)  # ... and through Normalize
+    batch = AutoTokenizer.from_pretrained(path)(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model.eval()._run_body(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], None,
+                                        None, None)
+        ours = model._sentence_representation(hidden, batch["attention_mask"], batch["input_ids"])
+    assert (ours - pooled["sentence_embedding"]).abs().max() < 1e-5
+    assert (torch.nn.functional.normalize(ours, dim=-1) - encoded).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("mode", ["cls", "mean", "max", "mean_sqrt_len", "weightedmean", "lasttoken"])
+def test_pooling_matches_a_hand_computation_and_padding_changes_no_row(tok, mode):
+    from hf_aux.modeling.pooling import pool
+
+    torch.manual_seed(0)
+    hidden = torch.randn(2, 5, 4)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    real = hidden[0, :3]  # the first row's real tokens
+    expected = {"cls": real[0], "mean": real.mean(0), "max": real.max(0).values, "mean_sqrt_len": real.sum(0) / 3 ** 0.5,
+                "weightedmean": (real * torch.tensor([[1.0], [2.0], [3.0]])).sum(0) / 6, "lasttoken": real[2]}[mode]
+    torch.testing.assert_close(pool(hidden, mask, mode)[0], expected)
+    # a whole model: one row alone and the same row in a padded batch with a longer one
+    model = build(tok, "bert", pooling=mode)
+    assert model.config.pooling == mode
+    short = tok(["good movie"], return_tensors="pt")
+    both = tok(["good movie", "a really very long and boring story about an actor"], padding=True,
+               return_tensors="pt")
+    assert both["attention_mask"][0].sum() < both["attention_mask"].shape[1]  # the short row is padded
+    with torch.no_grad():
+        alone = model(**short, task="sentiment").logits[0]
+        padded = model(**both, task="sentiment").logits[0]
+    torch.testing.assert_close(alone, padded, atol=1e-5, rtol=0)
+
+
+def test_pooling_is_saved_and_a_checkpoint_written_before_it_keeps_first_token_pooling(tok, tmp_path):
+    model = build(tok, "bert", pooling="mean")
+    model.save_pretrained(tmp_path / "new")
+    assert json.loads((tmp_path / "new" / MULTITASK_CONFIG_NAME).read_text())["pooling"] == "mean"
+    assert MultiTaskModel.from_pretrained(tmp_path / "new").config.pooling == "mean"
+    # an older checkpoint: no pooling recorded, heads trained on the first token; even a sentence-transformers body
+    # (modules.json + 1_Pooling saying mean) keeps it
+    old = json.loads((tmp_path / "new" / MULTITASK_CONFIG_NAME).read_text())
+    del old["pooling"]
+    (tmp_path / "new" / MULTITASK_CONFIG_NAME).write_text(json.dumps(old))
+    (tmp_path / "new" / "1_Pooling").mkdir()
+    (tmp_path / "new" / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+    (tmp_path / "new" / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    loaded = MultiTaskModel.from_pretrained(tmp_path / "new")
+    assert loaded.config.pooling == "cls"
+    batch = tok(["good movie", "bad plot"], return_tensors="pt")
+    with torch.no_grad():
+        hidden = loaded._run_body(batch["input_ids"], batch["attention_mask"], None, None, None, None)
+        torch.testing.assert_close(loaded._sentence_representation(hidden, batch["attention_mask"], None), hidden[:, 0])
+    # asked for auto, the body's own files decide (mean); an explicit mode wins
+    assert MultiTaskModel.from_pretrained(tmp_path / "new", tasks=[{"name": "x", "kind": "regression"}],
+                                          pooling="auto").config.pooling == "mean"
+    assert MultiTaskModel.from_pretrained(tmp_path / "new", pooling="max").config.pooling == "max"
+    with pytest.raises(ValueError, match="field 'pooling'"):
+        build(tok, "bert", pooling="average")
+
+
+def test_auto_pooling_without_sentence_transformers_files_is_the_first_token_or_eos(tok):
+    assert build(tok, "bert").config.pooling == "cls"
+    assert build(tok, "bart").config.pooling == "eos"

@@ -210,6 +210,7 @@ def test_run_muppet_main_end_to_end(tmp_path, monkeypatch):
                  "README.md", "eval_results.json", "train_results.json"):
         assert (out / name).is_file(), name
     assert "Muppet" in (out / "README.md").read_text()
+    assert "`cls` pooling" in (out / "README.md").read_text()
     reloaded = MultiTaskModel.from_pretrained(str(out))
     assert reloaded.task_names == ["sent", "choice"]
     # a second run resumes from the last checkpoint (2 steps already done: nothing more to train)

@@ -98,6 +98,8 @@ def test_classification_end_to_end(monkeypatch, tmp_path, tiny_dir, sentiment_fi
     model = MultiTaskModel.from_pretrained(str(out)).eval()
     assert model.task_names == ["sentiment"]
     assert model.config.task("sentiment")["label_names"] == ["neg", "pos"]
+    assert model.config.pooling == "cls"  # a plain BERT body: the first token, and the card says so
+    assert "`cls` pooling: the first token's state" in (out / "README.md").read_text()
     body = AutoModel.from_pretrained(str(out))
     for name, tensor in body.state_dict().items():
         torch.testing.assert_close(tensor, model.body.state_dict()[name], rtol=0, atol=0)

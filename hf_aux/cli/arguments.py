@@ -31,6 +31,17 @@ class ModelArguments:
         return {"cache_dir": self.cache_dir, "revision": self.model_revision, "token": self.token}
 
 
+def pooling_field():
+    """`--pooling` of the commands whose heads read a sentence vector (MultiTaskModel: muppet, finetune)."""
+    from ..modeling.pooling import POOLING_MODES
+
+    return field(default="auto", metadata={
+        "choices": ["auto", *POOLING_MODES],
+        "help": "How sentence-level heads read the body. auto: the body's own sentence-transformers pooling when it "
+                "ships one (e.g. mean for all-MiniLM-L6-v2), else the first token (eos for encoder-decoders); a "
+                "MUPPET-style checkpoint keeps the pooling its heads were trained with."})
+
+
 @dataclass
 class LoraArguments:
     """LoRA on the shared body (MUPPET and TARTAN)."""

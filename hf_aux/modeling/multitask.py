@@ -50,6 +50,7 @@ from transformers.utils import ModelOutput, cached_file
 from ..adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, base_of, is_lora_body, load_lora_body, lora_body,
                         merged_body, save_lora_body)
 from ..sentence_transformers_files import copy_sentence_transformers_files
+from .pooling import check_pooling, pool, resolve_pooling
 from ..task_spec import TASK_KINDS, TaskSpec, task_error
 
 logger = logging.getLogger(__name__)
@@ -62,8 +63,10 @@ BODY_PREFIX = "body."
 class MultiTaskModelConfig(PretrainedConfig):
     """`encoder`: the body's config (any model `AutoModel` builds). `tasks`: a list of
     {name, kind, num_labels, label_names} (see `TaskSpec.head_metadata`). Head settings: `classifier_dropout`,
-    `spectral_norm_heads` (R4F: spectral normalisation of the heads' linear maps). Label smoothing is a training
-    setting, `MuppetConfig.label_smoothing_factor`, not part of the model."""
+    `spectral_norm_heads` (R4F: spectral normalisation of the heads' linear maps), `pooling` (how sentence-level
+    heads read the body, `hf_aux.modeling.pooling`; `auto` is resolved when the model is built and the resolved
+    mode is saved). Label smoothing is a training setting, `MuppetConfig.label_smoothing_factor`, not part of the
+    model."""
 
     model_type = "hf_aux_multitask"
     # Trainer's evaluation gathers every output tensor; the hidden states are large and no metric needs them
@@ -73,6 +76,7 @@ class MultiTaskModelConfig(PretrainedConfig):
     tasks: list | None = None
     classifier_dropout: float = 0.1
     spectral_norm_heads: bool = False
+    pooling: str = "auto"
 
     def __post_init__(self, **kwargs):
         if "label_smoothing" in kwargs:
@@ -93,6 +97,7 @@ class MultiTaskModelConfig(PretrainedConfig):
                                      f"BART); {self.encoder.model_type} is encoder-only")
         if not 0.0 <= self.classifier_dropout < 1.0:
             raise ValueError(f"MultiTaskModelConfig: field 'classifier_dropout': {self.classifier_dropout} not in [0, 1)")
+        check_pooling(self.pooling, "MultiTaskModelConfig")
         super().__post_init__(**kwargs)
 
     def to_dict(self):
@@ -188,6 +193,7 @@ class MultiTaskModel(PreTrainedModel):
         super().__init__(config)
         self.body = body if body is not None else body_auto_class(config.encoder).from_config(config.encoder)
         self.config.encoder = self.body.config  # one config object: the body's own
+        self.config.pooling = resolve_pooling(config.pooling, self.body.config)
         hidden = _hidden_size(self.body.config)
         self.classification_heads = nn.ModuleDict()
         self.multiple_choice_head = None
@@ -219,7 +225,7 @@ class MultiTaskModel(PreTrainedModel):
                 self.span_head = nn.utils.parametrizations.spectral_norm(self.span_head)
 
     def _freeze_unused_pooler(self) -> None:
-        # BERT/RoBERTa bodies carry a pooler that the heads here do not use (they read the first token's state).
+        # BERT/RoBERTa bodies carry a pooler that the heads here do not use (they pool the token states themselves).
         # It stays in the body so the checkpoint matches AutoModel exactly, frozen so that DDP sees no unused
         # parameter that requires a gradient.
         pooler = getattr(base_of(self.body), "pooler", None)
@@ -352,14 +358,15 @@ class MultiTaskModel(PreTrainedModel):
 
         loss = logits = start_logits = end_logits = None
         if kind in ("classification", "regression"):
-            logits = self.classification_heads[spec["name"]](self._sentence_representation(hidden, input_ids))
+            logits = self.classification_heads[spec["name"]](self._sentence_representation(hidden, attention_mask,
+                                                                                            input_ids))
             if kind == "regression":
                 logits = logits.squeeze(-1)  # [batch]
             if labels is not None:
                 loss = (F.mse_loss(logits, labels.to(logits.dtype)) if kind == "regression"
                         else F.cross_entropy(logits, labels))
         elif kind == "multiple_choice":
-            scores = self.multiple_choice_head(self._sentence_representation(hidden, input_ids))  # [B*C, 1]
+            scores = self.multiple_choice_head(self._sentence_representation(hidden, attention_mask, input_ids))
             logits = scores.view(batch_size, num_choices)
             if choice_mask is not None:
                 logits = logits.masked_fill(~choice_mask.bool(), torch.finfo(logits.dtype).min)
@@ -423,16 +430,11 @@ class MultiTaskModel(PreTrainedModel):
                                        return_dict=True).last_hidden_state
         return self.body(**kwargs, return_dict=True).last_hidden_state
 
-    def _sentence_representation(self, hidden: torch.Tensor, input_ids: torch.Tensor | None) -> torch.Tensor:
-        """[N, length, hidden] -> [N, hidden]: the first token for encoders; for encoder-decoders the decoder
-        state at the last EOS of each input (as BART's classification head)."""
-        if not self.body.config.is_encoder_decoder:
-            return hidden[:, 0]
-        eos = input_ids.eq(self.body.config.eos_token_id)
-        if not bool(eos.any(dim=1).all()):
-            raise ValueError("an encoder-decoder body needs an EOS token in every input for sentence-level heads")
-        last_eos = eos.shape[1] - 1 - eos.flip(dims=[1]).int().argmax(dim=1)
-        return hidden[torch.arange(hidden.shape[0], device=hidden.device), last_eos]
+    def _sentence_representation(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None,
+                                 input_ids: torch.Tensor | None) -> torch.Tensor:
+        """[N, length, hidden] -> [N, hidden] by `config.pooling` (hf_aux.modeling.pooling): for an encoder-decoder
+        the decoder states, whose mask is the input's (the decoder reads the shifted input)."""
+        return pool(hidden, attention_mask, self.config.pooling, input_ids, self.body.config.eos_token_id)
 
     def _shift_right(self, ids: torch.Tensor) -> torch.Tensor:
         config = self.body.config
@@ -498,7 +500,7 @@ class MultiTaskModel(PreTrainedModel):
         from .. import __version__
 
         data = {k: v for k, v in self.config.to_dict().items()
-                if k in ("tasks", "classifier_dropout", "spectral_norm_heads")}
+                if k in ("tasks", "classifier_dropout", "spectral_norm_heads", "pooling")}
         data["hf_aux_version"] = __version__
         if adapter is None:
             data["format"] = "muppet-style: body in config.json/model.safetensors, heads in " + HEADS_WEIGHTS_NAME
@@ -511,7 +513,8 @@ class MultiTaskModel(PreTrainedModel):
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, tasks=None, config=None,
                         spectral_norm_heads: bool | None = None, classifier_dropout: float | None = None,
-                        base_model: str | None = None, is_trainable: bool = False, **kwargs):
+                        pooling: str | None = None, base_model: str | None = None, is_trainable: bool = False,
+                        **kwargs):
         """Load a MUPPET-style checkpoint (local folder or Hub id) with all its heads, or a plain encoder
         checkpoint with fresh heads for `tasks` (TaskSpecs or {name, kind, num_labels} dicts). Given `tasks` are
         added to a MUPPET-style checkpoint's own (fresh heads for the new ones, logged). Other keyword arguments
@@ -519,7 +522,12 @@ class MultiTaskModel(PreTrainedModel):
 
         A LoRA checkpoint (adapter_config.json beside the heads): the body is `base_model` (default: the base model
         recorded in adapter_config.json) with the saved adapter; `is_trainable=True` to train the adapter further
-        (peft's default, False, freezes it)."""
+        (peft's default, False, freezes it).
+
+        `pooling` (None: the checkpoint's own) sets how sentence-level heads read the body: a MUPPET-style
+        checkpoint keeps the mode it was trained with (`cls` when written before hf_aux recorded it, `eos` for an
+        encoder-decoder), a plain encoder gets `auto` (its own sentence-transformers pooling, else the first
+        token)."""
         if model_args:
             raise TypeError("MultiTaskModel.from_pretrained takes no positional arguments besides the path")
         if config is not None:
@@ -549,6 +557,8 @@ class MultiTaskModel(PreTrainedModel):
         if metadata_file is not None:
             saved_tasks = metadata["tasks"]
             settings = {k: metadata[k] for k in ("classifier_dropout", "spectral_norm_heads") if k in metadata}
+            # heads trained before the pooling was recorded read the first token (the EOS state for encoder-decoders)
+            settings["pooling"] = metadata.get("pooling", "eos" if body.config.is_encoder_decoder else "cls")
         else:
             saved_tasks, settings = [], {}
             if not tasks:
@@ -560,6 +570,11 @@ class MultiTaskModel(PreTrainedModel):
             settings["spectral_norm_heads"] = spectral_norm_heads
         if classifier_dropout is not None:
             settings["classifier_dropout"] = classifier_dropout
+        if pooling is not None:
+            if metadata_file is not None and pooling not in ("auto", settings["pooling"]) and saved_tasks:
+                logger.warning("%s: its heads were trained with %s pooling; reading the body with %s instead",
+                               pretrained_model_name_or_path, settings["pooling"], pooling)
+            settings["pooling"] = pooling
         model = cls(MultiTaskModelConfig(encoder=body.config, tasks=saved_tasks, **settings), body=body)
         if adapter_file is not None:
             model._set_body(load_lora_body(body, pretrained_model_name_or_path, is_trainable=is_trainable,
@@ -636,21 +651,22 @@ def checkpoint_head_for(source: MultiTaskModel, task: TaskSpec):
 
 
 def single_task_model(model_name_or_path: str, task: TaskSpec, reuse_head: bool = False,
-                      classifier_dropout: float | None = None, **hub_kwargs) -> tuple[MultiTaskModel, bool]:
+                      classifier_dropout: float | None = None, pooling: str | None = None,
+                      **hub_kwargs) -> tuple[MultiTaskModel, bool]:
     """(a one-task `MultiTaskModel` on the body of `model_name_or_path`, whether its head was re-used).
 
     A MUPPET-style checkpoint loads with all its saved heads; with `reuse_head` the task's head starts from the
     checkpoint's (`checkpoint_head_for`), else (and for a plain checkpoint) it starts fresh. `classifier_dropout`
-    None keeps the checkpoint's."""
+    and `pooling` None keep the checkpoint's (a plain encoder's: `auto`, see `MultiTaskModel.from_pretrained`)."""
     metadata = cached_file(model_name_or_path, MULTITASK_CONFIG_NAME, _raise_exceptions_for_missing_entries=False,
                            **hub_kwargs)
     source = MultiTaskModel.from_pretrained(model_name_or_path, tasks=None if metadata is not None else [task],
-                                            **hub_kwargs)
+                                            pooling=pooling, **hub_kwargs)
     saved_head = checkpoint_head_for(source, task) if metadata is not None and reuse_head else None
     config = MultiTaskModelConfig(
         encoder=source.body.config, tasks=[task.head_metadata()],
         classifier_dropout=source.config.classifier_dropout if classifier_dropout is None else classifier_dropout,
-        spectral_norm_heads=source.config.spectral_norm_heads)
+        spectral_norm_heads=source.config.spectral_norm_heads, pooling=source.config.pooling)
     model = MultiTaskModel(config, body=source.body)
     if saved_head is not None:
         checkpoint_head_for(model, task).load_state_dict(saved_head.state_dict())

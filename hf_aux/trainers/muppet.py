@@ -41,6 +41,7 @@ from ..losses.muppet import (classification_loss, multiple_choice_loss, r3f_dive
                              sample_embedding_noise, scale_losses, seq2seq_loss, span_loss)
 from ..model_card import MUPPET_PAPER, ModelCardMixin, TaskSummary
 from ..modeling.multitask import MultiTaskModel
+from ..modeling.pooling import describe_pooling
 from ..nonfinite import check_finite_loss, install_nonfinite_guard
 from ..sampling import MultiTaskDataset, TaskBatchSampler
 from ..training_metrics import MetricAccumulator
@@ -306,8 +307,10 @@ class MuppetTrainer(ModelCardMixin, Trainer):
         return finetuned_from or getattr(encoder, "_name_or_path", None)
 
     def _card_details(self) -> dict:
-        return {"adapter": self.accelerator.unwrap_model(self.model).has_body_lora, "adapter_auto_class": "AutoModel",
-                "merged_subfolder": merged_subfolder(self.args.output_dir)}
+        model = self.accelerator.unwrap_model(self.model)
+        return {"adapter": model.has_body_lora, "adapter_auto_class": "AutoModel",
+                "merged_subfolder": merged_subfolder(self.args.output_dir),
+                "notes": describe_pooling(model.config.pooling)}
 
     # ------------------------------------------------------------------------------------------------------------
     # Evaluation: every task with its own metrics, and their average
