@@ -112,6 +112,7 @@ def test_quick_runs_every_variant_caches_and_reports(tmp_path):
         quick = muppet.QUICK
         for run in runs:
             assert {"wall_s", "cpu_s", "device", "commit", "load_avg", "seed", "metric", "value"} <= set(run)
+            assert run["pooling"] == quick.pooling  # every run says how its heads read the body
             assert 0.0 <= run["value"] <= 1.0 and run["quick"] is True
         fit = [r for r in runs if r["claim"] == "fit" and r["variant"] == "mixture_all"]
         # the longer budget resumed the same run: its later epochs, once each, and as many single-task epochs
@@ -151,3 +152,24 @@ def test_quick_runs_every_variant_caches_and_reports(tmp_path):
     chosen = re.search(r"Budget used by claims 1-3: \*\*(\d) epoch", text)
     assert chosen and int(chosen.group(1)) <= muppet.QUICK.pft_epochs  # the longer run does not move the budget
     assert (tmp_path / "muppet_heldout.png").is_file()
+
+
+def test_pooling_section_pairs_first_token_runs_with_the_studys_pooling_by_seed():
+    """Runs recorded before the pooling setting (no "pooling" key) are first-token runs; the table pairs them with
+    the study's pooling by seed, and the study's other sections see only the latter."""
+    from evidence import muppet
+
+    s = muppet.FULL
+    runs = []
+    for seed, (old, new) in enumerate([(0.52, 0.61), (0.54, 0.66), (0.59, 0.70)]):
+        base = {"claim": "heldout", "variant": "base", "task": "rotten_tomatoes", "fraction": 0.03, "seed": seed,
+                "majority_baseline": 0.511}
+        runs.append({**base, "value": old, "test_macro_f1": old - 0.1})
+        runs.append({**base, "value": new, "test_macro_f1": new - 0.05, "pooling": "mean"})
+    text = "\n".join(muppet.pooling_section(runs, s))
+    mean, lo, hi = common.paired_ci([0.61, 0.66, 0.70], [0.52, 0.54, 0.59])
+    row = next(line for line in text.split("\n") if line.startswith("| rotten_tomatoes | 3% |"))
+    assert f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}]" in row and "0.511" in row
+    assert "0.550 ± 0.036" in row and "0.657 ± 0.045" in row  # cls, then mean accuracy
+    assert [muppet.pooling_of(r) for r in runs[:2]] == ["cls", "mean"]
+    assert "Not run yet" in "\n".join(muppet.pooling_section(runs[::2], s))  # first-token runs alone: nothing paired

@@ -109,6 +109,9 @@ class Settings:
     pft_seed: int = 42
     eval_batch_size: int = 64
     heldout_eval_rows: int | None = None  # cap on the held-out tasks' validation and test rows (quick mode only)
+    pooling: str = "mean"              # how every head reads MiniLM (its own pooling); runs recorded before hf_aux
+    #                                    had the setting read the first token: they are "cls" (the pooling claim)
+    pooling_fractions: tuple = (0.01, 0.03, 0.1)  # the pooling claim: plain MiniLM, first token vs its own pooling
     quick: bool = False
 
 
@@ -117,7 +120,7 @@ QUICK = Settings(mixture=("imdb", "parliament_party", "newsgroups"), held_out=("
                  pft_eval_rows=16, max_seq_length=32, batch_size=8, sub_batches=2, warmup_updates=1, pft_epochs=2,
                  ft_epochs=1, ft_min_steps=2, ft_max_steps=3, fractions=(0.01,), seeds=(0,), mixture_sizes=(2,),
                  claim_fraction=0.01, eval_batch_size=32, heldout_eval_rows=32, quick=True,
-                 pft_epochs_long=3)
+                 pft_epochs_long=3, pooling_fractions=(0.01,))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -158,7 +161,7 @@ def quiet(enabled: bool):
 
 
 def common_train_flags(settings: Settings) -> list[str]:
-    return ["--max_seq_length", str(settings.max_seq_length), "--per_device_eval_batch_size",
+    return ["--pooling", settings.pooling, "--max_seq_length", str(settings.max_seq_length), "--per_device_eval_batch_size",
             str(settings.eval_batch_size), "--weight_decay", "0.01", "--report_to", "none", "--disable_tqdm", "true",
             "--logging_steps", "10", "--log_level", "warning", "--dataloader_num_workers", "0"]
 
@@ -264,11 +267,14 @@ class Study:
 
     @property
     def runs(self) -> list[dict]:
-        return load_runs(self.json_path)
+        """The recorded runs of this study's pooling (those recorded before the setting existed read the first
+        token: cls)."""
+        return [r for r in load_runs(self.json_path) if pooling_of(r) == self.settings.pooling]
 
     def record(self, objects: list[dict], cost: dict, meta: dict) -> None:
         for obj in objects:
-            append_run(self.json_path, {**obj, **cost, **meta, "quick": self.settings.quick})
+            append_run(self.json_path, {**obj, **cost, **meta, "quick": self.settings.quick,
+                                        "pooling": self.settings.pooling})
 
     def log(self, message: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
@@ -372,6 +378,13 @@ class Study:
     # -- the whole study ----------------------------------------------------------------------------------------
     def run(self, claims=("1", "3", "2", "budget")) -> None:
         s = self.settings
+        if "pooling" in claims:  # plain MiniLM on the held-out tasks: first, it needs no pre-finetuning
+            for fraction in s.pooling_fractions:
+                for seed in s.seeds:
+                    for task in s.held_out:
+                        self.heldout("heldout", "base", self.model, task, fraction, seed, reuse_head=False)
+        if not set(claims) - {"pooling"}:
+            return
         epochs = self.fit_pilot()
         self.log(f"pre-finetuning budget: {epochs} epochs (best average validation metric)")
         reference, evals = self.pretrained("mixture_all", s.mixture, s.pft_epochs, "fit")
@@ -447,6 +460,11 @@ PAPER = {
 }
 
 
+def pooling_of(run: dict) -> str:
+    """The pooling a recorded run's heads read: recorded since hf_aux had the setting, else the first token."""
+    return run.get("pooling", "cls")
+
+
 def fmt(mean: float, sd: float) -> str:
     return f"{mean:.3f} ± {sd:.3f}" if not math.isnan(sd) else f"{mean:.3f}"
 
@@ -483,7 +501,8 @@ def cpu_minutes(runs) -> float:
 
 def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str:
     """Render the markdown report and its figures from the JSON; returns the markdown."""
-    runs = [r for r in load_runs(json_path) if bool(r.get("quick")) == settings.quick]
+    every_pooling = [r for r in load_runs(json_path) if bool(r.get("quick")) == settings.quick]
+    runs = [r for r in every_pooling if pooling_of(r) == settings.pooling]
     folder = report_path.parent
     folder.mkdir(parents=True, exist_ok=True)
     s = settings
@@ -517,6 +536,7 @@ def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str
               f"- CPU time so far: {cpu_minutes(runs):.0f} CPU minutes over {len(runs)} recorded results "
               "(each object carries wall_s, cpu_s and the load average at its start: the machine is shared, so "
               "wall times are not timings).", ""]
+    lines += pooling_section(every_pooling, s)
     lines += fit_section(runs, s)
     lines += heldout_section(runs, s, folder)
     lines += num_tasks_section(runs, s, folder)
@@ -607,6 +627,47 @@ def heldout_rows(runs, claim, variant, s: Settings, fractions) -> list[str]:
                         f"{fmt(*mean_sd(base)) if base else '-'} (n={len(base)}) | "
                         f"{fmt(*mean_sd(arm))} (n={len(arm)}) | {cell} | {word} |")
     return rows
+
+
+def pooling_section(every_pooling, s: Settings) -> list[str]:
+    """Plain MiniLM on the held-out tasks, its heads reading the first token (every run recorded before hf_aux had
+    the pooling setting) against its own pooling (s.pooling): the base of every comparison below. The paper makes
+    no claim here, so there is no verdict; the unit is one fine-tuning run, paired by seed."""
+    lines = ["## The base model: how the heads read MiniLM", "",
+             "all-MiniLM-L6-v2 is a sentence-transformers model trained with mean pooling; runs recorded before "
+             "hf_aux's `pooling` setting read its first token, which was never trained to carry the sentence. Plain "
+             "MiniLM fine-tuned with the same recipe, seeds and subsets, reading the first token (`cls`) and its "
+             f"own pooling (`{s.pooling}`): test accuracy and macro-F1, mean ± sd over seeds; the difference is "
+             f"{s.pooling} - cls paired by seed with its 95% t interval. The paper makes no claim here (no "
+             "verdict). The sections below use the `" + s.pooling + "` runs only.", "",
+             "| task | train fraction | majority class | cls: accuracy | cls: macro-F1 | "
+             f"{s.pooling}: accuracy | {s.pooling}: macro-F1 | difference [95% CI] |", "|---|---|---|---|---|---|---|---|"]
+    rows = 0
+    for task in s.held_out:
+        for fraction in sorted(set(s.pooling_fractions) | set(s.fractions)):
+            arms = {mode: {r["seed"]: r for r in every_pooling if r["claim"] == "heldout" and r["variant"] == "base"
+                           and r["task"] == task and r["fraction"] == fraction and pooling_of(r) == mode}
+                    for mode in ("cls", s.pooling)}
+            if not all(arms.values()):
+                continue
+            cells = []
+            for mode in ("cls", s.pooling):
+                cells += [fmt(*mean_sd([r["value"] for r in arms[mode].values()])),
+                          fmt(*mean_sd([r["test_macro_f1"] for r in arms[mode].values()
+                                        if r.get("test_macro_f1") is not None]))]
+            seeds = sorted(set(arms["cls"]) & set(arms[s.pooling]))
+            difference = "-"
+            if len(seeds) >= 2:
+                mean, lo, hi = paired_ci([arms[s.pooling][k]["value"] for k in seeds],
+                                         [arms["cls"][k]["value"] for k in seeds])
+                difference = f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+            majority = next((r.get("majority_baseline") for r in arms[s.pooling].values()), None)
+            lines.append(f"| {task} | {fraction * 100:g}% | {'-' if majority is None else f'{majority:.3f}'} | "
+                         + " | ".join(cells) + f" | {difference} |")
+            rows += 1
+    if not rows:
+        return lines[:3] + ["Not run yet: `python benchmarks/evidence/muppet.py --claims pooling`.", ""]
+    return lines + [""]
 
 
 def heldout_section(runs, s: Settings, folder: Path) -> list[str]:
@@ -784,8 +845,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="folder for the JSON, report and run folders (default: docs/evidence, and --runs_dir)")
     parser.add_argument("--runs_dir", type=Path, default=RUNS_DIR, help="pre-finetuned checkpoints (not committed)")
-    parser.add_argument("--claims", nargs="+", default=["1", "3", "2", "budget"], choices=["1", "2", "3", "budget"],
-                        help="what to run (budget: the longer pre-finetuning budget, pft_epochs_long)")
+    parser.add_argument("--claims", nargs="+", default=["pooling", "1", "3", "2", "budget"],
+                        choices=["pooling", "1", "2", "3", "budget"],
+                        help="what to run (pooling: plain MiniLM on the held-out tasks, the base of every "
+                             "comparison; budget: the longer pre-finetuning budget, pft_epochs_long)")
     parser.add_argument("--pft_epochs", type=int, default=None,
                         help="the fit pilot's longest budget (default: the settings'); a longer one resumes it")
     args = parser.parse_args(argv)
@@ -799,6 +862,7 @@ def main(argv: list[str] | None = None) -> None:
 
         torch.set_num_threads(1)
         runs_dir = args.out / "runs" if args.out and args.quick else args.runs_dir
+        runs_dir = runs_dir / f"pooling_{settings.pooling}"  # checkpoints of another pooling are other runs
         model = tiny_model(runs_dir / "tiny_bert") if args.quick else None
         Study(settings, json_path, runs_dir, model=model).run(tuple(args.claims))
     report(json_path, report_path, settings)
