@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 
@@ -138,8 +139,24 @@ def control_group(timeout_s: float):
 
     key = int(timeout_s)
     if key not in _CONTROL_GROUPS:
+        if not _CONTROL_GROUPS:
+            atexit.register(_destroy_control_groups)
         _CONTROL_GROUPS[key] = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=key))
     return _CONTROL_GROUPS[key]
+
+
+def _destroy_control_groups() -> None:
+    """At exit, while Python still runs: a gloo group left to the interpreter's teardown can abort the process
+    ("terminate called without an active exception") when its worker threads are destroyed unjoined."""
+    import torch.distributed as dist
+
+    for group in _CONTROL_GROUPS.values():
+        try:
+            if dist.is_initialized():
+                dist.destroy_process_group(group)
+        except (RuntimeError, ValueError):  # already gone with the default group
+            pass
+    _CONTROL_GROUPS.clear()
 
 
 def several_processes(args) -> bool:

@@ -237,9 +237,9 @@ def push_folder_to_hub(
     try:
         repo_url = call_hub(operation, api.create_repo, repo_id, token=token, private=private, exist_ok=True)
         operation = "upload_folder (commit)"
-        commit = call_hub(operation, api.upload_folder, repo_id=repo_url.repo_id, folder_path=folder,
-                          allow_patterns=paths, commit_message=commit_message, token=token, revision=revision,
-                          path_in_repo=path_in_repo)
+        commit = call_hub(operation, api.create_commit, repo_id=repo_url.repo_id,
+                          operations=_push_operations(folder, paths, path_in_repo), commit_message=commit_message,
+                          token=token, revision=revision)
     except Exception as error:  # re-raised below with what failed; the local folder is untouched
         message = (f"Pushing {folder} to {endpoint}/{repo_id} failed in {operation}: "
                    f"{_describe_failure(error, repo_id, endpoint)}. The local files in {folder} are intact; push "
@@ -248,6 +248,39 @@ def push_folder_to_hub(
         raise HubPushError(message) from error
     logger.info("Pushed %d files from %s to %s (commit %s)", len(paths), folder, repo_url, commit.oid)
     return commit
+
+
+def _push_operations(folder: Path, paths: list[str], path_in_repo: str | None) -> list:
+    """One upload per file; a LoRA adapter's adapter_config.json is uploaded with `base_model_name_or_path` set to
+    the base model's Hub id when the local folder it names records one (`hub_adapter_config`), so that
+    `AutoPeftModel.from_pretrained(<repo>)` finds the base anywhere; the local file keeps the local path."""
+    operations = []
+    for relative in paths:
+        target = f"{path_in_repo.strip('/')}/{relative}" if path_in_repo else relative
+        source = folder / relative
+        content = hub_adapter_config(source) if Path(relative).name == "adapter_config.json" else None
+        operations.append(huggingface_hub.CommitOperationAdd(path_in_repo=target,
+                                                             path_or_fileobj=content if content else source))
+    return operations
+
+
+def hub_adapter_config(path: str | os.PathLike) -> bytes | None:
+    """adapter_config.json at `path` with its base model named by Hub id (what the model card's base_model says),
+    or None when it already names one or the local base records none."""
+    import json
+
+    from .model_card import card_base_model
+
+    config = json.loads(Path(path).read_text(encoding="utf-8"))
+    base = config.get("base_model_name_or_path")
+    if not base or not Path(base).is_absolute() and not Path(base).exists():
+        return None  # a Hub id already (or nothing to say)
+    hub_id = card_base_model(base)
+    if hub_id is None:
+        logger.warning("%s names the local base model %s, which records no Hub id: the pushed adapter loads only "
+                       "where that folder exists (pass base_model= when loading it elsewhere)", path, base)
+        return None
+    return (json.dumps({**config, "base_model_name_or_path": hub_id}, indent=2, sort_keys=True) + "\n").encode()
 
 
 # ---- before training: the repository ---------------------------------------------------------------------------

@@ -19,7 +19,8 @@ from .task_spec import SPLITS, TASK_KINDS, TaskSpec, task_error
 __all__ = ["SPLITS", "TASK_KINDS", "TaskSpec", "check_task_data", "check_unique_names", "hub_task_name",
            "load_mixture", "load_task_splits", "task_error", "task_from_data_files", "task_from_entry",
            "task_from_file", "task_from_hub"]
-from .validation import check_text_cells, infer_class_labels, load_data_files, read_structured_file
+from .validation import (check_text_cells, infer_class_labels, infer_task_kind, load_data_files,
+                         read_structured_file)
 
 # --------------------------------------------------------------------------------------------------------------
 # Mixtures: one YAML or JSON file describing several tasks
@@ -52,7 +53,27 @@ def task_from_entry(entry, folder: str | os.PathLike) -> TaskSpec:
         resolve = lambda p: str(p if os.path.isabs(p) else Path(folder) / p)  # noqa: E731
         entry = {**entry, "data_files": {k: resolve(v) for k, v in files.items()} if isinstance(files, dict)
                  else resolve(files)}
+        entry = _described_by_data(entry)
     return TaskSpec.from_dict(entry)
+
+
+def _described_by_data(entry: dict) -> dict:
+    """A file task's kind and classes read from its data where the entry leaves them out (as `hf-aux finetune` does
+    for --train_file): the kind from the label / choices / answers columns, a classification task's classes from its
+    labels."""
+    classes_given = entry.get("label_names") is not None or entry.get("num_labels") is not None
+    if entry.get("kind") and (entry["kind"] != "classification" or classes_given):
+        return entry
+    name = entry.get("name", "?")
+    files = entry["data_files"] if isinstance(entry["data_files"], dict) else {"train": entry["data_files"]}
+    splits = load_data_files(files, f"task '{name}': field 'data_files'")
+    entry = dict(entry)
+    if not entry.get("kind"):
+        entry["kind"] = infer_task_kind(splits, entry, f"task '{name}': field 'kind'", "kind: <kind> for the task")
+    if entry["kind"] == "classification" and not classes_given:
+        entry.update(_classes_from_data(name, splits, entry.get("label_column") or "label",
+                                        "label_names or num_labels for the task"))
+    return entry
 
 
 def task_from_file(path: str | os.PathLike, name: str | None = None) -> TaskSpec:

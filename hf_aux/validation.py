@@ -237,6 +237,37 @@ def infer_class_labels(splits: dict, label_column: str, where: str, hint: str) -
                      f"{sorted(map(repr, values))[:5]})")
 
 
+def infer_task_kind(splits: dict, columns: dict, where: str, hint: str) -> str:
+    """The kind of a single task read from its loaded splits (name -> Dataset) and the column names it would use
+    (`columns`: label_column, choices_column, answers_column; None for the defaults): SQuAD-style answers ->
+    extractive_qa; a list column of choices with an integer label -> multiple_choice; labels that are strings or
+    integers -> classification; floats with a fraction -> regression. Floats that are all whole numbers (0.0 / 1.0,
+    1-5 scores) could be either, and list labels (token classification) are not a single-label kind: both are
+    errors naming `where` and `hint` (the flag that sets the kind)."""
+    first = next(iter(splits.values()))
+    label = columns.get("label_column") or "label"
+    if (columns.get("answers_column") or "answers") in first.column_names:
+        return "extractive_qa"
+    if label not in first.column_names:
+        raise ValueError(f"{where}: no {label!r} column to read the task's kind from (columns: {first.column_names}); "
+                         f"pass {hint}")
+    if (columns.get("choices_column") or "choices") in first.column_names:
+        return "multiple_choice"
+    values = [v for data in splits.values() for v in data[label] if v is not None]
+    if any(isinstance(v, (list, tuple, dict)) for v in values):
+        raise ValueError(f"{where}: the {label!r} column holds lists (one label per token?), which is not a "
+                         f"single-label task; pass {hint} with one label per row")
+    if values and all(isinstance(v, (str, bool, int)) for v in values):
+        return "classification"
+    if values and all(isinstance(v, (int, float)) for v in values):
+        if any(not float(v).is_integer() for v in values):
+            return "regression"
+        raise ValueError(f"{where}: the {label!r} column holds whole numbers written as floats (e.g. "
+                         f"{sorted(set(values))[:5]}): classes or scores? pass {hint} classification or regression")
+    raise ValueError(f"{where}: cannot tell the task's kind from the {label!r} column (found "
+                     f"{sorted({type(v).__name__ for v in values})}); pass {hint}")
+
+
 def check_corpus(dataset, text_column: str, where: str, split: str = "train") -> None:
     """Unlabelled MLM text: the column exists and holds text (None is an error naming the row; blank lines are
     fine unless every line is blank)."""

@@ -49,14 +49,15 @@ class DataArguments:
 # ---- the rules themselves ----------------------------------------------------------------------------------------
 def test_parse_command_line_puts_embedded_defaults_first_unless_a_data_source_is_given(tmp_path):
     parser = HfArgumentParser((DataArguments, TrainingArguments))
-    defaults = {"max_steps": 40, "learning_rate": "1e-4"}  # as a demo config holds them (YAML reads 1e-4 as text)
+    defaults = {"max_steps": 40, "learning_rate": "1e-4", "do_train": True}  # as a demo config holds them (YAML
+    #                                                                           reads 1e-4 as text)
     rule = dict(demo_config=defaults, data_source_flags=("--train_file",))
     _, args = parse_command_line(parser, ["--output_dir", str(tmp_path), "--max_steps", "4"], **rule)
     assert (args.max_steps, args.learning_rate) == (4, 1e-4)  # the flag overrides, the other default applies
     for given in (["--train_file=x"], ["--train_file", "x"]):  # a data source switches the defaults off
         data, args = parse_command_line(parser, ["--output_dir", str(tmp_path), *given], **rule)
         assert data.train_file == "x" and (args.max_steps, args.learning_rate) == (-1, 5e-5)
-    (tmp_path / "args.json").write_text(json.dumps({"output_dir": str(tmp_path), "max_steps": 7}))
+    (tmp_path / "args.json").write_text(json.dumps({"output_dir": str(tmp_path), "max_steps": 7, "do_train": True}))
     _, args = parse_command_line(parser, [str(tmp_path / "args.json")], **rule)
     assert (args.max_steps, args.learning_rate) == (7, 5e-5)  # a file holds every argument
 
@@ -78,7 +79,7 @@ def test_a_bad_argument_file_is_one_error_naming_the_file_and_field(tmp_path, na
 
 
 def test_numbers_written_as_text_in_an_argument_file_are_numbers(tmp_path):
-    (tmp_path / "args.yaml").write_text("output_dir: x\nlearning_rate: 1e-4\nmax_steps: '7'\n")  # YAML: 1e-4 is text
+    (tmp_path / "args.yaml").write_text("output_dir: x\nlearning_rate: 1e-4\nmax_steps: '7'\ndo_train: true\n")  # 1e-4: text
     _, args = parse_command_line(HfArgumentParser((DataArguments, TrainingArguments)), [str(tmp_path / "args.yaml")])
     assert (args.learning_rate, args.max_steps) == (1e-4, 7)
 
@@ -211,10 +212,11 @@ def test_config_yaml_sets_defaults_that_flags_override_over_the_demo_config(scri
     settings = demo[2].to_dict()
     changed = {k for k, v in args.to_dict().items() if v != settings[k]}
     assert changed <= {"max_steps", "learning_rate", "seed", "logging_steps"}
-    # a data source in the file switches the demo config off: transformers' defaults apply under the file
+    # a data source in the file switches the demo config off: transformers' defaults apply under the file, and
+    # data to train on means training (hf_aux.cli.parser's actions rule)
     config.write_text(yaml.safe_dump({**CONFIG_DATA_SOURCE[script], "max_steps": 7}))
     plain = parse(script, ["--config", str(config), "--output_dir", str(tmp_path)])[2]
-    assert plain.max_steps == 7 and not plain.do_train and plain.learning_rate == type(plain)(
+    assert plain.max_steps == 7 and plain.do_train and plain.learning_rate == type(plain)(
         output_dir=str(tmp_path)).learning_rate
 
 

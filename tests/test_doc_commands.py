@@ -158,7 +158,7 @@ def parse_run_script_args(name: str, argv: list[str], tmp_path: Path) -> tuple:
     if len(argv) == 1 and argv[0].endswith((".yaml", ".yml", ".json")):
         # a documented argument file: the user writes it; check that the script reads such a file
         argument_file = tmp_path / ("args" + Path(argv[0]).suffix)
-        argument_file.write_text('{"output_dir": "%s"}' % (tmp_path / "from-file"))
+        argument_file.write_text('{"output_dir": "%s", "do_train": true}' % (tmp_path / "from-file"))
         argv = [str(argument_file)]
     return parse(argv)
 
@@ -201,6 +201,9 @@ def check_command(command: Command, tmp_path: Path) -> None:
     call = run_script_call(command.words)
     if command.kind == "static":
         assert call is None, "a run-script command belongs in a 'parse' or 'run' block"
+        check_static(command.words)
+        return
+    if call is None and strip_launcher(command.words)[:1] == ["bash"]:  # set-up before a run: `bash x.sh && ...`
         check_static(command.words)
         return
     if call is None:
@@ -293,6 +296,18 @@ def test_checker_refuses_unmarked_blocks_misspelled_flags_and_unknown_commands(t
     check_command(installed, tmp_path)
     with pytest.raises((ValueError, SystemExit)):
         check_command(installed_misspelled, tmp_path)
+
+
+def test_ci_runs_the_readmes_test_command_as_written():
+    """The README's "Two commands": the second is what CI runs, word for word (.ci/run's last command line)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Two commands"):]
+    blocks = [body for _, _, body in doc_blocks(section, "README.md")][:2]
+    main_job, tests = (" ".join(line.strip() for _, line in body if line.strip()) for body in blocks)
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+          if line.strip() and not line.lstrip().startswith(("#", "set ", "cd ", "export "))]
+    assert ci[-1] == tests, f".ci/run runs {ci[-1]!r}, the README says {tests!r}"
+    assert main_job.startswith("bash setup_env.sh && ") and tests.startswith("bash setup_env.sh && ")
 
 
 def test_every_relative_link_in_the_docs_points_at_a_file():

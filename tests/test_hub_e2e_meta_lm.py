@@ -107,13 +107,13 @@ def test_hub_ids_as_inputs_card_without_push_offline_and_missing_repositories(lo
     sent = len(local_hub.requests)
     out = tmp_path / "from-hub"
     hub_inputs = ["--model_name_or_path", REPO, "--teacher_name_or_path", teacher_repo]
-    trainer = run_meta_lm.main(*run_meta_lm.parse_args(moons_args(out, "--do_train", "--objective", "hard",
-                                                             "--max_steps", "1", *hub_inputs)))
+    trainer = run_meta_lm.main(*run_meta_lm.parse_args(moons_args(out, "--do_train", "--do_eval", "false",
+                                                             "--objective", "hard", "--max_steps", "1", *hub_inputs)))
     assert len(local_hub.requests) > sent and not any(r.method in ("POST", "PUT") for r in local_hub.requests[sent:])
     assert not trainer.args.push_to_hub
     card = ModelCard.load(out / "README.md")
     assert card.data.base_model == REPO and "hard-labels" in card.data.tags
-    assert card.data.eval_results is None  # no --do_eval: nothing to report
+    assert card.data.eval_results is None  # --do_eval false: nothing to report
 
     # offline: the cached repositories are used without a single request; an uncached one names the argument
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)

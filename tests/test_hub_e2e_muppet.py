@@ -95,3 +95,47 @@ def test_save_pretrained_with_push_to_hub_round_trips(local_hub, tmp_path):
     restored = MultiTaskModel.from_pretrained(repo, token=TOKEN, cache_dir=tmp_path / "cache").eval()
     inputs = tokenizer(["a good movie"], return_tensors="pt")
     torch.testing.assert_close(restored(task="sent", **inputs).logits, model(task="sent", **inputs).logits)
+
+
+def test_a_pushed_lora_adapter_names_its_base_by_hub_id_and_loads_by_repo_id_elsewhere(local_hub, tmp_path,
+                                                                                      monkeypatch):
+    """The adapter a LoRA run writes names the local folder its base came from (so it reloads offline); the pushed
+    copy names the base's Hub id (what the card's base_model says), so AutoPeftModel loads the repository where
+    that folder does not exist."""
+    from peft import AutoPeftModel
+
+    local_hub.accept_only(TOKEN)
+    tokenizer = tiny_tokenizer()
+    base_id = f"{DEFAULT_USER}/tiny-bert-base"
+    base = tmp_path / "tiny-bert"
+    torch.manual_seed(0)
+    AutoModel.from_config(tiny_config("bert", tokenizer)).save_pretrained(base)
+    tokenizer.save_pretrained(base)
+    config = json.loads((base / "config.json").read_text())
+    (base / "config.json").write_text(json.dumps({**config, "_name_or_path": base_id}))  # where it came from
+    from huggingface_hub import HfApi
+
+    HfApi(token=TOKEN).create_repo(base_id)
+    HfApi(token=TOKEN).upload_folder(repo_id=base_id, folder_path=base)
+    repo, out = f"{DEFAULT_USER}/muppet-lora", tmp_path / "run"
+    monkeypatch.setattr(sys, "argv", [
+        "run_muppet.py", "--model_name_or_path", str(base), "--mixture_file", str(write_mixture(tmp_path)),
+        "--output_dir", str(out), "--max_steps", "2", "--per_device_train_batch_size", "4", "--max_seq_length", "24",
+        "--report_to", "none", "--use_cpu", "--save_strategy", "no", "--disable_tqdm", "true", "--use_lora",
+        "--lora_r", "4", "--lora_target_modules", "query", "value", "--push_to_hub", "--hub_model_id", repo,
+        "--hub_token", TOKEN])
+    run_muppet.main()
+
+    assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == str(base)
+    pushed = json.loads(local_hub.files(repo)["adapter_config.json"])
+    assert pushed["base_model_name_or_path"] == base_id
+    assert {k: v for k, v in pushed.items() if k != "base_model_name_or_path"} == \
+        {k: v for k, v in json.loads((out / "adapter_config.json").read_text()).items()
+         if k != "base_model_name_or_path"}
+    base.rename(tmp_path / "moved-away")  # elsewhere: the local base folder is gone
+    adapted = AutoPeftModel.from_pretrained(repo, token=TOKEN, cache_dir=tmp_path / "cache").eval()
+    trained = MultiTaskModel.from_pretrained(str(out), base_model=str(tmp_path / "moved-away")).eval()
+    inputs = tokenizer(["the movie was good"], return_tensors="pt")
+    with torch.no_grad():
+        torch.testing.assert_close(adapted(**inputs).last_hidden_state,
+                                   trained.body(**inputs).last_hidden_state, atol=1e-5, rtol=0)

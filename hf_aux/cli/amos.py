@@ -21,7 +21,7 @@ from transformers import HfArgumentParser
 from ..demo import UNLABELLED_SOURCES
 from ..trainers.amos_config import AmosConfig
 from .arguments import ModelArguments as SharedModelArguments
-from .parser import command_parser, demo_config_path, parse_command_line
+from .parser import command_parser, demo_config_path, drop_implied_evaluation, parse_command_line
 
 logger = logging.getLogger(__name__)
 
@@ -252,6 +252,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         train_data = train_data.select(range(min(len(train_data), data_args.max_train_samples)))
     if eval_data is not None and data_args.max_eval_samples is not None:
         eval_data = eval_data.select(range(min(len(eval_data), data_args.max_eval_samples)))
+    drop_implied_evaluation(training_args, eval_data is not None, "no validation text")
     if training_args.do_eval and eval_data is None:
         raise ValueError("--do_eval: no validation text (give validation_file or validation_split_percentage > 0)")
 
@@ -269,7 +270,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         metrics["perplexity_deepest_head"] = math.exp(min(50.0, metrics[f"eval_mlm_loss/{model.head_names[-1]}"]))
         results.update(record_metrics(trainer, "eval", metrics))
 
-    if trainer.is_world_process_zero():  # one summary per run, not one per rank
+    if trainer.is_world_process_zero() and trainer.state.log_history:  # one summary per run, of what ran
         print_summary(trainer, model.head_names)
     hub_dataset = hub_id_or_none(data_args.dataset_name)
     started_from = model_args.model_name_or_path or (

@@ -29,7 +29,7 @@ from ..task_spec import TASK_KINDS
 from ..validation import LABELLED_FILE_BUILDERS
 from .arguments import ModelArguments as SharedModelArguments
 from .arguments import pooling_field
-from .parser import command_parser, demo_config_path, parse_command_line
+from .parser import command_parser, demo_config_path, drop_implied_evaluation, parse_command_line
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,10 @@ class DataTrainingArguments:
         default=None, metadata={"help": "The task's name (names its head; --reuse_head matches on it). Default: the "
                                         "demo/file task's own name, or 'task' for --train_file data."})
     task_kind: str | None = field(
-        default=None, metadata={"help": f"With --train_file: one of {list(SUPPORTED_KINDS)}."})
+        default=None, metadata={"help": f"One of {list(SUPPORTED_KINDS)}. With --train_file the data says it when "
+                                        "it can: string or integer labels -> classification, floats with a fraction "
+                                        "-> regression, a choices column -> multiple_choice, an answers column -> "
+                                        "extractive_qa (whole-number floats are ambiguous: then it is needed)."})
     text_columns: list[str] | None = field(
         default=None, metadata={"help": "classification/regression: one or two text columns (default: text)."})
     label_column: str | None = field(default=None, metadata={"help": "Label column (default: label)."})
@@ -115,9 +118,6 @@ class DataTrainingArguments:
             raise ValueError("DataTrainingArguments: field 'task_kind': --dataset_name data needs --task_kind "
                              f"(one of {list(SUPPORTED_KINDS)})")
         if files:
-            if self.task_kind is None:
-                raise ValueError("DataTrainingArguments: field 'task_kind': --train_file data needs --task_kind "
-                                 f"(one of {list(SUPPORTED_KINDS)})")
             suffixes = {Path(f).suffix.lower() for f in files}
             if not suffixes <= set(LABELLED_FILE_BUILDERS) or len({LABELLED_FILE_BUILDERS[s] for s in suffixes}) != 1:
                 raise ValueError(f"DataTrainingArguments: field 'train_file': files must share one of the formats "
@@ -172,6 +172,7 @@ def parse_args(argv: list[str] | None = None):
 def build_task(data_args: DataTrainingArguments):
     """The task's `TaskSpec` from the one task source given (hf_aux.tasks reads every kind of source)."""
     from ..tasks import task_from_data_files, task_from_file, task_from_hub
+    from ..validation import infer_task_kind, load_data_files
 
     columns = {spec_field: getattr(data_args, arg) for arg, spec_field in COLUMN_FIELDS.items()
                if getattr(data_args, arg) is not None}
@@ -191,7 +192,12 @@ def build_task(data_args: DataTrainingArguments):
         files = {split: path for split, path in (("train", data_args.train_file),
                                                   ("validation", data_args.validation_file),
                                                   ("test", data_args.test_file)) if path is not None}
-        task = task_from_data_files(data_args.task_name or "task", data_args.task_kind, files, columns=columns,
+        kind = data_args.task_kind or infer_task_kind(
+            load_data_files(files, "DataTrainingArguments: field 'train_file'"), columns,
+            "DataTrainingArguments: field 'task_kind'", "--task_kind")
+        if data_args.task_kind is None:
+            logger.info("task kind from the data: %s (--task_kind sets it)", kind)
+        task = task_from_data_files(data_args.task_name or "task", kind, files, columns=columns,
                                     labels_hint=hint, validation_fraction=data_args.validation_fraction)
     if task.kind == "extractive_qa" and data_args.doc_stride >= data_args.max_seq_length:
         raise ValueError(f"DataTrainingArguments: field 'doc_stride': {data_args.doc_stride} must be below "
@@ -269,9 +275,6 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     if model_args is None or data_args is None or training_args is None:
         model_args, data_args, training_args = parse_args()
-    if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
-        raise ValueError("TrainingArguments: field 'do_train': nothing to do; pass --do_train, --do_eval and/or "
-                         "--do_predict")
     run = start_run(training_args, model_args, data_args)
     if run.finished:
         return run.results
@@ -281,6 +284,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     task = build_task(data_args)
     raw = load_task_splits(task, seed=data_args.subset_seed)
+    drop_implied_evaluation(training_args, "validation" in raw, f"task '{task.name}' has no validation split")
     for split, flag in (("train", "do_train"), ("validation", "do_eval"), ("test", "do_predict")):
         if getattr(training_args, flag) and split not in raw:
             raise ValueError(f"task '{task.name}': field '{split}_split': --{flag} needs a {split} split; the data "

@@ -82,9 +82,11 @@ def load_labelled_tasks(path: str, tokenizer, block_size: int) -> dict:
             # string labels (checked against label_names by load_task_splits) become their class index
             index = {name: i for i, name in enumerate(task.label_names or [])}
             labels = [index[x] if isinstance(x, str) else int(x) for x in batch[task.label_column]]
-            return {"input_ids": encoded["input_ids"], "label": labels}
+            return {"input_ids": encoded["input_ids"], "class_index": labels}
 
-        tasks[task.name] = train.map(encode, batched=True, remove_columns=train.column_names)
+        # a new column name: map keeps an existing column's type (a string label column would stay strings)
+        tasks[task.name] = train.map(encode, batched=True, remove_columns=train.column_names).rename_column(
+            "class_index", "label")
     return tasks
 
 
@@ -159,6 +161,11 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     if model_args is None or data_args is None or training_args is None:
         model_args, data_args, training_args = parse_args()
+    if training_args.objective != "mlm" and training_args.mlm_task_probability < 1 and not (
+            data_args.two_moons or data_args.mixture):
+        raise ValueError(f"DataTrainingArguments: field 'mixture': --objective {training_args.objective} learns the "
+                         "teacher from labelled tasks (the support and query batches): give --mixture tasks.yaml "
+                         "(classification tasks), or --objective mlm for plain masked-LM pretraining")
     run = start_run(training_args, model_args, data_args)
     if run.finished:
         return run.results

@@ -18,7 +18,7 @@ from ..trainers.muppet_config import MuppetConfig
 from .arguments import MERGED_SUBFOLDER, LoraArguments
 from .arguments import ModelArguments as SharedModelArguments
 from .arguments import pooling_field
-from .parser import command_parser, demo_config_path, parse_command_line
+from .parser import command_parser, demo_config_path, drop_implied_evaluation, parse_command_line
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +127,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     tokenize = {"max_length": data_args.max_seq_length, "doc_stride": data_args.doc_stride,
                 "max_target_length": data_args.max_target_length}
     train_data, eval_data, eval_examples = {}, {}, {}
+    drop_implied_evaluation(training_args, any("validation" in raw[task.name] for task in tasks),
+                            "no task of the mixture has a validation split")
     with training_args.main_process_first(desc="tokenizing the mixture"):
         for task in tasks:
             splits = raw[task.name]

@@ -10,6 +10,20 @@ The layers, lowest first, each overriding the one before:
 3. the `--config` file (YAML or JSON, a mapping of argument names to values);
 4. the flags on the command line.
 
+Then two rules about what the user asked for (`given`: the flags on the command line and the keys of a --config or
+argument file, never the demo config's):
+
+- Actions (`apply_action_rule`). Naming data to train on means training: with a training source and no action
+  asked for, `do_train` is on (`--do_train false` turns it off), as trl's commands train by default (run_glue's
+  habit, where nothing happens without `--do_train`, is the deliberate difference); `--do_eval` or `--do_predict`
+  alone still mean only that. With any data source `do_eval` is on unless given or `--do_predict` alone was asked,
+  where the data has a validation split (`evaluation_implied`: the command drops it quietly when there is none).
+  A command that asks for no training, evaluation, prediction or push is an error naming the flags, before any
+  work.
+- Intervals (`_interval_strategies`). An explicit `--save_steps`, `--eval_steps` or `--logging_steps` implies the
+  steps strategy of its kind when that strategy was not given (the demo configs' epoch strategies included), as
+  a user of the HF examples expects; given both, a steps value under another strategy is a warning naming both.
+
 A single `.json`/`.yaml`/`.yml` argument (`run_muppet.py config.yaml`, transformers' example-script habit) is the
 older form: the file holds every argument, and no demo config applies.
 """
@@ -18,12 +32,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from transformers import HfArgumentParser
+
+logger = logging.getLogger("hf_aux")
 
 ARGUMENT_FILE_SUFFIXES = (".json", ".yaml", ".yml")
 CONFIG_FLAG = "--config"
@@ -64,17 +81,24 @@ def parse_command_line(parser: HfArgumentParser, argv: Sequence[str] | None = No
 
     use_cpu_under_launcher()  # torchrun on a machine without a GPU: one gloo run, not N lone processes
     argv = list(sys.argv[1:] if argv is None else argv)
+    names = [flag.lstrip("-") for flag in data_source_flags]
     if len(argv) == 1 and argv[0].endswith(ARGUMENT_FILE_SUFFIXES):
-        return tuple(_parse_argument_file(parser, os.path.abspath(argv[0])))
+        parsed, given = _parse_argument_file(parser, os.path.abspath(argv[0]))
+        _warn_steps_without_strategy(parsed, given)
+        named = {f"--{name}" for name in names if given.get(name) not in (None, False, [], "")}
+        apply_action_rule(parsed, given, named)
+        return tuple(parsed)
     argv, config_path = _take_config_flag(argv)
     config = read_argument_mapping(config_path, parser) if config_path else {}
-    names = [flag.lstrip("-") for flag in data_source_flags]
     gives_data = any(gives_flag(argv, flag) for flag in data_source_flags) or any(
         config.get(name) not in (None, False, [], "") for name in names)
+    given = set(config) | {parser._option_string_actions[flag].dest for flag in _flags(argv)
+                           if flag in parser._option_string_actions}
     defaults = {}
     if demo_config is not None and not gives_data:
         defaults.update(demo_config if isinstance(demo_config, Mapping) else read_argument_mapping(demo_config, parser))
     defaults.update(config)
+    defaults.update(_interval_strategies(given))
     original = {action.dest: action.default for action in parser._actions if action.dest in defaults}
     parser.set_defaults(**defaults)  # argparse converts string defaults with the flag's type, as if typed
     try:
@@ -83,7 +107,73 @@ def parse_command_line(parser: HfArgumentParser, argv: Sequence[str] | None = No
         parser.set_defaults(**original)
     where = f"--config {config_path!r}" if config_path else "the demo config"
     _check_scalar_types(parsed, defaults, where)
+    _warn_steps_without_strategy(parsed, given)
+    apply_action_rule(parsed, given, {flag for flag in data_source_flags if gives_flag(argv, flag)
+                                      or config.get(flag.lstrip("-")) not in (None, False, [], "")})
     return tuple(parsed)
+
+
+# ---- what the user asked for: actions and intervals ---------------------------------------------------------------
+ACTIONS = ("do_train", "do_eval", "do_predict")
+EVALUATION_SOURCES = ("--validation_file", "--test_file")  # data to evaluate on, not to train on
+# steps flag -> the strategy it belongs to
+INTERVALS = {"save_steps": "save_strategy", "eval_steps": "eval_strategy", "logging_steps": "logging_strategy"}
+_IMPLIED = "_hf_aux_implied"
+
+
+def _flags(argv: Sequence[str]) -> list[str]:
+    return [argument.split("=", 1)[0] for argument in argv if argument.startswith("--")]
+
+
+def apply_action_rule(parsed, given, sources) -> None:
+    """The actions rule of the module docstring, on the parsed training arguments (the dataclass with do_train,
+    do_eval and do_predict); `given` holds the argument names the user gave, `sources` the data source flags among
+    them (only validation or test files: data to evaluate, not to train on)."""
+    args = next((item for item in parsed if all(hasattr(item, name) for name in ACTIONS)), None)
+    if args is None:
+        return
+    asked = {name for name in ACTIONS if name in given and getattr(args, name)}  # e.g. --do_eval alone: only that
+    implied = set()
+    if set(sources) - set(EVALUATION_SOURCES) and "do_train" not in given and not asked:
+        implied.add("do_train")
+    if sources and "do_eval" not in given and "do_predict" not in asked:
+        implied.add("do_eval")
+    for name in implied:
+        setattr(args, name, True)
+    setattr(args, _IMPLIED, frozenset(implied))
+    if not (args.do_train or args.do_eval or args.do_predict or getattr(args, "push_to_hub", False)):
+        raise ValueError("TrainingArguments: fields 'do_train', 'do_eval', 'do_predict': nothing to do; pass "
+                         "--do_train, --do_eval and/or --do_predict (with a data source, training is on unless "
+                         "--do_train false)")
+
+
+def evaluation_implied(args) -> bool:
+    """Whether do_eval is on only because the command was given data (the actions rule), not because it was asked:
+    then a command whose data has no validation split evaluates nothing instead of failing."""
+    return "do_eval" in getattr(args, _IMPLIED, ())
+
+
+def drop_implied_evaluation(args, available: bool, missing: str) -> None:
+    """Turn off an implied evaluation when the data has nothing to evaluate (`missing` says what), with a note."""
+    if args.do_eval and not available and evaluation_implied(args):
+        args.do_eval = False
+        logger.info("No evaluation: %s (pass --do_eval with validation data to evaluate)", missing)
+
+
+def _interval_strategies(given) -> dict:
+    """Strategies implied by explicit steps flags whose strategy was not given (they override the demo config)."""
+    return {strategy: "steps" for steps, strategy in INTERVALS.items() if steps in given and strategy not in given}
+
+
+def _warn_steps_without_strategy(parsed, given) -> None:
+    for instance in parsed:
+        for steps, strategy in INTERVALS.items():
+            value = getattr(instance, strategy, None)
+            if steps in given and strategy in given and value is not None and str(getattr(value, "value", value)) \
+                    not in ("steps", "best"):
+                every = f"{getattr(instance, steps):g}"
+                logger.warning("--%s %s has no effect: --%s is %r (pass --%s steps to act every %s steps)", steps,
+                               every, strategy, str(getattr(value, "value", value)), strategy, every)
 
 
 def read_argument_mapping(path: str | os.PathLike, parser: HfArgumentParser) -> dict:
@@ -129,9 +219,10 @@ def _take_config_flag(argv: list[str]) -> tuple[list[str], str | None]:
     return rest, path
 
 
-def _parse_argument_file(parser: HfArgumentParser, path: str) -> tuple:
-    """The dataclasses from one JSON/YAML argument file, or a ValueError naming the file and what is wrong in it
-    (a missing file, a syntax error with its line, keys no argument class knows, values of the wrong type)."""
+def _parse_argument_file(parser: HfArgumentParser, path: str) -> tuple[tuple, dict]:
+    """(the dataclasses from one JSON/YAML argument file, its mapping), or a ValueError naming the file and what is
+    wrong in it (a missing file, a syntax error with its line, keys no argument class knows, values of the wrong
+    type)."""
     import yaml
 
     if not os.path.isfile(path):
@@ -146,7 +237,7 @@ def _parse_argument_file(parser: HfArgumentParser, path: str) -> tuple:
     with open(path, encoding="utf-8") as handle:
         given = (json.load(handle) if path.endswith(".json") else yaml.safe_load(handle)) or {}
     _check_scalar_types(parsed, given, f"argument file {path!r}")
-    return parsed
+    return parsed, given
 
 
 def _check_scalar_types(parsed, given: Mapping, where: str) -> None:

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 logger = logging.getLogger("hf_aux")
@@ -70,12 +71,18 @@ def record_metrics(trainer, split: str, metrics: dict) -> dict:
 
 
 def finish_run(trainer, write_card=None, **card_kwargs) -> None:
-    """The end of every run: the model card (README.md and its figures) in the output folder, by
+    """The end of every run that saved a model (a card describes a saved model, so a run that only evaluated writes
+    none and pushes nothing): the model card (README.md and its figures) in the output folder, by
     `trainer.create_model_card(**card_kwargs)` or by `write_card()` for a plain Trainer; then, with --push_to_hub,
     the output folder pushed with the token checks of `hf_aux.hub.push_trainer_output` (clear errors; local files
     untouched)."""
     from ..hub import push_trainer_output
+    from ..run_guard import FINAL_MODEL_FILES
 
+    output_dir = trainer.args.output_dir
+    if not any(os.path.isfile(os.path.join(output_dir, name)) for name in FINAL_MODEL_FILES):
+        logger.info("No model saved in %s (nothing was trained): no model card, nothing pushed", output_dir)
+        return
     if write_card is not None:
         write_card()
     else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -66,6 +67,10 @@ class DataTrainingArguments:
         "help": "Stop after this many evaluations without improving metric_for_best_model (§3.1)."})
     final_finetune_epochs: float = field(default=0.0, metadata={
         "help": "Optional final fine-tuning on the end task alone (eq. 2) for this many epochs, after TARTAN."})
+    demo_task_mixture: list[float] | None = field(default=None, metadata={
+        "help": "Set by the demo config: the share of the end task and of each auxiliary task the run starts from, "
+                "as probabilities; MT-TARTAN mixes with it, META-TARTAN starts its weights w at its log. Used when "
+                "--task_weights is not given and the number of tasks matches."})
 
     def __post_init__(self):
         if sum(x is not None for x in (self.demo_task, self.train_file, self.dataset_name)) != 1:
@@ -153,6 +158,19 @@ def auxiliary_corpora(specs: list[str], raw, task, max_documents: int | None) ->
 # --------------------------------------------------------------------------------------------------------------
 
 
+def apply_demo_task_mixture(training_args, mixture: list[float] | None, tasks: int) -> None:
+    """The demo's starting mixture as each mode reads task weights: MT's mixture itself, META's w = log of it
+    (softmax(w) = the mixture). Nothing when --task_weights is given or the demo's tasks were changed."""
+    if mixture is None or training_args.task_weights is not None:
+        return
+    if len(mixture) != tasks or min(mixture) <= 0:
+        logger.info("demo_task_mixture %s does not fit %d tasks: uniform task weights", mixture, tasks)
+        return
+    total = sum(mixture)
+    training_args.task_weights = ([p / total for p in mixture] if training_args.mode == "mt"
+                                  else [math.log(p / total) for p in mixture])
+
+
 def main(model_args: ModelArguments | None = None, data_args: DataTrainingArguments | None = None,
          training_args: TartanConfig | None = None, lora_args: LoraArguments | None = None) -> dict:
     """Run the job; with no arguments, parse them from sys.argv (parse_args). Returns the train/eval/test
@@ -200,6 +218,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         classifier = AutoModelForSequenceClassification.from_pretrained(
             model_path, num_labels=task.num_labels, id2label=task.id2label,
             label2id={v: k for k, v in task.id2label.items()}, **hub)
+    apply_demo_task_mixture(training_args, data_args.demo_task_mixture, 1 + len(blocks))
     model = TartanModel(classifier, list(blocks))
     if blocks and model_args.mlm_heads == "pretrained":
         with explain_hub_errors("ModelArguments", "model_name_or_path", model_path):

@@ -19,7 +19,13 @@ ROBUST_MODES = ("none", "r3f", "r4f")
 @dataclass
 class MuppetConfig(HubTokenSafeArgsMixin, RunArgsMixin, TrainingArguments):
     """Training arguments of `MuppetTrainer`; every `TrainingArguments` field applies. Sub-batches per update =
-    `gradient_accumulation_steps` x number of processes, each of `per_device_train_batch_size` rows of one task."""
+    `gradient_accumulation_steps` x number of processes, each of `per_device_train_batch_size` rows of one task; its
+    default accumulation is 2 (not Trainer's 1), so that heterogeneous batches (at least 2 sub-batches per update)
+    hold on one process as they are."""
+
+    gradient_accumulation_steps: int = field(default=2, metadata={
+        "help": "Task-homogeneous sub-batches per update on each process (heterogeneous batches need at least 2 in "
+                "all, over the processes). Default 2, so MUPPET's own batching holds on one process."})
 
     batching: str = field(default="heterogeneous", metadata={
         "help": "How sub-batches form updates: 'heterogeneous' (several tasks per update, MUPPET §3.2), "
