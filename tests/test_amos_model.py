@@ -50,6 +50,13 @@ def test_mlm_losses_and_mixture_match_hand_computation():
     expected = torch.stack([F.cross_entropy(logits[k], targets) for k in range(2)])
     torch.testing.assert_close(mlm_losses(logits, targets), expected)
 
+    # a micro-batch with no masked position: nothing to predict, losses 0 (not the NaN of a mean over nothing)
+    empty = torch.randn(2, 0, 7, requires_grad=True)
+    losses = mlm_losses(empty, torch.zeros(0, dtype=torch.long))
+    assert torch.equal(losses, torch.zeros(2))
+    losses.sum().backward()
+    assert empty.grad is not None and torch.isfinite(empty.grad).all()
+
     features, v = torch.randn(3, 5, 4), torch.randn(4)
     gamma = mixture_weights(features, v)
     manual = torch.stack([torch.softmax(torch.stack([features[k, m] @ v for k in range(3)]), 0) for m in range(5)])

@@ -51,3 +51,32 @@ def test_continued_pretraining_of_an_encoder_logs_auc_and_plain_transformers_see
     torch.testing.assert_close(plain_logits, outputs.rtd_logits, rtol=1e-5, atol=1e-5)
     assert roc_auc(plain_logits.flatten(), outputs.rtd_labels.flatten()) == roc_auc(
         outputs.rtd_logits.flatten(), outputs.rtd_labels.flatten())
+
+
+def test_continued_pretraining_ends_with_the_downstream_probe_against_the_start(tmp_path, capsys):
+    """At the demo's budget (200 steps) the command tells where the encoder ended against where it started: the
+    probe's accuracies are what hf_aux.probe computes on the starting encoder and on the saved discriminator; a
+    shorter run (the other tests') and --downstream_probe false skip it."""
+    from hf_aux.probe import downstream_probe
+
+    tokenizer = tiny_tokenizer()
+    torch.manual_seed(0)
+    encoder_dir = tmp_path / "encoder"
+    AutoModel.from_config(tiny_config("bert", tokenizer)).save_pretrained(encoder_dir)
+    tokenizer.save_pretrained(encoder_dir)
+    rng = random.Random(0)
+    (tmp_path / "text.txt").write_text("".join(" ".join(rng.choices(WORDS, k=24)) + "\n" for _ in range(80)))
+    argv = ["--encoder_name_or_path", str(encoder_dir), "--generator_num_hidden_layers", "1", "--mlm_layers", "1",
+            "--train_file", str(tmp_path / "text.txt"), "--max_seq_length", "16", "--per_device_train_batch_size",
+            "2", "--logging_steps", "100", "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true"]
+    out = tmp_path / "out"
+    results = run_amos.main(*run_amos.parse_args([*argv, "--max_steps", "200", "--output_dir", str(out)]))
+    printed = capsys.readouterr().out
+    assert "Downstream probe (rotten_tomatoes sentiment" in printed
+    expected = downstream_probe(AutoModel.from_pretrained(encoder_dir), AutoModel.from_pretrained(out), tokenizer)
+    assert results["probe_start_accuracy"] == expected["probe_start_accuracy"]
+    assert results["probe_end_accuracy"] == expected["probe_end_accuracy"]
+    assert (out / "probe_results.json").is_file()
+    for extra in (["--max_steps", "4"], ["--max_steps", "200", "--downstream_probe", "false"]):
+        results = run_amos.main(*run_amos.parse_args([*argv, *extra, "--output_dir", str(tmp_path / extra[-1])]))
+        assert "probe_end_accuracy" not in results and "Downstream probe" not in capsys.readouterr().out

@@ -49,12 +49,14 @@ def mlm_losses(head_logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     """Eq. 2, one term per MLM layer d: mean over masked positions of -log p_MLM(x_orig | h^(d)).
 
     head_logits: [K, M, V] (masked positions only); targets: [M] original token ids. Returns [K].
-    The paper's L_GEN is the sum over d of these (each averaged over M, as ELECTRA averages its MLM loss).
+    The paper's L_GEN is the sum over d of these (each averaged over M, as ELECTRA averages its MLM loss). A
+    micro-batch with no masked position (M = 0: short blocks, a small batch) has nothing to predict: its losses are
+    0 (a mean over no token would be NaN and stop the run).
     """
     num_heads, num_masked, vocab = head_logits.shape
     per_token = F.cross_entropy(_at_least_float32(head_logits.reshape(num_heads * num_masked, vocab)),
                                 targets.repeat(num_heads), reduction="none")
-    return per_token.view(num_heads, num_masked).mean(dim=1)
+    return per_token.view(num_heads, num_masked).sum(dim=1) / max(num_masked, 1)
 
 
 # --------------------------------------------------------------------------------------------------------------
