@@ -55,6 +55,8 @@ FIRST_TRIES = {  # method -> its arguments beyond --output_dir, as a user types 
     "amos": lambda d: ["--train_file", d / "corpus.txt", "--max_steps", "2"],
     "tartan": lambda d: ["--train_file", d / "train.csv", "--validation_file", d / "dev.csv", "--auxiliary",
                          f"tapt={d / 'corpus.txt'}", "--max_steps", "2"],
+    "tartan-mt": lambda d: ["--train_file", d / "train.csv", "--validation_file", d / "dev.csv", "--auxiliary",
+                            f"tapt={d / 'corpus.txt'}", "--mode", "mt", "--max_steps", "2"],  # no --task_weights
     "finetune": lambda d: ["--train_file", d / "train.csv", "--validation_file", d / "dev.csv", "--max_steps", "2"],
     "meta-lm": lambda d: ["--train_file", d / "corpus.txt", "--mixture", d / "labelled.yaml", "--model_name_or_path",
                           d / "tiny_bert", "--max_steps", "2"],
@@ -64,13 +66,16 @@ FIRST_TRIES = {  # method -> its arguments beyond --output_dir, as a user types 
 @pytest.mark.parametrize("method", sorted(FIRST_TRIES))
 def test_a_command_given_only_your_data_trains_and_saves_a_model(method, own, tmp_path):
     out = tmp_path / "out"
-    done = hf_aux(method, *FIRST_TRIES[method](own), "--output_dir", out, cwd=tmp_path)
+    done = hf_aux(method.split("-mt")[0], *FIRST_TRIES[method](own), "--output_dir", out, cwd=tmp_path)
     assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
     assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 2  # it trained
     assert (out / "README.md").is_file()
     assert (out / "eval_results.json").is_file()  # every one of these has validation data: it was evaluated
     loader = AutoModelForMaskedLM if method == "meta-lm" else AutoModel
     loader.from_pretrained(out)  # plain transformers loads what was saved
+    if method == "tartan-mt":  # the paper's uniform weights, fixed
+        weights = json.loads((out / "task_weights.json").read_text())
+        assert weights["mode"] == "mt" and weights["weights"] == pytest.approx([0.5, 0.5])
 
 
 def test_a_command_that_would_do_nothing_says_so_before_any_work(own, tmp_path):
