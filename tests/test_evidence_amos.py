@@ -142,3 +142,28 @@ def test_not_run_section_names_the_missing_arms_and_seeds_with_the_measured_cost
     assert "three 4-layer gen." in text
     assert "`electra` (seeds 2), `separate_gens` (seeds 42, 1, 2)" in text
     assert "about 15 CPU minutes" in text  # (3 x 600 + 3 x 300) s over 3 AMOS pretraining seeds
+
+
+def test_grid_rows_use_pretraining_runs_as_units_against_minilm():
+    """The learning-rate grid: each rate's pretraining runs are the units (fine-tuning seeds averaged first), paired
+    with MiniLM fine-tuned on the same seeds; the default setting's runs are its 5e-4 row."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.evidence.amos import grid_lines, grid_rows, grid_setting
+
+    name = grid_setting(2e-5)
+    runs = []
+    for task in ("rotten_tomatoes", "news_outlet"):
+        runs += [{"claim": f"downstream/{task}", "variant": "minilm", "setting": "minilm", "seed": s, "value": 0.70,
+                  "validation": 0.72} for s in (0, 1)]
+        for unit, shift in ((42, -0.02), (1, 0.0), (2, 0.02)):
+            runs += [{"claim": f"downstream/{task}", "variant": "amos", "setting": name, "pretrain_seed": unit,
+                      "seed": s, "value": 0.70 + shift + 0.01 * s, "validation": 0.72 + shift} for s in (0, 1)]
+    runs += [{"claim": "pretrain", "variant": "amos", "setting": name, "seed": unit, "value": 0.8}
+             for unit in (42, 1, 2)]
+    (row,) = grid_rows(runs)
+    assert (row["rate"], row["arm"], row["units"], row["rotten_tomatoes/units"]) == (2e-5, "amos", 3, 3)
+    mean, lo, hi = row["rotten_tomatoes/test"]  # unit differences -0.015, +0.005, +0.025: mean 0.005, sd 0.02
+    assert mean == pytest.approx(0.005) and hi - mean == pytest.approx(4.302653 * 0.02 / 3 ** 0.5, abs=1e-6)
+    assert row["rotten_tomatoes/validation"][0] == pytest.approx(0.0)
+    table = "\n".join(grid_lines(runs))
+    assert "| 2e-05 | amos | 3 | 0.800 |" in table and table.rstrip().count("| yes | no |") == 1  # (b): lower end

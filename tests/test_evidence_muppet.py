@@ -44,6 +44,19 @@ def test_paired_ci_by_hand():
         common.paired_ci([1], [0])
 
 
+def test_independent_runs_are_the_unit_and_fine_tuning_seeds_are_averaged_first():
+    # two pretraining runs (units a, b) x two fine-tuning seeds, against a base fine-tuned with the same seeds
+    arm = {("a", 0): 0.70, ("a", 1): 0.74, ("b", 0): 0.60, ("b", 1): 0.66, ("c", 9): 0.5}
+    base = {0: 0.65, 1: 0.70}
+    differences = common.unit_differences(arm, base)
+    assert differences == pytest.approx({"a": ((0.70 - 0.65) + (0.74 - 0.70)) / 2,
+                                         "b": ((0.60 - 0.65) + (0.66 - 0.70)) / 2})  # c: no paired seed
+    mean, lo, hi = common.unit_ci(differences.values())
+    # two units: mean 0.0, sd of (0.045, -0.045) = 0.0636; t(0.975, 1) = 12.7062 -> half width 0.5718
+    assert mean == pytest.approx(0.0) and hi - mean == pytest.approx(12.7062 * 0.0636396 / math.sqrt(2), abs=1e-3)
+    assert math.isnan(common.unit_ci([0.1])[1])  # one unit: no interval
+
+
 def test_t_quantile_without_scipy(monkeypatch):
     monkeypatch.setitem(sys.modules, "scipy", None)  # import scipy -> ImportError: the fallback runs
     assert common.t_quantile(0.975, 2) == pytest.approx(4.302653, abs=1e-4)

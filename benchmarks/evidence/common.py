@@ -150,3 +150,26 @@ def verdict(lo: float, hi: float, expected_sign: int) -> str:
     if lo > 0 or hi < 0:
         return "reproduced" if (lo > 0) == (expected_sign > 0) else "not reproduced"
     return "inconclusive"
+
+
+def unit_differences(arm: dict, base: dict) -> dict:
+    """Per independent unit (e.g. one pretraining run), the mean over its fine-tuning seeds of arm - base.
+
+    arm: {(unit, seed): value}; base: {seed: value} (a shared starting point fine-tuned with the same seeds, so each
+    arm value is paired with the base of its seed). Fine-tuning seeds inside a unit are averaged first: they are
+    not extra units (../shared/EVIDENCE.md). Returns {unit: difference} for units with at least one paired seed."""
+    units: dict = {}
+    for (unit, seed), value in arm.items():
+        if seed in base:
+            units.setdefault(unit, []).append(float(value) - float(base[seed]))
+    return {unit: sum(values) / len(values) for unit, values in units.items()}
+
+
+def unit_ci(differences, confidence: float = 0.95) -> tuple[float, float, float]:
+    """(mean, lower, upper): the t interval over independent units' differences (`unit_differences`); nan bounds
+    for fewer than two units."""
+    values = [float(v) for v in differences]
+    if len(values) < 2:
+        mean = mean_sd(values)[0]
+        return mean, float("nan"), float("nan")
+    return paired_ci(values, [0.0] * len(values), confidence)
