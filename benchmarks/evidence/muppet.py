@@ -629,6 +629,9 @@ def heldout_rows(runs, claim, variant, s: Settings, fractions) -> list[str]:
     return rows
 
 
+FIRST_TOKEN_REPORT = "adf5510"  # the last report of the first-token runs (git show adf5510:docs/evidence/muppet.md)
+
+
 def pooling_section(every_pooling, s: Settings) -> list[str]:
     """Plain MiniLM on the held-out tasks, its heads reading the first token (every run recorded before hf_aux had
     the pooling setting) against its own pooling (s.pooling): the base of every comparison below. The paper makes
@@ -639,7 +642,8 @@ def pooling_section(every_pooling, s: Settings) -> list[str]:
              "MiniLM fine-tuned with the same recipe, seeds and subsets, reading the first token (`cls`) and its "
              f"own pooling (`{s.pooling}`): test accuracy and macro-F1, mean ± sd over seeds; the difference is "
              f"{s.pooling} - cls paired by seed with its 95% t interval. The paper makes no claim here (no "
-             "verdict). The sections below use the `" + s.pooling + "` runs only.", "",
+             "verdict). The sections below use the `" + s.pooling + "` runs only; the first-token study (the runs "
+             "without a `pooling` field in the JSON) is the report of commit " + FIRST_TOKEN_REPORT + ".", "",
              "| task | train fraction | majority class | cls: accuracy | cls: macro-F1 | "
              f"{s.pooling}: accuracy | {s.pooling}: macro-F1 | difference [95% CI] |", "|---|---|---|---|---|---|---|---|"]
     rows = 0
