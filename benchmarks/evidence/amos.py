@@ -377,7 +377,11 @@ def grid_lines(all_runs: list[dict]) -> list[str]:
              f"discriminator still learns (final RTD AUC >= {AUC_FLOOR}) and (b) it fine-tunes no worse than MiniLM "
              f"(mean difference >= {MEAN_FLOOR} with the 95% interval's lower end >= {LOWER_FLOOR}). The unit is one "
              "pretraining run (its fine-tuning seeds averaged first); the difference is arm - MiniLM, fine-tuned with "
-             "the same seeds; the rate is chosen on validation, the test column reports it.", "",
+             "the same seeds; the rate is chosen on validation, the test column reports it. Both sides read the "
+             "body's first token: the MiniLM runs were fine-tuned before `MultiTaskModel` read MiniLM through its "
+             "own mean pooling, and an AMOS output folder carries no sentence-transformers pooling files, so "
+             "`--pooling auto` reads a discriminator's first token (like for like; a mean-pooling comparison needs "
+             "both re-run).", "",
              "| rate | arm | units | RTD AUC | " + " | ".join(f"{t}: validation | {t}: test [95% CI]" for t in TASKS)
              + " | (a) | (b) on test |", "|---|---|---|---|" + "---|---|" * len(TASKS) + "---|---|"]
     for row in rows:
