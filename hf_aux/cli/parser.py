@@ -134,10 +134,10 @@ def apply_action_rule(parsed, given, sources) -> None:
         return
     asked = {name for name in ACTIONS if name in given and getattr(args, name)}  # e.g. --do_eval alone: only that
     implied = set()
-    if set(sources) - set(EVALUATION_SOURCES) and "do_train" not in given and not asked:
+    if set(sources) - set(EVALUATION_SOURCES) and "do_train" not in given and not asked and not args.do_train:
         implied.add("do_train")
-    if sources and "do_eval" not in given and "do_predict" not in asked:
-        implied.add("do_eval")
+    if sources and "do_eval" not in given and "do_predict" not in asked and not args.do_eval:  # (an evaluation
+        implied.add("do_eval")  # strategy already turned it on: then it was asked for, and is not dropped)
     for name in implied:
         setattr(args, name, True)
     setattr(args, _IMPLIED, frozenset(implied))
