@@ -81,17 +81,15 @@ def parse_command_line(parser: HfArgumentParser, argv: Sequence[str] | None = No
 
     use_cpu_under_launcher()  # torchrun on a machine without a GPU: one gloo run, not N lone processes
     argv = list(sys.argv[1:] if argv is None else argv)
-    names = [flag.lstrip("-") for flag in data_source_flags]
     if len(argv) == 1 and argv[0].endswith(ARGUMENT_FILE_SUFFIXES):
         parsed, given = _parse_argument_file(parser, os.path.abspath(argv[0]))
         _warn_steps_without_strategy(parsed, given)
-        named = {f"--{name}" for name in names if given.get(name) not in (None, False, [], "")}
-        apply_action_rule(parsed, given, named)
+        apply_action_rule(parsed, given, _sources_named(data_source_flags, [], given))
         return tuple(parsed)
     argv, config_path = _take_config_flag(argv)
     config = read_argument_mapping(config_path, parser) if config_path else {}
-    gives_data = any(gives_flag(argv, flag) for flag in data_source_flags) or any(
-        config.get(name) not in (None, False, [], "") for name in names)
+    sources = _sources_named(data_source_flags, argv, config)
+    gives_data = bool(sources)
     given = set(config) | {parser._option_string_actions[flag].dest for flag in _flags(argv)
                            if flag in parser._option_string_actions}
     defaults = {}
@@ -108,9 +106,15 @@ def parse_command_line(parser: HfArgumentParser, argv: Sequence[str] | None = No
     where = f"--config {config_path!r}" if config_path else "the demo config"
     _check_scalar_types(parsed, defaults, where)
     _warn_steps_without_strategy(parsed, given)
-    apply_action_rule(parsed, given, {flag for flag in data_source_flags if gives_flag(argv, flag)
-                                      or config.get(flag.lstrip("-")) not in (None, False, [], "")})
+    apply_action_rule(parsed, given, sources)
     return tuple(parsed)
+
+
+def _sources_named(data_source_flags, argv: Sequence[str], mapping: Mapping) -> set[str]:
+    """The data source flags set on the command line `argv` or (with a value) as keys of a --config / argument
+    file's `mapping`."""
+    return {flag for flag in data_source_flags if gives_flag(argv, flag)
+            or mapping.get(flag.lstrip("-")) not in (None, False, [], "")}
 
 
 # ---- what the user asked for: actions and intervals ---------------------------------------------------------------
