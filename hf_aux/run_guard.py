@@ -456,8 +456,9 @@ class GuardedRun:
             self.lock = None
 
 
-def _has_final_model(output_dir: Path) -> bool:
-    return any((output_dir / name).is_file() for name in FINAL_MODEL_FILES)
+def has_final_model(output_dir: str | os.PathLike) -> bool:
+    """Whether `output_dir` holds a saved final model (FINAL_MODEL_FILES), not just checkpoints or metrics."""
+    return any((Path(output_dir) / name).is_file() for name in FINAL_MODEL_FILES)
 
 
 def guard_output_dir(training_args, *arguments, prepare=None) -> GuardedRun:
@@ -553,7 +554,7 @@ def _decide(run: GuardedRun, args, output_dir: Path, config: dict, defaults: dic
     if recorded is not None:  # an argument added after the record was written, left at its default, is no change
         config = {k: v for k, v in config.items() if k in recorded or k not in defaults or defaults[k] != v}
     checkpoints = _checkpoints(output_dir)
-    has_run = _has_final_model(output_dir) or bool(checkpoints)
+    has_run = has_final_model(output_dir) or bool(checkpoints)
     explicit = args.resume_from_checkpoint
     if explicit is not None:
         problem = checkpoint_problem(explicit) if os.path.isdir(explicit) else "it is not a folder"
@@ -576,7 +577,7 @@ def _decide(run: GuardedRun, args, output_dir: Path, config: dict, defaults: dic
                 f"TrainingArguments: field 'output_dir': {str(output_dir)!r} {why}. Pass --overwrite_output_dir to "
                 "replace it (its checkpoints are removed), choose another --output_dir, or pass "
                 "--resume_from_checkpoint <checkpoint> to continue it on purpose.")
-        elif _has_final_model(output_dir) and (output_dir / "trainer_state.json").is_file():
+        elif has_final_model(output_dir) and (output_dir / "trainer_state.json").is_file():
             run.finished = True
             results = output_dir / "all_results.json"
             run.results = json.loads(results.read_text()) if results.is_file() else {}

@@ -89,11 +89,10 @@ def parse_command_line(parser: HfArgumentParser, argv: Sequence[str] | None = No
     argv, config_path = _take_config_flag(argv)
     config = read_argument_mapping(config_path, parser) if config_path else {}
     sources = _sources_named(data_source_flags, argv, config)
-    gives_data = bool(sources)
     given = set(config) | {parser._option_string_actions[flag].dest for flag in _flags(argv)
                            if flag in parser._option_string_actions}
     defaults = {}
-    if demo_config is not None and not gives_data:
+    if demo_config is not None and not sources:
         defaults.update(demo_config if isinstance(demo_config, Mapping) else read_argument_mapping(demo_config, parser))
     defaults.update(config)
     defaults.update(_interval_strategies(given))

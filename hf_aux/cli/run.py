@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
 logger = logging.getLogger("hf_aux")
@@ -77,10 +76,10 @@ def finish_run(trainer, write_card=None, **card_kwargs) -> None:
     the output folder pushed with the token checks of `hf_aux.hub.push_trainer_output` (clear errors; local files
     untouched)."""
     from ..hub import push_trainer_output
-    from ..run_guard import FINAL_MODEL_FILES
+    from ..run_guard import has_final_model
 
     output_dir = trainer.args.output_dir
-    if not any(os.path.isfile(os.path.join(output_dir, name)) for name in FINAL_MODEL_FILES):
+    if not has_final_model(output_dir):
         logger.info("No model saved in %s (nothing was trained): no model card, nothing pushed", output_dir)
         return
     if write_card is not None:
