@@ -350,6 +350,38 @@ def test_from_pretrained_encoder_copies_the_body_into_both_models(tmp_path, sour
         AmosModel.from_pretrained_encoder(str(tmp_path / "roberta"), 1)
 
 
+def test_continued_pretraining_keeps_the_bodys_sentence_transformers_pooling(tmp_path):
+    """An AMOS output continued from a sentence-transformers body carries its pooling files, so `--pooling auto`
+    reads the discriminator as the body was trained to be read (mean here, not the first token); a reload keeps
+    them, a plain encoder gets none, and a non-main process writes none."""
+    import json
+
+    from transformers import AutoConfig, AutoModel
+
+    from hf_aux.modeling.pooling import resolve_pooling
+
+    tok = tiny_tokenizer()
+    torch.manual_seed(0)
+    AutoModel.from_config(tiny_config("bert", tok, num_hidden_layers=2)).save_pretrained(tmp_path / "plain")
+    AutoModel.from_config(tiny_config("bert", tok, num_hidden_layers=2)).save_pretrained(tmp_path / "st")
+    (tmp_path / "st" / "1_Pooling").mkdir()
+    (tmp_path / "st" / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+    (tmp_path / "st" / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    model = AmosModel.from_pretrained_encoder(str(tmp_path / "st"), 1, mlm_layers=[1])
+    model.save_pretrained(str(tmp_path / "side"), is_main_process=False)
+    assert not (tmp_path / "side" / "modules.json").exists()
+    model.save_pretrained(str(tmp_path / "out"))
+    assert resolve_pooling("auto", AutoConfig.from_pretrained(tmp_path / "out")) == "mean"
+    AmosModel.from_pretrained(str(tmp_path / "out")).save_pretrained(str(tmp_path / "again"))
+    assert resolve_pooling("auto", AutoConfig.from_pretrained(tmp_path / "again")) == "mean"
+    AmosModel.from_pretrained_encoder(str(tmp_path / "plain"), 1, mlm_layers=[1]).save_pretrained(
+        str(tmp_path / "plain_out"))
+    assert not (tmp_path / "plain_out" / "modules.json").exists()
+    assert resolve_pooling("auto", AutoConfig.from_pretrained(tmp_path / "plain_out")) == "cls"
+
+
 def test_fixed_weights_mixture_equals_its_special_cases_and_sends_nothing_back():
     """Table 8's 'w. final mix weights': gamma is the given weights at every masked position. One-hot weights give
     the 'fixed' head's draws, equal weights the uniform mixture's (same noise); no gradient reaches v or h."""

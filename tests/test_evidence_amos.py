@@ -166,4 +166,15 @@ def test_grid_rows_use_pretraining_runs_as_units_against_minilm():
     assert mean == pytest.approx(0.005) and hi - mean == pytest.approx(4.302653 * 0.02 / 3 ** 0.5, abs=1e-6)
     assert row["rotten_tomatoes/validation"][0] == pytest.approx(0.0)
     table = "\n".join(grid_lines(runs))
-    assert "| 2e-05 | amos | 3 | 0.800 |" in table and table.rstrip().count("| yes | no |") == 1  # (b): lower end
+    assert "| 2e-05 | amos | cls | 3 | 0.800 |" in table and table.rstrip().count("| yes | no |") == 1  # (b): lower end
+    # runs read with mean pooling form their own row, paired with MiniLM read with mean pooling only
+    for task in ("rotten_tomatoes", "news_outlet"):
+        runs += [{"claim": f"downstream/{task}", "variant": "minilm", "setting": "minilm", "seed": s, "value": 0.80,
+                  "validation": 0.80, "pooling": "mean"} for s in (0, 1)]
+        runs += [{"claim": f"downstream/{task}", "variant": "amos", "setting": name, "pretrain_seed": unit,
+                  "seed": s, "value": 0.75, "validation": 0.77, "pooling": "mean"} for unit in (42, 1) for s in (0, 1)]
+    cls_row, mean_row = grid_rows(runs)
+    assert cls_row["rotten_tomatoes/test"][0] == pytest.approx(0.005) and cls_row["rotten_tomatoes/units"] == 3
+    assert mean_row["pooling"] == "mean" and mean_row["rotten_tomatoes/units"] == 2
+    assert mean_row["rotten_tomatoes/test"][0] == pytest.approx(-0.05)
+    assert mean_row["news_outlet/validation"][0] == pytest.approx(-0.03)

@@ -99,7 +99,7 @@ SETTINGS = {
 # AUC >= 0.75 on the held-out blocks) and (b) the encoder fine-tunes no worse than MiniLM (mean difference >= -0.01,
 # the 95% interval's lower end >= -0.03, pretraining runs as the units), chosen on VALIDATION accuracy. AMOS and
 # ELECTRA get the same grid, so the downstream comparison stays fair.
-GRID_RATES = (2e-5, 1e-4, 5e-5)  # run order: the two ends of the useful range first
+GRID_RATES = (2e-5, 1e-5, 5e-5, 1e-4)  # run order: the most promising first (2e-5 seed 42 kept the AUC)
 GRID_ARMS = ("amos", "electra")
 AUC_FLOOR, MEAN_FLOOR, LOWER_FLOOR = 0.75, -0.01, -0.03
 
@@ -114,8 +114,23 @@ def grid_setting(rate: float) -> str:
 
 
 def grid_plan(setting: dict) -> list[tuple]:
-    """AMOS then ELECTRA on each pretraining seed (the MiniLM starting point is the default setting's)."""
-    return [("pretrain", name, seed) for seed in setting["pretrain_seeds"] for name in GRID_ARMS]
+    """The MiniLM starting point (fine-tunings only, shared by every rate: stored under the default setting), then
+    AMOS and ELECTRA on each pretraining seed."""
+    return [("base", "minilm", None)] + [("pretrain", name, seed) for seed in setting["pretrain_seeds"]
+                                         for name in GRID_ARMS]
+
+
+def pooling_of(run: dict) -> str:
+    """The sentence pooling a fine-tuning read its checkpoint with (`--pooling auto`); runs recorded before the
+    record said are first-token ("cls") runs: MultiTaskModel read every body's first token then."""
+    return run.get("pooling", "cls")
+
+
+def auto_pooling(checkpoint: str) -> str:
+    """What `--pooling auto` reads `checkpoint` with: its sentence-transformers pooling, else the first token."""
+    from hf_aux.modeling.pooling import sentence_transformers_pooling
+
+    return sentence_transformers_pooling(checkpoint) or "cls"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -258,7 +273,7 @@ def finetune(checkpoint: str, task: str, seed: int, setting: dict, out_dir: Path
     metrics = run_finetune.main(*run_finetune.parse_args(argv))
     shutil.rmtree(out_dir, ignore_errors=True)  # weights are not kept
     return {"metric": "accuracy", "value": metrics["test_accuracy"], "validation": metrics["eval_accuracy"],
-            "split": "test", "wall_s": round(time.time() - start, 1),
+            "pooling": auto_pooling(checkpoint), "split": "test", "wall_s": round(time.time() - start, 1),
             "cpu_s": round(time.process_time() - cpu_start, 1), **meta}
 
 
@@ -284,6 +299,7 @@ def run_study(setting_name: str, json_path: Path, quick: bool, arms=None, seeds=
     import torch
 
     from hf_aux.demo import minilm_path
+    from hf_aux.sentence_transformers_files import copy_sentence_transformers_files
 
     torch.set_num_threads(1)
     setting = SETTINGS[setting_name]
@@ -298,8 +314,10 @@ def run_study(setting_name: str, json_path: Path, quick: bool, arms=None, seeds=
             cached = has_run(runs, claim="pretrain", variant=name, seed=pretrain_seed, setting=setting_name)
             if not cached or not (out_dir / "config.json").is_file():
                 if cached:  # the result is cached but its checkpoint is gone: its fine-tunings all finished?
-                    if all(has_run(runs, claim=f"downstream/{task}", variant=name, pretrain_seed=pretrain_seed,
-                                   seed=s, setting=setting_name) for task in TASKS for s in setting["finetune_seeds"]):
+                    wanted = "cls" if quick else auto_pooling(str(minilm_path()))
+                    if all(any(has_run([run], claim=f"downstream/{task}", variant=name, pretrain_seed=pretrain_seed,
+                                       seed=s, setting=setting_name) and pooling_of(run) == wanted for run in runs)
+                           for task in TASKS for s in setting["finetune_seeds"]):
                         continue
                 print(f"[amos evidence] pretraining {name} seed {pretrain_seed}", flush=True)
                 weights = (final_mixture_weights(runs, pretrain_seed, setting_name)
@@ -310,32 +328,42 @@ def run_study(setting_name: str, json_path: Path, quick: bool, arms=None, seeds=
                     run["fixed_weights"] = weights
                 if not cached:
                     append_run(json_path, run)
+            if not quick and not (out_dir / "modules.json").is_file():
+                # a discriminator saved before AMOS kept its body's sentence-transformers files gets them now (the
+                # weights are unchanged), so it is read as a run of today's code reads it
+                copy_sentence_transformers_files(minilm_path(), out_dir)
             checkpoint = str(out_dir)
         else:
             if quick:
                 continue
             checkpoint = str(minilm_path())
+        pooling = auto_pooling(checkpoint)
         for task in TASKS:
             for seed in setting["finetune_seeds"]:
+                # the starting point does not depend on the rate: every grid setting shares the default's runs
                 keys = dict(claim=f"downstream/{task}", variant=name, pretrain_seed=pretrain_seed, seed=seed,
-                            setting=setting_name)
-                if has_run(load_runs(json_path), **keys):
+                            setting=setting_name if kind == "pretrain" else "minilm")
+                if any(has_run([run], **keys) and pooling_of(run) == pooling for run in load_runs(json_path)):
                     continue
                 print(f"[amos evidence] fine-tuning {name} (pretrain seed {pretrain_seed}) on {task}, seed {seed}",
                       flush=True)
                 # a folder per (arm, pretraining seed): processes sharing the study (--arms) fine-tune side by side
-                result = finetune(checkpoint, task, seed, setting, work / f"finetune-{name}-{pretrain_seed}")
+                result = finetune(checkpoint, task, seed, SETTINGS["minilm"] if kind == "base" else setting,
+                                  work / f"finetune-{name}-{pretrain_seed}")
                 append_run(json_path, {**keys, "steps": None, **result})
 
 
 def grid_rows(all_runs: list[dict]) -> list[dict]:
-    """One row per (rate, arm) of the continued-pretraining grid, the default setting's runs as its 5e-4 rate: units
-    (pretraining runs), mean final RTD AUC, and per task the unit-level difference from MiniLM on validation and
-    test (`common.unit_differences`, fine-tuning seeds averaged inside each unit) with the test's 95% interval."""
+    """One row per (rate, arm, pooling) of the continued-pretraining grid, the default setting's runs as its 5e-4
+    rate: units (pretraining runs), mean final RTD AUC, and per task the unit-level difference from MiniLM read with
+    the same pooling on validation and test (`common.unit_differences`, fine-tuning seeds averaged inside each unit)
+    with the test's 95% interval."""
     from benchmarks.evidence.common import unit_ci, unit_differences
 
-    base = {task: {r["seed"]: r for r in all_runs if r["claim"] == f"downstream/{task}" and r["variant"] == "minilm"
-                   and r.get("setting", "minilm") == "minilm"} for task in TASKS}
+    base = {(task, pooling_of(r)): {} for task in TASKS for r in all_runs}
+    for r in all_runs:
+        if r["claim"].startswith("downstream/") and r["variant"] == "minilm" and r.get("setting", "minilm") == "minilm":
+            base.setdefault((r["claim"].split("/", 1)[1], pooling_of(r)), {})[r["seed"]] = r
     settings = sorted({r.get("setting", "minilm") for r in all_runs if str(r.get("setting", "minilm")).startswith("minilm")},
                       key=lambda name: SETTINGS.get(name, {}).get("learning_rate") or float(name.split("lr")[-1]))
     rows = []
@@ -346,17 +374,20 @@ def grid_rows(all_runs: list[dict]) -> list[dict]:
                          and r.get("setting", "minilm") == name]
             if not pretrains:
                 continue
-            row = {"rate": rate, "arm": arm, "units": len(pretrains),
-                   "auc": mean_sd([r["value"] for r in pretrains])[0]}
-            for task in TASKS:
-                mine = [r for r in all_runs if r["claim"] == f"downstream/{task}" and r["variant"] == arm
-                        and r.get("setting", "minilm") == name]
-                for split, key in (("validation", "validation"), ("test", "value")):
-                    differences = unit_differences({(r["pretrain_seed"], r["seed"]): r[key] for r in mine},
-                                                   {seed: r[key] for seed, r in base[task].items()})
-                    row[f"{task}/{split}"] = unit_ci(list(differences.values())) if differences else None
-                    row[f"{task}/units"] = len(differences)
-            rows.append(row)
+            downstream = [r for r in all_runs if r["claim"].startswith("downstream/") and r["variant"] == arm
+                          and r.get("setting", "minilm") == name]
+            for pooling in sorted({pooling_of(r) for r in downstream}) or ["cls"]:
+                row = {"rate": rate, "arm": arm, "pooling": pooling, "units": len(pretrains),
+                       "auc": mean_sd([r["value"] for r in pretrains])[0]}
+                for task in TASKS:
+                    mine = [r for r in downstream if r["claim"] == f"downstream/{task}" and pooling_of(r) == pooling]
+                    reference = base.get((task, pooling), {})
+                    for split, key in (("validation", "validation"), ("test", "value")):
+                        differences = unit_differences({(r["pretrain_seed"], r["seed"]): r[key] for r in mine},
+                                                       {seed: r[key] for seed, r in reference.items()})
+                        row[f"{task}/{split}"] = unit_ci(list(differences.values())) if differences else None
+                        row[f"{task}/units"] = len(differences)
+                rows.append(row)
     return rows
 
 
@@ -377,18 +408,20 @@ def grid_lines(all_runs: list[dict]) -> list[str]:
              f"discriminator still learns (final RTD AUC >= {AUC_FLOOR}) and (b) it fine-tunes no worse than MiniLM "
              f"(mean difference >= {MEAN_FLOOR} with the 95% interval's lower end >= {LOWER_FLOOR}). The unit is one "
              "pretraining run (its fine-tuning seeds averaged first); the difference is arm - MiniLM, fine-tuned with "
-             "the same seeds; the rate is chosen on validation, the test column reports it. Both sides read the "
-             "body's first token: the MiniLM runs were fine-tuned before `MultiTaskModel` read MiniLM through its "
-             "own mean pooling, and an AMOS output folder carries no sentence-transformers pooling files, so "
-             "`--pooling auto` reads a discriminator's first token (like for like; a mean-pooling comparison needs "
-             "both re-run).", "",
-             "| rate | arm | units | RTD AUC | " + " | ".join(f"{t}: validation | {t}: test [95% CI]" for t in TASKS)
-             + " | (a) | (b) on test |", "|---|---|---|---|" + "---|---|" * len(TASKS) + "---|---|"]
+             "the same seeds; the rate is chosen on validation, the test column reports it. Pooling: how the fine-tuning "
+             "read each model's sentence (`--pooling auto`), the same on both sides of a difference. `cls` rows are "
+             "from before `MultiTaskModel` read MiniLM through its own mean pooling and before an AMOS output kept "
+             "MiniLM's sentence-transformers files (both sides read the first token then); `mean` rows are today's "
+             "code (discriminators pretrained before that change got the files afterwards; their weights are "
+             "unchanged).", "",
+             "| rate | arm | pooling | units | RTD AUC | "
+             + " | ".join(f"{t}: validation | {t}: test [95% CI]" for t in TASKS)
+             + " | (a) | (b) on test |", "|---|---|---|---|---|" + "---|---|" * len(TASKS) + "---|---|"]
     for row in rows:
         tests = [row[f"{t}/test"] for t in TASKS if row[f"{t}/test"] is not None]
         meets_b = ("-" if len(tests) < len(TASKS) or any(math.isnan(t[1]) for t in tests) else
                    "yes" if all(t[0] >= MEAN_FLOOR and t[1] >= LOWER_FLOOR for t in tests) else "no")
-        lines.append(f"| {row['rate']:g} | {row['arm']} | {row['units']} | {row['auc']:.3f} | "
+        lines.append(f"| {row['rate']:g} | {row['arm']} | {row['pooling']} | {row['units']} | {row['auc']:.3f} | "
                      + " | ".join(f"{cell(row[f'{t}/validation'])} | {cell(row[f'{t}/test'])}" for t in TASKS)
                      + f" | {'yes' if row['auc'] >= AUC_FLOOR else 'no'} | {meets_b} |")
     lines += ["", "Continue the grid (cached runs are skipped): `OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python "
@@ -641,7 +674,10 @@ def _not_run_lines(runs: list[dict], setting: dict) -> list[str]:
 
 
 def render_report(json_path: Path, report_path: Path, setting_name: str = "minilm") -> str:
-    runs = [run for run in load_runs(json_path) if run.get("setting", setting_name) == setting_name]
+    # the default setting's study (5e-4) was fine-tuned reading every model's first token: the MiniLM starting point
+    # fine-tuned again with its mean pooling (for the grid) is not part of it
+    runs = [run for run in load_runs(json_path) if run.get("setting", setting_name) == setting_name
+            and pooling_of(run) == "cls"]
     setting = SETTINGS[setting_name]
     figures = report_path.parent
     stem = report_path.stem

@@ -53,6 +53,7 @@ from ..losses.amos import (
     rtd_labels,
     rtd_loss,
 )
+from ..sentence_transformers_files import copy_sentence_transformers_files
 
 GENERATOR_FOLDER = "generator"
 MIXTURES = ("adversarial", "uniform", "random_layer", "fixed", "weights")
@@ -426,6 +427,9 @@ class AmosModel(PreTrainedModel):
                              f"({tuple(own.weight.shape)} vs {tuple(shared.weight.shape)}); AMOS shares them, so "
                              "vocab_size and embedding width (embedding_size for ELECTRA) must match")
         self.generator.set_input_embeddings(shared)  # one tensor, trained by both models (Appendix B)
+        # where the discriminator's body came from (`from_pretrained_encoder` / `from_pretrained`), for its
+        # sentence-transformers files; None for a model built from a config
+        self.body_source: str | None = None
         self.post_init()
 
     def _init_weights(self, module):
@@ -558,6 +562,10 @@ class AmosModel(PreTrainedModel):
         self.discriminator.save_pretrained(save_directory, state_dict=parts["discriminator."], **kwargs)
         self.generator.save_pretrained(os.path.join(save_directory, GENERATOR_FOLDER),
                                        state_dict=parts["generator."], **kwargs)
+        if kwargs.get("is_main_process", True):
+            # continued pretraining of a sentence-transformers body keeps its sentence reading (pooling), so a
+            # fine-tuning of the discriminator (`--pooling auto`) reads it as the body was trained to be read
+            copy_sentence_transformers_files(self.body_source, save_directory)
 
     def load_amos_weights(self, directory: str) -> None:
         """Load a folder written by `save_pretrained` into this model (strict: every tensor must be there)."""
@@ -590,6 +598,7 @@ class AmosModel(PreTrainedModel):
         )
         model = cls(config)
         model.load_amos_weights(path)
+        model.body_source = path
         return model
 
     @classmethod
@@ -627,6 +636,7 @@ class AmosModel(PreTrainedModel):
             mlm_layers=mlm_layers or sorted({max(1, round(depth / 2)), max(1, round(3 * depth / 4)), depth}),
             separate_generators=separate_generators)
         model = cls(config)
+        model.body_source = encoder_name_or_path
         weights = {key: value for key, value in body.state_dict().items() if not key.startswith("pooler.")}
         missing, unexpected = model.discriminator.electra.load_state_dict(weights, strict=False)
         if missing or unexpected:
