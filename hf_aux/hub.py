@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import json
 import logging
 import os
 import time
@@ -53,6 +54,9 @@ HUB_CONNECT_TIMEOUT = float(os.environ.get("HF_AUX_HUB_CONNECT_TIMEOUT", "10"))
 HUB_READ_TIMEOUT = float(os.environ.get("HF_AUX_HUB_READ_TIMEOUT", "60"))
 HUB_ATTEMPTS = max(1, int(os.environ.get("HF_AUX_HUB_ATTEMPTS", "3")))
 HUB_BACKOFF = float(os.environ.get("HF_AUX_HUB_BACKOFF", "2"))  # seconds before the 2nd attempt, doubled after
+# Before any work (the repository of --push_to_hub, which also checks the token) nothing is at stake yet: a silent
+# server fails within this bound (2 attempts of at most bound/5 to connect and bound/4 to answer, bound/30 apart)
+HUB_START_BOUND = float(os.environ.get("HF_AUX_HUB_START_TIMEOUT", "30"))
 
 
 def install_hub_timeouts(connect: float | None = None, read: float | None = None) -> None:
@@ -75,6 +79,16 @@ def install_hub_timeouts(connect: float | None = None, read: float | None = None
 install_hub_timeouts()
 
 
+@contextmanager
+def hub_timeouts(connect: float, read: float):
+    """Other connect/read timeouts for the Hub calls inside the block (then the defaults again)."""
+    install_hub_timeouts(connect, read)
+    try:
+        yield
+    finally:
+        install_hub_timeouts()
+
+
 def _is_transient(error: BaseException) -> bool:
     import httpx2
 
@@ -83,20 +97,22 @@ def _is_transient(error: BaseException) -> bool:
     return isinstance(error, (httpx2.TimeoutException, httpx2.NetworkError, httpx2.RemoteProtocolError))
 
 
-def call_hub(operation: str, function, *args, **kwargs):
-    """`function(*args, **kwargs)`, retried up to HUB_ATTEMPTS times (back-off HUB_BACKOFF, doubled) when the Hub
-    times out, drops the connection or answers 429/5xx. `operation` names it in the logs."""
-    delay = HUB_BACKOFF
-    for attempt in range(1, HUB_ATTEMPTS + 1):
+def call_hub(operation: str, function, *args, attempts: int | None = None, backoff: float | None = None, **kwargs):
+    """`function(*args, **kwargs)`, retried up to `attempts` (HUB_ATTEMPTS) times (back-off `backoff`,
+    HUB_BACKOFF, doubled) when the Hub times out, drops the connection or answers 429/5xx. `operation` names it in
+    the logs."""
+    attempts = attempts or HUB_ATTEMPTS
+    delay = HUB_BACKOFF if backoff is None else backoff
+    for attempt in range(1, attempts + 1):
         try:
             return function(*args, **kwargs)
         except Exception as error:  # re-raised unless transient and attempts are left
-            if attempt == HUB_ATTEMPTS or not _is_transient(error):
+            if attempt == attempts or not _is_transient(error):
                 if attempt > 1:  # a note (Python 3.11's add_note, written out for 3.10)
                     error.__notes__ = [*getattr(error, "__notes__", []), f"hf_aux: {operation} failed {attempt} times"]
                 raise
             logger.warning("%s failed (%s: %s); attempt %d of %d in %.0f s", operation, type(error).__name__,
-                           str(error).splitlines()[0][:200] if str(error) else "", attempt + 1, HUB_ATTEMPTS, delay)
+                           str(error).splitlines()[0][:200] if str(error) else "", attempt + 1, attempts, delay)
             time.sleep(delay)
             delay *= 2
 
@@ -169,13 +185,13 @@ def find_token_in_files(folder: str | os.PathLike, token: str, paths=None) -> li
     return sorted(found)
 
 
-def _describe_failure(error: Exception, repo_id: str, endpoint: str) -> str:
+def _describe_failure(error: Exception, repo_id: str, endpoint: str, read_timeout: float | None = None) -> str:
     attempts = next((note for note in getattr(error, "__notes__", []) if note.startswith("hf_aux: ")), None)
-    reason = _describe_reason(error, repo_id, endpoint)
+    reason = _describe_reason(error, repo_id, endpoint, read_timeout or HUB_READ_TIMEOUT)
     return f"{reason} ({attempts[len('hf_aux: '):]})" if attempts else reason
 
 
-def _describe_reason(error: Exception, repo_id: str, endpoint: str) -> str:
+def _describe_reason(error: Exception, repo_id: str, endpoint: str, read_timeout: float) -> str:
     if isinstance(error, OfflineModeIsEnabled):
         return "offline mode is on (HF_HUB_OFFLINE=1); unset it to push"
     if isinstance(error, HfHubHTTPError) and error.response is not None:
@@ -190,7 +206,7 @@ def _describe_reason(error: Exception, repo_id: str, endpoint: str) -> str:
         return f"{endpoint} answered {status}: {error}"
     name, text = type(error).__name__, str(error).rstrip(".")
     if "timeout" in name.lower() and "connect" not in name.lower():
-        return f"{endpoint} did not answer within {HUB_READ_TIMEOUT:g} s ({name})"
+        return f"{endpoint} did not answer within {read_timeout:g} s ({name})"
     if "connect" in name.lower() or "timeout" in name.lower():
         return f"could not connect to {endpoint} ({name}: {text})"
     if name in ("RemoteProtocolError", "ReadError", "WriteError", "NetworkError", "ProtocolError"):
@@ -300,12 +316,15 @@ def create_hub_repo(args) -> str:
     if not args.should_save:  # Trainer creates it on the main process only
         return repo_id
     endpoint = constants.ENDPOINT
+    connect, read = HUB_START_BOUND / 5, HUB_START_BOUND / 4
     try:
-        url = call_hub("create_repo", huggingface_hub.HfApi(endpoint=endpoint, library_name="hf_aux").create_repo,
-                       repo_id, token=args.hub_token, private=args.hub_private_repo, exist_ok=True)
+        with hub_timeouts(connect, read):  # nothing is at stake yet: fail within HUB_START_BOUND seconds
+            url = call_hub("create_repo", huggingface_hub.HfApi(endpoint=endpoint, library_name="hf_aux").create_repo,
+                           repo_id, token=args.hub_token, private=args.hub_private_repo, exist_ok=True, attempts=2,
+                           backoff=HUB_START_BOUND / 30)
     except Exception as error:  # re-raised below with what failed
         message = (f"--push_to_hub: could not create or reach the repository {endpoint}/{repo_id} (create_repo): "
-                   f"{_describe_failure(error, repo_id, endpoint)}. Nothing was trained or changed; the files in "
+                   f"{_describe_failure(error, repo_id, endpoint, read)}. Nothing was trained or changed; the files in "
                    f"{args.output_dir} are intact. Fix the Hub access, or run without --push_to_hub and push later "
                    f"with `hf upload {repo_id} {args.output_dir}`.")
         logger.error(message)
@@ -328,9 +347,34 @@ def push_trainer_output(trainer, commit_message: str = "End of training") -> hug
             if job.done() and not job.cancelled() and job.exception() is not None:
                 logger.warning("A checkpoint push during training failed (%s: %s); the final push follows.",
                                type(job.exception()).__name__, job.exception())
-    return push_folder_to_hub(args.output_dir, trainer.hub_model_id or hub_repo_id(args), token=args.hub_token,
-                              commit_message=commit_message, private=args.hub_private_repo,
-                              revision=args.hub_revision)
+    repo_id = trainer.hub_model_id or hub_repo_id(args)
+    commit = push_folder_to_hub(args.output_dir, repo_id, token=args.hub_token, commit_message=commit_message,
+                                private=args.hub_private_repo, revision=args.hub_revision)
+    record_push(args.output_dir, hub_repo_id(args), args.hub_revision, getattr(commit, "oid", None))
+    return commit
+
+
+PUSH_RECORD_NAME = ".hf_aux_push.json"  # the last completed push of an output folder (hidden: never pushed itself)
+
+
+def record_push(output_dir: str | os.PathLike, repo_id: str, revision: str | None, commit: str | None) -> None:
+    """Remember that the output folder, as it is now, was pushed to `repo_id` (read by the run guard's
+    `finishing_steps`: a finished run already pushed there has no push left to do)."""
+    Path(output_dir, PUSH_RECORD_NAME).write_text(json.dumps({"repo_id": repo_id, "revision": revision,
+                                                              "commit": commit}, indent=1))
+
+
+def last_push(output_dir: str | os.PathLike) -> dict | None:
+    """The record `record_push` left in `output_dir`, or None."""
+    try:
+        return json.loads(Path(output_dir, PUSH_RECORD_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def forget_push(output_dir: str | os.PathLike) -> None:
+    """A new training run in `output_dir`: what it will hold was never pushed."""
+    Path(output_dir, PUSH_RECORD_NAME).unlink(missing_ok=True)
 
 
 # ---- during training: exactly one push path ----------------------------------------------------------------------

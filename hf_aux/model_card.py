@@ -161,7 +161,7 @@ class TaskSummary:
                 raise ValueError(f"task {self.name!r}: field 'metrics': {name} = {value!r} is not a finite number")
 
 
-RUN_STATISTICS = ("runtime", "samples_per_second", "steps_per_second", "samples", "epoch")
+RUN_STATISTICS = ("runtime", "samples_per_second", "steps_per_second", "samples", "epoch", "model_preparation_time")
 
 
 def task_metrics(metrics: dict) -> tuple[str, dict[str, float]]:

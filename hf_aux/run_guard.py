@@ -2,8 +2,8 @@
 checkpoint to resume from, and turn Ctrl-C / SIGTERM into a checkpoint and a one-line exit.
 
     run = guard_output_dir(training_args, model_args, data_args)   # before any data or model is loaded
-    if run.finished:
-        return run.results                                          # identical finished run: nothing to do
+    if run.nothing_to_do:
+        return run.results                                          # finished, every finishing step done
     ... build data, model, trainer ...
     run.attach(trainer)                                             # SIGINT/SIGTERM -> checkpoint, exit 128+signal
     trainer.train(resume_from_checkpoint=run.checkpoint)
@@ -15,8 +15,12 @@ Rules (run_glue's contract, made exact):
   explicit `--resume_from_checkpoint` is given; the same configuration resumes from its last complete checkpoint,
   and so does one that differs only in max_steps / num_train_epochs (training it for longer) when a checkpoint
   exists.
-- A finished run (final model, trainer_state.json, the same configuration) is not trained again: the call says so
-  and returns its saved results (`all_results.json`).
+- A finished run (final model, trainer_state.json, the same configuration) is never trained again. With nothing
+  new asked, the call says "nothing to do" and returns its saved results (`all_results.json`). When a finishing
+  step is missing or newly asked (`finishing_steps`: the model card, evaluation or prediction results, the Hub push),
+  the command finishes it without training: the final model is loaded from the folder (`load_finished_run`) and
+  the steps after training run as usual (evaluation as asked, the card, the push); the weights, the train metrics
+  and the trainer state stay as they are.
 - `<parent>/.<output folder>.hf_aux.lock` holds the PID (and its start time), host and boot id of the process
   writing the folder; a second process is refused while that process lives. A lock left by a crash (the process
   is gone, or its PID now belongs to a process started later) or by an earlier boot is replaced, with a warning.
@@ -429,12 +433,18 @@ class GuardedRun:
     lock: Path | None = None
     configuration: dict | None = None
     replaced_checkpoints: list[str] = field(default_factory=list)
+    finishing: list[str] = field(default_factory=list)  # a finished run's steps still to do (finishing_steps)
+
+    @property
+    def nothing_to_do(self) -> bool:
+        """A finished run with every finishing step done: the command returns `results` and does nothing else."""
+        return self.finished and not self.finishing
 
     def attach(self, trainer) -> None:
         """Just before training: record the run's configuration in the output folder (nothing is written there
         when the run fails earlier), install the SIGINT/SIGTERM handling (InterruptCallback), and make hf_aux's
         token-checked push the only one (hf_aux.hub.take_over_pushes)."""
-        from .hub import take_over_pushes
+        from .hub import forget_push, take_over_pushes
 
         for path in self.replaced_checkpoints:  # --overwrite_output_dir: the earlier run's, once nothing failed
             shutil.rmtree(path, ignore_errors=True)
@@ -444,6 +454,7 @@ class GuardedRun:
             self.replaced_checkpoints = []
         if self.configuration is not None and trainer.args.should_save and trainer.args.do_train:
             os.makedirs(self.output_dir, exist_ok=True)
+            forget_push(self.output_dir)  # what is trained now was never pushed
             Path(self.output_dir, RUN_CONFIG_NAME).write_text(
                 json.dumps({"configuration": self.configuration}, indent=1, sort_keys=True))
         if not any(isinstance(c, InterruptCallback) for c in trainer.callback_handler.callbacks):
@@ -454,6 +465,46 @@ class GuardedRun:
         if self.lock is not None:
             release_lock(self.lock)
             self.lock = None
+
+
+# the attribute on the training arguments naming the actions the command line turned on because data was given
+# (hf_aux.cli.parser's actions rule), not because they were asked for: an implied evaluation is no finishing step
+IMPLIED_ACTIONS = "_hf_aux_implied"
+def finishing_steps(args, output_dir: str | os.PathLike) -> list[str]:
+    """What a finished run in `output_dir` still lacks of what `args` asks for: "model card" (README.md, written on
+    every run that saved a model), "evaluation" / "prediction" (--do_eval asked for, not implied by the data, /
+    --do_predict, without their eval_results.json / test_results.json), "push" (--push_to_hub, unless this folder was already pushed to the same
+    repository and revision)."""
+    from .hub import hub_repo_id, last_push
+
+    output_dir = Path(output_dir)
+    steps = []
+    if not (output_dir / "README.md").is_file():
+        steps.append("model card")
+    if args.do_eval and "do_eval" not in getattr(args, IMPLIED_ACTIONS, ()) \
+            and not (output_dir / "eval_results.json").is_file():
+        steps.append("evaluation")
+    if args.do_predict and not (output_dir / "test_results.json").is_file():
+        steps.append("prediction")
+    if args.push_to_hub:
+        pushed = last_push(output_dir)
+        if not pushed or (pushed.get("repo_id"), pushed.get("revision")) != (hub_repo_id(args), args.hub_revision):
+            steps.append("push")
+    return steps
+
+
+def load_finished_run(trainer, run: GuardedRun) -> dict:
+    """For a finished run with finishing steps: load its final model from the output folder into `trainer`
+    (Trainer's own resume path, so a model saved as several files loads as it does when resuming) and its trainer
+    state; nothing is trained or saved. Returns the results it recorded (all_results.json), for the card."""
+    from transformers import TrainerState
+    from transformers.trainer import TRAINER_STATE_NAME
+
+    # Private on purpose: Trainer's resume path is the one place that loads every hf_aux model (several files,
+    # LoRA adapters) into the trainer's model; train(resume_from_checkpoint=) would also run the training loop
+    trainer._load_from_checkpoint(run.output_dir)
+    trainer.state = TrainerState.load_from_json(os.path.join(run.output_dir, TRAINER_STATE_NAME))
+    return dict(run.results)
 
 
 def has_final_model(output_dir: str | os.PathLike) -> bool:
@@ -482,7 +533,8 @@ def guard_output_dir(training_args, *arguments, prepare=None) -> GuardedRun:
     if training_args.should_save:
         try:
             run = _guard_here(training_args, arguments, prepare)
-            outcome = {"checkpoint": run.checkpoint, "finished": run.finished, "results": run.results}
+            outcome = {"checkpoint": run.checkpoint, "finished": run.finished, "results": run.results,
+                       "finishing": run.finishing}
         except BaseException as error:  # shared with the other ranks, then raised here as it is
             failure, outcome = error, {"error": str(error) or type(error).__name__}
     try:
@@ -512,7 +564,7 @@ def guard_output_dir(training_args, *arguments, prepare=None) -> GuardedRun:
     if run is None:
         chosen = outcomes[decider]
         run = GuardedRun(output_dir=str(training_args.output_dir), checkpoint=chosen["checkpoint"],
-                         finished=chosen["finished"], results=chosen["results"])
+                         finished=chosen["finished"], results=chosen["results"], finishing=chosen["finishing"])
     return run
 
 
@@ -533,7 +585,7 @@ def _guard_here(training_args, arguments, prepare) -> GuardedRun:
         if training_args.world_size > 1:  # the global batch depends on it; absent for one process (older records)
             config["processes"] = training_args.world_size
         _decide(run, training_args, output_dir, config, _defaults((training_args, *arguments)))
-        if prepare is not None and not run.finished:
+        if prepare is not None and not run.nothing_to_do:
             prepare(training_args)
     except BaseException:
         run.release()
@@ -581,12 +633,16 @@ def _decide(run: GuardedRun, args, output_dir: Path, config: dict, defaults: dic
             run.finished = True
             results = output_dir / "all_results.json"
             run.results = json.loads(results.read_text()) if results.is_file() else {}
+            run.finishing = finishing_steps(args, output_dir)
             state = json.loads((output_dir / "trainer_state.json").read_text())
             message = (f"hf_aux: {output_dir} already holds this finished run (step {state.get('global_step')} of "
-                       f"{state.get('max_steps')}); nothing to do. Pass --overwrite_output_dir to train it again.")
+                       f"{state.get('max_steps')}); " + (
+                           f"finishing it without training: {', '.join(run.finishing)}." if run.finishing else
+                           "nothing to do.") + " Pass --overwrite_output_dir to train it again.")
             logger.warning(message)
             print(message, flush=True)
-            run.release()
+            if not run.finishing:
+                run.release()
             return
     if args.do_train:
         run.checkpoint = explicit or (last_complete_checkpoint(output_dir) if checkpoints else None)

@@ -654,8 +654,10 @@ TOKEN = "hf_FaultsTokenThatMustNeverBeSaved0123456789"
 
 @pytest.fixture
 def quick_hub_timeouts(monkeypatch):
-    """1 s timeouts and 2 attempts (the defaults: 10 s connect, 60 s read, 3 attempts)."""
+    """1 s timeouts and 2 attempts (the defaults: 10 s connect, 60 s read, 3 attempts; before any work the 30 s
+    bound: 6 s connect, 7.5 s read, 2 attempts)."""
     monkeypatch.setattr(hub_module, "HUB_ATTEMPTS", 2)
+    monkeypatch.setattr(hub_module, "HUB_START_BOUND", 4.0)  # 1 s to answer at the start
     monkeypatch.setattr(hub_module, "HUB_READ_TIMEOUT", 1.0)
     hub_module.install_hub_timeouts(connect=1.0, read=1.0)
     yield
@@ -678,6 +680,20 @@ def test_a_silent_hub_ends_the_run_in_bounded_time_naming_endpoint_and_operation
     assert f"{local_hub.url}/{DEFAULT_USER}/silent (create_repo)" in message
     assert "did not answer within 1 s" in message and "failed 2 times" in message
     assert "Nothing was trained" in message and TOKEN not in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_silent_hub_fails_a_fresh_run_within_30_seconds_with_the_default_timeouts(local_hub, tmp_path, tiny_dir):
+    """Nothing is at stake before training: the repository step gives up within HUB_START_BOUND (30 s), a hard bound
+    measured here with the default timeouts, where the final upload keeps its longer retries."""
+    local_hub.stall()
+    start = time.monotonic()
+    with pytest.raises(HubPushError) as raised:
+        run_script("run_finetune", push_run(tmp_path, tiny_dir, "silent-default"))
+    elapsed = time.monotonic() - start
+    assert elapsed < 30, elapsed
+    message = str(raised.value)
+    assert "(create_repo)" in message and "did not answer within 7.5 s" in message and "failed 2 times" in message
     assert not (tmp_path / "out").exists()
 
 

@@ -37,7 +37,7 @@ QUIET = ["--report_to", "none", "--disable_tqdm", "true", "--seed", "0"]
 
 
 
-def digest(folder: Path, skip=("checkpoint-", "runs/")) -> dict:
+def digest(folder: Path, skip=("checkpoint-", "runs/", ".hf_aux_push.json")) -> dict:  # the push record: local
     return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file() and not p.relative_to(folder).as_posix().startswith(skip)}
 
@@ -234,6 +234,33 @@ def test_run_finetune_writes_the_card_without_pushing(local_hub, tmp_path, tiny_
     run_finetune.main()
     assert (out / "README.md").is_file() and (out / "loss_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert local_hub.requests == []  # no --push_to_hub: nothing was sent
+
+
+def test_a_finished_run_is_pushed_later_without_training(local_hub, tmp_path, tiny_bert_dir, sentiment_files,
+                                                          monkeypatch, capsys):
+    """"I forgot --push_to_hub": the same command again with it pushes the finished run (model, card, results)
+    without a training step; the weights stay as they were; a third run with nothing new does nothing."""
+    local_hub.accept_only(TOKEN)
+    repo, out = f"{DEFAULT_USER}/pushed-later", tmp_path / "ft"
+    argv = finetune_args(tiny_bert_dir, out, sentiment_files, "--do_train", "--do_eval", "--max_steps", "2",
+                         "--save_strategy", "no")
+    monkeypatch.setattr(sys, "argv", ["run_finetune.py", *argv])
+    run_finetune.main()
+    trained = digest(out)
+    assert local_hub.requests == []
+    push = [*argv, "--push_to_hub", "--hub_model_id", repo, "--hub_token", TOKEN]
+    monkeypatch.setattr(sys, "argv", ["run_finetune.py", *push])
+    capsys.readouterr()
+    run_finetune.main()
+    assert "finishing it without training: push" in capsys.readouterr().out
+    pushed = pushed_digest(local_hub, repo)
+    for name in ("model.safetensors", "multitask_heads.safetensors", "train_results.json", "trainer_state.json"):
+        assert pushed[name] == trained[name] == digest(out)[name], name
+    assert {"README.md", "eval_results.json", "config.json"} <= set(pushed)
+    assert pushed["README.md"] == digest(out)["README.md"]  # the card written while finishing went up with it
+    commits = len(local_hub.requests)
+    run_finetune.main()  # pushed already, to the same repository: nothing to do
+    assert "nothing to do" in capsys.readouterr().out and len(local_hub.requests) == commits
 
 
 @pytest.mark.parametrize("failure", ["server_down", "rejected_token"])

@@ -35,7 +35,7 @@ def moons_args(out, *extra):
             "--output_dir", str(out), *extra]
 
 
-def digest(folder: Path, skip=("checkpoint-", "runs/", ".gitattributes")) -> dict:
+def digest(folder: Path, skip=("checkpoint-", "runs/", ".gitattributes", ".hf_aux_push.json")) -> dict:
     return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file() and not p.relative_to(folder).as_posix().startswith(skip)}
 

@@ -231,7 +231,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     if model_args is None or data_args is None or training_args is None:
         model_args, data_args, training_args = parse_args()
     run = start_run(training_args, model_args, data_args)
-    if run.finished:
+    if run.nothing_to_do:
         return run.results
 
     # ---- text (checked before anything is loaded), tokenizer, model ----

@@ -270,13 +270,14 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     from ..metrics import PRIMARY_METRIC, baseline_metrics
     from ..modeling.multitask import single_task_model
     from ..nonfinite import install_nonfinite_guard
+    from ..run_guard import load_finished_run
     from ..tasks import load_task_splits
     from .run import finish_run, record_metrics, start_run
 
     if model_args is None or data_args is None or training_args is None:
         model_args, data_args, training_args = parse_args()
     run = start_run(training_args, model_args, data_args)
-    if run.finished:
+    if run.nothing_to_do:
         return run.results
     checkpoint = run.checkpoint
     if model_args.model_name_or_path is None:
@@ -335,7 +336,10 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
 
     results = {}
-    if training_args.do_train:
+    if run.finished:  # finishing a finished run (run.finishing): its final body and head, nothing trained
+        results.update(load_finished_run(trainer, run))
+        model.load_checkpoint_heads(run.output_dir)
+    elif training_args.do_train:
         if checkpoint is not None:
             # Trainer restores the body (model.safetensors); the head lives in multitask_heads.safetensors
             model.load_checkpoint_heads(checkpoint)

@@ -167,7 +167,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
                          "teacher from labelled tasks (the support and query batches): give --mixture tasks.yaml "
                          "(classification tasks), or --objective mlm for plain masked-LM pretraining")
     run = start_run(training_args, model_args, data_args)
-    if run.finished:
+    if run.nothing_to_do:
         return run.results
 
     tokenizer, train_blocks, eval_blocks, labelled, config = build_data(data_args, model_args, training_args)

@@ -104,7 +104,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         model_args, data_args, training_args, lora_args = parse_args()
     lora_args = lora_args or LoraArguments()
     run = start_run(training_args, model_args, data_args, lora_args)
-    if run.finished:
+    if run.nothing_to_do:
         return run.results
 
     # ---- tasks, tokenizer, model ----

@@ -121,7 +121,6 @@ ACTIONS = ("do_train", "do_eval", "do_predict")
 EVALUATION_SOURCES = ("--validation_file", "--test_file")  # data to evaluate on, not to train on
 # steps flag -> the strategy it belongs to
 INTERVALS = {"save_steps": "save_strategy", "eval_steps": "eval_strategy", "logging_steps": "logging_strategy"}
-_IMPLIED = "_hf_aux_implied"
 
 
 def _flags(argv: Sequence[str]) -> list[str]:
@@ -132,6 +131,8 @@ def apply_action_rule(parsed, given, sources) -> None:
     """The actions rule of the module docstring, on the parsed training arguments (the dataclass with do_train,
     do_eval and do_predict); `given` holds the argument names the user gave, `sources` the data source flags among
     them (only validation or test files: data to evaluate, not to train on)."""
+    from ..run_guard import IMPLIED_ACTIONS  # read by the guard too (an implied evaluation is no finishing step)
+
     args = next((item for item in parsed if all(hasattr(item, name) for name in ACTIONS)), None)
     if args is None:
         return
@@ -143,7 +144,7 @@ def apply_action_rule(parsed, given, sources) -> None:
         implied.add("do_eval")  # strategy already turned it on: then it was asked for, and is not dropped)
     for name in implied:
         setattr(args, name, True)
-    setattr(args, _IMPLIED, frozenset(implied))
+    setattr(args, IMPLIED_ACTIONS, frozenset(implied))
     if not (args.do_train or args.do_eval or args.do_predict or getattr(args, "push_to_hub", False)):
         raise ValueError("TrainingArguments: fields 'do_train', 'do_eval', 'do_predict': nothing to do; pass "
                          "--do_train, --do_eval and/or --do_predict (with a data source, training is on unless "
@@ -153,7 +154,9 @@ def apply_action_rule(parsed, given, sources) -> None:
 def evaluation_implied(args) -> bool:
     """Whether do_eval is on only because the command was given data (the actions rule), not because it was asked:
     then a command whose data has no validation split evaluates nothing instead of failing."""
-    return "do_eval" in getattr(args, _IMPLIED, ())
+    from ..run_guard import IMPLIED_ACTIONS
+
+    return "do_eval" in getattr(args, IMPLIED_ACTIONS, ())
 
 
 def drop_implied_evaluation(args, available: bool, missing: str) -> None:

@@ -37,7 +37,8 @@ def start_run(training_args, *arguments):
     """Set up logging, guard and lock the output folder (see the module docstring), create the Hub repository
     when pushing (a server that is down or a rejected token stops the run here, not after training) and seed.
     `arguments` are every other parsed dataclass (recorded to recognise the same run). Returns the
-    `GuardedRun`; when `run.finished`, the command returns `run.results` without doing anything."""
+    `GuardedRun`; when `run.nothing_to_do`, the command returns `run.results` without doing anything (a finished
+    run with `run.finishing` steps goes on: `train_and_save` then loads it instead of training)."""
     from transformers import set_seed
 
     from ..hub import create_hub_repo
@@ -45,7 +46,7 @@ def start_run(training_args, *arguments):
 
     setup_logging(training_args)
     run = guard_output_dir(training_args, *arguments, prepare=create_hub_repo if training_args.push_to_hub else None)
-    if run.finished:
+    if run.nothing_to_do:
         return run
     set_seed(training_args.seed)
     return run
@@ -53,7 +54,12 @@ def start_run(training_args, *arguments):
 
 def train_and_save(trainer, run, **extra_metrics) -> dict:
     """Train (resuming from `run.checkpoint`), save the model and the trainer state, and log and save the train
-    metrics with `extra_metrics` (e.g. train_samples) added. Returns the metrics."""
+    metrics with `extra_metrics` (e.g. train_samples) added. Returns the metrics. A finished run that is being
+    finished (`run.finishing`) is loaded from its folder instead: nothing is trained or written."""
+    from ..run_guard import load_finished_run
+
+    if run.finished:
+        return load_finished_run(trainer, run)
     train_result = trainer.train(resume_from_checkpoint=run.checkpoint)
     trainer.save_model()
     metrics = {**train_result.metrics, **extra_metrics}

@@ -195,7 +195,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         raise ValueError("LoraArguments: field 'use_lora': --final_finetune_epochs fine-tunes the plain classifier; "
                          "with LoRA, run --merge_lora and fine-tune output_dir/merged instead")
     run = start_run(training_args, model_args, data_args, lora_args)
-    if run.finished:
+    if run.nothing_to_do:
         return run.results
 
     task = build_task(data_args)
@@ -262,8 +262,9 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
                             callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience)]
                             if data_args.early_stopping_patience else None)
         install_nonfinite_guard(evaluator, watch_model_loss=True)
-        evaluator.train()
-        model.classifier.save_pretrained(training_args.output_dir)  # the top level is the fine-tuned classifier
+        if not run.finished:  # a finished run's top level is this classifier already (load_finished_run)
+            evaluator.train()
+            model.classifier.save_pretrained(training_args.output_dir)  # the top level: the fine-tuned classifier
 
     if training_args.do_eval and "validation" in features:
         results.update(record_metrics(trainer, "eval", evaluator.evaluate(features["validation"],

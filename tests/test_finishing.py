@@ -1,0 +1,88 @@
+"""A finished run is never trained again, but it can still be finished (run_guard.finishing_steps): a model card
+lost to a kill between the final save and the card, evaluation or prediction newly asked for, a push added later.
+Each method's command loads its final model from the folder (several files: MUPPET's heads, AMOS's generator, the
+meta-learned LM's teacher, TARTAN's auxiliary heads), does only the missing steps, and leaves the weights, the
+train metrics and the trainer state as they were."""
+
+import hashlib
+import json
+
+import pytest
+from huggingface_hub import ModelCard
+from script_loader import load_run_script
+from tiny import command_args, write_command_data
+
+QUIET = ["--report_to", "none", "--disable_tqdm", "true", "--seed", "0", "--max_steps", "2", "--logging_steps", "1"]
+KEPT = ("model.safetensors", "train_results.json", "trainer_state.json", "hf_aux_run.json")
+
+
+def _metric_names(card: dict) -> list:
+    return [(result["dataset"].get("name"), sorted(m["type"] for m in result["metrics"]))
+            for entry in card.get("model-index", []) for result in entry["results"]]
+
+
+def _digests(folder, names):
+    return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in names}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_command_data(tmp_path_factory.mktemp("data"), "tiny-base")
+
+
+@pytest.mark.parametrize("script", ["run_muppet", "run_amos", "run_tartan", "run_meta_lm"])
+def test_a_finished_run_without_its_card_gets_it_without_training(script, data, tmp_path, capsys):
+    module = load_run_script(script)
+    out = tmp_path / "out"
+    argv = command_args(script, data, out, QUIET)
+    module.main(*module.parse_args(argv))
+    card = ModelCard.load(out / "README.md").data.to_dict()
+    before = _digests(out, KEPT)
+    (out / "README.md").unlink()  # killed after the final save, before the card
+    capsys.readouterr()
+    module.main(*module.parse_args(argv))
+    printed = capsys.readouterr().out
+    assert "finishing it without training: model card" in printed
+    assert _digests(out, KEPT) == before  # no step, no save, the same record
+    again = ModelCard.load(out / "README.md").data.to_dict()
+    # the same metadata: base model, tags, the model-index's metric names (their values come from the evaluation,
+    # run again as asked: AMOS's masks and replacements are drawn afresh)
+    assert {k: v for k, v in again.items() if k != "model-index"} == {k: v for k, v in card.items()
+                                                                       if k != "model-index"}
+    assert _metric_names(again) == _metric_names(card)
+    capsys.readouterr()
+    module.main(*module.parse_args(argv))
+    assert "nothing to do" in capsys.readouterr().out
+
+
+def test_evaluation_asked_after_the_run_uses_the_trained_model(data, tmp_path, capsys):
+    """Fine-tuning trained without --do_eval; asked again with it, the trained head and body are evaluated (the
+    same accuracy as the trained model reloaded by hand), and nothing else changes."""
+    import torch
+
+    from hf_aux import MultiTaskModel
+
+    module = load_run_script("run_finetune")
+    out = tmp_path / "out"
+    argv = command_args("run_finetune", data, out, QUIET)
+    module.main(*module.parse_args([*argv, "--do_eval", "false"]))
+    assert not (out / "eval_results.json").exists()
+    before = _digests(out, (*KEPT, "multitask_heads.safetensors"))
+    results = module.main(*module.parse_args([*argv, "--do_eval"]))
+    assert "finishing it without training: evaluation" in capsys.readouterr().out
+    assert _digests(out, (*KEPT, "multitask_heads.safetensors")) == before
+    evaluated = json.loads((out / "eval_results.json").read_text())
+    assert evaluated["eval_accuracy"] == results["eval_accuracy"]
+    model = MultiTaskModel.from_pretrained(out).eval()  # by hand: the saved model on the validation rows
+    rows = [json.loads(line) for line in (data / "validation.jsonl").read_text().splitlines()]
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    batch = tokenizer([r["text"] for r in rows], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**batch, task=model.task_names[0]).logits
+    labels = torch.tensor([r["label"] for r in rows])
+    accuracy = float((logits.argmax(-1) == labels).float().mean())
+    assert evaluated["eval_accuracy"] == pytest.approx(accuracy)
+    # the loss tells a trained model from a fresh one (2 steps at 5e-5 move it by more than this tolerance)
+    assert evaluated["eval_loss"] == pytest.approx(float(torch.nn.functional.cross_entropy(logits, labels)), abs=1e-5)
