@@ -470,11 +470,13 @@ class GuardedRun:
 # the attribute on the training arguments naming the actions the command line turned on because data was given
 # (hf_aux.cli.parser's actions rule), not because they were asked for: an implied evaluation is no finishing step
 IMPLIED_ACTIONS = "_hf_aux_implied"
+
+
 def finishing_steps(args, output_dir: str | os.PathLike) -> list[str]:
     """What a finished run in `output_dir` still lacks of what `args` asks for: "model card" (README.md, written on
-    every run that saved a model), "evaluation" / "prediction" (--do_eval asked for, not implied by the data, /
-    --do_predict, without their eval_results.json / test_results.json), "push" (--push_to_hub, unless this folder was already pushed to the same
-    repository and revision)."""
+    every run that saved a model), "evaluation" (--do_eval asked for, not implied by the data, and no
+    eval_results.json), "prediction" (--do_predict and no test_results.json), "push" (--push_to_hub, unless this
+    folder was already pushed to the same repository and revision)."""
     from .hub import hub_repo_id, last_push
 
     output_dir = Path(output_dir)
