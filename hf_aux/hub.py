@@ -116,10 +116,20 @@ def call_hub(operation: str, function, *args, attempts: int | None = None, backo
             time.sleep(delay)
             delay *= 2
 
-# Never pushed: intermediate checkpoints (Trainer's `hub_strategy` pushes those itself), TensorBoard event files,
-# and private or hidden files. Everything else in the output folder (what `save_pretrained` wrote, the
+# Never pushed: intermediate checkpoints (Trainer's `hub_strategy` pushes those itself), TensorBoard event files
+# (unless the run reported to TensorBoard: `push_trainer_output` then pushes runs/, as Trainer's own push does, for
+# the Hub's training-metrics tab), and private or hidden files. Everything else in the output folder (what `save_pretrained` wrote, the
 # training_args.bin, the *_results.json, the model card and its figures) goes up.
 PUSH_IGNORE_PATTERNS = ("checkpoint-*", "runs/*", "_*", ".*", "*/.*")
+TENSORBOARD_PATTERN = "runs/*"  # transformers' default TensorBoard folder under output_dir
+
+
+def push_ignore_patterns(report_to) -> tuple[str, ...]:
+    """PUSH_IGNORE_PATTERNS, less runs/ when `report_to` (TrainingArguments.report_to) includes tensorboard."""
+    reports = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    if "tensorboard" in reports or "all" in reports:
+        return tuple(pattern for pattern in PUSH_IGNORE_PATTERNS if pattern != TENSORBOARD_PATTERN)
+    return PUSH_IGNORE_PATTERNS
 
 
 def _is_token_field(name: str) -> bool:
@@ -334,8 +344,8 @@ def create_hub_repo(args) -> str:
 
 # ---- after training: the output folder -------------------------------------------------------------------------
 def push_trainer_output(trainer, commit_message: str = "End of training") -> huggingface_hub.CommitInfo | None:
-    """Push `trainer.args.output_dir` (`push_folder_to_hub`: model, tokenizer, card, figures, results; no
-    checkpoint-* folders) to `hub_model_id` with the arguments' token, privacy and revision. Checkpoint pushes
+    """Push `trainer.args.output_dir` (`push_folder_to_hub`: model, tokenizer, card, figures, results, TensorBoard
+    logs when reported to; no checkpoint-* folders) to `hub_model_id` with the arguments' token, privacy and revision. Checkpoint pushes
     made during training (`hub_strategy`) that failed are logged first. Main process only; returns the commit."""
     args = trainer.args
     if not trainer.is_world_process_zero():
@@ -349,7 +359,8 @@ def push_trainer_output(trainer, commit_message: str = "End of training") -> hug
                                type(job.exception()).__name__, job.exception())
     repo_id = trainer.hub_model_id or hub_repo_id(args)
     commit = push_folder_to_hub(args.output_dir, repo_id, token=args.hub_token, commit_message=commit_message,
-                                private=args.hub_private_repo, revision=args.hub_revision)
+                                private=args.hub_private_repo, revision=args.hub_revision,
+                                ignore_patterns=push_ignore_patterns(args.report_to))
     record_push(args.output_dir, hub_repo_id(args), args.hub_revision, getattr(commit, "oid", None))
     return commit
 

@@ -14,6 +14,7 @@ import dataclasses
 import importlib.metadata
 import importlib.resources
 import json
+import logging
 import math
 import os
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ from pathlib import Path
 
 import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -140,8 +143,9 @@ class TaskSummary:
     """What a card says about one task: its name and kind, sizes, metrics on its evaluation split.
 
     `kind` is a `hf_aux.tasks` kind or a pretraining objective ("mlm", "rtd"); `dataset` is the task's Hub dataset
-    id when it has one (it then names the dataset in the model-index); `metrics` maps metric names ("accuracy",
-    "f1", "loss", ...) to values, and each becomes one model-index result.
+    id when its data came from the Hub (it then names the dataset in the model-index, and each metric becomes one
+    model-index result); `source` says where other data came from (a local file, a pip package), in the card's
+    task table; `metrics` maps metric names ("accuracy", "f1", "loss", ...) to values.
     """
 
     name: str
@@ -151,6 +155,7 @@ class TaskSummary:
     metrics: dict[str, float] = field(default_factory=dict)
     dataset: str | None = None
     split: str = "validation"
+    source: str | None = None
 
     def __post_init__(self):
         if self.kind not in TASK_TYPES:
@@ -272,6 +277,33 @@ def card_base_model(name_or_path: str | None) -> str | None:
     return recorded if recorded and not Path(recorded).exists() and not Path(recorded).is_absolute() else None
 
 
+def base_model_license(name_or_path: str | None) -> str | None:
+    """The licence the model a run started from states: its model card's `license` (README.md front matter) or
+    its config.json's `license`, for a local folder or a Hub id (offline: only what is cached). None when it states
+    none or cannot be read."""
+    if not name_or_path:
+        return None
+    path = Path(name_or_path)
+    try:
+        if path.is_dir():
+            if (path / "README.md").is_file():
+                stated = ModelCard.load(path / "README.md").data.license
+                if stated:
+                    return stated
+            config = path / "config.json"
+            return json.loads(config.read_text()).get("license") if config.is_file() else None
+        return ModelCard.load(str(name_or_path)).data.license
+    except Exception as error:  # no card, unreachable, unparsable: the card then states no licence
+        logger.info("No licence read from %s (%s: %s)", name_or_path, type(error).__name__, error)
+        return None
+
+
+def body_pipeline_tag(output_dir: str | os.PathLike) -> str:
+    """The Hub pipeline of an output whose top level is an encoder body: sentence-similarity when it is a
+    sentence-transformers model (modules.json beside it), else feature-extraction."""
+    return "sentence-similarity" if Path(output_dir, "modules.json").is_file() else "feature-extraction"
+
+
 def render_model_card(
     method: str,
     *,
@@ -292,6 +324,7 @@ def render_model_card(
     adapter: bool = False,
     adapter_auto_class: str | None = None,
     merged_subfolder: str | None = None,
+    pipeline_tag: str | None = None,
 ) -> ModelCard:
     """Render the model card of a checkpoint trained with `method` ("muppet", "amos", "tartan", "meta_lm", or
     "finetune" for run_finetune.py's single-task fine-tuning).
@@ -311,6 +344,10 @@ def render_model_card(
     adapter_auto_class: the Auto class of the body the adapter fits as it is (`PeftModel.from_pretrained(
     <class>.from_pretrained(base_model), folder)`), None where only hf_aux restores it; merged_subfolder: where
     the merged plain checkpoint lies in the repository (loaded with `auto_class`), if one was written.
+    license: the licence (e.g. "apache-2.0"; `base_model_license` reads the base model's); pipeline_tag: the Hub
+    pipeline the checkpoint serves (`body_pipeline_tag`, "text-classification", "fill-mask"), if one fits.
+    Only tasks whose data came from a Hub dataset (`TaskSummary.dataset`) enter the model-index, whose dataset ids
+    the Hub links; the others' metrics are in the card's task table with their `source`.
     """
     if method not in PAPERS:
         raise ValueError(f"Unknown method {method!r} for a model card; expected one of {list(PAPERS)}")
@@ -319,7 +356,8 @@ def render_model_card(
         model_name=model_name, base_model=base_model, datasets=datasets, tasks=tasks,
         hyperparameters=hyperparameters, figures=figures, versions=versions, model_id=model_id,
         auto_class=auto_class, hf_aux_class=hf_aux_class, license=license, language=language, tags=tags,
-        notes=notes, adapter=adapter, adapter_auto_class=adapter_auto_class, merged_subfolder=merged_subfolder)
+        notes=notes, adapter=adapter, adapter_auto_class=adapter_auto_class, merged_subfolder=merged_subfolder,
+        pipeline_tag=pipeline_tag)
 
 
 def render_declared_card(*, template_file: str, name: str, tag_names: tuple | list, paper: Paper, model_name: str,
@@ -330,7 +368,7 @@ def render_declared_card(*, template_file: str, name: str, tag_names: tuple | li
                          license: str | None = None,  # noqa: A002 - the metadata field's name
                          language: str | list[str] | None = "en", tags: list[str] | tuple = (),
                          notes: str | None = None, adapter: bool = False, adapter_auto_class: str | None = None,
-                         merged_subfolder: str | None = None) -> ModelCard:
+                         merged_subfolder: str | None = None, pipeline_tag: str | None = None) -> ModelCard:
     """`render_model_card` for a method described by what its trainer declares (`ModelCardMixin`): the template
     file in model_cards/, the method's name in the card's prose, its Hub tags (before the arXiv tag, "lora" and
     `tags`) and its paper."""
@@ -341,15 +379,15 @@ def render_declared_card(*, template_file: str, name: str, tag_names: tuple | li
                        if not key.endswith("_token")}
     tags = list(dict.fromkeys([*tag_names, *(f"arxiv:{paper.arxiv_id}",) * bool(paper.arxiv_id),
                                *("lora",) * adapter, *tags]))
-    eval_results = [
-        EvalResult(task_type=TASK_TYPES[task.kind], dataset_type=task.dataset or task.name, dataset_name=task.name,
+    eval_results = [  # the dataset type is a Hub dataset id, which the Hub links: only data that came from there
+        EvalResult(task_type=TASK_TYPES[task.kind], dataset_type=task.dataset, dataset_name=task.name,
                    dataset_split=task.split, metric_type=metric, metric_name=metric, metric_value=float(value))
-        for task in tasks for metric, value in task.metrics.items()
+        for task in tasks if task.dataset for metric, value in task.metrics.items()
     ]
     card_data = ModelCardData(
         model_name=model_name, library_name="peft" if adapter else "transformers", base_model=base_model,
         datasets=list(datasets) or None, tags=tags, license=license, language=language,
-        eval_results=eval_results or None,
+        eval_results=eval_results or None, pipeline_tag=pipeline_tag,
     )
     hf_aux_module, _, hf_aux_name = (hf_aux_class or "").rpartition(".")
     template = _environment().get_template(template_file)
@@ -388,27 +426,34 @@ class ModelCardMixin:
     _template_file: str
     _auto_class: str = "AutoModel"
     _hf_aux_class: str | None = None
+    _pipeline_tag: str | None = "feature-extraction"  # an encoder body at the top level (body_pipeline_tag)
 
     def create_model_card(self, language=None, license=None, tags=None, model_name=None,  # noqa: A002
                           finetuned_from=None, tasks=None, dataset_tags=None, dataset=None, dataset_args=None,
                           **kwargs):
         """`finetuned_from`: the checkpoint the run started from (its Hub id becomes `base_model`);
         `dataset_tags`: Hub dataset ids of the training data; `tags`: extra Hub tags; `model_name`: the card's
-        name (default: the output folder's). Other keyword arguments go to the trainer's `_card_tasks`."""
+        name (default: the output folder's); `license`: default, the one the base model states. Other keyword
+        arguments go to the trainer's `_card_tasks`."""
         if not self.is_world_process_zero():
             return
         output_dir = self.args.output_dir
         os.makedirs(output_dir, exist_ok=True)
         datasets = _as_list(dataset_tags)
+        pipeline_tag = self._pipeline_tag
+        if pipeline_tag == "feature-extraction":
+            pipeline_tag = body_pipeline_tag(output_dir)
         details = {"auto_class": self._auto_class, "hf_aux_class": self._hf_aux_class, "extra_tags": [],
-                   **self._card_details()}
+                   "pipeline_tag": pipeline_tag, **self._card_details()}
+        started_from = self._card_base_model(finetuned_from)
         card = render_declared_card(
             template_file=self._template_file, name=self._name, tag_names=self._tag_names, paper=self._paper,
             model_name=model_name or os.path.basename(os.path.abspath(output_dir)),
-            model_id=self.args.hub_model_id or None, base_model=card_base_model(self._card_base_model(finetuned_from)),
+            model_id=self.args.hub_model_id or None, base_model=card_base_model(started_from),
             datasets=datasets, tasks=self._card_tasks(datasets, **kwargs),
             hyperparameters=hyperparameters_from_args(self.args), figures=self._card_figures(output_dir),
-            license=license, language=language or "en", tags=[*_as_list(tags), *details.pop("extra_tags")],
+            license=license or base_model_license(started_from), language=language or "en",
+            tags=[*_as_list(tags), *details.pop("extra_tags")],
             **details)
         card.save(os.path.join(output_dir, "README.md"))
 

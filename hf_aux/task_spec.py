@@ -154,6 +154,16 @@ class TaskSpec:
             return [self.question_column, self.context_column, self.answers_column]
         return [self.source_column, self.target_column]
 
+    def provenance(self) -> tuple[str | None, str | None]:
+        """(the Hub dataset id the data came from, else None; where other data came from, for a model card):
+        local files by name, in-memory data (a demo task, built from a pip package's files) as such."""
+        if self.dataset_name:
+            return self.dataset_name, None
+        if self.data_files:
+            files = self.data_files.values() if isinstance(self.data_files, dict) else [self.data_files]
+            return None, "local data: " + ", ".join(sorted({Path(str(f)).name for f in files}))
+        return None, "in-memory data, not from the Hub (e.g. an hf_aux demo task, built from a pip package's files)"
+
     def to_dict(self) -> dict:
         """JSON-serialisable description (the in-memory `dataset` is left out)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "dataset"}

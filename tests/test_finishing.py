@@ -86,3 +86,12 @@ def test_evaluation_asked_after_the_run_uses_the_trained_model(data, tmp_path, c
     assert evaluated["eval_accuracy"] == pytest.approx(accuracy)
     # the loss tells a trained model from a fresh one (2 steps at 5e-5 move it by more than this tolerance)
     assert evaluated["eval_loss"] == pytest.approx(float(torch.nn.functional.cross_entropy(logits, labels)), abs=1e-5)
+
+
+def test_license_flag_reaches_the_card_and_a_base_without_one_states_none(data, tmp_path):
+    module = load_run_script("run_tartan")
+    module.main(*module.parse_args(command_args("run_tartan", data, tmp_path / "given", [*QUIET, "--license", "mit"])))
+    card = ModelCard.load(tmp_path / "given" / "README.md").data
+    assert (card.license, card.pipeline_tag) == ("mit", "text-classification")
+    module.main(*module.parse_args(command_args("run_tartan", data, tmp_path / "plain", QUIET)))
+    assert ModelCard.load(tmp_path / "plain" / "README.md").data.license is None  # the tiny base states none

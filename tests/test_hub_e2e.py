@@ -37,6 +37,16 @@ QUIET = ["--report_to", "none", "--disable_tqdm", "true", "--seed", "0"]
 
 
 
+def table_row(text: str, task: str) -> dict:
+    """The card's task-table row of `task` (its cell as the card writes it), as {column: value}."""
+    lines = [line for line in text.splitlines() if line.startswith("| task |")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    row = next(line for line in text.splitlines() if line.startswith(f"| {task} |"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    return {name: float(cell) if cell not in ("-", "") and name not in ("task", "kind") else cell
+            for name, cell in zip(header, cells)}
+
+
 def digest(folder: Path, skip=("checkpoint-", "runs/", ".hf_aux_push.json")) -> dict:  # the push record: local
     return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file() and not p.relative_to(folder).as_posix().startswith(skip)}
@@ -132,10 +142,13 @@ def test_run_amos_pushes_its_output_folder_and_it_loads_back_from_the_hub(local_
     # The card: metadata parses, carries the evaluation metrics and the hf_aux tags; the figures are shown.
     card = ModelCard.load(downloaded / "README.md")
     assert card.data.tags[:2] == ["hf_aux", "amos"] and card.data.library_name == "transformers"
-    metrics = {(r.dataset_name, r.metric_type): r.metric_value for r in card.data.eval_results}
+    # local text: no model-index (its dataset ids are Hub ids), the metrics in the task table with their source
+    assert card.data.eval_results is None and card.data.pipeline_tag == "feature-extraction"
     eval_results = json.loads((out / "eval_results.json").read_text())
-    assert metrics[("replaced_token_detection", "accuracy_replaced")] == eval_results["eval_rtd_accuracy_replaced"]
-    assert metrics[("mlm_layer_2", "loss")] == eval_results["eval_mlm_loss/layer_2"]
+    assert table_row(card.text, "replaced_token_detection (local data: text.txt)")[
+        "accuracy_replaced"] == pytest.approx(eval_results["eval_rtd_accuracy_replaced"], rel=1e-5)
+    assert table_row(card.text, "mlm_layer_2 (local data: text.txt)")["loss"] == pytest.approx(
+        eval_results["eval_mlm_loss/layer_2"], rel=1e-5)
     assert "![Mean mixture weight of each generator MLM head over training](mixture_weights.png)" in card.text
     assert f'AmosModel.from_pretrained("{repo}")' in card.text
     assert results["eval_rtd_loss"] == eval_results["eval_rtd_loss"]
@@ -221,9 +234,10 @@ def test_run_finetune_pushes_checkpoints_and_the_final_folder_without_the_token(
     saved = torch.load(out / "training_args.bin", weights_only=False)
     assert saved.hub_token is None and saved.hub_model_id == repo and saved.max_steps == 2
     card = ModelCard.load(out / "README.md")
-    assert card.data.tags[:2] == ["hf_aux", "finetune"]
-    metrics = {r.metric_type: r.metric_value for r in card.data.eval_results}
-    assert metrics["accuracy"] == results["eval_accuracy"] and "](loss_curve.png)" in card.text
+    assert card.data.tags[:2] == ["hf_aux", "finetune"] and card.data.pipeline_tag == "feature-extraction"
+    assert card.data.eval_results is None  # local files: the metrics are in the task table, named with the files
+    row = table_row(card.text, "task (local data: train.jsonl, validation.jsonl)")
+    assert row["accuracy"] == pytest.approx(results["eval_accuracy"], rel=1e-5) and "](loss_curve.png)" in card.text
 
 
 def test_run_finetune_writes_the_card_without_pushing(local_hub, tmp_path, tiny_bert_dir, sentiment_files,
@@ -261,6 +275,25 @@ def test_a_finished_run_is_pushed_later_without_training(local_hub, tmp_path, ti
     commits = len(local_hub.requests)
     run_finetune.main()  # pushed already, to the same repository: nothing to do
     assert "nothing to do" in capsys.readouterr().out and len(local_hub.requests) == commits
+
+
+@pytest.mark.parametrize("report_to", [["tensorboard"], ["none"]])
+def test_tensorboard_logs_go_up_when_the_run_reported_to_tensorboard(local_hub, tmp_path, report_to):
+    """The Hub's training-metrics tab reads runs/ (transformers' default TensorBoard folder): pushed when
+    report_to includes tensorboard, as Trainer's own push does; left out otherwise. (The event file is written by
+    hand: tensorboard is not among the test dependencies.)"""
+    from hf_aux.hub import push_folder_to_hub, push_ignore_patterns
+
+    local_hub.accept_only(TOKEN)
+    folder = tmp_path / "out"
+    (folder / "runs" / "Nov25_host").mkdir(parents=True)
+    (folder / "runs" / "Nov25_host" / "events.out.tfevents.1.host").write_bytes(b"\x00event")
+    (folder / "config.json").write_text("{}")
+    repo = f"{DEFAULT_USER}/tb-{report_to[0]}"
+    push_folder_to_hub(folder, repo, token=TOKEN, ignore_patterns=push_ignore_patterns(report_to))
+    pushed = set(local_hub.files(repo))
+    assert ("runs/Nov25_host/events.out.tfevents.1.host" in pushed) == (report_to == ["tensorboard"])
+    assert "config.json" in pushed and push_ignore_patterns("all") == push_ignore_patterns(["tensorboard"])
 
 
 @pytest.mark.parametrize("failure", ["server_down", "rejected_token"])

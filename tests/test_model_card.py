@@ -24,7 +24,8 @@ METHODS = ["muppet", "amos", "tartan", "meta_lm"]
 TASKS = [
     TaskSummary("rotten_tomatoes", "classification", train_size=500, eval_size=100,
                 metrics={"accuracy": 0.8125, "f1": 0.79}, dataset="cornell-movie-review-data/rotten_tomatoes"),
-    TaskSummary("chitchat_next_turn", "multiple_choice", train_size=1000, eval_size=200, metrics={"accuracy": 0.4375}),
+    TaskSummary("chitchat_next_turn", "multiple_choice", train_size=1000, eval_size=200, metrics={"accuracy": 0.4375},
+                source="local data: chitchat.jsonl"),
     TaskSummary("wiki_mlm", "mlm", train_size=2000, metrics={}),
 ]
 
@@ -51,13 +52,13 @@ def test_card_metadata_parses_and_carries_the_metrics(method, tmp_path):
     paper = PAPERS[method]
     assert data.tags[:2] == ["hf_aux", method]
     assert (f"arxiv:{paper.arxiv_id}" in data.tags) == (paper.arxiv_id is not None)
-    # model-index: one result per (task, metric); tasks without metrics add none.
+    # model-index: one result per (task, metric) of the tasks whose data came from a Hub dataset (its id is what
+    # the Hub links); local data is named with its source in the task table instead; tasks without metrics add none
     results = {(r.dataset_name, r.metric_type): (r.metric_value, r.task_type, r.dataset_type)
                for r in data.eval_results}
     assert results == {
         ("rotten_tomatoes", "accuracy"): (0.8125, "text-classification", "cornell-movie-review-data/rotten_tomatoes"),
         ("rotten_tomatoes", "f1"): (0.79, "text-classification", "cornell-movie-review-data/rotten_tomatoes"),
-        ("chitchat_next_turn", "accuracy"): (0.4375, "multiple-choice", "chitchat_next_turn"),
     }
     assert data.model_name == f"{method}-tiny"
 
@@ -69,7 +70,7 @@ def test_card_metadata_parses_and_carries_the_metrics(method, tmp_path):
     assert f'AutoModel.from_pretrained("someone/{method}-tiny")' in text
     assert 'MultiTaskModel.from_pretrained("someone/' in text
     assert "| rotten_tomatoes ([cornell-movie-review-data/rotten_tomatoes]" in text
-    assert "| chitchat_next_turn | multiple_choice | 1000 | 200 | 0.4375 | - |" in text
+    assert "| chitchat_next_turn (local data: chitchat.jsonl) | multiple_choice | 1000 | 200 | 0.4375 | - |" in text
     assert "| wiki_mlm | mlm | 2000 | - | - | - |" in text
     assert "- transformers " in text and "- hf_aux 0.1.0" in text
     assert "{{" not in text and "{%" not in text
@@ -95,6 +96,30 @@ def test_lora_card_says_the_folder_holds_adapters_and_how_to_load_them(method, a
     # without a merged export the card does not point at a merged folder
     bare = card_for(method, adapter=True, adapter_auto_class=adapter_auto_class).text
     assert "subfolder=" not in bare and "LoRA adapters" in bare
+
+
+def test_licence_and_pipeline_round_trip_and_the_licence_is_inherited(tmp_path):
+    """`license` and `pipeline_tag` survive huggingface_hub's ModelCard round trip; the licence a run's card
+    states by default is the one its base model's card (or config) states; the install line is the README's."""
+    from hf_aux.model_card import base_model_license, body_pipeline_tag
+
+    card = card_for("muppet", license="apache-2.0", pipeline_tag="sentence-similarity")
+    card.save(tmp_path / "README.md")
+    data = ModelCard.load(tmp_path / "README.md").data
+    assert (data.license, data.pipeline_tag) == ("apache-2.0", "sentence-similarity")
+    assert "pip install hf_aux" not in card.text and "`pip install .` in a clone" in card.text
+    base = tmp_path / "base"
+    base.mkdir()
+    assert base_model_license(str(base)) is None  # states nothing
+    (base / "config.json").write_text(json.dumps({"license": "mit"}))
+    assert base_model_license(str(base)) == "mit"
+    (base / "README.md").write_text("---\nlicense: cc-by-4.0\n---\n# base\n")
+    assert base_model_license(str(base)) == "cc-by-4.0"  # the card first
+    from hf_aux.demo import minilm_path
+
+    assert base_model_license(str(minilm_path())) == "apache-2.0"  # the real MiniLM's card
+    assert body_pipeline_tag(base) == "feature-extraction"
+    assert body_pipeline_tag(minilm_path()) == "sentence-similarity"  # a sentence-transformers folder
 
 
 def test_card_without_optional_parts():

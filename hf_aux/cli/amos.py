@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser
@@ -282,9 +283,19 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     hub_dataset = hub_id_or_none(data_args.dataset_name)
     started_from = model_args.model_name_or_path or (
         MINILM_HUB_ID if model_args.encoder_name_or_path == "minilm" else model_args.encoder_name_or_path)
-    finish_run(trainer, finetuned_from=started_from, tags=["electra", "pretraining"],
-               dataset_tags=[hub_dataset] if hub_dataset else None)
+    finish_run(trainer, finetuned_from=started_from, tags=["electra", "pretraining"], license=model_args.license,
+               dataset_tags=[hub_dataset] if hub_dataset else None, source=text_source(data_args))
     return results
+
+
+def text_source(data_args) -> str | None:
+    """Where the pretraining text came from, for the card (None: a Hub dataset, which the card names itself)."""
+    if data_args.dataset_name:
+        return None
+    if data_args.train_file:
+        return f"local data: {os.path.basename(data_args.train_file)}"
+    return (f"the hf_aux demo's {' and '.join(data_args.demo_sources)} text, built from pip packages' files (not "
+            "from the Hub)")
 
 
 PROBE_MIN_STEPS = 200  # the demo's budget: shorter runs (the tests') skip the probe

@@ -25,6 +25,9 @@ class ModelArguments:
     token: str | None = field(default=None, metadata={
         "help": "Hub token for private models, tokenizers and datasets (default: the stored login or HF_TOKEN). "
                 "Never written to the output folder."})
+    license: str | None = field(default=None, metadata={
+        "help": "The model card's licence, a Hub licence id (e.g. apache-2.0, mit). Default: the one the starting "
+                "model's card or config states, if any."})
 
     def hub_kwargs(self) -> dict:
         """Keyword arguments of every `from_pretrained` of a model or tokenizer."""

@@ -393,16 +393,16 @@ def write_model_card(trainer, task, model_args: ModelArguments, results: dict, r
     """README.md (hf_aux's fine-tuning card: the task's validation or test metrics in the model-index) and
     loss_curve.png in the output folder."""
     from ..hub import hub_id_or_none
-    from ..model_card import (TaskSummary, card_base_model, hyperparameters_from_args, plot_loss_curves,
-                              render_model_card, task_metrics)
+    from ..model_card import (TaskSummary, base_model_license, body_pipeline_tag, card_base_model,
+                              hyperparameters_from_args, plot_loss_curves, render_model_card, task_metrics)
     from ..modeling.pooling import describe_pooling
 
     output_dir = trainer.args.output_dir
     split, metrics = task_metrics(results)
     summary = TaskSummary(task.name, task.kind, train_size=results.get("train_examples"),
                           eval_size=results.get("eval_samples" if split == "validation" else "test_samples"),
-                          metrics=metrics,
-                          dataset=hub_id_or_none(task.dataset_name), split=split)
+                          metrics=metrics, dataset=hub_id_or_none(task.dataset_name), split=split,
+                          source=None if hub_id_or_none(task.dataset_name) else task.provenance()[1])
     figures = {}
     try:
         plot_loss_curves(trainer.state.log_history, os.path.join(output_dir, "loss_curve.png"))
@@ -415,6 +415,8 @@ def write_model_card(trainer, task, model_args: ModelArguments, results: dict, r
         datasets=[summary.dataset] if summary.dataset else [], tasks=[summary],
         hyperparameters=hyperparameters_from_args(trainer.args), figures=figures,
         model_id=trainer.args.hub_model_id or None, hf_aux_class="hf_aux.modeling.multitask.MultiTaskModel",
+        license=model_args.license or base_model_license(model_args.model_name_or_path),
+        pipeline_tag=body_pipeline_tag(output_dir),
         notes=f"The {task.kind} head was {'re-used from the starting checkpoint' if reused_head else 'freshly initialised'}. "
               + describe_pooling(trainer.model.config.pooling))
     card.save(os.path.join(output_dir, "README.md"))

@@ -173,8 +173,9 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
                   f"--output_dir {training_args.output_dir}-rt1\n"
                   f"  hf-aux finetune {recipe} --output_dir {training_args.output_dir}-rt1-minilm\n", flush=True)
 
-    finish_run(trainer, finetuned_from=model_path, tags=["muppet", "pre-finetuning"],
-               dataset_tags=[t.dataset_name for t in tasks if t.dataset_name])
+    finish_run(trainer, finetuned_from=model_path, tags=["muppet", "pre-finetuning"], license=model_args.license,
+               dataset_tags=[t.dataset_name for t in tasks if t.dataset_name],
+               provenance={t.name: t.provenance() for t in tasks})
     return results
 
 

@@ -275,6 +275,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     hub_dataset = hub_id_or_none(data_args.dataset_name)
     finish_run(trainer, finetuned_from=model_path, end_task_name=task.name, metrics=results,
+               license=model_args.license, source=task.provenance()[1],
                dataset_tags=[hub_dataset] if hub_dataset else None,
                tags=["text-classification", "end-task-aware-training"])
     return results

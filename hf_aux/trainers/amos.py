@@ -232,8 +232,11 @@ class AmosTrainer(ModelCardMixin, Trainer):
     _template_file = "amos.md"
     _hf_aux_class = "hf_aux.modeling.amos.AmosModel"
 
-    def _card_tasks(self, datasets: list[str], **kwargs) -> list[TaskSummary]:
+    def _card_tasks(self, datasets: list[str], source: str | None = None, **kwargs) -> list[TaskSummary]:
+        """`datasets`: the Hub dataset the text came from (then in the model-index); `source`: where other text
+        came from, for the card's task table."""
         heads = self.accelerator.unwrap_model(self.model).head_names
+        origin = {"dataset": datasets[0] if datasets else None, "source": None if datasets else source}
         last_eval = next((entry for entry in reversed(self.state.log_history) if "eval_rtd_loss" in entry), {})
 
         def finite(names):  # card metric name -> logged key, kept when it was logged as a finite number
@@ -242,16 +245,16 @@ class AmosTrainer(ModelCardMixin, Trainer):
 
         train_size = len(self.train_dataset) if self.train_dataset is not None else None
         eval_size = len(self.eval_dataset) if self.eval_dataset is not None and last_eval else None
-        summaries = [TaskSummary("replaced_token_detection", "rtd", train_size=train_size, eval_size=eval_size,
+        summaries = [TaskSummary("replaced_token_detection", "rtd", train_size=train_size, eval_size=eval_size, **origin,
                                  metrics=finite({"loss": "eval_rtd_loss",
                                                  "accuracy_replaced": "eval_rtd_accuracy_replaced",
                                                  "accuracy_original": "eval_rtd_accuracy_original",
                                                  "auc": "eval_rtd_auc"}))]
-        summaries += [TaskSummary(f"rtd_on_{h}_samples", "rtd", train_size=train_size, eval_size=eval_size,
+        summaries += [TaskSummary(f"rtd_on_{h}_samples", "rtd", train_size=train_size, eval_size=eval_size, **origin,
                                   metrics=finite({"accuracy_replaced": f"eval_rtd_accuracy_replaced/{h}",
                                                   "auc": f"eval_rtd_auc/{h}"}))
                       for h in heads if f"eval_rtd_auc/{h}" in last_eval]
-        summaries += [TaskSummary(f"mlm_{h}", "mlm", train_size=train_size, eval_size=eval_size,
+        summaries += [TaskSummary(f"mlm_{h}", "mlm", train_size=train_size, eval_size=eval_size, **origin,
                                   metrics=finite({"loss": f"eval_mlm_loss/{h}"})) for h in heads]
         return summaries
 

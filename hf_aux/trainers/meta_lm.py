@@ -598,6 +598,7 @@ class MetaLMTrainer(ModelCardMixin, Trainer):
     _paper = META_LM_PAPER
     _template_file = "meta_lm.md"
     _auto_class = "AutoModelForMaskedLM"
+    _pipeline_tag = "fill-mask"
 
     def _card_tasks(self, datasets: list[str], metrics: dict | None = None, unlabelled_name: str | None = None,
                     **kwargs) -> list[TaskSummary]:

@@ -283,8 +283,10 @@ class MuppetTrainer(ModelCardMixin, Trainer):
     _template_file = "muppet.md"
     _hf_aux_class = "hf_aux.modeling.multitask.MultiTaskModel"
 
-    def _card_tasks(self, datasets: list[str], **kwargs) -> list[TaskSummary]:
+    def _card_tasks(self, datasets: list[str], provenance: dict | None = None, **kwargs) -> list[TaskSummary]:
+        """`provenance`: task name -> (Hub dataset id or None, other source) (`TaskSpec.provenance`)."""
         body = self.accelerator.unwrap_model(self.model)
+        provenance = provenance or {}
         train_sizes = dict(zip(self.train_dataset.task_names, self.train_dataset.sizes)) if self.train_dataset else {}
         last_eval = next((h for h in reversed(self.state.log_history) if "eval_average_primary" in h), {})
         summaries = []
@@ -293,8 +295,10 @@ class MuppetTrainer(ModelCardMixin, Trainer):
             scores = {k[len(prefix):]: v for k, v in last_eval.items() if k.startswith(prefix)
                       and isinstance(v, (int, float)) and math.isfinite(v)}
             eval_data = (self.eval_dataset or {}).get(spec["name"])
+            dataset, source = provenance.get(spec["name"], (None, None))
             summaries.append(TaskSummary(name=spec["name"], kind=spec["kind"], train_size=train_sizes.get(spec["name"]),
-                                         eval_size=None if eval_data is None else len(eval_data), metrics=scores))
+                                         eval_size=None if eval_data is None else len(eval_data), metrics=scores,
+                                         dataset=dataset, source=source))
         return summaries
 
     def _card_figures(self, output_dir: str) -> dict[str, str]:

@@ -456,17 +456,20 @@ class TartanTrainer(ModelCardMixin, Trainer):
     _auto_class = "AutoModelForSequenceClassification"
     _hf_aux_class = "hf_aux.modeling.tartan.TartanModel"
 
+    _pipeline_tag = "text-classification"  # the top level loads as a plain classifier
+
     def _card_tasks(self, datasets: list[str], end_task_name: str | None = None, metrics: dict | None = None,
-                    **kwargs) -> list[TaskSummary]:
+                    source: str | None = None, **kwargs) -> list[TaskSummary]:
         """`metrics`: the end task's, e.g. {"eval_accuracy": ...} from a final evaluation (default: the last
         evaluation in the log history); `end_task_name`: the end task's name in the card; `datasets`: Hub
-        dataset ids of the end task."""
+        dataset ids of the end task; `source`: where its data came from otherwise."""
         if metrics is None:
             metrics = next((entry for entry in reversed(self.state.log_history) if "eval_loss" in entry), {})
         split, scores = task_metrics(metrics)
         summaries = [TaskSummary(end_task_name or END_TASK, "classification", train_size=len(self.train_dataset),
                                  eval_size=len(self.eval_dataset) if self.eval_dataset is not None else None,
-                                 metrics=scores, dataset=datasets[0] if datasets else None, split=split)]
+                                 metrics=scores, dataset=datasets[0] if datasets else None, split=split,
+                                 source=None if datasets else source)]
         summaries += [TaskSummary(name, "mlm", train_size=len(data)) for name, data in self._auxiliary_datasets.items()]
         return summaries
 
