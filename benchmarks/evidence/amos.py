@@ -269,7 +269,8 @@ def finetune(checkpoint: str, task: str, seed: int, setting: dict, out_dir: Path
             "--num_train_epochs", str(ft["epochs"]), "--learning_rate", str(ft["learning_rate"]),
             "--per_device_train_batch_size", str(ft["batch"]), "--per_device_eval_batch_size", "32",
             "--warmup_steps", "0.1", "--seed", str(seed), "--save_strategy", "no", "--eval_strategy", "no",
-            "--report_to", "none", "--disable_tqdm", "true", "--logging_steps", "50"]
+            "--report_to", "none", "--disable_tqdm", "true", "--logging_steps", "50",
+            "--overwrite_output_dir"]  # a scratch folder: whatever an interrupted fine-tuning left there is redone
     metrics = run_finetune.main(*run_finetune.parse_args(argv))
     shutil.rmtree(out_dir, ignore_errors=True)  # weights are not kept
     return {"metric": "accuracy", "value": metrics["test_accuracy"], "validation": metrics["eval_accuracy"],
