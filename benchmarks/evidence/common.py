@@ -1,8 +1,10 @@
 """Small generic helpers shared by the evidence studies (benchmarks/evidence/<method>.py): the JSON run cache,
-run metadata, and the statistics every report needs (mean +- sd over seeds, a paired t interval, a verdict).
+run metadata, and the statistics every report needs (mean +- sd, paired t intervals over independent units, the
+verdict against the paper's predicted sign), and the claims list (../shared/EVIDENCE.md).
 
-The cache is one JSON file `{"runs": [...]}`; each finished run appends its object atomically (temp file + rename),
-so an interrupted study continues where it stopped and a reader never sees half a file.
+The cache is one JSON file `{"runs": [...], "claims": [...]}`; each finished run appends its object atomically
+(temp file + rename, under a lock), so an interrupted study continues where it stopped and a reader never sees half
+a file. The claims are recomputed from the runs by the study's report step (`claim_record`, `write_claims`).
 """
 
 from __future__ import annotations
@@ -28,26 +30,45 @@ def load_runs(path) -> list[dict]:
     return runs
 
 
-def append_run(path, run: dict) -> None:
-    """Append one run object to the cache file, atomically (write a temp file beside it, then rename), holding a
-    lock beside it so that two processes sharing a study cannot lose each other's runs."""
+def _update(path, change) -> None:
+    """Rewrite the cache file as `change(content)` (content: the whole JSON object), atomically (a temp file beside
+    it, then rename), holding a lock beside it so that processes sharing a study cannot lose each other's writes."""
     import fcntl
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.parent / f".{path.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        runs = load_runs(path) + [run]
+        content = {"runs": load_runs(path)}
+        if path.is_file():
+            content = {**json.loads(path.read_text()), **content}
+        content = change(content)
         handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
             with os.fdopen(handle, "w") as out:
-                json.dump({"runs": runs}, out, indent=1)
+                json.dump(content, out, indent=1)
                 out.write("\n")
             os.replace(temp, path)
         except BaseException:
             if os.path.exists(temp):
                 os.remove(temp)
             raise
+
+
+def append_run(path, run: dict) -> None:
+    """Append one run object to the cache file (atomically, under the lock; the claims list is kept)."""
+    _update(path, lambda content: {**content, "runs": content["runs"] + [run]})
+
+
+def write_claims(path, claims: list[dict]) -> None:
+    """Replace the cache file's claims list (`claim_record` objects), keeping its runs."""
+    _update(path, lambda content: {**content, "claims": list(claims)})
+
+
+def load_claims(path) -> list[dict]:
+    """The cache file's claims list (empty when there is none yet)."""
+    path = Path(path)
+    return list(json.loads(path.read_text()).get("claims", [])) if path.is_file() else []
 
 
 def has_run(runs, **keys) -> bool:
@@ -163,6 +184,41 @@ def unit_differences(arm: dict, base: dict) -> dict:
         if seed in base:
             units.setdefault(unit, []).append(float(value) - float(base[seed]))
     return {unit: sum(values) / len(values) for unit, values in units.items()}
+
+
+NOT_TESTABLE = "not testable here"
+
+
+def claim_record(claim: str, paper: str, predicted_sign: int, unit: str, differences,
+                 reason: str | None = None, **extra) -> dict:
+    """One entry of the claims list (../shared/EVIDENCE.md): `differences` are the per-unit differences (arm - base,
+    e.g. `unit_differences(...).values()`) whose sign the paper predicts (`predicted_sign` in THIS setting). The
+    verdict follows mechanically from the 95% interval over units; with `reason` (the measured reason), or fewer
+    than 3 units, it is "not testable here" / "inconclusive" and says why. `extra`: further fields (setting, arms)."""
+    values = [float(v) for v in differences]
+    mean, lo, hi = unit_ci(values) if values else (float("nan"),) * 3
+    record = {"claim": claim, "paper": paper, "predicted_sign": predicted_sign, "unit": unit,
+              "n_units": len(values), "difference": None if math.isnan(mean) else round(mean, 6),
+              "ci95": None if math.isnan(lo) else [round(lo, 6), round(hi, 6)], **extra}
+    if reason is not None:
+        return {**record, "verdict": NOT_TESTABLE, "reason": reason}
+    if len(values) < 3:
+        return {**record, "verdict": "inconclusive", "reason": f"{len(values)} of the 3 units needed"}
+    return {**record, "verdict": verdict(lo, hi, predicted_sign)}
+
+
+def claims_table(claims: list[dict], link: str) -> list[str]:
+    """The README's Evidence rows of one method's claims: claim | verdict | difference [95% CI] | link."""
+    rows = []
+    for item in claims:
+        if item.get("difference") is None:
+            measured = "-"
+        elif item.get("ci95"):
+            measured = f"{item['difference']:+.3f} [{item['ci95'][0]:+.3f}, {item['ci95'][1]:+.3f}]"
+        else:
+            measured = f"{item['difference']:+.3f}"
+        rows.append(f"| {item['claim']} | {item['verdict']} | {measured} ({item['n_units']} units) | {link} |")
+    return rows
 
 
 def unit_ci(differences, confidence: float = 0.95) -> tuple[float, float, float]:

@@ -1,0 +1,53 @@
+"""The statistics every evidence study shares (benchmarks/evidence/common.py): per-unit averaging, the interval over
+units, the verdict against the paper's predicted sign, and the claims list, checked against hand computations."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.evidence.common import (  # noqa: E402
+    NOT_TESTABLE, append_run, claim_record, claims_table, load_claims, load_runs, unit_differences, write_claims,
+)
+
+
+def test_fine_tuning_seeds_are_averaged_inside_a_unit_and_units_make_the_interval():
+    arm = {("a", 0): 0.70, ("a", 1): 0.74, ("b", 0): 0.80, ("b", 1): 0.80, ("c", 0): 0.66, ("c", 1): 0.70}
+    base = {0: 0.70, 1: 0.72}
+    units = unit_differences(arm, base)
+    assert units == pytest.approx({"a": 0.01, "b": 0.09, "c": -0.03})
+    record = claim_record("arm beats base", "Table 1", 1, "one pretraining run", units.values())
+    # mean 0.0233..., sd 0.0611, t(0.975, 2) = 4.302653: half width 0.1518
+    assert record["n_units"] == 3 and record["difference"] == pytest.approx(0.023333, abs=1e-6)
+    assert record["ci95"][1] - record["difference"] == pytest.approx(4.302653 * 0.0611010 / 3 ** 0.5, abs=1e-5)
+    assert record["verdict"] == "inconclusive"
+
+
+@pytest.mark.parametrize("values,sign,expected", [
+    ([0.05, 0.06, 0.07], 1, "reproduced"), ([0.05, 0.06, 0.07], -1, "not reproduced"),
+    ([-0.05, -0.06, -0.07], -1, "reproduced"), ([0.05, -0.06, 0.07], 1, "inconclusive"),
+])
+def test_the_verdict_follows_the_interval_and_the_predicted_sign(values, sign, expected):
+    assert claim_record("c", "p", sign, "u", values)["verdict"] == expected
+
+
+def test_too_few_units_or_a_measured_reason_give_no_direction():
+    assert claim_record("c", "p", 1, "u", [0.1, 0.2])["verdict"] == "inconclusive"
+    untestable = claim_record("c", "p", 1, "u", [0.1, 0.2, 0.3], reason="heads' MLM losses within 0.01 (sd 0.02)")
+    assert untestable["verdict"] == NOT_TESTABLE and "sd 0.02" in untestable["reason"]
+
+
+def test_claims_and_runs_live_side_by_side_in_one_file(tmp_path):
+    path = tmp_path / "m.json"
+    append_run(path, {"claim": "x", "value": 1})
+    write_claims(path, [claim_record("c", "p", 1, "u", [0.05, 0.06, 0.07])])
+    append_run(path, {"claim": "x", "value": 2})  # appending keeps the claims
+    assert [r["value"] for r in load_runs(path)] == [1, 2]
+    (claim,) = load_claims(path)
+    assert claim["verdict"] == "reproduced" and json.loads(path.read_text())["claims"] == [claim]
+    (row,) = claims_table(load_claims(path), "[report](docs/evidence/m.md)")
+    assert row == "| c | reproduced | +0.060 [+0.035, +0.085] (3 units) | [report](docs/evidence/m.md) |"
