@@ -80,3 +80,21 @@ def test_continued_pretraining_ends_with_the_downstream_probe_against_the_start(
     for extra in (["--max_steps", "4"], ["--max_steps", "200", "--downstream_probe", "false"]):
         results = run_amos.main(*run_amos.parse_args([*argv, *extra, "--output_dir", str(tmp_path / extra[-1])]))
         assert "probe_end_accuracy" not in results and "Downstream probe" not in capsys.readouterr().out
+
+
+def test_continued_pretraining_defaults_to_its_own_rate_and_a_given_rate_wins(tmp_path):
+    """The paper's 5e-4 is a from-scratch rate: continuing a pretrained encoder (the embedded default, or any
+    --encoder_name_or_path) defaults to CONTINUED_PRETRAINING_RATE; a rate the user gives, on the command line or in
+    a --config file, is kept; from scratch keeps 5e-4."""
+    out = ["--output_dir", str(tmp_path / "out")]
+    assert run_amos.parse_args(out)[2].learning_rate == run_amos.CONTINUED_PRETRAINING_RATE == 2e-5  # the demo
+    assert run_amos.parse_args([*out, "--learning_rate", "1e-4"])[2].learning_rate == 1e-4
+    config = tmp_path / "args.yaml"
+    config.write_text("learning_rate: 3.0e-5\n")
+    assert run_amos.parse_args([*out, "--config", str(config)])[2].learning_rate == 3e-5
+    text = tmp_path / "text.txt"
+    text.write_text("the movie was good\n" * 20)
+    own = run_amos.parse_args([*out, "--train_file", str(text), "--encoder_name_or_path", "my/encoder"])
+    assert own[2].learning_rate == 2e-5
+    scratch = run_amos.parse_args([*out, "--train_file", str(text), "--tokenizer_name", "my/tokenizer"])
+    assert scratch[0].encoder_name_or_path is None and scratch[2].learning_rate == 5e-4

@@ -74,7 +74,9 @@ SETTINGS = {
     # MiniLM on IMDB, 200 steps of 8 blocks of 128 tokens, learning rate 5e-4, evaluation every 50 steps on 64
     # held-out blocks) with the arm's flags and seed; fine-tuning hyper-parameters are fixed for every arm
     "minilm": dict(steps=200, batch=8, block=128, learning_rate=5e-4, eval_every=50, eval_blocks=64,
-                   generator_layers=4, max_documents=2000, run_amos_flags=["--downstream_probe", "false"],
+                   generator_layers=4, max_documents=2000,
+                   # the rate is given: the embedded default's continued-pretraining rate changed after these runs
+                   run_amos_flags=["--downstream_probe", "false", "--learning_rate", "5e-4"],
                    pretrain_seeds=(42, 1, 2), finetune_seeds=(0, 1, 2),
                    finetune=dict(max_train_samples=400, max_eval_samples=200, max_predict_samples=500,
                                  epochs=3, learning_rate=5e-5, batch=16,
@@ -699,7 +701,8 @@ def render_report(json_path: Path, report_path: Path, setting_name: str = "minil
              f"5), lambda 50, tau 0.3, 15% masking; evaluation every {setting['eval_every']} steps on "
              f"{setting['eval_blocks']} held-out blocks (per-head AUCs: each head's samples alone on the same masks). "
              "Each pretraining run is `run_scripts/run_amos.py`'s embedded default with the arm's flags and seed "
-             "(seed 42 of the AMOS arm is exactly `run_amos.py --output_dir X`). "
+             "(seed 42 of the AMOS arm is exactly `run_amos.py --output_dir X --learning_rate 5e-4`, the embedded default "
+             "before the rate grid below set continued pretraining's own rate). "
              "The paper pretrains BERT-base from scratch for 125K steps of 2048 x 512 tokens; this is ~10^-5 of that "
              "budget, on a pretrained encoder, so the claims are tested for direction only.", "",
              f"Downstream: each discriminator fine-tuned with `run_scripts/run_finetune.py` on Rotten Tomatoes and "

@@ -145,10 +145,20 @@ def apply_action_rule(parsed, given, sources) -> None:
     for name in implied:
         setattr(args, name, True)
     setattr(args, IMPLIED_ACTIONS, frozenset(implied))
+    setattr(args, _GIVEN, frozenset(given))
     if not (args.do_train or args.do_eval or args.do_predict or getattr(args, "push_to_hub", False)):
         raise ValueError("TrainingArguments: fields 'do_train', 'do_eval', 'do_predict': nothing to do; pass "
                          "--do_train, --do_eval and/or --do_predict (with a data source, training is on unless "
                          "--do_train false)")
+
+
+_GIVEN = "_hf_aux_given"  # the argument names the user gave (command line, --config or argument file)
+
+
+def given_by_user(args, name: str) -> bool:
+    """Whether the user gave the training argument `name` (on the command line, in a --config or argument file),
+    rather than leaving it at its default or the demo config's value."""
+    return name in getattr(args, _GIVEN, ())
 
 
 def evaluation_implied(args) -> bool:

@@ -45,7 +45,9 @@ class AmosConfig(HubTokenSafeArgsMixin, RunArgsMixin, TrainingArguments):
                 "one more forward per head and evaluation batch."})
     mlm_probability: float = field(default=0.15, metadata={
         "help": "Share of tokens masked for the generator when batches arrive unmasked (§3.1: 0.15)."})
-    learning_rate: float = field(default=5e-4, metadata={"help": "Peak learning rate (Table 5: 5e-4)."})
+    learning_rate: float = field(default=5e-4, metadata={
+        "help": "Peak learning rate (Table 5: 5e-4, pretraining from scratch). hf-aux amos continuing a pretrained "
+                "encoder (--encoder_name_or_path) defaults to 2e-5 instead (docs/amos.md)."})
     adam_beta2: float = field(default=0.98, metadata={"help": "Adam beta2 (Table 5: 0.98)."})
     adam_epsilon: float = field(default=1e-6, metadata={"help": "Adam epsilon (Table 5: 1e-6)."})
     max_grad_norm: float = field(default=2.0, metadata={"help": "Gradient clipping norm (Table 5: 2.0)."})
