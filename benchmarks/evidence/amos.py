@@ -379,7 +379,7 @@ def grid_rows(all_runs: list[dict]) -> list[dict]:
                 continue
             downstream = [r for r in all_runs if r["claim"].startswith("downstream/") and r["variant"] == arm
                           and r.get("setting", "minilm") == name]
-            for pooling in sorted({pooling_of(r) for r in downstream}) or ["cls"]:
+            for pooling in sorted({pooling_of(r) for r in downstream}) or ["-"]:  # not fine-tuned yet
                 row = {"rate": rate, "arm": arm, "pooling": pooling, "units": len(pretrains),
                        "auc": mean_sd([r["value"] for r in pretrains])[0]}
                 for task in TASKS:
