@@ -178,3 +178,32 @@ def test_grid_rows_use_pretraining_runs_as_units_against_minilm():
     assert mean_row["pooling"] == "mean" and mean_row["rotten_tomatoes/units"] == 2
     assert mean_row["rotten_tomatoes/test"][0] == pytest.approx(-0.05)
     assert mean_row["news_outlet/validation"][0] == pytest.approx(-0.03)
+
+
+def test_claims_pair_arms_by_pretraining_run_and_say_when_claim_1_cannot_be_tested():
+    """Claim 3: per pretraining seed, AMOS - ELECTRA with the fine-tuning seeds averaged first (3 units, not 9
+    pairs); claim 1: "not testable here" when the heads' final MLM losses differ by less than their seed-to-seed sd,
+    with the losses in the reason."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.evidence.amos import claims
+
+    runs = []
+    for unit, (amos_shift, losses) in {42: (0.02, (5.40, 5.38, 5.39)), 1: (0.00, (5.20, 5.41, 5.30)),
+                                       2: (0.04, (5.55, 5.35, 5.50))}.items():
+        curve = [{"step": 200, **{f"eval_mlm_loss/layer_{d}": loss for d, loss in zip((2, 3, 4), losses)}}]
+        train = [{"step": 200, "mixture_weight/layer_2": 0.3, "mixture_weight/layer_3": 0.3,
+                  "mixture_weight/layer_4": 0.4}]
+        runs.append({"claim": "pretrain", "variant": "amos", "setting": "minilm", "seed": unit, "value": 0.8,
+                     "mlm_layers": [2, 3, 4], "eval_curve": curve, "train_curve": train})
+        runs.append({"claim": "pretrain", "variant": "electra", "setting": "minilm", "seed": unit, "value": 0.8})
+        for task in ("rotten_tomatoes", "news_outlet"):
+            for seed in (0, 1, 2):
+                runs.append({"claim": f"downstream/{task}", "variant": "electra", "setting": "minilm",
+                             "pretrain_seed": unit, "seed": seed, "value": 0.70 + 0.01 * seed})
+                runs.append({"claim": f"downstream/{task}", "variant": "amos", "setting": "minilm",
+                             "pretrain_seed": unit, "seed": seed, "value": 0.70 + 0.01 * seed + amos_shift})
+    first, rt, news = claims(runs)
+    assert first["verdict"] == "not testable here" and "5.38, 5.38, 5.40" in first["reason"]  # means over runs
+    assert rt["n_units"] == 3 and rt["difference"] == pytest.approx(0.02)  # units +0.02, 0.00, +0.04
+    assert rt["ci95"][0] == pytest.approx(0.02 - 4.302653 * 0.02 / 3 ** 0.5, abs=1e-5)
+    assert rt["verdict"] == "inconclusive" and "cls pooling" in rt["setting"] and news["claim"].endswith("(Table 1)")

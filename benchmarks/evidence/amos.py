@@ -40,12 +40,14 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.evidence.common import (  # noqa: E402
     append_run,
+    claim_record,
     has_run,
     load_runs,
     mean_sd,
     paired_ci,
     run_meta,
     verdict,
+    write_claims,
 )
 
 JSON_PATH = ROOT / "docs" / "evidence" / "amos.json"
@@ -455,6 +457,62 @@ PAPER = {
 }
 
 
+def _setting_label(name: str, pooling: str | None = None) -> str:
+    rate = SETTINGS[name]["learning_rate"] if name in SETTINGS else float(name.split("lr")[-1])
+    return f"continued pretraining of MiniLM at {rate:g}" + (f", fine-tuned reading the {pooling} pooling"
+                                                             if pooling else "")
+
+
+def claims(all_runs: list[dict]) -> list[dict]:
+    """The claims list (../shared/EVIDENCE.md) of the study's runs, one pretraining run = one unit:
+
+    - claim 1 (Fig. 3a, the mixture shifts to the deepest head) is testable only where the heads' final MLM losses
+      differ by more than their seed-to-seed sd (else there is no curriculum to follow); then the deepest head's
+      final weight - 1/K is judged;
+    - claim 3 (Table 1, AMOS fine-tunes better than ELECTRA), per task and per setting (rate, pooling) where both
+      arms have pretraining runs: per pretraining seed, AMOS - ELECTRA with the fine-tuning seeds averaged first."""
+    records = []
+    for name in sorted({r.get("setting", "minilm") for r in all_runs if r["claim"] == "pretrain"}):
+        amos = [r for r in all_runs if r["claim"] == "pretrain" and r["variant"] == "amos"
+                and r.get("setting", "minilm") == name]
+        if len(amos) >= 2 and all(r.get("mlm_layers") for r in amos):
+            layers = amos[0]["mlm_layers"]
+            finals = {d: [r["eval_curve"][-1][f"eval_mlm_loss/layer_{d}"] for r in amos] for d in layers}
+            means = {d: mean_sd(v)[0] for d, v in finals.items()}
+            spread = max(means.values()) - min(means.values())
+            noise = max(mean_sd(v)[1] for v in finals.values())
+            weights = [r["train_curve"][-1][f"mixture_weight/layer_{layers[-1]}"] - 1 / len(layers) for r in amos]
+            reason = None if spread > noise else (
+                f"the heads end equally strong: final MLM losses {', '.join(f'{means[d]:.2f}' for d in layers)} "
+                f"(layers {', '.join(map(str, layers))}) differ by {spread:.3f}, less than their seed-to-seed sd "
+                f"{noise:.3f}, so at {SETTINGS.get(name, {}).get('steps', 200)} steps there is no curriculum to follow")
+            records.append(claim_record("the mixture moves to the deepest generator head (Fig. 3a)", PAPER["claim1"],
+                                        1, "one AMOS pretraining run", weights, reason=reason,
+                                        setting=_setting_label(name),
+                                        measure="deepest head's final mixture weight - 1/K"))
+        for pooling in ("cls", "mean"):
+            for task in TASKS:
+                def by_unit(arm):
+                    units = {}
+                    for r in all_runs:
+                        if r["claim"] == f"downstream/{task}" and r["variant"] == arm and pooling_of(r) == pooling \
+                                and r.get("setting", "minilm") == name:
+                            units.setdefault(r["pretrain_seed"], {})[r["seed"]] = r["value"]
+                    return units
+                amos_units, electra_units = by_unit("amos"), by_unit("electra")
+                differences = []
+                for unit in sorted(set(amos_units) & set(electra_units)):
+                    seeds = sorted(set(amos_units[unit]) & set(electra_units[unit]))
+                    if seeds:
+                        differences.append(sum(amos_units[unit][s] - electra_units[unit][s] for s in seeds) / len(seeds))
+                if differences:
+                    records.append(claim_record(
+                        f"AMOS fine-tunes better than ELECTRA on {task} (Table 1)", PAPER["claim3"].split(";")[0], 1,
+                        "one pretraining run per arm, paired by seed (fine-tuning seeds averaged)", differences,
+                        setting=_setting_label(name, pooling), measure="test accuracy, AMOS - ELECTRA"))
+    return records
+
+
 def _series_mean(curves: list[list[tuple[float, float]]]):
     import numpy as np
 
@@ -676,6 +734,20 @@ def _not_run_lines(runs: list[dict], setting: dict) -> list[str]:
     return lines
 
 
+def claim_lines(records: list[dict]) -> list[str]:
+    """The report's claims table (the same objects as the JSON's claims list)."""
+    lines = ["## Claims and verdicts", "", "One unit = one pretraining run; verdicts follow from the 95% interval over "
+             "units and the paper's predicted sign (../shared/EVIDENCE.md). The `claims` list of amos.json holds the "
+             "same objects.", "", "| claim | setting | units | difference [95% CI] | verdict |", "|---|---|---|---|---|"]
+    for item in records:
+        measured = "-" if item["difference"] is None else f"{item['difference']:+.3f}" + (
+            f" [{item['ci95'][0]:+.3f}, {item['ci95'][1]:+.3f}]" if item["ci95"] else "")
+        why = f" ({item['reason']})" if item.get("reason") else ""
+        lines.append(f"| {item['claim']} | {item['setting']} | {item['n_units']} | {measured} | "
+                     f"{item['verdict']}{why} |")
+    return lines + [""]
+
+
 def render_report(json_path: Path, report_path: Path, setting_name: str = "minilm") -> str:
     # the default setting's study (5e-4) was fine-tuned reading every model's first token: the MiniLM starting point
     # fine-tuned again with its mean pooling (for the grid) is not part of it
@@ -861,6 +933,9 @@ def render_report(json_path: Path, report_path: Path, setting_name: str = "minil
     lines += _not_run_lines(runs, setting)
     if setting_name == "minilm":
         lines += grid_lines(load_runs(json_path))
+        records = claims(load_runs(json_path))
+        write_claims(json_path, records)
+        lines += claim_lines(records)
     lines += ["## How to continue", "",
               "```bash",
               "OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 nice -n 10 \\",
