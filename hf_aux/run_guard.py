@@ -74,7 +74,8 @@ RUN_CONTROL_FIELDS = {
     "save_steps", "save_strategy", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
     "dataloader_prefetch_factor", "token", "cache_dir", "max_eval_samples", "max_predict_samples", "run_name",
     "project", "trackio_space_id", "preprocessing_num_workers", "on_nonfinite", "merge_lora",
-    "local_rank", "ddp_timeout", "log_on_each_node", "license",  # the number of processes is recorded as "processes" instead
+    "local_rank", "ddp_timeout", "log_on_each_node",  # the number of processes is recorded as "processes" instead
+    "license",  # the model card's
 }
 
 
