@@ -118,8 +118,8 @@ def call_hub(operation: str, function, *args, attempts: int | None = None, backo
 
 # Never pushed: intermediate checkpoints (Trainer's `hub_strategy` pushes those itself), TensorBoard event files
 # (unless the run reported to TensorBoard: `push_trainer_output` then pushes runs/, as Trainer's own push does, for
-# the Hub's training-metrics tab), and private or hidden files. Everything else in the output folder (what `save_pretrained` wrote, the
-# training_args.bin, the *_results.json, the model card and its figures) goes up.
+# the Hub's training-metrics tab), and private or hidden files. Everything else in the output folder (what
+# `save_pretrained` wrote, the training_args.bin, the *_results.json, the model card and its figures) goes up.
 PUSH_IGNORE_PATTERNS = ("checkpoint-*", "runs/*", "_*", ".*", "*/.*")
 TENSORBOARD_PATTERN = "runs/*"  # transformers' default TensorBoard folder under output_dir
 

@@ -413,8 +413,8 @@ def grid_lines(all_runs: list[dict]) -> list[str]:
              f"discriminator still learns (final RTD AUC >= {AUC_FLOOR}) and (b) it fine-tunes no worse than MiniLM "
              f"(mean difference >= {MEAN_FLOOR} with the 95% interval's lower end >= {LOWER_FLOOR}). The unit is one "
              "pretraining run (its fine-tuning seeds averaged first); the difference is arm - MiniLM, fine-tuned with "
-             "the same seeds; the rate is chosen on validation, the test column reports it. Pooling: how the fine-tuning "
-             "read each model's sentence (`--pooling auto`), the same on both sides of a difference. `cls` rows are "
+             "the same seeds; the rate is chosen on validation, the test column reports it. Pooling: how the "
+             "fine-tuning read each model's sentence (`--pooling auto`), the same on both sides of a difference. `cls` rows are "
              "from before `MultiTaskModel` read MiniLM through its own mean pooling and before an AMOS output kept "
              "MiniLM's sentence-transformers files (both sides read the first token then); `mean` rows are today's "
              "code (discriminators pretrained before that change got the files afterwards; their weights are "
@@ -504,7 +504,8 @@ def claims(all_runs: list[dict]) -> list[dict]:
                 for unit in sorted(set(amos_units) & set(electra_units)):
                     seeds = sorted(set(amos_units[unit]) & set(electra_units[unit]))
                     if seeds:
-                        differences.append(sum(amos_units[unit][s] - electra_units[unit][s] for s in seeds) / len(seeds))
+                        differences.append(sum(amos_units[unit][s] - electra_units[unit][s] for s in seeds)
+                                           / len(seeds))
                 if differences:
                     records.append(claim_record(
                         f"AMOS fine-tunes better than ELECTRA on {task} (Table 1)", PAPER["claim3"].split(";")[0], 1,
