@@ -1,6 +1,8 @@
 #!/usr/bin/env python
 """Step time of MuppetTrainer against a plain Trainer stepping the same multi-head model over the same sub-batches
-with the same gradient accumulation; with R3F; and with 50 tasks in the mixture against 5.
+with the same gradient accumulation; against the bare minimum (a hand-written loop as tasknet's users would write
+it: the same sampler's sub-batches, the model's own loss, backward, clipping, AdamW, a linear schedule, nothing
+else); with R3F; and with 50 tasks in the mixture against 5.
 
 Each configuration is a real Trainer: one `train()` of warm-up + measured optimizer updates, the time of every
 update taken by a callback (on_step_begin -> on_step_end). Runs are interleaved (A B A B ...), several rounds, and
@@ -114,6 +116,37 @@ def run(kind, tasks, train, tokenizer, args_common, hidden, layers, length):
     return timer.times
 
 
+def run_minimal(tasks, train, tokenizer, args_common, hidden, layers, length):
+    """The bare-minimum loop on a fresh model: per update, the task sampler's next `gradient_accumulation_steps`
+    sub-batches (fetched before the clock starts, as Trainer fetches an update's batches before on_step_begin),
+    each through the model's own loss scaled by 1/accumulation and backward; clipping at max_grad_norm 1.0 (Trainer's
+    default); AdamW; a linear schedule; zero_grad. Returns the time of every update."""
+    from transformers import get_linear_schedule_with_warmup
+
+    model = build(tasks, tokenizer, hidden, layers, length)
+    model.train()
+    data = MultiTaskDataset(train)
+    accumulation, steps = args_common["gradient_accumulation_steps"], args_common["max_steps"]
+    sampler = TaskBatchSampler(data.sizes, args_common["per_device_train_batch_size"], accumulation,
+                               seed=args_common["seed"])
+    loader = iter(torch.utils.data.DataLoader(data, batch_sampler=sampler,
+                                              collate_fn=MultiTaskCollator(tokenizer, model.task_names)))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args_common["learning_rate"])
+    schedule = get_linear_schedule_with_warmup(optimizer, 0, steps)
+    times = []
+    for _ in range(steps):
+        sub_batches = [next(loader) for _ in range(accumulation)]
+        start = time.perf_counter()
+        for inputs in sub_batches:
+            (model(**inputs).loss / accumulation).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - start)
+    return times
+
+
 def update_gflop(kind, tasks, train, tokenizer, args_common, hidden, layers, length) -> float:
     """GFLOPs of one update's forward and backward passes: its first `gradient_accumulation_steps` sub-batches of
     the task sampler's stream (the same for every kind), each through the trainer's own compute_loss."""
@@ -161,16 +194,18 @@ def main():
         tasks = make_tasks(count, max(cli.batch_size, rows // count), cli.length)
         mixtures[count] = (tasks, {t.name: tokenize_task(t, t.dataset, tokenizer, max_length=cli.length + 2)
                                    for t in tasks})
-    times = {"plain": [], "muppet": [], "r3f": [], "muppet50": []}
+    times = {"plain": [], "muppet": [], "r3f": [], "muppet50": [], "minimal": []}
     for _ in range(cli.rounds):
-        for kind in ("plain", "muppet", "r3f", "muppet50"):
+        for kind in ("plain", "muppet", "r3f", "muppet50", "minimal"):
             tasks, train = mixtures[50 if kind == "muppet50" else 5]
-            measured = run("muppet" if kind == "muppet50" else kind, tasks, train, tokenizer, common, cli.hidden,
-                           cli.layers, cli.length)[cli.warmup:]
-            times[kind].extend(measured)
+            runner = run_minimal if kind == "minimal" else (
+                lambda *a: run("muppet" if kind == "muppet50" else kind, *a))
+            times[kind].extend(runner(tasks, train, tokenizer, common, cli.hidden, cli.layers,
+                                      cli.length)[cli.warmup:])
     medians = {k: statistics.median(v) for k, v in times.items()}
     gflop = {kind: update_gflop("muppet" if kind == "muppet50" else kind, *mixtures[50 if kind == "muppet50" else 5],
-                                tokenizer, common, cli.hidden, cli.layers, cli.length) for kind in times}
+                                tokenizer, common, cli.hidden, cli.layers, cli.length)
+             for kind in times if kind != "minimal"}  # the minimal loop runs the plain model's matrix products
     for kind, value in medians.items():
         print(f"{kind:>9}: median {value * 1000:8.1f} ms/update over {len(times[kind])} updates")
     print("GFLOPs per update (forward + backward, matrix products): "
@@ -182,6 +217,8 @@ def main():
               "r3f_flop_ratio": round(gflop["r3f"] / gflop["plain"], 4),
               "tasks50_vs_5_ratio": round(medians["muppet50"] / medians["muppet"], 3), "tasks_goal": 1.05,
               "tasks50_vs_5_flop_ratio": round(gflop["muppet50"] / gflop["muppet"], 4),
+              "muppet_vs_minimal_ratio": round(medians["muppet"] / medians["minimal"], 3), "minimal_goal": 1.03,
+              "muppet_vs_minimal_flop_ratio": round(gflop["muppet"] / gflop["plain"], 4),
               "gflop_per_update": {k: round(v, 4) for k, v in gflop.items()},
               "peak_rss_mb": round(peak_rss_mb(), 1), "load_average": [round(x, 2) for x in os.getloadavg()]}
     print(json.dumps(result))
