@@ -109,7 +109,8 @@ def test_starting_point_rows_pair_by_finetuning_seed_and_average_pretraining_see
     assert abs(low - (-0.100 - half)) < 1.5e-3 and abs(high - (-0.100 + half)) < 1.5e-3
 
 
-def test_claim3_pairs_by_both_seeds_and_the_forest_plot_draws_arms_with_two_pairs(tmp_path):
+def test_claim3_pairs_by_pretraining_run_and_the_forest_plot_draws_arms_with_two_runs(tmp_path):
+    """Units are pretraining runs: within one, only the fine-tuning seeds both arms have count, averaged."""
     sys.path.insert(0, str(ROOT))
     from benchmarks.evidence.amos import _downstream_plot, _paired_with_reference
 
@@ -117,12 +118,13 @@ def test_claim3_pairs_by_both_seeds_and_the_forest_plot_draws_arms_with_two_pair
         return {"claim": f"downstream/{task}", "variant": variant, "pretrain_seed": pretrain_seed, "seed": seed,
                 "value": value}
 
-    runs = [run("amos", 42, 0, 0.60), run("amos", 42, 1, 0.62), run("amos", 1, 0, 0.58),
-            run("electra", 1, 0, 0.55), run("electra", 42, 1, 0.64), run("electra", 2, 0, 0.99),  # no AMOS pair
+    runs = [run("amos", 42, 0, 0.60), run("amos", 42, 1, 0.62), run("amos", 42, 2, 0.70), run("amos", 1, 0, 0.58),
+            run("electra", 1, 0, 0.55), run("electra", 42, 1, 0.64), run("electra", 42, 2, 0.66),
+            run("electra", 2, 0, 0.99),  # no AMOS run of pretraining seed 2
             run("uniform", 42, 0, 0.61)]
     task_runs = [r for r in runs if r["claim"] == "downstream/rotten_tomatoes"]
-    keys, arm, reference = _paired_with_reference(task_runs, "electra")
-    assert keys == [(1, 0), (42, 1)] and arm == [0.55, 0.64] and reference == [0.58, 0.62]
+    units, arm, reference = _paired_with_reference(task_runs, "electra")
+    assert units == [1, 42] and arm == pytest.approx([0.55, 0.65]) and reference == pytest.approx([0.58, 0.66])
     assert _downstream_plot(runs, tmp_path / "forest.png") and (tmp_path / "forest.png").stat().st_size > 0
     assert not _downstream_plot([r for r in runs if r["variant"] != "electra"], tmp_path / "none.png")
     assert not (tmp_path / "none.png").exists()  # uniform has one pair: no interval to draw
