@@ -65,6 +65,8 @@ def install_hub_timeouts(connect: float | None = None, read: float | None = None
     import httpx2
     from huggingface_hub.utils import _http
 
+    global _installed
+    _installed = (connect, read)
     timeout = httpx2.Timeout(read if read is not None else HUB_READ_TIMEOUT,
                              connect=connect if connect is not None else HUB_CONNECT_TIMEOUT)
 
@@ -76,17 +78,19 @@ def install_hub_timeouts(connect: float | None = None, read: float | None = None
     huggingface_hub.set_client_factory(client_with_timeouts)
 
 
+_installed: tuple = (None, None)  # the timeouts install_hub_timeouts last gave the client (None: the default)
 install_hub_timeouts()
 
 
 @contextmanager
 def hub_timeouts(connect: float, read: float):
-    """Other connect/read timeouts for the Hub calls inside the block (then the defaults again)."""
+    """Other connect/read timeouts for the Hub calls inside the block (then the ones installed before)."""
+    before = _installed
     install_hub_timeouts(connect, read)
     try:
         yield
     finally:
-        install_hub_timeouts()
+        install_hub_timeouts(*before)
 
 
 def _is_transient(error: BaseException) -> bool:
@@ -345,7 +349,8 @@ def create_hub_repo(args) -> str:
 # ---- after training: the output folder -------------------------------------------------------------------------
 def push_trainer_output(trainer, commit_message: str = "End of training") -> huggingface_hub.CommitInfo | None:
     """Push `trainer.args.output_dir` (`push_folder_to_hub`: model, tokenizer, card, figures, results, TensorBoard
-    logs when reported to; no checkpoint-* folders) to `hub_model_id` with the arguments' token, privacy and revision. Checkpoint pushes
+    logs when reported to; no checkpoint-* folders) to `hub_model_id` with the arguments' token, privacy and
+    revision. Checkpoint pushes
     made during training (`hub_strategy`) that failed are logged first. Main process only; returns the commit."""
     args = trainer.args
     if not trainer.is_world_process_zero():

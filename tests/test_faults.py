@@ -697,6 +697,16 @@ def test_a_silent_hub_fails_a_fresh_run_within_30_seconds_with_the_default_timeo
     assert not (tmp_path / "out").exists()
 
 
+def test_the_start_bound_gives_back_the_timeouts_installed_before():
+    hub_module.install_hub_timeouts(connect=1.0, read=2.0)
+    try:
+        with hub_module.hub_timeouts(6.0, 7.5):
+            assert hub_module._installed == (6.0, 7.5)
+        assert hub_module._installed == (1.0, 2.0)  # not the module defaults
+    finally:
+        hub_module.install_hub_timeouts()
+
+
 def test_a_refused_token_is_not_retried(local_hub, quick_hub_timeouts, tmp_path, tiny_dir):
     local_hub.accept_only("hf_another_token")
     with pytest.raises(HubPushError, match=r"\(create_repo\).*rejected the token \(401"):
