@@ -156,9 +156,14 @@ class TaskSpec:
 
     def provenance(self) -> tuple[str | None, str | None]:
         """(the Hub dataset id the data came from, else None; where other data came from, for a model card):
-        local files by name, in-memory data (a demo task, built from a pip package's files) as such."""
-        if self.dataset_name:
+        local files or a local dataset folder by name, in-memory data (a demo task, built from a pip package's
+        files) as such."""
+        from .hub import hub_id_or_none
+
+        if hub_id_or_none(self.dataset_name):
             return self.dataset_name, None
+        if self.dataset_name:
+            return None, f"local dataset: {Path(self.dataset_name).name}"
         if self.data_files:
             files = self.data_files.values() if isinstance(self.data_files, dict) else [self.data_files]
             return None, "local data: " + ", ".join(sorted({Path(str(f)).name for f in files}))

@@ -149,3 +149,22 @@ def test_one_reader_builds_a_task_from_a_task_file_a_mixture_of_one_or_data_file
     assert task_from_data_files("t", "classification", files, label_splits=("train",)).label_names == ["neg", "pos"]
     with pytest.raises(ValueError, match=r"--train_file: validation file .*nope.jsonl' does not exist"):
         task_from_data_files("t", "classification", {"validation": str(data / "nope.jsonl")}, where="--train_file")
+
+
+def test_provenance_names_a_hub_dataset_only_when_the_data_came_from_the_hub(tmp_path):
+    """What a model card may link as a Hub dataset: a Hub id; a local dataset folder, local files and in-memory
+    data are named by their source instead."""
+    import datasets
+
+    from hf_aux.task_spec import TaskSpec
+
+    assert TaskSpec("a", "classification", num_labels=2, dataset_name="user/reviews").provenance() == \
+        ("user/reviews", None)
+    (tmp_path / "reviews").mkdir()
+    assert TaskSpec("b", "classification", num_labels=2, dataset_name=str(tmp_path / "reviews")).provenance() == \
+        (None, "local dataset: reviews")
+    files = {"train": str(tmp_path / "t.jsonl"), "validation": str(tmp_path / "v.jsonl")}
+    assert TaskSpec("c", "classification", num_labels=2, data_files=files).provenance() == \
+        (None, "local data: t.jsonl, v.jsonl")
+    memory = TaskSpec("d", "classification", num_labels=2, dataset=datasets.Dataset.from_list([{"text": "x", "label": 0}]))
+    assert memory.provenance()[0] is None and memory.provenance()[1].startswith("in-memory data")

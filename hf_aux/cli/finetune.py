@@ -392,17 +392,16 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 def write_model_card(trainer, task, model_args: ModelArguments, results: dict, reused_head: bool) -> None:
     """README.md (hf_aux's fine-tuning card: the task's validation or test metrics in the model-index) and
     loss_curve.png in the output folder."""
-    from ..hub import hub_id_or_none
     from ..model_card import (TaskSummary, base_model_license, body_pipeline_tag, card_base_model,
                               hyperparameters_from_args, plot_loss_curves, render_model_card, task_metrics)
     from ..modeling.pooling import describe_pooling
 
     output_dir = trainer.args.output_dir
     split, metrics = task_metrics(results)
+    dataset, source = task.provenance()
     summary = TaskSummary(task.name, task.kind, train_size=results.get("train_examples"),
                           eval_size=results.get("eval_samples" if split == "validation" else "test_samples"),
-                          metrics=metrics, dataset=hub_id_or_none(task.dataset_name), split=split,
-                          source=None if hub_id_or_none(task.dataset_name) else task.provenance()[1])
+                          metrics=metrics, dataset=dataset, split=split, source=source)
     figures = {}
     try:
         plot_loss_curves(trainer.state.log_history, os.path.join(output_dir, "loss_curve.png"))
