@@ -66,11 +66,19 @@ def weights(folder: Path) -> dict:
     return tensors
 
 
-def assert_same_weights(a: Path, b: Path, atol: float) -> None:
+# The multiple-choice head scores each choice with out_proj and takes a softmax over the choices, which a bias shared
+# by every choice cannot change: the bias's gradient is zero in exact arithmetic, so what it gets is rounding noise
+# that Adam scales up to learning-rate-sized steps, and its sign follows the order of the additions (how the batch is
+# split over processes). It is compared only where the additions run in the same order (same process layout).
+NO_GRADIENT = ("multitask_heads.safetensors:multiple_choice_head.out_proj.bias",)
+
+
+def assert_same_weights(a: Path, b: Path, atol: float, same_layout: bool = True) -> None:
     left, right = weights(a), weights(b)
     assert left.keys() == right.keys()
     for name in left:
-        torch.testing.assert_close(left[name], right[name], atol=atol, rtol=0, msg=name)
+        if same_layout or name not in NO_GRADIENT:
+            torch.testing.assert_close(left[name], right[name], atol=atol, rtol=0, msg=name)
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +151,7 @@ def test_two_processes_equal_one_process_with_twice_the_accumulation(uninterrupt
     out = tmp_path / "one"
     done = run([sys.executable, str(ROOT / "run_scripts" / "run_muppet.py"), *muppet_args(data, out, 4)])
     assert done.returncode == 0, output(done)[-6000:]
-    assert_same_weights(uninterrupted, out, atol=1e-5)
+    assert_same_weights(uninterrupted, out, atol=1e-5, same_layout=False)
 
 
 def _wait_for(path: Path, process: subprocess.Popen, timeout: float = 240) -> None:
