@@ -40,8 +40,8 @@ from hf_aux.data import (
     special_tokens_mask_for,
 )
 from hf_aux.demo import demo_unlabelled_text, minilm_path
-from hf_aux.losses.amos import rtd_labels, rtd_loss
-from hf_aux.modeling.amos import AmosModel, AmosModelConfig
+from hf_aux.amos.losses import rtd_labels, rtd_loss
+from hf_aux.amos.model import AmosModel, AmosModelConfig
 
 
 def encoder(hidden, layers, vocab, seq):

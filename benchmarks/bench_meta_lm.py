@@ -97,15 +97,15 @@ def real_data(opts):
     text: unlabelled blocks of `--length` tokens from the demo's Wikipedia and IMDB text
     (hf_aux.demo.demo_unlabelled_text), the labelled side the demo's rotten_tomatoes task, MiniLM's tokenizer
     (vocabulary 30,522), as run_meta_lm.py does for real text. moons: the paper's Two Moons data (§4.2,
-    hf_aux.two_moons: 16 sorted points per sequence, vocabulary 512, the 160-point finetune set)."""
+    hf_aux.meta_lm.two_moons: 16 sorted points per sequence, vocabulary 512, the 160-point finetune set)."""
     from datasets import Dataset
     from transformers import AutoTokenizer
 
     from hf_aux.data import group_texts_for_mlm
-    from hf_aux.modeling.teacher import add_meta_lm_tokens
+    from hf_aux.meta_lm.teacher import add_meta_lm_tokens
 
     if opts.data == "moons":
-        from hf_aux.two_moons import TASK_NAME, two_moons_data, two_moons_tokenizer
+        from hf_aux.meta_lm.two_moons import TASK_NAME, two_moons_data, two_moons_tokenizer
 
         tok = two_moons_tokenizer()
         moons = two_moons_data(num_unlabelled=256, finetune_size=160, seed=0)
@@ -129,8 +129,8 @@ def real_data(opts):
 def build(kind: str, opts, data):
     from transformers import AutoModelForMaskedLM, BertConfig
 
-    from hf_aux.modeling.teacher import MetaLMTeacher
-    from hf_aux.trainers.meta_lm import MetaLMConfig, MetaLMTrainer
+    from hf_aux.meta_lm.teacher import MetaLMTeacher
+    from hf_aux.meta_lm.trainer import MetaLMConfig, MetaLMTrainer
 
     tok, unlabelled, labelled = data
     config = BertConfig(vocab_size=len(tok), hidden_size=opts.hidden, num_hidden_layers=opts.layers,

@@ -43,7 +43,7 @@ from hf_aux.data import MultiTaskCollator, tokenize_task  # noqa: E402
 from hf_aux.modeling.multitask import MultiTaskModelConfig, MultiTaskModel  # noqa: E402
 from hf_aux.sampling import MultiTaskDataset, TaskBatchSampler  # noqa: E402
 from hf_aux.tasks import TaskSpec  # noqa: E402
-from hf_aux.trainers.muppet import MuppetConfig, MuppetTrainer  # noqa: E402
+from hf_aux.muppet.trainer import MuppetConfig, MuppetTrainer  # noqa: E402
 
 WORDS = "good bad movie film great terrible fun boring love hate the a story plot actor".split()
 

@@ -53,9 +53,9 @@ from transformers import (
 
 from hf_aux.data import group_texts_for_mlm, tokenize_task
 from hf_aux.demo import demo_task, demo_unlabelled_text, minilm_path
-from hf_aux.modeling.tartan import TartanModel
+from hf_aux.tartan.model import TartanModel
 from hf_aux.tasks import load_task_splits
-from hf_aux.trainers.tartan import TartanConfig, TartanTrainer
+from hf_aux.tartan.trainer import TartanConfig, TartanTrainer
 
 MMAP_THRESHOLD = "131072"  # bytes: every tensor above 128 KiB gets its own mapping, returned to the system on free
 

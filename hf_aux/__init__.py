@@ -16,18 +16,23 @@ from ._versions import check_versions
 
 check_versions()
 
-# public name -> submodule that defines it
+from .registry import methods
+
+# public name -> submodule that defines it: the shared names here, each method's from its record
+# (hf_aux/<method>/__init__.py, `hf_aux.registry`)
 _LAZY_NAMES: dict[str, str] = {
-    "LoraArguments": "cli.arguments",
-    "TokenSafeTrainingArguments": "training_args",
+    "LoraArguments": "lora_settings",
+    "TokenSafeTrainingArguments": "base_config",
+    "AuxTrainer": "base_trainer",
     **dict.fromkeys(
         ["MLMCollator", "MultiTaskCollator", "TokenizedTask", "group_texts_for_mlm", "mask_tokens_for_mlm",
          "tokenize_task"],
         "data",
     ),
+    "HubTokenSafeArgsMixin": "base_config",
     **dict.fromkeys(
-        ["HubDownloadError", "HubPushError", "HubTokenSafeArgsMixin",
-         "create_hub_repo", "explain_hub_errors", "push_folder_to_hub", "push_trainer_output"],
+        ["HubDownloadError", "HubPushError", "create_hub_repo", "explain_hub_errors", "push_folder_to_hub",
+         "push_trainer_output"],
         "hub",
     ),
     **dict.fromkeys(
@@ -37,18 +42,11 @@ _LAZY_NAMES: dict[str, str] = {
         "metrics",
     ),
     **dict.fromkeys(["TaskSummary", "render_model_card"], "model_card"),
-    **dict.fromkeys(["AmosGenerator", "AmosGeneratorConfig", "AmosModel", "AmosModelConfig"], "modeling.amos"),
     **dict.fromkeys(["MultiTaskConfig", "MultiTaskModelConfig", "MultiTaskModel", "MultiTaskOutput"],
                     "modeling.multitask"),  # MultiTaskConfig: deprecated name of MultiTaskModelConfig
-    "TartanModel": "modeling.tartan",
-    **dict.fromkeys(["MetaLMTeacher", "MetaLMTeacherConfig", "MetaLMTokens", "add_meta_lm_tokens"],
-                    "modeling.teacher"),
     **dict.fromkeys(["MultiTaskDataset", "TaskBatchSampler"], "sampling"),
     **dict.fromkeys(["TASK_KINDS", "TaskSpec", "load_mixture", "load_task_splits"], "tasks"),
-    **dict.fromkeys(["AmosConfig", "AmosTrainer"], "trainers.amos"),
-    **dict.fromkeys(["MetaLMCollator", "MetaLMConfig", "MetaLMTrainer"], "trainers.meta_lm"),
-    **dict.fromkeys(["MuppetConfig", "MuppetTrainer"], "trainers.muppet"),
-    **dict.fromkeys(["TartanConfig", "TartanTrainer"], "trainers.tartan"),
+    **{name: f"{record.package}.{module}" for record in methods() for name, module in record.exports.items()},
 }
 
 # The demo data (hf_aux.demo: demo_task, demo_mixture, demo_unlabelled_text, DEMO_TASK_NAMES) needs the `demo`
@@ -70,24 +68,29 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY_NAMES))
 
 
-if TYPE_CHECKING:  # static analysers and IDEs see the real imports
-    from .cli.arguments import LoraArguments
-    from .training_args import TokenSafeTrainingArguments
+if TYPE_CHECKING:  # static analysers and IDEs see the real imports (tests/test_import.py: the same names)
+    from .amos.config import AmosConfig
+    from .amos.model import AmosGenerator, AmosGeneratorConfig, AmosModel, AmosModelConfig
+    from .amos.trainer import AmosTrainer
+    from .base_config import HubTokenSafeArgsMixin, TokenSafeTrainingArguments
+    from .base_trainer import AuxTrainer
     from .data import (MLMCollator, MultiTaskCollator, TokenizedTask, group_texts_for_mlm, mask_tokens_for_mlm,
                        tokenize_task)
-    from .hub import (HubDownloadError, HubPushError, HubTokenSafeArgsMixin,
-                      create_hub_repo, explain_hub_errors, push_folder_to_hub, push_trainer_output)
+    from .lora_settings import LoraArguments
+    from .hub import (HubDownloadError, HubPushError, create_hub_repo, explain_hub_errors, push_folder_to_hub,
+                      push_trainer_output)
+    from .meta_lm.config import MetaLMConfig
+    from .meta_lm.teacher import MetaLMTeacher, MetaLMTeacherConfig, MetaLMTokens, add_meta_lm_tokens
+    from .meta_lm.trainer import MetaLMCollator, MetaLMTrainer
     from .metrics import (PRIMARY_METRIC, classification_metrics, compute_task_metrics, majority_baseline,
                           multiple_choice_metrics, postprocess_qa_predictions, qa_metrics, regression_metrics,
                           rouge_metrics)
     from .model_card import TaskSummary, render_model_card
-    from .modeling.amos import AmosGenerator, AmosGeneratorConfig, AmosModel, AmosModelConfig
     from .modeling.multitask import MultiTaskConfig, MultiTaskModel, MultiTaskModelConfig, MultiTaskOutput
-    from .modeling.tartan import TartanModel
-    from .modeling.teacher import MetaLMTeacher, MetaLMTeacherConfig, MetaLMTokens, add_meta_lm_tokens
+    from .muppet.config import MuppetConfig
+    from .muppet.trainer import MuppetTrainer
     from .sampling import MultiTaskDataset, TaskBatchSampler
+    from .tartan.config import TartanConfig
+    from .tartan.model import TartanModel
+    from .tartan.trainer import TartanTrainer
     from .tasks import TASK_KINDS, TaskSpec, load_mixture, load_task_splits
-    from .trainers.amos import AmosConfig, AmosTrainer
-    from .trainers.meta_lm import MetaLMCollator, MetaLMConfig, MetaLMTrainer
-    from .trainers.muppet import MuppetConfig, MuppetTrainer
-    from .trainers.tartan import TartanConfig, TartanTrainer

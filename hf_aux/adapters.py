@@ -9,8 +9,8 @@ Checkpoint files of a LoRA body are peft's own: adapter_config.json + adapter_mo
 folder)` restores the adapted body without hf_aux. The frozen base weights are not written: loading needs the
 base model (`base_model_name_or_path` in adapter_config.json, or given explicitly).
 
-`LoraArguments` (defined in hf_aux.cli.arguments, importable here) holds the flags `--use_lora --lora_r --lora_alpha --lora_dropout
---lora_target_modules --merge_lora`.
+`LoraArguments` (defined in hf_aux.lora_settings, importable here) holds the settings (the commands' flags
+`--use_lora --lora_r --lora_alpha --lora_dropout --lora_target_modules --merge_lora`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from peft.utils import load_peft_weights
 from safetensors.torch import save_file
 from torch import nn
 
-from .cli.arguments import MERGED_SUBFOLDER, LoraArguments  # noqa: F401  (the flags; kept importable here)
+from .lora_settings import MERGED_SUBFOLDER, LoraArguments  # noqa: F401  (the settings; importable here too)
 
 
 def merged_subfolder(output_dir: str) -> str | None:

@@ -43,7 +43,7 @@ def group_texts_for_mlm(dataset, tokenizer: PreTrainedTokenizerBase, text_column
                           num_proc=num_proc, desc="Grouping texts into MLM blocks")
     if len(grouped) == 0:
         raise ValueError(f"MLM text: field 'block_size': the text holds fewer than {block_size} tokens in all, not "
-                         "one block; give more text or a smaller block size (--max_seq_length / --block_size)")
+                         "one block; give more text or a smaller block_size")
     return grouped
 
 

@@ -20,7 +20,6 @@ for pushing.
 
 from __future__ import annotations
 
-import copy
 import fnmatch
 import json
 import logging
@@ -136,41 +135,7 @@ def push_ignore_patterns(report_to) -> tuple[str, ...]:
     return PUSH_IGNORE_PATTERNS
 
 
-def _is_token_field(name: str) -> bool:
-    return name.endswith("_token")
-
-
-class HubTokenSafeArgsMixin:
-    """Mixin for `TrainingArguments` subclasses: fields ending in `_token` (`hub_token`) are never pickled.
-
-    Put it first among the bases::
-
-        @dataclass
-        class MuppetConfig(HubTokenSafeArgsMixin, TrainingArguments):
-            ...
-
-    `torch.save(args)` (Trainer's `training_args.bin`, in the final folder and in every checkpoint) then stores
-    `hub_token=None`; the live object keeps its token, and so do `copy.copy`/`copy.deepcopy` of it (Trainer's
-    hyper-parameter search copies the arguments and pushes with the copy). An unpickled copy has no token: it pushes
-    with the stored login (`hf auth login`) or `HF_TOKEN`, like arguments given no `--hub_token`.
-    """
-
-    def __getstate__(self) -> dict:
-        return {name: (None if _is_token_field(name) else value) for name, value in self.__dict__.items()}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-
-    def __copy__(self):
-        clone = self.__class__.__new__(self.__class__)
-        clone.__dict__.update(self.__dict__)
-        return clone
-
-    def __deepcopy__(self, memo: dict):
-        clone = self.__class__.__new__(self.__class__)
-        memo[id(self)] = clone
-        clone.__dict__.update(copy.deepcopy(self.__dict__, memo))
-        return clone
+from .base_config import HubTokenSafeArgsMixin  # noqa: E402,F401  (defined with the base config; importable here)
 
 
 class HubPushError(RuntimeError):
@@ -211,7 +176,7 @@ def _describe_reason(error: Exception, repo_id: str, endpoint: str, read_timeout
     if isinstance(error, HfHubHTTPError) and error.response is not None:
         status = error.response.status_code
         if status == 401:
-            return f"{endpoint} rejected the token (401 Unauthorized): pass a valid write token with --hub_token " \
+            return f"{endpoint} rejected the token (401 Unauthorized): pass a valid write token (hub_token) " \
                    "or log in with `hf auth login`"
         if status == 403:
             return f"the token may not write to {repo_id} (403 Forbidden)"
@@ -337,9 +302,9 @@ def create_hub_repo(args) -> str:
                            repo_id, token=args.hub_token, private=args.hub_private_repo, exist_ok=True, attempts=2,
                            backoff=HUB_START_BOUND / 30)
     except Exception as error:  # re-raised below with what failed
-        message = (f"--push_to_hub: could not create or reach the repository {endpoint}/{repo_id} (create_repo): "
+        message = (f"push_to_hub: could not create or reach the repository {endpoint}/{repo_id} (create_repo): "
                    f"{_describe_failure(error, repo_id, endpoint, read)}. Nothing was trained or changed; the files in "
-                   f"{args.output_dir} are intact. Fix the Hub access, or run without --push_to_hub and push later "
+                   f"{args.output_dir} are intact. Fix the Hub access, or run without push_to_hub and push later "
                    f"with `hf upload {repo_id} {args.output_dir}`.")
         logger.error(message)
         raise HubPushError(message) from error
@@ -394,18 +359,9 @@ def forget_push(output_dir: str | os.PathLike) -> None:
 
 
 # ---- during training: exactly one push path ----------------------------------------------------------------------
-def take_over_pushes(trainer) -> None:
-    """Make hf_aux's token-checked pushes the only ones of a `--push_to_hub` run: Trainer's own upload in
-    `save_model` is deferred to the end of the run (`push_trainer_output`, after evaluation, metrics and the card
-    are written), and its checkpoint uploads (`hub_strategy`) go through `push_checkpoint`. No public Trainer hook
-    can stop Trainer's own pushes, so the two methods are replaced on this instance."""
-    if not trainer.args.push_to_hub:
-        return
-    trainer.push_to_hub = lambda *args, **kwargs: logger.info(
-        "Trainer.push_to_hub deferred: hf_aux pushes the output folder at the end of the run")
-    trainer._push_from_checkpoint = lambda checkpoint_folder: push_checkpoint(trainer, checkpoint_folder)
-
-
+# With `defer_hub_pushes` (hf_aux.base_trainer.AuxTrainer; the hf-aux commands set it), Trainer's own upload in
+# `save_model` waits for the end of the run (`push_trainer_output`, after evaluation, metrics and the card are
+# written), and its checkpoint uploads (`hub_strategy`) go through `push_checkpoint`.
 def push_checkpoint(trainer, checkpoint_folder: str) -> None:
     """Push a checkpoint per `hub_strategy` ('checkpoint': to last-checkpoint/, 'all_checkpoints': to checkpoint-N/,
     'every_save': its files at the top), token-checked like the final push. A failure is logged and stops the

@@ -1,11 +1,12 @@
-"""Model cards for hf_aux checkpoints, rendered from the Jinja templates in `model_cards/` (shipped in the wheel as
-the package `hf_aux.model_cards`), plus the figures they show.
+"""Model cards for hf_aux checkpoints, rendered from the Jinja templates in `model_cards/` (a top-level folder of
+the repository, shipped in the wheel as the package `hf_aux.model_cards`; `_template_root` below is the one loader).
+The figures the cards show are drawn by `hf_aux.plots`.
 
 One function, `render_model_card`, builds every method's card: YAML metadata through
 `huggingface_hub.ModelCardData` (library_name, base_model, tags with `hf_aux` and the method, datasets, a
 `model-index` of the per-task metrics), then the method's template, which extends the shared `_base.md`.
-Every trainer's `create_model_card` is `ModelCardMixin`'s: the trainer declares its method's card (name, tags,
-paper, template) and supplies its tasks and figures; see the README's Hub section.
+Every trainer's `create_model_card` is `ModelCardMixin`'s: the method's record (`hf_aux.registry.Method`) gives
+the card's name, tags, paper and template; the trainer supplies its tasks and figures; see docs/hub.md.
 """
 
 from __future__ import annotations
@@ -23,88 +24,20 @@ from pathlib import Path
 import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from .base_config import RUN_CONTROL_FIELDS
+from .plots import plot_loss_curves
+from .registry import Method, Paper, method as method_record, methods
+
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Paper:
-    title: str
-    authors: str
-    venue: str
-    year: int | None
-    arxiv_id: str | None
-    bibtex: str
-    url: str
+# Each method's card (its paper, its name in the card's prose, its template) is declared once, in its record
+# (`hf_aux.registry`, hf_aux/<method>/__init__.py); the trainers' cards and `render_model_card` read it there.
+# `hf-aux finetune` follows MUPPET's downstream protocol (§4 head re-use, §5.3 low-resource fractions) and writes
+# its checkpoint format, so its record cites that paper. The two views below are kept for callers.
+PAPERS = {record.package: record.paper for record in methods()}
+METHOD_NAMES = {record.package: record.card_name for record in methods()}
 
-
-MUPPET_PAPER = Paper(
-    title="Muppet: Massive Multi-task Representations with Pre-Finetuning",
-    authors="Armen Aghajanyan, Anchit Gupta, Akshat Shrivastava, Xilun Chen, Luke Zettlemoyer, Sonal Gupta",
-    venue="EMNLP 2021", year=2021, arxiv_id="2101.11038", url="https://arxiv.org/abs/2101.11038",
-    bibtex="""@inproceedings{aghajanyan2021muppet,
-  title         = {Muppet: Massive Multi-task Representations with Pre-Finetuning},
-  author        = {Aghajanyan, Armen and Gupta, Anchit and Shrivastava, Akshat and Chen, Xilun and
-                   Zettlemoyer, Luke and Gupta, Sonal},
-  booktitle     = {Proceedings of the 2021 Conference on Empirical Methods in Natural Language Processing},
-  year          = {2021},
-  eprint        = {2101.11038},
-  archivePrefix = {arXiv}
-}""",
-)
-AMOS_PAPER = Paper(
-    title="Pretraining Text Encoders with Adversarial Mixture of Training Signal Generators",
-    authors="Yu Meng, Chenyan Xiong, Payal Bajaj, Saurabh Tiwary, Paul Bennett, Jiawei Han, Xia Song",
-    venue="ICLR 2022", year=2022, arxiv_id="2204.03243", url="https://arxiv.org/abs/2204.03243",
-    bibtex="""@inproceedings{meng2022amos,
-  title         = {Pretraining Text Encoders with Adversarial Mixture of Training Signal Generators},
-  author        = {Meng, Yu and Xiong, Chenyan and Bajaj, Payal and Tiwary, Saurabh and Bennett, Paul and
-                   Han, Jiawei and Song, Xia},
-  booktitle     = {International Conference on Learning Representations},
-  year          = {2022},
-  eprint        = {2204.03243},
-  archivePrefix = {arXiv}
-}""",
-)
-TARTAN_PAPER = Paper(
-    title="Should We Be Pre-training? An Argument for End-task Aware Training as an Alternative",
-    authors="Lucio M. Dery, Paul Michel, Ameet Talwalkar, Graham Neubig",
-    venue="ICLR 2022", year=2022, arxiv_id="2109.07437", url="https://arxiv.org/abs/2109.07437",
-    bibtex="""@inproceedings{dery2022tartan,
-  title         = {Should We Be Pre-training? An Argument for End-task Aware Training as an Alternative},
-  author        = {Dery, Lucio M. and Michel, Paul and Talwalkar, Ameet and Neubig, Graham},
-  booktitle     = {International Conference on Learning Representations},
-  year          = {2022},
-  eprint        = {2109.07437},
-  archivePrefix = {arXiv}
-}""",
-)
-# A Stanford project report with no arXiv version; its code is github.com/jeffdshen/MetaLMO.
-META_LM_PAPER = Paper(
-    title="Meta-learning a Language Modeling Objective",
-    authors="Jeffrey Shen",
-    venue="project report, Stanford University", year=None, arxiv_id=None,
-    url="https://github.com/jeffdshen/MetaLMO",
-    bibtex="""@misc{shen_metalmo,
-  title        = {Meta-learning a Language Modeling Objective},
-  author       = {Shen, Jeffrey},
-  howpublished = {Project report, Stanford University},
-  note         = {Code: \\url{https://github.com/jeffdshen/MetaLMO}}
-}""",
-)
-
-# The card of each method by its short name (its template's name): the trainers declare theirs as class attributes
-# (`ModelCardMixin`); run_finetune.py follows MUPPET's downstream protocol (§4 head re-use, §5.3 low-resource
-# fractions) and writes its checkpoint format, so its card cites that paper.
-PAPERS = {"muppet": MUPPET_PAPER, "amos": AMOS_PAPER, "tartan": TARTAN_PAPER, "meta_lm": META_LM_PAPER,
-          "finetune": MUPPET_PAPER}
-
-METHOD_NAMES = {
-    "muppet": "MUPPET pre-finetuning",
-    "amos": "AMOS",
-    "tartan": "TARTAN",
-    "meta_lm": "a meta-learned language-modelling objective (teacher-student)",
-    "finetune": "single-task fine-tuning (run_finetune.py, MUPPET's downstream protocol)",
-}
 
 # The Hub's task type for each task kind: hf_aux.tasks.TASK_KINDS plus the pretraining objectives.
 TASK_TYPES = {
@@ -118,19 +51,11 @@ TASK_TYPES = {
 }
 
 # Base TrainingArguments fields always shown in a card; every field a method's config adds is shown too, and any
-# other base field only when it differs from its default (minus the ones below, which describe the machine, paths
-# or logging rather than the training).
+# other base field only when it differs from its default; never the run-control fields (hf_aux.base_config), which
+# describe the machine, paths, logging or the Hub rather than the training.
 KEY_TRAINING_FIELDS = (
     "learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs", "max_steps",
     "lr_scheduler_type", "warmup_steps", "weight_decay", "optim", "max_grad_norm", "seed", "bf16", "fp16",
-)
-NOT_HYPERPARAMETERS = (
-    "accelerator_config", "output_dir", "logging_dir", "run_name", "report_to", "overwrite_output_dir", "do_train", "do_eval",
-    "do_predict", "resume_from_checkpoint", "save_strategy", "save_steps", "save_total_limit", "logging_steps",
-    "logging_strategy", "logging_first_step", "eval_steps", "disable_tqdm", "dataloader_num_workers",
-    "dataloader_pin_memory", "per_device_eval_batch_size", "eval_strategy", "push_to_hub", "hub_model_id",
-    "hub_strategy", "hub_private_repo", "hub_always_push", "hub_revision", "use_cpu", "local_rank",
-    "trackio_space_id", "project",
 )
 
 LOSS_CURVE_PNG = "loss_curve.png"
@@ -194,7 +119,7 @@ def hyperparameters_from_args(args) -> dict:
     base_fields = {f.name: f for f in dataclasses.fields(TrainingArguments) if f.init}
     chosen = {}
     for name, value in values.items():
-        if name.endswith("_token") or name in NOT_HYPERPARAMETERS:
+        if name.endswith("_token") or name in RUN_CONTROL_FIELDS:
             continue
         if name not in base_fields or name in KEY_TRAINING_FIELDS:
             chosen[name] = value
@@ -349,10 +274,12 @@ def render_model_card(
     Only tasks whose data came from a Hub dataset (`TaskSummary.dataset`) enter the model-index, whose dataset ids
     the Hub links; the others' metrics are in the card's task table with their `source`.
     """
-    if method not in PAPERS:
-        raise ValueError(f"Unknown method {method!r} for a model card; expected one of {list(PAPERS)}")
+    try:
+        record = method_record(method)
+    except ValueError:
+        raise ValueError(f"Unknown method {method!r} for a model card; expected one of {list(PAPERS)}") from None
     return render_declared_card(
-        template_file=f"{method}.md", name=METHOD_NAMES[method], tag_names=("hf_aux", method), paper=PAPERS[method],
+        template_file=record.card_template, name=record.card_name, tag_names=record.tags, paper=record.paper,
         model_name=model_name, base_model=base_model, datasets=datasets, tasks=tasks,
         hyperparameters=hyperparameters, figures=figures, versions=versions, model_id=model_id,
         auto_class=auto_class, hf_aux_class=hf_aux_class, license=license, language=language, tags=tags,
@@ -410,20 +337,17 @@ def _as_list(value) -> list:
 
 
 class ModelCardMixin:
-    """The one `create_model_card` of hf_aux's trainers (put it before `Trainer` in the bases).
+    """The one `create_model_card` of hf_aux's trainers (the base trainer, `hf_aux.base_trainer.AuxTrainer`, has it).
 
-    A trainer declares its card as class attributes, as trl's trainers do: `_name` (the method in the card's
-    prose), `_tag_names` (Hub tags), `_paper` (a `Paper`: title, arXiv id, BibTeX), `_template_file` (in
-    model_cards/), `_auto_class` / `_hf_aux_class` (what loads the checkpoint). It supplies only what a run adds:
-    `_card_tasks` (the `TaskSummary` list, from the log history or `create_model_card`'s extra keyword
-    arguments), `_card_figures` (PNGs it draws into the output folder, file -> caption), and `_card_details` for
-    anything else the card says (notes, adapter, another auto class, extra tags). Writes README.md in
-    `args.output_dir` on the main process; Trainer.push_to_hub calls it too."""
+    A trainer names its method's record as the class attribute `_method` (`hf_aux.registry.Method`: the method's
+    name in the card's prose, its paper, its template in model_cards/, its Hub tags), and declares what loads its
+    checkpoint: `_auto_class` / `_hf_aux_class`. It supplies only what a run adds: `_card_tasks` (the
+    `TaskSummary` list, from the log history or `create_model_card`'s extra keyword arguments), `_card_figures`
+    (PNGs it draws into the output folder, file -> caption), and `_card_details` for anything else the card says
+    (notes, adapter, another auto class, extra tags). Writes README.md in `args.output_dir` on the main process;
+    Trainer.push_to_hub calls it too."""
 
-    _name: str
-    _tag_names: tuple = ("hf_aux",)
-    _paper: Paper
-    _template_file: str
+    _method: Method | None = None
     _auto_class: str = "AutoModel"
     _hf_aux_class: str | None = None
     _pipeline_tag: str | None = "feature-extraction"  # an encoder body at the top level (body_pipeline_tag)
@@ -435,6 +359,10 @@ class ModelCardMixin:
         `dataset_tags`: Hub dataset ids of the training data; `tags`: extra Hub tags; `model_name`: the card's
         name (default: the output folder's); `license`: default, the one the base model states. Other keyword
         arguments go to the trainer's `_card_tasks`."""
+        if getattr(self, "_method", None) is None:  # the base trainer used as it is: Trainer's own card
+            return super().create_model_card(language=language, license=license, tags=tags, model_name=model_name,
+                                             finetuned_from=finetuned_from, tasks=tasks, dataset_tags=dataset_tags,
+                                             dataset=dataset, dataset_args=dataset_args, **kwargs)
         if not self.is_world_process_zero():
             return
         output_dir = self.args.output_dir
@@ -447,7 +375,8 @@ class ModelCardMixin:
                    "pipeline_tag": pipeline_tag, **self._card_details()}
         started_from = self._card_base_model(finetuned_from)
         card = render_declared_card(
-            template_file=self._template_file, name=self._name, tag_names=self._tag_names, paper=self._paper,
+            template_file=self._method.card_template, name=self._method.card_name, tag_names=self._method.tags,
+            paper=self._method.paper,
             model_name=model_name or os.path.basename(os.path.abspath(output_dir)),
             model_id=self.args.hub_model_id or None, base_model=card_base_model(started_from),
             datasets=datasets, tasks=self._card_tasks(datasets, **kwargs),
@@ -481,185 +410,3 @@ class ModelCardMixin:
         except ValueError:  # nothing logged yet
             return {}
         return {LOSS_CURVE_PNG: caption}
-
-
-# ---- figures ----------------------------------------------------------------------------------------------------
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display needed, safe in workers and on servers
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _is_loss_key(name: str) -> bool:
-    """'loss', 'eval_loss', 'rtd_loss', 'loss_sst2', 'mlm_loss/layer_4': a word of the key is 'loss'. Not
-    'train_loss', the run's mean that Trainer logs once at the end."""
-    return name != "train_loss" and "loss" in name.replace("/", "_").split("_")
-
-
-def logged_series(log_history: list[dict], prefix: str) -> dict[str, list[tuple[float, float]]]:
-    """From `trainer.state.log_history`, every finite value logged under a key starting with `prefix`, as
-    {rest of the key: [(step, value), ...]}: e.g. prefix "mixture_weight/" gives AMOS's mixture weight per head."""
-    series: dict[str, list[tuple[float, float]]] = {}
-    for entry in log_history:
-        step = entry.get("step")
-        for name, value in entry.items():
-            if step is not None and name.startswith(prefix) and isinstance(value, (int, float)) \
-                    and math.isfinite(value):
-                series.setdefault(name[len(prefix):], []).append((step, float(value)))
-    return series
-
-
-MAX_SERIES_PER_PANEL = 6  # more lines than this in one panel cannot be told apart at the card's size
-
-
-def _series_family(name: str, keys: tuple = ("loss", "eval_loss")) -> str:
-    """Which panel a logged key belongs to: the overall `keys` -> '', 'loss/<task>' -> 'loss/',
-    'eval_<task>_loss' -> 'eval_<task>_loss', a trainer's other named loss parts ('rtd_loss', 'meta_loss', ...) ->
-    'parts' (their own panel: they are often on another scale than the total they add up to)."""
-    if name in keys:
-        return ""
-    if "/" in name:
-        return name.split("/", 1)[0] + "/"
-    if name.startswith("eval_") and name.endswith("_loss") and name != "eval_loss":
-        return "eval_<task>_loss"
-    return "parts"
-
-
-def loss_panels(series: dict[str, list[tuple[float, float]]], keys: tuple = ("loss", "eval_loss"),
-                title: str = "Loss") -> list[tuple[str, dict[str, list[tuple[float, float]]]]]:
-    """Split loss series into panels a person can read: the overall panel first (`keys`), then the trainer's other
-    named loss parts ('rtd_loss', ...), then one panel per family of per-task keys ('loss/<task>',
-    'eval_<task>_loss', ...), none with more than `MAX_SERIES_PER_PANEL` series (a larger family is cut into several
-    panels, '(1/3)' ...)."""
-    families: dict[str, dict[str, list[tuple[float, float]]]] = {"": {}}
-    for name in [k for k in keys if k in series] + sorted(k for k in series if k not in keys):
-        families.setdefault(_series_family(name, keys), {})[name] = series[name]
-    panels = []
-    # overall, parts, training families ('loss/' first), then evaluation families ('eval_mlm_loss/' after 'mlm_loss/')
-    order = sorted(families, key=lambda f: (f != "", f != "parts", f.startswith("eval_"), f != "loss/", f))
-    for family in order:
-        members = families[family]
-        if not members:
-            continue
-        label = f"{title}: {_FAMILY_TITLES.get(family, family + '*' if family.endswith('/') else family)}" \
-            if family else title
-        panels.extend(_chunked(label, {_task_of(name, family): points for name, points in members.items()}))
-    return panels
-
-
-_FAMILY_TITLES = {"loss/": "training loss per task", "eval_<task>_loss": "evaluation loss per task",
-                  "parts": "loss parts"}
-
-
-def _task_of(name: str, family: str) -> str:
-    """The legend label of a per-task key: the task's name alone ('loss/imdb' and 'eval_imdb_loss' -> 'imdb')."""
-    if family.endswith("/"):
-        return name[len(family):] or name
-    if family == "eval_<task>_loss":
-        return name[len("eval_"):-len("_loss")]
-    return name
-
-
-def _chunked(label: str, series: dict) -> list[tuple[str, dict]]:
-    names = list(series)
-    size = math.ceil(len(names) / math.ceil(len(names) / MAX_SERIES_PER_PANEL))  # balanced: 9 -> 5 + 4, not 6 + 3
-    chunks = [names[i:i + size] for i in range(0, len(names), size)]
-    if len(chunks) == 1:
-        return [(label, series)]
-    return [(f"{label} ({i}/{len(chunks)})", {name: series[name] for name in chunk})
-            for i, chunk in enumerate(chunks, 1)]
-
-
-def plot_loss_curves(log_history: list[dict], path: str | os.PathLike, keys: tuple = ("loss", "eval_loss"),
-                     title: str = "Loss", exclude_prefixes: tuple = ()) -> Path:
-    """Plot the losses logged in `trainer.state.log_history` against the step and save a PNG at `path`.
-
-    Every logged loss is drawn (a key with "loss" as one of its words: the training loss, the evaluation loss, and
-    per-task or per-objective losses a trainer logs, e.g. "loss/sst2", "rtd_loss", "eval_imdb_loss"), in small
-    multiples: the overall losses (`keys`) in one panel, a trainer's other named loss parts in the next, each family
-    of per-task losses in panels of its own,
-    at most `MAX_SERIES_PER_PANEL` lines a panel, legends beside the axes. Keys starting with one of
-    `exclude_prefixes` are left out (e.g. MUPPET's "scaled_loss/": the same curves as "loss/", rescaled).
-    Raises ValueError when nothing loss-like was logged.
-    """
-    series: dict[str, list[tuple[float, float]]] = {}
-    for entry in log_history:
-        step = entry.get("step")
-        if step is None:
-            continue
-        for name, value in entry.items():
-            if _is_loss_key(name) and isinstance(value, (int, float)) and math.isfinite(value) \
-                    and not name.startswith(exclude_prefixes):
-                series.setdefault(name, []).append((step, float(value)))
-    if not series:
-        raise ValueError("No loss was logged: trainer.state.log_history has no entry with a '*loss' key and a step")
-    panels = loss_panels(series, keys, title)
-    # the overall panel holds the objective as optimised (MUPPET's is eq. 1-scaled, unitless); the parts and
-    # per-task losses are cross entropies in nats (a regression task's, MSE in its label's units)
-    return plot_panels(panels, path, ylabel={name: "loss" if name == title else "loss (nats)" for name, _ in panels})
-
-
-def plot_weights_over_time(series: dict[str, list[tuple[float, float]]], path: str | os.PathLike,
-                           title: str = "Weights over training", ylabel: str = "weight",
-                           xlabel: str = "optimizer step") -> Path:
-    """Plot named series of (step, value) pairs, e.g. TARTAN's task weights or AMOS's mixture weights, to a PNG
-    (several panels when there are more than `MAX_SERIES_PER_PANEL` series)."""
-    if not series or not any(series.values()):
-        raise ValueError(f"Nothing to plot for {title!r}: every series is empty")
-    return plot_panels(_chunked(title, series), path, ylabel=ylabel, xlabel=xlabel)
-
-
-def one_value_per_step(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """(step, value) pairs sorted by step, the later of two values logged at one step kept."""
-    return sorted(dict(points).items())
-
-
-def plot_panels(panels: list[tuple[str, dict[str, list[tuple[float, float]]]]], path: str | os.PathLike,
-                ylabel: str | dict[str, str], xlabel: str = "optimizer step",
-                ylim: dict[str, tuple[float, float]] | None = None) -> Path:
-    """Draw each (title, {name: [(step, value), ...]}) as its own panel, two columns at most, each panel's legend
-    outside its axes on the right, and save a PNG at `path`. `ylabel`: one label, or one per panel title. A series
-    logged twice at one step (an evaluation at the last step, then the run's closing evaluate()) keeps its later
-    value, so no vertical jump is drawn at that step. `ylim`: fixed y ranges of some panels, by title (others
-    scale to their data)."""
-    panels = [(title, {name: points for name, points in series.items() if points}) for title, series in panels]
-    panels = [(title, series) for title, series in panels if series]
-    if not panels:
-        raise ValueError("Nothing to plot: every series is empty")
-    plt = _pyplot()
-    from matplotlib.ticker import MaxNLocator
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    columns = 1 if len(panels) == 1 else 2
-    rows = math.ceil(len(panels) / columns)
-    figure, grid = plt.subplots(rows, columns, figsize=(6.4 * columns, 3.2 * rows), dpi=100, squeeze=False,
-                                layout="constrained")
-    try:
-        for axes, (title, series) in zip(grid.flat, panels):
-            for name, points in series.items():
-                steps, values = zip(*one_value_per_step(points))
-                axes.plot(steps, values, label=name, marker="o" if len(steps) < 20 else None, markersize=3)
-            axes.set_xlabel(xlabel)
-            steps_drawn = {step for points in series.values() for step, _ in points}
-            if len(steps_drawn) == 1:  # e.g. one closing evaluation: one tick at its step, not 5.68 ... 6.32
-                (only,) = steps_drawn
-                axes.set_xlim(only - 1, only + 1)
-                axes.set_xticks([only])
-            else:
-                axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-            axes.set_ylabel(ylabel if isinstance(ylabel, str) else ylabel[title])
-            if ylim and title in ylim:
-                axes.set_ylim(*ylim[title])
-            axes.set_title(title, fontsize="medium")
-            axes.grid(alpha=0.3)
-            axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-        for axes in list(grid.flat)[len(panels):]:
-            axes.set_visible(False)
-        figure.savefig(path, format="png")
-    finally:
-        plt.close(figure)
-    return path

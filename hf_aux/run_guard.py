@@ -54,7 +54,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .nonfinite import NonFiniteArgsMixin
+from .base_config import RUN_CONTROL_FIELDS, RunArgsMixin  # noqa: F401  (RunArgsMixin: importable here too)
 
 logger = logging.getLogger(__name__)
 
@@ -64,31 +64,6 @@ INCOMPLETE_DIR = "_incomplete_checkpoints"
 FINAL_MODEL_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                      "adapter_model.safetensors")
 TORCH_PICKLES = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin", "scaler.pt")
-# arguments that do not change what a run trains (and may differ between a run and its resumption)
-RUN_CONTROL_FIELDS = {
-    "output_dir", "logging_dir", "overwrite_output_dir", "resume_from_checkpoint", "do_eval", "do_predict",
-    "push_to_hub", "hub_model_id", "hub_strategy", "hub_token", "hub_private_repo", "hub_always_push",
-    "hub_revision", "report_to", "disable_tqdm", "log_level", "log_level_replica", "logging_strategy",
-    "logging_steps", "logging_first_step", "logging_nan_inf_filter", "per_device_eval_batch_size",
-    "eval_strategy", "eval_steps", "eval_delay", "eval_accumulation_steps", "eval_on_start", "save_total_limit",
-    "save_steps", "save_strategy", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
-    "dataloader_prefetch_factor", "token", "cache_dir", "max_eval_samples", "max_predict_samples", "run_name",
-    "project", "trackio_space_id", "preprocessing_num_workers", "on_nonfinite", "merge_lora",
-    "local_rank", "ddp_timeout", "log_on_each_node",  # the number of processes is recorded as "processes" instead
-    "license",  # the model card's
-}
-
-
-@dataclass
-class RunArgsMixin(NonFiniteArgsMixin):
-    """hf_aux's run settings, mixed into every hf_aux `TrainingArguments` subclass (before TrainingArguments
-    among the bases): `overwrite_output_dir` (run_glue's flag, which transformers 5 dropped) and `on_nonfinite`."""
-
-    overwrite_output_dir: bool = field(default=False, metadata={
-        "help": "Replace a finished or interrupted run of another configuration in output_dir (its checkpoints "
-                "are removed). Without it such a folder is refused, and the same configuration resumes."})
-
-
 # changing only these continues a run from its last checkpoint (train it for longer); anything else is another run
 EXTENSION_FIELDS = ("max_steps", "num_train_epochs")
 
@@ -444,8 +419,13 @@ class GuardedRun:
     def attach(self, trainer) -> None:
         """Just before training: record the run's configuration in the output folder (nothing is written there
         when the run fails earlier), install the SIGINT/SIGTERM handling (InterruptCallback), and make hf_aux's
-        token-checked push the only one (hf_aux.hub.take_over_pushes)."""
-        from .hub import forget_push, take_over_pushes
+        token-checked push the only one (`AuxTrainer.defer_hub_pushes`: the commands push once, at the end)."""
+        from .base_trainer import AuxTrainer
+        from .hub import forget_push
+
+        if not isinstance(trainer, AuxTrainer):
+            raise TypeError(f"hf_aux's run guard needs an hf_aux trainer (hf_aux.AuxTrainer or a method's trainer), "
+                            f"got {type(trainer).__name__}")
 
         for path in self.replaced_checkpoints:  # --overwrite_output_dir: the earlier run's, once nothing failed
             shutil.rmtree(path, ignore_errors=True)
@@ -460,7 +440,7 @@ class GuardedRun:
                 json.dumps({"configuration": self.configuration}, indent=1, sort_keys=True))
         if not any(isinstance(c, InterruptCallback) for c in trainer.callback_handler.callbacks):
             trainer.add_callback(InterruptCallback())
-        take_over_pushes(trainer)
+        trainer.defer_hub_pushes = bool(trainer.args.push_to_hub)
 
     def release(self) -> None:
         if self.lock is not None:

@@ -27,10 +27,11 @@ from .validation import (check_text_cells, infer_class_labels, infer_task_kind, 
 # --------------------------------------------------------------------------------------------------------------
 
 
-def load_mixture(path: str | os.PathLike) -> list[TaskSpec]:
+def load_mixture(path: str | os.PathLike, max_train_samples: int | None = None,
+                 max_eval_samples: int | None = None) -> list[TaskSpec]:
     """Read a mixture file: ``tasks:`` is a list whose entries are TaskSpec fields, or ``{demo: <name>}`` for a
     built-in demo task (hf_aux.demo, needs the `demo` extra). Relative `data_files` resolve against the file's
-    folder."""
+    folder. `max_train_samples` / `max_eval_samples`: caps for the tasks whose entry sets none."""
     path = Path(path)
     content = read_structured_file(path, "mixture file")
     entries = content.get("tasks") if isinstance(content, dict) else None
@@ -38,6 +39,9 @@ def load_mixture(path: str | os.PathLike) -> list[TaskSpec]:
         raise ValueError(f"mixture file {str(path)!r}: needs a non-empty list under 'tasks'")
     tasks = [task_from_entry(entry, path.parent) for entry in entries]
     check_unique_names(tasks)
+    for task in tasks:
+        task.max_train_samples = task.max_train_samples or max_train_samples
+        task.max_eval_samples = task.max_eval_samples or max_eval_samples
     return tasks
 
 
@@ -76,26 +80,27 @@ def _described_by_data(entry: dict) -> dict:
     return entry
 
 
-def task_from_file(path: str | os.PathLike, name: str | None = None) -> TaskSpec:
+def task_from_file(path: str | os.PathLike, name: str | None = None, where: str = "task file") -> TaskSpec:
     """The one task of a task file: a TaskSpec mapping, ``{demo: <name>, ...}``, or a mixture file (``tasks:``)
-    holding exactly one task; renamed to `name` when given."""
+    holding exactly one task; renamed to `name` when given. `where` names the file's owner in errors (a command
+    names its flag)."""
     file = Path(path)
-    content = read_structured_file(file, "DataTrainingArguments: field 'task_file'")
+    content = read_structured_file(file, where)
     if isinstance(content, dict) and "tasks" in content:
         tasks = load_mixture(file)
         if len(tasks) != 1:
-            raise ValueError(f"DataTrainingArguments: field 'task_file': {str(path)!r} holds {len(tasks)} tasks "
+            raise ValueError(f"{where}: {str(path)!r} holds {len(tasks)} tasks "
                              f"({[t.name for t in tasks]}); fine-tuning takes exactly one")
         task = tasks[0]
     elif isinstance(content, dict):
         task = task_from_entry(content, file.parent)
     else:
-        raise ValueError(f"DataTrainingArguments: field 'task_file': {str(path)!r} must hold a mapping")
+        raise ValueError(f"{where}: {str(path)!r} must hold a mapping")
     return dataclasses.replace(task, name=name) if name and name != task.name else task
 
 
 def task_from_data_files(name: str, kind: str, files: dict[str, str], columns: dict | None = None,
-                         label_splits: tuple[str, ...] | None = None, labels_hint: str = "--task_label_names",
+                         label_splits: tuple[str, ...] | None = None, labels_hint: str = "label_names or num_labels",
                          where: str | None = None, **options) -> TaskSpec:
     """A task from local data files (split -> path) with its columns (TaskSpec fields such as text_columns,
     label_column, label_names, num_labels). A classification task without label_names/num_labels reads its
@@ -116,10 +121,12 @@ def task_from_data_files(name: str, kind: str, files: dict[str, str], columns: d
 
 def task_from_hub(dataset_name: str, kind: str, dataset_config: str | None = None, name: str | None = None,
                   columns: dict | None = None, label_splits: tuple[str, ...] | None = None,
-                  labels_hint: str = "--task_label_names", **options) -> TaskSpec:
+                  labels_hint: str = "label_names or num_labels", owner: str = "task_from_hub",
+                  **options) -> TaskSpec:
     """A task from a Hub dataset id (or dataset folder); its name defaults to the dataset's. A classification task
     without label_names/num_labels takes its classes from a ClassLabel feature, else from the data (the splits
-    `label_splits`, default: every split)."""
+    `label_splits`, default: every split). `owner` names the caller in errors (`owner: field 'dataset_name'`; a
+    command names its argument dataclass), `labels_hint` what gives the classes (a command names its flags)."""
     import datasets
 
     from .hub import explain_hub_errors
@@ -128,14 +135,14 @@ def task_from_hub(dataset_name: str, kind: str, dataset_config: str | None = Non
     spec = {"name": name, "kind": kind, "dataset_name": dataset_name, "dataset_config": dataset_config,
             **(columns or {}), **options}
     if kind == "classification" and spec.get("label_names") is None and spec.get("num_labels") is None:
-        with explain_hub_errors("DataTrainingArguments", "dataset_name", dataset_name):
+        with explain_hub_errors(owner, "dataset_name", dataset_name):
             raw = datasets.load_dataset(dataset_name, dataset_config)
         if label_splits is not None:
             raw = datasets.DatasetDict({split: raw[split] for split in label_splits if split in raw})
         label_column = spec.get("label_column", "label")
         first = next(iter(raw.values()))
         if label_column not in first.column_names:
-            raise ValueError(f"DataTrainingArguments: field 'label_column': {label_column!r} is not a column of "
+            raise ValueError(f"{owner}: field 'label_column': {label_column!r} is not a column of "
                              f"{dataset_name} ({first.column_names})")
         feature = first.features[label_column]
         if isinstance(feature, datasets.ClassLabel):

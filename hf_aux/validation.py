@@ -273,7 +273,7 @@ def check_corpus(dataset, text_column: str, where: str, split: str = "train") ->
     fine unless every line is blank)."""
     if text_column not in dataset.column_names:
         raise ValueError(f"{where}: column {text_column!r} not in the {split} text; columns are "
-                         f"{dataset.column_names} (set --text_column_name)")
+                         f"{dataset.column_names} (name the column that holds the text)")
     check_text_cells(dataset[text_column], where, text_column, split, max_empty_share=1.0)
 
 
@@ -285,4 +285,4 @@ def check_holdout_split(size: int, percentage: float, where: str, what: str = "d
     if size < 2 or size - held_out < 1:
         raise ValueError(f"{where}: the text has {size} {what}, too few to hold out validation_split_percentage="
                          f"{percentage}% of them and train on the rest; give more text, a validation file, or "
-                         "--validation_split_percentage 0")
+                         "a validation_split_percentage of 0")

@@ -41,14 +41,14 @@ The output folder holds the discriminator as a plain checkpoint
 (ElectraForPreTraining / AutoModel / AutoModelForSequenceClassification) and the generator in generator/.
 
 The same command is installed as `hf-aux amos` (`hf-aux amos --help` lists every flag); both call
-hf_aux.cli.amos.main. Without --dataset_name / --train_file the demo config hf_aux/cli/configs/amos.yaml supplies
+hf_aux.amos.command.main. Without --dataset_name / --train_file the demo config hf_aux/amos/demo.yaml supplies
 the defaults, and any flag overrides them (e.g. --output_dir X --max_steps 4); `--config my.yaml` adds your own
 defaults between the two (a data source in it switches the demo config off):
 
     python run_scripts/run_amos.py --config my.yaml --output_dir runs/x --max_steps 100
 """
 
-from hf_aux.cli.amos import main, parse_args  # noqa: F401  (parse_args: for callers that import this script)
+from hf_aux.amos.command import main, parse_args  # noqa: F401  (parse_args: for callers that import this script)
 from hf_aux.run_guard import run_command
 
 if __name__ == "__main__":

@@ -59,15 +59,15 @@ with the same --output_dir continues from its last complete checkpoint-*; the he
 checkpoint's multitask_heads.safetensors.
 
 The same command is installed as `hf-aux finetune` (`hf-aux finetune --help` lists every flag); both call
-hf_aux.cli.finetune.main. Without a task source (--demo_task, --task_file, --dataset_name or data files) the demo
-config hf_aux/cli/configs/finetune.yaml supplies the defaults, and any flag overrides them (e.g. --output_dir X
+hf_aux.finetune.command.main. Without a task source (--demo_task, --task_file, --dataset_name or data files) the demo
+config hf_aux/finetune/demo.yaml supplies the defaults, and any flag overrides them (e.g. --output_dir X
 --max_steps 4); `--config my.yaml` adds your own defaults between the two (a data source in it switches the demo
 config off):
 
     python run_scripts/run_finetune.py --config my.yaml --output_dir runs/x --max_steps 100
 """
 
-from hf_aux.cli.finetune import main, parse_args  # noqa: F401  (parse_args: for callers that import this script)
+from hf_aux.finetune.command import main, parse_args  # noqa: F401  (parse_args: for callers that import this script)
 from hf_aux.run_guard import run_command
 
 if __name__ == "__main__":

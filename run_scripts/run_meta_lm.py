@@ -32,14 +32,14 @@ writes a model card (README.md, loss_curve.png) into the output folder; --push_t
     python run_scripts/run_meta_lm.py --output_dir /tmp/meta-lm-moons --push_to_hub --hub_model_id me/meta-lm-moons
 
 The same command is installed as `hf-aux meta-lm` (`hf-aux meta-lm --help` lists every flag); both call
-hf_aux.cli.meta_lm.main. Without --two_moons, --train_file, --dataset_name or --mixture the demo config
-hf_aux/cli/configs/meta_lm.yaml supplies the defaults, and any flag overrides them (e.g. --output_dir X --max_steps
+hf_aux.meta_lm.command.main. Without --two_moons, --train_file, --dataset_name or --mixture the demo config
+hf_aux/meta_lm/demo.yaml supplies the defaults, and any flag overrides them (e.g. --output_dir X --max_steps
 4); `--config my.yaml` adds your own defaults between the two (a data source in it switches the demo config off):
 
     python run_scripts/run_meta_lm.py --config my.yaml --output_dir runs/x --max_steps 100
 """
 
-from hf_aux.cli.meta_lm import main, parse_args  # noqa: F401  (parse_args: for callers that import this script)
+from hf_aux.meta_lm.command import main, parse_args  # noqa: F401  (parse_args: for callers that import this script)
 from hf_aux.run_guard import run_command
 
 if __name__ == "__main__":

@@ -26,14 +26,14 @@ The LoRA output folder loads with MultiTaskModel.from_pretrained(output_dir) (th
 in adapter_config.json); output_dir/merged with AutoModel.from_pretrained alone.
 
 The same command is installed as `hf-aux muppet` (`hf-aux muppet --help` lists every flag); both call
-hf_aux.cli.muppet.main. Without --mixture_file the demo config hf_aux/cli/configs/muppet.yaml supplies the defaults,
+hf_aux.muppet.command.main. Without --mixture_file the demo config hf_aux/muppet/demo.yaml supplies the defaults,
 and any flag overrides them (e.g. --output_dir X --max_steps 4); `--config my.yaml` adds your own defaults between
 the two (a data source in it switches the demo config off):
 
     python run_scripts/run_muppet.py --config my.yaml --output_dir runs/x --max_steps 100
 """
 
-from hf_aux.cli.muppet import main, parse_args  # noqa: F401  (parse_args: for callers that import this script)
+from hf_aux.muppet.command import main, parse_args  # noqa: F401  (parse_args: for callers that import this script)
 from hf_aux.run_guard import run_command
 
 if __name__ == "__main__":

@@ -58,14 +58,14 @@ re-running with the same --output_dir continues from its last complete checkpoin
 included).
 
 The same command is installed as `hf-aux tartan` (`hf-aux tartan --help` lists every flag); both call
-hf_aux.cli.tartan.main. Without --demo_task, --train_file or --dataset_name the demo config
-hf_aux/cli/configs/tartan.yaml supplies the defaults, and any flag overrides them (e.g. --output_dir X --max_steps
+hf_aux.tartan.command.main. Without --demo_task, --train_file or --dataset_name the demo config
+hf_aux/tartan/demo.yaml supplies the defaults, and any flag overrides them (e.g. --output_dir X --max_steps
 4); `--config my.yaml` adds your own defaults between the two (a data source in it switches the demo config off):
 
     python run_scripts/run_tartan.py --config my.yaml --output_dir runs/x --max_steps 100
 """
 
-from hf_aux.cli.tartan import main, parse_args  # noqa: F401  (parse_args: for callers that import this script)
+from hf_aux.tartan.command import main, parse_args  # noqa: F401  (parse_args: for callers that import this script)
 from hf_aux.run_guard import run_command
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ def common_args(out: str, options) -> dict:
 
 def make_muppet(out, options):
     from hf_aux.modeling.multitask import MultiTaskModelConfig, MultiTaskModel
-    from hf_aux.trainers.muppet import MuppetConfig, MuppetTrainer
+    from hf_aux.muppet.trainer import MuppetConfig, MuppetTrainer
 
     tokenizer = tiny_tokenizer()
     labels = lambda n, k, s: torch.randint(k, (n,), generator=torch.Generator().manual_seed(s)).tolist()  # noqa: E731
@@ -73,8 +73,8 @@ def make_muppet(out, options):
 
 
 def make_amos(out, options):
-    from hf_aux.modeling.amos import AmosModel, AmosModelConfig
-    from hf_aux.trainers.amos import AmosConfig, AmosTrainer
+    from hf_aux.amos.model import AmosModel, AmosModelConfig
+    from hf_aux.amos.trainer import AmosConfig, AmosTrainer
 
     tokenizer = tiny_tokenizer()
     torch.manual_seed(0)
@@ -88,8 +88,8 @@ def make_amos(out, options):
 
 
 def make_tartan(out, options):
-    from hf_aux.modeling.tartan import TartanModel
-    from hf_aux.trainers.tartan import TartanConfig, TartanTrainer
+    from hf_aux.tartan.model import TartanModel
+    from hf_aux.tartan.trainer import TartanConfig, TartanTrainer
 
     tokenizer = tiny_tokenizer()
 
@@ -116,8 +116,8 @@ def make_tartan(out, options):
 
 
 def make_meta_lm(out, options):
-    from hf_aux.modeling.teacher import add_meta_lm_tokens
-    from hf_aux.trainers.meta_lm import MetaLMConfig, MetaLMTrainer
+    from hf_aux.meta_lm.teacher import add_meta_lm_tokens
+    from hf_aux.meta_lm.trainer import MetaLMConfig, MetaLMTrainer
 
     tokenizer = tiny_tokenizer()
     add_meta_lm_tokens(tokenizer, ["sent"], num_labels=2)

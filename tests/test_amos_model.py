@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from tiny import tiny_config, tiny_tokenizer
 
 from hf_aux.data import MLMCollator
-from hf_aux.losses.amos import (
+from hf_aux.amos.losses import (
     gumbel_softmax_sample,
     layer_switch_index,
     mix_head_logits,
@@ -18,7 +18,7 @@ from hf_aux.losses.amos import (
     rtd_labels,
     rtd_loss,
 )
-from hf_aux.modeling.amos import AmosGeneratorConfig, AmosModel, AmosModelConfig
+from hf_aux.amos.model import AmosGeneratorConfig, AmosModel, AmosModelConfig
 
 TEXTS = [
     "the movie was really good and the plot was great fun to watch",

@@ -9,10 +9,10 @@ from peft import LoraConfig, get_peft_model
 from tiny import tiny_config, tiny_tokenizer
 
 import hf_aux.distributed
-import hf_aux.trainers.amos as amos_trainer
+import hf_aux.amos.trainer as amos_trainer
 from hf_aux.data import MLMCollator, group_texts_for_mlm
-from hf_aux.modeling.amos import AmosModel, AmosModelConfig
-from hf_aux.trainers.amos import AmosConfig, AmosTrainer
+from hf_aux.amos.model import AmosModel, AmosModelConfig
+from hf_aux.amos.trainer import AmosConfig, AmosTrainer
 
 SENTENCES = ["the movie was really good and the plot was great fun", "a terrible film with a boring story",
              "she said hello to the cat and the dog in the rain today", "what a great story about paris"]
@@ -142,12 +142,14 @@ def test_fsdp_is_refused_at_start_naming_amos_and_ddp(data, tmp_path):
 
 def test_sharding_resolved_by_accelerate_is_refused_too(data, tmp_path, monkeypatch):
     """A FSDP config given to `accelerate launch` shows in the trainer's flags, not in the args."""
-    original = amos_trainer.Trainer.create_accelerator_and_postprocess
+    from transformers import Trainer
+
+    original = Trainer.create_accelerator_and_postprocess
 
     def with_fsdp(self):
         original(self)
         self.is_fsdp_enabled = True
-    monkeypatch.setattr(amos_trainer.Trainer, "create_accelerator_and_postprocess", with_fsdp)
+    monkeypatch.setattr(Trainer, "create_accelerator_and_postprocess", with_fsdp)
     with pytest.raises(ValueError, match="AmosTrainer: AMOS.*FSDP.*use DDP"):
         make_trainer(data, tmp_path)
 

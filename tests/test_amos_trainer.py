@@ -11,8 +11,8 @@ from datasets import Dataset
 from tiny import tiny_config, tiny_tokenizer
 
 from hf_aux.data import group_texts_for_mlm
-from hf_aux.modeling.amos import AmosModel, AmosModelConfig
-from hf_aux.trainers.amos import AmosConfig, AmosTrainer
+from hf_aux.amos.model import AmosModel, AmosModelConfig
+from hf_aux.amos.trainer import AmosConfig, AmosTrainer
 
 SENTENCES = [
     "the movie was really good and the plot was great fun",
@@ -81,7 +81,7 @@ def test_rtd_histogram_and_logged_auc_match_sklearn(tmp_path):
     up to the bin width, and the histogram counts only non-pad tokens, split by label."""
     from sklearn.metrics import roc_auc_score
 
-    from hf_aux.losses.amos import RTD_HISTOGRAM_BINS, rtd_logit_histogram
+    from hf_aux.amos.losses import RTD_HISTOGRAM_BINS, rtd_logit_histogram
     from hf_aux.metrics import binned_auc
 
     logits = torch.tensor([[-3.0, 0.0, 0.01, 40.0], [-0.5, 1.0, 2.0, -50.0]])

@@ -20,7 +20,7 @@ from tiny import command_args, write_command_data
 from transformers import HfArgumentParser, TrainingArguments
 
 from hf_aux.cli import parse_command_line
-from hf_aux.cli.command import COMMANDS
+from hf_aux.registry import by_command, methods
 from hf_aux.demo import minilm_path
 from hf_aux.model_card import PACKAGED_MINILM_HUB_ID, card_base_model
 from hf_aux.run_guard import RUN_CONFIG_NAME, guard_output_dir, run_configuration
@@ -33,8 +33,8 @@ QUIET = ["--report_to", "none", "--disable_tqdm", "true", "--use_cpu", "--loggin
 
 @functools.cache
 def script_module(script):
-    """What run_scripts/<script>.py calls: hf_aux.cli.<method>."""
-    return importlib.import_module(f"hf_aux.cli.{script[4:]}")
+    """What run_scripts/<script>.py calls: hf_aux.<method>.command."""
+    return importlib.import_module(f"hf_aux.{script[4:]}.command")
 
 
 def parse(script, argv):
@@ -233,8 +233,8 @@ def test_a_bad_config_file_names_the_file(tmp_path):
 
 
 def test_every_method_ships_its_demo_config():
-    for _, (module, _) in COMMANDS.items():
-        assert (Path(script_module(f"run_{module}").__file__).parent / "configs" / f"{module}.yaml").is_file()
+    for record in methods():
+        assert (Path(script_module(f"run_{record.package}").__file__).parent / "demo.yaml").is_file()
 
 
 HELP_PROBE = """import sys, contextlib, io
@@ -250,20 +250,20 @@ for argv in ([], ["--help"], *([name, "--help"] for name in {names!r})):
     pages.append(out.getvalue())
 print("\\x00".join(pages))
 print("\\x00" + " ".join(m for m in ("transformers.trainer", "peft", "datasets", "matplotlib",
-                                    "hf_aux.trainers.muppet")
+                                    "hf_aux.muppet.trainer")
                          if m in sys.modules))
 """
 
 
 def test_hf_aux_help_lists_every_flag_of_every_method_without_importing_trainer_peft_or_datasets():
-    names = list(COMMANDS)
+    names = [record.command for record in methods()]
     out = subprocess.run([sys.executable, "-c", HELP_PROBE.format(names=names)], check=True, capture_output=True,
                          text=True).stdout
     *pages, heavy = out.split("\x00")
     assert heavy.split() == []
     assert "usage: hf-aux <command>" in pages[0] and pages[0] == pages[1]
     for name, page in zip(names, pages[2:]):
-        module = script_module(f"run_{COMMANDS[name][0]}")
+        module = script_module(f"run_{by_command(name).package}")
         assert page.startswith(f"usage: hf-aux {name}") and "--config FILE" in page
         for action in module.make_parser()._actions:
             assert action.option_strings[0] in page, (name, action.option_strings)
@@ -278,7 +278,7 @@ def test_the_run_scripts_are_thin_and_call_the_library():
         body = [node for node in code.body[1:] if not isinstance(node, (ast.Import, ast.ImportFrom))]
         assert len(body) == 1 and isinstance(body[0], ast.If)  # only `if __name__ == "__main__": run_command(main)`
         imported = {alias.name for node in code.body if isinstance(node, ast.ImportFrom)
-                    and node.module == f"hf_aux.cli.{script[4:]}" for alias in node.names}
+                    and node.module == f"hf_aux.{script[4:]}.command" for alias in node.names}
         assert imported == {"main", "parse_args"}
 
 

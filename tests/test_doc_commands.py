@@ -145,7 +145,7 @@ def script_parser(name: str):
     module = load_run_script(name)
     make_parser = getattr(module, "make_parser", None)
     if make_parser is None:
-        make_parser = importlib.import_module(f"hf_aux.cli.{name[len('run_'):]}").make_parser
+        make_parser = importlib.import_module(f"hf_aux.{name[len('run_'):]}.command").make_parser
     return make_parser()
 
 

@@ -19,7 +19,7 @@ from tiny import save_tiny_bert
 import importlib
 
 SCRIPTS = ("run_finetune", "run_tartan", "run_amos", "run_muppet", "run_meta_lm")
-MODULES = {name: importlib.import_module(f"hf_aux.cli.{name[4:]}") for name in SCRIPTS}  # what each script calls
+MODULES = {name: importlib.import_module(f"hf_aux.{name[4:]}.command") for name in SCRIPTS}  # what each script calls
 QUIET = ["--report_to", "none", "--disable_tqdm", "true", "--seed", "0", "--save_strategy", "no"]
 
 
@@ -440,7 +440,7 @@ def _train_regressor(tmp_path, rows, policy: str):
     from datasets import Dataset
     from transformers import Trainer
 
-    from hf_aux.training_args import TokenSafeTrainingArguments
+    from hf_aux.base_config import TokenSafeTrainingArguments
     from hf_aux.nonfinite import install_nonfinite_guard
 
     torch.manual_seed(0)
@@ -471,7 +471,7 @@ def test_on_nonfinite_skip_skips_exactly_the_bad_step_and_stop_names_it(tmp_path
     with pytest.raises(NonFiniteTrainingError, match=r"at step 2: loss nan; non-finite gradients in 2 of 2"):
         _train_regressor(tmp_path, [good_a, bad, good_b], "stop")
     with pytest.raises(ValueError, match="on_nonfinite"):
-        from hf_aux.training_args import TokenSafeTrainingArguments
+        from hf_aux.base_config import TokenSafeTrainingArguments
 
         TokenSafeTrainingArguments(output_dir=str(tmp_path), on_nonfinite="ignore")
 
@@ -619,22 +619,22 @@ def test_sigterm_during_training_in_process_checkpoints_and_exits_143(tmp_path, 
             if state.global_step == 1:
                 os.kill(os.getpid(), signal.SIGTERM)
 
-    import transformers
+    import hf_aux.base_trainer
 
-    original = transformers.Trainer  # hf_aux.cli.finetune.main imports it when it runs
+    original = hf_aux.base_trainer.AuxTrainer  # hf_aux.finetune.command.main imports it when it runs
 
-    class Trainer(original):
+    class AuxTrainer(original):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.add_callback(TerminateAtStep2())
 
-    transformers.Trainer = Trainer
+    hf_aux.base_trainer.AuxTrainer = AuxTrainer
     before = signal.getsignal(signal.SIGTERM)
     try:
         with pytest.raises(SystemExit) as raised:
             run_script("run_finetune", finetune_run(tmp_path, tiny_dir, steps=4))
     finally:
-        transformers.Trainer = original
+        hf_aux.base_trainer.AuxTrainer = original
     assert raised.value.code == 128 + signal.SIGTERM
     assert f"interrupted by SIGTERM at step 2 of 4: saved {tmp_path / 'out' / 'checkpoint-2'}" in \
         capsys.readouterr().err

@@ -18,9 +18,9 @@ from tiny import COMMAND_WORDS, write_command_data
 from transformers import AutoModel, AutoModelForMaskedLM
 
 from hf_aux.cli import finetune, muppet, tartan
-from hf_aux.cli.tartan import apply_demo_task_mixture
-from hf_aux.trainers.muppet_config import MuppetConfig
-from hf_aux.trainers.tartan_config import TartanConfig
+from hf_aux.tartan.command import apply_demo_task_mixture
+from hf_aux.muppet.config import MuppetConfig
+from hf_aux.tartan.config import TartanConfig
 from hf_aux.validation import infer_task_kind
 
 HF_AUX = str(Path(sys.executable).parent / "hf-aux")

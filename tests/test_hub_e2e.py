@@ -24,12 +24,12 @@ from transformers import (
 
 import hf_aux.hub as hub_module
 from hf_aux.hub import HubDownloadError, HubPushError, find_token_in_files
-from hf_aux.modeling.amos import AmosModel
-from hf_aux.modeling.tartan import TartanModel
+from hf_aux.amos.model import AmosModel
+from hf_aux.tartan.model import TartanModel
 from hub_server import DEFAULT_USER, local_hub  # noqa: F401 - `local_hub` is a fixture
-from hf_aux.cli import amos as run_amos
-from hf_aux.cli import finetune as run_finetune
-from hf_aux.cli import tartan as run_tartan
+from hf_aux.amos import command as run_amos
+from hf_aux.finetune import command as run_finetune
+from hf_aux.tartan import command as run_tartan
 
 TOKEN = "hf_E2eTokenThatMustNeverBeSaved9876543210"
 QUIET = ["--report_to", "none", "--disable_tqdm", "true", "--seed", "0"]
@@ -378,7 +378,8 @@ def test_offline_mode_and_missing_repositories_name_the_argument(local_hub, tmp_
 
 # ---- the card helpers the scripts use ------------------------------------------------------------------------------
 def test_task_metrics_and_logged_series_pick_what_a_card_shows():
-    from hf_aux.model_card import _is_loss_key, logged_series, task_metrics
+    from hf_aux.model_card import task_metrics
+    from hf_aux.plots import _is_loss_key, logged_series
 
     results = {"train_loss": 0.9, "eval_accuracy": 0.75, "eval_loss": 0.5, "eval_runtime": 1.2, "eval_samples": 8,
                "eval_f1": float("nan"), "test_accuracy": 0.5}

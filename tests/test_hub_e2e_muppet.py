@@ -16,7 +16,7 @@ from transformers import AutoModel
 from hf_aux.hub import find_token_in_files
 from hf_aux.modeling.multitask import MultiTaskModel
 from hub_server import DEFAULT_USER, local_hub  # noqa: F401 - `local_hub` is a fixture
-from hf_aux.cli import muppet as run_muppet
+from hf_aux.muppet import command as run_muppet
 
 TOKEN = "hf_MuppetE2eTokenNeverSaved0123456789"
 

@@ -19,7 +19,7 @@ def test_import_hf_aux_imports_nothing_heavy():
 def test_first_use_imports_the_trainer():
     probe = "import sys; from hf_aux import MuppetTrainer; print(MuppetTrainer.__module__, 'peft' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True)
-    assert out.stdout.split() == ["hf_aux.trainers.muppet", "True"]
+    assert out.stdout.split() == ["hf_aux.muppet.trainer", "True"]
 
 
 def test_every_public_name_resolves_to_its_definition():

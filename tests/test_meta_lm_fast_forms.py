@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from test_meta_lm_trainer import data, first_batch, make_trainer, prime_adam  # noqa: F401  (module-scoped fixture)
 
-from hf_aux.losses.meta_lm import (
+from hf_aux.meta_lm.losses import (
     sample_tokens,
     soft_pseudo_cross_entropy,
     token_cross_entropy,

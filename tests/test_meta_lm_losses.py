@@ -1,12 +1,12 @@
-"""The closed-form pieces of first-order soft labels (hf_aux.functional_optim, hf_aux.losses.meta_lm) against autograd and a hand-derived
+"""The closed-form pieces of first-order soft labels (hf_aux.meta_lm.functional_optim, hf_aux.meta_lm.losses) against autograd and a hand-derived
 mixed derivative: the optimizer-update and clipping vector-Jacobian products, and the forward difference of the
 soft-label gradient."""
 
 import pytest
 import torch
 
-from hf_aux.functional_optim import adamw_update, adamw_update_vjp, clip_by_total_norm, clip_by_total_norm_vjp
-from hf_aux.losses.meta_lm import first_order_soft_label_grads
+from hf_aux.meta_lm.functional_optim import adamw_update, adamw_update_vjp, clip_by_total_norm, clip_by_total_norm_vjp
+from hf_aux.meta_lm.losses import first_order_soft_label_grads
 
 HYPER = dict(lr=3e-3, beta1=0.9, beta2=0.98, eps=1e-6)  # noqa: C408
 

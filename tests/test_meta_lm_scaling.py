@@ -9,7 +9,7 @@ import torch
 from test_meta_lm_trainer import data, make_trainer  # noqa: F401  (the module-scoped data fixture)
 from transformers import AutoModelForMaskedLM
 
-from hf_aux.trainers.meta_lm import MetaLMConfig, MetaLMTrainer
+from hf_aux.meta_lm.trainer import MetaLMConfig, MetaLMTrainer
 
 
 def _moved(before: dict, module) -> list[str]:

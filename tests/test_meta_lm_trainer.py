@@ -13,15 +13,15 @@ from tiny import tiny_tokenizer
 from transformers import AutoModelForMaskedLM, BertConfig, TrainerCallback
 
 from hf_aux.data import group_texts_for_mlm
-from hf_aux.losses.meta_lm import (
+from hf_aux.meta_lm.losses import (
     pseudo_cross_entropy,
     sample_tokens,
     soft_pseudo_cross_entropy,
     teacher_sample_cross_entropy,
     token_cross_entropy,
 )
-from hf_aux.modeling.teacher import MetaLMTeacher, add_meta_lm_tokens
-from hf_aux.trainers.meta_lm import MetaLMConfig, MetaLMTrainer
+from hf_aux.meta_lm.teacher import MetaLMTeacher, add_meta_lm_tokens
+from hf_aux.meta_lm.trainer import MetaLMConfig, MetaLMTrainer
 
 TEXTS = ["the movie was good and the plot was great", "i hate this film it is boring and bad",
          "the actor was very good but the story was too long", "what a terrible plot and a bad actor"] * 6

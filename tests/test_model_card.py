@@ -14,10 +14,9 @@ import pytest
 from huggingface_hub import ModelCard
 from transformers import TrainingArguments
 
-from hf_aux.model_card import (
-    MAX_SERIES_PER_PANEL, PAPERS, TaskSummary, hyperparameters_from_args, loss_panels, one_value_per_step,
-    plot_loss_curves, plot_weights_over_time, render_model_card,
-)
+from hf_aux.model_card import PAPERS, TaskSummary, hyperparameters_from_args, render_model_card
+from hf_aux.plots import (MAX_SERIES_PER_PANEL, loss_panels, one_value_per_step, plot_loss_curves,
+                          plot_weights_over_time)
 
 ROOT = Path(__file__).resolve().parent.parent
 METHODS = ["muppet", "amos", "tartan", "meta_lm"]
@@ -230,7 +229,7 @@ def test_templates_ship_in_the_wheel_and_render_from_it(tmp_path):
     for template in ["_base.md"] + [f"{method}.md" for method in METHODS]:
         assert f"hf_aux/model_cards/{template}" in names
     for method in ["muppet", "amos", "tartan", "meta_lm", "finetune"]:  # `hf-aux <method>`'s demo configs
-        assert f"hf_aux/cli/configs/{method}.yaml" in names
+        assert f"hf_aux/{method}/demo.yaml" in names
     assert "is absent from the `packages` configuration" not in build.stderr  # every data folder is declared
 
     target = tmp_path / "site"
@@ -253,7 +252,7 @@ def test_templates_ship_in_the_wheel_and_render_from_it(tmp_path):
 
 def test_hyperparameters_list_only_what_was_set_and_the_method_fields():
     from hf_aux.model_card import hyperparameters_from_args
-    from hf_aux.trainers.muppet import MuppetConfig
+    from hf_aux.muppet.trainer import MuppetConfig
 
     chosen = hyperparameters_from_args(MuppetConfig(output_dir="unused", learning_rate=3e-5, adam_beta2=0.98,
                                                     hub_token="hf_secret"))
@@ -271,7 +270,7 @@ def test_hyperparameters_do_not_reset_a_running_accelerator():
     from accelerate import Accelerator
 
     from hf_aux.model_card import hyperparameters_from_args
-    from hf_aux.trainers.muppet import MuppetConfig
+    from hf_aux.muppet.trainer import MuppetConfig
 
     args = MuppetConfig(output_dir="unused", use_cpu=True)
     accelerator = Accelerator(cpu=True)  # as a running Trainer holds one
@@ -284,16 +283,19 @@ def test_hyperparameters_do_not_reset_a_running_accelerator():
 def test_each_trainer_declares_its_card_and_shares_one_renderer(method):
     """trl's pattern: the trainer states name, tags, paper and template; ModelCardMixin.create_model_card renders."""
     import hf_aux
+    from hf_aux import registry
     from hf_aux.model_card import METHOD_NAMES, ModelCardMixin
 
     trainer_class = getattr(hf_aux, {"muppet": "MuppetTrainer", "amos": "AmosTrainer", "tartan": "TartanTrainer",
                                      "meta_lm": "MetaLMTrainer"}[method])
     assert issubclass(trainer_class, ModelCardMixin)
     assert trainer_class.create_model_card is ModelCardMixin.create_model_card  # no override of its own
-    assert trainer_class._paper is PAPERS[method]
-    assert trainer_class._tag_names == ("hf_aux", method)
-    assert trainer_class._template_file == f"{method}.md"
-    assert trainer_class._name == METHOD_NAMES[method]  # render_model_card(method) says the same
+    record = trainer_class._method  # the method's one record (hf_aux/<method>/__init__.py)
+    assert record is registry.method(method)
+    assert record.paper is PAPERS[method]
+    assert record.tags == ("hf_aux", method)
+    assert record.card_template == f"{method}.md"
+    assert record.card_name == METHOD_NAMES[method]  # render_model_card(method) says the same
 
 
 def test_tartan_task_weights_figure_shows_the_mixture_and_each_task_on_its_own_scale(tmp_path):
@@ -301,7 +303,7 @@ def test_tartan_task_weights_figure_shows_the_mixture_and_each_task_on_its_own_s
     gets a panel scaled to its own range, legends outside the axes."""
     import matplotlib.image
 
-    from hf_aux.trainers.tartan import plot_task_weights
+    from hf_aux.tartan.trainer import plot_task_weights
 
     history = [[step, 0.9 - 0.001 * step, 0.05 + 0.0006 * step, 0.05 + 0.0004 * step] for step in range(1, 31)]
     path = tmp_path / "task_weights.png"

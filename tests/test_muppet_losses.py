@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from hf_aux.losses.muppet import (classification_loss, multiple_choice_loss, r3f_divergence, regression_loss,
+from hf_aux.muppet.losses import (classification_loss, multiple_choice_loss, r3f_divergence, regression_loss,
                                   sample_embedding_noise, scale_losses, seq2seq_loss, span_loss, symmetric_kl)
 from hf_aux.sampling import MultiTaskDataset, TaskBatchSampler, batch_counts
 

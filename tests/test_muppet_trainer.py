@@ -15,12 +15,12 @@ from tiny import tiny_config, tiny_tokenizer
 from transformers import AutoModel
 
 from hf_aux.data import MultiTaskCollator, tokenize_task
-from hf_aux.losses.muppet import classification_loss, multiple_choice_loss, scale_losses
+from hf_aux.muppet.losses import classification_loss, multiple_choice_loss, scale_losses
 from hf_aux.metrics import rouge_metrics
 from hf_aux.modeling.multitask import MultiTaskModel, MultiTaskModelConfig
 from hf_aux.tasks import TaskSpec
-from hf_aux.trainers.muppet import MuppetConfig, MuppetTrainer
-from hf_aux.cli import muppet as run_muppet
+from hf_aux.muppet.trainer import MuppetConfig, MuppetTrainer
+from hf_aux.muppet import command as run_muppet
 
 WORDS = "good bad movie film great terrible fun boring love hate".split()
 
@@ -292,7 +292,7 @@ def test_activation_checkpointing_gives_the_same_gradients_and_trains(tmp_path):
 
 
 def test_seq2seq_training_loss_is_label_smoothed_at_0_1_by_default(tmp_path):
-    from hf_aux.losses.muppet import seq2seq_loss
+    from hf_aux.muppet.losses import seq2seq_loss
 
     tokenizer = tiny_tokenizer()
     rows = datasets.Dataset.from_list([{"source": "the movie was great fun", "target": "great movie"},

@@ -13,8 +13,8 @@ import torch
 from peft import LoraConfig, PeftModel
 from safetensors.torch import load_file
 from test_muppet_trainer import _setup
-from hf_aux.cli import muppet as run_muppet
-from hf_aux.cli import tartan as run_tartan
+from hf_aux.muppet import command as run_muppet
+from hf_aux.tartan import command as run_tartan
 from test_tartan_trainer import LABELS, TEXTS, StopAfter, first_batch, make_model, record_draws
 from test_tartan_trainer import data as tartan_data  # noqa: F401 (a module fixture, under this name here)
 from tiny import tiny_config, tiny_tokenizer
@@ -23,9 +23,9 @@ from transformers import AutoModel, AutoModelForSequenceClassification
 from hf_aux.adapters import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, LoraArguments, base_of
 from hf_aux.data import MultiTaskCollator
 from hf_aux.modeling.multitask import HEADS_WEIGHTS_NAME, MultiTaskModel
-from hf_aux.modeling.tartan import END_TASK_HEAD_NAME, TARTAN_HEADS_NAME, TartanModel
-from hf_aux.trainers.muppet import MuppetTrainer
-from hf_aux.trainers.tartan import TartanConfig, TartanTrainer
+from hf_aux.tartan.model import END_TASK_HEAD_NAME, TARTAN_HEADS_NAME, TartanModel
+from hf_aux.muppet.trainer import MuppetTrainer
+from hf_aux.tartan.trainer import TartanConfig, TartanTrainer
 
 LORA = {"r": 4, "lora_alpha": 8, "lora_dropout": 0.0, "target_modules": ["query", "value", "dense"]}
 

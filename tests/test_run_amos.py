@@ -5,12 +5,12 @@ transformers loading the saved discriminator sees the same separation as the tra
 import random
 
 import torch
-from hf_aux.cli import amos as run_amos
+from hf_aux.amos import command as run_amos
 from tiny import WORDS, tiny_config, tiny_tokenizer
 from transformers import AutoModel, AutoModelForPreTraining
 
 from hf_aux.metrics import roc_auc
-from hf_aux.modeling.amos import AmosModel
+from hf_aux.amos.model import AmosModel
 
 
 

@@ -18,7 +18,7 @@ from hf_aux.data import MultiTaskCollator, tokenize_task
 from hf_aux.metrics import classification_metrics, majority_baseline
 from hf_aux.modeling.multitask import HEADS_WEIGHTS_NAME, MultiTaskModel
 from hf_aux.tasks import TaskSpec
-from hf_aux.cli import finetune as run_finetune
+from hf_aux.finetune import command as run_finetune
 from hf_aux.metrics import baseline_metrics
 from hf_aux.modeling.multitask import single_task_model
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from hf_aux.losses.tartan import (
+from hf_aux.tartan.losses import (
     combine_gradients,
     gradient_cosines,
     mt_tartan_loss,

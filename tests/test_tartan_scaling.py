@@ -10,10 +10,10 @@ from tiny import tiny_config, tiny_tokenizer
 from transformers import AutoModelForSequenceClassification
 
 import hf_aux.distributed
-import hf_aux.trainers.tartan as tartan_trainer
+import hf_aux.tartan.trainer as tartan_trainer
 from hf_aux.data import group_texts_for_mlm
-from hf_aux.modeling.tartan import TartanModel
-from hf_aux.trainers.tartan import TartanConfig, TartanTrainer
+from hf_aux.tartan.model import TartanModel
+from hf_aux.tartan.trainer import TartanConfig, TartanTrainer
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ from tiny import tiny_config, tiny_tokenizer
 from transformers import AutoModelForSequenceClassification, TrainerCallback
 
 from hf_aux.data import group_texts_for_mlm
-from hf_aux.modeling.tartan import TartanModel
-from hf_aux.trainers.tartan import TASK_WEIGHTS_JSON, TASK_WEIGHTS_PNG, BatchStream, TartanConfig, TartanTrainer
+from hf_aux.tartan.model import TartanModel
+from hf_aux.tartan.trainer import TASK_WEIGHTS_JSON, TASK_WEIGHTS_PNG, BatchStream, TartanConfig, TartanTrainer
 
 TEXTS = ["the movie was good and fun", "a terrible boring plot", "i love this film", "the worst actor ever",
          "great story really", "bad movie so boring", "best film of the year", "i hate the plot"]

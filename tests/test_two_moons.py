@@ -1,4 +1,4 @@
-"""Two Moons (hf_aux.two_moons): the text encoding of a labelled point, the label-token loss against a hand
+"""Two Moons (hf_aux.meta_lm.two_moons): the text encoding of a labelled point, the label-token loss against a hand
 computation, and the regression that every Table-10 run hit: a from-scratch fine-tune of the paper's hidden-8
 model on 160 points must be far above chance (it was at 50% with the full-vocabulary softmax)."""
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM
 
-from hf_aux.modeling.teacher import MetaLMTokens
-from hf_aux.two_moons import (GRID, TASK_NAME, VOCAB_SIZE, encode_points, finetune_moons, label_token_loss,
+from hf_aux.meta_lm.teacher import MetaLMTokens
+from hf_aux.meta_lm.two_moons import (GRID, TASK_NAME, VOCAB_SIZE, encode_points, finetune_moons, label_token_loss,
                               label_token_scores, moon_points, two_moons_data, two_moons_model_config,
                               two_moons_tokenizer)
 

@@ -164,7 +164,7 @@ def final_mixture_weights(runs: list[dict], seed: int, setting: str) -> list[flo
 
 def head_names(run: dict) -> list[str]:
     """The metric names of a pretraining run's MLM heads (`AmosGeneratorConfig.head_names`)."""
-    from hf_aux.modeling.amos import mlm_head_names
+    from hf_aux.amos.model import mlm_head_names
 
     return mlm_head_names(run["mlm_layers"], run.get("separate_generators", False))
 
@@ -234,7 +234,7 @@ def plain_transformers_check(folder: Path, num_blocks: int = 64, block: int = 12
     from hf_aux.data import group_texts_for_mlm, mask_tokens_for_mlm, special_tokens_mask_for
     from hf_aux.demo import demo_task
     from hf_aux.metrics import roc_auc
-    from hf_aux.modeling.amos import AmosModel
+    from hf_aux.amos.model import AmosModel
 
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     text = demo_task("imdb", seed=42, max_eval_samples=200).dataset["test"]
@@ -525,7 +525,7 @@ def _series_mean(curves: list[list[tuple[float, float]]]):
 
 def _plot(panels: list[tuple[str, str, dict]], path: Path, title: str) -> None:
     """panels: (panel title, y label, {series name: [curve per seed]}); mean line and min-max band over seeds."""
-    from hf_aux.model_card import _pyplot
+    from hf_aux.plots import _pyplot
 
     plt = _pyplot()
     columns = min(2, len(panels))
@@ -623,7 +623,7 @@ def _downstream_plot(runs: list[dict], path: Path) -> bool:
             panels.append((task, rows))
     if not panels:
         return False
-    from hf_aux.model_card import _pyplot
+    from hf_aux.plots import _pyplot
 
     plt = _pyplot()
     height = 1.6 + 0.45 * max(len(rows) for _, rows in panels)

@@ -31,8 +31,8 @@ from transformers import AutoTokenizer, TrainerCallback  # noqa: E402
 from benchmarks.evidence.common import load_runs  # noqa: E402
 from hf_aux.data import group_texts_for_mlm, mask_tokens_for_mlm, special_tokens_mask_for  # noqa: E402
 from hf_aux.demo import demo_unlabelled_text, minilm_path  # noqa: E402
-from hf_aux.modeling.amos import AmosModel  # noqa: E402
-from hf_aux.trainers.amos import AmosConfig, AmosTrainer  # noqa: E402
+from hf_aux.amos.model import AmosModel  # noqa: E402
+from hf_aux.amos.trainer import AmosConfig, AmosTrainer  # noqa: E402
 
 EVAL_BLOCKS = 32
 
@@ -60,7 +60,7 @@ def build_model(args: argparse.Namespace, tokenizer) -> AmosModel:
     mlm_layers = [int(x) for x in args.mlm_layers.split(",")] if args.mlm_layers else None
     if args.mode == "minilm":
         return AmosModel.from_pretrained_encoder(minilm_path(), args.gen_layers, mlm_layers=mlm_layers)
-    from hf_aux.cli import amos as amos_command  # what run_scripts/run_amos.py runs
+    from hf_aux.amos import command as amos_command  # what run_scripts/run_amos.py runs
 
     sizes = amos_command.ModelArguments(generator_num_hidden_layers=args.gen_layers, mlm_layers=mlm_layers)
     return amos_command.build_model(sizes, tokenizer, args.seq)

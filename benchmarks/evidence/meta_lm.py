@@ -1,6 +1,6 @@
 """Evidence for the meta-learned LM objective (Shen, *Meta-learning a Language Modeling Objective*).
 
-Three claims, each driven through hf_aux's Python API (`MetaLMTrainer`, `hf_aux.two_moons`, `hf_aux.demo`):
+Three claims, each driven through hf_aux's Python API (`MetaLMTrainer`, `hf_aux.meta_lm.two_moons`, `hf_aux.demo`):
 
 1. **Two Moons, Table 10** (§4.2, App. A.1): MLM, hard labels, soft labels and soft labels with fixed y, each
    fine-tune size 10/20/40/80/160 pre-trained with its own labelled set (the meta objectives see that set as the
@@ -100,7 +100,7 @@ class _Clock:
 def moons_data(settings: Claim1Settings, seed: int) -> dict:
     """The seed's Two Moons data: unlabelled blocks, the 160-point finetune set (the size-n set is its first n
     points), validation (128) and test points. Seeds are 100 apart because two_moons_data uses seed..seed+3."""
-    from hf_aux.two_moons import two_moons_data, two_moons_tokenizer
+    from hf_aux.meta_lm.two_moons import two_moons_data, two_moons_tokenizer
 
     tokenizer = two_moons_tokenizer()
     moons = two_moons_data(num_unlabelled=settings.num_unlabelled, finetune_size=max(MOONS_SIZES),
@@ -115,9 +115,9 @@ def pretrain_moons(objective: str, size: int, seed: int, settings: Claim1Setting
     """Table 5 pretraining of one objective with the size-`size` labelled set; returns the trainer."""
     from transformers import AutoModelForMaskedLM
 
-    from hf_aux.modeling.teacher import MetaLMTeacher
-    from hf_aux.trainers.meta_lm import MetaLMConfig, MetaLMTrainer
-    from hf_aux.two_moons import TASK_NAME, two_moons_model_config
+    from hf_aux.meta_lm.teacher import MetaLMTeacher
+    from hf_aux.meta_lm.trainer import MetaLMConfig, MetaLMTrainer
+    from hf_aux.meta_lm.two_moons import TASK_NAME, two_moons_model_config
 
     tokenizer = data["tokenizer"]
     base = objective.replace("_fixed_y", "")
@@ -163,7 +163,7 @@ def teacher_shares(teacher, tokens, blocks, num_sequences: int, fixed_y: bool) -
     >= half its positions, downstream-like when it is a label token at >= half, mixed otherwise. Degeneration
     (§4.3, Table 3: x-hat "that that that ...", y-hat one task token repeated): the share of the attended positions
     taken by the single most frequent argmax token of x-hat and of y-hat, and y-hat's argmax share of task tokens.
-    `tokens`: `hf_aux.modeling.teacher.MetaLMTokens`."""
+    `tokens`: `hf_aux.meta_lm.teacher.MetaLMTokens`."""
     teacher.eval()
     rows = [torch.tensor(blocks[i]["input_ids"]) for i in range(min(num_sequences, len(blocks)))]
     x_u = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=tokens.pad)
@@ -198,8 +198,8 @@ def teacher_shares(teacher, tokens, blocks, num_sequences: int, fixed_y: bool) -
 
 def run_claim3(json_path: Path, work_dir: Path, settings: Claim1Settings, seeds, sizes, log=print):
     """Claim 3 from claim 1's saved teachers (hard, soft; `<checkpoint>/teacher`) whose pretraining finished."""
-    from hf_aux.modeling.teacher import MetaLMTeacher, MetaLMTokens
-    from hf_aux.two_moons import TASK_NAME
+    from hf_aux.meta_lm.teacher import MetaLMTeacher, MetaLMTokens
+    from hf_aux.meta_lm.two_moons import TASK_NAME
 
     data_cache: dict[int, dict] = {}
     for size in sizes:
@@ -227,7 +227,7 @@ def finetune_moons_size(checkpoint: Path, size: int, seed: int, settings: Claim1
     """Table 6 on the first `size` finetune points: the best-validation epoch's accuracies (in [0, 1])."""
     from transformers import AutoModelForMaskedLM
 
-    from hf_aux.two_moons import finetune_moons
+    from hf_aux.meta_lm.two_moons import finetune_moons
 
     torch.manual_seed(seed)
     model = AutoModelForMaskedLM.from_pretrained(str(checkpoint))
@@ -329,7 +329,7 @@ def text_tokenizer(texts, vocab_size: int, task_names, num_labels: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from hf_aux.modeling.teacher import add_meta_lm_tokens
+    from hf_aux.meta_lm.teacher import add_meta_lm_tokens
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     backend = Tokenizer(models.BPE(unk_token="[UNK]"))
@@ -352,7 +352,7 @@ def text_data(settings: Claim2Settings) -> dict:
     position 0, attention_mask, labels), the label tokens, and the majority class's test accuracy."""
     from hf_aux.data import group_texts_for_mlm
     from hf_aux.demo import demo_task, demo_unlabelled_text
-    from hf_aux.modeling.teacher import MetaLMTokens
+    from hf_aux.meta_lm.teacher import MetaLMTokens
 
     unlabelled = demo_unlabelled_text(("wikipedia", "imdb"), max_documents=settings.max_documents)
     tasks = {name: demo_task(name, max_train_samples=settings.train_examples,
@@ -402,8 +402,8 @@ def text_model_config(tokenizer, settings: Claim2Settings):
 def pretrain_text(objective: str, seed: int, settings: Claim2Settings, data: dict, out_dir: Path):
     from transformers import AutoModelForMaskedLM
 
-    from hf_aux.modeling.teacher import MetaLMTeacher
-    from hf_aux.trainers.meta_lm import MetaLMConfig, MetaLMTrainer
+    from hf_aux.meta_lm.teacher import MetaLMTeacher
+    from hf_aux.meta_lm.trainer import MetaLMConfig, MetaLMTrainer
 
     torch.manual_seed(seed)
     student = AutoModelForMaskedLM.from_config(text_model_config(data["tokenizer"], settings),
@@ -434,7 +434,7 @@ def run_claim2(json_path: Path, work_dir: Path, settings: Claim2Settings, seeds,
     seed, carrying the task's majority-class test accuracy)."""
     from transformers import AutoModelForMaskedLM
 
-    from hf_aux.two_moons import finetune_label_tokens
+    from hf_aux.meta_lm.two_moons import finetune_label_tokens
 
     data = None
     budget = dataclasses.asdict(settings)
@@ -729,7 +729,7 @@ def render_report(runs, out_dir: Path, json_name: str = "meta_lm.json") -> Path:
               "runs\" are the five fine-tune sizes): \"across finetune datasets of varying sizes (10, 20, 40, 80, "
               "160), MLM performs equivalently or better than both meta-learning approaches\"; fixed y \"performed "
               "better than all other methods\" on the settings tried (App. B item 2: 10 and 160).", "",
-              "**Setting here.** Data and model as the paper (`hf_aux.two_moons`: make_moons, noise 0.1, coordinates "
+              "**Setting here.** Data and model as the paper (`hf_aux.meta_lm.two_moons`: make_moons, noise 0.1, coordinates "
               "floored to [0, 64), 16 sorted points per unlabelled sequence, vocabulary 512; Table 4's model, 2 "
               "layers, hidden 8, FFN 32, 2 heads, GELU, dropout 0.1, in the paper's pre-LN layout "
               "(`two_moons_model_config(pre_ln=True)`, a `roberta-prelayernorm` model)). Each fine-tune size n "
@@ -751,7 +751,7 @@ def render_report(runs, out_dir: Path, json_name: str = "meta_lm.json") -> Path:
               f"as Table 6: {settings['finetune_epochs']} epochs, peak lr {settings['finetune_lr']}, 10 warmup "
               "steps, batch 1/2/4/8/16, validation set of the same size (at most 128), the test accuracy of the "
               f"epoch with the best validation accuracy (checked every {settings['eval_every']} epochs); "
-              "the loss over the two label tokens' logits (hf_aux.two_moons explains why not the full "
+              "the loss over the two label tokens' logits (hf_aux.meta_lm.two_moons explains why not the full "
               "vocabulary). No hyper-parameter was tuned: all are the paper's. A seed s draws the unlabelled "
               "sequences, the labelled, validation and test points (`two_moons_data(seed=100 s)`), the "
               "initialisation and every training order; the objectives of one seed share its data, so "

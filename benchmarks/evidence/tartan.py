@@ -179,7 +179,7 @@ def build_model(setting: Setting, data: dict, auxiliary: tuple[str, ...]):
     task (a copy of the checkpoint's own masked-LM head when it ships one, else fresh)."""
     from transformers import AutoModelForSequenceClassification
 
-    from hf_aux.modeling.tartan import TartanModel
+    from hf_aux.tartan.model import TartanModel
 
     path = model_path(setting)
     classifier = AutoModelForSequenceClassification.from_pretrained(
@@ -192,7 +192,7 @@ def build_model(setting: Setting, data: dict, auxiliary: tuple[str, ...]):
 
 def tartan_args(setting: Setting, output_dir: str, seed: int, *, steps: int, evaluate: bool, mode: str = "mt",
                 **overrides):
-    from hf_aux.trainers.tartan import TartanConfig
+    from hf_aux.tartan.trainer import TartanConfig
 
     settings = dict(
         output_dir=output_dir, max_steps=steps, per_device_train_batch_size=setting.batch_size,
@@ -227,8 +227,8 @@ def train_one(setting: Setting, variant: Variant, seed: int, workdir: str) -> di
     from transformers import AutoTokenizer, DataCollatorWithPadding, set_seed
 
     from hf_aux.metrics import classification_metrics
-    from hf_aux.modeling.tartan import TartanModel
-    from hf_aux.trainers.tartan import TartanTrainer
+    from hf_aux.tartan.model import TartanModel
+    from hf_aux.tartan.trainer import TartanTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path(setting))
     data = load_data(setting, tokenizer)

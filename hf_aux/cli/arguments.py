@@ -1,6 +1,7 @@
 """Argument dataclasses every hf_aux command shares: where the model and tokenizer come from (with the Hub's
-`cache_dir`, `model_revision` and `token`), and LoRA on the shared body. Each method's command subclasses
-`ModelArguments` for its own model flags; its data flags are its own dataclass.
+`cache_dir`, `model_revision` and `token`), where the data comes from (`DataSourceArguments`), and LoRA on the
+shared body (`LoraArguments`, from hf_aux.lora_settings). Each method's command subclasses `ModelArguments` for
+its own model flags, and `DataSourceArguments` (where it reads a dataset or data files) for its data flags.
 
 Nothing here imports Trainer or peft (`LoraArguments.lora_config` imports peft when a LoRA run asks for it), so
 `hf-aux <method> --help` stays fast."""
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-MERGED_SUBFOLDER = "merged"  # where --merge_lora writes the merged copy; model cards point at it
+# LoRA on the shared body is a library setting (hf_aux.lora_settings); the commands take it from here
+from ..lora_settings import MERGED_SUBFOLDER, LoraArguments  # noqa: F401
 
 
 @dataclass
@@ -34,6 +36,33 @@ class ModelArguments:
         return {"cache_dir": self.cache_dir, "revision": self.model_revision, "token": self.token}
 
 
+@dataclass
+class DataSourceArguments:
+    """The data flags of every command that reads a `datasets` dataset or local data files (amos, tartan,
+    finetune), with their checks, declared once: each command's `DataTrainingArguments` subclasses it and adds its
+    own flags and checks (which run first: their messages name the command's whole set of sources)."""
+
+    dataset_name: str | None = field(default=None, metadata={
+        "help": "A `datasets` dataset: Hub id or local dataset folder."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration name."})
+    train_file: str | None = field(default=None, metadata={
+        "help": "Local training data (formats: the command's docs page; labelled data: csv/json/jsonl/parquet; "
+                "amos also .txt)."})
+    validation_file: str | None = field(default=None, metadata={"help": "Local validation data, same format."})
+    max_train_samples: int | None = field(default=None, metadata={
+        "help": "Cap on training rows (blocks of text for amos), for quick runs."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Cap on evaluation rows (or blocks)."})
+
+    def __post_init__(self):
+        owner = type(self).__name__
+        if self.dataset_name is not None and self.train_file is not None:
+            raise ValueError(f"{owner}: give either dataset_name or train_file, not both")
+        for name in ("max_train_samples", "max_eval_samples"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{owner}: field '{name}': must be >= 1, got {value}")
+
+
 def pooling_field():
     """`--pooling` of the commands whose heads read a sentence vector (MultiTaskModel: muppet, finetune)."""
     from ..modeling.pooling import POOLING_MODES
@@ -43,46 +72,3 @@ def pooling_field():
         "help": "How sentence-level heads read the body. auto: the body's own sentence-transformers pooling when it "
                 "ships one (e.g. mean for all-MiniLM-L6-v2), else the first token (eos for encoder-decoders); a "
                 "MUPPET-style checkpoint keeps the pooling its heads were trained with."})
-
-
-@dataclass
-class LoraArguments:
-    """LoRA on the shared body (MUPPET and TARTAN)."""
-
-    use_lora: bool = field(default=False, metadata={
-        "help": "Train LoRA adapters on the shared body (frozen base weights) and the task heads, instead of every "
-                "weight. Checkpoints then hold the adapter and the heads only."})
-    lora_r: int = field(default=8, metadata={"help": "LoRA rank r."})
-    lora_alpha: float = field(default=16.0, metadata={
-        "help": "LoRA scaling alpha (the update is scaled by alpha / r)."})
-    lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA branch's input."})
-    lora_target_modules: list[str] | None = field(default=None, metadata={
-        "help": "Body modules that get adapters (names or name suffixes, e.g. query key value dense; 'all-linear' "
-                "for every linear layer). Default: peft's choice for the architecture (BERT-likes: query value)."})
-    merge_lora: bool = field(default=False, metadata={
-        "help": "After training, also write a merged plain checkpoint (adapters folded into the base weights) to "
-                "<output_dir>/merged, loadable by transformers alone."})
-
-    def __post_init__(self):
-        if self.lora_r < 1:
-            raise ValueError(f"LoraArguments: field 'lora_r': needs a positive integer, got {self.lora_r}")
-        if not self.lora_alpha > 0:
-            raise ValueError(f"LoraArguments: field 'lora_alpha': must be > 0, got {self.lora_alpha}")
-        if not 0.0 <= self.lora_dropout < 1.0:
-            raise ValueError(f"LoraArguments: field 'lora_dropout': {self.lora_dropout} not in [0, 1)")
-        if self.merge_lora and not self.use_lora:
-            raise ValueError("LoraArguments: field 'merge_lora': needs --use_lora")
-        if self.lora_target_modules is not None and not self.lora_target_modules:
-            raise ValueError("LoraArguments: field 'lora_target_modules': give at least one module name")
-
-    def lora_config(self):
-        """The `peft.LoraConfig` these flags describe, or None without --use_lora."""
-        if not self.use_lora:
-            return None
-        from peft import LoraConfig
-
-        targets = self.lora_target_modules
-        if targets == ["all-linear"]:
-            targets = "all-linear"
-        return LoraConfig(r=self.lora_r, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
-                          target_modules=targets)

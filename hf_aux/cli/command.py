@@ -4,8 +4,8 @@
     hf-aux <method> --help          every flag of the method, with its help text
     hf-aux --help                   the methods
 
-Each method's module (hf_aux.cli.<method>) parses the flags and runs; `run_scripts/run_<method>.py` calls the
-same `main`.
+The commands are the registered methods' (hf_aux.registry): each method's `hf_aux/<method>/command.py` parses
+the flags and runs; `run_scripts/run_<method>.py` calls the same `main`.
 """
 
 from __future__ import annotations
@@ -15,23 +15,14 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# command name -> (module under hf_aux.cli, one line for `hf-aux --help`)
-COMMANDS = {
-    "muppet": ("muppet", "MUPPET multi-task pre-finetuning of an encoder on a task mixture (Aghajanyan et al., 2021)"),
-    "amos": ("amos", "AMOS pretraining of an ELECTRA-style discriminator with a mixture of generators (Meng et al., "
-                     "2022)"),
-    "tartan": ("tartan", "TARTAN end-task aware training with auxiliary MLM tasks (Dery et al., 2022)"),
-    "meta-lm": ("meta_lm", "pretraining with a meta-learned language-modelling objective (teacher and student)"),
-    "finetune": ("finetune", "fine-tune one checkpoint on one task, with a baseline (run_glue-style flags)"),
-}
-
+from ..registry import by_command, methods
 
 def usage() -> str:
     lines = ["usage: hf-aux <command> [--config file.yaml] [flags]", "",
              "Train language encoders with auxiliary objectives (Hugging Face Trainer). Without a data source each",
              "command runs its demo, whose defaults any --config file or flag overrides (e.g. --max_steps 2).", "",
              "commands:"]
-    lines += [f"  {name:<10} {summary}" for name, (_, summary) in COMMANDS.items()]
+    lines += [f"  {record.command:<10} {record.summary}" for record in methods()]
     lines += ["", "hf-aux <command> --help lists every flag of a command."]
     return "\n".join(lines)
 
@@ -42,10 +33,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(usage())
         raise SystemExit(0 if argv else 2)
     name, rest = argv[0], argv[1:]
-    if name not in COMMANDS:
-        print(f"hf-aux: unknown command {name!r}; choose one of {', '.join(COMMANDS)}\n\n{usage()}", file=sys.stderr)
+    record = by_command(name)
+    if record is None:
+        choices = ", ".join(record.command for record in methods())
+        print(f"hf-aux: unknown command {name!r}; choose one of {choices}\n\n{usage()}", file=sys.stderr)
         raise SystemExit(2)
-    module_name = f"hf_aux.cli.{COMMANDS[name][0]}"
+    module_name = record.command_module
     if "-h" in rest or "--help" in rest:  # before any other flag is checked: the help of the method alone
         with _peft_unseen_by_transformers():
             parser = importlib.import_module(module_name).make_parser()

@@ -40,16 +40,20 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
+from ..registry import METHOD_PACKAGES
+
 logger = logging.getLogger("hf_aux")
 
 ARGUMENT_FILE_SUFFIXES = (".json", ".yaml", ".yml")
 CONFIG_FLAG = "--config"
-DEMO_CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+DEMO_CONFIG_NAME = "demo.yaml"  # in each method's folder, hf_aux/<method>/
 
 
 def demo_config_path(method: str) -> Path:
-    """The shipped demo config of `method` (muppet, amos, tartan, meta_lm, finetune)."""
-    return DEMO_CONFIG_DIR / f"{method}.yaml"
+    """The shipped demo config of `method` (its folder: muppet, amos, tartan, meta_lm, finetune)."""
+    if method not in METHOD_PACKAGES:
+        raise ValueError(f"no hf_aux method {method!r}; the methods are {', '.join(METHOD_PACKAGES)}")
+    return Path(__file__).resolve().parent.parent / method / DEMO_CONFIG_NAME
 
 
 def command_parser(dataclass_types, method: str, data_source_flags: Sequence[str]) -> HfArgumentParser:

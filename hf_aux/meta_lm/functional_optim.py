@@ -1,0 +1,251 @@
+"""The student's optimizer step as a function, for the meta-learned LM objective (Shen, §3; eq. 1).
+
+The meta objective needs theta_1 = U(theta_0, g), the parameters Trainer's real step will produce from the pseudo
+gradient g (clipping to `max_grad_norm`, then torch's AdamW or SGD update), before that step happens, and for soft
+labels its derivative:
+- `student_update`: theta_1 differentiable in g (second-order soft labels backpropagate through it, like
+  `higher`'s differentiable optimizers), from the per-tensor `adamw_update` / `sgd_update`;
+- `student_update_values`: theta_1 as values only (hard labels, first-order soft labels), from torch's own
+  functional AdamW/SGD (fused or foreach, as the optimizer is) on copies of the parameters and state;
+- `student_update_vjp`: (dtheta_1/dg)^T v in closed form (first-order soft labels), from `clip_by_total_norm_vjp`
+  and `adamw_update_vjp_from_moments`.
+Clipping is `clip_by_total_norm` in all three. `optimizer` is the torch optimizer itself (unwrapped from
+accelerate), an AdamW without amsgrad/maximize or an SGD without momentum/maximize; `params` its parameters.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+from torch.optim.adamw import adamw as adamw_functional
+from torch.optim.sgd import sgd as sgd_functional
+
+
+def student_update(optimizer: torch.optim.Optimizer, max_grad_norm: float | None, params: list[torch.Tensor],
+                   grads: list[torch.Tensor | None]) -> list[torch.Tensor]:
+    """theta_1 of eq. 1: clipping, then the optimizer's update, computed from its state as a function of `grads`
+    (differentiable when `grads` carry a graph). Parameters without a gradient keep their value."""
+    group_of = {id(p): g for g in optimizer.param_groups for p in g["params"]}
+    present = [i for i, g in enumerate(grads) if g is not None]
+    clipped = clip_by_total_norm([grads[i] for i in present], max_grad_norm)
+    theta_1 = [p.detach() for p in params]
+    for i, grad in zip(present, clipped):
+        param = params[i].detach()
+        group = group_of[id(params[i])]
+        lr = float(group["lr"])
+        if type(optimizer) is torch.optim.SGD:
+            theta_1[i] = sgd_update(param, grad, lr, group["weight_decay"])
+            continue
+        state = optimizer.state.get(params[i], {})
+        step = int(state["step"]) if "step" in state else 0
+        exp_avg = state.get("exp_avg", torch.zeros_like(param))
+        exp_avg_sq = state.get("exp_avg_sq", torch.zeros_like(param))
+        beta1, beta2 = group["betas"]
+        theta_1[i] = adamw_update(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, group["eps"],
+                                  group["weight_decay"])
+    return theta_1
+
+
+@torch.no_grad()
+def student_update_values(optimizer: torch.optim.Optimizer, max_grad_norm: float | None,
+                          params: list[torch.Tensor], grads: list[torch.Tensor | None],
+                          moments: dict | None = None) -> list[torch.Tensor]:
+    """theta_1 as values only: clipping, then the optimizer's own functional update (torch.optim.adamw.adamw /
+    sgd.sgd, fused or foreach as the optimizer) on copies of the parameters and of its state.
+    `moments`: a dict to fill with the clipped gradients and the updated copies of the moments, for
+    `student_update_vjp`: {parameter index: (clipped gradient, m, v)}."""
+    present = [i for i, g in enumerate(grads) if g is not None]
+    clipped = clip_by_total_norm([grads[i].detach().clone() for i in present], max_grad_norm, in_place=True)
+    theta_1 = [p.detach() for p in params]
+    slot = {id(params[i]): (i, g) for i, g in zip(present, clipped)}
+    sgd = type(optimizer) is torch.optim.SGD
+    for group in optimizer.param_groups:
+        members = [slot[id(p)] for p in group["params"] if id(p) in slot]
+        if not members:
+            continue
+        new = [params[i].detach().clone() for i, _ in members]
+        group_grads = [g for _, g in members]
+        if sgd:
+            sgd_functional(new, group_grads, [None] * len(new), foreach=group["foreach"],
+                           fused=group["fused"], weight_decay=group["weight_decay"], momentum=0.0,
+                           lr=group["lr"], dampening=0.0, nesterov=False, maximize=False)
+        else:
+            states = [optimizer.state.get(params[i], {}) for i, _ in members]
+            exp_avgs = [s["exp_avg"].clone() if "exp_avg" in s else torch.zeros_like(p)
+                        for s, p in zip(states, new)]
+            exp_avg_sqs = [s["exp_avg_sq"].clone() if "exp_avg_sq" in s else torch.zeros_like(p)
+                           for s, p in zip(states, new)]
+            fused = bool(group["fused"])
+            steps = [s["step"].clone() if "step" in s else
+                     torch.zeros((), dtype=torch.float32, device=p.device if fused else "cpu")
+                     for s, p in zip(states, new)]
+            beta1, beta2 = group["betas"]
+            adamw_functional(new, group_grads, exp_avgs, exp_avg_sqs, [], steps,
+                             foreach=None if fused else group["foreach"], fused=group["fused"],
+                             amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"],
+                             weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)
+        for (i, _), value in zip(members, new):
+            theta_1[i] = value
+        if moments is not None:
+            for k, (i, grad) in enumerate(members):
+                moments[i] = (grad, None, None) if sgd else (grad, exp_avgs[k], exp_avg_sqs[k])
+    return theta_1
+
+
+@torch.no_grad()
+def student_update_vjp(optimizer: torch.optim.Optimizer, max_grad_norm: float | None, params: list[torch.Tensor],
+                       grads: list[torch.Tensor | None], cotangents: list[torch.Tensor],
+                       moments: dict) -> list[torch.Tensor | None]:
+    """w = (dtheta_1/dg)^T v for `student_update`'s map from the gradient g to theta_1 (clipping, then the
+    optimizer's update), in closed form (`clip_by_total_norm_vjp`, `adamw_update_vjp_from_moments`; -lr v for
+    SGD). It reuses, and overwrites, the clipped gradient and updated moments that `student_update_values(...,
+    moments=...)` filled in `moments` (one fresh parameter-sized list instead of seven)."""
+    present = [i for i, g in enumerate(grads) if g is not None]
+    through_update = [None] * len(params)
+    slot = {id(params[i]): i for i in present}
+    for group in optimizer.param_groups:  # one foreach call per param group and optimizer step count
+        buckets = defaultdict(list)
+        for p in group["params"]:
+            if id(p) in slot:
+                state = optimizer.state.get(p, {})
+                buckets[int(state["step"]) if "step" in state else 0].append(slot[id(p)])
+        for step, indices in buckets.items():
+            cotangent = [cotangents[i] for i in indices]
+            if type(optimizer) is torch.optim.SGD:
+                values = torch._foreach_mul(cotangent, -float(group["lr"]))
+            else:
+                beta1, beta2 = group["betas"]
+                values = adamw_update_vjp_from_moments(
+                    [moments[i][0] for i in indices], [moments[i][1] for i in indices],
+                    [moments[i][2] for i in indices],
+                    step, float(group["lr"]), beta1, beta2, group["eps"], cotangent)
+            for i, value in zip(indices, values):
+                through_update[i] = value
+    w = [None] * len(params)
+    raw = [grads[i].detach() for i in present]
+    pulled = clip_by_total_norm_vjp(raw, max_grad_norm, [through_update[i] for i in present], in_place=True)
+    for i, value in zip(present, pulled):
+        w[i] = value
+    return w
+
+
+def clip_by_total_norm(grads: list[torch.Tensor], max_norm: float | None,
+                       in_place: bool = False) -> list[torch.Tensor]:
+    """torch.nn.utils.clip_grad_norm_ as a function (Trainer clips before eq. 1's step): g * min(1, max_norm /
+    (||g|| + 1e-6)), ||g|| the norm of all tensors together; differentiable in `grads` (twice: second-order soft
+    labels). `in_place`: scales `grads` themselves (values only, no graph). max_norm None or <= 0: no clipping."""
+    if max_norm is None or max_norm <= 0:
+        return list(grads)
+    total = torch.stack(torch._foreach_norm(grads)).norm()
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    if in_place:
+        torch._foreach_mul_(grads, coef)
+        return list(grads)
+    return [g * coef for g in grads]
+
+
+def _safe_sqrt(x: torch.Tensor) -> torch.Tensor:
+    """sqrt with a zero (not NaN) derivative where x == 0 (second-order steps through Adam's denominator)."""
+    positive = x > 0
+    return torch.where(positive, torch.where(positive, x, torch.ones_like(x)).sqrt(), torch.zeros_like(x))
+
+
+def adamw_update(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
+                 step: int, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float) -> torch.Tensor:
+    """theta_1 of eq. 1 when the student's optimizer is AdamW: torch.optim.AdamW's update for one tensor, as
+    a function (differentiable in `param` and `grad`). `exp_avg`, `exp_avg_sq`, `step` are the optimizer's
+    state before this step (zeros and 0 on the first step)."""
+    step = step + 1
+    decayed = param * (1 - lr * weight_decay)
+    m = exp_avg * beta1 + grad * (1 - beta1)
+    v = exp_avg_sq * beta2 + grad * grad * (1 - beta2)
+    bias_correction1 = 1 - beta1**step
+    bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+    denom = _safe_sqrt(v) / bias_correction2_sqrt + eps
+    return decayed - (lr / bias_correction1) * m / denom
+
+
+def sgd_update(param: torch.Tensor, grad: torch.Tensor, lr: float, weight_decay: float = 0.0) -> torch.Tensor:
+    """theta - lr * (grad + weight_decay * theta): eq. 1 with plain SGD, and eq. 2's inner step (weight_decay 0)."""
+    if weight_decay:
+        grad = grad + weight_decay * param
+    return param - lr * grad
+
+
+def adamw_update_vjp(grads: list[torch.Tensor], exp_avgs: list[torch.Tensor], exp_avg_sqs: list[torch.Tensor],
+                     step: int, lr: float, beta1: float, beta2: float, eps: float,
+                     cotangents: list[torch.Tensor]) -> list[torch.Tensor]:
+    """cotangent^T d adamw_update / d grad for a list of tensors sharing one step and lr (an optimizer's param
+    group), in closed form (the update is elementwise in the gradient): with m = beta1 m_0 + (1 - beta1) g,
+    v = beta2 v_0 + (1 - beta2) g^2, s = sqrt(v), D = s / sqrt(bc2) + eps,
+        d theta_1 / d g = -(lr / bc1) ((1 - beta1) / D - m (1 - beta2) g / (D^2 sqrt(bc2) s)),
+    the second term taken as 0 where s = 0 (as `_safe_sqrt`). `exp_avgs`, `exp_avg_sqs` are the moments before
+    the step; `adamw_update_vjp_from_moments` takes the updated ones."""
+    if not grads:
+        return []
+    m = torch._foreach_mul(exp_avgs, beta1)
+    torch._foreach_add_(m, grads, alpha=1 - beta1)
+    v = torch._foreach_mul(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
+    return adamw_update_vjp_from_moments(grads, m, v, step, lr, beta1, beta2, eps, cotangents)
+
+
+def adamw_update_vjp_from_moments(grads: list[torch.Tensor], new_exp_avgs: list[torch.Tensor],
+                                  new_exp_avg_sqs: list[torch.Tensor], step: int, lr: float, beta1: float,
+                                  beta2: float, eps: float, cotangents: list[torch.Tensor]) -> list[torch.Tensor]:
+    """`adamw_update_vjp` from the moments m, v AFTER the step (what the optimizer's own update leaves in copies
+    of its state). Overwrites `new_exp_avgs` and `new_exp_avg_sqs` (used as work space) and allocates one
+    parameter-sized list: on a large model a fresh buffer costs several times an elementwise pass (page faults),
+    so `torch._foreach_*` ops run in place."""
+    if not grads:
+        return []
+    step = step + 1
+    bias_correction1 = 1 - beta1**step
+    bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+    s = new_exp_avg_sqs
+    torch._foreach_sqrt_(s)  # s = sqrt(v), v >= 0
+    denom = torch._foreach_mul(s, 1 / bias_correction2_sqrt)
+    torch._foreach_add_(denom, eps)
+    # through_v = m (1 - beta2) g / (D^2 sqrt(bc2) s) where s > 0, else 0 (g^2 can underflow to v = 0 with g != 0):
+    # the factor s makes it exactly 0 there, and a positive s is at least the square root of the smallest
+    # subnormal, far above finfo.tiny, so clamping s there changes only s = 0; dividing one factor at a time
+    # never forms 0 / 0
+    through_v = new_exp_avgs
+    torch._foreach_mul_(through_v, grads)
+    torch._foreach_mul_(through_v, s)
+    torch._foreach_div_(through_v, denom)
+    torch._foreach_div_(through_v, denom)
+    torch._foreach_clamp_min_(s, torch.finfo(s[0].dtype).tiny)
+    torch._foreach_div_(through_v, s)
+    torch._foreach_div_(through_v, s)
+    torch._foreach_mul_(through_v, (1 - beta2) / bias_correction2_sqrt)
+    out = denom
+    torch._foreach_reciprocal_(out)
+    torch._foreach_mul_(out, 1 - beta1)
+    torch._foreach_sub_(out, through_v)
+    torch._foreach_mul_(out, cotangents)
+    torch._foreach_mul_(out, -(lr / bias_correction1))
+    return out
+
+
+def clip_by_total_norm_vjp(grads: list[torch.Tensor], max_norm: float, cotangents: list[torch.Tensor],
+                           in_place: bool = False) -> list[torch.Tensor]:
+    """The cotangents of `clip_by_total_norm`'s output pulled back to its input: with n = ||g||, c = min(1,
+    max_norm / (n + 1e-6)), the output c g has the vector-Jacobian product c u - [c < 1] max_norm / (n + 1e-6)^2
+    <u, g> / n g. `in_place`: written into `cotangents` (no new parameter-sized buffers)."""
+    if max_norm is None or max_norm <= 0:
+        return list(cotangents)
+    total = torch.stack(torch._foreach_norm(grads)).norm()
+    coef = max_norm / (total + 1e-6)
+    if not bool(coef < 1):
+        return list(cotangents)
+    dot = torch.stack([torch.vdot(u.flatten(), g.flatten()) for u, g in zip(cotangents, grads)]).sum()
+    along = max_norm / (total + 1e-6) ** 2 * dot / total
+    if in_place:
+        return [u.mul_(coef).addcmul_(g, along, value=-1) for u, g in zip(cotangents, grads)]
+    return [coef * u - along * g for u, g in zip(cotangents, grads)]
+
+
+__all__ = ["adamw_update", "adamw_update_vjp", "adamw_update_vjp_from_moments", "clip_by_total_norm",
+           "clip_by_total_norm_vjp", "sgd_update", "student_update", "student_update_values", "student_update_vjp"]

@@ -1,0 +1,70 @@
+"""`MuppetConfig`: the training arguments of `MuppetTrainer` (MUPPET, Aghajanyan et al., 2021).
+
+Kept apart from the trainer, as trl pairs `xxx_config.py` with `xxx_trainer.py`, so that `hf-aux muppet --help`
+lists these flags without importing Trainer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+from ..base_config import TokenSafeTrainingArguments
+from ..sampling import STRATEGIES
+
+ROBUST_MODES = ("none", "r3f", "r4f")
+
+
+@dataclass
+class MuppetConfig(TokenSafeTrainingArguments):
+    """Training arguments of `MuppetTrainer`; every `TrainingArguments` field applies. Sub-batches per update =
+    `gradient_accumulation_steps` x number of processes, each of `per_device_train_batch_size` rows of one task; its
+    default accumulation is 2 (not Trainer's 1), so that heterogeneous batches (at least 2 sub-batches per update)
+    hold on one process as they are."""
+
+    gradient_accumulation_steps: int = field(default=2, metadata={
+        "help": "Task-homogeneous sub-batches per update on each process (heterogeneous batches need at least 2 in "
+                "all, over the processes). Default 2, so MUPPET's own batching holds on one process."})
+
+    batching: str = field(default="heterogeneous", metadata={
+        "help": "How sub-batches form updates: 'heterogeneous' (several tasks per update, MUPPET §3.2), "
+                "'batch_homogeneous' (one task per update; the few left-over batches pooled) or 'dataset_homogeneous' (one task after another); §5.2."})
+    task_sampling_temperature: float = field(default=1.0, metadata={
+        "help": "Batches per task proportional to size ** (1 / T). 1 = natural sizes (the paper's choice, §3.4); "
+                "larger values move towards uniform."})
+    loss_scaling: bool = field(default=True, metadata={
+        "help": "Divide each data point's loss by log n(i), n = number of predictions it ranges over (eq. 1). "
+                "Switch off for the ablation."})
+    robust_finetuning: str = field(default="none", metadata={
+        "help": "'none', 'r3f' (symmetric-KL noise regulariser) or 'r4f' (R3F + spectrally normalised "
+                "task heads; build the model with spectral_norm_heads=True)."})
+    r3f_eps: float = field(default=1e-5, metadata={
+        "help": "R3F noise scale: U(-eps, eps) on the input embeddings for classification, choice and span heads; "
+                "N(0, eps^2) for seq2seq."})
+    r3f_lambda: float = field(default=1.0, metadata={"help": "Weight of the R3F symmetric KL term."})
+    label_smoothing_factor: float = field(default=0.1, metadata={
+        "help": "Label smoothing of the seq2seq tasks' cross entropy (Table 2: label-smoothed CE; 0.1 is the value "
+                "of fairseq's BART summarisation recipe). The only smoothing setting; other task kinds use plain CE."})
+    generation_max_length: int = field(default=64, metadata={
+        "help": "Longest greedy output when evaluating seq2seq tasks with ROUGE."})
+    remove_unused_columns: bool = field(default=False, metadata={
+        "help": "Kept False: the multi-task collator needs each row's task_name."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.batching not in STRATEGIES:
+            raise ValueError(f"MuppetConfig: field 'batching': {self.batching!r} is not one of {list(STRATEGIES)}")
+        if not self.task_sampling_temperature > 0:
+            raise ValueError(f"MuppetConfig: field 'task_sampling_temperature': must be > 0, got "
+                             f"{self.task_sampling_temperature}")
+        if self.robust_finetuning not in ROBUST_MODES:
+            raise ValueError(f"MuppetConfig: field 'robust_finetuning': {self.robust_finetuning!r} is not one of "
+                             f"{list(ROBUST_MODES)}")
+        if not self.r3f_eps >= 0:
+            raise ValueError(f"MuppetConfig: field 'r3f_eps': must be >= 0, got {self.r3f_eps}")
+        if not self.r3f_lambda >= 0:
+            raise ValueError(f"MuppetConfig: field 'r3f_lambda': must be >= 0, got {self.r3f_lambda}")
+        if self.generation_max_length < 1:
+            raise ValueError(f"MuppetConfig: field 'generation_max_length': must be >= 1, got "
+                             f"{self.generation_max_length}")
+        if self.remove_unused_columns:
+            raise ValueError("MuppetConfig: field 'remove_unused_columns': must stay False (rows carry task_name)")

@@ -1,0 +1,545 @@
+"""TartanTrainer: end-task aware training, MT-TARTAN and META-TARTAN (Dery et al., 2022, "Should We Be
+Pre-training? An Argument for End-task Aware Training as an Alternative", ICLR; arXiv:2109.07437).
+
+The end task T* is the Trainer's own `train_dataset` (its dataloader, sampler and resume are Trainer's); each
+auxiliary MLM task T_i (TAPT, DAPT, any corpus) is an endless stream of masked blocks drawn alongside every
+end-task batch; META-TARTAN also draws end-task validation batches (`meta_dataset`, by default `eval_dataset`).
+
+- `mode="mt"` (§3.1, eq. 3): loss = w* L_T* + sum_i w_i L_Ti with fixed weights (uniform 1/(n+1) by default).
+  One forward of the (DDP-wrapped) model carries every task; Trainer's own backward.
+- `mode="meta"` (§3.2-3.3, Algorithm 1, eq. 7): per step, the body gradient g_k of every task (end task first),
+  the meta head phi* refitted on frozen body features, the meta gradient g_meta of an end-task validation batch
+  through phi*, w_k <- w_k + eta cos(g_meta, g_k), alpha = softmax(w), body gradient sum_k alpha_k g_k, each
+  head its own gradient. Gradients are all-reduced over processes before the cosines, so w is identical on
+  every rank.
+
+The task weights (w), their per-step history (alpha) and the auxiliary/validation stream positions live in
+`TaskWeightsCallback`, an `ExportableState` saved in trainer_state.json with every checkpoint and restored on
+resume. Every save writes task_weights.json and task_weights.png beside the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from transformers import PreTrainedModel, TrainerCallback
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_callback import ExportableState
+
+from ..adapters import merged_subfolder
+from ..data import mask_tokens_for_mlm, special_tokens_mask_for
+from ..distributed import MicroBatchCounter, Sharding, micro_batch_seed, parameter_sharding, seeded_rng
+from . import METHOD
+from .config import TartanConfig
+from .losses import (
+    combine_gradients,
+    gradient_cosines,
+    mt_tartan_loss,
+    task_mixture,
+    update_task_weights,
+)
+from ..base_trainer import AuxTrainer
+from ..model_card import TaskSummary, task_metrics
+from .model import TartanModel
+from ..nonfinite import check_finite_loss
+from ..training_metrics import MetricAccumulator
+
+logger = logging.getLogger(__name__)
+
+TASK_WEIGHTS_JSON = "task_weights.json"
+TASK_WEIGHTS_PNG = "task_weights.png"
+END_TASK = "end_task"
+
+
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Batches of the auxiliary tasks and of the meta-validation set
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class BatchStream:
+    """Endless shuffled batches over `dataset`. Everything is a function of (seed, position): epoch e's order is
+    randperm(seed, e), the collate function gets a generator seeded by (seed, position). Under DDP the ranks share
+    one stream, rank r taking positions r, r + world_size, ... (draw d is position d * world_size + r), as
+    accelerate deals the end task's batches: so the ranks never draw the same batch, and N processes draw exactly
+    what one process with N times the gradient accumulation draws. The whole state is the number of draws (the
+    same on every rank), restored on resume. `collate(features, generator) -> dict of tensors`."""
+
+    def __init__(self, dataset, batch_size: int, collate: Callable, seed: int, rank: int = 0, world_size: int = 1):
+        if len(dataset) == 0:
+            raise ValueError("a TARTAN batch stream got an empty dataset")
+        self.dataset, self.batch_size, self.collate, self.seed = dataset, batch_size, collate, seed
+        self.rank, self.world_size = rank, world_size
+        self.draws = 0
+        self._order = (None, None)
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return max(1, len(self.dataset) // self.batch_size)  # drop the ragged last batch (all batches equal)
+
+    def next(self) -> dict:
+        position = self.draws * self.world_size + self.rank
+        epoch, index = divmod(position, self.batches_per_epoch)
+        if self._order[0] != epoch:
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            self._order = (epoch, torch.randperm(len(self.dataset), generator=generator).tolist())
+        rows = self._order[1][index * self.batch_size: (index + 1) * self.batch_size]
+        generator = torch.Generator().manual_seed(self.seed * 7_919 + position + 1)
+        self.draws += 1
+        return self.collate([self.dataset[i] for i in rows], generator)
+
+
+class TaskWeightsCallback(TrainerCallback, ExportableState):
+    """Holds the task weights w, the history of alpha (one [step, alpha_end_task, alpha_aux_1, ...] row per
+    optimizer step), the stream positions and the MLM head warm-up's losses ({task: [first, last]}, empty until
+    it ran); saved in trainer_state.json (`stateful_callbacks`) with every checkpoint and restored on resume."""
+
+    def __init__(self, task_names: list[str] | None = None, weights: list[float] | None = None,
+                 history: list[list[float]] | None = None, stream_draws: dict[str, int] | None = None,
+                 head_warmup: dict[str, list[float]] | None = None):
+        self.task_names = list(task_names or [])
+        self.weights = list(weights or [])
+        self.history = [list(row) for row in (history or [])]
+        self.stream_draws = dict(stream_draws or {})
+        self.head_warmup = dict(head_warmup or {})
+
+    def state(self) -> dict:
+        return {"args": {"task_names": self.task_names},
+                "attributes": {"weights": self.weights, "history": self.history, "stream_draws": self.stream_draws,
+                               "head_warmup": self.head_warmup}}
+
+    def record(self, step: int, alphas: list[float]) -> None:
+        row = [step, *alphas]
+        if self.history and self.history[-1][0] == step:
+            self.history[-1] = row  # gradient accumulation: keep the step's latest weights
+        else:
+            self.history.append(row)
+
+
+def plot_task_weights(history: list[list[float]], task_names: list[str], path: str, title: str = "") -> None:
+    """Draw alpha per task against the optimizer step into a PNG: the whole mixture on a shared 0-1 axis first,
+    then one panel per task on its own scale (META's weights often move by less than 0.01, invisible on 0-1),
+    legends outside the axes (`hf_aux.plots.plot_panels`)."""
+    from ..plots import MAX_SERIES_PER_PANEL, plot_panels
+
+    title = title or "TARTAN task weights"
+    series = {name: [(row[0], row[k + 1]) for row in history] for k, name in enumerate(task_names)}
+    names = list(series)
+    panels = [(f"{title}: {'all tasks' if len(names) <= MAX_SERIES_PER_PANEL else 'first tasks'} (0-1)",
+               {name: series[name] for name in names[:MAX_SERIES_PER_PANEL]})]
+    panels += [(f"{title}: {name}", {name: points}) for name, points in series.items()]
+    plot_panels(panels, path, ylabel="task weight alpha (share, sums to 1)", ylim={panels[0][0]: (0.0, 1.0)})
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The trainer
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class TartanTrainer(AuxTrainer):
+    """MT-TARTAN / META-TARTAN (module docstring).
+
+    model: a `TartanModel`, or an `XForSequenceClassification` (wrapped with fresh MLM heads named after
+        `auxiliary_datasets`).
+    train_dataset / eval_dataset: the end task, tokenised (input_ids, attention_mask[, token_type_ids], labels).
+    auxiliary_datasets: {name: dataset of input_ids blocks} (e.g. `hf_aux.data.group_texts_for_mlm` output), in
+        the model's auxiliary task order; masked afresh for every batch.
+    meta_dataset: end-task validation data for g_meta (META-TARTAN; default `eval_dataset`).
+    processing_class: the tokenizer (needed to pad and mask the auxiliary batches).
+    peft_config: a `peft.LoraConfig`: LoRA adapters on the shared body, base weights frozen (as trl's trainers take
+        it); phi' and the MLM heads train fully; META-TARTAN's cosines are over the adapters
+        (`TartanModel.add_body_lora`, which changes the model in place).
+    """
+
+    # compute_loss returns per-batch means: Trainer divides them by the accumulation steps (MT-TARTAN)
+    loss_is_scaled_for_ga = False
+
+    def __init__(self, model=None, args: TartanConfig | None = None, train_dataset=None, eval_dataset=None,
+                 auxiliary_datasets: dict | None = None, meta_dataset=None, processing_class=None, peft_config=None,
+                 **kwargs):
+        if not isinstance(args, TartanConfig):
+            raise ValueError("TartanTrainer: field 'args': expected a TartanConfig")  # noqa: TRY004
+        auxiliary_datasets = dict(auxiliary_datasets or {})
+        if isinstance(model, PreTrainedModel):
+            model = TartanModel(model, list(auxiliary_datasets))
+        if not isinstance(model, TartanModel):
+            raise ValueError(f"TartanTrainer: field 'model': expected a TartanModel or a sequence classifier, got "  # noqa: TRY004
+                             f"{type(model).__name__}")
+        if peft_config is not None:
+            model.add_body_lora(peft_config)
+        if list(auxiliary_datasets) != model.auxiliary_tasks:
+            raise ValueError(f"TartanTrainer: field 'auxiliary_datasets': tasks {list(auxiliary_datasets)} do not "
+                             f"match the model's MLM heads {model.auxiliary_tasks} (same names, same order)")
+        if processing_class is None or getattr(processing_class, "mask_token_id", None) is None:
+            raise ValueError("TartanTrainer: field 'processing_class': a tokenizer with a mask token is needed to "
+                             "mask the auxiliary MLM batches")
+        vocab_rows = model.classifier.get_input_embeddings().weight.shape[0]
+        if len(processing_class) > vocab_rows:
+            raise ValueError(f"TartanTrainer: field 'processing_class': the tokenizer has {len(processing_class)} "
+                             f"tokens but the model's embeddings only {vocab_rows}: mismatched tokenizer")
+        for name, data in auxiliary_datasets.items():
+            if "input_ids" not in data.column_names:
+                raise ValueError(f"task '{name}': field 'auxiliary_datasets': needs an input_ids column "
+                                 f"(see hf_aux.data.group_texts_for_mlm); has {data.column_names}")
+            if len(data) == 0:
+                raise ValueError(f"task '{name}': field 'auxiliary_datasets': the dataset is empty")
+        if train_dataset is None:
+            raise ValueError("TartanTrainer: field 'train_dataset': the end task's training data is required")
+        meta_dataset = meta_dataset if meta_dataset is not None else eval_dataset
+        if args.mode == "meta":
+            if meta_dataset is None or isinstance(meta_dataset, dict):
+                raise ValueError("TartanTrainer: field 'meta_dataset': META-TARTAN needs one end-task validation "
+                                 "dataset (meta_dataset, or eval_dataset as a single dataset)")
+            if "labels" not in meta_dataset.column_names:
+                raise ValueError(f"TartanTrainer: field 'meta_dataset': needs a labels column; has "
+                                 f"{meta_dataset.column_names}")
+        task_names = [END_TASK, *model.auxiliary_tasks]
+        weights = args.task_weights or [1.0 / len(task_names)] * len(task_names)
+        if len(weights) != len(task_names):
+            raise ValueError(f"TartanConfig: field 'task_weights': {len(weights)} weights for {len(task_names)} "
+                             f"tasks {task_names} (end task first)")
+        if args.mode == "mt":
+            weights = [w / sum(weights) for w in weights]
+        _refuse_sharding(args.mode, parameter_sharding(args))
+        callbacks = list(kwargs.pop("callbacks", None) or [])
+        callbacks.append(TaskWeightsCallback(task_names, weights))
+        super().__init__(model=model, args=args, train_dataset=train_dataset, eval_dataset=eval_dataset,
+                         processing_class=processing_class, callbacks=callbacks, **kwargs)
+        _refuse_sharding(args.mode, parameter_sharding(args, self))  # again, as accelerate resolved it
+        self._micro_batches = MicroBatchCounter()  # dropout seeded by the micro-batch's place in the global stream
+        self.task_names = task_names
+        self._auxiliary_datasets = auxiliary_datasets
+        self._meta_dataset = meta_dataset
+        self._streams: dict[str, BatchStream] | None = None
+        self._resumed = False  # set by _load_from_checkpoint: the heads come from the checkpoint, no warm-up
+        self._train_metrics = MetricAccumulator()
+
+    # ------------------------------------------------------------------------------------------------------------
+    @property
+    def task_weights_state(self) -> TaskWeightsCallback:
+        """The callback holding w and its history (looked up each time: resume may replace the instance)."""
+        for callback in self.callback_handler.callbacks:
+            if isinstance(callback, TaskWeightsCallback):
+                return callback
+        raise RuntimeError("TaskWeightsCallback was removed from the trainer")
+
+    def _mlm_collate(self, features, generator):
+        tokenizer = self.processing_class
+        padded = tokenizer.pad([{"input_ids": f["input_ids"]} for f in features], return_tensors="pt")
+        masked, labels = mask_tokens_for_mlm(
+            padded["input_ids"], mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
+            special_tokens_mask=special_tokens_mask_for(padded["input_ids"], tokenizer),
+            mlm_probability=self.args.mlm_probability, generator=generator)
+        return {"input_ids": masked, "attention_mask": padded["attention_mask"], "labels": labels}
+
+    def _supervised_collate(self, features, generator):
+        return self.data_collator(features)
+
+    def _get_streams(self) -> dict[str, BatchStream]:
+        """The auxiliary, meta-validation and (optionally) meta-head streams, built on first use, positioned from
+        the task-weight state (so resume continues where the checkpoint was)."""
+        if self._streams is None:
+            args = self.args
+            seed, place = args.seed, {"rank": args.process_index, "world_size": args.world_size}  # one shared stream
+            aux_size = args.auxiliary_batch_size or args.per_device_train_batch_size
+            streams = {name: BatchStream(data, aux_size, self._mlm_collate, seed + 17 * (k + 1), **place)
+                       for k, (name, data) in enumerate(self._auxiliary_datasets.items())}
+            if args.mode == "meta":
+                meta = self._remove_unused_columns(self._meta_dataset, description="meta")
+                streams["_meta"] = BatchStream(meta, args.meta_batch_size or args.per_device_train_batch_size,
+                                               self._supervised_collate, seed + 7, **place)
+                if args.meta_head_fresh_batch and args.meta_head == "separate":
+                    train = self._remove_unused_columns(self.train_dataset, description="meta head")
+                    streams["_meta_head"] = BatchStream(train, args.per_device_train_batch_size,
+                                                        self._supervised_collate, seed + 11, **place)
+            self._streams = streams
+        draws = self.task_weights_state.stream_draws
+        for name, stream in self._streams.items():
+            stream.draws = draws.get(name, 0)
+        return self._streams
+
+    def _draw(self, name: str) -> dict:
+        stream = self._get_streams()[name]
+        batch = stream.next()
+        self.task_weights_state.stream_draws[name] = stream.draws
+        return self._prepare_inputs(batch)
+
+    def create_optimizer(self, model=None):
+        """Trainer's optimizer; with `end_task_head_learning_rate`, phi' moves to groups of its own at that rate
+        (keeping its weight-decay split), so the schedule scales it like the rest."""
+        ours = self.optimizer is None
+        optimizer = super().create_optimizer(model)
+        lr = self.args.end_task_head_learning_rate
+        if not ours or lr is None:
+            return optimizer
+        head = {id(p) for p in self.accelerator.unwrap_model(model or self.model).end_task_head_parameters()}
+        for group in list(optimizer.param_groups):
+            moved = [p for p in group["params"] if id(p) in head]
+            if moved:
+                group["params"] = [p for p in group["params"] if id(p) not in head]
+                optimizer.add_param_group({**{k: v for k, v in group.items() if k != "params"}, "params": moved,
+                                           "lr": lr})
+        return optimizer
+
+    def _warm_up_mlm_heads(self, model) -> None:
+        """`mlm_head_warmup_steps` > 0: before the first step of a run (never after a resume, whose heads come from
+        the checkpoint), fit the MLM heads on the frozen body (`TartanModel.fit_mlm_heads`). Every process draws
+        the same batches (a stream of its own, seeded by the run's seed alone, leaving the training streams where
+        they are) and runs the same deterministic steps, so the heads stay identical across ranks."""
+        args, state = self.args, self.task_weights_state
+        if args.mlm_head_warmup_steps == 0 or state.head_warmup or self._resumed or not self.task_names[1:]:
+            return
+        streams = {name: BatchStream(data, args.auxiliary_batch_size or args.per_device_train_batch_size,
+                                     self._mlm_collate, args.seed + 23 * (k + 1))
+                   for k, (name, data) in enumerate(self._auxiliary_datasets.items())}
+        tartan: TartanModel = self.accelerator.unwrap_model(model)
+        state.head_warmup = tartan.fit_mlm_heads(lambda name: self._prepare_inputs(streams[name].next()),
+                                                 steps=args.mlm_head_warmup_steps, lr=args.mlm_head_warmup_lr)
+        logger.info("MLM head warm-up (%d steps on the frozen body): %s", args.mlm_head_warmup_steps,
+                    ", ".join(f"{k} {a:.3f} -> {b:.3f}" for k, (a, b) in state.head_warmup.items()))
+
+    # ------------------------------------------------------------------------------------------------------------
+    # MT-TARTAN (eq. 3): one forward carrying every task, Trainer's backward
+    # ------------------------------------------------------------------------------------------------------------
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if return_outputs or not model.training:  # evaluation / prediction: the end task alone
+            outputs = model(**inputs)
+            return (outputs.loss, outputs) if return_outputs else outputs.loss
+        if self.args.mode != "mt":
+            raise RuntimeError("compute_loss is only used by MT-TARTAN; META-TARTAN runs in training_step")
+        self._warm_up_mlm_heads(model)
+        state = self.task_weights_state
+        auxiliary = {name: self._draw(name) for name in self.task_names[1:]}
+        # dropout drawn from the micro-batch's own seed: N processes = one with N x accumulation (hf_aux.distributed)
+        with seeded_rng(micro_batch_seed(self.args.seed, self._micro_batches.index(self)), self.args.device):
+            outputs = model(**inputs, auxiliary_batches=auxiliary)                       # one (DDP) forward
+        losses = torch.cat([outputs.loss.reshape(1), outputs.auxiliary_losses])         # [n + 1]: L_T*, L_T1..
+        weights = torch.tensor(state.weights, device=losses.device)                     # fixed w (eq. 3)
+        loss = mt_tartan_loss(losses, weights)                                          # sum_k w_k L_k
+        for name, value in zip(self.task_names, losses):
+            self._train_metrics.add(f"loss/{name}", value)
+        state.record(self.state.global_step + 1, list(state.weights))
+        return loss
+
+    # ------------------------------------------------------------------------------------------------------------
+    # META-TARTAN (Algorithm 1)
+    # ------------------------------------------------------------------------------------------------------------
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        if self.args.mode == "mt":
+            return super().training_step(model, inputs, num_items_in_batch)
+        model.train()
+        self._warm_up_mlm_heads(model)
+        tartan: TartanModel = self.accelerator.unwrap_model(model)  # functional parts: the unwrapped model
+        args = self.args
+        inputs = self._prepare_inputs(inputs)
+        body = tartan.body_parameters()
+        n_body = len(body)
+        scale = 1.0 / getattr(self, "current_gradient_accumulation_steps", args.gradient_accumulation_steps)
+        losses, body_grads, head_grads = [], [], []
+        # bf16: accelerate's autocast covers the wrapped forward only, so the whole step runs in it here; dropout
+        # (and phi*'s) from the micro-batch's own seed, as in MT-TARTAN
+        seed = micro_batch_seed(args.seed, self._micro_batches.index(self))
+        with self.compute_loss_context_manager(), self.accelerator.autocast(), seeded_rng(seed, args.device):
+            # g*_theta, g*_phi': end-task gradients on B*_tr; the body's outputs are kept for fitting phi*
+            end_head = tartan.end_task_head_parameters()
+            with tartan.capture_body_outputs() as captured:
+                end_loss = tartan(**inputs).loss
+            grads = torch.autograd.grad(end_loss, body + end_head, allow_unused=True)
+            losses.append(end_loss.detach())
+            body_grads.append(list(grads[:n_body]))
+            head_grads.append((end_head, list(grads[n_body:])))
+            # g^i_theta, g^i_phi: each auxiliary task's gradients on its own batch B_i
+            for name in tartan.auxiliary_tasks:
+                aux_head = tartan.auxiliary_head_parameters(name)
+                aux_loss = tartan.mlm_loss(name, self._draw(name))
+                grads = torch.autograd.grad(aux_loss, body + aux_head, allow_unused=True)
+                losses.append(aux_loss.detach())
+                body_grads.append(list(grads[:n_body]))
+                head_grads.append((aux_head, list(grads[n_body:])))
+            # g_meta: end-task validation gradient of the body, through phi* (eq. 7) or phi' (eq. 6)
+            meta_batch = self._draw("_meta")
+            if args.meta_head == "separate":
+                if args.meta_head_fresh_batch:
+                    head_batch = self._draw("_meta_head")
+                    with torch.no_grad():
+                        features = tartan.body_outputs(head_batch)
+                    head_labels = head_batch["labels"]
+                else:
+                    features, head_labels = captured[-1], inputs["labels"]
+                draw = self.task_weights_state.stream_draws["_meta"]
+                generator = torch.Generator().manual_seed(args.seed * 31 + draw * 1_009 + args.process_index)
+                tartan.fit_meta_head(features, head_labels, steps=args.meta_head_steps, lr=args.meta_head_lr,
+                                     weight_decay=args.meta_head_weight_decay, generator=generator)
+                meta_loss = tartan.meta_loss(meta_batch)
+            else:
+                meta_loss = tartan(**meta_batch).loss
+            meta_grads = list(torch.autograd.grad(meta_loss, body, allow_unused=True))
+        # identical task weights on every rank: average every gradient over processes first
+        if args.world_size > 1 and dist.is_available() and dist.is_initialized():
+            for grad_list in [meta_grads, *body_grads, *(g for _, g in head_grads)]:
+                _all_reduce_mean(grad_list, args.world_size)
+        state = self.task_weights_state
+        weights = torch.tensor(state.weights, device=end_loss.device)
+        cosines = gradient_cosines(meta_grads, body_grads)               # cos(g_meta, g_k), k = end task, aux...
+        weights = update_task_weights(weights, cosines, args.task_weight_lr)  # w_k <- w_k + eta cos
+        alphas = task_mixture(weights)                                   # alpha = softmax(w)
+        combined = combine_gradients(alphas, body_grads)                 # sum_k alpha_k g_k
+        _accumulate_grads(body, combined, scale)
+        for params, grads in head_grads:                                 # each head: its own gradient
+            _accumulate_grads(params, grads, scale)
+        losses = torch.stack(losses)
+        total = (alphas * losses).sum()
+        # the step's only host sync: weights, alphas, losses (finite check)
+        synced = torch.cat([weights, alphas, losses]).tolist()
+        n = len(self.task_names)
+        new_weights, new_alphas, loss_values = synced[:n], synced[n:2 * n], synced[2 * n:]
+        check_finite_loss(self, {f"loss/{name}": value for name, value in zip(self.task_names, loss_values)},
+                          "TartanTrainer")
+        state.weights = new_weights
+        state.record(self.state.global_step + 1, new_alphas)
+        for name, loss_k, cos_k in zip(self.task_names, losses, cosines):
+            self._train_metrics.add(f"loss/{name}", loss_k)
+            self._train_metrics.add(f"cos/{name}", cos_k)
+        self._train_metrics.add("meta_loss", meta_loss)
+        return total.detach() * scale
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Logging, saving, resuming
+    # ------------------------------------------------------------------------------------------------------------
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs and self._train_metrics:  # a training log: per-task losses and cosines, the weights
+            logs.update(self._train_metrics.reduce(self.accelerator))
+            history = self.task_weights_state.history
+            if history:  # alpha of the last step (identical on every rank)
+                logs.update({f"alpha/{name}": a for name, a in zip(self.task_names, history[-1][1:])})
+        super().log(logs, start_time)
+
+    def _save_model_extras(self, output_dir: str) -> None:
+        """Beside the end-task classifier and the MLM heads (TartanModel.save_pretrained, through AuxTrainer): the
+        task-weight history as task_weights.json and task_weights.png."""
+        self.save_task_weights(output_dir)
+
+    def save_task_weights(self, output_dir: str) -> None:
+        state = self.task_weights_state
+        data = {"mode": self.args.mode, "meta_head": self.args.meta_head, "task_weight_lr": self.args.task_weight_lr,
+                "tasks": self.task_names, "weights": state.weights, "mlm_head_warmup": state.head_warmup,
+                "steps": [row[0] for row in state.history], "alpha": [row[1:] for row in state.history]}
+        with open(os.path.join(output_dir, TASK_WEIGHTS_JSON), "w") as f:
+            json.dump(data, f)
+        if state.history:
+            plot_task_weights(state.history, self.task_names, os.path.join(output_dir, TASK_WEIGHTS_PNG),
+                              self._mode_name + " task weights")
+
+    # ---- model card (ModelCardMixin.create_model_card): the end task's metrics in the model-index, the auxiliary
+    # tasks, hyper-parameters, loss_curve.png and task_weights.png (the task weights over training) -------------
+    _method = METHOD
+    _watch_model_loss = False  # compute_loss checks each task's loss
+    _auto_class = "AutoModelForSequenceClassification"
+    _hf_aux_class = "hf_aux.tartan.model.TartanModel"
+
+    _pipeline_tag = "text-classification"  # the top level loads as a plain classifier
+
+    def _card_tasks(self, datasets: list[str], end_task_name: str | None = None, metrics: dict | None = None,
+                    source: str | None = None, **kwargs) -> list[TaskSummary]:
+        """`metrics`: the end task's, e.g. {"eval_accuracy": ...} from a final evaluation (default: the last
+        evaluation in the log history); `end_task_name`: the end task's name in the card; `datasets`: Hub
+        dataset ids of the end task; `source`: where its data came from otherwise."""
+        if metrics is None:
+            metrics = next((entry for entry in reversed(self.state.log_history) if "eval_loss" in entry), {})
+        split, scores = task_metrics(metrics)
+        summaries = [TaskSummary(end_task_name or END_TASK, "classification", train_size=len(self.train_dataset),
+                                 eval_size=len(self.eval_dataset) if self.eval_dataset is not None else None,
+                                 metrics=scores, dataset=datasets[0] if datasets else None, split=split,
+                                 source=None if datasets else source)]
+        summaries += [TaskSummary(name, "mlm", train_size=len(data)) for name, data in self._auxiliary_datasets.items()]
+        return summaries
+
+    def _card_figures(self, output_dir: str) -> dict[str, str]:
+        figures = self._loss_curve_figure(output_dir, "TARTAN losses",
+                                          "Training loss (overall and per task) and evaluation loss")
+        state = self.task_weights_state
+        if state.history:  # _save draws it with every checkpoint; drawn again here with the whole history
+            plot_task_weights(state.history, self.task_names, os.path.join(output_dir, TASK_WEIGHTS_PNG),
+                              self._mode_name + " task weights")
+            figures[TASK_WEIGHTS_PNG] = "Task weights (alpha) of the end task and each auxiliary task over training"
+        return figures
+
+    def _card_details(self) -> dict:
+        history = self.task_weights_state.history
+        notes = f"{self._mode_name}."
+        if history:
+            final = ", ".join(f"{name} {alpha:.3f}" for name, alpha in zip(self.task_names, history[-1][1:]))
+            notes = f"{self._mode_name}; final task weights: {final}."
+        return {"notes": notes, "adapter": self.accelerator.unwrap_model(self.model).has_body_lora,
+                "merged_subfolder": merged_subfolder(self.args.output_dir)}
+
+    @property
+    def _mode_name(self) -> str:
+        return "META-TARTAN" if self.args.mode == "meta" else "MT-TARTAN"
+
+    def _load_checkpoint_extras(self, resume_from_checkpoint: str) -> None:
+        """Resume (after TartanModel.load_checkpoint restored the classifier and the MLM heads): the task weights,
+        their history and the stream positions from the checkpoint's trainer_state.json. (Trainer restores stateful
+        callbacks only with restore_callback_states_from_checkpoint, a user-wide switch, so the task weights are
+        restored here, checked against this run's tasks.)"""
+        state_file = os.path.join(resume_from_checkpoint, TRAINER_STATE_NAME)
+        if not os.path.isfile(state_file):
+            raise ValueError(f"{resume_from_checkpoint!r}: {TRAINER_STATE_NAME} is missing: cannot restore the "
+                             "task weights")
+        with open(state_file) as f:
+            stored = json.load(f).get("stateful_callbacks", {}).get(TaskWeightsCallback.__name__)
+        if stored is None:
+            raise ValueError(f"{resume_from_checkpoint!r}: no TARTAN task-weight state in {TRAINER_STATE_NAME}")
+        if stored["args"]["task_names"] != self.task_names:
+            raise ValueError(f"{resume_from_checkpoint!r}: the checkpoint's tasks {stored['args']['task_names']} "
+                             f"differ from this run's {self.task_names}")
+        callback = self.task_weights_state
+        for key, value in stored["attributes"].items():
+            setattr(callback, key, value)
+        self._streams = None  # rebuilt at the restored positions
+        self._resumed = True
+
+
+def _refuse_sharding(mode: str, sharding: Sharding) -> None:
+    """FSDP and DeepSpeed ZeRO-3 shard the body's parameters, gathering each only inside its own module's forward.
+    MT-TARTAN's MLM heads read the embedding matrix outside the embeddings' forward (the decoder tied through
+    F.linear) and run the body once per task in one forward; META-TARTAN also takes torch.autograd.grad over full
+    body parameters several times per step. Both refuse at start (META any DeepSpeed stage); DDP works. MT-TARTAN
+    under ZeRO-1/2 (optimizer / gradient sharding only) is not refused, and not tested."""
+    fsdp, deepspeed, zero3 = sharding
+    if mode == "meta" and (fsdp or deepspeed or zero3):
+        raise ValueError("TartanTrainer: META-TARTAN takes per-task gradients with torch.autograd.grad over full "
+                         "body parameters (several backward passes per step); FSDP and DeepSpeed are not supported: "
+                         "use DDP (torchrun / accelerate launch without FSDP or DeepSpeed)")
+    if fsdp or zero3:
+        raise ValueError(f"TartanTrainer: MT-TARTAN's MLM heads read the body's embedding matrix outside its "
+                         f"module's forward (tied decoder), which {'FSDP' if fsdp else 'DeepSpeed ZeRO-3'} shards: "
+                         "not supported; use DDP (torchrun / accelerate launch without FSDP or ZeRO-3)")
+
+
+def _all_reduce_mean(grads: list[torch.Tensor | None], world_size: int) -> None:
+    """Average a gradient list over processes in place (one collective per list; None entries stay None on every
+    rank, since every rank runs the same tasks on the same parameters)."""
+    present = [g for g in grads if g is not None]
+    if not present:
+        return
+    flat = torch._utils._flatten_dense_tensors(present)  # a communication buffer, not for the cosines
+    dist.all_reduce(flat)
+    flat.div_(world_size)
+    for g, synced in zip(present, torch._utils._unflatten_dense_tensors(flat, present)):
+        g.copy_(synced)
+
+
+def _accumulate_grads(params: list[nn.Parameter], grads: list[torch.Tensor | None], scale: float) -> None:
+    for p, g in zip(params, grads):
+        if g is None:
+            continue
+        g = g.to(p.dtype) * scale
+        p.grad = g if p.grad is None else p.grad.add_(g)

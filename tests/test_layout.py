@@ -1,0 +1,160 @@
+"""The layout by method (issue #29): one folder per method with one record, one base trainer and config, a library
+that never imports the command-line layer, few private Trainer overrides, and the old module paths still working."""
+
+import ast
+import importlib
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_import_graph import ROOT, imported_modules, module_names
+
+import hf_aux
+from hf_aux import registry
+
+OLD_PATHS = {  # the documented old module paths (CHANGELOG.md) -> their new homes
+    "hf_aux.trainers.muppet": "hf_aux.muppet.trainer", "hf_aux.trainers.muppet_config": "hf_aux.muppet.config",
+    "hf_aux.trainers.amos": "hf_aux.amos.trainer", "hf_aux.trainers.amos_config": "hf_aux.amos.config",
+    "hf_aux.trainers.tartan": "hf_aux.tartan.trainer", "hf_aux.trainers.tartan_config": "hf_aux.tartan.config",
+    "hf_aux.trainers.meta_lm": "hf_aux.meta_lm.trainer", "hf_aux.trainers.meta_lm_config": "hf_aux.meta_lm.config",
+    "hf_aux.losses.muppet": "hf_aux.muppet.losses", "hf_aux.losses.amos": "hf_aux.amos.losses",
+    "hf_aux.losses.tartan": "hf_aux.tartan.losses", "hf_aux.losses.meta_lm": "hf_aux.meta_lm.losses",
+    "hf_aux.modeling.amos": "hf_aux.amos.model", "hf_aux.modeling.tartan": "hf_aux.tartan.model",
+    "hf_aux.modeling.teacher": "hf_aux.meta_lm.teacher",
+    "hf_aux.cli.muppet": "hf_aux.muppet.command", "hf_aux.cli.amos": "hf_aux.amos.command",
+    "hf_aux.cli.tartan": "hf_aux.tartan.command", "hf_aux.cli.meta_lm": "hf_aux.meta_lm.command",
+    "hf_aux.cli.finetune": "hf_aux.finetune.command",
+    "hf_aux.two_moons": "hf_aux.meta_lm.two_moons", "hf_aux.functional_optim": "hf_aux.meta_lm.functional_optim",
+    "hf_aux.training_args": "hf_aux.base_config",
+}
+METHODS = ("muppet", "amos", "tartan", "meta_lm")
+
+
+def is_command_line(name: str) -> bool:
+    return name == "hf_aux.cli" or name.startswith("hf_aux.cli.") or name.endswith(".command")
+
+
+def library_graph() -> dict[str, set[str]]:
+    known = module_names()
+    return {name: imported_modules(name, path, known) for name, path in known.items()
+            if not is_command_line(name) and name not in OLD_PATHS}
+
+
+def test_no_library_module_imports_the_command_line_layer():
+    graph = library_graph()
+    assert "hf_aux.adapters" in graph and "hf_aux.muppet.trainer" in graph  # the check reads the library
+    offenders = {name: sorted(t for t in targets if is_command_line(t)) for name, targets in graph.items()}
+    assert {name: found for name, found in offenders.items() if found} == {}
+
+
+def test_each_method_lives_in_one_folder_with_one_record():
+    for package in METHODS:
+        folder = ROOT / package
+        assert {"__init__.py", "config.py", "trainer.py", "losses.py", "command.py", "demo.yaml"} <= {
+            p.name for p in folder.iterdir()}, package
+        record = registry.method(package)
+        assert importlib.import_module(f"hf_aux.{package}").METHOD is record
+        config_class, trainer_class = record.load(record.config_class), record.load(record.trainer_class)
+        assert issubclass(config_class, hf_aux.TokenSafeTrainingArguments)
+        assert issubclass(trainer_class, hf_aux.AuxTrainer) and trainer_class._method is record
+        assert (ROOT.parent / "model_cards" / record.card_template).is_file()
+        assert record.paper.bibtex.startswith("@") and record.paper.title in record.paper.bibtex
+        for name, module in record.exports.items():  # the lazy names come from the record
+            assert hf_aux._LAZY_NAMES[name] == f"{package}.{module}" and getattr(hf_aux, name) is record.load(name)
+    assert [record.package for record in registry.methods()] == [*METHODS, "finetune"]
+
+
+def test_the_command_table_is_the_records():
+    from hf_aux.cli.command import usage
+
+    for record in registry.methods():
+        assert f"  {record.command:<10} {record.summary}" in usage()
+        assert registry.by_command(record.command) is record
+        module = importlib.import_module(record.command_module)
+        assert callable(module.main) and callable(module.parse_args) and callable(module.make_parser)
+        script = ROOT.parent / "run_scripts" / f"run_{record.package}.py"
+        assert f"from {record.command_module} import main" in script.read_text()
+
+
+def private_overrides() -> dict[str, list[str]]:
+    """Class -> the private Trainer methods it defines itself, over every hf_aux module (old paths aside)."""
+    from transformers import Trainer
+
+    private = {name for name in dir(Trainer) if name.startswith("_") and not name.startswith("__")}
+    found = {}
+    for name in sorted(module_names()):
+        if name in OLD_PATHS:
+            continue
+        module = importlib.import_module(name)
+        for cls in vars(module).values():
+            if inspect.isclass(cls) and cls.__module__ == name and issubclass(cls, Trainer):
+                mine = sorted(attr for attr in vars(cls) if attr in private)
+                if mine:
+                    found[f"{name}.{cls.__name__}"] = mine
+    return found
+
+
+def test_at_most_six_private_trainer_overrides_and_saving_and_loading_in_the_base():
+    found = private_overrides()
+    assert sum(map(len, found.values())) <= 6, found
+    assert found == {
+        "hf_aux.base_trainer.AuxTrainer": ["_load_best_model", "_load_from_checkpoint", "_push_from_checkpoint",
+                                           "_save", "_save_checkpoint"],
+        "hf_aux.muppet.trainer.MuppetTrainer": ["_run_epoch"],  # its task sampler's epoch (see its comment)
+    }
+
+
+def test_no_push_method_is_assigned_on_an_instance():
+    assigned = []
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            for target in targets:
+                if isinstance(target, ast.Attribute) and target.attr in ("push_to_hub", "_push_from_checkpoint"):
+                    assigned.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert assigned == []
+
+
+OLD_PATH_PROBE = """import importlib, json, sys, warnings
+found = {{}}
+for old, new in {paths!r}.items():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = importlib.import_module(old)
+    found[old] = [module is importlib.import_module(new),
+                  any(issubclass(w.category, DeprecationWarning) and new in str(w.message) for w in caught)]
+print(json.dumps(found))
+"""
+
+
+def test_every_old_module_path_is_its_new_module_with_a_deprecation_warning():
+    import json
+
+    out = subprocess.run([sys.executable, "-c", OLD_PATH_PROBE.format(paths=OLD_PATHS)], check=True,
+                         capture_output=True, text=True)
+    assert json.loads(out.stdout) == {old: [True, True] for old in OLD_PATHS}
+    for old in OLD_PATHS:  # and each old path is a file that only hands over (CHANGELOG.md names the move)
+        path = ROOT.parent / (old.replace(".", "/") + ".py")
+        assert "alias(__name__" in path.read_text()
+    changelog = (ROOT.parent / "CHANGELOG.md").read_text()
+    assert all(f"`{old}`" in changelog or f"`{old}," in changelog for old in OLD_PATHS)
+
+
+@pytest.mark.parametrize("old_import", [
+    "from hf_aux.trainers.muppet import MuppetConfig, MuppetTrainer",
+    "from hf_aux.modeling.amos import AmosModel",
+    "from hf_aux.sampling import TaskBatchSampler",
+])
+def test_documented_imports_still_work(old_import):
+    subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", old_import], check=True)
+
+
+def test_the_type_checking_imports_name_every_public_name():
+    tree = ast.parse((ROOT / "__init__.py").read_text())
+    block = next(node for node in tree.body if isinstance(node, ast.If) and getattr(node.test, "id", "") ==
+                 "TYPE_CHECKING")
+    named = {alias.name: node.module for node in block.body for alias in node.names}
+    assert set(named) == set(hf_aux.__all__) - {"__version__"}
+    assert {name: hf_aux._LAZY_NAMES[name] for name in named} == named
