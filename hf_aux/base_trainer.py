@@ -23,7 +23,8 @@
   `hf_aux.hub.push_checkpoint`. Unset, Trainer's own pushes run.
 - **The model card** (`hf_aux.model_card.ModelCardMixin`): the method's record (`_method`) names the paper and
   the template; the trainer adds its tasks, figures and details.
-- **The non-finite guard** (`hf_aux.nonfinite`): gradients checked before, parameters after every optimizer step.
+- **The non-finite guard** (`hf_aux.nonfinite`): with `on_nonfinite` 'stop', parameters checked where Trainer
+  logs, evaluates, saves or ends, and before any model is written; with 'skip', every step.
   `_watch_model_loss`: also check the loss of the model's forward pass (the base trainer used as it is, whose loss
   no hf_aux code sees); the method trainers check their own named loss parts instead.
 
@@ -59,12 +60,15 @@ class AuxTrainer(ModelCardMixin, Trainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        install_nonfinite_guard(self, watch_model_loss=self._watch_model_loss)
+        self._nonfinite_guard = install_nonfinite_guard(self, watch_model_loss=self._watch_model_loss)
 
     # ---- saving ------------------------------------------------------------------------------------------------
     def _save(self, output_dir: str | None = None, state_dict=None) -> None:
         output_dir = output_dir if output_dir is not None else self.args.output_dir
         model = self.accelerator.unwrap_model(self.model)
+        # every model written (checkpoints and the final one) is seen finite first: the guard's check of the
+        # parameters since its last one (a pass and a host sync only when steps were trained since)
+        self._nonfinite_guard.check_parameters(model, self.state.global_step, self.args)
         if _saves_itself(model):  # not a model Trainer saves with save_pretrained (e.g. TartanModel)
             if self.args.should_save:
                 os.makedirs(output_dir, exist_ok=True)

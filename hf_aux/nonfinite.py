@@ -4,11 +4,16 @@
 - `check_finite_loss(trainer, parts, owner)`: called by a trainer's loss code with its named loss parts (one host
   sync); a NaN/Inf part raises `NonFiniteTrainingError` naming the step, every part's value and the last
   checkpoint, before the optimizer step.
-- `NonFiniteGuard`, a `TrainerCallback` every hf_aux trainer installs: just before each optimizer step it checks
-  the gradients (per-tensor max |g|, one host sync; optionally the loss of the model's last forward), and just
-  after it the parameters (an update can overflow even from finite gradients). Nothing non-finite ever reaches
-  a checkpoint or the final model: the error is raised before Trainer's next save, so the last good checkpoint
-  stays as it was.
+- `NonFiniteGuard`, a `TrainerCallback` every hf_aux trainer installs. With `on_nonfinite` 'stop' (the default)
+  it costs nothing on most steps: a non-finite gradient that the loss checks did not already stop makes the
+  parameters it updates non-finite, so the guard checks the parameters (one pass, one host sync) on the steps
+  where Trainer logs, evaluates, saves or ends, and the base trainer (`hf_aux.base_trainer.AuxTrainer`) checks them
+  again right before it writes any model. The error names the step where they were found and, when the last check
+  was earlier, the steps whose update may have caused it. Nothing non-finite ever reaches a checkpoint or the final
+  model, and the last good checkpoint stays as it was. The loss of the model's last forward (`watch_model_loss`,
+  a scalar) is still checked at every step.
+  With 'skip', every step is checked before the update (the gradients: per-tensor max |g|, one host sync) and after
+  it (the parameters: an update can overflow even from finite gradients).
 - `--on_nonfinite skip` (a field of every hf_aux config, through `hf_aux.run_guard.RunArgsMixin`): a step whose
   loss or gradients are non-finite is skipped instead (its gradients are dropped, so the optimizer leaves every
   parameter and its moments as they were); the count is logged as `nonfinite_skipped_steps`. Parameters that
@@ -108,9 +113,11 @@ class NonFiniteGuard(TrainerCallback):
         self.skipped = 0
         self._last_loss = None
         self._hook = None
+        self._checked_step = 0  # 'stop': the parameters were last seen finite after this optimizer step
 
     # ---- the plain Trainer's loss: recorded (no host sync) by a forward hook while training ----
     def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self._checked_step = state.global_step  # a resumed run starts from a checkpoint checked when it was saved
         if self.watch_model_loss and model is not None and self._hook is None:
             self._hook = model.register_forward_hook(self._record_loss)
 
@@ -126,6 +133,9 @@ class NonFiniteGuard(TrainerCallback):
 
     # ---- before the update: gradients (and the watched loss) ----
     def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        if _policy(args) == "stop" and (self._last_loss is None or bool(torch.isfinite(self._last_loss).all())):
+            self._last_loss = None  # non-finite gradients show in the parameters they update (check_parameters)
+            return
         named = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None]
         checks = []
         if named:
@@ -151,9 +161,23 @@ class NonFiniteGuard(TrainerCallback):
             return
         raise NonFiniteTrainingError(f"non-finite training at step {step}: {what}. " + _advice(args))
 
-    # ---- after the update: parameters ----
+    # ---- after the update: parameters ('skip': every step; 'stop': where Trainer logs, evaluates, saves or ends) ----
     def on_optimizer_step(self, args, state, control, model=None, **kwargs):
-        check_finite_parameters(model.named_parameters(), state.global_step + 1, args)
+        if _policy(args) == "skip":
+            check_finite_parameters(model.named_parameters(), state.global_step + 1, args)
+            self._checked_step = state.global_step + 1
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if model is not None and (control.should_log or control.should_evaluate or control.should_save
+                                  or control.should_training_stop or state.global_step >= state.max_steps):
+            self.check_parameters(model, state.global_step, args)
+
+    def check_parameters(self, model, step: int, args) -> None:
+        """Raise `NonFiniteTrainingError` if a parameter of `model` is NaN/Inf after optimizer step `step`, naming
+        the steps since the last check whose update may have caused it; one pass and one host sync."""
+        if step > self._checked_step:
+            check_finite_parameters(model.named_parameters(), step, args, since=self._checked_step)
+            self._checked_step = step
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.skipped and logs is not None and "loss" in logs:
@@ -166,17 +190,22 @@ def _max_abs(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack(torch._foreach_norm(tensors, float("inf"))).float()
 
 
-def check_finite_parameters(named_parameters, step: int, args, owner: str = "the model") -> None:
+def check_finite_parameters(named_parameters, step: int, args, owner: str = "the model",
+                            since: int | None = None) -> None:
     """Raise `NonFiniteTrainingError` when a parameter is NaN/Inf after optimizer step `step` (an update too large
-    for the number format cannot be skipped back). One host sync."""
+    for the number format cannot be skipped back). `since`: the step after which they were last seen finite (the
+    message then names the steps whose update may have caused it). One host sync."""
     named = list(named_parameters)
     if not named:
         return
     if bool(torch.isfinite(_max_abs([p.detach() for _, p in named])).all()):
         return
     bad = [name for name, p in named if not bool(torch.isfinite(p).all())]
+    when = f"after optimizer step {step}"
+    if since is not None and since < step - 1:
+        when += f" (finite after step {since}: the update of one of steps {since + 1}-{step} made them so)"
     raise NonFiniteTrainingError(
-        f"non-finite parameters of {owner} after optimizer step {step}: {len(bad)} of {len(named)} parameter "
+        f"non-finite parameters of {owner} {when}: {len(bad)} of {len(named)} parameter "
         f"tensors hold NaN/Inf (first: {bad[0]}); the update was too large. " + _advice(args))
 
 
