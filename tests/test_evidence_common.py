@@ -51,3 +51,30 @@ def test_claims_and_runs_live_side_by_side_in_one_file(tmp_path):
     assert claim["verdict"] == "reproduced" and json.loads(path.read_text())["claims"] == [claim]
     (row,) = claims_table(load_claims(path), "[report](docs/evidence/m.md)")
     assert row == "| c | reproduced | +0.060 [+0.035, +0.085] (3 units) | [report](docs/evidence/m.md) |"
+
+
+def test_the_readme_evidence_table_is_rendered_from_the_claims_lists():
+    """README.md's Evidence table is exactly what benchmarks/evidence/summary.py renders from the four JSON claims
+    lists (re-render with `python benchmarks/evidence/summary.py --write` after a study's --report)."""
+    from benchmarks.evidence import summary
+
+    section = summary.readme_section()
+    assert section in (summary.ROOT / "README.md").read_text()
+    assert section.count("| MUPPET |") >= 1 and section.count("| AMOS |") >= 1
+
+
+def test_summary_rows_group_settings_and_count_the_open_claims():
+    from benchmarks.evidence.summary import merged_settings, rows
+
+    assert merged_settings(["Two Moons, 10 labelled", "Two Moons, 40 labelled", "Two Moons, 160 labelled"]) == \
+        "Two Moons, 10/40/160 labelled"
+    assert merged_settings(["a", "b"]) == "a/b" and merged_settings(["only"]) == "only"
+    claims = [{"claim": "x beats y", "verdict": "reproduced", "difference": 0.1, "ci95": [0.05, 0.15], "n_units": 3,
+               "setting": "s1, fast"},
+              {"claim": "z beats y", "verdict": "inconclusive", "difference": 0.0, "ci95": [-1, 1], "n_units": 3},
+              {"claim": "w beats y", "verdict": "inconclusive", "difference": 0.2, "ci95": None, "n_units": 1,
+               "reason": "1 of the 3 units needed"}]
+    first, other = rows("amos", claims, "link")
+    assert first == "| AMOS | x beats y | s1, fast | **reproduced** | +0.100 [+0.050, +0.150] (3 units) | link |"
+    assert other.startswith("| AMOS | 2 other claims | | inconclusive | 1: ")
+    assert "1 of the 3 units needed" in other and "the 95% interval contains 0" in other

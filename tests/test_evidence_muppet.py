@@ -158,9 +158,12 @@ def test_quick_runs_every_variant_caches_and_reports(tmp_path):
         torch.set_num_threads(threads)
 
     text = (tmp_path / "muppet.md").read_text()
-    for heading in ("## Is the pre-finetuned model fitted?", "## Claim 1", "## Claim 2", "## Claim 3",
-                    "## The longer budget", "## How to continue"):
+    for heading in ("## Claims and verdicts", "## Is the pre-finetuned model fitted?", "## Claim 1", "## Claim 2",
+                    "## Claim 3", "## The longer budget", "## How to continue"):
         assert heading in text
+    claims = common.load_claims(tmp_path / "muppet.json")  # written by the report, the runs kept
+    assert claims and {c["claim"].split(" on ")[0] for c in claims} >= {"pre-finetuning", "loss scaling beats none"}
+    assert all(c["n_units"] <= 1 and c["verdict"] in ("inconclusive", common.NOT_TESTABLE) for c in claims)
     assert "incomplete: 1 seed so far" in text  # one seed: no verdict
     chosen = re.search(r"Budget used by claims 1-3: \*\*(\d) epoch", text)
     assert chosen and int(chosen.group(1)) <= muppet.QUICK.pft_epochs  # the longer run does not move the budget
@@ -186,3 +189,58 @@ def test_pooling_section_pairs_first_token_runs_with_the_studys_pooling_by_seed(
     assert "0.550 ± 0.036" in row and "0.657 ± 0.045" in row  # cls, then mean accuracy
     assert [muppet.pooling_of(r) for r in runs[:2]] == ["cls", "mean"]
     assert "Not run yet" in "\n".join(muppet.pooling_section(runs[::2], s))  # first-token runs alone: nothing paired
+
+
+def test_claims_group_units_by_pre_finetuning_run_and_judge_few_tasks_against_harm():
+    """One unit = one pre-finetuning run (pft_seed; runs without one belong to the study's only seed, 42): its
+    fine-tuning seeds are averaged first, paired by seed with plain MiniLM. Below ~15 tasks the paper predicts harm
+    (predicted sign -1), so a gain over 3 units is "not reproduced"; fewer than 3 units: inconclusive; an arm below
+    the majority class: not testable, with the measured numbers. Numbers by hand in the comments."""
+    from evidence import muppet
+
+    def run(claim, variant, task, seed, value, pooling="mean", **extra):
+        record = {"claim": claim, "variant": variant, "task": task, "fraction": 0.01, "seed": seed, "value": value,
+                  "majority_baseline": 0.5 if task == "rotten_tomatoes" else 0.137, **extra}
+        return {**record, "pooling": pooling} if pooling else record
+
+    runs = [run("heldout", "base", "rotten_tomatoes", 0, 0.70), run("heldout", "base", "rotten_tomatoes", 1, 0.72)]
+    # units: 42: (0.66-0.70 + 0.70-0.72)/2 = -0.03; 1: (-0.01 - 0.03)/2 = -0.02; 2: (-0.05 - 0.03)/2 = -0.04
+    for unit, values in {42: (0.66, 0.70), 1: (0.69, 0.69), 2: (0.65, 0.69)}.items():
+        runs += [run("heldout", "muppet", "rotten_tomatoes", seed, v, pft_seed=unit) for seed, v in enumerate(values)]
+    runs += [run("heldout", "muppet_task_head", "rotten_tomatoes", seed, v) for seed, v in enumerate((0.72, 0.74))]
+    runs += [run("heldout", "base", "chatterbot_category", seed, v) for seed, v in enumerate((0.40, 0.42))]
+    runs += [run("heldout", "muppet", "chatterbot_category", seed, v) for seed, v in enumerate((0.10, 0.12))]
+    # first-token runs (no pooling field): the 2-task mixture gains +0.05, +0.06, +0.07 over 3 units
+    runs += [run("heldout", "base", "rotten_tomatoes", 0, 0.60, pooling=None),
+             run("heldout", "muppet", "rotten_tomatoes", 0, 0.70, pooling=None),
+             run("batching", "batch_homogeneous", "rotten_tomatoes", 0, 0.68, pooling=None)]
+    runs += [run("num_tasks", "mixture_2", "rotten_tomatoes", 0, v, pooling=None, pft_seed=unit)
+             for unit, v in {42: 0.65, 1: 0.66, 2: 0.67}.items()]
+
+    fresh, head, reuse, chatterbot, two_tasks, batching = muppet.claims(runs)
+
+    # 3 units, not 6 fine-tuning runs: mean -0.03, sd 0.01, t(0.975, 2) = 4.302653 -> half width 0.024841
+    assert fresh["n_units"] == 3 and fresh["difference"] == pytest.approx(-0.03)
+    assert fresh["ci95"] == pytest.approx([-0.054841, -0.005159], abs=1e-5)
+    assert fresh["predicted_sign"] == -1 and fresh["verdict"] == "reproduced"  # harm, as Fig. 1 predicts
+    assert "mean pooling" in fresh["setting"] and "1% of the train split" in fresh["setting"]
+    assert "Fig. 1" in fresh["paper"] and fresh["fraction"] == 0.01
+    # the IMDB-head arm has one pre-finetuning run: (0.72-0.70 + 0.74-0.72)/2 = +0.02, no interval
+    assert head["n_units"] == 1 and head["difference"] == pytest.approx(0.02) and head["ci95"] is None
+    assert head["verdict"] == "inconclusive" and head["reason"] == "1 of the 3 units needed"
+    # head re-use (§4, predicted > 0): paired within unit 42 only, (0.72-0.66 + 0.74-0.70)/2 = +0.05
+    assert reuse["predicted_sign"] == 1 and reuse["n_units"] == 1 and reuse["difference"] == pytest.approx(0.05)
+    assert "§4" in reuse["paper"]
+    # the pre-finetuned arm ends at 0.110 < 0.137 in unit 42: it did not train
+    assert chatterbot["verdict"] == common.NOT_TESTABLE
+    assert "0.110" in chatterbot["reason"] and "0.137" in chatterbot["reason"]
+    # 2 tasks, first-token runs (the study has none with mean pooling): mean +0.06, interval [+0.035, +0.085] > 0
+    assert two_tasks["predicted_sign"] == -1 and two_tasks["n_units"] == 3
+    assert two_tasks["ci95"] == pytest.approx([0.035159, 0.084841], abs=1e-5)
+    assert two_tasks["verdict"] == "not reproduced" and "first-token" in two_tasks["setting"]
+    # §5.2: reference - arm = 0.70 - 0.68, one pre-finetuning run per arm
+    assert batching["predicted_sign"] == 1 and batching["difference"] == pytest.approx(0.02)
+    assert batching["verdict"] == "inconclusive" and "Fig. 2" in batching["paper"]
+
+    table = "\n".join(muppet.claim_lines([fresh, chatterbot]))
+    assert "| 3 | -0.030 [-0.055, -0.005] | reproduced |" in table and "(pre-finetuned, fresh head ends at 0.110" in table

