@@ -244,3 +244,26 @@ def test_claims_group_units_by_pre_finetuning_run_and_judge_few_tasks_against_ha
 
     table = "\n".join(muppet.claim_lines([fresh, chatterbot]))
     assert "| 3 | -0.030 [-0.055, -0.005] | reproduced |" in table and "(pre-finetuned, fresh head ends at 0.110" in table
+
+
+def test_another_pre_finetuning_seed_adds_a_unit_to_claim_1(tmp_path):
+    """--pft_seeds 43 pre-finetunes the mixture again (its own folder, seed 43) for the budget the fit pilot chose
+    and fine-tunes it as claim 1: its results carry pft_seed 43 and enter the held-out claims as a second unit."""
+    from evidence import muppet
+
+    threads = torch.get_num_threads()
+    try:
+        muppet.main(["--quick", "--out", str(tmp_path), "--claims", "1"])
+        before = common.load_runs(tmp_path / "muppet.json")
+        muppet.main(["--quick", "--out", str(tmp_path), "--pft_seeds", "43"])
+        added = common.load_runs(tmp_path / "muppet.json")[len(before):]
+        muppet.main(["--quick", "--out", str(tmp_path), "--pft_seeds", "43"])  # cached: nothing more
+        assert len(common.load_runs(tmp_path / "muppet.json")) == len(before) + len(added)
+    finally:
+        torch.set_num_threads(threads)
+    assert {r["claim"] for r in added} == {"heldout_pretraining", "heldout"}
+    assert all(r["pft_seed"] == 43 for r in added)
+    assert {r["variant"] for r in added if r["claim"] == "heldout"} == {"muppet", "muppet_task_head"}  # base shared
+    assert (tmp_path / "runs" / "pooling_mean" / "mixture_all_pft43").is_dir()
+    heldout = [c for c in common.load_claims(tmp_path / "muppet.json") if c["claim"].startswith("pre-finetuning on")]
+    assert heldout and all(c["n_units"] == 2 for c in heldout)

@@ -267,6 +267,8 @@ class Study:
 
         self.settings, self.json_path, self.runs_dir = settings, Path(json_path), Path(runs_dir)
         self.model = str(model or minilm_path())
+        # one more unit (pre-finetuning run) of the held-out comparison: its runs carry pft_seed
+        self.extra_unit = settings.pft_seed != FULL.pft_seed
 
     @property
     def runs(self) -> list[dict]:
@@ -287,6 +289,7 @@ class Study:
                    loss_scaling: bool = True) -> tuple[Path, list[dict]]:
         """A pre-finetuning run (cached): its output folder and per-epoch evaluations; records one object per
         (epoch, task) and the average the first time it finishes."""
+        name = f"{name}_pft{self.settings.pft_seed}" if self.extra_unit else name
         out = self.runs_dir / name
         meta = run_meta()
         self.log(f"pre-finetuning {name}: {len(tasks)} tasks, {epochs} epochs, {batching}, scaling {loss_scaling}")
@@ -300,7 +303,8 @@ class Study:
                     continue
                 base = {"claim": claim, "variant": name, "run_id": name, "seed": self.settings.pft_seed,
                         "epoch": epoch, "steps": entry["step"], "split": "validation", "tasks": list(tasks),
-                        "batching": batching, "loss_scaling": loss_scaling}
+                        "batching": batching, "loss_scaling": loss_scaling,
+                        **({"pft_seed": self.settings.pft_seed} if self.extra_unit else {})}
                 objects.append({**base, "task": "average", "metric": "average_primary",
                                 "value": entry["eval_average_primary"]})
                 for task in tasks:
@@ -353,7 +357,10 @@ class Study:
     def heldout(self, claim: str, variant: str, model: str, task: str, fraction: float, seed: int,
                 reuse_head: bool, head_from: str | None = None) -> None:
         keys = {"claim": claim, "variant": variant, "task": task, "fraction": fraction, "seed": seed}
-        if has_run(self.runs, **keys):
+        if variant != "base" and self.extra_unit:
+            keys["pft_seed"] = self.settings.pft_seed
+        mine = [r for r in self.runs if variant == "base" or pft_seed_of(r) == self.settings.pft_seed]
+        if has_run(mine, **keys):
             return
         steps = finetune_steps(self.settings, task, fraction)
         self.log(f"{claim} {variant} {task} fraction {fraction} seed {seed}: {steps} steps")
@@ -377,6 +384,17 @@ class Study:
                     if task_heads and HEAD_SOURCES.get(task) in self.settings.mixture:
                         self.heldout(claim, f"{variant}_task_head", model, task, fraction, seed, reuse_head=True,
                                      head_from=HEAD_SOURCES[task])
+
+    def another_unit(self) -> None:
+        """One more unit of the held-out comparison (claim 1): the mixture pre-finetuned again with this study's
+        pft_seed, for the budget the fit pilot chose (read from the JSON: seed 42's pilot), then fine-tuned on every
+        held-out task at the fractions of the pooling claim, every fine-tuning seed, fresh head and re-used head."""
+        s = self.settings
+        epochs = chosen_budget(load_runs(self.json_path), s)
+        self.log(f"another unit of claim 1: pft_seed {s.pft_seed}, {epochs} epochs")
+        out, evals = self.pretrained("mixture_all", s.mixture, epochs, "heldout_pretraining")
+        self.compare("heldout", "muppet", str(epoch_checkpoint(out, evals, epochs)), s.pooling_fractions, s.seeds,
+                     task_heads=True)
 
     # -- the whole study ----------------------------------------------------------------------------------------
     def run(self, claims=("1", "3", "2", "budget")) -> None:
@@ -529,6 +547,16 @@ UNIT = "one pre-finetuning run (its seed); its fine-tuning seeds averaged first,
 POOLING_LABELS = {"mean": "mean pooling (the current default, `auto`)",
                   "cls": "first-token pooling (old runs, superseded)"}
 SHORT_ARMS = {"muppet": "fresh head", "muppet_task_head": "IMDB head re-used"}
+
+
+def chosen_budget(runs, s: Settings) -> int:
+    """The pre-finetuning budget the fit pilot chose (Study.fit_pilot), from its recorded validation averages: the
+    epoch <= pft_epochs with the best average primary metric of "mixture_all" in this pooling."""
+    pilot = [r for r in runs if r["claim"] == "fit" and r.get("run_id") == "mixture_all" and r["task"] == "average"
+             and pooling_of(r) == s.pooling and r["epoch"] <= s.pft_epochs]
+    if not pilot:
+        raise ValueError(f"no fit pilot of pooling {s.pooling!r} in the JSON: run the study's claim 1 first")
+    return max(pilot, key=lambda r: r["value"])["epoch"]
 
 
 def pft_seed_of(run: dict) -> int:
@@ -1115,10 +1143,11 @@ def more_units_lines(every_pooling, s: Settings) -> list[str]:
         return []
     return ["## What the verdicts need", "",
             "Every claim needs 3 units per arm (5 where the interval then straddles 0): more pre-finetuning runs with "
-            "other seeds, each fine-tuned with the same seeds (plain MiniLM's runs are reused). The study "
-            "pre-finetunes every arm with one seed (`Settings.pft_seed`): a loop over pre-finetuning seeds, its "
-            "fine-tuning records carrying `pft_seed`, is not built yet. Cost of one unit as recorded (cpu_s of its "
-            "pre-finetuning run to the claims' budget and of its fine-tunings; one thread):", "",
+            "other seeds, each fine-tuned with the same seeds (plain MiniLM's runs are reused). For claim 1, "
+            "`python benchmarks/evidence/muppet.py --pft_seeds 43 44` adds one unit per seed (its records carry "
+            "`pft_seed`); the other arms still pre-finetune once (`Settings.pft_seed`). Cost of one unit as "
+            "recorded (cpu_s of its pre-finetuning run to the claims' budget and of its fine-tunings; one "
+            "thread):", "",
             f"| arm | units now ({s.pooling} pooling) | CPU min per unit | units missing | CPU min |",
             "|---|---|---|---|---|", *rows, "",
             f"In all about {total / 3600:.1f} CPU hours on one thread for 3 units everywhere in the "
@@ -1140,6 +1169,9 @@ def main(argv: list[str] | None = None) -> None:
                         choices=["pooling", "1", "2", "3", "budget"],
                         help="what to run (pooling: plain MiniLM on the held-out tasks, the base of every "
                              "comparison; budget: the longer pre-finetuning budget, pft_epochs_long)")
+    parser.add_argument("--pft_seeds", type=int, nargs="+", default=None,
+                        help="instead of the study: one more unit of claim 1 (held-out tasks) per pre-finetuning "
+                             "seed given (each pre-finetunes the mixture again, then fine-tunes as claim 1)")
     parser.add_argument("--pft_epochs", type=int, default=None,
                         help="the fit pilot's longest budget (default: the settings'); a longer one resumes it")
     args = parser.parse_args(argv)
@@ -1155,7 +1187,11 @@ def main(argv: list[str] | None = None) -> None:
         runs_dir = args.out / "runs" if args.out and args.quick else args.runs_dir
         runs_dir = runs_dir / f"pooling_{settings.pooling}"  # checkpoints of another pooling are other runs
         model = tiny_model(runs_dir / "tiny_bert") if args.quick else None
-        Study(settings, json_path, runs_dir, model=model).run(tuple(args.claims))
+        if args.pft_seeds:
+            for seed in args.pft_seeds:
+                Study(dataclasses.replace(settings, pft_seed=seed), json_path, runs_dir, model=model).another_unit()
+        else:
+            Study(settings, json_path, runs_dir, model=model).run(tuple(args.claims))
     report(json_path, report_path, settings)
     print(f"report: {report_path}")
 
