@@ -68,7 +68,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY_NAMES))
 
 
-if TYPE_CHECKING:  # static analysers and IDEs see the real imports (tests/test_import.py: the same names)
+if TYPE_CHECKING:  # static analysers and IDEs see the real imports (tests/test_layout.py: the same names)
     from .amos.config import AmosConfig
     from .amos.model import AmosGenerator, AmosGeneratorConfig, AmosModel, AmosModelConfig
     from .amos.trainer import AmosTrainer
@@ -76,9 +76,9 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real imports (tests/test_
     from .base_trainer import AuxTrainer
     from .data import (MLMCollator, MultiTaskCollator, TokenizedTask, group_texts_for_mlm, mask_tokens_for_mlm,
                        tokenize_task)
-    from .lora_settings import LoraArguments
     from .hub import (HubDownloadError, HubPushError, create_hub_repo, explain_hub_errors, push_folder_to_hub,
                       push_trainer_output)
+    from .lora_settings import LoraArguments
     from .meta_lm.config import MetaLMConfig
     from .meta_lm.teacher import MetaLMTeacher, MetaLMTeacherConfig, MetaLMTokens, add_meta_lm_tokens
     from .meta_lm.trainer import MetaLMCollator, MetaLMTrainer
