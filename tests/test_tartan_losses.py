@@ -51,3 +51,22 @@ def test_mt_loss_is_weighted_sum():
     assert mt_tartan_loss(losses, torch.tensor([0.5, 0.25, 0.25])).item() == pytest.approx(2.0)
     with pytest.raises(ValueError):
         mt_tartan_loss(losses, torch.tensor([1.0]))
+
+
+def test_combine_gradients_in_place_gives_the_same_sum_without_new_storage():
+    alphas = torch.tensor([0.2, 0.5, 0.3])
+    make = lambda: [[torch.ones(2), None, torch.full((2, 2), 3.0)],  # noqa: E731
+                    [2 * torch.ones(2), torch.ones(3), None],
+                    [torch.ones(2, dtype=torch.float32), 4 * torch.ones(3), torch.ones(2, 2)]]
+    expected = combine_gradients(alphas, make())
+    grads = make()
+    storage = {id(g): g.data_ptr() for task in grads for g in task if g is not None}
+    combined = combine_gradients(alphas, grads, in_place=True)
+    for got, want in zip(combined, expected):
+        torch.testing.assert_close(got, want)
+    torch.testing.assert_close(combined[0], (0.2 + 2 * 0.5 + 0.3) * torch.ones(2))
+    torch.testing.assert_close(combined[1], (0.5 + 4 * 0.3) * torch.ones(3))
+    assert all(g.data_ptr() in storage.values() for g in combined)  # sums live in the tasks' own tensors
+    bf16 = [[torch.ones(4, dtype=torch.bfloat16)], [torch.ones(4, dtype=torch.bfloat16)]]
+    out = combine_gradients(torch.tensor([0.25, 0.75]), bf16, in_place=True)[0]
+    assert out.dtype == torch.bfloat16 and torch.equal(out, torch.ones(4, dtype=torch.bfloat16))

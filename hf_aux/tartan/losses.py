@@ -60,18 +60,31 @@ def task_mixture(weights: torch.Tensor) -> torch.Tensor:
     return torch.softmax(weights, dim=0)
 
 
-def combine_gradients(alphas: torch.Tensor, task_grads: Sequence[GradList]) -> list[torch.Tensor | None]:
+def combine_gradients(alphas: torch.Tensor, task_grads: Sequence[GradList],
+                      in_place: bool = False) -> list[torch.Tensor | None]:
     """sum_k alpha_k g_k per body tensor (Algorithm 1: theta_body <- theta_body - beta (alpha* g* + sum_i alpha_i
-    g_i)). `alphas`: [num_tasks]; entries where every task is `None` stay `None`."""
+    g_i)). `alphas`: [num_tasks] (a tensor: no host sync); entries where every task is `None` stay `None`.
+    `in_place`: scale the task gradients in their own storage and sum into the first task's (no new tensor of the
+    body's size per task; the caller must not read `task_grads` afterwards). One fused (foreach) kernel per task."""
     if len(alphas) != len(task_grads):
         raise ValueError(f"{len(alphas)} task weights for {len(task_grads)} gradient lists")
     combined: list[torch.Tensor | None] = [None] * len(task_grads[0])
     for k, grads in enumerate(task_grads):
-        for t, g in enumerate(grads):
-            if g is None:
-                continue
-            scaled = g * alphas[k].to(g.dtype)
-            combined[t] = scaled if combined[t] is None else combined[t].add_(scaled)
+        index = [t for t, g in enumerate(grads) if g is not None]
+        if not index:
+            continue
+        present = [grads[t] for t in index]
+        if in_place:
+            torch._foreach_mul_(present, alphas[k])
+            scaled = present
+        else:
+            scaled = torch._foreach_mul(present, alphas[k])
+        fresh = [(t, s) for t, s in zip(index, scaled) if combined[t] is None]
+        summed = [(t, s) for t, s in zip(index, scaled) if combined[t] is not None]
+        for t, s in fresh:
+            combined[t] = s
+        if summed:
+            torch._foreach_add_([combined[t] for t, _ in summed], [s for _, s in summed])
     return combined
 
 

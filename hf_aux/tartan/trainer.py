@@ -390,8 +390,8 @@ class TartanTrainer(AuxTrainer):
         cosines = gradient_cosines(meta_grads, body_grads)               # cos(g_meta, g_k), k = end task, aux...
         weights = update_task_weights(weights, cosines, args.task_weight_lr)  # w_k <- w_k + eta cos
         alphas = task_mixture(weights)                                   # alpha = softmax(w)
-        combined = combine_gradients(alphas, body_grads)                 # sum_k alpha_k g_k
-        _accumulate_grads(body, combined, scale)
+        combined = combine_gradients(alphas * scale, body_grads, in_place=True)  # scale * sum_k alpha_k g_k
+        _accumulate_grads(body, combined, 1.0)
         for params, grads in head_grads:                                 # each head: its own gradient
             _accumulate_grads(params, grads, scale)
         losses = torch.stack(losses)
@@ -538,8 +538,10 @@ def _all_reduce_mean(grads: list[torch.Tensor | None], world_size: int) -> None:
 
 
 def _accumulate_grads(params: list[nn.Parameter], grads: list[torch.Tensor | None], scale: float) -> None:
+    """p.grad += scale * g (p.grad = the gradient itself where there is none yet and nothing to scale or cast)."""
     for p, g in zip(params, grads):
         if g is None:
             continue
-        g = g.to(p.dtype) * scale
+        if scale != 1.0 or g.dtype != p.dtype:
+            g = g.to(p.dtype) * scale
         p.grad = g if p.grad is None else p.grad.add_(g)
