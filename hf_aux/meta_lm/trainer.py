@@ -443,7 +443,8 @@ class MetaLMTrainer(AuxTrainer):
             pseudo_logits = model(input_ids=step.x_hat, attention_mask=mask).logits
             pseudo_loss = pseudo_cross_entropy(pseudo_logits, step.y_hat, mask, pad)
         check_finite_loss(self, {"pseudo_loss": pseudo_loss}, "MetaLMTrainer")  # the student's loss (eq. 1)
-        self._record_pseudo_input_statistics(step.x_u, step.x_logits, step.x_hat, mask)
+        if self._logs_after_this_step():  # a diagnostic over the vocabulary: measured where it is logged
+            self._record_pseudo_input_statistics(step.x_u, step.x_logits, step.x_hat, mask)
         grads = torch.autograd.grad(pseudo_loss, theta_0 + step.label_leaves,
                                     create_graph=soft and not args.first_order, allow_unused=True)
         step.pseudo_grads, step.base_label_grads = list(grads[:len(theta_0)]), list(grads[len(theta_0):])
@@ -565,11 +566,25 @@ class MetaLMTrainer(AuxTrainer):
         self.teacher_optimizer.zero_grad(set_to_none=True)
 
     # ---------------------------------------------------------------------------------------------- logging
+    def _logs_after_this_step(self) -> bool:
+        """Whether Trainer logs after the optimizer step in progress (logging_strategy 'steps': every
+        logging_steps-th step, and the first with logging_first_step; 'epoch': every step counts, 'no': none)."""
+        args = self.args
+        strategy = getattr(args.logging_strategy, "value", args.logging_strategy)
+        if strategy != "steps":
+            return strategy == "epoch"
+        step = self.state.global_step + 1
+        interval = args.logging_steps if args.logging_steps >= 1 else max(1, round(args.logging_steps
+                                                                                    * self.state.max_steps))
+        return step % interval == 0 or (args.logging_first_step and step == 1)
+
     @torch.no_grad()
     def _record_pseudo_input_statistics(self, x_u, x_logits, x_hat, mask):
         """Whether the teacher's pseudo inputs collapse to a few tokens: distinct tokens of x-hat in the batch
         (sampled for hard labels, the most likely token for soft labels) against x_u's, the entropy (nats) of
-        x-hat's token distribution pooled over the batch, and the mean per-position entropy of the teacher."""
+        x-hat's token distribution pooled over the batch, and the mean per-position entropy of the teacher.
+        Measured on the steps after which Trainer logs (`_logs_after_this_step`): a softmax over the vocabulary
+        and two host syncs, which every step would pay for numbers only a log shows."""
         attended = mask.bool()
         logits = x_logits.detach()[attended]  # [N, V]
         log_probs = logits.float().log_softmax(-1)
