@@ -6,7 +6,6 @@ import importlib
 import inspect
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from test_import_graph import ROOT, imported_modules, module_names
