@@ -230,7 +230,7 @@ class AmosTrainer(AuxTrainer):
     # `finetuned_from`: the checkpoint the run started from (None: from scratch).
     _method = METHOD
     _watch_model_loss = False  # _compute_loss checks the generator's and discriminator's losses
-    _hf_aux_class = "hf_aux.amos.model.AmosModel"
+    _hf_aux_class = "hf_aux.AmosModel"  # the card: `from hf_aux import AmosModel`
 
     def _card_tasks(self, datasets: list[str], source: str | None = None, **kwargs) -> list[TaskSummary]:
         """`datasets`: the Hub dataset the text came from (then in the model-index); `source`: where other text

@@ -402,7 +402,7 @@ def write_model_card(trainer, task, model_args: ModelArguments, results: dict, r
         base_model=card_base_model(model_args.model_name_or_path),
         datasets=[summary.dataset] if summary.dataset else [], tasks=[summary],
         hyperparameters=hyperparameters_from_args(trainer.args), figures=figures,
-        model_id=trainer.args.hub_model_id or None, hf_aux_class="hf_aux.modeling.multitask.MultiTaskModel",
+        model_id=trainer.args.hub_model_id or None, hf_aux_class="hf_aux.MultiTaskModel",
         license=model_args.license or base_model_license(model_args.model_name_or_path),
         pipeline_tag=body_pipeline_tag(output_dir),
         notes=f"The {task.kind} head was {'re-used from the starting checkpoint' if reused_head else 'freshly initialised'}. "

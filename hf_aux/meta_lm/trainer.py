@@ -646,7 +646,7 @@ class MetaLMTrainer(AuxTrainer):
         if self.teacher is not None:
             repo = args.hub_model_id or os.path.basename(os.path.abspath(args.output_dir))
             notes += (f" The teacher that wrote the student's training examples is saved in the `{TEACHER_DIR}/` "
-                      f"subfolder: `hf_aux.meta_lm.teacher.MetaLMTeacher.from_pretrained(\"{repo}\", "
+                      f"subfolder: `from hf_aux import MetaLMTeacher` then `MetaLMTeacher.from_pretrained(\"{repo}\", "
                       f"subfolder=\"{TEACHER_DIR}\")`.")
         return {"notes": notes, "extra_tags": [OBJECTIVE_TAGS[args.objective], "fill-mask"]}
 

@@ -263,7 +263,7 @@ class MuppetTrainer(AuxTrainer):
     # ------------------------------------------------------------------------------------------------------------
     _method = METHOD
     _watch_model_loss = False  # _compute_loss checks each task's loss (check_finite_loss)
-    _hf_aux_class = "hf_aux.modeling.multitask.MultiTaskModel"
+    _hf_aux_class = "hf_aux.MultiTaskModel"  # the card: `from hf_aux import MultiTaskModel`
 
     def _card_tasks(self, datasets: list[str], provenance: dict | None = None, **kwargs) -> list[TaskSummary]:
         """`provenance`: task name -> (Hub dataset id or None, other source) (`TaskSpec.provenance`)."""

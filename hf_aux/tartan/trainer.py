@@ -442,7 +442,7 @@ class TartanTrainer(AuxTrainer):
     _method = METHOD
     _watch_model_loss = False  # compute_loss checks each task's loss
     _auto_class = "AutoModelForSequenceClassification"
-    _hf_aux_class = "hf_aux.tartan.model.TartanModel"
+    _hf_aux_class = "hf_aux.TartanModel"  # the card: `from hf_aux import TartanModel`
 
     _pipeline_tag = "text-classification"  # the top level loads as a plain classifier
 
