@@ -78,3 +78,12 @@ def test_summary_rows_group_settings_and_count_the_open_claims():
     assert first == "| AMOS | x beats y | s1, fast | **reproduced** | +0.100 [+0.050, +0.150] (3 units) | link |"
     assert other.startswith("| AMOS | 2 other claims | | inconclusive | 1: ")
     assert "1 of the 3 units needed" in other and "the 95% interval contains 0" in other
+
+
+def test_short_settings_drop_parentheses_and_keep_the_first_parts():
+    from benchmarks.evidence.summary import short_setting
+
+    assert short_setting({"setting": "MiniLM, mean pooling (the default, `auto`); 5-task mixture; 1% of it; more"}) \
+        == "MiniLM, mean pooling; 5-task mixture; 1% of it"
+    assert short_setting({"setting": "Two Moons, 10 examples, pretraining (6,000 sequences)"}) == "Two Moons, 10 examples"
+    assert short_setting({"setting_name": "cassette", "setting": "x"}) == "`cassette`"

@@ -16,6 +16,7 @@ import argparse
 import collections
 import json
 import os
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,17 +30,23 @@ def load_claims(method: str, folder: Path = ROOT / "docs" / "evidence") -> list[
 
 
 def short_setting(record: dict) -> str:
-    """A few words for the setting: the study's own short name where it has one, else the setting's first two
-    comma-separated parts."""
+    """A few words for the setting: the study's own short name where it has one, else the setting without its
+    parentheses, cut to its first three ';'-separated parts (or first two ','-separated ones)."""
     if record.get("setting_name"):
         return f"`{record['setting_name']}`"
-    return ", ".join(str(record.get("setting", "")).split(", ")[:2]).rstrip(".;:")
+    text = re.sub(r"\s*\([^()]*\)", "", str(record.get("setting", "")))
+    parts = text.split("; ")[:3] if "; " in text else text.split(", ")[:2]
+    return ("; " if "; " in text else ", ").join(parts).rstrip(".;:")
+
+
+def _word(char: str) -> bool:
+    return char.isalnum() or char in "%.-"
 
 
 def _boundary(text: str, index: int, forward: bool) -> int:
-    """`index` moved so that it does not split a run of letters or digits."""
+    """`index` moved so that it does not split a word (letters, digits, '%', '.', '-': "1%", "0.5", "10-example")."""
     step = 1 if forward else -1
-    while 0 < index < len(text) and text[index - 1].isalnum() and text[index].isalnum():
+    while 0 < index < len(text) and _word(text[index - 1]) and _word(text[index]):
         index += step
     return index
 

