@@ -9,7 +9,6 @@ from peft import LoraConfig, get_peft_model
 from tiny import tiny_config, tiny_tokenizer
 
 import hf_aux.distributed
-import hf_aux.amos.trainer as amos_trainer
 from hf_aux.data import MLMCollator, group_texts_for_mlm
 from hf_aux.amos.model import AmosModel, AmosModelConfig
 from hf_aux.amos.trainer import AmosConfig, AmosTrainer

@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.evidence.common import (  # noqa: E402
     append_run,
     claim_record,
+    difference_text,
     has_run,
     load_runs,
     mean_sd,
@@ -750,10 +751,8 @@ def claim_lines(records: list[dict]) -> list[str]:
              "units and the paper's predicted sign (../shared/EVIDENCE.md). The `claims` list of amos.json holds the "
              "same objects.", "", "| claim | setting | units | difference [95% CI] | verdict |", "|---|---|---|---|---|"]
     for item in records:
-        measured = "-" if item["difference"] is None else f"{item['difference']:+.3f}" + (
-            f" [{item['ci95'][0]:+.3f}, {item['ci95'][1]:+.3f}]" if item["ci95"] else "")
         why = f" ({item['reason']})" if item.get("reason") else ""
-        lines.append(f"| {item['claim']} | {item['setting']} | {item['n_units']} | {measured} | "
+        lines.append(f"| {item['claim']} | {item['setting']} | {item['n_units']} | {difference_text(item)} | "
                      f"{item['verdict']}{why} |")
     return lines + [""]
 

@@ -207,18 +207,20 @@ def claim_record(claim: str, paper: str, predicted_sign: int, unit: str, differe
     return {**record, "verdict": verdict(lo, hi, predicted_sign)}
 
 
+def difference_text(item: dict, digits: int = 3) -> str:
+    """A claim record's difference with its 95% interval, "+0.051 [+0.022, +0.080]" ("-" without a difference)."""
+    if item.get("difference") is None:
+        return "-"
+    text = f"{item['difference']:+.{digits}f}"
+    if item.get("ci95"):
+        text += f" [{item['ci95'][0]:+.{digits}f}, {item['ci95'][1]:+.{digits}f}]"
+    return text
+
+
 def claims_table(claims: list[dict], link: str) -> list[str]:
     """The README's Evidence rows of one method's claims: claim | verdict | difference [95% CI] | link."""
-    rows = []
-    for item in claims:
-        if item.get("difference") is None:
-            measured = "-"
-        elif item.get("ci95"):
-            measured = f"{item['difference']:+.3f} [{item['ci95'][0]:+.3f}, {item['ci95'][1]:+.3f}]"
-        else:
-            measured = f"{item['difference']:+.3f}"
-        rows.append(f"| {item['claim']} | {item['verdict']} | {measured} ({item['n_units']} units) | {link} |")
-    return rows
+    return [f"| {item['claim']} | {item['verdict']} | {difference_text(item)} ({item['n_units']} units) | {link} |"
+            for item in claims]
 
 
 def unit_ci(differences, confidence: float = 0.95) -> tuple[float, float, float]:

@@ -46,8 +46,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.evidence.common import (NOT_TESTABLE, append_run, claim_record, has_run,  # noqa: E402
-                                        load_runs, mean_sd, paired_ci, run_meta, t_quantile, verdict, write_claims)
+from benchmarks.evidence.common import (NOT_TESTABLE, append_run, claim_record, difference_text,  # noqa: E402
+                                        has_run, load_runs, mean_sd, paired_ci, run_meta, t_quantile, verdict, write_claims)
 
 ROOT = Path(__file__).resolve().parents[2]
 JSON_PATH = ROOT / "docs" / "evidence" / "meta_lm.json"
@@ -736,13 +736,7 @@ def claims(runs: list[dict]) -> list[dict]:
 
 
 def _measured(item: dict) -> str:
-    digits = 1 if "percentage points" in item.get("measure", "") else 3
-    if item.get("difference") is None:
-        return "-"
-    text = f"{item['difference']:+.{digits}f}"
-    if item.get("ci95"):
-        text += f" [{item['ci95'][0]:+.{digits}f}, {item['ci95'][1]:+.{digits}f}]"
-    return text
+    return difference_text(item, 1 if "percentage points" in item.get("measure", "") else 3)
 
 
 def _short_setting(item: dict) -> str:

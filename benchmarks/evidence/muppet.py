@@ -59,8 +59,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "benchmarks") not in sys.path:
     sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from evidence.common import (append_run, claim_record, has_run, load_runs, mean_sd, paired_ci,  # noqa: E402
-                             run_meta, unit_ci, unit_differences, write_claims)
+from evidence.common import (append_run, claim_record, difference_text, has_run, load_runs, mean_sd,  # noqa: E402
+                             paired_ci, run_meta, unit_ci, unit_differences, write_claims)
 
 JSON_PATH = ROOT / "docs" / "evidence" / "muppet.json"
 REPORT_PATH = ROOT / "docs" / "evidence" / "muppet.md"
@@ -721,11 +721,9 @@ def claim_lines(records: list[dict]) -> list[str]:
              "| claim | paper predicts | setting | units | difference [95% CI] | verdict |",
              "|---|---|---|---|---|---|"]
     for item in records:
-        measured = "-" if item["difference"] is None else f"{item['difference']:+.3f}" + (
-            f" [{item['ci95'][0]:+.3f}, {item['ci95'][1]:+.3f}]" if item["ci95"] else "")
         why = f" ({item['reason']})" if item.get("reason") else ""
         lines.append(f"| {item['claim']} | {'> 0' if item['predicted_sign'] > 0 else '< 0'} | {item['setting']} | "
-                     f"{item['n_units']} | {measured} | {item['verdict']}{why} |")
+                     f"{item['n_units']} | {difference_text(item)} | {item['verdict']}{why} |")
     return lines + [""]
 
 

@@ -44,8 +44,8 @@ for _variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ.setdefault(_variable, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from common import (NOT_TESTABLE, append_run, claim_record, has_run, load_runs, mean_sd, paired_ci,  # noqa: E402
-                    run_meta, t_quantile, unit_ci, unit_differences, write_claims)
+from common import (NOT_TESTABLE, append_run, claim_record, difference_text, has_run, load_runs,  # noqa: E402
+                    mean_sd, paired_ci, run_meta, t_quantile, unit_ci, unit_differences, write_claims)
 
 EVIDENCE_JSON = os.path.join(ROOT, "docs", "evidence", "tartan.json")
 REPORT_MD = os.path.join(ROOT, "docs", "evidence", "tartan.md")
@@ -808,11 +808,7 @@ def claims(runs: list[dict], floors: dict | None = None) -> list[dict]:
     return records
 
 
-def _measured(item: dict, digits: int = 3) -> str:
-    if item.get("difference") is None:
-        return "-"
-    text = f"{item['difference']:+.{digits}f}"
-    return text + (f" [{item['ci95'][0]:+.{digits}f}, {item['ci95'][1]:+.{digits}f}]" if item.get("ci95") else "")
+_measured = difference_text
 
 
 def claim_lines(records: list[dict]) -> list[str]:
