@@ -33,6 +33,7 @@ The meta-learned LM objective's support/query draw is its own (hf_aux.meta_lm.sa
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -179,3 +180,36 @@ class TaskBatchSampler(torch.utils.data.Sampler):
                     tasks[[mine, donor]] = tasks[[donor, mine]]
                     index[[mine, donor]] = index[[donor, mine]]
                     break
+
+
+class BatchStream:
+    """Endless shuffled batches over `dataset` (TARTAN's auxiliary and meta streams, MUPPET's end-task-aware
+    meta step). Everything is a function of (seed, position): epoch e's order is
+    randperm(seed, e), the collate function gets a generator seeded by (seed, position). Under DDP the ranks share
+    one stream, rank r taking positions r, r + world_size, ... (draw d is position d * world_size + r), as
+    accelerate deals the end task's batches: so the ranks never draw the same batch, and N processes draw exactly
+    what one process with N times the gradient accumulation draws. The whole state is the number of draws (the
+    same on every rank), restored on resume. `collate(features, generator) -> dict of tensors`."""
+
+    def __init__(self, dataset, batch_size: int, collate: Callable, seed: int, rank: int = 0, world_size: int = 1):
+        if len(dataset) == 0:
+            raise ValueError("a batch stream got an empty dataset")
+        self.dataset, self.batch_size, self.collate, self.seed = dataset, batch_size, collate, seed
+        self.rank, self.world_size = rank, world_size
+        self.draws = 0
+        self._order = (None, None)
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return max(1, len(self.dataset) // self.batch_size)  # drop the ragged last batch (all batches equal)
+
+    def next(self) -> dict:
+        position = self.draws * self.world_size + self.rank
+        epoch, index = divmod(position, self.batches_per_epoch)
+        if self._order[0] != epoch:
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            self._order = (epoch, torch.randperm(len(self.dataset), generator=generator).tolist())
+        rows = self._order[1][index * self.batch_size: (index + 1) * self.batch_size]
+        generator = torch.Generator().manual_seed(self.seed * 7_919 + position + 1)
+        self.draws += 1
+        return self.collate([self.dataset[i] for i in rows], generator)

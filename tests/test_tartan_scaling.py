@@ -155,8 +155,8 @@ def test_meta_with_accumulation_and_dropout_resumes_exactly(data, tmp_path, monk
     common = {"mode": "meta", "max_steps": 4, "gradient_accumulation_steps": 2, "save_strategy": "steps",
               "save_steps": 2}
     updates = []
-    update = tartan_trainer.update_task_weights
-    monkeypatch.setattr(tartan_trainer, "update_task_weights", lambda *a: updates.append(1) or update(*a))
+    update = tartan_trainer.meta_update
+    monkeypatch.setattr(tartan_trainer, "meta_update", lambda *a: updates.append(1) or update(*a))
     straight = make_trainer(data, tmp_path / "a", dropout=0.2, **common)
     straight.train()
     assert len(updates) == 8  # 4 optimizer steps x 2 micro-batches: one weight update per micro-batch

@@ -10,11 +10,13 @@ from dataclasses import dataclass, field
 
 
 from ..base_config import TokenSafeTrainingArguments
+from ..task_weighting import MetaWeightingArguments
 
 
 @dataclass
-class TartanConfig(TokenSafeTrainingArguments):
-    """Training arguments of `TartanTrainer` (every `TrainingArguments` field, plus the method's own)."""
+class TartanConfig(MetaWeightingArguments, TokenSafeTrainingArguments):
+    """Training arguments of `TartanTrainer` (every `TrainingArguments` field, plus the method's own; the META
+    rule's settings, `task_weight_lr` and `meta_head_*`, are `hf_aux.task_weighting.MetaWeightingArguments`)."""
 
     mode: str = field(default="meta", metadata={"help": "'mt': MT-TARTAN, fixed task weights (eq. 3). 'meta': "
                                                          "META-TARTAN, meta-learned task weights (Algorithm 1)."})
@@ -23,20 +25,12 @@ class TartanConfig(TokenSafeTrainingArguments):
         metadata={"help": "Initial task weights w, end task first, then the auxiliary tasks in the model's order. "
                           "mt: the fixed mixing weights (normalised to sum to 1). meta: the initial w before the "
                           "softmax. Default: uniform 1/(number of auxiliary tasks + 1) (§4)."})
-    task_weight_lr: float = field(default=0.1, metadata={"help": "eta, the task-weight step size of Algorithm 1 "
-                                                                   "(the paper searches 1e-1, 5e-2, 3e-2, 1e-2)."})
     meta_head: str = field(default="separate", metadata={
         "help": "'separate': cosines through a freshly fitted meta head phi* (§3.3, eq. 7). 'same': through the "
                 "end-task head phi' itself (eq. 6; reproduces §5.4/Fig. 3, where w* rails towards 1)."})
-    meta_head_steps: int = field(default=10, metadata={"help": "Adam steps fitting phi* on frozen body features "
-                                                                 "per meta step (§4: 10)."})
-    meta_head_lr: float = field(default=1e-3, metadata={"help": "Learning rate of the phi* fit (§4: 1e-3)."})
-    meta_head_weight_decay: float = field(default=0.1, metadata={"help": "L2 weight decay of the phi* fit (§4: 0.1)."})
     meta_head_fresh_batch: bool = field(default=False, metadata={
         "help": "Fit phi* on a separately drawn end-task train batch (one extra body forward without gradient) "
                 "instead of the features of the step's own end-task batch."})
-    meta_batch_size: int | None = field(default=None, metadata={
-        "help": "Batch size of the end-task validation batches giving g_meta (default: per_device_train_batch_size)."})
     auxiliary_batch_size: int | None = field(default=None, metadata={
         "help": "Batch size of each auxiliary MLM task (default: per_device_train_batch_size)."})
     mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens masked in auxiliary MLM batches."})
@@ -56,18 +50,10 @@ class TartanConfig(TokenSafeTrainingArguments):
             raise ValueError(f"TartanConfig: field 'mode': expected 'mt' or 'meta', got {self.mode!r}")
         if self.meta_head not in ("separate", "same"):
             raise ValueError(f"TartanConfig: field 'meta_head': expected 'separate' or 'same', got {self.meta_head!r}")
-        if not 0.0 < self.task_weight_lr <= 10.0:
-            raise ValueError(f"TartanConfig: field 'task_weight_lr': {self.task_weight_lr} not in (0, 10]")
-        if not isinstance(self.meta_head_steps, int) or self.meta_head_steps < 1:
-            raise ValueError(f"TartanConfig: field 'meta_head_steps': needs a positive integer, got {self.meta_head_steps!r}")
-        if not self.meta_head_lr > 0:
-            raise ValueError(f"TartanConfig: field 'meta_head_lr': must be positive, got {self.meta_head_lr}")
-        if self.meta_head_weight_decay < 0:
-            raise ValueError(f"TartanConfig: field 'meta_head_weight_decay': must be >= 0, got {self.meta_head_weight_decay}")
-        for name in ("meta_batch_size", "auxiliary_batch_size"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"TartanConfig: field '{name}': needs a positive integer, got {value!r}")
+        self.check_meta_weighting("TartanConfig", active=self.mode == "meta")
+        size = self.auxiliary_batch_size
+        if size is not None and (not isinstance(size, int) or size < 1):
+            raise ValueError(f"TartanConfig: field 'auxiliary_batch_size': needs a positive integer, got {size!r}")
         if not isinstance(self.mlm_head_warmup_steps, int) or self.mlm_head_warmup_steps < 0:
             raise ValueError("TartanConfig: field 'mlm_head_warmup_steps': needs an integer >= 0, got "
                              f"{self.mlm_head_warmup_steps!r}")
@@ -87,12 +73,3 @@ class TartanConfig(TokenSafeTrainingArguments):
                 raise ValueError("TartanConfig: field 'task_weights': MT-TARTAN weights must be >= 0 with a positive "
                                  f"sum, got {weights}")
             self.task_weights = weights
-        if self.mode == "meta" and self.fp16:
-            raise ValueError("TartanConfig: field 'fp16': META-TARTAN takes per-task gradients with autograd.grad, "
-                             "which a GradScaler cannot scale; use bf16 or fp32")
-        checkpointing = self.activation_checkpointing_kwargs
-        if self.mode == "meta" and self.activation_checkpointing and isinstance(checkpointing, dict) \
-                and checkpointing.get("use_reentrant", False):
-            raise ValueError("TartanConfig: field 'gradient_checkpointing_kwargs': META-TARTAN takes per-task "
-                             "gradients with torch.autograd.grad, which reentrant checkpointing does not support; "
-                             "use {'use_reentrant': False}")

@@ -49,6 +49,7 @@ from transformers.utils import ModelOutput
 from ..adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, is_lora_body, load_lora_body, load_lora_weights,
                         lora_body, merged_body, save_lora_body)
 from ..sentence_transformers_files import copy_sentence_transformers_files
+from ..task_weighting import fit_meta_head
 
 TARTAN_CONFIG_NAME = "tartan_config.json"
 TARTAN_HEADS_NAME = "tartan_heads.safetensors"
@@ -314,23 +315,8 @@ class TartanModel(nn.Module):
         (tensors, so no host sync) for diagnostics."""
         head = self.meta_head
         head.reset_parameters(generator, getattr(self.config, "initializer_range", 0.02))
-        params = list(head.parameters())
-        head.requires_grad_(True)
-        optimizer = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
-        losses = []
-        try:
-            with torch.enable_grad():
-                for _ in range(steps):
-                    loss = head(features, labels=labels).loss
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimizer.step()
-                    losses.append(loss.detach())
-        finally:
-            head.requires_grad_(False)
-            for p in params:
-                p.grad = None
-        return losses
+        return fit_meta_head(list(head.parameters()), lambda: head(features, labels=labels).loss, steps=steps, lr=lr,
+                             weight_decay=weight_decay)
 
     def copy_mlm_head(self, masked_lm: PreTrainedModel) -> None:
         """Start every auxiliary MLM head from a pretrained masked-LM head (`masked_lm`, an

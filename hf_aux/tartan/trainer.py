@@ -23,26 +23,27 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable
 
 import torch
-import torch.distributed as dist
 from torch import nn
-from transformers import PreTrainedModel, TrainerCallback
-from transformers.trainer import TRAINER_STATE_NAME
-from transformers.trainer_callback import ExportableState
+from transformers import PreTrainedModel
 
 from ..adapters import merged_subfolder
 from ..data import mask_tokens_for_mlm, special_tokens_mask_for
 from ..distributed import MicroBatchCounter, Sharding, micro_batch_seed, parameter_sharding, seeded_rng
 from . import METHOD
 from .config import TartanConfig
-from .losses import (
+from .losses import mt_tartan_loss
+from ..sampling import BatchStream
+from ..task_weighting import (
+    TaskWeightsCallback,
+    all_reduce_mean,
     combine_gradients,
-    gradient_cosines,
-    mt_tartan_loss,
-    task_mixture,
-    update_task_weights,
+    distributed,
+    find_task_weights,
+    meta_update,
+    plot_task_weights,
+    restore_task_weights,
 )
 from ..base_trainer import AuxTrainer
 from ..model_card import TaskSummary, task_metrics
@@ -57,85 +58,6 @@ TASK_WEIGHTS_PNG = "task_weights.png"
 END_TASK = "end_task"
 
 
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Batches of the auxiliary tasks and of the meta-validation set
-# ----------------------------------------------------------------------------------------------------------------
-
-
-class BatchStream:
-    """Endless shuffled batches over `dataset`. Everything is a function of (seed, position): epoch e's order is
-    randperm(seed, e), the collate function gets a generator seeded by (seed, position). Under DDP the ranks share
-    one stream, rank r taking positions r, r + world_size, ... (draw d is position d * world_size + r), as
-    accelerate deals the end task's batches: so the ranks never draw the same batch, and N processes draw exactly
-    what one process with N times the gradient accumulation draws. The whole state is the number of draws (the
-    same on every rank), restored on resume. `collate(features, generator) -> dict of tensors`."""
-
-    def __init__(self, dataset, batch_size: int, collate: Callable, seed: int, rank: int = 0, world_size: int = 1):
-        if len(dataset) == 0:
-            raise ValueError("a TARTAN batch stream got an empty dataset")
-        self.dataset, self.batch_size, self.collate, self.seed = dataset, batch_size, collate, seed
-        self.rank, self.world_size = rank, world_size
-        self.draws = 0
-        self._order = (None, None)
-
-    @property
-    def batches_per_epoch(self) -> int:
-        return max(1, len(self.dataset) // self.batch_size)  # drop the ragged last batch (all batches equal)
-
-    def next(self) -> dict:
-        position = self.draws * self.world_size + self.rank
-        epoch, index = divmod(position, self.batches_per_epoch)
-        if self._order[0] != epoch:
-            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-            self._order = (epoch, torch.randperm(len(self.dataset), generator=generator).tolist())
-        rows = self._order[1][index * self.batch_size: (index + 1) * self.batch_size]
-        generator = torch.Generator().manual_seed(self.seed * 7_919 + position + 1)
-        self.draws += 1
-        return self.collate([self.dataset[i] for i in rows], generator)
-
-
-class TaskWeightsCallback(TrainerCallback, ExportableState):
-    """Holds the task weights w, the history of alpha (one [step, alpha_end_task, alpha_aux_1, ...] row per
-    optimizer step), the stream positions and the MLM head warm-up's losses ({task: [first, last]}, empty until
-    it ran); saved in trainer_state.json (`stateful_callbacks`) with every checkpoint and restored on resume."""
-
-    def __init__(self, task_names: list[str] | None = None, weights: list[float] | None = None,
-                 history: list[list[float]] | None = None, stream_draws: dict[str, int] | None = None,
-                 head_warmup: dict[str, list[float]] | None = None):
-        self.task_names = list(task_names or [])
-        self.weights = list(weights or [])
-        self.history = [list(row) for row in (history or [])]
-        self.stream_draws = dict(stream_draws or {})
-        self.head_warmup = dict(head_warmup or {})
-
-    def state(self) -> dict:
-        return {"args": {"task_names": self.task_names},
-                "attributes": {"weights": self.weights, "history": self.history, "stream_draws": self.stream_draws,
-                               "head_warmup": self.head_warmup}}
-
-    def record(self, step: int, alphas: list[float]) -> None:
-        row = [step, *alphas]
-        if self.history and self.history[-1][0] == step:
-            self.history[-1] = row  # gradient accumulation: keep the step's latest weights
-        else:
-            self.history.append(row)
-
-
-def plot_task_weights(history: list[list[float]], task_names: list[str], path: str, title: str = "") -> None:
-    """Draw alpha per task against the optimizer step into a PNG: the whole mixture on a shared 0-1 axis first,
-    then one panel per task on its own scale (META's weights often move by less than 0.01, invisible on 0-1),
-    legends outside the axes (`hf_aux.plots.plot_panels`)."""
-    from ..plots import MAX_SERIES_PER_PANEL, plot_panels
-
-    title = title or "TARTAN task weights"
-    series = {name: [(row[0], row[k + 1]) for row in history] for k, name in enumerate(task_names)}
-    names = list(series)
-    panels = [(f"{title}: {'all tasks' if len(names) <= MAX_SERIES_PER_PANEL else 'first tasks'} (0-1)",
-               {name: series[name] for name in names[:MAX_SERIES_PER_PANEL]})]
-    panels += [(f"{title}: {name}", {name: points}) for name, points in series.items()]
-    plot_panels(panels, path, ylabel="task weight alpha (share, sums to 1)", ylim={panels[0][0]: (0.0, 1.0)})
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -225,10 +147,7 @@ class TartanTrainer(AuxTrainer):
     @property
     def task_weights_state(self) -> TaskWeightsCallback:
         """The callback holding w and its history (looked up each time: resume may replace the instance)."""
-        for callback in self.callback_handler.callbacks:
-            if isinstance(callback, TaskWeightsCallback):
-                return callback
-        raise RuntimeError("TaskWeightsCallback was removed from the trainer")
+        return find_task_weights(self)
 
     def _mlm_collate(self, features, generator):
         tokenizer = self.processing_class
@@ -382,14 +301,13 @@ class TartanTrainer(AuxTrainer):
                 meta_loss = tartan(**meta_batch).loss
             meta_grads = list(torch.autograd.grad(meta_loss, body, allow_unused=True))
         # identical task weights on every rank: average every gradient over processes first
-        if args.world_size > 1 and dist.is_available() and dist.is_initialized():
+        if distributed(args.world_size):
             for grad_list in [meta_grads, *body_grads, *(g for _, g in head_grads)]:
-                _all_reduce_mean(grad_list, args.world_size)
+                all_reduce_mean(grad_list, args.world_size)
         state = self.task_weights_state
         weights = torch.tensor(state.weights, device=end_loss.device)
-        cosines = gradient_cosines(meta_grads, body_grads)               # cos(g_meta, g_k), k = end task, aux...
-        weights = update_task_weights(weights, cosines, args.task_weight_lr)  # w_k <- w_k + eta cos
-        alphas = task_mixture(weights)                                   # alpha = softmax(w)
+        # cos(g_meta, g_k) for k = end task, aux...; w_k <- w_k + eta cos; alpha = softmax(w)
+        weights, alphas, cosines = meta_update(weights, meta_grads, body_grads, args.task_weight_lr)
         combined = combine_gradients(alphas * scale, body_grads, in_place=True)  # scale * sum_k alpha_k g_k
         _accumulate_grads(body, combined, 1.0)
         for params, grads in head_grads:                                 # each head: its own gradient
@@ -486,23 +404,9 @@ class TartanTrainer(AuxTrainer):
 
     def _load_checkpoint_extras(self, resume_from_checkpoint: str) -> None:
         """Resume (after TartanModel.load_checkpoint restored the classifier and the MLM heads): the task weights,
-        their history and the stream positions from the checkpoint's trainer_state.json. (Trainer restores stateful
-        callbacks only with restore_callback_states_from_checkpoint, a user-wide switch, so the task weights are
-        restored here, checked against this run's tasks.)"""
-        state_file = os.path.join(resume_from_checkpoint, TRAINER_STATE_NAME)
-        if not os.path.isfile(state_file):
-            raise ValueError(f"{resume_from_checkpoint!r}: {TRAINER_STATE_NAME} is missing: cannot restore the "
-                             "task weights")
-        with open(state_file) as f:
-            stored = json.load(f).get("stateful_callbacks", {}).get(TaskWeightsCallback.__name__)
-        if stored is None:
-            raise ValueError(f"{resume_from_checkpoint!r}: no TARTAN task-weight state in {TRAINER_STATE_NAME}")
-        if stored["args"]["task_names"] != self.task_names:
-            raise ValueError(f"{resume_from_checkpoint!r}: the checkpoint's tasks {stored['args']['task_names']} "
-                             f"differ from this run's {self.task_names}")
-        callback = self.task_weights_state
-        for key, value in stored["attributes"].items():
-            setattr(callback, key, value)
+        their history and the stream positions from the checkpoint's trainer_state.json
+        (`hf_aux.task_weighting.restore_task_weights`)."""
+        restore_task_weights(self.task_weights_state, resume_from_checkpoint, self.task_names, "TARTAN")
         self._streams = None  # rebuilt at the restored positions
         self._resumed = True
 
@@ -522,19 +426,6 @@ def _refuse_sharding(mode: str, sharding: Sharding) -> None:
         raise ValueError(f"TartanTrainer: MT-TARTAN's MLM heads read the body's embedding matrix outside its "
                          f"module's forward (tied decoder), which {'FSDP' if fsdp else 'DeepSpeed ZeRO-3'} shards: "
                          "not supported; use DDP (torchrun / accelerate launch without FSDP or ZeRO-3)")
-
-
-def _all_reduce_mean(grads: list[torch.Tensor | None], world_size: int) -> None:
-    """Average a gradient list over processes in place (one collective per list; None entries stay None on every
-    rank, since every rank runs the same tasks on the same parameters)."""
-    present = [g for g in grads if g is not None]
-    if not present:
-        return
-    flat = torch._utils._flatten_dense_tensors(present)  # a communication buffer, not for the cosines
-    dist.all_reduce(flat)
-    flat.div_(world_size)
-    for g, synced in zip(present, torch._utils._unflatten_dense_tensors(flat, present)):
-        g.copy_(synced)
 
 
 def _accumulate_grads(params: list[nn.Parameter], grads: list[torch.Tensor | None], scale: float) -> None:
