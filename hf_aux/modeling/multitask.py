@@ -436,6 +436,13 @@ class MultiTaskModel(PreTrainedModel):
         the decoder states, whose mask is the input's (the decoder reads the shifted input)."""
         return pool(hidden, attention_mask, self.config.pooling, input_ids, self.body.config.eos_token_id)
 
+    def sentence_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                          token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The pooled sentence representation [N, hidden] that the classification heads read, for a head kept
+        outside the model (MUPPET's end-task-aware mode fits its meta head phi* on it)."""
+        hidden = self._run_body(input_ids, attention_mask, token_type_ids, None, None, None)
+        return self._sentence_representation(hidden, attention_mask, input_ids)
+
     def _shift_right(self, ids: torch.Tensor) -> torch.Tensor:
         config = self.body.config
         start = config.decoder_start_token_id if config.decoder_start_token_id is not None else config.eos_token_id

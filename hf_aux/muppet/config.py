@@ -10,16 +10,19 @@ from dataclasses import dataclass, field
 
 from ..base_config import TokenSafeTrainingArguments
 from ..sampling import STRATEGIES
+from ..task_weighting import MetaWeightingArguments
 
 ROBUST_MODES = ("none", "r3f", "r4f")
+TASK_WEIGHTINGS = ("uniform", "meta")
 
 
 @dataclass
-class MuppetConfig(TokenSafeTrainingArguments):
+class MuppetConfig(MetaWeightingArguments, TokenSafeTrainingArguments):
     """Training arguments of `MuppetTrainer`; every `TrainingArguments` field applies. Sub-batches per update =
     `gradient_accumulation_steps` x number of processes, each of `per_device_train_batch_size` rows of one task; its
     default accumulation is 2 (not Trainer's 1), so that heterogeneous batches (at least 2 sub-batches per update)
-    hold on one process as they are."""
+    hold on one process as they are. With `task_weighting="meta"`, the META rule's settings (`task_weight_lr`,
+    `meta_head_*`, `meta_batch_size`: `hf_aux.task_weighting.MetaWeightingArguments`) apply too."""
 
     gradient_accumulation_steps: int = field(default=2, metadata={
         "help": "Task-homogeneous sub-batches per update on each process (heterogeneous batches need at least 2 in "
@@ -46,6 +49,16 @@ class MuppetConfig(TokenSafeTrainingArguments):
                 "of fairseq's BART summarisation recipe). The only smoothing setting; other task kinds use plain CE."})
     generation_max_length: int = field(default=64, metadata={
         "help": "Longest greedy output when evaluating seq2seq tasks with ROUGE."})
+    task_weighting: str = field(default="uniform", metadata={
+        "help": "'uniform': every sub-batch weighs the same (MUPPET, eq. 1). 'meta': end-task-aware pre-finetuning: "
+                "each task's sub-batches are weighted by K x alpha_k (K tasks), alpha = softmax(w) meta-learned with "
+                "the META-TARTAN rule toward an end task given to the trainer (the command's --end_task)."})
+    meta_tasks_per_step: int = field(default=8, metadata={
+        "help": "task_weighting=meta: at most this many mixture tasks (drawn afresh at each weight update) get their "
+                "gradient taken and their weight moved per update; one extra forward+backward per task, so this "
+                "bounds the cost whatever the mixture's size."})
+    task_weight_update_steps: int = field(default=1, metadata={
+        "help": "task_weighting=meta: update the task weights every this many optimizer steps (1: every step)."})
     remove_unused_columns: bool = field(default=False, metadata={
         "help": "Kept False: the multi-task collator needs each row's task_name."})
 
@@ -66,5 +79,13 @@ class MuppetConfig(TokenSafeTrainingArguments):
         if self.generation_max_length < 1:
             raise ValueError(f"MuppetConfig: field 'generation_max_length': must be >= 1, got "
                              f"{self.generation_max_length}")
+        if self.task_weighting not in TASK_WEIGHTINGS:
+            raise ValueError(f"MuppetConfig: field 'task_weighting': {self.task_weighting!r} is not one of "
+                             f"{list(TASK_WEIGHTINGS)}")
+        for name in ("meta_tasks_per_step", "task_weight_update_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"MuppetConfig: field '{name}': needs a positive integer, got {value!r}")
+        self.check_meta_weighting("MuppetConfig", active=self.task_weighting == "meta")
         if self.remove_unused_columns:
             raise ValueError("MuppetConfig: field 'remove_unused_columns': must stay False (rows carry task_name)")

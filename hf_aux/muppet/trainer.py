@@ -26,8 +26,12 @@ from __future__ import annotations
 import math
 import time
 
+import json
+import os
+
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch.utils.data import DataLoader
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
@@ -35,20 +39,25 @@ from transformers.trainer_callback import ExportableState
 from .. import metrics as task_metrics
 from ..adapters import merged_subfolder
 from ..data import MultiTaskCollator
-from ..distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
+from ..distributed import MicroBatchCounter, micro_batch_seed, parameter_sharding, seeded_rng
 from . import METHOD
 from .config import MuppetConfig
 from .losses import (classification_loss, multiple_choice_loss, r3f_divergence, regression_loss,
-                             sample_embedding_noise, scale_losses, seq2seq_loss, span_loss)
+                             sample_embedding_noise, scale_losses, seq2seq_loss, span_loss, token_classification_loss)
 from ..base_trainer import AuxTrainer
 from ..model_card import TaskSummary
-from ..modeling.multitask import MultiTaskModel
+from ..modeling.multitask import ClassificationHead, MultiTaskModel
 from ..modeling.pooling import describe_pooling
 from ..nonfinite import check_finite_loss
-from ..sampling import MultiTaskDataset, TaskBatchSampler
+from ..task_spec import TaskSpec
+from ..sampling import BatchStream, MultiTaskDataset, TaskBatchSampler
+from ..task_weighting import (TaskWeightsCallback, all_reduce_mean, distributed, find_task_weights, fit_meta_head,
+                              meta_update, plot_task_weights, restore_task_weights, task_mixture)
 from ..training_metrics import MetricAccumulator
 
 SAMPLER_STATE_NAME = "muppet_sampler.json"
+TASK_WEIGHTS_JSON = "task_weights.json"
+TASK_WEIGHTS_PNG = "task_weights.png"
 TARGET_KEYS = ("labels", "start_positions", "end_positions")
 
 
@@ -76,6 +85,10 @@ class MuppetTrainer(AuxTrainer):
     split must be tokenised with `keep_qa_offsets=True`) to map spans back to text.
     peft_config: a `peft.LoraConfig` to train LoRA adapters on the shared body instead of all its weights (as
     trl's trainers take it); the model is changed in place (`MultiTaskModel.add_body_lora`).
+    end_task / end_task_dataset (`task_weighting="meta"` only): the task the mixture's weights are learned toward,
+    a classification `TaskSpec` (or {name, kind, num_labels}) that is NOT one of the mixture's tasks, and its
+    tokenised labelled rows (`tokenize_task` output); the meta head phi* is fitted on some of its batches and
+    g_meta taken on others (module docstring, "End-task-aware weighting").
     """
 
     # explicit: compute_loss returns the sub-batch mean; Trainer divides by the accumulation steps (see module doc)
@@ -83,7 +96,8 @@ class MuppetTrainer(AuxTrainer):
 
     def __init__(self, model: MultiTaskModel | None = None, args: MuppetConfig | None = None, data_collator=None,
                  train_dataset: dict | None = None, eval_dataset: dict | None = None, processing_class=None,
-                 eval_examples: dict | None = None, peft_config=None, **kwargs):
+                 eval_examples: dict | None = None, peft_config=None, end_task=None, end_task_dataset=None,
+                 **kwargs):
         if not isinstance(args, MuppetConfig):
             raise ValueError(f"MuppetTrainer: field 'args': needs a MuppetConfig, got {type(args).__name__}")
         if not isinstance(model, MultiTaskModel):
@@ -117,6 +131,11 @@ class MuppetTrainer(AuxTrainer):
             data_collator = MultiTaskCollator(processing_class, names)
         train = MultiTaskDataset({n: train_dataset[n] for n in names if n in train_dataset}) if train_dataset else None
         callbacks = [*(kwargs.pop("callbacks", None) or []), TaskSamplerState()]
+        self._end_task = _check_end_task(args, model, train, end_task, end_task_dataset)
+        if self._end_task is not None:
+            _refuse_sharding_for_meta(parameter_sharding(args))
+            callbacks.append(TaskWeightsCallback(train.task_names, [1.0 / len(train.task_names)] * len(train.task_names)))
+        self._end_task_dataset = end_task_dataset
         super().__init__(model=model, args=args, data_collator=data_collator, train_dataset=train,
                          eval_dataset=eval_dataset, processing_class=processing_class, callbacks=callbacks, **kwargs)
         self.sub_batches_per_update = args.gradient_accumulation_steps * args.world_size
@@ -130,6 +149,16 @@ class MuppetTrainer(AuxTrainer):
                                                  for family in ("loss", "scaled_loss")], device=args.device)
         self._task_sampler = None
         self._micro_batches = MicroBatchCounter()
+        if self._end_task is not None:
+            _refuse_sharding_for_meta(parameter_sharding(args, self))  # again, as accelerate resolved it
+            # the weights' position per model task index (-1: not trained), and the state of the meta step
+            position = {name: k for k, name in enumerate(train.task_names)}
+            self._weight_index = [position.get(name, -1) for name in names]
+            self._multipliers = None  # K * alpha per mixture task, on the device; rebuilt from the state when None
+            self._weights_step = None  # the global step whose weight update has run
+            self._streams = None
+            self._meta_metrics = MetricAccumulator([f"cos/{name}" for name in train.task_names] + ["meta_loss"],
+                                                   device=args.device)
 
     # ------------------------------------------------------------------------------------------------------------
     # Data: task-homogeneous sub-batches in update-sized groups
@@ -192,7 +221,9 @@ class MuppetTrainer(AuxTrainer):
                 return self._compute_loss(model, inputs, return_outputs)
         return self._compute_loss(model, inputs, return_outputs)
 
-    def _compute_loss(self, model, inputs, return_outputs=False):
+    def _compute_loss(self, model, inputs, return_outputs=False, for_weights=False):
+        """The sub-batch's loss. `for_weights`: the plain eq. 1-scaled loss whose gradient g_k the end-task-aware
+        weight update takes (no R3F term, no task weight, nothing logged or checked)."""
         body = self.accelerator.unwrap_model(model)
         task = int(inputs["task_ids"][0])  # the model resolves the head from it too (one host read per sub-batch)
         spec = body.config.tasks[task]
@@ -200,7 +231,7 @@ class MuppetTrainer(AuxTrainer):
         model_inputs = {k: v for k, v in inputs.items() if k not in TARGET_KEYS}
         if kind == "seq2seq":  # teacher forcing; the loss is computed here, per data point
             model_inputs["decoder_input_ids"] = body._shift_right(inputs["labels"])
-        robust = self.args.robust_finetuning != "none" and model.training
+        robust = self.args.robust_finetuning != "none" and model.training and not for_weights
         if robust:  # R3F perturbs the token embeddings, so look them up here and feed them in
             embeddings = body.get_input_embeddings()(inputs["input_ids"])
             model_inputs["inputs_embeds"] = embeddings  # input_ids stay: encoder-decoders locate EOS with them
@@ -210,6 +241,8 @@ class MuppetTrainer(AuxTrainer):
         # eq. 1: L_i / log n(i); the sub-batch loss is the mean over its data points
         scaled = scale_losses(raw, num_predictions) if self.args.loss_scaling else raw
         loss = scaled.mean()
+        if for_weights:
+            return loss
         if robust:
             # R3F (Aghajanyan et al., 2020, eq. 3): + lambda * KL_S(f(x) || f(x + z)), z on the input embeddings
             noise = sample_embedding_noise(embeddings, self.args.r3f_eps,
@@ -218,6 +251,8 @@ class MuppetTrainer(AuxTrainer):
             divergence = r3f_divergence(kind, outputs, noisy, choice_mask=inputs.get("choice_mask"),
                                         attention_mask=inputs.get("attention_mask"), labels=inputs.get("labels"))
             loss = loss + self.args.r3f_lambda * divergence.mean()
+        if model.training and self._end_task is not None:  # end-task-aware: the task's weight K * alpha_k
+            loss = loss * self._task_multipliers()[self._weight_index[task]]
         if model.training:  # check its labels, the learning rate, or fp16 overflow
             parts = {"loss": loss, "task_loss": scaled.mean()}
             check_finite_loss(self, {**parts, "r3f_divergence": divergence.mean()} if robust else parts,
@@ -237,6 +272,8 @@ class MuppetTrainer(AuxTrainer):
                              inputs["end_positions"], inputs.get("attention_mask"))
         if kind == "seq2seq":
             return seq2seq_loss(outputs.logits, inputs["labels"], label_smoothing=self.args.label_smoothing_factor)
+        if kind == "token_classification":
+            return token_classification_loss(outputs.logits, inputs["labels"])
         return regression_loss(outputs.logits, inputs["labels"])
 
     def floating_point_ops(self, inputs) -> int:
@@ -250,12 +287,157 @@ class MuppetTrainer(AuxTrainer):
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:  # a training log: the per-task losses since the last one, over every process
             logs.update(self._train_metrics.reduce(self.accelerator, drop_empty=True))
+            if self._end_task is not None:  # the cosines since the last log and the current weights
+                logs.update(self._meta_metrics.reduce(self.accelerator, drop_empty=True))
+                history = self.task_weights_state.history
+                if history:
+                    logs.update({f"alpha/{name}": a for name, a in zip(self.train_dataset.task_names, history[-1][1:])})
         super().log(logs, start_time)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # End-task-aware weighting (task_weighting="meta"): the META-TARTAN rule over the mixture's tasks
+    # ------------------------------------------------------------------------------------------------------------
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        if self._end_task is not None:
+            step = self.state.global_step
+            if step != self._weights_step and step % self.args.task_weight_update_steps == 0:
+                self._update_task_weights(model)  # before the update's first sub-batch, once per update
+                self._weights_step = step
+        return super().training_step(model, inputs, num_items_in_batch)
+
+    @property
+    def task_weights_state(self) -> TaskWeightsCallback:
+        """The callback holding the mixture's w and its history (`task_weighting="meta"`)."""
+        return find_task_weights(self)
+
+    def _task_multipliers(self) -> torch.Tensor:
+        """K * alpha per mixture task (mean 1: at uniform weights each sub-batch weighs what it does in MUPPET)."""
+        if self._multipliers is None:
+            weights = torch.tensor(self.task_weights_state.weights, device=self.args.device)
+            self._multipliers = task_mixture(weights) * len(weights)
+        return self._multipliers
+
+    def _get_streams(self) -> dict[str, BatchStream]:
+        """Batches for the weight updates, positioned from the task-weight state (resume continues there): one
+        stream per mixture task, and two over the end task's rows, one fitting phi*, one giving g_meta."""
+        args = self.args
+        if self._streams is None:
+            place = {"rank": args.process_index, "world_size": args.world_size}
+            size = args.per_device_train_batch_size
+            streams = {f"task/{name}": BatchStream(data, size, self._collate, args.seed + 17 * (k + 1), **place)
+                       for k, (name, data) in enumerate(zip(self.train_dataset.task_names, self.train_dataset.datasets))}
+            end_collator = MultiTaskCollator(self.processing_class, [self._end_task["name"]])
+            collate = lambda features, generator: end_collator(features)  # noqa: E731
+            meta_size = args.meta_batch_size or size
+            streams["_meta_head"] = BatchStream(self._end_task_dataset, meta_size, collate, args.seed + 11, **place)
+            streams["_meta"] = BatchStream(self._end_task_dataset, meta_size, collate, args.seed + 7, **place)
+            self._streams = streams
+        draws = self.task_weights_state.stream_draws
+        for name, stream in self._streams.items():
+            stream.draws = draws.get(name, 0)
+        return self._streams
+
+    def _collate(self, features, generator):
+        return self.data_collator(features)
+
+    def _draw(self, name: str) -> dict:
+        stream = self._get_streams()[name]
+        batch = stream.next()
+        self.task_weights_state.stream_draws[name] = stream.draws
+        return self._prepare_inputs(batch)
+
+    def _update_task_weights(self, model) -> None:
+        """One weight update (Algorithm 1 of TARTAN over the mixture's tasks, `hf_aux.task_weighting`): g_k for up
+        to `meta_tasks_per_step` tasks drawn afresh (each on a sub-batch of its own, MUPPET's eq. 1-scaled loss),
+        phi* re-initialised and fitted on frozen end-task features, g_meta of another end-task batch through phi*
+        (eq. 7), then w_k += eta cos(g_meta, g_k) for the drawn tasks and alpha = softmax(w). Gradients are taken
+        with autograd.grad (parameters' .grad untouched) and averaged over processes, so w is the same on every
+        rank. One host sync."""
+        args, state = self.args, self.task_weights_state
+        step = self.state.global_step
+        body_model: MultiTaskModel = self.accelerator.unwrap_model(model)
+        body = [p for p in body_model.body.parameters() if p.requires_grad]
+        names = self.train_dataset.task_names
+        draw = torch.Generator().manual_seed(args.seed * 1_000_003 + step)  # the same subset on every rank
+        tasks = sorted(torch.randperm(len(names), generator=draw)[:args.meta_tasks_per_step].tolist())
+        was_training = body_model.training
+        body_model.train()
+        seed = micro_batch_seed(args.seed + 1, step * args.world_size + args.process_index)
+        try:
+            with self.compute_loss_context_manager(), self.accelerator.autocast(), seeded_rng(seed, args.device):
+                task_grads = []
+                for k in tasks:  # g_k: the body gradient of task k's scaled sub-batch loss
+                    batch = self._draw(f"task/{names[k]}")
+                    loss = self._compute_loss(body_model, batch, for_weights=True)
+                    task_grads.append(list(torch.autograd.grad(loss, body, allow_unused=True)))
+                fit = self._draw("_meta_head")  # phi* on frozen features of end-task rows
+                with torch.no_grad():
+                    features = body_model.sentence_features(fit["input_ids"], fit.get("attention_mask"),
+                                                            fit.get("token_type_ids"))
+                head = self._meta_head(features.shape[-1], body_model, draw)
+                fit_meta_head(list(head.parameters()), lambda: F.cross_entropy(head(features), fit["labels"]),
+                              steps=args.meta_head_steps, lr=args.meta_head_lr, weight_decay=args.meta_head_weight_decay)
+                meta = self._draw("_meta")  # g_meta: another end-task batch through phi* (eq. 7)
+                meta_loss = F.cross_entropy(head(body_model.sentence_features(
+                    meta["input_ids"], meta.get("attention_mask"), meta.get("token_type_ids"))), meta["labels"])
+                meta_grads = list(torch.autograd.grad(meta_loss, body, allow_unused=True))
+        finally:
+            body_model.train(was_training)
+        if distributed(args.world_size):
+            for grad_list in [meta_grads, *task_grads]:
+                all_reduce_mean(grad_list, args.world_size)
+        weights = torch.tensor(state.weights, device=args.device)
+        weights, alphas, cosines = meta_update(weights, meta_grads, task_grads, args.task_weight_lr, tasks=tasks)
+        # the update's one host sync
+        synced = torch.cat([weights, alphas, meta_loss.detach().float().reshape(1)]).tolist()
+        if not check_finite_loss(self, {"meta_loss": synced[-1], **dict(zip(
+                [f"task_weight/{n}" for n in names], synced[:len(names)]))}, "MuppetTrainer: task_weighting 'meta'"):
+            return  # on_nonfinite 'skip': the weights stay as they were
+        state.weights = synced[:len(names)]
+        state.record(step + 1, synced[len(names):2 * len(names)])
+        self._multipliers = alphas.detach() * len(names)
+        for k, cos in zip(tasks, cosines):
+            self._meta_metrics.add(f"cos/{names[k]}", cos)
+        self._meta_metrics.add("meta_loss", meta_loss.detach())
+
+    def _meta_head(self, hidden: int, body_model: MultiTaskModel, generator: torch.Generator) -> ClassificationHead:
+        """phi*: a fresh classification head of the end task's classes (the mixture heads' architecture), drawn from
+        `generator` (a CPU generator: the same on every rank), frozen outside its fit."""
+        head = ClassificationHead(hidden, self._end_task["num_labels"], body_model.config.classifier_dropout)
+        std = getattr(body_model.body.config, "initializer_range", 0.02)
+        with torch.no_grad():
+            for linear in (head.dense, head.out_proj):
+                linear.weight.copy_(torch.randn(linear.weight.shape, generator=generator) * std)
+                linear.bias.zero_()
+        head.requires_grad_(False)
+        return head.to(device=self.args.device)
 
     # ------------------------------------------------------------------------------------------------------------
     # Checkpoints: MUPPET-style model folder (the sampler's description travels in trainer_state.json)
     # ------------------------------------------------------------------------------------------------------------
     # Loading: MultiTaskModel.load_checkpoint restores the body (or its LoRA adapter) and the heads (AuxTrainer).
+    # task_weighting="meta": the weights, their history and the stream positions travel in trainer_state.json
+    # (TaskWeightsCallback); every save also writes task_weights.json and task_weights.png beside the model.
+    def _save_model_extras(self, output_dir: str) -> None:
+        if self._end_task is None:
+            return
+        state = self.task_weights_state
+        data = {"task_weighting": "meta", "end_task": self._end_task["name"], "task_weight_lr": self.args.task_weight_lr,
+                "meta_tasks_per_step": self.args.meta_tasks_per_step, "tasks": self.train_dataset.task_names,
+                "weights": state.weights, "steps": [row[0] for row in state.history],
+                "alpha": [row[1:] for row in state.history]}
+        with open(os.path.join(output_dir, TASK_WEIGHTS_JSON), "w") as f:
+            json.dump(data, f)
+        if state.history:
+            plot_task_weights(state.history, self.train_dataset.task_names, os.path.join(output_dir, TASK_WEIGHTS_PNG),
+                              f"Mixture weights toward {self._end_task['name']}")
+
+    def _load_checkpoint_extras(self, resume_from_checkpoint: str) -> None:
+        if self._end_task is None:
+            return
+        restore_task_weights(self.task_weights_state, resume_from_checkpoint, self.train_dataset.task_names,
+                             "MUPPET end-task-aware")
+        self._streams, self._multipliers, self._weights_step = None, None, None  # rebuilt from the restored state
 
     # ------------------------------------------------------------------------------------------------------------
     # Model card (ModelCardMixin.create_model_card; run_muppet.py writes it on every run, push_to_hub too):
@@ -284,9 +466,16 @@ class MuppetTrainer(AuxTrainer):
         return summaries
 
     def _card_figures(self, output_dir: str) -> dict[str, str]:
-        return self._loss_curve_figure(output_dir, "MUPPET losses", "Training and evaluation loss: overall, and per "
-                                       "task in panels of their own (raw losses; the scaled ones are these divided by "
-                                       "log n)", exclude_prefixes=("scaled_loss/",))
+        figures = self._loss_curve_figure(output_dir, "MUPPET losses", "Training and evaluation loss: overall, and "
+                                          "per task in panels of their own (raw losses; the scaled ones are these "
+                                          "divided by log n)", exclude_prefixes=("scaled_loss/", "cos/", "alpha/"))
+        if self._end_task is not None and self.task_weights_state.history:
+            plot_task_weights(self.task_weights_state.history, self.train_dataset.task_names,
+                              os.path.join(output_dir, TASK_WEIGHTS_PNG),
+                              f"Mixture weights toward {self._end_task['name']}")
+            figures[TASK_WEIGHTS_PNG] = (f"Task weights (alpha) of the mixture's tasks over training, meta-learned "
+                                         f"toward the end task {self._end_task['name']}")
+        return figures
 
     def _card_base_model(self, finetuned_from: str | None) -> str | None:
         encoder = self.accelerator.unwrap_model(self.model).config.encoder
@@ -294,9 +483,14 @@ class MuppetTrainer(AuxTrainer):
 
     def _card_details(self) -> dict:
         model = self.accelerator.unwrap_model(self.model)
+        notes = describe_pooling(model.config.pooling)
+        history = self.task_weights_state.history if self._end_task is not None else None
+        if history:
+            final = ", ".join(f"{name} {alpha:.3f}" for name, alpha in zip(self.train_dataset.task_names, history[-1][1:]))
+            notes += (f" End-task-aware pre-finetuning (task_weighting 'meta', the META-TARTAN rule) toward "
+                      f"{self._end_task['name']}; final task weights: {final}.")
         return {"adapter": model.has_body_lora, "adapter_auto_class": "AutoModel",
-                "merged_subfolder": merged_subfolder(self.args.output_dir),
-                "notes": describe_pooling(model.config.pooling)}
+                "merged_subfolder": merged_subfolder(self.args.output_dir), "notes": notes}
 
     # ------------------------------------------------------------------------------------------------------------
     # Evaluation: every task with its own metrics, and their average
@@ -360,6 +554,9 @@ class MuppetTrainer(AuxTrainer):
         """One task's metrics from the gathered predictions (Trainer pads ragged batches with -100)."""
         if kind in ("classification", "regression", "multiple_choice"):
             return task_metrics.compute_task_metrics(kind, predictions, labels)
+        if kind == "token_classification":  # entity-level F1 reads the tag names
+            tags = self.accelerator.unwrap_model(self.model).config.task(name)["label_names"]
+            return task_metrics.compute_task_metrics(kind, predictions, labels, label_names=tags)
         if kind == "extractive_qa":
             examples = self.eval_examples[name]
             texts = task_metrics.postprocess_qa_predictions(examples, data, predictions[0], predictions[1])
@@ -387,6 +584,49 @@ class MuppetTrainer(AuxTrainer):
         generated = decoded[:, 1:]
         after_eos = (generated == config.eos_token_id).int().cumsum(dim=1) > 0
         return generated.masked_fill(after_eos, -100)
+
+
+def _check_end_task(args: MuppetConfig, model: MultiTaskModel, train: MultiTaskDataset | None, end_task,
+                    end_task_dataset) -> dict | None:
+    """task_weighting="meta": the end task as {name, kind, num_labels}, checked; None for uniform weighting (where
+    an end task is refused: it would be silently unused)."""
+    if args.task_weighting != "meta":
+        if end_task is not None or end_task_dataset is not None:
+            raise ValueError("MuppetTrainer: field 'end_task': an end task is only read with task_weighting='meta' "
+                             f"(task_weighting is {args.task_weighting!r})")
+        return None
+    if end_task is None or end_task_dataset is None:
+        raise ValueError("MuppetConfig: field 'task_weighting': 'meta' learns the mixture's weights toward an end "
+                         "task: give MuppetTrainer(end_task=<TaskSpec>, end_task_dataset=<its tokenised rows>)")
+    spec = end_task.head_metadata() if isinstance(end_task, TaskSpec) else dict(end_task)
+    name = spec.get("name")
+    if spec.get("kind") != "classification":
+        raise ValueError(f"task '{name}': field 'kind': the end task of task_weighting='meta' must be a "
+                         f"classification task (got {spec.get('kind')!r}); other kinds are not supported yet")
+    if not isinstance(spec.get("num_labels"), int) or spec["num_labels"] < 2:
+        raise ValueError(f"task '{name}': field 'num_labels': the end task needs at least 2 classes")
+    if name in model.task_names:
+        raise ValueError(f"task '{name}': field 'end_task': the end task is also a task of the mixture; the end "
+                         "task must be one the mixture does not train on")
+    if train is None:
+        raise ValueError("MuppetTrainer: field 'train_dataset': task_weighting='meta' needs the mixture's train data")
+    if "labels" not in end_task_dataset.column_names or "input_ids" not in end_task_dataset.column_names:
+        raise ValueError(f"task '{name}': field 'end_task_dataset': needs tokenised rows with input_ids and labels "
+                         f"(hf_aux.data.tokenize_task); has {end_task_dataset.column_names}")
+    if len(end_task_dataset) < 2:
+        raise ValueError(f"task '{name}': field 'end_task_dataset': needs at least 2 rows (phi* is fitted on some "
+                         "batches, g_meta taken on others)")
+    return spec
+
+
+def _refuse_sharding_for_meta(sharding) -> None:
+    """FSDP and DeepSpeed shard the body's parameters; the META rule takes autograd.grad over full body parameters
+    several times per update."""
+    fsdp, deepspeed, zero3 = sharding
+    if fsdp or deepspeed or zero3:
+        raise ValueError("MuppetConfig: field 'task_weighting': 'meta' takes per-task gradients with "
+                         "torch.autograd.grad over full body parameters; FSDP and DeepSpeed are not supported with "
+                         "it: use DDP (torchrun / accelerate launch without FSDP or DeepSpeed)")
 
 
 def _answers_column(examples) -> str:
