@@ -213,3 +213,15 @@ class BatchStream:
         generator = torch.Generator().manual_seed(self.seed * 7_919 + position + 1)
         self.draws += 1
         return self.collate([self.dataset[i] for i in rows], generator)
+
+
+def fixed_share(rows, fraction: float, seed: int):
+    """The first `fraction` of one fixed shuffle (`seed`) of a `datasets.Dataset` (at least one row): smaller shares
+    are subsets of larger ones. `hf-aux finetune --train_fraction` and the end task of `hf-aux muppet
+    --task_weighting meta` select rows with it, so both read the same low-resource rows."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction {fraction} not in (0, 1]")
+    if fraction == 1.0:
+        return rows
+    keep = max(1, round(fraction * len(rows)))
+    return rows.shuffle(seed=seed).select(range(keep))

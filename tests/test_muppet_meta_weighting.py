@@ -6,11 +6,15 @@ the files beside checkpoints, and the refusals."""
 import json
 import os
 import random
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import datasets
 import pytest
 import torch
-from tiny import tiny_config, tiny_tokenizer
+from tiny import COMMAND_WORDS, tiny_config, tiny_tokenizer, write_command_data
 from transformers import AutoModel, TrainerCallback
 
 from hf_aux.data import tokenize_task
@@ -207,3 +211,57 @@ def test_lora_weights_by_the_adapters_gradients(tmp_path):
     trainer.train()
     history = trainer.task_weights_state.history
     assert len(history) == 2 and max(abs(a - 1 / 3) for a in history[-1][1:]) > 1e-4
+
+
+# ---- the installed command ----------------------------------------------------------------------------------------
+HF_AUX = str(Path(sys.executable).parent / "hf-aux")
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+       "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="module")
+def command_data(tmp_path_factory):
+    """write_command_data's mixture (sent: train.jsonl, choice) and model, plus end.yaml: a task on rows of its own,
+    and in_mixture.yaml: the mixture's sent rows under another name."""
+    folder = write_command_data(tmp_path_factory.mktemp("meta_cmd"), "hf-aux-tests/tiny-bert")
+    rng = random.Random(7)
+    rows = [{"text": " ".join(rng.choices(COMMAND_WORDS, k=6)), "label": rng.choice(["neg", "pos"])} for _ in range(40)]
+    (folder / "end.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "end.yaml").write_text(f"tasks:\n  - name: reviews\n    data_files: {folder / 'end.jsonl'}\n")
+    (folder / "in_mixture.yaml").write_text(f"tasks:\n  - name: other_name\n    kind: classification\n"
+                                            f"    num_labels: 2\n    data_files: {folder / 'train.jsonl'}\n")
+    return folder
+
+
+def _hf_aux(*args, cwd):
+    return subprocess.run([HF_AUX, "muppet", *map(str, args)], cwd=cwd, env=ENV, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_the_command_learns_the_mixture_weights_toward_the_end_task(command_data, tmp_path):
+    out = tmp_path / "out"
+    done = _hf_aux("--mixture_file", command_data / "mixture.json", "--model_name_or_path",
+                   command_data / "tiny_bert", "--task_weighting", "meta", "--end_task", command_data / "end.yaml",
+                   "--end_task_train_fraction", "0.5", "--max_steps", "2", "--logging_steps", "1",
+                   "--output_dir", out, cwd=tmp_path)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    weights = json.loads((out / "task_weights.json").read_text())
+    assert weights["end_task"] == "reviews" and weights["tasks"] == ["sent", "choice"] and weights["steps"] == [1, 2]
+    assert (out / "task_weights.png").is_file() and "toward reviews" in (out / "README.md").read_text()
+    AutoModel.from_pretrained(out)  # plain transformers loads the pre-finetuned encoder
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--task_weighting", "meta"], "field 'task_weighting': 'meta' needs --end_task"),
+    (["--end_task", "END"], "field 'end_task': only read with --task_weighting meta"),
+    (["--task_weighting", "meta", "--end_task", "IN_MIXTURE"], "is in the mixture as task 'sent' \\(same rows\\)"),
+])
+def test_the_command_refuses_before_any_model_is_loaded(command_data, tmp_path, args, message):
+    args = [str(command_data / "end.yaml") if a == "END" else str(command_data / "in_mixture.yaml")
+            if a == "IN_MIXTURE" else a for a in args]
+    out = tmp_path / "out"
+    done = _hf_aux("--mixture_file", command_data / "mixture.json", "--model_name_or_path",
+                   command_data / "tiny_bert", *args, "--max_steps", "2", "--output_dir", out, cwd=tmp_path)
+    assert done.returncode != 0
+    assert re.search(message, done.stderr), done.stderr[-3000:]
+    assert not (out / "checkpoint-1").exists() and not (out / "model.safetensors").exists()

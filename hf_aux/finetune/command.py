@@ -205,9 +205,9 @@ def build_task(data_args: DataTrainingArguments):
 
 def select_train_rows(train, data_args: DataTrainingArguments):
     """The --train_fraction share of a fixed shuffle, then the --max_train_samples cap."""
-    if data_args.train_fraction < 1.0:
-        keep = max(1, round(data_args.train_fraction * len(train)))
-        train = train.shuffle(seed=data_args.subset_seed).select(range(keep))
+    from ..sampling import fixed_share
+
+    train = fixed_share(train, data_args.train_fraction, data_args.subset_seed)
     if data_args.max_train_samples is not None:
         train = train.select(range(min(data_args.max_train_samples, len(train))))
     return train

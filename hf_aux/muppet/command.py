@@ -49,10 +49,23 @@ class DataTrainingArguments:
     max_train_samples: int | None = field(default=None, metadata={
         "help": "Cap on each task's train rows (a task's own cap in the mixture file wins)."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Cap on each task's evaluation rows."})
+    end_task: str | None = field(default=None, metadata={
+        "help": "--task_weighting meta: the classification task the mixture's weights are learned toward, NOT in the "
+                "mixture: a demo task name (e.g. rotten_tomatoes) or a YAML/JSON file with one task (as hf-aux "
+                "finetune --task_file)."})
+    end_task_train_fraction: float = field(default=1.0, metadata={
+        "help": "Share of the end task's train split the META rule reads, from the fixed shuffle of hf-aux finetune "
+                "--train_fraction (same --end_task_subset_seed = same rows), so a later fine-tuning on that share "
+                "sees no labelled row the pre-finetuning did not."})
+    end_task_subset_seed: int = field(default=42, metadata={
+        "help": "Seed of that shuffle and of a demo end task's splits (hf-aux finetune's --subset_seed)."})
 
     def __post_init__(self):
         if self.mixture_file is not None and self.demo_tasks is not None:
             raise ValueError("DataTrainingArguments: give either mixture_file or demo_tasks, not both")
+        if not 0.0 < self.end_task_train_fraction <= 1.0:
+            raise ValueError(f"DataTrainingArguments: field 'end_task_train_fraction': {self.end_task_train_fraction} "
+                             "not in (0, 1]")
         for name in ("max_seq_length", "doc_stride", "max_target_length", "max_train_samples", "max_eval_samples"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -81,6 +94,57 @@ def load_tasks(data_args: DataTrainingArguments, seed: int):
     names = data_args.demo_tasks or available_demo_tasks(data_args.default_demo_tasks or DEMO_TASK_NAMES)
     return demo_mixture(list(names), seed=seed, max_train_samples=data_args.max_train_samples,
                         max_eval_samples=data_args.max_eval_samples)
+
+
+def load_end_task(data_args: DataTrainingArguments, training_args: MuppetConfig, tasks, raw):
+    """--end_task: (its TaskSpec, its selected train rows), or (None, None) for uniform weighting. Refused: an end task
+    without --task_weighting meta, meta without one, and an end task whose rows are a mixture task's (under any
+    name: its fine-tuning would then not be held out)."""
+    meta = training_args.task_weighting == "meta"
+    if data_args.end_task is None:
+        if meta:
+            raise ValueError("MuppetConfig: field 'task_weighting': 'meta' needs --end_task (a demo task name or a "
+                             "task file), the task the mixture's weights are learned toward")
+        return None, None
+    if not meta:
+        raise ValueError("DataTrainingArguments: field 'end_task': only read with --task_weighting meta")
+    from ..sampling import fixed_share
+    from ..tasks import load_task_splits, task_from_file
+
+    if os.path.splitext(data_args.end_task)[1].lower() in (".yaml", ".yml", ".json"):
+        task = task_from_file(data_args.end_task, where="DataTrainingArguments: field 'end_task'")
+    else:
+        from ..demo import demo_task
+
+        task = demo_task(data_args.end_task, seed=data_args.end_task_subset_seed)
+    if task.kind != "classification":
+        raise ValueError(f"task '{task.name}': field 'kind': --end_task must be a classification task (got "
+                         f"{task.kind}); other kinds are not supported yet")
+    splits = load_task_splits(task, seed=data_args.end_task_subset_seed)
+    if "train" not in splits:
+        raise ValueError(f"task '{task.name}': field 'train_split': --end_task needs a train split")
+    rows = fixed_share(splits["train"], data_args.end_task_train_fraction, data_args.end_task_subset_seed)
+    shared = _tasks_sharing_rows(task, rows, tasks, raw)
+    if shared:
+        raise ValueError(f"DataTrainingArguments: field 'end_task': {data_args.end_task!r} is in the mixture as task "
+                         f"'{shared}' (same rows): the end task must be one the mixture does not train on")
+    return task, rows
+
+
+def _tasks_sharing_rows(end_task, rows, tasks, raw) -> str | None:
+    """The mixture task whose train or validation rows hold most of the end task's (first 200) texts, if any."""
+    sample = {tuple(row[c] for c in end_task.text_columns) for row in rows.select(range(min(200, len(rows))))}
+    for task in tasks:
+        if task.kind != "classification" or len(task.text_columns) != len(end_task.text_columns):
+            continue
+        seen = set()
+        for split in ("train", "validation"):
+            if split in raw[task.name]:
+                columns = [raw[task.name][split][c] for c in task.text_columns]
+                seen.update(zip(*columns))
+        if len(sample & seen) * 2 > len(sample):
+            return task.name
+    return None
 
 
 def main(model_args: ModelArguments | None = None, data_args: DataTrainingArguments | None = None,
@@ -112,6 +176,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
                             tokenizer_path):
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, **model_args.hub_kwargs())
     raw = {task.name: load_task_splits(task, seed=training_args.seed) for task in tasks}
+    end_task, end_rows = load_end_task(data_args, training_args, tasks, raw)  # checked before any model is loaded
     with explain_hub_errors("ModelArguments", "model_name_or_path", model_path):
         model = MultiTaskModel.from_pretrained(
             model_path, tasks=tasks, classifier_dropout=model_args.classifier_dropout,
@@ -140,9 +205,14 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     if training_args.do_eval and not eval_data:
         raise ValueError("--do_eval: no task has a validation split (set validation_fraction in the mixture)")
 
+    end_task_data = {}
+    if end_task is not None:
+        with training_args.main_process_first(desc="tokenizing the end task"):
+            end_task_data = {"end_task": end_task, "end_task_dataset": tokenize_task(end_task, end_rows, tokenizer,
+                                                                                     **tokenize)}
     trainer = MuppetTrainer(model=model, args=training_args, train_dataset=train_data or None,
                             eval_dataset=eval_data or None, processing_class=tokenizer, eval_examples=eval_examples,
-                            peft_config=lora_args.lora_config())
+                            peft_config=lora_args.lora_config(), **end_task_data)
     run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
 
     results = {}
