@@ -68,6 +68,12 @@ def make_muppet(out, options):
     torch.manual_seed(0)
     body = AutoModel.from_config(tiny_config("bert", tokenizer, **NO_DROPOUT))
     model = MultiTaskModel(MultiTaskModelConfig(encoder=body.config, tasks=tasks, classifier_dropout=0.0), body=body)
+    if options.robust == "meta":  # end-task-aware weighting toward a third task (muppet:meta)
+        end = TaskSpec(name="end", kind="classification", num_labels=2,
+                       dataset=datasets.Dataset.from_dict({"text": sentences(16, 3), "label": labels(16, 2, 3)}))
+        args = MuppetConfig(**common_args(out, options), task_weighting="meta", meta_head_steps=3, task_weight_lr=0.5)
+        return MuppetTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer, end_task=end,
+                             end_task_dataset=tokenize_task(end, end.dataset, tokenizer, max_length=16))
     args = MuppetConfig(**common_args(out, options), robust_finetuning=options.robust, r3f_eps=1e-2)
     return MuppetTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
 
@@ -167,7 +173,7 @@ def run_job(job: str, out: str, options) -> None:
     logged = [{k: v for k, v in entry.items() if "/" in k} for entry in trainer.state.log_history if "loss" in entry]
     torch.save({"world_size": trainer.args.world_size, "initial": initial, "params": parameters(), "logged": logged},
                os.path.join(folder, f"params_rank{rank}.pt"))
-    if name == "tartan":
+    if name == "tartan" or variant == "meta":
         state = trainer.task_weights_state
         with open(os.path.join(folder, f"task_weights_rank{rank}.json"), "w") as f:
             json.dump({"history": state.history, "weights": state.weights, "head_warmup": state.head_warmup}, f)
@@ -180,7 +186,7 @@ def main():
     parser.add_argument("--batch", type=int, default=4, help="per-device train batch size")
     parser.add_argument("--grad-accum", type=int, default=1)
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--robust", default="none", help="MUPPET: none | r3f")
+    parser.add_argument("--robust", default="none", help="MUPPET: none | r3f | meta (task_weighting meta)")
     parser.add_argument("--mode", default="mt", help="TARTAN: mt | meta, '-dropout' for dropout 0.1 (mt-dropout)")
     parser.add_argument("--meta-head", default="separate", help="TARTAN: separate | same")
     parser.add_argument("--objective", default="mlm", help="MetaLM: mlm | hard | soft, 'mlm-dropout' for dropout 0.1")

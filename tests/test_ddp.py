@@ -31,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "ddp_worker.py")
 EQUAL_JOBS = ["muppet", "muppet:r3f", "amos", "tartan:mt", "tartan:mt-dropout", "tartan:mt-warmup", "meta_lm:mlm",
               "meta_lm:mlm-dropout"]  # vs one process
-DDP_ONLY_JOBS = ["tartan:meta", "tartan:meta-dropout", "tartan:meta-warmup", "meta_lm:soft"]
+DDP_ONLY_JOBS = ["tartan:meta", "tartan:meta-dropout", "tartan:meta-warmup", "meta_lm:soft", "muppet:meta"]
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                                 reason="torch.distributed with gloo is needed")
@@ -111,6 +111,21 @@ def test_meta_tartan_task_weights_are_identical_on_every_rank_at_every_step(runs
     if job.endswith("-warmup"):  # the MLM head warm-up ran on both ranks, on the same batches, to the same heads
         warmups = [json.load(open(folder / f"task_weights_rank{r}.json"))["head_warmup"] for r in (0, 1)]
         assert warmups[0] == warmups[1] and set(warmups[0]) == {"tapt", "dapt"}
+
+
+def test_muppet_meta_weights_and_parameters_are_identical_on_every_rank(runs):
+    """End-task-aware MUPPET under DDP, as META-TARTAN: each rank takes g_k and g_meta on its own batches (and fits
+    its own phi*, which is not kept), the gradients are averaged before the cosines, so w, alpha and every trained
+    parameter are identical on both ranks."""
+    folder = runs / "two" / "muppet-meta"
+    histories = [json.load(open(folder / f"task_weights_rank{r}.json")) for r in (0, 1)]
+    assert [row[0] for row in histories[0]["history"]] == [1, 2, 3]
+    assert histories[0] == histories[1]
+    assert max(abs(a - 1 / 2) for a in histories[0]["history"][-1][1:]) > 1e-4  # the weights moved
+    _, rank0 = _params(runs / "two", "muppet:meta")
+    _, rank1 = _params(runs / "two", "muppet:meta", rank=1)
+    for name in rank0:
+        torch.testing.assert_close(rank0[name], rank1[name], atol=0, rtol=0, msg=name)
 
 
 def test_meta_lm_meta_objectives_refuse_ddp_with_a_clear_message(runs):
