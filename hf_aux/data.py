@@ -144,9 +144,14 @@ def tokenize_task(task, dataset, tokenizer: PreTrainedTokenizerBase, *, max_leng
         window or there is none). With `keep_qa_offsets`, also `example_index` and `offset_mapping` (character
         spans of context tokens, [-1, -1] elsewhere) to map predictions back to text.
     seq2seq: source -> input_ids; target -> labels (token ids).
+    token_classification: the words (`is_split_into_words`) -> input_ids; labels one per sub-token: the word's tag
+        id on its FIRST sub-token, -100 on its later sub-tokens and on special tokens (the fast tokenizer's
+        `word_ids()`; a slow tokenizer is refused). Truncation drops the last words' sub-tokens and keeps the
+        alignment of the others.
     Rows that would crash training are refused here, naming the task, field and row: a multiple-choice row with
     fewer than 2 choices (eq. 1 divides by log n = 0), a seq2seq row with no target token besides special tokens
-    once truncated to `max_target_length` (nothing to predict; with no token at all the token-mean loss divides by 0).
+    once truncated to `max_target_length` (nothing to predict; with no token at all the token-mean loss divides by 0),
+    a token classification row with no tagged word left (its words gave no sub-token).
     """
     kind = task.kind
     if kind in ("classification", "regression"):
@@ -223,6 +228,21 @@ def tokenize_task(task, dataset, tokenizer: PreTrainedTokenizerBase, *, max_leng
                 del enc["example_index"], enc["offset_mapping"]
             return enc
 
+    elif kind == "token_classification":
+        if not tokenizer.is_fast:
+            raise ValueError(f"task '{task.name}': field 'tokenizer': token classification aligns tags to sub-tokens "
+                             f"with a fast tokenizer's word_ids(); {type(tokenizer).__name__} is not fast (load it "
+                             "with AutoTokenizer.from_pretrained(..., use_fast=True))")
+        tag_index = {name: i for i, name in enumerate(task.label_names or [])}
+
+        def encode(batch):
+            out = tokenizer(batch[task.tokens_column], is_split_into_words=True, truncation=True,
+                            max_length=max_length)
+            out["labels"] = [first_subtoken_labels(out.word_ids(row), [tag_index[t] if isinstance(t, str) else int(t)
+                                                                       for t in tags])
+                             for row, tags in enumerate(batch[task.tags_column])]
+            return out
+
     elif kind == "seq2seq":
 
         def encode(batch):
@@ -245,7 +265,22 @@ def tokenize_task(task, dataset, tokenizer: PreTrainedTokenizerBase, *, max_leng
                 raise task_error(task.name, task.target_column, f"row {row} has no target token (besides special "
                                  f"tokens) after tokenisation and truncation to max_target_length="
                                  f"{max_target_length}: nothing to predict")
+    if kind == "token_classification":
+        for row, labels in enumerate(tokenized["labels"]):
+            if all(label == -100 for label in labels):
+                raise task_error(task.name, "tokens_column", f"row {row}: no word gave a sub-token (after "
+                                 f"truncation to max_length={max_length}): nothing to predict")
     return tokenized.add_column("task_name", [task.name] * len(tokenized))
+
+
+def first_subtoken_labels(word_ids: list[int | None], tags: list[int]) -> list[int]:
+    """One label per sub-token from one tag per word: the word's tag on its first sub-token, -100 on its later
+    sub-tokens and on special tokens (word id None). `word_ids`: a fast tokenizer's `word_ids()` of one row."""
+    labels, previous = [], None
+    for word in word_ids:
+        labels.append(-100 if word is None or word == previous else tags[word])
+        previous = word
+    return labels
 
 
 class TokenizedTask:
@@ -282,7 +317,7 @@ class MultiTaskCollator:
 
     Adds `task_ids` (LongTensor [batch], the task's index in `task_names`, the order of the model's heads).
     multiple_choice: input_ids [batch, choices, length] with `choice_mask` [batch, choices] (False where an
-    example has fewer choices than the widest one). seq2seq: labels padded with -100.
+    example has fewer choices than the widest one). seq2seq and token_classification: labels padded with -100.
     Columns that are not model inputs (QA offsets, example indices) are dropped.
     """
 
@@ -306,8 +341,11 @@ class MultiTaskCollator:
         else:
             inputs = [{k: f[k] for k in MODEL_INPUT_KEYS if k in f} for f in features]
             batch = dict(self.tokenizer.pad(inputs, pad_to_multiple_of=self.pad_to_multiple_of, return_tensors="pt"))
-            if "labels" in first and isinstance(first["labels"], list):  # seq2seq targets
-                batch["labels"] = _pad_sequences([f["labels"] for f in features], -100)
+            if "labels" in first and isinstance(first["labels"], list):  # seq2seq targets, per-token tags
+                # per-token tags (one label per input token) stay aligned with the padded inputs
+                aligned = all(len(f["labels"]) == len(f["input_ids"]) for f in features)
+                batch["labels"] = _pad_sequences([f["labels"] for f in features], -100,
+                                                 batch["input_ids"].shape[1] if aligned else 0)
             elif "labels" in first:
                 dtype = torch.float32 if isinstance(first["labels"], float) else torch.long
                 batch["labels"] = torch.tensor([f["labels"] for f in features], dtype=dtype)
@@ -334,6 +372,6 @@ class MultiTaskCollator:
         return batch
 
 
-def _pad_sequences(sequences, value: int) -> torch.Tensor:
-    longest = max(len(s) for s in sequences)
+def _pad_sequences(sequences, value: int, width: int = 0) -> torch.Tensor:
+    longest = max(width, *(len(s) for s in sequences))
     return torch.tensor([list(s) + [value] * (longest - len(s)) for s in sequences], dtype=torch.long)

@@ -9,8 +9,10 @@ so per-task tables and majority baselines compare directly. (SQuAD's official sc
     multiple_choice    multiple_choice_metrics(logits [N, C], labels)   accuracy
     extractive_qa      postprocess_qa_predictions(...) -> qa_metrics    f1 (also exact_match)
     seq2seq            rouge_metrics(predictions, references)           rougeL (also rouge1, rouge2)
+    token_classif.     token_classification_metrics(logits [N, L, T],   f1: entity-level, seqeval's default
+                       labels [N, L], label_names)                      (also precision, recall, token accuracy)
 
-`compute_task_metrics(kind, predictions, labels)` dispatches the three array-based kinds; `majority_baseline`
+`compute_task_metrics(kind, predictions, labels)` dispatches the four array-based kinds; `majority_baseline`
 gives the accuracy of always predicting the most frequent label. `HfAuxMetric` wraps the same functions as an
 `evaluate.Metric` that is instantiated directly (offline), for code written against `evaluate`:
 `HfAuxMetric("classification").compute(predictions=logits, references=labels)` (built on first access: importing
@@ -32,6 +34,7 @@ PRIMARY_METRIC = {
     "multiple_choice": "accuracy",
     "extractive_qa": "f1",
     "seq2seq": "rougeL",
+    "token_classification": "f1",
 }
 
 
@@ -182,10 +185,106 @@ def regression_metrics(predictions, labels) -> dict[str, float]:
     }
 
 
-def compute_task_metrics(kind: str, predictions, labels) -> dict[str, float]:
-    """Metrics of one task from its model outputs: logits for classification / multiple_choice, values for
-    regression. Extractive QA and seq2seq need the raw texts: use `postprocess_qa_predictions` + `qa_metrics`
-    and `rouge_metrics`."""
+# --------------------------------------------------------------------------------------------------------------
+# Token classification: entity-level precision / recall / F1 (seqeval's default, conlleval's chunks), token accuracy
+# --------------------------------------------------------------------------------------------------------------
+
+_CHUNK_PREFIXES = ("B", "I", "E", "S")
+
+
+def _split_tag(tag: str) -> tuple[str, str]:
+    """"B-PER" -> ("B", "PER"); "O" -> ("O", ""); a tag without a B-/I-/E-/S- prefix ("PER", IO tagging) is
+    inside a chunk of its own type: ("I", "PER")."""
+    if tag == "O":
+        return "O", ""
+    prefix, dash, kind = tag.partition("-")
+    if dash and prefix in _CHUNK_PREFIXES:
+        return prefix, kind
+    return "I", tag
+
+
+def _chunk_ends(previous: str, tag: str, previous_type: str, tag_type: str) -> bool:
+    """Whether the chunk open at the previous tag ends before this one (conlleval's endOfChunk)."""
+    return (previous in ("E", "S") or (previous in ("B", "I") and tag in ("B", "S", "O"))
+            or (previous != "O" and previous_type != tag_type))
+
+
+def _chunk_starts(previous: str, tag: str, previous_type: str, tag_type: str) -> bool:
+    """Whether a chunk starts at this tag (conlleval's startOfChunk): at B-/S-, at I-/E- after O, E- or S-, and
+    at any tag whose type differs from the previous one's."""
+    return (tag in ("B", "S") or (previous in ("E", "S", "O") and tag in ("E", "I"))
+            or (tag != "O" and previous_type != tag_type))
+
+
+def entity_spans(tags: Sequence[str]) -> list[tuple[str, int, int]]:
+    """The entity mentions of one tagged sequence as (type, first word, last word + 1), chunked as conlleval and
+    seqeval's default mode do for IOB1, IOB2 and IOBES tags: a chunk starts at B-X, and also at I-X after O or
+    after a chunk of another type; it ends where a tag of another type, B-, S- or O follows, or after E-/S-."""
+    spans, start, previous, previous_type = [], None, "O", ""
+    for position, tag in enumerate([*tags, "O"]):  # the final O closes a chunk that runs to the end
+        prefix, tag_type = _split_tag(tag)
+        if start is not None and _chunk_ends(previous, prefix, previous_type, tag_type):
+            spans.append((previous_type, start, position))
+            start = None
+        if _chunk_starts(previous, prefix, previous_type, tag_type):
+            start = position
+        previous, previous_type = prefix, tag_type
+    return spans
+
+
+def entity_metrics(true_tags: Sequence[Sequence[str]], predicted_tags: Sequence[Sequence[str]]) -> dict[str, float]:
+    """Entity-level precision, recall and F1 (seqeval's `classification_report` micro average, its default): a
+    predicted mention counts only when a true mention of the same sequence has the same type and span. With no
+    predicted (or no true) mention, precision (recall) is 0, as seqeval's zero_division default."""
+    if len(true_tags) != len(predicted_tags):
+        raise ValueError(f"entity_metrics: field 'predicted_tags': {len(predicted_tags)} sequences for "
+                         f"{len(true_tags)} true ones")
+    true_count = predicted_count = correct = 0
+    for row, (truth, predicted) in enumerate(zip(true_tags, predicted_tags)):
+        if len(truth) != len(predicted):
+            raise ValueError(f"entity_metrics: field 'predicted_tags': sequence {row} has {len(predicted)} tags, "
+                             f"the truth {len(truth)}")
+        true_spans, predicted_spans = set(entity_spans(truth)), set(entity_spans(predicted))
+        true_count, predicted_count = true_count + len(true_spans), predicted_count + len(predicted_spans)
+        correct += len(true_spans & predicted_spans)
+    precision = correct / predicted_count if predicted_count else 0.0
+    recall = correct / true_count if true_count else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def token_classification_metrics(logits, labels, label_names: Sequence[str] | None = None) -> dict[str, float]:
+    """logits [N, L, T] (argmax is the predicted tag), labels [N, L] tag ids with -100 where no word starts (later
+    sub-tokens, special tokens, padding) -> {"precision", "recall", "f1"} of the entities (`entity_metrics` on the
+    tag names `label_names`; without them the ids' strings "0", "1", ..., each its own entity type) and
+    "accuracy" over the tagged tokens."""
+    logits, labels = np.asarray(logits), np.asarray(labels)
+    if logits.ndim != 3 or labels.shape != logits.shape[:2]:
+        raise ValueError(f"token_classification_metrics: fields 'logits'/'labels': expected [N, L, T] and [N, L], "
+                         f"got {logits.shape} and {labels.shape}")
+    names = list(label_names) if label_names is not None else [str(i) for i in range(logits.shape[-1])]
+    if len(names) != logits.shape[-1]:
+        raise ValueError(f"token_classification_metrics: field 'label_names': {len(names)} names for "
+                         f"{logits.shape[-1]} tags")
+    tagged = labels != -100
+    if not tagged.any():
+        raise ValueError("token_classification_metrics: field 'labels': no tagged token (all -100)")
+    if labels[tagged].min() < 0 or labels[tagged].max() >= len(names):
+        raise ValueError(f"token_classification_metrics: field 'labels': tag ids must lie in [0, {len(names)}) "
+                         "or be -100")
+    predictions = logits.argmax(axis=-1)
+    true_tags = [[names[t] for t in row[mask]] for row, mask in zip(labels, tagged)]
+    predicted_tags = [[names[t] for t in row[mask]] for row, mask in zip(predictions, tagged)]
+    return {**entity_metrics(true_tags, predicted_tags),
+            "accuracy": float(np.mean(predictions[tagged] == labels[tagged]))}
+
+
+def compute_task_metrics(kind: str, predictions, labels, label_names: Sequence[str] | None = None) -> dict[str, float]:
+    """Metrics of one task from its model outputs: logits for classification / multiple_choice / token
+    classification (whose entities read `label_names`, the tag names), values for regression. Extractive QA and
+    seq2seq need the raw texts: use `postprocess_qa_predictions` + `qa_metrics` and `rouge_metrics`."""
+    if kind == "token_classification":
+        return token_classification_metrics(predictions, labels, label_names)
     if kind == "classification":
         return classification_metrics(predictions, labels)
     if kind == "regression":
@@ -227,7 +326,14 @@ def label_indices(task, split) -> list:
 def baseline_metrics(task, train_raw, eval_raw) -> dict[str, float]:
     """A trivial predictor's score on one task's evaluation split (the number a fine-tuned model must beat),
     fitted on the train split when there is one: the majority class (classification, multiple choice), always
-    answering "" (extractive QA), the train mean (regression, as an MSE)."""
+    answering "" (extractive QA), the train mean (regression, as an MSE), the most frequent tag's token accuracy
+    over the words (token classification: its entity F1 is 0 unless that tag opens entities)."""
+    if task.kind == "token_classification":
+        index = {name: i for i, name in enumerate(task.label_names or [])}
+        word_tags = lambda split: [index[t] if isinstance(t, str) else int(t)  # noqa: E731
+                                   for tags in split[task.tags_column] for t in tags]
+        train_tags = word_tags(train_raw) if train_raw is not None else None
+        return {"majority_tag_accuracy": majority_baseline(word_tags(eval_raw), train_labels=train_tags)}
     if task.kind == "extractive_qa":
         answers = eval_raw[task.answers_column]
         return {"null_answer_baseline": qa_metrics([""] * len(answers), answers)[PRIMARY_METRIC["extractive_qa"]]}

@@ -46,6 +46,7 @@ TASK_TYPES = {
     "multiple_choice": "multiple-choice",
     "extractive_qa": "question-answering",
     "seq2seq": "text2text-generation",
+    "token_classification": "token-classification",
     "mlm": "fill-mask",
     "rtd": "token-classification",  # replaced-token detection: one binary decision per token
 }

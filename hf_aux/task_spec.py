@@ -14,7 +14,9 @@ from typing import Any
 
 from .validation import LABELLED_FILE_BUILDERS
 
-TASK_KINDS = ("classification", "regression", "multiple_choice", "extractive_qa", "seq2seq")
+TASK_KINDS = ("classification", "regression", "multiple_choice", "extractive_qa", "seq2seq", "token_classification")
+# kinds whose labels are classes named by `label_names` / counted by `num_labels`
+LABELLED_KINDS = ("classification", "token_classification")
 SPLITS = ("train", "validation", "test")
 
 
@@ -33,6 +35,10 @@ class TaskSpec:
       extractive_qa: `question_column`, `context_column`, `answers_column` (SQuAD format:
           {"text": [...], "answer_start": [...]}, empty lists for unanswerable questions)
       seq2seq: `source_column`, `target_column`
+      token_classification: `tokens_column` (a list of words per example), `tags_column` (one tag per word: an
+          integer id, as a `Sequence(ClassLabel)` column such as conll2003's `ner_tags` holds, or a string of
+          `label_names`); the tags are named by `label_names` (e.g. ["O", "B-PER", "I-PER", ...]) or counted by
+          `num_labels`, as a classification task's classes
     Data: exactly one of `dataset_name` (a Hub id, with `dataset_config`), `data_files` (local csv/json/jsonl/
     parquet: one path, or a dict split -> path) and `dataset` (an in-memory `datasets.Dataset` or `DatasetDict`,
     never serialised).
@@ -50,6 +56,8 @@ class TaskSpec:
     answers_column: str = "answers"
     source_column: str = "source"
     target_column: str = "target"
+    tokens_column: str = "tokens"
+    tags_column: str = "ner_tags"
     dataset_name: str | None = None
     dataset_config: str | None = None
     data_files: str | dict[str, str] | None = None
@@ -74,7 +82,7 @@ class TaskSpec:
         if self.kind in ("classification", "regression"):
             if not 1 <= len(self.text_columns) <= 2 or not all(isinstance(c, str) and c for c in self.text_columns):
                 raise task_error(self.name, "text_columns", f"needs one or two column names, got {self.text_columns!r}")
-        if self.kind == "classification":
+        if self.kind in LABELLED_KINDS:
             self._check_labels()
         elif self.kind == "regression":
             if self.label_names is not None:
@@ -84,9 +92,16 @@ class TaskSpec:
             self.num_labels = 1
         elif self.label_names is not None or self.num_labels is not None:
             offending = "label_names" if self.label_names is not None else "num_labels"
-            raise task_error(self.name, offending, f"only classification and regression tasks take it, not {self.kind}")
+            raise task_error(self.name, offending, "only classification, token_classification and regression tasks "
+                             f"take it, not {self.kind}")
         if self.kind == "extractive_qa" and not self.question_column:
             raise task_error(self.name, "question_column", "an extractive_qa task needs a question column")
+        if self.kind == "token_classification":
+            for name in ("tokens_column", "tags_column"):
+                if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                    raise task_error(self.name, name, f"needs a column name, got {getattr(self, name)!r}")
+            if self.tokens_column == self.tags_column:
+                raise task_error(self.name, "tags_column", f"is the tokens column {self.tokens_column!r} too")
         self._check_source()
         if self.validation_fraction is not None and not 0.0 < self.validation_fraction < 1.0:
             raise task_error(self.name, "validation_fraction", f"must be in (0, 1), got {self.validation_fraction}")
@@ -108,9 +123,10 @@ class TaskSpec:
                 raise task_error(self.name, "num_labels",
                                  f"{self.num_labels} disagrees with the {len(self.label_names)} label_names")
         if self.num_labels is None:
-            raise task_error(self.name, "num_labels", "a classification task needs num_labels or label_names")
+            raise task_error(self.name, "num_labels", f"a {self.kind} task needs num_labels or label_names")
         if not isinstance(self.num_labels, int) or self.num_labels < 2:
-            raise task_error(self.name, "num_labels", f"a classification task needs at least 2 labels, got {self.num_labels!r}")
+            raise task_error(self.name, "num_labels",
+                             f"a {self.kind} task needs at least 2 labels, got {self.num_labels!r}")
 
     def _check_source(self):
         given = [n for n in ("dataset_name", "data_files", "dataset") if getattr(self, n) is not None]
@@ -140,7 +156,7 @@ class TaskSpec:
     # ----------------------------------------------------------------------------------------------------------
     @property
     def id2label(self) -> dict[int, str]:
-        if self.kind != "classification":
+        if self.kind not in LABELLED_KINDS:
             return {}
         names = self.label_names or [str(i) for i in range(self.num_labels)]
         return dict(enumerate(names))
@@ -152,6 +168,8 @@ class TaskSpec:
             return [c for c in (self.question_column, self.choices_column, self.label_column) if c]
         if self.kind == "extractive_qa":
             return [self.question_column, self.context_column, self.answers_column]
+        if self.kind == "token_classification":
+            return [self.tokens_column, self.tags_column]
         return [self.source_column, self.target_column]
 
     def provenance(self) -> tuple[str | None, str | None]:

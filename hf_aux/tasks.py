@@ -14,12 +14,12 @@ import os
 import re
 from pathlib import Path
 
-from .task_spec import SPLITS, TASK_KINDS, TaskSpec, task_error
+from .task_spec import LABELLED_KINDS, SPLITS, TASK_KINDS, TaskSpec, task_error
 
 __all__ = ["SPLITS", "TASK_KINDS", "TaskSpec", "check_task_data", "check_unique_names", "hub_task_name",
            "load_mixture", "load_task_splits", "task_error", "task_from_data_files", "task_from_entry",
            "task_from_file", "task_from_hub"]
-from .validation import (check_text_cells, infer_class_labels, infer_task_kind, load_data_files,
+from .validation import (check_text_cells, infer_class_labels, infer_tag_labels, infer_task_kind, load_data_files,
                          read_structured_file)
 
 # --------------------------------------------------------------------------------------------------------------
@@ -63,10 +63,10 @@ def task_from_entry(entry, folder: str | os.PathLike) -> TaskSpec:
 
 def _described_by_data(entry: dict) -> dict:
     """A file task's kind and classes read from its data where the entry leaves them out (as `hf-aux finetune` does
-    for --train_file): the kind from the label / choices / answers columns, a classification task's classes from its
-    labels."""
+    for --train_file): the kind from the label / choices / answers / tokens and tags columns, a classification
+    task's classes from its labels, a token classification task's from its tags."""
     classes_given = entry.get("label_names") is not None or entry.get("num_labels") is not None
-    if entry.get("kind") and (entry["kind"] != "classification" or classes_given):
+    if entry.get("kind") and (entry["kind"] not in LABELLED_KINDS or classes_given):
         return entry
     name = entry.get("name", "?")
     files = entry["data_files"] if isinstance(entry["data_files"], dict) else {"train": entry["data_files"]}
@@ -74,9 +74,8 @@ def _described_by_data(entry: dict) -> dict:
     entry = dict(entry)
     if not entry.get("kind"):
         entry["kind"] = infer_task_kind(splits, entry, f"task '{name}': field 'kind'", "kind: <kind> for the task")
-    if entry["kind"] == "classification" and not classes_given:
-        entry.update(_classes_from_data(name, splits, entry.get("label_column") or "label",
-                                        "label_names or num_labels for the task"))
+    if entry["kind"] in LABELLED_KINDS and not classes_given:
+        entry.update(_classes_from_data(name, entry["kind"], splits, entry, "label_names or num_labels for the task"))
     return entry
 
 
@@ -112,10 +111,9 @@ def task_from_data_files(name: str, kind: str, files: dict[str, str], columns: d
         if not os.path.isfile(path):
             raise ValueError(f"{where}: {split} file {path!r} does not exist")
     spec = {"name": name, "kind": kind, "data_files": files, **(columns or {}), **options}
-    if kind == "classification" and spec.get("label_names") is None and spec.get("num_labels") is None:
+    if kind in LABELLED_KINDS and spec.get("label_names") is None and spec.get("num_labels") is None:
         chosen = {split: path for split, path in files.items() if label_splits is None or split in label_splits}
-        spec.update(_classes_from_data(name, load_data_files(chosen, where),
-                                       spec.get("label_column", "label"), labels_hint))
+        spec.update(_classes_from_data(name, kind, load_data_files(chosen, where), spec, labels_hint))
     return TaskSpec.from_dict(spec)
 
 
@@ -125,7 +123,8 @@ def task_from_hub(dataset_name: str, kind: str, dataset_config: str | None = Non
                   **options) -> TaskSpec:
     """A task from a Hub dataset id (or dataset folder); its name defaults to the dataset's. A classification task
     without label_names/num_labels takes its classes from a ClassLabel feature, else from the data (the splits
-    `label_splits`, default: every split). `owner` names the caller in errors (`owner: field 'dataset_name'`; a
+    `label_splits`, default: every split); a token classification task its tags alike, from a Sequence(ClassLabel)
+    tags feature (conll2003's ner_tags) or the data. `owner` names the caller in errors (`owner: field 'dataset_name'`; a
     command names its argument dataclass), `labels_hint` what gives the classes (a command names its flags)."""
     import datasets
 
@@ -134,11 +133,13 @@ def task_from_hub(dataset_name: str, kind: str, dataset_config: str | None = Non
     name = name or hub_task_name(dataset_name)
     spec = {"name": name, "kind": kind, "dataset_name": dataset_name, "dataset_config": dataset_config,
             **(columns or {}), **options}
-    if kind == "classification" and spec.get("label_names") is None and spec.get("num_labels") is None:
+    if kind in LABELLED_KINDS and spec.get("label_names") is None and spec.get("num_labels") is None:
         with explain_hub_errors(owner, "dataset_name", dataset_name):
             raw = datasets.load_dataset(dataset_name, dataset_config)
         if label_splits is not None:
             raw = datasets.DatasetDict({split: raw[split] for split in label_splits if split in raw})
+        if kind == "token_classification":
+            return TaskSpec.from_dict({**spec, **_classes_from_data(name, kind, raw, spec, labels_hint)})
         label_column = spec.get("label_column", "label")
         first = next(iter(raw.values()))
         if label_column not in first.column_names:
@@ -148,7 +149,7 @@ def task_from_hub(dataset_name: str, kind: str, dataset_config: str | None = Non
         if isinstance(feature, datasets.ClassLabel):
             spec["label_names"] = list(feature.names)
         else:
-            spec.update(_classes_from_data(name, raw, label_column, labels_hint))
+            spec.update(_classes_from_data(name, kind, raw, spec, labels_hint))
     return TaskSpec.from_dict(spec)
 
 
@@ -158,10 +159,15 @@ def hub_task_name(dataset_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", dataset_name.rstrip("/").split("/")[-1])
 
 
-def _classes_from_data(name: str, splits, label_column: str, hint: str) -> dict:
-    """{"label_names": sorted names} for string labels or {"num_labels": max + 1} for integers, read from the
-    loaded splits; `hint` names the flags that set the classes instead."""
-    return infer_class_labels(splits, label_column, f"task '{name}': field 'label_column'", hint)
+def _classes_from_data(name: str, kind: str, splits, spec: dict, hint: str) -> dict:
+    """{"label_names": names} or {"num_labels": max + 1} read from the loaded splits: a classification task's
+    labels (`label_column`), a token classification task's tags (`tags_column`; a Sequence(ClassLabel) feature's
+    names first); `hint` names the flags that set the classes instead."""
+    if kind == "token_classification":
+        column = spec.get("tags_column") or "ner_tags"
+        return infer_tag_labels(splits, column, f"task '{name}': field 'tags_column'", hint)
+    return infer_class_labels(splits, spec.get("label_column") or "label", f"task '{name}': field 'label_column'",
+                              hint)
 
 
 def check_unique_names(tasks: list[TaskSpec]) -> None:
@@ -234,7 +240,8 @@ def check_task_data(task: TaskSpec, data, split: str = "train") -> None:
     # one bulk read of the checked columns (datasets 5 reads `data[column]` lazily, row by row)
     texts = _text_columns(task)
     checked = list(dict.fromkeys([c for c in (task.label_column, task.choices_column, task.context_column,
-                                              task.answers_column) if c in task.required_columns()] + list(texts)))
+                                              task.answers_column, task.tokens_column, task.tags_column)
+                                  if c in task.required_columns()] + list(texts)))
     columns = data.select_columns(checked)[:] if checked else {}
     for column, field_name in texts.items():
         check_text_cells(columns[column], f"task '{task.name}': field '{field_name}'", column, split,
@@ -285,6 +292,37 @@ def check_task_data(task: TaskSpec, data, split: str = "train") -> None:
                 if context[start : start + len(text)] != text:
                     raise task_error(task.name, "answers_column", f"{split} row {index}: answer {text!r} is not at "
                                      f"character {start} of the context")
+    elif task.kind == "token_classification":
+        _check_tagged_words(task, columns[task.tokens_column], columns[task.tags_column], split)
+
+
+def _check_tagged_words(task: TaskSpec, token_rows: list, tag_rows: list, split: str) -> None:
+    """Each row: a non-empty list of words and as many tags, each an id in [0, num_labels) or a name of
+    label_names."""
+    names = set(task.label_names or [])
+    for index, (words, tags) in enumerate(zip(token_rows, tag_rows)):
+        if not isinstance(words, list) or not words:
+            raise task_error(task.name, "tokens_column", f"{split} row {index}: column {task.tokens_column!r} must "
+                             f"hold a non-empty list of words, got {words!r}")
+        for position, word in enumerate(words):
+            if not isinstance(word, str) or not word.strip():
+                raise task_error(task.name, "tokens_column", f"{split} row {index}: word {position} is {word!r}, "
+                                 "not a non-empty string")
+        if not isinstance(tags, list):
+            raise task_error(task.name, "tags_column", f"{split} row {index}: column {task.tags_column!r} must hold "
+                             f"a list of tags (one per word), got {tags!r}")
+        if len(tags) != len(words):
+            raise task_error(task.name, "tags_column", f"{split} row {index}: {len(words)} tokens "
+                             f"({task.tokens_column!r}) but {len(tags)} tags ({task.tags_column!r}); give one tag "
+                             "per word")
+        for position, tag in enumerate(tags):
+            if isinstance(tag, str):
+                if tag not in names:
+                    raise task_error(task.name, "tags_column", f"{split} row {index}: tag {tag!r} (word {position}) "
+                                     f"is not one of label_names {task.label_names}")
+            elif isinstance(tag, bool) or not isinstance(tag, int) or not 0 <= tag < task.num_labels:
+                raise task_error(task.name, "tags_column", f"{split} row {index}: tag {tag!r} (word {position}) out "
+                                 f"of range [0, {task.num_labels})")
 
 
 def _text_columns(task: TaskSpec) -> dict[str, str]:
@@ -296,12 +334,14 @@ def _text_columns(task: TaskSpec) -> dict[str, str]:
                 if c}
     if task.kind == "extractive_qa":
         return {task.question_column: "question_column"}  # an empty context is legal for unanswerable questions
+    if task.kind == "token_classification":
+        return {}  # lists of words, checked with their tags (_check_tagged_words)
     return {task.source_column: "source_column", task.target_column: "target_column"}
 
 
 def _column_field(task: TaskSpec, column: str) -> str:
     for f in ("label_column", "choices_column", "question_column", "context_column", "answers_column",
-              "source_column", "target_column"):
+              "source_column", "target_column", "tokens_column", "tags_column"):
         if getattr(task, f) == column:
             return f
     return "text_columns"

@@ -214,6 +214,11 @@ def check_text_cells(values: list, where: str, column: str, split: str, *, neste
                        empty, len(values), split, first_empty)
 
 
+def _require_column(data, column: str, split: str, where: str) -> None:
+    if column not in data.column_names:
+        raise ValueError(f"{where}: column {column!r} not in the {split} data; columns are {data.column_names}")
+
+
 def infer_class_labels(splits: dict, label_column: str, where: str, hint: str) -> dict:
     """The classes of a classification task read from its loaded splits (name -> Dataset): {"label_names": sorted
     names} for string labels, {"num_labels": max + 1} for non-negative integers. A missing column, an empty label
@@ -221,9 +226,7 @@ def infer_class_labels(splits: dict, label_column: str, where: str, hint: str) -
     flags that set the labels instead)."""
     values = set()
     for split, data in splits.items():
-        if label_column not in data.column_names:
-            raise ValueError(f"{where}: column {label_column!r} not in the {split} data; columns are "
-                             f"{data.column_names}")
+        _require_column(data, label_column, split, where)
         labels = list(data[label_column])
         if None in labels:
             raise ValueError(f"{where}: {split} row {labels.index(None)}: the label is empty (None/null); fill it or "
@@ -237,17 +240,48 @@ def infer_class_labels(splits: dict, label_column: str, where: str, hint: str) -
                      f"{sorted(map(repr, values))[:5]})")
 
 
+def infer_tag_labels(splits: dict, tags_column: str, where: str, hint: str) -> dict:
+    """The tags of a token classification task read from its loaded splits (name -> Dataset): {"label_names":
+    the names} of a `Sequence(ClassLabel)` column (conll2003's ner_tags), else {"label_names": sorted names} for
+    string tags or {"num_labels": max + 1} for integer ids. A missing column, a cell that is not a list, an empty
+    tag or mixed types is an error naming `where` (e.g. "task 'x': field 'tags_column'"), the row, and `hint`."""
+    values = set()
+    for split, data in splits.items():
+        _require_column(data, tags_column, split, where)
+        names = getattr(data.features[tags_column], "feature", None)
+        if hasattr(names, "names"):  # a Sequence(ClassLabel) feature names the ids
+            return {"label_names": list(names.names)}
+        for row, tags in enumerate(data[tags_column]):
+            if not isinstance(tags, list):
+                raise ValueError(f"{where}: {split} row {row}: column {tags_column!r} holds {type(tags).__name__} "
+                                 f"{tags!r}, not a list of tags (one per word)")
+            if None in tags:
+                raise ValueError(f"{where}: {split} row {row}: a tag is empty (None/null); fill it or drop the row")
+            values.update(tags)
+    if values and all(isinstance(v, str) for v in values):
+        return {"label_names": sorted(values)}
+    if values and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        return {"num_labels": max(2, max(values) + 1)}
+    raise ValueError(f"{where}: tags must be all strings or all non-negative integers; pass {hint} (found "
+                     f"{sorted(map(repr, values))[:5]})")
+
+
 def infer_task_kind(splits: dict, columns: dict, where: str, hint: str) -> str:
     """The kind of a single task read from its loaded splits (name -> Dataset) and the column names it would use
-    (`columns`: label_column, choices_column, answers_column; None for the defaults): SQuAD-style answers ->
-    extractive_qa; a list column of choices with an integer label -> multiple_choice; labels that are strings or
-    integers -> classification; floats with a fraction -> regression. Floats that are all whole numbers (0.0 / 1.0,
-    1-5 scores) could be either, and list labels (token classification) are not a single-label kind: both are
-    errors naming `where` and `hint` (the flag that sets the kind)."""
+    (`columns`: label_column, choices_column, answers_column, tokens_column, tags_column; None for the defaults):
+    SQuAD-style answers -> extractive_qa; a column of word lists (tokens) beside a tags column (ner_tags) ->
+    token_classification; a list column of choices with an integer label -> multiple_choice; labels that are
+    strings or integers -> classification; floats with a fraction -> regression. Floats that are all whole numbers
+    (0.0 / 1.0, 1-5 scores) could be either, and list labels under the label column are not a single-label kind:
+    both are errors naming `where` and `hint` (the flag that sets the kind)."""
     first = next(iter(splits.values()))
     label = columns.get("label_column") or "label"
     if (columns.get("answers_column") or "answers") in first.column_names:
         return "extractive_qa"
+    tokens, tags = columns.get("tokens_column") or "tokens", columns.get("tags_column") or "ner_tags"
+    if tokens in first.column_names and tags in first.column_names and len(first) \
+            and isinstance(first[0][tokens], list):
+        return "token_classification"
     if label not in first.column_names:
         raise ValueError(f"{where}: no {label!r} column to read the task's kind from (columns: {first.column_names}); "
                          f"pass {hint}")
@@ -256,7 +290,8 @@ def infer_task_kind(splits: dict, columns: dict, where: str, hint: str) -> str:
     values = [v for data in splits.values() for v in data[label] if v is not None]
     if any(isinstance(v, (list, tuple, dict)) for v in values):
         raise ValueError(f"{where}: the {label!r} column holds lists (one label per token?), which is not a "
-                         f"single-label task; pass {hint} with one label per row")
+                         f"single-label task; pass {hint} with one label per row, or, for one tag per word, the kind "
+                         "token_classification with its tokens_column and tags_column (defaults: tokens, ner_tags)")
     if values and all(isinstance(v, (str, bool, int)) for v in values):
         return "classification"
     if values and all(isinstance(v, (int, float)) for v in values):

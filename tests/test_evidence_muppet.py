@@ -154,6 +154,19 @@ def test_quick_runs_every_variant_caches_and_reports(tmp_path):
         # everything is cached: a second run adds nothing
         muppet.main(["--quick", "--out", str(tmp_path)])
         assert len(common.load_runs(tmp_path / "muppet.json")) == len(runs)
+
+        # end-task-aware pre-finetuning (issue #34) toward each held-out task, then its fine-tuning
+        muppet.main(["--quick", "--out", str(tmp_path), "--end_task_aware"])
+        added = common.load_runs(tmp_path / "muppet.json")[len(runs):]
+        aware = [r for r in added if r["claim"] == "end_task_aware"]
+        assert {(r["task"], r["seed"], r["variant"]) for r in aware} == \
+            {(t, seed, "meta") for t in quick.held_out for seed in quick.seeds}
+        assert all(r["fraction"] == quick.claim_fraction and 0.0 <= r["value"] <= 1.0 for r in aware)
+        weights = [r for r in added if r["claim"] == "end_task_weights"]
+        assert {r["task"] for r in weights} == set(quick.held_out)
+        for record in weights:
+            assert record["tasks"] == list(quick.mixture) and len(record["alpha"]) == len(record["steps"]) > 0
+            assert all(sum(row) == pytest.approx(1.0, abs=1e-3) for row in record["alpha"])
     finally:
         torch.set_num_threads(threads)
 

@@ -170,10 +170,10 @@ def common_train_flags(settings: Settings) -> list[str]:
 
 
 def pretrain(settings: Settings, model: str, out: Path, tasks, epochs: int, batching: str = "heterogeneous",
-             loss_scaling: bool = True) -> tuple[list[dict], dict]:
+             loss_scaling: bool = True, extra_flags=()) -> tuple[list[dict], dict]:
     """run_muppet.py on `tasks` for `epochs` epochs, evaluating and saving a checkpoint after each. Returns the
     log history (eval entries per epoch) and the cost. Re-running into the same folder resumes or, when the run
-    finished, only reads its log."""
+    finished, only reads its log. `extra_flags`: more run_muppet.py flags (the end-task-aware arm's)."""
     state_file = out / "trainer_state.json"
     cost = {"wall_s": 0.0, "cpu_s": 0.0}
     finished = (out / "multitask_config.json").is_file() and state_file.is_file()
@@ -189,7 +189,7 @@ def pretrain(settings: Settings, model: str, out: Path, tasks, epochs: int, batc
                 str(settings.warmup_updates), "--num_train_epochs", str(epochs), "--max_steps", "-1",
                 "--eval_strategy", "epoch", "--save_strategy", "epoch", "--save_total_limit", "100",
                 "--batching", batching, "--loss_scaling", str(loss_scaling), "--seed", str(settings.pft_seed),
-                *common_train_flags(settings)]
+                *common_train_flags(settings), *extra_flags]
         checkpoints = sorted(out.glob("checkpoint-*"), key=lambda c: int(c.name.split("-")[1]))
         if checkpoints:  # continue it on purpose (the run guard refuses a silent resume with a changed budget)
             argv += ["--resume_from_checkpoint", str(checkpoints[-1])]
@@ -286,14 +286,14 @@ class Study:
 
     # -- pre-finetuning ----------------------------------------------------------------------------------------
     def pretrained(self, name: str, tasks, epochs: int, claim: str, batching: str = "heterogeneous",
-                   loss_scaling: bool = True) -> tuple[Path, list[dict]]:
+                   loss_scaling: bool = True, extra_flags=()) -> tuple[Path, list[dict]]:
         """A pre-finetuning run (cached): its output folder and per-epoch evaluations; records one object per
         (epoch, task) and the average the first time it finishes."""
         name = f"{name}_pft{self.settings.pft_seed}" if self.extra_unit else name
         out = self.runs_dir / name
         meta = run_meta()
         self.log(f"pre-finetuning {name}: {len(tasks)} tasks, {epochs} epochs, {batching}, scaling {loss_scaling}")
-        evals, cost = pretrain(self.settings, self.model, out, tasks, epochs, batching, loss_scaling)
+        evals, cost = pretrain(self.settings, self.model, out, tasks, epochs, batching, loss_scaling, extra_flags)
         recorded = {r["epoch"] for r in self.runs if r["claim"] == claim and r.get("run_id") == name}
         if any(round(entry["epoch"]) not in recorded for entry in evals):
             objects = []
@@ -395,6 +395,38 @@ class Study:
         out, evals = self.pretrained("mixture_all", s.mixture, epochs, "heldout_pretraining")
         self.compare("heldout", "muppet", str(epoch_checkpoint(out, evals, epochs)), s.pooling_fractions, s.seeds,
                      task_heads=True)
+
+    def end_task_aware(self) -> None:
+        """End-task-aware pre-finetuning (issue #34): the mixture pre-finetuned for the fit pilot's budget with
+        task_weighting meta toward each held-out task in turn, reading as end task exactly the claim_fraction rows
+        (same fixed shuffle, same subset seed) that every arm then fine-tunes on; then that task fine-tuned at
+        claim_fraction, every seed. The uniform arm and plain MiniLM are claim 1's runs of the same pft seed and
+        fraction. The weights over training are recorded (claim "end_task_weights")."""
+        s = self.settings
+        epochs = chosen_budget(load_runs(self.json_path), s)
+        for task in s.held_out:
+            name = f"meta_{task}"
+            flags = ["--task_weighting", "meta", "--end_task", task, "--end_task_train_fraction",
+                     str(s.claim_fraction), "--end_task_subset_seed", str(s.subset_seed)]
+            self.log(f"end-task-aware pre-finetuning toward {task}: pft_seed {s.pft_seed}, {epochs} epochs")
+            out, evals = self.pretrained(name, s.mixture, epochs, "end_task_pretraining", extra_flags=flags)
+            self.record_task_weights(name, out, task)
+            for seed in s.seeds:
+                self.heldout("heldout", "base", self.model, task, s.claim_fraction, seed, reuse_head=False)
+                self.heldout("end_task_aware", "meta", str(epoch_checkpoint(out, evals, epochs)), task,
+                             s.claim_fraction, seed, reuse_head=True)
+
+    def record_task_weights(self, name: str, out: Path, task: str) -> None:
+        """The run's task weights over training (task_weights.json beside the model), once per run."""
+        run_id = f"{name}_pft{self.settings.pft_seed}" if self.extra_unit else name
+        if has_run(self.runs, claim="end_task_weights", run_id=run_id):
+            return
+        weights = json.loads((out / "task_weights.json").read_text())
+        self.record([{"claim": "end_task_weights", "variant": "meta", "run_id": run_id, "task": task,
+                      "pft_seed": self.settings.pft_seed, "tasks": weights["tasks"], "steps": weights["steps"],
+                      "alpha": [[round(a, 5) for a in row] for row in weights["alpha"]], "metric": "alpha",
+                      "value": None, "task_weight_lr": weights["task_weight_lr"],
+                      "meta_tasks_per_step": weights["meta_tasks_per_step"]}], {}, run_meta())
 
     # -- the whole study ----------------------------------------------------------------------------------------
     def run(self, claims=("1", "3", "2", "budget")) -> None:
@@ -1170,6 +1202,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pft_seeds", type=int, nargs="+", default=None,
                         help="instead of the study: one more unit of claim 1 (held-out tasks) per pre-finetuning "
                              "seed given (each pre-finetunes the mixture again, then fine-tunes as claim 1)")
+    parser.add_argument("--end_task_aware", action="store_true",
+                        help="instead of the study: end-task-aware pre-finetuning toward each held-out task, for "
+                             "every --pft_seeds seed (default 42), then its fine-tuning at claim_fraction")
     parser.add_argument("--pft_epochs", type=int, default=None,
                         help="the fit pilot's longest budget (default: the settings'); a longer one resumes it")
     args = parser.parse_args(argv)
@@ -1185,7 +1220,10 @@ def main(argv: list[str] | None = None) -> None:
         runs_dir = args.out / "runs" if args.out and args.quick else args.runs_dir
         runs_dir = runs_dir / f"pooling_{settings.pooling}"  # checkpoints of another pooling are other runs
         model = tiny_model(runs_dir / "tiny_bert") if args.quick else None
-        if args.pft_seeds:
+        if args.end_task_aware:
+            for seed in args.pft_seeds or [settings.pft_seed]:
+                Study(dataclasses.replace(settings, pft_seed=seed), json_path, runs_dir, model=model).end_task_aware()
+        elif args.pft_seeds:
             for seed in args.pft_seeds:
                 Study(dataclasses.replace(settings, pft_seed=seed), json_path, runs_dir, model=model).another_unit()
         else:

@@ -34,7 +34,7 @@ from ..cli.parser import command_parser, demo_config_path, drop_implied_evaluati
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_KINDS = ("classification", "regression", "multiple_choice", "extractive_qa")
+SUPPORTED_KINDS = ("classification", "regression", "multiple_choice", "extractive_qa", "token_classification")
 DATA_SOURCE_FLAGS = ("--demo_task", "--task_file", "--dataset_name", "--train_file", "--validation_file", "--test_file")
 
 
@@ -73,7 +73,9 @@ class DataTrainingArguments(DataSourceArguments):
         default=None, metadata={"help": f"One of {list(SUPPORTED_KINDS)}. With --train_file the data says it when "
                                         "it can: string or integer labels -> classification, floats with a fraction "
                                         "-> regression, a choices column -> multiple_choice, an answers column -> "
-                                        "extractive_qa (whole-number floats are ambiguous: then it is needed)."})
+                                        "extractive_qa, a tokens column of word lists beside a tags column -> "
+                                        "token_classification (whole-number floats are ambiguous: then it is "
+                                        "needed)."})
     text_columns: list[str] | None = field(
         default=None, metadata={"help": "classification/regression: one or two text columns (default: text)."})
     label_column: str | None = field(default=None, metadata={"help": "Label column (default: label)."})
@@ -85,6 +87,12 @@ class DataTrainingArguments(DataSourceArguments):
     question_column: str | None = field(default=None, metadata={"help": "multiple_choice/extractive_qa question."})
     context_column: str | None = field(default=None, metadata={"help": "extractive_qa context column."})
     answers_column: str | None = field(default=None, metadata={"help": "extractive_qa SQuAD-format answers column."})
+    tokens_column: str | None = field(
+        default=None, metadata={"help": "token_classification: the column of word lists (default: tokens)."})
+    tags_column: str | None = field(
+        default=None, metadata={"help": "token_classification: one tag per word, ids or names (default: ner_tags, "
+                                        "conll2003's); --task_label_names names the ids (default: a "
+                                        "Sequence(ClassLabel) feature's names, or the sorted string tags)."})
     validation_fraction: float | None = field(
         default=None, metadata={"help": "Carve a validation split of this share from train when there is none."})
     train_fraction: float = field(
@@ -141,13 +149,8 @@ class DataTrainingArguments(DataSourceArguments):
 # DataTrainingArguments field -> TaskSpec field
 COLUMN_FIELDS = {"text_columns": "text_columns", "label_column": "label_column", "task_label_names": "label_names",
                  "num_labels": "num_labels", "choices_column": "choices_column", "question_column": "question_column",
-                 "context_column": "context_column", "answers_column": "answers_column"}
-
-
-# DataTrainingArguments field -> TaskSpec field
-COLUMN_FIELDS = {"text_columns": "text_columns", "label_column": "label_column", "task_label_names": "label_names",
-                 "num_labels": "num_labels", "choices_column": "choices_column", "question_column": "question_column",
-                 "context_column": "context_column", "answers_column": "answers_column"}
+                 "context_column": "context_column", "answers_column": "answers_column",
+                 "tokens_column": "tokens_column", "tags_column": "tags_column"}
 
 
 def make_parser() -> HfArgumentParser:
@@ -226,13 +229,15 @@ def build_compute_metrics(task, data_args: DataTrainingArguments, raw=None, feat
                                                context_column=task.context_column,
                                                allow_null=data_args.allow_null_answer)
             return qa_metrics(texts, raw[task.answers_column])
-        return compute_task_metrics(task.kind, prediction.predictions, prediction.label_ids)
+        return compute_task_metrics(task.kind, prediction.predictions, prediction.label_ids,
+                                    label_names=list(task.id2label.values()) or None)
 
     return compute_metrics
 
 
 def prediction_rows(task, prediction, raw, features, data_args) -> list[dict]:
-    """Per-example predictions for --do_predict: class name, value, choice index or answer text."""
+    """Per-example predictions for --do_predict: class name, value, choice index, answer text, or the tag names
+    of the words (token classification: one per word the truncation kept, read at its first sub-token)."""
     import numpy as np
 
     from ..metrics import postprocess_qa_predictions
@@ -243,6 +248,11 @@ def prediction_rows(task, prediction, raw, features, data_args) -> list[dict]:
                                            max_answer_length=data_args.max_answer_length,
                                            context_column=task.context_column, allow_null=data_args.allow_null_answer)
         return [{"index": i, "prediction": text} for i, text in enumerate(texts)]
+    if task.kind == "token_classification":
+        names = task.id2label
+        tags = np.asarray(prediction.predictions).argmax(-1)  # [N, L]
+        return [{"index": i, "prediction": [names[int(t)] for t, label in zip(row, labels) if label != -100]}
+                for i, (row, labels) in enumerate(zip(tags, features["labels"]))]
     if task.kind == "regression":
         values = np.asarray(prediction.predictions).reshape(-1)
         return [{"index": i, "prediction": float(v)} for i, v in enumerate(values)]

@@ -5,13 +5,16 @@
 - ONE multiple-choice ranking head shared by all multiple-choice tasks and ONE span head shared by all
   extractive-QA tasks ("for Commonsense and MRC we utilize a separate unified head for each task [type]":
   per-dataset heads over-fitted),
+- one token classification head per token classification task (dropout -> linear map over EVERY token's hidden
+  state, as transformers' *ForTokenClassification; no pooling), the per-dataset choice of the classification heads,
 - seq2seq through the architecture's own LM head: an encoder-decoder body is its `*ForConditionalGeneration`
   model (what `AutoModelForSeq2SeqLM` builds), so the logits are exactly that class's, with its own projection,
   bias and scaling (T5 rescales the decoder states by d_model ** -0.5 before a tied projection, BART adds
   `final_logits_bias`, an untied head has its own matrix). A seq2seq task needs an encoder-decoder body.
   Sentence-level heads read the decoder states (the body's encoder and decoder, without the LM head).
 - with `spectral_norm_heads` (R4F, §3.2), every head's linear maps are spectrally normalised: classification,
-  regression, multiple-choice and span heads (the seq2seq LM head is the body's pre-trained projection: left as is).
+  regression, multiple-choice, span and token heads (the seq2seq LM head is the body's pre-trained projection:
+  left as is).
 
 MUPPET-style checkpoints. `save_pretrained(dir)` writes
   config.json + model.safetensors       the body alone, exactly as its own class saves it: plain transformers
@@ -19,6 +22,9 @@ MUPPET-style checkpoints. `save_pretrained(dir)` writes
                                         encoder-decoder body with AutoModelForSeq2SeqLM, same logits);
   multitask_config.json                 task metadata and head settings (no encoder part: config.json is that);
   multitask_heads.safetensors           every head's weights.
+A model of ONE token classification task (what `hf-aux finetune` trains) also writes its head into
+model.safetensors under the names of `AutoModelForTokenClassification` (`classifier.weight` / `.bias`) and the
+tags into config.json (`id2label` / `label2id`), so that plain transformers loads the fine-tuned tagger whole.
 `MultiTaskModel.from_pretrained(dir or hub id)` restores all of it; on a plain encoder checkpoint it starts fresh
 heads for the tasks it is given and says which.
 
@@ -43,21 +49,25 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, PretrainedConfig, PreTrainedModel
-from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING
+from transformers import (AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoModelForTokenClassification,
+                          PretrainedConfig, PreTrainedModel)
+from transformers.models.auto.modeling_auto import (MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING,
+                                                    MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING)
 from transformers.utils import ModelOutput, cached_file
 
 from ..adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, base_of, is_lora_body, load_lora_body,
                         load_lora_weights, lora_body, merged_body, save_lora_body)
 from ..sentence_transformers_files import copy_sentence_transformers_files
 from .pooling import check_pooling, pool, resolve_pooling
-from ..task_spec import TASK_KINDS, TaskSpec, task_error
+from ..task_spec import LABELLED_KINDS, TASK_KINDS, TaskSpec, task_error
 
 logger = logging.getLogger(__name__)
 
 MULTITASK_CONFIG_NAME = "multitask_config.json"
 HEADS_WEIGHTS_NAME = "multitask_heads.safetensors"
 BODY_PREFIX = "body."
+# a single token classification task's head, as AutoModelForTokenClassification names it, in model.safetensors
+EXPORTED_TOKEN_HEAD = {"classifier.weight": "weight", "classifier.bias": "bias"}
 
 
 class MultiTaskModelConfig(PretrainedConfig):
@@ -90,11 +100,9 @@ class MultiTaskModelConfig(PretrainedConfig):
         for name in names:
             if names.count(name) > 1:
                 raise task_error(name, "name", "appears twice in the model's tasks")
-        if self.encoder is not None and not self.encoder.is_encoder_decoder:
+        if self.encoder is not None:
             for task in self.tasks:
-                if task["kind"] == "seq2seq":
-                    raise task_error(task["name"], "kind", f"a seq2seq task needs an encoder-decoder body (e.g. "
-                                     f"BART); {self.encoder.model_type} is encoder-only")
+                _check_kind_fits_body(task, self.encoder)
         if not 0.0 <= self.classifier_dropout < 1.0:
             raise ValueError(f"MultiTaskModelConfig: field 'classifier_dropout': {self.classifier_dropout} not in [0, 1)")
         check_pooling(self.pooling, "MultiTaskModelConfig")
@@ -117,6 +125,17 @@ class MultiTaskModelConfig(PretrainedConfig):
         return [t["name"] for t in self.tasks]
 
 
+def _check_kind_fits_body(task: dict, encoder: PretrainedConfig) -> None:
+    """seq2seq needs an encoder-decoder body; token classification an encoder-only one (its head reads the token
+    states of the input, which an encoder-decoder's decoder sees shifted)."""
+    if task["kind"] == "seq2seq" and not encoder.is_encoder_decoder:
+        raise task_error(task["name"], "kind", f"a seq2seq task needs an encoder-decoder body (e.g. BART); "
+                         f"{encoder.model_type} is encoder-only")
+    if task["kind"] == "token_classification" and encoder.is_encoder_decoder:
+        raise task_error(task["name"], "kind", f"a token_classification task needs an encoder-only body (e.g. "
+                         f"BERT, RoBERTa); {encoder.model_type} is an encoder-decoder")
+
+
 def normalize_task_metadata(task) -> dict:
     """A TaskSpec or a metadata dict -> {name, kind, num_labels, label_names}, checked."""
     if isinstance(task, TaskSpec):
@@ -127,10 +146,10 @@ def normalize_task_metadata(task) -> dict:
     if kind not in TASK_KINDS:
         raise task_error(name, "kind", f"unknown kind {kind!r}; expected one of {list(TASK_KINDS)}")
     num_labels, label_names = task.get("num_labels"), task.get("label_names")
-    if kind == "classification":
+    if kind in LABELLED_KINDS:
         num_labels = num_labels if num_labels is not None else (len(label_names) if label_names else None)
         if not isinstance(num_labels, int) or num_labels < 2:
-            raise task_error(name, "num_labels", f"a classification head needs at least 2 labels, got {num_labels!r}")
+            raise task_error(name, "num_labels", f"a {kind} head needs at least 2 labels, got {num_labels!r}")
         if label_names is not None and len(label_names) != num_labels:
             raise task_error(name, "label_names", f"{len(label_names)} names for {num_labels} labels")
     elif kind == "regression":
@@ -162,11 +181,26 @@ class ClassificationHead(nn.Module):
         return self.out_proj(self.dropout(x))
 
 
+class TokenClassificationHead(nn.Module):
+    """dropout -> projection on every token's state, as transformers' *ForTokenClassification (so a one-task model
+    exports it as their `classifier`). With `spectral_norm`, the projection is spectrally normalised (R4F)."""
+
+    def __init__(self, hidden_size: int, num_tags: int, dropout: float, spectral_norm: bool = False):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(hidden_size, num_tags)
+        if spectral_norm:
+            self.classifier = nn.utils.parametrizations.spectral_norm(self.classifier)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, length, hidden] -> [N, length, num_tags]
+        return self.classifier(self.dropout(hidden))
+
+
 @dataclass
 class MultiTaskOutput(ModelOutput):
     """loss: the task's standard (unscaled) loss when labels are given.
     logits: [batch, num_labels] (classification), [batch] (regression), [batch, choices] (multiple choice),
-        [batch, target_length, vocab] (seq2seq). start_logits / end_logits: [batch, length] (extractive QA).
+        [batch, target_length, vocab] (seq2seq), [batch, length, num_tags] (token classification). start_logits / end_logits: [batch, length] (extractive QA).
     last_hidden_state: the body's last hidden states ([batch(*choices), length, hidden])."""
 
     loss: torch.Tensor | None = None
@@ -196,6 +230,7 @@ class MultiTaskModel(PreTrainedModel):
         self.config.pooling = resolve_pooling(config.pooling, self.body.config)
         hidden = _hidden_size(self.body.config)
         self.classification_heads = nn.ModuleDict()
+        self.token_heads = nn.ModuleDict()
         self.multiple_choice_head = None
         self.span_head = None
         for task in config.tasks:
@@ -215,6 +250,9 @@ class MultiTaskModel(PreTrainedModel):
         kind, dropout = task["kind"], self.config.classifier_dropout
         if kind in ("classification", "regression"):
             self.classification_heads[task["name"]] = ClassificationHead(
+                hidden, task["num_labels"], dropout, spectral_norm=self.config.spectral_norm_heads)
+        elif kind == "token_classification":
+            self.token_heads[task["name"]] = TokenClassificationHead(
                 hidden, task["num_labels"], dropout, spectral_norm=self.config.spectral_norm_heads)
         elif kind == "multiple_choice" and self.multiple_choice_head is None:
             self.multiple_choice_head = ClassificationHead(hidden, 1, dropout,
@@ -279,9 +317,7 @@ class MultiTaskModel(PreTrainedModel):
                         raise task_error(task["name"], key, f"the checkpoint's head has {key}={existing[key]!r}, "
                                          f"the task asks for {task[key]!r}")
                 continue
-            if task["kind"] == "seq2seq" and not self.body.config.is_encoder_decoder:
-                raise task_error(task["name"], "kind", f"a seq2seq task needs an encoder-decoder body (e.g. BART); "
-                                 f"{self.body.config.model_type} is encoder-only")
+            _check_kind_fits_body(task, self.body.config)
             self._check_body_fits(task)
             self.config.tasks.append(task)
             self._build_head(task, _hidden_size(self.body.config))
@@ -312,7 +348,7 @@ class MultiTaskModel(PreTrainedModel):
         return self
 
     def _head_modules(self):
-        heads = list(self.classification_heads.values())
+        heads = list(self.classification_heads.values()) + list(self.token_heads.values())
         heads += [h for h in (self.multiple_choice_head, self.span_head) if h is not None]
         return heads
 
@@ -372,6 +408,10 @@ class MultiTaskModel(PreTrainedModel):
                 logits = logits.masked_fill(~choice_mask.bool(), torch.finfo(logits.dtype).min)
             if labels is not None:
                 loss = F.cross_entropy(logits, labels)  # sentence ranking loss over the choices
+        elif kind == "token_classification":  # every token's state, no pooling
+            logits = self.token_heads[spec["name"]](hidden)  # [B, length, num_tags]
+            if labels is not None:  # -100 on later sub-tokens of a word, special tokens and padding
+                loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
         elif kind == "extractive_qa":
             start_logits, end_logits = self.span_head(hidden).unbind(dim=-1)  # [B, length] each
             if attention_mask is not None:  # candidate positions: the real tokens
@@ -471,7 +511,10 @@ class MultiTaskModel(PreTrainedModel):
             if self.has_body_lora:  # the adapter alone, as peft writes it; the frozen base weights are not saved
                 save_lora_body(self.body, save_directory, state_dict=body_state)
             else:
-                self.body.save_pretrained(save_directory, state_dict=body_state, **kwargs)
+                exported = self._exported_token_head()
+                self.body.save_pretrained(save_directory, state_dict={**body_state, **exported}, **kwargs)
+                if exported:
+                    self._save_tag_names(save_directory)
                 copy_sentence_transformers_files(self.body.config._name_or_path, save_directory)
             self._save_heads_and_metadata(save_directory, state, adapter="lora" if self.has_body_lora else None)
         if push_to_hub and is_main_process:  # token scan and clear errors, as every hf_aux push
@@ -479,6 +522,33 @@ class MultiTaskModel(PreTrainedModel):
 
             push_folder_to_hub(save_directory, repo_id or os.path.basename(os.path.abspath(save_directory)),
                                token=token, commit_message=commit_message or "Upload MUPPET-style multi-task checkpoint")
+
+    def _exported_token_head(self) -> dict:
+        """{"classifier.weight", "classifier.bias"}: the head of a model whose ONE task is token classification,
+        under the names AutoModelForTokenClassification gives it for this body (checked on a meta-device copy);
+        {} for any other model or a body transformers has no token classification model for."""
+        if len(self.config.tasks) != 1 or self.config.tasks[0]["kind"] != "token_classification" \
+                or type(self.body.config) not in MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING:
+            return {}
+        head = self.token_heads[self.config.tasks[0]["name"]].classifier
+        config = self.body.config.__class__.from_dict({**self.body.config.to_dict(),
+                                                       "num_labels": self.config.tasks[0]["num_labels"]})
+        with torch.device("meta"):
+            probe = AutoModelForTokenClassification.from_config(config)
+        if not isinstance(getattr(probe, "classifier", None), nn.Linear) or \
+                probe.classifier.weight.shape != head.weight.shape:
+            return {}
+        # the effective weights (a spectrally normalised head's too)
+        return {key: getattr(head, name).detach().contiguous().cpu() for key, name in EXPORTED_TOKEN_HEAD.items()}
+
+    def _save_tag_names(self, save_directory: str) -> None:
+        """config.json with the one token task's tags as id2label / label2id (the body's config is not changed)."""
+        task = self.config.tasks[0]
+        names = task["label_names"] or [str(i) for i in range(task["num_labels"])]
+        config = self.body.config.__class__.from_dict(self.body.config.to_dict())
+        config.id2label = dict(enumerate(names))
+        config.label2id = {name: i for i, name in enumerate(names)}
+        config.save_pretrained(save_directory)
 
     def _save_heads_and_metadata(self, save_directory: str, state: dict, adapter: str | None) -> None:
         head_state = {k: v.detach().contiguous().cpu() for k, v in state.items() if not k.startswith(BODY_PREFIX)}
@@ -612,7 +682,8 @@ class MultiTaskModel(PreTrainedModel):
         elif load_standard is not None:
             load_standard(checkpoint_dir)
         else:
-            self.body.load_state_dict(load_file(os.path.join(checkpoint_dir, "model.safetensors")))
+            self.body.load_state_dict(_without_exported_head(
+                load_file(os.path.join(checkpoint_dir, "model.safetensors")), self.body))
         self.load_checkpoint_heads(checkpoint_dir)
 
     def load_checkpoint_heads(self, checkpoint_dir: str) -> None:
@@ -624,10 +695,19 @@ class MultiTaskModel(PreTrainedModel):
         """Also accepts a body-only state dict (a MUPPET-style model.safetensors, which is what Trainer's resume
         passes): it is loaded into the body, strictly; the heads must then come from `load_checkpoint_heads`."""
         if state_dict and not any(k.startswith(BODY_PREFIX) for k in state_dict):
+            state_dict = _without_exported_head(state_dict, self.body)  # a token head's copy: the heads file has it
             body_keys = set(self.body.state_dict())
             if set(state_dict) <= body_keys:
                 return self.body.load_state_dict(state_dict, strict=False, assign=assign)
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+
+def _without_exported_head(state_dict: dict, body: nn.Module) -> dict:
+    """A body state dict without the token head a one-token-task model exports beside it (`EXPORTED_TOKEN_HEAD`)."""
+    if not any(key in state_dict for key in EXPORTED_TOKEN_HEAD):
+        return state_dict
+    body_keys = set(body.state_dict())
+    return {k: v for k, v in state_dict.items() if k not in EXPORTED_TOKEN_HEAD or k in body_keys}
 
 
 def body_auto_class(config: PretrainedConfig):
@@ -651,9 +731,9 @@ def _hidden_size(config) -> int:
 
 
 def checkpoint_head_for(source: MultiTaskModel, task: TaskSpec):
-    """The head of `source` that `task` can start from, or None: a same-named classification/regression head
-    (kind and labels must agree), the unified multiple-choice or span head."""
-    if task.kind in ("classification", "regression"):
+    """The head of `source` that `task` can start from, or None: a same-named classification/regression/token
+    classification head (kind and labels must agree), the unified multiple-choice or span head."""
+    if task.kind in ("classification", "regression", "token_classification"):
         if task.name not in source.task_names:
             return None
         saved = source.config.task(task.name)
@@ -663,7 +743,8 @@ def checkpoint_head_for(source: MultiTaskModel, task: TaskSpec):
         if saved.get("label_names") and task.label_names and saved["label_names"] != task.label_names:
             raise ValueError(f"task '{task.name}': field 'label_names': the checkpoint's head predicts "
                              f"{saved['label_names']}, the task has {task.label_names}")
-        return source.classification_heads[task.name]
+        heads = source.token_heads if task.kind == "token_classification" else source.classification_heads
+        return heads[task.name]
     if task.kind == "multiple_choice":
         return source.multiple_choice_head
     return source.span_head

@@ -14,8 +14,12 @@ Table 2 of the paper names the losses; n(i) per kind (with uniform predictions e
                      softmax over the positions of the input                    (non-padding) tokens
     seq2seq          label-smoothed cross entropy averaged over the         n = vocabulary size
                      example's target tokens
+    token            cross entropy over the tags averaged over the          n = number of tags
+    classification   example's tagged tokens (first sub-token of each word)
     regression       mean squared error                                     not scaled (n is undefined; the
                                                                                 paper has no regression task)
+Token classification is not among the paper's tasks; each tagged token is one prediction over the T tags, and the
+example's loss is their mean, so n = T as for a classifier (uniform predictions give 1, as every other kind).
 Our reading for extractive QA: the paper says n is "the number of predictions L operates over"; the start and end
 softmaxes each range over every non-padding position ([CLS] included: it is where an unanswerable window points),
 so n(i) = number of real tokens of that window. This is the reading under which uniform predictions give 1.
@@ -28,7 +32,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-SCALED_KINDS = ("classification", "multiple_choice", "extractive_qa", "seq2seq")
+SCALED_KINDS = ("classification", "multiple_choice", "extractive_qa", "seq2seq", "token_classification")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -84,6 +88,20 @@ def seq2seq_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: fl
     if bool((tokens == 0).any()):
         raise ValueError("seq2seq_loss: field 'labels': an example has no target token (all ignore_index)")
     loss = per_token.sum(dim=-1) / tokens
+    return loss, torch.full_like(loss, logits.shape[-1])
+
+
+def token_classification_loss(logits: torch.Tensor, labels: torch.Tensor,
+                              ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross entropy over the T tags, averaged over each example's tagged tokens (labels != ignore_index: the
+    first sub-token of every word). logits [B, L, T], labels [B, L] -> (loss [B], n [B] = T)."""
+    per_token = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=ignore_index,
+                                reduction="none").view(labels.shape)  # [B, L], 0 where ignored
+    tagged = (labels != ignore_index).sum(dim=-1)
+    if bool((tagged == 0).any()):
+        raise ValueError("token_classification_loss: field 'labels': an example has no tagged token (all "
+                         "ignore_index)")
+    loss = per_token.sum(dim=-1) / tagged
     return loss, torch.full_like(loss, logits.shape[-1])
 
 
@@ -148,7 +166,8 @@ def r3f_divergence(kind: str, clean: dict, noisy: dict, *, choice_mask: torch.Te
     `clean` / `noisy`: {"logits": ...} or {"start_logits", "end_logits"} as MultiTaskModel returns them.
     classification: symmetric KL over the classes; multiple choice: over the valid choices; extractive QA: mean of
     the start and end KLs over the real tokens; seq2seq: per-token KL over the vocabulary averaged over the
-    target tokens (labels != -100); regression: (f(x) - f(x+z))^2, the symmetric KL of two unit-variance
+    target tokens (labels != -100); token classification: per-token KL over the tags averaged over the tagged
+    tokens (labels != -100); regression: (f(x) - f(x+z))^2, the symmetric KL of two unit-variance
     Gaussians (the R3F paper defines no regression variant)."""
     if kind == "classification":
         return symmetric_kl(clean["logits"], noisy["logits"])
@@ -158,9 +177,9 @@ def r3f_divergence(kind: str, clean: dict, noisy: dict, *, choice_mask: torch.Te
         mask = None if attention_mask is None else attention_mask.bool()
         return (symmetric_kl(clean["start_logits"], noisy["start_logits"], mask)
                 + symmetric_kl(clean["end_logits"], noisy["end_logits"], mask)) / 2
-    if kind == "seq2seq":
+    if kind in ("seq2seq", "token_classification"):
         if labels is None:
-            raise ValueError("r3f_divergence: field 'labels': seq2seq needs labels to know the target tokens")
+            raise ValueError(f"r3f_divergence: field 'labels': {kind} needs labels to know the predicted tokens")
         per_token = symmetric_kl(clean["logits"], noisy["logits"])  # [B, T]
         valid = labels != -100
         return (per_token * valid).sum(dim=-1) / valid.sum(dim=-1).clamp(min=1)
