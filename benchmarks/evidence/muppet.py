@@ -396,7 +396,7 @@ class Study:
         self.compare("heldout", "muppet", str(epoch_checkpoint(out, evals, epochs)), s.pooling_fractions, s.seeds,
                      task_heads=True)
 
-    def end_task_aware(self) -> None:
+    def end_task_aware(self, tasks=None) -> None:
         """End-task-aware pre-finetuning (issue #34): the mixture pre-finetuned for the fit pilot's budget with
         task_weighting meta toward each held-out task in turn, reading as end task exactly the claim_fraction rows
         (same fixed shuffle, same subset seed) that every arm then fine-tunes on; then that task fine-tuned at
@@ -404,7 +404,7 @@ class Study:
         fraction. The weights over training are recorded (claim "end_task_weights")."""
         s = self.settings
         epochs = chosen_budget(load_runs(self.json_path), s)
-        for task in s.held_out:
+        for task in tasks or s.held_out:
             name = f"meta_{task}"
             flags = ["--task_weighting", "meta", "--end_task", task, "--end_task_train_fraction",
                      str(s.claim_fraction), "--end_task_subset_seed", str(s.subset_seed)]
@@ -1220,9 +1220,11 @@ def main(argv: list[str] | None = None) -> None:
         runs_dir = args.out / "runs" if args.out and args.quick else args.runs_dir
         runs_dir = runs_dir / f"pooling_{settings.pooling}"  # checkpoints of another pooling are other runs
         model = tiny_model(runs_dir / "tiny_bert") if args.quick else None
-        if args.end_task_aware:
-            for seed in args.pft_seeds or [settings.pft_seed]:
-                Study(dataclasses.replace(settings, pft_seed=seed), json_path, runs_dir, model=model).end_task_aware()
+        if args.end_task_aware:  # every unit toward the first held-out task first, then the next task
+            for task in settings.held_out:
+                for seed in args.pft_seeds or [settings.pft_seed]:
+                    Study(dataclasses.replace(settings, pft_seed=seed), json_path, runs_dir,
+                          model=model).end_task_aware([task])
         elif args.pft_seeds:
             for seed in args.pft_seeds:
                 Study(dataclasses.replace(settings, pft_seed=seed), json_path, runs_dir, model=model).another_unit()
