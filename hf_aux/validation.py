@@ -232,11 +232,16 @@ def infer_class_labels(splits: dict, label_column: str, where: str, hint: str) -
             raise ValueError(f"{where}: {split} row {labels.index(None)}: the label is empty (None/null); fill it or "
                              "drop the row")
         values.update(labels)
+    return _classes_of(values, "labels", where, hint)
+
+
+def _classes_of(values: set, what: str, where: str, hint: str) -> dict:
+    """{"label_names": sorted names} for strings, {"num_labels": max + 1} for non-negative integers."""
     if values and all(isinstance(v, str) for v in values):
         return {"label_names": sorted(values)}
     if values and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
         return {"num_labels": max(2, max(values) + 1)}
-    raise ValueError(f"{where}: labels must be all strings or all non-negative integers; pass {hint} (found "
+    raise ValueError(f"{where}: {what} must be all strings or all non-negative integers; pass {hint} (found "
                      f"{sorted(map(repr, values))[:5]})")
 
 
@@ -258,12 +263,7 @@ def infer_tag_labels(splits: dict, tags_column: str, where: str, hint: str) -> d
             if None in tags:
                 raise ValueError(f"{where}: {split} row {row}: a tag is empty (None/null); fill it or drop the row")
             values.update(tags)
-    if values and all(isinstance(v, str) for v in values):
-        return {"label_names": sorted(values)}
-    if values and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
-        return {"num_labels": max(2, max(values) + 1)}
-    raise ValueError(f"{where}: tags must be all strings or all non-negative integers; pass {hint} (found "
-                     f"{sorted(map(repr, values))[:5]})")
+    return _classes_of(values, "tags", where, hint)
 
 
 def infer_task_kind(splits: dict, columns: dict, where: str, hint: str) -> str:
