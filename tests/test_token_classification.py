@@ -361,6 +361,8 @@ def test_finetune_command_saves_a_tagger_that_auto_model_for_token_classificatio
     assert all(tag in CONLL_TAGS for p in predictions for tag in p["prediction"])
 
     # plain transformers loads the tagger whole: its head, its tag names, the trained model's logits
+    card = (out / "README.md").read_text()
+    assert "pipeline_tag: token-classification" in card and "AutoModelForTokenClassification.from_pretrained" in card
     tagger = AutoModelForTokenClassification.from_pretrained(out).eval()
     assert tagger.config.id2label == dict(enumerate(CONLL_TAGS))
     assert tagger.config.label2id == {name: i for i, name in enumerate(CONLL_TAGS)}

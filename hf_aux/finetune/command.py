@@ -48,7 +48,8 @@ class ModelArguments(SharedModelArguments):
     reuse_head: bool = field(
         default=False,
         metadata={"help": "Start from the checkpoint's pre-finetuning head (MUPPET §4): the same-named task's head "
-                          "for classification/regression, the unified head for multiple_choice/extractive_qa. A "
+                          "for classification/regression/token_classification, the unified head for "
+                          "multiple_choice/extractive_qa. A "
                           "fresh head when the checkpoint has none (logged)."})
     classifier_dropout: float | None = field(
         default=None, metadata={"help": "Dropout in the task head (default: the checkpoint's, else 0.1)."})
@@ -414,7 +415,9 @@ def write_model_card(trainer, task, model_args: ModelArguments, results: dict, r
         hyperparameters=hyperparameters_from_args(trainer.args), figures=figures,
         model_id=trainer.args.hub_model_id or None, hf_aux_class="hf_aux.MultiTaskModel",
         license=model_args.license or base_model_license(model_args.model_name_or_path),
-        pipeline_tag=body_pipeline_tag(output_dir),
+        # a tagger's folder is a whole *ForTokenClassification checkpoint (MultiTaskModel exports its head)
+        **({"auto_class": "AutoModelForTokenClassification", "pipeline_tag": "token-classification"}
+           if task.kind == "token_classification" else {"pipeline_tag": body_pipeline_tag(output_dir)}),
         notes=f"The {task.kind} head was {'re-used from the starting checkpoint' if reused_head else 'freshly initialised'}. "
               + describe_pooling(trainer.model.config.pooling))
     card.save(os.path.join(output_dir, "README.md"))
