@@ -377,3 +377,39 @@ def test_finetune_command_saves_a_tagger_that_auto_model_for_token_classificatio
     with torch.no_grad():
         expected = trained(**inputs, task="ner").logits
         assert torch.allclose(tagger(**inputs).logits, expected, atol=1e-5)
+
+
+def test_exported_head_round_trips_with_spectral_norm_and_checkpoint_loading_skips_it(tmp_path):
+    """R4F's spectrally normalised head exports its effective weights; loading a checkpoint (hf_aux's own and
+    Trainer's body-only state dict) ignores the exported copy: the heads file restores the head."""
+    from safetensors.torch import load_file
+
+    tokenizer = tiny_tokenizer()
+    task = ner_task()
+    torch.manual_seed(0)
+    body = AutoModel.from_config(tiny_config("bert", tokenizer))
+    model = MultiTaskModel(MultiTaskModelConfig(encoder=body.config, tasks=[task], spectral_norm_heads=True),
+                           body=body).eval()
+    inputs = tokenizer([["paris", "is", "a", "cat"]], is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = model(**inputs, task="ner").logits
+    model.save_pretrained(tmp_path)
+    saved = load_file(tmp_path / "model.safetensors")
+    assert torch.equal(saved["classifier.weight"], model.token_heads["ner"].classifier.weight.detach())
+    tagger = AutoModelForTokenClassification.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        assert torch.allclose(tagger(**inputs).logits, expected, atol=1e-5)
+    # restore in place after the weights changed: body from model.safetensors, head from the heads file
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.5)
+    model.load_checkpoint(str(tmp_path))
+    with torch.no_grad():
+        assert torch.allclose(model(**inputs, task="ner").logits, expected, atol=1e-6)
+        model.body.embeddings.word_embeddings.weight.add_(1.0)
+    model.load_state_dict(saved, strict=False)  # what Trainer's resume passes
+    assert torch.equal(model.body.embeddings.word_embeddings.weight, saved["embeddings.word_embeddings.weight"])
+    # a model of several tasks writes no export: its body file is the body alone
+    several = MultiTaskModel(MultiTaskModelConfig(encoder=body.config, tasks=[task, ner_task(name="pos")]), body=body)
+    several.save_pretrained(tmp_path / "several")
+    assert not {"classifier.weight", "classifier.bias"} & set(load_file(tmp_path / "several" / "model.safetensors"))
