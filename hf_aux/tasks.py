@@ -17,8 +17,8 @@ from pathlib import Path
 from .task_spec import LABELLED_KINDS, SPLITS, TASK_KINDS, TaskSpec, task_error
 
 __all__ = ["SPLITS", "TASK_KINDS", "TaskSpec", "check_task_data", "check_unique_names", "hub_task_name",
-           "load_mixture", "load_task_splits", "task_error", "task_from_data_files", "task_from_entry",
-           "task_from_file", "task_from_hub"]
+           "load_mixture", "load_task_source", "load_task_splits", "task_error", "task_from_data_files",
+           "task_from_entry", "task_from_file", "task_from_hub"]
 from .validation import (check_text_cells, infer_class_labels, infer_tag_labels, infer_task_kind, load_data_files,
                          read_structured_file)
 
@@ -29,9 +29,10 @@ from .validation import (check_text_cells, infer_class_labels, infer_tag_labels,
 
 def load_mixture(path: str | os.PathLike, max_train_samples: int | None = None,
                  max_eval_samples: int | None = None) -> list[TaskSpec]:
-    """Read a mixture file: ``tasks:`` is a list whose entries are TaskSpec fields, or ``{demo: <name>}`` for a
-    built-in demo task (hf_aux.demo, needs the `demo` extra). Relative `data_files` resolve against the file's
-    folder. `max_train_samples` / `max_eval_samples`: caps for the tasks whose entry sets none."""
+    """Read a mixture file: ``tasks:`` is a list whose entries are TaskSpec fields, ``{demo: <name>}`` for a
+    built-in demo task (hf_aux.demo, needs the `demo` extra), or ``{task: <name>}`` for a registry task
+    (hf_aux.task_registry). Relative `data_files` resolve against the file's folder. `max_train_samples` /
+    `max_eval_samples`: caps for the tasks whose entry sets none."""
     path = Path(path)
     content = read_structured_file(path, "mixture file")
     entries = content.get("tasks") if isinstance(content, dict) else None
@@ -46,8 +47,15 @@ def load_mixture(path: str | os.PathLike, max_train_samples: int | None = None,
 
 
 def task_from_entry(entry, folder: str | os.PathLike) -> TaskSpec:
-    """One task of a mixture or task file: TaskSpec fields (relative `data_files` resolve against `folder`), or
-    ``{demo: <name>, ...options}`` for a demo task."""
+    """One task of a mixture or task file: TaskSpec fields (relative `data_files` resolve against `folder`),
+    ``{demo: <name>, ...options}`` for a demo task, or ``{task: <name>, ...overrides}`` for a registry task
+    (hf_aux.task_registry; `hf-aux tasks` lists them)."""
+    if isinstance(entry, dict) and "task" in entry:
+        from .task_registry import registry_entry
+
+        entry = registry_entry(entry, folder)
+        if "demo" not in entry:
+            return TaskSpec.from_dict(_classes_from_source(entry))
     if isinstance(entry, dict) and "demo" in entry:
         from .demo import demo_task
 
@@ -59,6 +67,25 @@ def task_from_entry(entry, folder: str | os.PathLike) -> TaskSpec:
                  else resolve(files)}
         entry = _described_by_data(entry)
     return TaskSpec.from_dict(entry)
+
+
+def _classes_from_source(entry: dict) -> dict:
+    """A registry task's fields with its classes, when its definition leaves them to the data (a classification or
+    token classification task without label_names / num_labels): read from its source after its preprocessing, as
+    a ClassLabel label feature names them (Hub datasets mostly), else from the labels themselves."""
+    classes_given = entry.get("label_names") is not None or entry.get("num_labels") is not None
+    if entry.get("kind") not in LABELLED_KINDS or classes_given:
+        return entry
+    import datasets
+
+    name = entry["name"]
+    raw = load_task_source(name, data_files=entry.get("data_files"), dataset_name=entry.get("dataset_name"),
+                           dataset_config=entry.get("dataset_config"), train_split=entry.get("train_split", "train"),
+                           preprocessing=entry.get("preprocessing"))
+    feature = next(iter(raw.values())).features.get(entry.get("label_column") or "label")
+    if entry["kind"] == "classification" and isinstance(feature, datasets.ClassLabel):
+        return {**entry, "label_names": list(feature.names)}
+    return {**entry, **_classes_from_data(name, entry["kind"], raw, entry, "label_names or num_labels in the entry")}
 
 
 def _described_by_data(entry: dict) -> dict:
@@ -183,28 +210,43 @@ def check_unique_names(tasks: list[TaskSpec]) -> None:
 # --------------------------------------------------------------------------------------------------------------
 
 
+def load_task_source(name: str, *, dataset=None, data_files=None, dataset_name: str | None = None,
+                     dataset_config: str | None = None, train_split: str = "train", preprocessing=None):
+    """A task's data as its source holds it (a `datasets.DatasetDict` keyed by the source's split names), after the
+    task's `preprocessing` steps (hf_aux.task_preprocessing): from `dataset` (in memory), `data_files` (local files)
+    or `dataset_name` (a Hub id, read from the datasets cache when offline, or a local dataset folder; the path a Hub
+    dataset takes). `name` names the task in errors."""
+    import datasets
+
+    from .task_preprocessing import apply_steps
+
+    if dataset is not None:
+        raw = dataset
+        if isinstance(raw, datasets.Dataset):
+            raw = datasets.DatasetDict({train_split: raw})
+        elif not isinstance(raw, datasets.DatasetDict):
+            raise task_error(name, "dataset", f"expected a datasets.Dataset or DatasetDict, got {type(raw).__name__}")
+    elif data_files is not None:
+        files = data_files if isinstance(data_files, dict) else {train_split: data_files}
+        raw = load_data_files(files, f"task '{name}': field 'data_files'")
+    else:
+        try:
+            raw = datasets.load_dataset(dataset_name, dataset_config)
+        except Exception as error:  # datasets raises many types (offline, missing repo, bad config)
+            raise task_error(name, "dataset_name",
+                             f"could not load {dataset_name!r} (config {dataset_config!r}): {error}") from error
+    return apply_steps(name, preprocessing, raw)
+
+
 def load_task_splits(task: TaskSpec, seed: int = 42):
     """The task's data as a `datasets.DatasetDict` with keys among train / validation / test, checked against
     the spec (columns present, labels in range, nothing empty). Splits missing from the source: a validation split
     is carved from train when `validation_fraction` is set (deterministic for `seed`)."""
     import datasets
 
-    if task.dataset is not None:
-        raw = task.dataset
-        if isinstance(raw, datasets.Dataset):
-            raw = datasets.DatasetDict({task.train_split: raw})
-        elif not isinstance(raw, datasets.DatasetDict):
-            raise task_error(task.name, "dataset", f"expected a datasets.Dataset or DatasetDict, got {type(raw).__name__}")
-    elif task.data_files is not None:
-        files = task.data_files if isinstance(task.data_files, dict) else {task.train_split: task.data_files}
-        raw = load_data_files(files, f"task '{task.name}': field 'data_files'")
-    else:
-        try:
-            raw = datasets.load_dataset(task.dataset_name, task.dataset_config)
-        except Exception as error:  # datasets raises many types (offline, missing repo, bad config)
-            raise task_error(task.name, "dataset_name",
-                             f"could not load {task.dataset_name!r} (config {task.dataset_config!r}): {error}") from error
-
+    raw = load_task_source(task.name, dataset=task.dataset, data_files=task.data_files, dataset_name=task.dataset_name,
+                           dataset_config=task.dataset_config, train_split=task.train_split,
+                           preprocessing=task.preprocessing)
     wanted = {"train": task.train_split, "validation": task.validation_split, "test": task.test_split}
     splits = {}
     for role, source in wanted.items():
@@ -237,6 +279,10 @@ def check_task_data(task: TaskSpec, data, split: str = "train") -> None:
             field_name = _column_field(task, column)
             raise task_error(task.name, field_name, f"column {column!r} not in the {split} data; "
                              f"columns are {data.column_names}")
+    from .column_checks import task_rows_are_clean  # pyarrow, imported when data is checked
+
+    if task_rows_are_clean(task, data):  # whole columns in Arrow; the row checks below find and word any problem
+        return
     # one bulk read of the checked columns (datasets 5 reads `data[column]` lazily, row by row)
     texts = _text_columns(task)
     checked = list(dict.fromkeys([c for c in (task.label_column, task.choices_column, task.context_column,

@@ -14,7 +14,7 @@ without one fails the test, so nothing is skipped silently):
   knows). For commands that cannot run here (the Hub, GPUs, the user's own files).
 - `<!-- doc-test: static -->`: commands that are not run scripts (benchmarks, pytest, pip, setup_env.sh): the
   files they name exist, every `--flag` a Python script is given appears in that script's source, and every pip
-  extra exists in setup.cfg.
+  extra exists in setup.cfg. `hf-aux tasks` commands parse, and those that read only the registry run.
 
 Shell `#` comments and `\\` continuations are understood; a command the test does not know fails.
 """
@@ -35,6 +35,8 @@ import pytest
 
 from script_loader import load_run_script
 from tiny import free_port
+
+from hf_aux.cli.command import OTHER_COMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]  # not docs/evidence/: generated reports
@@ -126,6 +128,8 @@ def run_script_call(words: list[str]) -> tuple[str, list[str]] | None:
     `hf-aux <method>` command, whose methods are the run scripts'), else None."""
     words = strip_launcher(words)
     if words and Path(words[0]).name == "hf-aux" and len(words) > 1:  # hf-aux, or .venv/bin/hf-aux
+        if words[1] in OTHER_COMMANDS:  # `hf-aux tasks`: not a method, checked in 'static' blocks
+            return None
         return "run_" + words[1].replace("-", "_"), words[2:]
     if not words or (words[0] not in PYTHONS and words[0] != "torchrun"):
         return None
@@ -178,6 +182,8 @@ def check_static(words: list[str]) -> None:
         source = script.read_text(encoding="utf-8")
         for flag in (word.split("=", 1)[0] for word in words[2:] if word.startswith("--")):
             assert f'"{flag}"' in source, f"{words[1]} defines no flag {flag}"
+    elif Path(words[0]).name == "hf-aux" and words[1:2] == ["tasks"]:
+        check_tasks_command(words[2:])
     elif words[:2] == ["pip", "install"]:
         extras = configparser.ConfigParser()
         extras.read(ROOT / "setup.cfg")
@@ -188,6 +194,22 @@ def check_static(words: list[str]) -> None:
                 assert set(match.group(1).split(",")) <= known, f"unknown extra in {word}; setup.cfg has {known}"
     else:
         raise AssertionError(f"the doc test does not know this command: {shlex.join(words)}")
+
+
+def check_tasks_command(argv: list[str]) -> None:
+    """`hf-aux tasks ...`: its flags parse; a listing or a definition runs for real (offline, the registry is data);
+    `--download` is parsed only (it needs the Hub), and its mixture file is the user's."""
+    import contextlib
+    import io
+
+    from hf_aux.cli import tasks
+
+    args = tasks.make_parser().parse_args(argv)
+    if args.download:
+        return
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        tasks.main(argv)
+    assert out.getvalue().strip(), f"hf-aux tasks {shlex.join(argv)} printed nothing"
 
 
 def all_commands() -> list[Command]:
@@ -296,6 +318,17 @@ def test_checker_refuses_unmarked_blocks_misspelled_flags_and_unknown_commands(t
     check_command(installed, tmp_path)
     with pytest.raises((ValueError, SystemExit)):
         check_command(installed_misspelled, tmp_path)
+
+
+def test_checker_runs_hf_aux_tasks_and_refuses_its_mistakes(tmp_path):
+    listing, unknown, misspelled, download = commands_of(
+        "<!-- doc-test: static -->\n```bash\nhf-aux tasks glue/rte\nhf-aux tasks glue/rtee\nhf-aux tasks --al\n"
+        "HF_DATASETS_CACHE=/x hf-aux tasks --download mixture.yaml\n```\n", "t.md")
+    check_command(listing, tmp_path)
+    check_command(download, tmp_path)  # parsed: the mixture file is the user's
+    for wrong in (unknown, misspelled):
+        with pytest.raises(SystemExit):
+            check_command(wrong, tmp_path)
 
 
 def test_ci_runs_the_readmes_test_command_as_written():

@@ -2,6 +2,7 @@
 
     hf-aux muppet|amos|tartan|meta-lm|finetune [--config file.yaml] [flags]
     hf-aux <method> --help          every flag of the method, with its help text
+    hf-aux tasks [name]             the task registry (hf_aux/cli/tasks.py)
     hf-aux --help                   the methods
 
 The commands are the registered methods' (hf_aux.registry): each method's `hf_aux/<method>/command.py` parses
@@ -17,12 +18,19 @@ from collections.abc import Sequence
 
 from ..registry import by_command, methods
 
+# commands that are not methods: name -> (module with `main(argv)`, the line of `hf-aux --help`)
+OTHER_COMMANDS = {
+    "tasks": ("hf_aux.cli.tasks", "list the task registry (glue/rte, ...), show a task, pre-download a mixture"),
+}
+
+
 def usage() -> str:
     lines = ["usage: hf-aux <command> [--config file.yaml] [flags]", "",
              "Train language encoders with auxiliary objectives (Hugging Face Trainer). Without a data source each",
              "command runs its demo, whose defaults any --config file or flag overrides (e.g. --max_steps 2).", "",
              "commands:"]
     lines += [f"  {record.command:<10} {record.summary}" for record in methods()]
+    lines += [f"  {command:<10} {summary}" for command, (_, summary) in OTHER_COMMANDS.items()]
     lines += ["", "hf-aux <command> --help lists every flag of a command."]
     return "\n".join(lines)
 
@@ -33,9 +41,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(usage())
         raise SystemExit(0 if argv else 2)
     name, rest = argv[0], argv[1:]
+    if name in OTHER_COMMANDS:
+        importlib.import_module(OTHER_COMMANDS[name][0]).main(rest)
+        return
     record = by_command(name)
     if record is None:
-        choices = ", ".join(record.command for record in methods())
+        choices = ", ".join([record.command for record in methods()] + list(OTHER_COMMANDS))
         print(f"hf-aux: unknown command {name!r}; choose one of {choices}\n\n{usage()}", file=sys.stderr)
         raise SystemExit(2)
     module_name = record.command_module
