@@ -9,7 +9,7 @@ two trainers that use it:
 One update of the weights: the body gradient g_k of each task's training loss, the meta gradient g_meta of the end
 task's loss through a separately fitted meta head phi* (eq. 7), w_k <- w_k + eta cos(g_meta, g_k), alpha =
 softmax(w). Also here: the state that travels with checkpoints (`TaskWeightsCallback`), its figure, and the settings
-both configs share (`MetaWeightingArguments`).
+both configs share (`MetaWeightingArguments`, in hf_aux.base_config so that `--help` stays light).
 
 Gradients are lists of tensors, one entry per body parameter (`None` where a task does not reach that parameter,
 e.g. BERT's pooler for an MLM task): dots and norms are taken per tensor and summed, never by concatenating
@@ -21,13 +21,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
+
+from .base_config import MetaWeightingArguments  # noqa: F401  (the settings both configs share, kept light for --help)
 
 GradList = Sequence[torch.Tensor | None]
 
@@ -247,47 +248,3 @@ def plot_task_weights(history: list[list[float]], task_names: list[str], path: s
                {name: series[name] for name in names[:MAX_SERIES_PER_PANEL]})]
     panels += [(f"{title}: {name}", {name: points}) for name, points in series.items()]
     plot_panels(panels, path, ylabel="task weight alpha (share, sums to 1)", ylim={panels[0][0]: (0.0, 1.0)})
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Settings both configs share
-# ----------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class MetaWeightingArguments:
-    """The META rule's settings, mixed into `TartanConfig` and `MuppetConfig` (before TrainingArguments)."""
-
-    task_weight_lr: float = field(default=0.1, metadata={"help": "eta, the task-weight step size of Algorithm 1 "
-                                                                   "(the paper searches 1e-1, 5e-2, 3e-2, 1e-2)."})
-    meta_head_steps: int = field(default=10, metadata={"help": "Adam steps fitting phi* on frozen body features "
-                                                                 "per meta step (§4: 10)."})
-    meta_head_lr: float = field(default=1e-3, metadata={"help": "Learning rate of the phi* fit (§4: 1e-3)."})
-    meta_head_weight_decay: float = field(default=0.1, metadata={"help": "L2 weight decay of the phi* fit (§4: 0.1)."})
-    meta_batch_size: int | None = field(default=None, metadata={
-        "help": "Batch size of the end-task batches giving g_meta (default: per_device_train_batch_size)."})
-
-    def check_meta_weighting(self, owner: str, active: bool) -> None:
-        """Range checks of the fields above; with `active` (the META rule runs), the precision and checkpointing
-        settings it cannot use are refused."""
-        if not 0.0 < self.task_weight_lr <= 10.0:
-            raise ValueError(f"{owner}: field 'task_weight_lr': {self.task_weight_lr} not in (0, 10]")
-        if not isinstance(self.meta_head_steps, int) or self.meta_head_steps < 1:
-            raise ValueError(f"{owner}: field 'meta_head_steps': needs a positive integer, got {self.meta_head_steps!r}")
-        if not self.meta_head_lr > 0:
-            raise ValueError(f"{owner}: field 'meta_head_lr': must be positive, got {self.meta_head_lr}")
-        if self.meta_head_weight_decay < 0:
-            raise ValueError(f"{owner}: field 'meta_head_weight_decay': must be >= 0, got {self.meta_head_weight_decay}")
-        if self.meta_batch_size is not None and (not isinstance(self.meta_batch_size, int) or self.meta_batch_size < 1):
-            raise ValueError(f"{owner}: field 'meta_batch_size': needs a positive integer, got {self.meta_batch_size!r}")
-        if not active:
-            return
-        if self.fp16:
-            raise ValueError(f"{owner}: field 'fp16': the META rule takes per-task gradients with autograd.grad, which "
-                             "a GradScaler cannot scale; use bf16 or fp32")
-        checkpointing = self.activation_checkpointing_kwargs
-        if self.activation_checkpointing and isinstance(checkpointing, dict) \
-                and checkpointing.get("use_reentrant", False):
-            raise ValueError(f"{owner}: field 'gradient_checkpointing_kwargs': the META rule takes per-task gradients "
-                             "with torch.autograd.grad, which reentrant checkpointing does not support; use "
-                             "{'use_reentrant': False}")

@@ -8,9 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-from ..base_config import TokenSafeTrainingArguments
+from ..base_config import MetaWeightingArguments, TokenSafeTrainingArguments
 from ..sampling import STRATEGIES
-from ..task_weighting import MetaWeightingArguments
 
 ROBUST_MODES = ("none", "r3f", "r4f")
 TASK_WEIGHTINGS = ("uniform", "meta")

@@ -9,8 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 
-from ..base_config import TokenSafeTrainingArguments
-from ..task_weighting import MetaWeightingArguments
+from ..base_config import MetaWeightingArguments, TokenSafeTrainingArguments
 
 
 @dataclass
