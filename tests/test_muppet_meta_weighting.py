@@ -265,3 +265,11 @@ def test_the_command_refuses_before_any_model_is_loaded(command_data, tmp_path, 
     assert done.returncode != 0
     assert re.search(message, done.stderr), done.stderr[-3000:]
     assert not (out / "checkpoint-1").exists() and not (out / "model.safetensors").exists()
+
+
+def test_an_unknown_end_task_name_gets_the_closest_registry_names(command_data, tmp_path):
+    done = _hf_aux("--mixture_file", command_data / "mixture.json", "--model_name_or_path",
+                   command_data / "tiny_bert", "--task_weighting", "meta", "--end_task", "rotten_tomatoe",
+                   "--max_steps", "2", "--output_dir", tmp_path / "out", cwd=tmp_path)
+    assert done.returncode != 0
+    assert "field 'end_task'" in done.stderr and "demo/rotten_tomatoes" in done.stderr, done.stderr[-3000:]

@@ -51,8 +51,8 @@ class DataTrainingArguments:
     max_eval_samples: int | None = field(default=None, metadata={"help": "Cap on each task's evaluation rows."})
     end_task: str | None = field(default=None, metadata={
         "help": "--task_weighting meta: the classification task the mixture's weights are learned toward, NOT in the "
-                "mixture: a demo task name (e.g. rotten_tomatoes) or a YAML/JSON file with one task (as hf-aux "
-                "finetune --task_file)."})
+                "mixture: a demo task name (e.g. rotten_tomatoes), a registry task (hf-aux tasks lists them, e.g. "
+                "glue/sst2) or a YAML/JSON file with one task (as hf-aux finetune --task_file)."})
     end_task_train_fraction: float = field(default=1.0, metadata={
         "help": "Share of the end task's train split the META rule reads, from the fixed shuffle of hf-aux finetune "
                 "--train_fraction (same --end_task_subset_seed = same rows), so a later fine-tuning on that share "
@@ -109,14 +109,19 @@ def load_end_task(data_args: DataTrainingArguments, training_args: MuppetConfig,
     if not meta:
         raise ValueError("DataTrainingArguments: field 'end_task': only read with --task_weighting meta")
     from ..sampling import fixed_share
-    from ..tasks import load_task_splits, task_from_file
+    from ..tasks import load_task_splits, task_from_entry, task_from_file
+
+    from ..demo import DEMO_TASK_NAMES, demo_task
 
     if os.path.splitext(data_args.end_task)[1].lower() in (".yaml", ".yml", ".json"):
         task = task_from_file(data_args.end_task, where="DataTrainingArguments: field 'end_task'")
-    else:
-        from ..demo import demo_task
-
+    elif data_args.end_task in DEMO_TASK_NAMES:  # its splits drawn as hf-aux finetune --demo_task draws them
         task = demo_task(data_args.end_task, seed=data_args.end_task_subset_seed)
+    else:  # a registry task (hf-aux tasks lists them); an unknown name gets the closest ones
+        try:
+            task = task_from_entry({"task": data_args.end_task}, os.getcwd())
+        except ValueError as error:
+            raise ValueError(f"DataTrainingArguments: field 'end_task': {error}") from error
     if task.kind != "classification":
         raise ValueError(f"task '{task.name}': field 'kind': --end_task must be a classification task (got "
                          f"{task.kind}); other kinds are not supported yet")
