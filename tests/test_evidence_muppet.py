@@ -167,6 +167,9 @@ def test_quick_runs_every_variant_caches_and_reports(tmp_path):
         for record in weights:
             assert record["tasks"] == list(quick.mixture) and len(record["alpha"]) == len(record["steps"]) > 0
             assert all(sum(row) == pytest.approx(1.0, abs=1e-3) for row in record["alpha"])
+        named = [c for c in common.load_claims(tmp_path / "muppet.json") if c.get("name") == "end_task_aware"]
+        assert len(named) == 2 * len(quick.held_out) and {c["predicted_sign"] for c in named} == {1, -1}
+        assert (tmp_path / "muppet_end_task_weights.png").is_file()
     finally:
         torch.set_num_threads(threads)
 

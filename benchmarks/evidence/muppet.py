@@ -574,6 +574,11 @@ CLAIM_PAPER = {
     "batching": "§5.2, Fig. 2 (35 tasks): \"The use of heterogenous batches outperforms other batching strategies "
                 "by a significant margin\".",
     "no_loss_scaling": "§3.3: \"loss scaling becomes essential to ensure stable training\" (no ablation number).",
+    "end_task_aware": "TARTAN (Dery et al., 2022), abstract: META-TARTAN \"learns a set of multi-task weights to better "
+                      "balance among our multiple auxiliary objectives, achieving further improvements on end-task "
+                      "performance\" over fixed weights (§5.1 adds: with TAPT alone \"both MT-TARTAN and META-TARTAN "
+                      "achieve similar results\"). Here the auxiliary tasks are MUPPET's labelled mixture and the "
+                      "fixed weights are uniform MUPPET's: the prediction is meta-weighted > uniform.",
 }
 UNIT = "one pre-finetuning run (its seed); its fine-tuning seeds averaged first, paired by seed"
 POOLING_LABELS = {"mean": "mean pooling (the current default, `auto`)",
@@ -728,11 +733,36 @@ def batching_claims(runs, s: Settings, pooling: str) -> list[dict]:
     return records
 
 
+def end_task_claims(runs, s: Settings) -> list[dict]:
+    """End-task-aware pre-finetuning (issue #34), per held-out task at claim_fraction: the mixture meta-weighted
+    toward that task against uniform MUPPET (TARTAN predicts a gain), and against plain MiniLM (MUPPET's prediction
+    for a 5-task mixture: harm). Paired by pre-finetuning seed; named `end_task_aware`."""
+    records, fraction = [], s.claim_fraction
+    for task in s.held_out:
+        meta = arm_values(runs, "end_task_aware", "meta", task, fraction)
+        if not meta:
+            continue
+        setting = (setting_of(s.pooling, len(s.mixture), fraction) + f"; weights toward {task} from the same "
+                   f"{fraction * 100:g}% of its train rows every arm fine-tunes on")
+        uniform = arm_values(runs, "heldout", "muppet", task, fraction)
+        base = arm_values(runs, "heldout", "base", task, fraction)
+        records.append({"name": "end_task_aware", **judged(
+            f"end_task_aware: weights meta-learned toward {task} beat uniform MUPPET on it", "end_task_aware", 1,
+            {"the meta-weighted mixture": meta, "uniform MUPPET": uniform}, runs, task, fraction, setting,
+            "test accuracy, meta-weighted - uniform (fresh heads)")})
+        records.append({"name": "end_task_aware", **judged(
+            f"end_task_aware: pre-finetuning on {len(s.mixture)} tasks (< 15), weighted toward {task}, hurts it",
+            "few_tasks", -1, {"the meta-weighted mixture": meta, "base MiniLM": base}, runs, task, fraction,
+            setting, "test accuracy, meta-weighted - base MiniLM")})
+    return records
+
+
 def claims(runs, s: Settings = FULL) -> list[dict]:
     """The claims list of the study's runs (every pooling; one unit = one pre-finetuning run). Held-out benefit: the
     study's pooling only; number of tasks and batching: the study's pooling where it has their runs, else the
     first-token runs (the setting says which). The longer budget and the pooling comparison are not paper claims."""
     records = heldout_claims([r for r in runs if pooling_of(r) == s.pooling], s)
+    records += end_task_claims([r for r in runs if pooling_of(r) == s.pooling], s)
     for family, build in (("num_tasks", num_tasks_claims), ("batching", batching_claims)):
         pooling = judged_pooling(runs, family, s)
         records += build([r for r in runs if pooling_of(r) == pooling], s, pooling)
@@ -805,6 +835,7 @@ def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str
     lines += pooling_section(every_pooling, s)
     lines += fit_section(runs, s)
     lines += heldout_section(runs, s, folder)
+    lines += end_task_section(runs, s, folder)
 
     sections = ((num_tasks_section, "num_tasks"), (batching_section, "batching"), (budget_section, "budget"))
     for section, claim in sections:
@@ -968,6 +999,79 @@ def heldout_section(runs, s: Settings, folder: Path) -> list[str]:
     if figure:
         lines += ["", f"![test accuracy vs train fraction]({figure})"]
     return lines + [""]
+
+
+def end_task_section(runs, s: Settings, folder: Path) -> list[str]:
+    """End-task-aware pre-finetuning: the three arms per unit, and the weights over training."""
+    lines = ["## End-task-aware pre-finetuning (`--task_weighting meta`)", "", CLAIM_PAPER["end_task_aware"], ""]
+    fraction = s.claim_fraction
+    if not [r for r in runs if r["claim"] == "end_task_aware"]:
+        return lines + ["No run yet: `python benchmarks/evidence/muppet.py --end_task_aware --pft_seeds 42 43 44`.", ""]
+    lines += [f"The mixture pre-finetuned for the fit pilot's budget with `--task_weighting meta --end_task <task> "
+              f"--end_task_train_fraction {fraction:g}` (defaults otherwise: task_weight_lr 0.1, all "
+              f"{len(s.mixture)} tasks' gradients every update, phi* 10 Adam steps), then the task fine-tuned at "
+              f"{fraction * 100:g}% as claim 1 (fresh head). The rows the weights learn from are exactly the rows "
+              "every arm fine-tunes on (one fixed shuffle, the same subset seed): no arm sees labelled end-task data "
+              "the others do not; same number of pre-finetuning updates. Test accuracy per pre-finetuning run "
+              "(mean over its fine-tuning seeds):", "",
+              "| task | unit (pft seed) | base MiniLM | uniform MUPPET | meta-weighted | final weights (alpha) |",
+              "|---|---|---|---|---|---|"]
+    for task in s.held_out:
+        meta = unit_means(arm_values(runs, "end_task_aware", "meta", task, fraction))
+        uniform = unit_means(arm_values(runs, "heldout", "muppet", task, fraction))
+        base = unit_means(arm_values(runs, "heldout", "base", task, fraction)).get(None)
+        for unit in sorted(meta):
+            record = next((r for r in runs if r["claim"] == "end_task_weights" and r["task"] == task
+                           and r.get("pft_seed") == unit), None)
+            alphas = "-" if record is None else ", ".join(
+                f"{name} {alpha:.3f}" for name, alpha in zip(record["tasks"], record["alpha"][-1]))
+            cell = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+            lines.append(f"| {task} | {unit} | {cell(base)} | {cell(uniform.get(unit))} | {cell(meta[unit])} | "
+                         f"{alphas} |")
+    figure = plot_end_task_weights(runs, s, folder)
+    if figure:
+        lines += ["", f"![mixture weights over pre-finetuning]({figure})"]
+    return lines + [""]
+
+
+def plot_end_task_weights(runs, s: Settings, folder: Path) -> str | None:
+    """alpha of each mixture task over the pre-finetuning updates, a panel per end task, a line per task and unit;
+    the uniform 1/K as a dotted line. Does IMDB's weight rise for Rotten Tomatoes?"""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [r for r in runs if r["claim"] == "end_task_weights"]
+    tasks = [t for t in s.held_out if any(r["task"] == t for r in records)]
+    if not tasks:
+        return None
+    figure, axes = plt.subplots(1, len(tasks), figsize=(max(8.0, 5.6 * len(tasks)), 4.6), squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for axis, task in zip(axes[0], tasks):
+        mine = [r for r in records if r["task"] == task]
+        names = mine[0]["tasks"]
+        for k, name in enumerate(names):
+            for n, record in enumerate(sorted(mine, key=lambda r: r["pft_seed"])):
+                axis.plot(record["steps"], [row[k] for row in record["alpha"]], color=colours[k % len(colours)],
+                          alpha=0.9, linewidth=1.2, label=name if n == 0 else None)
+        axis.axhline(1 / len(names), color="grey", linestyle=":", linewidth=1, label="uniform 1/K")
+        axis.set_title(f"toward {task} ({len(mine)} run{'s' if len(mine) != 1 else ''})", fontsize="medium")
+        axis.set_xlabel("pre-finetuning update")
+        axis.set_ylabel("task weight alpha")
+    handles = {}
+    for axis in axes[0]:
+        for handle, label in zip(*axis.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    figure.legend(list(handles.values()), list(handles), loc="lower center", ncol=6, bbox_to_anchor=(0.5, 0.0))
+    figure.suptitle(f"Mixture weights meta-learned toward each end task\nMiniLM, {len(s.mixture)} demo tasks, "
+                    f"{s.claim_fraction * 100:g}% of the end task's rows; one line per task and pre-finetuning run",
+                    fontsize="medium")
+    figure.tight_layout(rect=(0, 0.09, 1, 1))
+    name = "muppet_end_task_weights.png"
+    figure.savefig(folder / name, dpi=110)
+    plt.close(figure)
+    return name
 
 
 def plot_heldout(runs, s: Settings, folder: Path) -> str | None:
