@@ -14,8 +14,8 @@ from pathlib import Path
 import datasets
 import pytest
 import torch
-from tiny import COMMAND_WORDS, tiny_config, tiny_tokenizer, write_command_data
-from transformers import AutoModel, TrainerCallback
+from tiny import COMMAND_WORDS, StopAfter, tiny_config, tiny_tokenizer, write_command_data
+from transformers import AutoModel
 
 from hf_aux.data import tokenize_task
 from hf_aux.modeling.multitask import MultiTaskModel, MultiTaskModelConfig
@@ -119,15 +119,6 @@ def test_at_uniform_weights_an_update_is_uniform_muppets_and_moved_weights_chang
     for name, value in tiny_eta.state_dict().items():
         torch.testing.assert_close(value, reference[name], atol=1e-6, rtol=0, msg=name)
     assert max((value - reference[name]).abs().max().item() for name, value in moved.state_dict().items()) > 1e-5
-
-
-class StopAfter(TrainerCallback):
-    def __init__(self, step):
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step >= self.step:
-            control.should_training_stop = True
 
 
 def test_resume_is_exact_and_checkpoints_carry_the_weights(tmp_path):

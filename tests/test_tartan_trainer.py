@@ -9,8 +9,8 @@ import sys
 import datasets
 import pytest
 import torch
-from tiny import tiny_config, tiny_tokenizer
-from transformers import AutoModelForSequenceClassification, TrainerCallback
+from tiny import StopAfter, tiny_config, tiny_tokenizer
+from transformers import AutoModelForSequenceClassification
 
 from hf_aux.data import group_texts_for_mlm
 from hf_aux.tartan.model import TartanModel
@@ -52,15 +52,6 @@ def make_trainer(data, tmp_path, model=None, **overrides):
     settings.update(overrides)
     return TartanTrainer(model=model or make_model(tok), args=TartanConfig(**settings), train_dataset=train,
                          eval_dataset=val, auxiliary_datasets=aux, processing_class=tok)
-
-
-class StopAfter(TrainerCallback):
-    def __init__(self, step):
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step >= self.step:
-            control.should_training_stop = True
 
 
 def record_draws(trainer):

@@ -6,7 +6,7 @@ Every architecture uses the same small WordPiece vocabulary; model configs are h
 import string
 
 import torch
-from transformers import AutoConfig, BertTokenizer
+from transformers import AutoConfig, BertTokenizer, TrainerCallback
 
 WORDS = (
     "the a an and or but not no yes is are was were be been this that these those it its i you he she we they "
@@ -142,3 +142,15 @@ def command_args(script: str, data, out, quiet, meta_objective: str = "hard") ->
                 meta_objective, "--seed", "0", *common]
     return [*model, "--train_file", str(data / "train.jsonl"), "--validation_file", str(data / "validation.jsonl"),
             "--task_kind", "classification", "--per_device_train_batch_size", "4", *common]
+
+
+class StopAfter(TrainerCallback):
+    """Stops training after optimizer step `step` (its checkpoint saved as save_steps says): the first half of a
+    straight-vs-resumed comparison."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.step:
+            control.should_training_stop = True

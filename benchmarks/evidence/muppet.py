@@ -1059,19 +1059,25 @@ def plot_end_task_weights(runs, s: Settings, folder: Path) -> str | None:
         axis.set_title(f"toward {task} ({len(mine)} run{'s' if len(mine) != 1 else ''})", fontsize="medium")
         axis.set_xlabel("pre-finetuning update")
         axis.set_ylabel("task weight alpha")
+    return save_panels(figure, axes, f"Mixture weights meta-learned toward each end task\nMiniLM, "
+                       f"{len(s.mixture)} demo tasks, {s.claim_fraction * 100:g}% of the end task's rows; one line "
+                       "per task and pre-finetuning run", folder / "muppet_end_task_weights.png", columns=6)
+
+
+def save_panels(figure, axes, title: str, path: Path, columns: int) -> str:
+    """One legend for every panel (each label once) under them, the title above, saved to `path`; its file name."""
+    import matplotlib.pyplot as plt
+
     handles = {}
     for axis in axes[0]:
         for handle, label in zip(*axis.get_legend_handles_labels()):
             handles.setdefault(label, handle)
-    figure.legend(list(handles.values()), list(handles), loc="lower center", ncol=6, bbox_to_anchor=(0.5, 0.0))
-    figure.suptitle(f"Mixture weights meta-learned toward each end task\nMiniLM, {len(s.mixture)} demo tasks, "
-                    f"{s.claim_fraction * 100:g}% of the end task's rows; one line per task and pre-finetuning run",
-                    fontsize="medium")
+    figure.legend(list(handles.values()), list(handles), loc="lower center", ncol=columns, bbox_to_anchor=(0.5, 0.0))
+    figure.suptitle(title, fontsize="medium")
     figure.tight_layout(rect=(0, 0.09, 1, 1))
-    name = "muppet_end_task_weights.png"
-    figure.savefig(folder / name, dpi=110)
+    figure.savefig(path, dpi=110)
     plt.close(figure)
-    return name
+    return path.name
 
 
 def plot_heldout(runs, s: Settings, folder: Path) -> str | None:
@@ -1090,21 +1096,11 @@ def plot_heldout(runs, s: Settings, folder: Path) -> str | None:
     units = set()
     for axis, task in zip(axes[0], tasks):
         units |= heldout_panel(axis, runs, s, task)
-    handles = {}
-    for axis in axes[0]:
-        for handle, label in zip(*axis.get_legend_handles_labels()):
-            handles.setdefault(label, handle)
-    figure.legend(list(handles.values()), list(handles), loc="lower center", ncol=4, bbox_to_anchor=(0.5, 0.0))
-    figure.suptitle(f"Held-out test accuracy. MiniLM, {POOLING_LABELS.get(s.pooling, s.pooling)}; pre-finetuned on "
-                    f"{len(s.mixture)} tasks\n{len(units)} pre-finetuning run{'s' if len(units) != 1 else ''} per "
-                    "arm: dots = fine-tuning seeds, lines = means; "
-                    f"{'no interval over units yet' if len(units) < 2 else 'bars: 95% t interval over units'}",
-                    fontsize="medium")
-    figure.tight_layout(rect=(0, 0.09, 1, 1))
-    name = "muppet_heldout.png"
-    figure.savefig(folder / name, dpi=110)
-    plt.close(figure)
-    return name
+    return save_panels(figure, axes, f"Held-out test accuracy. MiniLM, {POOLING_LABELS.get(s.pooling, s.pooling)}; "
+                       f"pre-finetuned on {len(s.mixture)} tasks\n{len(units)} pre-finetuning "
+                       f"run{'s' if len(units) != 1 else ''} per arm: dots = fine-tuning seeds, lines = means; "
+                       f"{'no interval over units yet' if len(units) < 2 else 'bars: 95% t interval over units'}",
+                       folder / "muppet_heldout.png", columns=4)
 
 
 def heldout_panel(axis, runs, s: Settings, task: str) -> set:
