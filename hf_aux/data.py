@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import inspect
+import json
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -24,6 +29,18 @@ def group_texts_for_mlm(dataset, tokenizer: PreTrainedTokenizerBase, text_column
         raise ValueError(f"MLM text: field 'text_column': column '{text_column}' not in {dataset.column_names}")
     if len(dataset) == 0:
         raise ValueError("MLM text: the dataset is empty")
+    tokenize_and_group = mlm_block_function(tokenizer, text_column, block_size)
+    grouped = dataset.map(tokenize_and_group, batched=True, batch_size=1000, remove_columns=dataset.column_names,
+                          num_proc=num_proc, desc="Grouping texts into MLM blocks")
+    if len(grouped) == 0:
+        raise ValueError(f"MLM text: field 'block_size': the text holds fewer than {block_size} tokens in all, not "
+                         "one block; give more text or a smaller block_size")
+    return grouped
+
+
+def mlm_block_function(tokenizer: PreTrainedTokenizerBase, text_column: str, block_size: int):
+    """The batched function of `group_texts_for_mlm` (a batch of documents -> its blocks), shared with the streamed
+    corpora of `hf_aux.streaming`, so that both make the same blocks of the same text."""
     start = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
     end = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
     if start is None or end is None:
@@ -39,12 +56,7 @@ def group_texts_for_mlm(dataset, tokenizer: PreTrainedTokenizerBase, text_column
         blocks = [b for b in blocks if len(b) == block_size]  # drop the ragged tail, as run_mlm.py does
         return {"input_ids": blocks, "attention_mask": [[1] * len(b) for b in blocks]}
 
-    grouped = dataset.map(tokenize_and_group, batched=True, batch_size=1000, remove_columns=dataset.column_names,
-                          num_proc=num_proc, desc="Grouping texts into MLM blocks")
-    if len(grouped) == 0:
-        raise ValueError(f"MLM text: field 'block_size': the text holds fewer than {block_size} tokens in all, not "
-                         "one block; give more text or a smaller block_size")
-    return grouped
+    return tokenize_and_group
 
 
 def mask_tokens_for_mlm(
@@ -168,11 +180,12 @@ def tokenize_task(task, dataset, tokenizer: PreTrainedTokenizerBase, *, max_leng
             return out
 
     elif kind == "multiple_choice":
-        for row, options in enumerate(dataset[task.choices_column]):
-            if len(options) < 2:
-                raise task_error(task.name, task.choices_column, f"row {row} has {len(options)} choice"
-                                 f"{'' if len(options) == 1 else 's'}; ranking needs at least 2 (eq. 1 divides the "
-                                 "loss by log n)")
+        short = _first_short_choice_row(dataset, task.choices_column)
+        if short is not None:
+            row, count = short
+            raise task_error(task.name, task.choices_column, f"row {row} has {count} choice"
+                             f"{'' if count == 1 else 's'}; ranking needs at least 2 (eq. 1 divides the loss by "
+                             "log n)")
 
         def encode(batch):
             choices = batch[task.choices_column]
@@ -254,8 +267,18 @@ def tokenize_task(task, dataset, tokenizer: PreTrainedTokenizerBase, *, max_leng
     else:  # TaskSpec validates kinds; this guards against a spec mutated after construction
         raise ValueError(f"task '{task.name}': field 'kind': unknown kind {kind!r}")
 
-    tokenized = dataset.map(encode, batched=True, with_indices=kind == "extractive_qa",
-                            remove_columns=dataset.column_names, desc=f"Tokenizing {task.name}")
+    def encode_and_name(batch, *indices):
+        out = encode(batch, *indices)
+        out["task_name"] = [task.name] * len(out["input_ids"])
+        return out
+
+    # a fingerprint of what the rows depend on, so a dataset read from disk is tokenised once into datasets' cache
+    # (memory-mapped Arrow) and the next start with the same data, task, tokenizer and lengths reads it back
+    settings = {"max_length": max_length, "doc_stride": doc_stride, "max_target_length": max_target_length,
+                "keep_qa_offsets": keep_qa_offsets}
+    tokenized = dataset.map(encode_and_name, batched=True, with_indices=kind == "extractive_qa",
+                            remove_columns=dataset.column_names, desc=f"Tokenizing {task.name}",
+                            new_fingerprint=tokenized_fingerprint(dataset, task, tokenizer, settings))
     if len(tokenized) == 0:
         raise ValueError(f"task '{task.name}': field 'dataset': tokenisation produced no rows")
     if kind == "seq2seq":
@@ -270,7 +293,68 @@ def tokenize_task(task, dataset, tokenizer: PreTrainedTokenizerBase, *, max_leng
             if all(label == -100 for label in labels):
                 raise task_error(task.name, "tokens_column", f"row {row}: no word gave a sub-token (after "
                                  f"truncation to max_length={max_length}): nothing to predict")
-    return tokenized.add_column("task_name", [task.name] * len(tokenized))
+    return tokenized
+
+
+def tokenized_fingerprint(dataset, task, tokenizer: PreTrainedTokenizerBase, settings: dict) -> str:
+    """The datasets fingerprint of `tokenize_task(task, dataset, tokenizer, **settings)`: a hash of the input rows'
+    fingerprint, the task's fields, the tokenizer, the settings and the source of `tokenize_task` itself (a code
+    change makes new files). Deterministic across processes, unlike datasets' default hash of the mapped function,
+    which pickles the tokenizer whose state changes as it is used (and costs ~0.4 s per call for a 30k vocabulary)."""
+    from datasets.fingerprint import Hasher
+
+    spec = json.dumps(task.to_dict(), sort_keys=True, default=str)
+    return Hasher.hash([dataset._fingerprint, spec, tokenizer_fingerprint(tokenizer), sorted(settings.items()),
+                        _tokenize_source_hash()])
+
+
+_TOKENIZER_HASHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
+    """A hash of what the tokenizer does to text: its full definition (vocabulary, normaliser, pre-tokeniser,
+    post-processor; not the truncation and padding it was last called with, which each call sets again), class,
+    special tokens and sides. Kept per tokenizer object while its size, special tokens and sides stay the same."""
+    signature = (len(tokenizer), tokenizer.padding_side, tokenizer.truncation_side, tuple(tokenizer.all_special_ids))
+    known = _TOKENIZER_HASHES.get(tokenizer)
+    if known is not None and known[0] == signature:
+        return known[1]
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        state = json.loads(backend.to_str())
+        state.pop("truncation", None), state.pop("padding", None)
+        definition = json.dumps(state, sort_keys=True)
+    else:
+        definition = json.dumps(sorted(tokenizer.get_vocab().items()))
+    described = [type(tokenizer).__name__, definition, signature, str(tokenizer.special_tokens_map)]
+    digest = hashlib.sha256(json.dumps(described, default=str).encode()).hexdigest()
+    _TOKENIZER_HASHES[tokenizer] = (signature, digest)
+    return digest
+
+
+@functools.cache
+def _tokenize_source_hash() -> str:
+    try:
+        return hashlib.sha256(inspect.getsource(tokenize_task).encode()).hexdigest()
+    except OSError:  # installed without its sources: the package version stands for the code
+        from importlib.metadata import version
+
+        return f"hf_aux {version('hf_aux')}"
+
+
+def _first_short_choice_row(dataset, column: str) -> tuple[int, int] | None:
+    """(row, number of choices) of the first row of a multiple-choice split with fewer than 2 choices, else None;
+    counted in Arrow, without reading the choices into Python."""
+    import pyarrow.compute as pc
+
+    from .column_checks import arrow_column
+
+    sizes = pc.list_value_length(arrow_column(dataset, column)).fill_null(0)
+    short = pc.less(sizes, 2)
+    if not pc.any(short).as_py():
+        return None
+    row = pc.index(short, True).as_py()
+    return row, sizes[row].as_py()
 
 
 def first_subtoken_labels(word_ids: list[int | None], tags: list[int]) -> list[int]:

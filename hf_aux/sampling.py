@@ -169,9 +169,7 @@ class TaskBatchSampler(torch.utils.data.Sampler):
                 continue
             own = int(tasks[window.start])
             mine = window.stop - 1
-            for other in sorted(range(len(starts)), key=lambda h: (abs(h - g), h)):
-                if other == g:
-                    continue
+            for other in _nearest_first(g, len(starts)):
                 lo, hi = starts[other], min(starts[other] + group, total)
                 # the donor batch must be of another task, and what stays in its update must not all be `own`
                 donor = next((j for j in range(lo, hi) if tasks[j] != own
@@ -180,6 +178,17 @@ class TaskBatchSampler(torch.utils.data.Sampler):
                     tasks[[mine, donor]] = tasks[[donor, mine]]
                     index[[mine, donor]] = index[[donor, mine]]
                     break
+
+
+def _nearest_first(g: int, count: int):
+    """The indices of [0, count) other than g by distance from g, the lower first at equal distance (g-1, g+1, g-2,
+    ...): what sorting them by (|h - g|, h) gives, without sorting all of them for every update that needs a donor
+    (a 50 x 100k-row mixture has 300k updates)."""
+    for distance in range(1, max(g, count - 1 - g) + 1):
+        if g - distance >= 0:
+            yield g - distance
+        if g + distance < count:
+            yield g + distance
 
 
 class BatchStream:

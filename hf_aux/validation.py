@@ -153,12 +153,37 @@ def check_data_file(path: str, where: str) -> str:
     builder = DATA_FILE_BUILDERS[suffix]
     if builder == "parquet":
         return builder  # binary; datasets' own reader reports a damaged file (re-raised by load_data_files)
+    marker = _passed_marker(path)
+    if marker.exists():  # this version of the file (path, size, modification time) passed before
+        return builder
     _check_utf8(path, where)
     if builder == "csv":
         _check_csv(path, where)
     else:
         _check_lines(path, where, json_lines=builder == "json")
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    except OSError:  # a read-only cache only means the next start checks the file again
+        pass
     return builder
+
+
+# Bump when the line checks above change, so that files passed by older checks are checked again.
+LINE_CHECKS_VERSION = 1
+
+
+def _passed_marker(path: str) -> Path:
+    """An empty file in datasets' cache folder (HF_DATASETS_CACHE) whose name stands for this version of `path`
+    (its real path, size and modification time, as datasets itself keys the Arrow files it makes of local files)
+    having passed the line checks: a second start skips reading a large file line by line again."""
+    import hashlib
+
+    import datasets.config
+
+    stat = os.stat(path)
+    key = f"{LINE_CHECKS_VERSION}|{os.path.realpath(path)}|{stat.st_size}|{stat.st_mtime_ns}"
+    return Path(datasets.config.HF_DATASETS_CACHE) / "hf_aux_checked_files" / hashlib.sha256(key.encode()).hexdigest()
 
 
 def load_data_files(files: dict[str, str], where: str, **load_kwargs):
@@ -227,12 +252,24 @@ def infer_class_labels(splits: dict, label_column: str, where: str, hint: str) -
     values = set()
     for split, data in splits.items():
         _require_column(data, label_column, split, where)
-        labels = list(data[label_column])
-        if None in labels:
-            raise ValueError(f"{where}: {split} row {labels.index(None)}: the label is empty (None/null); fill it or "
+        distinct, first_null = _distinct_labels(data, label_column)
+        if first_null is not None:
+            raise ValueError(f"{where}: {split} row {first_null}: the label is empty (None/null); fill it or "
                              "drop the row")
-        values.update(labels)
+        values.update(distinct)
     return _classes_of(values, "labels", where, hint)
+
+
+def _distinct_labels(data, column: str) -> tuple[list, int | None]:
+    """(the distinct non-null values of a label column, the first row whose label is None or None): from Arrow for
+    a column of scalars (no Python object per row), else read row by row."""
+    from .column_checks import distinct_values
+
+    found = distinct_values(data, column) if hasattr(data, "select_columns") else None
+    if found is not None:
+        return found
+    labels = list(data[column])
+    return [v for v in labels if v is not None], labels.index(None) if None in labels else None
 
 
 def _classes_of(values: set, what: str, where: str, hint: str) -> dict:
@@ -287,7 +324,7 @@ def infer_task_kind(splits: dict, columns: dict, where: str, hint: str) -> str:
                          f"pass {hint}")
     if (columns.get("choices_column") or "choices") in first.column_names:
         return "multiple_choice"
-    values = [v for data in splits.values() for v in data[label] if v is not None]
+    values = [v for data in splits.values() for v in _distinct_labels(data, label)[0]]
     if any(isinstance(v, (list, tuple, dict)) for v in values):
         raise ValueError(f"{where}: the {label!r} column holds lists (one label per token?), which is not a "
                          f"single-label task; pass {hint} with one label per row, or, for one tag per word, the kind "

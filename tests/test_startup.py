@@ -1,0 +1,159 @@
+"""Start-up of large mixtures (issue #33, item 4): tokenised splits cached under a deterministic fingerprint and
+read back by the next process, checks in Arrow that agree with the row-by-row checks, data files checked once per
+version, and the sampler's plan unchanged by its faster donor search."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import datasets
+import numpy as np
+import pytest
+from tiny import tiny_tokenizer
+
+from hf_aux import sampling, validation
+from hf_aux.column_checks import distinct_values, task_rows_are_clean
+from hf_aux.data import tokenize_task, tokenized_fingerprint
+from hf_aux.sampling import TaskBatchSampler
+from hf_aux.tasks import TaskSpec, check_task_data, load_mixture, load_task_splits
+
+
+def classification(**fields):
+    return TaskSpec(**{"name": "t", "kind": "classification", "num_labels": 3, "dataset": datasets.Dataset.from_dict(
+        {"text": ["a"]}), **fields})
+
+
+@pytest.mark.parametrize("texts, labels, clean", [
+    (["good film", "bad"], [0, 2], True),
+    (["good film", "bad"], [0, 3], False),  # out of range
+    (["good film", None], [0, 1], False),  # a None text
+    (["good film", "   "], [0, 1], False),  # a blank cell: the row checks count and log it
+    (["good film", "\x1c\u3000"], [0, 1], False),  # blank as str.strip() sees it, not as RE2's \s does
+    (["good film", "bad"], [0, None], False),
+    (["good film", "bad"], [0.0, 1.5], False),  # floats: the row checks word the error
+])
+def test_arrow_checks_agree_with_the_row_checks(texts, labels, clean, caplog):
+    data = datasets.Dataset.from_dict({"text": texts, "label": labels})
+    task = classification()
+    assert task_rows_are_clean(task, data) is clean
+    if clean:
+        check_task_data(task, data)
+        return
+    with caplog.at_level(logging.WARNING):
+        try:
+            check_task_data(task, data)
+        except ValueError:
+            return
+    assert "empty" in caplog.text  # what the fast path left to the row checks was reported by them
+
+
+def test_arrow_checks_of_string_labels_and_multiple_choice():
+    named = classification(num_labels=None, label_names=["neg", "pos"])
+    assert task_rows_are_clean(named, datasets.Dataset.from_dict({"text": ["a", "b"], "label": ["pos", "neg"]}))
+    assert not task_rows_are_clean(named, datasets.Dataset.from_dict({"text": ["a", "b"], "label": ["pos", "meh"]}))
+    choice = TaskSpec(name="mc", kind="multiple_choice", dataset=datasets.Dataset.from_dict({"question": ["q"]}))
+    good = {"question": ["q1", "q2"], "choices": [["a", "b"], ["c", "d", "e"]], "label": [1, 2]}
+    assert task_rows_are_clean(choice, datasets.Dataset.from_dict(good))
+    for change in ({"label": [1, 3]}, {"choices": [["a"], ["c", "d"]]}, {"choices": [["a", ""], ["c", "d", "e"]]}):
+        assert not task_rows_are_clean(choice, datasets.Dataset.from_dict({**good, **change})), change
+    with pytest.raises(ValueError, match=r"train row 1: label 3 out of range \[0, 3\)"):
+        check_task_data(choice, datasets.Dataset.from_dict({**good, "label": [1, 3]}))
+
+
+def test_distinct_values_name_the_first_empty_row():
+    values, first_null = distinct_values(datasets.Dataset.from_dict({"label": [2, 0, None, 2, None]}), "label")
+    assert sorted(values) == [0, 2] and first_null == 2
+    assert distinct_values(datasets.Dataset.from_dict({"label": [[1], [2]]}), "label") is None  # lists: read rows
+
+
+def write_tasks(folder, rows=40):
+    rng = np.random.default_rng(0)
+    with open(folder / "a.jsonl", "w") as handle:
+        for i in range(rows):
+            handle.write(json.dumps({"text": f"good movie {i}", "label": int(rng.integers(3))}) + "\n")
+    (folder / "mixture.yaml").write_text("tasks:\n  - {name: a, data_files: a.jsonl, validation_fraction: 0.25}\n")
+
+
+TOKENIZE = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    from tiny import tiny_tokenizer
+    from hf_aux.data import tokenize_task
+    from hf_aux.tasks import load_mixture, load_task_splits
+    task = load_mixture({mixture!r})[0]
+    train = load_task_splits(task)["train"]
+    tokenized = tokenize_task(task, train, tiny_tokenizer(), max_length=16)
+    print(tokenized.cache_files[0]["filename"], len(tokenized), tokenized[0]["task_name"])
+""")
+
+
+def test_a_second_process_reads_the_tokenised_split_from_the_cache(tmp_path):
+    """The tokenised split is written once to datasets' cache (memory-mapped Arrow) under a fingerprint that does
+    not depend on the process: a second process finds the same file and does not write it again."""
+    write_tasks(tmp_path)
+    script = tmp_path / "tokenize_twice.py"
+    script.write_text(TOKENIZE.format(tests=os.path.dirname(__file__), mixture=str(tmp_path / "mixture.yaml")))
+    env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "cache")}
+
+    def run():
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.split()
+
+    first = run()
+    path, rows, name = first
+    assert rows == "30" and name == "a" and os.path.isfile(path)
+    written = os.stat(path).st_mtime_ns
+    assert run() == first and os.stat(path).st_mtime_ns == written
+
+
+def test_the_fingerprint_follows_what_the_rows_depend_on(tmp_path):
+    write_tasks(tmp_path)
+    task = load_mixture(tmp_path / "mixture.yaml")[0]
+    train = load_task_splits(task)["train"]
+    tokenizer = tiny_tokenizer()
+    base = tokenized_fingerprint(train, task, tokenizer, {"max_length": 16})
+    tokenize_task(task, train, tokenizer, max_length=16)  # using the tokenizer changes its truncation state, not this
+    assert tokenized_fingerprint(train, task, tokenizer, {"max_length": 16}) == base
+    assert tokenized_fingerprint(train, task, tiny_tokenizer(), {"max_length": 16}) == base
+    other_vocab = tiny_tokenizer()
+    other_vocab.add_tokens(["zebra"])
+    assert tokenized_fingerprint(train, task, other_vocab, {"max_length": 16}) != base
+    assert tokenized_fingerprint(train, task, tokenizer, {"max_length": 17}) != base
+    assert tokenized_fingerprint(train.select(range(5)), task, tokenizer, {"max_length": 16}) != base
+    renamed = TaskSpec(**{**task.to_dict(), "name": "b"})
+    assert tokenized_fingerprint(train, renamed, tokenizer, {"max_length": 16}) != base
+
+
+def test_a_data_file_is_read_line_by_line_once_per_version(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    path = tmp_path / "a.jsonl"
+    path.write_text('{"text": "a", "label": 0}\n')
+    calls = []
+    original = validation._check_lines
+    monkeypatch.setattr(validation, "_check_lines", lambda *a, **k: calls.append(a) or original(*a, **k))
+    validation.check_data_file(str(path), "w")
+    validation.check_data_file(str(path), "w")
+    assert len(calls) == 1
+    path.write_text('{"text": "a", "label": 0}\n[1, 2]\n')  # a new version is checked again, and refused
+    with pytest.raises(ValueError, match="line 2 is a list, not a JSON object"):
+        validation.check_data_file(str(path), "w")
+    assert len(calls) == 2
+
+
+def sorted_search(g: int, count: int) -> list[int]:
+    """The donor search as it was written first: every update sorted by its distance from g."""
+    return [h for h in sorted(range(count), key=lambda h: (abs(h - g), h)) if h != g]
+
+
+@pytest.mark.parametrize("sizes, group", [([400, 30, 7], 2), ([50] * 5, 3), ([900, 10], 4), ([64], 2)])
+def test_the_faster_donor_search_keeps_the_plan(sizes, group, monkeypatch):
+    plan = [(t, rows.tolist()) for t, rows in TaskBatchSampler(sizes, 4, group, seed=5).epoch_plan(0)]
+    monkeypatch.setattr(sampling, "_nearest_first", sorted_search)
+    reference = [(t, rows.tolist()) for t, rows in TaskBatchSampler(sizes, 4, group, seed=5).epoch_plan(0)]
+    assert plan == reference
+    assert list(sampling._nearest_first(3, 7)) == [2, 4, 1, 5, 0, 6]
