@@ -17,6 +17,8 @@
   own (a second model, task weights, an optimizer of its own) adds three hooks: `_save_model_extras(folder)`
   (beside every saved model), `_save_checkpoint_extras(folder)` (into a checkpoint folder, before
   trainer_state.json, the file that marks it complete) and `_load_checkpoint_extras(folder)` (on resume).
+  A streamed corpus (`hf_aux.streaming.ResumableStream` as the train dataset) has its position saved into every
+  checkpoint and restored on resume, for every trainer.
 - **Hub pushes.** With `defer_hub_pushes` set (the `hf-aux` commands set it: they push the output folder once, at
   the end, after evaluation and the card, with `hf_aux.hub.push_trainer_output`), `push_to_hub` (which
   `save_model` calls) only logs, and checkpoint pushes (`hub_strategy`) go through hf_aux's token-checked
@@ -47,6 +49,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from .hub import push_checkpoint
 from .model_card import ModelCardMixin
 from .nonfinite import install_nonfinite_guard
+from .streaming import ResumableStream, load_stream_state, save_stream_state
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +64,10 @@ class AuxTrainer(ModelCardMixin, Trainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._nonfinite_guard = install_nonfinite_guard(self, watch_model_loss=self._watch_model_loss)
+        if isinstance(self.train_dataset, ResumableStream):
+            # a streamed corpus resumes at its saved position (hf_aux.streaming); Trainer's skipping of the seen
+            # batches would read the stream again from its start and mask them with the restored random state
+            self.args.ignore_data_skip = True
 
     # ---- saving ------------------------------------------------------------------------------------------------
     def _save(self, output_dir: str | None = None, state_dict=None) -> None:
@@ -89,6 +96,7 @@ class AuxTrainer(ModelCardMixin, Trainer):
                                   f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
             os.makedirs(folder, exist_ok=True)
             self._save_checkpoint_extras(folder)
+            save_stream_state(self, folder)
         super()._save_checkpoint(model, trial)
 
     def _save_model_extras(self, output_dir: str) -> None:
@@ -103,6 +111,7 @@ class AuxTrainer(ModelCardMixin, Trainer):
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         self._load_model_parts(resume_from_checkpoint, model)
         self._load_checkpoint_extras(resume_from_checkpoint)
+        load_stream_state(self, resume_from_checkpoint)
 
     def _load_best_model(self) -> None:
         if getattr(self.accelerator.unwrap_model(self.model), "load_checkpoint", None) is None:

@@ -95,6 +95,10 @@ class DataTrainingArguments(DataSourceArguments):
     demo_sources: list[str] = field(default_factory=lambda: ["wikipedia", "imdb"], metadata={
         "help": f"Demo text only: which unlabelled sources, of {list(UNLABELLED_SOURCES)}."})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenising."})
+    streaming: bool = field(default=False, metadata={
+        "help": "Read --train_file / --dataset_name as a stream (datasets' streaming=True), tokenised and grouped "
+                "into blocks as training reads them: bounded memory, nothing written to the datasets cache, an exact "
+                "resume. Needs --max_steps; no held-out share of a stream (give --validation_file to evaluate)."})
     downstream_probe: bool = field(default=True, metadata={
         "help": "After continued pretraining (--encoder_name_or_path) of at least 200 steps: a fixed ~1 minute "
                 "check of the encoder the run leaves against the one it started from (a logistic-regression probe "
@@ -130,13 +134,36 @@ def parse_args(argv: list[str] | None = None):
     return model_args, data_args, training_args
 
 
+def check_streaming(data_args: DataTrainingArguments, training_args) -> None:
+    """--streaming reads a given corpus for a given number of steps (a stream has no length)."""
+    if data_args.dataset_name is None and data_args.train_file is None:
+        raise ValueError("DataTrainingArguments: field 'streaming': streams --train_file or --dataset_name; the demo "
+                         "text is built in memory (give a corpus, or drop --streaming)")
+    if training_args.max_steps is None or training_args.max_steps <= 0:
+        raise ValueError("AmosConfig: field 'max_steps': --streaming needs --max_steps (a stream has no length, so "
+                         "epochs cannot be counted)")
+
+
+def streamed_blocks(stream, tokenizer, data_args: DataTrainingArguments):
+    """The train blocks of a streamed corpus, made as training reads them, resumable at a checkpoint's position."""
+    from ..streaming import ResumableStream, stream_mlm_blocks
+
+    blocks = stream_mlm_blocks(stream, tokenizer, data_args.text_column_name, data_args.max_seq_length)
+    if data_args.max_train_samples is not None:
+        blocks = blocks.take(data_args.max_train_samples)
+    return ResumableStream(blocks)
+
+
 def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed: int):
-    """Raw text (a `datasets.DatasetDict`) with a train and (when available or split off) a validation split."""
+    """Raw text (a `datasets.DatasetDict`) with a train and (when available or split off) a validation split. With
+    --streaming the train split is a streamed `datasets.IterableDataset` (hf_aux.streaming; no held-out share)."""
     import datasets
 
     from ..hub import explain_hub_errors
     from ..validation import check_corpus, check_holdout_split, load_data_files
 
+    if data_args.streaming:
+        return streamed_text(data_args, model_args)
     if data_args.dataset_name is not None:
         with explain_hub_errors("DataTrainingArguments", "dataset_name", data_args.dataset_name):
             raw = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name,
@@ -163,6 +190,31 @@ def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed
         raw = datasets.DatasetDict({"train": split["train"], "validation": split["test"]})
     return raw
 
+
+def streamed_text(data_args: DataTrainingArguments, model_args: ModelArguments) -> dict:
+    """{"train": the streamed corpus[, "validation": --validation_file, loaded as usual]}."""
+    import contextlib
+
+    from ..hub import explain_hub_errors
+    from ..streaming import stream_corpus
+    from ..validation import check_corpus, load_data_files
+
+    if data_args.train_file is not None:
+        where, hub_errors = "DataTrainingArguments: field 'train_file'", contextlib.nullcontext()
+    else:
+        where = "DataTrainingArguments: field 'dataset_name'"
+        hub_errors = explain_hub_errors("DataTrainingArguments", "dataset_name", data_args.dataset_name)
+    with hub_errors:
+        text = {"train": stream_corpus(data_args.text_column_name, where, train_file=data_args.train_file,
+                                       dataset_name=data_args.dataset_name,
+                                       dataset_config=data_args.dataset_config_name, cache_dir=model_args.cache_dir)}
+    if data_args.validation_file is not None:
+        text["validation"] = load_data_files({"validation": data_args.validation_file},
+                                             "DataTrainingArguments: field 'validation_file'",
+                                             cache_dir=model_args.cache_dir)["validation"]
+        check_corpus(text["validation"], data_args.text_column_name,
+                     "DataTrainingArguments: field 'text_column_name'", "validation")
+    return text
 
 
 def encoder_path(model_args: ModelArguments) -> str:
@@ -239,6 +291,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         return run.results
 
     # ---- text (checked before anything is loaded), tokenizer, model ----
+    if data_args.streaming:
+        check_streaming(data_args, training_args)
     raw = load_text(data_args, model_args, training_args.seed)
     tokenizer_name = model_args.tokenizer_name or (encoder_path(model_args) if model_args.encoder_name_or_path
                                                    else minilm_path("ModelArguments", "tokenizer_name"))
@@ -250,14 +304,16 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         raise ValueError(f"ModelArguments: field 'tokenizer_name': the tokenizer has {len(tokenizer)} tokens, the "
                          f"model's vocabulary {vocab}")
     blocks = {}
+    if data_args.streaming and training_args.do_train:
+        blocks["train"] = streamed_blocks(raw["train"], tokenizer, data_args)
     with training_args.main_process_first(desc="grouping text into blocks"):
         for split in ("train", "validation"):
-            if split in raw:
+            if split in raw and split not in blocks and not (data_args.streaming and split == "train"):
                 blocks[split] = group_texts_for_mlm(raw[split], tokenizer, data_args.text_column_name,
                                                     block_size=data_args.max_seq_length,
                                                     num_proc=data_args.preprocessing_num_workers)
     train_data, eval_data = blocks.get("train"), blocks.get("validation")
-    if train_data is not None and data_args.max_train_samples is not None:
+    if train_data is not None and data_args.max_train_samples is not None and not data_args.streaming:
         train_data = train_data.select(range(min(len(train_data), data_args.max_train_samples)))
     if eval_data is not None and data_args.max_eval_samples is not None:
         eval_data = eval_data.select(range(min(len(eval_data), data_args.max_eval_samples)))
@@ -271,7 +327,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     results = {}
     if training_args.do_train:  # save_model: the discriminator at the top (plain transformers), generator/
-        results.update(train_and_save(trainer, run, train_samples=len(train_data)))
+        sizes = {} if data_args.streaming else {"train_samples": len(train_data)}  # a stream has no length
+        results.update(train_and_save(trainer, run, **sizes))
 
     if training_args.do_eval:
         metrics = trainer.evaluate()

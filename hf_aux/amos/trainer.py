@@ -243,7 +243,8 @@ class AmosTrainer(AuxTrainer):
             return {card: last_eval[key] for card, key in names.items()
                     if isinstance(last_eval.get(key), (int, float)) and math.isfinite(last_eval[key])}
 
-        train_size = len(self.train_dataset) if self.train_dataset is not None else None
+        # a streamed corpus (hf_aux.streaming) has no length
+        train_size = len(self.train_dataset) if hasattr(self.train_dataset, "__len__") else None
         eval_size = len(self.eval_dataset) if self.eval_dataset is not None and last_eval else None
         summaries = [TaskSummary("replaced_token_detection", "rtd", train_size=train_size, eval_size=eval_size, **origin,
                                  metrics=finite({"loss": "eval_rtd_loss",

@@ -1,0 +1,131 @@
+"""Unlabelled corpora read as a stream (datasets' `IterableDataset`), tokenised and grouped into MLM blocks on the
+fly, in bounded memory, with an exact resume.
+
+- `stream_corpus`: a local text/csv/json(l)/parquet file or a Hub dataset as an `IterableDataset` of its text
+  column (`load_dataset(..., streaming=True)`): nothing is converted to Arrow on disk, nothing is read ahead.
+- `stream_mlm_blocks`: the same blocks `hf_aux.data.group_texts_for_mlm` makes of a dataset (the same function,
+  over the same batches of 1,000 documents), made as training reads them.
+- `ResumableStream`: the torch `IterableDataset` a trainer reads. It keeps the source's `state_dict()` at the last
+  positions it yielded, so that a checkpoint stores the position of exactly the blocks training consumed (not the
+  ones the data loader fetched ahead), and a resumed run continues with the next block the uninterrupted run
+  would have read. `hf_aux.base_trainer.AuxTrainer` saves it into every checkpoint (`stream_state.json`) and
+  restores it on resume, and turns off Trainer's own skipping of seen batches, which would read the stream again
+  from its start and draw the skipped batches' MLM masks from the restored random state.
+
+The stream is read in order: a shuffle buffer cannot be restored exactly, so there is none (as in run_mlm.py's
+--streaming). Only the main process reads it (accelerate dispatches an iterable dataset's batches to the others).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+
+import torch
+
+STATE_FILE = "stream_state.json"
+
+
+def stream_corpus(text_column: str, where: str, *, train_file: str | None = None, dataset_name: str | None = None,
+                  dataset_config: str | None = None, **load_kwargs):
+    """The train text of a local file (checked as `hf_aux.validation.check_data_file` checks it, line by line,
+    without loading it) or of a Hub dataset, as a streamed `datasets.IterableDataset` holding only `text_column`.
+    `where` names the owner in errors (e.g. "DataTrainingArguments: field 'train_file'")."""
+    import datasets
+
+    from .validation import check_data_file
+
+    if train_file is not None:
+        builder = check_data_file(train_file, where)
+        stream = datasets.load_dataset(builder, data_files={"train": train_file}, split="train", streaming=True,
+                                       **load_kwargs)
+    else:
+        stream = datasets.load_dataset(dataset_name, dataset_config, split="train", streaming=True, **load_kwargs)
+    columns = stream.column_names
+    if columns is not None and text_column not in columns:
+        raise ValueError(f"{where}: column {text_column!r} not in the train text; columns are {columns} (name the "
+                         "column that holds the text)")
+    return stream.select_columns([text_column])
+
+
+def stream_mlm_blocks(stream, tokenizer, text_column: str = "text", block_size: int = 128):
+    """`group_texts_for_mlm` over a streamed corpus: `input_ids` / `attention_mask` blocks of `block_size` tokens,
+    made on the fly. A document that is not text (None, a number) is an error naming its row when it is read."""
+    from .data import mlm_block_function
+
+    make_blocks = mlm_block_function(tokenizer, text_column, block_size)
+
+    def checked_blocks(batch, indices):
+        for row, text in zip(indices, batch[text_column]):
+            if not isinstance(text, str):
+                raise ValueError(f"MLM text: field 'text_column': train row {row}: column {text_column!r} holds "
+                                 f"{type(text).__name__} {text!r}, not text; fill the cell or drop the row")
+        return make_blocks(batch)
+
+    return stream.map(checked_blocks, batched=True, batch_size=1000, with_indices=True, remove_columns=[text_column])
+
+
+class ResumableStream(torch.utils.data.IterableDataset):
+    """The examples of a `datasets.IterableDataset`, counted, with the source's position after each of the last
+    `keep` examples yielded (`state_at`). `load_state_dict` (before iterating) starts the next pass there."""
+
+    def __init__(self, source, keep: int = 8192):
+        self.source, self.keep = source, keep
+        self.yielded = 0  # examples yielded since the start of training (over passes and resumes)
+        self._states = collections.deque(maxlen=keep)  # (yielded, source state after them)
+        self._resume = None
+
+    def __iter__(self):
+        if torch.utils.data.get_worker_info() is not None:
+            raise ValueError("streaming: field 'dataloader_num_workers': a streamed corpus is read in the main process "
+                             "(its position is saved with checkpoints); set dataloader_num_workers to 0")
+        if self._resume is not None:
+            self.source.load_state_dict(self._resume["source"])
+            self.yielded, self._resume = self._resume["yielded"], None
+        self._states.append((self.yielded, self.source.state_dict()))
+        for example in self.source:
+            self.yielded += 1
+            self._states.append((self.yielded, self.source.state_dict()))
+            yield example
+
+    def state_at(self, consumed: int) -> dict:
+        """The state after the first `consumed` examples: `{"yielded": consumed, "source": <source state>}`."""
+        for count, state in reversed(self._states):
+            if count == consumed:
+                return {"yielded": consumed, "source": state}
+        raise ValueError(f"streaming: the position after {consumed} examples is no longer kept (the last "
+                         f"{len(self._states)} positions are, up to {self.yielded}); the data loader read further "
+                         f"ahead than keep={self.keep} examples")
+
+    def load_state_dict(self, state: dict) -> None:
+        self._resume = state
+
+
+def consumed_examples(trainer) -> int:
+    """Examples of the stream that the trainer's completed optimizer steps consumed: per step, the accumulated
+    micro-batches of every process (the main process reads them all and dispatches them)."""
+    args = trainer.args
+    return trainer.state.global_step * args.gradient_accumulation_steps * trainer._train_batch_size * args.world_size
+
+
+def save_stream_state(trainer, checkpoint_folder: str) -> None:
+    """Into a checkpoint: the stream's position after the blocks its optimizer steps consumed (nothing for data
+    that is not a `ResumableStream`)."""
+    if isinstance(trainer.train_dataset, ResumableStream):
+        state = trainer.train_dataset.state_at(consumed_examples(trainer))
+        with open(os.path.join(checkpoint_folder, STATE_FILE), "w", encoding="utf-8") as handle:
+            json.dump(state, handle)
+
+
+def load_stream_state(trainer, checkpoint_folder: str) -> None:
+    """On resume: the stream continues after the blocks the checkpoint's steps consumed. A checkpoint without the
+    position (written without --streaming) is an error naming the flag."""
+    if not isinstance(trainer.train_dataset, ResumableStream):
+        return
+    path = os.path.join(checkpoint_folder, STATE_FILE)
+    if not os.path.isfile(path):
+        raise ValueError(f"resume_from_checkpoint: {checkpoint_folder!r} holds no {STATE_FILE} (it was not written "
+                         "by a --streaming run), so the stream's position is unknown; resume without --streaming")
+    with open(path, encoding="utf-8") as handle:
+        trainer.train_dataset.load_state_dict(json.load(handle))
