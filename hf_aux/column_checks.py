@@ -10,11 +10,12 @@ label column for the label and kind inference in `hf_aux.validation`.
 from __future__ import annotations
 
 import functools
+import json
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["arrow_column", "distinct_values", "task_rows_are_clean"]
+__all__ = ["arrow_column", "distinct_values", "rows_are_clean", "task_rows_are_clean"]
 
 
 def arrow_column(data, column: str) -> pa.ChunkedArray:
@@ -33,7 +34,30 @@ def distinct_values(data, column: str) -> tuple[list, int | None] | None:
     return pc.unique(values.drop_null()).to_pylist(), first_null
 
 
+# Bump when the checks below change, so that splits passed by older checks are checked again.
+COLUMN_CHECKS_VERSION = 1
+
+
 def task_rows_are_clean(task, data) -> bool:
+    """`rows_are_clean`, remembered: a split read from disk that passed leaves a marker in datasets' cache named by
+    its fingerprint (which datasets derives from the files and their modification times, and from every
+    transformation since) and the task's fields, so that the next start does not read its columns again (reading
+    them maps every page of a large task's text into the process)."""
+    if not getattr(data, "cache_files", None):
+        return rows_are_clean(task, data)
+    from .validation import cache_marker, touch_marker
+
+    key = json.dumps([COLUMN_CHECKS_VERSION, data._fingerprint, task.to_dict()], sort_keys=True, default=str)
+    marker = cache_marker("hf_aux_checked_splits", key)
+    if marker.exists():
+        return True
+    clean = rows_are_clean(task, data)
+    if clean:
+        touch_marker(marker)
+    return clean
+
+
+def rows_are_clean(task, data) -> bool:
     """True when every row of `data` (one split of `task`, a `hf_aux.TaskSpec`; its columns checked present) passes
     the per-row checks of `check_task_data` with nothing to report (no error, no warning about empty cells). False
     means "not shown here", not "wrong": kinds and column types this does not cover return False.

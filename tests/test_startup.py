@@ -157,3 +157,20 @@ def test_the_faster_donor_search_keeps_the_plan(sizes, group, monkeypatch):
     reference = [(t, rows.tolist()) for t, rows in TaskBatchSampler(sizes, 4, group, seed=5).epoch_plan(0)]
     assert plan == reference
     assert list(sampling._nearest_first(3, 7)) == [2, 4, 1, 5, 0, 6]
+
+
+def test_a_split_read_from_disk_is_checked_once_per_version(tmp_path, monkeypatch):
+    from hf_aux import column_checks
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    write_tasks(tmp_path)
+    task = load_mixture(tmp_path / "mixture.yaml")[0]
+    calls = []
+    original = column_checks.rows_are_clean
+    monkeypatch.setattr(column_checks, "rows_are_clean", lambda *a: calls.append(a) or original(*a))
+    load_task_splits(task)
+    assert len(calls) == 2  # train and validation
+    load_task_splits(task)
+    assert len(calls) == 2  # both remembered
+    load_task_splits(TaskSpec(**{**task.to_dict(), "num_labels": 4}))
+    assert len(calls) == 4  # other task fields: checked again
