@@ -230,6 +230,8 @@ def test_templates_ship_in_the_wheel_and_render_from_it(tmp_path):
         assert f"hf_aux/model_cards/{template}" in names
     for method in ["muppet", "amos", "tartan", "meta_lm", "finetune"]:  # `hf-aux <method>`'s demo configs
         assert f"hf_aux/{method}/demo.yaml" in names
+    assert "hf_aux/task_registry_data/tasksource.json" in names  # the task registry's data and licence notice
+    assert "hf_aux/task_registry_data/TASKSOURCE_LICENSE" in names
     assert "is absent from the `packages` configuration" not in build.stderr  # every data folder is declared
 
     target = tmp_path / "site"
