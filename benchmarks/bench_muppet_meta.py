@@ -11,7 +11,8 @@ spreads the extra work over N updates.
 
 Each configuration is a real Trainer: one `train()` of warm-up + measured updates, timed per update by a callback
 (process CPU time, so other processes on a shared machine count less; wall time too). Runs are interleaved, several
-rounds; the ratio is of the medians.
+rounds; per round the ratio of the mean update times (the mean, since with `--update_every` N only every Nth
+update carries a weight update), and the median over rounds.
 
     python benchmarks/bench_muppet_meta.py                          # 5 tasks, 4 sub-batches per update
     python benchmarks/bench_muppet_meta.py --update_every 4         # weights updated every 4th update
@@ -122,21 +123,21 @@ def main():
                 trainer.train()
             cpu[kind].extend(timer.cpu[cli.warmup:])
             wall[kind].extend(timer.wall[cli.warmup:])
-            rounds[kind].append(statistics.median(timer.cpu[cli.warmup:]))
+            rounds[kind].append(statistics.fmean(timer.cpu[cli.warmup:]))  # the mean: weight updates may be periodic
     gflop = {kind: update_gflop(kind, tasks, train, end, tokenizer, common, cli) for kind in ("uniform", "meta")}
     # with weight updates every N steps, the extra FLOPs are spread over N updates
     floor = 1 + (gflop["meta"] / gflop["uniform"] - 1) / cli.update_every
-    ratio = statistics.median(cpu["meta"]) / statistics.median(cpu["uniform"])
     per_round = [m / u for m, u in zip(rounds["meta"], rounds["uniform"])]
+    ratio = statistics.median(per_round)
     for kind in cpu:
-        print(f"{kind:>8}: median {statistics.median(cpu[kind]) * 1000:8.1f} ms CPU / "
-              f"{statistics.median(wall[kind]) * 1000:8.1f} ms wall per update over {len(cpu[kind])} updates")
+        print(f"{kind:>8}: mean {statistics.fmean(cpu[kind]) * 1000:8.1f} ms CPU / "
+              f"{statistics.fmean(wall[kind]) * 1000:8.1f} ms wall per update over {len(cpu[kind])} updates")
     print(f"GFLOPs per update: uniform {gflop['uniform']:.3f}, meta (with one weight update) {gflop['meta']:.3f}")
     result = {"metric": "muppet_meta_step_ratio", "tasks": cli.tasks, "meta_tasks_per_step": cli.meta_tasks,
               "task_weight_update_steps": cli.update_every, "sub_batches_per_update": cli.accumulation,
               "rounds": cli.rounds, "cpu_ratio": round(ratio, 3),
               "cpu_ratio_spread": [round(min(per_round), 3), round(max(per_round), 3)],
-              "wall_ratio": round(statistics.median(wall["meta"]) / statistics.median(wall["uniform"]), 3),
+              "wall_ratio": round(statistics.fmean(wall["meta"]) / statistics.fmean(wall["uniform"]), 3),
               "flop_floor": round(floor, 3), "ratio_to_floor": round(ratio / floor, 3), "floor_goal": 1.05,
               "gflop_per_update": {k: round(v, 4) for k, v in gflop.items()},
               "load_average": [round(x, 2) for x in os.getloadavg()]}
