@@ -4,18 +4,21 @@ columns once, memory-mapped, instead of 100k Python values per column).
 These functions only ever answer "clean" or "look closer": `task_rows_are_clean` is True when every row of a split
 passes `hf_aux.tasks.check_task_data`'s per-row checks, and when it is False the caller runs those Python checks,
 which find the row and word the error exactly as before. `distinct_values` gives the distinct values of a
-label column for the label and kind inference in `hf_aux.validation`.
+label column for the label and kind inference in `hf_aux.validation`. `cache_marker` / `touch_marker`: the markers
+in datasets' cache by which a check that passed (a split's columns here, a data file's lines in `hf_aux.validation`)
+is skipped at the next start.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["arrow_column", "distinct_values", "rows_are_clean", "task_rows_are_clean"]
+__all__ = ["arrow_column", "cache_marker", "distinct_values", "rows_are_clean", "task_rows_are_clean", "touch_marker"]
 
 
 def arrow_column(data, column: str) -> pa.ChunkedArray:
@@ -45,8 +48,6 @@ def task_rows_are_clean(task, data) -> bool:
     them maps every page of a large task's text into the process)."""
     if not getattr(data, "cache_files", None):
         return rows_are_clean(task, data)
-    from .validation import cache_marker, touch_marker
-
     key = json.dumps([COLUMN_CHECKS_VERSION, data._fingerprint, task.to_dict()], sort_keys=True, default=str)
     marker = cache_marker("hf_aux_checked_splits", key)
     if marker.exists():
@@ -122,3 +123,20 @@ def _first_true(mask) -> int:
 def _is_scalar(kind: pa.DataType) -> bool:
     return not (pa.types.is_nested(kind) or pa.types.is_dictionary(kind))
 
+
+def cache_marker(folder: str, key: str) -> Path:
+    """The path of an empty marker file in datasets' cache folder (HF_DATASETS_CACHE/<folder>), named by a hash of
+    `key`: a check that passed for what `key` describes leaves it, so that the next start can skip the check."""
+    import hashlib
+
+    import datasets.config
+
+    return Path(datasets.config.HF_DATASETS_CACHE) / folder / hashlib.sha256(key.encode()).hexdigest()
+
+
+def touch_marker(marker: Path) -> None:
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    except OSError:  # a read-only cache only means the next start checks again
+        pass

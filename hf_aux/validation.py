@@ -161,6 +161,8 @@ def check_data_file(path: str, where: str) -> str:
         _check_csv(path, where)
     else:
         _check_lines(path, where, json_lines=builder == "json")
+    from .column_checks import touch_marker
+
     touch_marker(marker)
     return builder
 
@@ -173,27 +175,11 @@ def _passed_marker(path: str) -> Path:
     """An empty file in datasets' cache folder (HF_DATASETS_CACHE) whose name stands for this version of `path`
     (its real path, size and modification time, as datasets itself keys the Arrow files it makes of local files)
     having passed the line checks: a second start skips reading a large file line by line again."""
+    from .column_checks import cache_marker
+
     stat = os.stat(path)
     return cache_marker("hf_aux_checked_files",
                         f"{LINE_CHECKS_VERSION}|{os.path.realpath(path)}|{stat.st_size}|{stat.st_mtime_ns}")
-
-
-def cache_marker(folder: str, key: str) -> Path:
-    """The path of an empty marker file in datasets' cache folder (HF_DATASETS_CACHE/<folder>), named by a hash of
-    `key`: a check that passed for what `key` describes leaves it, so that the next start can skip the check."""
-    import hashlib
-
-    import datasets.config
-
-    return Path(datasets.config.HF_DATASETS_CACHE) / folder / hashlib.sha256(key.encode()).hexdigest()
-
-
-def touch_marker(marker: Path) -> None:
-    try:
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.touch()
-    except OSError:  # a read-only cache only means the next start checks again
-        pass
 
 
 def load_data_files(files: dict[str, str], where: str, **load_kwargs):
