@@ -121,7 +121,10 @@ def _first_true(mask) -> int:
 
 
 def _is_scalar(kind: pa.DataType) -> bool:
-    return not (pa.types.is_nested(kind) or pa.types.is_dictionary(kind))
+    """A type Arrow's kernels (unique, is_null, ...) take: not nested, not dictionary-encoded, and not an extension
+    type (datasets stores a JSON column of mixed types, e.g. labels 1 and "pos", as `arrow.json`, which no kernel
+    takes; the row-by-row path reads and words those)."""
+    return not (pa.types.is_nested(kind) or pa.types.is_dictionary(kind) or isinstance(kind, pa.BaseExtensionType))
 
 
 def cache_marker(folder: str, key: str) -> Path:
