@@ -1046,7 +1046,7 @@ def plot_end_task_weights(runs, s: Settings, folder: Path) -> str | None:
     tasks = [t for t in s.held_out if any(r["task"] == t for r in records)]
     if not tasks:
         return None
-    figure, axes = plt.subplots(1, len(tasks), figsize=(max(8.0, 5.6 * len(tasks)), 4.6), squeeze=False)
+    figure, axes = plt.subplots(1, len(tasks), figsize=(max(8.0, 5.6 * len(tasks)), 5.0), squeeze=False)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for axis, task in zip(axes[0], tasks):
         mine = [r for r in records if r["task"] == task]
@@ -1061,10 +1061,10 @@ def plot_end_task_weights(runs, s: Settings, folder: Path) -> str | None:
         axis.set_ylabel("task weight alpha")
     return save_panels(figure, axes, f"Mixture weights meta-learned toward each end task\nMiniLM, "
                        f"{len(s.mixture)} demo tasks, {s.claim_fraction * 100:g}% of the end task's rows; one line "
-                       "per task and pre-finetuning run", folder / "muppet_end_task_weights.png", columns=6)
+                       "per task and pre-finetuning run", folder / "muppet_end_task_weights.png", columns=3, bottom=0.15)
 
 
-def save_panels(figure, axes, title: str, path: Path, columns: int) -> str:
+def save_panels(figure, axes, title: str, path: Path, columns: int, bottom: float = 0.09) -> str:
     """One legend for every panel (each label once) under them, the title above, saved to `path`; its file name."""
     import matplotlib.pyplot as plt
 
@@ -1074,7 +1074,7 @@ def save_panels(figure, axes, title: str, path: Path, columns: int) -> str:
             handles.setdefault(label, handle)
     figure.legend(list(handles.values()), list(handles), loc="lower center", ncol=columns, bbox_to_anchor=(0.5, 0.0))
     figure.suptitle(title, fontsize="medium")
-    figure.tight_layout(rect=(0, 0.09, 1, 1))
+    figure.tight_layout(rect=(0, bottom, 1, 1))
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path.name
