@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import torch
 import transformers
 import yaml
 from huggingface_hub import ModelCard
