@@ -6,7 +6,8 @@ else); with R3F; and with 50 tasks in the mixture against 5.
 
 Each configuration is a real Trainer: one `train()` of warm-up + measured optimizer updates, the time of every
 update taken by a callback (on_step_begin -> on_step_end). Runs are interleaved (A B A B ...), several rounds, and
-the ratio is of the medians of the per-update times, so drift from other processes largely cancels.
+the ratio is of the medians of the per-update times, so drift from other processes largely cancels. `--clock cpu`
+times this process's CPU time instead of wall time (one torch thread: the work done, steadier under load).
 
 Beside each measured ratio the last line carries its FLOP floor (`*flop_ratio`): the ratio of the FLOPs torch's
 FlopCounterMode counts in one update's forward and backward passes (its sub-batches, the same ones for both
@@ -48,15 +49,19 @@ from hf_aux.muppet.trainer import MuppetConfig, MuppetTrainer  # noqa: E402
 WORDS = "good bad movie film great terrible fun boring love hate the a story plot actor".split()
 
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}  # --clock: cpu counts this process's work only
+CLOCK = CLOCKS["wall"]
+
+
 class StepTimer(TrainerCallback):
     def __init__(self):
         self.times, self._start = [], None
 
     def on_step_begin(self, args, state, control, **kwargs):
-        self._start = time.perf_counter()
+        self._start = CLOCK()
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.times.append(time.perf_counter() - self._start)
+        self.times.append(CLOCK() - self._start)
 
 
 class PlainTrainer(Trainer):
@@ -136,14 +141,14 @@ def run_minimal(tasks, train, tokenizer, args_common, hidden, layers, length):
     times = []
     for _ in range(steps):
         sub_batches = [next(loader) for _ in range(accumulation)]
-        start = time.perf_counter()
+        start = CLOCK()
         for inputs in sub_batches:
             (model(**inputs).loss / accumulation).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - start)
+        times.append(CLOCK() - start)
     return times
 
 
@@ -181,7 +186,11 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 keeps a shared machine's noise low)")
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds of every configuration")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="wall time, or this process's CPU time (steadier on a shared, loaded machine)")
     cli = parser.parse_args()
+    global CLOCK
+    CLOCK = CLOCKS[cli.clock]
 
     torch.set_num_threads(cli.threads)
     tokenizer = tiny_tokenizer()
@@ -221,7 +230,7 @@ def main():
     # goals (issue "cost at the floor"): MUPPET's bookkeeping within 2% of a plain Trainer, R3F within 3% of its FLOP
     # floor, 50 tasks within 3% of 5, and within 3% of a hand-written minimal loop
     r3f_floor = gflop["r3f"] / gflop["plain"]
-    result = {"metric": "muppet_step_ratio", "rounds": cli.rounds,
+    result = {"metric": "muppet_step_ratio", "clock": cli.clock, "rounds": cli.rounds,
               "ratio": round(medians["muppet"] / medians["plain"], 3), "ratio_spread": spread("muppet", "plain"),
               "goal": 1.02, "flop_ratio": round(gflop["muppet"] / gflop["plain"], 4),
               "r3f_ratio": round(medians["r3f"] / medians["plain"], 3), "r3f_spread": spread("r3f", "plain"),
