@@ -175,17 +175,29 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_job_arguments(parser, steps: int, warmup: int) -> None:
+    """The job every MUPPET step benchmark times (this one, bench_muppet_meta.py): body size, sub-batches, updates."""
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--length", type=int, default=32)
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--accumulation", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=20, help="measured updates per run (after warm-up)")
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=steps, help="measured updates per run (after warm-up)")
+    parser.add_argument("--warmup", type=int, default=warmup)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 keeps a shared machine's noise low)")
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds of every configuration")
+
+
+def trainer_settings(cli) -> dict:
+    """The TrainingArguments fields of that job (warm-up + measured updates, nothing saved or reported)."""
+    return dict(per_device_train_batch_size=cli.batch_size, gradient_accumulation_steps=cli.accumulation,
+                max_steps=cli.warmup + cli.steps, learning_rate=1e-4, report_to=[], save_strategy="no",
+                logging_steps=10, disable_tqdm=True, use_cpu=True, seed=0)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_job_arguments(parser, steps=20, warmup=3)
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="wall time, or this process's CPU time (steadier on a shared, loaded machine)")
     cli = parser.parse_args()
@@ -194,9 +206,7 @@ def main():
 
     torch.set_num_threads(cli.threads)
     tokenizer = tiny_tokenizer()
-    common = dict(per_device_train_batch_size=cli.batch_size, gradient_accumulation_steps=cli.accumulation,
-                  max_steps=cli.warmup + cli.steps, learning_rate=1e-4, report_to=[], save_strategy="no",
-                  logging_steps=10, disable_tqdm=True, use_cpu=True, seed=0)
+    common = trainer_settings(cli)
     rows = cli.batch_size * cli.accumulation * (cli.warmup + cli.steps)
     mixtures = {}
     for count in (5, 50):  # same total rows: cost per update must not depend on how many tasks share them

@@ -31,7 +31,7 @@ import tempfile
 import time
 
 import torch
-from bench_muppet import build, make_tasks
+from bench_muppet import add_job_arguments, build, make_tasks, trainer_settings
 from flops import gflop_of
 from transformers import TrainerCallback
 
@@ -86,25 +86,15 @@ def update_gflop(kind, tasks, train, end, tokenizer, common, cli) -> float:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--length", type=int, default=32)
-    parser.add_argument("--batch_size", type=int, default=8)
-    parser.add_argument("--accumulation", type=int, default=4)
+    add_job_arguments(parser, steps=12, warmup=2)
     parser.add_argument("--tasks", type=int, default=5)
     parser.add_argument("--meta_tasks", type=int, default=8, help="meta_tasks_per_step")
     parser.add_argument("--update_every", type=int, default=1, help="task_weight_update_steps")
-    parser.add_argument("--steps", type=int, default=12, help="measured updates per run (after warm-up)")
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=1)
     cli = parser.parse_args()
 
     torch.set_num_threads(cli.threads)
     tokenizer = tiny_tokenizer()
-    common = dict(per_device_train_batch_size=cli.batch_size, gradient_accumulation_steps=cli.accumulation,
-                  max_steps=cli.warmup + cli.steps, learning_rate=1e-4, report_to=[], save_strategy="no",
-                  logging_steps=10, disable_tqdm=True, use_cpu=True, seed=0)
+    common = trainer_settings(cli)
     rows = cli.batch_size * cli.accumulation * (cli.warmup + cli.steps)
     tasks = make_tasks(cli.tasks, max(cli.batch_size, rows // cli.tasks), cli.length)
     train = {t.name: tokenize_task(t, t.dataset, tokenizer, max_length=cli.length + 2) for t in tasks}
