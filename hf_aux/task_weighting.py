@@ -201,6 +201,15 @@ class TaskWeightsCallback(TrainerCallback, ExportableState):
                 "attributes": {"weights": self.weights, "history": self.history, "stream_draws": self.stream_draws,
                                "head_warmup": self.head_warmup}}
 
+    def draw(self, streams: dict, name: str) -> dict:
+        """The next batch of `streams[name]` (a `hf_aux.sampling.BatchStream`), from the position this state holds
+        (so a stream rebuilt after a resume continues where the checkpoint was), and the new position recorded."""
+        stream = streams[name]
+        stream.draws = self.stream_draws.get(name, 0)
+        batch = stream.next()
+        self.stream_draws[name] = stream.draws
+        return batch
+
     def record(self, step: int, alphas: list[float]) -> None:
         row = [step, *alphas]
         if self.history and self.history[-1][0] == step:

@@ -332,19 +332,13 @@ class MuppetTrainer(AuxTrainer):
             streams["_meta_head"] = BatchStream(self._end_task_dataset, meta_size, collate, args.seed + 11, **place)
             streams["_meta"] = BatchStream(self._end_task_dataset, meta_size, collate, args.seed + 7, **place)
             self._streams = streams
-        draws = self.task_weights_state.stream_draws
-        for name, stream in self._streams.items():
-            stream.draws = draws.get(name, 0)
         return self._streams
 
     def _collate(self, features, generator):
         return self.data_collator(features)
 
     def _draw(self, name: str) -> dict:
-        stream = self._get_streams()[name]
-        batch = stream.next()
-        self.task_weights_state.stream_draws[name] = stream.draws
-        return self._prepare_inputs(batch)
+        return self._prepare_inputs(self.task_weights_state.draw(self._get_streams(), name))
 
     def _update_task_weights(self, model) -> None:
         """One weight update (Algorithm 1 of TARTAN over the mixture's tasks, `hf_aux.task_weighting`): g_k for up

@@ -179,16 +179,10 @@ class TartanTrainer(AuxTrainer):
                     streams["_meta_head"] = BatchStream(train, args.per_device_train_batch_size,
                                                         self._supervised_collate, seed + 11, **place)
             self._streams = streams
-        draws = self.task_weights_state.stream_draws
-        for name, stream in self._streams.items():
-            stream.draws = draws.get(name, 0)
         return self._streams
 
     def _draw(self, name: str) -> dict:
-        stream = self._get_streams()[name]
-        batch = stream.next()
-        self.task_weights_state.stream_draws[name] = stream.draws
-        return self._prepare_inputs(batch)
+        return self._prepare_inputs(self.task_weights_state.draw(self._get_streams(), name))
 
     def create_optimizer(self, model=None):
         """Trainer's optimizer; with `end_task_head_learning_rate`, phi' moves to groups of its own at that rate
