@@ -1,8 +1,9 @@
 """The faster forms of MetaLMTrainer's step against the forms they replaced (same mathematics, fp tolerance): the
-soft cross entropy without log-probabilities (value, gradients and the second derivative that second-order soft
-labels take), the inverse-CDF token sampler (an exact categorical draw), and the teacher's heads run per row on
-its hidden states, the x_m row's output head only at masked positions (the auxiliary losses and their gradients
-against the full [3B, L, V] logits)."""
+fused cross entropies (one log-softmax or softmax buffer that the backward turns into the gradient) against
+F.cross_entropy and the composite soft form, to second order where the trainer differentiates twice; the two-level
+inverse-CDF sampler (an exact categorical draw, the same draw as one cumulative sum over the vocabulary); and the
+teacher's heads run per row on its hidden states, the x_m row's output head only at masked positions (the
+auxiliary losses and their gradients against the full [3B, L, V] logits)."""
 
 import copy
 
@@ -12,8 +13,11 @@ import torch.nn.functional as F
 from test_meta_lm_trainer import data, first_batch, make_trainer, prime_adam  # noqa: F401  (module-scoped fixture)
 
 from hf_aux.meta_lm.losses import (
-    sample_tokens,
+    inverse_cdf_sample,
+    pseudo_cross_entropy,
+    sample_tokens_with_nll,
     soft_pseudo_cross_entropy,
+    teacher_sample_cross_entropy,
     token_cross_entropy,
 )
 
@@ -26,14 +30,28 @@ def old_soft_pseudo_cross_entropy(logits, target_probs, attention_mask, pad_toke
     return (per_position * mask).sum() / mask.sum().clamp_min(1)
 
 
-def test_soft_cross_entropy_equals_the_log_softmax_form_to_second_order():
-    gen = torch.Generator().manual_seed(0)
-    logits = (3 * torch.randn(2, 5, 11, generator=gen, dtype=torch.float64)).requires_grad_()
-    probs = torch.randn(2, 5, 11, generator=gen, dtype=torch.float64).softmax(-1).requires_grad_()
+def old_sample_tokens(logits, generator):
+    """The sampler used before: one float64 cumulative sum over the whole vocabulary per position."""
+    flat = logits.detach().flatten(0, -2).float()
+    cumulative = torch.cumsum((flat - flat.amax(-1, keepdim=True)).exp_(), -1, dtype=torch.float64)
+    total = cumulative[:, -1:]
+    u = torch.rand(total.shape, generator=generator, dtype=torch.float64) * total
+    drawn = torch.searchsorted(cumulative, u, right=True).clamp_(max=flat.shape[-1] - 1)
+    return drawn.view(logits.shape[:-1])
+
+
+def soft_inputs(seed=0, shape=(2, 5, 11)):
+    gen = torch.Generator().manual_seed(seed)
+    logits = (3 * torch.randn(*shape, generator=gen, dtype=torch.float64)).requires_grad_()
+    probs = torch.randn(*shape, generator=gen, dtype=torch.float64).softmax(-1).requires_grad_()
     mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0]])
-    direction = torch.randn(2, 5, 11, generator=gen, dtype=torch.float64)
+    return logits, probs, mask, torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+
+def test_soft_cross_entropy_equals_the_log_softmax_form_to_second_order():
+    logits, probs, mask, direction = soft_inputs()
     results = []
-    for loss_fn in (soft_pseudo_cross_entropy, old_soft_pseudo_cross_entropy):
+    for loss_fn in (lambda *a: soft_pseudo_cross_entropy(*a, double_backward=True), old_soft_pseudo_cross_entropy):
         loss = loss_fn(logits, probs, mask, 3)
         g_logits, g_probs = torch.autograd.grad(loss, (logits, probs), create_graph=True)
         # second order: the derivative of a directional first derivative (what the double backward takes)
@@ -46,13 +64,100 @@ def test_soft_cross_entropy_equals_the_log_softmax_form_to_second_order():
     assert results[0][2][..., 3].abs().max().item() == 0.0
 
 
+@pytest.mark.parametrize("pad", [0, 3, 10])
+def test_fused_soft_cross_entropy_equals_the_log_softmax_form(pad):
+    logits, probs, mask, _ = soft_inputs(seed=pad)
+    unnormalised = (probs * 1.7).detach().requires_grad_()  # sum w != 1 exercises the s softmax(z) term
+    for target in (probs, unnormalised):
+        results = []
+        for loss_fn in (soft_pseudo_cross_entropy, old_soft_pseudo_cross_entropy):
+            loss = loss_fn(logits, target, mask, pad)
+            results.append([loss, *torch.autograd.grad(loss, (logits, target))])
+        for new, old in zip(*results):
+            torch.testing.assert_close(new, old, rtol=1e-10, atol=1e-12)
+        assert results[0][2][..., pad].abs().max().item() == 0.0
+    # the labels alone, or the logits alone
+    only_probs = torch.autograd.grad(soft_pseudo_cross_entropy(logits.detach(), probs, mask, pad), probs)[0]
+    expected = torch.autograd.grad(old_soft_pseudo_cross_entropy(logits.detach(), probs, mask, pad), probs)[0]
+    torch.testing.assert_close(only_probs, expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("loss_fn", ["soft", "token", "pseudo", "sampled"])
+def test_fused_forms_refuse_a_double_backward(loss_fn):
+    logits, probs, mask, _ = soft_inputs()
+    labels = torch.randint(11, (2, 5), generator=torch.Generator().manual_seed(0))
+
+    def loss():
+        return {"soft": lambda: soft_pseudo_cross_entropy(logits, probs, mask, 3),
+                "token": lambda: token_cross_entropy(logits, labels),
+                "pseudo": lambda: pseudo_cross_entropy(logits, labels, mask, 3),
+                "sampled": lambda: sample_tokens_with_nll(logits, torch.Generator().manual_seed(0))[1].sum()}[loss_fn]()
+
+    with pytest.raises(RuntimeError, match="double_backward=True"):
+        torch.autograd.grad(loss(), logits, create_graph=True)
+    # and a plain backward works, once: the buffer the gradient is made in is not reused behind autograd's back
+    once = loss()
+    torch.autograd.grad(once, logits, retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.grad(once, logits)
+
+
+def test_fused_token_cross_entropy_equals_f_cross_entropy():
+    gen = torch.Generator().manual_seed(1)
+    logits = (4 * torch.randn(3, 6, 13, generator=gen, dtype=torch.float64)).requires_grad_()
+    labels = torch.randint(13, (3, 6), generator=gen)
+    labels[0, :4] = -100
+    labels[2, 5] = -100
+    for double in (False, True):
+        loss = token_cross_entropy(logits, labels, double_backward=double)
+        expected = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+        torch.testing.assert_close(loss, expected, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(torch.autograd.grad(loss, logits)[0], torch.autograd.grad(expected, logits)[0],
+                                   rtol=1e-10, atol=1e-12)
+    assert torch.isnan(token_cross_entropy(logits, torch.full_like(labels, -100)))  # as F.cross_entropy's mean
+
+
+def test_fused_pseudo_cross_entropy_equals_the_per_position_form():
+    gen = torch.Generator().manual_seed(2)
+    logits = (2 * torch.randn(2, 5, 9, generator=gen, dtype=torch.float64)).requires_grad_()
+    targets = torch.randint(9, (2, 5), generator=gen)
+    targets[0, 1] = 4  # PAD as a target: nothing to predict there
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]])
+    loss = pseudo_cross_entropy(logits, targets, mask, 4)
+    weight = mask.double() * (targets != 4).double()
+    expected = (F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
+                * weight.flatten()).sum() / mask.sum()
+    torch.testing.assert_close(loss, expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(torch.autograd.grad(loss, logits)[0], torch.autograd.grad(expected, logits)[0],
+                               rtol=1e-10, atol=1e-12)
+
+
+def test_sampled_token_nll_and_its_gradient_equal_f_cross_entropy_of_the_samples():
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(2, 7, 300, generator=gen, dtype=torch.float64).requires_grad_()
+    mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3])
+    tokens, nll = sample_tokens_with_nll(logits, torch.Generator().manual_seed(4))
+    assert tokens.shape == (2, 7) and tokens.dtype == torch.long and not tokens.requires_grad
+    expected_nll = F.cross_entropy(logits.flatten(0, 1), tokens.flatten(), reduction="none").view(2, 7)
+    torch.testing.assert_close(nll, expected_nll, rtol=1e-10, atol=1e-12)
+    weights = torch.randn(2, 7, generator=gen, dtype=torch.float64)
+    torch.testing.assert_close(torch.autograd.grad((nll * weights).sum(), logits)[0],
+                               torch.autograd.grad((expected_nll * weights).sum(), logits)[0], rtol=1e-10, atol=1e-12)
+    # eq. 6 over both heads' samples, attended positions only
+    y_nll = nll.detach() * 2
+    ce = teacher_sample_cross_entropy(nll.detach(), y_nll, mask)
+    assert ce.item() == pytest.approx(((nll.detach() + y_nll) * mask).sum().item() / (2 * mask.sum().item()))
+    assert teacher_sample_cross_entropy(nll.detach(), None, mask).item() == pytest.approx(
+        (nll.detach() * mask).sum().item() / mask.sum().item())
+
+
 def test_sample_tokens_is_an_exact_categorical_draw():
     logits = torch.tensor([[0.0, 1.0, 2.0, -1.0, float("-inf")],
                            [5.0, 5.0, float("-inf"), 5.0, 4.0],
                            [-3.0, 0.5, 0.0, 0.2, -0.2]])
     draws = 40_000
     gen = torch.Generator().manual_seed(0)
-    samples = sample_tokens(logits[None].expand(draws, -1, -1), gen)  # [draws, 3]
+    samples = sample_tokens_with_nll(logits[None].expand(draws, -1, -1), gen)[0]  # [draws, 3]
     assert samples.shape == (draws, 3) and samples.dtype == torch.long
     probs = logits.softmax(-1)
     for row in range(3):
@@ -61,15 +166,42 @@ def test_sample_tokens_is_an_exact_categorical_draw():
         sigma = (expected * (1 - probs[row].double())).sqrt()
         assert torch.all((counts - expected).abs() <= 5 * sigma + 1e-9), (row, counts, expected)
     assert not (samples[:, 0] == 4).any() and not (samples[:, 1] == 2).any()  # probability 0 is never drawn
-    again = sample_tokens(logits[None].expand(draws, -1, -1), torch.Generator().manual_seed(0))
+    again = sample_tokens_with_nll(logits[None].expand(draws, -1, -1), torch.Generator().manual_seed(0))[0]
     assert torch.equal(samples, again)  # the trainer's generator makes it reproducible (exact resume)
+
+
+@pytest.mark.parametrize("vocab,block", [(30_522, 256), (512, 256), (300, 256), (100, 256), (1000, 7)])
+def test_two_level_sampler_draws_what_one_cumulative_sum_draws(vocab, block):
+    """The same uniform number per row picks the same token as the old single cumulative sum over V (they differ
+    only where u falls within float rounding of a boundary), over vocabularies that are and are not a multiple of
+    the block, smaller than one block, and with zero-probability entries at and around block boundaries."""
+    gen = torch.Generator().manual_seed(vocab)
+    logits = 3 * torch.randn(64, vocab, generator=gen)
+    logits[:, ::block] = float("-inf")  # a block's first entry impossible
+    if vocab > block:
+        logits[:8, :block] = float("-inf")  # a whole first block impossible
+    new = inverse_cdf_sample(logits.softmax(-1), torch.Generator().manual_seed(7), block=block)
+    old = old_sample_tokens(logits, torch.Generator().manual_seed(7))
+    assert (new == old).float().mean().item() >= 0.98, (new != old).sum()
+    assert torch.isfinite(logits.gather(1, new[:, None])).all()  # never a zero-probability entry
+
+
+def test_two_level_sampler_distribution_across_blocks():
+    """Mass in several blocks and the tail block: frequencies match the probabilities (block 4, vocabulary 10)."""
+    probs = torch.tensor([0.0, 0.1, 0.0, 0.05, 0.2, 0.0, 0.0, 0.15, 0.3, 0.2])
+    draws = 60_000
+    tokens = inverse_cdf_sample(probs.expand(draws, -1), torch.Generator().manual_seed(5), block=4)
+    counts = torch.bincount(tokens, minlength=10).double()
+    expected = draws * probs.double()
+    sigma = (expected * (1 - probs.double())).sqrt()
+    assert torch.all((counts - expected).abs() <= 5 * sigma + 1e-9), (counts, expected)
 
 
 def test_one_hot_peaked_logits_draw_their_token():
     logits = torch.full((4, 7, 300), -50.0)
     target = torch.randint(300, (4, 7), generator=torch.Generator().manual_seed(1))
     logits.scatter_(-1, target[..., None], 50.0)
-    assert torch.equal(sample_tokens(logits, torch.Generator().manual_seed(2)), target)
+    assert torch.equal(sample_tokens_with_nll(logits, torch.Generator().manual_seed(2))[0], target)
 
 
 @pytest.mark.parametrize("objective", ["hard", "soft"])

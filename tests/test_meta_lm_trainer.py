@@ -15,9 +15,8 @@ from transformers import AutoModelForMaskedLM, BertConfig, TrainerCallback
 from hf_aux.data import group_texts_for_mlm
 from hf_aux.meta_lm.losses import (
     pseudo_cross_entropy,
-    sample_tokens,
+    sample_tokens_with_nll,
     soft_pseudo_cross_entropy,
-    teacher_sample_cross_entropy,
     token_cross_entropy,
 )
 from hf_aux.meta_lm.teacher import MetaLMTeacher, add_meta_lm_tokens
@@ -182,8 +181,8 @@ def test_h_and_teacher_gradient_match_hand_computation(data, tmp_path, optim):
     trainer._mlm_example(x_u, mask, trainer._generator)
     out = teacher0(input_ids=x_u, attention_mask=mask)
     pad = trainer.meta_tokens.pad
-    x_hat = sample_tokens(out.input_logits, trainer._generator).masked_fill(mask == 0, pad)
-    y_hat = sample_tokens(out.output_logits, trainer._generator).masked_fill(mask == 0, pad)
+    x_hat = sample_tokens_with_nll(out.input_logits, trainer._generator)[0].masked_fill(mask == 0, pad)
+    y_hat = sample_tokens_with_nll(out.output_logits, trainer._generator)[0].masked_fill(mask == 0, pad)
     task = trainer._support_query.next_task()
     support, query = trainer._support_query.batch(task), trainer._support_query.batch(task)
 
@@ -208,7 +207,11 @@ def test_h_and_teacher_gradient_match_hand_computation(data, tmp_path, optim):
     # the student's .grad is the pseudo gradient only; the teacher's is h * grad CE(own samples), nothing else
     for p, g in zip(trainer.model.parameters(), g_pseudo):
         torch.testing.assert_close(p.grad, g, rtol=1e-8, atol=1e-12)
-    sample_ce = teacher_sample_cross_entropy(out.input_logits, out.output_logits, x_hat, y_hat, mask)
+    # eq. 6 by F.cross_entropy (the trainer's fused form makes the same gradient in its softmax buffer)
+    weight = mask.to(out.input_logits.dtype)
+    sample_ce = sum((torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten(), reduction="none")
+                     * weight.flatten()).sum() for logits, tokens in ((out.input_logits, x_hat),
+                                                                       (out.output_logits, y_hat))) / (2 * weight.sum())
     expected = torch.autograd.grad(h * sample_ce, list(teacher0.parameters()), allow_unused=True)
     for p, g in zip(trainer.teacher.parameters(), expected):
         torch.testing.assert_close(2 * p.grad, g, rtol=1e-6, atol=1e-12)

@@ -15,6 +15,116 @@ import torch
 import torch.nn.functional as F
 
 
+# ---------------------------------------------------------------------------------------------- fused forms
+# The vocabulary dimension V makes every [B, L, V] pass count: with a small student (hidden 64) one element-wise
+# pass over the logits costs a sizeable share of the [B L, H] x [H, V] product that made them. The cross entropies
+# below keep ONE [N, V] buffer per loss (log softmax, or softmax for the sampled tokens), and their backward turns
+# that buffer into the gradient in place, instead of F.cross_entropy's zero-filled one-hot gradient, a second
+# buffer for the log-softmax backward and, for the samples, the copies of the old inverse-CDF sampler. Their
+# backward cannot be differentiated again: the forms a double backward goes through (second-order soft labels'
+# pseudo and support steps) take `double_backward=True`, the composite form autograd differentiates twice.
+
+
+def _refuse_double_backward(name: str) -> None:
+    if torch.is_grad_enabled():
+        raise RuntimeError(f"hf_aux.meta_lm.losses.{name}: its fused backward cannot be differentiated again "
+                           "(autograd.grad with create_graph=True); build the loss with double_backward=True")
+
+
+class _WeightedTokenNLL(torch.autograd.Function):
+    """sum_n r_n (-log softmax(z_n)[t_n]) over the rows of logits z [N, V], targets t [N], row weights r [N]."""
+
+    @staticmethod
+    def forward(ctx, logits, targets, row_weights):
+        log_probs = torch.log_softmax(logits, -1)
+        ctx.save_for_backward(log_probs, targets, row_weights)
+        return -(log_probs.gather(1, targets[:, None]).squeeze(1) * row_weights).sum()
+
+    @staticmethod
+    def backward(ctx, grad):
+        _refuse_double_backward("token cross entropy")
+        log_probs, targets, row_weights = ctx.saved_tensors
+        scale = (grad * row_weights).to(log_probs.dtype)[:, None]  # [N, 1]
+        grad_logits = log_probs.exp_().mul_(scale)  # r g softmax(z), in log softmax(z)'s buffer
+        return grad_logits.scatter_add_(1, targets[:, None], -scale), None, None
+
+
+class _SoftTokenNLL(torch.autograd.Function):
+    """sum_n r_n (-sum_{v != pad} p_nv log softmax(z_n)_v) over logits z [N, V], label probabilities p [N, V]."""
+
+    @staticmethod
+    def forward(ctx, logits, probs, row_weights, pad):
+        log_probs = torch.log_softmax(logits, -1)
+        probs = probs.to(log_probs.dtype)
+        dots = torch.bmm(probs[:, None, :], log_probs[:, :, None]).view(-1)  # sum_v p_v log q_v, one pass
+        per_row = log_probs[:, pad] * probs[:, pad] - dots
+        ctx.save_for_backward(log_probs, probs, row_weights)
+        ctx.pad = pad
+        return (per_row * row_weights).sum()
+
+    @staticmethod
+    def backward(ctx, grad):
+        _refuse_double_backward("soft cross entropy")
+        log_probs, probs, row_weights = ctx.saved_tensors
+        pad = ctx.pad
+        scale = (grad * row_weights).to(log_probs.dtype)[:, None]  # [N, 1]
+        grad_probs = grad_logits = None
+        if ctx.needs_input_grad[1]:  # d/dp_v = -r g log q_v, and 0 for PAD (left out of the sum)
+            grad_probs = log_probs * -scale
+            grad_probs[:, pad] = 0
+        if ctx.needs_input_grad[0]:  # d/dz = r g (s softmax(z) - w), w = p with PAD zeroed, s = sum w
+            kept = probs.sum(-1, keepdim=True) - probs[:, pad:pad + 1]
+            grad_logits = log_probs.exp_().mul_(scale * kept).addcmul_(probs, scale, value=-1)
+            grad_logits[:, pad] += (scale * probs[:, pad:pad + 1]).squeeze(1)
+        return grad_logits, grad_probs, None, None
+
+
+class _SampledTokenNLL(torch.autograd.Function):
+    """Tokens t_n ~ softmax(z_n) and their -log softmax(z_n)[t_n], from one softmax buffer that the backward
+    turns into the gradient (softmax(z_n) - e_{t_n}) g_n in place."""
+
+    @staticmethod
+    def forward(ctx, logits, generator):
+        probs = torch.softmax(logits, -1)
+        tokens = inverse_cdf_sample(probs, generator)
+        nll = -probs.gather(1, tokens[:, None]).squeeze(1).log()
+        ctx.mark_non_differentiable(tokens)
+        ctx.save_for_backward(probs, tokens)
+        return tokens, nll
+
+    @staticmethod
+    def backward(ctx, grad_tokens, grad_nll):
+        _refuse_double_backward("sampled-token cross entropy")
+        probs, tokens = ctx.saved_tensors
+        scale = grad_nll.to(probs.dtype)[:, None]
+        return probs.mul_(scale).scatter_add_(1, tokens[:, None], -scale), None
+
+
+def inverse_cdf_sample(weights: torch.Tensor, generator: torch.Generator | None = None,
+                       block: int = 256) -> torch.Tensor:
+    """One index per row of non-negative `weights` [N, V], index k with probability w_k / sum w (the sampling step
+    of §3.2), by inverse CDF in two levels: one uniform number u per row against the cumulative sums of blocks of
+    `block` entries (one read of the weights, no [N, V] buffer), then against the cumulative sums inside the chosen
+    block. The cumulative sums are float64. torch.multinomial draws an exponential number for every vocabulary
+    entry instead, and one cumulative sum over all V entries writes an [N, V] float64 buffer."""
+    n, v = weights.shape
+    full = v // block
+    parts = [weights[:, :full * block].view(n, full, block).sum(-1)] if full else []
+    if v > full * block:
+        parts.append(weights[:, full * block:].sum(-1, keepdim=True))
+    block_sums = torch.cat(parts, 1).double()  # [N, blocks]
+    cumulative = block_sums.cumsum(-1)
+    u = torch.rand((n, 1), generator=generator, dtype=torch.float64, device=weights.device) * cumulative[:, -1:]
+    chosen = torch.searchsorted(cumulative, u, right=True).clamp_(max=block_sums.shape[1] - 1)  # [N, 1]
+    inside = u - (cumulative.gather(1, chosen) - block_sums.gather(1, chosen))  # u past the blocks before
+    index = chosen * block + torch.arange(block, device=weights.device)  # [N, block]
+    values = weights.gather(1, index.clamp(max=v - 1)).double().masked_fill_(index >= v, 0)
+    drawn = torch.searchsorted(values.cumsum(-1), inside, right=True)
+    # rounding can put u at or past the block's last cumulative sum: the block's last entry with weight > 0
+    last = ((values > 0) * torch.arange(block, device=weights.device)).amax(-1, keepdim=True)
+    return (chosen * block + torch.minimum(drawn, last)).squeeze(1)
+
+
 def pseudo_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, attention_mask: torch.Tensor,
                          pad_token_id: int) -> torch.Tensor:
     """CE(y-hat, S(x-hat)) of eq. 1 for hard labels. logits [B, L, V]; targets (token ids) [B, L].
@@ -22,62 +132,64 @@ def pseudo_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, attention_
     Sum of -log p(target) over attended positions whose target is not PAD, divided by the attended positions.
     """
     weight = attention_mask.to(logits.dtype) * (targets != pad_token_id).to(logits.dtype)
-    nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(weight)
-    return (nll * weight).sum() / attention_mask.sum().clamp_min(1)
+    row_weights = (weight / attention_mask.sum().clamp_min(1)).flatten()
+    return _WeightedTokenNLL.apply(logits.flatten(0, 1), targets.flatten(), row_weights)
 
 
 def soft_pseudo_cross_entropy(logits: torch.Tensor, target_probs: torch.Tensor, attention_mask: torch.Tensor,
-                              pad_token_id: int) -> torch.Tensor:
+                              pad_token_id: int, double_backward: bool = False) -> torch.Tensor:
     """CE(E[y-hat], S(E[x-hat])) of eq. 1 with soft labels (§3.3): the teacher's probabilities as the label.
 
     logits [B, L, V]; target_probs [B, L, V]. The PAD probability is the chance "nothing to predict here", so it
     is left out of the sum; normalised by the attended positions like `pseudo_cross_entropy`.
 
     Per position, with w the target probabilities with PAD's zeroed and z the logits,
-    -sum_v w_v log softmax(z)_v = logsumexp(z) sum_v w_v - sum_v w_v z_v: no [B, L, V] log-probabilities, and no
-    indexing of the PAD column, whose backward (and double backward, for second-order soft labels) would fill a
-    zero [B, L, V] buffer.
+    -sum_v w_v log softmax(z)_v = logsumexp(z) sum_v w_v - sum_v w_v z_v. `double_backward=True` (second-order
+    soft labels differentiate this loss's gradient) computes that form with autograd's ops, without [B, L, V]
+    log-probabilities or PAD-column indexing (whose double backward would fill a zero [B, L, V] buffer); otherwise
+    the fused form (one log-softmax buffer, the gradient made in it).
     """
+    mask = attention_mask.to(logits.dtype)
+    if not double_backward:
+        row_weights = (mask / mask.sum().clamp_min(1)).flatten()
+        return _SoftTokenNLL.apply(logits.flatten(0, 1), target_probs.flatten(0, 1), row_weights, pad_token_id)
     keep = torch.ones(logits.shape[-1], dtype=target_probs.dtype, device=target_probs.device)
     keep[pad_token_id] = 0
     weights = target_probs * keep
     per_position = logits.logsumexp(-1) * weights.sum(-1) - (weights * logits).sum(-1)
-    mask = attention_mask.to(logits.dtype)
     return (per_position * mask).sum() / mask.sum().clamp_min(1)
 
 
-def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean CE over positions whose label is not -100 (support/query batches of eqs. 2-3, MLM targets)."""
-    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, double_backward: bool = False) -> torch.Tensor:
+    """Mean CE over positions whose label is not -100 (support/query batches of eqs. 2-3, MLM targets).
+    `double_backward=True`: F.cross_entropy, whose gradient autograd can differentiate (second-order soft labels'
+    support step); otherwise the fused form."""
+    if double_backward:
+        return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+    labels = labels.flatten()
+    counted = (labels != -100).to(logits.dtype)
+    return _WeightedTokenNLL.apply(logits.flatten(0, 1), labels.clamp_min(0), counted / counted.sum())
 
 
-def teacher_sample_cross_entropy(x_logits: torch.Tensor, y_logits: torch.Tensor | None, x_hat: torch.Tensor,
-                                 y_hat: torch.Tensor | None, attention_mask: torch.Tensor) -> torch.Tensor:
+def sample_tokens_with_nll(logits: torch.Tensor, generator: torch.Generator | None = None
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The teacher's samples (§3.2): one token per position from softmax(logits) [B, L, V] -> tokens [B, L], and
+    their -log p [B, L], differentiable in the logits (the terms of eq. 6). One uniform number per position from
+    `generator` (`inverse_cdf_sample`)."""
+    tokens, nll = _SampledTokenNLL.apply(logits.flatten(0, -2), generator)
+    return tokens.view(logits.shape[:-1]), nll.view(logits.shape[:-1])
+
+
+def teacher_sample_cross_entropy(x_nll: torch.Tensor, y_nll: torch.Tensor | None,
+                                 attention_mask: torch.Tensor) -> torch.Tensor:
     """CE((x-hat, y-hat), T(x_u)) of eq. 6: the teacher's average CE of its own samples over attended positions
-    of both heads (the factor N of eq. 5 dropped, as the paper does). `y_logits`/`y_hat` None: x-hat only
-    (the fixed-y variant)."""
-    mask = attention_mask.to(x_logits.dtype)
-    nll = F.cross_entropy(x_logits.flatten(0, 1), x_hat.flatten(), reduction="none").view_as(mask) * mask
-    count = mask.sum()
-    if y_logits is not None:
-        nll = nll + F.cross_entropy(y_logits.flatten(0, 1), y_hat.flatten(), reduction="none").view_as(mask) * mask
-        count = 2 * count
+    of both heads (the factor N of eq. 5 dropped, as the paper does), from the per-position -log p of
+    `sample_tokens_with_nll` [B, L]. `y_nll` None: x-hat only (the fixed-y variant)."""
+    mask = attention_mask.to(x_nll.dtype)
+    nll, count = x_nll * mask, mask.sum()
+    if y_nll is not None:
+        nll, count = nll + y_nll * mask, 2 * count
     return nll.sum() / count.clamp_min(1)
-
-
-def sample_tokens(logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Draw one token per position from softmax(logits) [B, L, V] -> [B, L] (the sampling step of §3.2).
-
-    Inverse-CDF sampling: one uniform number per position against the cumulative unnormalised probabilities
-    (summed in float64), so token k is drawn when c_{k-1} <= u c_V < c_k, with probability exactly softmax(z)_k.
-    torch.multinomial draws an exponential number for every vocabulary entry instead (V random numbers per
-    position; about 0.2 s per [256, 30k] draw on one CPU thread, against ~0.03 s here)."""
-    flat = logits.detach().flatten(0, -2).float()  # [N, V]
-    cumulative = torch.cumsum((flat - flat.amax(-1, keepdim=True)).exp_(), -1, dtype=torch.float64)
-    total = cumulative[:, -1:]
-    u = torch.rand(total.shape, generator=generator, dtype=torch.float64, device=flat.device) * total
-    drawn = torch.searchsorted(cumulative, u, right=True).clamp_(max=flat.shape[-1] - 1)
-    return drawn.view(logits.shape[:-1])
 
 
 def per_tensor_dot_and_norms(a: list[torch.Tensor], b: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor,

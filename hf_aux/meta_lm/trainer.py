@@ -52,7 +52,7 @@ from hf_aux.meta_lm.losses import (
     first_order_soft_label_grads,
     meta_signal_h,
     pseudo_cross_entropy,
-    sample_tokens,
+    sample_tokens_with_nll,
     soft_pseudo_cross_entropy,
     teacher_sample_cross_entropy,
     token_cross_entropy,
@@ -62,6 +62,7 @@ from hf_aux.model_card import TaskSummary, task_metrics
 from hf_aux.meta_lm.teacher import MetaLMTeacher, MetaLMTokens, check_same_vocabulary
 from hf_aux.nonfinite import check_finite_loss, check_finite_parameters
 from hf_aux.meta_lm.sampling import SupportQuerySampler
+from hf_aux.streaming import is_stream
 from hf_aux.training_metrics import MetricAccumulator
 
 TEACHER_DIR = "teacher"
@@ -340,12 +341,13 @@ class MetaLMTrainer(AuxTrainer):
                    + token_cross_entropy(teacher.output_head(hidden_m[predicted])[None], y_m[predicted][None])) / 2
         return aux_input + aux_mlm
 
-    def _student_loss(self, student, names, params, batch) -> torch.Tensor:
-        """CE of the student with parameters `params` on a support/query batch (eqs. 2-3)."""
+    def _student_loss(self, student, names, params, batch, double_backward: bool = False) -> torch.Tensor:
+        """CE of the student with parameters `params` on a support/query batch (eqs. 2-3); `double_backward`: its
+        gradient will be differentiated (the second-order support step)."""
         with _without_checkpointing(student):
             logits = functional_call(student, dict(zip(names, params)), args=(),
                                      kwargs={"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]})
-        return token_cross_entropy(logits.logits, batch["labels"])
+        return token_cross_entropy(logits.logits, batch["labels"], double_backward=double_backward)
 
     # theta_1 of eq. 1 from the student optimizer's state (hf_aux.meta_lm.functional_optim), clipped to max_grad_norm as
     # Trainer clips: differentiable in the gradient, as values, and the vector-Jacobian product of the map
@@ -414,10 +416,15 @@ class MetaLMTrainer(AuxTrainer):
             step.y_probs = (torch.nn.functional.one_hot(x_u, step.x_logits.shape[-1]).to(step.x_probs.dtype)
                             if args.fixed_y else step.y_logits.softmax(-1))
         else:
-            step.x_hat = sample_tokens(step.x_logits, self._generator).masked_fill(mask == 0, tokens.pad)
-            step.y_hat = x_u if args.fixed_y else sample_tokens(step.y_logits, self._generator).masked_fill(
-                mask == 0, tokens.pad)
-            step.sample_ce = teacher_sample_cross_entropy(step.x_logits, step.y_logits, step.x_hat, step.y_hat, mask)
+            x_hat, x_nll = sample_tokens_with_nll(step.x_logits, self._generator)
+            step.x_hat = x_hat.masked_fill(mask == 0, tokens.pad)
+            y_nll = None
+            if args.fixed_y:
+                step.y_hat = x_u
+            else:
+                y_hat, y_nll = sample_tokens_with_nll(step.y_logits, self._generator)
+                step.y_hat = y_hat.masked_fill(mask == 0, tokens.pad)
+            step.sample_ce = teacher_sample_cross_entropy(x_nll, y_nll, mask)
 
     def _pseudo_step(self, model, student, theta_0: list[torch.Tensor], step: "_MetaStep") -> None:
         """eq. 1: the student's pretraining loss on the pseudo data and its gradient g, left in `.grad` for
@@ -438,7 +445,8 @@ class MetaLMTrainer(AuxTrainer):
             with seeded_rng(step.seed, args.device) if args.first_order else contextlib.nullcontext():
                 embeds = p_x @ embedding  # [B, L, V] x [V, H]
                 pseudo_logits = model(inputs_embeds=embeds, attention_mask=mask).logits
-            pseudo_loss = soft_pseudo_cross_entropy(pseudo_logits, p_y, mask, pad)
+            pseudo_loss = soft_pseudo_cross_entropy(pseudo_logits, p_y, mask, pad,
+                                                    double_backward=not args.first_order)
         else:
             pseudo_logits = model(input_ids=step.x_hat, attention_mask=mask).logits
             pseudo_loss = pseudo_cross_entropy(pseudo_logits, step.y_hat, mask, pad)
@@ -522,7 +530,7 @@ class MetaLMTrainer(AuxTrainer):
 
     def _inner_step(self, student, names, theta_1, support, create_graph: bool) -> list[torch.Tensor]:
         """eq. 2: theta_2 = theta_1 - inner_lr * grad CE(support) (SGD, §4.1)."""
-        support_loss = self._student_loss(student, names, theta_1, support)
+        support_loss = self._student_loss(student, names, theta_1, support, double_backward=create_graph)
         self._train_metrics.add("meta/support_loss", support_loss)
         grads = torch.autograd.grad(support_loss, theta_1, create_graph=create_graph, allow_unused=True)
         return [t if g is None else sgd_update(t, g if create_graph else g.detach(), self.args.inner_learning_rate)
@@ -625,7 +633,8 @@ class MetaLMTrainer(AuxTrainer):
             scores["perplexity"] = float(metrics["perplexity"])  # run_mlm.py's key, without the eval_ prefix
         summaries = [TaskSummary(
             unlabelled_name or (datasets[0] if datasets else "unlabelled_text"), "mlm",
-            train_size=len(self.train_dataset) if self.train_dataset is not None else None,
+            train_size=len(self.train_dataset) if self.train_dataset is not None and not is_stream(
+                self.train_dataset) else None,  # a streamed corpus (--streaming) has no length
             eval_size=len(self.eval_dataset) if self.eval_dataset is not None and scores else None,
             metrics=scores, dataset=datasets[0] if datasets else None, split=split)]
         if self.args.objective != "mlm":  # support and query batches of the meta objective (eqs. 2-3)
