@@ -2,30 +2,20 @@
 an exact resume (the interrupted and resumed run ends with the uninterrupted run's parameters, and a resume at the
 wrong position does not), clear errors, and a peak memory that does not grow with the corpus."""
 
+import copy
 import json
-import os
-import random
 import shutil
-import subprocess
-import sys
-import textwrap
 
 import datasets
 import pytest
 import torch
 from hf_aux.amos import command as run_amos
 from safetensors.torch import load_file
-from tiny import WORDS, tiny_tokenizer
+from tiny import peak_rss_mb, tiny_tokenizer, write_corpus, write_large_corpus
 
 from hf_aux.data import group_texts_for_mlm
-from hf_aux.streaming import ResumableStream, stream_corpus, stream_mlm_blocks
-
-
-def write_corpus(path, documents: int, seed: int = 0) -> None:
-    rng = random.Random(seed)
-    with open(path, "w", encoding="utf-8") as handle:
-        for _ in range(documents):
-            handle.write(" ".join(rng.choices(WORDS, k=rng.randint(3, 30))) + "\n")
+from hf_aux.sampling import BatchStream
+from hf_aux.streaming import ResumableStream, StreamBatches, stream_corpus, stream_mlm_blocks
 
 
 def test_streamed_blocks_are_the_blocks_of_the_loaded_corpus(tmp_path):
@@ -58,6 +48,85 @@ def test_resumable_stream_continues_after_exactly_the_consumed_examples(tmp_path
     assert rest == everything[123:] and resumed.yielded == len(everything)
     with pytest.raises(ValueError, match="no longer kept"):
         first.state_at(5000)
+
+
+def test_a_resumed_stream_starts_its_next_pass_at_the_corpus_start(tmp_path):
+    """datasets starts every pass of a stream at a loaded state; after the resumed pass the next one must start at the
+    corpus' start, as the uninterrupted run's second pass does."""
+    write_corpus(tmp_path / "text.txt", 300)
+    blocks = stream_mlm_blocks(stream_corpus("text", "t", train_file=str(tmp_path / "text.txt")), tiny_tokenizer(),
+                               block_size=16)
+    everything = [row["input_ids"] for row in blocks]
+    first = ResumableStream(blocks)
+    reader = iter(first)
+    for _ in range(10):
+        next(reader)
+    resumed = ResumableStream(copy.deepcopy(blocks))
+    resumed.load_state_dict(json.loads(json.dumps(first.state_at(10))))
+    assert [row["input_ids"] for row in resumed] == everything[10:]
+    assert [row["input_ids"] for row in resumed] == everything
+    assert resumed.yielded == 2 * len(everything)  # counted from the resumed position, 10
+
+
+def collect_ids(rows, generator):
+    return [row["input_ids"] for row in rows]
+
+
+def test_stream_batches_read_the_blocks_in_order_pass_after_pass_and_resume_exactly(tmp_path):
+    """StreamBatches (TARTAN's streamed auxiliary tasks, meta-LM's streamed MLM support/query batches): the blocks of
+    group_texts_for_mlm in corpus order, batches spanning the end of a pass; N ranks draw what one process draws
+    (rank r every N-th batch); a position through JSON continues exactly, also across a pass boundary; a reader of its
+    own, so two readers of one corpus do not move each other."""
+    write_corpus(tmp_path / "text.txt", 300)
+    tokenizer = tiny_tokenizer()
+    loaded = datasets.load_dataset("text", data_files=str(tmp_path / "text.txt"), split="train")
+    expected = list(group_texts_for_mlm(loaded, tokenizer, block_size=16)["input_ids"])
+    blocks = stream_mlm_blocks(stream_corpus("text", "t", train_file=str(tmp_path / "text.txt")), tokenizer,
+                               block_size=16)
+    size = 7
+    one = StreamBatches(blocks, size, collect_ids, seed=0)
+    draws = 2 * len(expected) // size + 3  # more than two passes
+    read = [one.next() for _ in range(draws)]
+    assert [row for batch in read for row in batch] == (expected * 3)[:draws * size] and one.draws == draws
+
+    ranks = [StreamBatches(blocks, size, collect_ids, seed=0, rank=r, world_size=2) for r in (0, 1)]
+    dealt = [ranks[d % 2].next() for d in range(20)]  # rank 0's draw k is batch 2k, rank 1's batch 2k + 1
+    assert dealt == read[:20]
+
+    for cut in (3, len(expected) // size + 1):  # mid-pass, and just after the first pass ended
+        first = StreamBatches(blocks, size, collect_ids, seed=0)
+        for _ in range(cut):
+            first.next()
+        state = json.loads(json.dumps(first.state_dict()))
+        resumed = StreamBatches(blocks, size, collect_ids, seed=0)
+        resumed.load_state_dict(state)
+        assert [resumed.next() for _ in range(draws - cut)] == read[cut:], cut
+    # the test can fail: a position taken from another place of the stream continues elsewhere
+    wrong = StreamBatches(blocks, size, collect_ids, seed=0)
+    wrong.load_state_dict(state | {"draws": 3})
+    assert wrong.next() != read[3]
+
+
+def test_stream_batches_seed_the_collate_generator_as_batch_streams_do(tmp_path):
+    """The collate function's generator is seeded by (seed, batch position), as hf_aux.sampling.BatchStream seeds it, so
+    the masks of a batch do not depend on how the stream was reached (resume, ranks)."""
+    write_corpus(tmp_path / "text.txt", 100)
+    blocks = stream_mlm_blocks(stream_corpus("text", "t", train_file=str(tmp_path / "text.txt")), tiny_tokenizer(),
+                               block_size=16)
+    blocks_in_memory = datasets.Dataset.from_list(list(blocks))
+    draw_numbers = lambda rows, generator: torch.rand(3, generator=generator)  # noqa: E731
+    streamed = StreamBatches(blocks, 2, draw_numbers, seed=5, rank=1, world_size=2)
+    batch_stream = BatchStream(blocks_in_memory, 2, draw_numbers, seed=5, rank=1, world_size=2)
+    for _ in range(4):
+        assert torch.equal(streamed.next(), batch_stream.next())
+
+
+def test_an_empty_stream_is_an_error_when_read(tmp_path):
+    (tmp_path / "short.txt").write_text("good movie\n")
+    blocks = stream_mlm_blocks(stream_corpus("text", "t", train_file=str(tmp_path / "short.txt")), tiny_tokenizer(),
+                               block_size=16)
+    with pytest.raises(ValueError, match="a whole pass over a streamed corpus gave no example"):
+        StreamBatches(blocks, 2, collect_ids, seed=0).next()
 
 
 def amos_args(corpus, output_dir, *extra):
@@ -118,34 +187,17 @@ def test_a_document_that_is_not_text_is_named_when_the_stream_reaches_it(tmp_pat
         list(stream)
 
 
-PEAK_RSS = textwrap.dedent("""
-    import os, resource, sys
-    sys.path.insert(0, {tests!r})
-    from hf_aux.amos import command as run_amos
-    run_amos.main(*run_amos.parse_args(sys.argv[1:]))
-    print("PEAK_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-""")
-
-
-def peak_rss_mb(tmp_path, corpus, name: str) -> float:
-    script = tmp_path / "peak.py"
-    script.write_text(PEAK_RSS.format(tests=os.path.dirname(__file__)))
-    args = amos_args(corpus, tmp_path / name, "--max_steps", "3", "--save_strategy", "no")
-    env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / f"cache-{name}")}
-    done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return int(done.stdout.split("PEAK_KB")[-1]) / 1024
-
-
 def test_a_corpus_larger_than_the_memory_budget_streams_in_bounded_memory(tmp_path):
     """The budget: the run on a 200 MB corpus may peak at most 50 MB above the same run on a 20 kB one (loading the
     corpus would take its 200 MB as Arrow and more as Python strings for the checks)."""
     tiny_tokenizer().save_pretrained(tmp_path / "tokenizer")
     write_corpus(tmp_path / "small.txt", 100)
-    line = " ".join(WORDS[:40]) + "\n"
-    with open(tmp_path / "large.txt", "w", encoding="utf-8") as handle:
-        handle.write(line * (200_000_000 // len(line)))
-    assert os.path.getsize(tmp_path / "large.txt") > 190e6
-    small = peak_rss_mb(tmp_path, tmp_path / "small.txt", "small")
-    large = peak_rss_mb(tmp_path, tmp_path / "large.txt", "large")
+    write_large_corpus(tmp_path / "large.txt")
+
+    def peak(name):
+        args = amos_args(tmp_path / f"{name}.txt", tmp_path / name, "--max_steps", "3", "--save_strategy", "no")
+        return peak_rss_mb(tmp_path, ["amos", *args], name)
+
+    small, large = peak("small"), peak("large")
+    print(f"peak RSS: 20 kB corpus {small:.1f} MB, 200 MB corpus {large:.1f} MB")
     assert large - small < 50, (small, large)

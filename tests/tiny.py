@@ -154,3 +154,51 @@ class StopAfter(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step >= self.step:
             control.should_training_stop = True
+
+
+# ---- streamed corpora (tests/test_streaming*.py) -----------------------------------------------------------------
+
+
+def write_corpus(path, documents: int, seed: int = 0) -> None:
+    """A text file of `documents` lines of 3-30 random WORDS (one document a line)."""
+    import random
+
+    rng = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as handle:
+        for _ in range(documents):
+            handle.write(" ".join(rng.choices(WORDS, k=rng.randint(3, 30))) + "\n")
+
+
+def write_large_corpus(path, size: int = 200_000_000) -> None:
+    """A text file of about `size` bytes (one 40-word line repeated), written a line at a time."""
+    import os
+
+    line = " ".join(WORDS[:40]) + "\n"
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(line * (size // len(line)))
+    assert os.path.getsize(path) > 0.95 * size
+
+
+PEAK_RSS = """
+import resource, sys
+from hf_aux.cli.command import main
+main(sys.argv[1:])
+print("PEAK_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def peak_rss_mb(folder, argv: list[str], name: str) -> float:
+    """The peak RSS (MB) of `hf-aux <argv>` run to its end in a fresh process (the installed command's entry point,
+    hf_aux.cli.command.main), with a datasets cache of its own under `folder` (so that every run does the same
+    work, the data files' line checks included)."""
+    import os
+    import subprocess
+    import sys
+
+    script = os.path.join(folder, "peak_rss.py")
+    with open(script, "w", encoding="utf-8") as handle:
+        handle.write(PEAK_RSS)
+    env = {**os.environ, "HF_DATASETS_CACHE": os.path.join(folder, f"cache-{name}")}
+    done = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return int(done.stdout.split("PEAK_KB")[-1]) / 1024

@@ -24,6 +24,7 @@ from .config import AmosConfig
 from ..cli.arguments import DataSourceArguments
 from ..cli.arguments import ModelArguments as SharedModelArguments
 from ..cli.parser import command_parser, demo_config_path, drop_implied_evaluation, given_by_user, parse_command_line
+from ..cli.run import require_max_steps
 
 logger = logging.getLogger(__name__)
 
@@ -139,19 +140,7 @@ def check_streaming(data_args: DataTrainingArguments, training_args) -> None:
     if data_args.dataset_name is None and data_args.train_file is None:
         raise ValueError("DataTrainingArguments: field 'streaming': streams --train_file or --dataset_name; the demo "
                          "text is built in memory (give a corpus, or drop --streaming)")
-    if training_args.max_steps is None or training_args.max_steps <= 0:
-        raise ValueError("AmosConfig: field 'max_steps': --streaming needs --max_steps (a stream has no length, so "
-                         "epochs cannot be counted)")
-
-
-def streamed_blocks(stream, tokenizer, data_args: DataTrainingArguments):
-    """The train blocks of a streamed corpus, made as training reads them, resumable at a checkpoint's position."""
-    from ..streaming import ResumableStream, stream_mlm_blocks
-
-    blocks = stream_mlm_blocks(stream, tokenizer, data_args.text_column_name, data_args.max_seq_length)
-    if data_args.max_train_samples is not None:
-        blocks = blocks.take(data_args.max_train_samples)
-    return ResumableStream(blocks)
+    require_max_steps(training_args)
 
 
 def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed: int):
@@ -193,20 +182,11 @@ def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed
 
 def streamed_text(data_args: DataTrainingArguments, model_args: ModelArguments) -> dict:
     """{"train": the streamed corpus[, "validation": --validation_file, loaded as usual]}."""
-    import contextlib
-
-    from ..hub import explain_hub_errors
-    from ..streaming import stream_corpus
+    from ..streaming import stream_train_text
     from ..validation import check_corpus, load_data_files
 
-    if data_args.train_file is not None:
-        where, hub_errors = "DataTrainingArguments: field 'train_file'", contextlib.nullcontext()
-    else:
-        where = "DataTrainingArguments: field 'dataset_name'"
-        hub_errors = explain_hub_errors("DataTrainingArguments", "dataset_name", data_args.dataset_name)
-    with hub_errors:
-        text = {"train": stream_corpus(data_args.text_column_name, where, train_file=data_args.train_file,
-                                       dataset_name=data_args.dataset_name,
+    text = {"train": stream_train_text("DataTrainingArguments", data_args.text_column_name,
+                                       train_file=data_args.train_file, dataset_name=data_args.dataset_name,
                                        dataset_config=data_args.dataset_config_name, cache_dir=model_args.cache_dir)}
     if data_args.validation_file is not None:
         text["validation"] = load_data_files({"validation": data_args.validation_file},
@@ -281,6 +261,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     from ..data import group_texts_for_mlm
     from ..demo import MINILM_HUB_ID, minilm_path
     from ..hub import explain_hub_errors, hub_id_or_none
+    from ..streaming import resumable_mlm_blocks
     from .trainer import AmosTrainer
     from ..cli.run import finish_run, record_metrics, start_run, train_and_save
 
@@ -305,7 +286,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
                          f"model's vocabulary {vocab}")
     blocks = {}
     if data_args.streaming and training_args.do_train:
-        blocks["train"] = streamed_blocks(raw["train"], tokenizer, data_args)
+        blocks["train"] = resumable_mlm_blocks(raw["train"], tokenizer, data_args.text_column_name,
+                                               data_args.max_seq_length, data_args.max_train_samples)
     with training_args.main_process_first(desc="grouping text into blocks"):
         for split in ("train", "validation"):
             if split in raw and split not in blocks and not (data_args.streaming and split == "train"):

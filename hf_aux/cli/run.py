@@ -52,6 +52,13 @@ def start_run(training_args, *arguments):
     return run
 
 
+def require_max_steps(training_args) -> None:
+    """--streaming: the train data is a stream, which has no length, so the run's length is --max_steps."""
+    if training_args.max_steps is None or training_args.max_steps <= 0:
+        raise ValueError(f"{type(training_args).__name__}: field 'max_steps': --streaming needs --max_steps (a "
+                         "stream has no length, so epochs cannot be counted)")
+
+
 def train_and_save(trainer, run, **extra_metrics) -> dict:
     """Train (resuming from `run.checkpoint`), save the model and the trainer state, and log and save the train
     metrics with `extra_metrics` (e.g. train_samples) added. Returns the metrics. A finished run that is being
