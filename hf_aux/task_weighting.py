@@ -29,6 +29,7 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
 
 from .base_config import MetaWeightingArguments  # noqa: F401  (the settings both configs share, kept light for --help)
+from .streaming import StreamBatches
 
 GradList = Sequence[torch.Tensor | None]
 
@@ -183,30 +184,39 @@ def distributed(world_size: int) -> bool:
 
 class TaskWeightsCallback(TrainerCallback, ExportableState):
     """Holds the task weights w, the history of alpha (one [step, alpha_1, alpha_2, ...] row per optimizer step
-    whose weights changed), the batch-stream positions and TARTAN's MLM head warm-up losses ({task: [first,
-    last]}, empty until it ran); saved in trainer_state.json (`stateful_callbacks`) with every checkpoint and
-    restored on resume (`restore_task_weights`)."""
+    whose weights changed), the batch-stream positions (draws per stream; for a streamed corpus also the source's
+    position, `stream_positions`) and TARTAN's MLM head warm-up losses ({task: [first, last]}, empty until it
+    ran); saved in trainer_state.json (`stateful_callbacks`) with every checkpoint and restored on resume
+    (`restore_task_weights`)."""
 
     def __init__(self, task_names: list[str] | None = None, weights: list[float] | None = None,
                  history: list[list[float]] | None = None, stream_draws: dict[str, int] | None = None,
-                 head_warmup: dict[str, list[float]] | None = None):
+                 head_warmup: dict[str, list[float]] | None = None, stream_positions: dict[str, dict] | None = None):
         self.task_names = list(task_names or [])
         self.weights = list(weights or [])
         self.history = [list(row) for row in (history or [])]
         self.stream_draws = dict(stream_draws or {})
         self.head_warmup = dict(head_warmup or {})
+        self.stream_positions = dict(stream_positions or {})
 
     def state(self) -> dict:
         return {"args": {"task_names": self.task_names},
                 "attributes": {"weights": self.weights, "history": self.history, "stream_draws": self.stream_draws,
-                               "head_warmup": self.head_warmup}}
+                               "head_warmup": self.head_warmup, "stream_positions": self.stream_positions}}
 
     def draw(self, streams: dict, name: str) -> dict:
-        """The next batch of `streams[name]` (a `hf_aux.sampling.BatchStream`), from the position this state holds
-        (so a stream rebuilt after a resume continues where the checkpoint was), and the new position recorded."""
+        """The next batch of `streams[name]` (a `hf_aux.sampling.BatchStream`, or a
+        `hf_aux.streaming.StreamBatches` over a streamed corpus), from the position this state holds (so a stream
+        rebuilt after a resume continues where the checkpoint was), and the new position recorded."""
         stream = streams[name]
-        stream.draws = self.stream_draws.get(name, 0)
-        batch = stream.next()
+        if isinstance(stream, StreamBatches):  # read in order: its position is the source's, not a count alone
+            if stream.draws != self.stream_draws.get(name, 0):  # rebuilt after a resume
+                stream.load_state_dict(self.stream_positions[name])
+            batch = stream.next()
+            self.stream_positions[name] = stream.state_dict()
+        else:
+            stream.draws = self.stream_draws.get(name, 0)
+            batch = stream.next()
         self.stream_draws[name] = stream.draws
         return batch
 

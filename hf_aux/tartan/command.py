@@ -56,6 +56,11 @@ class DataTrainingArguments(DataSourceArguments):
         "help": "Auxiliary MLM tasks as name=source (source: tapt, demo:<imdb|wikipedia|rotten_tomatoes>, or a "
                 "text/data file); 'none' for no auxiliary task."})
     max_auxiliary_documents: int | None = field(default=None, metadata={"help": "Cap on documents per corpus."})
+    streaming: bool = field(default=False, metadata={
+        "help": "Read the auxiliary corpora given as files (--auxiliary name=path) as streams (datasets' "
+                "streaming=True), tokenised into MLM blocks as training draws them, in order, pass after pass: "
+                "bounded memory, nothing written to the datasets cache, an exact resume. tapt and demo: text stay in "
+                "memory; the end task's epochs (or --max_steps) set the run's length."})
     max_seq_length: int = field(default=128, metadata={"help": "End-task truncation length and MLM block size."})
     early_stopping_patience: int | None = field(default=None, metadata={
         "help": "Stop after this many evaluations without improving metric_for_best_model (§3.1)."})
@@ -75,6 +80,10 @@ class DataTrainingArguments(DataSourceArguments):
                              "data (early stopping, META-TARTAN's meta-gradient)")
         if self.final_finetune_epochs < 0:
             raise ValueError(f"DataTrainingArguments: field 'final_finetune_epochs': {self.final_finetune_epochs} < 0")
+        if self.streaming and not any(is_corpus_file(spec.partition("=")[2]) for spec in self.auxiliary):
+            raise ValueError(f"DataTrainingArguments: field 'streaming': streams the auxiliary corpora given as files "
+                             f"(--auxiliary name=path); none of {self.auxiliary} is a file (tapt and demo: text are "
+                             "built in memory): name a corpus file, or drop --streaming")
         super().__post_init__()
 
 
@@ -122,10 +131,17 @@ def build_task(data_args: DataTrainingArguments):
     return task
 
 
-def auxiliary_corpora(specs: list[str], raw, task, max_documents: int | None) -> dict:
-    """{name: Dataset with a `text` column} from the --auxiliary specs."""
+def is_corpus_file(source: str) -> bool:
+    """Whether an --auxiliary source names a corpus file (not tapt, not demo: text, not empty)."""
+    return bool(source) and source != "tapt" and not source.startswith("demo:")
+
+
+def auxiliary_corpora(specs: list[str], raw, task, max_documents: int | None, streaming: bool = False) -> dict:
+    """{name: Dataset with a `text` column} from the --auxiliary specs; with `streaming`, a corpus file is a
+    streamed `datasets.IterableDataset` of its `text` column instead (hf_aux.streaming)."""
     import datasets
 
+    from ..streaming import stream_corpus
     from ..validation import check_corpus, load_data_files
 
     if specs == ["none"]:
@@ -143,6 +159,10 @@ def auxiliary_corpora(specs: list[str], raw, task, max_documents: int | None) ->
             from ..demo import demo_unlabelled_text
 
             corpus = demo_unlabelled_text(sources=(source[5:],), max_documents=max_documents)
+        elif streaming:
+            corpus = stream_corpus("text", f"task '{name}': field 'auxiliary' ({source!r})", train_file=source)
+            corpora[name] = corpus if max_documents is None else corpus.take(max_documents)
+            continue
         else:
             corpus = load_data_files({"train": source}, f"task '{name}': field 'auxiliary'")["train"]
             check_corpus(corpus, "text", f"task '{name}': field 'auxiliary' ({source!r})")
@@ -181,6 +201,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     from ..metrics import classification_metrics
     from .model import TartanModel
     from ..base_trainer import AuxTrainer
+    from ..streaming import is_stream, stream_mlm_blocks
     from ..tasks import load_task_splits
     from .trainer import TartanTrainer
     from ..cli.run import finish_run, record_metrics, start_run, train_and_save
@@ -205,11 +226,14 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     with training_args.main_process_first(desc="tokenising"):
         features = {split: tokenize_task(task, raw[split], tokenizer, max_length=data_args.max_seq_length)
                     for split in raw}
-        corpora = auxiliary_corpora(data_args.auxiliary, raw, task, data_args.max_auxiliary_documents)
-        blocks = {name: group_texts_for_mlm(corpus, tokenizer, block_size=data_args.max_seq_length)
+        corpora = auxiliary_corpora(data_args.auxiliary, raw, task, data_args.max_auxiliary_documents,
+                                    data_args.streaming)
+        blocks = {name: stream_mlm_blocks(corpus, tokenizer, block_size=data_args.max_seq_length) if is_stream(corpus)
+                  else group_texts_for_mlm(corpus, tokenizer, block_size=data_args.max_seq_length)
                   for name, corpus in corpora.items()}
     for name, block_set in blocks.items():
-        logger.info("auxiliary task %s: %d MLM blocks of %d tokens", name, len(block_set), data_args.max_seq_length)
+        size = "streamed" if is_stream(block_set) else f"{len(block_set)}"
+        logger.info("auxiliary task %s: %s MLM blocks of %d tokens", name, size, data_args.max_seq_length)
 
     with explain_hub_errors("ModelArguments", "model_name_or_path", model_path):
         classifier = AutoModelForSequenceClassification.from_pretrained(

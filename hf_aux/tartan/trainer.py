@@ -35,6 +35,7 @@ from . import METHOD
 from .config import TartanConfig
 from .losses import mt_tartan_loss
 from ..sampling import BatchStream
+from ..streaming import StreamBatches, is_stream
 from ..task_weighting import (
     TaskWeightsCallback,
     all_reduce_mean,
@@ -72,7 +73,9 @@ class TartanTrainer(AuxTrainer):
         `auxiliary_datasets`).
     train_dataset / eval_dataset: the end task, tokenised (input_ids, attention_mask[, token_type_ids], labels).
     auxiliary_datasets: {name: dataset of input_ids blocks} (e.g. `hf_aux.data.group_texts_for_mlm` output), in
-        the model's auxiliary task order; masked afresh for every batch.
+        the model's auxiliary task order; masked afresh for every batch. A `datasets.IterableDataset` (e.g.
+        `hf_aux.streaming.stream_mlm_blocks` of a streamed corpus) is read in order as a stream
+        (`hf_aux.streaming.StreamBatches`), its position saved with every checkpoint.
     meta_dataset: end-task validation data for g_meta (META-TARTAN; default `eval_dataset`).
     processing_class: the tokenizer (needed to pad and mask the auxiliary batches).
     peft_config: a `peft.LoraConfig`: LoRA adapters on the shared body, base weights frozen (as trl's trainers take
@@ -107,10 +110,10 @@ class TartanTrainer(AuxTrainer):
             raise ValueError(f"TartanTrainer: field 'processing_class': the tokenizer has {len(processing_class)} "
                              f"tokens but the model's embeddings only {vocab_rows}: mismatched tokenizer")
         for name, data in auxiliary_datasets.items():
-            if "input_ids" not in data.column_names:
+            if data.column_names is not None and "input_ids" not in data.column_names:  # None: a stream's, unknown
                 raise ValueError(f"task '{name}': field 'auxiliary_datasets': needs an input_ids column "
                                  f"(see hf_aux.data.group_texts_for_mlm); has {data.column_names}")
-            if len(data) == 0:
+            if not is_stream(data) and len(data) == 0:  # a stream's emptiness shows when it is read
                 raise ValueError(f"task '{name}': field 'auxiliary_datasets': the dataset is empty")
         if train_dataset is None:
             raise ValueError("TartanTrainer: field 'train_dataset': the end task's training data is required")
@@ -168,7 +171,7 @@ class TartanTrainer(AuxTrainer):
             args = self.args
             seed, place = args.seed, {"rank": args.process_index, "world_size": args.world_size}  # one shared stream
             aux_size = args.auxiliary_batch_size or args.per_device_train_batch_size
-            streams = {name: BatchStream(data, aux_size, self._mlm_collate, seed + 17 * (k + 1), **place)
+            streams = {name: _batch_stream(data, aux_size, self._mlm_collate, seed + 17 * (k + 1), **place)
                        for k, (name, data) in enumerate(self._auxiliary_datasets.items())}
             if args.mode == "meta":
                 meta = self._remove_unused_columns(self._meta_dataset, description="meta")
@@ -209,8 +212,8 @@ class TartanTrainer(AuxTrainer):
         args, state = self.args, self.task_weights_state
         if args.mlm_head_warmup_steps == 0 or state.head_warmup or self._resumed or not self.task_names[1:]:
             return
-        streams = {name: BatchStream(data, args.auxiliary_batch_size or args.per_device_train_batch_size,
-                                     self._mlm_collate, args.seed + 23 * (k + 1))
+        streams = {name: _batch_stream(data, args.auxiliary_batch_size or args.per_device_train_batch_size,
+                                       self._mlm_collate, args.seed + 23 * (k + 1))
                    for k, (name, data) in enumerate(self._auxiliary_datasets.items())}
         tartan: TartanModel = self.accelerator.unwrap_model(model)
         state.head_warmup = tartan.fit_mlm_heads(lambda name: self._prepare_inputs(streams[name].next()),
@@ -370,7 +373,8 @@ class TartanTrainer(AuxTrainer):
                                  eval_size=len(self.eval_dataset) if self.eval_dataset is not None else None,
                                  metrics=scores, dataset=datasets[0] if datasets else None, split=split,
                                  source=None if datasets else source)]
-        summaries += [TaskSummary(name, "mlm", train_size=len(data)) for name, data in self._auxiliary_datasets.items()]
+        summaries += [TaskSummary(name, "mlm", train_size=None if is_stream(data) else len(data))  # a stream: no length
+                      for name, data in self._auxiliary_datasets.items()]
         return summaries
 
     def _card_figures(self, output_dir: str) -> dict[str, str]:
@@ -403,6 +407,13 @@ class TartanTrainer(AuxTrainer):
         restore_task_weights(self.task_weights_state, resume_from_checkpoint, self.task_names, "TARTAN")
         self._streams = None  # rebuilt at the restored positions
         self._resumed = True
+
+
+def _batch_stream(data, batch_size: int, collate, seed: int, rank: int = 0, world_size: int = 1):
+    """An auxiliary task's endless batches: shuffled per epoch over a dataset (`BatchStream`), or read in order
+    over a streamed corpus (`StreamBatches`)."""
+    kind = StreamBatches if is_stream(data) else BatchStream
+    return kind(data, batch_size, collate, seed, rank=rank, world_size=world_size)
 
 
 def _refuse_sharding(mode: str, sharding: Sharding) -> None:
