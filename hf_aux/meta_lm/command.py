@@ -19,7 +19,8 @@ from transformers import HfArgumentParser
 
 from .config import MetaLMConfig
 from ..cli.arguments import ModelArguments as SharedModelArguments
-from ..cli.parser import command_parser, demo_config_path, parse_command_line
+from ..cli.parser import command_parser, demo_config_path, drop_implied_evaluation, parse_command_line
+from ..cli.run import require_max_steps
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +52,15 @@ class DataTrainingArguments:
     mixture: str | None = field(default=None, metadata={"help": "Mixture file of classification TaskSpecs."})
     block_size: int = field(default=128, metadata={"help": "Tokens per unlabelled block (and labelled input)."})
     validation_split_percentage: int = field(default=5, metadata={"help": "Unlabelled text held out for eval."})
+    validation_file: str | None = field(default=None, metadata={
+        "help": "Held-out unlabelled text for evaluation (txt/csv/json), instead of validation_split_percentage "
+                "of the blocks (which a stream does not have)."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Truncate the unlabelled blocks."})
+    streaming: bool = field(default=False, metadata={
+        "help": "Read --train_file / --dataset_name as a stream (datasets' streaming=True), tokenised into blocks as "
+                "training reads them, in order: x_u batches and the MLM task's support/query batches (each its own "
+                "pass over the corpus). Bounded memory, nothing written to the datasets cache, an exact resume. Needs "
+                "--max_steps; no held-out share of a stream (give --validation_file to evaluate)."})
 
 
 def make_parser() -> HfArgumentParser:
@@ -61,6 +70,14 @@ def make_parser() -> HfArgumentParser:
 def parse_args(argv: list[str] | None = None):
     return parse_command_line(make_parser(), argv, demo_config=demo_config_path("meta_lm"),
                               data_source_flags=DATA_SOURCE_FLAGS)
+
+
+def check_streaming(data_args: DataTrainingArguments, training_args) -> None:
+    """--streaming reads a given corpus for a given number of steps (a stream has no length)."""
+    if data_args.two_moons or (data_args.train_file is None and data_args.dataset_name is None):
+        raise ValueError("DataTrainingArguments: field 'streaming': streams --train_file or --dataset_name; the Two "
+                         "Moons data are built in memory (give a corpus, or drop --streaming)")
+    require_max_steps(training_args)
 
 
 def load_labelled_tasks(path: str, tokenizer, block_size: int) -> dict:
@@ -97,6 +114,7 @@ def build_data(data_args, model_args, training_args):
 
     from ..data import group_texts_for_mlm
     from ..hub import explain_hub_errors
+    from ..streaming import resumable_mlm_blocks, stream_train_text
     from .teacher import add_meta_lm_tokens
     from ..validation import check_corpus, check_holdout_split, load_data_files
 
@@ -116,7 +134,11 @@ def build_data(data_args, model_args, training_args):
     tokenizer_name = model_args.tokenizer_name or model_args.model_name_or_path
     if tokenizer_name is None:
         raise ValueError("run_meta_lm: field 'tokenizer_name': give a tokenizer (or a model) for your own data")
-    if data_args.train_file:
+    if data_args.streaming:  # read while training (hf_aux.streaming); the files are checked by stream_train_text
+        raw = stream_train_text("DataTrainingArguments", data_args.text_column_name,
+                                train_file=data_args.train_file, dataset_name=data_args.dataset_name,
+                                dataset_config=data_args.dataset_config_name, cache_dir=model_args.cache_dir)
+    elif data_args.train_file:
         raw = load_data_files({"train": data_args.train_file}, "DataTrainingArguments: field 'train_file'")["train"]
     elif data_args.dataset_name:
         with explain_hub_errors("DataTrainingArguments", "dataset_name", data_args.dataset_name):
@@ -124,16 +146,31 @@ def build_data(data_args, model_args, training_args):
                                         cache_dir=model_args.cache_dir, token=model_args.token)
     else:
         raise ValueError("run_meta_lm: field 'train_file': give unlabelled text (--train_file or --dataset_name)")
-    check_corpus(raw, data_args.text_column_name, "DataTrainingArguments: field 'text_column_name'")
+    if not data_args.streaming:
+        check_corpus(raw, data_args.text_column_name, "DataTrainingArguments: field 'text_column_name'")
     with explain_hub_errors("ModelArguments", "tokenizer_name" if model_args.tokenizer_name else "model_name_or_path",
                             tokenizer_name):
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, **model_args.hub_kwargs())
+    held_out = None
+    if data_args.validation_file is not None:
+        held_out = load_data_files({"validation": data_args.validation_file},
+                                   "DataTrainingArguments: field 'validation_file'")["validation"]
+        check_corpus(held_out, data_args.text_column_name, "DataTrainingArguments: field 'text_column_name'",
+                     "validation")
     with training_args.main_process_first(desc="grouping texts"):
-        blocks = group_texts_for_mlm(raw, tokenizer, data_args.text_column_name, data_args.block_size)
-    check_holdout_split(len(blocks), data_args.validation_split_percentage,
-                        "DataTrainingArguments: field 'validation_split_percentage'",
-                        f"blocks of {data_args.block_size} tokens")
-    split = blocks.train_test_split(test_size=data_args.validation_split_percentage / 100, seed=0)
+        if data_args.streaming:  # every block of the corpus, in order, made as training reads it
+            train = resumable_mlm_blocks(raw, tokenizer, data_args.text_column_name, data_args.block_size,
+                                         data_args.max_train_samples)
+        else:
+            train = group_texts_for_mlm(raw, tokenizer, data_args.text_column_name, data_args.block_size)
+        if held_out is not None:
+            held_out = group_texts_for_mlm(held_out, tokenizer, data_args.text_column_name, data_args.block_size)
+    if held_out is None and not data_args.streaming:  # hold out a share of the blocks
+        check_holdout_split(len(train), data_args.validation_split_percentage,
+                            "DataTrainingArguments: field 'validation_split_percentage'",
+                            f"blocks of {data_args.block_size} tokens")
+        split = train.train_test_split(test_size=data_args.validation_split_percentage / 100, seed=0)
+        train, held_out = split["train"], split["test"]
     labelled = load_labelled_tasks(data_args.mixture, tokenizer, data_args.block_size) if data_args.mixture else {}
     num_labels = max([max(t["label"]) + 1 for t in labelled.values()], default=0)
     add_meta_lm_tokens(tokenizer, list(labelled), num_labels)
@@ -145,7 +182,7 @@ def build_data(data_args, model_args, training_args):
                                       pad_token_id=tokenizer.pad_token_id)
         if model_args.config_overrides:
             config.update_from_string(model_args.config_overrides)
-    return tokenizer, split["train"], split["test"], labelled, config
+    return tokenizer, train, held_out, labelled, config
 
 
 def main(model_args: ModelArguments | None = None, data_args: DataTrainingArguments | None = None,
@@ -166,13 +203,19 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         raise ValueError(f"DataTrainingArguments: field 'mixture': --objective {training_args.objective} learns the "
                          "teacher from labelled tasks (the support and query batches): give --mixture tasks.yaml "
                          "(classification tasks), or --objective mlm for plain masked-LM pretraining")
+    if data_args.streaming:
+        check_streaming(data_args, training_args)
     run = start_run(training_args, model_args, data_args)
     if run.nothing_to_do:
         return run.results
 
     tokenizer, train_blocks, eval_blocks, labelled, config = build_data(data_args, model_args, training_args)
-    if data_args.max_train_samples is not None:
+    if data_args.max_train_samples is not None and not data_args.streaming:  # a stream is cut by build_data
         train_blocks = train_blocks.select(range(min(data_args.max_train_samples, len(train_blocks))))
+    drop_implied_evaluation(training_args, eval_blocks is not None, "no held-out text")
+    if training_args.do_eval and eval_blocks is None:
+        raise ValueError("DataTrainingArguments: field 'validation_file': --do_eval with --streaming needs held-out "
+                         "text (a stream has no held-out share): give --validation_file")
     if model_args.model_name_or_path:
         with explain_hub_errors("ModelArguments", "model_name_or_path", model_args.model_name_or_path):
             student = AutoModelForMaskedLM.from_pretrained(model_args.model_name_or_path,
@@ -193,8 +236,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
                             train_dataset=train_blocks if training_args.do_train else None,
                             eval_dataset=eval_blocks if training_args.do_eval else None, processing_class=tokenizer)
     run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
-    if training_args.do_train:
-        train_and_save(trainer, run, train_samples=len(train_blocks))
+    if training_args.do_train:  # a stream has no length
+        train_and_save(trainer, run, **({} if data_args.streaming else {"train_samples": len(train_blocks)}))
     eval_metrics = None
     if training_args.do_eval:
         eval_metrics = trainer.evaluate()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from ..streaming import StreamBatches, is_stream
+
 
 class SupportQuerySampler:
     """Support and query batches of the meta-learned LM objective (Shen, §4.1; eqs. 2-3): both from ONE task,
@@ -15,7 +17,12 @@ class SupportQuerySampler:
 
     labelled: {task: ([input_ids row, ...] with the task token at position 0, labels [N])}; unlabelled: a dataset
     with `input_ids`. Every draw comes from `generator`, which the caller owns and checkpoints (the meta step draws
-    masks and teacher samples from it too); `state_dict()` holds the rest: the current task and the steps left."""
+    masks and teacher samples from it too); `state_dict()` holds the rest: the current task and the steps left.
+
+    A streamed `unlabelled` (a `hf_aux.streaming.ResumableStream`, `hf-aux meta-lm --streaming`) has no random
+    access: the MLM task's rows are then the next blocks of a pass over the corpus of its own
+    (`hf_aux.streaming.StreamBatches`, from the corpus' start, in order, pass after pass), whose position
+    `state_dict()` holds too."""
 
     def __init__(self, labelled: dict, unlabelled, batch_size: int, samples_per_task: int,
                  mlm_task_probability: float, label_tokens: list[int], pad_token_id: int, mlm_example,
@@ -28,6 +35,9 @@ class SupportQuerySampler:
         self.generator, self.device = generator, device
         self.current_task: str | None = None
         self.task_steps_left = 0
+        self._stream = None  # a streamed `unlabelled`: its MLM rows in order (StreamBatches)
+        if is_stream(unlabelled):
+            self._stream = StreamBatches(unlabelled.source, batch_size, lambda rows, generator: rows, seed=0)
 
     def next_task(self) -> str:
         """The task of this meta step: a new draw once the current one had its `samples_per_task` examples."""
@@ -51,8 +61,12 @@ class SupportQuerySampler:
     def batch(self, task: str) -> dict[str, torch.Tensor]:
         draw = dict(generator=self.generator, device=self.generator.device)
         if task == "mlm":
-            index = torch.randint(len(self.unlabelled), (self.batch_size,), **draw).tolist()
-            ids, mask = self._pad([torch.tensor(self.unlabelled[i]["input_ids"]) for i in index])
+            if self._stream is not None:
+                rows = self._stream.next()
+            else:
+                rows = [self.unlabelled[i] for i in torch.randint(len(self.unlabelled), (self.batch_size,),
+                                                                   **draw).tolist()]
+            ids, mask = self._pad([torch.tensor(row["input_ids"]) for row in rows])
             x, y = self.mlm_example(ids, mask, self.generator)
             return {"input_ids": x, "attention_mask": mask, "labels": y}
         examples, labels = self.labelled[task]
@@ -72,7 +86,16 @@ class SupportQuerySampler:
         return ids.to(self.device), mask.to(self.device)
 
     def state_dict(self) -> dict:
-        return {"current_task": self.current_task, "task_steps_left": self.task_steps_left}
+        state = {"current_task": self.current_task, "task_steps_left": self.task_steps_left}
+        if self._stream is not None:
+            state["unlabelled_stream"] = self._stream.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.current_task, self.task_steps_left = state["current_task"], state["task_steps_left"]
+        if self._stream is not None:
+            if "unlabelled_stream" not in state:
+                raise ValueError("resume_from_checkpoint: the checkpoint holds no position of the streamed MLM "
+                                 "support/query batches (it was not written by a --streaming run); resume without "
+                                 "--streaming")
+            self._stream.load_state_dict(state["unlabelled_stream"])
