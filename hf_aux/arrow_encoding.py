@@ -23,6 +23,7 @@ pass each:
 from __future__ import annotations
 
 import itertools
+import operator
 
 import numpy as np
 import pyarrow as pa
@@ -89,8 +90,8 @@ def _encode_pairs_once(backend, questions, flat_choices, rows):
     finally:
         if truncation is not None:
             backend.enable_truncation(**truncation)
-    post_process = backend.post_process
-    return [post_process(question_encodings[row], choice, True) for row, choice in zip(rows, choice_encodings)]
+    questions_by_choice = map(question_encodings.__getitem__, rows)
+    return list(map(backend.post_process, questions_by_choice, choice_encodings, itertools.repeat(True)))
 
 
 def _to_arrow(tokenizer, encodings) -> dict[str, pa.Array]:
@@ -111,7 +112,7 @@ def _to_arrow(tokenizer, encodings) -> dict[str, pa.Array]:
 
 
 def _chained(encodings, field: str):
-    return itertools.chain.from_iterable(getattr(e, field) for e in encodings)
+    return itertools.chain.from_iterable(map(operator.attrgetter(field), encodings))
 
 
 def _offsets(lengths: np.ndarray) -> np.ndarray:
