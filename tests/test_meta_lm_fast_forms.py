@@ -239,3 +239,25 @@ def test_teacher_heads_per_row_give_the_full_logits_aux_losses_and_gradients(dat
     for (name, p), g in zip(trainer.teacher.named_parameters(), expected):
         assert g is not None, name
         torch.testing.assert_close(2 * p.grad, g, rtol=1e-8, atol=1e-12)  # accumulation 2 halves it
+
+
+def test_fused_forms_in_bfloat16_compute_in_float32_as_autocast_does():
+    """bf16 logits (a bf16 model, or autocast): log-softmax, weights and loss in float32, as F.cross_entropy of the
+    upcast logits; the gradient comes back in the logits' dtype."""
+    gen = torch.Generator().manual_seed(6)
+    logits = (3 * torch.randn(2, 5, 40, generator=gen)).bfloat16().requires_grad_()
+    labels = torch.randint(40, (2, 5), generator=gen)
+    labels[0, :3] = -100
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]])
+    probs = torch.randn(2, 5, 40, generator=gen).softmax(-1)
+    upcast = logits.detach().float().requires_grad_()
+    pairs = [(token_cross_entropy(logits, labels), token_cross_entropy(upcast, labels)),
+             (pseudo_cross_entropy(logits, labels.clamp_min(0), mask, 4),
+              pseudo_cross_entropy(upcast, labels.clamp_min(0), mask, 4)),
+             (soft_pseudo_cross_entropy(logits, probs, mask, 4), soft_pseudo_cross_entropy(upcast, probs, mask, 4))]
+    for low, full in pairs:
+        assert low.dtype == torch.float32
+        torch.testing.assert_close(low, full, rtol=1e-6, atol=1e-6)
+        grad_low, grad_full = torch.autograd.grad(low, logits)[0], torch.autograd.grad(full, upcast)[0]
+        assert grad_low.dtype == torch.bfloat16
+        torch.testing.assert_close(grad_low.float(), grad_full, rtol=1e-2, atol=1e-3)

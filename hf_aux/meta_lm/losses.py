@@ -25,6 +25,16 @@ import torch.nn.functional as F
 # pseudo and support steps) take `double_backward=True`, the composite form autograd differentiates twice.
 
 
+def _softmax_dtype(logits: torch.Tensor) -> torch.dtype | None:
+    """float32 for half-precision logits (as autocast runs log-softmax), else None: the logits' own dtype."""
+    return torch.float32 if logits.dtype in (torch.float16, torch.bfloat16) else None
+
+
+def _weight_dtype(logits: torch.Tensor) -> torch.dtype:
+    """The dtype of the per-position weights and the loss: float32 for half-precision logits."""
+    return _softmax_dtype(logits) or logits.dtype
+
+
 def _refuse_double_backward(name: str) -> None:
     if torch.is_grad_enabled():
         raise RuntimeError(f"hf_aux.meta_lm.losses.{name}: its fused backward cannot be differentiated again "
@@ -36,7 +46,7 @@ class _WeightedTokenNLL(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, targets, row_weights):
-        log_probs = torch.log_softmax(logits, -1)
+        log_probs = torch.log_softmax(logits, -1, dtype=_softmax_dtype(logits))
         ctx.save_for_backward(log_probs, targets, row_weights)
         return -(log_probs.gather(1, targets[:, None]).squeeze(1) * row_weights).sum()
 
@@ -54,7 +64,7 @@ class _SoftTokenNLL(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, probs, row_weights, pad):
-        log_probs = torch.log_softmax(logits, -1)
+        log_probs = torch.log_softmax(logits, -1, dtype=_softmax_dtype(logits))
         probs = probs.to(log_probs.dtype)
         dots = torch.bmm(probs[:, None, :], log_probs[:, :, None]).view(-1)  # sum_v p_v log q_v, one pass
         per_row = log_probs[:, pad] * probs[:, pad] - dots
@@ -85,7 +95,7 @@ class _SampledTokenNLL(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, generator):
-        probs = torch.softmax(logits, -1)
+        probs = torch.softmax(logits, -1, dtype=_softmax_dtype(logits))
         tokens = inverse_cdf_sample(probs, generator)
         nll = -probs.gather(1, tokens[:, None]).squeeze(1).log()
         ctx.mark_non_differentiable(tokens)
@@ -131,7 +141,7 @@ def pseudo_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, attention_
 
     Sum of -log p(target) over attended positions whose target is not PAD, divided by the attended positions.
     """
-    weight = attention_mask.to(logits.dtype) * (targets != pad_token_id).to(logits.dtype)
+    weight = attention_mask.to(_weight_dtype(logits)) * (targets != pad_token_id).to(_weight_dtype(logits))
     row_weights = (weight / attention_mask.sum().clamp_min(1)).flatten()
     return _WeightedTokenNLL.apply(logits.flatten(0, 1), targets.flatten(), row_weights)
 
@@ -149,7 +159,7 @@ def soft_pseudo_cross_entropy(logits: torch.Tensor, target_probs: torch.Tensor, 
     log-probabilities or PAD-column indexing (whose double backward would fill a zero [B, L, V] buffer); otherwise
     the fused form (one log-softmax buffer, the gradient made in it).
     """
-    mask = attention_mask.to(logits.dtype)
+    mask = attention_mask.to(_weight_dtype(logits))
     if not double_backward:
         row_weights = (mask / mask.sum().clamp_min(1)).flatten()
         return _SoftTokenNLL.apply(logits.flatten(0, 1), target_probs.flatten(0, 1), row_weights, pad_token_id)
@@ -167,7 +177,7 @@ def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, double_backw
     if double_backward:
         return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
     labels = labels.flatten()
-    counted = (labels != -100).to(logits.dtype)
+    counted = (labels != -100).to(_weight_dtype(logits))
     return _WeightedTokenNLL.apply(logits.flatten(0, 1), labels.clamp_min(0), counted / counted.sum())
 
 
