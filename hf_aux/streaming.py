@@ -17,7 +17,8 @@ fly, in bounded memory, with an exact resume.
   read in order, pass after pass, over a reader of its own, with its position (`state_dict()`) for checkpoints.
 
 The stream is read in order: a shuffle buffer cannot be restored exactly, so there is none (as in run_mlm.py's
---streaming). Only the main process reads it (accelerate dispatches an iterable dataset's batches to the others).
+--streaming). Only the main process reads a train dataset's stream (accelerate dispatches an iterable dataset's
+batches to the others); every process reads a `StreamBatches` and keeps its own batches.
 """
 
 from __future__ import annotations

@@ -211,6 +211,10 @@ class TaskWeightsCallback(TrainerCallback, ExportableState):
         stream = streams[name]
         if isinstance(stream, StreamBatches):  # read in order: its position is the source's, not a count alone
             if stream.draws != self.stream_draws.get(name, 0):  # rebuilt after a resume
+                if name not in self.stream_positions:
+                    raise ValueError(f"resume_from_checkpoint: the checkpoint holds no position of the streamed task "
+                                     f"{name!r} (it was not written with --streaming), so where its stream stopped "
+                                     "is unknown; resume without --streaming")
                 stream.load_state_dict(self.stream_positions[name])
             batch = stream.next()
             self.stream_positions[name] = stream.state_dict()

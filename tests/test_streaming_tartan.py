@@ -152,6 +152,18 @@ def test_streaming_refusals_name_the_field(folder, tmp_path):
         run(missing)
 
 
+def test_a_checkpoint_without_the_stream_position_is_refused_on_resume(folder):
+    """A checkpoint written without --streaming counts the task's draws but holds no position in the corpus."""
+    from hf_aux.streaming import StreamBatches, stream_corpus, stream_mlm_blocks
+    from hf_aux.task_weighting import TaskWeightsCallback
+
+    blocks = stream_mlm_blocks(stream_corpus("text", "t", train_file=str(folder / "corpus.txt")), tiny_tokenizer(),
+                               block_size=16)
+    state = TaskWeightsCallback(["end_task", "dapt"], [0.5, 0.5], stream_draws={"dapt": 3})
+    with pytest.raises(ValueError, match="holds no position of the streamed task 'dapt'.*resume without --streaming"):
+        state.draw({"dapt": StreamBatches(blocks, 2, lambda rows, generator: rows, seed=0)}, "dapt")
+
+
 def test_a_corpus_larger_than_the_memory_budget_streams_in_bounded_memory(folder, tmp_path):
     """The budget: the run with a 200 MB auxiliary corpus may peak at most 50 MB above the same run with a 20 kB one
     (loading it would take its 200 MB as Arrow and more as Python strings for the checks)."""
