@@ -121,7 +121,8 @@ def test_quick_runs_every_variant_caches_and_reports(tmp_path):
                         ("heldout", "muppet"), ("heldout", "muppet_task_head"), ("num_tasks", "mixture_2"),
                         ("batching", "dataset_homogeneous"), ("batching", "no_loss_scaling"),
                         ("batching", "batch_homogeneous"), ("budget", "muppet_long"),
-                        ("budget", "muppet_long_task_head")}
+                        ("budget", "muppet_long_task_head"), ("related_pretraining", "imdb_only"),
+                        ("related", "imdb_only"), ("related", "imdb_only_task_head")}
         quick = muppet.QUICK
         for run in runs:
             assert {"wall_s", "cpu_s", "device", "commit", "load_avg", "seed", "metric", "value"} <= set(run)
@@ -150,6 +151,13 @@ def test_quick_runs_every_variant_caches_and_reports(tmp_path):
         assert {r["steps"] for r in heldout} <= set(range(quick.ft_min_steps, quick.ft_max_steps + 1))
         sizes = {len(r["tasks"]) for r in runs if r["claim"] == "num_tasks" and "tasks" in r}
         assert sizes == set(quick.mixture_sizes)
+        # the related-task arm: IMDB alone for the mixture's epochs, then claim 1's fine-tunings at claim_fraction
+        assert {tuple(r["tasks"]) for r in runs if r["claim"] == "related_pretraining"} == {("imdb",)}
+        related = [r for r in runs if r["claim"] == "related"]
+        assert {(r["variant"], r["task"], r["fraction"]) for r in related} == \
+            {("imdb_only", t, quick.claim_fraction) for t in quick.held_out} | \
+            {("imdb_only_task_head", "rotten_tomatoes", quick.claim_fraction)}
+        assert all(r["reused_head"] == (r["variant"] == "imdb_only_task_head") for r in related)
 
         # everything is cached: a second run adds nothing
         muppet.main(["--quick", "--out", str(tmp_path)])
@@ -175,7 +183,7 @@ def test_quick_runs_every_variant_caches_and_reports(tmp_path):
 
     text = (tmp_path / "muppet.md").read_text()
     for heading in ("## Claims and verdicts", "## Is the pre-finetuned model fitted?", "## Claim 1", "## Claim 2",
-                    "## Claim 3", "## The longer budget", "## How to continue"):
+                    "## Claim 3", "## A related task alone", "## The longer budget", "## How to continue"):
         assert heading in text
     claims = common.load_claims(tmp_path / "muppet.json")  # written by the report, the runs kept
     assert claims and {c["claim"].split(" on ")[0] for c in claims} >= {"pre-finetuning", "loss scaling beats none"}
@@ -262,6 +270,102 @@ def test_claims_group_units_by_pre_finetuning_run_and_judge_few_tasks_against_ha
     assert "| 3 | -0.030 [-0.055, -0.005] | reproduced |" in table and "(pre-finetuned, fresh head ends at 0.110" in table
 
 
+def _tuned(claim, variant, task, unit, values, pooling="mean"):
+    """Fine-tuning runs of one unit (fine-tuning seeds 0, 1, ...); unit None: plain MiniLM; 42: no pft_seed key."""
+    runs = []
+    for seed, value in enumerate(values):
+        record = {"claim": claim, "variant": variant, "task": task, "fraction": 0.01, "seed": seed, "value": value,
+                  "majority_baseline": 0.5 if task == "rotten_tomatoes" else 0.137}
+        if unit not in (None, 42):
+            record["pft_seed"] = unit
+        runs.append({**record, "pooling": pooling} if pooling else record)
+    return runs
+
+
+def test_related_claims_pair_imdb_alone_with_base_and_with_the_mixture_by_pre_finetuning_seed():
+    """The IMDB-only arm (issue #30): against plain MiniLM with the paper's sign for < 15 tasks (-1), and claim 1's
+    mixture against it per pre-finetuning seed with no predicted direction ("no verdict", interval kept). Numbers by
+    hand in the comments."""
+    from evidence import muppet
+
+    s = muppet.FULL
+    runs = _tuned("heldout", "base", "rotten_tomatoes", None, (0.70, 0.72))
+    # IMDB alone - base per unit: 42: (0.74-0.70 + 0.78-0.72)/2 = +0.05; 43: +0.07; 44: +0.06
+    alone = {42: (0.74, 0.78), 43: (0.76, 0.80), 44: (0.75, 0.79)}
+    # mixture - IMDB alone per unit: 42: +0.01; 43: -0.02; 44: +0.04 (unit 45: no IMDB-only run, not paired)
+    mixture = {42: (0.75, 0.79), 43: (0.74, 0.78), 44: (0.79, 0.83), 45: (0.60, 0.60)}
+    for unit in alone:
+        runs += _tuned("related", "imdb_only", "rotten_tomatoes", unit, alone[unit])
+    for unit in mixture:
+        runs += _tuned("heldout", "muppet", "rotten_tomatoes", unit, mixture[unit])
+    runs += _tuned("related", "imdb_only", "rotten_tomatoes", 43, (0.9, 0.9), pooling=None)  # first token: ignored
+    records = [c for c in muppet.claims(runs, s) if c.get("name") == "related"]
+    harm, versus = records
+    # +0.05, +0.07, +0.06: mean +0.06, sd 0.01 -> half width 4.302653 * 0.01 / sqrt(3) = 0.024841
+    assert harm["claim"] == "pre-finetuning on 1 task (imdb, < 15) hurts held-out rotten_tomatoes (fresh head)"
+    assert harm["predicted_sign"] == -1 and harm["n_units"] == 3 and harm["difference"] == pytest.approx(0.06)
+    assert harm["ci95"] == pytest.approx([0.035159, 0.084841], abs=1e-5) and harm["verdict"] == "not reproduced"
+    assert "imdb alone" in harm["setting"] and "Fig. 1" in harm["paper"]
+    # +0.01, -0.02, +0.04: mean +0.01, sd 0.03 -> half width 0.074524
+    assert versus["predicted_sign"] is None and versus["verdict"] == "no verdict"
+    assert versus["n_units"] == 3 and versus["difference"] == pytest.approx(0.01)
+    assert versus["ci95"] == pytest.approx([0.01 - 0.074524, 0.01 + 0.074524], abs=1e-5)
+    assert "no direction" in versus["reason"] and "No prediction" in versus["paper"]
+    assert "5-task mixture vs imdb alone" in versus["setting"]
+    table = "\n".join(muppet.claim_lines(records))
+    assert "| no direction |" in table and "| no verdict (the paper predicts no direction" in table
+    # an IMDB-only arm below the majority class in a unit: not testable, in both comparisons
+    broken = runs + _tuned("related", "imdb_only", "rotten_tomatoes", 45, (0.40, 0.42))
+    harm, versus = [c for c in muppet.claims(broken, s) if c.get("name") == "related"]
+    assert harm["verdict"] == versus["verdict"] == common.NOT_TESTABLE and "0.410" in versus["reason"]
+    # the report's section: arms over units, both differences over units, the verdicts
+    text = "\n".join(muppet.related_section([r for r in runs if r.get("pooling") == "mean"], s, records))
+    row = next(line for line in text.split("\n") if line.startswith("| rotten_tomatoes | fresh head |"))
+    assert "+0.060 [+0.035, +0.085] (3 units) | not reproduced |" in row
+    assert "+0.010 [-0.065, +0.085] (3 units) | no verdict |" in row
+    assert "0.710 ± 0.014 (2 seeds)" in row and "0.770 ± 0.010 (3 units)" in row  # base; IMDB alone over units
+
+
+def test_batching_and_num_tasks_judge_the_mean_runs_over_units_once_they_exist():
+    """Claims 2 and 3 with mean-pooling units present: judged on them (the first-token runs are superseded), each
+    arm paired by pre-finetuning seed with claim 1's reference; the report sections show the units."""
+    from evidence import muppet
+
+    s = muppet.FULL
+    runs = _tuned("heldout", "base", "rotten_tomatoes", None, (0.70, 0.70))
+    # reference - arm per unit: 42: +0.02, 43: +0.04, 44: +0.03 (unit 45 has the reference only)
+    for unit, (ref, arm) in {42: (0.75, 0.73), 43: (0.76, 0.72), 44: (0.74, 0.71), 45: (0.60, None)}.items():
+        runs += _tuned("heldout", "muppet", "rotten_tomatoes", unit, (ref, ref))
+        if arm is not None:
+            runs += _tuned("batching", "no_loss_scaling", "rotten_tomatoes", unit, (arm, arm))
+            runs += _tuned("num_tasks", "mixture_2", "rotten_tomatoes", unit, (arm - 0.1, arm - 0.1))
+            name = "no_loss_scaling" if unit == 42 else f"no_loss_scaling_pft{unit}"
+            runs.append({"claim": "batching", "variant": name, "run_id": name, "task": "average", "epoch": 3,
+                         "value": 0.5 + unit / 1000, "pooling": "mean", **({} if unit == 42 else {"pft_seed": unit})})
+    runs += _tuned("batching", "no_loss_scaling", "rotten_tomatoes", 42, (0.99, 0.99), pooling=None)  # superseded
+    runs += _tuned("heldout", "base", "rotten_tomatoes", None, (0.5, 0.5), pooling=None)
+    claims = muppet.claims(runs, s)
+    scaling = next(c for c in claims if c["claim"].startswith("loss scaling beats none"))
+    assert "mean pooling" in scaling["setting"] and scaling["predicted_sign"] == 1
+    # +0.02, +0.04, +0.03: mean +0.03, sd 0.01 -> [+0.005159, +0.054841]: reproduced
+    assert scaling["n_units"] == 3 and scaling["ci95"] == pytest.approx([0.005159, 0.054841], abs=1e-5)
+    assert scaling["verdict"] == "reproduced"
+    two = next(c for c in claims if c["claim"].startswith("pre-finetuning on 2 tasks"))
+    # 2-task - base per unit: 0.63 - 0.70, 0.62 - 0.70, 0.61 - 0.70 -> -0.08 [-0.105, -0.055]: harm reproduced
+    assert two["n_units"] == 3 and two["difference"] == pytest.approx(-0.08) and two["verdict"] == "reproduced"
+    mean_runs = [r for r in runs if r.get("pooling") == "mean"]
+    assert muppet.judged_pooling(runs, "batching", s) == "mean"
+    text = "\n".join(muppet.batching_section(mean_runs, s, "mean"))
+    row = next(line for line in text.split("\n") if line.startswith("| no_loss_scaling |"))
+    # validation 0.542, 0.543, 0.544 over 3 units; the reference over the arm's units only (not unit 45)
+    assert "0.543 ± 0.001 / -" in row and "(3 units, epoch 3)" in row
+    assert "| 0.750 ± 0.010 (3 units) | 0.720 ± 0.010 (3 units) | +0.030 [+0.005, +0.055] (3 units) |" in row
+    text = "\n".join(muppet.num_tasks_section(mean_runs, s, "mean"))
+    row = next(line for line in text.split("\n") if line.startswith("| 2 tasks |"))
+    assert "| 0.700 ± 0.000 (2 seeds) | 0.620 ± 0.010 (3 units) | -0.080 [-0.105, -0.055] (3 units) |" in row
+    assert "parliament_party, newsgroups" in row  # the nested order's first two tasks
+
+
 def test_another_pre_finetuning_seed_adds_a_unit_to_claim_1(tmp_path):
     """--pft_seeds 43 pre-finetunes the mixture again (its own folder, seed 43) for the budget the fit pilot chose
     and fine-tunes it as claim 1: its results carry pft_seed 43 and enter the held-out claims as a second unit."""
@@ -283,3 +387,45 @@ def test_another_pre_finetuning_seed_adds_a_unit_to_claim_1(tmp_path):
     assert (tmp_path / "runs" / "pooling_mean" / "mixture_all_pft43").is_dir()
     heldout = [c for c in common.load_claims(tmp_path / "muppet.json") if c["claim"].startswith("pre-finetuning on")]
     assert heldout and all(c["n_units"] == 2 for c in heldout)
+
+
+def test_pft_seeds_add_units_of_the_related_batching_and_num_tasks_claims(tmp_path):
+    """--pft_seeds 42 43 --claims related 2 3 (issue #30): each arm of those claims pre-finetuned with each seed (one
+    arm at a time over the seeds, IMDB alone first), its fine-tunings at claim_fraction paired with claim 1's runs of
+    the same pft seed; every claim then has 2 units. Cached; claims without units refused."""
+    from evidence import muppet
+
+    quick = muppet.QUICK
+    threads = torch.get_num_threads()
+    try:
+        muppet.main(["--quick", "--out", str(tmp_path), "--claims", "1"])
+        muppet.main(["--quick", "--out", str(tmp_path), "--pft_seeds", "43"])  # claim 1's second unit
+        before = common.load_runs(tmp_path / "muppet.json")
+        muppet.main(["--quick", "--out", str(tmp_path), "--pft_seeds", "42", "43", "--claims", "related", "2", "3"])
+        added = common.load_runs(tmp_path / "muppet.json")[len(before):]
+        muppet.main(["--quick", "--out", str(tmp_path), "--pft_seeds", "42", "43", "--claims", "3", "related"])
+        assert len(common.load_runs(tmp_path / "muppet.json")) == len(before) + len(added)  # cached
+        with pytest.raises(SystemExit):
+            muppet.main(["--quick", "--out", str(tmp_path), "--pft_seeds", "43", "--claims", "budget"])
+    finally:
+        torch.set_num_threads(threads)
+    tuned = [r for r in added if "fraction" in r]
+    assert {r["claim"] for r in tuned} == {"related", "batching", "num_tasks"}
+    assert not any(r["variant"] == "base" for r in tuned)  # plain MiniLM's runs are claim 1's
+    # seed 42's runs are the study's own (no pft_seed), 43's carry it; the order: one arm over both seeds at a time
+    assert {muppet.pft_seed_of(r) for r in tuned} == {42, 43}
+    assert all(("pft_seed" in r) == (muppet.pft_seed_of(r) == 43) for r in tuned)
+    order = list(dict.fromkeys((r["variant"].removesuffix("_task_head"), muppet.pft_seed_of(r)) for r in tuned))
+    assert order == [(arm, seed) for arm in ("imdb_only", *muppet.BATCHING_ARMS,
+                                            *(f"mixture_{k}" for k in quick.mixture_sizes)) for seed in (42, 43)]
+    for name in ("imdb_only", "imdb_only_pft43", "dataset_homogeneous_pft43", "mixture_2_pft43"):
+        assert (tmp_path / "runs" / "pooling_mean" / name).is_dir()
+    claims = common.load_claims(tmp_path / "muppet.json")
+    for start in ("pre-finetuning on 1 task (imdb", "heterogeneous batches beat", "loss scaling beats none",
+                  "pre-finetuning on 2 tasks"):
+        chosen = [c for c in claims if c["claim"].startswith(start)]
+        assert chosen and all(c["n_units"] == 2 and "mean pooling" in c["setting"] for c in chosen), start
+    assert not [c for c in claims if c["predicted_sign"] is None]  # "no verdict": the report only
+    text = (tmp_path / "muppet.md").read_text()
+    assert "| no verdict (the paper predicts no direction" in text
+    assert "IMDB alone - base" in text and "(2 units)" in text

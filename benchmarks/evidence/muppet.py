@@ -14,6 +14,10 @@ fine-tunes one task), never copies of the trainers. Steps, in the order they run
             test accuracy. A third arm starts Rotten Tomatoes from the pre-finetuned IMDB head (§4's head re-use).
             Between the first fraction and the others: MiniLM fine-tuned on each mixture task alone for the same
             epochs over the same rows (the same per-task budget), to show whether the multi-task model is fitted.
+  related   a related task alone (issue #30: is the Rotten Tomatoes gain just IMDB?): MiniLM pre-finetuned on IMDB
+            only, the same epochs over the same rows; the held-out tasks at 1% (fresh head; Rotten Tomatoes also
+            from the IMDB head), against plain MiniLM (harm below ~15 tasks, Fig. 1) and against claim 1's mixture
+            (the paper predicts no direction: no verdict).
   claim 3   number of tasks (Fig. 1 and 3, the "critical point"): nested mixtures of 2, 4 and all tasks, the same
             epochs; the held-out benefit at 1%.
   claim 2   batching and loss scaling (§5.2, Fig. 2): batch-homogeneous and dataset-homogeneous batches, and loss
@@ -33,6 +37,9 @@ against the paper's prediction for this setting: harm below ~15 tasks, Fig. 1) a
     python benchmarks/evidence/muppet.py                    # run (or continue) the study, then --report
     python benchmarks/evidence/muppet.py --report           # docs/evidence/muppet.md + figures from the JSON
     python benchmarks/evidence/muppet.py --quick --out DIR  # every variant, a tiny BERT, a few steps (tested)
+    python benchmarks/evidence/muppet.py --pft_seeds 42 43 44 --claims related 2 3
+                                  # units: each arm of those claims pre-finetuned with each seed, then fine-tuned
+                                  # (without --claims: claim 1's mixture, the extra units of the held-out benefit)
 
 Run it single-threaded and niced on shared machines:
     OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 nice -n 10 python benchmarks/evidence/muppet.py
@@ -59,8 +66,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "benchmarks") not in sys.path:
     sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from evidence.common import (append_run, claim_record, difference_text, has_run, load_runs, mean_sd,  # noqa: E402
-                             paired_ci, run_meta, unit_ci, unit_differences, write_claims)
+from evidence.common import (NOT_TESTABLE, append_run, claim_record, difference_text, has_run,  # noqa: E402
+                             load_runs, mean_sd, paired_ci, run_meta, unit_ci, unit_differences, write_claims)
 
 JSON_PATH = ROOT / "docs" / "evidence" / "muppet.json"
 REPORT_PATH = ROOT / "docs" / "evidence" / "muppet.md"
@@ -80,6 +87,16 @@ EXCLUDED = {
 # claim 1's third arm: Rotten Tomatoes fine-tuned from the pre-finetuned IMDB head (same label space, neg / pos)
 HEAD_SOURCES = {"rotten_tomatoes": "imdb"}
 BATCHING_ARMS = ("dataset_homogeneous", "no_loss_scaling", "batch_homogeneous")
+
+
+# the "related" claims (issue #30): pre-finetuning on Rotten Tomatoes' related task alone, IMDB
+RELATED_TASKS = ("imdb",)
+
+
+def nested_mixture(mixture) -> list[str]:
+    """Claim 3's task order (drawn once, seed 0): its first k tasks are the k-task mixture, each a superset of the
+    smaller."""
+    return random.Random(0).sample(list(mixture), len(mixture))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -396,6 +413,41 @@ class Study:
         self.compare("heldout", "muppet", str(epoch_checkpoint(out, evals, epochs)), s.pooling_fractions, s.seeds,
                      task_heads=True)
 
+    def chosen_epochs(self) -> int:
+        """The pre-finetuning budget (epochs) of claims 1-3 as the fit pilot chose it, read from the JSON."""
+        return chosen_budget(load_runs(self.json_path), self.settings)
+
+    def related_unit(self, epochs: int | None = None) -> None:
+        """One unit of the "related" claims (issue #30: is the Rotten Tomatoes gain just a related task?): MiniLM
+        pre-finetuned on IMDB alone with the mixture's per-task budget (the same epochs over the same rows, so 1/K
+        of the mixture's updates), then every held-out task fine-tuned at claim_fraction, fresh head and, for Rotten
+        Tomatoes, the pre-finetuned IMDB head. Base MiniLM and claim 1's mixture arm of the same pft seed pair it."""
+        s = self.settings
+        epochs = epochs or self.chosen_epochs()
+        out, evals = self.pretrained("imdb_only", RELATED_TASKS, epochs, "related_pretraining")
+        self.compare("related", "imdb_only", str(epoch_checkpoint(out, evals, epochs)), [s.claim_fraction], s.seeds,
+                     task_heads=True)
+
+    def num_tasks_unit(self, size: int, epochs: int | None = None) -> None:
+        """One unit of claim 3: the nested mixture of `size` tasks pre-finetuned for the budget, then every held-out
+        task fine-tuned at claim_fraction (fresh heads)."""
+        s = self.settings
+        epochs = epochs or self.chosen_epochs()
+        name = f"mixture_{size}"
+        out, evals = self.pretrained(name, nested_mixture(s.mixture)[:size], epochs, "num_tasks")
+        self.compare("num_tasks", name, str(epoch_checkpoint(out, evals, epochs)), [s.claim_fraction], s.seeds)
+
+    def batching_unit(self, arm: str, epochs: int | None = None) -> None:
+        """One unit of claim 2: the mixture pre-finetuned with one §5.2 / §3.3 ablation (`arm` of BATCHING_ARMS) for
+        the budget, then every held-out task fine-tuned at claim_fraction (fresh heads); claim 1's heterogeneous,
+        loss-scaled run of the same pft seed is its reference."""
+        s = self.settings
+        epochs = epochs or self.chosen_epochs()
+        batching = "heterogeneous" if arm == "no_loss_scaling" else arm
+        out, evals = self.pretrained(arm, s.mixture, epochs, "batching", batching=batching,
+                                     loss_scaling=arm != "no_loss_scaling")
+        self.compare("batching", arm, str(epoch_checkpoint(out, evals, epochs)), [s.claim_fraction], s.seeds)
+
     def end_task_aware(self, tasks=None) -> None:
         """End-task-aware pre-finetuning (issue #34): the mixture pre-finetuned for the fit pilot's budget with
         task_weighting meta toward each held-out task in turn, reading as end task exactly the claim_fraction rows
@@ -429,7 +481,7 @@ class Study:
                       "meta_tasks_per_step": weights["meta_tasks_per_step"]}], {}, run_meta())
 
     # -- the whole study ----------------------------------------------------------------------------------------
-    def run(self, claims=("1", "3", "2", "budget")) -> None:
+    def run(self, claims=("1", "related", "3", "2", "budget")) -> None:
         s = self.settings
         if "pooling" in claims:  # plain MiniLM on the held-out tasks: first, it needs no pre-finetuning
             for fraction in s.pooling_fractions:
@@ -447,24 +499,50 @@ class Study:
         self.single_task_references(s.pft_epochs)  # is the multi-task model fitted? (a diagnostic of the budget)
         if "1" in claims:  # the cheap fractions now, the full training sets after claims 2 and 3
             self.compare("heldout", "muppet", reference_ckpt, s.fractions[:2], s.seeds, task_heads=True)
+        if "related" in claims:
+            self.related_unit(epochs)
         if "3" in claims:
-            order = random.Random(0).sample(list(s.mixture), len(s.mixture))  # nested: each a superset of the last
             for size in s.mixture_sizes:
-                name = f"mixture_{size}"
-                out, evals_k = self.pretrained(name, order[:size], epochs, "num_tasks")
-                self.compare("num_tasks", name, str(epoch_checkpoint(out, evals_k, epochs)), [s.claim_fraction],
-                             s.seeds)
+                self.num_tasks_unit(size, epochs)
         if "2" in claims:
             for arm in BATCHING_ARMS:
-                batching = "heterogeneous" if arm == "no_loss_scaling" else arm
-                out, evals_k = self.pretrained(arm, s.mixture, epochs, "batching", batching=batching,
-                                               loss_scaling=arm != "no_loss_scaling")
-                self.compare("batching", arm, str(epoch_checkpoint(out, evals_k, epochs)), [s.claim_fraction],
-                             s.seeds)
+                self.batching_unit(arm, epochs)
         if "budget" in claims:
             self.longer_budget(epochs)
         if "1" in claims:
             self.compare("heldout", "muppet", reference_ckpt, s.fractions, s.seeds, task_heads=True)
+
+
+UNIT_CLAIMS = ("1", "related", "2", "3")  # what --pft_seeds can add units of
+STUDY_CLAIMS = ("pooling", "1", "related", "3", "2", "budget")  # the whole study, in its order
+
+
+def more_units(settings: Settings, json_path: Path, runs_dir: Path, pft_seeds, claims, model: str | None = None
+               ) -> None:
+    """Units (pre-finetuning runs) of `claims` for each pre-finetuning seed: every arm pre-finetuned with that seed
+    for the fit pilot's budget (read from the JSON), then fine-tuned on every held-out task at claim_fraction, every
+    fine-tuning seed; paired with claim 1's runs of the same pft seed and plain MiniLM's, already in the JSON.
+    The cheapest and most informative first, one arm at a time over the seeds, so an interrupted job leaves complete
+    units and each arm reaches its 3 units before the next starts: claim 1's mixture (the reference of claim 2, and
+    the other arm of the related claims), the IMDB-only arm (1 task: ~1/5 of a mixture run), each batching ablation,
+    then the nested mixtures, smallest first."""
+    unknown = set(claims) - set(UNIT_CLAIMS)
+    if unknown:
+        raise ValueError(f"more_units: claims {sorted(unknown)}: units can be added to {', '.join(UNIT_CLAIMS)} only")
+    studies = [Study(dataclasses.replace(settings, pft_seed=seed), json_path, runs_dir, model=model)
+               for seed in pft_seeds]
+    steps = []
+    if "1" in claims:
+        steps.append(Study.another_unit)
+    if "related" in claims:
+        steps.append(Study.related_unit)
+    if "2" in claims:
+        steps += [functools.partial(Study.batching_unit, arm=arm) for arm in BATCHING_ARMS]
+    if "3" in claims:
+        steps += [functools.partial(Study.num_tasks_unit, size=size) for size in settings.mixture_sizes]
+    for step in steps:
+        for study in studies:
+            step(study)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -525,19 +603,43 @@ def fmt(mean: float, sd: float) -> str:
     return f"{mean:.3f} ± {sd:.3f}" if not math.isnan(sd) else f"{mean:.3f}"
 
 
-def paired(runs, claim_a, variant_a, claim_b, variant_b, task, fraction):
-    """Per seed (a, b) values of two arms, where both exist."""
-    a = {r["seed"]: r["value"] for r in runs if r["claim"] == claim_a and r["variant"] == variant_a
-         and r["task"] == task and r["fraction"] == fraction}
-    b = {r["seed"]: r["value"] for r in runs if r["claim"] == claim_b and r["variant"] == variant_b
-         and r["task"] == task and r["fraction"] == fraction}
-    seeds = sorted(set(a) & set(b))
-    return seeds, [a[s] for s in seeds], [b[s] for s in seeds]
+SEED_NOTE = ("Arms: mean ± sd over units (pre-finetuning runs, each the mean over its fine-tuning seeds; plain "
+             "MiniLM, one model: over its fine-tuning seeds). Differences: the mean over units, each unit paired by "
+             "fine-tuning seed and by pre-finetuning seed with the other arm, with the 95% t interval over units, as "
+             "in the claims table. Where a comparison has one unit so far (marked \"1 unit\"), the interval is over "
+             "that unit's fine-tuning seeds: fine-tuning noise only, not the spread between pre-finetuning runs, so "
+             "it carries no verdict.")
 
 
-SEED_NOTE = ("The differences in this section pair the fine-tuning seeds of one pre-finetuning run per arm: their "
-             "intervals hold fine-tuning noise only, not the spread between pre-finetuning runs, so they carry no "
-             "verdict; the claims table above judges each comparison over units (pre-finetuning runs).")
+def arm_cell(values: dict) -> str:
+    """An arm (arm_values) as mean ± sd over its units and their count; plain MiniLM over its fine-tuning seeds."""
+    if not values:
+        return "-"
+    means = unit_means(values)
+    if None in means:
+        return f"{fmt(*mean_sd(values.values()))} ({len(values)} seed{'s' if len(values) != 1 else ''})"
+    return f"{fmt(*mean_sd(means.values()))} ({len(means)} unit{'s' if len(means) != 1 else ''})"
+
+
+def gap_cell(arm: dict, other: dict) -> str:
+    """arm - other (arm_values, paired by pre-finetuning seed where both are pre-finetuned): the mean over units with
+    the 95% t interval over them; with one unit, its difference over fine-tuning seeds (difference_cell)."""
+    gaps = unit_gaps(arm, other)
+    if len(gaps) >= 2:
+        return "{:+.3f} [{:+.3f}, {:+.3f}]".format(*unit_ci(gaps.values())) + f" ({len(gaps)} units)"
+    if not gaps:
+        return "-"
+    unit = next(iter(gaps))
+    mine = {seed: v for (u, seed), v in arm.items() if u == unit}
+    theirs = {seed: v for (u, seed), v in other.items() if u == unit} if any(isinstance(k, tuple) for k in other) \
+        else other
+    seeds = sorted(set(mine) & set(theirs))
+    return difference_cell(seeds, [mine[k] for k in seeds], [theirs[k] for k in seeds]) + " (1 unit)"
+
+
+def of_units(values: dict, units) -> dict:
+    """arm_values restricted to the given pre-finetuning seeds (those the other arm of a comparison has)."""
+    return {k: v for k, v in values.items() if k[0] in set(units)}
 
 
 def difference_cell(seeds, a, b) -> str:
@@ -567,7 +669,7 @@ def cpu_minutes(runs) -> float:
 CLAIM_PAPER = {
     "few_tasks": "§5.1, Fig. 1: \"doing MTL in the < 15 datasets regime is detrimental for end-task finetuning\", "
                  "the critical point \"roughly between 10 and 25 tasks\"; §5.3, Fig. 3 shows the same critical point "
-                 "on held-out tasks, and the data-efficiency gain at \"the 34/40 pre-finetuning scale\". With 2-5 "
+                 "on held-out tasks, and the data-efficiency gain at \"the 34/40 pre-finetuning scale\". With 1-5 "
                  "tasks the paper predicts pre-finetuned < base.",
     "heads": "§4: \"we found re-using heads to be beneficial for MRC, Commonsense and Sentence Prediction tasks with "
              "small dataset size\" (here the pre-finetuned IMDB head, the same neg / pos labels).",
@@ -580,10 +682,21 @@ CLAIM_PAPER = {
                       "achieve similar results\"). Here the auxiliary tasks are MUPPET's labelled mixture and the "
                       "fixed weights are uniform MUPPET's: the prediction is meta-weighted > uniform.",
 }
+CLAIM_PAPER["related"] = (
+    "No prediction. §5.1 measures mixtures of 10 to ~50 tasks only (\"We include these five datasets in the first "
+    "MTL run (10 datasets)\"); Fig. 1: \"performance initially degrades until a critical point is reached\", and "
+    "\"for individual tasks such as RTE ..., increasing the pre-finetuning scale monotonically improves performance. "
+    "This is aligned with other papers that have seen benefits from first training on MNLI ... and then fine-tuning "
+    "on RTE\"; §1: \"it can be difficult to know which intermediate tasks will best transfer\". Neither a single "
+    "related intermediate task nor a 5-task mixture is measured, nor is one compared with the other.")
+NO_PREDICTION = "no verdict"
+NO_PREDICTION_REASON = ("the paper predicts no direction between a single related task and a 5-task mixture, both "
+                        "below its critical point (Fig. 1 starts at 10 tasks)")
 UNIT = "one pre-finetuning run (its seed); its fine-tuning seeds averaged first, paired by seed"
 POOLING_LABELS = {"mean": "mean pooling (the current default, `auto`)",
                   "cls": "first-token pooling (old runs, superseded)"}
-SHORT_ARMS = {"muppet": "fresh head", "muppet_task_head": "IMDB head re-used"}
+SHORT_ARMS = {"muppet": "fresh head", "muppet_task_head": "IMDB head re-used", "imdb_only": "fresh head",
+              "imdb_only_task_head": "IMDB head re-used"}
 
 
 def chosen_budget(runs, s: Settings) -> int:
@@ -717,6 +830,44 @@ def num_tasks_claims(runs, s: Settings, pooling: str) -> list[dict]:
     return records
 
 
+def no_verdict(record: dict) -> dict:
+    """A claim record whose comparison the paper makes no prediction about: the difference and its interval are
+    kept, the verdict is "no verdict" (as tartan.py's); an arm that did not train stays "not testable here"."""
+    if record["verdict"] == NOT_TESTABLE:
+        return {**record, "predicted_sign": None}
+    return {**record, "predicted_sign": None, "verdict": NO_PREDICTION, "reason": NO_PREDICTION_REASON}
+
+
+def related_claims(runs, s: Settings) -> list[dict]:
+    """The IMDB-only arm (issue #30: is the Rotten Tomatoes gain just a related task?), per held-out task at each
+    fraction it was fine-tuned at, per head (fresh; Rotten Tomatoes also from the pre-finetuned IMDB head):
+    pre-finetuning on 1 task against plain MiniLM (Fig. 1: harm below ~15 tasks, sign -1, as for the nested
+    mixtures), and claim 1's 5-task mixture against IMDB alone, paired by pre-finetuning seed (no prediction: no
+    verdict). Named `related`."""
+    records, size = [], len(RELATED_TASKS)
+    tasks = ", ".join(RELATED_TASKS)
+    for task in s.held_out:
+        for fraction in fractions_of(runs, "related", "imdb_only", task):
+            setting = setting_of(s.pooling, size, fraction).replace(f"{size}-task mixture", f"{tasks} alone")
+            base = arm_values(runs, "heldout", "base", task, fraction)
+            for variant, mixture in (("imdb_only", "muppet"), ("imdb_only_task_head", "muppet_task_head")):
+                alone = arm_values(runs, "related", variant, task, fraction)
+                if not alone:
+                    continue
+                records.append({"name": "related", **judged(
+                    f"pre-finetuning on {size} task ({tasks}, < 15) hurts held-out {task} ({SHORT_ARMS[variant]})",
+                    "few_tasks", -1, {f"{tasks} alone": alone, "base MiniLM": base}, runs, task, fraction, setting,
+                    f"test accuracy, pre-finetuned on {tasks} alone - base MiniLM")})
+                records.append({"name": "related", **no_verdict(judged(
+                    f"the {len(s.mixture)}-task mixture vs {tasks} alone on held-out {task} ({SHORT_ARMS[variant]})",
+                    "related", 1, {f"the {len(s.mixture)}-task mixture": arm_values(runs, "heldout", mixture, task,
+                                                                                     fraction),
+                                   f"{tasks} alone": alone}, runs, task, fraction,
+                    setting.replace(f"{tasks} alone", f"{len(s.mixture)}-task mixture vs {tasks} alone"),
+                    f"test accuracy, {len(s.mixture)}-task mixture - {tasks} alone"))})
+    return records
+
+
 def batching_claims(runs, s: Settings, pooling: str) -> list[dict]:
     """The heterogeneous, loss-scaled reference against each §5.2 / §3.3 ablation (reference - arm)."""
     records = []
@@ -763,6 +914,7 @@ def claims(runs, s: Settings = FULL) -> list[dict]:
     first-token runs (the setting says which). The longer budget and the pooling comparison are not paper claims."""
     records = heldout_claims([r for r in runs if pooling_of(r) == s.pooling], s)
     records += end_task_claims([r for r in runs if pooling_of(r) == s.pooling], s)
+    records += related_claims([r for r in runs if pooling_of(r) == s.pooling], s)
     for family, build in (("num_tasks", num_tasks_claims), ("batching", batching_claims)):
         pooling = judged_pooling(runs, family, s)
         records += build([r for r in runs if pooling_of(r) == pooling], s, pooling)
@@ -778,13 +930,15 @@ def claim_lines(records: list[dict]) -> list[str]:
              "One unit = one pre-finetuning run: its fine-tuning seeds are averaged first (each paired by seed with "
              "the other arm) and are not extra units. Verdicts follow mechanically from the 95% t interval over units "
              "and the sign the paper predicts in this setting (../shared/EVIDENCE.md); fewer than 3 units: "
-             f"inconclusive. {once}With fewer than ~15 tasks the paper predicts harm (Fig. 1), so a gain points "
-             "against it. The `claims` list of muppet.json holds the same objects.", "",
+             f"inconclusive; \"no verdict\" where the paper predicts no direction. {once}With fewer than ~15 tasks "
+             "the paper predicts harm (Fig. 1), so a gain points against it. The `claims` list of muppet.json holds "
+             "the same objects, less the \"no verdict\" ones (its schema asks for a predicted sign).", "",
              "| claim | paper predicts | setting | units | difference [95% CI] | verdict |",
              "|---|---|---|---|---|---|"]
     for item in records:
         why = f" ({item['reason']})" if item.get("reason") else ""
-        lines.append(f"| {item['claim']} | {'> 0' if item['predicted_sign'] > 0 else '< 0'} | {item['setting']} | "
+        predicted = {1: "> 0", -1: "< 0", None: "no direction"}[item["predicted_sign"]]
+        lines.append(f"| {item['claim']} | {predicted} | {item['setting']} | "
                      f"{item['n_units']} | {difference_text(item)} | {item['verdict']}{why} |")
     return lines + [""]
 
@@ -808,10 +962,12 @@ def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str
               f"splits), {s.max_seq_length} tokens; updates of {s.sub_batches} sub-batches x {s.batch_size} rows, "
               "heterogeneous batches (§3.2), natural task proportions (§3.4), loss scaling (eq. 1), no R3F; "
               f"AdamW, learning rate {s.pft_learning_rate:g} constant after {s.warmup_updates} warm-up updates, "
-              f"weight decay 0.01; one pre-finetuning run (seed {s.pft_seed}) per arm so far, each fine-tuned with "
-              f"{len(s.seeds)} seeds. The unit of every claim is the pre-finetuning run (EVIDENCE.md): the "
-              "fine-tuning seeds are averaged inside it, so each claim has 1 of the 3 units it needs, and the "
-              "spread over fine-tuning seeds shown in the sections is fine-tuning's only.",
+              f"weight decay 0.01; each arm pre-finetuned with seeds {', '.join(map(str, unit_seeds(runs)))} "
+              f"(so far; the claims table gives each comparison's count), each run fine-tuned with {len(s.seeds)} "
+              "seeds. The unit of every claim is the pre-finetuning run (EVIDENCE.md): the fine-tuning seeds are "
+              "averaged inside it, and only an interval over units carries a verdict.",
+              "- The units of claims 2 and 3 and of the IMDB-only arm: `--pft_seeds 42 43 44 --claims related 2 3`; "
+              + planned_text(runs, s),
               f"- Held out: {', '.join(s.held_out)}. "
               + "; ".join(f"{k} is left out of the mixture: {v}" for k, v in EXCLUDED.items()) + ".",
               f"- Fine-tuning (run_finetune.py): batch {s.ft_batch_size}, learning rate {s.ft_learning_rate:g} "
@@ -830,12 +986,14 @@ def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str
               f"{len(every_pooling) - len(runs)} first-token results (each object carries wall_s, cpu_s and the "
               "load average at its start: the machine is shared, so wall times are not timings).", ""]
     records = claims(every_pooling, s)
-    write_claims(json_path, records)
+    # the JSON's claims list holds the claims with a predicted sign (its schema); "no verdict" ones: the report only
+    write_claims(json_path, [r for r in records if r["predicted_sign"] is not None])
     lines += claim_lines(records)
     lines += pooling_section(every_pooling, s)
     lines += fit_section(runs, s)
     lines += heldout_section(runs, s, folder)
     lines += end_task_section(runs, s, folder)
+    lines += related_section(runs, s, records)
 
     sections = ((num_tasks_section, "num_tasks"), (batching_section, "batching"), (budget_section, "budget"))
     for section, claim in sections:
@@ -856,6 +1014,43 @@ def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str
     text = "\n".join(lines)
     report_path.write_text(text)
     return text
+
+
+def unit_seeds(runs) -> list[int]:
+    """The pre-finetuning seeds (units) of the recorded fine-tuning runs of pre-finetuned arms."""
+    return sorted({pft_seed_of(r) for r in runs if "fraction" in r and r["variant"] != "base"})
+
+
+def estimated_unit_cpu_s(runs, s: Settings, tasks: int, task_heads: bool) -> float | None:
+    """CPU seconds of one unit of an arm pre-finetuned on `tasks` tasks, from the recorded mean-pooling runs: a
+    5-task pre-finetuning run per task (claim 1's extra units), and per held-out task its mean fine-tuning cost at
+    claim_fraction (claim 1's mixture arm) times the seeds (twice for Rotten Tomatoes with `task_heads`)."""
+    pretraining = {r["run_id"]: r["cpu_s"] for r in runs if str(r.get("run_id")).startswith("mixture_all_pft")
+                   and r.get("cpu_s")}
+    total = sum(pretraining.values()) / len(pretraining) / len(s.mixture) * tasks if pretraining else None
+    for task in s.held_out:
+        costs = [r["cpu_s"] for r in runs if r["claim"] == "heldout" and r["variant"] == "muppet"
+                 and r["task"] == task and r.get("fraction") == s.claim_fraction and r.get("cpu_s")]
+        if total is None or not costs:
+            return None
+        heads = 2 if task_heads and task in HEAD_SOURCES else 1
+        total += sum(costs) / len(costs) * len(s.seeds) * heads
+    return total
+
+
+def planned_text(runs, s: Settings) -> str:
+    """The CPU budget of the units job (3 pre-finetuning seeds of the IMDB-only arm, the batching ablations and the
+    nested mixtures), estimated from the recorded costs."""
+    arms = [(len(RELATED_TASKS), True)] + [(len(s.mixture), False)] * len(BATCHING_ARMS)
+    arms += [(k, False) for k in s.mixture_sizes]
+    costs = [estimated_unit_cpu_s(runs, s, tasks, heads) for tasks, heads in arms]
+    if None in costs:
+        return "not estimated yet (no recorded unit of claim 1 to scale from)."
+    runs_count = len(arms) * 3 * (len(s.seeds) * len(s.held_out)) + 3 * len(s.seeds)  # + Rotten Tomatoes' IMDB head
+    return (f"planned: {len(arms) * 3} pre-finetuning runs ({len(arms)} arms x 3 seeds) and {runs_count} fine-tunings, "
+            f"about {3 * sum(costs) / 3600:.1f} CPU hours on one thread (scaled from claim 1's recorded units: a "
+            f"{len(s.mixture)}-task pre-finetuning run and its fine-tunings at {s.claim_fraction * 100:g}%; the "
+            "IMDB-only run is 1/5 of a mixture run). Run one arm at a time over the seeds, IMDB alone first.")
 
 
 def fit_section(runs, s: Settings) -> list[str]:
@@ -911,20 +1106,18 @@ def values_of(runs, claim, variant, task, fraction) -> list[float]:
 
 
 def heldout_rows(runs, claim, variant, s: Settings, fractions) -> list[str]:
-    """Table rows: per held-out task and fraction, base vs the arm and their difference over fine-tuning seeds."""
+    """Table rows: per held-out task and fraction, base vs the arm (over units) and their difference (over units)."""
     rows = []
     for task in s.held_out:
         for fraction in sorted(fractions):
-            base = values_of(runs, "heldout", "base", task, fraction)
-            arm = values_of(runs, claim, variant, task, fraction)
+            arm = arm_values(runs, claim, variant, task, fraction)
             if not arm:
                 continue
-            seeds, a, b = paired(runs, claim, variant, "heldout", "base", task, fraction)
-            done = [r for r in runs if r["claim"] == claim and r["variant"] == variant and r["task"] == task
-                    and r["fraction"] == fraction]
-            rows.append(f"| {task} | {fraction:g} ({done[0].get('train_examples')} ex., {done[0]['steps']} upd.) | "
-                        f"{fmt(*mean_sd(base)) if base else '-'} (n={len(base)}) | "
-                        f"{fmt(*mean_sd(arm))} (n={len(arm)}) | {difference_cell(seeds, a, b)} |")
+            base = arm_values(runs, "heldout", "base", task, fraction)
+            done = next(r for r in runs if r["claim"] == claim and r["variant"] == variant and r["task"] == task
+                        and r.get("fraction") == fraction)
+            rows.append(f"| {task} | {fraction:g} ({done.get('train_examples')} ex., {done['steps']} upd.) | "
+                        f"{arm_cell(base)} | {arm_cell(arm)} | {gap_cell(arm, base)} |")
     return rows
 
 
@@ -978,8 +1171,7 @@ def heldout_section(runs, s: Settings, folder: Path) -> list[str]:
     lines = [f"## Claim 1: held-out tasks after pre-finetuning on {len(s.mixture)} tasks", "", PAPER["heldout"], ""]
     if not [r for r in runs if r["claim"] == "heldout"]:
         return lines + ["No run yet.", ""]
-    lines += [f"Setting: MiniLM, {POOLING_LABELS.get(s.pooling, s.pooling)}. Test accuracy, mean ± sd over "
-              "fine-tuning seeds; the difference is arm - base, paired by seed, with its 95% t interval over seeds. "
+    lines += [f"Setting: MiniLM, {POOLING_LABELS.get(s.pooling, s.pooling)}. Test accuracy; the difference is arm - base. "
               f"The updates of each fraction are in its row: {s.ft_epochs} epochs clipped to [{s.ft_min_steps}, "
               f"{s.ft_max_steps}] updates, so the small fractions train the same number of updates and differ in how "
               "often they pass over their examples. " + SEED_NOTE]
@@ -1150,27 +1342,63 @@ def setting_line(pooling: str, s: Settings) -> str:
     return line
 
 
+def related_section(runs, s: Settings, records: list[dict]) -> list[str]:
+    """The IMDB-only arm against plain MiniLM and against claim 1's mixture, per held-out task and head, with the
+    claims' verdicts (`records`: the claims list)."""
+    lines = ["## A related task alone: pre-finetuning on IMDB only (issue #30)", "",
+             "Is claim 1's Rotten Tomatoes gain just a related task (IMDB, movie-review sentiment, in the mixture)? "
+             f"{CLAIM_PAPER['few_tasks']} For the mixture against IMDB alone: {CLAIM_PAPER['related']}", ""]
+    fraction = s.claim_fraction
+    if not [r for r in runs if r["claim"] == "related"]:
+        return lines + ["No run yet: `python benchmarks/evidence/muppet.py --pft_seeds 42 43 44 --claims related`.", ""]
+    lines += [f"Setting: MiniLM, {POOLING_LABELS.get(s.pooling, s.pooling)}. IMDB alone pre-finetuned with the "
+              "mixture's per-task budget: the fit pilot's epochs over the same "
+              f"{s.pft_train_rows} rows (so 1/{len(s.mixture)} of the mixture's updates; the same learning rate, "
+              "warm-up and sub-batches), one run per pre-finetuning seed, then each held-out task fine-tuned at "
+              f"{fraction * 100:g}% as claim 1: fresh head, and Rotten Tomatoes also from the pre-finetuned IMDB "
+              "head. chatterbot_category has no related task in the mixture: the control. The mixture is claim 1's "
+              "arm of the same pre-finetuning seed. " + SEED_NOTE, "",
+              f"| task | head | base MiniLM | IMDB alone | {len(s.mixture)}-task mixture | IMDB alone - base [95% CI] | "
+              "verdict | "
+              "mixture - IMDB alone [95% CI] | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+    verdicts = {r["claim"]: r["verdict"] for r in records if r.get("name") == "related"}
+    for task in s.held_out:
+        base = arm_values(runs, "heldout", "base", task, fraction)
+        for variant, mixture in (("imdb_only", "muppet"), ("imdb_only_task_head", "muppet_task_head")):
+            alone = arm_values(runs, "related", variant, task, fraction)
+            if not alone:
+                continue
+            both = arm_values(runs, "heldout", mixture, task, fraction)
+            head = SHORT_ARMS[variant]
+            harm = next((v for c, v in verdicts.items() if c.endswith(f"hurts held-out {task} ({head})")), "-")
+            versus = next((v for c, v in verdicts.items() if c.endswith(f"alone on held-out {task} ({head})")), "-")
+            lines.append(f"| {task} | {head} | {arm_cell(base)} | {arm_cell(alone)} | {arm_cell(both)} | "
+                         f"{gap_cell(alone, base)} | {harm} | {gap_cell(both, alone)} | {versus} |")
+    return lines + [""]
+
+
 def num_tasks_section(runs, s: Settings, pooling: str) -> list[str]:
     lines = ["## Claim 3: the number of tasks in the mixture", "", PAPER["num_tasks"], "",
              setting_line(pooling, s) + " Nested mixtures (each a superset of the smaller; order drawn once with "
              f"seed 0), the same epochs per task as the full mixture; held-out test accuracy at {s.claim_fraction:g} "
-             "of the train split, difference to base MiniLM (paired by seed). The paper's regime (10-50 tasks) is "
+             "of the train split, difference to base MiniLM. IMDB alone (the related-task arm, not in the nested "
+             "order) is shown for comparison. The paper's regime (10-50 tasks) is "
              f"out of reach of the {len(s.mixture)}-task demo collection: this measures the low end of Fig. 1, where "
              "the paper expects pre-finetuning to hurt (a gain points against it). " + SEED_NOTE, "",
-             "| mixture | tasks | task | base MiniLM | pre-finetuned | difference over seeds [95% CI] |",
+             "| mixture | tasks | task | base MiniLM | pre-finetuned | difference [95% CI] |",
              "|---|---|---|---|---|---|"]
     if not [r for r in runs if r["claim"] == "num_tasks"]:
-        return lines[:4] + ["No run yet (runs after claim 1).", ""]
-    arms = [(f"mixture_{k}", "num_tasks", k) for k in s.mixture_sizes] + [("muppet", "heldout", len(s.mixture))]
-    for variant, claim, size in arms:
-        tasks = next((r["tasks"] for r in runs if r.get("run_id") == (variant if claim == "num_tasks" else "mixture_all")
-                      and "tasks" in r), None)
+        return lines[:4] + ["No run yet (`--pft_seeds 42 43 44 --claims 3`).", ""]
+    arms = [("related", "imdb_only", RELATED_TASKS)]
+    arms += [("num_tasks", f"mixture_{k}", nested_mixture(s.mixture)[:k]) for k in s.mixture_sizes]
+    arms += [("heldout", "muppet", s.mixture)]
+    for claim, variant, tasks in arms:
         for task in s.held_out:
-            seeds, a, b = paired(runs, claim, variant, "heldout", "base", task, s.claim_fraction)
-            arm = values_of(runs, claim, variant, task, s.claim_fraction)
+            arm = arm_values(runs, claim, variant, task, s.claim_fraction)
             if arm:
-                lines.append(f"| {size} tasks | {', '.join(tasks or [])} | {task} | {fmt(*mean_sd(b)) if b else '-'} | "
-                             f"{fmt(*mean_sd(arm))} (n={len(arm)}) | {difference_cell(seeds, a, b)} |")
+                base = arm_values(runs, "heldout", "base", task, s.claim_fraction)
+                lines.append(f"| {len(tasks)} task{'s' if len(tasks) != 1 else ''} | {', '.join(tasks)} | {task} | "
+                             f"{arm_cell(base)} | {arm_cell(arm)} | {gap_cell(arm, base)} |")
     return lines + [""]
 
 
@@ -1202,41 +1430,49 @@ def budget_section(runs, s: Settings, pooling: str) -> list[str]:
         for row in heldout_rows(runs, "budget", variant, s, [s.claim_fraction]):
             rows.append(row.replace("| ", f"| {ARM_LABELS[variant]} | ", 1))
         for task in s.held_out:  # the same arm at the budget of claims 1-3, for comparison
-            seeds, a, b = paired(runs, "budget", variant, "heldout", reference, task, s.claim_fraction)
-            if a:
+            longer = arm_values(runs, "budget", variant, task, s.claim_fraction)
+            if longer:
                 rows.append(f"| {ARM_LABELS[variant]} | {task} | vs the same arm at {s.pft_epochs} epochs | | | "
-                            f"{difference_cell(seeds, a, b)} |")
+                            f"{gap_cell(longer, arm_values(runs, 'heldout', reference, task, s.claim_fraction))} |")
     if rows:
         lines += ["| arm | task | train fraction | base MiniLM | arm | difference over seeds [95% CI] |",
                   "|---|---|---|---|---|---|", *rows, "", SEED_NOTE]
     return lines + [""]
 
 
+def validation_by_unit(runs, name: str, epoch: int) -> dict:
+    """{pre-finetuning seed: average validation metric at `epoch`} of the pre-finetuning runs of one arm (named
+    `name`, and `name`_pft<seed> for the other seeds)."""
+    return {pft_seed_of(r): r["value"] for r in runs if r.get("task") == "average" and r.get("epoch") == epoch
+            and "fraction" not in r and (r.get("run_id") == name or str(r.get("run_id")).startswith(f"{name}_pft"))}
+
+
 def batching_section(runs, s: Settings, pooling: str) -> list[str]:
     lines = ["## Claim 2: heterogeneous batches and loss scaling", "", PAPER["batching"], "",
              setting_line(pooling, s) + " Each arm pre-finetunes the same mixture for the same epochs; the reference "
-             "is the heterogeneous, loss-scaled run of claim 1. Mixture: average validation accuracy; held out: test "
-             f"accuracy at {s.claim_fraction:g} of the train split, difference reference - arm (paired by seed; the "
-             "paper expects it above 0). " + SEED_NOTE, ""]
+             "is the heterogeneous, loss-scaled run of claim 1 with the same pre-finetuning seed. Mixture: average "
+             "validation accuracy (mean ± sd over units); held out: test accuracy at "
+             f"{s.claim_fraction:g} of the train split, the reference over the arm's units, difference reference - "
+             "arm (the paper expects it above 0). " + SEED_NOTE, ""]
     if not [r for r in runs if r["claim"] == "batching"]:
-        return lines + ["No run yet (runs after claims 1 and 3).", ""]
-    lines += ["| arm | mixture avg. validation | task | arm, held out | "
-              "difference reference - arm over seeds [95% CI] |",
-              "|---|---|---|---|---|"]
+        return lines + ["No run yet (`--pft_seeds 42 43 44 --claims 2`).", ""]
+    lines += ["| arm | mixture avg. validation: arm / reference | task | reference, held out | arm, held out | "
+              "difference reference - arm [95% CI] |",
+              "|---|---|---|---|---|---|"]
     for arm in BATCHING_ARMS:
         fit = [r for r in runs if r["claim"] == "batching" and r["variant"] == arm and r["task"] == "average"]
         if not fit:
-            lines.append(f"| {arm} | not run yet | | | |")
+            lines.append(f"| {arm} | not run yet | | | | |")
             continue
-        last = max(fit, key=lambda r: r["epoch"])
-        reference = next((r["value"] for r in runs if r["claim"] == "fit" and r["variant"] == "mixture_all"
-                          and r["task"] == "average" and r["epoch"] == last["epoch"]), None)
+        epoch = max(r["epoch"] for r in fit)
+        mine = validation_by_unit(runs, arm, epoch)
+        reference = {u: v for u, v in validation_by_unit(runs, "mixture_all", epoch).items() if u in mine}
+        shown = f"{fmt(*mean_sd(mine.values()))} / {fmt(*mean_sd(reference.values())) if reference else '-'}"
         for task in s.held_out:
-            seeds, a, b = paired(runs, "heldout", "muppet", "batching", arm, task, s.claim_fraction)
-            held = values_of(runs, "batching", arm, task, s.claim_fraction)
-            shown = "-" if reference is None else f"{reference:.3f}"
-            lines.append(f"| {arm} | {last['value']:.3f} (reference {shown}) "
-                         f"| {task} | {fmt(*mean_sd(held)) if held else '-'} | {difference_cell(seeds, a, b)} |")
+            held = arm_values(runs, "batching", arm, task, s.claim_fraction)
+            ref = of_units(arm_values(runs, "heldout", "muppet", task, s.claim_fraction), unit_means(held))
+            lines.append(f"| {arm} | {shown} ({len(mine)} unit{'s' if len(mine) != 1 else ''}, epoch {epoch}) | "
+                         f"{task} | {arm_cell(ref)} | {arm_cell(held)} | {gap_cell(ref, held)} |")
     return lines + [""]
 
 
@@ -1246,37 +1482,48 @@ def unit_cost(runs, claim: str, variants, run_id: str, s: Settings) -> float | N
     tuned = [r for r in runs if r["claim"] == claim and r["variant"] in variants and "fraction" in r]
     if not tuned:
         return None
-    pretraining = {r["cpu_s"] for r in runs if r.get("run_id") == run_id and "fraction" not in r
-                   and r.get("epoch", 0) <= s.pft_epochs}
-    return sum(pretraining) + sum(r["cpu_s"] for r in tuned) / len({pft_seed_of(r) for r in tuned})
+    units = {pft_seed_of(r) for r in tuned}
+    pretraining = {(r["run_id"], r["cpu_s"]) for r in runs if "fraction" not in r and r.get("epoch", 0) <= s.pft_epochs
+                   and (r.get("run_id") == run_id or str(r.get("run_id")).startswith(f"{run_id}_pft"))
+                   and pft_seed_of(r) in units}
+    return (sum(cost for _, cost in pretraining) + sum(r["cpu_s"] for r in tuned)) / len(units)
 
 
 def more_units_lines(every_pooling, s: Settings) -> list[str]:
     """What the verdicts need: per pre-finetuning arm, the units missing in the study's pooling and their CPU cost
     at the recorded cost of one unit (measured in whichever pooling has its runs)."""
-    families = [("held-out benefit, head re-use (5 tasks)", "heldout", ("muppet", "muppet_task_head"), "mixture_all")]
-    families += [(f"{k} tasks", "num_tasks", (f"mixture_{k}",), f"mixture_{k}") for k in s.mixture_sizes]
-    families += [(arm, "batching", (arm,), arm) for arm in BATCHING_ARMS]
+    families = [("held-out benefit, head re-use (5 tasks)", "heldout", ("muppet", "muppet_task_head"), "mixture_all",
+                 len(s.mixture))]
+    families += [("IMDB alone (1 task)", "related", ("imdb_only", "imdb_only_task_head"), "imdb_only",
+                  len(RELATED_TASKS))]
+    families += [(f"{k} tasks", "num_tasks", (f"mixture_{k}",), f"mixture_{k}", k) for k in s.mixture_sizes]
+    families += [(arm, "batching", (arm,), arm, len(s.mixture)) for arm in BATCHING_ARMS]
     rows, total = [], 0.0
-    for label, claim, variants, run_id in families:
+    for label, claim, variants, run_id, tasks in families:
         pooling = judged_pooling(every_pooling, claim, s)
         runs = [r for r in every_pooling if pooling_of(r) == pooling]
         cost = unit_cost(runs, claim, variants, run_id, s)
+        if cost is None:  # no unit recorded in any pooling: scaled from claim 1's
+            pooling = "estimated"
+            cost = estimated_unit_cpu_s([r for r in every_pooling if pooling_of(r) == s.pooling], s, tasks,
+                                        claim == "related")
         if cost is None:
             continue
         have = len({pft_seed_of(r) for r in runs if r["claim"] == claim and r["variant"] in variants
                     and "fraction" in r}) if pooling == s.pooling else 0
         need = max(0, 3 - have)
         total += need * cost
-        rows.append(f"| {label} | {have} | {cost / 60:.0f} ({pooling} runs) | {need} | {need * cost / 60:.0f} |")
+        source = "scaled from claim 1's units" if pooling == "estimated" else f"{pooling} runs"
+        rows.append(f"| {label} | {have} | {cost / 60:.0f} ({source}) | {need} | {need * cost / 60:.0f} |")
     if not rows:
         return []
     return ["## What the verdicts need", "",
             "Every claim needs 3 units per arm (5 where the interval then straddles 0): more pre-finetuning runs with "
-            "other seeds, each fine-tuned with the same seeds (plain MiniLM's runs are reused). For claim 1, "
-            "`python benchmarks/evidence/muppet.py --pft_seeds 43 44` adds one unit per seed (its records carry "
-            "`pft_seed`); the other arms still pre-finetune once (`Settings.pft_seed`). Cost of one unit as "
-            "recorded (cpu_s of its pre-finetuning run to the claims' budget and of its fine-tunings; one "
+            "other seeds, each fine-tuned with the same seeds (plain MiniLM's runs are reused). "
+            "`python benchmarks/evidence/muppet.py --pft_seeds 42 43 44 --claims related 2 3` adds one unit per seed "
+            "and arm (claim 1's: `--pft_seeds 43 44`, seed 42's being the study's own run; the records of other seeds "
+            "carry `pft_seed`). Cost of one "
+            "unit as recorded (cpu_s of its pre-finetuning run to the claims' budget and of its fine-tunings; one "
             "thread):", "",
             f"| arm | units now ({s.pooling} pooling) | CPU min per unit | units missing | CPU min |",
             "|---|---|---|---|---|", *rows, "",
@@ -1295,19 +1542,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="folder for the JSON, report and run folders (default: docs/evidence, and --runs_dir)")
     parser.add_argument("--runs_dir", type=Path, default=RUNS_DIR, help="pre-finetuned checkpoints (not committed)")
-    parser.add_argument("--claims", nargs="+", default=["pooling", "1", "3", "2", "budget"],
-                        choices=["pooling", "1", "2", "3", "budget"],
-                        help="what to run (pooling: plain MiniLM on the held-out tasks, the base of every "
-                             "comparison; budget: the longer pre-finetuning budget, pft_epochs_long)")
+    parser.add_argument("--claims", nargs="+", default=None,
+                        choices=["pooling", "1", "related", "2", "3", "budget"],
+                        help="what to run (default: all; pooling: plain MiniLM on the held-out tasks, the base of "
+                             "every comparison; related: pre-finetuning on IMDB alone; budget: the longer "
+                             "pre-finetuning budget, pft_epochs_long). With --pft_seeds: the claims to add units of "
+                             f"({', '.join(UNIT_CLAIMS)}; default 1)")
     parser.add_argument("--pft_seeds", type=int, nargs="+", default=None,
-                        help="instead of the study: one more unit of claim 1 (held-out tasks) per pre-finetuning "
-                             "seed given (each pre-finetunes the mixture again, then fine-tunes as claim 1)")
+                        help="instead of the study: one more unit per pre-finetuning seed given of each of --claims "
+                             "(default: claim 1, the held-out tasks): each arm pre-finetuned again with that seed, "
+                             "then fine-tuned on the held-out tasks")
     parser.add_argument("--end_task_aware", action="store_true",
                         help="instead of the study: end-task-aware pre-finetuning toward each held-out task, for "
                              "every --pft_seeds seed (default 42), then its fine-tuning at claim_fraction")
     parser.add_argument("--pft_epochs", type=int, default=None,
                         help="the fit pilot's longest budget (default: the settings'); a longer one resumes it")
     args = parser.parse_args(argv)
+    if args.pft_seeds and set(args.claims or ["1"]) - set(UNIT_CLAIMS):
+        parser.error(f"--pft_seeds adds units of claims {', '.join(UNIT_CLAIMS)} only, not "
+                     f"{', '.join(sorted(set(args.claims) - set(UNIT_CLAIMS)))}")
     settings = QUICK if args.quick else FULL
     if args.pft_epochs is not None:
         settings = dataclasses.replace(settings, pft_epochs=args.pft_epochs)
@@ -1326,10 +1579,9 @@ def main(argv: list[str] | None = None) -> None:
                     Study(dataclasses.replace(settings, pft_seed=seed), json_path, runs_dir,
                           model=model).end_task_aware([task])
         elif args.pft_seeds:
-            for seed in args.pft_seeds:
-                Study(dataclasses.replace(settings, pft_seed=seed), json_path, runs_dir, model=model).another_unit()
+            more_units(settings, json_path, runs_dir, args.pft_seeds, args.claims or ["1"], model=model)
         else:
-            Study(settings, json_path, runs_dir, model=model).run(tuple(args.claims))
+            Study(settings, json_path, runs_dir, model=model).run(tuple(args.claims or STUDY_CLAIMS))
     report(json_path, report_path, settings)
     print(f"report: {report_path}")
 
