@@ -18,8 +18,9 @@
   (beside every saved model), `_save_checkpoint_extras(folder)` (into a checkpoint folder, before
   trainer_state.json, the file that marks it complete) and `_load_checkpoint_extras(folder)` (on resume).
   A streamed corpus (`hf_aux.streaming.ResumableStream` as the train dataset) has its position saved into every
-  checkpoint and restored on resume, for every trainer; the checkpoint's random state is then restored after the
-  first batches are fetched, where Trainer restores it when it skips seen batches (`_load_rng_state`).
+  checkpoint and restored on resume, for every trainer; the checkpoint's random state is then restored again after
+  the first batches are fetched, where Trainer restores it when it skips seen batches (a call of Trainer's
+  `_load_rng_state`, not an override).
 - **Hub pushes.** With `defer_hub_pushes` set (the `hf-aux` commands set it: they push the output folder once, at
   the end, after evaluation and the card, with `hf_aux.hub.push_trainer_output`), `push_to_hub` (which
   `save_model` calls) only logs, and checkpoint pushes (`hub_strategy`) go through hf_aux's token-checked
@@ -32,9 +33,9 @@
   no hf_aux code sees); the method trainers check their own named loss parts instead.
 
 The private Trainer methods overridden here (`_save`, `_save_checkpoint`, `_load_from_checkpoint`,
-`_load_best_model`, `_push_from_checkpoint`, `_load_rng_state`) are private on purpose: Trainer has no public hook
-that saves or loads a model's weights, writes into a checkpoint before it is marked complete, pushes a checkpoint,
-or restores the random state.
+`_load_best_model`, `_push_from_checkpoint`) are private on purpose: Trainer has no public hook that saves or
+loads a model's weights, writes into a checkpoint before it is marked complete, or pushes a checkpoint (nor one
+that restores the random state: the stream's resume calls `_load_rng_state`).
 """
 
 from __future__ import annotations
@@ -115,22 +116,18 @@ class AuxTrainer(ModelCardMixin, Trainer):
         self._load_model_parts(resume_from_checkpoint, model)
         self._load_checkpoint_extras(resume_from_checkpoint)
         load_stream_state(self, resume_from_checkpoint)
-
-    def _load_rng_state(self, checkpoint: str | None) -> None:
-        """Without skipping (a stream), Trainer restores the checkpoint's random state before it creates the data
-        loader's iterator, which draws from it (torch's base seed), so the resumed steps' dropout would differ from
-        the uninterrupted run's. Restored instead after the first batches are fetched (`get_batch_samples`), where
-        Trainer itself restores it when it skips seen batches."""
-        if isinstance(self.train_dataset, ResumableStream) and checkpoint is not None:
-            self._rng_checkpoint = checkpoint
-        else:
-            super()._load_rng_state(checkpoint)
+        if isinstance(self.train_dataset, ResumableStream):
+            self._rng_checkpoint = resume_from_checkpoint
 
     def get_batch_samples(self, epoch_iterator, num_batches: int, device):
+        """A resumed stream (no skipping): Trainer restored the checkpoint's random state before it created the data
+        loader's iterator, which drew from it (torch's base seed), so the resumed steps' dropout would differ from
+        the uninterrupted run's. The state is restored again once the first batches are fetched, where Trainer
+        itself restores it when it skips seen batches."""
         batches = super().get_batch_samples(epoch_iterator, num_batches, device)
         if self._rng_checkpoint is not None:
             checkpoint, self._rng_checkpoint = self._rng_checkpoint, None
-            super()._load_rng_state(checkpoint)
+            self._load_rng_state(checkpoint)
         return batches
 
     def _load_best_model(self) -> None:
