@@ -54,6 +54,9 @@ teacher's samples) and make the gradient in it in place; the soft cross entropy'
 dot product instead of [B, L, V] products; the sampler sums blocks of 256 entries and takes the cumulative sum
 inside one block only. The forms a double backward goes through (second-order soft labels' pseudo and support
 steps) keep autograd's composite ops. The "x floor" column is the CPU-time ratio over the FLOP ratio (goal 1.05).
+The MLM baseline (objective="mlm") uses the fused cross entropy too, so a second reference is timed beside it: the
+student's MLM step through its own `labels=` loss (run_mlm.py's step, what hf_aux's MLM step was before), with the
+x floor against it printed after the table. docs/meta_lm_measurements.md has the figures.
 
     python benchmarks/bench_meta_lm.py                   # real text, BERT hidden 64, 2 layers, 8 x 32 tokens
     python benchmarks/bench_meta_lm.py --data moons --rounds 8
@@ -151,6 +154,20 @@ def full_step(trainer, batch) -> tuple[float, float]:
     return time.perf_counter() - start, time.process_time() - cpu
 
 
+def model_loss_step(trainer, batch, generator=torch.Generator().manual_seed(0)) -> tuple[float, float]:
+    """The reference a user runs without hf_aux (run_mlm.py): one MLM step of the same student through the
+    model's own loss (`labels=`: its CrossEntropyLoss over the vocabulary), clipping, AdamW, schedule, zero_grad;
+    the same masking. Returns (wall seconds, process CPU seconds)."""
+    start, cpu = time.perf_counter(), time.process_time()
+    x_m, y_m = trainer._mlm_example(batch["input_ids"], batch["attention_mask"], generator)
+    trainer.model(input_ids=x_m, attention_mask=batch["attention_mask"], labels=y_m).loss.backward()
+    torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), trainer.args.max_grad_norm)
+    trainer.optimizer.step()
+    trainer.lr_scheduler.step()
+    trainer.model.zero_grad(set_to_none=True)
+    return time.perf_counter() - start, time.process_time() - cpu
+
+
 def saved_tensor_mb_and_gflop(trainer, batch) -> tuple[float, float]:
     """One step's (memory, work). Memory: the bytes of every tensor saved for backward (activations, and for the
     second-order steps the first backward's graph), a CPU-portable stand-in for peak memory minus parameters and
@@ -193,21 +210,26 @@ def main():
     kinds = ["hard", "soft", "soft_first_order"]
     data = real_data(opts)
     built = {k: build(k, opts, data) for k in ["mlm"] + kinds}
+    reference = build("mlm", opts, data)  # a second student for the model's-own-loss MLM step
     for _ in range(opts.warmup):
         for trainer, batch in built.values():
             full_step(trainer, batch)
-    times = {k: [] for k in built}
+        model_loss_step(*reference)
+    times = {k: [] for k in [*built, "mlm_model_loss"]}
     ratios = {k: [] for k in kinds}
     cpu_ratios = {k: [] for k in kinds}
+    model_loss_cpu_ratios = {k: [] for k in kinds}  # X against the model's-own-loss MLM steps beside it
     for _ in range(opts.rounds):
-        for k in kinds:  # MLM, X, MLM: each X against the mean of its two neighbouring MLM steps
-            before = full_step(*built["mlm"])
+        for k in kinds:  # MLM, MLM (model loss), X, MLM (model loss), MLM: X against its neighbouring MLM steps
+            before, before_model = full_step(*built["mlm"]), model_loss_step(*reference)
             t = full_step(*built[k])
-            after = full_step(*built["mlm"])
+            after_model, after = model_loss_step(*reference), full_step(*built["mlm"])
             times["mlm"] += [before[0], after[0]]
+            times["mlm_model_loss"] += [before_model[0], after_model[0]]
             times[k].append(t[0])
             ratios[k].append(t[0] / ((before[0] + after[0]) / 2))
             cpu_ratios[k].append(t[1] / ((before[1] + after[1]) / 2))
+            model_loss_cpu_ratios[k].append(t[1] / ((before_model[1] + after_model[1]) / 2))
     memory, gflop = {}, {}
     for k, (trainer, batch) in built.items():
         memory[k], gflop[k] = saved_tensor_mb_and_gflop(trainer, batch)
@@ -220,6 +242,8 @@ def main():
           f"{'saved MB':>9}{'GFLOP':>9}{'FLOP ratio':>12}{'x floor':>9}{'goal':>6}")
     print(f"{'mlm':<22}{1000 * statistics.median(times['mlm']):>10.1f}{1.0:>14.2f}{1.0:>16.2f}{'':>14}{'':>6}"
           f"{memory['mlm']:>9.1f}{gflop['mlm']:>9.2f}{1.0:>12.2f}")
+    model_loss_ms = 1000 * statistics.median(times["mlm_model_loss"])
+    print(f"{'mlm (model loss)':<22}{model_loss_ms:>10.1f}  the student's own labels= loss (run_mlm.py's step)")
     summary, cpu_summary, floor, x_floor = {}, {}, {}, {}
     for k in kinds:
         summary[k], cpu_summary[k] = statistics.median(ratios[k]), statistics.median(cpu_ratios[k])
@@ -229,6 +253,9 @@ def main():
         print(f"{k:<22}{1000 * statistics.median(times[k]):>10.1f}{summary[k]:>14.2f}{cpu_summary[k]:>16.2f}"
               f"{spread:>14}{GOALS[k]:>6.1f}{memory[k]:>9.1f}{gflop[k]:>9.2f}{floor[k]:>12.2f}{x_floor[k]:>9.3f}"
               f"{GOAL_X_FLOOR:>6.2f}")
+    model_loss_x_floor = {k: statistics.median(model_loss_cpu_ratios[k]) / floor[k] for k in kinds}
+    print("x floor against the model's-own-loss MLM step (CPU time): "
+          + ", ".join(f"{k} {v:.3f}" for k, v in model_loss_x_floor.items()))
     print(json.dumps({"metric": "meta_lm_soft_vs_mlm_step_ratio", "data": opts.data, "ratio": round(summary["soft"], 2),
                       "goal": GOALS["soft"], "hard_ratio": round(summary["hard"], 2), "hard_goal": GOALS["hard"],
                       "first_order_ratio": round(summary["soft_first_order"], 2),
@@ -238,6 +265,10 @@ def main():
                       "flop_ratios": {k: round(floor[k], 2) for k in kinds},
                       "cpu_time_x_floor": {k: round(v, 3) for k, v in x_floor.items()},
                       "goal_x_floor": GOAL_X_FLOOR, "goal_x_floor_met": all(v <= GOAL_X_FLOOR for v in x_floor.values()),
+                      "cpu_time_x_floor_vs_model_loss_mlm": {k: round(v, 3) for k, v in model_loss_x_floor.items()},
+                      "mlm_step_ms": round(1000 * statistics.median(times["mlm"]), 1),
+                      "model_loss_mlm_step_ms": round(model_loss_ms, 1),
+                      "step_ms": {k: round(1000 * statistics.median(times[k]), 1) for k in kinds},
                       "rounds": opts.rounds, "load_average": round(os.getloadavg()[0], 2),
                       "saved_for_backward_mb": {k: round(v, 1) for k, v in memory.items()}}))
 
