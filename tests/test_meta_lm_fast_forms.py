@@ -115,6 +115,11 @@ def test_fused_token_cross_entropy_equals_f_cross_entropy():
         torch.testing.assert_close(torch.autograd.grad(loss, logits)[0], torch.autograd.grad(expected, logits)[0],
                                    rtol=1e-10, atol=1e-12)
     assert torch.isnan(token_cross_entropy(logits, torch.full_like(labels, -100)))  # as F.cross_entropy's mean
+    # an ignored position whose logits rule out token 0 (where its -100 is gathered) adds nothing, as it does there
+    masked = logits.detach().clone()
+    masked[0, 0, 0] = float("-inf")
+    torch.testing.assert_close(token_cross_entropy(masked, labels),
+                               F.cross_entropy(masked.flatten(0, 1), labels.flatten(), ignore_index=-100))
 
 
 def test_fused_pseudo_cross_entropy_equals_the_per_position_form():

@@ -48,7 +48,8 @@ class _WeightedTokenNLL(torch.autograd.Function):
     def forward(ctx, logits, targets, row_weights):
         log_probs = torch.log_softmax(logits, -1, dtype=_softmax_dtype(logits))
         ctx.save_for_backward(log_probs, targets, row_weights)
-        return -(log_probs.gather(1, targets[:, None]).squeeze(1) * row_weights).sum()
+        picked = log_probs.gather(1, targets[:, None]).squeeze(1)  # rows of weight 0 (ignored) add exactly 0
+        return -(picked.masked_fill(row_weights == 0, 0) * row_weights).sum()
 
     @staticmethod
     def backward(ctx, grad):
