@@ -345,17 +345,30 @@ def baseline_metrics(task, train_raw, eval_raw) -> dict[str, float]:
     return {"majority_baseline": majority_baseline(labels, train_labels=train_labels)}
 
 
-def majority_baselines(tasks, raw: dict, eval_data: dict) -> dict[str, float]:
+def majority_baselines(tasks, train_labels: dict, eval_data: dict) -> dict[str, float]:
     """`eval_<task>_majority_baseline` for every task of a mixture scored by accuracy: the majority class of
-    its train split (raw[task.name]["train"], when there is one) on its tokenised evaluation labels."""
+    its train labels (`train_labels[task.name]`, class indices as the model sees them; None or absent: the
+    evaluation labels' own) on its tokenised evaluation labels."""
     baselines = {}
     for task in tasks:
         if task.name not in eval_data or PRIMARY_METRIC[task.kind] != "accuracy":
             continue
-        train_labels = label_indices(task, raw[task.name]["train"]) if "train" in raw[task.name] else None
         baselines[f"eval_{task.name}_majority_baseline"] = majority_baseline(eval_data[task.name]["labels"],
-                                                                              train_labels)
+                                                                              train_labels.get(task.name))
     return baselines
+
+
+def train_labels(tasks, train_data: dict, raw: dict) -> dict:
+    """Each task's train labels as the model sees them: the tokenised train split's `labels` column where the
+    task was tokenised for training (read as one array, no per-row conversion), else its raw train split's
+    (`label_indices`), else None."""
+    labels = {}
+    for task in tasks:
+        if task.name in train_data and "labels" in train_data[task.name].column_names:
+            labels[task.name] = train_data[task.name].with_format("numpy")["labels"][:]  # one array
+        elif "train" in raw.get(task.name, {}):
+            labels[task.name] = label_indices(task, raw[task.name]["train"])
+    return labels
 
 
 # --------------------------------------------------------------------------------------------------------------

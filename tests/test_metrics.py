@@ -315,9 +315,21 @@ def test_majority_baselines_of_a_mixture_by_hand():
 
     sentiment = TaskSpec(name="sentiment", kind="classification", label_names=["neg", "pos"], data_files="x.jsonl")
     score = TaskSpec(name="score", kind="regression", data_files="x.jsonl")
+    from datasets import Dataset
+
+    from hf_aux.metrics import train_labels
+
     raw = {"sentiment": {"train": {"label": ["pos", "pos", "neg"]}}, "score": {"train": {"label": [0.5, 1.0]}}}
     eval_data = {"sentiment": {"labels": [0, 1, 1, 1]}, "score": {"labels": [0.2, 0.4]}}
     # majority of train = "pos" = class 1; it is right on 3 of the 4 evaluation rows
-    assert majority_baselines([sentiment, score], raw, eval_data) == {"eval_sentiment_majority_baseline": 0.75}
+    labels = train_labels([sentiment, score], {}, raw)
+    assert labels["sentiment"] == [1, 1, 0]
+    assert majority_baselines([sentiment, score], labels, eval_data) == {"eval_sentiment_majority_baseline": 0.75}
+    # tokenised for training: its labels column (indices already), whatever the raw rows hold
+    tokenised = {"sentiment": Dataset.from_dict({"input_ids": [[1], [2], [3]], "labels": [0, 0, 1]})}
+    assert train_labels([sentiment], tokenised, {"sentiment": {}})["sentiment"].tolist() == [0, 0, 1]
+    assert majority_baselines([sentiment], train_labels([sentiment], tokenised, {}), eval_data) == {
+        "eval_sentiment_majority_baseline": 0.25}
     # no train split: the evaluation labels' own majority (1), again 3 of 4
-    assert majority_baselines([sentiment], {"sentiment": {}}, eval_data) == {"eval_sentiment_majority_baseline": 0.75}
+    assert majority_baselines([sentiment], train_labels([sentiment], {}, {"sentiment": {}}), eval_data) == {
+        "eval_sentiment_majority_baseline": 0.75}
