@@ -359,11 +359,13 @@ def majority_baselines(tasks, train_labels: dict, eval_data: dict) -> dict[str, 
 
 
 def train_labels(tasks, train_data: dict, raw: dict) -> dict:
-    """Each task's train labels as the model sees them: the tokenised train split's `labels` column where the
+    """Each accuracy-scored task's train labels as the model sees them: the tokenised train split's `labels` column where the
     task was tokenised for training (read as one array, no per-row conversion), else its raw train split's
     (`label_indices`), else None."""
     labels = {}
     for task in tasks:
+        if PRIMARY_METRIC[task.kind] != "accuracy":  # only majority_baselines reads them
+            continue
         if task.name in train_data and "labels" in train_data[task.name].column_names:
             labels[task.name] = train_data[task.name].with_format("numpy")["labels"][:]  # one array
         elif "train" in raw.get(task.name, {}):
