@@ -107,29 +107,38 @@ def _check_csv(path: str, where: str) -> None:
         raise ValueError(f"{where}: {path!r} has a header but no data rows")
 
 
-def _check_lines(path: str, where: str, json_lines: bool) -> None:
-    """Rows exist; JSON Lines (the first row a complete object) hold one object per line."""
+def _check_lines(path: str, where: str, json_lines: bool, parse_every_line: bool = False) -> None:
+    """Rows exist; JSON Lines (the first row a complete object) hold one object per line. Each line is only looked
+    at (it must begin with `{` and end with `}`; one that does not is parsed, for the error to say what it is):
+    parsing every line cost a cold start more than datasets' own reading of the file, and a line that is
+    malformed inside its braces makes datasets' reader fail, which then parses every line (`parse_every_line`) to
+    name it."""
     rows, lines_mode = 0, None
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
-            if not line.strip():
+            stripped = line.strip()
+            if not stripped:
                 continue
             rows += 1
             if not json_lines:
                 continue
             if lines_mode is None:  # a pretty-printed or array JSON file is left to datasets' reader
                 lines_mode = _is_json_object(line)
-            if lines_mode:
-                try:
-                    value = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"{where}: {path!r} line {number} is not valid JSON ({error.msg}); write one "
-                                     "JSON object per line") from error
-                if not isinstance(value, dict):
-                    raise ValueError(f"{where}: {path!r} line {number} is a {type(value).__name__}, not a JSON "
-                                     "object of column -> value")
+            if lines_mode and (parse_every_line or stripped[0] != "{" or stripped[-1] != "}"):
+                _check_json_line(path, where, number, line)
     if rows == 0:
         raise ValueError(f"{where}: {path!r} holds no rows (only blank lines)")
+
+
+def _check_json_line(path: str, where: str, number: int, line: str) -> None:
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{where}: {path!r} line {number} is not valid JSON ({error.msg}); write one "
+                         "JSON object per line") from error
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: {path!r} line {number} is a {type(value).__name__}, not a JSON "
+                         "object of column -> value")
 
 
 def _is_json_object(line: str) -> bool:
@@ -191,9 +200,14 @@ def load_data_files(files: dict[str, str], where: str, **load_kwargs):
                 for path in (paths if isinstance(paths, (list, tuple)) else [paths])}
     if len(builders) > 1:
         raise ValueError(f"{where}: the files mix formats {sorted(builders)} ({files}); use one format")
+    builder = builders.pop()
     try:
-        return datasets.load_dataset(builders.pop(), data_files=files, **load_kwargs)
+        return datasets.load_dataset(builder, data_files=files, **load_kwargs)
     except Exception as error:  # datasets wraps parser errors in DatasetGenerationError and friends
+        if builder == "json":  # name the line if one is not a JSON object (the checks above only looked at it)
+            for split, paths in files.items():
+                for path in (paths if isinstance(paths, (list, tuple)) else [paths]):
+                    _check_lines(str(path), f"{where} ({split})", json_lines=True, parse_every_line=True)
         cause = error.__cause__ or error.__context__ or error
         raise ValueError(f"{where}: could not read {files}: {type(cause).__name__}: {cause}; check that every "
                          "row has the same columns and types") from error

@@ -145,6 +145,24 @@ def test_a_data_file_is_read_line_by_line_once_per_version(tmp_path, monkeypatch
     assert len(calls) == 2
 
 
+@pytest.mark.parametrize("bad", ['{"text": "b" "label": 1}', '{"text": tru, "label": 1}', 'null', '"b"'])
+def test_a_bad_json_line_is_named_whether_the_line_look_or_the_reader_finds_it(bad, tmp_path, monkeypatch):
+    """The line checks only look at each line's braces (parsing every line cost a cold start more than datasets'
+    reading): a line that is not an object is named at once; one malformed inside its braces is named when
+    datasets' reader fails on it, on the first start and on a later one, whose checks the first start's marker
+    skips."""
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    path = tmp_path / "a.jsonl"
+    path.write_text(f'{{"text": "a", "label": 0}}\n{bad}\n{{"text": "c", "label": 1}}\n')
+    inside = bad.startswith("{")
+    if inside:
+        validation.check_data_file(str(path), "w")  # the look passes it
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"w \(train\): .*a.jsonl' line 2 is (not valid JSON|a \w+, not a JSON)"):
+            validation.load_data_files({"train": str(path)}, "w")
+
+
 def sorted_search(g: int, count: int) -> list[int]:
     """The donor search as it was written first: every update sorted by its distance from g."""
     return [h for h in sorted(range(count), key=lambda h: (abs(h - g), h)) if h != g]
@@ -275,9 +293,37 @@ def test_pairs_encoded_in_parts_are_checked_against_whole_pairs(monkeypatch):
     questions, choices = ["red sun", "the party"], [["a cat", "the dog"], ["rain", "blue sky", "two"]]
     expected = tokenizer([q for q, c in zip(questions, choices) for _ in c], [x for c in choices for x in c],
                          truncation=True, max_length=16)
-    parts = arrow_encoding._encode_pairs_once
-    monkeypatch.setattr(arrow_encoding, "_encode_pairs_once", lambda backend, questions, flat, rows: parts(
+    parts = arrow_encoding._pairs_in_parts
+    monkeypatch.setattr(arrow_encoding, "_pairs_in_parts", lambda backend, questions, flat, rows: parts(
         backend, questions, flat[::-1], rows))  # wrong pairs, as a post-processor that differed would give
     out = arrow_encoding.encode_choices(tokenizer, questions, choices, 16)
     for key in ("input_ids", "token_type_ids", "attention_mask"):
         assert out[key].to_pylist() == [expected[key][:2], expected[key][2:]]
+
+
+@pytest.mark.parametrize("tokenizer_name", sorted(TOKENIZERS))
+@pytest.mark.parametrize("max_length", [12, 128])
+def test_pairs_assembled_in_numpy_are_the_post_processed_pairs(tokenizer_name, max_length, monkeypatch):
+    """Multiple-choice pairs that fit max_length are assembled in numpy from the layout of one post-processed pair
+    (each tokenizer's own: BERT's [CLS] a [SEP] b [SEP] with type ids 0/1, RoBERTa's two separators and type 0, no
+    post-processor at all); pairs that need truncating are post-processed one by one. Both give exactly what
+    post-processing every pair gives."""
+    from hf_aux import arrow_encoding
+
+    tokenizer = TOKENIZERS[tokenizer_name]()
+    task, rows = arrow_encoding_cases(rows=300)[3]
+    questions, choices = rows["question"], rows["choices"]
+    flat = [c for options in choices for c in options]
+    pair_rows = np.repeat(np.arange(len(questions)), [len(options) for options in choices])
+    backend = arrow_encoding._prepare(tokenizer, questions[:1], flat[:1], max_length)
+    layouts = []
+    layout = arrow_encoding._pair_layout
+    monkeypatch.setattr(arrow_encoding, "_pair_layout", lambda *a: layouts.append(layout(*a)) or layouts[-1])
+    assembled = arrow_encoding._pairs_in_parts(backend, questions, flat, pair_rows)
+    assert layouts[-1] is not None  # the numpy path ran
+    monkeypatch.setattr(arrow_encoding, "_pair_layout", lambda *a: None)
+    post_processed = arrow_encoding._pairs_in_parts(backend, questions, flat, pair_rows)
+    for got, expected in zip(assembled, post_processed):
+        np.testing.assert_array_equal(got, expected)
+    lengths = assembled[2]
+    assert (lengths.max() == max_length) == (max_length == 12) and lengths.min() < max_length
