@@ -102,8 +102,14 @@ def resumable_mlm_blocks(stream, tokenizer, text_column: str = "text", block_siz
 
 
 class ResumableStream(torch.utils.data.IterableDataset):
-    """The examples of a `datasets.IterableDataset`, counted, with the source's position after each of the last
-    `keep` examples yielded (`state_at`). `load_state_dict` (before iterating) starts the next pass there."""
+    """The examples of a `datasets.IterableDataset`, pass after pass without end, counted, with the source's
+    position after each of the last `keep` examples yielded (`state_at`). `load_state_dict` (before iterating)
+    starts the next pass there.
+
+    Endless, so that every optimizer step reads whole batches and the examples a checkpoint's steps consumed are
+    their count times the batch (`consumed_examples`): a pass that ended inside a batch would give a short batch
+    (Trainer then starts the next epoch), after which that count no longer matches the stream's position. A batch
+    may hold the end of one pass and the start of the next; `--max_steps` ends training (--streaming requires it)."""
 
     def __init__(self, source, keep: int = 8192):
         self.source, self.keep = source, keep
@@ -122,17 +128,24 @@ class ResumableStream(torch.utils.data.IterableDataset):
             self._states.append((self.yielded, resume["source"]))
         else:
             self._states.append((self.yielded, self.source.state_dict()))
-        for example in self.source:
-            if resume is not None:
-                # datasets starts EVERY pass at a loaded state; this pass has started there, the next ones start at
-                # the corpus' start (as the uninterrupted run's passes do)
+        while True:  # pass after pass: the data loader never sees a pass end (training ends at max_steps)
+            produced = False
+            for example in self.source:
+                if resume is not None:
+                    # datasets starts EVERY pass at a loaded state; this pass has started there, the next ones start
+                    # at the corpus' start (as the uninterrupted run's passes do)
+                    self.source.load_state_dict(None)
+                    resume = None
+                produced = True
+                self.yielded += 1
+                self._states.append((self.yielded, self.source.state_dict()))
+                yield example
+            if resume is not None:  # resumed at the very end of a pass: nothing was left of it
                 self.source.load_state_dict(None)
                 resume = None
-            self.yielded += 1
-            self._states.append((self.yielded, self.source.state_dict()))
-            yield example
-        if resume is not None:  # resumed at the very end of a pass: nothing was left of it
-            self.source.load_state_dict(None)
+            elif not produced:
+                raise ValueError("streaming: a whole pass over a streamed corpus gave no example (no text, or fewer "
+                                 "tokens than one block)")
 
     def state_at(self, consumed: int) -> dict:
         """The state after the first `consumed` examples: `{"yielded": consumed, "source": <source state>}`."""

@@ -107,6 +107,39 @@ def test_every_command_trains_with_two_processes_under_torchrun(command, script,
         assert output(done).count("AMOS training curve") == 1
 
 
+# ---- streamed corpora under torchrun -----------------------------------------------------------------------------
+def streaming_args(command: str, data, out) -> list[str]:
+    """The command's tiny job reading its unlabelled corpus (text.txt) as a stream: AMOS's train text (read by the
+    main process, its batches dispatched to both ranks), TARTAN's auxiliary DAPT corpus and the meta-learned MLM
+    objective's (each rank reads its own StreamBatches)."""
+    script = {"amos": "run_amos", "tartan": "run_tartan", "meta-lm": "run_meta_lm"}[command]
+    args = command_args(script, data, out, QUIET, "mlm")
+    if command == "tartan":
+        args[args.index("tapt=tapt") + 1:args.index("tapt=tapt") + 1] = [f"dapt={data / 'text.txt'}"]
+    if "--validation_split_percentage" in args:  # a stream has no held-out split
+        del args[args.index("--validation_split_percentage"):args.index("--validation_split_percentage") + 2]
+    return [*args, "--streaming", "--max_steps", "4"]
+
+
+@pytest.mark.parametrize("command", ["amos", "tartan", "meta-lm"])
+def test_a_streamed_corpus_under_torchrun_resumes_exactly(command, data, tmp_path):
+    """Two processes read a streamed corpus (`--streaming`): every checkpoint holds both ranks' RNG states and the
+    stream's position, and a run resumed from its step-2 checkpoint under torchrun ends with the weights of the run
+    that was never interrupted."""
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    done = run(torchrun(command, streaming_args(command, data, whole)))
+    assert done.returncode == 0, output(done)[-6000:]
+    checkpoint = whole / "checkpoint-2"
+    assert {"rng_state_0.pth", "rng_state_1.pth"} <= {p.name for p in checkpoint.iterdir()}
+    if command == "amos":  # the blocks of 2 updates of 8 per rank, read once by the main process for both ranks
+        assert json.loads((checkpoint / "stream_state.json").read_text())["yielded"] == 2 * 8 * 2
+    done = run(torchrun(command, [*streaming_args(command, data, resumed), "--resume_from_checkpoint",
+                                  str(checkpoint)]))
+    assert done.returncode == 0, output(done)[-6000:]
+    assert json.loads((resumed / "trainer_state.json").read_text())["global_step"] == 4
+    assert_same_weights(whole, resumed, atol=0)
+
+
 @pytest.mark.parametrize("objective", ["hard", "soft"])
 def test_the_meta_objectives_refuse_torchrun_with_a_clear_message(objective, data, tmp_path):
     out = tmp_path / "out"

@@ -3,6 +3,7 @@ an exact resume (the interrupted and resumed run ends with the uninterrupted run
 wrong position does not), clear errors, and a peak memory that does not grow with the corpus."""
 
 import copy
+import itertools
 import json
 import shutil
 
@@ -36,7 +37,7 @@ def test_resumable_stream_continues_after_exactly_the_consumed_examples(tmp_path
         return ResumableStream(stream_mlm_blocks(stream_corpus("text", "test", train_file=str(tmp_path / "text.txt")),
                                                  tokenizer, block_size=16))
 
-    everything = [row["input_ids"] for row in blocks()]
+    everything = [row["input_ids"] for row in blocks().source]  # one pass
     first = blocks()
     reader = iter(first)
     for _ in range(140):  # read ahead of the 123 "consumed" ones, as a data loader prefetches
@@ -44,8 +45,10 @@ def test_resumable_stream_continues_after_exactly_the_consumed_examples(tmp_path
     state = json.loads(json.dumps(first.state_at(123)))  # through a checkpoint's JSON
     resumed = blocks()
     resumed.load_state_dict(state)
-    rest = [row["input_ids"] for row in resumed]
+    reader = iter(resumed)
+    rest = [row["input_ids"] for row in itertools.islice(reader, len(everything) - 123)]
     assert rest == everything[123:] and resumed.yielded == len(everything)
+    assert next(reader)["input_ids"] == everything[0]  # endless: the next pass follows at once
     with pytest.raises(ValueError, match="no longer kept"):
         first.state_at(5000)
 
@@ -63,9 +66,18 @@ def test_a_resumed_stream_starts_its_next_pass_at_the_corpus_start(tmp_path):
         next(reader)
     resumed = ResumableStream(copy.deepcopy(blocks))
     resumed.load_state_dict(json.loads(json.dumps(first.state_at(10))))
-    assert [row["input_ids"] for row in resumed] == everything[10:]
-    assert [row["input_ids"] for row in resumed] == everything
+    reader = iter(resumed)
+    assert [row["input_ids"] for row in itertools.islice(reader, len(everything) - 10)] == everything[10:]
+    assert [row["input_ids"] for row in itertools.islice(reader, len(everything))] == everything
     assert resumed.yielded == 2 * len(everything)  # counted from the resumed position, 10
+
+
+def test_a_resumable_stream_over_no_block_is_an_error_not_an_endless_loop(tmp_path):
+    (tmp_path / "short.txt").write_text("good movie\n")
+    blocks = stream_mlm_blocks(stream_corpus("text", "t", train_file=str(tmp_path / "short.txt")), tiny_tokenizer(),
+                               block_size=16)
+    with pytest.raises(ValueError, match="a whole pass over a streamed corpus gave no example"):
+        next(iter(ResumableStream(blocks)))
 
 
 def collect_ids(rows, generator):
@@ -165,6 +177,25 @@ def test_amos_streaming_resume_ends_where_the_uninterrupted_run_ends(tmp_path):
                                                  "--resume_from_checkpoint", str(tmp_path / "checkpoint-3"))))
     other = load_file(wrong / "model.safetensors")
     assert any(not torch.equal(other[name], expected[name]) for name in expected)
+
+
+def test_amos_streaming_resumes_exactly_after_the_corpus_wrapped_inside_a_batch(tmp_path):
+    """A corpus shorter than the blocks the steps read: passes follow each other inside batches (no short batch at
+    a pass's end, after which the consumed count would no longer be the stream's position), and a run resumed at a
+    checkpoint after the wrap ends with the uninterrupted run's weights."""
+    tiny_tokenizer().save_pretrained(tmp_path / "tokenizer")
+    write_corpus(tmp_path / "text.txt", 12)
+    per_pass = len(list(stream_mlm_blocks(stream_corpus("text", "t", train_file=str(tmp_path / "text.txt")),
+                                          tiny_tokenizer(), block_size=16)))
+    assert 8 < per_pass < 24 and per_pass % 8  # the first pass ends inside a batch, before checkpoint-3
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    run_amos.main(*run_amos.parse_args(amos_args(tmp_path / "text.txt", whole, "--max_steps", "6")))
+    assert json.loads((whole / "checkpoint-3" / "stream_state.json").read_text())["yielded"] == 24
+    run_amos.main(*run_amos.parse_args(amos_args(tmp_path / "text.txt", resumed, "--max_steps", "6",
+                                                 "--resume_from_checkpoint", str(whole / "checkpoint-3"))))
+    expected, got = load_file(whole / "model.safetensors"), load_file(resumed / "model.safetensors")
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=0, msg=name)
 
 
 def test_streaming_needs_max_steps_and_a_corpus(tmp_path):
