@@ -111,8 +111,9 @@ def combine_gradients(alphas: torch.Tensor, task_grads: Sequence[GradList],
                       in_place: bool = False) -> list[torch.Tensor | None]:
     """sum_k alpha_k g_k per body tensor (Algorithm 1: theta_body <- theta_body - beta (alpha* g* + sum_i alpha_i
     g_i)). `alphas`: [num_tasks] (a tensor: no host sync); entries where every task is `None` stay `None`.
-    `in_place`: scale the task gradients in their own storage and sum into the first task's (no new tensor of the
-    body's size per task; the caller must not read `task_grads` afterwards). One fused (foreach) kernel per task."""
+    `in_place`: scale the first task's gradients in their own storage and add the others into them (no new tensor
+    of the body's size; the caller must not read `task_grads` afterwards). Each later task is added as
+    alpha_k * g_k in one pass (addcmul: reads the sum and g_k, writes the sum), not scaled first and then added."""
     if len(alphas) != len(task_grads):
         raise ValueError(f"{len(alphas)} task weights for {len(task_grads)} gradient lists")
     combined: list[torch.Tensor | None] = [None] * len(task_grads[0])
@@ -120,18 +121,19 @@ def combine_gradients(alphas: torch.Tensor, task_grads: Sequence[GradList],
         index = [t for t, g in enumerate(grads) if g is not None]
         if not index:
             continue
-        present = [grads[t] for t in index]
-        if in_place:
-            torch._foreach_mul_(present, alphas[k])
-            scaled = present
-        else:
-            scaled = torch._foreach_mul(present, alphas[k])
-        fresh = [(t, s) for t, s in zip(index, scaled) if combined[t] is None]
-        summed = [(t, s) for t, s in zip(index, scaled) if combined[t] is not None]
-        for t, s in fresh:
-            combined[t] = s
-        if summed:
-            torch._foreach_add_([combined[t] for t, _ in summed], [s for _, s in summed])
+        fresh = [t for t in index if combined[t] is None]
+        summed = [t for t in index if combined[t] is not None]
+        if fresh:
+            present = [grads[t] for t in fresh]
+            if in_place:
+                torch._foreach_mul_(present, alphas[k])
+            else:
+                present = torch._foreach_mul(present, alphas[k])
+            for t, scaled in zip(fresh, present):
+                combined[t] = scaled
+        if summed:  # the sums are the first task's own tensors (in place) or new ones: safe to add into
+            torch._foreach_addcmul_([combined[t] for t in summed], [grads[t] for t in summed],
+                                    [alphas[k]] * len(summed))
     return combined
 
 
