@@ -19,7 +19,8 @@ pass each:
   untruncated pair (its special tokens before, between and after the two sequences, and each part's type id).
   Every batch checks its first pairs against the pairs encoded whole and encodes whole pairs where they differ.
 
-`tests/test_data.py` compares every path with the transformers call, truncation included.
+`tests/test_startup.py` compares every path with the transformers call, truncation included, and the pairs put
+together in numpy with post-processing every pair.
 """
 
 from __future__ import annotations
