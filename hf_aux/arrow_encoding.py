@@ -94,8 +94,8 @@ def _pairs_in_parts(backend, questions, flat_choices, rows: np.ndarray):
     finally:
         if truncation is not None:
             backend.enable_truncation(**truncation)
-    first_ids, _, question_lengths = _arrays(question_encodings)
-    second_ids, _, second_lengths = _arrays(choice_encodings)
+    first_ids, _, question_lengths = _arrays(question_encodings, type_ids=False)  # the layout gives the type ids
+    second_ids, _, second_lengths = _arrays(choice_encodings, type_ids=False)
     first_lengths = question_lengths[rows]  # the question's length for each pair
     layout = _pair_layout(backend, question_encodings, choice_encodings, rows, first_lengths, second_lengths,
                           None if truncation is None else truncation["max_length"])
@@ -171,12 +171,14 @@ def _pair_layout(backend, question_encodings, choice_encodings, rows, first_leng
     return None
 
 
-def _arrays(encodings):
-    """The encodings' ids and type ids, each concatenated into one int64 array, and their lengths."""
+def _arrays(encodings, type_ids: bool = True):
+    """The encodings' ids and type ids (None without `type_ids`), each concatenated into one int64 array, and their
+    lengths."""
     lengths = np.fromiter(map(len, encodings), dtype=np.int64, count=len(encodings))
     total = int(lengths.sum())
     return (np.fromiter(_chained(encodings, "ids"), dtype=np.int64, count=total),
-            np.fromiter(_chained(encodings, "type_ids"), dtype=np.int64, count=total), lengths)
+            np.fromiter(_chained(encodings, "type_ids"), dtype=np.int64, count=total) if type_ids else None,
+            lengths)
 
 
 def _same_first(arrays, whole) -> bool:

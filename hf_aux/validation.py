@@ -191,13 +191,19 @@ def _passed_marker(path: str) -> Path:
                         f"{LINE_CHECKS_VERSION}|{os.path.realpath(path)}|{stat.st_size}|{stat.st_mtime_ns}")
 
 
+def _each_file(files: dict):
+    """(split, path) for every file of a `data_files` mapping (a split names one path or a list of them)."""
+    for split, paths in files.items():
+        for path in (paths if isinstance(paths, (list, tuple)) else [paths]):
+            yield split, str(path)
+
+
 def load_data_files(files: dict[str, str], where: str, **load_kwargs):
     """`datasets.load_dataset(builder, data_files=files)` after `check_data_file` on every file; a failure inside
     `datasets` is re-raised as a ValueError naming `where` and the files. Returns a `DatasetDict`."""
     import datasets
 
-    builders = {check_data_file(str(path), f"{where} ({split})") for split, paths in files.items()
-                for path in (paths if isinstance(paths, (list, tuple)) else [paths])}
+    builders = {check_data_file(path, f"{where} ({split})") for split, path in _each_file(files)}
     if len(builders) > 1:
         raise ValueError(f"{where}: the files mix formats {sorted(builders)} ({files}); use one format")
     builder = builders.pop()
@@ -205,9 +211,8 @@ def load_data_files(files: dict[str, str], where: str, **load_kwargs):
         return datasets.load_dataset(builder, data_files=files, **load_kwargs)
     except Exception as error:  # datasets wraps parser errors in DatasetGenerationError and friends
         if builder == "json":  # name the line if one is not a JSON object (the checks above only looked at it)
-            for split, paths in files.items():
-                for path in (paths if isinstance(paths, (list, tuple)) else [paths]):
-                    _check_lines(str(path), f"{where} ({split})", json_lines=True, parse_every_line=True)
+            for split, path in _each_file(files):
+                _check_lines(path, f"{where} ({split})", json_lines=True, parse_every_line=True)
         cause = error.__cause__ or error.__context__ or error
         raise ValueError(f"{where}: could not read {files}: {type(cause).__name__}: {cause}; check that every "
                          "row has the same columns and types") from error
