@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 
 
 # ---------------------------------------------------------------------------------------------- fused forms
@@ -20,9 +19,14 @@ import torch.nn.functional as F
 # pass over the logits costs a sizeable share of the [B L, H] x [H, V] product that made them. The cross entropies
 # below keep ONE [N, V] buffer per loss (log softmax, or softmax for the sampled tokens), and their backward turns
 # that buffer into the gradient in place, instead of F.cross_entropy's zero-filled one-hot gradient, a second
-# buffer for the log-softmax backward and, for the samples, the copies of the old inverse-CDF sampler. Their
-# backward cannot be differentiated again: the forms a double backward goes through (second-order soft labels'
-# pseudo and support steps) take `double_backward=True`, the composite form autograd differentiates twice.
+# buffer for the log-softmax backward and, for the samples, the copies of the old inverse-CDF sampler.
+# Where a double backward goes through them (second-order soft labels' pseudo and support steps), the loss is
+# built with `double_backward=True` and its backward is itself a function autograd differentiates once more
+# (`_TokenNLLGrad`, `_SoftTokenNLLGrad`), with the second derivatives written out instead of autograd's composite
+# ops and their [N, V] temporaries. Per row, with q = softmax(z), the gradient r g (s q - w) (s = sum w) and U its
+# cotangent: d/dz = r g s q (U - q.U) (the softmax Jacobian is symmetric), d/dw_v = r g (q.U - U_v), d/dg =
+# r (s q - w).U. Built without the flag, a backward with create_graph=True is refused, not silently treated as a
+# constant. Gradients come back in float32 for half-precision logits; autograd casts them to the logits' dtype.
 
 
 def _softmax_dtype(logits: torch.Tensor) -> torch.dtype | None:
@@ -41,53 +45,147 @@ def _refuse_double_backward(name: str) -> None:
                            "(autograd.grad with create_graph=True); build the loss with double_backward=True")
 
 
+def _row_dots(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """sum_v a_nv b_nv per row [N], one pass over both (a batched [1, V] x [V, 1] product was 4x slower on CPU)."""
+    return torch.linalg.vecdot(a, b)
+
+
 class _WeightedTokenNLL(torch.autograd.Function):
     """sum_n r_n (-log softmax(z_n)[t_n]) over the rows of logits z [N, V], targets t [N], row weights r [N]."""
 
     @staticmethod
-    def forward(ctx, logits, targets, row_weights):
+    def forward(ctx, logits, targets, row_weights, double_backward):
         log_probs = torch.log_softmax(logits, -1, dtype=_softmax_dtype(logits))
-        ctx.save_for_backward(log_probs, targets, row_weights)
+        ctx.double_backward = double_backward
+        ctx.save_for_backward(log_probs, targets, row_weights, *([logits] if double_backward else []))
         picked = log_probs.gather(1, targets[:, None]).squeeze(1)  # rows of weight 0 (ignored) add exactly 0
         return -(picked.masked_fill(row_weights == 0, 0) * row_weights).sum()
 
     @staticmethod
     def backward(ctx, grad):
+        log_probs, targets, row_weights, *logits = ctx.saved_tensors
+        if ctx.double_backward and torch.is_grad_enabled():
+            return _TokenNLLGrad.apply(logits[0], row_weights, grad, targets, [log_probs]), None, None, None
         _refuse_double_backward("token cross entropy")
-        log_probs, targets, row_weights = ctx.saved_tensors
         scale = (grad * row_weights).to(log_probs.dtype)[:, None]  # [N, 1]
         grad_logits = log_probs.exp_().mul_(scale)  # r g softmax(z), in log softmax(z)'s buffer
-        return grad_logits.scatter_add_(1, targets[:, None], -scale), None, None
+        return grad_logits.scatter_add_(1, targets[:, None], -scale), None, None, None
+
+
+class _TokenNLLGrad(torch.autograd.Function):
+    """`_WeightedTokenNLL`'s gradient r g (softmax(z) - e_t) as a function of the logits z and the incoming g that
+    autograd differentiates (once). `cache`: [the forward's log softmax(z)], made softmax(z) in place."""
+
+    @staticmethod
+    def forward(ctx, logits, row_weights, grad, targets, cache):
+        probs = cache.pop().exp_()
+        scale = (grad * row_weights).to(probs.dtype)[:, None]  # [N, 1]
+        ctx.save_for_backward(probs, row_weights, grad, targets)
+        ctx.set_materialize_grads(False)
+        return (probs * scale).scatter_add_(1, targets[:, None], -scale)
+
+    @staticmethod
+    def backward(ctx, cotangent):
+        _refuse_double_backward("token cross entropy's gradient")
+        probs, row_weights, grad, targets = ctx.saved_tensors
+        grad_logits = grad_grad = None
+        if cotangent is not None:
+            cotangent = cotangent.to(probs.dtype)
+            q_dot_u = _row_dots(probs, cotangent)[:, None]  # [N, 1]
+            if ctx.needs_input_grad[0]:  # r g q (U - q.U)
+                scale = (grad * row_weights).to(probs.dtype)[:, None]
+                grad_logits = (cotangent - q_dot_u).mul_(probs).mul_(scale)
+            if ctx.needs_input_grad[2]:  # sum_n r_n (q.U - U_t)
+                picked = cotangent.gather(1, targets[:, None])
+                grad_grad = ((q_dot_u - picked).squeeze(1) * row_weights).sum()
+        return grad_logits, None, grad_grad, None, None
 
 
 class _SoftTokenNLL(torch.autograd.Function):
     """sum_n r_n (-sum_{v != pad} p_nv log softmax(z_n)_v) over logits z [N, V], label probabilities p [N, V]."""
 
     @staticmethod
-    def forward(ctx, logits, probs, row_weights, pad):
+    def forward(ctx, logits, probs, row_weights, pad, double_backward):
         log_probs = torch.log_softmax(logits, -1, dtype=_softmax_dtype(logits))
-        probs = probs.to(log_probs.dtype)
-        dots = torch.bmm(probs[:, None, :], log_probs[:, :, None]).view(-1)  # sum_v p_v log q_v, one pass
-        per_row = log_probs[:, pad] * probs[:, pad] - dots
-        ctx.save_for_backward(log_probs, probs, row_weights)
-        ctx.pad = pad
+        weights = probs.to(log_probs.dtype)
+        per_row = log_probs[:, pad] * weights[:, pad] - _row_dots(weights, log_probs)  # sum_v p_v log q_v
+        ctx.pad, ctx.double_backward = pad, double_backward
+        ctx.save_for_backward(log_probs, probs, row_weights, *([logits] if double_backward else []))
         return (per_row * row_weights).sum()
 
     @staticmethod
     def backward(ctx, grad):
+        log_probs, probs, row_weights, *logits = ctx.saved_tensors
+        pad, wanted = ctx.pad, ctx.needs_input_grad[:2]
+        if ctx.double_backward and torch.is_grad_enabled():
+            grads = _SoftTokenNLLGrad.apply(logits[0], probs, row_weights, grad, pad, *wanted, [log_probs])
+            return grads[0], grads[1], None, None, None
         _refuse_double_backward("soft cross entropy")
-        log_probs, probs, row_weights = ctx.saved_tensors
+        grad_logits, grad_probs, _, _ = _soft_token_nll_grads(log_probs, probs.to(log_probs.dtype), row_weights,
+                                                              grad, pad, *wanted)
+        return grad_logits, grad_probs, None, None, None
+
+
+def _soft_token_nll_grads(log_probs, weights, row_weights, grad, pad, want_logits, want_probs):
+    """`_SoftTokenNLL`'s gradients, made in `log_probs`' buffer (which ends as softmax(z)):
+    d/dp_v = -r g log q_v (0 for PAD, left out of the sum); d/dz = r g (s softmax(z) - w), w = p with PAD zeroed,
+    s = sum w. Returns (d/dz, d/dp, softmax(z), s [N, 1]), None for a gradient not wanted."""
+    scale = (grad * row_weights).to(log_probs.dtype)[:, None]  # [N, 1]
+    grad_logits = grad_probs = None
+    if want_probs:
+        grad_probs = log_probs * -scale
+        grad_probs[:, pad] = 0
+    kept = weights.sum(-1, keepdim=True) - weights[:, pad:pad + 1]
+    probs = log_probs.exp_()
+    if want_logits:
+        grad_logits = torch.mul(probs, scale * kept).addcmul_(weights, scale, value=-1)
+        grad_logits[:, pad] += (scale * weights[:, pad:pad + 1]).squeeze(1)
+    return grad_logits, grad_probs, probs, kept
+
+
+class _SoftTokenNLLGrad(torch.autograd.Function):
+    """`_SoftTokenNLL`'s gradients (d/dz, d/dp) as a function of z, p and the incoming g that autograd
+    differentiates (once). `cache`: [the forward's log softmax(z)], made softmax(z) in place."""
+
+    @staticmethod
+    def forward(ctx, logits, probs, row_weights, grad, pad, want_logits, want_probs, cache):
+        weights = probs.to(cache[0].dtype)
+        grad_logits, grad_probs, softmax, kept = _soft_token_nll_grads(cache.pop(), weights, row_weights, grad, pad,
+                                                                       want_logits, want_probs)
+        ctx.pad = pad
+        ctx.save_for_backward(softmax, weights, row_weights, grad, kept)
+        ctx.set_materialize_grads(False)
+        return grad_logits, grad_probs
+
+    @staticmethod
+    def backward(ctx, u, y):
+        """u, y: the cotangents of d/dz and d/dp (None where unused)."""
+        _refuse_double_backward("soft cross entropy's gradient")
+        softmax, weights, row_weights, grad, kept = ctx.saved_tensors
         pad = ctx.pad
-        scale = (grad * row_weights).to(log_probs.dtype)[:, None]  # [N, 1]
-        grad_probs = grad_logits = None
-        if ctx.needs_input_grad[1]:  # d/dp_v = -r g log q_v, and 0 for PAD (left out of the sum)
-            grad_probs = log_probs * -scale
-            grad_probs[:, pad] = 0
-        if ctx.needs_input_grad[0]:  # d/dz = r g (s softmax(z) - w), w = p with PAD zeroed, s = sum w
-            kept = probs.sum(-1, keepdim=True) - probs[:, pad:pad + 1]
-            grad_logits = log_probs.exp_().mul_(scale * kept).addcmul_(probs, scale, value=-1)
-            grad_logits[:, pad] += (scale * probs[:, pad:pad + 1]).squeeze(1)
-        return grad_logits, grad_probs, None, None
+        scale = (grad * row_weights).to(softmax.dtype)[:, None]  # [N, 1]
+        grad_logits = grad_probs = None
+        grad_grad = torch.zeros((), dtype=softmax.dtype, device=softmax.device) if ctx.needs_input_grad[3] else None
+        if u is not None:
+            u = u.to(softmax.dtype)
+            q_dot_u = _row_dots(softmax, u)[:, None]  # [N, 1]
+            if ctx.needs_input_grad[0]:  # r g s q (U - q.U)
+                grad_logits = (u - q_dot_u).mul_(softmax).mul_(scale * kept)
+            if ctx.needs_input_grad[1]:  # r g (q.U - U_v), 0 for PAD
+                grad_probs = (q_dot_u - u).mul_(scale)
+                grad_probs[:, pad] = 0
+            if grad_grad is not None:  # sum_n r_n (s q - w).U
+                w_dot_u = _row_dots(weights, u) - weights[:, pad] * u[:, pad]
+                grad_grad = grad_grad + (row_weights * (kept.squeeze(1) * q_dot_u.squeeze(1) - w_dot_u)).sum()
+        if y is not None:  # d/dp = -r g log q (PAD column 0): its cotangent y, PAD's entry left out
+            y = y.to(softmax.dtype).clone()
+            y[:, pad] = 0
+            if ctx.needs_input_grad[0]:  # -r g (y - q sum y): the log-softmax Jacobian, transposed
+                term = (y - softmax * y.sum(-1, keepdim=True)).mul_(-scale)
+                grad_logits = term if grad_logits is None else grad_logits.add_(term)
+            if grad_grad is not None:
+                grad_grad = grad_grad - (row_weights * _row_dots(softmax.log(), y)).sum()
+        return grad_logits, grad_probs, None, grad_grad, None, None, None, None
 
 
 class _SampledTokenNLL(torch.autograd.Function):
@@ -144,7 +242,7 @@ def pseudo_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, attention_
     """
     weight = attention_mask.to(_weight_dtype(logits)) * (targets != pad_token_id).to(_weight_dtype(logits))
     row_weights = (weight / attention_mask.sum().clamp_min(1)).flatten()
-    return _WeightedTokenNLL.apply(logits.flatten(0, 1), targets.flatten(), row_weights)
+    return _WeightedTokenNLL.apply(logits.flatten(0, 1), targets.flatten(), row_weights, False)
 
 
 def soft_pseudo_cross_entropy(logits: torch.Tensor, target_probs: torch.Tensor, attention_mask: torch.Tensor,
@@ -155,31 +253,24 @@ def soft_pseudo_cross_entropy(logits: torch.Tensor, target_probs: torch.Tensor, 
     is left out of the sum; normalised by the attended positions like `pseudo_cross_entropy`.
 
     Per position, with w the target probabilities with PAD's zeroed and z the logits,
-    -sum_v w_v log softmax(z)_v = logsumexp(z) sum_v w_v - sum_v w_v z_v. `double_backward=True` (second-order
-    soft labels differentiate this loss's gradient) computes that form with autograd's ops, without [B, L, V]
-    log-probabilities or PAD-column indexing (whose double backward would fill a zero [B, L, V] buffer); otherwise
-    the fused form (one log-softmax buffer, the gradient made in it).
+    -sum_v w_v log softmax(z)_v. One log-softmax buffer, the gradient made in it; `double_backward=True`: the
+    gradient is a function autograd differentiates again (second-order soft labels differentiate this loss's
+    gradient with respect to the student's parameters and, through it, the labels).
     """
     mask = attention_mask.to(_weight_dtype(logits))
-    if not double_backward:
-        row_weights = (mask / mask.sum().clamp_min(1)).flatten()
-        return _SoftTokenNLL.apply(logits.flatten(0, 1), target_probs.flatten(0, 1), row_weights, pad_token_id)
-    keep = torch.ones(logits.shape[-1], dtype=target_probs.dtype, device=target_probs.device)
-    keep[pad_token_id] = 0
-    weights = target_probs * keep
-    per_position = logits.logsumexp(-1) * weights.sum(-1) - (weights * logits).sum(-1)
-    return (per_position * mask).sum() / mask.sum().clamp_min(1)
+    row_weights = (mask / mask.sum().clamp_min(1)).flatten()
+    return _SoftTokenNLL.apply(logits.flatten(0, 1), target_probs.flatten(0, 1), row_weights, pad_token_id,
+                               double_backward)
 
 
 def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, double_backward: bool = False) -> torch.Tensor:
-    """Mean CE over positions whose label is not -100 (support/query batches of eqs. 2-3, MLM targets).
-    `double_backward=True`: F.cross_entropy, whose gradient autograd can differentiate (second-order soft labels'
-    support step); otherwise the fused form."""
-    if double_backward:
-        return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+    """Mean CE over positions whose label is not -100 (support/query batches of eqs. 2-3, MLM targets), as
+    F.cross_entropy(ignore_index=-100) (NaN where every label is -100). `double_backward=True`: the gradient is a
+    function autograd differentiates again (second-order soft labels' support step)."""
     labels = labels.flatten()
     counted = (labels != -100).to(_weight_dtype(logits))
-    return _WeightedTokenNLL.apply(logits.flatten(0, 1), labels.clamp_min(0), counted / counted.sum())
+    return _WeightedTokenNLL.apply(logits.flatten(0, 1), labels.clamp_min(0), counted / counted.sum(),
+                                   double_backward)
 
 
 def sample_tokens_with_nll(logits: torch.Tensor, generator: torch.Generator | None = None
@@ -252,5 +343,5 @@ def first_order_soft_label_grads(label_grads_at: Callable[[list[torch.Tensor]], 
         return [torch.zeros_like(b) for b in base]
     eps = radius / norm
     shifted = [t.detach() if d is None else torch.addcmul(t.detach(), d, eps) for t, d in zip(theta_0, w)]
-    at_shift = label_grads_at(shifted)
-    return [(s - b) / eps for s, b in zip(at_shift, base)]
+    at_shift = label_grads_at(shifted)  # fresh tensors: the difference is made in them
+    return [s.sub_(b).div_(eps) for s, b in zip(at_shift, base)]

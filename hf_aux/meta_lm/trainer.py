@@ -521,8 +521,8 @@ class MetaLMTrainer(AuxTrainer):
         scale = 1.0 / self.args.teacher_gradient_accumulation_steps
         kept = [(o, c) for o, c in zip(outputs, cotangents) if o.requires_grad]
         grads = torch.autograd.grad([o for o, _ in kept], teacher_params, allow_unused=True,
-                                    grad_outputs=[torch.full_like(o, scale) if c is None else c * scale
-                                                  for o, c in kept])
+                                    grad_outputs=[torch.full_like(o, scale) if c is None else c if scale == 1
+                                                  else c * scale for o, c in kept])
         for param, grad in zip(teacher_params, grads):
             if grad is not None:
                 param.grad = grad if param.grad is None else param.grad + grad
@@ -561,9 +561,12 @@ class MetaLMTrainer(AuxTrainer):
 
         label_grads = first_order_soft_label_grads(label_grads_at, theta_0, w, base_label_grads,
                                                    args.first_order_radius)
-        ok = torch.stack([torch.isfinite(g).all() for g in label_grads]).all()
-        outputs = list(probs[:len(label_grads)])
-        return ok, outputs, [args.lambda_meta * g for g in label_grads]
+        # finite iff their sum is (a NaN or inf entry makes it NaN or inf; a finite sum that overflows would be a
+        # signal far outside float range anyway): one read pass instead of isfinite's three [B, L, V] passes
+        ok = torch.isfinite(torch.stack([g.sum() for g in label_grads]).sum())
+        if args.lambda_meta != 1:
+            torch._foreach_mul_(label_grads, args.lambda_meta)  # fresh tensors: scaled in place
+        return ok, list(probs[:len(label_grads)]), label_grads
 
     def _teacher_step(self):
         if self.args.max_grad_norm > 0:
