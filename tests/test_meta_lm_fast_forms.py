@@ -64,6 +64,79 @@ def test_soft_cross_entropy_equals_the_log_softmax_form_to_second_order():
     assert results[0][2][..., 3].abs().max().item() == 0.0
 
 
+def _second_order(loss_fn, inputs, direction_of):
+    """The loss scaled by c, its gradients with create_graph, then the gradient of <gradients, directions> with
+    respect to the inputs and c (what the second-order meta step's double backward takes)."""
+    inputs = [t.detach().clone().requires_grad_() for t in inputs]
+    c = torch.tensor(1.7, dtype=torch.float64, requires_grad=True)
+    loss = loss_fn(*inputs) * c
+    grads = torch.autograd.grad(loss, inputs, create_graph=True)
+    inner = sum((g * direction_of[i]).sum() for i, g in enumerate(grads) if i in direction_of)
+    second = torch.autograd.grad(inner, [*inputs, c], allow_unused=True)  # d/dp of -log q: none
+    return [loss, *grads, *(torch.zeros_like(t) if g is None else g for g, t in zip(second, [*inputs, c]))]
+
+
+@pytest.mark.parametrize("pad", [0, 3, 10])
+@pytest.mark.parametrize("cotangents", ["logits", "labels", "both"])
+def test_double_backward_forms_equal_autograds_composites(pad, cotangents):
+    """The fused forms' gradient functions (`double_backward=True`) against autograd differentiating the composite
+    forms twice: the cotangent of the logits' gradient, of the labels' gradient, or both, and the derivative with
+    respect to a scale on the loss (the incoming gradient)."""
+    logits, probs, mask, direction = soft_inputs(seed=pad)
+    unnormalised = probs.detach() * 1.3  # s = sum w != 1
+    directions = {"logits": {0: direction}, "labels": {1: direction.flip(-1)},
+                  "both": {0: direction, 1: direction.flip(-1)}}[cotangents]
+    new = _second_order(lambda z, p: soft_pseudo_cross_entropy(z, p, mask, pad, double_backward=True),
+                        (logits, unnormalised), directions)
+    old = _second_order(lambda z, p: old_soft_pseudo_cross_entropy(z, p, mask, pad), (logits, unnormalised),
+                        directions)
+    for fused, composite in zip(new, old):
+        torch.testing.assert_close(fused, composite, rtol=1e-10, atol=1e-12)
+    assert new[-1].abs().item() > 1e-3 and new[-3].abs().max().item() > 1e-3  # d/dc and d/dz are not trivially 0
+    labels = torch.randint(11, (2, 5), generator=torch.Generator().manual_seed(pad))
+    labels[0, :2] = -100
+    new = _second_order(lambda z: token_cross_entropy(z, labels, double_backward=True), (logits,), {0: direction})
+    old = _second_order(lambda z: F.cross_entropy(z.flatten(0, 1), labels.flatten(), ignore_index=-100), (logits,),
+                        {0: direction})
+    for fused, composite in zip(new, old):
+        torch.testing.assert_close(fused, composite, rtol=1e-10, atol=1e-12)
+
+
+def test_double_backward_forms_match_finite_differences_of_their_gradient():
+    """d/de <grad L(z + e d), U> at e = 0 (central difference) against the double backward's <d, d/dz <grad L, U>>,
+    for the soft form (logits and labels moved together) and the token form."""
+    logits, probs, mask, u = soft_inputs(seed=5)
+    gen = torch.Generator().manual_seed(7)
+    d_z, d_p = torch.randn(logits.shape, generator=gen, dtype=torch.float64), torch.randn(
+        probs.shape, generator=gen, dtype=torch.float64) * 0.1
+    labels = torch.randint(11, (2, 5), generator=gen)
+
+    def soft(z, p):
+        return soft_pseudo_cross_entropy(z, p, mask, 3, double_backward=True)
+
+    def token(z, p):
+        return token_cross_entropy(z, labels, double_backward=True)
+
+    for loss_fn in (soft, token):
+        def inner(z, p, create_graph=False):
+            z, p = z.detach().clone().requires_grad_(), p.detach().clone().requires_grad_()
+            g_z = torch.autograd.grad(loss_fn(z, p), z, create_graph=create_graph)[0]
+            return (g_z * u).sum(), (z, p)
+
+        value, (z, p) = inner(logits, probs, create_graph=True)
+        h_z, h_p = torch.autograd.grad(value, (z, p), allow_unused=True)
+        analytic = (h_z * d_z).sum() + (0 if h_p is None else (h_p * d_p).sum())
+        eps = 1e-5
+        numeric = (inner(logits + eps * d_z, probs + eps * d_p)[0]
+                   - inner(logits - eps * d_z, probs - eps * d_p)[0]) / (2 * eps)
+        assert abs(analytic.item()) > 1e-3
+        torch.testing.assert_close(analytic, numeric, rtol=1e-6, atol=1e-8)
+        # their gradients are differentiated once; a third order is refused by name
+        value, (z, p) = inner(logits, probs, create_graph=True)
+        with pytest.raises(RuntimeError, match="cross entropy.s gradient"):
+            torch.autograd.grad(value, z, create_graph=True)
+
+
 @pytest.mark.parametrize("pad", [0, 3, 10])
 def test_fused_soft_cross_entropy_equals_the_log_softmax_form(pad):
     logits, probs, mask, _ = soft_inputs(seed=pad)
