@@ -134,3 +134,24 @@ def test_meta_lm_meta_objectives_refuse_ddp_with_a_clear_message(runs):
     for rank in (0, 1):
         message = (folder / f"refused_rank{rank}.txt").read_text()
         assert "MetaLMTrainer" in message and "one process" in message and "objective='mlm'" in message
+
+
+def test_seeded_rng_draws_from_the_seed_and_leaves_the_global_stream_where_it_was():
+    """Each micro-batch's dropout and noise come from its own seed (hf_aux.distributed.seeded_rng), and Trainer's
+    own draws around it (samplers, checkpointed RNG state) are not moved by it."""
+    from hf_aux.distributed import micro_batch_seed, seeded_rng
+
+    cpu = torch.device("cpu")
+    torch.manual_seed(3)
+    expected_outside = torch.rand(4)
+    seed = micro_batch_seed(0, 5)
+    torch.manual_seed(3)
+    with seeded_rng(seed, cpu):
+        inside = torch.rand(4)
+        mask = torch.nn.functional.dropout(torch.ones(64), 0.5)
+    torch.testing.assert_close(torch.rand(4), expected_outside, rtol=0, atol=0)
+    torch.testing.assert_close(inside, torch.rand(4, generator=torch.Generator().manual_seed(seed)), rtol=0, atol=0)
+    with seeded_rng(seed, cpu):
+        torch.rand(4)
+        torch.testing.assert_close(torch.nn.functional.dropout(torch.ones(64), 0.5), mask, rtol=0, atol=0)
+    assert micro_batch_seed(0, 6) != seed and micro_batch_seed(1, 5) != seed
