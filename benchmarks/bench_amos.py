@@ -31,6 +31,7 @@ import sys
 import time
 
 import torch
+from flops import allocator
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoTokenizer
 
@@ -222,7 +223,7 @@ def main():
                       "disc_only_flop_ratio": round(gflop["amos"] / gflop["disc_only"], 4),
                       "peak_memory_mb": {k: round(v, 1) for k, v in memory.items()}, "device": args.device,
                       "hidden": args.hidden, "layers": args.layers, "generator_layers": args.generator_layers,
-                      "mlm_layers": args.mlm_layers}))
+                      "mlm_layers": args.mlm_layers, "allocator": allocator()}))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ the bytes of all tensors saved for backward during one step (what the autograd g
 optimizer state).
 
 Real data (`--data text`, default): unlabelled blocks from the demo's Wikipedia and IMDB text
-(`hf_aux.demo.demo_unlabelled_text`), the labelled side the demo's rotten_tomatoes task, MiniLM's tokenizer
+(`hf_aux.demo.demo_unlabelled_text`), the labelled side 256 of the demo's rotten_tomatoes reviews cut to one
+length (`--length`, or the longest that 256 reviews reach: every step does the same work), MiniLM's tokenizer
 (vocabulary 30,522), as run_meta_lm.py does for real text; `--data moons`: the paper's Two Moons data (vocabulary
 512). The student is a BERT of `--hidden`/`--layers` built from scratch; the teacher has its architecture.
 
@@ -75,6 +76,7 @@ import tempfile
 import time
 
 import torch
+from flops import allocator
 from torch.utils.flop_counter import FlopCounterMode
 
 GOALS = {"hard": 6.0, "soft": 9.0, "soft_first_order": 5.0}  # step / MLM step (issue #13)
@@ -85,8 +87,9 @@ def real_data(opts):
     """-> tokenizer (with the meta-LM tokens), unlabelled blocks, labelled task {name: dataset}.
 
     text: unlabelled blocks of `--length` tokens from the demo's Wikipedia and IMDB text
-    (hf_aux.demo.demo_unlabelled_text), the labelled side the demo's rotten_tomatoes task, MiniLM's tokenizer
-    (vocabulary 30,522), as run_meta_lm.py does for real text. moons: the paper's Two Moons data (§4.2,
+    (hf_aux.demo.demo_unlabelled_text), the labelled side the demo's rotten_tomatoes reviews of at least `--length`
+    tokens (truncated to it, so every support and query batch has one size), MiniLM's tokenizer (vocabulary
+    30,522), as run_meta_lm.py does for real text. moons: the paper's Two Moons data (§4.2,
     hf_aux.meta_lm.two_moons: 16 sorted points per sequence, vocabulary 512, the 160-point finetune set)."""
     from datasets import Dataset
     from transformers import AutoTokenizer
@@ -109,9 +112,16 @@ def real_data(opts):
     text = demo_unlabelled_text(max_documents=60, seed=0)
     blocks = group_texts_for_mlm(text, tok, block_size=opts.length)
     blocks = blocks.select(range(min(256, len(blocks))))
-    train = demo_task("rotten_tomatoes", seed=0, max_train_samples=256).dataset["train"]
-    encoded = tok(list(train["text"]), truncation=True, max_length=opts.length)
-    labelled = Dataset.from_dict({"input_ids": encoded["input_ids"], "label": list(train["label"])})
+    # 256 reviews of one length (the longest up to --length that 256 reviews reach, truncated to it): every support
+    # and query batch is the same size, so every step does the same work and the one step whose FLOPs are counted
+    # stands for all the timed ones (rotten_tomatoes: 2,305 reviews reach 32 tokens, 332 reach 48, 7 reach 64)
+    train = demo_task("rotten_tomatoes", seed=0).dataset["train"]
+    encoded = tok(list(train["text"]), truncation=True, max_length=opts.length)["input_ids"]
+    lengths = sorted((len(ids) for ids in encoded), reverse=True)
+    opts.labelled_length = lengths[255]
+    keep = [i for i, ids in enumerate(encoded) if len(ids) >= opts.labelled_length][:256]
+    labelled = Dataset.from_dict({"input_ids": [encoded[i][:opts.labelled_length] for i in keep],
+                                  "label": [train["label"][i] for i in keep]})
     add_meta_lm_tokens(tok, ["rotten_tomatoes"], 2)
     return tok, blocks, {"rotten_tomatoes": labelled}
 
@@ -236,8 +246,9 @@ def main():
     length = built["mlm"][1]["input_ids"].shape[1]
     print(f"data {opts.data}; student/teacher: BERT hidden {opts.hidden}, {opts.layers} layers, "
           f"{built['mlm'][0].model.config.num_attention_heads} heads, vocab "
-          f"{len(data[0])}, batch {opts.batch} x {length} tokens, {opts.rounds} interleaved rounds, torch threads "
-          f"{torch.get_num_threads()}, load average {os.getloadavg()[0]:.2f}")
+          f"{len(data[0])}, batch {opts.batch} x {length} tokens (labelled rows: "
+          f"{getattr(opts, 'labelled_length', 'their own length')} tokens), {opts.rounds} interleaved rounds, "
+          f"torch threads {torch.get_num_threads()}, load average {os.getloadavg()[0]:.2f}, allocator {allocator()}")
     print(f"{'step':<22}{'median ms':>10}{'ratio vs MLM':>14}{'CPU-time ratio':>16}{'(spread)':>14}{'goal':>6}"
           f"{'saved MB':>9}{'GFLOP':>9}{'FLOP ratio':>12}{'x floor':>9}{'goal':>6}")
     print(f"{'mlm':<22}{1000 * statistics.median(times['mlm']):>10.1f}{1.0:>14.2f}{1.0:>16.2f}{'':>14}{'':>6}"
@@ -269,7 +280,7 @@ def main():
                       "mlm_step_ms": round(1000 * statistics.median(times["mlm"]), 1),
                       "model_loss_mlm_step_ms": round(model_loss_ms, 1),
                       "step_ms": {k: round(1000 * statistics.median(times[k]), 1) for k in kinds},
-                      "rounds": opts.rounds, "load_average": round(os.getloadavg()[0], 2),
+                      "rounds": opts.rounds, "load_average": round(os.getloadavg()[0], 2), "allocator": allocator(),
                       "saved_for_backward_mb": {k: round(v, 1) for k, v in memory.items()}}))
 
 

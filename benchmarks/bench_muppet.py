@@ -34,7 +34,7 @@ import time
 
 import datasets
 import torch
-from flops import gflop_of
+from flops import allocator, gflop_of
 from transformers import AutoModel, Trainer, TrainerCallback, TrainingArguments
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
@@ -252,7 +252,8 @@ def main():
               "muppet_vs_minimal_spread": spread("muppet", "minimal"), "minimal_goal": 1.03,
               "muppet_vs_minimal_flop_ratio": round(gflop["muppet"] / gflop["plain"], 4),
               "gflop_per_update": {k: round(v, 4) for k, v in gflop.items()},
-              "peak_rss_mb": round(peak_rss_mb(), 1), "load_average": [round(x, 2) for x in os.getloadavg()]}
+              "peak_rss_mb": round(peak_rss_mb(), 1), "load_average": [round(x, 2) for x in os.getloadavg()],
+              "allocator": allocator()}
     print(json.dumps(result))
 
 

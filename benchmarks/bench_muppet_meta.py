@@ -32,7 +32,7 @@ import time
 
 import torch
 from bench_muppet import add_job_arguments, build, make_tasks, trainer_settings
-from flops import gflop_of
+from flops import allocator, gflop_of
 from transformers import TrainerCallback
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
@@ -130,7 +130,7 @@ def main():
               "wall_ratio": round(statistics.fmean(wall["meta"]) / statistics.fmean(wall["uniform"]), 3),
               "flop_floor": round(floor, 3), "ratio_to_floor": round(ratio / floor, 3), "floor_goal": 1.05,
               "gflop_per_update": {k: round(v, 4) for k, v in gflop.items()},
-              "load_average": [round(x, 2) for x in os.getloadavg()]}
+              "load_average": [round(x, 2) for x in os.getloadavg()], "allocator": allocator()}
     print(json.dumps(result))
 
 

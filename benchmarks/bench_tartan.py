@@ -44,7 +44,7 @@ import time
 
 import datasets
 import torch
-from flops import gflop_of
+from flops import allocator, gflop_of
 from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
@@ -218,7 +218,7 @@ def main():
         "steps": args.steps, "warmup": args.warmup, "batch_size": args.batch_size, "length": args.length,
         "model": "tiny" if args.tiny else "minilm", "data": "rotten_tomatoes+tapt+dapt(imdb)", "device": device,
         "torch_threads": torch.get_num_threads(), "load_before": [round(x, 2) for x in load_before],
-        "load_after": [round(x, 2) for x in load_after]}))
+        "load_after": [round(x, 2) for x in load_after], "allocator": allocator()}))
 
 
 if __name__ == "__main__":
