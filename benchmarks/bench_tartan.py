@@ -189,7 +189,9 @@ def main():
         command = [sys.executable, os.path.abspath(__file__), "--memory_of", mode, "--batch_size", str(args.batch_size),
                    "--length", str(args.length), "--memory_steps", str(args.memory_steps)] + \
                   (["--tiny"] if args.tiny else []) + (["--accelerator"] if args.accelerator else [])
-        env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": MMAP_THRESHOLD}
+        # glibc's malloc with the fixed threshold, whatever the timed steps ran on: a preloaded caching allocator
+        # (tcmalloc) keeps freed buffers resident, and the RSS measure would count them as the step's peak
+        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"} | {"MALLOC_MMAP_THRESHOLD_": MMAP_THRESHOLD}
         result = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
         memory[mode] = json.loads(result.stdout.strip().splitlines()[-1])
     for mode, name in (("mt", "MT"), ("meta", "META")):
