@@ -11,7 +11,8 @@
   again right before it writes any model. The error names the step where they were found and, when the last check
   was earlier, the steps whose update may have caused it. Nothing non-finite ever reaches a checkpoint or the final
   model, and the last good checkpoint stays as it was. The loss of the model's last forward (`watch_model_loss`,
-  a scalar) is still checked at every step.
+  a scalar) is still checked at every step. Modules a trainer updates beside the model with an optimizer of their
+  own (`NonFiniteGuard.watch`: the meta-learned objective's teacher) are checked with it, on the same schedule.
   With 'skip', every step is checked before the update (the gradients: per-tensor max |g|, one host sync) and after
   it (the parameters: an update can overflow even from finite gradients).
 - `--on_nonfinite skip` (a field of every hf_aux config, through `hf_aux.run_guard.RunArgsMixin`): a step whose
@@ -110,6 +111,7 @@ class NonFiniteGuard(TrainerCallback):
 
     def __init__(self, watch_model_loss: bool = False):
         self.watch_model_loss = watch_model_loss
+        self.watched: list[tuple[str, torch.nn.Module]] = []  # (owner, module): trained beside the model (`watch`)
         self.skipped = 0
         self._last_loss = None
         self._hook = None
@@ -162,9 +164,18 @@ class NonFiniteGuard(TrainerCallback):
         raise NonFiniteTrainingError(f"non-finite training at step {step}: {what}. " + _advice(args))
 
     # ---- after the update: parameters ('skip': every step; 'stop': where Trainer logs, evaluates, saves or ends) ----
+    def watch(self, owner: str, module: torch.nn.Module) -> None:
+        """Check `module`'s parameters with the model's, named `owner` in the error: a module its trainer updates
+        with an optimizer of its own (the meta-learned objective's teacher)."""
+        self.watched.append((owner, module))
+
+    def _check(self, model, step: int, args, since: int | None = None) -> None:
+        for owner, module in [("the model", model), *self.watched]:
+            check_finite_parameters(module.named_parameters(), step, args, owner, since=since)
+
     def on_optimizer_step(self, args, state, control, model=None, **kwargs):
         if _policy(args) == "skip":
-            check_finite_parameters(model.named_parameters(), state.global_step + 1, args)
+            self._check(model, state.global_step + 1, args)
             self._checked_step = state.global_step + 1
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
@@ -173,10 +184,11 @@ class NonFiniteGuard(TrainerCallback):
             self.check_parameters(model, state.global_step, args)
 
     def check_parameters(self, model, step: int, args) -> None:
-        """Raise `NonFiniteTrainingError` if a parameter of `model` is NaN/Inf after optimizer step `step`, naming
-        the steps since the last check whose update may have caused it; one pass and one host sync."""
+        """Raise `NonFiniteTrainingError` if a parameter of `model` (or of a watched module) is NaN/Inf after
+        optimizer step `step`, naming the steps since the last check whose update may have caused it; one pass and
+        one host sync per module."""
         if step > self._checked_step:
-            check_finite_parameters(model.named_parameters(), step, args, since=self._checked_step)
+            self._check(model, step, args, since=self._checked_step)
             self._checked_step = step
 
     def on_log(self, args, state, control, logs=None, **kwargs):

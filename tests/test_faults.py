@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -474,6 +475,42 @@ def test_on_nonfinite_skip_skips_exactly_the_bad_step_and_stop_names_it(tmp_path
         from hf_aux.base_config import TokenSafeTrainingArguments
 
         TokenSafeTrainingArguments(output_dir=str(tmp_path), on_nonfinite="ignore")
+
+
+
+@pytest.mark.parametrize("policy, found_after", [("stop", "after optimizer step 3 (finite after step 0: the update "
+                                                           "of one of steps 1-3 made them so)"),
+                                                 ("skip", "after optimizer step 2")])
+def test_a_watched_module_is_checked_where_the_model_is(tmp_path, policy, found_after):
+    """A module its trainer updates beside the model (the meta-learned objective's teacher) is checked on the
+    guard's schedule, named in the error: with 'stop' where Trainer logs (here every 3rd step), not at every
+    step; with 'skip' after every update."""
+    from transformers import TrainerCallback
+
+    helper = torch.nn.Linear(2, 2)
+
+    class Corrupt(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 1:
+                with torch.no_grad():
+                    helper.weight[0, 0] = float("nan")
+
+    rows = [([1.0, 2.0], 3.0)] * 4
+    from datasets import Dataset
+    from transformers import Trainer
+
+    from hf_aux.base_config import TokenSafeTrainingArguments
+    from hf_aux.nonfinite import install_nonfinite_guard
+
+    args = TokenSafeTrainingArguments(
+        output_dir=str(tmp_path / policy), per_device_train_batch_size=1, max_steps=4, learning_rate=0.1,
+        report_to="none", save_strategy="no", disable_tqdm=True, seed=0, on_nonfinite=policy, logging_steps=3)
+    data = Dataset.from_list([{"x": x, "labels": y} for x, y in rows]).with_format("torch")
+    trainer = Trainer(model=_Regressor(), args=args, train_dataset=data, callbacks=[Corrupt()])
+    install_nonfinite_guard(trainer).watch("the helper", helper)
+    with pytest.raises(NonFiniteTrainingError, match=r"non-finite parameters of the helper "
+                                                     + re.escape(found_after) + r": 1 of 2 parameter tensors"):
+        trainer.train()
 
 
 # ---- output folders: finished runs, other configurations, locks, incomplete checkpoints ---------------------------

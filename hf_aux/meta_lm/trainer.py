@@ -60,7 +60,7 @@ from hf_aux.meta_lm.losses import (
 from hf_aux.base_trainer import AuxTrainer
 from hf_aux.model_card import TaskSummary, task_metrics
 from hf_aux.meta_lm.teacher import MetaLMTeacher, MetaLMTokens, check_same_vocabulary
-from hf_aux.nonfinite import check_finite_loss, check_finite_parameters
+from hf_aux.nonfinite import check_finite_loss
 from hf_aux.meta_lm.sampling import SupportQuerySampler
 from hf_aux.streaming import is_stream
 from hf_aux.training_metrics import MetricAccumulator
@@ -176,6 +176,9 @@ class MetaLMTrainer(AuxTrainer):
             self.teacher = teacher if teacher is not None else MetaLMTeacher.from_student_config(self.model.config)
             check_same_vocabulary(self.model, self.teacher, processing_class)
             self.teacher.to(args.device)
+            # its own optimizer's updates are checked where the student's are (hf_aux.nonfinite): where Trainer
+            # logs, evaluates, saves or ends, and before any model is written; every step with on_nonfinite 'skip'
+            self._nonfinite_guard.watch("the teacher", self.teacher)
         self.teacher_optimizer = None
         self.teacher_scheduler = None
         self._resumed_teacher_state = None  # a checkpoint's teacher optimizer state, until that optimizer exists
@@ -571,8 +574,7 @@ class MetaLMTrainer(AuxTrainer):
     def _teacher_step(self):
         if self.args.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.teacher.parameters(), self.args.max_grad_norm)
-        self.teacher_optimizer.step()
-        check_finite_parameters(self.teacher.named_parameters(), self.state.global_step + 1, self.args, "the teacher")
+        self.teacher_optimizer.step()  # its parameters are checked with the student's (__init__: the guard)
         self.teacher_scheduler.step()
         self.teacher_optimizer.zero_grad(set_to_none=True)
 
