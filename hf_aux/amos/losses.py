@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from hf_aux.tensor_ops import row_dots
+
 
 def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
     """Softmaxes over the vocabulary in float32 (or float64 when given), never in half precision."""
@@ -144,12 +146,12 @@ class _MixtureGumbelStraightThrough(torch.autograd.Function):
         # d/dy_soft of carrier = y @ W: grad_y = grad @ W^T  [M, V]
         grad = torch.mm(grad_carrier.to(soft.dtype), weight.to(soft.dtype).t())
         # softmax((z + g) / tau) backward, in place: grad_z = y * (grad_y - <grad_y, y>) / tau
-        dot = torch.bmm(grad.unsqueeze(1), soft.unsqueeze(2)).squeeze(2)  # [M, 1]
+        dot = row_dots(grad, soft)[:, None]  # [M, 1]
         grad.sub_(dot).mul_(soft).div_(ctx.temperature)
         grad_gamma = grad_logits = None
         if ctx.needs_input_grad[0]:  # z = sum_k gamma_k logits_k: d/dgamma_k = <grad_z, logits_k>, per row
-            grad_gamma = torch.stack([torch.bmm(head_logits[k].to(grad.dtype).unsqueeze(1), grad.unsqueeze(2))
-                                      .view(-1) for k in range(head_logits.shape[0])], dim=1).to(gamma.dtype)
+            grad_gamma = torch.stack([row_dots(head_logits[k].to(grad.dtype), grad)
+                                      for k in range(head_logits.shape[0])], dim=1).to(gamma.dtype)
         if ctx.needs_input_grad[1]:
             grad_logits = (gamma.t().unsqueeze(2).to(grad.dtype) * grad).to(head_logits.dtype)
         return grad_gamma, grad_logits, None, None

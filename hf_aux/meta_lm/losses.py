@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import torch
 
+from hf_aux.tensor_ops import row_dots
+
 
 # ---------------------------------------------------------------------------------------------- fused forms
 # The vocabulary dimension V makes every [B, L, V] pass count: with a small student (hidden 64) one element-wise
@@ -43,12 +45,6 @@ def _refuse_double_backward(name: str) -> None:
     if torch.is_grad_enabled():
         raise RuntimeError(f"hf_aux.meta_lm.losses.{name}: its fused backward cannot be differentiated again "
                            "(autograd.grad with create_graph=True); build the loss with double_backward=True")
-
-
-def _row_dots(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """sum_v a_nv b_nv per row [N], one pass over both and no [N, V] product buffer (torch.linalg.vecdot writes
-    one; a batched [1, V] x [V, 1] product was 5x slower on CPU)."""
-    return torch.stack([torch.dot(x, y) for x, y in zip(a, b)]) if len(a) else a.new_zeros(0)
 
 
 class _WeightedTokenNLL(torch.autograd.Function):
@@ -92,7 +88,7 @@ class _TokenNLLGrad(torch.autograd.Function):
         grad_logits = grad_grad = None
         if cotangent is not None:
             cotangent = cotangent.to(probs.dtype)
-            q_dot_u = _row_dots(probs, cotangent)[:, None]  # [N, 1]
+            q_dot_u = row_dots(probs, cotangent)[:, None]  # [N, 1]
             if ctx.needs_input_grad[0]:  # r g q (U - q.U)
                 scale = (grad * row_weights).to(probs.dtype)[:, None]
                 grad_logits = (cotangent - q_dot_u).mul_(probs).mul_(scale)
@@ -109,7 +105,7 @@ class _SoftTokenNLL(torch.autograd.Function):
     def forward(ctx, logits, probs, row_weights, pad, double_backward):
         log_probs = torch.log_softmax(logits, -1, dtype=_softmax_dtype(logits))
         weights = probs.to(log_probs.dtype)
-        per_row = log_probs[:, pad] * weights[:, pad] - _row_dots(weights, log_probs)  # sum_v p_v log q_v
+        per_row = log_probs[:, pad] * weights[:, pad] - row_dots(weights, log_probs)  # sum_v p_v log q_v
         ctx.pad, ctx.double_backward = pad, double_backward
         ctx.save_for_backward(log_probs, probs, row_weights, *([logits] if double_backward else []))
         return (per_row * row_weights).sum()
@@ -171,14 +167,14 @@ class _SoftTokenNLLGrad(torch.autograd.Function):
         grad_grad = torch.zeros((), dtype=softmax.dtype, device=softmax.device) if ctx.needs_input_grad[3] else None
         if u is not None:
             u = u.to(softmax.dtype)
-            q_dot_u = _row_dots(softmax, u)[:, None]  # [N, 1]
+            q_dot_u = row_dots(softmax, u)[:, None]  # [N, 1]
             if ctx.needs_input_grad[0]:  # r g s q (U - q.U)
                 grad_logits = (u - q_dot_u).mul_(softmax).mul_(scale * kept)
             if ctx.needs_input_grad[1]:  # r g (q.U - U_v), 0 for PAD
                 grad_probs = (q_dot_u - u).mul_(scale)
                 grad_probs[:, pad] = 0
             if grad_grad is not None:  # sum_n r_n (s q - w).U
-                w_dot_u = _row_dots(weights, u) - weights[:, pad] * u[:, pad]
+                w_dot_u = row_dots(weights, u) - weights[:, pad] * u[:, pad]
                 grad_grad = grad_grad + (row_weights * (kept.squeeze(1) * q_dot_u.squeeze(1) - w_dot_u)).sum()
         if y is not None:  # d/dp = -r g log q (PAD column 0): its cotangent y, PAD's entry left out
             y = y.to(softmax.dtype).clone()
@@ -187,7 +183,7 @@ class _SoftTokenNLLGrad(torch.autograd.Function):
                 term = (y - softmax * y.sum(-1, keepdim=True)).mul_(-scale)
                 grad_logits = term if grad_logits is None else grad_logits.add_(term)
             if grad_grad is not None:
-                grad_grad = grad_grad - (row_weights * _row_dots(softmax.log(), y)).sum()
+                grad_grad = grad_grad - (row_weights * row_dots(softmax.log(), y)).sum()
         return grad_logits, grad_probs, None, grad_grad, None, None, None, None
 
 
