@@ -330,7 +330,8 @@ def first_order_soft_label_grads(label_grads_at: Callable[[list[torch.Tensor]], 
         dL/dp ~ d/de grad_p f(theta_0 + e w; p) |_{e=0}
               ~ (grad_p f(theta_0 + e w; p) - grad_p f(theta_0; p)) / e,   e = radius / ||w||.
     grad_p f(theta_0; p) (`base`) comes from the pseudo step's own backward (together with g, which the student's
-    real step needs anyway); `label_grads_at(params)` returns grad_p f(params; p) with the same dropout masks.
+    real step needs anyway); `label_grads_at(params)` returns grad_p f(params; p) with the same dropout masks,
+    as tensors of its own (autograd.grad's results): the difference is made in them, in place.
     The forward difference is first-order accurate in e (the test compares it with the exact double backward).
 
     `w` None entries (parameters the pseudo loss does not reach) are zero. Returns one tensor per entry of `base`.
