@@ -13,8 +13,15 @@ documents, MiniLM tokenizer (vocabulary 30,522), `group_texts_for_mlm` blocks ma
     python benchmarks/bench_amos.py                  # small paper-shaped model (hidden 256, 12-layer disc, 8-layer gen)
     python benchmarks/bench_amos.py --base --steps 6 # BERT-base proportions: hidden 768, 12 heads, FFN 3072 (slow on CPU)
 
+On a GPU, `--device cuda --bf16` runs every configuration's forward under bf16 autocast (the backward outside it)
+and adds MFU (counted FLOPs over the median step time, as a share of the card's measured bf16 matmul peak) and the
+host syncs of an AMOS step; `--sources` picks the demo text (imdb alone needs no gensim), `--tokenizer` another BERT
+tokenizer folder where the MiniLM package is missing:
+
+    python benchmarks/bench_amos.py --device cuda --bf16 --base --sources imdb
+
 The last line is one JSON object: {"metric": "amos_vs_electra_step_ratio", "ratio": ..., "goal": 1.10,
-"disc_only_ratio": ..., "disc_only_goal": 2.0, ...}.
+"disc_only_ratio": ..., "disc_only_goal": 2.0, ..., "mfu": {...}, "host_syncs_per_step": ...}.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import sys
 import time
 
 import torch
-from flops import allocator
+from flops import HostSyncs, add_device_arguments, allocator, autocast, matmul_peak_tflops, mfu, synchronize
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoTokenizer
 
@@ -63,8 +70,8 @@ def build(args, mlm_layers):
 def real_batches(args, count: int) -> list[dict]:
     """`count` batches of `args.batch` blocks of `args.seq` tokens of the demo's unlabelled text (the run script's
     embedded default data), masked with a fixed seed as AmosTrainer masks unmasked blocks."""
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path("bench_amos", "tokenizer"))
-    text = demo_unlabelled_text(("wikipedia", "imdb"), max_documents=args.documents, seed=0)
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or minilm_path("bench_amos", "tokenizer"))
+    text = demo_unlabelled_text(args.sources, max_documents=args.documents, seed=0)
     blocks = group_texts_for_mlm(text, tokenizer, block_size=args.seq)
     if len(blocks) < count * args.batch:
         raise ValueError(f"bench_amos: field 'documents': {args.documents} documents give {len(blocks)} blocks of "
@@ -84,34 +91,40 @@ def real_batches(args, count: int) -> list[dict]:
     return batches
 
 
-def amos_step(model, optimizer, batch, mixture="adversarial"):
-    loss = model(**batch, mixture=mixture).loss
+def amos_step(model, optimizer, batch, mixture="adversarial", device="cpu", bf16=False):
+    # bf16: the forward (loss included) under autocast, the backward outside it, as Trainer's bf16 runs (and torch's
+    # guidance): autocast in backward would run the fused mixture's own backward matmul in bf16 against its float32
+    # saved softmax (hf_aux.amos.losses), a dtype mismatch
+    with autocast(device, bf16):
+        loss = model(**batch, mixture=mixture).loss
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
 
 
-def disc_only_step(model, optimizer, batch):
+def disc_only_step(model, optimizer, batch, device="cpu", bf16=False):
     """ELECTRA's discriminator half alone: random replacements at the masked positions, RTD loss (eq. 1)."""
     masked = batch["labels"] != -100
     random_tokens = torch.randint_like(batch["original_input_ids"], 5, model.get_input_embeddings().num_embeddings)
     replaced = torch.where(masked, random_tokens, batch["original_input_ids"])
-    logits = model.discriminator(input_ids=replaced, attention_mask=batch["attention_mask"]).logits
-    loss = rtd_loss(logits, rtd_labels(replaced, batch["original_input_ids"]), batch["attention_mask"])
+    with autocast(device, bf16):  # the forward under autocast, the backward outside, as amos_step
+        logits = model.discriminator(input_ids=replaced, attention_mask=batch["attention_mask"]).logits
+        loss = rtd_loss(logits, rtd_labels(replaced, batch["original_input_ids"]), batch["attention_mask"])
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
 
 
-def synchronize(device):
-    if device != "cpu":
-        torch.accelerator.synchronize()
-
-
-def timed(fn, device):
+def timed(fn, device, syncs: HostSyncs | None = None):
+    """Wall seconds of `fn`, the device's queued work included; `syncs` (if given) counts the host syncs of `fn`
+    alone, not of the synchronizations around it."""
     synchronize(device)
     start = time.perf_counter()
+    if syncs is not None:
+        syncs.start()
     fn()
+    if syncs is not None:
+        syncs.stop()
     synchronize(device)
     return time.perf_counter() - start
 
@@ -152,8 +165,8 @@ def configuration(args, name):
     """(model, optimizer, step function) of one configuration."""
     model, optimizer = build(args, args.mlm_layers if name == "amos" else [args.generator_layers])
     if name == "disc_only":
-        return lambda b: disc_only_step(model, optimizer, b)
-    return lambda b: amos_step(model, optimizer, b)
+        return lambda b: disc_only_step(model, optimizer, b, device=args.device, bf16=args.bf16)
+    return lambda b: amos_step(model, optimizer, b, device=args.device, bf16=args.bf16)
 
 
 def main():
@@ -170,7 +183,11 @@ def main():
     parser.add_argument("--documents", type=int, default=300, help="demo documents per source to cut blocks from")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per configuration")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    add_device_arguments(parser, default="cuda" if torch.cuda.is_available() else "cpu")  # --device, --bf16
+    parser.add_argument("--sources", nargs="+", default=["wikipedia", "imdb"],
+                        help="demo unlabelled-text sources the batches are cut from (imdb alone needs no gensim)")
+    parser.add_argument("--tokenizer", default=None,
+                        help="tokenizer folder (default: the MiniLM package's; its vocabulary sizes the models)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--memory_of", choices=["amos", "electra", "disc_only"], help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -197,15 +214,20 @@ def main():
         for run in runs.values():
             run(batches[i % len(batches)])
     times = {name: [] for name in runs}
+    syncs = HostSyncs(args.device)  # the AMOS steps' synchronizing calls (None on CPU)
     for i in range(args.steps):
         for name, run in runs.items():  # interleaved, so drifting load hits all three alike
-            times[name].append(timed(functools.partial(run, batches[i % len(batches)]), args.device))
+            times[name].append(timed(functools.partial(run, batches[i % len(batches)]), args.device,
+                                     syncs if name == "amos" else None))
     median = {name: statistics.median(t) for name, t in times.items()}
+    peak = matmul_peak_tflops(args.device)  # after the timed steps, so its large buffers are not in their way
+    utilisation = {name: mfu(gflop[name], median[name], peak) for name in runs}
     ratio, disc_ratio = median["amos"] / median["electra"], median["amos"] / median["disc_only"]
     per_pair = [a / e for a, e in zip(times["amos"], times["electra"])]
     print(f"device {args.device}, threads {torch.get_num_threads()}, hidden {args.hidden}, discriminator "
           f"{args.layers} layers, generator {args.generator_layers} layers, heads at {args.mlm_layers}, vocab "
-          f"{args.vocab}, batch {args.batch}x{args.seq}, {args.steps} interleaved steps each")
+          f"{args.vocab}, batch {args.batch}x{args.seq}, {args.steps} interleaved steps each"
+          f"{', bf16 autocast' if args.bf16 else ''}")
     for name in runs:
         print(f"  {name:9s} median {median[name] * 1000:8.1f} ms/step  peak memory {memory[name]:8.1f} MB")
     print(f"  AMOS / ELECTRA (same generator depth): {ratio:.3f} (goal <= 1.10); per-pair ratios: median "
@@ -215,6 +237,12 @@ def main():
     print("  FLOPs per step (matmul + attention, fwd + bwd): " + ", ".join(f"{k} {v:.1f} G" for k, v in gflop.items())
           + f"; FLOP ratios AMOS / ELECTRA {gflop['amos'] / gflop['electra']:.3f}, AMOS / discriminator "
           f"{gflop['amos'] / gflop['disc_only']:.3f}")
+    if peak is not None:
+        print(f"  MFU (of a measured {peak:.0f} TFLOP/s bf16 matmul peak): "
+              + ", ".join(f"{k} {v:.1%}" for k, v in utilisation.items()))
+    report = syncs.report()
+    if report is not None:
+        print(f"  host syncs per AMOS step: {report['per_window']} ({report['by_line']})")
     print(json.dumps({"metric": "amos_vs_electra_step_ratio", "ratio": round(ratio, 4), "goal": 1.10,
                       "disc_only_ratio": round(disc_ratio, 4), "disc_only_goal": 2.0,
                       "median_ms": {k: round(v * 1000, 1) for k, v in median.items()},
@@ -223,7 +251,11 @@ def main():
                       "disc_only_flop_ratio": round(gflop["amos"] / gflop["disc_only"], 4),
                       "peak_memory_mb": {k: round(v, 1) for k, v in memory.items()}, "device": args.device,
                       "hidden": args.hidden, "layers": args.layers, "generator_layers": args.generator_layers,
-                      "mlm_layers": args.mlm_layers, "allocator": allocator()}))
+                      "mlm_layers": args.mlm_layers, "allocator": allocator(), "bf16": args.bf16,
+                      "sources": args.sources, "tokenizer": args.tokenizer and os.path.join(
+                          *os.path.normpath(os.path.abspath(args.tokenizer)).split(os.sep)[-2:]),
+                      "matmul_peak_tflops": None if peak is None else round(peak, 1), "mfu": utilisation,
+                      "host_syncs_per_step": report}))
 
 
 if __name__ == "__main__":

@@ -63,7 +63,18 @@ x floor against it printed after the table. docs/meta_lm_measurements.md has the
     python benchmarks/bench_meta_lm.py --data moons --rounds 8
     python benchmarks/bench_meta_lm.py --hidden 256 --layers 4 --length 64 --rounds 6
     python benchmarks/bench_meta_lm.py --base --rounds 3 --warmup 1   # BERT-base proportions (~10 min CPU time)
+    python benchmarks/bench_meta_lm.py --device cuda --bf16 --hidden 768 --layers 12 --heads 12 --length 128 \
+        --batch 32 --sources imdb
 The last line is one JSON object.
+
+On a GPU (`--device cuda --bf16`): the same interleaved steps run on the device (student, teacher, batch; the
+clock reads after a device synchronize, so wall time covers the GPU's work) under bf16 autocast, as Trainer's
+`bf16=True` trains; the soft-label steps and the MLM steps beside them run in fp32, since MetaLMConfig rejects bf16
+for soft labels (they differentiate through the student's steps), so each ratio still compares one precision with
+itself (the JSON's "precision"). MFU = the counted matrix-product FLOPs of a step (the GFLOP column) / its median
+wall time / the bf16 matrix-product rate measured on this card (`flops.matmul_peak_tflops`); host syncs (`.item()`,
+data-dependent shapes, copies to the host) inside the meta steps' training_step are counted by Python line with
+torch's sync debug mode (`flops.HostSyncs`). `--sources imdb` where gensim (the Wikipedia text) is not installed.
 """
 
 from __future__ import annotations
@@ -76,11 +87,18 @@ import tempfile
 import time
 
 import torch
-from flops import allocator
+from flops import HostSyncs, add_device_arguments, allocator, autocast, matmul_peak_tflops, mfu, synchronize
 from torch.utils.flop_counter import FlopCounterMode
 
 GOALS = {"hard": 6.0, "soft": 9.0, "soft_first_order": 5.0}  # step / MLM step (issue #13)
 GOAL_X_FLOOR = 1.05  # CPU-time ratio / FLOP ratio, every meta step (issue #32)
+SOFT_KINDS = ("soft", "soft_first_order")  # MetaLMConfig: soft labels need fp32 (no bf16)
+
+
+def uses_bf16(kind: str, opts) -> bool:
+    """Whether `kind`'s steps (and the MLM steps timed beside them) run under bf16 autocast: with --bf16, every
+    kind but the soft-label ones, which MetaLMConfig keeps in fp32."""
+    return opts.bf16 and kind not in SOFT_KINDS
 
 
 def real_data(opts):
@@ -109,7 +127,7 @@ def real_data(opts):
     from hf_aux.demo import demo_task, demo_unlabelled_text, minilm_path
 
     tok = AutoTokenizer.from_pretrained(minilm_path())
-    text = demo_unlabelled_text(max_documents=60, seed=0)
+    text = demo_unlabelled_text(sources=opts.sources, max_documents=60, seed=0)
     blocks = group_texts_for_mlm(text, tok, block_size=opts.length)
     blocks = blocks.select(range(min(256, len(blocks))))
     # 256 reviews of one length (the longest up to --length that 256 reviews reach, truncated to it): every support
@@ -142,43 +160,65 @@ def build(kind: str, opts, data):
     args = MetaLMConfig(output_dir=tempfile.mkdtemp(), objective=objective, first_order=kind == "soft_first_order",
                         per_device_train_batch_size=opts.batch, max_steps=10_000, learning_rate=1e-3,
                         warmup_steps=0, teacher_aux_losses=True, mlm_task_probability=0.0, report_to=[],
-                        use_cpu=True, save_strategy="no", disable_tqdm=True)
+                        use_cpu=opts.device == "cpu", bf16=uses_bf16(kind, opts), save_strategy="no",
+                        disable_tqdm=True)
     teacher = None if objective == "mlm" else MetaLMTeacher.from_student_config(student.config)
     trainer = MetaLMTrainer(model=student, teacher=teacher, args=args, labelled_tasks=labelled,
-                            train_dataset=unlabelled, processing_class=tok)
+                            train_dataset=unlabelled, processing_class=tok)  # student and teacher on args.device
     trainer.create_optimizer_and_scheduler(num_training_steps=10_000)
     trainer.current_gradient_accumulation_steps = 1  # set by Trainer's loop; the benchmark drives steps itself
-    batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+    batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))  # on args.device
     return trainer, batch
 
 
-def full_step(trainer, batch) -> tuple[float, float]:
-    """One Trainer-loop step; returns (wall seconds, process CPU seconds)."""
+def full_step(trainer, batch, bf16: bool = False, syncs: HostSyncs | None = None) -> tuple[float, float]:
+    """One Trainer-loop step (under bf16 autocast when `bf16`: the benchmark drives training_step itself, so
+    accelerate's autocast around the prepared model's forward is not there); returns (wall seconds, process CPU
+    seconds). `syncs` counts the host syncs of training_step alone (not clipping or the optimizer)."""
+    device = trainer.args.device
+    synchronize(device)
     start, cpu = time.perf_counter(), time.process_time()
-    trainer.training_step(trainer.model, batch)
+    if syncs is not None:
+        syncs.start()
+    with autocast(device, bf16):
+        trainer.training_step(trainer.model, batch)
+    if syncs is not None:
+        syncs.stop()
     torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), trainer.args.max_grad_norm)
     trainer.optimizer.step()
     trainer.lr_scheduler.step()
     trainer.model.zero_grad(set_to_none=True)
     trainer._train_metrics.clear()
+    synchronize(device)
     return time.perf_counter() - start, time.process_time() - cpu
 
 
-def model_loss_step(trainer, batch, generator=torch.Generator().manual_seed(0)) -> tuple[float, float]:
+_MASK_GENERATORS: dict[str, torch.Generator] = {}  # model_loss_step's masking, one seeded generator per device
+
+
+def model_loss_step(trainer, batch, bf16: bool = False) -> tuple[float, float]:
     """The reference a user runs without hf_aux (run_mlm.py): one MLM step of the same student through the
     model's own loss (`labels=`: its CrossEntropyLoss over the vocabulary), clipping, AdamW, schedule, zero_grad;
-    the same masking. Returns (wall seconds, process CPU seconds)."""
+    the same masking (a generator on the batch's device), under bf16 autocast when `bf16`. Returns (wall seconds,
+    process CPU seconds)."""
+    device = batch["input_ids"].device
+    if str(device) not in _MASK_GENERATORS:
+        _MASK_GENERATORS[str(device)] = torch.Generator(device=device).manual_seed(0)
+    generator = _MASK_GENERATORS[str(device)]
+    synchronize(device)
     start, cpu = time.perf_counter(), time.process_time()
-    x_m, y_m = trainer._mlm_example(batch["input_ids"], batch["attention_mask"], generator)
-    trainer.model(input_ids=x_m, attention_mask=batch["attention_mask"], labels=y_m).loss.backward()
+    with autocast(device, bf16):  # the step's forward and backward, as full_step's training_step
+        x_m, y_m = trainer._mlm_example(batch["input_ids"], batch["attention_mask"], generator)
+        trainer.model(input_ids=x_m, attention_mask=batch["attention_mask"], labels=y_m).loss.backward()
     torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), trainer.args.max_grad_norm)
     trainer.optimizer.step()
     trainer.lr_scheduler.step()
     trainer.model.zero_grad(set_to_none=True)
+    synchronize(device)
     return time.perf_counter() - start, time.process_time() - cpu
 
 
-def saved_tensor_mb_and_gflop(trainer, batch) -> tuple[float, float]:
+def saved_tensor_mb_and_gflop(trainer, batch, bf16: bool = False) -> tuple[float, float]:
     """One step's (memory, work). Memory: the bytes of every tensor saved for backward (activations, and for the
     second-order steps the first backward's graph), a CPU-portable stand-in for peak memory minus parameters and
     optimizer state; no CUDA calls. Work: the GFLOPs torch's FlopCounterMode counts (matrix products and
@@ -192,7 +232,7 @@ def saved_tensor_mb_and_gflop(trainer, batch) -> tuple[float, float]:
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), \
             FlopCounterMode(display=False) as counter:
-        full_step(trainer, batch)
+        full_step(trainer, batch, bf16)
     return total[0] / 2**20, counter.get_total_flops() / 1e9
 
 
@@ -212,6 +252,10 @@ def main():
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1: process CPU time is then a load-robust measure of the work)")
+    parser.add_argument("--sources", nargs="+", default=["wikipedia", "imdb"],
+                        help="--data text: the unlabelled text's sources (hf_aux.demo.demo_unlabelled_text; "
+                             "'wikipedia' needs gensim)")
+    add_device_arguments(parser)
     opts = parser.parse_args()
     if opts.base:
         opts.hidden, opts.layers, opts.heads = 768, 12, 12
@@ -221,39 +265,58 @@ def main():
     data = real_data(opts)
     built = {k: build(k, opts, data) for k in ["mlm"] + kinds}
     reference = build("mlm", opts, data)  # a second student for the model's-own-loss MLM step
+    # with --bf16 the MLM steps beside the soft-label ones run in fp32 (uses_bf16): warm both precisions up
+    precisions = [opts.bf16, False] if opts.bf16 else [False]
     for _ in range(opts.warmup):
-        for trainer, batch in built.values():
-            full_step(trainer, batch)
-        model_loss_step(*reference)
+        for k, (trainer, batch) in built.items():
+            full_step(trainer, batch, uses_bf16(k, opts))
+        model_loss_step(*reference, opts.bf16)
+        if opts.bf16:
+            full_step(*built["mlm"], False)
+            model_loss_step(*reference, False)
     times = {k: [] for k in [*built, "mlm_model_loss"]}
+    mlm_times = {p: {"mlm": [], "mlm_model_loss": []} for p in precisions}  # the MLM steps by precision (MFU)
+    syncs = HostSyncs(opts.device)  # inside the meta steps' training_step (on CUDA: torch's sync debug mode)
     ratios = {k: [] for k in kinds}
     cpu_ratios = {k: [] for k in kinds}
     model_loss_cpu_ratios = {k: [] for k in kinds}  # X against the model's-own-loss MLM steps beside it
     for _ in range(opts.rounds):
         for k in kinds:  # MLM, MLM (model loss), X, MLM (model loss), MLM: X against its neighbouring MLM steps
-            before, before_model = full_step(*built["mlm"]), model_loss_step(*reference)
-            t = full_step(*built[k])
-            after_model, after = model_loss_step(*reference), full_step(*built["mlm"])
+            bf16 = uses_bf16(k, opts)  # one precision for X and the MLM steps it is compared with
+            before, before_model = full_step(*built["mlm"], bf16), model_loss_step(*reference, bf16)
+            t = full_step(*built[k], bf16, syncs)
+            after_model, after = model_loss_step(*reference, bf16), full_step(*built["mlm"], bf16)
             times["mlm"] += [before[0], after[0]]
             times["mlm_model_loss"] += [before_model[0], after_model[0]]
+            mlm_times[bf16]["mlm"] += [before[0], after[0]]
+            mlm_times[bf16]["mlm_model_loss"] += [before_model[0], after_model[0]]
             times[k].append(t[0])
             ratios[k].append(t[0] / ((before[0] + after[0]) / 2))
             cpu_ratios[k].append(t[1] / ((before[1] + after[1]) / 2))
             model_loss_cpu_ratios[k].append(t[1] / ((before_model[1] + after_model[1]) / 2))
     memory, gflop = {}, {}
     for k, (trainer, batch) in built.items():
-        memory[k], gflop[k] = saved_tensor_mb_and_gflop(trainer, batch)
+        memory[k], gflop[k] = saved_tensor_mb_and_gflop(trainer, batch, uses_bf16(k, opts))
+    peak = matmul_peak_tflops(opts.device)  # once, after the timed rounds (None on CPU)
+    # MFU: counted matrix-product GFLOPs / median wall time / measured bf16 peak; the MLM steps at --bf16's
+    # precision (the model-loss step runs the student's same matrix products as the MLM step)
+    utilisation = {"mlm": mfu(gflop["mlm"], statistics.median(mlm_times[opts.bf16]["mlm"]), peak),
+                   "mlm_model_loss": mfu(gflop["mlm"], statistics.median(mlm_times[opts.bf16]["mlm_model_loss"]),
+                                         peak),
+                   **{k: mfu(gflop[k], statistics.median(times[k]), peak) for k in kinds}}
     length = built["mlm"][1]["input_ids"].shape[1]
     print(f"data {opts.data}; student/teacher: BERT hidden {opts.hidden}, {opts.layers} layers, "
           f"{built['mlm'][0].model.config.num_attention_heads} heads, vocab "
           f"{len(data[0])}, batch {opts.batch} x {length} tokens (labelled rows: "
           f"{getattr(opts, 'labelled_length', 'their own length')} tokens), {opts.rounds} interleaved rounds, "
-          f"torch threads {torch.get_num_threads()}, load average {os.getloadavg()[0]:.2f}, allocator {allocator()}")
+          f"torch threads {torch.get_num_threads()}, load average {os.getloadavg()[0]:.2f}, allocator {allocator()}, "
+          f"device {opts.device}{', bf16 autocast (soft labels fp32)' if opts.bf16 else ''}")
     print(f"{'step':<22}{'median ms':>10}{'ratio vs MLM':>14}{'CPU-time ratio':>16}{'(spread)':>14}{'goal':>6}"
           f"{'saved MB':>9}{'GFLOP':>9}{'FLOP ratio':>12}{'x floor':>9}{'goal':>6}")
-    print(f"{'mlm':<22}{1000 * statistics.median(times['mlm']):>10.1f}{1.0:>14.2f}{1.0:>16.2f}{'':>14}{'':>6}"
+    mlm_ms = 1000 * statistics.median(mlm_times[opts.bf16]["mlm"])  # all MLM steps without --bf16
+    print(f"{'mlm':<22}{mlm_ms:>10.1f}{1.0:>14.2f}{1.0:>16.2f}{'':>14}{'':>6}"
           f"{memory['mlm']:>9.1f}{gflop['mlm']:>9.2f}{1.0:>12.2f}")
-    model_loss_ms = 1000 * statistics.median(times["mlm_model_loss"])
+    model_loss_ms = 1000 * statistics.median(mlm_times[opts.bf16]["mlm_model_loss"])
     print(f"{'mlm (model loss)':<22}{model_loss_ms:>10.1f}  the student's own labels= loss (run_mlm.py's step)")
     summary, cpu_summary, floor, x_floor = {}, {}, {}, {}
     for k in kinds:
@@ -267,6 +330,10 @@ def main():
     model_loss_x_floor = {k: statistics.median(model_loss_cpu_ratios[k]) / floor[k] for k in kinds}
     print("x floor against the model's-own-loss MLM step (CPU time): "
           + ", ".join(f"{k} {v:.3f}" for k, v in model_loss_x_floor.items()))
+    if peak is not None:
+        print(f"matmul peak measured on {opts.device} (bf16): {peak:.0f} TFLOP/s; MFU (wall time) "
+              + ", ".join(f"{k} {v:.3f}" for k, v in utilisation.items()))
+        print(f"host syncs per meta training_step: {syncs.report()}")
     print(json.dumps({"metric": "meta_lm_soft_vs_mlm_step_ratio", "data": opts.data, "ratio": round(summary["soft"], 2),
                       "goal": GOALS["soft"], "hard_ratio": round(summary["hard"], 2), "hard_goal": GOALS["hard"],
                       "first_order_ratio": round(summary["soft_first_order"], 2),
@@ -277,11 +344,16 @@ def main():
                       "cpu_time_x_floor": {k: round(v, 3) for k, v in x_floor.items()},
                       "goal_x_floor": GOAL_X_FLOOR, "goal_x_floor_met": all(v <= GOAL_X_FLOOR for v in x_floor.values()),
                       "cpu_time_x_floor_vs_model_loss_mlm": {k: round(v, 3) for k, v in model_loss_x_floor.items()},
-                      "mlm_step_ms": round(1000 * statistics.median(times["mlm"]), 1),
+                      "mlm_step_ms": round(mlm_ms, 1),
                       "model_loss_mlm_step_ms": round(model_loss_ms, 1),
                       "step_ms": {k: round(1000 * statistics.median(times[k]), 1) for k in kinds},
                       "rounds": opts.rounds, "load_average": round(os.getloadavg()[0], 2), "allocator": allocator(),
-                      "saved_for_backward_mb": {k: round(v, 1) for k, v in memory.items()}}))
+                      "saved_for_backward_mb": {k: round(v, 1) for k, v in memory.items()},
+                      "sources": opts.sources if opts.data == "text" else None, "device": opts.device,
+                      "bf16": opts.bf16,
+                      "precision": {k: "bf16" if uses_bf16(k, opts) else "fp32" for k in [*built, "mlm_model_loss"]},
+                      "matmul_peak_tflops": None if peak is None else round(peak, 1), "mfu": utilisation,
+                      "host_syncs_per_training_step": syncs.report()}))
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ import time
 
 import datasets
 import torch
-from flops import allocator, gflop_of
+from flops import HostSyncs, add_device_arguments, allocator, autocast, gflop_of, matmul_peak_tflops, mfu, synchronize
 from transformers import AutoModel, Trainer, TrainerCallback, TrainingArguments
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
@@ -54,13 +54,22 @@ CLOCK = CLOCKS["wall"]
 
 
 class StepTimer(TrainerCallback):
-    def __init__(self):
-        self.times, self._start = [], None
+    """The time of every update (on an accelerator, the device's queued work is waited for at both ends), and,
+    given `syncs`, the host syncs made inside each update."""
+
+    def __init__(self, syncs=None):
+        self.times, self._start, self.syncs = [], None, syncs
 
     def on_step_begin(self, args, state, control, **kwargs):
+        synchronize(args.device)
         self._start = CLOCK()
+        if self.syncs is not None:
+            self.syncs.start()
 
     def on_step_end(self, args, state, control, **kwargs):
+        if self.syncs is not None:
+            self.syncs.stop()
+        synchronize(args.device)
         self.times.append(CLOCK() - self._start)
 
 
@@ -112,10 +121,10 @@ def make_trainer(kind, model, train, tokenizer, args_common, out, callbacks=()):
                          callbacks=list(callbacks))
 
 
-def run(kind, tasks, train, tokenizer, args_common, hidden, layers, length):
-    """One train() of a fresh model; returns the time of every update."""
+def run(kind, tasks, train, tokenizer, args_common, hidden, layers, length, syncs=None):
+    """One train() of a fresh model; returns the time of every update (and counts its host syncs into `syncs`)."""
     model = build(tasks, tokenizer, hidden, layers, length)
-    timer = StepTimer()
+    timer = StepTimer(syncs)
     with tempfile.TemporaryDirectory() as out:
         make_trainer(kind, model, train, tokenizer, args_common, out, [timer]).train()
     return timer.times
@@ -128,7 +137,8 @@ def run_minimal(tasks, train, tokenizer, args_common, hidden, layers, length):
     default); AdamW; a linear schedule; zero_grad. Returns the time of every update."""
     from transformers import get_linear_schedule_with_warmup
 
-    model = build(tasks, tokenizer, hidden, layers, length)
+    device = "cpu" if args_common["use_cpu"] else torch.accelerator.current_accelerator()
+    model = build(tasks, tokenizer, hidden, layers, length).to(device)
     model.train()
     data = MultiTaskDataset(train)
     accumulation, steps = args_common["gradient_accumulation_steps"], args_common["max_steps"]
@@ -140,14 +150,19 @@ def run_minimal(tasks, train, tokenizer, args_common, hidden, layers, length):
     schedule = get_linear_schedule_with_warmup(optimizer, 0, steps)
     times = []
     for _ in range(steps):
-        sub_batches = [next(loader) for _ in range(accumulation)]
+        sub_batches = [{k: v.to(device) if torch.is_tensor(v) else v for k, v in next(loader).items()}
+                       for _ in range(accumulation)]
+        synchronize(device)
         start = CLOCK()
         for inputs in sub_batches:
-            (model(**inputs).loss / accumulation).backward()
+            with autocast(device, args_common["bf16"]):
+                loss = model(**inputs).loss
+            (loss / accumulation).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
+        synchronize(device)
         times.append(CLOCK() - start)
     return times
 
@@ -186,13 +201,14 @@ def add_job_arguments(parser, steps: int, warmup: int) -> None:
     parser.add_argument("--warmup", type=int, default=warmup)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 keeps a shared machine's noise low)")
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds of every configuration")
+    add_device_arguments(parser)
 
 
 def trainer_settings(cli) -> dict:
     """The TrainingArguments fields of that job (warm-up + measured updates, nothing saved or reported)."""
     return dict(per_device_train_batch_size=cli.batch_size, gradient_accumulation_steps=cli.accumulation,
                 max_steps=cli.warmup + cli.steps, learning_rate=1e-4, report_to=[], save_strategy="no",
-                logging_steps=10, disable_tqdm=True, use_cpu=True, seed=0)
+                logging_steps=10, disable_tqdm=True, use_cpu=cli.device == "cpu", bf16=cli.bf16, seed=0)
 
 
 def main():
@@ -215,11 +231,12 @@ def main():
                                    for t in tasks})
     times = {"plain": [], "muppet": [], "r3f": [], "muppet50": [], "minimal": []}
     round_medians = {kind: [] for kind in times}  # per round: the median update of each configuration
+    syncs = HostSyncs(cli.device)  # inside MuppetTrainer's updates (on CUDA: torch's sync debug mode)
     for _ in range(cli.rounds):
         for kind in ("plain", "muppet", "r3f", "muppet50", "minimal"):
             tasks, train = mixtures[50 if kind == "muppet50" else 5]
             runner = run_minimal if kind == "minimal" else (
-                lambda *a: run("muppet" if kind == "muppet50" else kind, *a))
+                lambda *a: run("muppet" if kind == "muppet50" else kind, *a, syncs=syncs if kind == "muppet" else None))
             measured = runner(tasks, train, tokenizer, common, cli.hidden, cli.layers, cli.length)[cli.warmup:]
             times[kind].extend(measured)
             round_medians[kind].append(statistics.median(measured))
@@ -232,6 +249,12 @@ def main():
     print("GFLOPs per update (forward + backward, matrix products): "
           + ", ".join(f"{kind} {value:.3f}" for kind, value in gflop.items()))
     print(f"peak RSS of the whole benchmark process: {peak_rss_mb():.0f} MB")
+    peak = matmul_peak_tflops(cli.device)
+    utilisation = {kind: mfu(gflop["plain" if kind == "minimal" else kind], medians[kind], peak) for kind in medians}
+    if peak is not None:
+        print(f"bf16 matmul peak measured on {cli.device}: {peak:.0f} TFLOP/s; MFU "
+              + ", ".join(f"{kind} {value:.3f}" for kind, value in utilisation.items()))
+        print(f"host syncs per MuppetTrainer update: {syncs.report()}")
     def spread(a: str, b: str) -> list[float]:
         """[lowest, highest] of the per-round ratios a / b (rounds interleave every configuration)."""
         ratios = [x / y for x, y in zip(round_medians[a], round_medians[b])]
@@ -253,7 +276,9 @@ def main():
               "muppet_vs_minimal_flop_ratio": round(gflop["muppet"] / gflop["plain"], 4),
               "gflop_per_update": {k: round(v, 4) for k, v in gflop.items()},
               "peak_rss_mb": round(peak_rss_mb(), 1), "load_average": [round(x, 2) for x in os.getloadavg()],
-              "allocator": allocator()}
+              "allocator": allocator(), "device": cli.device, "bf16": cli.bf16,
+              "matmul_peak_tflops": None if peak is None else round(peak, 1), "mfu": utilisation,
+              "host_syncs_per_update": syncs.report()}
     print(json.dumps(result))
 
 

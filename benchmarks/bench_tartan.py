@@ -27,6 +27,13 @@ data, model) is reported beside it for reference.
     python benchmarks/bench_tartan.py                       # MiniLM, Rotten Tomatoes, batch 16, length 64
     python benchmarks/bench_tartan.py --steps 5 --tiny      # seconds
 
+On a GPU, `--accelerator --bf16` trains with Trainer's bf16 (each mode's forward under bf16 autocast, as train()
+runs it) and adds MFU (counted FLOPs over the median wall time, as a share of the card's measured bf16 matmul
+peak) and the host syncs of META's training_step; `--model_name_or_path` takes any BERT-style checkpoint folder
+(model and tokenizer) in place of MiniLM:
+
+    python benchmarks/bench_tartan.py --accelerator --bf16 --model_name_or_path <folder>
+
 The last line printed is one JSON object.
 """
 
@@ -44,7 +51,7 @@ import time
 
 import datasets
 import torch
-from flops import allocator, gflop_of
+from flops import HostSyncs, allocator, autocast, gflop_of, matmul_peak_tflops, mfu
 from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
@@ -82,7 +89,7 @@ def build(mode: str, args, out: str, data=None):
         tokenizer = tiny_tokenizer()
         classifier = AutoModelForSequenceClassification.from_config(tiny_config("bert", tokenizer, num_labels=2))
     else:
-        path = minilm_path()
+        path = args.model_name_or_path or minilm_path("bench_tartan", "model_name_or_path")
         tokenizer = AutoTokenizer.from_pretrained(path)
         torch.manual_seed(0)
         classifier = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
@@ -91,11 +98,17 @@ def build(mode: str, args, out: str, data=None):
     model = TartanModel(classifier, list(auxiliary))
     config = TartanConfig(output_dir=out, mode=mode, per_device_train_batch_size=args.batch_size, report_to=[],
                           use_cpu=not args.accelerator, seed=0, save_strategy="no", disable_tqdm=True,
-                          learning_rate=1e-5)
+                          learning_rate=1e-5, bf16=args.bf16)
     trainer = TartanTrainer(model=model, args=config, train_dataset=train, eval_dataset=validation,
                             auxiliary_datasets=auxiliary, processing_class=tokenizer,
                             data_collator=DataCollatorWithPadding(tokenizer))
     trainer.create_optimizer()
+    # bf16: Trainer's autocast comes from accelerate wrapping the model's forward in train(), which the benchmark
+    # bypasses, and Trainer's own compute_loss_context_manager is empty, so MT's forward would run in float32. Its
+    # hook autocast_smart_context_manager puts MT's forward (compute_loss) under bf16 autocast, the backward outside
+    # it, as train() runs it; META's training_step autocasts its whole step itself (the nested autocast is a no-op)
+    device, bf16 = trainer.args.device, args.bf16
+    trainer.autocast_smart_context_manager = lambda cache_enabled=True: autocast(device, bf16)
     trainer.current_gradient_accumulation_steps = 1  # set by Trainer's loop, which the benchmark bypasses
     model.to(trainer.args.device)
     return trainer, _endless(trainer), (train, validation, auxiliary)
@@ -106,11 +119,16 @@ def _endless(trainer):
         yield from trainer.get_train_dataloader()
 
 
-def step(trainer, batches) -> tuple[float, float]:
-    """One training step; returns (wall seconds, process CPU seconds)."""
+def step(trainer, batches, syncs: HostSyncs | None = None) -> tuple[float, float]:
+    """One training step; returns (wall seconds, process CPU seconds). `syncs` (if given) counts the host syncs of
+    training_step."""
     batch = next(batches)
     wall, cpu = time.perf_counter(), time.process_time()
+    if syncs is not None:
+        syncs.start()
     trainer.training_step(trainer.model, batch)
+    if syncs is not None:
+        syncs.stop()
     trainer.optimizer.step()
     trainer.model.zero_grad(set_to_none=True)
     if trainer.args.device.type != "cpu":
@@ -162,8 +180,17 @@ def main():
     parser.add_argument("--length", type=int, default=64, help="end-task truncation and MLM block length")
     parser.add_argument("--tiny", action="store_true", help="hidden-32 test BERT and tokenizer instead of MiniLM")
     parser.add_argument("--accelerator", action="store_true", help="run on the accelerator Trainer finds")
+    parser.add_argument("--bf16", action="store_true",
+                        help="bf16 mixed precision (Trainer's --bf16: the forward under torch.autocast), as a GPU "
+                             "run trains")
+    parser.add_argument("--model_name_or_path", default=None,
+                        help="BERT-style checkpoint folder, model and tokenizer (default: the MiniLM package's)")
     parser.add_argument("--memory_of", choices=["mt", "meta"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.tiny and args.model_name_or_path:
+        parser.error("--tiny and --model_name_or_path: give one of them")
+    if not args.tiny and not args.model_name_or_path:
+        args.model_name_or_path = minilm_path("bench_tartan", "model_name_or_path")
     if args.memory_of:
         print(json.dumps(peak_memory_of(args.memory_of, args)))
         return
@@ -174,13 +201,15 @@ def main():
         runs = {"mt": mt[:2], "meta": build("meta", args, os.path.join(out, "meta"), data=mt[2])[:2]}
         gflop = {mode: gflop_of(lambda mode=mode: step(*runs[mode])) for mode in runs}  # one step each, not timed
         wall, cpu = {"mt": [], "meta": []}, {"mt": [], "meta": []}
+        syncs = HostSyncs(runs["meta"][0].args.device)  # META's timed training_steps (None on CPU)
         for i in range(args.warmup + args.steps):
             for mode in ("mt", "meta"):  # interleaved
-                elapsed, used = step(*runs[mode])
+                elapsed, used = step(*runs[mode], syncs if mode == "meta" and i >= args.warmup else None)
                 if i >= args.warmup:
                     wall[mode].append(elapsed)
                     cpu[mode].append(used)
         device = str(runs["mt"][0].args.device)
+        peak = matmul_peak_tflops(runs["mt"][0].args.device)  # after the timed steps; None on CPU
     load_after = os.getloadavg()
     medians = {mode: statistics.median(t) for mode, t in wall.items()}
     cpu_medians = {mode: statistics.median(t) for mode, t in cpu.items()}
@@ -188,7 +217,8 @@ def main():
     for mode in ("mt", "meta"):
         command = [sys.executable, os.path.abspath(__file__), "--memory_of", mode, "--batch_size", str(args.batch_size),
                    "--length", str(args.length), "--memory_steps", str(args.memory_steps)] + \
-                  (["--tiny"] if args.tiny else []) + (["--accelerator"] if args.accelerator else [])
+                  (["--tiny"] if args.tiny else ["--model_name_or_path", args.model_name_or_path]) + \
+                  (["--accelerator"] if args.accelerator else []) + (["--bf16"] if args.bf16 else [])
         # glibc's malloc with the fixed threshold, whatever the timed steps ran on: a preloaded caching allocator
         # (tcmalloc) keeps freed buffers resident, and the RSS measure would count them as the step's peak
         env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"} | {"MALLOC_MMAP_THRESHOLD_": MMAP_THRESHOLD}
@@ -200,11 +230,21 @@ def main():
               f"{memory[mode]['process_peak_rss_mib'] - memory[mode]['step_peak_mib']:.0f} MiB")
     print(f"memory: {memory['mt']['measure']}")
     print(f"GFLOPs per step (matrix products, forward + backward): MT {gflop['mt']:.2f}, META {gflop['meta']:.2f}")
+    utilisation = {mode: mfu(gflop[mode], medians[mode], peak) for mode in ("mt", "meta")}
+    if peak is not None:
+        print(f"MFU (of a measured {peak:.0f} TFLOP/s bf16 matmul peak): MT {utilisation['mt']:.1%}, "
+              f"META {utilisation['meta']:.1%}")
+    syncs_report = syncs.report()
+    if syncs_report is not None:
+        print(f"host syncs per META training_step: {syncs_report['per_window']} ({syncs_report['by_line']})")
     ratio = medians["meta"] / medians["mt"]
     floor = gflop["meta"] / gflop["mt"]
     # each META step against the MT step just before it (interleaved): the spread of the ratio
     pairs = sorted(c / a for a, c in zip(cpu["mt"], cpu["meta"]))
     quartiles = statistics.quantiles(pairs, n=4) if len(pairs) >= 2 else pairs * 3
+    # the checkpoint folder's last two path components ("<package>/model" says more than "model"); "tiny" for --tiny
+    model_path = "tiny" if args.tiny else \
+        os.path.join(*os.path.normpath(os.path.abspath(args.model_name_or_path)).split(os.sep)[-2:])
     print(json.dumps({
         "metric": "meta_vs_mt_step_ratio", "ratio": round(ratio, 3), "goal": 1.4,
         "cpu_time_ratio": round(cpu_medians["meta"] / cpu_medians["mt"], 3),
@@ -218,7 +258,10 @@ def main():
         "mt_process_peak_rss_mib": round(memory["mt"]["process_peak_rss_mib"], 1),
         "meta_process_peak_rss_mib": round(memory["meta"]["process_peak_rss_mib"], 1),
         "steps": args.steps, "warmup": args.warmup, "batch_size": args.batch_size, "length": args.length,
-        "model": "tiny" if args.tiny else "minilm", "data": "rotten_tomatoes+tapt+dapt(imdb)", "device": device,
+        "model": "tiny" if args.tiny else "minilm" if "minilm" in model_path.lower() else model_path,
+        "model_name_or_path": model_path, "data": "rotten_tomatoes+tapt+dapt(imdb)", "device": device,
+        "bf16": args.bf16, "matmul_peak_tflops": None if peak is None else round(peak, 1), "mfu": utilisation,
+        "host_syncs_per_training_step": syncs_report,
         "torch_threads": torch.get_num_threads(), "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in load_after], "allocator": allocator()}))
 

@@ -10,9 +10,14 @@ they are compared with. A caching allocator (tcmalloc, as CUDA's caching allocat
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import os
+import time
+import warnings
 from collections.abc import Callable
 
+import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 ALLOCATORS = ("tcmalloc", "jemalloc", "mimalloc")
@@ -45,3 +50,94 @@ def allocator() -> str:
     except OSError:
         return "unknown"
     return next((name for name in ALLOCATORS if f"lib{name}" in mapped), "glibc malloc")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# On an accelerator (--device cuda --bf16): timing, the measured matmul peak that MFU divides by, host syncs
+# --------------------------------------------------------------------------------------------------------------
+
+
+def add_device_arguments(parser, default: str = "cpu") -> None:
+    """--device and --bf16, as every step benchmark takes them."""
+    parser.add_argument("--device", default=default, help="cpu, or cuda (Trainer's accelerator)")
+    parser.add_argument("--bf16", action="store_true",
+                        help="bf16 mixed precision (Trainer's --bf16; torch.autocast where a benchmark drives steps "
+                             "itself), as a GPU run trains")
+
+
+def synchronize(device) -> None:
+    """Wait for the device's queued work, so a wall clock read after it covers that work (nothing on CPU)."""
+    if str(device) != "cpu":
+        torch.accelerator.synchronize()
+
+
+def autocast(device, bf16: bool):
+    """bf16 autocast on `device` when `bf16`, else nothing: what Trainer's `bf16=True` wraps each forward in."""
+    if not bf16:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+
+
+def matmul_peak_tflops(device, size: int = 8192, repeats: int = 10) -> float | None:
+    """The bf16 matrix-product rate this device reaches on one large product (TFLOP/s, measured here, mean of
+    `repeats` after warm-up): what MFU divides by, so MFU reads as a share of what this card delivers rather than of
+    a datasheet figure. None on CPU (MFU is not reported there)."""
+    if str(device) == "cpu":
+        return None
+    a = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+    b = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    synchronize(device)
+    seconds = (time.perf_counter() - start) / repeats
+    del a, b
+    return 2 * size**3 / seconds / 1e12
+
+
+def mfu(gflop: float, seconds: float, peak_tflops: float | None) -> float | None:
+    """Model FLOP utilisation: the counted matrix-product FLOPs of one step over its time, as a share of the peak."""
+    if peak_tflops is None or seconds <= 0:
+        return None
+    return round(gflop / seconds / 1e3 / peak_tflops, 4)
+
+
+class HostSyncs:
+    """Counts the synchronizing CUDA calls (a `.item()`, a data-dependent shape, a copy to the host) made between
+    start() and stop(), by the Python line that made them (torch's sync debug mode, 'warn'). Nothing on CPU."""
+
+    def __init__(self, device):
+        self.enabled = str(device).startswith("cuda")
+        self.by_line: collections.Counter = collections.Counter()
+        self.windows = 0
+        self._catcher = None
+
+    def start(self) -> None:
+        if not self.enabled:
+            return
+        self._catcher = warnings.catch_warnings(record=True)
+        self._caught = self._catcher.__enter__()
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+
+    def stop(self) -> None:
+        if not self.enabled or self._catcher is None:
+            return
+        torch.cuda.set_sync_debug_mode("default")
+        self._catcher.__exit__(None, None, None)
+        self._catcher = None
+        self.windows += 1
+        for caught in self._caught:
+            if "synchronizing" in str(caught.message):
+                self.by_line[f"{os.path.relpath(caught.filename)}:{caught.lineno}"] += 1
+
+    def report(self) -> dict | None:
+        """{"per_window": syncs per start/stop window, "by_line": {file:line: count}} (None on CPU)."""
+        if not self.enabled:
+            return None
+        total = sum(self.by_line.values())
+        return {"per_window": round(total / max(1, self.windows), 2), "windows": self.windows,
+                "by_line": dict(self.by_line.most_common(12))}

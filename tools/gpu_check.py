@@ -1,0 +1,189 @@
+#!/usr/bin/env python
+"""What no CPU can show, as a user starts it on a GPU machine: every command and run script trains on CUDA with bf16,
+under a real launcher (the soft-label meta objectives in fp32: MetaLMConfig refuses them in bf16), and what it
+saves loads in plain transformers with finite weights; MUPPET (R3F included) under FSDP through `accelerate launch`.
+
+    python tools/gpu_check.py --out gpu_check.json                       # tests/tiny.py's checkpoint
+    python tools/gpu_check.py --model path/to/bert --out gpu_check.json  # a real BERT-style checkpoint
+
+Each check is a subprocess (the installed `hf-aux` where it is on PATH, else `python -m hf_aux.cli.command`;
+`torchrun --nproc_per_node 1` for the run scripts; `accelerate launch --use_fsdp` for FSDP) on small files written
+to a temporary folder: the data a user brings (CSV, JSONL, a text corpus, a mixture file). A check passes when the
+command exits 0, its trainer_state.json counts the steps asked for and logs finite losses, and
+AutoModel / AutoModelForMaskedLM.from_pretrained loads the output with every weight finite. `--cpu` runs the same
+checks (FSDP's excepted) with --use_cpu instead of --bf16: the script's own test on a machine without a GPU. The last line printed is
+one JSON object (also written to --out): per check, passed, seconds and the tail of its output when it failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+STEPS = 6
+
+
+def hf_aux_command() -> list[str]:
+    installed = shutil.which("hf-aux")
+    return [installed] if installed else [sys.executable, "-m", "hf_aux.cli.command"]
+
+
+def write_user_data(folder: Path, model: str | None) -> Path:
+    """tests/tiny.py's command files (a tiny BERT, JSONL tasks, a text file) plus the files a user brings first:
+    train.csv / dev.csv with string labels, corpus.txt, mix.yaml naming no kinds, labelled.yaml."""
+    from tiny import COMMAND_WORDS, write_command_data
+
+    write_command_data(folder, "hf-aux-tests/tiny-bert")
+    if model:  # a real checkpoint in place of the tiny one
+        shutil.rmtree(folder / "tiny_bert")
+        shutil.copytree(model, folder / "tiny_bert")
+    rng = random.Random(1)
+    for name, size in (("train", 64), ("dev", 16), ("end", 48)):
+        rows = ["text,label"] + [f"{' '.join(rng.choices(COMMAND_WORDS, k=12))},{rng.choice(['neg', 'pos'])}"
+                                 for _ in range(size)]
+        (folder / f"{name}.csv").write_text("\n".join(rows) + "\n")
+    (folder / "corpus.txt").write_text("".join(" ".join(rng.choices(COMMAND_WORDS, k=60)) + "\n" for _ in range(120)))
+    (folder / "mix.yaml").write_text(f"tasks:\n  - name: sentiment\n    data_files: {folder / 'train.csv'}\n"
+                                     f"    validation_fraction: 0.25\n  - name: pick\n"
+                                     f"    data_files: {folder / 'choice.jsonl'}\n")
+    (folder / "end.yaml").write_text(f"name: end\ndata_files: {folder / 'end.csv'}\nvalidation_fraction: 0.25\n")
+    (folder / "labelled.yaml").write_text(f"tasks:\n  - name: sentiment\n    data_files: {folder / 'train.csv'}\n")
+    return folder
+
+
+def checks(d: Path) -> dict[str, tuple[list[str], str]]:
+    """name -> (argv without --output_dir, the class that loads the output)."""
+    from tiny import command_args
+
+    model = ["--model_name_or_path", str(d / "tiny_bert")]
+    common = ["--max_steps", str(STEPS), "--report_to", "none", "--logging_steps", "1", "--disable_tqdm", "true"]
+    hf_aux = hf_aux_command()
+    first = {  # the installed command given a user's own files, as the README shows it, on CUDA with bf16
+        "muppet": [*model, "--mixture_file", d / "mix.yaml"],
+        "muppet-r3f": [*model, "--mixture_file", d / "mix.yaml", "--robust_finetuning", "r3f"],
+        "muppet-meta": [*model, "--mixture_file", d / "mix.yaml", "--task_weighting", "meta", "--end_task",
+                        d / "end.yaml"],
+        "amos": ["--train_file", d / "corpus.txt", "--tokenizer_name", d / "tiny_bert", "--hidden_size", "64",
+                 "--num_hidden_layers", "2", "--num_attention_heads", "2", "--intermediate_size", "128",
+                 "--generator_num_hidden_layers", "2", "--mlm_layers", "1", "2"],
+        "tartan-meta": [*model, "--train_file", d / "train.csv", "--validation_file", d / "dev.csv", "--auxiliary",
+                        f"tapt={d / 'corpus.txt'}"],
+        "tartan-mt": [*model, "--train_file", d / "train.csv", "--validation_file", d / "dev.csv", "--auxiliary",
+                      f"tapt={d / 'corpus.txt'}", "--mode", "mt"],
+        "finetune": [*model, "--train_file", d / "train.csv", "--validation_file", d / "dev.csv"],
+        "meta-lm-hard": [*model, "--train_file", d / "corpus.txt", "--mixture", d / "labelled.yaml"],
+        "meta-lm-soft": [*model, "--train_file", d / "corpus.txt", "--mixture", d / "labelled.yaml", "--objective",
+                         "soft"],
+        "meta-lm-soft-first-order": [*model, "--train_file", d / "corpus.txt", "--mixture", d / "labelled.yaml",
+                                     "--objective", "soft", "--first_order", "true"],
+    }
+    found = {}
+    for name, args in first.items():
+        method = name.split("-")[0] if not name.startswith("meta-lm") else "meta-lm"
+        loader = "AutoModelForMaskedLM" if method == "meta-lm" else "AutoModel"
+        precision = [] if "soft" in name else ["--bf16", "true"]
+        found[f"hf-aux {name}"] = ([*hf_aux, method, *map(str, args), *common, *precision], loader)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port", "29533"]
+    quiet = ["--report_to", "none", "--disable_tqdm", "true", "--logging_steps", "1", "--bf16", "true"]
+    for script in ("run_muppet", "run_amos", "run_tartan", "run_finetune", "run_meta_lm"):
+        args = command_args(script, d, "OUT", quiet, "mlm" if script == "run_meta_lm" else "hard")
+        args = [a for a in args if a != "OUT"]
+        del args[args.index("--output_dir")]
+        loader = "AutoModelForMaskedLM" if script == "run_meta_lm" else "AutoModel"
+        found[f"torchrun {script}"] = ([*torchrun, str(ROOT / "run_scripts" / f"{script}.py"), *args,
+                                        "--max_steps", str(STEPS)], loader)
+    fsdp = [sys.executable, "-m", "accelerate.commands.launch", "--use_fsdp", "--num_processes", "1",
+            "--num_machines", "1", "--mixed_precision", "bf16", "--dynamo_backend", "no", "--main_process_port",
+            "29534", "--fsdp_sharding_strategy", "FULL_SHARD", "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP",
+            "--fsdp_transformer_layer_cls_to_wrap", "BertLayer", "--fsdp_state_dict_type", "FULL_STATE_DICT"]
+    for r3f in (False, True):
+        args = command_args("run_muppet", d, "OUT", ["--report_to", "none", "--disable_tqdm", "true",
+                                                     "--logging_steps", "1"])
+        args = [a for a in args if a != "OUT"]
+        del args[args.index("--output_dir")]
+        found[f"accelerate FSDP run_muppet{' r3f' if r3f else ''}"] = (
+            [*fsdp, str(ROOT / "run_scripts" / "run_muppet.py"), *args, "--max_steps", str(STEPS),
+             *(["--robust_finetuning", "r3f"] if r3f else [])], "AutoModel")
+    return found
+
+
+def verify(out: Path, loader: str) -> str | None:
+    """None when the output holds STEPS steps and loads with finite weights; else what is wrong."""
+    import torch
+    import transformers
+
+    state_file = out / "trainer_state.json"
+    if not state_file.is_file():
+        return "no trainer_state.json in the output"
+    steps = json.loads(state_file.read_text())["global_step"]
+    if steps != STEPS:
+        return f"global_step {steps}, asked for {STEPS}"
+    model = getattr(transformers, loader).from_pretrained(out)
+    bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
+    return f"non-finite weights: {bad[:3]}" if bad else None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="a BERT-style checkpoint folder to train instead of tests/tiny.py's")
+    parser.add_argument("--out", help="write the JSON result here too")
+    parser.add_argument("--only", nargs="*", help="run only checks whose name contains one of these")
+    parser.add_argument("--timeout", type=int, default=240, help="seconds per check")
+    parser.add_argument("--cpu", action="store_true", help="--use_cpu instead of --bf16, no FSDP (checks the script)")
+    cli = parser.parse_args()
+    import torch
+
+    if not cli.cpu and not torch.cuda.is_available():
+        sys.exit("gpu_check: no CUDA device visible (torch.cuda.is_available() is False)")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "TORCH_CPP_LOG_LEVEL": "ERROR"}
+    results = {"device": "cpu" if cli.cpu else torch.cuda.get_device_name(0), "torch": torch.__version__,
+               "model": Path(cli.model).name if cli.model else "tests/tiny.py tiny_bert", "checks": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        data = write_user_data(Path(tmp) / "data", cli.model)
+        for name, (argv, loader) in checks(data).items():
+            if cli.only and not any(part in name for part in cli.only) or cli.cpu and "FSDP" in name:
+                continue
+            if cli.cpu:
+                argv = ["--use_cpu" if a == "--bf16" else a for a in argv]
+            out = Path(tmp) / name.replace(" ", "_")
+            start = time.perf_counter()
+            try:
+                done = subprocess.run([*argv, "--output_dir", str(out)], env=env, cwd=tmp, capture_output=True,
+                                      text=True, timeout=cli.timeout)
+                log, code = done.stdout + done.stderr, done.returncode
+            except subprocess.TimeoutExpired as error:
+                log, code = str(error.stdout or "") + str(error.stderr or ""), "timeout"
+            seconds = round(time.perf_counter() - start, 1)
+            problem = f"exit {code}" if code != 0 else verify(out, loader)
+            record = {"passed": problem is None, "seconds": seconds}
+            if problem is not None:
+                record.update(problem=problem, tail=log[-2500:])
+            else:
+                history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+                losses = [row["loss"] for row in history if "loss" in row]
+                record["losses"] = [round(x, 4) for x in losses[:1] + losses[-1:]]
+                record["losses_finite"] = all(math.isfinite(x) for x in losses)
+            results["checks"][name] = record
+            print(f"{'PASS' if problem is None else 'FAIL'} {name} ({seconds} s){'' if problem is None else ': ' + problem}",
+                  flush=True)
+    results["passed"] = sum(r["passed"] for r in results["checks"].values())
+    results["failed"] = [name for name, r in results["checks"].items() if not r["passed"]]
+    if cli.out:
+        Path(cli.out).write_text(json.dumps(results, indent=1))
+    print(json.dumps({k: v for k, v in results.items() if k != "checks"}))
+
+
+if __name__ == "__main__":
+    main()
