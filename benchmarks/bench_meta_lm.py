@@ -126,7 +126,7 @@ def real_data(opts):
         return tok, blocks.select_columns(["input_ids", "attention_mask"]), {TASK_NAME: labelled}
     from hf_aux.demo import demo_task, demo_unlabelled_text, minilm_path
 
-    tok = AutoTokenizer.from_pretrained(minilm_path())
+    tok = AutoTokenizer.from_pretrained(opts.tokenizer or minilm_path("bench_meta_lm", "tokenizer"))
     text = demo_unlabelled_text(sources=opts.sources, max_documents=60, seed=0)
     blocks = group_texts_for_mlm(text, tok, block_size=opts.length)
     blocks = blocks.select(range(min(256, len(blocks))))
@@ -245,6 +245,8 @@ def main():
                         help="BERT-base proportions: hidden 768, 12 layers, 12 heads, FFN 3072 (slow on CPU: use "
                              "--rounds 3 --warmup 1)")
     parser.add_argument("--length", type=int, default=32)
+    parser.add_argument("--tokenizer", default=None,
+                        help="text data: a BERT-uncased tokenizer folder (default: MiniLM's, vocabulary 30,522)")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--data", choices=["text", "moons"], default="text",
                         help="text: demo Wikipedia/IMDB text + rotten_tomatoes, MiniLM tokenizer; moons: Two Moons")

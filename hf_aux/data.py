@@ -422,7 +422,9 @@ class TokenizedTask:
 class MultiTaskCollator:
     """Pads a list of tokenised features of ONE task (rows from `tokenize_task`) into model inputs.
 
-    Adds `task_ids` (LongTensor [batch], the task's index in `task_names`, the order of the model's heads).
+    Adds `task_ids` (LongTensor [batch], the task's index in `task_names`, the order of the model's heads) and
+    `task`, its name (a string: Trainer moves tensors to the device, so a trainer or the model reads the task from
+    it without a host sync; MultiTaskModel.forward takes either).
     multiple_choice: input_ids [batch, choices, length] with `choice_mask` [batch, choices] (False where an
     example has fewer choices than the widest one). seq2seq and token_classification: labels padded with -100.
     Columns that are not model inputs (QA offsets, example indices) are dropped.
@@ -444,6 +446,10 @@ class MultiTaskCollator:
             raise ValueError(f"task '{name}': field 'task_name': not one of the model's tasks {self.task_names}")
         first = features[0]
         if isinstance(first["input_ids"][0], list):
+            few = next((f for f in features if len(f["input_ids"]) < 2), None)
+            if few is not None:  # MUPPET eq. 1 divides its loss by log n (scale_losses)
+                raise ValueError(f"task '{name}': field 'choices': an example has {len(few['input_ids'])} choice(s); "
+                                 "multiple choice needs at least 2")
             batch = self._pad_choices(features)
         else:
             inputs = [{k: f[k] for k in MODEL_INPUT_KEYS if k in f} for f in features]
@@ -460,6 +466,7 @@ class MultiTaskCollator:
                 if key in first:
                     batch[key] = torch.tensor([f[key] for f in features], dtype=torch.long)
         batch["task_ids"] = torch.full((len(features),), self.task_index[name], dtype=torch.long)
+        batch["task"] = name
         return batch
 
     def _pad_choices(self, features):

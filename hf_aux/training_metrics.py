@@ -22,7 +22,8 @@ import torch
 
 
 class MetricAccumulator:
-    """Per key, a running sum and a running count as device tensors since the last `reduce`.
+    """Per key, a running sum (a device tensor) and a running count (a number, or a device tensor where a count
+    was given as one) since the last `reduce`.
 
     `add(name, value, count)`: `value` is a sum over `count` items (default: one item, so the logged value is the
     mean over the calls); `add_total(name, value)` is logged as the plain sum. `reduce` sums every key over the
@@ -36,7 +37,7 @@ class MetricAccumulator:
     def __init__(self, keys: list[str] | tuple = (), device: torch.device | str | None = None):
         self._declared = (list(keys), device)
         self._sums: dict[str, torch.Tensor] = {}
-        self._counts: dict[str, torch.Tensor] = {}
+        self._counts: dict[str, torch.Tensor | float] = {}
         self._totals: set[str] = set()
         self.last: dict[str, torch.Tensor] = {}
         self.clear()
@@ -51,7 +52,9 @@ class MetricAccumulator:
     @torch.no_grad()
     def add(self, name: str, value: torch.Tensor, count: torch.Tensor | float = 1.0) -> None:
         value = value.detach().float().reshape(())
-        count = torch.as_tensor(count, dtype=torch.float32, device=value.device).reshape(())
+        # a count given as a number stays a number: making it a device tensor is a host-to-device copy, which
+        # stops the host on CUDA (twice per MUPPET sub-batch, measured with torch's sync debug mode)
+        count = count.detach().float().reshape(()) if isinstance(count, torch.Tensor) else float(count)
         self.last[name] = value
         if name in self._sums:
             self._sums[name] = self._sums[name] + value
@@ -70,9 +73,7 @@ class MetricAccumulator:
         if not self._sums:
             return {}
         names = list(self._sums)
-        stacked = torch.stack([torch.stack([self._sums[n] for n in names]),
-                               torch.stack([self._counts[n].to(self._sums[n].device) for n in names])])
-        sums, counts = accelerator.reduce(stacked, reduction="sum").tolist()
+        sums, counts = accelerator.reduce(self.stacked(), reduction="sum").tolist()
         values = {}
         for name, total, count in zip(names, sums, counts):
             if drop_empty and count == 0 and name not in self._totals:
@@ -82,13 +83,24 @@ class MetricAccumulator:
         self.clear()
         return values
 
+    def stacked(self) -> torch.Tensor:
+        """[2, keys]: the sums and the counts, keys in the order first added (what `reduce` all-reduces)."""
+        names = list(self._sums)
+        device = self._sums[names[0]].device
+        counts = [self._counts[n] for n in names]
+        if not any(isinstance(c, torch.Tensor) for c in counts):  # numbers only: one copy to the device
+            count_row = torch.tensor(counts, dtype=torch.float32).to(device)
+        else:
+            count_row = torch.stack([torch.as_tensor(c, dtype=torch.float32).to(device) for c in counts])
+        return torch.stack([torch.stack([self._sums[n] for n in names]), count_row])
+
     def clear(self) -> None:
         self._sums, self._counts, self.last = {}, {}, {}
         self._totals = set()
         keys, device = self._declared
         for name in keys:
             self._sums[name] = torch.zeros((), device=device)
-            self._counts[name] = torch.zeros((), device=device)
+            self._counts[name] = 0.0
 
 
 __all__ = ["MetricAccumulator"]

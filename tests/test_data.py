@@ -89,7 +89,8 @@ def test_extractive_qa_positions_map_back_to_the_answer(tok):
     question_offsets = first_example[0]["offset_mapping"][1]
     assert question_offsets == [-1, -1]  # question tokens are not candidate answers
     batch = MultiTaskCollator(tok, ["qa"])(list(out.select(range(3))))
-    assert set(batch) == {"input_ids", "attention_mask", "token_type_ids", "start_positions", "end_positions", "task_ids"}
+    assert set(batch) == {"input_ids", "attention_mask", "token_type_ids", "start_positions", "end_positions", "task_ids",
+                          "task"}
 
 
 def test_seq2seq_targets_are_padded_with_ignore_index(tok):
@@ -183,3 +184,18 @@ def test_group_texts_and_mlm_collator(tok):
         group_texts_for_mlm(text, tok, text_column="body")
     with pytest.raises(ValueError, match="fewer than 500 tokens"):
         group_texts_for_mlm(text, tok, block_size=500)
+
+
+def test_the_collator_names_the_task_on_the_host_and_refuses_a_one_choice_example(tok):
+    """The batch carries its task's name beside task_ids (a trainer reads the task without a device read), and a
+    multiple-choice example with one choice is refused as it is padded (eq. 1 divides by log n; on an accelerator
+    scale_losses leaves that check to the collator)."""
+    rows = datasets.Dataset.from_dict({"question": ["what is red", "who is there"],
+                                       "choices": [["the sun", "a cat"], ["a dog", "the party"]], "label": [0, 1]})
+    out = list(tokenize_task(TaskSpec(name="mc", kind="multiple_choice", dataset=rows), rows, tok))
+    batch = MultiTaskCollator(tok, ["other", "mc"])(out)
+    assert batch["task"] == "mc" and batch["task_ids"].tolist() == [1, 1]
+    out[1] = {**out[1], "input_ids": out[1]["input_ids"][:1], "attention_mask": out[1]["attention_mask"][:1],
+              **({"token_type_ids": out[1]["token_type_ids"][:1]} if "token_type_ids" in out[1] else {})}
+    with pytest.raises(ValueError, match=r"task 'mc': field 'choices': an example has 1 choice"):
+        MultiTaskCollator(tok, ["mc"])(out)

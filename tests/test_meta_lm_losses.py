@@ -5,7 +5,8 @@ soft-label gradient."""
 import pytest
 import torch
 
-from hf_aux.meta_lm.functional_optim import adamw_update, adamw_update_vjp, clip_by_total_norm, clip_by_total_norm_vjp
+from hf_aux.meta_lm.functional_optim import (adamw_update, adamw_update_vjp, clip_by_total_norm, clip_by_total_norm_vjp,
+                                             optimizer_steps)
 from hf_aux.meta_lm.losses import first_order_soft_label_grads
 
 HYPER = dict(lr=3e-3, beta1=0.9, beta2=0.98, eps=1e-6)  # noqa: C408
@@ -93,3 +94,20 @@ def test_first_order_soft_label_grads_is_the_mixed_derivative_along_w():
     assert torch.equal(zeros[0], torch.zeros(6, dtype=torch.float64))
     (unused,) = first_order_soft_label_grads(label_grads_at, theta, [None], base, 1e-3)
     assert torch.equal(unused, torch.zeros(6, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("implementation", ["for_loop", "foreach", "fused"])
+def test_optimizer_steps_reads_every_parameters_step_count(implementation):
+    """optimizer_steps: 0 before a parameter's first update, then its own count (a parameter without a gradient in
+    a step is not counted), as int whatever tensor the optimizer keeps it in."""
+    a, b = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(2))
+    kwargs = {"foreach": False} if implementation == "for_loop" else {implementation: True}
+    optimizer = torch.optim.AdamW([a, b], lr=0.1, **kwargs)
+    assert optimizer_steps(optimizer, [a, b]) == [0, 0]
+    for step in range(3):
+        loss = a.sum() + (b.sum() if step == 0 else 0)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    assert optimizer_steps(optimizer, [a, b]) == [3, 1]
+    assert all(type(n) is int for n in optimizer_steps(optimizer, [b, a]))

@@ -345,7 +345,7 @@ def test_seq2seq_evaluation_scores_greedy_outputs_with_rouge(tmp_path):
     model.eval()
     for first in (0, 2):  # the evaluation batches, by hand
         batch = collate([dict(data[i]) for i in range(first, min(first + 2, len(data)))])
-        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        inputs = {k: v for k, v in batch.items() if k not in ("labels", "task")}  # tensors: sliced per example
         _, generated, _ = trainer.prediction_step(model, batch, prediction_loss_only=False)
         assert generated.shape[1] <= 5
         for i, (row, labels) in enumerate(zip(generated.tolist(), batch["labels"].tolist())):
@@ -362,3 +362,18 @@ def test_seq2seq_evaluation_scores_greedy_outputs_with_rouge(tmp_path):
         assert metrics[f"eval_summary_{key}"] == pytest.approx(value)
     assert metrics["eval_average_primary"] == pytest.approx(expected[PRIMARY_METRIC["seq2seq"]])
     assert metrics["eval_summary_loss"] > 0
+
+
+def test_the_sub_batchs_task_is_read_on_the_host():
+    """MuppetTrainer takes the task from the collator's `task` name, never reading `task_ids` (on the device by
+    then: one host sync per sub-batch on CUDA); a batch without the name falls back to task_ids."""
+    from types import SimpleNamespace
+
+    from hf_aux.muppet.trainer import task_index
+
+    body = SimpleNamespace(config=SimpleNamespace(task_names=["a", "b", "c"]))
+    on_device = torch.full((4,), 1, dtype=torch.long, device="meta")  # reading it would raise
+    assert task_index(body, {"task": "c", "task_ids": on_device}) == 2
+    assert task_index(body, {"task_ids": torch.full((4,), 1)}) == 1
+    with pytest.raises(RuntimeError):
+        task_index(body, {"task_ids": on_device})

@@ -24,10 +24,7 @@ class TwoProcesses:
         self.other = other
 
     def reduce(self, tensor, reduction):
-        names = list(self.other._sums)
-        theirs = torch.stack([torch.stack([self.other._sums[n] for n in names]),
-                              torch.stack([self.other._counts[n] for n in names])])
-        return tensor + theirs
+        return tensor + self.other.stacked()
 
 
 def test_mean_ratio_and_total_by_hand():
@@ -62,3 +59,17 @@ def test_declared_keys_reduce_on_every_rank_and_unseen_ones_drop():
     assert logged == {"loss/a": pytest.approx(3.0)}  # (1 + 3 + 5) / 3 sub-batches; b seen by no rank
     assert list(rank0._sums) == tasks  # declared again, at zero, for the next log
     assert all(float(v) == 0.0 for v in rank0._sums.values())
+
+
+def test_a_count_given_as_a_number_stays_on_the_host():
+    """add(count=<number>) keeps the count a number (a device tensor made from it is a host-to-device copy, which
+    stops the host on CUDA), tensors and numbers mix, and reduce gives the same means."""
+    metrics = MetricAccumulator(keys=["declared"])
+    metrics.add("loss", torch.tensor(2.0), count=2)
+    metrics.add("loss", torch.tensor(4.0))
+    assert isinstance(metrics._counts["loss"], float) and isinstance(metrics._counts["declared"], float)
+    metrics.add("hits", torch.tensor(3.0), count=torch.tensor(4))
+    metrics.add("hits", torch.tensor(1.0), count=4)
+    assert metrics.stacked().tolist() == [[0.0, 6.0, 4.0], [0.0, 3.0, 8.0]]
+    logged = metrics.reduce(OneProcess(), drop_empty=True)
+    assert logged == {"loss": 2.0, "hits": 0.5}

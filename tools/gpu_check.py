@@ -82,7 +82,8 @@ def checks(d: Path) -> dict[str, tuple[list[str], str]]:
         "tartan-mt": [*model, "--train_file", d / "train.csv", "--validation_file", d / "dev.csv", "--auxiliary",
                       f"tapt={d / 'corpus.txt'}", "--mode", "mt"],
         "finetune": [*model, "--train_file", d / "train.csv", "--validation_file", d / "dev.csv"],
-        "meta-lm-hard": [*model, "--train_file", d / "corpus.txt", "--mixture", d / "labelled.yaml"],
+        "meta-lm-hard": [*model, "--train_file", d / "corpus.txt", "--mixture", d / "labelled.yaml", "--objective",
+                         "hard"],  # the command's default objective is soft, which MetaLMConfig refuses in bf16
         "meta-lm-soft": [*model, "--train_file", d / "corpus.txt", "--mixture", d / "labelled.yaml", "--objective",
                          "soft"],
         "meta-lm-soft-first-order": [*model, "--train_file", d / "corpus.txt", "--mixture", d / "labelled.yaml",
@@ -178,6 +179,10 @@ def main():
             results["checks"][name] = record
             print(f"{'PASS' if problem is None else 'FAIL'} {name} ({seconds} s){'' if problem is None else ': ' + problem}",
                   flush=True)
+            if problem is not None:
+                print(log[-1500:], flush=True)
+            if cli.out:  # after every check: a run stopped part-way keeps what it found
+                Path(cli.out).write_text(json.dumps(results, indent=1))
     results["passed"] = sum(r["passed"] for r in results["checks"].values())
     results["failed"] = [name for name, r in results["checks"].items() if not r["passed"]]
     if cli.out:

@@ -22,6 +22,19 @@ from torch.optim.adamw import adamw as adamw_functional
 from torch.optim.sgd import sgd as sgd_functional
 
 
+def optimizer_steps(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> list[int]:
+    """The optimizer's step count of each of `params` (0 before its first update), read with at most one host
+    transfer: a fused or capturable AdamW (Trainer's default on CUDA is fused) keeps each count as a tensor on the
+    device, and reading them one by one stopped the host once per parameter (67 times per student update for a
+    2-layer BERT, measured with torch's sync debug mode on an H200)."""
+    steps = [optimizer.state.get(p, {}).get("step", 0) for p in params]
+    on_device = [i for i, s in enumerate(steps) if isinstance(s, torch.Tensor) and s.device.type != "cpu"]
+    if on_device:
+        for i, value in zip(on_device, torch.stack([steps[i].reshape(()).float() for i in on_device]).tolist()):
+            steps[i] = value
+    return [int(s) for s in steps]
+
+
 def student_update(optimizer: torch.optim.Optimizer, max_grad_norm: float | None, params: list[torch.Tensor],
                    grads: list[torch.Tensor | None]) -> list[torch.Tensor]:
     """theta_1 of eq. 1: clipping, then the optimizer's update, computed from its state as a function of `grads`
@@ -30,6 +43,7 @@ def student_update(optimizer: torch.optim.Optimizer, max_grad_norm: float | None
     present = [i for i, g in enumerate(grads) if g is not None]
     clipped = clip_by_total_norm([grads[i] for i in present], max_grad_norm)
     theta_1 = [p.detach() for p in params]
+    steps = dict(zip(present, optimizer_steps(optimizer, [params[i] for i in present])))
     for i, grad in zip(present, clipped):
         param = params[i].detach()
         group = group_of[id(params[i])]
@@ -38,7 +52,7 @@ def student_update(optimizer: torch.optim.Optimizer, max_grad_norm: float | None
             theta_1[i] = sgd_update(param, grad, lr, group["weight_decay"])
             continue
         state = optimizer.state.get(params[i], {})
-        step = int(state["step"]) if "step" in state else 0
+        step = steps[i]
         exp_avg = state.get("exp_avg", torch.zeros_like(param))
         exp_avg_sq = state.get("exp_avg_sq", torch.zeros_like(param))
         beta1, beta2 = group["betas"]
@@ -106,10 +120,9 @@ def student_update_vjp(optimizer: torch.optim.Optimizer, max_grad_norm: float | 
     slot = {id(params[i]): i for i in present}
     for group in optimizer.param_groups:  # one foreach call per param group and optimizer step count
         buckets = defaultdict(list)
-        for p in group["params"]:
-            if id(p) in slot:
-                state = optimizer.state.get(p, {})
-                buckets[int(state["step"]) if "step" in state else 0].append(slot[id(p)])
+        trained = [p for p in group["params"] if id(p) in slot]
+        for p, step in zip(trained, optimizer_steps(optimizer, trained)):
+            buckets[step].append(slot[id(p)])
         for step, indices in buckets.items():
             cotangent = [cotangents[i] for i in indices]
             if type(optimizer) is torch.optim.SGD:
@@ -248,4 +261,4 @@ def clip_by_total_norm_vjp(grads: list[torch.Tensor], max_norm: float, cotangent
 
 
 __all__ = ["adamw_update", "adamw_update_vjp", "adamw_update_vjp_from_moments", "clip_by_total_norm",
-           "clip_by_total_norm_vjp", "sgd_update", "student_update", "student_update_values", "student_update_vjp"]
+           "clip_by_total_norm_vjp", "optimizer_steps", "sgd_update", "student_update", "student_update_values", "student_update_vjp"]

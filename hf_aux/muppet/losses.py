@@ -120,8 +120,11 @@ def scale_losses(losses: torch.Tensor, num_predictions: torch.Tensor) -> torch.T
     """MUPPET eq. 1: L_i / log n(i), per data point. losses, num_predictions [B] -> [B].
 
     n(i) >= 2 is required (log 1 = 0): a data point with one prediction (e.g. a multiple-choice example with a
-    single valid choice) has nothing to learn and would divide by zero."""
-    if bool((num_predictions < 2).any()):
+    single valid choice) has nothing to learn and would divide by zero. Checked here for CPU tensors; on an
+    accelerator reading the answer would stop the host once per sub-batch, so there the check is MultiTaskCollator's
+    (it refuses a multiple-choice example with fewer than 2 choices as it pads; classification's n is its label
+    count), and a batch from elsewhere that breaks it gives an infinite loss, which the non-finite check names."""
+    if num_predictions.device.type == "cpu" and bool((num_predictions < 2).any()):
         raise ValueError("scale_losses: field 'num_predictions': every data point needs n(i) >= 2 predictions "
                          f"(got min {float(num_predictions.min())}); log 1 = 0 cannot scale a loss")
     return losses / torch.log(num_predictions.to(losses.dtype))

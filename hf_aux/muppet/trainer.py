@@ -225,7 +225,7 @@ class MuppetTrainer(AuxTrainer):
         """The sub-batch's loss. `for_weights`: the plain eq. 1-scaled loss whose gradient g_k the end-task-aware
         weight update takes (no R3F term, no task weight, nothing logged or checked)."""
         body = self.accelerator.unwrap_model(model)
-        task = int(inputs["task_ids"][0])  # the model resolves the head from it too (one host read per sub-batch)
+        task = task_index(body, inputs)
         spec = body.config.tasks[task]
         kind = spec["kind"]
         model_inputs = {k: v for k, v in inputs.items() if k not in TARGET_KEYS}
@@ -528,7 +528,7 @@ class MuppetTrainer(AuxTrainer):
         token ids, -100 after EOS (seq2seq; the labels are the reference ids)."""
         inputs = self._prepare_inputs(inputs)
         body = self.accelerator.unwrap_model(model)
-        kind = body.config.tasks[int(inputs["task_ids"][0])]["kind"]
+        kind = body.config.tasks[task_index(body, inputs)]["kind"]
         with torch.no_grad(), self.compute_loss_context_manager():
             model_inputs = {k: v for k, v in inputs.items() if k not in TARGET_KEYS}
             if kind == "seq2seq":
@@ -578,6 +578,16 @@ class MuppetTrainer(AuxTrainer):
         generated = decoded[:, 1:]
         after_eos = (generated == config.eos_token_id).int().cumsum(dim=1) > 0
         return generated.masked_fill(after_eos, -100)
+
+
+def task_index(body: MultiTaskModel, inputs: dict) -> int:
+    """The sub-batch's task, as the index of its head: from the `task` name MultiTaskCollator adds (read on the host:
+    `task_ids` is on the device by now, and reading it stopped the host once per sub-batch), else from `task_ids`
+    (a batch from another collator; one host read)."""
+    name = inputs.get("task")
+    if isinstance(name, str):
+        return body.config.task_names.index(name)
+    return int(inputs["task_ids"].reshape(-1)[0])
 
 
 def _check_end_task(args: MuppetConfig, model: MultiTaskModel, train: MultiTaskDataset | None, end_task,
