@@ -95,8 +95,9 @@ def mask_tokens_for_mlm(
     to_random = torch.bernoulli(torch.full(input_ids.shape, random_share, device=input_ids.device),
                                 generator=generator).bool() & chosen & ~to_mask
     random_tokens = torch.randint(vocab_size, input_ids.shape, generator=generator, device=input_ids.device)
-    masked[to_random] = random_tokens[to_random]
-    return masked, labels
+    # where, not masked[to_random] = random_tokens[to_random]: the same tokens without boolean indexing, whose
+    # nonzero stops the host on CUDA
+    return torch.where(to_random, random_tokens, masked), labels
 
 
 def special_tokens_mask_for(input_ids: torch.Tensor, tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:

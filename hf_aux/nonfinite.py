@@ -85,8 +85,17 @@ def _format(value: float) -> str:
 def check_finite_loss(trainer, parts: dict, owner: str | None = None) -> bool:
     """True when every loss part (tensor or float) is finite. Otherwise, with `on_nonfinite` 'stop' (the default)
     raise `NonFiniteTrainingError` naming `owner`, the step in progress and every part; with 'skip' return False
-    (the `NonFiniteGuard` then drops the step's gradients). One host sync for tensors."""
+    (the `NonFiniteGuard` then drops the step's gradients). One host sync for tensors.
+
+    With 'stop', tensors on an accelerator and the trainer's `NonFiniteGuard` installed, the check is deferred to
+    the guard, which checks every sub-batch's parts at once before the update's optimizer step (one host sync per
+    update instead of one per sub-batch; the same error, naming the same step), and this returns True."""
     tensors = [v.detach().float().reshape(-1) for v in parts.values() if isinstance(v, torch.Tensor)]
+    if tensors and _policy(trainer.args) == "stop":
+        guard = find_nonfinite_guard(trainer)
+        if guard is not None and (guard.defer_loss_checks or tensors[0].device.type != "cpu"):
+            guard.defer_loss_check(trainer, parts, owner)
+            return True
     if tensors:
         if bool(torch.isfinite(torch.cat([t.to(tensors[0].device) for t in tensors])).all()):
             if all(math.isfinite(v) for v in parts.values() if not isinstance(v, torch.Tensor)):
@@ -116,6 +125,10 @@ class NonFiniteGuard(TrainerCallback):
         self._last_loss = None
         self._hook = None
         self._checked_step = 0  # 'stop': the parameters were last seen finite after this optimizer step
+        # check_finite_loss's deferred checks ('stop'): (trainer, owner, parts) of this update's sub-batches, checked
+        # at once before its optimizer step; deferred on an accelerator, and on CPU too when this is True
+        self.defer_loss_checks = False
+        self._pending_losses: list[tuple[object, str | None, dict]] = []
 
     # ---- the plain Trainer's loss: recorded (no host sync) by a forward hook while training ----
     def on_train_begin(self, args, state, control, model=None, **kwargs):
@@ -133,8 +146,33 @@ class NonFiniteGuard(TrainerCallback):
         if module.training and isinstance(loss, torch.Tensor):
             self._last_loss = loss.detach()
 
+    # ---- the loss parts check_finite_loss deferred: checked at once, before the update ----
+    def defer_loss_check(self, trainer, parts: dict, owner: str | None) -> None:
+        detached = {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in parts.items()}
+        self._pending_losses.append((trainer, owner, detached))
+
+    def check_deferred_losses(self) -> None:
+        """Check the loss parts deferred since the last call (one host sync); a non-finite one raises
+        check_finite_loss's error for the first sub-batch that had one."""
+        pending, self._pending_losses = self._pending_losses, []
+        tensors = [v.float().reshape(-1) for _, _, parts in pending for v in parts.values()
+                   if isinstance(v, torch.Tensor)]
+        if not tensors or bool(torch.isfinite(torch.cat([t.to(tensors[0].device) for t in tensors])).all()):
+            if all(math.isfinite(v) for _, _, parts in pending for v in parts.values()
+                   if not isinstance(v, torch.Tensor)):
+                return
+        for trainer, owner, parts in pending:  # raises at the first non-finite sub-batch (policy 'stop')
+            self.defer_loss_checks, deferring = False, self.defer_loss_checks
+            try:
+                check_finite_loss(trainer, {k: v.cpu() if isinstance(v, torch.Tensor) else v
+                                            for k, v in parts.items()}, owner)
+            finally:
+                self.defer_loss_checks = deferring
+
     # ---- before the update: gradients (and the watched loss) ----
     def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        if self._pending_losses:
+            self.check_deferred_losses()
         if _policy(args) == "stop" and (self._last_loss is None or bool(torch.isfinite(self._last_loss).all())):
             self._last_loss = None  # non-finite gradients show in the parameters they update (check_parameters)
             return
@@ -219,6 +257,12 @@ def check_finite_parameters(named_parameters, step: int, args, owner: str = "the
     raise NonFiniteTrainingError(
         f"non-finite parameters of {owner} {when}: {len(bad)} of {len(named)} parameter "
         f"tensors hold NaN/Inf (first: {bad[0]}); the update was too large. " + _advice(args))
+
+
+def find_nonfinite_guard(trainer) -> NonFiniteGuard | None:
+    """The trainer's `NonFiniteGuard`, if one is installed."""
+    handler = getattr(trainer, "callback_handler", None)
+    return next((c for c in getattr(handler, "callbacks", ()) if isinstance(c, NonFiniteGuard)), None)
 
 
 def install_nonfinite_guard(trainer, watch_model_loss: bool = False) -> NonFiniteGuard:

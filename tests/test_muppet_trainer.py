@@ -377,3 +377,26 @@ def test_the_sub_batchs_task_is_read_on_the_host():
     assert task_index(body, {"task_ids": torch.full((4,), 1)}) == 1
     with pytest.raises(RuntimeError):
         task_index(body, {"task_ids": on_device})
+
+
+def test_deferred_loss_checks_stop_at_the_update_naming_the_step_and_task(tmp_path):
+    """On an accelerator check_finite_loss leaves the sub-batches' loss checks to the guard, which checks them at
+    once before the optimizer step (one host sync per update): forced here on CPU, a NaN head still stops the run
+    at step 1 with the task named, no sub-batch raised on its own, and the parameters were never updated."""
+    from hf_aux.nonfinite import NonFiniteTrainingError, find_nonfinite_guard
+
+    tokenizer, tasks, train, model, args = _setup(tmp_path, max_steps=2)
+    train = {"sent": train["sent"]}
+    with torch.no_grad():
+        model.classification_heads["sent"].out_proj.bias.fill_(float("nan"))
+    trainer = MuppetTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
+    guard = find_nonfinite_guard(trainer)
+    guard.defer_loss_checks = True
+    computed = []
+    trainer.compute_loss = lambda *a, _own=trainer.compute_loss, **k: computed.append(1) or _own(*a, **k)
+    before = model.body.embeddings.word_embeddings.weight.detach().clone()
+    with pytest.raises(NonFiniteTrainingError, match=r"task 'sent': field 'loss': non-finite loss at step 1 \(loss nan"):
+        trainer.train()
+    assert len(computed) == args.gradient_accumulation_steps  # every sub-batch of the update ran, none raised
+    assert torch.equal(model.body.embeddings.word_embeddings.weight, before)  # no optimizer step
+    assert guard._pending_losses == []

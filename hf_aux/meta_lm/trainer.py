@@ -281,8 +281,11 @@ class MetaLMTrainer(AuxTrainer):
 
     # ---------------------------------------------------------------------------------------------- data
     def _special_mask(self, input_ids: torch.Tensor) -> torch.Tensor:
-        specials = torch.tensor(sorted(set(self.processing_class.all_special_ids)), device=input_ids.device)
-        return torch.isin(input_ids, specials)
+        ids = tuple(sorted(set(self.processing_class.all_special_ids)))
+        cached = getattr(self, "_special_ids", None)  # made once per device: a fresh one each step was a
+        if cached is None or cached[0] != ids or cached[1].device != input_ids.device:  # host-to-device copy (sync)
+            self._special_ids = cached = (ids, torch.tensor(ids, device=input_ids.device))
+        return torch.isin(input_ids, cached[1])
 
     def _mlm_example(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                      generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
