@@ -1,9 +1,10 @@
 """Non-finite training stops before it is saved: one implementation for every hf_aux trainer and the plain
 `Trainer` of run_finetune.py.
 
-- `check_finite_loss(trainer, parts, owner)`: called by a trainer's loss code with its named loss parts (one host
-  sync); a NaN/Inf part raises `NonFiniteTrainingError` naming the step, every part's value and the last
-  checkpoint, before the optimizer step.
+- `check_finite_loss(trainer, parts, owner)`: called by a trainer's loss code with its named loss parts; a NaN/Inf
+  part raises `NonFiniteTrainingError` naming the step, every part's value and the last checkpoint, before the
+  optimizer step. On CPU at once (one host sync); on an accelerator the guard checks every sub-batch's parts of
+  the update together right before its optimizer step (one host sync per update).
 - `NonFiniteGuard`, a `TrainerCallback` every hf_aux trainer installs. With `on_nonfinite` 'stop' (the default)
   it costs nothing on most steps: a non-finite gradient that the loss checks did not already stop makes the
   parameters it updates non-finite, so the guard checks the parameters (one pass, one host sync) on the steps
