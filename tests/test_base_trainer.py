@@ -120,3 +120,19 @@ def test_no_model_holding_nan_is_written(tmp_path):
                                                      r"one of steps 1-3 made them so\)"):
         trainer.save_model(str(tmp_path / "final"))
     assert not (tmp_path / "final" / "second.safetensors").exists()
+
+
+def test_unwrapped_asks_accelerate_once_per_wrapper(tmp_path):
+    """AuxTrainer.unwrapped: accelerate's unwrap_model's answer, asked once per wrapper object (it looks up
+    installed packages on every call; the trainers need the plain module every sub-batch)."""
+    trainer = make(tmp_path)
+    calls = []
+    real = trainer.accelerator.unwrap_model
+    trainer.accelerator.unwrap_model = lambda model, **kw: calls.append(model) or real(model, **kw)
+    wrapper = torch.nn.parallel.DistributedDataParallel.__new__(torch.nn.parallel.DistributedDataParallel)
+    torch.nn.Module.__init__(wrapper)
+    wrapper.module = trainer.model
+    for _ in range(3):
+        assert trainer.unwrapped() is trainer.model
+        assert trainer.unwrapped(wrapper) is trainer.model
+    assert calls == [trainer.model, wrapper]

@@ -105,7 +105,7 @@ class AmosTrainer(AuxTrainer):
         mixture, head_index = self.args.mixture, None
         if mixture == "layer_switch":
             progress = self.state.global_step / max(1, self.state.max_steps)
-            head_index = layer_switch_index(progress, len(self.accelerator.unwrap_model(self.model).mlm_layers))
+            head_index = layer_switch_index(progress, len(self.unwrapped(self.model).mlm_layers))
             mixture = "fixed"
         fixed_weights = self.args.mixture_weights if mixture == "fixed_weights" else None
         mixture = "weights" if mixture == "fixed_weights" else mixture
@@ -156,7 +156,7 @@ class AmosTrainer(AuxTrainer):
             inputs = self._mask(inputs)
         with torch.no_grad():
             loss = self.compute_loss(model, inputs)
-            num_heads = len(self.accelerator.unwrap_model(model).mlm_layers)
+            num_heads = len(self.unwrapped(model).mlm_layers)
             if self.args.rtd_per_head_eval and num_heads > 1:
                 attention_mask = inputs.get("attention_mask")
                 if attention_mask is None:
@@ -177,7 +177,7 @@ class AmosTrainer(AuxTrainer):
         says_replaced = outputs.rtd_logits > 0
         gamma = outputs.mixture_weights  # [M, K]
         metrics = self._metrics[mode]
-        heads = self.accelerator.unwrap_model(self.model).head_names
+        heads = self.unwrapped(self.model).head_names
         for head, mlm_loss in zip(heads, outputs.mlm_losses):
             metrics.add(f"mlm_loss/{head}", mlm_loss)
         metrics.add("rtd_loss", outputs.rtd_loss)
@@ -203,7 +203,7 @@ class AmosTrainer(AuxTrainer):
             prefix = "eval_" if mode == "eval" else ""
             logs.update({prefix + name: value for name, value in
                          self._metrics[mode].reduce(self.accelerator).items()})
-            heads = self.accelerator.unwrap_model(self.model).head_names
+            heads = self.unwrapped(self.model).head_names
             logs.update(self._separation_logs(heads, prefix, mode))
         super().log(logs, start_time)
 
@@ -235,7 +235,7 @@ class AmosTrainer(AuxTrainer):
     def _card_tasks(self, datasets: list[str], source: str | None = None, **kwargs) -> list[TaskSummary]:
         """`datasets`: the Hub dataset the text came from (then in the model-index); `source`: where other text
         came from, for the card's task table."""
-        heads = self.accelerator.unwrap_model(self.model).head_names
+        heads = self.unwrapped(self.model).head_names
         origin = {"dataset": datasets[0] if datasets else None, "source": None if datasets else source}
         last_eval = next((entry for entry in reversed(self.state.log_history) if "eval_rtd_loss" in entry), {})
 
@@ -282,7 +282,7 @@ class AmosTrainer(AuxTrainer):
         return figures
 
     def _card_details(self) -> dict:
-        amos = self.accelerator.unwrap_model(self.model)
+        amos = self.unwrapped(self.model)
         pretraining_head = "ElectraForPreTraining" in (amos.discriminator.config.architectures or [])
         return {"auto_class": "AutoModelForPreTraining" if pretraining_head else "AutoModel",
                 "notes": (f"Separate generators of depths {', '.join(map(str, amos.mlm_layers))}"

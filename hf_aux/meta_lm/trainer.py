@@ -379,7 +379,7 @@ class MetaLMTrainer(AuxTrainer):
         self.teacher.train()
         inputs = self._prepare_inputs(inputs)
         step = _MetaStep(x_u=inputs["input_ids"], mask=inputs["attention_mask"])  # [B, L]
-        student = self.accelerator.unwrap_model(model)
+        student = self.unwrapped(model)
         named = [(n, p) for n, p in student.named_parameters() if p.requires_grad]
         names, theta_0 = [n for n, _ in named], [p for _, p in named]
 

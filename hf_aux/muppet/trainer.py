@@ -224,7 +224,7 @@ class MuppetTrainer(AuxTrainer):
     def _compute_loss(self, model, inputs, return_outputs=False, for_weights=False):
         """The sub-batch's loss. `for_weights`: the plain eq. 1-scaled loss whose gradient g_k the end-task-aware
         weight update takes (no R3F term, no task weight, nothing logged or checked)."""
-        body = self.accelerator.unwrap_model(model)
+        body = self.unwrapped(model)
         task = task_index(body, inputs)
         spec = body.config.tasks[task]
         kind = spec["kind"]
@@ -281,7 +281,7 @@ class MuppetTrainer(AuxTrainer):
         count taken once: Trainer asks on every micro-batch, and recounting walks every task's head each time (a
         cost that would grow with the number of tasks)."""
         if getattr(self, "_flops_parameters", None) is None:
-            self._flops_parameters = self.accelerator.unwrap_model(self.model).num_parameters(exclude_embeddings=True)
+            self._flops_parameters = self.unwrapped(self.model).num_parameters(exclude_embeddings=True)
         return 6 * int(inputs["input_ids"].numel()) * self._flops_parameters
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
@@ -349,7 +349,7 @@ class MuppetTrainer(AuxTrainer):
         rank. One host sync."""
         args, state = self.args, self.task_weights_state
         step = self.state.global_step
-        body_model: MultiTaskModel = self.accelerator.unwrap_model(model)
+        body_model: MultiTaskModel = self.unwrapped(model)
         body = [p for p in body_model.body.parameters() if p.requires_grad]
         names = self.train_dataset.task_names
         draw = torch.Generator().manual_seed(args.seed * 1_000_003 + step)  # the same subset on every rank
@@ -443,7 +443,7 @@ class MuppetTrainer(AuxTrainer):
 
     def _card_tasks(self, datasets: list[str], provenance: dict | None = None, **kwargs) -> list[TaskSummary]:
         """`provenance`: task name -> (Hub dataset id or None, other source) (`TaskSpec.provenance`)."""
-        body = self.accelerator.unwrap_model(self.model)
+        body = self.unwrapped(self.model)
         provenance = provenance or {}
         train_sizes = dict(zip(self.train_dataset.task_names, self.train_dataset.sizes)) if self.train_dataset else {}
         last_eval = next((h for h in reversed(self.state.log_history) if "eval_average_primary" in h), {})
@@ -472,11 +472,11 @@ class MuppetTrainer(AuxTrainer):
         return figures
 
     def _card_base_model(self, finetuned_from: str | None) -> str | None:
-        encoder = self.accelerator.unwrap_model(self.model).config.encoder
+        encoder = self.unwrapped(self.model).config.encoder
         return finetuned_from or getattr(encoder, "_name_or_path", None)
 
     def _card_details(self) -> dict:
-        model = self.accelerator.unwrap_model(self.model)
+        model = self.unwrapped(self.model)
         notes = describe_pooling(model.config.pooling)
         history = self.task_weights_state.history if self._end_task is not None else None
         if history:
@@ -500,7 +500,7 @@ class MuppetTrainer(AuxTrainer):
             raise ValueError("MuppetTrainer.evaluate: field 'eval_dataset': expected a dict task name -> dataset")
         self._memory_tracker.start()
         start = time.time()
-        body = self.accelerator.unwrap_model(self.model)
+        body = self.unwrapped(self.model)
         metrics, primaries, losses = {}, [], []
         for name, data in datasets_by_task.items():
             kind = body.config.task(name)["kind"]
@@ -527,7 +527,7 @@ class MuppetTrainer(AuxTrainer):
         (classification, regression, multiple choice), (start, end) logits (extractive QA), or greedily decoded
         token ids, -100 after EOS (seq2seq; the labels are the reference ids)."""
         inputs = self._prepare_inputs(inputs)
-        body = self.accelerator.unwrap_model(model)
+        body = self.unwrapped(model)
         kind = body.config.tasks[task_index(body, inputs)]["kind"]
         with torch.no_grad(), self.compute_loss_context_manager():
             model_inputs = {k: v for k, v in inputs.items() if k not in TARGET_KEYS}
@@ -549,7 +549,7 @@ class MuppetTrainer(AuxTrainer):
         if kind in ("classification", "regression", "multiple_choice"):
             return task_metrics.compute_task_metrics(kind, predictions, labels)
         if kind == "token_classification":  # entity-level F1 reads the tag names
-            tags = self.accelerator.unwrap_model(self.model).config.task(name)["label_names"]
+            tags = self.unwrapped(self.model).config.task(name)["label_names"]
             return task_metrics.compute_task_metrics(kind, predictions, labels, label_names=tags)
         if kind == "extractive_qa":
             examples = self.eval_examples[name]

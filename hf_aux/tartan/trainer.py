@@ -195,7 +195,7 @@ class TartanTrainer(AuxTrainer):
         lr = self.args.end_task_head_learning_rate
         if not ours or lr is None:
             return optimizer
-        head = {id(p) for p in self.accelerator.unwrap_model(model or self.model).end_task_head_parameters()}
+        head = {id(p) for p in self.unwrapped(model or self.model).end_task_head_parameters()}
         for group in list(optimizer.param_groups):
             moved = [p for p in group["params"] if id(p) in head]
             if moved:
@@ -215,7 +215,7 @@ class TartanTrainer(AuxTrainer):
         streams = {name: _batch_stream(data, args.auxiliary_batch_size or args.per_device_train_batch_size,
                                        self._mlm_collate, args.seed + 23 * (k + 1))
                    for k, (name, data) in enumerate(self._auxiliary_datasets.items())}
-        tartan: TartanModel = self.accelerator.unwrap_model(model)
+        tartan: TartanModel = self.unwrapped(model)
         state.head_warmup = tartan.fit_mlm_heads(lambda name: self._prepare_inputs(streams[name].next()),
                                                  steps=args.mlm_head_warmup_steps, lr=args.mlm_head_warmup_lr)
         logger.info("MLM head warm-up (%d steps on the frozen body): %s", args.mlm_head_warmup_steps,
@@ -252,7 +252,7 @@ class TartanTrainer(AuxTrainer):
             return super().training_step(model, inputs, num_items_in_batch)
         model.train()
         self._warm_up_mlm_heads(model)
-        tartan: TartanModel = self.accelerator.unwrap_model(model)  # functional parts: the unwrapped model
+        tartan: TartanModel = self.unwrapped(model)  # functional parts: the unwrapped model
         args = self.args
         inputs = self._prepare_inputs(inputs)
         body = tartan.body_parameters()
@@ -393,7 +393,7 @@ class TartanTrainer(AuxTrainer):
         if history:
             final = ", ".join(f"{name} {alpha:.3f}" for name, alpha in zip(self.task_names, history[-1][1:]))
             notes = f"{self._mode_name}; final task weights: {final}."
-        return {"notes": notes, "adapter": self.accelerator.unwrap_model(self.model).has_body_lora,
+        return {"notes": notes, "adapter": self.unwrapped(self.model).has_body_lora,
                 "merged_subfolder": merged_subfolder(self.args.output_dir)}
 
     @property
