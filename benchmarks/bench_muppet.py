@@ -232,8 +232,11 @@ def main():
     times = {"plain": [], "muppet": [], "r3f": [], "muppet50": [], "minimal": []}
     round_medians = {kind: [] for kind in times}  # per round: the median update of each configuration
     syncs = HostSyncs(cli.device)  # inside MuppetTrainer's updates (on CUDA: torch's sync debug mode)
-    for _ in range(cli.rounds):
-        for kind in ("plain", "muppet", "r3f", "muppet50", "minimal"):
+    kinds = ("plain", "muppet", "r3f", "muppet50", "minimal")
+    for round_index in range(cli.rounds):
+        # each round starts one configuration later, so none always follows the same one (R3F's doubled
+        # activations leave the heap of the process that runs the next configuration in a different state)
+        for kind in kinds[round_index % len(kinds):] + kinds[:round_index % len(kinds)]:
             tasks, train = mixtures[50 if kind == "muppet50" else 5]
             runner = run_minimal if kind == "minimal" else (
                 lambda *a: run("muppet" if kind == "muppet50" else kind, *a, syncs=syncs if kind == "muppet" else None))
