@@ -66,14 +66,15 @@ class SupportQuerySampler:
             else:
                 rows = [self.unlabelled[i] for i in torch.randint(len(self.unlabelled), (self.batch_size,),
                                                                    **draw).tolist()]
-            ids, mask = self._pad([torch.tensor(row["input_ids"]) for row in rows])
+            ids, mask = self._to_device(*self._pad([torch.tensor(row["input_ids"]) for row in rows]))
             x, y = self.mlm_example(ids, mask, self.generator)
             return {"input_ids": x, "attention_mask": mask, "labels": y}
         examples, labels = self.labelled[task]
         index = torch.randint(len(examples), (self.batch_size,), **draw).tolist()
         ids, mask = self._pad([examples[i] for i in index])
-        tokens = torch.tensor(self.label_tokens, device=ids.device)[labels[index].to(ids.device)]
+        tokens = torch.tensor(self.label_tokens)[labels[index].cpu()]
         y = tokens[:, None].expand_as(ids).masked_fill(mask == 0, -100)
+        ids, mask, y = self._to_device(ids, mask, y)
         return {"input_ids": ids, "attention_mask": mask, "labels": y}
 
     def _pad(self, rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,7 +84,12 @@ class SupportQuerySampler:
         for i, row in enumerate(rows):
             ids[i, : len(row)] = row
             mask[i, : len(row)] = 1
-        return ids.to(self.device), mask.to(self.device)
+        return ids, mask
+
+    def _to_device(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Same-shape host tensors on the device in one copy (each copy from pageable memory stops the host on
+        CUDA: a labelled batch made four of them)."""
+        return tuple(torch.stack(tensors).to(self.device).unbind(0))
 
     def state_dict(self) -> dict:
         state = {"current_task": self.current_task, "task_steps_left": self.task_steps_left}
