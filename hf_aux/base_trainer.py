@@ -74,7 +74,7 @@ class AuxTrainer(ModelCardMixin, Trainer):
             self.args.ignore_data_skip = True
 
     def unwrapped(self, model=None):
-        """`self.unwrapped(model)` (default: the trainer's model), remembered per wrapper object: the
+        """`self.accelerator.unwrap_model(model)` (default: the trainer's model), remembered per wrapper object: the
         trainers need the plain module every sub-batch, and accelerate's unwrap looks up installed packages on each
         call (0.36 ms measured, most of what MuppetTrainer added over a plain Trainer per sub-batch on a small body,
         and a host stall on a GPU whose step is bound by launching kernels)."""
