@@ -93,3 +93,16 @@ def test_first_order_soft_labels_run_with_sdpa_attention(data, tmp_path):  # noq
         MetaLMTrainer(model=sdpa, args=MetaLMConfig(output_dir=str(tmp_path), objective="soft", report_to=[],
                                                     use_cpu=True), labelled_tasks={"sent": labelled},
                       train_dataset=unlabelled, processing_class=tok)
+
+
+def test_bf16_runs_the_teacher_in_bf16_too(data, tmp_path):  # noqa: F811
+    """--bf16: accelerate autocasts the wrapped student's forward only; the trainer runs the teacher's forward in
+    the same autocast (it ran in fp32, a full second encoder at full precision on a GPU)."""
+    trainer = make_trainer(data, tmp_path, objective="hard", bf16=True, max_steps=1)
+    seen = set()
+    for owner, network in (("student", trainer.model), ("teacher", trainer.teacher)):
+        for module in network.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.register_forward_hook(lambda m, i, out, owner=owner: seen.add((owner, out.dtype)))
+    trainer.train()
+    assert seen == {("student", torch.bfloat16), ("teacher", torch.bfloat16)}

@@ -383,7 +383,8 @@ class MetaLMTrainer(AuxTrainer):
         named = [(n, p) for n, p in student.named_parameters() if p.requires_grad]
         names, theta_0 = [n for n, _ in named], [p for _, p in named]
 
-        self._write_pseudo_data(step)                               # the teacher's x-hat, y-hat; §3.4 aux losses
+        with self.accelerator.autocast():  # --bf16: accelerate autocasts only the wrapped student's forward
+            self._write_pseudo_data(step)                           # the teacher's x-hat, y-hat; §3.4 aux losses
         self._pseudo_step(model, student, theta_0, step)            # eq. 1: g in the student's .grad
         self._predict_theta_1(theta_0, step)                        # theta_1 as Trainer's step will make it
         support, query = self._support_query.support_and_query()   # eqs. 2-3: two batches of one task
