@@ -11,8 +11,9 @@ Each check is a subprocess (the installed `hf-aux` where it is on PATH, else `py
 to a temporary folder: the data a user brings (CSV, JSONL, a text corpus, a mixture file). A check passes when the
 command exits 0, its trainer_state.json counts the steps asked for and logs finite losses, and
 AutoModel / AutoModelForMaskedLM.from_pretrained loads the output with every weight finite. `--cpu` runs the same
-checks (FSDP's excepted) with --use_cpu instead of --bf16: the script's own test on a machine without a GPU. The last line printed is
-one JSON object (also written to --out): per check, passed, seconds and the tail of its output when it failed.
+checks (FSDP's excepted) with --use_cpu instead of --bf16: the script's own test on a machine without a GPU.
+The last line printed is one JSON object (also written to --out): per check, passed, seconds, the first and last
+logged loss, and the tail of its output when it failed.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def write_user_data(folder: Path, model: str | None) -> Path:
 
 def checks(d: Path) -> dict[str, tuple[list[str], str]]:
     """name -> (argv without --output_dir, the class that loads the output)."""
-    from tiny import command_args
+    from tiny import command_args, free_port
 
     model = ["--model_name_or_path", str(d / "tiny_bert")]
     common = ["--max_steps", str(STEPS), "--report_to", "none", "--logging_steps", "1", "--disable_tqdm", "true"]
@@ -95,7 +96,8 @@ def checks(d: Path) -> dict[str, tuple[list[str], str]]:
         loader = "AutoModelForMaskedLM" if method == "meta-lm" else "AutoModel"
         precision = [] if "soft" in name else ["--bf16", "true"]
         found[f"hf-aux {name}"] = ([*hf_aux, method, *map(str, args), *common, *precision], loader)
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port", "29533"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port",
+                str(free_port())]
     quiet = ["--report_to", "none", "--disable_tqdm", "true", "--logging_steps", "1", "--bf16", "true"]
     for script in ("run_muppet", "run_amos", "run_tartan", "run_finetune", "run_meta_lm"):
         args = command_args(script, d, "OUT", quiet, "mlm" if script == "run_meta_lm" else "hard")
@@ -106,7 +108,8 @@ def checks(d: Path) -> dict[str, tuple[list[str], str]]:
                                         "--max_steps", str(STEPS)], loader)
     fsdp = [sys.executable, "-m", "accelerate.commands.launch", "--use_fsdp", "--num_processes", "1",
             "--num_machines", "1", "--mixed_precision", "bf16", "--dynamo_backend", "no", "--main_process_port",
-            "29534", "--fsdp_sharding_strategy", "FULL_SHARD", "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP",
+            str(free_port()), "--fsdp_sharding_strategy", "FULL_SHARD", "--fsdp_auto_wrap_policy",
+            "TRANSFORMER_BASED_WRAP",
             "--fsdp_transformer_layer_cls_to_wrap", "BertLayer", "--fsdp_state_dict_type", "FULL_STATE_DICT"]
     for r3f in (False, True):
         args = command_args("run_muppet", d, "OUT", ["--report_to", "none", "--disable_tqdm", "true",
@@ -127,9 +130,12 @@ def verify(out: Path, loader: str) -> str | None:
     state_file = out / "trainer_state.json"
     if not state_file.is_file():
         return "no trainer_state.json in the output"
-    steps = json.loads(state_file.read_text())["global_step"]
-    if steps != STEPS:
-        return f"global_step {steps}, asked for {STEPS}"
+    state = json.loads(state_file.read_text())
+    if state["global_step"] != STEPS:
+        return f"global_step {state['global_step']}, asked for {STEPS}"
+    losses = [row["loss"] for row in state["log_history"] if "loss" in row]
+    if not losses or not all(math.isfinite(x) for x in losses):
+        return f"logged losses {losses}: none, or not all finite"
     model = getattr(transformers, loader).from_pretrained(out)
     bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
     return f"non-finite weights: {bad[:3]}" if bad else None
@@ -175,10 +181,9 @@ def main():
                 history = json.loads((out / "trainer_state.json").read_text())["log_history"]
                 losses = [row["loss"] for row in history if "loss" in row]
                 record["losses"] = [round(x, 4) for x in losses[:1] + losses[-1:]]
-                record["losses_finite"] = all(math.isfinite(x) for x in losses)
             results["checks"][name] = record
-            print(f"{'PASS' if problem is None else 'FAIL'} {name} ({seconds} s){'' if problem is None else ': ' + problem}",
-                  flush=True)
+            verdict = "PASS" if problem is None else "FAIL"
+            print(f"{verdict} {name} ({seconds} s){'' if problem is None else ': ' + problem}", flush=True)
             if problem is not None:
                 print(log[-1500:], flush=True)
             if cli.out:  # after every check: a run stopped part-way keeps what it found

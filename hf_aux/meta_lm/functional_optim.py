@@ -261,4 +261,5 @@ def clip_by_total_norm_vjp(grads: list[torch.Tensor], max_norm: float, cotangent
 
 
 __all__ = ["adamw_update", "adamw_update_vjp", "adamw_update_vjp_from_moments", "clip_by_total_norm",
-           "clip_by_total_norm_vjp", "optimizer_steps", "sgd_update", "student_update", "student_update_values", "student_update_vjp"]
+           "clip_by_total_norm_vjp", "optimizer_steps", "sgd_update", "student_update", "student_update_values",
+           "student_update_vjp"]
