@@ -91,18 +91,26 @@ def check_finite_loss(trainer, parts: dict, owner: str | None = None) -> bool:
     With 'stop', tensors on an accelerator and the trainer's `NonFiniteGuard` installed, the check is deferred to
     the guard, which checks every sub-batch's parts at once before the update's optimizer step (one host sync per
     update instead of one per sub-batch; the same error, naming the same step), and this returns True."""
-    tensors = [v.detach().float().reshape(-1) for v in parts.values() if isinstance(v, torch.Tensor)]
+    tensors = [v for v in parts.values() if isinstance(v, torch.Tensor)]
     if tensors and _policy(trainer.args) == "stop":
         guard = find_nonfinite_guard(trainer)
         if guard is not None and (guard.defer_loss_checks or tensors[0].device.type != "cpu"):
             guard.defer_loss_check(trainer, parts, owner)
             return True
-    if tensors:
-        if bool(torch.isfinite(torch.cat([t.to(tensors[0].device) for t in tensors])).all()):
-            if all(math.isfinite(v) for v in parts.values() if not isinstance(v, torch.Tensor)):
-                return True
-    elif all(math.isfinite(v) for v in parts.values()):
-        return True
+    return _all_finite(parts.values()) or _refuse_loss(trainer, parts, owner)
+
+
+def _all_finite(values) -> bool:
+    """Whether every value (tensors of any shape and device, numbers) is finite: one host sync for the tensors."""
+    values = list(values)
+    tensors = [v.detach().float().reshape(-1) for v in values if isinstance(v, torch.Tensor)]
+    if tensors and not bool(torch.isfinite(torch.cat([t.to(tensors[0].device) for t in tensors])).all()):
+        return False
+    return all(math.isfinite(v) for v in values if not isinstance(v, torch.Tensor))
+
+
+def _refuse_loss(trainer, parts: dict, owner: str | None) -> bool:
+    """A non-finite loss: False with 'skip'; with 'stop' the error naming `owner`, the step and every part."""
     if _policy(trainer.args) == "skip":
         return False
     values = {name: (v.detach().float().reshape(-1).tolist() if isinstance(v, torch.Tensor) else [float(v)])
@@ -156,19 +164,11 @@ class NonFiniteGuard(TrainerCallback):
         """Check the loss parts deferred since the last call (one host sync); a non-finite one raises
         check_finite_loss's error for the first sub-batch that had one."""
         pending, self._pending_losses = self._pending_losses, []
-        tensors = [v.float().reshape(-1) for _, _, parts in pending for v in parts.values()
-                   if isinstance(v, torch.Tensor)]
-        if not tensors or bool(torch.isfinite(torch.cat([t.to(tensors[0].device) for t in tensors])).all()):
-            if all(math.isfinite(v) for _, _, parts in pending for v in parts.values()
-                   if not isinstance(v, torch.Tensor)):
-                return
+        if _all_finite(v for _, _, parts in pending for v in parts.values()):
+            return
         for trainer, owner, parts in pending:  # raises at the first non-finite sub-batch (policy 'stop')
-            self.defer_loss_checks, deferring = False, self.defer_loss_checks
-            try:
-                check_finite_loss(trainer, {k: v.cpu() if isinstance(v, torch.Tensor) else v
-                                            for k, v in parts.items()}, owner)
-            finally:
-                self.defer_loss_checks = deferring
+            if not _all_finite(parts.values()):
+                _refuse_loss(trainer, parts, owner)
 
     # ---- before the update: gradients (and the watched loss) ----
     def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
