@@ -38,7 +38,8 @@ import sys
 import time
 
 import torch
-from flops import HostSyncs, add_device_arguments, allocator, autocast, matmul_peak_tflops, mfu, synchronize
+from flops import (HostSyncs, add_device_arguments, allocator, autocast, counting, folder_label, matmul_peak_tflops,
+                   mfu, synchronize)
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoTokenizer
 
@@ -120,11 +121,8 @@ def timed(fn, device, syncs: HostSyncs | None = None):
     alone, not of the synchronizations around it."""
     synchronize(device)
     start = time.perf_counter()
-    if syncs is not None:
-        syncs.start()
-    fn()
-    if syncs is not None:
-        syncs.stop()
+    with counting(syncs):
+        fn()
     synchronize(device)
     return time.perf_counter() - start
 
@@ -252,8 +250,7 @@ def main():
                       "peak_memory_mb": {k: round(v, 1) for k, v in memory.items()}, "device": args.device,
                       "hidden": args.hidden, "layers": args.layers, "generator_layers": args.generator_layers,
                       "mlm_layers": args.mlm_layers, "allocator": allocator(), "bf16": args.bf16,
-                      "sources": args.sources, "tokenizer": args.tokenizer and os.path.join(
-                          *os.path.normpath(os.path.abspath(args.tokenizer)).split(os.sep)[-2:]),
+                      "sources": args.sources, "tokenizer": args.tokenizer and folder_label(args.tokenizer),
                       "matmul_peak_tflops": None if peak is None else round(peak, 1), "mfu": utilisation,
                       "host_syncs_per_step": report}))
 

@@ -87,7 +87,7 @@ import tempfile
 import time
 
 import torch
-from flops import HostSyncs, add_device_arguments, allocator, autocast, matmul_peak_tflops, mfu, synchronize
+from flops import HostSyncs, add_device_arguments, allocator, autocast, counting, matmul_peak_tflops, mfu, synchronize
 from torch.utils.flop_counter import FlopCounterMode
 
 GOALS = {"hard": 6.0, "soft": 9.0, "soft_first_order": 5.0}  # step / MLM step (issue #13)
@@ -178,12 +178,8 @@ def full_step(trainer, batch, bf16: bool = False, syncs: HostSyncs | None = None
     device = trainer.args.device
     synchronize(device)
     start, cpu = time.perf_counter(), time.process_time()
-    if syncs is not None:
-        syncs.start()
-    with autocast(device, bf16):
+    with counting(syncs), autocast(device, bf16):
         trainer.training_step(trainer.model, batch)
-    if syncs is not None:
-        syncs.stop()
     torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), trainer.args.max_grad_norm)
     trainer.optimizer.step()
     trainer.lr_scheduler.step()
@@ -276,7 +272,7 @@ def main():
         if opts.bf16:
             full_step(*built["mlm"], False)
             model_loss_step(*reference, False)
-    times = {k: [] for k in [*built, "mlm_model_loss"]}
+    times = {k: [] for k in kinds}  # the meta steps (the MLM steps by precision below)
     mlm_times = {p: {"mlm": [], "mlm_model_loss": []} for p in precisions}  # the MLM steps by precision (MFU)
     syncs = HostSyncs(opts.device)  # inside the meta steps' training_step (on CUDA: torch's sync debug mode)
     ratios = {k: [] for k in kinds}
@@ -288,8 +284,6 @@ def main():
             before, before_model = full_step(*built["mlm"], bf16), model_loss_step(*reference, bf16)
             t = full_step(*built[k], bf16, syncs)
             after_model, after = model_loss_step(*reference, bf16), full_step(*built["mlm"], bf16)
-            times["mlm"] += [before[0], after[0]]
-            times["mlm_model_loss"] += [before_model[0], after_model[0]]
             mlm_times[bf16]["mlm"] += [before[0], after[0]]
             mlm_times[bf16]["mlm_model_loss"] += [before_model[0], after_model[0]]
             times[k].append(t[0])

@@ -34,7 +34,8 @@ import time
 
 import datasets
 import torch
-from flops import HostSyncs, add_device_arguments, allocator, autocast, gflop_of, matmul_peak_tflops, mfu, synchronize
+from flops import (HostSyncs, add_device_arguments, allocator, autocast, gflop_of, matmul_peak_tflops, mfu,
+                   synchronize)
 from transformers import AutoModel, Trainer, TrainerCallback, TrainingArguments
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))

@@ -51,7 +51,7 @@ import time
 
 import datasets
 import torch
-from flops import HostSyncs, allocator, autocast, gflop_of, matmul_peak_tflops, mfu
+from flops import HostSyncs, allocator, autocast, counting, folder_label, gflop_of, matmul_peak_tflops, mfu
 from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
@@ -124,11 +124,8 @@ def step(trainer, batches, syncs: HostSyncs | None = None) -> tuple[float, float
     training_step."""
     batch = next(batches)
     wall, cpu = time.perf_counter(), time.process_time()
-    if syncs is not None:
-        syncs.start()
-    trainer.training_step(trainer.model, batch)
-    if syncs is not None:
-        syncs.stop()
+    with counting(syncs):
+        trainer.training_step(trainer.model, batch)
     trainer.optimizer.step()
     trainer.model.zero_grad(set_to_none=True)
     if trainer.args.device.type != "cpu":
@@ -242,9 +239,7 @@ def main():
     # each META step against the MT step just before it (interleaved): the spread of the ratio
     pairs = sorted(c / a for a, c in zip(cpu["mt"], cpu["meta"]))
     quartiles = statistics.quantiles(pairs, n=4) if len(pairs) >= 2 else pairs * 3
-    # the checkpoint folder's last two path components ("<package>/model" says more than "model"); "tiny" for --tiny
-    model_path = "tiny" if args.tiny else \
-        os.path.join(*os.path.normpath(os.path.abspath(args.model_name_or_path)).split(os.sep)[-2:])
+    model_path = "tiny" if args.tiny else folder_label(args.model_name_or_path)
     print(json.dumps({
         "metric": "meta_vs_mt_step_ratio", "ratio": round(ratio, 3), "goal": 1.4,
         "cpu_time_ratio": round(cpu_medians["meta"] / cpu_medians["mt"], 3),

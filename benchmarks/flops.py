@@ -134,6 +134,13 @@ class HostSyncs:
             if "synchronizing" in str(caught.message):
                 self.by_line[f"{os.path.relpath(caught.filename)}:{caught.lineno}"] += 1
 
+    def __enter__(self) -> "HostSyncs":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
     def report(self) -> dict | None:
         """{"per_window": syncs per start/stop window, "by_line": {file:line: count}} (None on CPU)."""
         if not self.enabled:
@@ -141,3 +148,14 @@ class HostSyncs:
         total = sum(self.by_line.values())
         return {"per_window": round(total / max(1, self.windows), 2), "windows": self.windows,
                 "by_line": dict(self.by_line.most_common(12))}
+
+
+def counting(syncs: HostSyncs | None):
+    """`syncs` as a context that counts the host syncs made inside it; nothing when None."""
+    return contextlib.nullcontext() if syncs is None else syncs
+
+
+def folder_label(path: str) -> str:
+    """A checkpoint folder's last two path components, for a benchmark's JSON ("<package>/model" says more than
+    "model", the name several packages give theirs)."""
+    return os.path.join(*os.path.normpath(os.path.abspath(path)).split(os.sep)[-2:])
