@@ -8,13 +8,12 @@ import json
 import logging
 import math
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from tiny import COMMAND_WORDS, write_command_data
+from tiny import write_command_data, write_own_files
 from transformers import AutoModel, AutoModelForMaskedLM
 
 from hf_aux.cli import finetune, muppet, tartan
@@ -32,18 +31,7 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZ
 def own(tmp_path_factory):
     """A user's files: train.csv / dev.csv with string labels, corpus.txt, a mixture file that names kinds and
     classes nowhere, labelled.yaml (one task, string labels), and a small local model for the meta-learned LM."""
-    folder = write_command_data(tmp_path_factory.mktemp("own"), "hf-aux-tests/tiny-bert")
-    rng = random.Random(1)
-    for name, size in (("train", 40), ("dev", 16)):
-        rows = ["text,label"] + [f"{' '.join(rng.choices(COMMAND_WORDS, k=6))},{rng.choice(['neg', 'pos'])}"
-                                 for _ in range(size)]
-        (folder / f"{name}.csv").write_text("\n".join(rows) + "\n")
-    (folder / "corpus.txt").write_text("".join(" ".join(rng.choices(COMMAND_WORDS, k=40)) + "\n" for _ in range(80)))
-    (folder / "mix.yaml").write_text(f"tasks:\n  - name: sentiment\n    data_files: {folder / 'train.csv'}\n"
-                                     f"    validation_fraction: 0.25\n  - name: pick\n"
-                                     f"    data_files: {folder / 'choice.jsonl'}\n")
-    (folder / "labelled.yaml").write_text(f"tasks:\n  - name: sentiment\n    data_files: {folder / 'train.csv'}\n")
-    return folder
+    return write_own_files(write_command_data(tmp_path_factory.mktemp("own"), "hf-aux-tests/tiny-bert"))
 
 
 def hf_aux(*args, cwd) -> subprocess.CompletedProcess:

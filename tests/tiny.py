@@ -115,6 +115,31 @@ def write_command_data(folder, base_id: str):
     return folder
 
 
+def write_own_files(folder):
+    """The files a user brings on a first try, beside write_command_data's (whose choice.jsonl mix.yaml names):
+    train.csv / dev.csv (text, string labels), corpus.txt, mix.yaml (a CSV task and the multiple-choice one, no kind
+    or classes named), labelled.yaml (one task), and end.csv / end.yaml (an end task with rows of its own)."""
+    import random
+    from pathlib import Path
+
+    folder = Path(folder)
+    rng = random.Random(1)
+    for name, size in (("train", 40), ("dev", 16)):
+        rows = ["text,label"] + [f"{' '.join(rng.choices(COMMAND_WORDS, k=6))},{rng.choice(['neg', 'pos'])}"
+                                 for _ in range(size)]
+        (folder / f"{name}.csv").write_text("\n".join(rows) + "\n")
+    (folder / "corpus.txt").write_text("".join(" ".join(rng.choices(COMMAND_WORDS, k=40)) + "\n" for _ in range(80)))
+    (folder / "mix.yaml").write_text(f"tasks:\n  - name: sentiment\n    data_files: {folder / 'train.csv'}\n"
+                                     f"    validation_fraction: 0.25\n  - name: pick\n"
+                                     f"    data_files: {folder / 'choice.jsonl'}\n")
+    (folder / "labelled.yaml").write_text(f"tasks:\n  - name: sentiment\n    data_files: {folder / 'train.csv'}\n")
+    rows = ["text,label"] + [f"{' '.join(rng.choices(COMMAND_WORDS, k=6))},{rng.choice(['neg', 'pos'])}"
+                             for _ in range(48)]
+    (folder / "end.csv").write_text("\n".join(rows) + "\n")
+    (folder / "end.yaml").write_text(f"name: end\ndata_files: {folder / 'end.csv'}\nvalidation_fraction: 0.25\n")
+    return folder
+
+
 def command_args(script: str, data, out, quiet, meta_objective: str = "hard") -> list[str]:
     """A few-second job of `script` (run_muppet, run_amos, ...) on write_command_data's files, checkpoints every 2
     steps; the meta-learned LM on Two Moons (hard/soft) or on text.txt (mlm)."""

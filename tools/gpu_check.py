@@ -22,7 +22,6 @@ import argparse
 import json
 import math
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -41,26 +40,15 @@ def hf_aux_command() -> list[str]:
 
 
 def write_user_data(folder: Path, model: str | None) -> Path:
-    """tests/tiny.py's command files (a tiny BERT, JSONL tasks, a text file) plus the files a user brings first:
-    train.csv / dev.csv with string labels, corpus.txt, mix.yaml naming no kinds, labelled.yaml."""
-    from tiny import COMMAND_WORDS, write_command_data
+    """tests/tiny.py's command files (a tiny BERT, JSONL tasks, a text file) and the files a user brings first
+    (write_own_files: CSVs with string labels, a corpus, mixture and end-task files); `model` replaces the BERT."""
+    from tiny import write_command_data, write_own_files
 
     write_command_data(folder, "hf-aux-tests/tiny-bert")
     if model:  # a real checkpoint in place of the tiny one
         shutil.rmtree(folder / "tiny_bert")
         shutil.copytree(model, folder / "tiny_bert")
-    rng = random.Random(1)
-    for name, size in (("train", 64), ("dev", 16), ("end", 48)):
-        rows = ["text,label"] + [f"{' '.join(rng.choices(COMMAND_WORDS, k=12))},{rng.choice(['neg', 'pos'])}"
-                                 for _ in range(size)]
-        (folder / f"{name}.csv").write_text("\n".join(rows) + "\n")
-    (folder / "corpus.txt").write_text("".join(" ".join(rng.choices(COMMAND_WORDS, k=60)) + "\n" for _ in range(120)))
-    (folder / "mix.yaml").write_text(f"tasks:\n  - name: sentiment\n    data_files: {folder / 'train.csv'}\n"
-                                     f"    validation_fraction: 0.25\n  - name: pick\n"
-                                     f"    data_files: {folder / 'choice.jsonl'}\n")
-    (folder / "end.yaml").write_text(f"name: end\ndata_files: {folder / 'end.csv'}\nvalidation_fraction: 0.25\n")
-    (folder / "labelled.yaml").write_text(f"tasks:\n  - name: sentiment\n    data_files: {folder / 'train.csv'}\n")
-    return folder
+    return write_own_files(folder)
 
 
 def checks(d: Path) -> dict[str, tuple[list[str], str]]:
