@@ -5,9 +5,13 @@ it: the same sampler's sub-batches, the model's own loss, backward, clipping, Ad
 else); with R3F; and with 50 tasks in the mixture against 5.
 
 Each configuration is a real Trainer: one `train()` of warm-up + measured optimizer updates, the time of every
-update taken by a callback (on_step_begin -> on_step_end). Runs are interleaved (A B A B ...), several rounds, and
-the ratio is of the medians of the per-update times, so drift from other processes largely cancels. `--clock cpu`
-times this process's CPU time instead of wall time (one torch thread: the work done, steadier under load).
+update taken by a callback (on_step_begin -> on_step_end). Runs are interleaved (A B A B ...), several rounds, each
+round starting one configuration later, and the ratio is of the medians of the per-update times, so drift from
+other processes largely cancels. Every run is a process of its own, as a user's job is (in one process each
+configuration would inherit the heap the runs before it left); `--same_process` runs them all in this one. With
+glibc's malloc the heap still shows in the 50-task ratio: its process trims and regrows the heap more often, a few
+percent per update that a caching allocator removes (docs/muppet_measurements.md). `--clock cpu` times the run's
+process CPU time instead of wall time (one torch thread: the work done, steadier under load).
 
 Beside each measured ratio the last line carries its FLOP floor (`*flop_ratio`): the ratio of the FLOPs torch's
 FlopCounterMode counts in one update's forward and backward passes (its sub-batches, the same ones for both
@@ -24,10 +28,12 @@ The last line of output is one JSON object.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -145,13 +151,20 @@ def run_minimal(tasks, train, tokenizer, args_common, hidden, layers, length):
     accumulation, steps = args_common["gradient_accumulation_steps"], args_common["max_steps"]
     sampler = TaskBatchSampler(data.sizes, args_common["per_device_train_batch_size"], accumulation,
                                seed=args_common["seed"])
-    loader = iter(torch.utils.data.DataLoader(data, batch_sampler=sampler,
-                                              collate_fn=MultiTaskCollator(tokenizer, model.task_names)))
+    loader = torch.utils.data.DataLoader(data, batch_sampler=sampler,
+                                         collate_fn=MultiTaskCollator(tokenizer, model.task_names))
+
+    def sub_batch_stream():  # epoch after epoch, reshuffled as Trainer's loop does
+        for epoch in itertools.count():
+            sampler.set_epoch(epoch)
+            yield from loader
+
+    stream = sub_batch_stream()
     optimizer = torch.optim.AdamW(model.parameters(), lr=args_common["learning_rate"])
     schedule = get_linear_schedule_with_warmup(optimizer, 0, steps)
     times = []
     for _ in range(steps):
-        sub_batches = [{k: v.to(device) if torch.is_tensor(v) else v for k, v in next(loader).items()}
+        sub_batches = [{k: v.to(device) if torch.is_tensor(v) else v for k, v in next(stream).items()}
                        for _ in range(accumulation)]
         synchronize(device)
         start = CLOCK()
@@ -212,11 +225,55 @@ def trainer_settings(cli) -> dict:
                 logging_steps=10, disable_tqdm=True, use_cpu=cli.device == "cpu", bf16=cli.bf16, seed=0)
 
 
+KINDS = ("plain", "muppet", "r3f", "muppet50", "minimal")  # muppet50: MuppetTrainer on the 50-task mixture
+
+
+def make_mixture(count: int, cli, tokenizer):
+    """(tasks, tokenized train sets) of `count` tasks sharing the job's rows: the cost per update must not depend on
+    how many tasks share them."""
+    rows = cli.batch_size * cli.accumulation * (cli.warmup + cli.steps)
+    tasks = make_tasks(count, max(cli.batch_size, rows // count), cli.length)
+    return tasks, {t.name: tokenize_task(t, t.dataset, tokenizer, max_length=cli.length + 2) for t in tasks}
+
+
+def measure(kind, mixtures, tokenizer, common, cli, syncs) -> list[float]:
+    """One run of configuration `kind` in this process: the times of its measured updates (after the warm-up); the
+    host syncs of MuppetTrainer's updates (5 tasks) are counted into `syncs`."""
+    tasks, train = mixtures[50 if kind == "muppet50" else 5]
+    if kind == "minimal":
+        measured = run_minimal(tasks, train, tokenizer, common, cli.hidden, cli.layers, cli.length)
+    else:
+        measured = run("muppet" if kind == "muppet50" else kind, tasks, train, tokenizer, common, cli.hidden,
+                       cli.layers, cli.length, syncs=syncs if kind == "muppet" else None)
+    return measured[cli.warmup:]
+
+
+RUN_PEAK_RSS_MB = [0.0]  # the largest peak RSS of the runs' own processes
+
+
+def measure_in_own_process(kind, syncs) -> list[float]:
+    """One run of `kind` in a fresh Python process (this script with the same arguments and `--run_one`); its
+    host-sync counts are added to `syncs`."""
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--run_one", kind],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"bench_muppet: the {kind} run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    syncs.by_line.update(report["syncs_by_line"])
+    syncs.windows += report["sync_windows"]
+    RUN_PEAK_RSS_MB[0] = max(RUN_PEAK_RSS_MB[0], report["peak_rss_mb"])
+    return report["times"]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_job_arguments(parser, steps=20, warmup=3)
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
-                        help="wall time, or this process's CPU time (steadier on a shared, loaded machine)")
+                        help="wall time, or the run's process CPU time (steadier on a shared, loaded machine)")
+    parser.add_argument("--same_process", action="store_true",
+                        help="run every configuration in this process instead of one process per run (each then "
+                             "inherits the heap the runs before it left)")
+    parser.add_argument("--run_one", choices=KINDS, help=argparse.SUPPRESS)  # one run, for a process of its own
     cli = parser.parse_args()
     global CLOCK
     CLOCK = CLOCKS[cli.clock]
@@ -224,24 +281,22 @@ def main():
     torch.set_num_threads(cli.threads)
     tokenizer = tiny_tokenizer()
     common = trainer_settings(cli)
-    rows = cli.batch_size * cli.accumulation * (cli.warmup + cli.steps)
-    mixtures = {}
-    for count in (5, 50):  # same total rows: cost per update must not depend on how many tasks share them
-        tasks = make_tasks(count, max(cli.batch_size, rows // count), cli.length)
-        mixtures[count] = (tasks, {t.name: tokenize_task(t, t.dataset, tokenizer, max_length=cli.length + 2)
-                                   for t in tasks})
-    times = {"plain": [], "muppet": [], "r3f": [], "muppet50": [], "minimal": []}
-    round_medians = {kind: [] for kind in times}  # per round: the median update of each configuration
+    mixtures = {count: make_mixture(count, cli, tokenizer) for count in (5, 50)}
     syncs = HostSyncs(cli.device)  # inside MuppetTrainer's updates (on CUDA: torch's sync debug mode)
-    kinds = ("plain", "muppet", "r3f", "muppet50", "minimal")
+    if cli.run_one:
+        measured = measure(cli.run_one, mixtures, tokenizer, common, cli, syncs)
+        print(json.dumps({"times": measured, "syncs_by_line": syncs.by_line, "sync_windows": syncs.windows,
+                          "peak_rss_mb": peak_rss_mb()}))
+        return
+    times = {kind: [] for kind in KINDS}
+    round_medians = {kind: [] for kind in times}  # per round: the median update of each configuration
     for round_index in range(cli.rounds):
-        # each round starts one configuration later, so none always follows the same one (R3F's doubled
-        # activations leave the heap of the process that runs the next configuration in a different state)
-        for kind in kinds[round_index % len(kinds):] + kinds[:round_index % len(kinds)]:
-            tasks, train = mixtures[50 if kind == "muppet50" else 5]
-            runner = run_minimal if kind == "minimal" else (
-                lambda *a: run("muppet" if kind == "muppet50" else kind, *a, syncs=syncs if kind == "muppet" else None))
-            measured = runner(tasks, train, tokenizer, common, cli.hidden, cli.layers, cli.length)[cli.warmup:]
+        # each round starts one configuration later, so none always follows the same one
+        for kind in KINDS[round_index % len(KINDS):] + KINDS[:round_index % len(KINDS)]:
+            if cli.same_process:
+                measured = measure(kind, mixtures, tokenizer, common, cli, syncs)
+            else:
+                measured = measure_in_own_process(kind, syncs)
             times[kind].extend(measured)
             round_medians[kind].append(statistics.median(measured))
     medians = {k: statistics.median(v) for k, v in times.items()}
@@ -252,7 +307,8 @@ def main():
         print(f"{kind:>9}: median {value * 1000:8.1f} ms/update over {len(times[kind])} updates")
     print("GFLOPs per update (forward + backward, matrix products): "
           + ", ".join(f"{kind} {value:.3f}" for kind, value in gflop.items()))
-    print(f"peak RSS of the whole benchmark process: {peak_rss_mb():.0f} MB")
+    rss = peak_rss_mb() if cli.same_process else RUN_PEAK_RSS_MB[0]
+    print(f"peak RSS of {'the whole benchmark process' if cli.same_process else 'the largest run'}: {rss:.0f} MB")
     peak = matmul_peak_tflops(cli.device)
     utilisation = {kind: mfu(gflop["plain" if kind == "minimal" else kind], medians[kind], peak) for kind in medians}
     if peak is not None:
@@ -279,8 +335,9 @@ def main():
               "muppet_vs_minimal_spread": spread("muppet", "minimal"), "minimal_goal": 1.03,
               "muppet_vs_minimal_flop_ratio": round(gflop["muppet"] / gflop["plain"], 4),
               "gflop_per_update": {k: round(v, 4) for k, v in gflop.items()},
-              "peak_rss_mb": round(peak_rss_mb(), 1), "load_average": [round(x, 2) for x in os.getloadavg()],
-              "allocator": allocator(), "device": cli.device, "bf16": cli.bf16,
+              "peak_rss_mb": round(rss, 1), "load_average": [round(x, 2) for x in os.getloadavg()],
+              "allocator": allocator(), "processes": "one for all runs" if cli.same_process else "one per run",
+              "device": cli.device, "bf16": cli.bf16,
               "matmul_peak_tflops": None if peak is None else round(peak, 1), "mfu": utilisation,
               "host_syncs_per_update": syncs.report()}
     print(json.dumps(result))
