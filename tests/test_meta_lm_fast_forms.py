@@ -3,7 +3,8 @@ fused cross entropies (one log-softmax or softmax buffer that the backward turns
 F.cross_entropy and the composite soft form, to second order where the trainer differentiates twice; the two-level
 inverse-CDF sampler (an exact categorical draw, the same draw as one cumulative sum over the vocabulary); and the
 teacher's heads run per row on its hidden states, the x_m row's output head only at masked positions (the
-auxiliary losses and their gradients against the full [3B, L, V] logits)."""
+auxiliary losses and their gradients against the full [3B, L, V] logits); the heads' vocabulary projection against
+F.linear (values, first and second derivatives, autocast, the order of its weight-gradient product)."""
 
 import copy
 
@@ -20,6 +21,8 @@ from hf_aux.meta_lm.losses import (
     teacher_sample_cross_entropy,
     token_cross_entropy,
 )
+from hf_aux.meta_lm.teacher import LMHead
+from hf_aux.tensor_ops import vocabulary_projection
 
 
 def old_soft_pseudo_cross_entropy(logits, target_probs, attention_mask, pad_token_id):
@@ -359,3 +362,86 @@ def test_fused_forms_in_bfloat16_compute_in_float32_as_autocast_does():
         grad_low, grad_full = torch.autograd.grad(low, logits)[0], torch.autograd.grad(full, upcast)[0]
         assert grad_low.dtype == torch.bfloat16
         torch.testing.assert_close(grad_low.float(), grad_full, rtol=1e-2, atol=1e-3)
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("shape", [(3, 5), (7,)])
+def test_vocabulary_projection_equals_f_linear(shape, with_bias):
+    gen = torch.Generator().manual_seed(7)
+    hidden = torch.randn(*shape, 8, generator=gen, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(40, 8, generator=gen, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(40, generator=gen, dtype=torch.float64, requires_grad=True) if with_bias else None
+    inputs = [hidden, weight] + ([bias] if with_bias else [])
+    ours, theirs = vocabulary_projection(hidden, weight, bias), F.linear(hidden, weight, bias)
+    assert ours.shape == (*shape, 40)
+    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+    cotangent = torch.randn(ours.shape, generator=gen, dtype=torch.float64)
+    for a, b in zip(torch.autograd.grad(ours, inputs, cotangent), torch.autograd.grad(theirs, inputs, cotangent)):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+        assert a.is_contiguous()
+    assert torch.autograd.gradcheck(vocabulary_projection, (hidden, weight, bias))
+
+
+def test_vocabulary_projection_weight_gradient_reads_the_gradient_along_its_rows():
+    """The point of it: the weight gradient is hidden^T G ([H, N] x [N, V]), never G^T hidden ([V, N] x [N, H],
+    what F.linear's backward runs, slow on CPU when G is out of the cache)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    products = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket.__name__ == "mm":
+                products.append((tuple(args[0].shape), tuple(args[1].shape)))
+            return func(*args, **(kwargs or {}))
+
+    hidden = torch.randn(6, 8, requires_grad=True)
+    weight = torch.randn(50, 8, requires_grad=True)
+    gradient = torch.randn(6, 50)
+    for project, expected, refused in [(vocabulary_projection, ((8, 6), (6, 50)), ((50, 6), (6, 8))),
+                                       (F.linear, ((50, 6), (6, 8)), ((8, 6), (6, 50)))]:  # the check can fail
+        products.clear()
+        logits = project(hidden, weight)
+        with Record():
+            torch.autograd.grad(logits, [hidden, weight], gradient)
+        assert expected in products and refused not in products, (project, products)
+
+
+def test_vocabulary_projection_under_autocast_computes_as_f_linear_does():
+    gen = torch.Generator().manual_seed(8)
+    hidden = torch.randn(4, 6, 16, generator=gen, requires_grad=True)
+    weight = torch.randn(64, 16, generator=gen, requires_grad=True)
+    bias = torch.randn(64, generator=gen, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ours, theirs = vocabulary_projection(hidden, weight, bias), F.linear(hidden, weight, bias)
+    assert ours.dtype == theirs.dtype == torch.bfloat16
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+    cotangent = torch.randn(ours.shape, generator=gen).bfloat16()
+    for a, b, leaf in zip(torch.autograd.grad(ours, [hidden, weight, bias], cotangent),
+                          torch.autograd.grad(theirs, [hidden, weight, bias], cotangent), [hidden, weight, bias]):
+        assert a.dtype == b.dtype == leaf.dtype == torch.float32
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
+
+
+def test_vocabulary_projection_second_derivatives_equal_f_linears():
+    gen = torch.Generator().manual_seed(9)
+    hidden = torch.randn(2, 3, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(9, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(9, generator=gen, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(vocabulary_projection, (hidden, weight, bias))
+    second = []
+    for project in (vocabulary_projection, F.linear):
+        grads = torch.autograd.grad(project(hidden, weight, bias).tanh().sum(), [hidden, weight], create_graph=True)
+        second.append(torch.autograd.grad(grads[0].square().sum() + grads[1].sin().sum(), [hidden, weight, bias]))
+    for ours, theirs in zip(*second):
+        torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+
+
+def test_teacher_head_is_saved_as_nn_linear_and_projects_through_it():
+    """The heads keep nn.Linear's layout in checkpoints ([V, H] `decoder.weight`, teachers saved before load as
+    they are) and their output is the Linear's."""
+    head = LMHead(8, 30).double()
+    assert isinstance(head.decoder, torch.nn.Linear) and head.state_dict()["decoder.weight"].shape == (30, 8)
+    hidden = torch.randn(2, 3, 8, dtype=torch.float64)
+    expected = head.decoder(head.norm(F.gelu(head.dense(hidden))))
+    torch.testing.assert_close(head(hidden), expected, rtol=1e-12, atol=1e-12)

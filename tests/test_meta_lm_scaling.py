@@ -9,6 +9,7 @@ import torch
 from test_meta_lm_trainer import data, make_trainer  # noqa: F401  (the module-scoped data fixture)
 from transformers import AutoModelForMaskedLM
 
+from hf_aux.meta_lm.teacher import LMHead
 from hf_aux.meta_lm.trainer import MetaLMConfig, MetaLMTrainer
 
 
@@ -102,7 +103,7 @@ def test_bf16_runs_the_teacher_in_bf16_too(data, tmp_path):  # noqa: F811
     seen = set()
     for owner, network in (("student", trainer.model), ("teacher", trainer.teacher)):
         for module in network.modules():
-            if isinstance(module, torch.nn.Linear):
+            if isinstance(module, (torch.nn.Linear, LMHead)):  # LMHead: its projection is not a Linear call
                 module.register_forward_hook(lambda m, i, out, owner=owner: seen.add((owner, out.dtype)))
     trainer.train()
     assert seen == {("student", torch.bfloat16), ("teacher", torch.bfloat16)}

@@ -19,6 +19,8 @@ from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedMode
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
+from hf_aux.tensor_ops import vocabulary_projection
+
 MLM_TASK_TOKEN = "[TASK_MLM]"
 
 
@@ -107,7 +109,9 @@ class MetaLMTeacherOutput(ModelOutput):
 
 
 class LMHead(nn.Module):
-    """dense -> GELU -> LayerNorm -> vocabulary projection (BERT's MLM head shape)."""
+    """dense -> GELU -> LayerNorm -> vocabulary projection (BERT's MLM head shape). The projection is
+    `decoder` (an nn.Linear, saved as one) applied by `vocabulary_projection`, whose backward makes the weight
+    gradient in the order that suits a gradient arriving at the end of the meta step."""
 
     def __init__(self, hidden_size: int, vocab_size: int, layer_norm_eps: float = 1e-12):
         super().__init__()
@@ -116,7 +120,8 @@ class LMHead(nn.Module):
         self.decoder = nn.Linear(hidden_size, vocab_size)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.norm(nn.functional.gelu(self.dense(hidden))))
+        return vocabulary_projection(self.norm(nn.functional.gelu(self.dense(hidden))), self.decoder.weight,
+                                     self.decoder.bias)
 
 
 class MetaLMTeacher(PreTrainedModel):
