@@ -281,7 +281,8 @@ def main():
     torch.set_num_threads(cli.threads)
     tokenizer = tiny_tokenizer()
     common = trainer_settings(cli)
-    mixtures = {count: make_mixture(count, cli, tokenizer) for count in (5, 50)}
+    needed = (50 if cli.run_one == "muppet50" else 5,) if cli.run_one else (5, 50)  # a run needs its own mixture
+    mixtures = {count: make_mixture(count, cli, tokenizer) for count in needed}
     syncs = HostSyncs(cli.device)  # inside MuppetTrainer's updates (on CUDA: torch's sync debug mode)
     if cli.run_one:
         measured = measure(cli.run_one, mixtures, tokenizer, common, cli, syncs)
