@@ -3,6 +3,8 @@ objective teacher's vocabulary projection."""
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 
@@ -50,11 +52,11 @@ def vocabulary_projection(hidden: torch.Tensor, weight: torch.Tensor, bias: torc
     casts are outside the product, so the parameters' gradients come back in their own dtype). Its backward is
     made of differentiable operations, so second derivatives are exact too."""
     device_type = hidden.device.type
-    if torch.is_autocast_enabled(device_type):
+    autocast = torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
+    if autocast:  # cast as autocast would, then compute with it off (the Function's products are in that dtype)
         dtype = torch.get_autocast_dtype(device_type)
         hidden, weight = hidden.to(dtype), weight.to(dtype)
         bias = None if bias is None else bias.to(dtype)
-    shape = hidden.shape
-    with torch.autocast(device_type, enabled=False):
-        logits = _VocabularyProjection.apply(hidden.reshape(-1, shape[-1]), weight, bias)
-    return logits.view(*shape[:-1], weight.shape[0])
+    with torch.autocast(device_type, enabled=False) if autocast else contextlib.nullcontext():
+        logits = _VocabularyProjection.apply(hidden.reshape(-1, hidden.shape[-1]), weight, bias)
+    return logits.view(*hidden.shape[:-1], weight.shape[0])

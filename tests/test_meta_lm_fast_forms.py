@@ -437,6 +437,12 @@ def test_vocabulary_projection_second_derivatives_equal_f_linears():
         torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
 
 
+def test_vocabulary_projection_on_the_meta_device_has_the_right_shape():
+    """No autocast there (torch has none for 'meta'): shapes only, as when a model is traced without weights."""
+    hidden, weight, bias = (torch.empty(*shape, device="meta") for shape in [(2, 3, 4), (9, 4), (9,)])
+    assert vocabulary_projection(hidden, weight, bias).shape == (2, 3, 9)
+
+
 def test_teacher_head_is_saved_as_nn_linear_and_projects_through_it():
     """The heads keep nn.Linear's layout in checkpoints ([V, H] `decoder.weight`, teachers saved before load as
     they are) and their output is the Linear's."""
