@@ -10,8 +10,10 @@ round starting one configuration later, and the ratio is of the medians of the p
 other processes largely cancels. Every run is a process of its own, as a user's job is (in one process each
 configuration would inherit the heap the runs before it left); `--same_process` runs them all in this one. With
 glibc's malloc the heap still shows in the 50-task ratio: its process trims and regrows the heap more often, a few
-percent per update that a caching allocator removes (docs/muppet_measurements.md). `--clock cpu` times the run's
-process CPU time instead of wall time (one torch thread: the work done, steadier under load).
+percent per update that a caching allocator removes (docs/muppet_measurements.md). On a GPU, whose memory CUDA's
+caching allocator keeps (the heap effect is glibc's), `--same_process` spares every run starting CUDA anew.
+`--clock cpu` times the run's process CPU time instead of wall time (one torch thread: the work done, steadier
+under load).
 
 Beside each measured ratio the last line carries its FLOP floor (`*flop_ratio`): the ratio of the FLOPs torch's
 FlopCounterMode counts in one update's forward and backward passes (its sub-batches, the same ones for both
