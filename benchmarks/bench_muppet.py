@@ -250,12 +250,9 @@ def measure(kind, mixtures, tokenizer, common, cli, syncs) -> list[float]:
     return measured[cli.warmup:]
 
 
-RUN_PEAK_RSS_MB = [0.0]  # the largest peak RSS of the runs' own processes
-
-
-def measure_in_own_process(kind, syncs) -> list[float]:
-    """One run of `kind` in a fresh Python process (this script with the same arguments and `--run_one`); its
-    host-sync counts are added to `syncs`."""
+def measure_in_own_process(kind, syncs) -> tuple[list[float], float]:
+    """One run of `kind` in a fresh Python process (this script with the same arguments and `--run_one`): the
+    times of its measured updates and that process's peak RSS in MB; its host-sync counts are added to `syncs`."""
     done = subprocess.run([sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--run_one", kind],
                           capture_output=True, text=True)
     if done.returncode != 0:
@@ -263,8 +260,7 @@ def measure_in_own_process(kind, syncs) -> list[float]:
     report = json.loads(done.stdout.strip().splitlines()[-1])
     syncs.by_line.update(report["syncs_by_line"])
     syncs.windows += report["sync_windows"]
-    RUN_PEAK_RSS_MB[0] = max(RUN_PEAK_RSS_MB[0], report["peak_rss_mb"])
-    return report["times"]
+    return report["times"], report["peak_rss_mb"]
 
 
 def main():
@@ -293,13 +289,15 @@ def main():
         return
     times = {kind: [] for kind in KINDS}
     round_medians = {kind: [] for kind in times}  # per round: the median update of each configuration
+    run_peaks = []  # the peak RSS of each run's own process
     for round_index in range(cli.rounds):
         # each round starts one configuration later, so none always follows the same one
         for kind in KINDS[round_index % len(KINDS):] + KINDS[:round_index % len(KINDS)]:
             if cli.same_process:
                 measured = measure(kind, mixtures, tokenizer, common, cli, syncs)
             else:
-                measured = measure_in_own_process(kind, syncs)
+                measured, peak = measure_in_own_process(kind, syncs)
+                run_peaks.append(peak)
             times[kind].extend(measured)
             round_medians[kind].append(statistics.median(measured))
     medians = {k: statistics.median(v) for k, v in times.items()}
@@ -310,7 +308,7 @@ def main():
         print(f"{kind:>9}: median {value * 1000:8.1f} ms/update over {len(times[kind])} updates")
     print("GFLOPs per update (forward + backward, matrix products): "
           + ", ".join(f"{kind} {value:.3f}" for kind, value in gflop.items()))
-    rss = peak_rss_mb() if cli.same_process else RUN_PEAK_RSS_MB[0]
+    rss = max(run_peaks) if run_peaks else peak_rss_mb()
     print(f"peak RSS of {'the whole benchmark process' if cli.same_process else 'the largest run'}: {rss:.0f} MB")
     peak = matmul_peak_tflops(cli.device)
     utilisation = {kind: mfu(gflop["plain" if kind == "minimal" else kind], medians[kind], peak) for kind in medians}
