@@ -39,7 +39,7 @@ import time
 
 import torch
 from flops import (HostSyncs, add_device_arguments, allocator, autocast, counting, folder_label, matmul_peak_tflops,
-                   mfu, synchronize)
+                   mfu, set_up_malloc, synchronize)
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoTokenizer
 
@@ -189,6 +189,7 @@ def main():
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--memory_of", choices=["amos", "electra", "disc_only"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    set_up_malloc(args)  # the memory child too (it gets the same arguments)
     if args.base:
         args.hidden = 768
     if args.threads:

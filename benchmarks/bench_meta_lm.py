@@ -87,7 +87,8 @@ import tempfile
 import time
 
 import torch
-from flops import HostSyncs, add_device_arguments, allocator, autocast, counting, matmul_peak_tflops, mfu, synchronize
+from flops import (HostSyncs, add_device_arguments, allocator, autocast, counting, matmul_peak_tflops, mfu,
+                   set_up_malloc, synchronize)
 from torch.utils.flop_counter import FlopCounterMode
 
 GOALS = {"hard": 6.0, "soft": 9.0, "soft_first_order": 5.0}  # step / MLM step (issue #13)
@@ -161,7 +162,7 @@ def build(kind: str, opts, data):
                         per_device_train_batch_size=opts.batch, max_steps=10_000, learning_rate=1e-3,
                         warmup_steps=0, teacher_aux_losses=True, mlm_task_probability=0.0, report_to=[],
                         use_cpu=opts.device == "cpu", bf16=uses_bf16(kind, opts), save_strategy="no",
-                        disable_tqdm=True)
+                        disable_tqdm=True, cpu_malloc=opts.cpu_malloc)
     teacher = None if objective == "mlm" else MetaLMTeacher.from_student_config(student.config)
     trainer = MetaLMTrainer(model=student, teacher=teacher, args=args, labelled_tasks=labelled,
                             train_dataset=unlabelled, processing_class=tok)  # student and teacher on args.device
@@ -255,6 +256,7 @@ def main():
                              "'wikipedia' needs gensim)")
     add_device_arguments(parser)
     opts = parser.parse_args()
+    set_up_malloc(opts)
     if opts.base:
         opts.hidden, opts.layers, opts.heads = 768, 12, 12
     torch.set_num_threads(opts.threads)

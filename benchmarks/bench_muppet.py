@@ -8,9 +8,10 @@ Each configuration is a real Trainer: one `train()` of warm-up + measured optimi
 update taken by a callback (on_step_begin -> on_step_end). Runs are interleaved (A B A B ...), several rounds, each
 round starting one configuration later, and the ratio is of the medians of the per-update times, so drift from
 other processes largely cancels. Every run is a process of its own, as a user's job is (in one process each
-configuration would inherit the heap the runs before it left); `--same_process` runs them all in this one. With
-glibc's malloc the heap still shows in the 50-task ratio: its process trims and regrows the heap more often, a few
-percent per update that a caching allocator removes (docs/muppet_measurements.md). On a GPU, whose memory CUDA's
+configuration would inherit the heap the runs before it left); `--same_process` runs them all in this one. Every
+run's malloc keeps freed memory, as an hf_aux trainer sets it on CPU (`--cpu_malloc keep`, hf_aux.cpu_malloc), the
+plain Trainer's and the minimal loop's too; with glibc's defaults (`--cpu_malloc system`) the 50-task process trims
+and regrows its heap more often, a few percent per update (docs/muppet_measurements.md). On a GPU, whose memory CUDA's
 caching allocator keeps (the heap effect is glibc's), `--same_process` spares every run starting CUDA anew.
 `--clock cpu` times the run's process CPU time instead of wall time (one torch thread: the work done, steadier
 under load).
@@ -43,7 +44,7 @@ import time
 import datasets
 import torch
 from flops import (HostSyncs, add_device_arguments, allocator, autocast, gflop_of, matmul_peak_tflops, mfu,
-                   synchronize)
+                   set_up_malloc, synchronize)
 from transformers import AutoModel, Trainer, TrainerCallback, TrainingArguments
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
@@ -119,7 +120,7 @@ def build(tasks, tokenizer, hidden, layers, length):
 
 def make_trainer(kind, model, train, tokenizer, args_common, out, callbacks=()):
     if kind == "plain":
-        args = TrainingArguments(output_dir=out, **args_common)
+        args = TrainingArguments(output_dir=out, **{k: v for k, v in args_common.items() if k != "cpu_malloc"})
         data = MultiTaskDataset(train)
         sampler = TaskBatchSampler(data.sizes, args.per_device_train_batch_size, args.gradient_accumulation_steps,
                                    seed=args.seed)
@@ -224,7 +225,8 @@ def trainer_settings(cli) -> dict:
     """The TrainingArguments fields of that job (warm-up + measured updates, nothing saved or reported)."""
     return dict(per_device_train_batch_size=cli.batch_size, gradient_accumulation_steps=cli.accumulation,
                 max_steps=cli.warmup + cli.steps, learning_rate=1e-4, report_to=[], save_strategy="no",
-                logging_steps=10, disable_tqdm=True, use_cpu=cli.device == "cpu", bf16=cli.bf16, seed=0)
+                logging_steps=10, disable_tqdm=True, use_cpu=cli.device == "cpu", bf16=cli.bf16, seed=0,
+                cpu_malloc=cli.cpu_malloc)  # hf_aux's; the plain Trainer's process gets it from set_up_malloc
 
 
 KINDS = ("plain", "muppet", "r3f", "muppet50", "minimal")  # muppet50: MuppetTrainer on the 50-task mixture
@@ -275,6 +277,7 @@ def main():
     cli = parser.parse_args()
     global CLOCK
     CLOCK = CLOCKS[cli.clock]
+    set_up_malloc(cli)
 
     torch.set_num_threads(cli.threads)
     tokenizer = tiny_tokenizer()

@@ -32,7 +32,7 @@ import time
 
 import torch
 from bench_muppet import add_job_arguments, build, make_tasks, trainer_settings
-from flops import allocator, gflop_of
+from flops import allocator, gflop_of, set_up_malloc
 from transformers import TrainerCallback
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
@@ -91,7 +91,7 @@ def main():
     parser.add_argument("--meta_tasks", type=int, default=8, help="meta_tasks_per_step")
     parser.add_argument("--update_every", type=int, default=1, help="task_weight_update_steps")
     cli = parser.parse_args()
-
+    set_up_malloc(cli)
     torch.set_num_threads(cli.threads)
     tokenizer = tiny_tokenizer()
     common = trainer_settings(cli)

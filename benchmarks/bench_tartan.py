@@ -20,9 +20,10 @@ Memory: each mode runs alone in a fresh subprocess. It builds model and data, ta
 lazy initialisations), then measures the peak over `--memory_steps` steps above what was resident before them:
 the step's own memory (activations, gradients, per-task gradient lists), which is where the modes differ.
 CPU: peak resident set size (Linux VmHWM, reset through /proc/self/clear_refs) minus VmRSS before the steps, with
-glibc's mmap threshold fixed (MALLOC_MMAP_THRESHOLD_) so freed tensors leave the resident set instead of staying
-in the heap. Accelerator: torch's peak allocated minus allocated before the steps. Whole-process RSS (imports,
-data, model) is reported beside it for reference.
+glibc's mmap threshold fixed (MALLOC_MMAP_THRESHOLD_, a setting of the user's, so the trainer leaves glibc's malloc
+as it is: hf_aux.cpu_malloc) so freed tensors leave the resident set instead of staying in the heap. Accelerator:
+torch's peak allocated minus allocated before the steps. Whole-process RSS (imports, data, model) is reported
+beside it for reference.
 
     python benchmarks/bench_tartan.py                       # MiniLM, Rotten Tomatoes, batch 16, length 64
     python benchmarks/bench_tartan.py --steps 5 --tiny      # seconds

@@ -6,7 +6,9 @@ fresh from the kernel and unmaps it when freed, so each such tensor pays its pag
 float32 logits buffer is 62 MB: an element-wise pass over it measured 2-3x slower than over a reused buffer).
 Steps that make many vocabulary-sized temporaries (the meta-learned objectives) pay that more than the baselines
 they are compared with. A caching allocator (tcmalloc, as CUDA's caching allocator on a GPU) keeps freed buffers:
-`LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4` (Debian: libtcmalloc-minimal4)."""
+`LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4` (Debian: libtcmalloc-minimal4). Every hf_aux trainer
+sets glibc's malloc to keep freed memory on a CPU run (hf_aux.cpu_malloc); the benchmarks do the same for every
+configuration they time, the baselines included (`--cpu_malloc keep`, the default; `system` leaves malloc alone)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from collections.abc import Callable
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-ALLOCATORS = ("tcmalloc", "jemalloc", "mimalloc")
+from hf_aux.cpu_malloc import CPU_MALLOC_CHOICES, describe, keep_freed_memory
 
 
 class _GlobalOnly(contextlib.nullcontext):
@@ -43,13 +45,15 @@ def gflop_of(fn: Callable[[], object]) -> float:
 
 def allocator() -> str:
     """The malloc this process runs on: a preloaded tcmalloc/jemalloc/mimalloc library mapped into it, else glibc's
-    malloc (Linux; "unknown" where /proc is not there)."""
-    try:
-        with open("/proc/self/maps") as maps:
-            mapped = maps.read()
-    except OSError:
-        return "unknown"
-    return next((name for name in ALLOCATORS if f"lib{name}" in mapped), "glibc malloc")
+    malloc, and whether it keeps freed memory (hf_aux.cpu_malloc.describe)."""
+    return describe()
+
+
+def set_up_malloc(cli) -> None:
+    """What an hf_aux trainer does on a CPU run, for the whole benchmark process, before anything is timed, unless
+    `--cpu_malloc system`: every configuration (the baselines too) then runs on the same malloc settings."""
+    if cli.cpu_malloc == "keep" and str(cli.device) == "cpu":
+        keep_freed_memory()
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -58,11 +62,14 @@ def allocator() -> str:
 
 
 def add_device_arguments(parser, default: str = "cpu") -> None:
-    """--device and --bf16, as every step benchmark takes them."""
+    """--device, --bf16 and --cpu_malloc, as every step benchmark takes them (`set_up_malloc` applies the last)."""
     parser.add_argument("--device", default=default, help="cpu, or cuda (Trainer's accelerator)")
     parser.add_argument("--bf16", action="store_true",
                         help="bf16 mixed precision (Trainer's --bf16; torch.autocast where a benchmark drives steps "
                              "itself), as a GPU run trains")
+    parser.add_argument("--cpu_malloc", choices=CPU_MALLOC_CHOICES, default="keep",
+                        help="on CPU, glibc's malloc keeps freed memory for every configuration timed, as an hf_aux "
+                             "trainer sets it (hf_aux.cpu_malloc); 'system' leaves it as it is, for every one")
 
 
 def synchronize(device) -> None:

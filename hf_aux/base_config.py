@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from transformers import TrainingArguments
 
+from .cpu_malloc import CPU_MALLOC_CHOICES
 from .nonfinite import NonFiniteArgsMixin
 
 # arguments that do not change what a run trains (and may differ between a run and its resumption); none of them
@@ -30,7 +31,7 @@ RUN_CONTROL_FIELDS = {
     "eval_strategy", "eval_steps", "eval_delay", "eval_accumulation_steps", "eval_on_start", "save_total_limit",
     "save_steps", "save_strategy", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
     "dataloader_prefetch_factor", "token", "cache_dir", "max_eval_samples", "max_predict_samples", "run_name",
-    "project", "trackio_space_id", "preprocessing_num_workers", "on_nonfinite", "merge_lora",
+    "project", "trackio_space_id", "preprocessing_num_workers", "on_nonfinite", "merge_lora", "cpu_malloc",
     "local_rank", "ddp_timeout", "log_on_each_node",  # the number of processes is recorded as "processes" instead
     "license",  # the model card's
     "do_train", "use_cpu", "accelerator_config",  # the actions and the machine, not the training
@@ -77,11 +78,24 @@ class HubTokenSafeArgsMixin:
 @dataclass
 class RunArgsMixin(NonFiniteArgsMixin):
     """hf_aux's run settings, mixed into every hf_aux `TrainingArguments` subclass (before TrainingArguments
-    among the bases): `overwrite_output_dir` (run_glue's flag, which transformers 5 dropped) and `on_nonfinite`."""
+    among the bases): `overwrite_output_dir` (run_glue's flag, which transformers 5 dropped), `on_nonfinite` and
+    `cpu_malloc`."""
 
     overwrite_output_dir: bool = field(default=False, metadata={
         "help": "Replace a finished or interrupted run of another configuration in output_dir (its checkpoints "
                 "are removed). Without it such a folder is refused, and the same configuration resumes."})
+    cpu_malloc: str = field(default="keep", metadata={
+        "help": "On a CPU run with glibc's malloc: 'keep' freed memory for reuse (buffers up to 32 MB from the "
+                "heap, no heap trimming below 2 GiB free; the process keeps its peak memory, as a GPU's caching "
+                "allocator does), or leave malloc as the 'system' set it. Nothing changes under tcmalloc/jemalloc or the "
+                "user's own MALLOC_* settings (hf_aux.cpu_malloc).",
+        "choices": list(CPU_MALLOC_CHOICES)})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.cpu_malloc not in CPU_MALLOC_CHOICES:
+            raise ValueError(f"{type(self).__name__}: field 'cpu_malloc': {self.cpu_malloc!r} is not one of "
+                             f"{list(CPU_MALLOC_CHOICES)}")
 
 
 @dataclass

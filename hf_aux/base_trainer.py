@@ -27,6 +27,8 @@
   `hf_aux.hub.push_checkpoint`. Unset, Trainer's own pushes run.
 - **The model card** (`hf_aux.model_card.ModelCardMixin`): the method's record (`_method`) names the paper and
   the template; the trainer adds its tasks, figures and details.
+- **CPU memory reuse** (`hf_aux.cpu_malloc`): on a CPU run with glibc's malloc, freed memory is kept for the next
+  step (`cpu_malloc`, default 'keep'; 'system' leaves malloc alone).
 - **The non-finite guard** (`hf_aux.nonfinite`): with `on_nonfinite` 'stop', parameters checked where Trainer
   logs, evaluates, saves or ends, and before any model is written; with 'skip', every step.
   `_watch_model_loss`: also check the loss of the model's forward pass (the base trainer used as it is, whose loss
@@ -49,6 +51,7 @@ from transformers import PreTrainedModel, Trainer
 from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from .cpu_malloc import keep_freed_memory
 from .hub import push_checkpoint
 from .model_card import ModelCardMixin
 from .nonfinite import install_nonfinite_guard
@@ -67,6 +70,8 @@ class AuxTrainer(ModelCardMixin, Trainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._nonfinite_guard = install_nonfinite_guard(self, watch_model_loss=self._watch_model_loss)
+        if getattr(self.args, "cpu_malloc", "keep") == "keep" and self.args.device.type == "cpu":
+            keep_freed_memory()  # glibc's malloc keeps what a step frees for the next step (hf_aux.cpu_malloc)
         self._rng_checkpoint = None  # a streamed run's checkpoint whose random state waits for the first batches
         if isinstance(self.train_dataset, ResumableStream):
             # a streamed corpus resumes at its saved position (hf_aux.streaming); Trainer's skipping of the seen
