@@ -87,8 +87,8 @@ class RunArgsMixin(NonFiniteArgsMixin):
     cpu_malloc: str = field(default="keep", metadata={
         "help": "On a CPU run with glibc's malloc: 'keep' freed memory for reuse (buffers up to 32 MB from the "
                 "heap, no heap trimming below 2 GiB free; the process keeps its peak memory, as a GPU's caching "
-                "allocator does), or leave malloc as the 'system' set it. Nothing changes under tcmalloc/jemalloc or the "
-                "user's own MALLOC_* settings (hf_aux.cpu_malloc).",
+                "allocator does), or leave malloc as the 'system' set it. Nothing changes under tcmalloc/jemalloc "
+                "or the user's own MALLOC_* settings (hf_aux.cpu_malloc).",
         "choices": list(CPU_MALLOC_CHOICES)})
 
     def __post_init__(self):

@@ -3,9 +3,9 @@
 glibc's malloc maps every buffer above its mmap threshold fresh from the kernel and unmaps it on free, and trims the
 top of its heap whenever enough of it is free, so a training step that makes and frees the same buffers every step
 pays their page faults every step: vocabulary-sized temporaries of the meta-learned objectives (a second-order step
-measured 1.20 x its FLOP floor with glibc's defaults, 1.05 with tcmalloc), and a MUPPET job with 50 task heads,
-whose heap was trimmed and regrown more often than the 5-task one's (3.5% slower per update; with tcmalloc, or glibc
-keeping its memory, the same). docs/scaling.md and the measurement notes have the figures.
+measured 1.16-1.23 x its FLOP floor with glibc's defaults, 1.06-1.09 with this module's settings, 1.05 with
+tcmalloc), and every MUPPET update (5,200-7,000 page faults and 8-12 ms in the kernel per update with glibc's
+defaults, 1,100-1,600 and 2-3 ms with these settings). docs/scaling.md and the measurement notes have the figures.
 
 `keep_freed_memory()` sets, through glibc's `mallopt`, what the environment variables
 `MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=2147483647 MALLOC_TOP_PAD_=268435456` set at start-up:
