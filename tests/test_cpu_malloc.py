@@ -14,7 +14,7 @@ import sys
 import pytest
 from transformers import HfArgumentParser
 
-from hf_aux.base_config import TokenSafeTrainingArguments
+from hf_aux.base_config import RUN_CONTROL_FIELDS, TokenSafeTrainingArguments
 from hf_aux.cpu_malloc import malloc_in_use
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -85,7 +85,7 @@ import torch
 from transformers import AutoModelForSequenceClassification
 from tiny import tiny_config, tiny_tokenizer
 from hf_aux import cpu_malloc
-from hf_aux.base_config import TokenSafeTrainingArguments
+from hf_aux.base_config import RUN_CONTROL_FIELDS, TokenSafeTrainingArguments
 from hf_aux.base_trainer import AuxTrainer
 model = AutoModelForSequenceClassification.from_config(tiny_config("bert", tiny_tokenizer()))
 seen = []
@@ -115,3 +115,6 @@ def test_the_flag_is_parsed_and_checked(capsys):
     assert "cpu_malloc" in capsys.readouterr().err
     with pytest.raises(ValueError, match="field 'cpu_malloc'"):
         TokenSafeTrainingArguments(output_dir="x", cpu_malloc="never")
+    # it changes how fast a run goes, not what it trains: a run resumed with the other value is the same run, and
+    # the model card does not list it among the hyper-parameters
+    assert "cpu_malloc" in RUN_CONTROL_FIELDS
