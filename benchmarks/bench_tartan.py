@@ -27,6 +27,7 @@ beside it for reference.
 
     python benchmarks/bench_tartan.py                       # MiniLM, Rotten Tomatoes, batch 16, length 64
     python benchmarks/bench_tartan.py --steps 5 --tiny      # seconds
+    python benchmarks/bench_tartan.py --cpu_malloc system   # the trainers leave glibc's malloc as it is
 
 On a GPU, `--accelerator --bf16` trains with Trainer's bf16 (each mode's forward under bf16 autocast, as train()
 runs it) and adds MFU (counted FLOPs over the median wall time, as a share of the card's measured bf16 matmul
@@ -52,7 +53,8 @@ import time
 
 import datasets
 import torch
-from flops import HostSyncs, allocator, autocast, counting, folder_label, gflop_of, matmul_peak_tflops, mfu
+from flops import (CPU_MALLOC_CHOICES, HostSyncs, allocator, autocast, counting, folder_label, gflop_of,
+                   matmul_peak_tflops, mfu)
 from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
@@ -99,7 +101,7 @@ def build(mode: str, args, out: str, data=None):
     model = TartanModel(classifier, list(auxiliary))
     config = TartanConfig(output_dir=out, mode=mode, per_device_train_batch_size=args.batch_size, report_to=[],
                           use_cpu=not args.accelerator, seed=0, save_strategy="no", disable_tqdm=True,
-                          learning_rate=1e-5, bf16=args.bf16)
+                          learning_rate=1e-5, bf16=args.bf16, cpu_malloc=args.cpu_malloc)
     trainer = TartanTrainer(model=model, args=config, train_dataset=train, eval_dataset=validation,
                             auxiliary_datasets=auxiliary, processing_class=tokenizer,
                             data_collator=DataCollatorWithPadding(tokenizer))
@@ -183,6 +185,10 @@ def main():
                              "run trains")
     parser.add_argument("--model_name_or_path", default=None,
                         help="BERT-style checkpoint folder, model and tokenizer (default: the MiniLM package's)")
+    parser.add_argument("--cpu_malloc", choices=CPU_MALLOC_CHOICES, default="keep",
+                        help="the trainers' setting (hf_aux.cpu_malloc; both modes run in one process): on CPU, "
+                             "glibc's malloc keeps freed memory; 'system' leaves it alone. The memory measurement's "
+                             "own MALLOC_MMAP_THRESHOLD_ leaves it alone either way")
     parser.add_argument("--memory_of", choices=["mt", "meta"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.tiny and args.model_name_or_path:
