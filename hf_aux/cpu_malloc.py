@@ -81,7 +81,9 @@ def keep_freed_memory() -> str:
         refused = [variable for parameter, (value, variable) in KEEP_SETTINGS.items()
                    if mallopt(parameter, value) != 1]
         _state = "mallopt refused " + ", ".join(refused) if refused else "kept"
-    if _state == "kept":
+    if _state.startswith("mallopt refused"):
+        logger.warning("hf_aux.cpu_malloc: glibc's %s; malloc keeps its defaults for those", _state)
+    elif _state == "kept":
         logger.info("glibc malloc keeps freed memory for reuse (hf_aux.cpu_malloc; --cpu_malloc system leaves it as "
                     "it is)")
     return _state
