@@ -22,7 +22,8 @@ from collections.abc import Callable
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from hf_aux.cpu_malloc import CPU_MALLOC_CHOICES, describe, keep_freed_memory
+from hf_aux.cpu_malloc import CPU_MALLOC_CHOICES, keep_freed_memory
+from hf_aux.cpu_malloc import describe as allocator  # noqa: F401  (re-exported: the benchmarks print the malloc)
 
 
 class _GlobalOnly(contextlib.nullcontext):
@@ -41,12 +42,6 @@ def gflop_of(fn: Callable[[], object]) -> float:
     with counter:
         fn()
     return counter.get_total_flops() / 1e9
-
-
-def allocator() -> str:
-    """The malloc this process runs on: a preloaded tcmalloc/jemalloc/mimalloc library mapped into it, else glibc's
-    malloc, and whether it keeps freed memory (hf_aux.cpu_malloc.describe)."""
-    return describe()
 
 
 def set_up_malloc(cli) -> None:

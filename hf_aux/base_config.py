@@ -14,7 +14,7 @@ training hyper-parameters it lists.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from transformers import TrainingArguments
 
@@ -93,9 +93,11 @@ class RunArgsMixin(NonFiniteArgsMixin):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.cpu_malloc not in CPU_MALLOC_CHOICES:
-            raise ValueError(f"{type(self).__name__}: field 'cpu_malloc': {self.cpu_malloc!r} is not one of "
-                             f"{list(CPU_MALLOC_CHOICES)}")
+        for setting in fields(RunArgsMixin):  # each run setting that declares its choices (on_nonfinite, cpu_malloc)
+            choices, value = setting.metadata.get("choices"), getattr(self, setting.name)
+            if choices is not None and value not in choices:
+                raise ValueError(f"{type(self).__name__}: field '{setting.name}': {value!r} is not one of "
+                                 f"{list(choices)}")
 
 
 @dataclass

@@ -44,19 +44,13 @@ class NonFiniteTrainingError(ValueError):
 @dataclass
 class NonFiniteArgsMixin:
     """The `on_nonfinite` setting; every hf_aux `TrainingArguments` subclass gets it through
-    `hf_aux.run_guard.RunArgsMixin`."""
+    `hf_aux.base_config.RunArgsMixin`, which checks it against its choices."""
 
     on_nonfinite: str = field(default="stop", metadata={
         "help": "What a non-finite (NaN/Inf) loss or gradient does: 'stop' the run with an error naming the step "
                 "and the loss parts (nothing non-finite is saved; the last checkpoint stays intact), or 'skip' "
                 "that optimizer step and go on (counted in the logs as nonfinite_skipped_steps).",
         "choices": list(NONFINITE_POLICIES)})
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.on_nonfinite not in NONFINITE_POLICIES:
-            raise ValueError(f"{type(self).__name__}: field 'on_nonfinite': {self.on_nonfinite!r} is not one of "
-                             f"{list(NONFINITE_POLICIES)}")
 
 
 def _policy(args) -> str:
