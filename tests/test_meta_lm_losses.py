@@ -1,15 +1,32 @@
-"""The closed-form pieces of first-order soft labels (hf_aux.meta_lm.functional_optim, hf_aux.meta_lm.losses) against autograd and a hand-derived
-mixed derivative: the optimizer-update and clipping vector-Jacobian products, and the forward difference of the
-soft-label gradient."""
+"""The closed-form pieces of the soft-label meta signal (hf_aux.meta_lm.functional_optim, hf_aux.meta_lm.losses)
+against autograd and a hand-derived mixed derivative: the optimizer-update and clipping vector-Jacobian products,
+the student update they make differentiable, and the forward difference of the soft-label gradient."""
 
 import pytest
 import torch
 
-from hf_aux.meta_lm.functional_optim import (adamw_update, adamw_update_vjp, clip_by_total_norm, clip_by_total_norm_vjp,
-                                             optimizer_steps)
+from hf_aux.meta_lm.functional_optim import (adamw_update_vjp, clip_by_total_norm, clip_by_total_norm_vjp,
+                                             optimizer_steps, student_update, student_update_values)
 from hf_aux.meta_lm.losses import first_order_soft_label_grads
 
 HYPER = dict(lr=3e-3, beta1=0.9, beta2=0.98, eps=1e-6)  # noqa: C408
+
+
+def _safe_sqrt(x):
+    """sqrt with a zero (not NaN) derivative where x == 0."""
+    positive = x > 0
+    return torch.where(positive, torch.where(positive, x, torch.ones_like(x)).sqrt(), torch.zeros_like(x))
+
+
+def adamw_update(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay):
+    """torch.optim.AdamW's update of one tensor written out elementwise, for autograd to differentiate: the
+    reference the closed forms are checked against (`exp_avg`, `exp_avg_sq`, `step`: the state before the step)."""
+    step = step + 1
+    decayed = param * (1 - lr * weight_decay)
+    m = exp_avg * beta1 + grad * (1 - beta1)
+    v = exp_avg_sq * beta2 + grad * grad * (1 - beta2)
+    denom = _safe_sqrt(v) / (1 - beta2**step) ** 0.5 + eps
+    return decayed - (lr / (1 - beta1**step)) * m / denom
 
 
 @pytest.mark.parametrize("step", [0, 4])
@@ -111,3 +128,74 @@ def test_optimizer_steps_reads_every_parameters_step_count(implementation):
         optimizer.zero_grad(set_to_none=True)
     assert optimizer_steps(optimizer, [a, b]) == [3, 1]
     assert all(type(n) is int for n in optimizer_steps(optimizer, [b, a]))
+
+
+def _reference_update(optimizer, max_norm, params, grads):
+    """theta_1 written out for autograd: clipping, then AdamW elementwise (`adamw_update`) or SGD, per tensor."""
+    clipped = iter(clip_by_total_norm([g for g in grads if g is not None], max_norm))
+    out = []
+    for p, g in zip(params, grads):
+        if g is None:
+            out.append(p.detach())
+            continue
+        g, group, state = next(clipped), optimizer.param_groups[0], optimizer.state.get(p, {})
+        if isinstance(optimizer, torch.optim.SGD):
+            out.append(p.detach() - group["lr"] * (g + group["weight_decay"] * p.detach()))
+            continue
+        beta1, beta2 = group["betas"]
+        out.append(adamw_update(p.detach(), g, state.get("exp_avg", torch.zeros_like(p)),
+                                state.get("exp_avg_sq", torch.zeros_like(p)), int(state.get("step", 0)),
+                                group["lr"], beta1, beta2, group["eps"], group["weight_decay"]))
+    return out
+
+
+@pytest.mark.parametrize("optim,max_norm", [("foreach", 0.05), ("fused", 0.05), ("for_loop", 100.0), ("sgd", 0.05)])
+def test_student_update_values_and_gradient_equal_autograd_through_the_written_out_update(optim, max_norm):
+    """student_update (values forward, closed-form product backward) against autograd through clipping and the
+    update written out per tensor: the same theta_1, the same gradient with respect to what made the pseudo
+    gradient; a parameter without a gradient keeps its value and passes nothing back."""
+    gen = torch.Generator().manual_seed(5)
+    params = [torch.nn.Parameter(torch.randn(*shape, generator=gen, dtype=torch.float64))
+              for shape in [(4, 3), (3,), (2, 2)]]
+    if optim == "sgd":
+        optimizer = torch.optim.SGD(params, lr=0.1, weight_decay=0.01)
+    else:
+        kwargs = {"foreach": False} if optim == "for_loop" else {optim: True}
+        optimizer = torch.optim.AdamW(params, lr=0.1, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01, **kwargs)
+        for _ in range(2):  # non-trivial moments and step counts
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=gen, dtype=torch.float64)
+            optimizer.step()
+    source = torch.randn(5, generator=gen, dtype=torch.float64, requires_grad=True)
+    mixing = [torch.randn(*p.shape, 5, generator=gen, dtype=torch.float64) for p in params]
+
+    def pseudo_grads(x):  # a pseudo gradient with a graph back to x; the last parameter gets none
+        return [torch.tanh(mixing[0] @ x), (mixing[1] @ x) ** 2, None]
+
+    cotangents = [torch.randn(p.shape, generator=gen, dtype=torch.float64) for p in params]
+    ours = student_update(optimizer, max_norm, params, pseudo_grads(source))
+    theirs = _reference_update(optimizer, max_norm, params, pseudo_grads(source))
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert torch.equal(ours[2], params[2].detach()) and not ours[2].requires_grad
+    loss_ours = sum((t * c).sum() for t, c in zip(ours[:2], cotangents))
+    loss_theirs = sum((t * c).sum() for t, c in zip(theirs[:2], cotangents))
+    (got,), (expected,) = torch.autograd.grad(loss_ours, source), torch.autograd.grad(loss_theirs, source)
+    assert expected.abs().max() > 1e-3
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+    values = student_update_values(optimizer, max_norm, params, [g.detach() if g is not None else None
+                                                                  for g in pseudo_grads(source)])
+    assert all(torch.equal(a.detach(), b) for a, b in zip(ours, values))
+
+
+def test_student_update_refuses_a_second_derivative_and_a_second_backward():
+    param = torch.nn.Parameter(torch.ones(3, dtype=torch.float64))
+    optimizer = torch.optim.AdamW([param], lr=0.1)
+    source = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    (theta_1,) = student_update(optimizer, 1.0, [param], [source * 2])
+    with pytest.raises(RuntimeError, match="cannot be differentiated again"):
+        torch.autograd.grad(theta_1.sum(), source, create_graph=True)
+    (theta_1,) = student_update(optimizer, 1.0, [param], [source * 2])
+    torch.autograd.grad(theta_1.sum(), source, retain_graph=True)
+    with pytest.raises(RuntimeError, match="a second time"):
+        torch.autograd.grad(theta_1.sum(), source)

@@ -4,10 +4,11 @@ The meta objective needs theta_1 = U(theta_0, g), the parameters Trainer's real 
 gradient g (clipping to `max_grad_norm`, then torch's AdamW or SGD update), before that step happens, and for soft
 labels its derivative:
 - `student_update`: theta_1 differentiable in g (second-order soft labels backpropagate through it, like
-  `higher`'s differentiable optimizers), from the per-tensor `adamw_update` / `sgd_update`;
+  `higher`'s differentiable optimizers): the values below forward, the closed-form product below backward;
 - `student_update_values`: theta_1 as values only (hard labels, first-order soft labels), from torch's own
   functional AdamW/SGD (fused or foreach, as the optimizer is) on copies of the parameters and state;
-- `student_update_vjp`: (dtheta_1/dg)^T v in closed form (first-order soft labels), from `clip_by_total_norm_vjp`
+- `student_update_vjp`: (dtheta_1/dg)^T v in closed form (first-order soft labels, and `student_update`'s
+  backward), from `clip_by_total_norm_vjp`
   and `adamw_update_vjp_from_moments`.
 Clipping is `clip_by_total_norm` in all three. `optimizer` is the torch optimizer itself (unwrapped from
 accelerate), an AdamW without amsgrad/maximize or an SGD without momentum/maximize; `params` its parameters.
@@ -38,27 +39,55 @@ def optimizer_steps(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]
 def student_update(optimizer: torch.optim.Optimizer, max_grad_norm: float | None, params: list[torch.Tensor],
                    grads: list[torch.Tensor | None]) -> list[torch.Tensor]:
     """theta_1 of eq. 1: clipping, then the optimizer's update, computed from its state as a function of `grads`
-    (differentiable when `grads` carry a graph). Parameters without a gradient keep their value."""
-    group_of = {id(p): g for g in optimizer.param_groups for p in g["params"]}
+    (differentiable when `grads` carry a graph: second-order soft labels backpropagate the query loss through it
+    into the pseudo gradient). Parameters without a gradient keep their value.
+
+    The values are `student_update_values` (the optimizer's own functional update on copies), the backward is the
+    closed-form `student_update_vjp` on the clipped gradient and updated moments kept from the forward: a few
+    in-place foreach passes per parameter instead of autograd's graph of the update written out per tensor
+    (differentiating an elementwise AdamW took ~20 passes over every parameter, forward and backward). The map is
+    differentiated once (the meta step never differentiates it again; a second time is refused)."""
     present = [i for i, g in enumerate(grads) if g is not None]
-    clipped = clip_by_total_norm([grads[i] for i in present], max_grad_norm)
+    if not any(grads[i].requires_grad for i in present):
+        return student_update_values(optimizer, max_grad_norm, params, grads)
     theta_1 = [p.detach() for p in params]
-    steps = dict(zip(present, optimizer_steps(optimizer, [params[i] for i in present])))
-    for i, grad in zip(present, clipped):
-        param = params[i].detach()
-        group = group_of[id(params[i])]
-        lr = float(group["lr"])
-        if type(optimizer) is torch.optim.SGD:
-            theta_1[i] = sgd_update(param, grad, lr, group["weight_decay"])
-            continue
-        state = optimizer.state.get(params[i], {})
-        step = steps[i]
-        exp_avg = state.get("exp_avg", torch.zeros_like(param))
-        exp_avg_sq = state.get("exp_avg_sq", torch.zeros_like(param))
-        beta1, beta2 = group["betas"]
-        theta_1[i] = adamw_update(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, group["eps"],
-                                  group["weight_decay"])
+    updated = _StudentUpdate.apply(optimizer, max_grad_norm, params, present, *[grads[i] for i in present])
+    for i, value in zip(present, updated):
+        theta_1[i] = value
     return theta_1
+
+
+class _StudentUpdate(torch.autograd.Function):
+    """`student_update` for the parameters in `present`: values forward, (dtheta_1/dg)^T v backward."""
+
+    @staticmethod
+    def forward(ctx, optimizer, max_grad_norm, params, present, *present_grads):
+        grads = [None] * len(params)
+        for i, grad in zip(present, present_grads):
+            grads[i] = grad
+        moments = {}
+        theta_1 = student_update_values(optimizer, max_grad_norm, params, grads, moments)
+        ctx.update = (optimizer, max_grad_norm, params, present)
+        ctx.moments = moments  # fresh copies (clipped gradient, m, v) that the backward overwrites
+        ctx.save_for_backward(*present_grads)
+        return tuple(theta_1[i] for i in present)
+
+    @staticmethod
+    def backward(ctx, *cotangents):
+        if torch.is_grad_enabled():
+            raise RuntimeError("hf_aux.meta_lm.functional_optim.student_update: its backward cannot be "
+                               "differentiated again (autograd.grad with create_graph=True)")
+        if ctx.moments is None:
+            raise RuntimeError("hf_aux.meta_lm.functional_optim.student_update: backward through it a second time "
+                               "(retain_graph=True) is not supported: its backward reuses the forward's buffers")
+        optimizer, max_grad_norm, params, present = ctx.update
+        grads, full = [None] * len(params), [None] * len(params)
+        for i, grad, cotangent in zip(present, ctx.saved_tensors, cotangents):
+            grads[i] = grad
+            full[i] = cotangent
+        moments, ctx.moments = ctx.moments, None
+        w = student_update_vjp(optimizer, max_grad_norm, params, grads, full, moments)
+        return (None, None, None, None, *[w[i] for i in present])
 
 
 @torch.no_grad()
@@ -158,27 +187,6 @@ def clip_by_total_norm(grads: list[torch.Tensor], max_norm: float | None,
     return [g * coef for g in grads]
 
 
-def _safe_sqrt(x: torch.Tensor) -> torch.Tensor:
-    """sqrt with a zero (not NaN) derivative where x == 0 (second-order steps through Adam's denominator)."""
-    positive = x > 0
-    return torch.where(positive, torch.where(positive, x, torch.ones_like(x)).sqrt(), torch.zeros_like(x))
-
-
-def adamw_update(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
-                 step: int, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float) -> torch.Tensor:
-    """theta_1 of eq. 1 when the student's optimizer is AdamW: torch.optim.AdamW's update for one tensor, as
-    a function (differentiable in `param` and `grad`). `exp_avg`, `exp_avg_sq`, `step` are the optimizer's
-    state before this step (zeros and 0 on the first step)."""
-    step = step + 1
-    decayed = param * (1 - lr * weight_decay)
-    m = exp_avg * beta1 + grad * (1 - beta1)
-    v = exp_avg_sq * beta2 + grad * grad * (1 - beta2)
-    bias_correction1 = 1 - beta1**step
-    bias_correction2_sqrt = (1 - beta2**step) ** 0.5
-    denom = _safe_sqrt(v) / bias_correction2_sqrt + eps
-    return decayed - (lr / bias_correction1) * m / denom
-
-
 def sgd_update(param: torch.Tensor, grad: torch.Tensor, lr: float, weight_decay: float = 0.0) -> torch.Tensor:
     """theta - lr * (grad + weight_decay * theta): eq. 1 with plain SGD, and eq. 2's inner step (weight_decay 0)."""
     if weight_decay:
@@ -189,12 +197,13 @@ def sgd_update(param: torch.Tensor, grad: torch.Tensor, lr: float, weight_decay:
 def adamw_update_vjp(grads: list[torch.Tensor], exp_avgs: list[torch.Tensor], exp_avg_sqs: list[torch.Tensor],
                      step: int, lr: float, beta1: float, beta2: float, eps: float,
                      cotangents: list[torch.Tensor]) -> list[torch.Tensor]:
-    """cotangent^T d adamw_update / d grad for a list of tensors sharing one step and lr (an optimizer's param
-    group), in closed form (the update is elementwise in the gradient): with m = beta1 m_0 + (1 - beta1) g,
-    v = beta2 v_0 + (1 - beta2) g^2, s = sqrt(v), D = s / sqrt(bc2) + eps,
+    """cotangent^T d theta_1 / d grad of torch.optim.AdamW's update theta_1 = theta (1 - lr wd) - (lr / bc1) m / D
+    for a list of tensors sharing one step and lr (an optimizer's param group), in closed form (the update is
+    elementwise in the gradient): with m = beta1 m_0 + (1 - beta1) g, v = beta2 v_0 + (1 - beta2) g^2,
+    s = sqrt(v), D = s / sqrt(bc2) + eps, bc_k = 1 - beta_k^step,
         d theta_1 / d g = -(lr / bc1) ((1 - beta1) / D - m (1 - beta2) g / (D^2 sqrt(bc2) s)),
-    the second term taken as 0 where s = 0 (as `_safe_sqrt`). `exp_avgs`, `exp_avg_sqs` are the moments before
-    the step; `adamw_update_vjp_from_moments` takes the updated ones."""
+    the second term taken as 0 where s = 0 (sqrt's derivative at 0 taken as 0, not NaN). `exp_avgs`,
+    `exp_avg_sqs` are the moments before the step; `adamw_update_vjp_from_moments` takes the updated ones."""
     if not grads:
         return []
     m = torch._foreach_mul(exp_avgs, beta1)
@@ -260,6 +269,6 @@ def clip_by_total_norm_vjp(grads: list[torch.Tensor], max_norm: float, cotangent
     return [coef * u - along * g for u, g in zip(cotangents, grads)]
 
 
-__all__ = ["adamw_update", "adamw_update_vjp", "adamw_update_vjp_from_moments", "clip_by_total_norm",
+__all__ = ["adamw_update_vjp", "adamw_update_vjp_from_moments", "clip_by_total_norm",
            "clip_by_total_norm_vjp", "optimizer_steps", "sgd_update", "student_update", "student_update_values",
            "student_update_vjp"]
