@@ -22,21 +22,36 @@ def row_dots(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 class _VocabularyProjection(torch.autograd.Function):
-    """hidden [N, H] -> hidden weight^T + bias [N, V], with the weight's gradient made as (hidden^T G)^T."""
+    """(weight [V, H], bias, hidden_1 [N_1, H], ..., hidden_k) -> (hidden_i weight^T + bias [N_i, V] for each i),
+    with the weight's gradient made as (sum_i hidden_i^T G_i)^T: the groups' products accumulate in one [H, V]
+    buffer, transposed into the weight's layout once."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias):
-        ctx.save_for_backward(hidden, weight)
+    def forward(ctx, weight, bias, *hiddens):
+        ctx.save_for_backward(weight, *hiddens)
         ctx.has_bias = bias is not None
-        return torch.addmm(bias, hidden, weight.t()) if bias is not None else hidden @ weight.t()
+        ctx.set_materialize_grads(False)  # a group whose logits no loss used sends None: skipped
+        return tuple(torch.addmm(bias, hidden, weight.t()) if bias is not None else hidden @ weight.t()
+                     for hidden in hiddens)
 
     @staticmethod
-    def backward(ctx, grad):  # differentiable ops: a second derivative (create_graph) goes through them
-        hidden, weight = ctx.saved_tensors
-        grad_hidden = grad @ weight if ctx.needs_input_grad[0] else None
-        grad_weight = (hidden.t() @ grad).t().contiguous() if ctx.needs_input_grad[1] else None
-        grad_bias = grad.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return grad_hidden, grad_weight, grad_bias
+    def backward(ctx, *grads):  # differentiable ops: a second derivative (create_graph) goes through them
+        weight, *hiddens = ctx.saved_tensors
+        used = [(hidden, grad) for hidden, grad in zip(hiddens, grads) if grad is not None]
+        grad_hiddens = [grad @ weight if grad is not None and ctx.needs_input_grad[2 + i] else None
+                        for i, grad in enumerate(grads)]
+        grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0] and used:
+            (hidden, grad), rest = used[0], used[1:]
+            transposed = hidden.t() @ grad  # [H, V]
+            for hidden, grad in rest:  # in place where no graph is being built (the usual, single backward);
+                # out= rather than addmm_, which torch's FlopCounterMode does not count (the benchmarks' floors)
+                transposed = torch.addmm(transposed, hidden.t(), grad,
+                                         **({} if torch.is_grad_enabled() else {"out": transposed}))
+            grad_weight = transposed.t().contiguous()
+        if ctx.has_bias and ctx.needs_input_grad[1] and used:
+            grad_bias = torch.stack([grad.sum(0) for _, grad in used]).sum(0) if len(used) > 1 else used[0][1].sum(0)
+        return grad_weight, grad_bias, *grad_hiddens
 
 
 def vocabulary_projection(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -51,12 +66,21 @@ def vocabulary_projection(hidden: torch.Tensor, weight: torch.Tensor, bias: torc
     buffers do not fit in the cache. Under autocast it computes in the autocast dtype, as F.linear does (the
     casts are outside the product, so the parameters' gradients come back in their own dtype). Its backward is
     made of differentiable operations, so second derivatives are exact too."""
-    device_type = hidden.device.type
+    return vocabulary_projections([hidden], weight, bias)[0]
+
+
+def vocabulary_projections(hiddens: list[torch.Tensor], weight: torch.Tensor,
+                           bias: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """`vocabulary_projection` of several hidden states (each [..., H]) by one weight, in one call whose backward
+    accumulates sum_i hidden_i^T G_i in one [H, V] buffer and transposes it into the weight's layout once, instead
+    of a [V, H] gradient, its transpose and an addition per call (2.7 + 1.6 ms each for a 30,526-token vocabulary
+    at hidden 64 on CPU): the teacher's heads project its x-hat rows and its auxiliary losses' rows."""
+    device_type = weight.device.type
     autocast = torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
     if autocast:  # cast as autocast would, then compute with it off (the Function's products are in that dtype)
         dtype = torch.get_autocast_dtype(device_type)
-        hidden, weight = hidden.to(dtype), weight.to(dtype)
+        hiddens, weight = [h.to(dtype) for h in hiddens], weight.to(dtype)
         bias = None if bias is None else bias.to(dtype)
     with torch.autocast(device_type, enabled=False) if autocast else contextlib.nullcontext():
-        logits = _VocabularyProjection.apply(hidden.reshape(-1, hidden.shape[-1]), weight, bias)
-    return logits.view(*hidden.shape[:-1], weight.shape[0])
+        logits = _VocabularyProjection.apply(weight, bias, *(h.reshape(-1, h.shape[-1]) for h in hiddens))
+    return [out.view(*h.shape[:-1], weight.shape[0]) for out, h in zip(logits, hiddens)]

@@ -22,7 +22,7 @@ from hf_aux.meta_lm.losses import (
     token_cross_entropy,
 )
 from hf_aux.meta_lm.teacher import LMHead
-from hf_aux.tensor_ops import vocabulary_projection
+from hf_aux.tensor_ops import vocabulary_projection, vocabulary_projections
 
 
 def old_soft_pseudo_cross_entropy(logits, target_probs, attention_mask, pad_token_id):
@@ -435,6 +435,66 @@ def test_vocabulary_projection_second_derivatives_equal_f_linears():
         second.append(torch.autograd.grad(grads[0].square().sum() + grads[1].sin().sum(), [hidden, weight, bias]))
     for ours, theirs in zip(*second):
         torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_vocabulary_projections_of_several_row_groups_equal_f_linear_on_each(with_bias):
+    """One call for several groups (the teacher's heads): each output F.linear's, the weight and bias gradients
+    the sums over the groups, each group's hidden gradient its own; a group whose output no loss uses adds
+    nothing; first and second derivatives exact."""
+    gen = torch.Generator().manual_seed(10)
+    hiddens = [torch.randn(*shape, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+               for shape in [(2, 3), (4,), (1, 5)]]
+    weight = torch.randn(30, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(30, generator=gen, dtype=torch.float64, requires_grad=True) if with_bias else None
+    leaves = hiddens + [weight] + ([bias] if with_bias else [])
+    ours = vocabulary_projections(hiddens, weight, bias)
+    theirs = [F.linear(h, weight, bias) for h in hiddens]
+    for a, b in zip(ours, theirs):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    for used in ([0, 1, 2], [0, 2]):  # group 1 unused: its hidden gets no gradient
+        ours = vocabulary_projections(hiddens, weight, bias)
+        theirs = [F.linear(h, weight, bias) for h in hiddens]
+        cotangents = [torch.randn(o.shape, generator=gen, dtype=torch.float64) for o in ours]
+
+        def loss(outputs):
+            return sum((outputs[i] * cotangents[i]).sum() for i in used)
+
+        got = torch.autograd.grad(loss(ours), leaves, allow_unused=True)
+        expected = torch.autograd.grad(loss(theirs), leaves, allow_unused=True)
+        for a, b in zip(got, expected):
+            if b is None:
+                assert a is None or not a.abs().max() > 0
+                continue
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+            assert a.is_contiguous()
+    inputs = (hiddens[0], hiddens[1], weight, bias)
+    assert torch.autograd.gradcheck(lambda h0, h1, w, b: vocabulary_projections([h0, h1], w, b), inputs)
+    assert torch.autograd.gradgradcheck(lambda h0, h1, w, b: vocabulary_projections([h0, h1], w, b), inputs)
+
+
+def test_vocabulary_projections_transpose_the_weight_gradient_once():
+    """The point of grouping: the groups' hidden^T G products accumulate into one [H, V] buffer, transposed into
+    the weight's [V, H] layout once, however many groups (a copy of [V, H] per group before)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    copies = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.overloadpacket.__name__ in ("clone", "copy_", "add", "add_") and out.shape == (50, 8):
+                copies.append(func.overloadpacket.__name__)
+            return out
+
+    weight = torch.randn(50, 8, requires_grad=True)
+    hiddens = [torch.randn(n, 8) for n in (3, 4, 5)]
+    outputs = vocabulary_projections(hiddens, weight)
+    with Record():
+        (grad,) = torch.autograd.grad(sum(o.sum() for o in outputs), weight)
+    assert copies == ["clone"]
+    torch.testing.assert_close(grad, sum(torch.ones(n, 50).t() @ h for n, h in zip((3, 4, 5), hiddens)))
 
 
 def test_vocabulary_projection_on_the_meta_device_has_the_right_shape():

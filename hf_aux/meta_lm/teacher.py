@@ -19,7 +19,7 @@ from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedMode
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
-from hf_aux.tensor_ops import vocabulary_projection
+from hf_aux.tensor_ops import vocabulary_projection, vocabulary_projections
 
 MLM_TASK_TOKEN = "[TASK_MLM]"
 
@@ -110,7 +110,7 @@ class MetaLMTeacherOutput(ModelOutput):
 
 class LMHead(nn.Module):
     """dense -> GELU -> LayerNorm -> vocabulary projection (BERT's MLM head shape). The projection is
-    `decoder` (an nn.Linear, saved as one) applied by `vocabulary_projection`, whose backward makes the weight
+    `decoder` (an nn.Linear, saved as one) applied by `vocabulary_projections`, whose backward makes the weight
     gradient in the order that suits a gradient arriving at the end of the meta step."""
 
     def __init__(self, hidden_size: int, vocab_size: int, layer_norm_eps: float = 1e-12):
@@ -120,8 +120,15 @@ class LMHead(nn.Module):
         self.decoder = nn.Linear(hidden_size, vocab_size)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return vocabulary_projection(self.norm(nn.functional.gelu(self.dense(hidden))), self.decoder.weight,
-                                     self.decoder.bias)
+        return vocabulary_projection(self._transform(hidden), self.decoder.weight, self.decoder.bias)
+
+    def forward_each(self, hiddens: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The head on each of several hidden states ([..., H] each), their projections in one call
+        (`vocabulary_projections`: one weight gradient for all of them)."""
+        return vocabulary_projections([self._transform(h) for h in hiddens], self.decoder.weight, self.decoder.bias)
+
+    def _transform(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.norm(nn.functional.gelu(self.dense(hidden)))
 
 
 class MetaLMTeacher(PreTrainedModel):

@@ -329,22 +329,22 @@ class MetaLMTrainer(AuxTrainer):
             loss = self.compute_loss(model, inputs)
         return loss.detach(), None, None
 
-    def _teacher_aux_loss(self, hidden_u: torch.Tensor, hidden_m: torch.Tensor, x_u_as_mlm: torch.Tensor,
-                          x_m: torch.Tensor, y_m: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """The teacher's auxiliary losses (§3.4) from its hidden states [B, L, H]: output (x_m, x_u) given x_u (as an
-        MLM task) and (x_m, y_m) given x_m, each the mean of its two heads' token cross entropies. y_m has targets
-        only at the masked positions, so the output head of the x_m row runs on those hidden states alone (as
-        ELECTRA's generator does): the same mean over the same positions, without the [B, L, V] logits."""
-        teacher = self.teacher
-
+    def _teacher_aux_loss(self, input_logits: list[torch.Tensor], output_logits: list[torch.Tensor],
+                          x_u_as_mlm: torch.Tensor, x_m: torch.Tensor, y_m_targets: torch.Tensor,
+                          mask: torch.Tensor) -> torch.Tensor:
+        """The teacher's auxiliary losses (§3.4): output (x_m, x_u) given x_u (as an MLM task) and (x_m, y_m) given
+        x_m, each the mean of its two heads' token cross entropies. `input_logits`: the input head's [B, L, V] on
+        the x_u-as-MLM and x_m rows; `output_logits`: the output head's on the x_u-as-MLM rows, and on the x_m
+        rows only at the positions where y_m has a target ([M, V], `y_m_targets` [M]), as ELECTRA's generator
+        does: the same mean over the same positions, without the [B, L, V] logits."""
         def targets(ids):
             return ids.masked_fill(mask == 0, -100)
 
-        aux_input = (token_cross_entropy(teacher.input_head(hidden_u), targets(x_m))
-                     + token_cross_entropy(teacher.output_head(hidden_u), targets(x_u_as_mlm))) / 2
-        predicted = y_m != -100  # [B, L]
-        aux_mlm = (token_cross_entropy(teacher.input_head(hidden_m), targets(x_m))
-                   + token_cross_entropy(teacher.output_head(hidden_m[predicted])[None], y_m[predicted][None])) / 2
+        (input_u, input_m), (output_u, output_m) = input_logits, output_logits
+        aux_input = (token_cross_entropy(input_u, targets(x_m))
+                     + token_cross_entropy(output_u, targets(x_u_as_mlm))) / 2
+        aux_mlm = (token_cross_entropy(input_m, targets(x_m))
+                   + token_cross_entropy(output_m[None], y_m_targets[None])) / 2
         return aux_input + aux_mlm
 
     def _student_loss(self, student, names, params, batch, double_backward: bool = False) -> torch.Tensor:
@@ -411,12 +411,17 @@ class MetaLMTrainer(AuxTrainer):
         x_u_as_mlm[:, 0] = tokens.mlm_task
         teacher_inputs = torch.cat([x_u, x_u_as_mlm, x_m]) if args.teacher_aux_losses else x_u
         hidden = self.teacher.encode(teacher_inputs, mask.repeat(len(teacher_inputs) // batch, 1))  # [R B, L, H]
-        step.x_logits = self.teacher.input_head(hidden[:batch])  # [B, L, V]
-        step.y_logits = None if args.fixed_y else self.teacher.output_head(hidden[:batch])
+        # each head once over all its rows (one weight gradient per head): x_u's, then the auxiliary losses' x_u
+        # as an MLM task and x_m, whose output head runs only where y_m has a target
+        hidden_u, hidden_m = hidden[batch:2 * batch], hidden[2 * batch:]
+        predicted = y_m != -100  # [B, L]
+        aux_rows = ([hidden_u, hidden_m], [hidden_u, hidden_m[predicted]]) if args.teacher_aux_losses else ([], [])
+        step.x_logits, *input_aux = self.teacher.input_head.forward_each([hidden[:batch]] + aux_rows[0])  # [B, L, V]
+        output = self.teacher.output_head.forward_each(([] if args.fixed_y else [hidden[:batch]]) + aux_rows[1])
+        step.y_logits = None if args.fixed_y else output[0]
         step.aux_loss = step.x_logits.new_zeros(())
         if args.teacher_aux_losses:
-            step.aux_loss = self._teacher_aux_loss(hidden[batch:2 * batch], hidden[2 * batch:], x_u_as_mlm, x_m,
-                                                   y_m, mask)
+            step.aux_loss = self._teacher_aux_loss(input_aux, output[-2:], x_u_as_mlm, x_m, y_m[predicted], mask)
             self._train_metrics.add("meta/teacher_aux_loss", step.aux_loss)
         if args.objective == "soft":
             step.x_probs = step.x_logits.softmax(-1)
