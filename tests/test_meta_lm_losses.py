@@ -106,6 +106,9 @@ def test_first_order_soft_label_grads_is_the_mixed_derivative_along_w():
         (got,) = first_order_soft_label_grads(label_grads_at, theta, w, base, radius)
         errors.append((got - exact).norm().item() / exact.norm().item())
     assert errors[2] < 1e-6
+    (scaled,) = first_order_soft_label_grads(label_grads_at, theta, w, base, 1e-6, scale=10.0)  # lambda_meta
+    torch.testing.assert_close(scaled, 10 * first_order_soft_label_grads(label_grads_at, theta, w, base, 1e-6)[0],
+                               rtol=1e-12, atol=0)
     assert 5 < errors[0] / errors[1] < 20  # a forward difference: the error shrinks linearly with the radius
     zeros = first_order_soft_label_grads(label_grads_at, theta, [torch.zeros(4, dtype=torch.float64)], base, 1e-3)
     assert torch.equal(zeros[0], torch.zeros(6, dtype=torch.float64))

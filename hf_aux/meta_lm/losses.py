@@ -317,7 +317,7 @@ def meta_signal_h(query_grads: list[torch.Tensor], theta_0: list[torch.Tensor], 
 
 def first_order_soft_label_grads(label_grads_at: Callable[[list[torch.Tensor]], list[torch.Tensor]],
                                  theta_0: list[torch.Tensor], w: list[torch.Tensor | None],
-                                 base: list[torch.Tensor], radius: float) -> list[torch.Tensor]:
+                                 base: list[torch.Tensor], radius: float, scale: float = 1.0) -> list[torch.Tensor]:
     """First-order soft-label meta-gradient dL/dp with respect to the teacher's soft labels p = (E[x-hat], E[y-hat])
     (§3.3), from ONE extra forward and backward of the pseudo step instead of a double backward through it.
 
@@ -334,8 +334,9 @@ def first_order_soft_label_grads(label_grads_at: Callable[[list[torch.Tensor]], 
     as tensors of its own (autograd.grad's results): the difference is made in them, in place.
     The forward difference is first-order accurate in e (the test compares it with the exact double backward).
 
-    `w` None entries (parameters the pseudo loss does not reach) are zero. Returns one tensor per entry of `base`.
-    A zero w (e.g. a zero student step) gives zeros.
+    `w` None entries (parameters the pseudo loss does not reach) are zero. Returns `scale` dL/dp, one tensor per
+    entry of `base` (the scale, e.g. lambda_meta, taken in the same pass as the division by e). A zero w (e.g. a
+    zero student step) gives zeros.
     """
     present = [d for d in w if d is not None]
     norm = torch.stack(torch._foreach_norm(present)).norm() if present else torch.zeros(())
@@ -344,4 +345,5 @@ def first_order_soft_label_grads(label_grads_at: Callable[[list[torch.Tensor]], 
     eps = radius / norm
     shifted = [t.detach() if d is None else torch.addcmul(t.detach(), d, eps) for t, d in zip(theta_0, w)]
     at_shift = label_grads_at(shifted)  # fresh tensors: the difference is made in them
-    return [s.sub_(b).div_(eps) for s, b in zip(at_shift, base)]
+    factor = scale / eps
+    return [s.sub_(b).mul_(factor) for s, b in zip(at_shift, base)]

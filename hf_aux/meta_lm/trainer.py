@@ -572,12 +572,10 @@ class MetaLMTrainer(AuxTrainer):
             return list(torch.autograd.grad(loss, leaves))
 
         label_grads = first_order_soft_label_grads(label_grads_at, theta_0, w, base_label_grads,
-                                                   args.first_order_radius)
+                                                   args.first_order_radius, scale=args.lambda_meta)
         # finite iff their sum is (a NaN or inf entry makes it NaN or inf; a finite sum that overflows would be a
         # signal far outside float range anyway): one read pass instead of isfinite's three [B, L, V] passes
         ok = torch.isfinite(torch.stack([g.sum() for g in label_grads]).sum())
-        if args.lambda_meta != 1:
-            torch._foreach_mul_(label_grads, args.lambda_meta)  # fresh tensors: scaled in place
         return ok, list(probs[:len(label_grads)]), label_grads
 
     def _teacher_step(self):
