@@ -22,7 +22,7 @@ from hf_aux.meta_lm.losses import (
     token_cross_entropy,
 )
 from hf_aux.meta_lm.teacher import LMHead
-from hf_aux.tensor_ops import vocabulary_projection, vocabulary_projections
+from hf_aux.tensor_ops import soft_embedding, vocabulary_projection, vocabulary_projections
 
 
 def old_soft_pseudo_cross_entropy(logits, target_probs, attention_mask, pad_token_id):
@@ -495,6 +495,48 @@ def test_vocabulary_projections_transpose_the_weight_gradient_once():
         (grad,) = torch.autograd.grad(sum(o.sum() for o in outputs), weight)
     assert copies == ["clone"]
     torch.testing.assert_close(grad, sum(torch.ones(n, 50).t() @ h for n, h in zip((3, 4, 5), hiddens)))
+
+
+def test_soft_embedding_equals_the_product_and_reads_the_probabilities_along_their_rows():
+    """First-order soft labels' expected input embedding: probs @ weight, its first and second derivatives exact,
+    and the weight gradient made as G^T probs ([H, N] x [N, V]), never probs^T G (torch's order); under autocast
+    the plain product."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    gen = torch.Generator().manual_seed(11)
+    probs = torch.rand(2, 3, 20, generator=gen, dtype=torch.float64).softmax(-1).requires_grad_()
+    weight = torch.randn(20, 5, generator=gen, dtype=torch.float64, requires_grad=True)
+    ours, theirs = soft_embedding(probs, weight), probs @ weight
+    assert ours.shape == (2, 3, 5)
+    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+    cotangent = torch.randn(ours.shape, generator=gen, dtype=torch.float64)
+    for a, b in zip(torch.autograd.grad(ours, [probs, weight], cotangent),
+                    torch.autograd.grad(theirs, [probs, weight], cotangent)):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+        assert a.is_contiguous()
+    assert torch.autograd.gradcheck(soft_embedding, (probs, weight))
+    assert torch.autograd.gradgradcheck(soft_embedding, (probs, weight))
+
+    products = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket.__name__ == "mm":
+                products.append((tuple(args[0].shape), tuple(args[1].shape)))
+            return func(*args, **(kwargs or {}))
+
+    flat, table, grad = torch.rand(6, 40), torch.randn(40, 8, requires_grad=True), torch.randn(6, 8)
+    for embed, expected, refused in [(soft_embedding, ((8, 6), (6, 40)), ((40, 6), (6, 8))),
+                                     (torch.matmul, ((40, 6), (6, 8)), ((8, 6), (6, 40)))]:  # the check can fail
+        products.clear()
+        out = embed(flat, table)
+        with Record():
+            torch.autograd.grad(out, table, grad)
+        assert expected in products and refused not in products, (embed, products)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = soft_embedding(flat, table)
+    assert low.dtype == torch.bfloat16
+    torch.testing.assert_close(low.float(), flat @ table.detach(), rtol=2e-2, atol=2e-2)
 
 
 def test_vocabulary_projection_on_the_meta_device_has_the_right_shape():

@@ -63,6 +63,7 @@ from hf_aux.meta_lm.teacher import MetaLMTeacher, MetaLMTokens, check_same_vocab
 from hf_aux.nonfinite import check_finite_loss
 from hf_aux.meta_lm.sampling import SupportQuerySampler
 from hf_aux.streaming import is_stream
+from hf_aux.tensor_ops import soft_embedding
 from hf_aux.training_metrics import MetricAccumulator
 
 TEACHER_DIR = "teacher"
@@ -455,7 +456,9 @@ class MetaLMTrainer(AuxTrainer):
             step.seed = micro_batch_seed(args.seed, self._meta_steps)
             embedding = student.get_input_embeddings().weight
             with seeded_rng(step.seed, args.device) if args.first_order else contextlib.nullcontext():
-                embeds = p_x @ embedding  # [B, L, V] x [V, H]
+                # [B, L, V] x [V, H]; second order differentiates this product's backward again, where
+                # soft_embedding's transposes cost more than its order saves (docs/meta_lm_measurements.md)
+                embeds = soft_embedding(p_x, embedding) if args.first_order else p_x @ embedding
                 pseudo_logits = model(inputs_embeds=embeds, attention_mask=mask).logits
             pseudo_loss = soft_pseudo_cross_entropy(pseudo_logits, p_y, mask, pad,
                                                     double_backward=not args.first_order)
