@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from test_meta_lm_trainer import data, first_batch, make_trainer, prime_adam  # noqa: F401  (module-scoped fixture)
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from hf_aux.meta_lm.losses import (
     inverse_cdf_sample,
@@ -364,6 +365,20 @@ def test_fused_forms_in_bfloat16_compute_in_float32_as_autocast_does():
         torch.testing.assert_close(grad_low.float(), grad_full, rtol=1e-2, atol=1e-3)
 
 
+class MatrixProducts(TorchDispatchMode):
+    """`with MatrixProducts() as products:` the (left, right) operand shapes of every aten mm run inside."""
+
+    def __enter__(self):
+        super().__enter__()
+        self.shapes = []
+        return self.shapes
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ == "mm":
+            self.shapes.append((tuple(args[0].shape), tuple(args[1].shape)))
+        return func(*args, **(kwargs or {}))
+
+
 @pytest.mark.parametrize("with_bias", [True, False])
 @pytest.mark.parametrize("shape", [(3, 5), (7,)])
 def test_vocabulary_projection_equals_f_linear(shape, with_bias):
@@ -385,24 +400,13 @@ def test_vocabulary_projection_equals_f_linear(shape, with_bias):
 def test_vocabulary_projection_weight_gradient_reads_the_gradient_along_its_rows():
     """The point of it: the weight gradient is hidden^T G ([H, N] x [N, V]), never G^T hidden ([V, N] x [N, H],
     what F.linear's backward runs, slow on CPU when G is out of the cache)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    products = []
-
-    class Record(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func.overloadpacket.__name__ == "mm":
-                products.append((tuple(args[0].shape), tuple(args[1].shape)))
-            return func(*args, **(kwargs or {}))
-
     hidden = torch.randn(6, 8, requires_grad=True)
     weight = torch.randn(50, 8, requires_grad=True)
     gradient = torch.randn(6, 50)
     for project, expected, refused in [(vocabulary_projection, ((8, 6), (6, 50)), ((50, 6), (6, 8))),
                                        (F.linear, ((50, 6), (6, 8)), ((8, 6), (6, 50)))]:  # the check can fail
-        products.clear()
         logits = project(hidden, weight)
-        with Record():
+        with MatrixProducts() as products:
             torch.autograd.grad(logits, [hidden, weight], gradient)
         assert expected in products and refused not in products, (project, products)
 
@@ -477,8 +481,6 @@ def test_vocabulary_projections_of_several_row_groups_equal_f_linear_on_each(wit
 def test_vocabulary_projections_transpose_the_weight_gradient_once():
     """The point of grouping: the groups' hidden^T G products accumulate into one [H, V] buffer, transposed into
     the weight's [V, H] layout once, however many groups (a copy of [V, H] per group before)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     copies = []
 
     class Record(TorchDispatchMode):
@@ -501,8 +503,6 @@ def test_soft_embedding_equals_the_product_and_reads_the_probabilities_along_the
     """First-order soft labels' expected input embedding: probs @ weight, its first and second derivatives exact,
     and the weight gradient made as G^T probs ([H, N] x [N, V]), never probs^T G (torch's order); under autocast
     the plain product."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     gen = torch.Generator().manual_seed(11)
     probs = torch.rand(2, 3, 20, generator=gen, dtype=torch.float64).softmax(-1).requires_grad_()
     weight = torch.randn(20, 5, generator=gen, dtype=torch.float64, requires_grad=True)
@@ -517,20 +517,11 @@ def test_soft_embedding_equals_the_product_and_reads_the_probabilities_along_the
     assert torch.autograd.gradcheck(soft_embedding, (probs, weight))
     assert torch.autograd.gradgradcheck(soft_embedding, (probs, weight))
 
-    products = []
-
-    class Record(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func.overloadpacket.__name__ == "mm":
-                products.append((tuple(args[0].shape), tuple(args[1].shape)))
-            return func(*args, **(kwargs or {}))
-
     flat, table, grad = torch.rand(6, 40), torch.randn(40, 8, requires_grad=True), torch.randn(6, 8)
     for embed, expected, refused in [(soft_embedding, ((8, 6), (6, 40)), ((40, 6), (6, 8))),
                                      (torch.matmul, ((40, 6), (6, 8)), ((8, 6), (6, 40)))]:  # the check can fail
-        products.clear()
         out = embed(flat, table)
-        with Record():
+        with MatrixProducts() as products:
             torch.autograd.grad(out, table, grad)
         assert expected in products and refused not in products, (embed, products)
     with torch.autocast("cpu", dtype=torch.bfloat16):
