@@ -82,23 +82,29 @@ def _second_order(loss_fn, inputs, direction_of):
 
 
 def test_row_dots_are_the_rows_sum_of_products_on_every_path(monkeypatch):
-    """hf_aux.tensor_ops.row_dots: a dot per row on CPU, torch.linalg.vecdot elsewhere (one call for all rows);
-    both are sum_v a_nv b_nv."""
+    """hf_aux.tensor_ops.row_dots: a dot per row on CPU for rows of ROW_DOTS_LOOP_FROM entries or more,
+    torch.linalg.vecdot otherwise and off the CPU (one call for all rows); all are sum_v a_nv b_nv."""
+    from hf_aux import tensor_ops
     from hf_aux.tensor_ops import row_dots
 
+    monkeypatch.setattr(tensor_ops, "ROW_DOTS_LOOP_FROM", 300)
     gen = torch.Generator().manual_seed(8)
-    a, b = torch.randn(5, 300, generator=gen, dtype=torch.float64), torch.randn(5, 300, generator=gen,
-                                                                                dtype=torch.float64)
+    a, b = (torch.randn(5, 300, generator=gen, dtype=torch.float64) for _ in range(2))
+    short_a, short_b = a[:, :299].contiguous(), b[:, :299].contiguous()
     torch.testing.assert_close(row_dots(a, b), (a * b).sum(-1), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(row_dots(short_a, short_b), (short_a * short_b).sum(-1), rtol=1e-12, atol=1e-12)
     assert row_dots(a[:0], b[:0]).shape == (0,)
+
     def no_per_row_dots(*args):
-        raise AssertionError("a launch per row off the CPU")
+        raise AssertionError("a call per row")
 
     monkeypatch.setattr(torch, "dot", no_per_row_dots)
     on_meta = row_dots(a.to("meta"), b.to("meta"))  # the non-CPU path: one call for all rows
     assert on_meta.shape == (5,) and on_meta.device.type == "meta"
-    with pytest.raises(AssertionError, match="per row"):  # and the CPU path is the per-row one
+    torch.testing.assert_close(row_dots(short_a, short_b), (short_a * short_b).sum(-1), rtol=1e-12, atol=1e-12)
+    with pytest.raises(AssertionError, match="per row"):  # and long rows on CPU take the per-row path
         row_dots(a, b)
+
 
 @pytest.mark.parametrize("pad", [0, 3, 10])
 @pytest.mark.parametrize("cotangents", ["logits", "labels", "both"])
