@@ -548,8 +548,16 @@ class MetaLMTrainer(AuxTrainer):
         support_loss = self._student_loss(student, names, theta_1, support, double_backward=create_graph)
         self._train_metrics.add("meta/support_loss", support_loss)
         grads = torch.autograd.grad(support_loss, theta_1, create_graph=create_graph, allow_unused=True)
-        return [t if g is None else sgd_update(t, g if create_graph else g.detach(), self.args.inner_learning_rate)
-                for t, g in zip(theta_1, grads)]
+        lr = self.args.inner_learning_rate
+        if create_graph:
+            return [t if g is None else sgd_update(t, g, lr) for t, g in zip(theta_1, grads)]
+        present = [i for i, g in enumerate(grads) if g is not None]
+        theta_2 = list(theta_1)
+        with torch.no_grad():  # values: one foreach call for every tensor (a call per tensor shows on small models)
+            stepped = torch._foreach_add([theta_2[i] for i in present], [grads[i] for i in present], alpha=-lr)
+        for i, value in zip(present, stepped):
+            theta_2[i] = value
+        return theta_2
 
     def _first_order_soft_signal(self, student, names, theta_0, pseudo_grads, query_grads, moments, label_leaves,
                                  base_label_grads, probs, mask, seed):
