@@ -99,7 +99,8 @@ def student_update_values(optimizer: torch.optim.Optimizer, max_grad_norm: float
     `moments`: a dict to fill with the clipped gradients and the updated copies of the moments, for
     `student_update_vjp`: {parameter index: (clipped gradient, m, v)}."""
     present = [i for i, g in enumerate(grads) if g is not None]
-    clipped = clip_by_total_norm([grads[i].detach().clone() for i in present], max_grad_norm, in_place=True)
+    # under no_grad a clone carries no graph: no detach (a call per tensor counts on small models)
+    clipped = clip_by_total_norm([grads[i].clone() for i in present], max_grad_norm, in_place=True)
     theta_1 = [p.detach() for p in params]
     slot = {id(params[i]): (i, g) for i, g in zip(present, clipped)}
     sgd = type(optimizer) is torch.optim.SGD
@@ -107,7 +108,7 @@ def student_update_values(optimizer: torch.optim.Optimizer, max_grad_norm: float
         members = [slot[id(p)] for p in group["params"] if id(p) in slot]
         if not members:
             continue
-        new = [params[i].detach().clone() for i, _ in members]
+        new = [params[i].clone() for i, _ in members]
         group_grads = [g for _, g in members]
         if sgd:
             sgd_functional(new, group_grads, [None] * len(new), foreach=group["foreach"],

@@ -517,8 +517,8 @@ class MetaLMTrainer(AuxTrainer):
             cotangents.append(None)
             ok = ok & torch.isfinite(query_loss)
         else:
-            h = meta_signal_h(query_grads, [p.detach() for p in theta_0], [t.detach() for t in step.theta_1],
-                              cosine=args.h_cosine)
+            with torch.no_grad():  # values (no detach per tensor)
+                h = meta_signal_h(query_grads, theta_0, step.theta_1, cosine=args.h_cosine)
             outputs, cotangents = [args.lambda_meta * h.detach() * step.sample_ce + step.aux_loss], [None]
             ok = torch.isfinite(h)
             self._train_metrics.add("meta/h", h)
