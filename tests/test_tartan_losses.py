@@ -28,6 +28,14 @@ def test_cosines_per_tensor_equal_flattened_cosines_with_missing_tensors():
         g = reference_flat(grads, shapes)
         assert cosines[k].item() == pytest.approx((ref @ g / (ref.norm() * g.norm())).item(), abs=1e-6)
     assert cosines[2].item() == pytest.approx(-1.0, abs=1e-6)  # anti-parallel
+    partial = [reference[0], None, reference[2]]  # a body tensor the end task does not reach
+    for k, cosine in enumerate(gradient_cosines(partial, tasks)):
+        ref, g = reference_flat(partial, shapes), reference_flat(tasks[k], shapes)
+        assert cosine.item() == pytest.approx((ref @ g / (ref.norm() * g.norm())).item(), abs=1e-6)
+    with pytest.raises(ValueError, match="different lengths: 3 vs 2"):
+        gradient_cosines(reference, [reference[:2]])
+    with pytest.raises(ValueError, match="no gradient on any body parameter"):
+        gradient_cosines(reference, [[None, None, None]])
 
 
 def test_weight_update_softmax_and_combination():

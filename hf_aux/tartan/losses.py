@@ -13,7 +13,6 @@ import torch
 from ..task_weighting import (  # noqa: F401
     combine_gradients,
     gradient_cosines,
-    gradient_dot_and_sq_norm,
     meta_update,
     task_mixture,
     update_task_weights,
