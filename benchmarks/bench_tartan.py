@@ -53,7 +53,7 @@ import time
 
 import datasets
 import torch
-from flops import (CPU_MALLOC_CHOICES, HostSyncs, allocator, autocast, counting, folder_label, gflop_of,
+from flops import (HostSyncs, add_cpu_malloc_argument, allocator, autocast, counting, folder_label, gflop_of,
                    matmul_peak_tflops, mfu)
 from transformers import (
     AutoModelForSequenceClassification,
@@ -185,10 +185,9 @@ def main():
                              "run trains")
     parser.add_argument("--model_name_or_path", default=None,
                         help="BERT-style checkpoint folder, model and tokenizer (default: the MiniLM package's)")
-    parser.add_argument("--cpu_malloc", choices=CPU_MALLOC_CHOICES, default="keep",
-                        help="the trainers' setting (hf_aux.cpu_malloc; both modes run in one process): on CPU, "
-                             "glibc's malloc keeps freed memory; 'system' leaves it alone. The memory measurement's "
-                             "own MALLOC_MMAP_THRESHOLD_ leaves it alone either way")
+    add_cpu_malloc_argument(parser, "the trainers' setting (hf_aux.cpu_malloc; both modes run in one process): on "
+                                    "CPU, glibc's malloc keeps freed memory; 'system' leaves it alone. The memory "
+                                    "measurement's own MALLOC_MMAP_THRESHOLD_ leaves it alone either way")
     parser.add_argument("--memory_of", choices=["mt", "meta"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.tiny and args.model_name_or_path:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from hf_aux.cpu_malloc import CPU_MALLOC_CHOICES, keep_freed_memory
+from hf_aux.cpu_malloc import CPU_MALLOC_CHOICES, apply_setting
 from hf_aux.cpu_malloc import describe as allocator  # noqa: F401  (re-exported: the benchmarks print the malloc)
 
 
@@ -47,8 +47,7 @@ def gflop_of(fn: Callable[[], object]) -> float:
 def set_up_malloc(cli) -> None:
     """What an hf_aux trainer does on a CPU run, for the whole benchmark process, before anything is timed, unless
     `--cpu_malloc system`: every configuration (the baselines too) then runs on the same malloc settings."""
-    if cli.cpu_malloc == "keep" and str(cli.device) == "cpu":
-        keep_freed_memory()
+    apply_setting(cli.cpu_malloc, torch.device(cli.device).type)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -62,9 +61,14 @@ def add_device_arguments(parser, default: str = "cpu") -> None:
     parser.add_argument("--bf16", action="store_true",
                         help="bf16 mixed precision (Trainer's --bf16; torch.autocast where a benchmark drives steps "
                              "itself), as a GPU run trains")
-    parser.add_argument("--cpu_malloc", choices=CPU_MALLOC_CHOICES, default="keep",
-                        help="on CPU, glibc's malloc keeps freed memory for every configuration timed, as an hf_aux "
-                             "trainer sets it (hf_aux.cpu_malloc); 'system' leaves it as it is, for every one")
+    add_cpu_malloc_argument(parser, "on CPU, glibc's malloc keeps freed memory for every configuration timed, as "
+                                    "an hf_aux trainer sets it (hf_aux.cpu_malloc); 'system' leaves it as it is, for "
+                                    "every one")
+
+
+def add_cpu_malloc_argument(parser, help_text: str) -> None:
+    """--cpu_malloc keep|system (hf_aux.cpu_malloc), default keep as the trainers'."""
+    parser.add_argument("--cpu_malloc", choices=CPU_MALLOC_CHOICES, default="keep", help=help_text)
 
 
 def synchronize(device) -> None:

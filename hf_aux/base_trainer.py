@@ -51,7 +51,7 @@ from transformers import PreTrainedModel, Trainer
 from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .cpu_malloc import keep_freed_memory
+from .cpu_malloc import apply_setting as apply_cpu_malloc
 from .hub import push_checkpoint
 from .model_card import ModelCardMixin
 from .nonfinite import install_nonfinite_guard
@@ -70,8 +70,8 @@ class AuxTrainer(ModelCardMixin, Trainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._nonfinite_guard = install_nonfinite_guard(self, watch_model_loss=self._watch_model_loss)
-        if getattr(self.args, "cpu_malloc", "keep") == "keep" and self.args.device.type == "cpu":
-            keep_freed_memory()  # glibc's malloc keeps what a step frees for the next step (hf_aux.cpu_malloc)
+        # on CPU, glibc's malloc keeps what a step frees for the next step (hf_aux.cpu_malloc)
+        apply_cpu_malloc(getattr(self.args, "cpu_malloc", "keep"), self.args.device.type)
         self._rng_checkpoint = None  # a streamed run's checkpoint whose random state waits for the first batches
         if isinstance(self.train_dataset, ResumableStream):
             # a streamed corpus resumes at its saved position (hf_aux.streaming); Trainer's skipping of the seen

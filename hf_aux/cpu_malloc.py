@@ -89,6 +89,14 @@ def keep_freed_memory() -> str:
     return _state
 
 
+def apply_setting(setting: str, device_type: str) -> str | None:
+    """A run's `cpu_malloc` setting applied: `keep_freed_memory()` on a CPU run with 'keep' (its result), nothing
+    otherwise (None). What every hf_aux trainer does, and the step benchmarks for every configuration they time."""
+    if setting == "keep" and device_type == "cpu":
+        return keep_freed_memory()
+    return None
+
+
 def describe() -> str:
     """The allocator as a benchmark's header prints it: 'glibc malloc, keeping freed memory' after
     `keep_freed_memory`, else the allocator's name."""

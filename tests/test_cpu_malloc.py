@@ -15,6 +15,7 @@ import pytest
 from transformers import HfArgumentParser
 
 from hf_aux.base_config import RUN_CONTROL_FIELDS, TokenSafeTrainingArguments
+from hf_aux import cpu_malloc
 from hf_aux.cpu_malloc import malloc_in_use
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -121,3 +122,12 @@ def test_the_flag_is_parsed_and_checked(capsys):
     # it changes how fast a run goes, not what it trains: a run resumed with the other value is the same run, and
     # the model card does not list it among the hyper-parameters
     assert "cpu_malloc" in RUN_CONTROL_FIELDS
+
+
+def test_the_setting_changes_malloc_only_on_a_cpu_run_with_keep(monkeypatch):
+    calls = []
+    monkeypatch.setattr(cpu_malloc, "keep_freed_memory", lambda: calls.append(1) or "kept")
+    assert cpu_malloc.apply_setting("system", "cpu") is None
+    assert cpu_malloc.apply_setting("keep", "cuda") is None
+    assert calls == []
+    assert cpu_malloc.apply_setting("keep", "cpu") == "kept" and calls == [1]
