@@ -55,7 +55,7 @@ class _VocabularyProjection(torch.autograd.Function):
                                          **({} if torch.is_grad_enabled() else {"out": transposed}))
             grad_weight = transposed.t().contiguous()
         if ctx.has_bias and ctx.needs_input_grad[1] and used:
-            grad_bias = torch.stack([grad.sum(0) for _, grad in used]).sum(0) if len(used) > 1 else used[0][1].sum(0)
+            grad_bias = torch.stack([grad.sum(0) for _, grad in used]).sum(0)
         return grad_weight, grad_bias, *grad_hiddens
 
 
