@@ -264,30 +264,11 @@ def prediction_rows(task, prediction, raw, features, data_args) -> list[dict]:
     return [{"index": i, "prediction": int(c)} for i, c in enumerate(choices)]
 
 
-def main(model_args: ModelArguments | None = None, data_args: DataTrainingArguments | None = None,
-         training_args: TokenSafeTrainingArguments | None = None) -> dict[str, float]:
-    """Fine-tune and evaluate; returns every metric logged (train_*, eval_*, test_*). Without arguments the
-    three argument dataclasses come from sys.argv."""
-    from transformers import AutoTokenizer
-
-    from ..data import MultiTaskCollator, tokenize_task
-    from ..demo import minilm_path
-    from ..hub import explain_hub_errors
-    from ..metrics import PRIMARY_METRIC, baseline_metrics
-    from ..modeling.multitask import single_task_model
-    from ..base_trainer import AuxTrainer
-    from ..run_guard import load_finished_run
+def load_data(data_args: DataTrainingArguments, training_args):
+    """(task, raw splits): the task from its one source, its splits, the --train_fraction share of train and the row
+    caps. An implied evaluation is dropped where there is no validation split; an asked-for action without its
+    split is an error naming both."""
     from ..tasks import load_task_splits
-    from ..cli.run import finish_run, record_metrics, start_run
-
-    if model_args is None or data_args is None or training_args is None:
-        model_args, data_args, training_args = parse_args()
-    run = start_run(training_args, model_args, data_args)
-    if run.nothing_to_do:
-        return run.results
-    checkpoint = run.checkpoint
-    if model_args.model_name_or_path is None:
-        model_args.model_name_or_path = minilm_path()
 
     task = build_task(data_args)
     raw = load_task_splits(task, seed=data_args.subset_seed)
@@ -301,11 +282,25 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     for split, cap in (("validation", data_args.max_eval_samples), ("test", data_args.max_predict_samples)):
         if cap is not None and split in raw:
             raw[split] = raw[split].select(range(min(cap, len(raw[split]))))
+    return task, raw
+
+
+def load_tokenizer(model_args: ModelArguments):
+    from transformers import AutoTokenizer
+
+    from ..hub import explain_hub_errors
 
     tokenizer_name = model_args.tokenizer_name or model_args.model_name_or_path
     with explain_hub_errors("ModelArguments", "tokenizer_name" if model_args.tokenizer_name else "model_name_or_path",
                             tokenizer_name):
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, **model_args.hub_kwargs())
+        return AutoTokenizer.from_pretrained(tokenizer_name, **model_args.hub_kwargs())
+
+
+def load_model(model_args: ModelArguments, task, tokenizer):
+    """(the one-task model on --model_name_or_path's body, whether its head was re-used: --reuse_head)."""
+    from ..hub import explain_hub_errors
+    from ..modeling.multitask import single_task_model
+
     with explain_hub_errors("ModelArguments", "model_name_or_path", model_args.model_name_or_path):
         model, reused_head = single_task_model(model_args.model_name_or_path, task, model_args.reuse_head,
                                                model_args.classifier_dropout,
@@ -314,6 +309,12 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     if len(tokenizer) > model.get_input_embeddings().num_embeddings:
         raise ValueError(f"ModelArguments: field 'tokenizer_name': the tokenizer has {len(tokenizer)} tokens, the "
                          f"model's embeddings only {model.get_input_embeddings().num_embeddings}")
+    return model, reused_head
+
+
+def tokenize_splits(task, raw: dict, tokenizer, data_args: DataTrainingArguments, training_args) -> dict:
+    """The features of the splits the run's actions use (train for --do_train, test for --do_predict)."""
+    from ..data import tokenize_task
 
     tokenize = {"max_length": data_args.max_seq_length, "doc_stride": data_args.doc_stride}
     features = {}
@@ -324,12 +325,20 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
             # evaluation splits of extractive QA keep their offsets to map span logits back to text
             keep_offsets = task.kind == "extractive_qa" and split != "train"
             features[split] = tokenize_task(task, raw[split], tokenizer, keep_qa_offsets=keep_offsets, **tokenize)
+    return features
+
+
+def make_trainer(model, training_args, task, data_args: DataTrainingArguments, raw: dict, features: dict, tokenizer):
+    """hf_aux's base trainer on the task's features; its non-finite guard watches the model's loss too (a NaN/Inf
+    stops before any save)."""
+    from ..base_trainer import AuxTrainer
+    from ..data import MultiTaskCollator
 
     # batches carry task_ids and the task_name column the collator reads: keep every column
     training_args.remove_unused_columns = False
     training_args.label_names = (["start_positions", "end_positions"] if task.kind == "extractive_qa"
                                  else ["labels"])
-    trainer = AuxTrainer(  # its non-finite guard watches the model's loss too: a NaN/Inf stops before any save
+    return AuxTrainer(
         model=model,
         args=training_args,
         train_dataset=features.get("train") if training_args.do_train else None,
@@ -338,6 +347,46 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         data_collator=MultiTaskCollator(tokenizer, [task.name]),
         compute_metrics=build_compute_metrics(task, data_args, raw.get("validation"), features.get("validation")),
     )
+
+
+def evaluate_split(trainer, task, data_args: DataTrainingArguments, raw: dict, features: dict, split: str,
+                   prefix: str):
+    """(the split's metrics with the task's trivial baselines and its size, all under `prefix`_; the prediction;
+    the baselines by their own names)."""
+    from ..metrics import baseline_metrics
+
+    trainer.compute_metrics = build_compute_metrics(task, data_args, raw[split], features[split])
+    prediction = trainer.predict(features[split], metric_key_prefix=prefix)
+    metrics = dict(prediction.metrics)
+    baselines = baseline_metrics(task, raw.get("train"), raw[split])
+    metrics.update({f"{prefix}_{k}": v for k, v in baselines.items()})
+    metrics[f"{prefix}_samples"] = len(raw[split])
+    return metrics, prediction, baselines
+
+
+def main(model_args: ModelArguments | None = None, data_args: DataTrainingArguments | None = None,
+         training_args: TokenSafeTrainingArguments | None = None) -> dict[str, float]:
+    """Fine-tune and evaluate; returns every metric logged (train_*, eval_*, test_*). Without arguments the
+    three argument dataclasses come from sys.argv."""
+    from ..demo import minilm_path
+    from ..metrics import PRIMARY_METRIC
+    from ..run_guard import load_finished_run
+    from ..cli.run import finish_run, record_metrics, start_run
+
+    if model_args is None or data_args is None or training_args is None:
+        model_args, data_args, training_args = parse_args()
+    run = start_run(training_args, model_args, data_args)
+    if run.nothing_to_do:
+        return run.results
+    checkpoint = run.checkpoint
+    if model_args.model_name_or_path is None:
+        model_args.model_name_or_path = minilm_path()
+
+    task, raw = load_data(data_args, training_args)
+    tokenizer = load_tokenizer(model_args)
+    model, reused_head = load_model(model_args, task, tokenizer)
+    features = tokenize_splits(task, raw, tokenizer, data_args, training_args)
+    trainer = make_trainer(model, training_args, task, data_args, raw, features, tokenizer)
     run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
 
     results = {}
@@ -361,12 +410,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
                                   ("test", "test", training_args.do_predict)):
         if not wanted:
             continue
-        trainer.compute_metrics = build_compute_metrics(task, data_args, raw[split], features[split])
-        prediction = trainer.predict(features[split], metric_key_prefix=prefix)
-        metrics = dict(prediction.metrics)
-        baselines = baseline_metrics(task, raw.get("train"), raw[split])
-        metrics.update({f"{prefix}_{k}": v for k, v in baselines.items()})
-        metrics[f"{prefix}_samples"] = len(raw[split])
+        metrics, prediction, baselines = evaluate_split(trainer, task, data_args, raw, features, split, prefix)
         results.update(record_metrics(trainer, prefix, metrics))
         if prefix == "test" and trainer.is_world_process_zero():
             path = os.path.join(training_args.output_dir, "predict_results.jsonl")
