@@ -36,6 +36,15 @@ PRIMARY_METRIC = {
     "seq2seq": "rougeL",
     "token_classification": "f1",
 }
+# every metric each kind reports (compute_task_metrics, qa_metrics, rouge_metrics), the primary one among them
+METRIC_NAMES = {
+    "classification": ("accuracy", "macro_f1", "matthews_correlation"),
+    "regression": ("pearson", "spearman", "mse"),
+    "multiple_choice": ("accuracy",),
+    "extractive_qa": ("exact_match", "f1"),
+    "seq2seq": ("rouge1", "rouge2", "rougeL"),
+    "token_classification": ("precision", "recall", "f1", "accuracy"),
+}
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ from ..registry import by_command, methods
 
 # commands that are not methods: name -> (module with `main(argv)`, the line of `hf-aux --help`)
 OTHER_COMMANDS = {
+    "compare": ("hf_aux.compare.command", "did one checkpoint fine-tune better than another on a task? (seeds, "
+                "intervals, q values)"),
     "tasks": ("hf_aux.cli.tasks", "list the task registry (glue/rte, ...), show a task, pre-download a mixture"),
 }
 

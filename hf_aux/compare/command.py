@@ -1,0 +1,137 @@
+"""`hf-aux compare`: did this checkpoint fine-tune better than that one on my task, by more than noise?
+
+    hf-aux compare --arm base=MODEL --arm muppet=runs/m1,runs/m2,runs/m3 --train_fraction 0.01 --seeds 3 \\
+        --output_dir runs/cmp
+
+Every model of every arm is fine-tuned on one task with each seed, by `hf-aux finetune`'s steps and with its flags
+(the task: --demo_task, --task_file, --dataset_name or data files; without one, finetune's demo: Rotten Tomatoes),
+applied identically to every arm. Then each arm is compared with the baseline (the first arm, or --baseline) on the
+task's primary metric on test (validation beside it): hf_aux.compare.statistics. Outputs in --output_dir:
+compare.json (every fine-tuning, cached as it finishes: the same command continues an interrupted comparison),
+compare.md, compare.png and a printed summary. `run_comparison` is the Python entry point (the evidence studies
+call it). docs/compare.md says how to read the result.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass, field
+
+from ..finetune.command import DATA_SOURCE_FLAGS, DataTrainingArguments, ModelArguments
+from ..base_config import TokenSafeTrainingArguments
+
+logger = logging.getLogger("hf_aux")
+
+
+@dataclass
+class CompareArguments:
+    arm: list[str] = field(default_factory=list, metadata={
+        "help": "NAME=MODEL[,MODEL...], given once per arm (at least two). Each MODEL is a local folder or a Hub "
+                "id; several models are independent training runs of that arm (its units)."})
+    baseline: str | None = field(default=None, metadata={"help": "The arm the others are compared with (default: "
+                                                                 "the first --arm)."})
+    seeds: int = field(default=3, metadata={"help": "Fine-tuning seeds per model: the seeds are --seed, --seed+1, ..."})
+    learning_rates: list[float] | None = field(default=None, metadata={
+        "help": "Learning rates to try: each arm picks the one with its best mean validation metric (the same rule "
+                "for every arm) and is reported on test at that rate. Default: --learning_rate alone."})
+    metric: str | None = field(default=None, metadata={
+        "help": "The compared metric (default: the task's primary one: accuracy, pearson, f1, ...)."})
+
+    def __post_init__(self):
+        if self.seeds < 1:
+            raise ValueError(f"CompareArguments: field 'seeds': must be at least 1, got {self.seeds}")
+        if self.learning_rates is not None and (not self.learning_rates or min(self.learning_rates) <= 0):
+            raise ValueError(f"CompareArguments: field 'learning_rates': give positive rates, got "
+                             f"{self.learning_rates}")
+
+
+def make_parser():
+    from ..cli.parser import command_parser
+
+    return command_parser((CompareArguments, ModelArguments, DataTrainingArguments, TokenSafeTrainingArguments),
+                          "finetune", DATA_SOURCE_FLAGS)
+
+
+def merge_arm_flags(argv: list[str]) -> list[str]:
+    """`--arm a=X --arm b=Y` (one flag per arm, as users write it) as the one list argparse keeps: `--arm a=X b=Y`."""
+    arms, rest, taking = [], [], False
+    for argument in argv:
+        if argument == "--arm" or argument.startswith("--arm="):
+            taking = argument == "--arm"
+            arms += [] if taking else [argument.split("=", 1)[1]]
+        elif taking and not argument.startswith("--"):
+            arms.append(argument)
+        else:
+            taking = False
+            rest.append(argument)
+    return (["--arm", *arms] if arms else []) + rest
+
+
+def parse_args(argv: list[str] | None = None):
+    """(compare_args, model_args, data_args, training_args): finetune's flags and demo config, and compare's own."""
+    from ..cli.parser import demo_config_path, parse_command_line
+
+    parsed = parse_command_line(make_parser(), merge_arm_flags(sys.argv[1:] if argv is None else argv),
+                                demo_config=demo_config_path("finetune"),
+                                data_source_flags=DATA_SOURCE_FLAGS)
+    compare_args, model_args = parsed[0], parsed[1]
+    if model_args.model_name_or_path is not None:
+        raise ValueError("ModelArguments: field 'model_name_or_path': hf-aux compare takes its models from --arm "
+                         "NAME=MODEL[,MODEL...]")
+    return parsed
+
+
+def run_comparison(compare_args: CompareArguments, model_args: ModelArguments, data_args: DataTrainingArguments,
+                   training_args: TokenSafeTrainingArguments) -> dict:
+    """Fine-tune what is missing, then report. Returns compare.json's content with its "comparisons"."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from ..cli.run import setup_logging
+    from ..finetune.command import load_data
+    from ..metrics import METRIC_NAMES, PRIMARY_METRIC
+    from . import engine, report
+
+    setup_logging(training_args)
+    arms = [engine.parse_arm(text) for text in compare_args.arm]
+    seeds = [training_args.seed + i for i in range(compare_args.seeds)]
+    baseline = engine.check_arms(arms, compare_args.baseline, seeds)
+    rates = compare_args.learning_rates or [training_args.learning_rate]
+    results = engine.ResultsFile(training_args.output_dir,
+                                 engine.settings_record(model_args, data_args, training_args,
+                                                        compare_args.learning_rates))
+    # compare evaluates whatever evaluation splits the task has; no action requires one
+    task, raw = load_data(data_args, dataclasses.replace(training_args, do_train=True, do_eval=False, do_predict=False))
+    metric = compare_args.metric or PRIMARY_METRIC[task.kind]
+    known = (*METRIC_NAMES[task.kind], "loss")
+    if metric not in known:
+        raise ValueError(f"CompareArguments: field 'metric': task '{task.name}' ({task.kind}) reports {list(known)}, "
+                         f"not {metric!r}")
+    if "train" not in raw or not ({"validation", "test"} & set(raw)):
+        raise ValueError(f"task '{task.name}': field 'train_split': compare needs a train split and a validation or "
+                         f"test split; the data has {list(raw)}")
+    if len(rates) > 1 and not {"validation", "test"} <= set(raw):
+        raise ValueError("CompareArguments: field 'learning_rates': picking a rate needs a validation split to pick "
+                         f"on and a test split to report on; task '{task.name}' has {list(raw)}")
+    results.write(task={"name": task.name, "kind": task.kind, "metric": metric,
+                        "higher_is_better": engine.metric_direction(metric),
+                        "compared_split": "test" if "test" in raw else "validation",
+                        "splits": {split: len(rows) for split, rows in raw.items()}},
+                  arms=[{"name": a.name, "models": list(a.models)} for a in arms], baseline=baseline, seeds=seeds)
+    engine.run_finetunings(arms, seeds, rates, model_args, data_args, training_args, results, task, raw)
+    content = results.content
+    found = report.comparisons(content)
+    results.write(comparisons=found)
+    out = Path(training_args.output_dir)
+    (out / "compare.md").write_text(report.render_markdown(content, found))
+    report.plot(content, found, out / "compare.png")
+    print("\n".join(report.summary_lines(content, found)))
+    print(f"compare: {out / 'compare.md'}, {out / 'compare.png'}, {out / engine.RESULTS_NAME}")
+    return json.loads((out / engine.RESULTS_NAME).read_text())
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """`hf-aux compare [flags]` (argv: the flags; default sys.argv[1:])."""
+    return run_comparison(*parse_args(argv))

@@ -1,0 +1,278 @@
+"""The fine-tunings of `hf-aux compare`: every model of every arm fine-tuned on one task with each seed (and each
+learning rate of `--learning_rates`), by the same steps as `hf-aux finetune` (hf_aux.finetune.command), tokenised
+once per tokenizer, each result cached in compare.json as it finishes.
+
+compare.json (`--output_dir`):
+    {"settings": {every fine-tuning setting, as given; a later run with other settings is refused},
+     "task": {"name", "kind", "metric", "higher_is_better", "splits": {split: rows}},
+     "arms": [{"name", "models"}], "baseline": name,
+     "finetunings": [{"arm", "unit", "model", "seed", "learning_rate", "status": "ok" | "failed", "error",
+                      "validation": {metric: value}, "test": {...}, "train": {...}, "wall_s"}, ...],
+     "comparisons": [...]}     (written by the report, hf_aux.compare.report)
+A fine-tuning is known by (model, seed, learning rate): the same command after an interruption skips every one in
+the file, and adding a seed or an arm runs only what is new.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger("hf_aux")
+
+RESULTS_NAME = "compare.json"
+LOWER_IS_BETTER = ("mse", "loss")
+# TrainingArguments fields that do not change what a fine-tuning computes (where and how it is logged or saved)
+UNCOMPARED_FIELDS = {
+    "output_dir", "logging_dir", "report_to", "run_name", "disable_tqdm", "log_level", "log_level_replica",
+    "logging_strategy", "logging_steps", "logging_first_step", "logging_nan_inf_filter", "save_strategy",
+    "save_steps", "save_total_limit", "save_only_model", "overwrite_output_dir", "push_to_hub", "hub_model_id",
+    "hub_strategy", "hub_token", "hub_private_repo", "hub_always_push", "hub_revision", "do_train", "do_eval",
+    "do_predict", "seed", "cpu_malloc", "dataloader_num_workers", "resume_from_checkpoint", "skip_memory_metrics",
+    "include_num_input_tokens_seen", "trackio_space_id", "project",
+}
+
+
+def user_error(message: str) -> ValueError:
+    """A mistake in what the user gave."""
+    return ValueError(message)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """A way of making a starting checkpoint; `models` are its independent training runs (units)."""
+
+    name: str
+    models: tuple[str, ...]
+
+
+def parse_arm(text: str) -> Arm:
+    """`NAME=MODEL[,MODEL...]` -> Arm, or an error naming --arm and what is wrong."""
+    name, sep, models = text.partition("=")
+    name, models = name.strip(), [m.strip() for m in models.split(",")]
+    if not sep or not name:
+        raise user_error(f"--arm {text!r}: expected NAME=MODEL[,MODEL...], e.g. --arm muppet=runs/m1,runs/m2")
+    if not all(models):
+        raise user_error(f"--arm {text!r}: arm {name!r} names no model (or an empty one between commas)")
+    return Arm(name, tuple(models))
+
+
+def check_arms(arms: list[Arm], baseline: str | None, seeds: list[int]) -> str:
+    """The baseline's name, after checking the arms, seeds and baseline before any fine-tuning; every model must
+    be a folder holding a model, or a Hub id that resolves."""
+    from transformers import AutoConfig
+
+    if len(arms) < 2:
+        raise user_error(f"--arm: compare needs at least two arms, got {len(arms)} (e.g. --arm base=MODEL "
+                         "--arm new=MODEL)")
+    names = [arm.name for arm in arms]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise user_error(f"--arm: arm names must differ; {duplicates} given more than once")
+    if not seeds:
+        raise user_error("--seeds: must be at least 1 (fine-tunings per model)")
+    if baseline is not None and baseline not in names:
+        raise user_error(f"--baseline {baseline!r}: no such arm; the arms are {names}")
+    for arm in arms:
+        for model in arm.models:
+            if os.path.isdir(model):
+                if not any(Path(model, name).is_file() for name in ("config.json", "adapter_config.json")):
+                    raise user_error(f"--arm {arm.name}: folder {model!r} holds no model (no config.json)")
+                continue
+            if os.path.exists(model) or model.startswith((".", "/", "~")) or model.count("/") > 1:
+                raise user_error(f"--arm {arm.name}: model {model!r} does not exist (not a folder, not a Hub id)")
+            try:
+                AutoConfig.from_pretrained(model)
+            except (OSError, ValueError) as error:
+                raise user_error(f"--arm {arm.name}: model {model!r} is not a local folder and the Hub does not "
+                                 f"serve it here ({str(error).splitlines()[0]})") from None
+    return baseline or names[0]
+
+
+def settings_record(model_args, data_args, training_args, learning_rates) -> dict:
+    """Every setting that changes what a fine-tuning computes (JSON values), to refuse mixing two settings."""
+    def plain(value):
+        value = getattr(value, "value", value)
+        return value if isinstance(value, (bool, int, float, str, type(None))) else str(value)
+
+    record = {f"model.{k}": plain(v) for k, v in dataclasses.asdict(model_args).items()
+              if k not in ("model_name_or_path", "token", "hub_token")}
+    record.update({f"data.{k}": plain(v) for k, v in dataclasses.asdict(data_args).items()})
+    record.update({k: plain(getattr(training_args, k)) for k in (f.name for f in dataclasses.fields(training_args))
+                   if f"{k}" not in UNCOMPARED_FIELDS and not k.startswith("_")})
+    if learning_rates:
+        record["learning_rate"] = list(learning_rates)
+    return {k: v for k, v in record.items() if k.rpartition(".")[2] not in UNCOMPARED_FIELDS}
+
+
+class ResultsFile:
+    """compare.json: read once, rewritten atomically (temp file + rename) after every fine-tuning."""
+
+    def __init__(self, output_dir: str, settings: dict):
+        self.path = Path(output_dir) / RESULTS_NAME
+        self.content = json.loads(self.path.read_text()) if self.path.is_file() else {"finetunings": []}
+        old = self.content.get("settings")
+        if old is not None and old != settings:
+            changed = sorted(set(old) | set(settings), key=str)
+            changed = [f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in changed if old.get(k) != settings.get(k)]
+            raise user_error(f"--output_dir {str(self.path.parent)!r} holds a comparison made with other settings "
+                             f"({'; '.join(changed[:6])}); give another --output_dir, or the same settings to "
+                             "continue it")
+        self.content["settings"] = settings
+
+    def done(self, model_key: str, seed: int, learning_rate: float) -> dict | None:
+        return next((f for f in self.content["finetunings"] if f["model_key"] == model_key and f["seed"] == seed
+                     and math.isclose(f["learning_rate"], learning_rate, rel_tol=1e-9)), None)
+
+    def write(self, **fields) -> None:
+        self.content.update(fields)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temp = tempfile.mkstemp(dir=self.path.parent, prefix=".compare.", suffix=".tmp")
+        with os.fdopen(handle, "w") as out:
+            json.dump(self.content, out, indent=1)
+            out.write("\n")
+        os.replace(temp, self.path)
+
+    def add(self, record: dict) -> None:
+        self.content["finetunings"].append(record)
+        self.write()
+
+
+def model_key(model: str) -> str:
+    """A local folder by its resolved path, a Hub id as given."""
+    return str(Path(model).resolve()) if os.path.isdir(model) else model
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """Equal for tokenizers that encode every text the same way (their serialised state and class)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    state = backend.to_str() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    extra = f"{type(tokenizer).__name__}|{tokenizer.model_max_length}|{tokenizer.padding_side}"
+    return hashlib.sha256((state + extra).encode()).hexdigest()
+
+
+def metric_direction(name: str) -> bool:
+    """Whether higher values of the metric are better."""
+    return name not in LOWER_IS_BETTER
+
+
+def plan(arms: list[Arm], seeds: list[int], learning_rates: list[float]) -> list[dict]:
+    """Every fine-tuning, seed by seed (an interrupted comparison has every arm at the same seeds)."""
+    return [{"arm": arm.name, "unit": unit, "model": model, "seed": seed, "learning_rate": rate}
+            for seed in seeds for rate in learning_rates for arm in arms for unit, model in enumerate(arm.models)]
+
+
+def finetune_once(step: dict, model_args, data_args, training_args, task, raw, features_for, output_dir: str) -> dict:
+    """One fine-tuning as `hf-aux finetune` makes it (seed set before the model is built; the same trainer and
+    evaluation), its metrics by split; a non-finite loss is a failed fine-tuning, not an error."""
+    from transformers import PrinterCallback, set_seed
+
+    from ..finetune.command import evaluate_split, load_model, make_trainer
+    from ..nonfinite import NonFiniteTrainingError
+
+    folder = os.path.join(output_dir, "finetunings", f"{step['arm']}-{step['unit']}-seed{step['seed']}")
+    args = dataclasses.replace(
+        training_args, output_dir=folder, seed=step["seed"], learning_rate=step["learning_rate"], do_train=True,
+        do_eval="validation" in raw, do_predict="test" in raw, disable_tqdm=True,
+        **({} if training_args.load_best_model_at_end else {"save_strategy": "no"}))
+    margs = dataclasses.replace(model_args, model_name_or_path=step["model"])
+    tokenizer, features = features_for(step["model"])
+    set_seed(step["seed"])
+    start = time.perf_counter()
+    model, reused_head = load_model(margs, task, tokenizer)
+    trainer = make_trainer(model, args, task, data_args, raw, features, tokenizer)
+    trainer.remove_callback(PrinterCallback)  # the comparison's progress bar stands for every fine-tuning's logs
+    record = {**step, "model_key": model_key(step["model"]), "reused_head": reused_head}
+    try:
+        train = trainer.train().metrics
+        record.update(status="ok", train={k: v for k, v in train.items() if isinstance(v, (int, float))})
+        for split, prefix in (("validation", "eval"), ("test", "test")):
+            if split in features:
+                metrics = evaluate_split(trainer, task, data_args, raw, features, split, prefix)[0]
+                record[split] = {k[len(prefix) + 1:]: v for k, v in metrics.items()}
+    except NonFiniteTrainingError as error:
+        record.update(status="failed", error=str(error).splitlines()[0])
+    finally:
+        del trainer, model
+        gc.collect()
+        shutil.rmtree(folder, ignore_errors=True)
+    record["wall_s"] = round(time.perf_counter() - start, 2)
+    return record
+
+
+def run_finetunings(arms: list[Arm], seeds: list[int], learning_rates: list[float], model_args, data_args,
+                    training_args, results: ResultsFile, task, raw) -> None:
+    """Every planned fine-tuning not yet in `results`, with a progress bar over all of them."""
+    from tqdm.auto import tqdm
+
+    from ..finetune.command import load_tokenizer, tokenize_splits
+
+    cache: dict[str, dict] = {}
+    split_args = dataclasses.replace(training_args, do_train=True, do_predict="test" in raw)
+
+    def features_for(model: str):
+        tokenizer = load_tokenizer(dataclasses.replace(model_args, model_name_or_path=model))
+        key = tokenizer_fingerprint(tokenizer)
+        if key not in cache:  # each task is tokenised once per tokenizer, not once per fine-tuning
+            cache[key] = tokenize_splits(task, raw, tokenizer, data_args, split_args)
+        return tokenizer, cache[key]
+
+    steps = plan(arms, seeds, learning_rates)
+    todo = [s for s in steps if results.done(model_key(s["model"]), s["seed"], s["learning_rate"]) is None]
+    bar = tqdm(total=len(steps), initial=len(steps) - len(todo), desc="fine-tunings", unit="run",
+               disable=not training_args.should_log)
+    try:
+        with quiet_loading():
+            _run_steps(todo, bar, model_args, data_args, training_args, results, task, raw, features_for)
+    except (KeyboardInterrupt, SystemExit) as stop:
+        bar.close()
+        done = len(results.content["finetunings"])
+        print(f"hf-aux compare: stopped; the {done} finished fine-tunings are in {results.path}: the same command "
+              "continues with the others", file=sys.stderr, flush=True)
+        raise SystemExit(getattr(stop, "code", None) or 130) from None
+    bar.close()
+
+
+@contextlib.contextmanager
+def quiet_loading():
+    """Inside a comparison, transformers' per-model loading bars and notices (and the fresh head every baseline
+    fine-tuning is expected to get) would bury the progress bar: errors only, restored afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    level, modeling = hf_logging.get_verbosity(), logging.getLogger("hf_aux.modeling")
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    modeling.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        hf_logging.enable_progress_bar()
+        modeling.setLevel(logging.NOTSET)
+
+
+def _run_steps(todo, bar, model_args, data_args, training_args, results, task, raw, features_for) -> None:
+    for index, step in enumerate(todo):
+        bar.set_postfix_str(f"{step['arm']} unit {step['unit']} seed {step['seed']}")
+        record = finetune_once(step, model_args, data_args, training_args, task, raw, features_for,
+                               training_args.output_dir)
+        results.add(record)
+        bar.update(1)
+        if index == 0 and len(todo) > 1:
+            logger.warning("compare: the first fine-tuning took %.0f s; about %.0f min for the %d left",
+                           record["wall_s"], record["wall_s"] * (len(todo) - 1) / 60, len(todo) - 1)
+        if record["status"] == "failed":
+            logger.warning("compare: %s (%s, seed %d) failed: %s", step["arm"], step["model"], step["seed"],
+                           record["error"])

@@ -1,0 +1,187 @@
+"""What `hf-aux compare` tells its user, from compare.json alone: the learning rate each arm picked on validation,
+each arm against the baseline (hf_aux.compare.statistics), compare.md, compare.png and the printed summary."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+
+from .statistics import compare_arms, mean_sd, verdict_words, with_q_values
+
+
+def picked_rates(content: dict) -> dict[str, float]:
+    """Each arm's learning rate: the one with the best mean validation metric over all its fine-tunings (the same
+    rule for every arm); the only rate when one was given."""
+    metric, higher = content["task"]["metric"], content["task"]["higher_is_better"]
+    by_arm: dict = defaultdict(lambda: defaultdict(list))
+    for f in content["finetunings"]:
+        if f["status"] == "ok" and "validation" in f:
+            by_arm[f["arm"]][f["learning_rate"]].append(f["validation"][metric])
+    picked = {}
+    for arm in content["arms"]:
+        rates = content["settings"].get("learning_rate")
+        if not isinstance(rates, list) or len(rates) == 1:
+            picked[arm["name"]] = rates[0] if isinstance(rates, list) else rates
+            continue
+        means = {rate: sum(v) / len(v) for rate, v in by_arm[arm["name"]].items()}
+        if means:
+            picked[arm["name"]] = (max if higher else min)(means, key=means.get)
+    return picked
+
+
+def unit_values(content: dict, arm: dict, rate, split: str) -> tuple[dict, dict]:
+    """({unit model: [metric of each fine-tuning]}, {unit model: failed count}) of an arm at one learning rate.
+    A unit with a failed fine-tuning is reported as failed and left out of the interval, not averaged in."""
+    metric = content["task"]["metric"]
+    values, failed = defaultdict(list), defaultdict(int)
+    wanted = {(model, seed) for model in arm["models"] for seed in content["seeds"]}
+    for f in content["finetunings"]:
+        if f["arm"] != arm["name"] or (f["model"], f["seed"]) not in wanted or not math.isclose(
+                f["learning_rate"], rate, rel_tol=1e-9):
+            continue
+        if f["status"] == "ok":
+            values[f["model"]].append(f[split][metric])
+        else:
+            failed[f["model"]] += 1
+    return {m: v for m, v in values.items() if not failed[m]}, dict(failed)
+
+
+def comparisons(content: dict) -> list[dict]:
+    """Every arm against the baseline on the compared split, at each arm's picked rate, with q values (the family:
+    this comparison's arms)."""
+    split = content["task"]["compared_split"]
+    rates = picked_rates(content)
+    arms = {arm["name"]: arm for arm in content["arms"]}
+    base = arms[content["baseline"]]
+    base_values, _ = unit_values(content, base, rates.get(base["name"], float("nan")), split)
+    found = []
+    for name, arm in arms.items():
+        if name == base["name"] or name not in rates:
+            continue
+        values, _ = unit_values(content, arm, rates[name], split)
+        if values and base_values:
+            found.append(compare_arms(name, values, base["name"], base_values))
+    return [{"arm": c.arm, "baseline": c.baseline, "difference": c.interval.difference,
+             "ci95": [c.interval.low, c.interval.high], "p_value": c.interval.p_value, "q_value": c.q_value,
+             "dof": c.interval.dof, "n_units": c.n_units, "n_baseline_units": c.n_baseline_units, "flag": c.flag,
+             "verdict": verdict_words(c, content["task"]["higher_is_better"])}
+            for c in with_q_values(found)]
+
+
+def _number(value, digits: int = 3, sign: bool = False) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+
+
+def arm_rows(content: dict) -> list[dict]:
+    """Per arm: units, fine-tunings, failures, the mean +- sd of its values on each split at its picked rate."""
+    rates = picked_rates(content)
+    rows = []
+    for arm in content["arms"]:
+        rate = rates.get(arm["name"], float("nan"))
+        row = {"arm": arm["name"], "units": len(arm["models"]), "rate": rate}
+        for split in ("validation", "test"):
+            values, failed = unit_values(content, arm, rate, split) if split in content["task"]["splits"] else ({}, {})
+            flat = [v for vs in values.values() for v in vs]
+            means = [sum(vs) / len(vs) for vs in values.values()]
+            row[split] = mean_sd(means if len(means) > 1 else flat)
+            row["finetunings"], row["failed"] = len(flat), sum(failed.values())
+        rows.append(row)
+    return rows
+
+
+def render_markdown(content: dict, found: list[dict]) -> str:
+    task, metric = content["task"], content["task"]["metric"]
+    split = task["compared_split"]
+    lines = [f"# hf-aux compare: {task['name']} ({task['kind']}), {metric} on {split}", "",
+             f"Baseline: **{content['baseline']}**. {len(content['seeds'])} fine-tuning seeds per model "
+             f"({', '.join(map(str, content['seeds']))}); train rows {task['splits'].get('train')}, "
+             f"validation {task['splits'].get('validation', '-')}, test {task['splits'].get('test', '-')}. "
+             "Every arm fine-tuned with the same settings (compare.json's `settings`).", "",
+             "| arm | units | fine-tunings (failed) | learning rate | validation mean ± sd | test mean ± sd |",
+             "|---|---|---|---|---|---|"]
+    for row in arm_rows(content):
+        cells = [f"{_number(row[s][0])} ± {_number(row[s][1])}" for s in ("validation", "test")]
+        lines.append(f"| {row['arm']} | {row['units']} | {row['finetunings']} ({row['failed']}) | {row['rate']:g} | "
+                     f"{cells[0]} | {cells[1]} |")
+    lines += ["", f"| arm - {content['baseline']} | difference [95% CI] | p | q (BH) | units | verdict |",
+              "|---|---|---|---|---|---|"]
+    for c in found:
+        lines.append(f"| {c['arm']} | {_number(c['difference'], sign=True)} [{_number(c['ci95'][0], sign=True)}, "
+                     f"{_number(c['ci95'][1], sign=True)}] | {_number(c['p_value'])} | {_number(c['q_value'])} | "
+                     f"{c['n_units']} vs {c['n_baseline_units']} | {c['verdict']} |")
+    lines += ["", "How to read it: a unit is one training run of an arm (one model folder); its value is the mean of "
+              "its fine-tunings. The interval is Welch's two-sample interval over the units of the two arms, so it "
+              "counts the training noise and the fine-tuning noise of both. An arm of one model contributes its "
+              "fine-tunings: for a baseline that is one fixed model this is the question asked; for a compared arm "
+              "it describes that checkpoint, not the method that made it (flagged, no verdict). q is the "
+              f"Benjamini-Hochberg adjusted p over the {len(found)} comparisons of this table. "
+              "Details: docs/compare.md.", "", "## Every fine-tuning", "",
+              "| arm | model | seed | learning rate | validation | test | status | wall s |", "|---|---|---|---|---|---|---|---|"]
+    for f in content["finetunings"]:
+        values = [_number(f.get(s, {}).get(metric)) for s in ("validation", "test")]
+        lines.append(f"| {f['arm']} | {f['model']} | {f['seed']} | {f['learning_rate']:g} | {values[0]} | {values[1]} "
+                     f"| {f['status'] if f['status'] == 'ok' else 'failed: ' + f.get('error', '')} | {f['wall_s']} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(content: dict, found: list[dict], path: Path) -> None:
+    """Left: every fine-tuning as a dot, by arm and unit, with each unit's mean. Right: each arm minus the
+    baseline with its 95% interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    task, metric, split = content["task"], content["task"]["metric"], content["task"]["compared_split"]
+    rates = picked_rates(content)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [3, 2]})
+    ticks, labels, x = [], [], 0.0
+    for index, arm in enumerate(content["arms"]):
+        values, _ = unit_values(content, arm, rates.get(arm["name"], float("nan")), split)
+        start = x
+        for unit, model in enumerate(arm["models"]):
+            points = values.get(model, [])
+            left.scatter([x] * len(points), points, s=22, color=f"C{index}", alpha=0.75, zorder=3)
+            if points:
+                left.hlines(sum(points) / len(points), x - 0.3, x + 0.3, color=f"C{index}", lw=2)
+            x += 1
+        ticks.append((start + x - 1) / 2)
+        labels.append(f"{arm['name']}\n({len(arm['models'])} unit{'s' if len(arm['models']) > 1 else ''})")
+        x += 0.8
+    floors = {f[split].get("majority_baseline") for f in content["finetunings"] if f["status"] == "ok"} - {None}
+    if len(floors) == 1 and metric == "accuracy":  # the accuracy of always answering the commonest class
+        left.axhline(floors.pop(), color="0.4", ls=":", lw=1, label="majority class")
+        left.legend(loc="lower right", fontsize=8)
+    left.set_xticks(ticks, labels)
+    left.set_ylabel(f"{split} {metric}")
+    left.set_title("each dot one fine-tuning; bars: unit means", fontsize=9)
+    left.grid(axis="y", alpha=0.3)
+    for row, c in enumerate(found):
+        low, high = c["ci95"]
+        color = "0.5" if c["flag"] else "C3"
+        if math.isfinite(low):
+            right.plot([low, high], [row, row], color=color, lw=2)
+        right.plot([c["difference"]], [row], "o", color=color)
+    right.axvline(0.0, color="k", lw=1, ls="--")
+    right.set_yticks(range(len(found)), [c["arm"] + (" *" if c["flag"] else "") for c in found])
+    right.set_ylim(max(len(found) - 0.3, 0.7), -0.7)  # the first comparison on top
+    right.set_xlabel(f"{metric} minus {content['baseline']} (95% CI)")
+    right.set_title("* one training run: fine-tuning noise only" if any(c["flag"] for c in found) else
+                    "Welch interval over units", fontsize=9)
+    figure.suptitle(f"{task['name']}: {len(content['seeds'])} seeds per model, "
+                    f"train rows {task['splits'].get('train')}", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def summary_lines(content: dict, found: list[dict]) -> list[str]:
+    metric, split = content["task"]["metric"], content["task"]["compared_split"]
+    lines = [f"{content['task']['name']}: {metric} on {split}, each arm minus {content['baseline']}:"]
+    for c in found:
+        lines.append(f"  {c['arm']}: {_number(c['difference'], sign=True)} [{_number(c['ci95'][0], sign=True)}, "
+                     f"{_number(c['ci95'][1], sign=True)}], q {_number(c['q_value'])}: {c['verdict']}")
+    return lines
