@@ -243,10 +243,13 @@ def test_claims_group_units_by_pre_finetuning_run_and_judge_few_tasks_against_ha
 
     fresh, head, reuse, chatterbot, two_tasks, batching = muppet.claims(runs)
 
-    # 3 units, not 6 fine-tuning runs: mean -0.03, sd 0.01, t(0.975, 2) = 4.302653 -> half width 0.024841
+    # 3 units, not 6 fine-tuning runs, against MiniLM's own 2 fine-tunings (Welch, so MiniLM's fine-tuning noise
+    # counts): unit means 0.68, 0.69, 0.67 (sd 0.01) vs 0.70, 0.72 (sd 0.01414): se^2 = 0.0001/3 + 0.0002/2,
+    # dof = se^4 / ((0.0001/3)^2/2 + 0.0001^2/1) = 1.6842, t(0.975, 1.6842) = 5.1763 -> half width 0.059770
     assert fresh["n_units"] == 3 and fresh["difference"] == pytest.approx(-0.03)
-    assert fresh["ci95"] == pytest.approx([-0.054841, -0.005159], abs=1e-5)
-    assert fresh["predicted_sign"] == -1 and fresh["verdict"] == "reproduced"  # harm, as Fig. 1 predicts
+    assert fresh["ci95"] == pytest.approx([-0.089770, 0.029770], abs=1e-5)
+    # the pairing with the same two MiniLM fine-tunings gave [-0.0548, -0.0052], "reproduced": too narrow
+    assert fresh["predicted_sign"] == -1 and fresh["verdict"] == "inconclusive"
     assert "mean pooling" in fresh["setting"] and "1% of the train split" in fresh["setting"]
     assert "Fig. 1" in fresh["paper"] and fresh["fraction"] == 0.01
     # the IMDB-head arm has one pre-finetuning run: (0.72-0.70 + 0.74-0.72)/2 = +0.02, no interval
@@ -258,16 +261,19 @@ def test_claims_group_units_by_pre_finetuning_run_and_judge_few_tasks_against_ha
     # the pre-finetuned arm ends at 0.110 < 0.137 in unit 42: it did not train
     assert chatterbot["verdict"] == common.NOT_TESTABLE
     assert "0.110" in chatterbot["reason"] and "0.137" in chatterbot["reason"]
-    # 2 tasks, first-token runs (the study has none with mean pooling): mean +0.06, interval [+0.035, +0.085] > 0
+    # 2 tasks, first-token runs (the study has none with mean pooling): mean +0.06 over 3 units, but MiniLM was
+    # fine-tuned once, so its own fine-tuning noise cannot be estimated: no interval (pairing every unit with that
+    # one fine-tuning gave [+0.035, +0.085], "not reproduced")
     assert two_tasks["predicted_sign"] == -1 and two_tasks["n_units"] == 3
-    assert two_tasks["ci95"] == pytest.approx([0.035159, 0.084841], abs=1e-5)
-    assert two_tasks["verdict"] == "not reproduced" and "first-token" in two_tasks["setting"]
+    assert two_tasks["difference"] == pytest.approx(0.06) and two_tasks["ci95"] is None
+    assert two_tasks["verdict"] == "inconclusive" and "first-token" in two_tasks["setting"]
     # §5.2: reference - arm = 0.70 - 0.68, one pre-finetuning run per arm
     assert batching["predicted_sign"] == 1 and batching["difference"] == pytest.approx(0.02)
     assert batching["verdict"] == "inconclusive" and "Fig. 2" in batching["paper"]
 
     table = "\n".join(muppet.claim_lines([fresh, chatterbot]))
-    assert "| 3 | -0.030 [-0.055, -0.005] | reproduced |" in table and "(pre-finetuned, fresh head ends at 0.110" in table
+    assert "| 3 | -0.030 [-0.090, +0.030] | - | inconclusive |" in table
+    assert "(pre-finetuned, fresh head ends at 0.110" in table
 
 
 def _tuned(claim, variant, task, unit, values, pooling="mean"):
@@ -301,10 +307,11 @@ def test_related_claims_pair_imdb_alone_with_base_and_with_the_mixture_by_pre_fi
     runs += _tuned("related", "imdb_only", "rotten_tomatoes", 43, (0.9, 0.9), pooling=None)  # first token: ignored
     records = [c for c in muppet.claims(runs, s) if c.get("name") == "related"]
     harm, versus = records
-    # +0.05, +0.07, +0.06: mean +0.06, sd 0.01 -> half width 4.302653 * 0.01 / sqrt(3) = 0.024841
+    # against MiniLM's own 2 fine-tunings (Welch): unit means 0.76, 0.78, 0.77 (sd 0.01) vs 0.70, 0.72: mean +0.06,
+    # se^2 = 0.0001/3 + 0.0002/2, dof 1.6842, t 5.1762 -> half width 0.059770 (pairing gave +-0.024841)
     assert harm["claim"] == "pre-finetuning on 1 task (imdb, < 15) hurts held-out rotten_tomatoes (fresh head)"
     assert harm["predicted_sign"] == -1 and harm["n_units"] == 3 and harm["difference"] == pytest.approx(0.06)
-    assert harm["ci95"] == pytest.approx([0.035159, 0.084841], abs=1e-5) and harm["verdict"] == "not reproduced"
+    assert harm["ci95"] == pytest.approx([0.00023, 0.11977], abs=1e-5) and harm["verdict"] == "not reproduced"
     assert "imdb alone" in harm["setting"] and "Fig. 1" in harm["paper"]
     # +0.01, -0.02, +0.04: mean +0.01, sd 0.03 -> half width 0.074524
     assert versus["predicted_sign"] is None and versus["verdict"] == "no verdict"
@@ -321,7 +328,7 @@ def test_related_claims_pair_imdb_alone_with_base_and_with_the_mixture_by_pre_fi
     # the report's section: arms over units, both differences over units, the verdicts
     text = "\n".join(muppet.related_section([r for r in runs if r.get("pooling") == "mean"], s, records))
     row = next(line for line in text.split("\n") if line.startswith("| rotten_tomatoes | fresh head |"))
-    assert "+0.060 [+0.035, +0.085] (3 units) | not reproduced |" in row
+    assert "+0.060 [+0.000, +0.120] (3 units) | not reproduced |" in row
     assert "+0.010 [-0.065, +0.085] (3 units) | no verdict |" in row
     assert "0.710 ± 0.014 (2 seeds)" in row and "0.770 ± 0.010 (3 units)" in row  # base; IMDB alone over units
 

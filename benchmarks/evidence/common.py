@@ -1,6 +1,8 @@
 """Small generic helpers shared by the evidence studies (benchmarks/evidence/<method>.py): the JSON run cache,
-run metadata, and the statistics every report needs (mean +- sd, paired t intervals over independent units, the
-verdict against the paper's predicted sign), and the claims list (../shared/EVIDENCE.md).
+run metadata, and the claims list (../shared/EVIDENCE.md) on the statistics of `hf-aux compare`
+(hf_aux.compare.statistics): intervals over independent units (paired by seed for two trained arms, Welch's for a
+baseline that is one fixed model, so its fine-tuning noise counts), the verdict against the paper's predicted sign,
+Benjamini-Hochberg q values over one study's claims list and the multiplicity statement of every report.
 
 The cache is one JSON file `{"runs": [...], "claims": [...]}`; each finished run appends its object atomically
 (temp file + rename, under a lock), so an interrupted study continues where it stopped and a reader never sees half
@@ -15,6 +17,9 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
+
+from hf_aux.compare.statistics import (benjamini_hochberg, compare_arms, mean_sd, one_sample_interval,  # noqa: F401
+                                       t_quantile, welch_interval)
 
 
 def load_runs(path) -> list[dict]:
@@ -89,76 +94,19 @@ def run_meta() -> dict:
             "load_avg": round(os.getloadavg()[0], 2), "torch_threads": torch.get_num_threads()}
 
 
-def mean_sd(values) -> tuple[float, float]:
-    """Mean and sample standard deviation (n - 1); sd is nan for fewer than two values, both for none."""
-    values = [float(v) for v in values]
-    if not values:
-        return float("nan"), float("nan")
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, float("nan")
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-
-
-def t_quantile(p: float, dof: int) -> float:
-    """The p-quantile of Student's t with `dof` degrees of freedom (scipy's when installed, else bisection on the
-    regularised incomplete beta function computed by continued fraction)."""
-    try:
-        from scipy import stats
-
-        return float(stats.t.ppf(p, dof))
-    except ImportError:
-        pass
-
-    def cdf(t: float) -> float:
-        x = dof / (dof + t * t)
-        tail = 0.5 * _incomplete_beta(dof / 2.0, 0.5, x)
-        return 1.0 - tail if t > 0 else tail
-
-    lo, hi = -1e3, 1e3
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
-    return (lo + hi) / 2
-
-
 _t_quantile = t_quantile  # the name one study's tests use
 
 
-def _incomplete_beta(a: float, b: float, x: float) -> float:
-    """Regularised incomplete beta I_x(a, b) (Numerical Recipes' continued fraction, Lentz's method)."""
-    if x <= 0.0 or x >= 1.0:
-        return 0.0 if x <= 0.0 else 1.0
-    if x > (a + 1) / (a + b + 2):
-        return 1.0 - _incomplete_beta(b, a, 1.0 - x)
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log(1 - x)) / a
-    c, d, result = 1.0, 1.0 - (a + b) * x / (a + 1), 0.0
-    d = 1.0 / (d if abs(d) > 1e-300 else 1e-300)
-    result = d
-    for m in range(1, 300):
-        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > 1e-300 else 1e-300)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > 1e-300 else 1e-300
-            result *= c * d
-        if abs(c * d - 1.0) < 1e-12:
-            break
-    return front * result
-
-
 def paired_ci(a, b, confidence: float = 0.95) -> tuple[float, float, float]:
-    """(mean of a - b, lower, upper): the t interval over paired seeds. Needs at least two pairs."""
+    """(mean of a - b, lower, upper): the t interval over paired values (e.g. units of two trained arms that share a
+    seed). Needs at least two pairs."""
     a, b = [float(v) for v in a], [float(v) for v in b]
     if len(a) != len(b):
         raise ValueError(f"paired_ci: fields 'a', 'b': {len(a)} and {len(b)} values are not paired")
     if len(a) < 2:
         raise ValueError(f"paired_ci: field 'a': a t interval needs at least 2 pairs, got {len(a)}")
-    diffs = [x - y for x, y in zip(a, b)]
-    mean, sd = mean_sd(diffs)
-    half = t_quantile(0.5 + confidence / 2, len(diffs) - 1) * sd / math.sqrt(len(diffs))
-    return mean, mean - half, mean + half
+    found = one_sample_interval([x - y for x, y in zip(a, b)], confidence)
+    return found.difference, found.low, found.high
 
 
 def verdict(lo: float, hi: float, expected_sign: int) -> str:
@@ -174,11 +122,11 @@ def verdict(lo: float, hi: float, expected_sign: int) -> str:
 
 
 def unit_differences(arm: dict, base: dict) -> dict:
-    """Per independent unit (e.g. one pretraining run), the mean over its fine-tuning seeds of arm - base.
+    """Per unit, the mean over its fine-tuning seeds of arm - other, for two TRAINED arms paired by seed.
 
-    arm: {(unit, seed): value}; base: {seed: value} (a shared starting point fine-tuned with the same seeds, so each
-    arm value is paired with the base of its seed). Fine-tuning seeds inside a unit are averaged first: they are
-    not extra units (../shared/EVIDENCE.md). Returns {unit: difference} for units with at least one paired seed."""
+    arm: {(unit, seed): value}; base: {seed: value}, the other arm's run of the same unit seed. Not for a baseline
+    that is one fixed model fine-tuned with a few seeds shared by every unit: its fine-tuning noise would become an
+    offset the interval never sees; `model_baseline_record` is that comparison."""
     units: dict = {}
     for (unit, seed), value in arm.items():
         if seed in base:
@@ -186,25 +134,88 @@ def unit_differences(arm: dict, base: dict) -> dict:
     return {unit: sum(values) / len(values) for unit, values in units.items()}
 
 
+def by_unit(values: dict) -> dict:
+    """{(unit, seed): value} or, for one fixed model, {seed: value} -> {unit: [value per fine-tuning seed]}."""
+    units: dict = {}
+    for key, value in values.items():
+        units.setdefault(key[0] if isinstance(key, tuple) else None, []).append(float(value))
+    return units
+
+
 NOT_TESTABLE = "not testable here"
 
 
 def claim_record(claim: str, paper: str, predicted_sign: int, unit: str, differences,
                  reason: str | None = None, **extra) -> dict:
-    """One entry of the claims list (../shared/EVIDENCE.md): `differences` are the per-unit differences (arm - base,
-    e.g. `unit_differences(...).values()`) whose sign the paper predicts (`predicted_sign` in THIS setting). The
-    verdict follows mechanically from the 95% interval over units; with `reason` (the measured reason), or fewer
-    than 3 units, it is "not testable here" / "inconclusive" and says why. `extra`: further fields (setting, arms)."""
+    """One entry of the claims list (../shared/EVIDENCE.md): `differences` are the per-unit differences of two
+    trained arms paired by seed (`unit_differences`), whose sign the paper predicts (`predicted_sign` in THIS
+    setting). The verdict follows mechanically from the 95% t interval over units; with `reason` (the measured
+    reason), or fewer than 3 units, it is "not testable here" / "inconclusive" and says why. `extra`: further
+    fields (setting, arms). A baseline that is one fixed model: `model_baseline_record`."""
     values = [float(v) for v in differences]
-    mean, lo, hi = unit_ci(values) if values else (float("nan"),) * 3
-    record = {"claim": claim, "paper": paper, "predicted_sign": predicted_sign, "unit": unit,
-              "n_units": len(values), "difference": None if math.isnan(mean) else round(mean, 6),
-              "ci95": None if math.isnan(lo) else [round(lo, 6), round(hi, 6)], **extra}
+    return _record(claim, paper, predicted_sign, unit, one_sample_interval(values), len(values), reason, extra)
+
+
+def model_baseline_record(claim: str, paper: str, predicted_sign: int, unit: str, arm: dict, baseline: dict,
+                          reason: str | None = None, **extra) -> dict:
+    """A claim of arm - baseline where the baseline is ONE fixed model (e.g. base MiniLM) fine-tuned with some
+    seeds: Welch's interval over the arm's units (each the mean of its fine-tuning seeds) and the baseline's
+    fine-tunings (hf_aux.compare.statistics), so the baseline's own fine-tuning noise is in the interval.
+    arm: {(unit, seed): value}; baseline: {seed: value}."""
+    units = by_unit(arm)
+    found = compare_arms("arm", units, "baseline", by_unit(baseline)).interval if units and baseline else None
+    if found is not None and len(units) < 2:  # one unit: an interval over its fine-tunings is not one over units
+        found = one_sample_interval([found.difference])
+    return _record(claim, paper, predicted_sign, unit, found, len(units), reason, extra)
+
+
+def _record(claim, paper, predicted_sign, unit, found, n_units, reason, extra) -> dict:
+    def rounded(value):
+        return None if value is None or not math.isfinite(value) else round(value, 6)
+
+    record = {"claim": claim, "paper": paper, "predicted_sign": predicted_sign, "unit": unit, "n_units": n_units,
+              "difference": rounded(found.difference) if found else None,
+              "ci95": [rounded(found.low), rounded(found.high)] if found and math.isfinite(found.low) else None,
+              "p_value": rounded(found.p_value) if found else None, **extra}
     if reason is not None:
         return {**record, "verdict": NOT_TESTABLE, "reason": reason}
-    if len(values) < 3:
-        return {**record, "verdict": "inconclusive", "reason": f"{len(values)} of the 3 units needed"}
-    return {**record, "verdict": verdict(lo, hi, predicted_sign)}
+    if n_units < 3:
+        return {**record, "verdict": "inconclusive", "reason": f"{n_units} of the 3 units needed"}
+    return {**record, "verdict": verdict(*(record["ci95"] or (math.nan, math.nan)), predicted_sign)}
+
+
+JUDGED = ("reproduced", "not reproduced", "inconclusive")
+
+
+def with_q_values(records: list[dict], alpha: float = 0.05) -> list[dict]:
+    """The claims list with Benjamini-Hochberg q values: the family is the list's judged claims that have an interval
+    (a verdict of reproduced / not reproduced / inconclusive; "not testable here" and "no verdict" claims are not
+    tests). A decided verdict gets `survives_bh` (q <= alpha)."""
+    family = [i for i, r in enumerate(records) if r["verdict"] in JUDGED and r.get("p_value") is not None]
+    q = benjamini_hochberg([records[i]["p_value"] for i in family])
+    found = [dict(r) for r in records]
+    for i, value in zip(family, q):
+        found[i]["q_value"] = round(value, 6)
+        if found[i]["verdict"] in ("reproduced", "not reproduced"):
+            found[i]["survives_bh"] = value <= alpha
+    return found
+
+
+def multiplicity_lines(records: list[dict], alpha: float = 0.05) -> list[str]:
+    """How many claims were judged and decided, how many a 5% error rate would decide by chance, and which decided
+    verdicts survive Benjamini-Hochberg (records from `with_q_values`)."""
+    judged = [r for r in records if "q_value" in r]
+    decided = [r for r in judged if r["verdict"] in ("reproduced", "not reproduced")]
+    kept = [r for r in decided if r["survives_bh"]]
+    lines = ["## Multiplicity", "",
+             f"{len(judged)} claims judged (with an interval); {len(decided)} decided; a 5% error rate would decide "
+             f"about {alpha * len(judged):.1f} of them by chance when nothing differs. Benjamini-Hochberg at "
+             f"{alpha:g} over this list: {len(kept)} of the {len(decided)} decided verdicts survive."]
+    if decided:
+        lines += ["", "| claim | setting | verdict | q | survives BH |", "|---|---|---|---|---|"]
+        lines += [f"| {r['claim']} | {r.get('setting', '')} | {r['verdict']} | {r['q_value']:.3f} | "
+                  f"{'yes' if r['survives_bh'] else '**no**'} |" for r in decided]
+    return lines + [""]
 
 
 def difference_text(item: dict, digits: int = 3) -> str:
@@ -226,8 +237,5 @@ def claims_table(claims: list[dict], link: str) -> list[str]:
 def unit_ci(differences, confidence: float = 0.95) -> tuple[float, float, float]:
     """(mean, lower, upper): the t interval over independent units' differences (`unit_differences`); nan bounds
     for fewer than two units."""
-    values = [float(v) for v in differences]
-    if len(values) < 2:
-        mean = mean_sd(values)[0]
-        return mean, float("nan"), float("nan")
-    return paired_ci(values, [0.0] * len(values), confidence)
+    found = one_sample_interval([float(v) for v in differences], confidence)
+    return found.difference, found.low, found.high

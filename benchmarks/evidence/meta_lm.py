@@ -47,7 +47,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.evidence.common import (NOT_TESTABLE, append_run, claim_record, difference_text,  # noqa: E402
-                                        has_run, load_runs, mean_sd, paired_ci, run_meta, t_quantile, verdict, write_claims)
+                                        has_run, load_runs, mean_sd, multiplicity_lines, paired_ci, run_meta,
+                                        t_quantile, verdict, with_q_values, write_claims)
 
 ROOT = Path(__file__).resolve().parents[2]
 JSON_PATH = ROOT / "docs" / "evidence" / "meta_lm.json"
@@ -732,7 +733,7 @@ def claims(runs: list[dict]) -> list[dict]:
     unit. Verdicts follow from the 95% t interval and the paper's sign in the setting; "not testable here" where an
     arm ends at or below the majority class in a unit (the measured accuracies in the reason). Comparisons the paper
     makes no claim about (fixed y at 20-80, soft vs hard accuracy) are reported without a verdict, not listed here."""
-    return _moons_claims(runs) + _text_claims(runs) + _teacher_claims(runs)
+    return with_q_values(_moons_claims(runs) + _text_claims(runs) + _teacher_claims(runs))
 
 
 def _measured(item: dict) -> str:
@@ -1135,6 +1136,7 @@ def render_report(runs, out_dir: Path, json_name: str = "meta_lm.json", records:
              f"{min(loads, default=0):.1f}-{max(loads, default=0):.1f} on the shared 2-core machine); commits "
              f"{', '.join(commits) or '-'}.", ""]
     lines += claim_lines(records)
+    lines += multiplicity_lines(records)
 
     # claim 1
     lines += ["## Claim 1: Two Moons, Table 10", "",

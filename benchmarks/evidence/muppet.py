@@ -66,8 +66,9 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "benchmarks") not in sys.path:
     sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from evidence.common import (NOT_TESTABLE, append_run, claim_record, difference_text, has_run,  # noqa: E402
-                             load_runs, mean_sd, paired_ci, run_meta, unit_ci, unit_differences, write_claims)
+from evidence.common import (NOT_TESTABLE, append_run, by_unit, claim_record, difference_text, has_run,  # noqa: E402
+                             load_runs, mean_sd, model_baseline_record, multiplicity_lines, paired_ci, run_meta,
+                             unit_ci, unit_differences, welch_interval, with_q_values, write_claims)
 
 JSON_PATH = ROOT / "docs" / "evidence" / "muppet.json"
 REPORT_PATH = ROOT / "docs" / "evidence" / "muppet.md"
@@ -625,6 +626,9 @@ def gap_cell(arm: dict, other: dict) -> str:
     """arm - other (arm_values, paired by pre-finetuning seed where both are pre-finetuned): the mean over units with
     the 95% t interval over them; with one unit, its difference over fine-tuning seeds (difference_cell)."""
     gaps = unit_gaps(arm, other)
+    if len(gaps) >= 2 and not any(isinstance(key, tuple) for key in other):  # against one model: Welch
+        found = welch_interval([sum(v) / len(v) for v in by_unit(arm).values()], list(other.values()))
+        return f"{found.difference:+.3f} [{found.low:+.3f}, {found.high:+.3f}] ({len(gaps)} units)"
     if len(gaps) >= 2:
         return "{:+.3f} [{:+.3f}, {:+.3f}]".format(*unit_ci(gaps.values())) + f" ({len(gaps)} units)"
     if not gaps:
@@ -726,8 +730,8 @@ def arm_values(runs, claim, variant, task, fraction) -> dict:
 
 
 def unit_gaps(arm: dict, other: dict) -> dict:
-    """Per unit, arm - other averaged over the fine-tuning seeds both have: `other` is plain MiniLM ({seed: value},
-    common.unit_differences) or another pre-finetuned arm, paired by pre-finetuning seed."""
+    """Per unit, arm - other averaged over the fine-tuning seeds both have: `other` is another pre-finetuned arm,
+    paired by pre-finetuning seed (or plain MiniLM, {seed: value}, for the one-unit cells of the tables)."""
     if not any(isinstance(key, tuple) for key in other):
         return unit_differences(arm, other)
     gaps = {}
@@ -769,9 +773,11 @@ def judged(claim: str, paper_key: str, sign: int, arms: dict, runs, task: str, f
     testable here" when either ends below the majority class in a unit."""
     (_, arm), (_, other) = arms.items()
     floor = majority_of(runs, task, fraction)
-    return claim_record(claim, CLAIM_PAPER[paper_key], sign, UNIT, unit_gaps(arm, other).values(),
-                        reason=untrained(arms, floor), setting=setting, fraction=fraction, majority_class=floor,
-                        measure=measure)
+    extra = {"reason": untrained(arms, floor), "setting": setting, "fraction": fraction, "majority_class": floor,
+             "measure": measure}
+    if not any(isinstance(key, tuple) for key in other):  # base MiniLM: one model, its fine-tuning noise counts
+        return model_baseline_record(claim, CLAIM_PAPER[paper_key], sign, UNIT, arm, other, **extra)
+    return claim_record(claim, CLAIM_PAPER[paper_key], sign, UNIT, unit_gaps(arm, other).values(), **extra)
 
 
 def setting_of(pooling: str, tasks: int, fraction: float) -> str:
@@ -927,19 +933,22 @@ def claim_lines(records: list[dict]) -> list[str]:
             "the intervals in the tables further down pair fine-tuning seeds of that one run and hold fine-tuning "
             "noise only. ") if all(item["n_units"] <= 1 for item in records) else ""
     lines = ["## Claims and verdicts", "",
-             "One unit = one pre-finetuning run: its fine-tuning seeds are averaged first (each paired by seed with "
-             "the other arm) and are not extra units. Verdicts follow mechanically from the 95% t interval over units "
+             "One unit = one pre-finetuning run: its fine-tuning seeds are averaged first and are not extra units. "
+             "Against plain MiniLM (one model) the interval is Welch's over the units and MiniLM's own fine-tunings, "
+             "so MiniLM's fine-tuning noise counts (hf_aux.compare.statistics, docs/compare.md); two pre-finetuned "
+             "arms are paired by pre-finetuning seed. Verdicts follow mechanically from the 95% interval "
              "and the sign the paper predicts in this setting (../shared/EVIDENCE.md); fewer than 3 units: "
              f"inconclusive; \"no verdict\" where the paper predicts no direction. {once}With fewer than ~15 tasks "
              "the paper predicts harm (Fig. 1), so a gain points against it. The `claims` list of muppet.json holds "
              "the same objects, less the \"no verdict\" ones (its schema asks for a predicted sign).", "",
-             "| claim | paper predicts | setting | units | difference [95% CI] | verdict |",
-             "|---|---|---|---|---|---|"]
+             "| claim | paper predicts | setting | units | difference [95% CI] | q (BH) | verdict |",
+             "|---|---|---|---|---|---|---|"]
     for item in records:
         why = f" ({item['reason']})" if item.get("reason") else ""
         predicted = {1: "> 0", -1: "< 0", None: "no direction"}[item["predicted_sign"]]
+        q = f"{item['q_value']:.3f}" if "q_value" in item else "-"
         lines.append(f"| {item['claim']} | {predicted} | {item['setting']} | "
-                     f"{item['n_units']} | {difference_text(item)} | {item['verdict']}{why} |")
+                     f"{item['n_units']} | {difference_text(item)} | {q} | {item['verdict']}{why} |")
     return lines + [""]
 
 
@@ -985,10 +994,11 @@ def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str
               f"{s.pooling} pooling, {cpu_minutes([r for r in every_pooling if pooling_of(r) != s.pooling]):.0f} over "
               f"{len(every_pooling) - len(runs)} first-token results (each object carries wall_s, cpu_s and the "
               "load average at its start: the machine is shared, so wall times are not timings).", ""]
-    records = claims(every_pooling, s)
+    records = with_q_values(claims(every_pooling, s))
     # the JSON's claims list holds the claims with a predicted sign (its schema); "no verdict" ones: the report only
     write_claims(json_path, [r for r in records if r["predicted_sign"] is not None])
     lines += claim_lines(records)
+    lines += multiplicity_lines(records)
     lines += separation_lines(records, s)
     lines += pooling_section(every_pooling, s)
     lines += fit_section(runs, s)

@@ -97,7 +97,11 @@ def rows(method: str, claims: list[dict], link: str) -> list[str]:
         where = merged_settings(list(dict.fromkeys(short_setting(r) for r in records)))
         reason = records[0].get("reason") if verdict == "not testable here" else None
         why = f"; {_clipped(reason)}" if reason else ""
-        lines.append(f"| {STUDIES[method]} | {claim} | {where} | **{verdict}** | {_measured(records)}{why} | {link} |")
+        fallen = [r for r in records if r.get("survives_bh") is False]
+        bh = "" if not fallen else (" (does not survive Benjamini-Hochberg at 5%)" if len(fallen) == len(records)
+                                    else f" ({len(fallen)} of {len(records)} do not survive Benjamini-Hochberg at 5%)")
+        lines.append(f"| {STUDIES[method]} | {claim} | {where} | **{verdict}**{bh} | {_measured(records)}{why} | "
+                     f"{link} |")
     open_claims = [r for r in claims if r["verdict"] == "inconclusive"]
     if open_claims:
         reasons = collections.Counter(r.get("reason") or "the 95% interval contains 0" for r in open_claims)
@@ -110,9 +114,22 @@ def rows(method: str, claims: list[dict], link: str) -> list[str]:
 def readme_section(folder: Path = ROOT / "docs" / "evidence") -> str:
     lines = [START, "", "| method | claim | setting | verdict | difference [95% CI] | report |",
              "|---|---|---|---|---|---|"]
+    every = []
     for method in STUDIES:
+        every += load_claims(method, folder)
         lines += rows(method, load_claims(method, folder), f"[{method}.md](docs/evidence/{method}.md)")
-    return "\n".join(lines + ["", END])
+    return "\n".join(lines + ["", multiplicity_line(every), "", END])
+
+
+def multiplicity_line(claims: list[dict]) -> str:
+    """The four lists' multiplicity in one sentence (each list is its own Benjamini-Hochberg family)."""
+    judged = [r for r in claims if "q_value" in r]
+    decided = [r for r in judged if r["verdict"] in ("reproduced", "not reproduced")]
+    kept = sum(bool(r.get("survives_bh")) for r in decided)
+    return (f"Multiplicity: {len(judged)} claims judged with an interval over the four lists, {len(decided)} decided; "
+            f"a 5% error rate would decide about {0.05 * len(judged):.0f} of them by chance. {kept} of the "
+            f"{len(decided)} decided verdicts survive Benjamini-Hochberg at 5% within their method's claims list "
+            "(each report lists which).")
 
 
 def replace_section(readme: str, section: str) -> str:

@@ -45,7 +45,8 @@ for _variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from common import (NOT_TESTABLE, append_run, claim_record, difference_text, has_run, load_runs,  # noqa: E402
-                    mean_sd, paired_ci, run_meta, t_quantile, unit_ci, unit_differences, write_claims)
+                    mean_sd, multiplicity_lines, paired_ci, run_meta, t_quantile, unit_ci, unit_differences,
+                    with_q_values, write_claims)
 
 EVIDENCE_JSON = os.path.join(ROOT, "docs", "evidence", "tartan.json")
 REPORT_MD = os.path.join(ROOT, "docs", "evidence", "tartan.md")
@@ -805,7 +806,7 @@ def claims(runs: list[dict], floors: dict | None = None) -> list[dict]:
                     record = claim_record(spec["claim"], spec["paper"], spec["sign"], UNIT, differences,
                                           reason=_did_not_train(arms, (a, b), floors[name]), **extra)
                 records.append(record)
-    return records
+    return with_q_values(records)
 
 
 _measured = difference_text
@@ -1212,6 +1213,7 @@ def report(path: str = EVIDENCE_JSON, output: str = REPORT_MD) -> str:
         f"CPU time spent so far: **{cpu_minutes:.0f} CPU minutes** ({wall_minutes:.0f} wall minutes) over "
         f"{len(runs)} runs, pilots included.", "",
         *claim_lines(records),
+        *multiplicity_lines(records),
         "## Claim 1: end-task aware training vs continued pre-training (Table 1 / 2)", "",
         f"**Paper.** {PAPER['end_task']}", ""]
     claim2 = ["## Claim 2: the separate meta head (§5.4, Fig. 3)", "", f"**Paper.** {PAPER['meta_head']}", ""]

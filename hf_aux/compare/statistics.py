@@ -100,8 +100,9 @@ class Interval:
 
 
 def _t_interval(difference: float, variance_of_difference: float, dof: float, confidence: float) -> Interval:
-    if not (variance_of_difference > 0 and dof > 0 and math.isfinite(dof)):
-        # zero variance (identical values) decides nothing from so few samples; no variance: no interval
+    if variance_of_difference == 0:  # every value alike: the interval is the point (the t interval's limit)
+        return Interval(difference, difference, difference, dof, 1.0 if difference == 0 else 0.0)
+    if not (variance_of_difference > 0 and dof > 0 and math.isfinite(dof)):  # fewer than 2 values: no variance
         nan = float("nan")
         return Interval(difference, nan, nan, dof, nan)
     se = math.sqrt(variance_of_difference)
@@ -116,7 +117,7 @@ def welch_interval(a: Sequence[float], b: Sequence[float], confidence: float = 0
     if len(a) < 2 or len(b) < 2:
         return _t_interval(mean_a - mean_b, float("nan"), float("nan"), confidence)
     va, vb = sd_a ** 2 / len(a), sd_b ** 2 / len(b)
-    dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if va + vb > 0 else float("nan")
+    dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if va + vb > 0 else len(a) + len(b) - 2
     return _t_interval(mean_a - mean_b, va + vb, dof, confidence)
 
 
@@ -203,7 +204,7 @@ def verdict_words(comparison: Comparison, higher_is_better: bool = True, alpha: 
         return comparison.flag
     interval = comparison.interval
     if not math.isfinite(interval.low):
-        return "no interval: fewer than 2 values on a side, or values that do not vary"
+        return "no interval: fewer than 2 values on a side"
     if not interval.decided:
         return "no difference shown (the interval contains 0)"
     better = (interval.low > 0) == higher_is_better
