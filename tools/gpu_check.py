@@ -5,6 +5,7 @@ saves loads in plain transformers with finite weights; MUPPET (R3F included) und
 
     python tools/gpu_check.py --out gpu_check.json                       # tests/tiny.py's checkpoint
     python tools/gpu_check.py --model path/to/bert --out gpu_check.json  # a real BERT-style checkpoint
+    python tools/gpu_check.py --jobs 4 --timeout 60 --out gpu_check.json  # 4 checks at once on the one card
 
 Each check is a subprocess (the installed `hf-aux` where it is on PATH, else `python -m hf_aux.cli.command`;
 `torchrun --nproc_per_node 1` for the run scripts; `accelerate launch --use_fsdp` for FSDP) on small files written
@@ -13,12 +14,15 @@ command exits 0, its trainer_state.json counts the steps asked for and logs fini
 AutoModel / AutoModelForMaskedLM.from_pretrained loads the output with every weight finite. `--cpu` runs the same
 checks (FSDP's excepted) with --use_cpu instead of --bf16: the script's own test on a machine without a GPU.
 The last line printed is one JSON object (also written to --out): per check, passed, seconds, the first and last
-logged loss, and the tail of its output when it failed.
+logged loss, and the tail of its output when it failed. `--jobs N` runs N checks at once (each launcher on a port of
+its own, each check with a datasets cache of its own): the 17 checks take 14-22 s each on an H200, mostly process
+start and imports, so one after another they fill five minutes of a lent machine's time.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import math
 import os
@@ -26,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -84,20 +89,19 @@ def checks(d: Path) -> dict[str, tuple[list[str], str]]:
         loader = "AutoModelForMaskedLM" if method == "meta-lm" else "AutoModel"
         precision = [] if "soft" in name else ["--bf16", "true"]
         found[f"hf-aux {name}"] = ([*hf_aux, method, *map(str, args), *common, *precision], loader)
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port",
-                str(free_port())]
+    ports = distinct_ports(free_port)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port"]
     quiet = ["--report_to", "none", "--disable_tqdm", "true", "--logging_steps", "1", "--bf16", "true"]
     for script in ("run_muppet", "run_amos", "run_tartan", "run_finetune", "run_meta_lm"):
         args = command_args(script, d, "OUT", quiet, "mlm" if script == "run_meta_lm" else "hard")
         args = [a for a in args if a != "OUT"]
         del args[args.index("--output_dir")]
         loader = "AutoModelForMaskedLM" if script == "run_meta_lm" else "AutoModel"
-        found[f"torchrun {script}"] = ([*torchrun, str(ROOT / "run_scripts" / f"{script}.py"), *args,
-                                        "--max_steps", str(STEPS)], loader)
+        found[f"torchrun {script}"] = ([*torchrun, str(next(ports)), str(ROOT / "run_scripts" / f"{script}.py"),
+                                        *args, "--max_steps", str(STEPS)], loader)
     fsdp = [sys.executable, "-m", "accelerate.commands.launch", "--use_fsdp", "--num_processes", "1",
-            "--num_machines", "1", "--mixed_precision", "bf16", "--dynamo_backend", "no", "--main_process_port",
-            str(free_port()), "--fsdp_sharding_strategy", "FULL_SHARD", "--fsdp_auto_wrap_policy",
-            "TRANSFORMER_BASED_WRAP",
+            "--num_machines", "1", "--mixed_precision", "bf16", "--dynamo_backend", "no",
+            "--fsdp_sharding_strategy", "FULL_SHARD", "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP",
             "--fsdp_transformer_layer_cls_to_wrap", "BertLayer", "--fsdp_state_dict_type", "FULL_STATE_DICT"]
     for r3f in (False, True):
         args = command_args("run_muppet", d, "OUT", ["--report_to", "none", "--disable_tqdm", "true",
@@ -105,9 +109,21 @@ def checks(d: Path) -> dict[str, tuple[list[str], str]]:
         args = [a for a in args if a != "OUT"]
         del args[args.index("--output_dir")]
         found[f"accelerate FSDP run_muppet{' r3f' if r3f else ''}"] = (
-            [*fsdp, str(ROOT / "run_scripts" / "run_muppet.py"), *args, "--max_steps", str(STEPS),
+            [*fsdp, "--main_process_port", str(next(ports)), str(ROOT / "run_scripts" / "run_muppet.py"), *args,
+             "--max_steps", str(STEPS),
              *(["--robust_finetuning", "r3f"] if r3f else [])], "AutoModel")
     return found
+
+
+def distinct_ports(free_port):
+    """Free local ports, each one different from those given before (one per launcher: with --jobs, several
+    launchers listen at once, and the OS may hand a just-released port out again)."""
+    given = set()
+    while True:
+        port = free_port()
+        if port not in given:
+            given.add(port)
+            yield port
 
 
 def verify(out: Path, loader: str) -> str | None:
@@ -129,12 +145,19 @@ def verify(out: Path, loader: str) -> str | None:
     return f"non-finite weights: {bad[:3]}" if bad else None
 
 
+def _text(output) -> str:
+    """A timed-out subprocess's captured output as text (TimeoutExpired may hold bytes even with text=True)."""
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="a BERT-style checkpoint folder to train instead of tests/tiny.py's")
     parser.add_argument("--out", help="write the JSON result here too")
     parser.add_argument("--only", nargs="*", help="run only checks whose name contains one of these")
     parser.add_argument("--timeout", type=int, default=240, help="seconds per check")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="checks run at once (each is its own process; on a GPU machine several share the card)")
     parser.add_argument("--cpu", action="store_true", help="--use_cpu instead of --bf16, no FSDP (checks the script)")
     cli = parser.parse_args()
     import torch
@@ -145,30 +168,34 @@ def main():
            "TORCH_CPP_LOG_LEVEL": "ERROR"}
     results = {"device": "cpu" if cli.cpu else torch.cuda.get_device_name(0), "torch": torch.__version__,
                "model": Path(cli.model).name if cli.model else "tests/tiny.py tiny_bert", "checks": {}}
-    with tempfile.TemporaryDirectory() as tmp:
-        data = write_user_data(Path(tmp) / "data", cli.model)
-        for name, (argv, loader) in checks(data).items():
-            if cli.only and not any(part in name for part in cli.only) or cli.cpu and "FSDP" in name:
-                continue
-            if cli.cpu:
-                argv = ["--use_cpu" if a == "--bf16" else a for a in argv]
-            out = Path(tmp) / name.replace(" ", "_")
-            start = time.perf_counter()
-            try:
-                done = subprocess.run([*argv, "--output_dir", str(out)], env=env, cwd=tmp, capture_output=True,
-                                      text=True, timeout=cli.timeout)
-                log, code = done.stdout + done.stderr, done.returncode
-            except subprocess.TimeoutExpired as error:
-                log, code = str(error.stdout or "") + str(error.stderr or ""), "timeout"
-            seconds = round(time.perf_counter() - start, 1)
+    lock = threading.Lock()
+
+    def run_check(name: str, argv: list[str], loader: str, tmp: str) -> None:
+        if cli.cpu:
+            argv = ["--use_cpu" if a == "--bf16" else a for a in argv]
+        out = Path(tmp) / name.replace(" ", "_")
+        # several checks at once: a datasets cache of each check's own, so no two processes build one cache entry
+        check_env = env if cli.jobs == 1 else {**env, "HF_DATASETS_CACHE": str(out) + "_datasets_cache"}
+        start = time.perf_counter()
+        try:
+            done = subprocess.run([*argv, "--output_dir", str(out)], env=check_env, cwd=tmp, capture_output=True,
+                                  text=True, timeout=cli.timeout)
+            log, code = done.stdout + done.stderr, done.returncode
+        except subprocess.TimeoutExpired as error:
+            log, code = _text(error.stdout) + _text(error.stderr), "timeout"
+        seconds = round(time.perf_counter() - start, 1)
+        try:
             problem = f"exit {code}" if code != 0 else verify(out, loader)
-            record = {"passed": problem is None, "seconds": seconds}
-            if problem is not None:
-                record.update(problem=problem, tail=log[-2500:])
-            else:
-                history = json.loads((out / "trainer_state.json").read_text())["log_history"]
-                losses = [row["loss"] for row in history if "loss" in row]
-                record["losses"] = [round(x, 4) for x in losses[:1] + losses[-1:]]
+        except Exception as error:  # what was saved does not load: this check fails, the others go on
+            problem = f"loading the output failed: {error!r}"[:500]
+        record = {"passed": problem is None, "seconds": seconds}
+        if problem is not None:
+            record.update(problem=problem, tail=log[-2500:])
+        else:
+            history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+            losses = [row["loss"] for row in history if "loss" in row]
+            record["losses"] = [round(x, 4) for x in losses[:1] + losses[-1:]]
+        with lock:
             results["checks"][name] = record
             verdict = "PASS" if problem is None else "FAIL"
             print(f"{verdict} {name} ({seconds} s){'' if problem is None else ': ' + problem}", flush=True)
@@ -176,6 +203,16 @@ def main():
                 print(log[-1500:], flush=True)
             if cli.out:  # after every check: a run stopped part-way keeps what it found
                 Path(cli.out).write_text(json.dumps(results, indent=1))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data = write_user_data(Path(tmp) / "data", cli.model)
+        chosen = [(name, argv, loader) for name, (argv, loader) in checks(data).items()
+                  if not (cli.only and not any(part in name for part in cli.only) or cli.cpu and "FSDP" in name)]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=cli.jobs) as pool:
+            for running in [pool.submit(run_check, *check, tmp) for check in chosen]:
+                running.result()  # a check's own error (not a failed command) stops the script, as before
+        # in the order the checks are listed, whichever finished first
+        results["checks"] = {name: results["checks"][name] for name, _, _ in chosen}
     results["passed"] = sum(r["passed"] for r in results["checks"].values())
     results["failed"] = [name for name, r in results["checks"].items() if not r["passed"]]
     if cli.out:
