@@ -251,6 +251,7 @@ def render_model_card(
     adapter_auto_class: str | None = None,
     merged_subfolder: str | None = None,
     pipeline_tag: str | None = None,
+    trust_remote_code: bool = False,
 ) -> ModelCard:
     """Render the model card of a checkpoint trained with `method` ("muppet", "amos", "tartan", "meta_lm", or
     "finetune" for run_finetune.py's single-task fine-tuning).
@@ -271,7 +272,9 @@ def render_model_card(
     <class>.from_pretrained(base_model), folder)`), None where only hf_aux restores it; merged_subfolder: where
     the merged plain checkpoint lies in the repository (loaded with `auto_class`), if one was written.
     license: the licence (e.g. "apache-2.0"; `base_model_license` reads the base model's); pipeline_tag: the Hub
-    pipeline the checkpoint serves (`body_pipeline_tag`, "text-classification", "fill-mask"), if one fits.
+    pipeline the checkpoint serves (`body_pipeline_tag`, "text-classification", "fill-mask"), if one fits;
+    trust_remote_code: `auto_class` runs modeling code shipped in the folder (the loading snippets pass
+    `trust_remote_code=True`).
     Only tasks whose data came from a Hub dataset (`TaskSummary.dataset`) enter the model-index, whose dataset ids
     the Hub links; the others' metrics are in the card's task table with their `source`.
     """
@@ -285,7 +288,7 @@ def render_model_card(
         hyperparameters=hyperparameters, figures=figures, versions=versions, model_id=model_id,
         auto_class=auto_class, hf_aux_class=hf_aux_class, license=license, language=language, tags=tags,
         notes=notes, adapter=adapter, adapter_auto_class=adapter_auto_class, merged_subfolder=merged_subfolder,
-        pipeline_tag=pipeline_tag)
+        pipeline_tag=pipeline_tag, trust_remote_code=trust_remote_code)
 
 
 def render_declared_card(*, template_file: str, name: str, tag_names: tuple | list, paper: Paper, model_name: str,
@@ -296,7 +299,8 @@ def render_declared_card(*, template_file: str, name: str, tag_names: tuple | li
                          license: str | None = None,  # noqa: A002 - the metadata field's name
                          language: str | list[str] | None = "en", tags: list[str] | tuple = (),
                          notes: str | None = None, adapter: bool = False, adapter_auto_class: str | None = None,
-                         merged_subfolder: str | None = None, pipeline_tag: str | None = None) -> ModelCard:
+                         merged_subfolder: str | None = None, pipeline_tag: str | None = None,
+                         trust_remote_code: bool = False) -> ModelCard:
     """`render_model_card` for a method described by what its trainer declares (`ModelCardMixin`): the template
     file in model_cards/, the method's name in the card's prose, its Hub tags (before the arXiv tag, "lora" and
     `tags`) and its paper."""
@@ -327,7 +331,8 @@ def render_declared_card(*, template_file: str, name: str, tag_names: tuple | li
         figures=dict(figures or {}), versions=versions if versions is not None else framework_versions(),
         auto_class=auto_class, hf_aux_module=hf_aux_module, hf_aux_name=hf_aux_name, notes=notes,
         fmt=_format_value, adapter=adapter, adapter_auto_class=adapter_auto_class if adapter else None,
-        merged_subfolder=merged_subfolder if adapter else None,
+        merged_subfolder=merged_subfolder if adapter else None, pipeline_tag=pipeline_tag,
+        trust_remote_code=trust_remote_code,
     )
     return ModelCard(content)
 

@@ -14,7 +14,8 @@ without one fails the test, so nothing is skipped silently):
   knows). For commands that cannot run here (the Hub, GPUs, the user's own files).
 - `<!-- doc-test: static -->`: commands that are not run scripts (benchmarks, pytest, pip, setup_env.sh): the
   files they name exist, every `--flag` a Python script is given appears in that script's source, and every pip
-  extra exists in setup.cfg. `hf-aux tasks` commands parse, and those that read only the registry run.
+  extra exists in setup.cfg. `hf-aux tasks` commands parse, and those that read only the registry run;
+  `hf-aux export` commands parse (their checkpoint is the user's).
 
 Shell `#` comments and `\\` continuations are understood; a command the test does not know fails.
 """
@@ -147,7 +148,7 @@ def run_script_call(words: list[str]) -> tuple[str, list[str]] | None:
     words = strip_launcher(words)
     if words and Path(words[0]).name == "hf-aux" and len(words) > 1:  # hf-aux, or .venv/bin/hf-aux
         if words[1] in OTHER_COMMANDS and not (ROOT / "run_scripts" / f"run_{words[1]}.py").is_file():
-            return None  # `hf-aux tasks`: not a run script's command, checked in 'static' blocks
+            return None  # `hf-aux tasks`, `hf-aux export`: no run script, checked in 'static' blocks
         return "run_" + words[1].replace("-", "_"), words[2:]
     if not words or (words[0] not in PYTHONS and words[0] != "torchrun"):
         return None
@@ -202,6 +203,10 @@ def check_static(words: list[str]) -> None:
             assert f'"{flag}"' in source, f"{words[1]} defines no flag {flag}"
     elif Path(words[0]).name == "hf-aux" and words[1:2] == ["tasks"]:
         check_tasks_command(words[2:])
+    elif Path(words[0]).name == "hf-aux" and words[1:2] == ["export"]:
+        from hf_aux.cli import export
+
+        export.make_parser().parse_args(words[2:])  # a mistake exits (argparse's SystemExit)
     elif words[:2] == ["pip", "install"]:
         extras = configparser.ConfigParser()
         extras.read(ROOT / "setup.cfg")
@@ -345,6 +350,17 @@ def test_checker_runs_hf_aux_tasks_and_refuses_its_mistakes(tmp_path):
     check_command(listing, tmp_path)
     check_command(download, tmp_path)  # parsed: the mixture file is the user's
     for wrong in (unknown, misspelled):
+        with pytest.raises(SystemExit):
+            check_command(wrong, tmp_path)
+
+
+def test_checker_parses_hf_aux_export_and_refuses_its_mistakes(tmp_path):
+    documented, misspelled, missing = commands_of(
+        "<!-- doc-test: static -->\n```bash\nhf-aux export --model out/muppet --task sst2 --output_dir out/sst2\n"
+        "hf-aux export --model out/muppet --taks sst2 --output_dir out/sst2\nhf-aux export --model out/muppet\n"
+        "```\n", "t.md")
+    check_command(documented, tmp_path)  # parsed only: the checkpoint is the user's
+    for wrong in (misspelled, missing):
         with pytest.raises(SystemExit):
             check_command(wrong, tmp_path)
 

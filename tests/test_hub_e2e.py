@@ -234,7 +234,8 @@ def test_run_finetune_pushes_checkpoints_and_the_final_folder_without_the_token(
     saved = torch.load(out / "training_args.bin", weights_only=False)
     assert saved.hub_token is None and saved.hub_model_id == repo and saved.max_steps == 2
     card = ModelCard.load(out / "README.md")
-    assert card.data.tags[:2] == ["hf_aux", "finetune"] and card.data.pipeline_tag == "feature-extraction"
+    # a classification task: the folder is a whole sequence classifier (hf_aux.modeling.export)
+    assert card.data.tags[:2] == ["hf_aux", "finetune"] and card.data.pipeline_tag == "text-classification"
     assert card.data.eval_results is None  # local files: the metrics are in the task table, named with the files
     row = table_row(card.text, "task (local data: train.jsonl, validation.jsonl)")
     assert row["accuracy"] == pytest.approx(results["eval_accuracy"], rel=1e-5) and "](loss_curve.png)" in card.text

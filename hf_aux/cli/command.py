@@ -3,6 +3,8 @@
     hf-aux muppet|amos|tartan|meta-lm|finetune [--config file.yaml] [flags]
     hf-aux <method> --help          every flag of the method, with its help text
     hf-aux tasks [name]             the task registry (hf_aux/cli/tasks.py)
+    hf-aux export --model M --task T --output_dir D
+                                    one task of a MUPPET checkpoint as a transformers classifier (hf_aux/cli/export.py)
     hf-aux --help                   the methods
 
 The commands are the registered methods' (hf_aux.registry): each method's `hf_aux/<method>/command.py` parses
@@ -23,6 +25,8 @@ OTHER_COMMANDS = {
     "compare": ("hf_aux.compare.command", "did one checkpoint fine-tune better than another on a task? (seeds, "
                 "intervals, q values)"),
     "tasks": ("hf_aux.cli.tasks", "list the task registry (glue/rte, ...), show a task, pre-download a mixture"),
+    "export": ("hf_aux.cli.export", "one task of a MUPPET checkpoint as a classifier pipeline('text-classification') "
+                                    "loads"),
 }
 
 

@@ -436,8 +436,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 def write_model_card(trainer, task, model_args: ModelArguments, results: dict, reused_head: bool) -> None:
     """README.md (hf_aux's fine-tuning card: the task's validation or test metrics in the model-index) and
     loss_curve.png in the output folder."""
-    from ..model_card import (TaskSummary, base_model_license, body_pipeline_tag, card_base_model,
-                              hyperparameters_from_args, plot_loss_curves, render_model_card, task_metrics)
+    from ..model_card import (TaskSummary, base_model_license, card_base_model, hyperparameters_from_args,
+                              plot_loss_curves, render_model_card, task_metrics)
     from ..modeling.pooling import describe_pooling
 
     output_dir = trainer.args.output_dir
@@ -459,9 +459,23 @@ def write_model_card(trainer, task, model_args: ModelArguments, results: dict, r
         hyperparameters=hyperparameters_from_args(trainer.args), figures=figures,
         model_id=trainer.args.hub_model_id or None, hf_aux_class="hf_aux.MultiTaskModel",
         license=model_args.license or base_model_license(model_args.model_name_or_path),
-        # a tagger's folder is a whole *ForTokenClassification checkpoint (MultiTaskModel exports its head)
-        **({"auto_class": "AutoModelForTokenClassification", "pipeline_tag": "token-classification"}
-           if task.kind == "token_classification" else {"pipeline_tag": body_pipeline_tag(output_dir)}),
+        **plain_loading(task, trainer.model, output_dir),
         notes=f"The {task.kind} head was {'re-used from the starting checkpoint' if reused_head else 'freshly initialised'}. "
               + describe_pooling(trainer.model.config.pooling))
     card.save(os.path.join(output_dir, "README.md"))
+
+
+def plain_loading(task, model, output_dir: str) -> dict:
+    """How plain transformers loads the output folder, for the card: a one-task model's folder is a whole
+    *ForTokenClassification / *ForSequenceClassification checkpoint (MultiTaskModel exports its head, see
+    hf_aux.modeling.export; a pooling no transformers class has needs the shipped modeling file); the other kinds'
+    folders hold the encoder for AutoModel."""
+    from ..model_card import body_pipeline_tag
+    from ..modeling.export import AUTO_CLASS, needs_remote_code
+
+    if task.kind == "token_classification":
+        return {"auto_class": "AutoModelForTokenClassification", "pipeline_tag": "token-classification"}
+    if task.kind in ("classification", "regression"):
+        return {"auto_class": AUTO_CLASS, "pipeline_tag": "text-classification",
+                "trust_remote_code": needs_remote_code(model.body.config, model.config.pooling)}
+    return {"pipeline_tag": body_pipeline_tag(output_dir)}

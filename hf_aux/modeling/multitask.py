@@ -22,9 +22,11 @@ MUPPET-style checkpoints. `save_pretrained(dir)` writes
                                         encoder-decoder body with AutoModelForSeq2SeqLM, same logits);
   multitask_config.json                 task metadata and head settings (no encoder part: config.json is that);
   multitask_heads.safetensors           every head's weights.
-A model of ONE token classification task (what `hf-aux finetune` trains) also writes its head into
-model.safetensors under the names of `AutoModelForTokenClassification` (`classifier.weight` / `.bias`) and the
-tags into config.json (`id2label` / `label2id`), so that plain transformers loads the fine-tuned tagger whole.
+A model of ONE task (what `hf-aux finetune` trains, what `hf-aux export` writes) also writes its head into
+model.safetensors and its labels into config.json, so that plain transformers loads the fine-tuned model whole
+(hf_aux.modeling.export): a tagger with `AutoModelForTokenClassification` (`classifier.weight` / `.bias`), a
+classification or regression model with `AutoModelForSequenceClassification` (a standard class for BERT/RoBERTa
+bodies read at the first token, else hf_aux's shipped modeling file with `trust_remote_code=True`).
 `MultiTaskModel.from_pretrained(dir or hub id)` restores all of it; on a plain encoder checkpoint it starts fresh
 heads for the tasks it is given and says which.
 
@@ -58,6 +60,7 @@ from transformers.utils import ModelOutput, cached_file
 from ..adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, base_of, is_lora_body, load_lora_body,
                         load_lora_weights, lora_body, merged_body, save_lora_body)
 from ..sentence_transformers_files import copy_sentence_transformers_files
+from .export import EXPORTED_HEAD_KEYS, PlainExport, label_fields, sequence_classifier_export, write_plain_config
 from .pooling import check_pooling, pool, resolve_pooling
 from ..task_spec import LABELLED_KINDS, TASK_KINDS, TaskSpec, task_error
 
@@ -68,6 +71,8 @@ HEADS_WEIGHTS_NAME = "multitask_heads.safetensors"
 BODY_PREFIX = "body."
 # a single token classification task's head, as AutoModelForTokenClassification names it, in model.safetensors
 EXPORTED_TOKEN_HEAD = {"classifier.weight": "weight", "classifier.bias": "bias"}
+# the one-task head kinds that plain transformers loads (MultiTaskModel.plain_export)
+EXPORTABLE_KINDS = ("classification", "regression", "token_classification")
 
 
 class MultiTaskModelConfig(PretrainedConfig):
@@ -329,6 +334,20 @@ class MultiTaskModel(PreTrainedModel):
                     module._is_hf_initialized = True
         return added
 
+    def one_task_model(self, name: str) -> MultiTaskModel:
+        """A model of task `name` alone, with the same head settings: this model's body (shared; a LoRA body is
+        merged into a plain copy) and a copy of the task's head. Its `save_pretrained` adds what plain transformers
+        needs to load a classification, regression or token classification model (`plain_export`)."""
+        task = self.config.task(name)
+        body = merged_body(self.body) if self.has_body_lora else self.body
+        config = MultiTaskModelConfig(encoder=body.config, tasks=[task], pooling=self.config.pooling,
+                                      classifier_dropout=self.config.classifier_dropout,
+                                      spectral_norm_heads=self.config.spectral_norm_heads)
+        model = MultiTaskModel(config, body=body)
+        heads = {k for k in model.state_dict() if not k.startswith(BODY_PREFIX)}  # named as in this model
+        model._load_heads({k: v for k, v in self.state_dict().items() if k in heads}, source=f"task '{name}'")
+        return model
+
     def train(self, mode: bool = True):
         """`nn.Module.train`, but the heads' modules are switched from a cached flat list instead of nn.Module's
         recursive walk: Trainer calls train() before every micro-batch, and with many tasks that walk made the
@@ -511,11 +530,7 @@ class MultiTaskModel(PreTrainedModel):
             if self.has_body_lora:  # the adapter alone, as peft writes it; the frozen base weights are not saved
                 save_lora_body(self.body, save_directory, state_dict=body_state)
             else:
-                exported = self._exported_token_head()
-                self.body.save_pretrained(save_directory, state_dict={**body_state, **exported}, **kwargs)
-                if exported:
-                    self._save_tag_names(save_directory)
-                copy_sentence_transformers_files(self.body.config._name_or_path, save_directory)
+                self._save_body(self.body, save_directory, body_state, **kwargs)
             self._save_heads_and_metadata(save_directory, state, adapter="lora" if self.has_body_lora else None)
         if push_to_hub and is_main_process:  # token scan and clear errors, as every hf_aux push
             from ..hub import push_folder_to_hub
@@ -523,12 +538,34 @@ class MultiTaskModel(PreTrainedModel):
             push_folder_to_hub(save_directory, repo_id or os.path.basename(os.path.abspath(save_directory)),
                                token=token, commit_message=commit_message or "Upload MUPPET-style multi-task checkpoint")
 
+    def _save_body(self, body: PreTrainedModel, save_directory: str, body_state: dict, **kwargs) -> None:
+        """config.json + model.safetensors of the plain `body` (the one-task export's head and labels added), and
+        the sentence-transformers files of the checkpoint it came from."""
+        export = self.plain_export()
+        body.save_pretrained(save_directory, state_dict={**body_state, **export.weights}, **kwargs)
+        write_plain_config(save_directory, body.config, export)
+        copy_sentence_transformers_files(body.config._name_or_path, save_directory)
+
+    def plain_export(self) -> PlainExport:
+        """What plain transformers needs, beside the body, to load this model whole (hf_aux.modeling.export): for a
+        model of ONE classification, regression or token classification task, its head under a transformers
+        class's names and its labels; nothing for any other model."""
+        if len(self.config.tasks) != 1:
+            return PlainExport()
+        task = self.config.tasks[0]
+        if task["kind"] in ("classification", "regression"):
+            return sequence_classifier_export(self.classification_heads[task["name"]], task, self.body.config,
+                                              self.config.pooling, self.config.classifier_dropout)
+        if task["kind"] == "token_classification":
+            head = self._exported_token_head()
+            return PlainExport(head, label_fields(task)) if head else PlainExport()
+        return PlainExport()
+
     def _exported_token_head(self) -> dict:
         """{"classifier.weight", "classifier.bias"}: the head of a model whose ONE task is token classification,
         under the names AutoModelForTokenClassification gives it for this body (checked on a meta-device copy);
-        {} for any other model or a body transformers has no token classification model for."""
-        if len(self.config.tasks) != 1 or self.config.tasks[0]["kind"] != "token_classification" \
-                or type(self.body.config) not in MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING:
+        {} for a body transformers has no token classification model for."""
+        if type(self.body.config) not in MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING:
             return {}
         head = self.token_heads[self.config.tasks[0]["name"]].classifier
         config = self.body.config.__class__.from_dict({**self.body.config.to_dict(),
@@ -540,15 +577,6 @@ class MultiTaskModel(PreTrainedModel):
             return {}
         # the effective weights (a spectrally normalised head's too)
         return {key: getattr(head, name).detach().contiguous().cpu() for key, name in EXPORTED_TOKEN_HEAD.items()}
-
-    def _save_tag_names(self, save_directory: str) -> None:
-        """config.json with the one token task's tags as id2label / label2id (the body's config is not changed)."""
-        task = self.config.tasks[0]
-        names = task["label_names"] or [str(i) for i in range(task["num_labels"])]
-        config = self.body.config.__class__.from_dict(self.body.config.to_dict())
-        config.id2label = dict(enumerate(names))
-        config.label2id = {name: i for i, name in enumerate(names)}
-        config.save_pretrained(save_directory)
 
     def _save_heads_and_metadata(self, save_directory: str, state: dict, adapter: str | None) -> None:
         head_state = {k: v.detach().contiguous().cpu() for k, v in state.items() if not k.startswith(BODY_PREFIX)}
@@ -569,8 +597,7 @@ class MultiTaskModel(PreTrainedModel):
             return
         os.makedirs(save_directory, exist_ok=True)
         merged = merged_body(self.body)
-        merged.save_pretrained(save_directory, **kwargs)
-        copy_sentence_transformers_files(merged.config._name_or_path, save_directory)
+        self._save_body(merged, save_directory, merged.state_dict(), **kwargs)
         self._save_heads_and_metadata(save_directory, self.state_dict(), adapter=None)
 
     def _multitask_metadata(self, adapter: str | None = None) -> dict:
@@ -695,7 +722,7 @@ class MultiTaskModel(PreTrainedModel):
         """Also accepts a body-only state dict (a MUPPET-style model.safetensors, which is what Trainer's resume
         passes): it is loaded into the body, strictly; the heads must then come from `load_checkpoint_heads`."""
         if state_dict and not any(k.startswith(BODY_PREFIX) for k in state_dict):
-            state_dict = _without_exported_head(state_dict, self.body)  # a token head's copy: the heads file has it
+            state_dict = _without_exported_head(state_dict, self.body)  # the head's copy: the heads file has it
             body_keys = set(self.body.state_dict())
             if set(state_dict) <= body_keys:
                 return self.body.load_state_dict(state_dict, strict=False, assign=assign)
@@ -703,11 +730,12 @@ class MultiTaskModel(PreTrainedModel):
 
 
 def _without_exported_head(state_dict: dict, body: nn.Module) -> dict:
-    """A body state dict without the token head a one-token-task model exports beside it (`EXPORTED_TOKEN_HEAD`)."""
-    if not any(key in state_dict for key in EXPORTED_TOKEN_HEAD):
+    """A body state dict without the head a one-task model exports beside it (hf_aux.modeling.export). A BERT
+    classifier's exported `pooler.dense` is the body's own pooler, which the heads do not read: it stays."""
+    if not any(key in state_dict for key in EXPORTED_HEAD_KEYS):
         return state_dict
     body_keys = set(body.state_dict())
-    return {k: v for k, v in state_dict.items() if k not in EXPORTED_TOKEN_HEAD or k in body_keys}
+    return {k: v for k, v in state_dict.items() if k not in EXPORTED_HEAD_KEYS or k in body_keys}
 
 
 def body_auto_class(config: PretrainedConfig):

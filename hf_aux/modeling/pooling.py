@@ -16,8 +16,6 @@ from __future__ import annotations
 import json
 import os
 
-import torch
-
 POOLING_MODES = ("cls", "mean", "max", "mean_sqrt_len", "weightedmean", "lasttoken", "eos")
 # sentence-transformers' Pooling config.json keys (one per mode; several true would concatenate the vectors)
 _ST_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_max_tokens": "max",
@@ -68,33 +66,6 @@ def resolve_pooling(pooling: str, body_config) -> str:
     return "eos" if body_config.is_encoder_decoder else "cls"
 
 
-def pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None, mode: str, input_ids: torch.Tensor | None = None,
-         eos_token_id: int | None = None) -> torch.Tensor:
-    """[N, length, hidden] -> [N, hidden] by `mode` (module docstring); `attention_mask` [N, length] marks the real
-    tokens (None: all are real); `eos` needs `input_ids` and `eos_token_id`."""
-    rows = torch.arange(hidden.shape[0], device=hidden.device)
-    if mode == "cls":
-        return hidden[:, 0]
-    if mode == "eos":
-        eos = input_ids.eq(eos_token_id)
-        if not bool(eos.any(dim=1).all()):
-            raise ValueError("an encoder-decoder body needs an EOS token in every input for sentence-level heads")
-        return hidden[rows, eos.shape[1] - 1 - eos.flip(dims=[1]).int().argmax(dim=1)]
-    mask = (torch.ones(hidden.shape[:2], device=hidden.device) if attention_mask is None
-            else attention_mask.to(hidden.dtype))
-    if mode == "lasttoken":  # the last real token, with padding on either side
-        return hidden[rows, mask.shape[1] - 1 - mask.flip(dims=[1]).argmax(dim=1)]
-    if mode == "max":
-        return hidden.masked_fill(mask.unsqueeze(-1) == 0, torch.finfo(hidden.dtype).min).amax(dim=1)
-    weights = mask
-    if mode == "weightedmean":  # position i (from 1) weighs i
-        weights = mask * torch.arange(1, mask.shape[1] + 1, device=mask.device, dtype=mask.dtype)
-    total = torch.einsum("nl,nlh->nh", weights, hidden)
-    if mode == "mean_sqrt_len":
-        return total / mask.sum(dim=1, keepdim=True).clamp(min=1e-9).sqrt()
-    return total / weights.sum(dim=1, keepdim=True).clamp(min=1e-9)  # mean, weightedmean
-
-
 _DESCRIPTIONS = {"cls": "the first token's state", "mean": "the mean of the token states (mask-aware)",
                  "max": "the element-wise maximum over the token states (mask-aware)",
                  "mean_sqrt_len": "the sum of the token states divided by the square root of the length",
@@ -105,3 +76,15 @@ _DESCRIPTIONS = {"cls": "the first token's state", "mean": "the mean of the toke
 def describe_pooling(mode: str) -> str:
     """One sentence for a model card: how the sentence-level heads read the body."""
     return f"Sentence-level heads read the body through `{mode}` pooling: {_DESCRIPTIONS[mode]}."
+
+
+def __getattr__(name: str):
+    """`pool` ([N, length, hidden] -> [N, hidden] by a mode) lives in the self-contained modeling file that hf_aux ships
+    beside an exported classifier (hf_aux.modeling.export), so that hf_aux and plain transformers read the body by
+    one piece of code. Imported on first use: that file imports transformers' model classes, which the commands'
+    --help, reading POOLING_MODES here, does not need."""
+    if name == "pool":
+        from .modeling_hf_aux_classifier import pool
+
+        return pool
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
