@@ -276,7 +276,6 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     from ..metrics import PRIMARY_METRIC, baseline_metrics
     from ..modeling.multitask import single_task_model
     from ..base_trainer import AuxTrainer
-    from ..run_guard import load_finished_run
     from ..tasks import load_task_splits
     from ..cli.run import finish_run, record_metrics, start_run
 
@@ -341,8 +340,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
 
     results = {}
-    if run.finished:  # finishing a finished run (run.finishing): its final body and head, nothing trained
-        results.update(load_finished_run(trainer, run))  # body and head (MultiTaskModel.load_checkpoint)
+    if run.finished:  # finishing a finished run (run.finishing): attach loaded its final body and head
+        results.update(run.results)  # (MultiTaskModel.load_checkpoint); nothing is trained
     elif training_args.do_train:
         # resume and load_best_model_at_end restore body and head (AuxTrainer, MultiTaskModel.load_checkpoint)
         train_result = trainer.train(resume_from_checkpoint=checkpoint)
