@@ -673,7 +673,7 @@ def _decide(run: GuardedRun, args, output_dir: Path, config: dict, defaults: dic
         elif _is_finished(output_dir):
             _finish(run, args, output_dir)
             return
-    if not args.do_train and has_run:
+    if not args.do_train and has_run and (args.do_eval or args.do_predict or args.push_to_hub):
         # evaluation, prediction, a card or a push into a folder holding a run: only ever of that run's own model
         if _is_finished(output_dir) and recorded == config:
             _finish(run, args, output_dir)
