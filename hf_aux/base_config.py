@@ -33,7 +33,7 @@ RUN_CONTROL_FIELDS = {
     "dataloader_prefetch_factor", "token", "cache_dir", "max_eval_samples", "max_predict_samples", "run_name",
     "project", "trackio_space_id", "preprocessing_num_workers", "on_nonfinite", "merge_lora", "cpu_malloc",
     "local_rank", "ddp_timeout", "log_on_each_node",  # the number of processes is recorded as "processes" instead
-    "license",  # the model card's
+    "license", "license_name",  # the model card's
     "do_train", "use_cpu", "accelerator_config",  # the actions and the machine, not the training
 }
 

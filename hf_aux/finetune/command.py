@@ -55,6 +55,7 @@ class ModelArguments(SharedModelArguments):
         default=None, metadata={"help": "Dropout in the task head (default: the checkpoint's, else 0.1)."})
     pooling: str = pooling_field()
     def __post_init__(self):
+        super().__post_init__()
         if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
             raise ValueError(f"ModelArguments: field 'classifier_dropout': {self.classifier_dropout} not in [0, 1)")
 
@@ -400,7 +401,8 @@ def write_model_card(trainer, task, model_args: ModelArguments, results: dict, r
     dataset, source = task.provenance()
     summary = TaskSummary(task.name, task.kind, train_size=results.get("train_examples"),
                           eval_size=results.get("eval_samples" if split == "validation" else "test_samples"),
-                          metrics=metrics, dataset=dataset, split=split, source=source)
+                          metrics=metrics, dataset=dataset, split=split, source=source,
+                          dataset_config=task.dataset_config if dataset else None)
     figures = {}
     try:
         plot_loss_curves(trainer.state.log_history, os.path.join(output_dir, "loss_curve.png"))
@@ -414,6 +416,7 @@ def write_model_card(trainer, task, model_args: ModelArguments, results: dict, r
         hyperparameters=hyperparameters_from_args(trainer.args), figures=figures,
         model_id=trainer.args.hub_model_id or None, hf_aux_class="hf_aux.MultiTaskModel",
         license=model_args.license or base_model_license(model_args.model_name_or_path),
+        license_name=model_args.license_name,
         # a tagger's folder is a whole *ForTokenClassification checkpoint (MultiTaskModel exports its head)
         **({"auto_class": "AutoModelForTokenClassification", "pipeline_tag": "token-classification"}
            if task.kind == "token_classification" else {"pipeline_tag": body_pipeline_tag(output_dir)}),
