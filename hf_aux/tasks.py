@@ -233,9 +233,22 @@ def load_task_source(name: str, *, dataset=None, data_files=None, dataset_name: 
         try:
             raw = datasets.load_dataset(dataset_name, dataset_config)
         except Exception as error:  # datasets raises many types (offline, missing repo, bad config)
-            raise task_error(name, "dataset_name",
-                             f"could not load {dataset_name!r} (config {dataset_config!r}): {error}") from error
+            raise task_error(name, "dataset_name", f"could not load {dataset_name!r} (config {dataset_config!r}): "
+                             f"{error}{_offline_hint(dataset_name)}") from error
     return apply_steps(name, preprocessing, raw)
+
+
+def _offline_hint(dataset_name) -> str:
+    """What to do when a Hub dataset cannot be read offline: it is not in the datasets cache, and `hf-aux tasks
+    --download` puts every task of a mixture there, where the Hub can be reached."""
+    import datasets
+
+    if not datasets.config.HF_HUB_OFFLINE or Path(str(dataset_name)).is_dir():
+        return ""
+    return (f". Offline (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE), a Hub dataset is read from the datasets cache "
+            f"({datasets.config.HF_DATASETS_CACHE}), which lacks this one: where the Hub can be reached, run "
+            "`hf-aux tasks --download <mixture file>` (a mixture naming this task) to put its data there, then run "
+            "again offline")
 
 
 def load_task_splits(task: TaskSpec, seed: int = 42):
