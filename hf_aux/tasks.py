@@ -316,6 +316,8 @@ def check_task_data(task: TaskSpec, data, split: str = "train") -> None:
                 if names is None or label not in names:
                     raise task_error(task.name, "label_column", f"{split} row {index}: label {label!r} is not one of "
                                      f"label_names {names}")
+            elif isinstance(label, float):
+                raise task_error(task.name, "label_column", _not_an_integer("label", labels, split))
             elif isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < task.num_labels:
                 raise task_error(task.name, "label_column", f"{split} row {index}: label {label!r} out of range "
                                  f"[0, {task.num_labels})")
@@ -379,9 +381,27 @@ def _check_tagged_words(task: TaskSpec, token_rows: list, tag_rows: list, split:
                 if tag not in names:
                     raise task_error(task.name, "tags_column", f"{split} row {index}: tag {tag!r} (word {position}) "
                                      f"is not one of label_names {task.label_names}")
+            elif isinstance(tag, float):
+                raise task_error(task.name, "tags_column", _not_an_integer("tag", tag_rows, split))
             elif isinstance(tag, bool) or not isinstance(tag, int) or not 0 <= tag < task.num_labels:
                 raise task_error(task.name, "tags_column", f"{split} row {index}: tag {tag!r} (word {position}) out "
                                  f"of range [0, {task.num_labels})")
+
+
+def _not_an_integer(what: str, rows: list, split: str) -> str:
+    """The problem of a label or tag column read as floats: one non-integer value anywhere makes Arrow read the
+    whole column (every row's 1 as 1.0) as floats, so the row to name is the first holding a non-integer value,
+    not the first row checked. `rows`: the labels, or (tags) each row's list of tags."""
+    for index, row in enumerate(rows):
+        for position, value in enumerate(row if isinstance(row, list) else [row]):
+            if isinstance(value, float) and not value.is_integer():
+                word = f" (word {position})" if isinstance(row, list) else ""
+                return (f"{split} row {index}: {what} {value!r}{word} is not an integer; {what}s are integer class "
+                        f"ids (or class names), and this one makes the whole column read as decimals")
+    first = next((index for index, row in enumerate(rows)
+                  if any(isinstance(v, float) for v in (row if isinstance(row, list) else [row]))), 0)
+    return (f"{split} row {first}: the {what}s are decimals (e.g. 1.0), not integer class ids; write them as integers "
+            "(1) or class names")
 
 
 def _text_columns(task: TaskSpec) -> dict[str, str]:
