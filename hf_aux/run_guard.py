@@ -11,7 +11,8 @@ checkpoint to resume from, and turn Ctrl-C / SIGTERM into a checkpoint and a one
 
 Rules (run_glue's contract, made exact):
 - The folder's configuration is recorded in `hf_aux_run.json` (the parsed arguments, less those that do not
-  change what is trained: output/logging/Hub/evaluation settings). A folder holding a final model or checkpoints
+  change what is trained: output/logging/Hub/evaluation settings; a path to an existing file or folder as its
+  resolved absolute path, so that the same data given by another relative path is the same configuration). A folder holding a final model or checkpoints
   of ANOTHER configuration is refused unless `--overwrite_output_dir` (which then removes its checkpoints) or an
   explicit `--resume_from_checkpoint` is given; the same configuration resumes from its last complete checkpoint,
   and so does one that differs only in max_steps / num_train_epochs (training it for longer) when a checkpoint
@@ -91,7 +92,8 @@ def _as_dict(arguments) -> dict:
 
 
 def run_configuration(*arguments) -> dict:
-    """The parsed argument dataclasses as one JSON-able dict, less RUN_CONTROL_FIELDS."""
+    """The parsed argument dataclasses as one JSON-able dict, less RUN_CONTROL_FIELDS; values naming an existing
+    file or folder as their absolute, resolved path (`resolve_paths`)."""
     config = {}
     for item in arguments:
         if item is None:
@@ -99,7 +101,23 @@ def run_configuration(*arguments) -> dict:
         for key, value in _as_dict(item).items():
             if key not in RUN_CONTROL_FIELDS:
                 config[key] = json.loads(json.dumps(value, default=str))
-    return config
+    return resolve_paths(config)
+
+
+def _resolved(value):
+    if isinstance(value, str) and value and os.path.exists(value):
+        return os.path.realpath(value)
+    if isinstance(value, list):
+        return [_resolved(item) for item in value]
+    return value
+
+
+def resolve_paths(config: dict) -> dict:
+    """`config` with every string value (or list item) that names an existing file or folder replaced by its
+    absolute, resolved path: the same data file given as `data/train.jsonl`, `./data/train.jsonl` or through a
+    link is the same configuration. A relative path in a record written before paths were resolved is read from
+    the current folder (where the same command is normally run again)."""
+    return {key: _resolved(value) for key, value in config.items()}
 
 
 def _defaults(arguments) -> dict:
@@ -640,8 +658,9 @@ def _decide(run: GuardedRun, args, output_dir: Path, config: dict, defaults: dic
     if record_path.is_file():
         try:
             recorded = json.loads(record_path.read_text()).get("configuration")
-            # a record written before a field became run control (e.g. local_rank) still matches
-            recorded = {k: v for k, v in recorded.items() if k not in RUN_CONTROL_FIELDS}
+            # a record written before a field became run control (e.g. local_rank) still matches, and one written
+            # before paths were resolved too
+            recorded = resolve_paths({k: v for k, v in recorded.items() if k not in RUN_CONTROL_FIELDS})
         except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
             recorded = None
     if recorded is not None:  # an argument added after the record was written, left at its default, is no change

@@ -166,3 +166,28 @@ def test_evaluation_alone_of_another_model_in_a_run_folder_is_refused(data, tmp_
     with pytest.raises(OutputDirError, match="unfinished run \\(last checkpoint: checkpoint-2\\).*--do_train resumes"):
         module.main(*module.parse_args(evaluate))
     assert not (out / "eval_results.json").exists()
+
+
+def test_the_same_data_given_by_another_relative_path_is_the_same_run(data, tmp_path, monkeypatch, capsys):
+    """The guard compares the paths it records resolved: `train.jsonl`, `./train.jsonl` and `../data0/train.jsonl`
+    are one file, so the finished run is recognised (nothing to do), not refused as another configuration; a record
+    written before paths were resolved (relative ones) matches too."""
+    module = load_run_script("run_finetune")
+    out = tmp_path / "out"
+    monkeypatch.chdir(data)
+    argv = command_args("run_finetune", data, out, QUIET)
+
+    def relative(train, validation):
+        swap = {str(data / "train.jsonl"): train, str(data / "validation.jsonl"): validation}
+        return [swap.get(item, item) for item in argv]
+
+    module.main(*module.parse_args(relative("train.jsonl", "validation.jsonl")))
+    record = json.loads((out / "hf_aux_run.json").read_text())["configuration"]
+    assert record["train_file"] == str((data / "train.jsonl").resolve())
+    capsys.readouterr()
+    module.main(*module.parse_args(relative("./train.jsonl", f"../{data.name}/validation.jsonl")))
+    assert "nothing to do" in capsys.readouterr().out
+    older = {**record, "train_file": "train.jsonl", "validation_file": "./validation.jsonl"}  # as recorded before
+    (out / "hf_aux_run.json").write_text(json.dumps({"configuration": older}))
+    module.main(*module.parse_args(argv))
+    assert "nothing to do" in capsys.readouterr().out
