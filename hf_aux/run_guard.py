@@ -12,9 +12,10 @@ checkpoint to resume from, and turn Ctrl-C / SIGTERM into a checkpoint and a one
 Rules (run_glue's contract, made exact):
 - The folder's configuration is recorded in `hf_aux_run.json` (the parsed arguments, less those that do not
   change what is trained: output/logging/Hub/evaluation settings; a path to an existing file or folder as its
-  resolved absolute path, so that the same data given by another relative path is the same configuration). A folder holding a final model or checkpoints
-  of ANOTHER configuration is refused unless `--overwrite_output_dir` (which then removes its checkpoints) or an
-  explicit `--resume_from_checkpoint` is given; the same configuration resumes from its last complete checkpoint,
+  resolved absolute path, so that the same data given by another relative path is the same configuration). A
+  folder holding a final model or checkpoints of ANOTHER configuration is refused unless `--overwrite_output_dir`
+  (which then removes its checkpoints) or an explicit `--resume_from_checkpoint` is given; the same configuration
+  resumes from its last complete checkpoint,
   and so does one that differs only in max_steps / num_train_epochs (training it for longer) when a checkpoint
   exists.
 - A finished run (final model, trainer_state.json, the same configuration) is never trained again. With nothing

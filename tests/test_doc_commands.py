@@ -19,7 +19,8 @@ without one fails the test, so nothing is skipped silently):
 Shell `#` comments and `\\` continuations are understood; a command the test does not know fails.
 
 README.md's ```python blocks are marked `<!-- doc-test: python -->` and run as written, in a fresh offline process,
-in a folder holding the `mixture.yaml` they read (two tiny tasks from local files, 8 training rows each) (`test_readme_python_runs`).
+in a folder holding the `mixture.yaml` they read (two tiny tasks from local files, 8 training rows each):
+`test_readme_python_runs`.
 """
 
 from __future__ import annotations
