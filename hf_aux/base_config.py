@@ -33,7 +33,7 @@ RUN_CONTROL_FIELDS = {
     "dataloader_prefetch_factor", "token", "cache_dir", "max_eval_samples", "max_predict_samples", "run_name",
     "project", "trackio_space_id", "preprocessing_num_workers", "on_nonfinite", "merge_lora", "cpu_malloc",
     "local_rank", "ddp_timeout", "log_on_each_node",  # the number of processes is recorded as "processes" instead
-    "license",  # the model card's
+    "license", "license_name",  # the model card's
     "do_train", "use_cpu", "accelerator_config",  # the actions and the machine, not the training
 }
 
@@ -98,6 +98,25 @@ class RunArgsMixin(NonFiniteArgsMixin):
             if choices is not None and value not in choices:
                 raise ValueError(f"{type(self).__name__}: field '{setting.name}': {value!r} is not one of "
                                  f"{list(choices)}")
+        check_report_to(self)
+
+
+# the package each --report_to integration needs that hf_aux does not install, and hf_aux's extra installing it
+REPORT_TO_PACKAGES = {"tensorboard": (("tensorboard", "tensorboardX"), "tensorboard")}
+
+
+def check_report_to(args) -> None:
+    """Refuse, before anything is loaded, a `report_to` integration whose package is missing (Trainer would fail
+    only once the data and model are built, naming the package but not the install)."""
+    import importlib.util
+
+    reports = args.report_to if isinstance(args.report_to, (list, tuple)) else [args.report_to]
+    for report in reports:
+        modules, extra = REPORT_TO_PACKAGES.get(report, ((), None))
+        if modules and not any(importlib.util.find_spec(module) for module in modules):
+            raise ValueError(f"{type(args).__name__}: field 'report_to': {report} needs the {modules[0]} package, "
+                             f"which is not installed: pip install 'hf_aux[{extra}]' (in a clone of hf_aux: pip "
+                             f"install '.[{extra}]'), or pass --report_to none")
 
 
 @dataclass

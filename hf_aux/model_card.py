@@ -70,8 +70,9 @@ class TaskSummary:
 
     `kind` is a `hf_aux.tasks` kind or a pretraining objective ("mlm", "rtd"); `dataset` is the task's Hub dataset
     id when its data came from the Hub (it then names the dataset in the model-index, and each metric becomes one
-    model-index result); `source` says where other data came from (a local file, a pip package), in the card's
-    task table; `metrics` maps metric names ("accuracy", "f1", "loss", ...) to values.
+    model-index result), `dataset_config` that dataset's configuration (glue's "rte"), if it has several; `source`
+    says where other data came from (a local file, a pip package), in the card's task table; `metrics` maps metric
+    names ("accuracy", "f1", "loss", ...) to values.
     """
 
     name: str
@@ -82,6 +83,7 @@ class TaskSummary:
     dataset: str | None = None
     split: str = "validation"
     source: str | None = None
+    dataset_config: str | None = None
 
     def __post_init__(self):
         if self.kind not in TASK_TYPES:
@@ -244,6 +246,7 @@ def render_model_card(
     auto_class: str = "AutoModel",
     hf_aux_class: str | None = None,
     license: str | None = None,  # noqa: A002 - the metadata field's name
+    license_name: str | None = None,
     language: str | list[str] | None = "en",
     tags: list[str] | tuple = (),
     notes: str | None = None,
@@ -271,10 +274,10 @@ def render_model_card(
     adapter_auto_class: the Auto class of the body the adapter fits as it is (`PeftModel.from_pretrained(
     <class>.from_pretrained(base_model), folder)`), None where only hf_aux restores it; merged_subfolder: where
     the merged plain checkpoint lies in the repository (loaded with `auto_class`), if one was written.
-    license: the licence (e.g. "apache-2.0"; `base_model_license` reads the base model's); pipeline_tag: the Hub
-    pipeline the checkpoint serves (`body_pipeline_tag`, "text-classification", "fill-mask"), if one fits;
-    trust_remote_code: `auto_class` runs modeling code shipped in the folder (the loading snippets pass
-    `trust_remote_code=True`).
+    license: the licence (e.g. "apache-2.0"; `base_model_license` reads the base model's), `license_name` its name
+    when it is "other" (hf_aux.hub_licenses); pipeline_tag: the Hub pipeline the checkpoint serves
+    (`body_pipeline_tag`, "text-classification", "fill-mask"), if one fits; trust_remote_code: `auto_class` runs
+    modeling code shipped in the folder (the loading snippets pass `trust_remote_code=True`).
     Only tasks whose data came from a Hub dataset (`TaskSummary.dataset`) enter the model-index, whose dataset ids
     the Hub links; the others' metrics are in the card's task table with their `source`.
     """
@@ -286,9 +289,9 @@ def render_model_card(
         template_file=record.card_template, name=record.card_name, tag_names=record.tags, paper=record.paper,
         model_name=model_name, base_model=base_model, datasets=datasets, tasks=tasks,
         hyperparameters=hyperparameters, figures=figures, versions=versions, model_id=model_id,
-        auto_class=auto_class, hf_aux_class=hf_aux_class, license=license, language=language, tags=tags,
-        notes=notes, adapter=adapter, adapter_auto_class=adapter_auto_class, merged_subfolder=merged_subfolder,
-        pipeline_tag=pipeline_tag, trust_remote_code=trust_remote_code)
+        auto_class=auto_class, hf_aux_class=hf_aux_class, license=license, license_name=license_name,
+        language=language, tags=tags, notes=notes, adapter=adapter, adapter_auto_class=adapter_auto_class,
+        merged_subfolder=merged_subfolder, pipeline_tag=pipeline_tag, trust_remote_code=trust_remote_code)
 
 
 def render_declared_card(*, template_file: str, name: str, tag_names: tuple | list, paper: Paper, model_name: str,
@@ -297,6 +300,7 @@ def render_declared_card(*, template_file: str, name: str, tag_names: tuple | li
                          figures: dict[str, str] | None = None, versions: dict[str, str] | None = None,
                          model_id: str | None = None, auto_class: str = "AutoModel", hf_aux_class: str | None = None,
                          license: str | None = None,  # noqa: A002 - the metadata field's name
+                         license_name: str | None = None,
                          language: str | list[str] | None = "en", tags: list[str] | tuple = (),
                          notes: str | None = None, adapter: bool = False, adapter_auto_class: str | None = None,
                          merged_subfolder: str | None = None, pipeline_tag: str | None = None,
@@ -313,13 +317,19 @@ def render_declared_card(*, template_file: str, name: str, tag_names: tuple | li
                                *("lora",) * adapter, *tags]))
     eval_results = [  # the dataset type is a Hub dataset id, which the Hub links: only data that came from there
         EvalResult(task_type=TASK_TYPES[task.kind], dataset_type=task.dataset, dataset_name=task.name,
-                   dataset_split=task.split, metric_type=metric, metric_name=metric, metric_value=float(value))
+                   dataset_config=task.dataset_config, dataset_split=task.split, metric_type=metric,
+                   metric_name=metric, metric_value=float(value))
         for task in tasks if task.dataset for metric, value in task.metrics.items()
     ]
+    # the library that loads the top level as the Hub shows it: a sentence-transformers body (what
+    # body_pipeline_tag calls sentence-similarity: modules.json beside it) is a sentence-transformers model
+    library_name = ("peft" if adapter else "sentence-transformers" if pipeline_tag == "sentence-similarity"
+                    else "transformers")
     card_data = ModelCardData(
-        model_name=model_name, library_name="peft" if adapter else "transformers", base_model=base_model,
+        model_name=model_name, library_name=library_name, base_model=base_model,
         datasets=list(datasets) or None, tags=tags, license=license, language=language,
         eval_results=eval_results or None, pipeline_tag=pipeline_tag,
+        **({"license_name": license_name} if license == "other" and license_name else {}),
     )
     hf_aux_module, _, hf_aux_name = (hf_aux_class or "").rpartition(".")
     template = _environment().get_template(template_file)
@@ -342,6 +352,14 @@ def _as_list(value) -> list:
     return [value] if isinstance(value, str) else list(value or [])
 
 
+def _with_configs(tasks: list[TaskSummary], datasets: list[str], configs) -> list[TaskSummary]:
+    """`tasks` with the configuration `configs` gives their Hub dataset (one per dataset of `datasets`, in order,
+    None for one without), where the task does not name one itself."""
+    by_dataset = {name: config for name, config in zip(datasets, _as_list(configs)) if config}
+    return [dataclasses.replace(task, dataset_config=by_dataset[task.dataset])
+            if task.dataset_config is None and task.dataset in by_dataset else task for task in tasks]
+
+
 class ModelCardMixin:
     """The one `create_model_card` of hf_aux's trainers (the base trainer, `hf_aux.base_trainer.AuxTrainer`, has it).
 
@@ -360,11 +378,12 @@ class ModelCardMixin:
 
     def create_model_card(self, language=None, license=None, tags=None, model_name=None,  # noqa: A002
                           finetuned_from=None, tasks=None, dataset_tags=None, dataset=None, dataset_args=None,
-                          **kwargs):
+                          license_name=None, **kwargs):
         """`finetuned_from`: the checkpoint the run started from (its Hub id becomes `base_model`);
         `dataset_tags`: Hub dataset ids of the training data; `tags`: extra Hub tags; `model_name`: the card's
-        name (default: the output folder's); `license`: default, the one the base model states. Other keyword
-        arguments go to the trainer's `_card_tasks`."""
+        name (default: the output folder's); `dataset_args`: the configuration of each of `dataset_tags` (as for
+        Trainer's card), named in the model-index; `license`: default, the one the base model states;
+        `license_name`: the name of an `other` licence. Other keyword arguments go to the trainer's `_card_tasks`."""
         if getattr(self, "_method", None) is None:  # the base trainer used as it is: Trainer's own card
             return super().create_model_card(language=language, license=license, tags=tags, model_name=model_name,
                                              finetuned_from=finetuned_from, tasks=tasks, dataset_tags=dataset_tags,
@@ -385,9 +404,10 @@ class ModelCardMixin:
             paper=self._method.paper,
             model_name=model_name or os.path.basename(os.path.abspath(output_dir)),
             model_id=self.args.hub_model_id or None, base_model=card_base_model(started_from),
-            datasets=datasets, tasks=self._card_tasks(datasets, **kwargs),
+            datasets=datasets, tasks=_with_configs(self._card_tasks(datasets, **kwargs), datasets, dataset_args),
             hyperparameters=hyperparameters_from_args(self.args), figures=self._card_figures(output_dir),
-            license=license or base_model_license(started_from), language=language or "en",
+            license=license or base_model_license(started_from), license_name=license_name if license else None,
+            language=language or "en",
             tags=[*_as_list(tags), *details.pop("extra_tags")],
             **details)
         card.save(os.path.join(output_dir, "README.md"))

@@ -6,13 +6,16 @@ checkpoint to resume from, and turn Ctrl-C / SIGTERM into a checkpoint and a one
         return run.results                                          # finished, every finishing step done
     ... build data, model, trainer ...
     run.attach(trainer)                                             # SIGINT/SIGTERM -> checkpoint, exit 128+signal
-    trainer.train(resume_from_checkpoint=run.checkpoint)
+    if not run.finished:                                            # (a finished run: attach loaded its model)
+        trainer.train(resume_from_checkpoint=run.checkpoint)
 
 Rules (run_glue's contract, made exact):
 - The folder's configuration is recorded in `hf_aux_run.json` (the parsed arguments, less those that do not
-  change what is trained: output/logging/Hub/evaluation settings). A folder holding a final model or checkpoints
-  of ANOTHER configuration is refused unless `--overwrite_output_dir` (which then removes its checkpoints) or an
-  explicit `--resume_from_checkpoint` is given; the same configuration resumes from its last complete checkpoint,
+  change what is trained: output/logging/Hub/evaluation settings; a path to an existing file or folder as its
+  resolved absolute path, so that the same data given by another relative path is the same configuration). A
+  folder holding a final model or checkpoints of ANOTHER configuration is refused unless `--overwrite_output_dir`
+  (which then removes its checkpoints) or an explicit `--resume_from_checkpoint` is given; the same configuration
+  resumes from its last complete checkpoint,
   and so does one that differs only in max_steps / num_train_epochs (training it for longer) when a checkpoint
   exists.
 - A finished run (final model, trainer_state.json, the same configuration) is never trained again. With nothing
@@ -20,7 +23,11 @@ Rules (run_glue's contract, made exact):
   step is missing or newly asked (`finishing_steps`: the model card, evaluation or prediction results, the Hub push),
   the command finishes it without training: the final model is loaded from the folder (`load_finished_run`) and
   the steps after training run as usual (evaluation as asked, the card, the push); the weights, the train metrics
-  and the trainer state stay as they are.
+  and the trainer state stay as they are. The same holds for a command that asks for no training (`--do_eval`
+  alone): in a folder holding this configuration's finished run it finishes that run. In a folder holding any
+  other run (another configuration, an unfinished run, a model without trainer state) such a command is refused:
+  it would evaluate the model its arguments name (the base model, fresh heads) and write that into the run's
+  results and card.
 - `<parent>/.<output folder>.hf_aux.lock` holds the PID (and its start time), host and boot id of the process
   writing the folder; a second process is refused while that process lives. A lock left by a crash (the process
   is gone, or its PID now belongs to a process started later) or by an earlier boot is replaced, with a warning.
@@ -86,7 +93,8 @@ def _as_dict(arguments) -> dict:
 
 
 def run_configuration(*arguments) -> dict:
-    """The parsed argument dataclasses as one JSON-able dict, less RUN_CONTROL_FIELDS."""
+    """The parsed argument dataclasses as one JSON-able dict, less RUN_CONTROL_FIELDS; values naming an existing
+    file or folder as their absolute, resolved path (`resolve_paths`)."""
     config = {}
     for item in arguments:
         if item is None:
@@ -94,7 +102,23 @@ def run_configuration(*arguments) -> dict:
         for key, value in _as_dict(item).items():
             if key not in RUN_CONTROL_FIELDS:
                 config[key] = json.loads(json.dumps(value, default=str))
-    return config
+    return resolve_paths(config)
+
+
+def _resolved(value):
+    if isinstance(value, str) and value and os.path.exists(value):
+        return os.path.realpath(value)
+    if isinstance(value, list):
+        return [_resolved(item) for item in value]
+    return value
+
+
+def resolve_paths(config: dict) -> dict:
+    """`config` with every string value (or list item) that names an existing file or folder replaced by its
+    absolute, resolved path: the same data file given as `data/train.jsonl`, `./data/train.jsonl` or through a
+    link is the same configuration. A relative path in a record written before paths were resolved is read from
+    the current folder (where the same command is normally run again)."""
+    return {key: _resolved(value) for key, value in config.items()}
 
 
 def _defaults(arguments) -> dict:
@@ -419,7 +443,10 @@ class GuardedRun:
     def attach(self, trainer) -> None:
         """Just before training: record the run's configuration in the output folder (nothing is written there
         when the run fails earlier), install the SIGINT/SIGTERM handling (InterruptCallback), and make hf_aux's
-        token-checked push the only one (`AuxTrainer.defer_hub_pushes`: the commands push once, at the end)."""
+        token-checked push the only one (`AuxTrainer.defer_hub_pushes`: the commands push once, at the end). A
+        finished run being finished (`finishing`) is loaded into `trainer` instead (`load_finished_run`), whether
+        or not the command asks for training, so what it then evaluates, predicts, describes or pushes is that
+        run's final model, never the one the arguments build."""
         from .base_trainer import AuxTrainer
         from .hub import forget_push
 
@@ -441,6 +468,8 @@ class GuardedRun:
         if not any(isinstance(c, InterruptCallback) for c in trainer.callback_handler.callbacks):
             trainer.add_callback(InterruptCallback())
         trainer.defer_hub_pushes = bool(trainer.args.push_to_hub)
+        if self.finished:  # finishing it: every later step (evaluation, prediction, card, push) is of its model
+            load_finished_run(trainer, self)
 
     def release(self) -> None:
         if self.lock is not None:
@@ -479,7 +508,8 @@ def finishing_steps(args, output_dir: str | os.PathLike) -> list[str]:
 def load_finished_run(trainer, run: GuardedRun) -> dict:
     """For a finished run with finishing steps: load its final model from the output folder into `trainer`
     (Trainer's own resume path, so a model saved as several files loads as it does when resuming) and its trainer
-    state; nothing is trained or saved. Returns the results it recorded (all_results.json), for the card."""
+    state; nothing is trained or saved. `GuardedRun.attach` calls it. Returns the results it recorded
+    (all_results.json), for the card."""
     from transformers import TrainerState
     from transformers.trainer import TRAINER_STATE_NAME
 
@@ -576,14 +606,62 @@ def _guard_here(training_args, arguments, prepare) -> GuardedRun:
     return run
 
 
+def _is_finished(output_dir: Path) -> bool:
+    """A final model and its trainer state: what a run saves last (train_and_save)."""
+    return has_final_model(output_dir) and (output_dir / "trainer_state.json").is_file()
+
+
+def _finish(run: GuardedRun, args, output_dir: Path) -> None:
+    """The same configuration's finished run: nothing to do, or its finishing steps (the module docstring)."""
+    run.finished = True
+    results = output_dir / "all_results.json"
+    run.results = json.loads(results.read_text()) if results.is_file() else {}
+    run.finishing = finishing_steps(args, output_dir)
+    state = json.loads((output_dir / "trainer_state.json").read_text())
+    message = (f"hf_aux: {output_dir} already holds this finished run (step {state.get('global_step')} of "
+               f"{state.get('max_steps')}); " + (
+                   f"finishing it without training: {', '.join(run.finishing)}." if run.finishing else
+                   "nothing to do.") + " Pass --overwrite_output_dir" + ("" if args.do_train else " --do_train")
+               + " to train it again.")
+    logger.warning(message)
+    print(message, flush=True)
+    if not run.finishing:
+        run.release()
+
+
+def _refuse_other_model(output_dir: Path, recorded: dict | None, config: dict, checkpoints: list[Path]) -> None:
+    """A command that trains nothing, in a folder holding a run it cannot finish: its evaluation would be of the
+    model the arguments name (the base model, fresh heads), written into that run's results and card."""
+    if not _is_finished(output_dir) and not checkpoints:
+        why = "holds a saved model but no trainer_state.json (not a finished hf_aux run)"
+        remedy = "To evaluate that model, pass its folder as the model to evaluate"
+    elif not _is_finished(output_dir):
+        why = f"holds an unfinished run (last checkpoint: {checkpoints[-1].name})"
+        remedy = ("To evaluate that run, finish it first: its training command (the arguments recorded in "
+                  f"{RUN_CONFIG_NAME}) with --do_train resumes it, and with --do_eval / --do_predict evaluates it")
+    else:
+        why = ("holds a finished run whose configuration was not recorded (not written by this version of hf_aux)"
+               if recorded is None else "holds a finished run of another configuration ("
+               + "; ".join(_differences(recorded, config)) + ")")
+        remedy = ("To evaluate that run's model, repeat the command that trained it (the arguments recorded in "
+                  f"{RUN_CONFIG_NAME}) with --do_eval / --do_predict: its final model is loaded from the folder and "
+                  "nothing is trained")
+    raise OutputDirError(
+        f"TrainingArguments: field 'output_dir': {str(output_dir)!r} {why}, and this command trains nothing: what it "
+        "evaluates, predicts or describes would be the model its arguments name (with freshly initialised heads), "
+        f"written into that run's results and card. {remedy}; to evaluate the model these arguments name, choose "
+        "another --output_dir.")
+
+
 def _decide(run: GuardedRun, args, output_dir: Path, config: dict, defaults: dict) -> None:
     record_path = output_dir / RUN_CONFIG_NAME
     recorded = None
     if record_path.is_file():
         try:
             recorded = json.loads(record_path.read_text()).get("configuration")
-            # a record written before a field became run control (e.g. local_rank) still matches
-            recorded = {k: v for k, v in recorded.items() if k not in RUN_CONTROL_FIELDS}
+            # a record written before a field became run control (e.g. local_rank) still matches, and one written
+            # before paths were resolved too
+            recorded = resolve_paths({k: v for k, v in recorded.items() if k not in RUN_CONTROL_FIELDS})
         except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
             recorded = None
     if recorded is not None:  # an argument added after the record was written, left at its default, is no change
@@ -612,21 +690,15 @@ def _decide(run: GuardedRun, args, output_dir: Path, config: dict, defaults: dic
                 f"TrainingArguments: field 'output_dir': {str(output_dir)!r} {why}. Pass --overwrite_output_dir to "
                 "replace it (its checkpoints are removed), choose another --output_dir, or pass "
                 "--resume_from_checkpoint <checkpoint> to continue it on purpose.")
-        elif has_final_model(output_dir) and (output_dir / "trainer_state.json").is_file():
-            run.finished = True
-            results = output_dir / "all_results.json"
-            run.results = json.loads(results.read_text()) if results.is_file() else {}
-            run.finishing = finishing_steps(args, output_dir)
-            state = json.loads((output_dir / "trainer_state.json").read_text())
-            message = (f"hf_aux: {output_dir} already holds this finished run (step {state.get('global_step')} of "
-                       f"{state.get('max_steps')}); " + (
-                           f"finishing it without training: {', '.join(run.finishing)}." if run.finishing else
-                           "nothing to do.") + " Pass --overwrite_output_dir to train it again.")
-            logger.warning(message)
-            print(message, flush=True)
-            if not run.finishing:
-                run.release()
+        elif _is_finished(output_dir):
+            _finish(run, args, output_dir)
             return
+    if not args.do_train and has_run and (args.do_eval or args.do_predict or args.push_to_hub):
+        # evaluation, prediction, a card or a push into a folder holding a run: only ever of that run's own model
+        if _is_finished(output_dir) and recorded == config:
+            _finish(run, args, output_dir)
+            return
+        _refuse_other_model(output_dir, recorded, config, checkpoints)
     if args.do_train:
         run.checkpoint = explicit or (last_complete_checkpoint(output_dir) if checkpoints else None)
         if run.checkpoint is not None:

@@ -121,7 +121,8 @@ def find_task(name) -> RegistryTask:
         close = difflib.get_close_matches(str(name), list(tasks), n=5, cutoff=0.6)
         hint = f"closest: {', '.join(close)}" if close else "no close name"
         raise ValueError(f"task {name!r}: field 'task': unknown registry task ({hint}); `hf-aux tasks` lists the "
-                         f"{len(ready_tasks())} ready tasks")
+                         f"{len(ready_tasks())} ready tasks, `hf-aux tasks --search <word>` those whose name, kind, "
+                         "dataset or description holds a word")
     task = tasks[name]
     if not task.ready:
         raise ValueError(f"task {name!r}: field 'task': not ready in hf_aux: {task.reason}; describe the task "
@@ -195,9 +196,22 @@ def describe(name: str) -> str:
     return "\n".join(lines) + "\n" + body
 
 
-def listing(include_not_ready: bool = False) -> list[str]:
-    """One line per task: name, kind, dataset[/config] (and the reason for a task that is not ready)."""
+def matches(task: RegistryTask, words: str) -> bool:
+    """Whether every word of `words` (case ignored) is in the task's name, kind, dataset or description (the
+    question tasksource records, its tasksource id)."""
+    text = " ".join([task.name, task.kind, task.dataset, str(task.provenance.get("question", "")),
+                     str(task.provenance.get("tasksource_id", ""))]).lower()
+    return all(word in text for word in words.lower().split())
+
+
+def listing(include_not_ready: bool = False, search: str | None = None) -> list[str]:
+    """One line per task: name, kind, dataset[/config] (and the reason for a task that is not ready); with
+    `search`, only the tasks it `matches` (none: an empty list)."""
     tasks = registry_tasks().values() if include_not_ready else ready_tasks().values()
+    if search is not None:
+        tasks = [task for task in tasks if matches(task, search)]
+    if not tasks:
+        return []
     width = max(len(task.name) for task in tasks) + 2
     lines = []
     for task in tasks:

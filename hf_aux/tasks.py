@@ -233,9 +233,22 @@ def load_task_source(name: str, *, dataset=None, data_files=None, dataset_name: 
         try:
             raw = datasets.load_dataset(dataset_name, dataset_config)
         except Exception as error:  # datasets raises many types (offline, missing repo, bad config)
-            raise task_error(name, "dataset_name",
-                             f"could not load {dataset_name!r} (config {dataset_config!r}): {error}") from error
+            raise task_error(name, "dataset_name", f"could not load {dataset_name!r} (config {dataset_config!r}): "
+                             f"{error}{_offline_hint(dataset_name)}") from error
     return apply_steps(name, preprocessing, raw)
+
+
+def _offline_hint(dataset_name) -> str:
+    """What to do when a Hub dataset cannot be read offline: it is not in the datasets cache, and `hf-aux tasks
+    --download` puts every task of a mixture there, where the Hub can be reached."""
+    import datasets
+
+    if not datasets.config.HF_HUB_OFFLINE or Path(str(dataset_name)).is_dir():
+        return ""
+    return (f". Offline (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE), a Hub dataset is read from the datasets cache "
+            f"({datasets.config.HF_DATASETS_CACHE}), which lacks this one: where the Hub can be reached, run "
+            "`hf-aux tasks --download <mixture file>` (a mixture naming this task) to put its data there, then run "
+            "again offline")
 
 
 def load_task_splits(task: TaskSpec, seed: int = 42):
@@ -303,6 +316,8 @@ def check_task_data(task: TaskSpec, data, split: str = "train") -> None:
                 if names is None or label not in names:
                     raise task_error(task.name, "label_column", f"{split} row {index}: label {label!r} is not one of "
                                      f"label_names {names}")
+            elif isinstance(label, float):
+                raise task_error(task.name, "label_column", _not_an_integer("label", labels, split))
             elif isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < task.num_labels:
                 raise task_error(task.name, "label_column", f"{split} row {index}: label {label!r} out of range "
                                  f"[0, {task.num_labels})")
@@ -366,9 +381,27 @@ def _check_tagged_words(task: TaskSpec, token_rows: list, tag_rows: list, split:
                 if tag not in names:
                     raise task_error(task.name, "tags_column", f"{split} row {index}: tag {tag!r} (word {position}) "
                                      f"is not one of label_names {task.label_names}")
+            elif isinstance(tag, float):
+                raise task_error(task.name, "tags_column", _not_an_integer("tag", tag_rows, split))
             elif isinstance(tag, bool) or not isinstance(tag, int) or not 0 <= tag < task.num_labels:
                 raise task_error(task.name, "tags_column", f"{split} row {index}: tag {tag!r} (word {position}) out "
                                  f"of range [0, {task.num_labels})")
+
+
+def _not_an_integer(what: str, rows: list, split: str) -> str:
+    """The problem of a label or tag column read as floats: one non-integer value anywhere makes Arrow read the
+    whole column (every row's 1 as 1.0) as floats, so the row to name is the first holding a non-integer value,
+    not the first row checked. `rows`: the labels, or (tags) each row's list of tags."""
+    for index, row in enumerate(rows):
+        for position, value in enumerate(row if isinstance(row, list) else [row]):
+            if isinstance(value, float) and not value.is_integer():
+                word = f" (word {position})" if isinstance(row, list) else ""
+                return (f"{split} row {index}: {what} {value!r}{word} is not an integer; {what}s are integer class "
+                        f"ids (or class names), and this one makes the whole column read as decimals")
+    first = next((index for index, row in enumerate(rows)
+                  if any(isinstance(v, float) for v in (row if isinstance(row, list) else [row]))), 0)
+    return (f"{split} row {first}: the {what}s are decimals (e.g. 1.0), not integer class ids; write them as integers "
+            "(1) or class names")
 
 
 def _text_columns(task: TaskSpec) -> dict[str, str]:

@@ -322,3 +322,79 @@ def test_tartan_task_weights_figure_shows_the_mixture_and_each_task_on_its_own_s
     # diagonal in its own panel (bottom left, its only line, blue)
     flat, diagonal = rows_spanned(pixels[:320, :640], orange), rows_spanned(pixels[320:, :640], blue)
     assert diagonal > 150 and flat < diagonal / 5, (flat, diagonal)
+
+
+def test_a_licence_is_checked_against_the_hubs_identifiers(tmp_path):
+    """--license takes the Hub's licence identifiers only (hf_aux.hub_licenses, from the Hub's documentation);
+    anything else is an error naming the accepted form; `other` goes with --license_name, which the card states."""
+    from hf_aux.hub_licenses import HUB_LICENSES, license_problem
+    from hf_aux.tartan import command as tartan
+
+    assert {"apache-2.0", "mit", "cc-by-4.0", "other"} <= set(HUB_LICENSES)
+    assert license_problem(None) is None and license_problem("mit") is None
+    assert license_problem("other", "my-lab-licence") is None
+    assert "closest: apache-2.0" in license_problem("Apache-2.0")
+    base = ["--train_file", str(tmp_path / "train.jsonl"), "--validation_file", str(tmp_path / "dev.jsonl"),
+            "--output_dir", str(tmp_path / "out")]
+    with pytest.raises(ValueError, match=r"field 'license': 'not a licence!!' is not a licence identifier the Hub "
+                                         r"accepts.*apache-2.0, mit, cc-by-4.0.*--license other with --license_name"):
+        tartan.parse_args([*base, "--license", "not a licence!!"])
+    with pytest.raises(ValueError, match="'other' needs --license_name"):
+        tartan.parse_args([*base, "--license", "other"])
+    with pytest.raises(ValueError, match="--license_name .* with --license other"):
+        tartan.parse_args([*base, "--license", "mit", "--license_name", "mine"])
+    model_args = tartan.parse_args([*base, "--license", "other", "--license_name", "my-lab-licence"])[0]
+    assert (model_args.license, model_args.license_name) == ("other", "my-lab-licence")
+    card = card_for("tartan", license="other", license_name="my-lab-licence")
+    card.save(tmp_path / "README.md")
+    data = ModelCard.load(tmp_path / "README.md").data
+    assert (data.license, data.license_name) == ("other", "my-lab-licence")
+
+
+def test_a_sentence_transformers_body_is_a_sentence_transformers_model_on_the_hub(tmp_path):
+    """library_name says which library loads the top level: sentence-transformers beside the sentence-similarity
+    pipeline (a sentence-transformers body), transformers otherwise, peft for adapters."""
+    def library(**overrides):
+        return card_for("muppet", **overrides).data.to_dict()["library_name"]
+
+    assert library(pipeline_tag="sentence-similarity") == "sentence-transformers"
+    assert library(pipeline_tag="feature-extraction") == "transformers"
+    assert library(pipeline_tag="sentence-similarity", adapter=True) == "peft"
+
+
+def test_the_model_index_names_the_dataset_configuration():
+    """glue has one configuration per task: the model-index says which (rte), from the task or from the
+    configuration a command passes with its Hub dataset (dataset_args, as for Trainer's card)."""
+    from hf_aux.model_card import _with_configs
+
+    rte = TaskSummary("rte", "classification", metrics={"accuracy": 0.625}, dataset="nyu-mll/glue",
+                      dataset_config="rte")
+    results = card_for("finetune", tasks=[rte]).data.to_dict()["model-index"][0]["results"]
+    assert results[0]["dataset"] == {"name": "rte", "type": "nyu-mll/glue", "config": "rte", "split": "validation"}
+    plain = TaskSummary("text", "mlm", metrics={"loss": 2.0}, dataset="wikitext")
+    local = TaskSummary("mine", "mlm", metrics={"loss": 2.0}, source="local data: text.txt")
+    assert [t.dataset_config for t in _with_configs([plain, local, rte], ["wikitext"], ["wikitext-2-raw-v1"])] == [
+        "wikitext-2-raw-v1", None, "rte"]
+    assert _with_configs([plain], ["wikitext"], [None]) == [plain]
+
+
+def test_amos_from_the_packaged_minilm_states_its_licence_offline(tmp_path, monkeypatch):
+    """AMOS continued from --encoder_name_or_path minilm: the card's base_model is MiniLM's Hub id and its licence
+    the one the packaged folder's card states (apache-2.0), read offline, not looked up on the Hub by that id."""
+    import random
+
+    from tiny import WORDS
+
+    from hf_aux.amos import command as amos
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    rng = random.Random(0)
+    (tmp_path / "text.txt").write_text("".join(" ".join(rng.choices(WORDS, k=12)) + "\n" for _ in range(24)))
+    out = tmp_path / "out"
+    amos.main(*amos.parse_args([
+        "--encoder_name_or_path", "minilm", "--generator_num_hidden_layers", "1", "--mlm_layers", "1",
+        "--train_file", str(tmp_path / "text.txt"), "--max_seq_length", "16", "--validation_split_percentage", "0",
+        "--do_train", "--max_steps", "1", "--per_device_train_batch_size", "4", "--report_to", "none",
+        "--save_strategy", "no", "--downstream_probe", "false", "--output_dir", str(out)]))
+    data = ModelCard.load(out / "README.md").data
+    assert (data.base_model, data.license) == ("sentence-transformers/all-MiniLM-L6-v2", "apache-2.0")

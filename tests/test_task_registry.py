@@ -328,3 +328,39 @@ def test_the_shipped_registry_is_what_the_converter_writes(tmp_path):
     assert done.returncode == 0, done.stderr
     shipped = task_registry.DATA_FOLDER / "tasksource.json"
     assert json.loads((tmp_path / "t.json").read_text()) == json.loads(shipped.read_text())
+
+
+def test_hf_aux_tasks_search_finds_tasks_by_name_kind_dataset_or_description(capsys):
+    """`hf-aux tasks --search WORD` lists the tasks whose name, kind, dataset or description holds every word;
+    `hf-aux tasks nli` (not a task name) points at it; no match is exit 1 with a line saying what was searched."""
+    from hf_aux.cli import tasks as tasks_command
+
+    tasks_command.main(["--search", "nli"])
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert {"glue/mnli", "snli", "anli/a1"} <= set(names) and all(task_registry.find_task(n).ready for n in names)
+    tasks_command.main(["--search", "Sentiment TWEET"])  # every word, case ignored
+    assert "tweet_eval/sentiment" in capsys.readouterr().out
+    tasks_command.main(["--search", "token_classification"])
+    assert {line.split()[1] for line in capsys.readouterr().out.splitlines()} == {"token_classification"}
+    described = next(task for task in task_registry.ready_tasks().values() if task.provenance.get("question"))
+    word = max(described.provenance["question"].split(), key=len)
+    tasks_command.main(["--search", word])
+    assert described.name in capsys.readouterr().out.split()
+    with pytest.raises(SystemExit) as stopped:
+        tasks_command.main(["--search", "no-such-word-anywhere"])
+    assert stopped.value.code == 1 and "no ready task matches 'no-such-word-anywhere'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tasks_command.main(["nli"])
+    assert "hf-aux tasks --search <word>" in capsys.readouterr().err
+
+
+def test_a_hub_task_missing_from_the_cache_offline_points_at_tasks_download(tmp_path, monkeypatch):
+    """Offline, a mixture naming a registry task whose data is not in the datasets cache says so and how to put it
+    there (`hf-aux tasks --download <mixture file>`)."""
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "empty_cache")
+    assert datasets.config.HF_HUB_OFFLINE  # tests run offline (conftest)
+    (tmp_path / "mix.yaml").write_text("tasks:\n  - task: glue/rte\n")
+    with pytest.raises(ValueError, match=r"task 'glue_rte': field 'dataset_name': could not load 'nyu-mll/glue' "
+                                         r"\(config 'rte'\).*Offline.*datasets cache.*empty_cache.*"
+                                         r"`hf-aux tasks --download <mixture file>`"):
+        load_mixture(tmp_path / "mix.yaml")

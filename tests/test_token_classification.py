@@ -111,6 +111,30 @@ def test_tokens_and_tags_of_different_lengths_name_the_task_split_row_and_both_l
         load_task_splits(task)
 
 
+def test_a_non_integer_tag_or_label_is_named_at_its_own_row(tmp_path):
+    """One decimal tag in row 4 makes Arrow read every row's tags as decimals: the error names row 4 and says the
+    tag is not an integer (not "row 0: tag 1.0 out of range"); the same for a classification label."""
+    rows = conll_rows(6, 0)
+    rows[4]["ner_tags"] = [0] * (len(rows[4]["tokens"]) - 1) + [1.5]
+    task = TaskSpec(name="ner", kind="token_classification", label_names=CONLL_TAGS,
+                    data_files={"train": write_jsonl(tmp_path / "tags.jsonl", rows)})
+    words = len(rows[4]["tokens"])
+    with pytest.raises(ValueError, match=rf"task 'ner': field 'tags_column': train row 4: tag 1.5 \(word "
+                                         rf"{words - 1}\) is not an integer; tags are integer class ids"):
+        load_task_splits(task)
+    labelled = [{"text": "good movie", "label": 1}] * 4 + [{"text": "so so", "label": 0.5}]
+    task = TaskSpec(name="sentiment", kind="classification", num_labels=2,
+                    data_files={"train": write_jsonl(tmp_path / "labels.jsonl", labelled)})
+    with pytest.raises(ValueError, match=r"task 'sentiment': field 'label_column': train row 4: label 0.5 is not an "
+                                         r"integer"):
+        load_task_splits(task)
+    whole = [{"text": "good movie", "label": 1.0}] * 3  # decimals everywhere, none fractional: said as such
+    task = TaskSpec(name="whole", kind="classification", num_labels=2,
+                    data_files={"train": write_jsonl(tmp_path / "whole.jsonl", whole)})
+    with pytest.raises(ValueError, match=r"train row 0: the labels are decimals \(e.g. 1.0\), not integer class ids"):
+        load_task_splits(task)
+
+
 def test_file_tasks_read_kind_and_tag_names_from_the_data(tmp_path):
     write_jsonl(tmp_path / "ids.jsonl", conll_rows(6, 0))
     named = [{"tokens": ["paris", "is"], "tags": ["B-LOC", "O"]}, {"tokens": ["cat"], "tags": ["B-PER"]}]

@@ -36,3 +36,39 @@ def test_a_version_outside_the_range_is_refused_by_name(monkeypatch):
         _versions.check_versions()
     monkeypatch.undo()
     _versions.check_versions()  # the installed versions are inside the declared ranges
+
+
+def test_the_versions_the_readme_and_setup_cfg_say_were_tested_are_the_ones_ci_installs():
+    """README's "Tested with ..." line and setup.cfg's comment above install_requires name, for each package, the
+    major.minor version constraints.txt pins (the one CI installs)."""
+    import re
+
+    pinned = pins()
+    readme = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("Tested with"))
+    setup = next(line for line in (ROOT / "setup.cfg").read_text().splitlines() if "Ranges we have tested" in line)
+    for text in (readme, setup):
+        named = dict(re.findall(r"(transformers|datasets|accelerate|peft|torch) (\d+\.\d+)", text))
+        assert set(named) == {"transformers", "datasets", "accelerate", "peft", "torch"}, text
+        for package, version in named.items():
+            assert version == f"{pinned[package].major}.{pinned[package].minor}", (text, package, pinned[package])
+
+
+def test_report_to_tensorboard_without_tensorboard_names_the_extra(monkeypatch, tmp_path):
+    """--report_to tensorboard needs the tensorboard package, which only the `tensorboard` extra installs: without
+    it the arguments are refused before any work, naming the extra (Trainer would fail after loading everything)."""
+    import configparser
+    import importlib.util
+
+    from hf_aux.finetune import command as finetune
+
+    extras = configparser.ConfigParser()
+    extras.read(ROOT / "setup.cfg")
+    assert extras["options.extras_require"]["tensorboard"].split() == ["tensorboard>=2.21"]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("tensorboard", "tensorboardX") else real(name, *a))
+    argv = ["--train_file", str(tmp_path / "train.jsonl"), "--output_dir", str(tmp_path / "out")]
+    with pytest.raises(ValueError, match=r"field 'report_to': tensorboard needs the tensorboard package, which is "
+                                         r"not installed: pip install 'hf_aux\[tensorboard\]'"):
+        finetune.parse_args([*argv, "--report_to", "tensorboard"])
+    finetune.parse_args([*argv, "--report_to", "none"])

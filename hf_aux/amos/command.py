@@ -76,6 +76,7 @@ class ModelArguments(SharedModelArguments):
     generator_config_overrides: str | None = field(default=None, metadata={"help": "The same for the generator."})
 
     def __post_init__(self):
+        super().__post_init__()
         if self.model_name_or_path and (self.config_overrides or self.generator_config_overrides):
             raise ValueError("ModelArguments: field 'config_overrides' cannot be combined with model_name_or_path")
         if self.encoder_name_or_path in ("", "none"):
@@ -259,7 +260,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     from transformers import AutoTokenizer
 
     from ..data import group_texts_for_mlm
-    from ..demo import MINILM_HUB_ID, minilm_path
+    from ..demo import minilm_path
     from ..hub import explain_hub_errors, hub_id_or_none
     from ..streaming import resumable_mlm_blocks
     from .trainer import AmosTrainer
@@ -323,10 +324,14 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     if should_probe(model_args, data_args, training_args) and trainer.is_world_process_zero():
         results.update(run_probe(trainer, model_args, tokenizer))
     hub_dataset = hub_id_or_none(data_args.dataset_name)
-    started_from = model_args.model_name_or_path or (
-        MINILM_HUB_ID if model_args.encoder_name_or_path == "minilm" else model_args.encoder_name_or_path)
+    # the folder it loaded (the packaged MiniLM's, not its Hub id): the card's base_model is its Hub id
+    # (card_base_model) and its licence the one that folder's own card states, also offline
+    started_from = model_args.model_name_or_path or (encoder_path(model_args) if model_args.encoder_name_or_path
+                                                     else None)
     finish_run(trainer, finetuned_from=started_from, tags=["electra", "pretraining"], license=model_args.license,
-               dataset_tags=[hub_dataset] if hub_dataset else None, source=text_source(data_args))
+               license_name=model_args.license_name, dataset_tags=[hub_dataset] if hub_dataset else None,
+               dataset_args=[data_args.dataset_config_name] if hub_dataset else None,
+               source=text_source(data_args))
     return results
 
 

@@ -28,8 +28,19 @@ class ModelArguments:
         "help": "Hub token for private models, tokenizers and datasets (default: the stored login or HF_TOKEN). "
                 "Never written to the output folder."})
     license: str | None = field(default=None, metadata={
-        "help": "The model card's licence, a Hub licence id (e.g. apache-2.0, mit). Default: the one the starting "
-                "model's card or config states, if any."})
+        "help": "The model card's licence, a Hub licence id (e.g. apache-2.0, mit, cc-by-4.0; the Hub's list: "
+                "hf_aux.hub_licenses), or 'other' with --license_name. Default: the one the starting model's card or "
+                "config states, if any."})
+    license_name: str | None = field(default=None, metadata={
+        "help": "With --license other: the licence's name, written to the card's license_name (add its text as "
+                "LICENSE in the output folder)."})
+
+    def __post_init__(self):
+        from ..hub_licenses import license_problem
+
+        problem = license_problem(self.license, self.license_name)
+        if problem:
+            raise ValueError(f"{type(self).__name__}: field 'license': {problem}")
 
     def hub_kwargs(self) -> dict:
         """Keyword arguments of every `from_pretrained` of a model or tokenizer."""

@@ -38,7 +38,7 @@ def start_run(training_args, *arguments):
     when pushing (a server that is down or a rejected token stops the run here, not after training) and seed.
     `arguments` are every other parsed dataclass (recorded to recognise the same run). Returns the
     `GuardedRun`; when `run.nothing_to_do`, the command returns `run.results` without doing anything (a finished
-    run with `run.finishing` steps goes on: `train_and_save` then loads it instead of training)."""
+    run with `run.finishing` steps goes on: `run.attach(trainer)` loads it, and `train_and_save` trains nothing)."""
     from transformers import set_seed
 
     from ..hub import create_hub_repo
@@ -62,11 +62,10 @@ def require_max_steps(training_args) -> None:
 def train_and_save(trainer, run, **extra_metrics) -> dict:
     """Train (resuming from `run.checkpoint`), save the model and the trainer state, and log and save the train
     metrics with `extra_metrics` (e.g. train_samples) added. Returns the metrics. A finished run that is being
-    finished (`run.finishing`) is loaded from its folder instead: nothing is trained or written."""
-    from ..run_guard import load_finished_run
-
+    finished (`run.finishing`) was loaded from its folder by `run.attach`: nothing is trained or written, and its
+    recorded results are returned."""
     if run.finished:
-        return load_finished_run(trainer, run)
+        return dict(run.results)
     train_result = trainer.train(resume_from_checkpoint=run.checkpoint)
     trainer.save_model()
     metrics = {**train_result.metrics, **extra_metrics}

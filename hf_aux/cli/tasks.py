@@ -3,13 +3,15 @@
     hf-aux tasks                                  the ready tasks, one line each: name, kind, dataset[/config]
     hf-aux tasks --all                            every task; those that are not ready with the reason
     hf-aux tasks glue/rte                         one definition, as a one-task mixture file (YAML) to paste
+    hf-aux tasks --search nli                     the tasks whose name, kind, dataset or description holds a word
     hf-aux tasks --download mixture.yaml          every task of a mixture loaded into the datasets cache
     hf-aux tasks --citation                       the BibTeX of the registry's sources
 
 `--download` loads each task of the mixture the way training will (`hf_aux.tasks.load_mixture`, then
 `load_task_splits`: registry names, Hub datasets, local files and demo tasks alike), so the datasets cache
 (`HF_DATASETS_CACHE`, default ~/.cache/huggingface/datasets) then holds everything an air-gapped run of the same
-mixture reads with `HF_DATASETS_OFFLINE=1`.
+mixture reads with `HF_DATASETS_OFFLINE=1` (a run that finds a Hub dataset missing from the cache offline says
+so, pointing here).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ def make_parser() -> argparse.ArgumentParser:
         description="List the task registry, show one task's definition, or pre-download the data of a mixture file "
                     "into the datasets cache (HF_DATASETS_CACHE).")
     parser.add_argument("name", nargs="?", help="a registry task (e.g. glue/rte): print its definition as YAML")
+    parser.add_argument("--search", metavar="WORD", help="list only the tasks whose name, kind, dataset or "
+                        "description holds WORD (case ignored; several words: all of them)")
     parser.add_argument("--all", action="store_true", help="also list the tasks that are not ready, with the reason")
     parser.add_argument("--download", metavar="MIXTURE", help="a mixture file (YAML/JSON): load every task's data "
                         "into the datasets cache, as training will read it")
@@ -36,7 +40,7 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> None:
     args = make_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     given = [flag for flag, value in (("name", args.name), ("--download", args.download),
-                                      ("--citation", args.citation)) if value]
+                                      ("--citation", args.citation), ("--search", args.search)) if value]
     if len(given) > 1:
         print(f"hf-aux tasks: give one of {' / '.join(given)}, not several", file=sys.stderr)
         raise SystemExit(2)
@@ -49,6 +53,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(task_registry.citations())
         elif args.name:
             print(task_registry.describe(args.name), end="")
+        elif args.search:
+            found = task_registry.listing(include_not_ready=args.all, search=args.search)
+            if not found:
+                print(f"hf-aux tasks: no {'' if args.all else 'ready '}task matches {args.search!r} (searched: names, "
+                      "kinds, datasets, descriptions)" + ("" if args.all else "; --all searches every task"),
+                      file=sys.stderr)
+                raise SystemExit(1)
+            print("\n".join(found))
         else:
             print("\n".join(task_registry.listing(include_not_ready=args.all)))
     except ValueError as error:  # a user's mistake: one line naming the task, field or file

@@ -55,6 +55,7 @@ class ModelArguments(SharedModelArguments):
         default=None, metadata={"help": "Dropout in the task head (default: the checkpoint's, else 0.1)."})
     pooling: str = pooling_field()
     def __post_init__(self):
+        super().__post_init__()
         if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
             raise ValueError(f"ModelArguments: field 'classifier_dropout': {self.classifier_dropout} not in [0, 1)")
 
@@ -370,7 +371,6 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     three argument dataclasses come from sys.argv."""
     from ..demo import minilm_path
     from ..metrics import PRIMARY_METRIC
-    from ..run_guard import load_finished_run
     from ..cli.run import finish_run, record_metrics, start_run
 
     if model_args is None or data_args is None or training_args is None:
@@ -390,8 +390,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
 
     results = {}
-    if run.finished:  # finishing a finished run (run.finishing): its final body and head, nothing trained
-        results.update(load_finished_run(trainer, run))  # body and head (MultiTaskModel.load_checkpoint)
+    if run.finished:  # finishing a finished run (run.finishing): attach loaded its final body and head
+        results.update(run.results)  # (MultiTaskModel.load_checkpoint); nothing is trained
     elif training_args.do_train:
         # resume and load_best_model_at_end restore body and head (AuxTrainer, MultiTaskModel.load_checkpoint)
         train_result = trainer.train(resume_from_checkpoint=checkpoint)
@@ -445,7 +445,8 @@ def write_model_card(trainer, task, model_args: ModelArguments, results: dict, r
     dataset, source = task.provenance()
     summary = TaskSummary(task.name, task.kind, train_size=results.get("train_examples"),
                           eval_size=results.get("eval_samples" if split == "validation" else "test_samples"),
-                          metrics=metrics, dataset=dataset, split=split, source=source)
+                          metrics=metrics, dataset=dataset, split=split, source=source,
+                          dataset_config=task.dataset_config if dataset else None)
     figures = {}
     try:
         plot_loss_curves(trainer.state.log_history, os.path.join(output_dir, "loss_curve.png"))
@@ -459,6 +460,7 @@ def write_model_card(trainer, task, model_args: ModelArguments, results: dict, r
         hyperparameters=hyperparameters_from_args(trainer.args), figures=figures,
         model_id=trainer.args.hub_model_id or None, hf_aux_class="hf_aux.MultiTaskModel",
         license=model_args.license or base_model_license(model_args.model_name_or_path),
+        license_name=model_args.license_name,
         **plain_loading(task, trainer.model, output_dir),
         notes=f"The {task.kind} head was {'re-used from the starting checkpoint' if reused_head else 'freshly initialised'}. "
               + describe_pooling(trainer.model.config.pooling))

@@ -246,7 +246,9 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         record_metrics(trainer, "eval", eval_metrics)
     hub_dataset = hub_id_or_none(data_args.dataset_name)
     finish_run(trainer, finetuned_from=model_args.model_name_or_path, metrics=eval_metrics,
-               license=model_args.license, dataset_tags=[hub_dataset] if hub_dataset else None,
+               license=model_args.license, license_name=model_args.license_name,
+               dataset_tags=[hub_dataset] if hub_dataset else None,
+               dataset_args=[data_args.dataset_config_name] if hub_dataset else None,
                unlabelled_name="two_moons" if data_args.two_moons else None)
     return trainer
 

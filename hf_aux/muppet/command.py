@@ -251,8 +251,9 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
                   f"  hf-aux finetune {recipe} --output_dir {training_args.output_dir}-rt1-minilm\n", flush=True)
 
     finish_run(trainer, finetuned_from=model_path, tags=["muppet", "pre-finetuning"], license=model_args.license,
-               dataset_tags=[t.dataset_name for t in tasks if t.dataset_name],
-               provenance={t.name: t.provenance() for t in tasks})
+               license_name=model_args.license_name, dataset_tags=[t.dataset_name for t in tasks if t.dataset_name],
+               provenance={t.name: t.provenance() for t in tasks},
+               dataset_configs={t.name: t.dataset_config for t in tasks if t.dataset_config})
     return results
 
 

@@ -441,10 +441,12 @@ class MuppetTrainer(AuxTrainer):
     _watch_model_loss = False  # _compute_loss checks each task's loss (check_finite_loss)
     _hf_aux_class = "hf_aux.MultiTaskModel"  # the card: `from hf_aux import MultiTaskModel`
 
-    def _card_tasks(self, datasets: list[str], provenance: dict | None = None, **kwargs) -> list[TaskSummary]:
-        """`provenance`: task name -> (Hub dataset id or None, other source) (`TaskSpec.provenance`)."""
+    def _card_tasks(self, datasets: list[str], provenance: dict | None = None, dataset_configs: dict | None = None,
+                    **kwargs) -> list[TaskSummary]:
+        """`provenance`: task name -> (Hub dataset id or None, other source) (`TaskSpec.provenance`);
+        `dataset_configs`: task name -> its Hub dataset's configuration (`TaskSpec.dataset_config`)."""
         body = self.unwrapped(self.model)
-        provenance = provenance or {}
+        provenance, dataset_configs = provenance or {}, dataset_configs or {}
         train_sizes = dict(zip(self.train_dataset.task_names, self.train_dataset.sizes)) if self.train_dataset else {}
         last_eval = next((h for h in reversed(self.state.log_history) if "eval_average_primary" in h), {})
         summaries = []
@@ -456,7 +458,8 @@ class MuppetTrainer(AuxTrainer):
             dataset, source = provenance.get(spec["name"], (None, None))
             summaries.append(TaskSummary(name=spec["name"], kind=spec["kind"], train_size=train_sizes.get(spec["name"]),
                                          eval_size=None if eval_data is None else len(eval_data), metrics=scores,
-                                         dataset=dataset, source=source))
+                                         dataset=dataset, source=source,
+                                         dataset_config=dataset_configs.get(spec["name"]) if dataset else None))
         return summaries
 
     def _card_figures(self, output_dir: str) -> dict[str, str]:

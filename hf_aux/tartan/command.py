@@ -40,6 +40,7 @@ class ModelArguments(SharedModelArguments):
                 "it ships one (RoBERTa, BERT, ...; fresh otherwise, e.g. MiniLM). 'fresh': always fresh heads."})
 
     def __post_init__(self):
+        super().__post_init__()
         if self.mlm_heads not in ("pretrained", "fresh"):
             raise ValueError(f"ModelArguments: field 'mlm_heads': expected 'pretrained' or 'fresh', got "
                              f"{self.mlm_heads!r}")
@@ -295,8 +296,9 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     hub_dataset = hub_id_or_none(data_args.dataset_name)
     finish_run(trainer, finetuned_from=model_path, end_task_name=task.name, metrics=results,
-               license=model_args.license, source=task.provenance()[1],
+               license=model_args.license, license_name=model_args.license_name, source=task.provenance()[1],
                dataset_tags=[hub_dataset] if hub_dataset else None,
+               dataset_args=[data_args.dataset_config_name] if hub_dataset else None,
                tags=["text-classification", "end-task-aware-training"])
     return results
 
