@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .errors import UserInputError
+
 MERGED_SUBFOLDER = "merged"  # where merge_lora writes the merged copy; model cards point at it
 
 
@@ -30,15 +32,15 @@ class LoraArguments:
 
     def __post_init__(self):
         if self.lora_r < 1:
-            raise ValueError(f"LoraArguments: field 'lora_r': needs a positive integer, got {self.lora_r}")
+            raise UserInputError(f"LoraArguments: field 'lora_r': needs a positive integer, got {self.lora_r}")
         if not self.lora_alpha > 0:
-            raise ValueError(f"LoraArguments: field 'lora_alpha': must be > 0, got {self.lora_alpha}")
+            raise UserInputError(f"LoraArguments: field 'lora_alpha': must be > 0, got {self.lora_alpha}")
         if not 0.0 <= self.lora_dropout < 1.0:
-            raise ValueError(f"LoraArguments: field 'lora_dropout': {self.lora_dropout} not in [0, 1)")
+            raise UserInputError(f"LoraArguments: field 'lora_dropout': {self.lora_dropout} not in [0, 1)")
         if self.merge_lora and not self.use_lora:
-            raise ValueError("LoraArguments: field 'merge_lora': needs --use_lora")
+            raise UserInputError("LoraArguments: field 'merge_lora': needs --use_lora")
         if self.lora_target_modules is not None and not self.lora_target_modules:
-            raise ValueError("LoraArguments: field 'lora_target_modules': give at least one module name")
+            raise UserInputError("LoraArguments: field 'lora_target_modules': give at least one module name")
 
     def lora_config(self):
         """The `peft.LoraConfig` these flags describe, or None without --use_lora."""

@@ -55,6 +55,7 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .base_config import RUN_CONTROL_FIELDS, RunArgsMixin  # noqa: F401  (RunArgsMixin: importable here too)
+from .errors import UserInputError
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def _only_longer(old: dict, new: dict) -> bool:
     return all(old.get(k) == new.get(k) for k in set(old) | set(new) if k not in EXTENSION_FIELDS)
 
 
-class OutputDirError(ValueError):
+class OutputDirError(UserInputError):
     """The output folder cannot be used as asked; the message says why and what to do."""
 
 

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from .task_spec import LABELLED_KINDS, SPLITS, TASK_KINDS, TaskSpec, task_error
+from .errors import UserInputError
 
 __all__ = ["SPLITS", "TASK_KINDS", "TaskSpec", "check_task_data", "check_unique_names", "hub_task_name",
            "load_mixture", "load_task_source", "load_task_splits", "task_error", "task_from_data_files",
@@ -37,7 +38,7 @@ def load_mixture(path: str | os.PathLike, max_train_samples: int | None = None,
     content = read_structured_file(path, "mixture file")
     entries = content.get("tasks") if isinstance(content, dict) else None
     if not isinstance(entries, list) or not entries:
-        raise ValueError(f"mixture file {str(path)!r}: needs a non-empty list under 'tasks'")
+        raise UserInputError(f"mixture file {str(path)!r}: needs a non-empty list under 'tasks'")
     tasks = [task_from_entry(entry, path.parent) for entry in entries]
     check_unique_names(tasks)
     for task in tasks:
@@ -115,13 +116,13 @@ def task_from_file(path: str | os.PathLike, name: str | None = None, where: str 
     if isinstance(content, dict) and "tasks" in content:
         tasks = load_mixture(file)
         if len(tasks) != 1:
-            raise ValueError(f"{where}: {str(path)!r} holds {len(tasks)} tasks "
+            raise UserInputError(f"{where}: {str(path)!r} holds {len(tasks)} tasks "
                              f"({[t.name for t in tasks]}); fine-tuning takes exactly one")
         task = tasks[0]
     elif isinstance(content, dict):
         task = task_from_entry(content, file.parent)
     else:
-        raise ValueError(f"{where}: {str(path)!r} must hold a mapping")
+        raise UserInputError(f"{where}: {str(path)!r} must hold a mapping")
     return dataclasses.replace(task, name=name) if name and name != task.name else task
 
 
@@ -136,7 +137,7 @@ def task_from_data_files(name: str, kind: str, files: dict[str, str], columns: d
     where = where or f"task '{name}': field 'data_files'"
     for split, path in files.items():
         if not os.path.isfile(path):
-            raise ValueError(f"{where}: {split} file {path!r} does not exist")
+            raise UserInputError(f"{where}: {split} file {path!r} does not exist")
     spec = {"name": name, "kind": kind, "data_files": files, **(columns or {}), **options}
     if kind in LABELLED_KINDS and spec.get("label_names") is None and spec.get("num_labels") is None:
         chosen = {split: path for split, path in files.items() if label_splits is None or split in label_splits}
@@ -170,7 +171,7 @@ def task_from_hub(dataset_name: str, kind: str, dataset_config: str | None = Non
         label_column = spec.get("label_column", "label")
         first = next(iter(raw.values()))
         if label_column not in first.column_names:
-            raise ValueError(f"{owner}: field 'label_column': {label_column!r} is not a column of "
+            raise UserInputError(f"{owner}: field 'label_column': {label_column!r} is not a column of "
                              f"{dataset_name} ({first.column_names})")
         feature = first.features[label_column]
         if isinstance(feature, datasets.ClassLabel):
@@ -270,7 +271,7 @@ def load_task_splits(task: TaskSpec, seed: int = 42):
 
 
 def check_task_data(task: TaskSpec, data, split: str = "train") -> None:
-    """Raise a ValueError naming the task and field when `data` does not fit the spec."""
+    """Raise a UserInputError naming the task and field when `data` does not fit the spec."""
     if len(data) == 0:
         raise task_error(task.name, f"{split}_split" if split != "validation" else "validation_split",
                          f"the {split} split is empty")

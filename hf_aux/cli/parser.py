@@ -41,6 +41,7 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from ..registry import METHOD_PACKAGES
+from ..errors import UserInputError
 
 logger = logging.getLogger("hf_aux")
 
@@ -151,7 +152,7 @@ def apply_action_rule(parsed, given, sources) -> None:
     setattr(args, IMPLIED_ACTIONS, frozenset(implied))
     setattr(args, _GIVEN, frozenset(given))
     if not (args.do_train or args.do_eval or args.do_predict or getattr(args, "push_to_hub", False)):
-        raise ValueError("TrainingArguments: fields 'do_train', 'do_eval', 'do_predict': nothing to do; pass "
+        raise UserInputError("TrainingArguments: fields 'do_train', 'do_eval', 'do_predict': nothing to do; pass "
                          "--do_train, --do_eval and/or --do_predict (with a data source, training is on unless "
                          "--do_train false)")
 
@@ -197,27 +198,27 @@ def _warn_steps_without_strategy(parsed, given) -> None:
 
 
 def read_argument_mapping(path: str | os.PathLike, parser: HfArgumentParser) -> dict:
-    """The mapping of argument names to values in a YAML/JSON file, or a ValueError naming the file and what is
+    """The mapping of argument names to values in a YAML/JSON file, or a UserInputError naming the file and what is
     wrong (missing, not valid YAML/JSON with the line, not a mapping, keys no argument of `parser` knows)."""
     import yaml
 
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise ValueError(f"argument file {path!r} does not exist; pass the path of a .json/.yaml file of arguments")
+        raise UserInputError(f"argument file {path!r} does not exist; pass the path of a .json/.yaml file of arguments")
     is_json = path.endswith(".json")
     try:
         with open(path, encoding="utf-8") as handle:
             content = json.load(handle) if is_json else yaml.safe_load(handle)
     except (json.JSONDecodeError, yaml.YAMLError) as error:
-        raise ValueError(f"argument file {path!r} is not valid {'JSON' if is_json else 'YAML'}: {error}") from error
+        raise UserInputError(f"argument file {path!r} is not valid {'JSON' if is_json else 'YAML'}: {error}") from error
     content = {} if content is None else content
     if not isinstance(content, dict):
-        raise ValueError(f"argument file {path!r} must hold a mapping of argument names to values, got "
+        raise UserInputError(f"argument file {path!r} must hold a mapping of argument names to values, got "
                          f"{type(content).__name__}")
     known = {action.dest for action in parser._actions}
     unknown = sorted(set(content) - known)
     if unknown:
-        raise ValueError(f"argument file {path!r}: keys no argument of this command knows: {unknown}")
+        raise UserInputError(f"argument file {path!r}: keys no argument of this command knows: {unknown}")
     return content
 
 
@@ -228,7 +229,7 @@ def _take_config_flag(argv: list[str]) -> tuple[list[str], str | None]:
         argument = argv[index]
         if argument == CONFIG_FLAG:
             if index + 1 >= len(argv) or argv[index + 1].startswith("--"):
-                raise ValueError(f"{CONFIG_FLAG}: give the path of a .yaml/.json file of arguments")
+                raise UserInputError(f"{CONFIG_FLAG}: give the path of a .yaml/.json file of arguments")
             path, index = argv[index + 1], index + 2
             continue
         if argument.startswith(CONFIG_FLAG + "="):
@@ -240,20 +241,20 @@ def _take_config_flag(argv: list[str]) -> tuple[list[str], str | None]:
 
 
 def _parse_argument_file(parser: HfArgumentParser, path: str) -> tuple[tuple, dict]:
-    """(the dataclasses from one JSON/YAML argument file, its mapping), or a ValueError naming the file and what is
+    """(the dataclasses from one JSON/YAML argument file, its mapping), or a UserInputError naming the file and what is
     wrong in it (a missing file, a syntax error with its line, keys no argument class knows, values of the wrong
     type)."""
     import yaml
 
     if not os.path.isfile(path):
-        raise ValueError(f"argument file {path!r} does not exist; pass the path of a .json/.yaml file of arguments")
+        raise UserInputError(f"argument file {path!r} does not exist; pass the path of a .json/.yaml file of arguments")
     try:
         parsed = parser.parse_json_file(path) if path.endswith(".json") else parser.parse_yaml_file(path)
     except (json.JSONDecodeError, yaml.YAMLError) as error:
-        raise ValueError(f"argument file {path!r} is not valid {'JSON' if path.endswith('.json') else 'YAML'}: "
+        raise UserInputError(f"argument file {path!r} is not valid {'JSON' if path.endswith('.json') else 'YAML'}: "
                          f"{error}") from error
     except (ValueError, TypeError) as error:  # unknown keys, a field's own check
-        raise ValueError(f"argument file {path!r}: {error}") from error
+        raise UserInputError(f"argument file {path!r}: {error}") from error
     with open(path, encoding="utf-8") as handle:
         given = (json.load(handle) if path.endswith(".json") else yaml.safe_load(handle)) or {}
     _check_scalar_types(parsed, given, f"argument file {path!r}")
@@ -273,7 +274,7 @@ def _check_scalar_types(parsed, given: Mapping, where: str) -> None:
             try:
                 setattr(instance, item.name, _from_text(value, expected))
             except ValueError:
-                raise ValueError(f"{where}: field {item.name!r} must be {expected.__name__}, got {value!r}") from None
+                raise UserInputError(f"{where}: field {item.name!r} must be {expected.__name__}, got {value!r}") from None
 
 
 def _type_name(annotation) -> str:

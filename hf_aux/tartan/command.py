@@ -25,6 +25,7 @@ from ..cli.arguments import MERGED_SUBFOLDER, LoraArguments
 from ..cli.arguments import DataSourceArguments
 from ..cli.arguments import ModelArguments as SharedModelArguments
 from ..cli.parser import command_parser, demo_config_path, parse_command_line
+from ..errors import UserInputError
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ class ModelArguments(SharedModelArguments):
 
     def __post_init__(self):
         if self.mlm_heads not in ("pretrained", "fresh"):
-            raise ValueError(f"ModelArguments: field 'mlm_heads': expected 'pretrained' or 'fresh', got "
+            raise UserInputError(f"ModelArguments: field 'mlm_heads': expected 'pretrained' or 'fresh', got "
                              f"{self.mlm_heads!r}")
 
 
@@ -73,15 +74,15 @@ class DataTrainingArguments(DataSourceArguments):
 
     def __post_init__(self):
         if sum(x is not None for x in (self.demo_task, self.train_file, self.dataset_name)) != 1:
-            raise ValueError("DataTrainingArguments: field 'demo_task': give exactly one of --demo_task, "
+            raise UserInputError("DataTrainingArguments: field 'demo_task': give exactly one of --demo_task, "
                              "--train_file and --dataset_name")
         if self.train_file is not None and self.validation_file is None:
-            raise ValueError("DataTrainingArguments: field 'validation_file': TARTAN needs end-task validation "
+            raise UserInputError("DataTrainingArguments: field 'validation_file': TARTAN needs end-task validation "
                              "data (early stopping, META-TARTAN's meta-gradient)")
         if self.final_finetune_epochs < 0:
-            raise ValueError(f"DataTrainingArguments: field 'final_finetune_epochs': {self.final_finetune_epochs} < 0")
+            raise UserInputError(f"DataTrainingArguments: field 'final_finetune_epochs': {self.final_finetune_epochs} < 0")
         if self.streaming and not any(is_corpus_file(spec.partition("=")[2]) for spec in self.auxiliary):
-            raise ValueError(f"DataTrainingArguments: field 'streaming': streams the auxiliary corpora given as files "
+            raise UserInputError(f"DataTrainingArguments: field 'streaming': streams the auxiliary corpora given as files "
                              f"(--auxiliary name=path); none of {self.auxiliary} is a file (tapt and demo: text are "
                              "built in memory): name a corpus file, or drop --streaming")
         super().__post_init__()
@@ -126,7 +127,7 @@ def build_task(data_args: DataTrainingArguments):
                                     labels_hint="--task_label_names",
                                     where="DataTrainingArguments: field 'train_file'", **caps)
     if task.kind != "classification":
-        raise ValueError(f"task '{task.name}': field 'kind': hf-aux tartan trains a classification end task, "
+        raise UserInputError(f"task '{task.name}': field 'kind': hf-aux tartan trains a classification end task, "
                          f"got {task.kind}")
     return task
 
@@ -150,7 +151,7 @@ def auxiliary_corpora(specs: list[str], raw, task, max_documents: int | None, st
     for spec in specs:
         name, sep, source = spec.partition("=")
         if not sep or not name or not source:
-            raise ValueError(f"DataTrainingArguments: field 'auxiliary': {spec!r} is not name=source")
+            raise UserInputError(f"DataTrainingArguments: field 'auxiliary': {spec!r} is not name=source")
         if source == "tapt":
             train = raw["train"]
             text = [" ".join(str(row[c]) for c in task.text_columns) for row in train]
@@ -210,7 +211,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         model_args, data_args, training_args, lora_args = parse_args()
     lora_args = lora_args or LoraArguments()
     if lora_args.use_lora and data_args.final_finetune_epochs > 0:
-        raise ValueError("LoraArguments: field 'use_lora': --final_finetune_epochs fine-tunes the plain classifier; "
+        raise UserInputError("LoraArguments: field 'use_lora': --final_finetune_epochs fine-tunes the plain classifier; "
                          "with LoRA, run --merge_lora and fine-tune output_dir/merged instead")
     run = start_run(training_args, model_args, data_args, lora_args)
     if run.nothing_to_do:
