@@ -98,7 +98,7 @@ class RunArgsMixin(NonFiniteArgsMixin):
             choices, value = setting.metadata.get("choices"), getattr(self, setting.name)
             if choices is not None and value not in choices:
                 raise UserInputError(f"{type(self).__name__}: field '{setting.name}': {value!r} is not one of "
-                                 f"{list(choices)}")
+                                     f"{list(choices)}")
 
 
 @dataclass
@@ -132,21 +132,24 @@ class MetaWeightingArguments:
         if not 0.0 < self.task_weight_lr <= 10.0:
             raise UserInputError(f"{owner}: field 'task_weight_lr': {self.task_weight_lr} not in (0, 10]")
         if not isinstance(self.meta_head_steps, int) or self.meta_head_steps < 1:
-            raise UserInputError(f"{owner}: field 'meta_head_steps': needs a positive integer, got {self.meta_head_steps!r}")
+            raise UserInputError(f"{owner}: field 'meta_head_steps': needs a positive integer, got "
+                                 f"{self.meta_head_steps!r}")
         if not self.meta_head_lr > 0:
             raise UserInputError(f"{owner}: field 'meta_head_lr': must be positive, got {self.meta_head_lr}")
         if self.meta_head_weight_decay < 0:
-            raise UserInputError(f"{owner}: field 'meta_head_weight_decay': must be >= 0, got {self.meta_head_weight_decay}")
+            raise UserInputError(f"{owner}: field 'meta_head_weight_decay': must be >= 0, got "
+                                 f"{self.meta_head_weight_decay}")
         if self.meta_batch_size is not None and (not isinstance(self.meta_batch_size, int) or self.meta_batch_size < 1):
-            raise UserInputError(f"{owner}: field 'meta_batch_size': needs a positive integer, got {self.meta_batch_size!r}")
+            raise UserInputError(f"{owner}: field 'meta_batch_size': needs a positive integer, got "
+                                 f"{self.meta_batch_size!r}")
         if not active:
             return
         if self.fp16:
-            raise UserInputError(f"{owner}: field 'fp16': the META rule takes per-task gradients with autograd.grad, which "
-                             "a GradScaler cannot scale; use bf16 or fp32")
+            raise UserInputError(f"{owner}: field 'fp16': the META rule takes per-task gradients with autograd.grad, "
+                                 "which a GradScaler cannot scale; use bf16 or fp32")
         checkpointing = self.activation_checkpointing_kwargs
         if self.activation_checkpointing and isinstance(checkpointing, dict) \
                 and checkpointing.get("use_reentrant", False):
-            raise UserInputError(f"{owner}: field 'gradient_checkpointing_kwargs': the META rule takes per-task gradients "
-                             "with torch.autograd.grad, which reentrant checkpointing does not support; use "
-                             "{'use_reentrant': False}")
+            raise UserInputError(f"{owner}: field 'gradient_checkpointing_kwargs': the META rule takes per-task "
+                                 "gradients with torch.autograd.grad, which reentrant checkpointing does not support; "
+                                 "use {'use_reentrant': False}")

@@ -38,7 +38,7 @@ def group_texts_for_mlm(dataset, tokenizer: PreTrainedTokenizerBase, text_column
                           num_proc=num_proc, desc="Grouping texts into MLM blocks")
     if len(grouped) == 0:
         raise UserInputError(f"MLM text: field 'block_size': the text holds fewer than {block_size} tokens in all, not "
-                         "one block; give more text or a smaller block_size")
+                             "one block; give more text or a smaller block_size")
     return grouped
 
 
@@ -259,9 +259,9 @@ def tokenize_task(task, dataset, tokenizer: PreTrainedTokenizerBase, *, max_leng
 
     elif kind == "token_classification":
         if not tokenizer.is_fast:
-            raise UserInputError(f"task '{task.name}': field 'tokenizer': token classification aligns tags to sub-tokens "
-                             f"with a fast tokenizer's word_ids(); {type(tokenizer).__name__} is not fast (load it "
-                             "with AutoTokenizer.from_pretrained(..., use_fast=True))")
+            raise UserInputError(f"task '{task.name}': field 'tokenizer': token classification aligns tags to "
+                                 f"sub-tokens with a fast tokenizer's word_ids(); {type(tokenizer).__name__} is not "
+                                 "fast (load it with AutoTokenizer.from_pretrained(..., use_fast=True))")
         tag_index = {name: i for i, name in enumerate(task.label_names or [])}
 
         def encode(batch):

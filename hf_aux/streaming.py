@@ -57,7 +57,7 @@ def stream_corpus(text_column: str, where: str, *, train_file: str | list[str] |
     columns = stream.column_names
     if columns is not None and text_column not in columns:
         raise UserInputError(f"{where}: column {text_column!r} not in the train text; columns are {columns} (name the "
-                         "column that holds the text)")
+                             "column that holds the text)")
     return stream.select_columns([text_column])
 
 
@@ -72,7 +72,7 @@ def stream_mlm_blocks(stream, tokenizer, text_column: str = "text", block_size: 
         for row, text in zip(indices, batch[text_column]):
             if not isinstance(text, str):
                 raise UserInputError(f"MLM text: field 'text_column': train row {row}: column {text_column!r} holds "
-                                 f"{type(text).__name__} {text!r}, not text; fill the cell or drop the row")
+                                     f"{type(text).__name__} {text!r}, not text; fill the cell or drop the row")
         return make_blocks(batch)
 
     return stream.map(checked_blocks, batched=True, batch_size=1000, with_indices=True, remove_columns=[text_column])

@@ -50,7 +50,7 @@ def _operation(task: str, index: int, step) -> str:
     ops = [key for key in step if key in STEPS]
     if len(ops) != 1:
         raise UserInputError(f"task '{task}': field 'preprocessing': step {index} needs exactly one operation among "
-                         f"{sorted(STEPS)}, got {sorted(step)}")
+                             f"{sorted(STEPS)}, got {sorted(step)}")
     return ops[0]
 
 

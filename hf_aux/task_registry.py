@@ -122,11 +122,11 @@ def find_task(name) -> RegistryTask:
         close = difflib.get_close_matches(str(name), list(tasks), n=5, cutoff=0.6)
         hint = f"closest: {', '.join(close)}" if close else "no close name"
         raise UserInputError(f"task {name!r}: field 'task': unknown registry task ({hint}); `hf-aux tasks` lists the "
-                         f"{len(ready_tasks())} ready tasks")
+                             f"{len(ready_tasks())} ready tasks")
     task = tasks[name]
     if not task.ready:
         raise UserInputError(f"task {name!r}: field 'task': not ready in hf_aux: {task.reason}; describe the task "
-                         "with TaskSpec fields (docs/tasks.md) instead")
+                             "with TaskSpec fields (docs/tasks.md) instead")
     return task
 
 
@@ -144,7 +144,7 @@ def registry_entry(entry: dict, folder: str | os.PathLike) -> dict:
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise UserInputError(f"task {overrides.get('name', task.task_name)!r}: field {unknown[0]!r}: unknown field of "
-                         f"registry task {task.name!r}; it takes TaskSpec fields {sorted(known)}")
+                             f"registry task {task.name!r}; it takes TaskSpec fields {sorted(known)}")
     definition = {"name": task.task_name, **{k: v for k, v in task.fields.items() if k not in _NOT_DEFINED}}
     if overrides.get("data_files") is not None:
         definition.pop("dataset_name", None)

@@ -82,8 +82,8 @@ class ModelArguments(SharedModelArguments):
         if self.encoder_name_or_path in ("", "none"):
             self.encoder_name_or_path = None
         if self.encoder_name_or_path and self.model_name_or_path:
-            raise UserInputError("ModelArguments: give either encoder_name_or_path (continued pretraining of an encoder) "
-                             "or model_name_or_path (an AMOS folder), not both")
+            raise UserInputError("ModelArguments: give either encoder_name_or_path (continued pretraining of an "
+                                 "encoder) or model_name_or_path (an AMOS folder), not both")
 
 
 @dataclass
@@ -111,7 +111,7 @@ class DataTrainingArguments(DataSourceArguments):
         super().__post_init__()
         if not 0 <= self.validation_split_percentage < 100:
             raise UserInputError(f"DataTrainingArguments: field 'validation_split_percentage': "
-                             f"{self.validation_split_percentage} is not in [0, 100)")
+                                 f"{self.validation_split_percentage} is not in [0, 100)")
         for name in ("max_seq_length", "demo_max_documents"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -139,8 +139,8 @@ def parse_args(argv: list[str] | None = None):
 def check_streaming(data_args: DataTrainingArguments, training_args) -> None:
     """--streaming reads a given corpus for a given number of steps (a stream has no length)."""
     if data_args.dataset_name is None and data_args.train_file is None:
-        raise UserInputError("DataTrainingArguments: field 'streaming': streams --train_file or --dataset_name; the demo "
-                         "text is built in memory (give a corpus, or drop --streaming)")
+        raise UserInputError("DataTrainingArguments: field 'streaming': streams --train_file or --dataset_name; the "
+                             "demo text is built in memory (give a corpus, or drop --streaming)")
     require_max_steps(training_args)
 
 
@@ -284,7 +284,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     vocab = model.get_input_embeddings().num_embeddings
     if vocab < len(tokenizer):
         raise UserInputError(f"ModelArguments: field 'tokenizer_name': the tokenizer has {len(tokenizer)} tokens, the "
-                         f"model's vocabulary {vocab}")
+                             f"model's vocabulary {vocab}")
     blocks = {}
     if data_args.streaming and training_args.do_train:
         blocks["train"] = resumable_mlm_blocks(raw["train"], tokenizer, data_args.text_column_name,

@@ -63,11 +63,11 @@ class AmosConfig(TokenSafeTrainingArguments):
             weights = self.mixture_weights or []
             if not weights or any(not w >= 0 for w in weights) or not sum(weights) > 0:
                 raise UserInputError(f"AmosConfig: field 'mixture_weights': {self.mixture_weights} must be one weight "
-                                 ">= 0 per MLM head, not all 0, with mixture='fixed_weights'")
+                                     ">= 0 per MLM head, not all 0, with mixture='fixed_weights'")
             self.mixture_weights = [w / sum(weights) for w in weights]
         elif self.mixture_weights is not None:
             raise UserInputError(f"AmosConfig: field 'mixture_weights': given, but mixture is {self.mixture!r}; it is "
-                             "read only with mixture='fixed_weights'")
+                                 "read only with mixture='fixed_weights'")
         if not 0.0 < self.mlm_probability < 1.0:
             raise UserInputError(f"AmosConfig: field 'mlm_probability': {self.mlm_probability} is not in (0, 1)")
         if self.adv_mlm_multiplier < 0:

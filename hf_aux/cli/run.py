@@ -58,7 +58,7 @@ def require_max_steps(training_args) -> None:
     """--streaming: the train data is a stream, which has no length, so the run's length is --max_steps."""
     if training_args.max_steps is None or training_args.max_steps <= 0:
         raise UserInputError(f"{type(training_args).__name__}: field 'max_steps': --streaming needs --max_steps (a "
-                         "stream has no length, so epochs cannot be counted)")
+                             "stream has no length, so epochs cannot be counted)")
 
 
 def train_and_save(trainer, run, **extra_metrics) -> dict:

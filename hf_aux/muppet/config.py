@@ -68,20 +68,20 @@ class MuppetConfig(MetaWeightingArguments, TokenSafeTrainingArguments):
             raise UserInputError(f"MuppetConfig: field 'batching': {self.batching!r} is not one of {list(STRATEGIES)}")
         if not self.task_sampling_temperature > 0:
             raise UserInputError(f"MuppetConfig: field 'task_sampling_temperature': must be > 0, got "
-                             f"{self.task_sampling_temperature}")
+                                 f"{self.task_sampling_temperature}")
         if self.robust_finetuning not in ROBUST_MODES:
             raise UserInputError(f"MuppetConfig: field 'robust_finetuning': {self.robust_finetuning!r} is not one of "
-                             f"{list(ROBUST_MODES)}")
+                                 f"{list(ROBUST_MODES)}")
         if not self.r3f_eps >= 0:
             raise UserInputError(f"MuppetConfig: field 'r3f_eps': must be >= 0, got {self.r3f_eps}")
         if not self.r3f_lambda >= 0:
             raise UserInputError(f"MuppetConfig: field 'r3f_lambda': must be >= 0, got {self.r3f_lambda}")
         if self.generation_max_length < 1:
             raise UserInputError(f"MuppetConfig: field 'generation_max_length': must be >= 1, got "
-                             f"{self.generation_max_length}")
+                                 f"{self.generation_max_length}")
         if self.task_weighting not in TASK_WEIGHTINGS:
             raise UserInputError(f"MuppetConfig: field 'task_weighting': {self.task_weighting!r} is not one of "
-                             f"{list(TASK_WEIGHTINGS)}")
+                                 f"{list(TASK_WEIGHTINGS)}")
         for name in ("meta_tasks_per_step", "task_weight_update_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
