@@ -20,8 +20,8 @@ from .errors import UserInputError
 __all__ = ["SPLITS", "TASK_KINDS", "TaskSpec", "check_task_data", "check_unique_names", "hub_task_name",
            "load_mixture", "load_task_source", "load_task_splits", "task_error", "task_from_data_files",
            "task_from_entry", "task_from_file", "task_from_hub"]
-from .validation import (check_text_cells, infer_class_labels, infer_tag_labels, infer_task_kind, load_data_files,
-                         read_structured_file)
+from .validation import (check_text_cells, did_you_mean, infer_class_labels, infer_tag_labels, infer_task_kind,
+                         load_data_files, read_structured_file)
 
 # --------------------------------------------------------------------------------------------------------------
 # Mixtures: one YAML or JSON file describing several tasks
@@ -101,7 +101,8 @@ def _described_by_data(entry: dict) -> dict:
     splits = load_data_files(files, f"task '{name}': field 'data_files'")
     entry = dict(entry)
     if not entry.get("kind"):
-        entry["kind"] = infer_task_kind(splits, entry, f"task '{name}': field 'kind'", "kind: <kind> for the task")
+        entry["kind"] = infer_task_kind(splits, entry, f"task '{name}': field 'kind'", "kind: <kind> for the task",
+                                        f"task '{name}': field 'label_column'", "label_column: <column> for the task")
     if entry["kind"] in LABELLED_KINDS and not classes_given:
         entry.update(_classes_from_data(name, entry["kind"], splits, entry, "label_names or num_labels for the task"))
     return entry
@@ -117,7 +118,7 @@ def task_from_file(path: str | os.PathLike, name: str | None = None, where: str 
         tasks = load_mixture(file)
         if len(tasks) != 1:
             raise UserInputError(f"{where}: {str(path)!r} holds {len(tasks)} tasks "
-                             f"({[t.name for t in tasks]}); fine-tuning takes exactly one")
+                                 f"({[t.name for t in tasks]}); fine-tuning takes exactly one")
         task = tasks[0]
     elif isinstance(content, dict):
         task = task_from_entry(content, file.parent)
@@ -172,7 +173,7 @@ def task_from_hub(dataset_name: str, kind: str, dataset_config: str | None = Non
         first = next(iter(raw.values()))
         if label_column not in first.column_names:
             raise UserInputError(f"{owner}: field 'label_column': {label_column!r} is not a column of "
-                             f"{dataset_name} ({first.column_names})")
+                                 f"{dataset_name} ({first.column_names})")
         feature = first.features[label_column]
         if isinstance(feature, datasets.ClassLabel):
             spec["label_names"] = list(feature.names)
@@ -278,8 +279,8 @@ def check_task_data(task: TaskSpec, data, split: str = "train") -> None:
     for column in task.required_columns():
         if column not in data.column_names:
             field_name = _column_field(task, column)
-            raise task_error(task.name, field_name, f"column {column!r} not in the {split} data; "
-                             f"columns are {data.column_names}")
+            raise task_error(task.name, field_name, f"column {column!r} not in the {split} data"
+                             f"{did_you_mean(column, data.column_names)}; columns are {data.column_names}")
     from .column_checks import task_rows_are_clean  # pyarrow, imported when data is checked
 
     if task_rows_are_clean(task, data):  # whole columns in Arrow; the row checks below find and word any problem

@@ -116,28 +116,29 @@ class DataTrainingArguments(DataSourceArguments):
         sources = [name for name, given in (("demo_task", self.demo_task), ("task_file", self.task_file),
                                             ("dataset_name", self.dataset_name), ("train_file", bool(files))) if given]
         if len(sources) != 1:
-            raise UserInputError("DataTrainingArguments: field 'demo_task': give exactly one of --demo_task, --task_file, "
-                             f"--dataset_name or --train_file/--validation_file/--test_file; got {sources or 'none'}")
+            raise UserInputError("DataTrainingArguments: field 'demo_task': give exactly one of --demo_task, "
+                                 "--task_file, --dataset_name or --train_file/--validation_file/--test_file; got "
+                                 f"{sources or 'none'}")
         if self.dataset_name is not None and self.task_kind is None:
             raise UserInputError("DataTrainingArguments: field 'task_kind': --dataset_name data needs --task_kind "
-                             f"(one of {list(SUPPORTED_KINDS)})")
+                                 f"(one of {list(SUPPORTED_KINDS)})")
         if files:
             suffixes = {Path(f).suffix.lower() for f in files}
             if not suffixes <= set(LABELLED_FILE_BUILDERS) or len({LABELLED_FILE_BUILDERS[s] for s in suffixes}) != 1:
                 raise UserInputError(f"DataTrainingArguments: field 'train_file': files must share one of the formats "
-                                 f"{sorted(LABELLED_FILE_BUILDERS)}; got {files}")
+                                     f"{sorted(LABELLED_FILE_BUILDERS)}; got {files}")
         elif self.dataset_name is None and (self.task_kind is not None
                                             or any(getattr(self, c) is not None for c in COLUMN_FIELDS)):
             raise UserInputError("DataTrainingArguments: field 'task_kind': --task_kind and column flags describe "
-                             "--train_file data; a demo task or task file describes itself")
+                                 "--train_file data; a demo task or task file describes itself")
         if self.task_kind is not None and self.task_kind not in TASK_KINDS:
             raise UserInputError(f"DataTrainingArguments: field 'task_kind': unknown kind {self.task_kind!r}; expected "
-                             f"one of {list(SUPPORTED_KINDS)}")
+                                 f"one of {list(SUPPORTED_KINDS)}")
         if not 0.0 < self.train_fraction <= 1.0:
             raise UserInputError(f"DataTrainingArguments: field 'train_fraction': {self.train_fraction} not in (0, 1]")
         if self.max_predict_samples is not None and self.max_predict_samples < 1:
             raise UserInputError(f"DataTrainingArguments: field 'max_predict_samples': must be >= 1, got "
-                             f"{self.max_predict_samples}")
+                                 f"{self.max_predict_samples}")
         super().__post_init__()
         if self.max_seq_length < 8:
             raise UserInputError(f"DataTrainingArguments: field 'max_seq_length': {self.max_seq_length} is too short")
@@ -145,7 +146,7 @@ class DataTrainingArguments(DataSourceArguments):
             raise UserInputError(f"DataTrainingArguments: field 'doc_stride': must be >= 0, got {self.doc_stride}")
         if self.n_best_size < 1 or self.max_answer_length < 1:
             raise UserInputError("DataTrainingArguments: field 'n_best_size': n_best_size and max_answer_length must "
-                             "be positive")
+                                 "be positive")
 
 
 # DataTrainingArguments field -> TaskSpec field
@@ -186,15 +187,16 @@ def build_task(data_args: DataTrainingArguments):
                               where="DataTrainingArguments: field 'task_file'")
     elif data_args.dataset_name is not None:
         task = task_from_hub(data_args.dataset_name, data_args.task_kind, data_args.dataset_config_name,
-                             name=data_args.task_name, columns=columns, labels_hint=hint,
-                             owner="DataTrainingArguments", validation_fraction=data_args.validation_fraction)
+                                 name=data_args.task_name, columns=columns, labels_hint=hint,
+                                 owner="DataTrainingArguments", validation_fraction=data_args.validation_fraction)
     else:
         files = {split: path for split, path in (("train", data_args.train_file),
                                                   ("validation", data_args.validation_file),
                                                   ("test", data_args.test_file)) if path is not None}
         kind = data_args.task_kind or infer_task_kind(
             load_data_files(files, "DataTrainingArguments: field 'train_file'"), columns,
-            "DataTrainingArguments: field 'task_kind'", "--task_kind")
+            "DataTrainingArguments: field 'task_kind'", "--task_kind", "DataTrainingArguments: field 'label_column'",
+            "--label_column")
         if data_args.task_kind is None:
             logger.info("task kind from the data: %s (--task_kind sets it)", kind)
         task = task_from_data_files(data_args.task_name or "task", kind, files, columns=columns,
@@ -296,7 +298,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     for split, flag in (("train", "do_train"), ("validation", "do_eval"), ("test", "do_predict")):
         if getattr(training_args, flag) and split not in raw:
             raise UserInputError(f"task '{task.name}': field '{split}_split': --{flag} needs a {split} split; the data "
-                             f"has {list(raw)}")
+                                 f"has {list(raw)}")
     if "train" in raw:
         raw["train"] = select_train_rows(raw["train"], data_args)
     for split, cap in (("validation", data_args.max_eval_samples), ("test", data_args.max_predict_samples)):
