@@ -65,8 +65,9 @@ class DataTrainingArguments:
         if self.mixture_file is not None and self.demo_tasks is not None:
             raise UserInputError("DataTrainingArguments: give either mixture_file or demo_tasks, not both")
         if not 0.0 < self.end_task_train_fraction <= 1.0:
-            raise UserInputError(f"DataTrainingArguments: field 'end_task_train_fraction': {self.end_task_train_fraction} "
-                             "not in (0, 1]")
+            raise UserInputError("DataTrainingArguments: field 'end_task_train_fraction': "
+                                 f"{self.end_task_train_fraction} "
+                                 "not in (0, 1]")
         for name in ("max_seq_length", "doc_stride", "max_target_length", "max_train_samples", "max_eval_samples"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -105,7 +106,7 @@ def load_end_task(data_args: DataTrainingArguments, training_args: MuppetConfig,
     if data_args.end_task is None:
         if meta:
             raise UserInputError("MuppetConfig: field 'task_weighting': 'meta' needs --end_task (a demo task name or a "
-                             "task file), the task the mixture's weights are learned toward")
+                                 "task file), the task the mixture's weights are learned toward")
         return None, None
     if not meta:
         raise UserInputError("DataTrainingArguments: field 'end_task': only read with --task_weighting meta")
@@ -132,8 +133,8 @@ def load_end_task(data_args: DataTrainingArguments, training_args: MuppetConfig,
     rows = fixed_share(splits["train"], data_args.end_task_train_fraction, data_args.end_task_subset_seed)
     shared = _tasks_sharing_rows(task, rows, tasks, raw)
     if shared:
-        raise UserInputError(f"DataTrainingArguments: field 'end_task': {data_args.end_task!r} is in the mixture as task "
-                         f"'{shared}' (same rows): the end task must be one the mixture does not train on")
+        raise UserInputError(f"DataTrainingArguments: field 'end_task': {data_args.end_task!r} is in the mixture as "
+                             f"task '{shared}' (same rows): the end task must be one the mixture does not train on")
     return task, rows
 
 
@@ -188,6 +189,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
             model_path, tasks=tasks, classifier_dropout=model_args.classifier_dropout,
             pooling=None if model_args.pooling == "auto" else model_args.pooling,
             spectral_norm_heads=True if training_args.robust_finetuning == "r4f" else None, **model_args.hub_kwargs())
+    lora_args.check_targets(model.body)  # before tokenising: a misspelt --lora_target_modules stops the run here
     if model.config.encoder.vocab_size < len(tokenizer):
         raise UserInputError(f"ModelArguments: field 'tokenizer_name': the tokenizer has {len(tokenizer)} tokens, the "
                          f"model's vocabulary {model.config.encoder.vocab_size}")
