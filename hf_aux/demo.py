@@ -526,8 +526,8 @@ def demo_task(name: str, /, seed: int = 42, max_train_samples: int | None = None
     if name not in _BUILDERS:
         from .validation import did_you_mean
 
-        raise UserInputError(f"unknown demo task {name!r}{did_you_mean(name, DEMO_TASK_NAMES)}; known demo tasks are "
-                             f"{list(DEMO_TASK_NAMES)}")
+        raise UserInputError(f"unknown demo task {name!r}; known demo tasks are {list(DEMO_TASK_NAMES)}"
+                             f"{did_you_mean(name, DEMO_TASK_NAMES)}")
     builder_options = {k: v for k, v in options.items() if k in _BUILDER_OPTIONS.get(name, ())}
     spec_overrides = {k: v for k, v in options.items() if k not in builder_options}
     spec_fields = {f.name for f in fields(TaskSpec)} - {"dataset", "kind", "max_train_samples", "max_eval_samples"}

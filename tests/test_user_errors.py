@@ -73,7 +73,7 @@ def hold_lock(out: Path) -> subprocess.Popen:
 MISTAKES = {  # name -> (extra arguments, a path to replace the data files, what the one line says)
     "flag typo": (["--max_stesp", "3"], None, "unrecognized argument --max_stesp; did you mean --max_steps?"),
     "wrong task": (["--demo_task", "rotten_tomatos"], "no files",
-                   "unknown demo task 'rotten_tomatos'; did you mean 'rotten_tomatoes'?"),
+                   "unknown demo task 'rotten_tomatos'; known demo tasks are ['imdb', 'rotten_tomatoes', "),
     "missing file": ([], "missing", "field 'train_file' (train): file '{missing}' does not exist"),
     "wrong column": (["--label_column", "lable"], None,
                      "field 'label_column': no 'lable' column in the data; did you mean 'label'?"),
@@ -109,6 +109,8 @@ def test_a_mistake_is_one_line_and_exit_status_2(mistake, entry, data, tmp_path)
     assert "Traceback" not in done.stderr and len(lines) == 1, done.stderr[-3000:]
     assert lines[0].startswith(f"{prog}: error: "), lines
     assert expected.format(missing=tmp_path / "missing.jsonl", holder=holder and holder.pid) in lines[0]
+    if mistake == "wrong task":
+        assert lines[0].endswith("; did you mean 'rotten_tomatoes'?")
     assert not (out / "trainer_state.json").exists() and not list(out.glob("checkpoint-*"))  # no work was done
 
 
