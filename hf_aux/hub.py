@@ -40,6 +40,8 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
+from .errors import UserInputError
+
 logger = logging.getLogger(__name__)
 
 # ---- every Hub call: a connect and a read timeout, and a bounded retry ------------------------------------------
@@ -389,7 +391,7 @@ def hub_id_or_none(name: str | None) -> str | None:
     return name if name and not os.path.exists(name) and not os.path.isabs(name) else None
 
 
-class HubDownloadError(ValueError):
+class HubDownloadError(UserInputError):
     """A model, tokenizer or dataset named by a Hub id could not be loaded; the message names the argument."""
 
 

@@ -62,6 +62,7 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .base_config import RUN_CONTROL_FIELDS, RunArgsMixin  # noqa: F401  (RunArgsMixin: importable here too)
+from .errors import UserInputError
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ def _only_longer(old: dict, new: dict) -> bool:
     return all(old.get(k) == new.get(k) for k in set(old) | set(new) if k not in EXTENSION_FIELDS)
 
 
-class OutputDirError(ValueError):
+class OutputDirError(UserInputError):
     """The output folder cannot be used as asked; the message says why and what to do."""
 
 
@@ -390,11 +391,18 @@ class _Terminated(BaseException):
         self.signum = signum
 
 
-def run_command(main, *args):
-    """A run script's entry point: `main(*args)`, with SIGTERM acting as Ctrl-C does. Inside the training steps
-    `InterruptCallback` checkpoints and exits with its own line; anywhere else (loading data or models, evaluating,
-    saving) a Ctrl-C or SIGTERM ends the process with one line and exit code 128 + the signal number instead of a
-    traceback. The SIGTERM handler is restored when `main` returns."""
+def run_command(main, *args, prog: str | None = None):
+    """A command's entry point (`hf-aux <command>` and the run scripts): `main(*args)`, with SIGTERM acting as
+    Ctrl-C does. Inside the training steps `InterruptCallback` checkpoints and exits with its own line; anywhere else
+    (loading data or models, evaluating, saving) a Ctrl-C or SIGTERM ends the process with one line and exit code
+    128 + the signal number instead of a traceback. A mistake in what the user gave (`hf_aux.errors.UserInputError`:
+    a flag, a value, a file, a task, a column, an output folder in use) ends it with one line, `<prog>: error: ...`
+    (`prog`: default the script's name), and exit code 2; HF_AUX_TRACEBACK=1 adds its traceback, and any other
+    exception keeps its own. Under torchrun the rank's error file names the cause for the launcher's summary
+    (`hf_aux.errors.call_recorded`). The SIGTERM handler is restored when `main` returns."""
+    from .errors import call_recorded, exit_for_user_error
+
+    prog = prog or os.path.basename(sys.argv[0])
 
     def on_sigterm(signum, frame):
         raise _Terminated(signum)
@@ -403,7 +411,9 @@ def run_command(main, *args):
     if previous is not None:
         signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        return main(*args)
+        return call_recorded(main, *args, prog=prog)
+    except UserInputError as error:
+        exit_for_user_error(prog, error)
     except KeyboardInterrupt:
         signum = signal.SIGINT
     except _Terminated as interrupted:

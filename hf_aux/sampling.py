@@ -38,6 +38,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from .errors import UserInputError
+
 STRATEGIES = ("heterogeneous", "batch_homogeneous", "dataset_homogeneous")
 
 
@@ -52,7 +54,7 @@ class MultiTaskDataset(torch.utils.data.Dataset):
         self.datasets = [datasets_by_task[name] for name in self.task_names]
         for name, data in zip(self.task_names, self.datasets):
             if len(data) == 0:
-                raise ValueError(f"task '{name}': field 'train_split': the tokenised train split is empty")
+                raise UserInputError(f"task '{name}': field 'train_split': the tokenised train split is empty")
         self.sizes = [len(d) for d in self.datasets]
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
 

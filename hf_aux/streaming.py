@@ -30,6 +30,8 @@ import os
 
 import torch
 
+from .errors import UserInputError
+
 STATE_FILE = "stream_state.json"
 
 
@@ -47,15 +49,15 @@ def stream_corpus(text_column: str, where: str, *, train_file: str | list[str] |
         files = [train_file] if isinstance(train_file, str) else list(train_file)
         builders = {check_data_file(str(path), where) for path in files}
         if len(builders) != 1:
-            raise ValueError(f"{where}: the files mix formats {sorted(builders)} ({files}); use one format")
+            raise UserInputError(f"{where}: the files mix formats {sorted(builders)} ({files}); use one format")
         stream = datasets.load_dataset(builders.pop(), data_files={"train": files}, split="train", streaming=True,
                                        **load_kwargs)
     else:
         stream = datasets.load_dataset(dataset_name, dataset_config, split="train", streaming=True, **load_kwargs)
     columns = stream.column_names
     if columns is not None and text_column not in columns:
-        raise ValueError(f"{where}: column {text_column!r} not in the train text; columns are {columns} (name the "
-                         "column that holds the text)")
+        raise UserInputError(f"{where}: column {text_column!r} not in the train text; columns are {columns} (name the "
+                             "column that holds the text)")
     return stream.select_columns([text_column])
 
 
@@ -69,8 +71,8 @@ def stream_mlm_blocks(stream, tokenizer, text_column: str = "text", block_size: 
     def checked_blocks(batch, indices):
         for row, text in zip(indices, batch[text_column]):
             if not isinstance(text, str):
-                raise ValueError(f"MLM text: field 'text_column': train row {row}: column {text_column!r} holds "
-                                 f"{type(text).__name__} {text!r}, not text; fill the cell or drop the row")
+                raise UserInputError(f"MLM text: field 'text_column': train row {row}: column {text_column!r} holds "
+                                     f"{type(text).__name__} {text!r}, not text; fill the cell or drop the row")
         return make_blocks(batch)
 
     return stream.map(checked_blocks, batched=True, batch_size=1000, with_indices=True, remove_columns=[text_column])

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import re
 
+from .errors import UserInputError
+
 # operation -> the keys its step takes besides the operation's own (required, optional)
 STEPS = {
     "join": ({"into"}, {"separator"}),
@@ -38,26 +40,26 @@ _COLUMN = re.compile(r"[^\s].*")
 _PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
-def _step_error(task: str, index: int, op: str, message: str) -> ValueError:
-    return ValueError(f"task '{task}': field 'preprocessing': step {index} ({op}): {message}")
+def _step_error(task: str, index: int, op: str, message: str) -> UserInputError:
+    return UserInputError(f"task '{task}': field 'preprocessing': step {index} ({op}): {message}")
 
 
 def _operation(task: str, index: int, step) -> str:
     if not isinstance(step, dict):
-        raise ValueError(f"task '{task}': field 'preprocessing': step {index} must be a mapping, got {step!r}")
+        raise UserInputError(f"task '{task}': field 'preprocessing': step {index} must be a mapping, got {step!r}")
     ops = [key for key in step if key in STEPS]
     if len(ops) != 1:
-        raise ValueError(f"task '{task}': field 'preprocessing': step {index} needs exactly one operation among "
-                         f"{sorted(STEPS)}, got {sorted(step)}")
+        raise UserInputError(f"task '{task}': field 'preprocessing': step {index} needs exactly one operation among "
+                             f"{sorted(STEPS)}, got {sorted(step)}")
     return ops[0]
 
 
 def check_steps(task: str, steps) -> None:
-    """Raise a ValueError naming the task, the step and what is wrong with a `preprocessing` list."""
+    """Raise a UserInputError naming the task, the step and what is wrong with a `preprocessing` list."""
     if steps is None:
         return
     if not isinstance(steps, list):
-        raise ValueError(f"task '{task}': field 'preprocessing': must be a list of steps, got {steps!r}")
+        raise UserInputError(f"task '{task}': field 'preprocessing': must be a list of steps, got {steps!r}")
     for index, step in enumerate(steps):
         op = _operation(task, index, step)
         required, optional = STEPS[op]

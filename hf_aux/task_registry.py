@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from .task_spec import TaskSpec
+from .errors import UserInputError
 
 DATA_FOLDER = Path(__file__).parent / "task_registry_data"
 REGISTRY_FILES = ("tasksource.json",)
@@ -120,13 +121,13 @@ def find_task(name) -> RegistryTask:
     if not isinstance(name, str) or name not in tasks:
         close = difflib.get_close_matches(str(name), list(tasks), n=5, cutoff=0.6)
         hint = f"closest: {', '.join(close)}" if close else "no close name"
-        raise ValueError(f"task {name!r}: field 'task': unknown registry task ({hint}); `hf-aux tasks` lists the "
-                         f"{len(ready_tasks())} ready tasks, `hf-aux tasks --search <word>` those whose name, kind, "
-                         "dataset or description holds a word")
+        raise UserInputError(f"task {name!r}: field 'task': unknown registry task ({hint}); `hf-aux tasks` lists the "
+                             f"{len(ready_tasks())} ready tasks, `hf-aux tasks --search <word>` those whose name, "
+                             "kind, dataset or description holds a word")
     task = tasks[name]
     if not task.ready:
-        raise ValueError(f"task {name!r}: field 'task': not ready in hf_aux: {task.reason}; describe the task "
-                         "with TaskSpec fields (docs/tasks.md) instead")
+        raise UserInputError(f"task {name!r}: field 'task': not ready in hf_aux: {task.reason}; describe the task "
+                             "with TaskSpec fields (docs/tasks.md) instead")
     return task
 
 
@@ -143,8 +144,8 @@ def registry_entry(entry: dict, folder: str | os.PathLike) -> dict:
     known = {f.name for f in fields(TaskSpec)} - {"dataset"}
     unknown = sorted(set(overrides) - known)
     if unknown:
-        raise ValueError(f"task {overrides.get('name', task.task_name)!r}: field {unknown[0]!r}: unknown field of "
-                         f"registry task {task.name!r}; it takes TaskSpec fields {sorted(known)}")
+        raise UserInputError(f"task {overrides.get('name', task.task_name)!r}: field {unknown[0]!r}: unknown field of "
+                             f"registry task {task.name!r}; it takes TaskSpec fields {sorted(known)}")
     definition = {"name": task.task_name, **{k: v for k, v in task.fields.items() if k not in _NOT_DEFINED}}
     if overrides.get("data_files") is not None:
         definition.pop("dataset_name", None)

@@ -14,6 +14,7 @@ from typing import Any
 
 from .task_preprocessing import check_steps
 from .validation import LABELLED_FILE_BUILDERS
+from .errors import UserInputError
 
 TASK_KINDS = ("classification", "regression", "multiple_choice", "extractive_qa", "seq2seq", "token_classification")
 # kinds whose labels are classes named by `label_names` / counted by `num_labels`
@@ -21,8 +22,8 @@ LABELLED_KINDS = ("classification", "token_classification")
 SPLITS = ("train", "validation", "test")
 
 
-def task_error(task: str, field_name: str, message: str) -> ValueError:
-    return ValueError(f"task '{task}': field '{field_name}': {message}")
+def task_error(task: str, field_name: str, message: str) -> UserInputError:
+    return UserInputError(f"task '{task}': field '{field_name}': {message}")
 
 
 @dataclass
@@ -74,7 +75,7 @@ class TaskSpec:
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.strip():
-            raise ValueError(f"task {self.name!r}: field 'name': must be a non-empty string")
+            raise UserInputError(f"task {self.name!r}: field 'name': must be a non-empty string")
         if any(c in self.name for c in "/\\. ") or self.name.startswith("_"):
             raise task_error(self.name, "name", "may not contain '/', '\\', '.', spaces or start with '_' "
                              "(it names a head in checkpoints)")
@@ -202,7 +203,7 @@ class TaskSpec:
     @classmethod
     def from_dict(cls, data: dict) -> TaskSpec:
         if not isinstance(data, dict):
-            raise ValueError(f"task {data!r}: field 'task': each task must be a mapping")
+            raise UserInputError(f"task {data!r}: field 'task': each task must be a mapping")
         name = data.get("name", "<unnamed>")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)

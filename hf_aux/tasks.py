@@ -15,12 +15,13 @@ import re
 from pathlib import Path
 
 from .task_spec import LABELLED_KINDS, SPLITS, TASK_KINDS, TaskSpec, task_error
+from .errors import UserInputError
 
 __all__ = ["SPLITS", "TASK_KINDS", "TaskSpec", "check_task_data", "check_unique_names", "hub_task_name",
            "load_mixture", "load_task_source", "load_task_splits", "task_error", "task_from_data_files",
            "task_from_entry", "task_from_file", "task_from_hub"]
-from .validation import (check_text_cells, infer_class_labels, infer_tag_labels, infer_task_kind, load_data_files,
-                         read_structured_file)
+from .validation import (check_text_cells, did_you_mean, infer_class_labels, infer_tag_labels, infer_task_kind,
+                         load_data_files, read_structured_file)
 
 # --------------------------------------------------------------------------------------------------------------
 # Mixtures: one YAML or JSON file describing several tasks
@@ -37,7 +38,7 @@ def load_mixture(path: str | os.PathLike, max_train_samples: int | None = None,
     content = read_structured_file(path, "mixture file")
     entries = content.get("tasks") if isinstance(content, dict) else None
     if not isinstance(entries, list) or not entries:
-        raise ValueError(f"mixture file {str(path)!r}: needs a non-empty list under 'tasks'")
+        raise UserInputError(f"mixture file {str(path)!r}: needs a non-empty list under 'tasks'")
     tasks = [task_from_entry(entry, path.parent) for entry in entries]
     check_unique_names(tasks)
     for task in tasks:
@@ -100,7 +101,8 @@ def _described_by_data(entry: dict) -> dict:
     splits = load_data_files(files, f"task '{name}': field 'data_files'")
     entry = dict(entry)
     if not entry.get("kind"):
-        entry["kind"] = infer_task_kind(splits, entry, f"task '{name}': field 'kind'", "kind: <kind> for the task")
+        entry["kind"] = infer_task_kind(splits, entry, f"task '{name}': field 'kind'", "kind: <kind> for the task",
+                                        f"task '{name}': field 'label_column'", "label_column: <column> for the task")
     if entry["kind"] in LABELLED_KINDS and not classes_given:
         entry.update(_classes_from_data(name, entry["kind"], splits, entry, "label_names or num_labels for the task"))
     return entry
@@ -115,13 +117,13 @@ def task_from_file(path: str | os.PathLike, name: str | None = None, where: str 
     if isinstance(content, dict) and "tasks" in content:
         tasks = load_mixture(file)
         if len(tasks) != 1:
-            raise ValueError(f"{where}: {str(path)!r} holds {len(tasks)} tasks "
-                             f"({[t.name for t in tasks]}); fine-tuning takes exactly one")
+            raise UserInputError(f"{where}: {str(path)!r} holds {len(tasks)} tasks "
+                                 f"({[t.name for t in tasks]}); fine-tuning takes exactly one")
         task = tasks[0]
     elif isinstance(content, dict):
         task = task_from_entry(content, file.parent)
     else:
-        raise ValueError(f"{where}: {str(path)!r} must hold a mapping")
+        raise UserInputError(f"{where}: {str(path)!r} must hold a mapping")
     return dataclasses.replace(task, name=name) if name and name != task.name else task
 
 
@@ -136,7 +138,7 @@ def task_from_data_files(name: str, kind: str, files: dict[str, str], columns: d
     where = where or f"task '{name}': field 'data_files'"
     for split, path in files.items():
         if not os.path.isfile(path):
-            raise ValueError(f"{where}: {split} file {path!r} does not exist")
+            raise UserInputError(f"{where}: {split} file {path!r} does not exist")
     spec = {"name": name, "kind": kind, "data_files": files, **(columns or {}), **options}
     if kind in LABELLED_KINDS and spec.get("label_names") is None and spec.get("num_labels") is None:
         chosen = {split: path for split, path in files.items() if label_splits is None or split in label_splits}
@@ -170,8 +172,8 @@ def task_from_hub(dataset_name: str, kind: str, dataset_config: str | None = Non
         label_column = spec.get("label_column", "label")
         first = next(iter(raw.values()))
         if label_column not in first.column_names:
-            raise ValueError(f"{owner}: field 'label_column': {label_column!r} is not a column of "
-                             f"{dataset_name} ({first.column_names})")
+            raise UserInputError(f"{owner}: field 'label_column': {label_column!r} is not a column of "
+                                 f"{dataset_name} ({first.column_names})")
         feature = first.features[label_column]
         if isinstance(feature, datasets.ClassLabel):
             spec["label_names"] = list(feature.names)
@@ -283,15 +285,15 @@ def load_task_splits(task: TaskSpec, seed: int = 42):
 
 
 def check_task_data(task: TaskSpec, data, split: str = "train") -> None:
-    """Raise a ValueError naming the task and field when `data` does not fit the spec."""
+    """Raise a UserInputError naming the task and field when `data` does not fit the spec."""
     if len(data) == 0:
         raise task_error(task.name, f"{split}_split" if split != "validation" else "validation_split",
                          f"the {split} split is empty")
     for column in task.required_columns():
         if column not in data.column_names:
             field_name = _column_field(task, column)
-            raise task_error(task.name, field_name, f"column {column!r} not in the {split} data; "
-                             f"columns are {data.column_names}")
+            raise task_error(task.name, field_name, f"column {column!r} not in the {split} data"
+                             f"{did_you_mean(column, data.column_names)}; columns are {data.column_names}")
     from .column_checks import task_rows_are_clean  # pyarrow, imported when data is checked
 
     if task_rows_are_clean(task, data):  # whole columns in Arrow; the row checks below find and word any problem

@@ -6,6 +6,7 @@ last checkpoint; every card names the model it started from (base_model)."""
 import ast
 import functools
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -239,7 +240,7 @@ def test_every_method_ships_its_demo_config():
 HELP_PROBE = """import sys, contextlib, io
 from hf_aux.cli.command import main
 pages = []
-for argv in ([], ["--help"], *([name, "--help"] for name in {names!r})):
+for argv in ([], ["--help"], *([name, flag] for name in {names!r} for flag in ("--help", "--help-all"))):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         try:
@@ -254,18 +255,22 @@ print("\\x00" + " ".join(m for m in ("transformers.trainer", "peft", "datasets",
 """
 
 
-def test_hf_aux_help_lists_every_flag_of_every_method_without_importing_trainer_peft_or_datasets():
+def test_hf_aux_help_all_lists_every_flag_of_every_method_without_importing_trainer_peft_or_datasets():
+    """`hf-aux <method> --help` shows one screen (tests/test_user_errors.py checks what it holds); `--help-all` every
+    flag with its help text. Neither imports the Trainer, peft or datasets."""
     names = [record.command for record in methods()]
     out = subprocess.run([sys.executable, "-c", HELP_PROBE.format(names=names)], check=True, capture_output=True,
-                         text=True).stdout
+                         text=True, env={**os.environ, "COLUMNS": "80"}).stdout
     *pages, heavy = out.split("\x00")
     assert heavy.split() == []
     assert "usage: hf-aux <command>" in pages[0] and pages[0] == pages[1]
-    for name, page in zip(names, pages[2:]):
+    for name, short, full in zip(names, pages[2::2], pages[3::2]):
         module = script_module(f"run_{by_command(name).package}")
-        assert page.startswith(f"usage: hf-aux {name}") and "--config FILE" in page
+        assert short.startswith(f"usage: hf-aux {name}") and "--config FILE" in short
+        assert full.startswith(f"usage: hf-aux {name}") and "--config FILE" in full
+        assert len(short.splitlines()) <= 150 < len(full.splitlines()), name
         for action in module.make_parser()._actions:
-            assert action.option_strings[0] in page, (name, action.option_strings)
+            assert action.option_strings[0] in full, (name, action.option_strings)
             assert action.help, (name, action.dest)  # every flag has help text
 
 

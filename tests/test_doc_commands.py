@@ -27,7 +27,9 @@ in a folder holding the `mixture.yaml` they read (two tiny tasks from local file
 from __future__ import annotations
 
 import configparser
+import contextlib
 import importlib
+import io
 import os
 import re
 import shlex
@@ -182,6 +184,11 @@ def parse_run_script_args(name: str, argv: list[str], tmp_path: Path) -> tuple:
         raise ValueError(f"shell variables in run-script arguments cannot be checked: {argv}")
     module = load_run_script(name)
     parse = getattr(module, "parse_args", None) or module.parse
+    if {"-h", "--help", "--help-all"} & set(argv):  # a help command: it prints the flags and ends with status 0
+        with contextlib.redirect_stdout(io.StringIO()) as out, pytest.raises(SystemExit) as ended:
+            parse(argv)
+        assert ended.value.code == 0 and "--output_dir" in out.getvalue()
+        return ()
     if len(argv) == 1 and argv[0].endswith((".yaml", ".yml", ".json")):
         # a documented argument file: the user writes it; check that the script reads such a file
         argument_file = tmp_path / ("args" + Path(argv[0]).suffix)

@@ -286,7 +286,8 @@ CASES = [
          ValueError, ("validation_split_percentage",)),
     Case("amos-two-sources", "run_amos", amos_argv("--dataset_name", "x/y"), {"corpus.txt": CORPUS}, ValueError,
          ("dataset_name", "train_file")),
-    Case("amos-bad-mixture", "run_amos", amos_argv("--mixture", "bogus"), {"corpus.txt": CORPUS}, SystemExit, ()),
+    Case("amos-bad-mixture", "run_amos", amos_argv("--mixture", "bogus"), {"corpus.txt": CORPUS}, ValueError,
+         ("argument --mixture: invalid choice: 'bogus'",)),
     Case("amos-rtd-weight", "run_amos", amos_argv("--rtd_weight", "0"), {"corpus.txt": CORPUS}, ValueError,
          ("rtd_weight",)),
     # ---- run_muppet: mixture files ----

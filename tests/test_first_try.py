@@ -96,8 +96,7 @@ def test_the_kind_of_a_task_is_read_from_its_labels(labels, kind):
 
 
 @pytest.mark.parametrize("column, message", [({"label": [0.0, 1.0]}, "whole numbers written as floats"),
-                                             ({"label": [[0, 1], [1]]}, "holds lists"),
-                                             ({"other": [1, 2]}, "no 'label' column")])
+                                             ({"label": [[0, 1], [1]]}, "holds lists")])
 def test_labels_that_do_not_say_the_kind_ask_for_it(column, message):
     from datasets import Dataset
 
@@ -106,6 +105,17 @@ def test_labels_that_do_not_say_the_kind_ask_for_it(column, message):
         infer_task_kind({"train": data}, {}, "DataTrainingArguments: field 'task_kind'", "--task_kind")
     choices = Dataset.from_dict({"question": ["q"], "choices": [["a", "b"]], "label": [1]})
     assert infer_task_kind({"train": choices}, {}, "where", "hint") == "multiple_choice"
+
+
+def test_no_label_column_asks_for_the_label_column_not_the_kind():
+    from datasets import Dataset
+
+    data = Dataset.from_dict({"text": ["x", "y"], "labels": [1, 2]})
+    with pytest.raises(ValueError, match=r"^DataTrainingArguments: field 'label_column': no 'label' column in the data; "
+                                         r"did you mean 'labels'\? \(columns: \['text', 'labels'\]\); pass "
+                                         r"--label_column with the column that holds the labels$"):
+        infer_task_kind({"train": data}, {}, "DataTrainingArguments: field 'task_kind'", "--task_kind",
+                        "DataTrainingArguments: field 'label_column'", "--label_column")
 
 
 def test_data_means_training_and_evaluation_unless_asked_otherwise(own, tmp_path):

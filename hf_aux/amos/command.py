@@ -25,6 +25,7 @@ from ..cli.arguments import DataSourceArguments
 from ..cli.arguments import ModelArguments as SharedModelArguments
 from ..cli.parser import command_parser, demo_config_path, drop_implied_evaluation, given_by_user, parse_command_line
 from ..cli.run import require_max_steps
+from ..errors import UserInputError
 
 logger = logging.getLogger(__name__)
 
@@ -78,12 +79,12 @@ class ModelArguments(SharedModelArguments):
     def __post_init__(self):
         super().__post_init__()
         if self.model_name_or_path and (self.config_overrides or self.generator_config_overrides):
-            raise ValueError("ModelArguments: field 'config_overrides' cannot be combined with model_name_or_path")
+            raise UserInputError("ModelArguments: field 'config_overrides' cannot be combined with model_name_or_path")
         if self.encoder_name_or_path in ("", "none"):
             self.encoder_name_or_path = None
         if self.encoder_name_or_path and self.model_name_or_path:
-            raise ValueError("ModelArguments: give either encoder_name_or_path (continued pretraining of an encoder) "
-                             "or model_name_or_path (an AMOS folder), not both")
+            raise UserInputError("ModelArguments: give either encoder_name_or_path (continued pretraining of an "
+                                 "encoder) or model_name_or_path (an AMOS folder), not both")
 
 
 @dataclass
@@ -110,12 +111,12 @@ class DataTrainingArguments(DataSourceArguments):
     def __post_init__(self):
         super().__post_init__()
         if not 0 <= self.validation_split_percentage < 100:
-            raise ValueError(f"DataTrainingArguments: field 'validation_split_percentage': "
-                             f"{self.validation_split_percentage} is not in [0, 100)")
+            raise UserInputError(f"DataTrainingArguments: field 'validation_split_percentage': "
+                                 f"{self.validation_split_percentage} is not in [0, 100)")
         for name in ("max_seq_length", "demo_max_documents"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"DataTrainingArguments: field '{name}': must be >= 1, got {value}")
+                raise UserInputError(f"DataTrainingArguments: field '{name}': must be >= 1, got {value}")
 
 
 def make_parser() -> HfArgumentParser:
@@ -139,8 +140,8 @@ def parse_args(argv: list[str] | None = None):
 def check_streaming(data_args: DataTrainingArguments, training_args) -> None:
     """--streaming reads a given corpus for a given number of steps (a stream has no length)."""
     if data_args.dataset_name is None and data_args.train_file is None:
-        raise ValueError("DataTrainingArguments: field 'streaming': streams --train_file or --dataset_name; the demo "
-                         "text is built in memory (give a corpus, or drop --streaming)")
+        raise UserInputError("DataTrainingArguments: field 'streaming': streams --train_file or --dataset_name; the "
+                             "demo text is built in memory (give a corpus, or drop --streaming)")
     require_max_steps(training_args)
 
 
@@ -170,7 +171,7 @@ def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed
                                                                   max_documents=data_args.demo_max_documents,
                                                                   seed=seed)})
     if "train" not in raw:
-        raise ValueError(f"DataTrainingArguments: the data has no 'train' split (splits: {list(raw)})")
+        raise UserInputError(f"DataTrainingArguments: the data has no 'train' split (splits: {list(raw)})")
     for name, split in raw.items():
         check_corpus(split, data_args.text_column_name, "DataTrainingArguments: field 'text_column_name'", name)
     if "validation" not in raw and data_args.validation_split_percentage > 0:
@@ -283,8 +284,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     model = build_model(model_args, tokenizer, data_args.max_seq_length)
     vocab = model.get_input_embeddings().num_embeddings
     if vocab < len(tokenizer):
-        raise ValueError(f"ModelArguments: field 'tokenizer_name': the tokenizer has {len(tokenizer)} tokens, the "
-                         f"model's vocabulary {vocab}")
+        raise UserInputError(f"ModelArguments: field 'tokenizer_name': the tokenizer has {len(tokenizer)} tokens, the "
+                             f"model's vocabulary {vocab}")
     blocks = {}
     if data_args.streaming and training_args.do_train:
         blocks["train"] = resumable_mlm_blocks(raw["train"], tokenizer, data_args.text_column_name,
@@ -302,7 +303,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         eval_data = eval_data.select(range(min(len(eval_data), data_args.max_eval_samples)))
     drop_implied_evaluation(training_args, eval_data is not None, "no validation text")
     if training_args.do_eval and eval_data is None:
-        raise ValueError("--do_eval: no validation text (give validation_file or validation_split_percentage > 0)")
+        raise UserInputError("--do_eval: no validation text (give validation_file or validation_split_percentage > 0)")
 
     trainer = AmosTrainer(model=model, args=training_args, train_dataset=train_data if training_args.do_train else None,
                           eval_dataset=eval_data if training_args.do_eval else None, processing_class=tokenizer)

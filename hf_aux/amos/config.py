@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 
 from ..base_config import TokenSafeTrainingArguments
+from ..errors import UserInputError
 
 MIXTURE_CHOICES = ("adversarial", "uniform", "random_layer", "layer_switch", "fixed_weights")
 
@@ -53,21 +54,21 @@ class AmosConfig(TokenSafeTrainingArguments):
     def __post_init__(self):
         super().__post_init__()
         if not self.rtd_weight > 0:
-            raise ValueError(f"AmosConfig: field 'rtd_weight': {self.rtd_weight} must be > 0")
+            raise UserInputError(f"AmosConfig: field 'rtd_weight': {self.rtd_weight} must be > 0")
         if not self.gumbel_temperature > 0:
-            raise ValueError(f"AmosConfig: field 'gumbel_temperature': {self.gumbel_temperature} must be > 0")
+            raise UserInputError(f"AmosConfig: field 'gumbel_temperature': {self.gumbel_temperature} must be > 0")
         if self.mixture not in MIXTURE_CHOICES:
-            raise ValueError(f"AmosConfig: field 'mixture': {self.mixture!r} is not one of {MIXTURE_CHOICES}")
+            raise UserInputError(f"AmosConfig: field 'mixture': {self.mixture!r} is not one of {MIXTURE_CHOICES}")
         if self.mixture == "fixed_weights":
             weights = self.mixture_weights or []
             if not weights or any(not w >= 0 for w in weights) or not sum(weights) > 0:
-                raise ValueError(f"AmosConfig: field 'mixture_weights': {self.mixture_weights} must be one weight "
-                                 ">= 0 per MLM head, not all 0, with mixture='fixed_weights'")
+                raise UserInputError(f"AmosConfig: field 'mixture_weights': {self.mixture_weights} must be one weight "
+                                     ">= 0 per MLM head, not all 0, with mixture='fixed_weights'")
             self.mixture_weights = [w / sum(weights) for w in weights]
         elif self.mixture_weights is not None:
-            raise ValueError(f"AmosConfig: field 'mixture_weights': given, but mixture is {self.mixture!r}; it is "
-                             "read only with mixture='fixed_weights'")
+            raise UserInputError(f"AmosConfig: field 'mixture_weights': given, but mixture is {self.mixture!r}; it is "
+                                 "read only with mixture='fixed_weights'")
         if not 0.0 < self.mlm_probability < 1.0:
-            raise ValueError(f"AmosConfig: field 'mlm_probability': {self.mlm_probability} is not in (0, 1)")
+            raise UserInputError(f"AmosConfig: field 'mlm_probability': {self.mlm_probability} is not in (0, 1)")
         if self.adv_mlm_multiplier < 0:
-            raise ValueError(f"AmosConfig: field 'adv_mlm_multiplier': {self.adv_mlm_multiplier} must be >= 0")
+            raise UserInputError(f"AmosConfig: field 'adv_mlm_multiplier': {self.adv_mlm_multiplier} must be >= 0")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 # LoRA on the shared body is a library setting (hf_aux.lora_settings); the commands take it from here
 from ..lora_settings import MERGED_SUBFOLDER, LoraArguments  # noqa: F401
+from ..errors import UserInputError
 
 
 @dataclass
@@ -67,11 +68,11 @@ class DataSourceArguments:
     def __post_init__(self):
         owner = type(self).__name__
         if self.dataset_name is not None and self.train_file is not None:
-            raise ValueError(f"{owner}: give either dataset_name or train_file, not both")
+            raise UserInputError(f"{owner}: give either dataset_name or train_file, not both")
         for name in ("max_train_samples", "max_eval_samples"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"{owner}: field '{name}': must be >= 1, got {value}")
+                raise UserInputError(f"{owner}: field '{name}': must be >= 1, got {value}")
 
 
 def pooling_field():

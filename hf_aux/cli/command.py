@@ -1,19 +1,23 @@
 """The `hf-aux` console command (setup.cfg's entry point):
 
     hf-aux muppet|amos|tartan|meta-lm|finetune [--config file.yaml] [flags]
-    hf-aux <method> --help          every flag of the method, with its help text
+    hf-aux <method> --help          the method's own flags, the model's, the data's and the most used Trainer flags
+    hf-aux <method> --help-all      every flag, with its whole help text
     hf-aux tasks [name]             the task registry (hf_aux/cli/tasks.py)
     hf-aux export --model M --task T --output_dir D
                                     one task of a MUPPET checkpoint as a transformers classifier (hf_aux/cli/export.py)
     hf-aux --help                   the methods
 
 The commands are the registered methods' (hf_aux.registry): each method's `hf_aux/<method>/command.py` parses
-the flags and runs; `run_scripts/run_<method>.py` calls the same `main`.
+the flags and runs; `run_scripts/run_<method>.py` calls the same `main`. A mistake in what the user gave (a
+`hf_aux.errors.UserInputError`) ends the command with one line, `hf-aux <command>: error: ...`, and exit status 2
+(`hf_aux.run_guard.run_command`); HF_AUX_TRACEBACK=1 adds its traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib
 import sys
 from collections.abc import Sequence
@@ -37,7 +41,9 @@ def usage() -> str:
              "commands:"]
     lines += [f"  {record.command:<10} {record.summary}" for record in methods()]
     lines += [f"  {command:<10} {summary}" for command, (_, summary) in OTHER_COMMANDS.items()]
-    lines += ["", "hf-aux <command> --help lists every flag of a command."]
+    lines += ["", "hf-aux <command> --help shows a command's main flags; --help-all shows every flag.",
+              "A mistake in the flags, files or data is one line, 'hf-aux <command>: error: ...', with exit status 2",
+              "(HF_AUX_TRACEBACK=1 adds the traceback)."]
     return "\n".join(lines)
 
 
@@ -52,21 +58,24 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     record = by_command(name)
     if record is None:
-        choices = ", ".join([record.command for record in methods()] + list(OTHER_COMMANDS))
-        print(f"hf-aux: unknown command {name!r}; choose one of {choices}\n\n{usage()}", file=sys.stderr)
+        commands = [record.command for record in methods()] + list(OTHER_COMMANDS)
+        close = difflib.get_close_matches(name, commands, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        print(f"hf-aux: error: unknown command {name!r}{hint} (the commands: {', '.join(commands)})", file=sys.stderr)
         raise SystemExit(2)
     module_name = record.command_module
-    if "-h" in rest or "--help" in rest:  # before any other flag is checked: the help of the method alone
+    wants = [flag for flag in ("--help-all", "-h", "--help") if flag in rest]
+    if wants:  # before any other flag is checked: the help of the method alone
         with _peft_unseen_by_transformers():
             parser = importlib.import_module(module_name).make_parser()
         parser.prog = f"hf-aux {name}"
-        parser.print_help()
+        print(parser.format_full_help() if wants[0] == "--help-all" else parser.format_help(), end="")
         raise SystemExit(0)
     from ..run_guard import run_command
 
     module = importlib.import_module(module_name)
 
-    run_command(lambda: module.main(*module.parse_args(rest)))
+    run_command(lambda: module.main(*module.parse_args(rest)), prog=f"hf-aux {name}")
 
 
 @contextlib.contextmanager

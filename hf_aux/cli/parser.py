@@ -26,21 +26,32 @@ argument file, never the demo config's):
 
 A single `.json`/`.yaml`/`.yml` argument (`run_muppet.py config.yaml`, transformers' example-script habit) is the
 older form: the file holds every argument, and no demo config applies.
+
+The parser (`CommandParser`) takes flags only as written in full (no prefix abbreviations: `--max_step` is not
+`--max_steps`), raises every mistake in the command line as a `UserInputError` (an unknown flag with the closest
+known ones), and keeps `--help` to one screen: the method's own flags, then the model's, the data's, and the most
+used Trainer flags; `--help-all` lists every flag.
 """
 
 from __future__ import annotations
 
+import argparse
+import copy
 import dataclasses
+import difflib
 import json
 import logging
 import os
+import re
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from transformers import HfArgumentParser
 
 from ..registry import METHOD_PACKAGES
+from ..errors import UserInputError
 
 logger = logging.getLogger("hf_aux")
 
@@ -56,16 +67,234 @@ def demo_config_path(method: str) -> Path:
     return Path(__file__).resolve().parent.parent / method / DEMO_CONFIG_NAME
 
 
-def command_parser(dataclass_types, method: str, data_source_flags: Sequence[str]) -> HfArgumentParser:
-    """The `HfArgumentParser` of a method's command, its help saying how --config and the demo config work."""
-    import argparse
-
+def command_parser(dataclass_types, method: str, data_source_flags: Sequence[str]) -> CommandParser:
+    """The `CommandParser` of a method's command, its help saying how --config and the demo config work."""
     sources = ", ".join(data_source_flags)
     epilog = (f"{CONFIG_FLAG} FILE     a YAML/JSON mapping of the arguments above, as defaults that any flag on the "
               f"command line overrides. Without a data source ({sources}), on the command line or in the file, the "
               f"demo config {demo_config_path(method)} supplies the defaults first. A single .json/.yaml argument "
               "instead holds every argument (no demo config).")
-    return HfArgumentParser(dataclass_types, epilog=epilog, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    return CommandParser(dataclass_types, epilog=epilog)
+
+
+# ---- the parser: whole flags only, mistakes as UserInputError, a help of one screen -------------------------------
+HELP_ALL_FLAG = "--help-all"
+# the Trainer flags `--help` shows (the rest are behind --help-all), in this order, with a help text of one line
+# (the Trainer's own run to several sentences; a method that words a flag its own way keeps its wording)
+COMMON_TRAINER_FLAGS = {
+    "output_dir": "Where checkpoints, the model, its metrics and card go; a run resumes from its last checkpoint.",
+    "overwrite_output_dir": "Replace a run of another configuration in --output_dir.",
+    "do_train": "Train (on when a training source is given).",
+    "do_eval": "Evaluate on the validation split.",
+    "do_predict": "Predict on the test split.",
+    "num_train_epochs": "Epochs to train (unless --max_steps > 0).",
+    "max_steps": "Optimizer steps to train; > 0 overrides --num_train_epochs.",
+    "per_device_train_batch_size": "Training batch size per process.",
+    "gradient_accumulation_steps": "Batches accumulated into each optimizer step.",
+    "learning_rate": "Peak learning rate.",
+    "warmup_steps": "Linear warm-up: steps, or a share of all steps when < 1.",
+    "seed": "Random seed, set before the model is built.",
+    "bf16": "bfloat16 mixed precision.",
+    "eval_strategy": "When to evaluate.",
+    "eval_steps": "Steps between evaluations (implies --eval_strategy steps).",
+    "save_strategy": "When to checkpoint.",
+    "save_steps": "Steps between checkpoints (implies --save_strategy steps).",
+    "logging_steps": "Steps between log lines (implies --logging_strategy steps).",
+    "report_to": "Where metrics go: none, all, tensorboard, wandb, trackio, ...",
+    "push_to_hub": "Push the output folder to the Hub at the end (to --hub_model_id <user>/<name>).",
+}
+_SECTION_TITLES = {"ModelArguments": "the model", "DataTrainingArguments": "the data",
+                   "LoraArguments": "LoRA on the shared body"}
+
+
+class CommandParser(HfArgumentParser):
+    """`HfArgumentParser` as every hf_aux command uses it:
+
+    - flags only as written in full (`allow_abbrev=False`: argparse would take `--max_step 3` for `--max_steps`);
+    - every mistake in the command line raised as a `UserInputError` (the command prints it as one line): a bad value
+      with argparse's own words, an unknown flag with the closest known ones (`did you mean --max_steps?`), a check
+      of an argument dataclass (TrainingArguments' own included) with its message;
+    - `--help` on one screen: the method's own flags (its config's fields that are not TrainingArguments'), the
+      model's, the data's, LoRA's, then hf_aux's run flags and the most used Trainer flags (COMMON_TRAINER_FLAGS,
+      their help cut to its first sentence), and how many more `--help-all` lists."""
+
+    def __init__(self, dataclass_types, **kwargs):
+        kwargs.setdefault("usage", f"%(prog)s [{CONFIG_FLAG} FILE.yaml] [--flag VALUE ...]")
+        super().__init__(dataclass_types, allow_abbrev=False, formatter_class=_HelpFormatter, **kwargs)
+        self.add_argument(HELP_ALL_FLAG, action=_HelpAllAction, help="Show every flag, the Trainer's included, and "
+                                                                     "exit.")
+
+    def error(self, message: str):
+        # argparse names a flag by all its spellings (--max_steps/--max-steps): the one the help shows is enough
+        raise UserInputError(re.sub(r"(--\w+)/--[\w-]+", r"\1", message))
+
+    def parse_args_into_dataclasses(self, args=None, return_remaining_strings=False, **kwargs):
+        if not return_remaining_strings:  # unknown flags first: a typo is the likelier cause of a failing check
+            _, remaining = self.parse_known_args(args=args)
+            if remaining:
+                raise UserInputError(self.unrecognized(remaining))
+        try:
+            return super().parse_args_into_dataclasses(args, return_remaining_strings, **kwargs)
+        except UserInputError:
+            raise
+        except ValueError as error:  # a dataclass's own check of the values given (e.g. TrainingArguments')
+            raise UserInputError(str(error)) from error
+
+    def known_flags(self) -> list[str]:
+        """Every flag in its underscore spelling (not the hyphenated alias HfArgumentParser adds), and --config."""
+        flags = {option for option in self._option_string_actions
+                 if option.startswith("--") and "-" not in option[2:] and option != HELP_ALL_FLAG}
+        return sorted(flags | {CONFIG_FLAG})
+
+    def unrecognized(self, remaining: Sequence[str]) -> str:
+        """'unrecognized argument --max_stesp; did you mean --max_steps?' (the closest known flags, if any)."""
+        flags = [item.split("=", 1)[0] for item in remaining if item.startswith("-")]
+        if not flags:
+            return (f"unrecognized argument{'s' if len(remaining) > 1 else ''} {' '.join(remaining)} (a value with no "
+                    "flag before it, or a flag that takes one value given several)")
+        known = self.known_flags()
+
+        def closest(flag):  # the best match, and any other as close
+            flag = "--" + flag.lstrip("-").replace("-", "_")
+            scores = sorted(((difflib.SequenceMatcher(None, flag, name).ratio(), name) for name in known), reverse=True)
+            return [name for score, name in scores[:3] if score >= max(0.6, scores[0][0] - 0.03)]
+
+        if len(flags) == 1:
+            close = closest(flags[0])
+            return f"unrecognized argument {flags[0]}" + (f"; did you mean {' or '.join(close)}?" if close else "")
+        parts = [flag + (f" (did you mean {' or '.join(close)}?)" if (close := closest(flag)) else "")
+                 for flag in flags]
+        return f"unrecognized arguments {', '.join(parts)}"
+
+    # ---- help ----
+    def format_help(self) -> str:
+        return self._format_sections(full=False)
+
+    def format_full_help(self) -> str:
+        return self._format_sections(full=True)
+
+    def _format_sections(self, full: bool) -> str:
+        formatter = self._get_formatter()
+        formatter.add_usage(self.usage, [], [])
+        formatter.add_text(self.description)
+        sections, hidden = self._sections(full, help_width=max(24, formatter._width - formatter._max_help_position))
+        for title, actions in sections:
+            formatter.start_section(title)
+            formatter.add_arguments(actions)
+            formatter.end_section()
+        formatter.add_text(self.epilog if full else self.epilog.split(". ")[0] + ".")
+        formatter.add_text(f"{HELP_ALL_FLAG}: every flag with its whole help text." if full else
+                           f"{hidden} more Trainer flags: {self.prog} {HELP_ALL_FLAG}")
+        return formatter.format_help()
+
+    def _sections(self, full: bool, help_width: int) -> tuple[list[tuple[str, list]], int]:
+        """[(title, actions)] in the order of the class docstring, and the number of Trainer flags left out. In the
+        short help a flag's help text is cut to HELP_LINES lines of `help_width` characters (its first sentence
+        when that fits)."""
+        from transformers import TrainingArguments
+
+        action_of = {}  # dest -> its flags: a bool field that defaults to True has two (--x and --no_x)
+        for action in self._actions:
+            if action.option_strings:
+                action_of.setdefault(action.dest, []).append(action)
+        if not full:  # one flag per field: of --x and --no_x, the one that changes something
+            action_of = {dest: actions[-1:] for dest, actions in action_of.items()}
+        # the Trainer's flags and hf_aux's run flags (overwrite_output_dir, on_nonfinite, ...): every command's
+        run_fields = {item.name for item in dataclasses.fields(_shared_training_arguments())}
+        own, others, trainer = [], [], []
+        for kind in self.dataclass_types:
+            names = [item.name for item in dataclasses.fields(kind) if item.init and item.name in action_of]
+            if not issubclass(kind, TrainingArguments):
+                title = f"{kind.__name__}: {_SECTION_TITLES.get(kind.__name__, 'more flags')}"
+                others.append(("others", title, [action for name in names for action in action_of[name]]))
+                continue
+            own.append(("own", f"{kind.__name__}: the method's own flags",
+                        [action for name in names if name not in run_fields for action in action_of[name]]))
+            trainer += [action for name in names if name in run_fields for action in action_of[name]]
+        if full:
+            training = [("training", "training: hf_aux's run flags and the Trainer's (TrainingArguments)", trainer)]
+            return [(title, actions) for _, title, actions in own + others + training if actions], 0
+        wording = {item.name: item.metadata.get("help") for item in dataclasses.fields(TrainingArguments)}
+        order = list(COMMON_TRAINER_FLAGS)
+        common = []
+        for action in sorted((action for action in trainer if action.dest in COMMON_TRAINER_FLAGS),
+                             key=lambda action: order.index(action.dest)):
+            if action.help == wording.get(action.dest):  # the Trainer's words, not the method's
+                action = copy.copy(action)
+                action.help = COMMON_TRAINER_FLAGS[action.dest]
+            common.append(action)
+        training = [("training", f"training: the most used of {len(trainer)} Trainer flags", common)]
+        sections = [(title, [_shortened(action, HELP_LINES[role], help_width) for action in actions])
+                    for role, title, actions in own + others + training if actions]
+        return sections, len(trainer) - len(common)
+
+
+def _shared_training_arguments():
+    from ..base_config import TokenSafeTrainingArguments
+
+    return TokenSafeTrainingArguments
+
+
+# lines of help text each flag gets in the short --help, by section
+HELP_LINES = {"own": 3, "others": 2, "training": 2}
+
+
+def _shortened(action, lines: int, width: int):
+    """A copy of `action` whose help fits `lines` lines of `width` characters with its default: the whole text, or
+    its first sentence, or the words that fit and an ellipsis (--help-all shows the whole text)."""
+    short = copy.copy(action)
+    text = " ".join((action.help or "").split())
+    default = "" if action.default in (None, False, "", [], argparse.SUPPRESS) else f" (default: {action.default})"
+    limit = lines * (width - 4) - len(default)  # (wrapping at words leaves a few characters of each line empty)
+    if len(text) > limit:
+        first = re.split(r"(?<=[a-z0-9)'\"`]\.)\s+(?=[A-Z`'])", text, maxsplit=1)[0]
+        text = first if len(first) <= limit else textwrap.shorten(text, max(limit, 12), placeholder=" ...")
+    short.help = text
+    return short
+
+
+class _HelpAllAction(argparse.Action):
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser._print_message(parser.format_full_help(), sys.stdout)
+        parser.exit()
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """A flag on one line with its help text: its underscore spelling only (not HfArgumentParser's hyphenated
+    alias), the kind of value it takes (INT, FLOAT, STR, its choices; nothing for a switch) instead of its name in
+    capitals, and its default where it says something (not None, False or empty)."""
+
+    def __init__(self, prog):
+        super().__init__(prog, max_help_position=32)
+
+    def _format_action_invocation(self, action) -> str:
+        if not action.option_strings:
+            return super()._format_action_invocation(action)
+        kind = None if action.nargs == 0 else _value_kind(action)
+        return action.option_strings[0] if kind is None else f"{action.option_strings[0]} {kind}"
+
+    def _get_help_string(self, action) -> str:
+        text = action.help or ""
+        if "%(default)" in text or action.default in (None, False, "", [], argparse.SUPPRESS) \
+                or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _value_kind(action) -> str | None:
+    """What the flag takes: its choices, INT, FLOAT, STR, several of them (STR...), or None for a switch (a bool
+    field's flag, which also takes true/false)."""
+    if getattr(action.type, "__name__", "") == "string_to_bool":
+        return None
+    if action.choices:
+        choices = "{" + ",".join(str(choice) for choice in action.choices) + "}"
+        kind = choices if len(choices) <= 28 else "CHOICE"
+    else:
+        kind = {int: "INT", float: "FLOAT", str: "STR"}.get(action.type, "VALUE")
+    return f"{kind}..." if action.nargs in ("+", "*") else kind
 
 
 def gives_flag(argv: Sequence[str], flag: str) -> bool:
@@ -151,9 +380,9 @@ def apply_action_rule(parsed, given, sources) -> None:
     setattr(args, IMPLIED_ACTIONS, frozenset(implied))
     setattr(args, _GIVEN, frozenset(given))
     if not (args.do_train or args.do_eval or args.do_predict or getattr(args, "push_to_hub", False)):
-        raise ValueError("TrainingArguments: fields 'do_train', 'do_eval', 'do_predict': nothing to do; pass "
-                         "--do_train, --do_eval and/or --do_predict (with a data source, training is on unless "
-                         "--do_train false)")
+        raise UserInputError("TrainingArguments: fields 'do_train', 'do_eval', 'do_predict': nothing to do; pass "
+                             "--do_train, --do_eval and/or --do_predict (with a data source, training is on unless "
+                             "--do_train false)")
 
 
 _GIVEN = "_hf_aux_given"  # the argument names the user gave (command line, --config or argument file)
@@ -197,27 +426,27 @@ def _warn_steps_without_strategy(parsed, given) -> None:
 
 
 def read_argument_mapping(path: str | os.PathLike, parser: HfArgumentParser) -> dict:
-    """The mapping of argument names to values in a YAML/JSON file, or a ValueError naming the file and what is
+    """The mapping of argument names to values in a YAML/JSON file, or a UserInputError naming the file and what is
     wrong (missing, not valid YAML/JSON with the line, not a mapping, keys no argument of `parser` knows)."""
     import yaml
 
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise ValueError(f"argument file {path!r} does not exist; pass the path of a .json/.yaml file of arguments")
+        raise UserInputError(f"argument file {path!r} does not exist; pass the path of a .json/.yaml file of arguments")
     is_json = path.endswith(".json")
     try:
         with open(path, encoding="utf-8") as handle:
             content = json.load(handle) if is_json else yaml.safe_load(handle)
     except (json.JSONDecodeError, yaml.YAMLError) as error:
-        raise ValueError(f"argument file {path!r} is not valid {'JSON' if is_json else 'YAML'}: {error}") from error
+        raise UserInputError(f"argument file {path!r} is not valid {'JSON' if is_json else 'YAML'}: {error}") from error
     content = {} if content is None else content
     if not isinstance(content, dict):
-        raise ValueError(f"argument file {path!r} must hold a mapping of argument names to values, got "
-                         f"{type(content).__name__}")
+        raise UserInputError(f"argument file {path!r} must hold a mapping of argument names to values, got "
+                             f"{type(content).__name__}")
     known = {action.dest for action in parser._actions}
     unknown = sorted(set(content) - known)
     if unknown:
-        raise ValueError(f"argument file {path!r}: keys no argument of this command knows: {unknown}")
+        raise UserInputError(f"argument file {path!r}: keys no argument of this command knows: {unknown}")
     return content
 
 
@@ -228,7 +457,7 @@ def _take_config_flag(argv: list[str]) -> tuple[list[str], str | None]:
         argument = argv[index]
         if argument == CONFIG_FLAG:
             if index + 1 >= len(argv) or argv[index + 1].startswith("--"):
-                raise ValueError(f"{CONFIG_FLAG}: give the path of a .yaml/.json file of arguments")
+                raise UserInputError(f"{CONFIG_FLAG}: give the path of a .yaml/.json file of arguments")
             path, index = argv[index + 1], index + 2
             continue
         if argument.startswith(CONFIG_FLAG + "="):
@@ -240,20 +469,20 @@ def _take_config_flag(argv: list[str]) -> tuple[list[str], str | None]:
 
 
 def _parse_argument_file(parser: HfArgumentParser, path: str) -> tuple[tuple, dict]:
-    """(the dataclasses from one JSON/YAML argument file, its mapping), or a ValueError naming the file and what is
+    """(the dataclasses from one JSON/YAML argument file, its mapping), or a UserInputError naming the file and what is
     wrong in it (a missing file, a syntax error with its line, keys no argument class knows, values of the wrong
     type)."""
     import yaml
 
     if not os.path.isfile(path):
-        raise ValueError(f"argument file {path!r} does not exist; pass the path of a .json/.yaml file of arguments")
+        raise UserInputError(f"argument file {path!r} does not exist; pass the path of a .json/.yaml file of arguments")
     try:
         parsed = parser.parse_json_file(path) if path.endswith(".json") else parser.parse_yaml_file(path)
     except (json.JSONDecodeError, yaml.YAMLError) as error:
-        raise ValueError(f"argument file {path!r} is not valid {'JSON' if path.endswith('.json') else 'YAML'}: "
-                         f"{error}") from error
+        raise UserInputError(f"argument file {path!r} is not valid {'JSON' if path.endswith('.json') else 'YAML'}: "
+                             f"{error}") from error
     except (ValueError, TypeError) as error:  # unknown keys, a field's own check
-        raise ValueError(f"argument file {path!r}: {error}") from error
+        raise UserInputError(f"argument file {path!r}: {error}") from error
     with open(path, encoding="utf-8") as handle:
         given = (json.load(handle) if path.endswith(".json") else yaml.safe_load(handle)) or {}
     _check_scalar_types(parsed, given, f"argument file {path!r}")
@@ -273,7 +502,8 @@ def _check_scalar_types(parsed, given: Mapping, where: str) -> None:
             try:
                 setattr(instance, item.name, _from_text(value, expected))
             except ValueError:
-                raise ValueError(f"{where}: field {item.name!r} must be {expected.__name__}, got {value!r}") from None
+                raise UserInputError(f"{where}: field {item.name!r} must be {expected.__name__}, "
+                                     f"got {value!r}") from None
 
 
 def _type_name(annotation) -> str:

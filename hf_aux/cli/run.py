@@ -16,6 +16,8 @@ from __future__ import annotations
 import logging
 import sys
 
+from ..errors import UserInputError
+
 logger = logging.getLogger("hf_aux")
 
 
@@ -55,8 +57,8 @@ def start_run(training_args, *arguments):
 def require_max_steps(training_args) -> None:
     """--streaming: the train data is a stream, which has no length, so the run's length is --max_steps."""
     if training_args.max_steps is None or training_args.max_steps <= 0:
-        raise ValueError(f"{type(training_args).__name__}: field 'max_steps': --streaming needs --max_steps (a "
-                         "stream has no length, so epochs cannot be counted)")
+        raise UserInputError(f"{type(training_args).__name__}: field 'max_steps': --streaming needs --max_steps (a "
+                             "stream has no length, so epochs cannot be counted)")
 
 
 def train_and_save(trainer, run, **extra_metrics) -> dict:

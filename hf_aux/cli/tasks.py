@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     given = [flag for flag, value in (("name", args.name), ("--download", args.download),
                                       ("--citation", args.citation), ("--search", args.search)) if value]
     if len(given) > 1:
-        print(f"hf-aux tasks: give one of {' / '.join(given)}, not several", file=sys.stderr)
+        print(f"hf-aux tasks: error: give one of {' / '.join(given)}, not several", file=sys.stderr)
         raise SystemExit(2)
     from .. import task_registry
 
@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         else:
             print("\n".join(task_registry.listing(include_not_ready=args.all)))
     except ValueError as error:  # a user's mistake: one line naming the task, field or file
-        print(f"hf-aux tasks: {error}", file=sys.stderr)
+        print(f"hf-aux tasks: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
 
 

@@ -31,6 +31,7 @@ from ..cli.arguments import DataSourceArguments
 from ..cli.arguments import ModelArguments as SharedModelArguments
 from ..cli.arguments import pooling_field
 from ..cli.parser import command_parser, demo_config_path, drop_implied_evaluation, parse_command_line
+from ..errors import UserInputError
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class ModelArguments(SharedModelArguments):
     def __post_init__(self):
         super().__post_init__()
         if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
-            raise ValueError(f"ModelArguments: field 'classifier_dropout': {self.classifier_dropout} not in [0, 1)")
+            raise UserInputError(f"ModelArguments: field 'classifier_dropout': {self.classifier_dropout} not in [0, 1)")
 
 
 @dataclass
@@ -116,36 +117,37 @@ class DataTrainingArguments(DataSourceArguments):
         sources = [name for name, given in (("demo_task", self.demo_task), ("task_file", self.task_file),
                                             ("dataset_name", self.dataset_name), ("train_file", bool(files))) if given]
         if len(sources) != 1:
-            raise ValueError("DataTrainingArguments: field 'demo_task': give exactly one of --demo_task, --task_file, "
-                             f"--dataset_name or --train_file/--validation_file/--test_file; got {sources or 'none'}")
+            raise UserInputError("DataTrainingArguments: field 'demo_task': give exactly one of --demo_task, "
+                                 "--task_file, --dataset_name or --train_file/--validation_file/--test_file; got "
+                                 f"{sources or 'none'}")
         if self.dataset_name is not None and self.task_kind is None:
-            raise ValueError("DataTrainingArguments: field 'task_kind': --dataset_name data needs --task_kind "
-                             f"(one of {list(SUPPORTED_KINDS)})")
+            raise UserInputError("DataTrainingArguments: field 'task_kind': --dataset_name data needs --task_kind "
+                                 f"(one of {list(SUPPORTED_KINDS)})")
         if files:
             suffixes = {Path(f).suffix.lower() for f in files}
             if not suffixes <= set(LABELLED_FILE_BUILDERS) or len({LABELLED_FILE_BUILDERS[s] for s in suffixes}) != 1:
-                raise ValueError(f"DataTrainingArguments: field 'train_file': files must share one of the formats "
-                                 f"{sorted(LABELLED_FILE_BUILDERS)}; got {files}")
+                raise UserInputError(f"DataTrainingArguments: field 'train_file': files must share one of the formats "
+                                     f"{sorted(LABELLED_FILE_BUILDERS)}; got {files}")
         elif self.dataset_name is None and (self.task_kind is not None
                                             or any(getattr(self, c) is not None for c in COLUMN_FIELDS)):
-            raise ValueError("DataTrainingArguments: field 'task_kind': --task_kind and column flags describe "
-                             "--train_file data; a demo task or task file describes itself")
+            raise UserInputError("DataTrainingArguments: field 'task_kind': --task_kind and column flags describe "
+                                 "--train_file data; a demo task or task file describes itself")
         if self.task_kind is not None and self.task_kind not in TASK_KINDS:
-            raise ValueError(f"DataTrainingArguments: field 'task_kind': unknown kind {self.task_kind!r}; expected "
-                             f"one of {list(SUPPORTED_KINDS)}")
+            raise UserInputError(f"DataTrainingArguments: field 'task_kind': unknown kind {self.task_kind!r}; expected "
+                                 f"one of {list(SUPPORTED_KINDS)}")
         if not 0.0 < self.train_fraction <= 1.0:
-            raise ValueError(f"DataTrainingArguments: field 'train_fraction': {self.train_fraction} not in (0, 1]")
+            raise UserInputError(f"DataTrainingArguments: field 'train_fraction': {self.train_fraction} not in (0, 1]")
         if self.max_predict_samples is not None and self.max_predict_samples < 1:
-            raise ValueError(f"DataTrainingArguments: field 'max_predict_samples': must be >= 1, got "
-                             f"{self.max_predict_samples}")
+            raise UserInputError(f"DataTrainingArguments: field 'max_predict_samples': must be >= 1, got "
+                                 f"{self.max_predict_samples}")
         super().__post_init__()
         if self.max_seq_length < 8:
-            raise ValueError(f"DataTrainingArguments: field 'max_seq_length': {self.max_seq_length} is too short")
+            raise UserInputError(f"DataTrainingArguments: field 'max_seq_length': {self.max_seq_length} is too short")
         if self.doc_stride < 0:
-            raise ValueError(f"DataTrainingArguments: field 'doc_stride': must be >= 0, got {self.doc_stride}")
+            raise UserInputError(f"DataTrainingArguments: field 'doc_stride': must be >= 0, got {self.doc_stride}")
         if self.n_best_size < 1 or self.max_answer_length < 1:
-            raise ValueError("DataTrainingArguments: field 'n_best_size': n_best_size and max_answer_length must "
-                             "be positive")
+            raise UserInputError("DataTrainingArguments: field 'n_best_size': n_best_size and max_answer_length must "
+                                 "be positive")
 
 
 # DataTrainingArguments field -> TaskSpec field
@@ -186,24 +188,25 @@ def build_task(data_args: DataTrainingArguments):
                               where="DataTrainingArguments: field 'task_file'")
     elif data_args.dataset_name is not None:
         task = task_from_hub(data_args.dataset_name, data_args.task_kind, data_args.dataset_config_name,
-                             name=data_args.task_name, columns=columns, labels_hint=hint,
-                             owner="DataTrainingArguments", validation_fraction=data_args.validation_fraction)
+                                 name=data_args.task_name, columns=columns, labels_hint=hint,
+                                 owner="DataTrainingArguments", validation_fraction=data_args.validation_fraction)
     else:
         files = {split: path for split, path in (("train", data_args.train_file),
                                                   ("validation", data_args.validation_file),
                                                   ("test", data_args.test_file)) if path is not None}
         kind = data_args.task_kind or infer_task_kind(
             load_data_files(files, "DataTrainingArguments: field 'train_file'"), columns,
-            "DataTrainingArguments: field 'task_kind'", "--task_kind")
+            "DataTrainingArguments: field 'task_kind'", "--task_kind", "DataTrainingArguments: field 'label_column'",
+            "--label_column")
         if data_args.task_kind is None:
             logger.info("task kind from the data: %s (--task_kind sets it)", kind)
         task = task_from_data_files(data_args.task_name or "task", kind, files, columns=columns,
                                     labels_hint=hint, validation_fraction=data_args.validation_fraction)
     if task.kind == "extractive_qa" and data_args.doc_stride >= data_args.max_seq_length:
-        raise ValueError(f"DataTrainingArguments: field 'doc_stride': {data_args.doc_stride} must be below "
+        raise UserInputError(f"DataTrainingArguments: field 'doc_stride': {data_args.doc_stride} must be below "
                          f"max_seq_length={data_args.max_seq_length} (windows overlap by doc_stride tokens)")
     if task.kind not in SUPPORTED_KINDS:
-        raise ValueError(f"task '{task.name}': field 'kind': hf-aux finetune supports {list(SUPPORTED_KINDS)}; "
+        raise UserInputError(f"task '{task.name}': field 'kind': hf-aux finetune supports {list(SUPPORTED_KINDS)}; "
                          f"{task.kind} needs generation for ROUGE, which MultiTaskModel does not provide")
     return task
 
@@ -276,8 +279,8 @@ def load_data(data_args: DataTrainingArguments, training_args):
     drop_implied_evaluation(training_args, "validation" in raw, f"task '{task.name}' has no validation split")
     for split, flag in (("train", "do_train"), ("validation", "do_eval"), ("test", "do_predict")):
         if getattr(training_args, flag) and split not in raw:
-            raise ValueError(f"task '{task.name}': field '{split}_split': --{flag} needs a {split} split; the data "
-                             f"has {list(raw)}")
+            raise UserInputError(f"task '{task.name}': field '{split}_split': --{flag} needs a {split} split; the data "
+                                 f"has {list(raw)}")
     if "train" in raw:
         raw["train"] = select_train_rows(raw["train"], data_args)
     for split, cap in (("validation", data_args.max_eval_samples), ("test", data_args.max_predict_samples)):
@@ -308,7 +311,7 @@ def load_model(model_args: ModelArguments, task, tokenizer):
                                                pooling=None if model_args.pooling == "auto" else model_args.pooling,
                                                **model_args.hub_kwargs())
     if len(tokenizer) > model.get_input_embeddings().num_embeddings:
-        raise ValueError(f"ModelArguments: field 'tokenizer_name': the tokenizer has {len(tokenizer)} tokens, the "
+        raise UserInputError(f"ModelArguments: field 'tokenizer_name': the tokenizer has {len(tokenizer)} tokens, the "
                          f"model's embeddings only {model.get_input_embeddings().num_embeddings}")
     return model, reused_head
 

@@ -21,6 +21,7 @@ from .config import MetaLMConfig
 from ..cli.arguments import ModelArguments as SharedModelArguments
 from ..cli.parser import command_parser, demo_config_path, drop_implied_evaluation, parse_command_line
 from ..cli.run import require_max_steps
+from ..errors import UserInputError
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +76,8 @@ def parse_args(argv: list[str] | None = None):
 def check_streaming(data_args: DataTrainingArguments, training_args) -> None:
     """--streaming reads a given corpus for a given number of steps (a stream has no length)."""
     if data_args.two_moons or (data_args.train_file is None and data_args.dataset_name is None):
-        raise ValueError("DataTrainingArguments: field 'streaming': streams --train_file or --dataset_name; the Two "
-                         "Moons data are built in memory (give a corpus, or drop --streaming)")
+        raise UserInputError("DataTrainingArguments: field 'streaming': streams --train_file or --dataset_name; the "
+                             "Two Moons data are built in memory (give a corpus, or drop --streaming)")
     require_max_steps(training_args)
 
 
@@ -88,8 +89,8 @@ def load_labelled_tasks(path: str, tokenizer, block_size: int) -> dict:
     tasks = {}
     for task in load_mixture(path):
         if task.kind != "classification":
-            raise ValueError(f"task '{task.name}': field 'kind': the meta-LM objective takes classification tasks "
-                             f"(label token as output), got {task.kind!r}")
+            raise UserInputError(f"task '{task.name}': field 'kind': the meta-LM objective takes classification tasks "
+                                 f"(label token as output), got {task.kind!r}")
         with explain_hub_errors(f"mixture task '{task.name}'", "dataset_name", task.dataset_name):
             train = load_task_splits(task)["train"]
 
@@ -133,7 +134,7 @@ def build_data(data_args, model_args, training_args):
 
     tokenizer_name = model_args.tokenizer_name or model_args.model_name_or_path
     if tokenizer_name is None:
-        raise ValueError("run_meta_lm: field 'tokenizer_name': give a tokenizer (or a model) for your own data")
+        raise UserInputError("run_meta_lm: field 'tokenizer_name': give a tokenizer (or a model) for your own data")
     if data_args.streaming:  # read while training (hf_aux.streaming); the files are checked by stream_train_text
         raw = stream_train_text("DataTrainingArguments", data_args.text_column_name,
                                 train_file=data_args.train_file, dataset_name=data_args.dataset_name,
@@ -145,7 +146,7 @@ def build_data(data_args, model_args, training_args):
             raw = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name, split="train",
                                         cache_dir=model_args.cache_dir, token=model_args.token)
     else:
-        raise ValueError("run_meta_lm: field 'train_file': give unlabelled text (--train_file or --dataset_name)")
+        raise UserInputError("run_meta_lm: field 'train_file': give unlabelled text (--train_file or --dataset_name)")
     if not data_args.streaming:
         check_corpus(raw, data_args.text_column_name, "DataTrainingArguments: field 'text_column_name'")
     with explain_hub_errors("ModelArguments", "tokenizer_name" if model_args.tokenizer_name else "model_name_or_path",
@@ -200,9 +201,9 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         model_args, data_args, training_args = parse_args()
     if training_args.objective != "mlm" and training_args.mlm_task_probability < 1 and not (
             data_args.two_moons or data_args.mixture):
-        raise ValueError(f"DataTrainingArguments: field 'mixture': --objective {training_args.objective} learns the "
-                         "teacher from labelled tasks (the support and query batches): give --mixture tasks.yaml "
-                         "(classification tasks), or --objective mlm for plain masked-LM pretraining")
+        raise UserInputError(f"DataTrainingArguments: field 'mixture': --objective {training_args.objective} learns "
+                             "the teacher from labelled tasks (the support and query batches): give --mixture "
+                             "tasks.yaml (classification tasks), or --objective mlm for plain masked-LM pretraining")
     if data_args.streaming:
         check_streaming(data_args, training_args)
     run = start_run(training_args, model_args, data_args)
@@ -214,8 +215,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         train_blocks = train_blocks.select(range(min(data_args.max_train_samples, len(train_blocks))))
     drop_implied_evaluation(training_args, eval_blocks is not None, "no held-out text")
     if training_args.do_eval and eval_blocks is None:
-        raise ValueError("DataTrainingArguments: field 'validation_file': --do_eval with --streaming needs held-out "
-                         "text (a stream has no held-out share): give --validation_file")
+        raise UserInputError("DataTrainingArguments: field 'validation_file': --do_eval with --streaming needs "
+                             "held-out text (a stream has no held-out share): give --validation_file")
     if model_args.model_name_or_path:
         with explain_hub_errors("ModelArguments", "model_name_or_path", model_args.model_name_or_path):
             student = AutoModelForMaskedLM.from_pretrained(model_args.model_name_or_path,

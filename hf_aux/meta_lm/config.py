@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 
 from ..base_config import TokenSafeTrainingArguments
+from ..errors import UserInputError
 
 OBJECTIVES = ("mlm", "hard", "soft")
 
@@ -62,43 +63,44 @@ class MetaLMConfig(TokenSafeTrainingArguments):
 
     def __post_init__(self):
         if self.objective not in OBJECTIVES:
-            raise ValueError(f"MetaLMConfig: field 'objective': {self.objective!r} is not one of {OBJECTIVES}")
+            raise UserInputError(f"MetaLMConfig: field 'objective': {self.objective!r} is not one of {OBJECTIVES}")
         if self.lambda_meta is None:
             self.lambda_meta = 10.0 if self.objective == "soft" else 1.0
         if self.lambda_meta < 0:
-            raise ValueError(f"MetaLMConfig: field 'lambda_meta': {self.lambda_meta} < 0")
+            raise UserInputError(f"MetaLMConfig: field 'lambda_meta': {self.lambda_meta} < 0")
         if self.first_order_radius <= 0:
-            raise ValueError(f"MetaLMConfig: field 'first_order_radius': {self.first_order_radius} <= 0")
+            raise UserInputError(f"MetaLMConfig: field 'first_order_radius': {self.first_order_radius} <= 0")
         if self.inner_learning_rate <= 0:
-            raise ValueError(f"MetaLMConfig: field 'inner_learning_rate': {self.inner_learning_rate} <= 0")
+            raise UserInputError(f"MetaLMConfig: field 'inner_learning_rate': {self.inner_learning_rate} <= 0")
         if self.mlm_task_probability is None:
             self.mlm_task_probability = 0.5 if self.objective == "soft" else 0.0
         if not 0.0 <= self.mlm_task_probability <= 1.0:
-            raise ValueError(f"MetaLMConfig: field 'mlm_task_probability': {self.mlm_task_probability} not in [0, 1]")
+            raise UserInputError(f"MetaLMConfig: field 'mlm_task_probability': {self.mlm_task_probability} not in [0, "
+                                 "1]")
         if self.teacher_gradient_accumulation_steps < 1:
-            raise ValueError("MetaLMConfig: field 'teacher_gradient_accumulation_steps': must be >= 1")
+            raise UserInputError("MetaLMConfig: field 'teacher_gradient_accumulation_steps': must be >= 1")
         if not 0.0 < self.mlm_probability < 1.0:
-            raise ValueError(f"MetaLMConfig: field 'mlm_probability': {self.mlm_probability} not in (0, 1)")
+            raise UserInputError(f"MetaLMConfig: field 'mlm_probability': {self.mlm_probability} not in (0, 1)")
         if not (0 <= self.mask_replace_prob and 0 <= self.random_replace_prob
                 and self.mask_replace_prob + self.random_replace_prob <= 1):
-            raise ValueError("MetaLMConfig: fields 'mask_replace_prob', 'random_replace_prob': must be >= 0 and "
-                             "sum to at most 1")
+            raise UserInputError("MetaLMConfig: fields 'mask_replace_prob', 'random_replace_prob': must be >= 0 and "
+                                 "sum to at most 1")
         super().__post_init__()
         if self.samples_per_task is None:
             self.samples_per_task = self.per_device_train_batch_size
         if self.samples_per_task < 1 or self.samples_per_task % self.per_device_train_batch_size:
-            raise ValueError(f"MetaLMConfig: field 'samples_per_task': {self.samples_per_task} is not a positive "
-                             f"multiple of per_device_train_batch_size ({self.per_device_train_batch_size}); "
-                             "support and query batches must each come from one task")
+            raise UserInputError(f"MetaLMConfig: field 'samples_per_task': {self.samples_per_task} is not a positive "
+                                 f"multiple of per_device_train_batch_size ({self.per_device_train_batch_size}); "
+                                 "support and query batches must each come from one task")
         if self.objective != "mlm" and self.gradient_accumulation_steps != 1:
-            raise ValueError("MetaLMConfig: field 'gradient_accumulation_steps': must be 1 for the meta objectives, "
-                             "every meta step needs its own student step (theta_1); accumulate the teacher's "
-                             "gradients with 'teacher_gradient_accumulation_steps' (§4.1)")
+            raise UserInputError("MetaLMConfig: field 'gradient_accumulation_steps': must be 1 for the meta "
+                                 "objectives, every meta step needs its own student step (theta_1); accumulate the "
+                                 "teacher's gradients with 'teacher_gradient_accumulation_steps' (§4.1)")
         if self.objective != "mlm" and self.fp16:
-            raise ValueError("MetaLMConfig: field 'fp16': GradScaler cannot scale meta-gradients; use fp32 (or bf16 "
-                             "for hard labels)")
+            raise UserInputError("MetaLMConfig: field 'fp16': GradScaler cannot scale meta-gradients; use fp32 (or "
+                                 "bf16 for hard labels)")
         if self.objective == "soft" and self.bf16:
-            raise ValueError("MetaLMConfig: field 'bf16': soft labels differentiate through the student's steps "
-                             "and need fp32")
+            raise UserInputError("MetaLMConfig: field 'bf16': soft labels differentiate through the student's steps "
+                                 "and need fp32")
         if self.objective == "soft" and self.torch_compile:
-            raise ValueError("MetaLMConfig: field 'torch_compile': torch.compile has no double backward")
+            raise UserInputError("MetaLMConfig: field 'torch_compile': torch.compile has no double backward")

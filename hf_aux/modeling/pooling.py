@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import os
 
+from ..errors import UserInputError
+
 POOLING_MODES = ("cls", "mean", "max", "mean_sqrt_len", "weightedmean", "lasttoken", "eos")
 # sentence-transformers' Pooling config.json keys (one per mode; several true would concatenate the vectors)
 _ST_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_max_tokens": "max",
@@ -27,7 +29,7 @@ _ST_NAMES = {"cls": "cls", "mean": "mean", "max": "max", "mean_sqrt_len_tokens":
 
 def check_pooling(value: str, where: str) -> str:
     if value != "auto" and value not in POOLING_MODES:
-        raise ValueError(f"{where}: field 'pooling': {value!r} is not one of {('auto', *POOLING_MODES)}")
+        raise UserInputError(f"{where}: field 'pooling': {value!r} is not one of {('auto', *POOLING_MODES)}")
     return value
 
 

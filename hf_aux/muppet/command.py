@@ -19,6 +19,7 @@ from ..cli.arguments import MERGED_SUBFOLDER, LoraArguments
 from ..cli.arguments import ModelArguments as SharedModelArguments
 from ..cli.arguments import pooling_field
 from ..cli.parser import command_parser, demo_config_path, drop_implied_evaluation, parse_command_line
+from ..errors import UserInputError
 
 logger = logging.getLogger(__name__)
 
@@ -62,14 +63,15 @@ class DataTrainingArguments:
 
     def __post_init__(self):
         if self.mixture_file is not None and self.demo_tasks is not None:
-            raise ValueError("DataTrainingArguments: give either mixture_file or demo_tasks, not both")
+            raise UserInputError("DataTrainingArguments: give either mixture_file or demo_tasks, not both")
         if not 0.0 < self.end_task_train_fraction <= 1.0:
-            raise ValueError(f"DataTrainingArguments: field 'end_task_train_fraction': {self.end_task_train_fraction} "
-                             "not in (0, 1]")
+            raise UserInputError("DataTrainingArguments: field 'end_task_train_fraction': "
+                                 f"{self.end_task_train_fraction} "
+                                 "not in (0, 1]")
         for name in ("max_seq_length", "doc_stride", "max_target_length", "max_train_samples", "max_eval_samples"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"DataTrainingArguments: field '{name}': must be >= 1, got {value}")
+                raise UserInputError(f"DataTrainingArguments: field '{name}': must be >= 1, got {value}")
 
 
 def make_parser() -> HfArgumentParser:
@@ -103,11 +105,11 @@ def load_end_task(data_args: DataTrainingArguments, training_args: MuppetConfig,
     meta = training_args.task_weighting == "meta"
     if data_args.end_task is None:
         if meta:
-            raise ValueError("MuppetConfig: field 'task_weighting': 'meta' needs --end_task (a demo task name or a "
-                             "task file), the task the mixture's weights are learned toward")
+            raise UserInputError("MuppetConfig: field 'task_weighting': 'meta' needs --end_task (a demo task name or a "
+                                 "task file), the task the mixture's weights are learned toward")
         return None, None
     if not meta:
-        raise ValueError("DataTrainingArguments: field 'end_task': only read with --task_weighting meta")
+        raise UserInputError("DataTrainingArguments: field 'end_task': only read with --task_weighting meta")
     from ..sampling import fixed_share
     from ..tasks import load_task_splits, task_from_entry, task_from_file
 
@@ -121,18 +123,18 @@ def load_end_task(data_args: DataTrainingArguments, training_args: MuppetConfig,
         try:
             task = task_from_entry({"task": data_args.end_task}, os.getcwd())
         except ValueError as error:
-            raise ValueError(f"DataTrainingArguments: field 'end_task': {error}") from error
+            raise UserInputError(f"DataTrainingArguments: field 'end_task': {error}") from error
     if task.kind != "classification":
-        raise ValueError(f"task '{task.name}': field 'kind': --end_task must be a classification task (got "
+        raise UserInputError(f"task '{task.name}': field 'kind': --end_task must be a classification task (got "
                          f"{task.kind}); other kinds are not supported yet")
     splits = load_task_splits(task, seed=data_args.end_task_subset_seed)
     if "train" not in splits:
-        raise ValueError(f"task '{task.name}': field 'train_split': --end_task needs a train split")
+        raise UserInputError(f"task '{task.name}': field 'train_split': --end_task needs a train split")
     rows = fixed_share(splits["train"], data_args.end_task_train_fraction, data_args.end_task_subset_seed)
     shared = _tasks_sharing_rows(task, rows, tasks, raw)
     if shared:
-        raise ValueError(f"DataTrainingArguments: field 'end_task': {data_args.end_task!r} is in the mixture as task "
-                         f"'{shared}' (same rows): the end task must be one the mixture does not train on")
+        raise UserInputError(f"DataTrainingArguments: field 'end_task': {data_args.end_task!r} is in the mixture as "
+                             f"task '{shared}' (same rows): the end task must be one the mixture does not train on")
     return task, rows
 
 
@@ -187,8 +189,9 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
             model_path, tasks=tasks, classifier_dropout=model_args.classifier_dropout,
             pooling=None if model_args.pooling == "auto" else model_args.pooling,
             spectral_norm_heads=True if training_args.robust_finetuning == "r4f" else None, **model_args.hub_kwargs())
+    lora_args.check_targets(model.body)  # before tokenising: a misspelt --lora_target_modules stops the run here
     if model.config.encoder.vocab_size < len(tokenizer):
-        raise ValueError(f"ModelArguments: field 'tokenizer_name': the tokenizer has {len(tokenizer)} tokens, the "
+        raise UserInputError(f"ModelArguments: field 'tokenizer_name': the tokenizer has {len(tokenizer)} tokens, the "
                          f"model's vocabulary {model.config.encoder.vocab_size}")
 
     tokenize = {"max_length": data_args.max_seq_length, "doc_stride": data_args.doc_stride,
@@ -201,7 +204,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
             splits = raw[task.name]
             if training_args.do_train:
                 if "train" not in splits:
-                    raise ValueError(f"task '{task.name}': field 'train_split': --do_train needs a train split")
+                    raise UserInputError(f"task '{task.name}': field 'train_split': --do_train needs a train split")
                 train_data[task.name] = tokenize_task(task, splits["train"], tokenizer, **tokenize)
             if training_args.do_eval and "validation" in splits:
                 eval_data[task.name] = tokenize_task(task, splits["validation"], tokenizer, keep_qa_offsets=True,
@@ -213,7 +216,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
                 # their memory-mapped tables go, or a cold start keeps every task's raw pages resident to the end
                 raw[task.name] = {}
     if training_args.do_eval and not eval_data:
-        raise ValueError("--do_eval: no task has a validation split (set validation_fraction in the mixture)")
+        raise UserInputError("--do_eval: no task has a validation split (set validation_fraction in the mixture)")
 
     end_task_data = {}
     if end_task is not None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ..base_config import MetaWeightingArguments, TokenSafeTrainingArguments
 from ..sampling import STRATEGIES
+from ..errors import UserInputError
 
 ROBUST_MODES = ("none", "r3f", "r4f")
 TASK_WEIGHTINGS = ("uniform", "meta")
@@ -64,27 +65,27 @@ class MuppetConfig(MetaWeightingArguments, TokenSafeTrainingArguments):
     def __post_init__(self):
         super().__post_init__()
         if self.batching not in STRATEGIES:
-            raise ValueError(f"MuppetConfig: field 'batching': {self.batching!r} is not one of {list(STRATEGIES)}")
+            raise UserInputError(f"MuppetConfig: field 'batching': {self.batching!r} is not one of {list(STRATEGIES)}")
         if not self.task_sampling_temperature > 0:
-            raise ValueError(f"MuppetConfig: field 'task_sampling_temperature': must be > 0, got "
-                             f"{self.task_sampling_temperature}")
+            raise UserInputError(f"MuppetConfig: field 'task_sampling_temperature': must be > 0, got "
+                                 f"{self.task_sampling_temperature}")
         if self.robust_finetuning not in ROBUST_MODES:
-            raise ValueError(f"MuppetConfig: field 'robust_finetuning': {self.robust_finetuning!r} is not one of "
-                             f"{list(ROBUST_MODES)}")
+            raise UserInputError(f"MuppetConfig: field 'robust_finetuning': {self.robust_finetuning!r} is not one of "
+                                 f"{list(ROBUST_MODES)}")
         if not self.r3f_eps >= 0:
-            raise ValueError(f"MuppetConfig: field 'r3f_eps': must be >= 0, got {self.r3f_eps}")
+            raise UserInputError(f"MuppetConfig: field 'r3f_eps': must be >= 0, got {self.r3f_eps}")
         if not self.r3f_lambda >= 0:
-            raise ValueError(f"MuppetConfig: field 'r3f_lambda': must be >= 0, got {self.r3f_lambda}")
+            raise UserInputError(f"MuppetConfig: field 'r3f_lambda': must be >= 0, got {self.r3f_lambda}")
         if self.generation_max_length < 1:
-            raise ValueError(f"MuppetConfig: field 'generation_max_length': must be >= 1, got "
-                             f"{self.generation_max_length}")
+            raise UserInputError(f"MuppetConfig: field 'generation_max_length': must be >= 1, got "
+                                 f"{self.generation_max_length}")
         if self.task_weighting not in TASK_WEIGHTINGS:
-            raise ValueError(f"MuppetConfig: field 'task_weighting': {self.task_weighting!r} is not one of "
-                             f"{list(TASK_WEIGHTINGS)}")
+            raise UserInputError(f"MuppetConfig: field 'task_weighting': {self.task_weighting!r} is not one of "
+                                 f"{list(TASK_WEIGHTINGS)}")
         for name in ("meta_tasks_per_step", "task_weight_update_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
-                raise ValueError(f"MuppetConfig: field '{name}': needs a positive integer, got {value!r}")
+                raise UserInputError(f"MuppetConfig: field '{name}': needs a positive integer, got {value!r}")
         self.check_meta_weighting("MuppetConfig", active=self.task_weighting == "meta")
         if self.remove_unused_columns:
-            raise ValueError("MuppetConfig: field 'remove_unused_columns': must stay False (rows carry task_name)")
+            raise UserInputError("MuppetConfig: field 'remove_unused_columns': must stay False (rows carry task_name)")

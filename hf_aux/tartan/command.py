@@ -25,6 +25,7 @@ from ..cli.arguments import MERGED_SUBFOLDER, LoraArguments
 from ..cli.arguments import DataSourceArguments
 from ..cli.arguments import ModelArguments as SharedModelArguments
 from ..cli.parser import command_parser, demo_config_path, parse_command_line
+from ..errors import UserInputError
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +43,8 @@ class ModelArguments(SharedModelArguments):
     def __post_init__(self):
         super().__post_init__()
         if self.mlm_heads not in ("pretrained", "fresh"):
-            raise ValueError(f"ModelArguments: field 'mlm_heads': expected 'pretrained' or 'fresh', got "
-                             f"{self.mlm_heads!r}")
+            raise UserInputError(f"ModelArguments: field 'mlm_heads': expected 'pretrained' or 'fresh', got "
+                                 f"{self.mlm_heads!r}")
 
 
 @dataclass
@@ -74,17 +75,18 @@ class DataTrainingArguments(DataSourceArguments):
 
     def __post_init__(self):
         if sum(x is not None for x in (self.demo_task, self.train_file, self.dataset_name)) != 1:
-            raise ValueError("DataTrainingArguments: field 'demo_task': give exactly one of --demo_task, "
-                             "--train_file and --dataset_name")
+            raise UserInputError("DataTrainingArguments: field 'demo_task': give exactly one of --demo_task, "
+                                 "--train_file and --dataset_name")
         if self.train_file is not None and self.validation_file is None:
-            raise ValueError("DataTrainingArguments: field 'validation_file': TARTAN needs end-task validation "
-                             "data (early stopping, META-TARTAN's meta-gradient)")
+            raise UserInputError("DataTrainingArguments: field 'validation_file': TARTAN needs end-task validation "
+                                 "data (early stopping, META-TARTAN's meta-gradient)")
         if self.final_finetune_epochs < 0:
-            raise ValueError(f"DataTrainingArguments: field 'final_finetune_epochs': {self.final_finetune_epochs} < 0")
+            raise UserInputError(f"DataTrainingArguments: field 'final_finetune_epochs': {self.final_finetune_epochs} "
+                                 "< 0")
         if self.streaming and not any(is_corpus_file(spec.partition("=")[2]) for spec in self.auxiliary):
-            raise ValueError(f"DataTrainingArguments: field 'streaming': streams the auxiliary corpora given as files "
-                             f"(--auxiliary name=path); none of {self.auxiliary} is a file (tapt and demo: text are "
-                             "built in memory): name a corpus file, or drop --streaming")
+            raise UserInputError("DataTrainingArguments: field 'streaming': streams the auxiliary corpora given as "
+                                 f"files (--auxiliary name=path); none of {self.auxiliary} is a file (tapt and demo: "
+                                 "text are built in memory): name a corpus file, or drop --streaming")
         super().__post_init__()
 
 
@@ -127,8 +129,8 @@ def build_task(data_args: DataTrainingArguments):
                                     labels_hint="--task_label_names",
                                     where="DataTrainingArguments: field 'train_file'", **caps)
     if task.kind != "classification":
-        raise ValueError(f"task '{task.name}': field 'kind': hf-aux tartan trains a classification end task, "
-                         f"got {task.kind}")
+        raise UserInputError(f"task '{task.name}': field 'kind': hf-aux tartan trains a classification end task, "
+                             f"got {task.kind}")
     return task
 
 
@@ -151,7 +153,7 @@ def auxiliary_corpora(specs: list[str], raw, task, max_documents: int | None, st
     for spec in specs:
         name, sep, source = spec.partition("=")
         if not sep or not name or not source:
-            raise ValueError(f"DataTrainingArguments: field 'auxiliary': {spec!r} is not name=source")
+            raise UserInputError(f"DataTrainingArguments: field 'auxiliary': {spec!r} is not name=source")
         if source == "tapt":
             train = raw["train"]
             text = [" ".join(str(row[c]) for c in task.text_columns) for row in train]
@@ -211,8 +213,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         model_args, data_args, training_args, lora_args = parse_args()
     lora_args = lora_args or LoraArguments()
     if lora_args.use_lora and data_args.final_finetune_epochs > 0:
-        raise ValueError("LoraArguments: field 'use_lora': --final_finetune_epochs fine-tunes the plain classifier; "
-                         "with LoRA, run --merge_lora and fine-tune output_dir/merged instead")
+        raise UserInputError("LoraArguments: field 'use_lora': --final_finetune_epochs fine-tunes the plain "
+                             "classifier; with LoRA, run --merge_lora and fine-tune output_dir/merged instead")
     run = start_run(training_args, model_args, data_args, lora_args)
     if run.nothing_to_do:
         return run.results
@@ -224,6 +226,11 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     with explain_hub_errors("ModelArguments", "tokenizer_name" if model_args.tokenizer_name else "model_name_or_path",
                             model_args.tokenizer_name or model_path):
         tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_path, **hub)
+    with explain_hub_errors("ModelArguments", "model_name_or_path", model_path):
+        classifier = AutoModelForSequenceClassification.from_pretrained(
+            model_path, num_labels=task.num_labels, id2label=task.id2label,
+            label2id={v: k for k, v in task.id2label.items()}, **hub)
+    lora_args.check_targets(classifier.base_model)  # before tokenising: a misspelt --lora_target_modules stops here
     with training_args.main_process_first(desc="tokenising"):
         features = {split: tokenize_task(task, raw[split], tokenizer, max_length=data_args.max_seq_length)
                     for split in raw}
@@ -236,10 +243,6 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         size = "streamed" if is_stream(block_set) else f"{len(block_set)}"
         logger.info("auxiliary task %s: %s MLM blocks of %d tokens", name, size, data_args.max_seq_length)
 
-    with explain_hub_errors("ModelArguments", "model_name_or_path", model_path):
-        classifier = AutoModelForSequenceClassification.from_pretrained(
-            model_path, num_labels=task.num_labels, id2label=task.id2label,
-            label2id={v: k for k, v in task.id2label.items()}, **hub)
     apply_demo_task_mixture(training_args, data_args.demo_task_mixture, 1 + len(blocks))
     model = TartanModel(classifier, list(blocks))
     if blocks and model_args.mlm_heads == "pretrained":

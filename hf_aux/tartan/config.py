@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 
 from ..base_config import MetaWeightingArguments, TokenSafeTrainingArguments
+from ..errors import UserInputError
 
 
 @dataclass
@@ -46,29 +47,31 @@ class TartanConfig(MetaWeightingArguments, TokenSafeTrainingArguments):
     def __post_init__(self):
         super().__post_init__()
         if self.mode not in ("mt", "meta"):
-            raise ValueError(f"TartanConfig: field 'mode': expected 'mt' or 'meta', got {self.mode!r}")
+            raise UserInputError(f"TartanConfig: field 'mode': expected 'mt' or 'meta', got {self.mode!r}")
         if self.meta_head not in ("separate", "same"):
-            raise ValueError(f"TartanConfig: field 'meta_head': expected 'separate' or 'same', got {self.meta_head!r}")
+            raise UserInputError("TartanConfig: field 'meta_head': expected 'separate' or 'same', got "
+                                 f"{self.meta_head!r}")
         self.check_meta_weighting("TartanConfig", active=self.mode == "meta")
         size = self.auxiliary_batch_size
         if size is not None and (not isinstance(size, int) or size < 1):
-            raise ValueError(f"TartanConfig: field 'auxiliary_batch_size': needs a positive integer, got {size!r}")
+            raise UserInputError(f"TartanConfig: field 'auxiliary_batch_size': needs a positive integer, got {size!r}")
         if not isinstance(self.mlm_head_warmup_steps, int) or self.mlm_head_warmup_steps < 0:
-            raise ValueError("TartanConfig: field 'mlm_head_warmup_steps': needs an integer >= 0, got "
-                             f"{self.mlm_head_warmup_steps!r}")
+            raise UserInputError("TartanConfig: field 'mlm_head_warmup_steps': needs an integer >= 0, got "
+                                 f"{self.mlm_head_warmup_steps!r}")
         if self.end_task_head_learning_rate is not None and not self.end_task_head_learning_rate > 0:
-            raise ValueError("TartanConfig: field 'end_task_head_learning_rate': must be positive, got "
-                             f"{self.end_task_head_learning_rate}")
+            raise UserInputError("TartanConfig: field 'end_task_head_learning_rate': must be positive, got "
+                                 f"{self.end_task_head_learning_rate}")
         if not self.mlm_head_warmup_lr > 0:
-            raise ValueError(f"TartanConfig: field 'mlm_head_warmup_lr': must be positive, got "
-                             f"{self.mlm_head_warmup_lr}")
+            raise UserInputError(f"TartanConfig: field 'mlm_head_warmup_lr': must be positive, got "
+                                 f"{self.mlm_head_warmup_lr}")
         if not 0.0 < self.mlm_probability < 1.0:
-            raise ValueError(f"TartanConfig: field 'mlm_probability': {self.mlm_probability} not in (0, 1)")
+            raise UserInputError(f"TartanConfig: field 'mlm_probability': {self.mlm_probability} not in (0, 1)")
         if self.task_weights is not None:
             weights = [float(w) for w in self.task_weights]
             if not weights or not all(math.isfinite(w) for w in weights):
-                raise ValueError(f"TartanConfig: field 'task_weights': needs finite numbers, got {self.task_weights!r}")
+                raise UserInputError("TartanConfig: field 'task_weights': needs finite numbers, got "
+                                     f"{self.task_weights!r}")
             if self.mode == "mt" and (min(weights) < 0 or sum(weights) <= 0):
-                raise ValueError("TartanConfig: field 'task_weights': MT-TARTAN weights must be >= 0 with a positive "
-                                 f"sum, got {weights}")
+                raise UserInputError("TartanConfig: field 'task_weights': MT-TARTAN weights must be >= 0 with a "
+                                     f"positive sum, got {weights}")
             self.task_weights = weights

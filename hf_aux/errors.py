@@ -1,0 +1,73 @@
+"""The one error type for a mistake in what the user gave: a flag, a value, a file, a task, a column, an output
+folder in use. Its message says what is wrong and what to do; the command line (`hf_aux.run_guard.run_command`)
+prints it as one line, `<command>: error: <message>`, and exits with status 2, as argparse does for a bad flag,
+instead of printing a traceback. Any other exception is a fault of hf_aux or of a library, and keeps its traceback.
+
+It subclasses ValueError, so that code catching ValueError (and tests expecting one) see no difference.
+
+HF_AUX_TRACEBACK=1 prints the traceback of a user's mistake too. Under torchrun each rank's error file (the
+launcher's summary) holds the one line (`call_recorded`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import NoReturn
+
+__all__ = ["UserInputError"]
+
+
+class UserInputError(ValueError):
+    """What the user gave cannot be used as it is; the message names it and says what to do."""
+
+
+# ---- how the command line reports one --------------------------------------------------------------------------
+TRACEBACK_VARIABLE = "HF_AUX_TRACEBACK"  # =1: a user's mistake is printed with its traceback too
+EXIT_STATUS = 2  # argparse's, for a bad command line
+
+
+def show_traceback() -> bool:
+    return os.environ.get(TRACEBACK_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def error_line(prog: str, error: BaseException) -> str:
+    """`<prog>: error: <message>`, on one line (a message's own line breaks become spaces)."""
+    return f"{prog}: error: {' '.join(str(error).split())}"
+
+
+def exit_for_user_error(prog: str, error: UserInputError) -> NoReturn:
+    """End the process for `error` with its one line on stderr and EXIT_STATUS, as argparse ends it for a bad flag.
+    Under a launcher only each node's first process (LOCAL_RANK 0) prints it: every rank meets the same mistake, and
+    the launcher's summary names it from each rank's error file (`call_recorded`)."""
+    if int(os.environ.get("LOCAL_RANK", "0") or 0) == 0:
+        if show_traceback():
+            traceback.print_exception(error)
+        print(error_line(prog, error), file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_STATUS)
+
+
+def call_recorded(main: Callable, *args, prog: str):
+    """`main(*args)`, and under torchrun (which sets TORCHELASTIC_ERROR_FILE for each rank) its exception recorded in
+    the rank's error file by torch's `record`, so that the launcher's summary names the root cause instead of only
+    "exitcode: 1": a UserInputError as its one line, any other exception with its traceback."""
+    if "TORCHELASTIC_ERROR_FILE" not in os.environ:
+        return main(*args)
+    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
+
+    class OneLineForUserErrors(ErrorHandler):
+        def record_exception(self, error: BaseException) -> None:
+            path = self._get_error_file_path()
+            if not isinstance(error, UserInputError) or show_traceback() or not path:
+                super().record_exception(error)
+                return
+            line = error_line(prog, error)  # the summary prints py_callstack as the failure's "traceback"
+            data = {"message": {"message": line, "extraInfo": {"py_callstack": line,
+                                                                "timestamp": str(int(time.time()))}}}
+            with open(path, "w", encoding="utf-8") as handle:
+                json.dump(data, handle)
+
+    return record(main, error_handler=OneLineForUserErrors())(*args)
