@@ -19,8 +19,13 @@ import torch
 from tiny import write_command_data
 
 from hf_aux.compare import report
-from hf_aux.compare.command import main as compare_main
+from hf_aux.compare.command import main, parse_args
 from hf_aux.compare.statistics import welch_interval
+
+def compare_main(argv: list[str]) -> dict:
+    """The command's own steps, in process: parse as `hf-aux compare` does, then run."""
+    return main(*parse_args(argv))
+
 
 STEPS = ["--max_steps", "3", "--per_device_train_batch_size", "8", "--report_to", "none"]
 
@@ -199,3 +204,14 @@ def test_other_settings_in_the_same_folder_are_refused(data, tmp_path):
         compare_main([*arms(data), *task_flags(data), "--seeds", "1", "--train_fraction", "0.5", *STEPS,
                       "--output_dir", str(out)])
     assert (out / "compare.json").read_text() == kept  # the earlier comparison is untouched
+
+
+def test_a_mistake_is_one_line_with_exit_2(data, tmp_path):
+    command = shutil.which("hf-aux", path=os.path.dirname(sys.executable)) or shutil.which("hf-aux")
+    done = subprocess.run([command, "compare", "--arm", f"base={data / 'tiny_bert'}", "--arm", "new=nowhere/at/all",
+                           *task_flags(data), "--output_dir", str(tmp_path / "cmp")], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert line.startswith("hf-aux compare: error: --arm new: model 'nowhere/at/all' does not exist")
+    assert not (tmp_path / "cmp" / "compare.json").exists()

@@ -54,16 +54,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(0 if argv else 2)
     name, rest = argv[0], argv[1:]
     if name in OTHER_COMMANDS:
-        importlib.import_module(OTHER_COMMANDS[name][0]).main(rest)
-        return
-    record = by_command(name)
-    if record is None:
-        commands = [record.command for record in methods()] + list(OTHER_COMMANDS)
-        close = difflib.get_close_matches(name, commands, n=1)
-        hint = f"; did you mean {close[0]}?" if close else ""
-        print(f"hf-aux: error: unknown command {name!r}{hint} (the commands: {', '.join(commands)})", file=sys.stderr)
-        raise SystemExit(2)
-    module_name = record.command_module
+        module = importlib.import_module(OTHER_COMMANDS[name][0])
+        if not hasattr(module, "parse_args"):  # tasks, export: a parser and errors of their own
+            module.main(rest)
+            return
+        module_name = OTHER_COMMANDS[name][0]  # compare: finetune's flags on the shared parser, as a method's
+    else:
+        record = by_command(name)
+        if record is None:
+            commands = [record.command for record in methods()] + list(OTHER_COMMANDS)
+            close = difflib.get_close_matches(name, commands, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            print(f"hf-aux: error: unknown command {name!r}{hint} (the commands: {', '.join(commands)})",
+                  file=sys.stderr)
+            raise SystemExit(2)
+        module_name = record.command_module
     wants = [flag for flag in ("--help-all", "-h", "--help") if flag in rest]
     if wants:  # before any other flag is checked: the help of the method alone
         with _peft_unseen_by_transformers():

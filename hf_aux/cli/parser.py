@@ -104,7 +104,7 @@ COMMON_TRAINER_FLAGS = {
     "push_to_hub": "Push the output folder to the Hub at the end (to --hub_model_id <user>/<name>).",
 }
 _SECTION_TITLES = {"ModelArguments": "the model", "DataTrainingArguments": "the data",
-                   "LoraArguments": "LoRA on the shared body"}
+                   "LoraArguments": "LoRA on the shared body", "CompareArguments": "the arms and the comparison"}
 
 
 class CommandParser(HfArgumentParser):

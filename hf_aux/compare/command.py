@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ..finetune.command import DATA_SOURCE_FLAGS, DataTrainingArguments, ModelArguments
 from ..base_config import TokenSafeTrainingArguments
+from ..errors import UserInputError
 
 logger = logging.getLogger("hf_aux")
 
@@ -40,10 +41,10 @@ class CompareArguments:
 
     def __post_init__(self):
         if self.seeds < 1:
-            raise ValueError(f"CompareArguments: field 'seeds': must be at least 1, got {self.seeds}")
+            raise UserInputError(f"CompareArguments: field 'seeds': must be at least 1, got {self.seeds}")
         if self.learning_rates is not None and (not self.learning_rates or min(self.learning_rates) <= 0):
-            raise ValueError(f"CompareArguments: field 'learning_rates': give positive rates, got "
-                             f"{self.learning_rates}")
+            raise UserInputError(f"CompareArguments: field 'learning_rates': give positive rates, got "
+                                 f"{self.learning_rates}")
 
 
 def make_parser():
@@ -77,8 +78,8 @@ def parse_args(argv: list[str] | None = None):
                                 data_source_flags=DATA_SOURCE_FLAGS)
     compare_args, model_args = parsed[0], parsed[1]
     if model_args.model_name_or_path is not None:
-        raise ValueError("ModelArguments: field 'model_name_or_path': hf-aux compare takes its models from --arm "
-                         "NAME=MODEL[,MODEL...]")
+        raise UserInputError("ModelArguments: field 'model_name_or_path': hf-aux compare takes its models from "
+                             "--arm NAME=MODEL[,MODEL...]")
     return parsed
 
 
@@ -107,14 +108,14 @@ def run_comparison(compare_args: CompareArguments, model_args: ModelArguments, d
     metric = compare_args.metric or PRIMARY_METRIC[task.kind]
     known = (*METRIC_NAMES[task.kind], "loss")
     if metric not in known:
-        raise ValueError(f"CompareArguments: field 'metric': task '{task.name}' ({task.kind}) reports {list(known)}, "
-                         f"not {metric!r}")
+        raise UserInputError(f"CompareArguments: field 'metric': task '{task.name}' ({task.kind}) reports "
+                             f"{list(known)}, not {metric!r}")
     if "train" not in raw or not ({"validation", "test"} & set(raw)):
-        raise ValueError(f"task '{task.name}': field 'train_split': compare needs a train split and a validation or "
-                         f"test split; the data has {list(raw)}")
+        raise UserInputError(f"task '{task.name}': field 'train_split': compare needs a train split and a "
+                             f"validation or test split; the data has {list(raw)}")
     if len(rates) > 1 and not {"validation", "test"} <= set(raw):
-        raise ValueError("CompareArguments: field 'learning_rates': picking a rate needs a validation split to pick "
-                         f"on and a test split to report on; task '{task.name}' has {list(raw)}")
+        raise UserInputError("CompareArguments: field 'learning_rates': picking a rate needs a validation split to "
+                             f"pick on and a test split to report on; task '{task.name}' has {list(raw)}")
     results.write(task={"name": task.name, "kind": task.kind, "metric": metric,
                         "higher_is_better": engine.metric_direction(metric),
                         "compared_split": "test" if "test" in raw else "validation",
@@ -132,6 +133,10 @@ def run_comparison(compare_args: CompareArguments, model_args: ModelArguments, d
     return json.loads((out / engine.RESULTS_NAME).read_text())
 
 
-def main(argv: list[str] | None = None) -> dict:
-    """`hf-aux compare [flags]` (argv: the flags; default sys.argv[1:])."""
-    return run_comparison(*parse_args(argv))
+def main(compare_args: CompareArguments | None = None, model_args: ModelArguments | None = None,
+         data_args: DataTrainingArguments | None = None,
+         training_args: TokenSafeTrainingArguments | None = None) -> dict:
+    """`hf-aux compare`: `run_comparison` on the parsed arguments (without them, from sys.argv)."""
+    if compare_args is None:
+        compare_args, model_args, data_args, training_args = parse_args()
+    return run_comparison(compare_args, model_args, data_args, training_args)

@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import UserInputError
+
 logger = logging.getLogger("hf_aux")
 
 RESULTS_NAME = "compare.json"
@@ -45,9 +47,9 @@ UNCOMPARED_FIELDS = {
 }
 
 
-def user_error(message: str) -> ValueError:
-    """A mistake in what the user gave."""
-    return ValueError(message)
+def user_error(message: str) -> UserInputError:
+    """A mistake in what the user gave (one line on the command line, before any fine-tuning)."""
+    return UserInputError(message)
 
 
 @dataclass(frozen=True)

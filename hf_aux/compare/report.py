@@ -119,7 +119,8 @@ def render_markdown(content: dict, found: list[dict]) -> str:
               "it describes that checkpoint, not the method that made it (flagged, no verdict). q is the "
               f"Benjamini-Hochberg adjusted p over the {len(found)} comparisons of this table. "
               "Details: docs/compare.md.", "", "## Every fine-tuning", "",
-              "| arm | model | seed | learning rate | validation | test | status | wall s |", "|---|---|---|---|---|---|---|---|"]
+              "| arm | model | seed | learning rate | validation | test | status | wall s |",
+              "|---|---|---|---|---|---|---|---|"]
     for f in content["finetunings"]:
         values = [_number(f.get(s, {}).get(metric)) for s in ("validation", "test")]
         lines.append(f"| {f['arm']} | {f['model']} | {f['seed']} | {f['learning_rate']:g} | {values[0]} | {values[1]} "
