@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from tiny import command_args, free_port, write_command_data
+from tiny import command_args, free_port, hold_lock, write_command_data
 
 from hf_aux.run_guard import lock_path
 
@@ -244,14 +244,8 @@ def test_sigterm_to_the_launcher_and_a_killed_rank_then_resume_exactly(uninterru
 # ---- the output folder's guard: one process decides ----------------------------------------------------------------
 def test_a_live_lock_stops_every_rank_at_once_with_the_guarding_ranks_message(data, tmp_path):
     out = tmp_path / "out"
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    holder = hold_lock(out)
     try:
-        lock = lock_path(out)
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        stat = Path(f"/proc/{holder.pid}/stat").read_text().rsplit(")", 1)[-1].split()
-        lock.write_text(json.dumps({"pid": holder.pid, "start_time": stat[19], "host": socket.gethostname(),
-                                    "boot_id": Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
-                                    "started": "earlier", "command": "another run"}))
         start = time.monotonic()
         done = run(torchrun("finetune", [*command_args("run_finetune", data, out, QUIET), "--max_steps", "2",
                                          "--ddp_timeout", "120"]))

@@ -33,14 +33,6 @@ COMMON = ["--report_to", "none", "--disable_tqdm", "true", "--use_cpu", "--save_
           "--do_train", "--max_steps", "2", "--per_device_train_batch_size", "4", "--max_seq_length", "32"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def write_rows(folder: Path, regression: bool = False) -> dict:
     """train/validation jsonl of tiny sentiment rows: string labels neg/pos, or a score in [0, 5]."""
     rng = random.Random(0)

@@ -11,22 +11,20 @@
   Trainer flags last, then how many more `--help-all` shows; `--help-all` lists every flag.
 """
 
-import json
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from tiny import free_port, write_command_data
+from tiny import free_port, hold_lock, write_command_data
 
 from hf_aux.cli.command import main as hf_aux_main
 from hf_aux.errors import UserInputError
 from hf_aux.registry import methods
-from hf_aux.run_guard import lock_path, run_command
+from hf_aux.run_guard import run_command
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -56,18 +54,6 @@ def run(argv, env=ENV, timeout=600) -> subprocess.CompletedProcess:
 
 def error_lines(done: subprocess.CompletedProcess) -> list[str]:
     return [line for line in done.stderr.splitlines() if line.strip() and not PROGRESS.search(line)]
-
-
-def hold_lock(out: Path) -> subprocess.Popen:
-    """A live process recorded as the one writing `out` (as test_launchers' live lock)."""
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    lock = lock_path(out)
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    stat = Path(f"/proc/{holder.pid}/stat").read_text().rsplit(")", 1)[-1].split()
-    lock.write_text(json.dumps({"pid": holder.pid, "start_time": stat[19], "host": socket.gethostname(),
-                                "boot_id": Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
-                                "started": "earlier", "command": "another run"}))
-    return holder
 
 
 MISTAKES = {  # name -> (extra arguments, a path to replace the data files, what the one line says)

@@ -227,3 +227,23 @@ def peak_rss_mb(folder, argv: list[str], name: str) -> float:
     done = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return int(done.stdout.split("PEAK_KB")[-1]) / 1024
+
+
+def hold_lock(out):
+    """A live process recorded as the one writing `out`: the output folder is in use (kill the process after)."""
+    import json
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from hf_aux.run_guard import lock_path
+
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    lock = lock_path(out)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    stat = Path(f"/proc/{holder.pid}/stat").read_text().rsplit(")", 1)[-1].split()
+    lock.write_text(json.dumps({"pid": holder.pid, "start_time": stat[19], "host": socket.gethostname(),
+                                "boot_id": Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+                                "started": "earlier", "command": "another run"}))
+    return holder

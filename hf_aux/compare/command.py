@@ -76,8 +76,7 @@ def parse_args(argv: list[str] | None = None):
     parsed = parse_command_line(make_parser(), merge_arm_flags(sys.argv[1:] if argv is None else argv),
                                 demo_config=demo_config_path("finetune"),
                                 data_source_flags=DATA_SOURCE_FLAGS)
-    compare_args, model_args = parsed[0], parsed[1]
-    if model_args.model_name_or_path is not None:
+    if parsed[1].model_name_or_path is not None:  # ModelArguments
         raise UserInputError("ModelArguments: field 'model_name_or_path': hf-aux compare takes its models from "
                              "--arm NAME=MODEL[,MODEL...]")
     return parsed
