@@ -57,7 +57,7 @@ def test_arm_values_and_flags():
     assert arm_values({"a": [0.5, 0.7], "b": [0.9, 0.9]}) == (pytest.approx([0.6, 0.9]), True)  # unit means
     base = {"base": [0.5, 0.52, 0.48]}
     one = compare_arms("x", {"m": [0.6, 0.62, 0.58]}, "base", base)
-    assert one.flag == ONE_RUN_FLAG and not one.judged
+    assert one.flag == ONE_RUN_FLAG
     assert verdict_words(one) == ONE_RUN_FLAG  # never verdict words for one training run
     two = compare_arms("x", {"a": [0.6], "b": [0.62]}, "base", base)
     assert "3 are needed" in two.flag

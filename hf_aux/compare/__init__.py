@@ -1,0 +1,4 @@
+"""`hf-aux compare`: several checkpoints fine-tuned alike on one task, each compared with a baseline by more than
+noise (docs/compare.md). command.py: the flags, `run_comparison` (the Python entry point the evidence studies call
+too) and `main`; engine.py: the fine-tunings and compare.json; statistics.py: the intervals and q values;
+report.py: compare.md, compare.png and the summary."""

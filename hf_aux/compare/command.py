@@ -116,7 +116,7 @@ def run_comparison(compare_args: CompareArguments, model_args: ModelArguments, d
         raise UserInputError("CompareArguments: field 'learning_rates': picking a rate needs a validation split to "
                              f"pick on and a test split to report on; task '{task.name}' has {list(raw)}")
     results.write(task={"name": task.name, "kind": task.kind, "metric": metric,
-                        "higher_is_better": engine.metric_direction(metric),
+                        "higher_is_better": metric not in engine.LOWER_IS_BETTER,
                         "compared_split": "test" if "test" in raw else "validation",
                         "splits": {split: len(rows) for split, rows in raw.items()}},
                   arms=[{"name": a.name, "models": list(a.models)} for a in arms], baseline=baseline, seeds=seeds)

@@ -47,11 +47,6 @@ UNCOMPARED_FIELDS = {
 }
 
 
-def user_error(message: str) -> UserInputError:
-    """A mistake in what the user gave (one line on the command line, before any fine-tuning)."""
-    return UserInputError(message)
-
-
 @dataclass(frozen=True)
 class Arm:
     """A way of making a starting checkpoint; `models` are its independent training runs (units)."""
@@ -65,9 +60,9 @@ def parse_arm(text: str) -> Arm:
     name, sep, models = text.partition("=")
     name, models = name.strip(), [m.strip() for m in models.split(",")]
     if not sep or not name:
-        raise user_error(f"--arm {text!r}: expected NAME=MODEL[,MODEL...], e.g. --arm muppet=runs/m1,runs/m2")
+        raise UserInputError(f"--arm {text!r}: expected NAME=MODEL[,MODEL...], e.g. --arm muppet=runs/m1,runs/m2")
     if not all(models):
-        raise user_error(f"--arm {text!r}: arm {name!r} names no model (or an empty one between commas)")
+        raise UserInputError(f"--arm {text!r}: arm {name!r} names no model (or an empty one between commas)")
     return Arm(name, tuple(models))
 
 
@@ -77,28 +72,28 @@ def check_arms(arms: list[Arm], baseline: str | None, seeds: list[int]) -> str:
     from transformers import AutoConfig
 
     if len(arms) < 2:
-        raise user_error(f"--arm: compare needs at least two arms, got {len(arms)} (e.g. --arm base=MODEL "
+        raise UserInputError(f"--arm: compare needs at least two arms, got {len(arms)} (e.g. --arm base=MODEL "
                          "--arm new=MODEL)")
     names = [arm.name for arm in arms]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
-        raise user_error(f"--arm: arm names must differ; {duplicates} given more than once")
+        raise UserInputError(f"--arm: arm names must differ; {duplicates} given more than once")
     if not seeds:
-        raise user_error("--seeds: must be at least 1 (fine-tunings per model)")
+        raise UserInputError("--seeds: must be at least 1 (fine-tunings per model)")
     if baseline is not None and baseline not in names:
-        raise user_error(f"--baseline {baseline!r}: no such arm; the arms are {names}")
+        raise UserInputError(f"--baseline {baseline!r}: no such arm; the arms are {names}")
     for arm in arms:
         for model in arm.models:
             if os.path.isdir(model):
                 if not any(Path(model, name).is_file() for name in ("config.json", "adapter_config.json")):
-                    raise user_error(f"--arm {arm.name}: folder {model!r} holds no model (no config.json)")
+                    raise UserInputError(f"--arm {arm.name}: folder {model!r} holds no model (no config.json)")
                 continue
             if os.path.exists(model) or model.startswith((".", "/", "~")) or model.count("/") > 1:
-                raise user_error(f"--arm {arm.name}: model {model!r} does not exist (not a folder, not a Hub id)")
+                raise UserInputError(f"--arm {arm.name}: model {model!r} does not exist (not a folder, not a Hub id)")
             try:
                 AutoConfig.from_pretrained(model)
             except (OSError, ValueError) as error:
-                raise user_error(f"--arm {arm.name}: model {model!r} is not a local folder and the Hub does not "
+                raise UserInputError(f"--arm {arm.name}: model {model!r} is not a local folder and the Hub does not "
                                  f"serve it here ({str(error).splitlines()[0]})") from None
     return baseline or names[0]
 
@@ -129,7 +124,7 @@ class ResultsFile:
         if old is not None and old != settings:
             changed = sorted(set(old) | set(settings), key=str)
             changed = [f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in changed if old.get(k) != settings.get(k)]
-            raise user_error(f"--output_dir {str(self.path.parent)!r} holds a comparison made with other settings "
+            raise UserInputError(f"--output_dir {str(self.path.parent)!r} holds a comparison made with other settings "
                              f"({'; '.join(changed[:6])}); give another --output_dir, or the same settings to "
                              "continue it")
         self.content["settings"] = settings
@@ -163,11 +158,6 @@ def tokenizer_fingerprint(tokenizer) -> str:
     state = backend.to_str() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True)
     extra = f"{type(tokenizer).__name__}|{tokenizer.model_max_length}|{tokenizer.padding_side}"
     return hashlib.sha256((state + extra).encode()).hexdigest()
-
-
-def metric_direction(name: str) -> bool:
-    """Whether higher values of the metric are better."""
-    return name not in LOWER_IS_BETTER
 
 
 def plan(arms: list[Arm], seeds: list[int], learning_rates: list[float]) -> list[dict]:
@@ -238,14 +228,24 @@ def run_finetunings(arms: list[Arm], seeds: list[int], learning_rates: list[floa
                disable=not training_args.should_log)
     try:
         with quiet_loading():
-            _run_steps(todo, bar, model_args, data_args, training_args, results, task, raw, features_for)
+            for index, step in enumerate(todo):
+                bar.set_postfix_str(f"{step['arm']} unit {step['unit']} seed {step['seed']}")
+                record = finetune_once(step, model_args, data_args, training_args, task, raw, features_for,
+                                       training_args.output_dir)
+                results.add(record)
+                bar.update(1)
+                if index == 0 and len(todo) > 1:
+                    logger.warning("compare: the first fine-tuning took %.0f s; about %.0f min for the %d left",
+                                   record["wall_s"], record["wall_s"] * (len(todo) - 1) / 60, len(todo) - 1)
+                if record["status"] == "failed":
+                    logger.warning("compare: %s (%s, seed %d) failed: %s", step["arm"], step["model"],
+                                   step["seed"], record["error"])
     except (KeyboardInterrupt, SystemExit) as stop:
-        bar.close()
-        done = len(results.content["finetunings"])
-        print(f"hf-aux compare: stopped; the {done} finished fine-tunings are in {results.path}: the same command "
-              "continues with the others", file=sys.stderr, flush=True)
+        print(f"\nhf-aux compare: stopped; the {len(results.content['finetunings'])} finished fine-tunings are in "
+              f"{results.path}: the same command continues with the others", file=sys.stderr, flush=True)
         raise SystemExit(getattr(stop, "code", None) or 130) from None
-    bar.close()
+    finally:
+        bar.close()
 
 
 @contextlib.contextmanager
@@ -264,18 +264,3 @@ def quiet_loading():
         hf_logging.set_verbosity(level)
         hf_logging.enable_progress_bar()
         modeling.setLevel(logging.NOTSET)
-
-
-def _run_steps(todo, bar, model_args, data_args, training_args, results, task, raw, features_for) -> None:
-    for index, step in enumerate(todo):
-        bar.set_postfix_str(f"{step['arm']} unit {step['unit']} seed {step['seed']}")
-        record = finetune_once(step, model_args, data_args, training_args, task, raw, features_for,
-                               training_args.output_dir)
-        results.add(record)
-        bar.update(1)
-        if index == 0 and len(todo) > 1:
-            logger.warning("compare: the first fine-tuning took %.0f s; about %.0f min for the %d left",
-                           record["wall_s"], record["wall_s"] * (len(todo) - 1) / 60, len(todo) - 1)
-        if record["status"] == "failed":
-            logger.warning("compare: %s (%s, seed %d) failed: %s", step["arm"], step["model"], step["seed"],
-                           record["error"])

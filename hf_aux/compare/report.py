@@ -75,6 +75,12 @@ def _number(value, digits: int = 3, sign: bool = False) -> str:
     return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
 
 
+def _difference(c: dict) -> str:
+    """"+0.011 [-0.017, +0.038]": a comparison's difference and its 95% interval."""
+    low, high = (_number(value, sign=True) for value in c["ci95"])
+    return f"{_number(c['difference'], sign=True)} [{low}, {high}]"
+
+
 def arm_rows(content: dict) -> list[dict]:
     """Per arm: units, fine-tunings, failures, the mean +- sd of its values on each split at its picked rate."""
     rates = picked_rates(content)
@@ -109,8 +115,7 @@ def render_markdown(content: dict, found: list[dict]) -> str:
     lines += ["", f"| arm - {content['baseline']} | difference [95% CI] | p | q (BH) | units | verdict |",
               "|---|---|---|---|---|---|"]
     for c in found:
-        lines.append(f"| {c['arm']} | {_number(c['difference'], sign=True)} [{_number(c['ci95'][0], sign=True)}, "
-                     f"{_number(c['ci95'][1], sign=True)}] | {_number(c['p_value'])} | {_number(c['q_value'])} | "
+        lines.append(f"| {c['arm']} | {_difference(c)} | {_number(c['p_value'])} | {_number(c['q_value'])} | "
                      f"{c['n_units']} vs {c['n_baseline_units']} | {c['verdict']} |")
     lines += ["", "How to read it: a unit is one training run of an arm (one model folder); its value is the mean of "
               "its fine-tunings. The interval is Welch's two-sample interval over the units of the two arms, so it "
@@ -183,6 +188,5 @@ def summary_lines(content: dict, found: list[dict]) -> list[str]:
     metric, split = content["task"]["metric"], content["task"]["compared_split"]
     lines = [f"{content['task']['name']}: {metric} on {split}, each arm minus {content['baseline']}:"]
     for c in found:
-        lines.append(f"  {c['arm']}: {_number(c['difference'], sign=True)} [{_number(c['ci95'][0], sign=True)}, "
-                     f"{_number(c['ci95'][1], sign=True)}], q {_number(c['q_value'])}: {c['verdict']}")
+        lines.append(f"  {c['arm']}: {_difference(c)}, q {_number(c['q_value'])}: {c['verdict']}")
     return lines

@@ -1,27 +1,21 @@
-"""The statistics of `hf-aux compare` and of the evidence studies: does one arm fine-tune better than another?
+"""The statistics of `hf-aux compare` and of the evidence studies (docs/compare.md says why each rule):
 
-An *arm* is a way of making a starting checkpoint (base MiniLM, MUPPET pre-finetuning, ...). Its *units* are its
-independent training runs (one folder each); each unit is fine-tuned with several seeds. The rules:
+1. An arm's *units* are its independent training runs (one model folder each); a unit's value is the mean of its
+   fine-tunings' metric (fine-tuning seeds are not extra units).
+2. The interval for arm minus baseline is Welch's two-sample t interval over the two arms' values: it holds every
+   source of noise of both arms. Pairing every unit with the same baseline fine-tunings would make the baseline's
+   own fine-tuning noise an offset the interval never sees (tests/test_compare_statistics.py simulates both).
+3. An arm of ONE model has no training noise to sample: its values are its fine-tunings. For a baseline that is
+   one fixed model that is the question asked; for a compared arm it describes one checkpoint, not the method that
+   made it, so the comparison is flagged (`Comparison.flag`) and gets no verdict words.
+4. Multiplicity: each comparison's Benjamini-Hochberg q value, over the comparisons of one report (a compare run,
+   or a study's claims list).
 
-1. A unit's value is the mean of its fine-tunings' metric (fine-tuning seeds are not extra units).
-2. The interval for arm minus baseline is Welch's two-sample t interval over the two arms' values, so it holds
-   every source of noise of BOTH arms: the units' training noise and their fine-tuning noise, on each side.
-   Why two samples and not pairs: pairing every unit with the same baseline fine-tunings makes the baseline's own
-   fine-tuning noise a constant offset that the interval never sees (its coverage of a true zero falls well under
-   95%: tests/test_compare_statistics.py simulates it). Pairing by fine-tuning seed would gain from the shared data
-   order only if the two arms' seed effects were correlated, which different starting weights largely undo.
-3. An arm of ONE model (base MiniLM, or a single pre-finetuned checkpoint) has no training noise to sample: its
-   values are its fine-tunings themselves. For a baseline that is one fixed model this is exactly the question
-   asked ("better than THIS model?"). For a compared arm it describes that one checkpoint, not the method that made
-   it: such a comparison is flagged (`Comparison.flag`) and gets no verdict words.
-4. Multiplicity: the Benjamini-Hochberg q value of each comparison, the family being the comparisons of one report
-   (one `hf-aux compare` run, or one study's claims list), is reported beside its raw interval.
-
-Pure Python (no scipy): Student's t from the regularised incomplete beta function.
-"""
+Pure Python (no scipy): Student's t from the regularised incomplete beta function."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -93,11 +87,6 @@ class Interval:
     dof: float
     p_value: float
 
-    @property
-    def decided(self) -> bool:
-        """The interval excludes 0."""
-        return math.isfinite(self.low) and (self.low > 0 or self.high < 0)
-
 
 def _t_interval(difference: float, variance_of_difference: float, dof: float, confidence: float) -> Interval:
     if variance_of_difference == 0:  # every value alike: the interval is the point (the t interval's limit)
@@ -168,10 +157,6 @@ class Comparison:
     q_value: float = float("nan")
     flag: str | None = None
 
-    @property
-    def judged(self) -> bool:
-        """Whether verdict words may be given: enough training runs of the arm, and an interval."""
-        return self.flag is None and math.isfinite(self.interval.low)
 
 
 def compare_arms(arm: str, fine_tunings: Mapping[str, Sequence[float]], baseline: str,
@@ -193,8 +178,7 @@ def with_q_values(comparisons: Iterable[Comparison]) -> list[Comparison]:
     """The comparisons of one report with their Benjamini-Hochberg q values (the report is the family)."""
     comparisons = list(comparisons)
     q = benjamini_hochberg([c.interval.p_value for c in comparisons])
-    return [Comparison(c.arm, c.baseline, c.interval, c.n_units, c.n_baseline_units, value, c.flag)
-            for c, value in zip(comparisons, q)]
+    return [dataclasses.replace(c, q_value=value) for c, value in zip(comparisons, q)]
 
 
 def verdict_words(comparison: Comparison, higher_is_better: bool = True, alpha: float = 0.05) -> str:
@@ -205,7 +189,7 @@ def verdict_words(comparison: Comparison, higher_is_better: bool = True, alpha: 
     interval = comparison.interval
     if not math.isfinite(interval.low):
         return "no interval: fewer than 2 values on a side"
-    if not interval.decided:
+    if interval.low <= 0 <= interval.high:
         return "no difference shown (the interval contains 0)"
     better = (interval.low > 0) == higher_is_better
     survives = "survives" if comparison.q_value <= alpha else "does not survive"
