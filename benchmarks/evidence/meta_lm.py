@@ -768,8 +768,8 @@ def _teacher_claims(runs) -> list[dict]:
     if not shares:
         return []
     sizes = sorted({r["finetune_size"] for r in shares})
-    setting = (f"Two Moons, teachers at the end of pretraining with the {', '.join(map(str, sizes))}-example sets "
-               f"({settings['meta_steps'] * 4:,} sequences), averaged within each seed")
+    setting = (f"Two Moons, the teachers of the {'/'.join(map(str, sizes))}-example sets averaged within each seed "
+               f"(at the end of pretraining on {settings['meta_steps'] * 4:,} sequences)")
     records = []
 
     def add(key, sign, diffs, measure, per_seed=None, note=None):
