@@ -92,23 +92,6 @@ def test_select_splits_the_plan_into_disjoint_shares():
     assert select(steps) == steps
 
 
-def test_starting_point_rows_pair_by_finetuning_seed_and_average_pretraining_seeds():
-    sys.path.insert(0, str(ROOT))
-    from benchmarks.evidence.amos import _starting_point_rows
-
-    runs = [{"variant": "minilm", "seed": s, "value": v} for s, v in ((0, 0.70), (1, 0.72), (2, 0.74))]
-    # amos: two pretraining seeds per fine-tuning seed, means 0.60, 0.61, 0.65 -> differences -0.10, -0.11, -0.09
-    finetunings = ((0, (0.59, 0.61)), (1, (0.60, 0.62)), (2, (0.64, 0.66)))
-    runs += [{"variant": "amos", "seed": s, "pretrain_seed": p, "value": v}
-             for s, values in finetunings for p, v in zip((42, 1), values)]
-    (row,) = [line for line in _starting_point_rows(runs) if line.startswith("| amos")]
-    cells = [cell.strip() for cell in row.strip("|").split("|")]
-    assert cells[1] == "2" and cells[2].startswith("-0.100 [") and cells[3] == "hurts"
-    low, high = (float(x) for x in cells[2].split("[")[1].split("]")[0].split(", "))
-    half = 4.302653 * 0.01 / 3 ** 0.5  # t(0.975, 2) * sd of (-0.10, -0.11, -0.09) / sqrt(3)
-    assert abs(low - (-0.100 - half)) < 1.5e-3 and abs(high - (-0.100 + half)) < 1.5e-3
-
-
 def test_claim3_pairs_by_pretraining_run_and_the_forest_plot_draws_arms_with_two_runs(tmp_path):
     """Units are pretraining runs: within one, only the fine-tuning seeds both arms have count, averaged."""
     sys.path.insert(0, str(ROOT))
@@ -182,30 +165,98 @@ def test_grid_rows_use_pretraining_runs_as_units_against_minilm():
     assert mean_row["news_outlet/validation"][0] == pytest.approx(-0.03)
 
 
+def _claim_runs(setting="minilm", weights=(0.3, 0.3, 0.4), losses_by_unit=None, pooling="mean"):
+    """Three AMOS and ELECTRA pretraining runs of one setting with their fine-tunings on both tasks (AMOS ahead by
+    +0.02, 0.00, +0.04 per unit); `weights`: the AMOS runs' mixture at every logged step."""
+    losses_by_unit = losses_by_unit or {42: (5.40, 5.38, 5.39), 1: (5.20, 5.41, 5.30), 2: (5.55, 5.35, 5.50)}
+    runs = []
+    for unit, amos_shift in {42: 0.02, 1: 0.00, 2: 0.04}.items():
+        curve = [{"step": 200, **{f"eval_mlm_loss/layer_{d}": loss
+                                  for d, loss in zip((2, 3, 4), losses_by_unit[unit])}}]
+        train = [{"step": step, **{f"mixture_weight/layer_{d}": w for d, w in zip((2, 3, 4), weights)}}
+                 for step in (100, 200)]
+        runs.append({"claim": "pretrain", "variant": "amos", "setting": setting, "seed": unit, "value": 0.8,
+                     "mlm_layers": [2, 3, 4], "eval_curve": curve, "train_curve": train})
+        runs.append({"claim": "pretrain", "variant": "electra", "setting": setting, "seed": unit, "value": 0.8})
+        for task in ("rotten_tomatoes", "news_outlet"):
+            for seed in (0, 1, 2):
+                for variant, shift in (("electra", 0.0), ("amos", amos_shift)):
+                    runs.append({"claim": f"downstream/{task}", "variant": variant, "setting": setting,
+                                 "pretrain_seed": unit, "seed": seed, "value": 0.70 + 0.01 * seed + shift,
+                                 **({"pooling": pooling} if pooling else {})})
+    return runs
+
+
 def test_claims_pair_arms_by_pretraining_run_and_say_when_claim_1_cannot_be_tested():
     """Claim 3: per pretraining seed, AMOS - ELECTRA with the fine-tuning seeds averaged first (3 units, not 9
-    pairs); claim 1: "not testable here" when the heads' final MLM losses differ by less than their seed-to-seed sd,
-    with the losses in the reason."""
+    pairs), from the mean-pooling fine-tunings; claim 1: "not testable here" when the heads' final MLM losses differ
+    by less than their seed-to-seed sd, with the losses in the reason, and the report's claim-1 section gives that
+    same verdict."""
     sys.path.insert(0, str(ROOT))
     from benchmarks.evidence.amos import claims
 
-    runs = []
-    for unit, (amos_shift, losses) in {42: (0.02, (5.40, 5.38, 5.39)), 1: (0.00, (5.20, 5.41, 5.30)),
-                                       2: (0.04, (5.55, 5.35, 5.50))}.items():
-        curve = [{"step": 200, **{f"eval_mlm_loss/layer_{d}": loss for d, loss in zip((2, 3, 4), losses)}}]
-        train = [{"step": 200, "mixture_weight/layer_2": 0.3, "mixture_weight/layer_3": 0.3,
-                  "mixture_weight/layer_4": 0.4}]
-        runs.append({"claim": "pretrain", "variant": "amos", "setting": "minilm", "seed": unit, "value": 0.8,
-                     "mlm_layers": [2, 3, 4], "eval_curve": curve, "train_curve": train})
-        runs.append({"claim": "pretrain", "variant": "electra", "setting": "minilm", "seed": unit, "value": 0.8})
-        for task in ("rotten_tomatoes", "news_outlet"):
-            for seed in (0, 1, 2):
-                runs.append({"claim": f"downstream/{task}", "variant": "electra", "setting": "minilm",
-                             "pretrain_seed": unit, "seed": seed, "value": 0.70 + 0.01 * seed})
-                runs.append({"claim": f"downstream/{task}", "variant": "amos", "setting": "minilm",
-                             "pretrain_seed": unit, "seed": seed, "value": 0.70 + 0.01 * seed + amos_shift})
-    first, rt, news = claims(runs)
+    first, rt, news = claims(_claim_runs())
     assert first["verdict"] == "not testable here" and "5.38, 5.38, 5.40" in first["reason"]  # means over runs
+    assert "equally strong" in first["reason"] and first["mixture_moved"] == pytest.approx(0.0667, abs=1e-4)
     assert rt["n_units"] == 3 and rt["difference"] == pytest.approx(0.02)  # units +0.02, 0.00, +0.04
     assert rt["ci95"][0] == pytest.approx(0.02 - 4.302653 * 0.02 / 3 ** 0.5, abs=1e-5)
-    assert rt["verdict"] == "inconclusive" and "cls pooling" in rt["setting"] and news["claim"].endswith("(Table 1)")
+    assert rt["verdict"] == "inconclusive" and "mean pooling" in rt["setting"] and news["claim"].endswith("(Table 1)")
+    assert not any(r.get("primary") for r in (first, rt, news))  # 5e-4 is not the primary rate
+
+
+def test_claim_1_is_not_testable_where_the_mixture_never_moves():
+    """At a rate where the weights stay within MIXTURE_MOVED of 1/K at every logged step (1e-5 and 2e-5 here: at most
+    0.006), the adversarial mixture is not exercised: "not testable here", whatever the heads' strengths."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.evidence.amos import MIXTURE_MOVED, claims, grid_setting
+
+    strong = {42: (6.0, 5.5, 5.0), 1: (6.1, 5.6, 5.1), 2: (6.0, 5.4, 5.0)}  # the heads differ: only the move decides
+    still = (1 / 3 - 0.004, 1 / 3 + 0.001, 1 / 3 + 0.003)
+    (first, *_) = claims(_claim_runs(grid_setting(2e-5), weights=still, losses_by_unit=strong))
+    assert first["verdict"] == "not testable here" and "not exercised" in first["reason"]
+    assert "within 0.004 of 1/3" in first["reason"] and first["mixture_moved"] < MIXTURE_MOVED
+    moved = (1 / 3 - 0.1, 1 / 3, 1 / 3 + 0.1)
+    (first, *_) = claims(_claim_runs(grid_setting(2e-5), weights=moved, losses_by_unit=strong))
+    assert first["verdict"] == "reproduced" and "reason" not in first  # deepest +0.1 in every unit
+
+
+def test_first_token_claims_are_retired_and_the_primary_rate_is_marked():
+    """Fine-tunings that read the first token of MiniLM's mean-pooled body judge nothing: a setting with only such
+    runs has no claim-3 record, only a retired one (with its reason); the claim-3 records at PRIMARY_RATE are the
+    primary claims."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.evidence.amos import PRIMARY_RATE, claim_lines, claims, grid_setting, retired_claims
+
+    old = _claim_runs(pooling=None)  # recorded before the pooling field: first-token runs
+    assert [r["claim"] for r in claims(old)] == ["the mixture moves to the deepest generator head (Fig. 3a)"]
+    retired = retired_claims(old)
+    assert [r["verdict"] for r in retired] == ["retired", "retired"] and "first token" in retired[0]["reason"]
+    assert retired[0]["difference"] == pytest.approx(0.02)
+    runs = old + _claim_runs(grid_setting(PRIMARY_RATE))
+    records = claims(runs)
+    primary = [r for r in records if r.get("primary")]
+    assert [r["claim"].split(" on ")[1] for r in primary] == ["rotten_tomatoes (Table 1)", "news_outlet (Table 1)"]
+    assert all(f"{PRIMARY_RATE:g}" in r["setting"] for r in primary)
+    text = "\n".join(claim_lines(records, retired_claims(runs)))
+    assert "**Primary claims**" in text and text.count("| **yes** |") == 2 and "Retired (no verdict)" in text
+
+
+def test_grid_summary_gives_every_rate_against_minilm_with_welch_intervals():
+    """The sentence a user needs first: each rate's test difference from base MiniLM with its Welch interval, and
+    which intervals do not lie below 0."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.evidence.amos import grid_rows, grid_setting, grid_summary_lines
+
+    name = grid_setting(1e-5)
+    runs = []
+    for task, shift in (("rotten_tomatoes", -0.05), ("news_outlet", 0.0)):
+        runs += [{"claim": f"downstream/{task}", "variant": "minilm", "setting": "minilm", "seed": s,
+                  "value": 0.70 + 0.01 * s, "validation": 0.7, "pooling": "mean"} for s in (0, 1, 2)]
+        runs += [{"claim": f"downstream/{task}", "variant": "amos", "setting": name, "pretrain_seed": unit,
+                  "seed": s, "value": 0.71 + shift + 0.01 * s + 0.01 * k, "validation": 0.7, "pooling": "mean"}
+                 for k, unit in enumerate((42, 1, 2)) for s in (0, 1, 2)]
+    runs += [{"claim": "pretrain", "variant": "amos", "setting": name, "seed": unit, "value": 0.7}
+             for unit in (42, 1, 2)]
+    text = "\n".join(grid_summary_lines(grid_rows(runs)))
+    assert "- 1e-05 (mean pooling): amos rotten_tomatoes -0.030 [" in text
+    assert "1 of these 2 intervals lie below 0 (not: amos on news_outlet at 1e-05), 0 above 0" in text
