@@ -63,23 +63,25 @@ def test_the_readme_evidence_table_is_rendered_from_the_claims_lists():
     assert section.count("| MUPPET |") >= 1 and section.count("| AMOS |") >= 1
 
 
-def test_summary_rows_group_settings_and_count_the_open_claims():
-    from benchmarks.evidence.summary import merged_settings, rows
+def test_the_plain_answer_follows_the_primary_claims():
+    from benchmarks.evidence.summary import answer_word, primary_rows
 
-    assert merged_settings(["Two Moons, 10 labelled", "Two Moons, 40 labelled", "Two Moons, 160 labelled"]) == \
-        "Two Moons, 10/40/160 labelled"
-    assert merged_settings(["a", "b"]) == "a/b" and merged_settings(["only"]) == "only"
-    claims = [{"claim": "x beats y", "verdict": "reproduced", "difference": 0.1, "ci95": [0.05, 0.15], "n_units": 3,
-               "setting": "s1, fast"},
-              {"claim": "z beats y", "verdict": "inconclusive", "difference": 0.0, "ci95": [-1, 1], "n_units": 3},
-              {"claim": "w beats y", "verdict": "inconclusive", "difference": 0.2, "ci95": None, "n_units": 1,
-               "reason": "1 of the 3 units needed"}]
-    first, other = rows("amos", claims, "link")
-    assert first == "| AMOS | x beats y | s1, fast | **reproduced** | +0.100 [+0.050, +0.150] (3 units) | link |"
-    assert other.startswith("| AMOS | 2 other claims | | inconclusive | 1: ")
-    assert "1 of the 3 units needed" in other and "the 95% interval contains 0" in other
+    def claim(low, high, verdict, survives=None, **extra):
+        record = {"claim": "x beats y", "verdict": verdict, "difference": (low + high) / 2, "ci95": [low, high],
+                  "n_units": 3, "setting": "s1, fast", "primary": True, "q_value": 0.01, **extra}
+        return record if survives is None else {**record, "survives_bh": survives}
 
-
+    assert answer_word("tartan", [claim(0.01, 0.05, "reproduced", True)]) == "yes"
+    assert answer_word("tartan", [claim(0.01, 0.05, "reproduced", False)]) == "not shown"  # not past BH
+    assert answer_word("tartan", [claim(-0.05, -0.01, "not reproduced", True)]) == "no"
+    assert answer_word("tartan", [claim(-0.05, 0.01, "inconclusive")]) == "not shown"
+    # meta_lm's claims are MLM - the meta objective: an interval above 0 is against the method
+    assert answer_word("meta_lm", [claim(0.01, 0.05, "reproduced", True)]) == "no"
+    rows = primary_rows("amos", [claim(-0.05, 0.01, "inconclusive"), {**claim(0.01, 0.05, "reproduced", False),
+                                                                        "primary": False}], "link")
+    assert rows[0] == "| AMOS | x beats y | s1, fast | **inconclusive** | -0.020 [-0.050, +0.010] (3 units) | link |"
+    assert rows[1].startswith("| AMOS | every claim of the list (2) | | 1 inconclusive, 1 reproduced | 1 of 2 "
+                              "judged decided, 0 survive")
 def test_short_settings_drop_parentheses_and_keep_the_first_parts():
     from benchmarks.evidence.summary import short_setting
 

@@ -332,7 +332,7 @@ def test_bad_arguments(monkeypatch, tmp_path, tiny_dir, sentiment_files):
     with pytest.raises(ValueError, match="exactly one"):  # (no source at all runs the embedded default: test_cli)
         run_main(monkeypatch, ["--model_name_or_path", tiny_dir, "--demo_task", "rotten_tomatoes", "--train_file",
                                sentiment_files["train"], "--output_dir", out, "--do_train", *COMMON])
-    with pytest.raises(ValueError, match="task_kind"):
+    with pytest.raises(ValueError, match="--label_column"):  # the data has no 'label' column: name the flag
         run_main(monkeypatch, ["--model_name_or_path", tiny_dir, "--train_file", sentiment_files["train"],
                                "--output_dir", out, "--do_train", *COMMON])
     with pytest.raises(ValueError, match="train_fraction"):

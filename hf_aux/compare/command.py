@@ -14,13 +14,20 @@ call it). docs/compare.md says how to read the result.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import gc
 import logging
+import os
+import shutil
 import sys
+import time
 from dataclasses import dataclass, field
 
 from ..finetune.command import DATA_SOURCE_FLAGS, DataTrainingArguments, ModelArguments
 from ..base_config import TokenSafeTrainingArguments
 from ..errors import UserInputError
+from . import engine
 
 logger = logging.getLogger("hf_aux")
 
@@ -85,14 +92,13 @@ def parse_args(argv: list[str] | None = None):
 def run_comparison(compare_args: CompareArguments, model_args: ModelArguments, data_args: DataTrainingArguments,
                    training_args: TokenSafeTrainingArguments) -> dict:
     """Fine-tune what is missing, then report. Returns compare.json's content with its "comparisons"."""
-    import dataclasses
     import json
     from pathlib import Path
 
     from ..cli.run import setup_logging
     from ..finetune.command import load_data
     from ..metrics import METRIC_NAMES, PRIMARY_METRIC
-    from . import engine, report
+    from . import report
 
     setup_logging(training_args)
     arms = [engine.parse_arm(text) for text in compare_args.arm]
@@ -120,7 +126,7 @@ def run_comparison(compare_args: CompareArguments, model_args: ModelArguments, d
                         "compared_split": "test" if "test" in raw else "validation",
                         "splits": {split: len(rows) for split, rows in raw.items()}},
                   arms=[{"name": a.name, "models": list(a.models)} for a in arms], baseline=baseline, seeds=seeds)
-    engine.run_finetunings(arms, seeds, rates, model_args, data_args, training_args, results, task, raw)
+    run_finetunings(arms, seeds, rates, model_args, data_args, training_args, results, task, raw)
     content = results.content
     found = report.comparisons(content)
     results.write(comparisons=found)
@@ -130,6 +136,106 @@ def run_comparison(compare_args: CompareArguments, model_args: ModelArguments, d
     print("\n".join(report.summary_lines(content, found)))
     print(f"compare: {out / 'compare.md'}, {out / 'compare.png'}, {out / engine.RESULTS_NAME}")
     return json.loads((out / engine.RESULTS_NAME).read_text())
+
+
+def finetune_once(step: dict, model_args, data_args, training_args, task, raw, features_for, output_dir: str) -> dict:
+    """One fine-tuning as `hf-aux finetune` makes it (seed set before the model is built; the same trainer and
+    evaluation), its metrics by split; a non-finite loss is a failed fine-tuning, not an error."""
+    from transformers import PrinterCallback, set_seed
+
+    from ..finetune.command import evaluate_split, load_model, make_trainer
+    from ..nonfinite import NonFiniteTrainingError
+
+    folder = os.path.join(output_dir, "finetunings", f"{step['arm']}-{step['unit']}-seed{step['seed']}")
+    args = dataclasses.replace(
+        training_args, output_dir=folder, seed=step["seed"], learning_rate=step["learning_rate"], do_train=True,
+        do_eval="validation" in raw, do_predict="test" in raw, disable_tqdm=True,
+        # evaluation and checkpoints during training change nothing it computes, unless they pick the best model
+        **({} if training_args.load_best_model_at_end else {"save_strategy": "no", "eval_strategy": "no"}))
+    margs = dataclasses.replace(model_args, model_name_or_path=step["model"])
+    tokenizer, features = features_for(step["model"])
+    set_seed(step["seed"])
+    start = time.perf_counter()
+    model, reused_head = load_model(margs, task, tokenizer)
+    trainer = make_trainer(model, args, task, data_args, raw, features, tokenizer)
+    trainer.remove_callback(PrinterCallback)  # the comparison's progress bar stands for every fine-tuning's logs
+    record = {**step, "model_key": engine.model_key(step["model"]), "reused_head": reused_head}
+    try:
+        train = trainer.train().metrics
+        record.update(status="ok", train={k: v for k, v in train.items() if isinstance(v, (int, float))})
+        for split, prefix in (("validation", "eval"), ("test", "test")):
+            if split in features:
+                metrics = evaluate_split(trainer, task, data_args, raw, features, split, prefix)[0]
+                record[split] = {k[len(prefix) + 1:]: v for k, v in metrics.items()}
+    except NonFiniteTrainingError as error:
+        record.update(status="failed", error=str(error).splitlines()[0])
+    finally:
+        del trainer, model
+        gc.collect()
+        shutil.rmtree(folder, ignore_errors=True)
+    record["wall_s"] = round(time.perf_counter() - start, 2)
+    return record
+
+
+def run_finetunings(arms: list[engine.Arm], seeds: list[int], learning_rates: list[float], model_args, data_args,
+                    training_args, results: engine.ResultsFile, task, raw) -> None:
+    """Every planned fine-tuning not yet in `results`, with a progress bar over all of them."""
+    from tqdm.auto import tqdm
+
+    from ..finetune.command import load_tokenizer, tokenize_splits
+
+    cache: dict[str, dict] = {}
+    split_args = dataclasses.replace(training_args, do_train=True, do_predict="test" in raw)
+
+    def features_for(model: str):
+        tokenizer = load_tokenizer(dataclasses.replace(model_args, model_name_or_path=model))
+        key = engine.tokenizer_fingerprint(tokenizer)
+        if key not in cache:  # each task is tokenised once per tokenizer, not once per fine-tuning
+            cache[key] = tokenize_splits(task, raw, tokenizer, data_args, split_args)
+        return tokenizer, cache[key]
+
+    steps = engine.plan(arms, seeds, learning_rates)
+    todo = [s for s in steps if results.done(engine.model_key(s["model"]), s["seed"], s["learning_rate"]) is None]
+    bar = tqdm(total=len(steps), initial=len(steps) - len(todo), desc="fine-tunings", unit="run",
+               disable=not training_args.should_log)
+    try:
+        with quiet_loading():
+            for index, step in enumerate(todo):
+                bar.set_postfix_str(f"{step['arm']} unit {step['unit']} seed {step['seed']}")
+                record = finetune_once(step, model_args, data_args, training_args, task, raw, features_for,
+                                       training_args.output_dir)
+                results.add(record)
+                bar.update(1)
+                if index == 0 and len(todo) > 1:
+                    logger.warning("compare: the first fine-tuning took %.0f s; about %.0f min for the %d left",
+                                   record["wall_s"], record["wall_s"] * (len(todo) - 1) / 60, len(todo) - 1)
+                if record["status"] == "failed":
+                    logger.warning("compare: %s (%s, seed %d) failed: %s", step["arm"], step["model"],
+                                   step["seed"], record["error"])
+    except (KeyboardInterrupt, SystemExit) as stop:
+        print(f"\nhf-aux compare: stopped; the {len(results.content['finetunings'])} finished fine-tunings are in "
+              f"{results.path}: the same command continues with the others", file=sys.stderr, flush=True)
+        raise SystemExit(getattr(stop, "code", None) or 130) from None
+    finally:
+        bar.close()
+
+
+@contextlib.contextmanager
+def quiet_loading():
+    """Inside a comparison, transformers' per-model loading bars and notices (and the fresh head every baseline
+    fine-tuning is expected to get) would bury the progress bar: errors only, restored afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    level, modeling = hf_logging.get_verbosity(), logging.getLogger("hf_aux.modeling")
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    modeling.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        hf_logging.enable_progress_bar()
+        modeling.setLevel(logging.NOTSET)
 
 
 def main(compare_args: CompareArguments | None = None, model_args: ModelArguments | None = None,
