@@ -7,12 +7,11 @@ import math
 import random
 
 import pytest
+import scipy.stats as scipy_stats  # the reference: the test extra installs it
 
 from hf_aux.compare.statistics import (ONE_RUN_FLAG, Comparison, Interval, arm_values, benjamini_hochberg,
                                        compare_arms, one_sample_interval, t_cdf, t_quantile, verdict_words,
                                        welch_interval, with_q_values)
-
-scipy_stats = pytest.importorskip("scipy.stats")
 
 
 def test_welch_interval_matches_scipy():
