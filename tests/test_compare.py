@@ -185,6 +185,7 @@ def test_picked_rate_rule_by_hand():
     (lambda d: ["--arm", f"base={d / 'tiny_bert'}", "--arm", f"new={d / 'nowhere'}"], "does not exist"),
     (lambda d: ["--arm", f"base={d / 'tiny_bert'}", "--arm", f"new={d}"], "holds no model"),
     (lambda d: [*arms(d), "--seeds", "0"], "field 'seeds'"),
+    (lambda d: ["--arm", f"base={d / 'tiny_bert'}", "--arm", f"new={d / 'unit1'},{d / 'tiny_bert'}"], "is given twice"),
     (lambda d: [*arms(d), "--baseline", "other"], "--baseline 'other': no such arm"),
     (lambda d: [*arms(d), "--metric", "bleu"], "field 'metric'"),
     (lambda d: [*arms(d), "--model_name_or_path", str(d / "unit1")], "takes its models from --arm"),

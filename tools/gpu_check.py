@@ -8,7 +8,8 @@ saves loads in plain transformers with finite weights; MUPPET (R3F included) und
     python tools/gpu_check.py --jobs 4 --timeout 60 --out gpu_check.json  # 4 checks at once on the one card
 
 Each check is a subprocess (the installed `hf-aux` where it is on PATH, else `python -m hf_aux.cli.command`;
-`torchrun --nproc_per_node 1` for the run scripts; `accelerate launch --use_fsdp` for FSDP) on small files written
+`torchrun --nproc_per_node 1` for the run scripts; `accelerate launch --use_fsdp` for FSDP; `hf-aux compare` of
+the checkpoint against a copy of it, 2 seeds each) on small files written
 to a temporary folder: the data a user brings (CSV, JSONL, a text corpus, a mixture file). A check passes when the
 command exits 0, its trainer_state.json counts the steps asked for and logs finite losses, and
 AutoModel / AutoModelForMaskedLM.from_pretrained loads the output with every weight finite. `--cpu` runs the same
@@ -53,6 +54,7 @@ def write_user_data(folder: Path, model: str | None) -> Path:
     if model:  # a real checkpoint in place of the tiny one
         shutil.rmtree(folder / "tiny_bert")
         shutil.copytree(model, folder / "tiny_bert")
+    shutil.copytree(folder / "tiny_bert", folder / "tiny_bert_copy")  # hf-aux compare's second arm
     return write_own_files(folder)
 
 
@@ -89,6 +91,10 @@ def checks(d: Path) -> dict[str, tuple[list[str], str]]:
         loader = "AutoModelForMaskedLM" if method == "meta-lm" else "AutoModel"
         precision = [] if "soft" in name else ["--bf16", "true"]
         found[f"hf-aux {name}"] = ([*hf_aux, method, *map(str, args), *common, *precision], loader)
+    found["hf-aux compare"] = ([*hf_aux, "compare", "--arm", f"base={d / 'tiny_bert'}", "--arm",
+                                f"copy={d / 'tiny_bert_copy'}", "--train_file", str(d / "train.csv"),
+                                "--validation_file", str(d / "dev.csv"), "--seeds", "2", *common, "--bf16", "true"],
+                               "compare")
     ports = distinct_ports(free_port)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port"]
     quiet = ["--report_to", "none", "--disable_tqdm", "true", "--logging_steps", "1", "--bf16", "true"]
@@ -127,9 +133,17 @@ def distinct_ports(free_port):
 
 
 def verify(out: Path, loader: str) -> str | None:
-    """None when the output holds STEPS steps and loads with finite weights; else what is wrong."""
+    """None when the output holds STEPS steps and loads with finite weights (hf-aux compare: every fine-tuning
+    finished with finite metrics); else what is wrong."""
     import torch
     import transformers
+
+    if loader == "compare":
+        runs = json.loads((out / "compare.json").read_text())["finetunings"]
+        values = [v for f in runs for split in ("train", "validation") for v in f.get(split, {}).values()]
+        if len(runs) != 4 or any(f["status"] != "ok" for f in runs) or not all(math.isfinite(v) for v in values):
+            return f"compare.json: {[(f['arm'], f['seed'], f['status']) for f in runs]}, not 4 finite fine-tunings"
+        return None
 
     state_file = out / "trainer_state.json"
     if not state_file.is_file():
@@ -191,6 +205,9 @@ def main():
         record = {"passed": problem is None, "seconds": seconds}
         if problem is not None:
             record.update(problem=problem, tail=log[-2500:])
+        elif loader == "compare":
+            record["losses"] = [round(f["train"]["train_loss"], 4)
+                                for f in json.loads((out / "compare.json").read_text())["finetunings"]]
         else:
             history = json.loads((out / "trainer_state.json").read_text())["log_history"]
             losses = [row["loss"] for row in history if "loss" in row]

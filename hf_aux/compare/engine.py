@@ -67,7 +67,7 @@ def check_arms(arms: list[Arm], baseline: str | None, seeds: list[int]) -> str:
 
     if len(arms) < 2:
         raise UserInputError(f"--arm: compare needs at least two arms, got {len(arms)} (e.g. --arm base=MODEL "
-                         "--arm new=MODEL)")
+                             "--arm new=MODEL)")
     names = [arm.name for arm in arms]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
@@ -76,6 +76,10 @@ def check_arms(arms: list[Arm], baseline: str | None, seeds: list[int]) -> str:
         raise UserInputError("--seeds: must be at least 1 (fine-tunings per model)")
     if baseline is not None and baseline not in names:
         raise UserInputError(f"--baseline {baseline!r}: no such arm; the arms are {names}")
+    keys = [model_key(model) for arm in arms for model in arm.models]  # a fine-tuning is known by its model
+    if len(set(keys)) < len(keys):
+        twice = next(key for key in keys if keys.count(key) > 1)
+        raise UserInputError(f"--arm: model {twice!r} is given twice; each training run belongs to one arm, once")
     for arm in arms:
         for model in arm.models:
             if os.path.isdir(model):

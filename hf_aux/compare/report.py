@@ -18,14 +18,12 @@ def picked_rates(content: dict) -> dict[str, float]:
     for f in content["finetunings"]:
         if f["status"] == "ok" and "validation" in f:
             by_arm[f["arm"]][f["learning_rate"]].append(f["validation"][metric])
-    picked = {}
+    rates, picked = content["settings"].get("learning_rate"), {}
     for arm in content["arms"]:
-        rates = content["settings"].get("learning_rate")
-        if not isinstance(rates, list) or len(rates) == 1:
-            picked[arm["name"]] = rates[0] if isinstance(rates, list) else rates
-            continue
         means = {rate: sum(v) / len(v) for rate, v in by_arm[arm["name"]].items()}
-        if means:
+        if not isinstance(rates, list) or len(rates) == 1:  # one rate given: no choice
+            picked[arm["name"]] = rates[0] if isinstance(rates, list) else rates
+        elif means:
             picked[arm["name"]] = (max if higher else min)(means, key=means.get)
     return picked
 
@@ -70,9 +68,7 @@ def comparisons(content: dict) -> list[dict]:
 
 
 def _number(value, digits: int = 3, sign: bool = False) -> str:
-    if value is None or not math.isfinite(value):
-        return "-"
-    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+    return "-" if value is None or not math.isfinite(value) else f"{value:{'+' if sign else ''}.{digits}f}"
 
 
 def _difference(c: dict) -> str:
