@@ -189,6 +189,8 @@ def test_picked_rate_rule_by_hand():
     (lambda d: [*arms(d), "--baseline", "other"], "--baseline 'other': no such arm"),
     (lambda d: [*arms(d), "--metric", "bleu"], "field 'metric'"),
     (lambda d: [*arms(d), "--model_name_or_path", str(d / "unit1")], "takes its models from --arm"),
+    (lambda d: [*arms(d), "--push_to_hub", "--hub_model_id", "me/x"], "nothing to push"),
+    (lambda d: [*arms(d), "--task_kind", "seq2seq"], "supports"),  # a task no arm can be fine-tuned on
 ])
 def test_bad_input_is_refused_before_any_fine_tuning(data, tmp_path, change, message):
     out = tmp_path / "cmp"

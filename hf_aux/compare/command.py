@@ -83,6 +83,9 @@ def parse_args(argv: list[str] | None = None):
     parsed = parse_command_line(make_parser(), merge_arm_flags(sys.argv[1:] if argv is None else argv),
                                 demo_config=demo_config_path("finetune"),
                                 data_source_flags=DATA_SOURCE_FLAGS)
+    if parsed[3].push_to_hub:  # TrainingArguments
+        raise UserInputError("TrainingArguments: field 'push_to_hub': hf-aux compare keeps no model, so there is "
+                             "nothing to push; push the checkpoint you pick with the command that made it")
     if parsed[1].model_name_or_path is not None:  # ModelArguments
         raise UserInputError("ModelArguments: field 'model_name_or_path': hf-aux compare takes its models from "
                              "--arm NAME=MODEL[,MODEL...]")

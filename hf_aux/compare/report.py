@@ -132,14 +132,12 @@ def render_markdown(content: dict, found: list[dict]) -> str:
 def plot(content: dict, found: list[dict], path: Path) -> None:
     """Left: every fine-tuning as a dot, by arm and unit, with each unit's mean. Right: each arm minus the
     baseline with its 95% interval."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global figure state
 
     task, metric, split = content["task"], content["task"]["metric"], content["task"]["compared_split"]
     rates = picked_rates(content)
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [3, 2]})
+    figure = Figure(figsize=(11, 4.2))
+    left, right = figure.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
     ticks, labels, x = [], [], 0.0
     for index, arm in enumerate(content["arms"]):
         values, _ = unit_values(content, arm, rates.get(arm["name"], float("nan")), split)
@@ -177,7 +175,6 @@ def plot(content: dict, found: list[dict], path: Path) -> None:
                     f"train rows {task['splits'].get('train')}", fontsize=10)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
-    plt.close(figure)
 
 
 def summary_lines(content: dict, found: list[dict]) -> list[str]:
