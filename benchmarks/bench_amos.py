@@ -39,7 +39,7 @@ import time
 
 import torch
 from flops import (HostSyncs, add_device_arguments, allocator, autocast, counting, folder_label, matmul_peak_tflops,
-                   mfu, set_up_malloc, synchronize)
+                   mfu, peak_label, set_up_malloc, synchronize)
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoTokenizer
 
@@ -236,9 +236,7 @@ def main():
     print("  FLOPs per step (matmul + attention, fwd + bwd): " + ", ".join(f"{k} {v:.1f} G" for k, v in gflop.items())
           + f"; FLOP ratios AMOS / ELECTRA {gflop['amos'] / gflop['electra']:.3f}, AMOS / discriminator "
           f"{gflop['amos'] / gflop['disc_only']:.3f}")
-    if peak is not None:
-        print(f"  MFU (of a measured {peak:.0f} TFLOP/s bf16 matmul peak): "
-              + ", ".join(f"{k} {v:.1%}" for k, v in utilisation.items()))
+    print(f"  MFU (of {peak_label(args.device, peak)}): " + ", ".join(f"{k} {v:.1%}" for k, v in utilisation.items()))
     report = syncs.report()
     if report is not None:
         print(f"  host syncs per AMOS step: {report['per_window']} ({report['by_line']})")
@@ -252,7 +250,7 @@ def main():
                       "hidden": args.hidden, "layers": args.layers, "generator_layers": args.generator_layers,
                       "mlm_layers": args.mlm_layers, "allocator": allocator(), "bf16": args.bf16,
                       "sources": args.sources, "tokenizer": args.tokenizer and folder_label(args.tokenizer),
-                      "matmul_peak_tflops": None if peak is None else round(peak, 1), "mfu": utilisation,
+                      "matmul_peak_tflops": round(peak, 4), "mfu": utilisation,
                       "host_syncs_per_step": report}))
 
 

@@ -87,7 +87,7 @@ import tempfile
 import time
 
 import torch
-from flops import (HostSyncs, add_device_arguments, allocator, autocast, counting, matmul_peak_tflops, mfu,
+from flops import (HostSyncs, add_device_arguments, allocator, autocast, counting, matmul_peak_tflops, mfu, peak_label,
                    set_up_malloc, synchronize)
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -295,7 +295,7 @@ def main():
     memory, gflop = {}, {}
     for k, (trainer, batch) in built.items():
         memory[k], gflop[k] = saved_tensor_mb_and_gflop(trainer, batch, uses_bf16(k, opts))
-    peak = matmul_peak_tflops(opts.device)  # once, after the timed rounds (None on CPU)
+    peak = matmul_peak_tflops(opts.device)  # once, after the timed rounds
     # MFU: counted matrix-product GFLOPs / median wall time / measured bf16 peak; the MLM steps at --bf16's
     # precision (the model-loss step runs the student's same matrix products as the MLM step)
     utilisation = {"mlm": mfu(gflop["mlm"], statistics.median(mlm_times[opts.bf16]["mlm"]), peak),
@@ -328,9 +328,9 @@ def main():
     model_loss_x_floor = {k: statistics.median(model_loss_cpu_ratios[k]) / floor[k] for k in kinds}
     print("x floor against the model's-own-loss MLM step (CPU time): "
           + ", ".join(f"{k} {v:.3f}" for k, v in model_loss_x_floor.items()))
-    if peak is not None:
-        print(f"matmul peak measured on {opts.device} (bf16): {peak:.0f} TFLOP/s; MFU (wall time) "
-              + ", ".join(f"{k} {v:.3f}" for k, v in utilisation.items()))
+    print(f"MFU (wall time, of {peak_label(opts.device, peak)}): "
+          + ", ".join(f"{k} {v:.3f}" for k, v in utilisation.items()))
+    if syncs.enabled:
         print(f"host syncs per meta training_step: {syncs.report()}")
     print(json.dumps({"metric": "meta_lm_soft_vs_mlm_step_ratio", "data": opts.data, "ratio": round(summary["soft"], 2),
                       "goal": GOALS["soft"], "hard_ratio": round(summary["hard"], 2), "hard_goal": GOALS["hard"],
@@ -350,7 +350,7 @@ def main():
                       "sources": opts.sources if opts.data == "text" else None, "device": opts.device,
                       "bf16": opts.bf16,
                       "precision": {k: "bf16" if uses_bf16(k, opts) else "fp32" for k in [*built, "mlm_model_loss"]},
-                      "matmul_peak_tflops": None if peak is None else round(peak, 1), "mfu": utilisation,
+                      "matmul_peak_tflops": round(peak, 4), "mfu": utilisation,
                       "host_syncs_per_training_step": syncs.report()}))
 
 

@@ -43,7 +43,7 @@ import time
 
 import datasets
 import torch
-from flops import (HostSyncs, add_device_arguments, allocator, autocast, gflop_of, matmul_peak_tflops, mfu,
+from flops import (HostSyncs, add_device_arguments, allocator, autocast, gflop_of, matmul_peak_tflops, mfu, peak_label,
                    set_up_malloc, synchronize)
 from transformers import AutoModel, Trainer, TrainerCallback, TrainingArguments
 
@@ -315,9 +315,9 @@ def main():
     print(f"peak RSS of {'the whole benchmark process' if cli.same_process else 'the largest run'}: {rss:.0f} MB")
     peak = matmul_peak_tflops(cli.device)
     utilisation = {kind: mfu(gflop["plain" if kind == "minimal" else kind], medians[kind], peak) for kind in medians}
-    if peak is not None:
-        print(f"bf16 matmul peak measured on {cli.device}: {peak:.0f} TFLOP/s; MFU "
-              + ", ".join(f"{kind} {value:.3f}" for kind, value in utilisation.items()))
+    print(f"MFU (counted FLOPs per update / its median time, of {peak_label(cli.device, peak)}): "
+          + ", ".join(f"{kind} {value:.3f}" for kind, value in utilisation.items()))
+    if syncs.enabled:
         print(f"host syncs per MuppetTrainer update: {syncs.report()}")
     def spread(a: str, b: str) -> list[float]:
         """[lowest, highest] of the per-round ratios a / b (rounds interleave every configuration)."""
@@ -342,7 +342,7 @@ def main():
               "peak_rss_mb": round(rss, 1), "load_average": [round(x, 2) for x in os.getloadavg()],
               "allocator": allocator(), "processes": "one for all runs" if cli.same_process else "one per run",
               "device": cli.device, "bf16": cli.bf16,
-              "matmul_peak_tflops": None if peak is None else round(peak, 1), "mfu": utilisation,
+              "matmul_peak_tflops": round(peak, 4), "mfu": utilisation,
               "host_syncs_per_update": syncs.report()}
     print(json.dumps(result))
 

@@ -54,7 +54,7 @@ import time
 import datasets
 import torch
 from flops import (HostSyncs, add_cpu_malloc_argument, allocator, autocast, counting, folder_label, gflop_of,
-                   matmul_peak_tflops, mfu)
+                   matmul_peak_tflops, mfu, peak_label)
 from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
@@ -212,7 +212,7 @@ def main():
                     wall[mode].append(elapsed)
                     cpu[mode].append(used)
         device = str(runs["mt"][0].args.device)
-        peak = matmul_peak_tflops(runs["mt"][0].args.device)  # after the timed steps; None on CPU
+        peak = matmul_peak_tflops(runs["mt"][0].args.device)  # after the timed steps
     load_after = os.getloadavg()
     medians = {mode: statistics.median(t) for mode, t in wall.items()}
     cpu_medians = {mode: statistics.median(t) for mode, t in cpu.items()}
@@ -234,9 +234,8 @@ def main():
     print(f"memory: {memory['mt']['measure']}")
     print(f"GFLOPs per step (matrix products, forward + backward): MT {gflop['mt']:.2f}, META {gflop['meta']:.2f}")
     utilisation = {mode: mfu(gflop[mode], medians[mode], peak) for mode in ("mt", "meta")}
-    if peak is not None:
-        print(f"MFU (of a measured {peak:.0f} TFLOP/s bf16 matmul peak): MT {utilisation['mt']:.1%}, "
-              f"META {utilisation['meta']:.1%}")
+    print(f"MFU (of {peak_label(runs['mt'][0].args.device, peak)}): MT {utilisation['mt']:.1%}, "
+          f"META {utilisation['meta']:.1%}")
     syncs_report = syncs.report()
     if syncs_report is not None:
         print(f"host syncs per META training_step: {syncs_report['per_window']} ({syncs_report['by_line']})")
@@ -261,7 +260,7 @@ def main():
         "steps": args.steps, "warmup": args.warmup, "batch_size": args.batch_size, "length": args.length,
         "model": "tiny" if args.tiny else "minilm" if "minilm" in model_path.lower() else model_path,
         "model_name_or_path": model_path, "data": "rotten_tomatoes+tapt+dapt(imdb)", "device": device,
-        "bf16": args.bf16, "matmul_peak_tflops": None if peak is None else round(peak, 1), "mfu": utilisation,
+        "bf16": args.bf16, "matmul_peak_tflops": round(peak, 4), "mfu": utilisation,
         "host_syncs_per_training_step": syncs_report,
         "torch_threads": torch.get_num_threads(), "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in load_after], "allocator": allocator()}))

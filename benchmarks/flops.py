@@ -51,7 +51,7 @@ def set_up_malloc(cli) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# On an accelerator (--device cuda --bf16): timing, the measured matmul peak that MFU divides by, host syncs
+# Timing, the measured matmul peak that MFU divides by (on CPU too), host syncs on an accelerator
 # --------------------------------------------------------------------------------------------------------------
 
 
@@ -84,14 +84,16 @@ def autocast(device, bf16: bool):
     return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
 
 
-def matmul_peak_tflops(device, size: int = 8192, repeats: int = 10) -> float | None:
-    """The bf16 matrix-product rate this device reaches on one large product (TFLOP/s, measured here, mean of
-    `repeats` after warm-up): what MFU divides by, so MFU reads as a share of what this card delivers rather than of
-    a datasheet figure. None on CPU (MFU is not reported there)."""
-    if str(device) == "cpu":
-        return None
-    a = torch.randn(size, size, device=device, dtype=torch.bfloat16)
-    b = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+def matmul_peak_tflops(device, size: int | None = None, repeats: int = 10) -> float:
+    """The matrix-product rate this device reaches on one large product (TFLOP/s, measured here, mean of `repeats`
+    after warm-up): what MFU divides by, so MFU reads as a share of what this machine delivers rather than of a
+    datasheet figure. On an accelerator a bf16 8192^3 product; on a CPU an fp32 1024^3 one with the process's torch
+    threads (the steps' own threads: a share of the machine as the benchmark runs it)."""
+    cpu = str(device) == "cpu"
+    size, dtype = size or (1024 if cpu else 8192), torch.float32 if cpu else torch.bfloat16
+    repeats = max(repeats, 30) if cpu else repeats
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
     for _ in range(3):
         a @ b
     synchronize(device)
@@ -102,6 +104,16 @@ def matmul_peak_tflops(device, size: int = 8192, repeats: int = 10) -> float | N
     seconds = (time.perf_counter() - start) / repeats
     del a, b
     return 2 * size**3 / seconds / 1e12
+
+
+def peak_label(device, peak_tflops: float) -> str:
+    """'a measured 771 TFLOP/s bf16 matmul peak' or, on a CPU, 'a measured 173 GFLOP/s fp32 matmul peak with 1
+    torch thread'."""
+    if str(device) != "cpu":
+        return f"a measured {peak_tflops:.0f} TFLOP/s bf16 matmul peak"
+    threads = torch.get_num_threads()
+    return f"a measured {peak_tflops * 1e3:.0f} GFLOP/s fp32 matmul peak with {threads} torch thread" + \
+        ("s" if threads > 1 else "")
 
 
 def mfu(gflop: float, seconds: float, peak_tflops: float | None) -> float | None:

@@ -32,6 +32,9 @@ def test_every_configuration_runs_in_its_own_process_and_the_ratios_are_reported
     for kind in ("plain", "muppet", "r3f", "muppet50", "minimal"):
         assert f"{kind}: median" in done.stdout and "over 2 updates" in done.stdout.split(f"{kind}: median")[1][:60]
     assert result["peak_rss_mb"] > 0  # the largest run's own process, not the parent's
+    # the machine's own limit on CPU too: an fp32 matmul peak measured in the run, each update's share of it
+    assert result["matmul_peak_tflops"] > 0.001 and "GFLOP/s fp32 matmul peak with 1 torch thread" in done.stdout
+    assert all(0 < result["mfu"][kind] < 1 for kind in ("plain", "muppet", "r3f", "muppet50", "minimal"))
 
 
 def test_a_failed_run_stops_the_benchmark_naming_it(monkeypatch):
