@@ -526,7 +526,7 @@ def test_the_main_claim_at_scale_is_primary_and_not_testable_with_the_tasks_foun
         first["claim"], "pre-finetuning on 5 tasks (< 15) hurts held-out chatterbot_category (fresh head)"]
     assert primary[1]["fraction"] == 0.1 and primary[1]["predicted_sign"] == -1
     table = "\n".join(muppet.claim_lines(common.with_q_values(records)))
-    assert table.count("| **primary:** ") == 2 and "Primary claims (marked in the table" in table
+    assert table.count("| **primary:** ") == 2 and "**Primary claims** (marked in the table" in table
     section = "\n".join(muppet.at_scale_section(records))
     assert "| chatterbot_answer_selection | PyPI chatterbot-corpus | no |" in section
     assert section.count("| yes |") == len(counted)

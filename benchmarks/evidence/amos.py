@@ -48,6 +48,7 @@ from benchmarks.evidence.common import (  # noqa: E402
     mean_sd,
     multiplicity_lines,
     paired_ci,
+    primary_paragraph,
     run_meta,
     verdict,
     with_q_values,
@@ -864,15 +865,13 @@ def claim_lines(records: list[dict], retired: list[dict] = ()) -> list[str]:
         why = f" ({item['reason']})" if item.get("reason") else ""
         lines.append(f"| {item['claim']} | {item['setting']} | {item['n_units']} | {difference_text(item)} | "
                      f"{item['verdict']}{why} | {'**yes**' if item.get('primary') else ''} |")
-    primary = [item for item in records if item.get("primary")]
-    if primary:
-        lines += ["", f"**Primary claims** (named before judging, ../shared/EVIDENCE.md): "
-                  f"{'; '.join(item['claim'] + ', ' + item['setting'] for item in primary)}. Table 1's headline is "
-                  "that AMOS fine-tunes better than ELECTRA; of the settings here, the rate "
-                  f"{PRIMARY_RATE:g} tests it best: the discriminator still learns there (RTD AUC >= {AUC_FLOOR}; "
-                  "at 1e-05 it does not) and its fine-tunings read the body as MiniLM is read (mean pooling; the "
-                  "5e-04 study's read its first token and are retired). Its limit: the mixture does not move at this "
-                  "rate (claim 1 above), so AMOS there is three uniformly mixed heads against ELECTRA's one."]
+    lines += primary_paragraph(
+        records, "Table 1's headline is that AMOS fine-tunes better than ELECTRA; of the settings here, the rate "
+        f"{PRIMARY_RATE:g} tests it best: the discriminator still learns there (RTD AUC >= {AUC_FLOOR}; at 1e-05 it "
+        "does not) and its fine-tunings read the body as MiniLM is read (mean pooling; the 5e-04 study's read its "
+        "first token and are retired). Its limit: the mixture does not move at this rate (claim 1 above), so AMOS "
+        "there is three uniformly mixed heads against ELECTRA's one.",
+        lambda item: f"{item['claim']}, {item['setting']}")
     if retired:
         lines += ["", "Retired (no verdict): " + "; ".join(
             f"{item['claim']}, {item['setting']}: {difference_text(item)} ({item['n_units']} units)"

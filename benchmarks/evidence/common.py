@@ -218,6 +218,18 @@ def multiplicity_lines(records: list[dict], alpha: float = 0.05) -> list[str]:
     return lines + [""]
 
 
+def primary_paragraph(records: list[dict], why: str, label=lambda record: record["claim"]) -> list[str]:
+    """A report's paragraph on its primary claims (../shared/EVIDENCE.md: one or two per method, named from the
+    paper's reading): `why` they test the paper's headline best here, then each one's verdict now (`label` names a
+    record). Nothing when no record is marked primary."""
+    chosen = [record for record in records if record.get("primary")]
+    if not chosen:
+        return []
+    return ["", "**Primary claims** (marked in the table; chosen from the paper's reading, not from the results, "
+            "though after the runs): " + why + " Now: "
+            + "; ".join(f"{label(r)}: {r['verdict']} ({difference_text(r)})" for r in chosen) + ".", ""]
+
+
 def difference_text(item: dict, digits: int = 3) -> str:
     """A claim record's difference with its 95% interval, "+0.051 [+0.022, +0.080]" ("-" without a difference)."""
     if item.get("difference") is None:

@@ -49,8 +49,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.evidence.common import (NOT_TESTABLE, append_run, claim_record, difference_text,  # noqa: E402
-                                        has_run, load_runs, mean_sd, multiplicity_lines, paired_ci, run_meta,
-                                        t_quantile, verdict, with_q_values, write_claims)
+                                        has_run, load_runs, mean_sd, multiplicity_lines, paired_ci,
+                                        primary_paragraph, run_meta, t_quantile, verdict, with_q_values,
+                                        write_claims)
 
 ROOT = Path(__file__).resolve().parents[2]
 JSON_PATH = ROOT / "docs" / "evidence" / "meta_lm.json"
@@ -863,15 +864,13 @@ def claim_lines(records: list[dict]) -> list[str]:
                      f"{item['n_units']} | {_measured(item)} | {item['verdict']} | {why} | "
                      f"{'**yes**' if item.get('primary') else ''} |")
     primary = [item for item in records if item.get("primary")]
-    if primary:
-        lines += ["", "**Primary claims** (named before judging, ../shared/EVIDENCE.md): "
-                  + "; ".join(f"{item['claim']} ({_short_setting(item)}: {item['verdict']})" for item in primary)
-                  + ". The paper's headline is that MLM performs \"equivalently or better than both meta-learning "
-                  "approaches\"; Two Moons is the one setting here with the paper's own data and model ("
-                  f"{primary[0]['setting'].split(', ', 2)[-1]}), and {PRIMARY_SIZE} examples is "
-                  "where Table 10 puts its largest gaps on the claim (MLM - Hard +7.6, MLM - Soft +11.4) and the "
-                  "largest size at which it predicts a sign against both. The text setting is a far smaller copy of "
-                  "§4.3 (2 layers x 64 against 6 x 256)."]
+    lines += primary_paragraph(
+        records, "The paper's headline is that MLM performs \"equivalently or better than both meta-learning "
+        "approaches\"; Two Moons is the one setting here with the paper's own data and model ("
+        f"{primary[0]['setting'].split(', ', 2)[-1] if primary else '-'}), and {PRIMARY_SIZE} examples is where "
+        "Table 10 puts its largest gaps on the claim (MLM - Hard +7.6, MLM - Soft +11.4) and the largest size at "
+        "which it predicts a sign against both. The text setting is a far smaller copy of §4.3 (2 layers x 64 "
+        "against 6 x 256).", lambda item: f"{item['claim']} ({_short_setting(item)})")
     lines += ["", "Per claim, the verdict in each setting (settings are not independent replications: the sizes of one "
               "claim reuse the same seeds, i.e. the same data draws, and MLM's pretraining run is the same at every "
               "size, so they are never counted together):", ""]

