@@ -95,7 +95,6 @@ def parse_args(argv: list[str] | None = None):
 def run_comparison(compare_args: CompareArguments, model_args: ModelArguments, data_args: DataTrainingArguments,
                    training_args: TokenSafeTrainingArguments) -> dict:
     """Fine-tune what is missing, then report. Returns compare.json's content with its "comparisons"."""
-    import json
     from pathlib import Path
 
     from ..cli.run import setup_logging
@@ -138,7 +137,7 @@ def run_comparison(compare_args: CompareArguments, model_args: ModelArguments, d
     report.plot(content, found, out / "compare.png")
     print("\n".join(report.summary_lines(content, found)))
     print(f"compare: {out / 'compare.md'}, {out / 'compare.png'}, {out / engine.RESULTS_NAME}")
-    return json.loads((out / engine.RESULTS_NAME).read_text())
+    return content
 
 
 def finetune_once(step: dict, model_args, data_args, training_args, task, raw, features_for, output_dir: str) -> dict:
@@ -187,15 +186,17 @@ def run_finetunings(arms: list[engine.Arm], seeds: list[int], learning_rates: li
 
     from ..finetune.command import load_tokenizer, tokenize_splits
 
-    cache: dict[str, dict] = {}
+    features: dict[str, dict] = {}  # by tokenizer fingerprint
+    tokenizers: dict[str, object] = {}  # by model: each loaded once, not once per seed
     split_args = dataclasses.replace(training_args, do_train=True, do_predict="test" in raw)
 
     def features_for(model: str):
-        tokenizer = load_tokenizer(dataclasses.replace(model_args, model_name_or_path=model))
-        key = engine.tokenizer_fingerprint(tokenizer)
-        if key not in cache:  # each task is tokenised once per tokenizer, not once per fine-tuning
-            cache[key] = tokenize_splits(task, raw, tokenizer, data_args, split_args)
-        return tokenizer, cache[key]
+        if model not in tokenizers:
+            tokenizers[model] = load_tokenizer(dataclasses.replace(model_args, model_name_or_path=model))
+        key = engine.tokenizer_fingerprint(tokenizers[model])
+        if key not in features:  # each task is tokenised once per tokenizer, not once per fine-tuning
+            features[key] = tokenize_splits(task, raw, tokenizers[model], data_args, split_args)
+        return tokenizers[model], features[key]
 
     steps = engine.plan(arms, seeds, learning_rates)
     todo = [s for s in steps if results.done(engine.model_key(s["model"]), s["seed"], s["learning_rate"]) is None]
