@@ -140,7 +140,29 @@ def run_comparison(compare_args: CompareArguments, model_args: ModelArguments, d
     return content
 
 
-def finetune_once(step: dict, model_args, data_args, training_args, task, raw, features_for, output_dir: str) -> dict:
+_LOADED: dict = {}  # fine_tune's tasks and tokenised splits, by their settings: a study fine-tunes one task often
+
+
+def fine_tune(argv: list[str], keep_evaluations: bool = False) -> dict:
+    """One fine-tuning from `hf-aux finetune`'s flags (model, task, seed, rate, budget) by a comparison's own steps:
+    finetune_once's record; `keep_evaluations` keeps --eval_strategy and the evaluations logged while training
+    (record["history"]). Each task is loaded and tokenised once per process. The evidence studies call it."""
+    from ..finetune.command import load_data, parse_args
+
+    model_args, data_args, training_args = parse_args(argv)
+    key = repr(data_args)
+    if key not in _LOADED:
+        _LOADED[key] = load_data(data_args, dataclasses.replace(training_args, do_eval=False, do_predict=False))
+    task, raw = _LOADED[key]
+    features_for = tokenised(model_args, data_args, training_args, task, raw, _LOADED)
+    step = {"arm": "model", "unit": 0, "model": model_args.model_name_or_path, "seed": training_args.seed,
+            "learning_rate": training_args.learning_rate}
+    return finetune_once(step, model_args, data_args, training_args, task, raw, features_for,
+                         training_args.output_dir, keep_evaluations)
+
+
+def finetune_once(step: dict, model_args, data_args, training_args, task, raw, features_for, output_dir: str,
+                  keep_evaluations: bool = False) -> dict:
     """One fine-tuning as `hf-aux finetune` makes it (seed set before the model is built; the same trainer and
     evaluation), its metrics by split; a non-finite loss is a failed fine-tuning, not an error."""
     from transformers import PrinterCallback, set_seed
@@ -149,11 +171,12 @@ def finetune_once(step: dict, model_args, data_args, training_args, task, raw, f
     from ..nonfinite import NonFiniteTrainingError
 
     folder = os.path.join(output_dir, "finetunings", f"{step['arm']}-{step['unit']}-seed{step['seed']}")
+    # evaluation and checkpoints during training change nothing it computes, unless they pick the best model
+    quiet = {} if training_args.load_best_model_at_end else {"save_strategy": "no", "eval_strategy": "no"}
     args = dataclasses.replace(
         training_args, output_dir=folder, seed=step["seed"], learning_rate=step["learning_rate"], do_train=True,
         do_eval="validation" in raw, do_predict="test" in raw, disable_tqdm=True,
-        # evaluation and checkpoints during training change nothing it computes, unless they pick the best model
-        **({} if training_args.load_best_model_at_end else {"save_strategy": "no", "eval_strategy": "no"}))
+        **({"save_strategy": "no"} if keep_evaluations else quiet))
     margs = dataclasses.replace(model_args, model_name_or_path=step["model"])
     tokenizer, features = features_for(step["model"])
     set_seed(step["seed"])
@@ -164,7 +187,10 @@ def finetune_once(step: dict, model_args, data_args, training_args, task, raw, f
     record = {**step, "model_key": engine.model_key(step["model"]), "reused_head": reused_head}
     try:
         train = trainer.train().metrics
-        record.update(status="ok", train={k: v for k, v in train.items() if isinstance(v, (int, float))})
+        record.update(status="ok", train={k: v for k, v in train.items() if isinstance(v, (int, float))},
+                      train_examples=len(raw["train"]))
+        if keep_evaluations:
+            record["history"] = [h for h in trainer.state.log_history if "eval_loss" in h]
         for split, prefix in (("validation", "eval"), ("test", "test")):
             if split in features:
                 metrics = evaluate_split(trainer, task, data_args, raw, features, split, prefix)[0]
@@ -184,20 +210,7 @@ def run_finetunings(arms: list[engine.Arm], seeds: list[int], learning_rates: li
     """Every planned fine-tuning not yet in `results`, with a progress bar over all of them."""
     from tqdm.auto import tqdm
 
-    from ..finetune.command import load_tokenizer, tokenize_splits
-
-    features: dict[str, dict] = {}  # by tokenizer fingerprint
-    tokenizers: dict[str, object] = {}  # by model: each loaded once, not once per seed
-    split_args = dataclasses.replace(training_args, do_train=True, do_predict="test" in raw)
-
-    def features_for(model: str):
-        if model not in tokenizers:
-            tokenizers[model] = load_tokenizer(dataclasses.replace(model_args, model_name_or_path=model))
-        key = engine.tokenizer_fingerprint(tokenizers[model])
-        if key not in features:  # each task is tokenised once per tokenizer, not once per fine-tuning
-            features[key] = tokenize_splits(task, raw, tokenizers[model], data_args, split_args)
-        return tokenizers[model], features[key]
-
+    features_for = tokenised(model_args, data_args, training_args, task, raw, {})
     steps = engine.plan(arms, seeds, learning_rates)
     todo = [s for s in steps if results.done(engine.model_key(s["model"]), s["seed"], s["learning_rate"]) is None]
     bar = tqdm(total=len(steps), initial=len(steps) - len(todo), desc="fine-tunings", unit="run",
@@ -222,6 +235,24 @@ def run_finetunings(arms: list[engine.Arm], seeds: list[int], learning_rates: li
         raise SystemExit(getattr(stop, "code", None) or 130) from None
     finally:
         bar.close()
+
+
+def tokenised(model_args, data_args, training_args, task, raw, cache: dict):
+    """features_for(model) -> (its tokenizer, the task's tokenised splits): each tokenizer loaded once, the task
+    tokenised once per tokenizer (`cache`, by the data settings and the tokenizer's fingerprint)."""
+    from ..finetune.command import load_tokenizer, tokenize_splits
+
+    tokenizers: dict[str, object] = {}
+    split_args = dataclasses.replace(training_args, do_train=True, do_predict="test" in raw)
+
+    def features_for(model: str):
+        if model not in tokenizers:
+            tokenizers[model] = load_tokenizer(dataclasses.replace(model_args, model_name_or_path=model))
+        key = (repr(data_args), engine.tokenizer_fingerprint(tokenizers[model]))
+        if key not in cache:
+            cache[key] = tokenize_splits(task, raw, tokenizers[model], data_args, split_args)
+        return tokenizers[model], cache[key]
+    return features_for
 
 
 @contextlib.contextmanager
