@@ -100,6 +100,34 @@ def test_fine_tuning_is_the_one_hf_aux_finetune_makes(data, tmp_path):
     assert record["train"]["train_loss"] == pytest.approx(results["train_loss"], abs=1e-6)
 
 
+def test_fine_tune_entry_point_is_the_same_fine_tuning(data, tmp_path):
+    """The studies' entry point: hf-aux finetune's flags in, the same numbers out, the logged evaluations kept on
+    request, nothing left on disk; a second call with the same task reuses the loaded and tokenised splits."""
+    import hf_aux.finetune.command as finetune
+    from hf_aux.compare.command import fine_tune
+
+    flags = ["--model_name_or_path", str(data / "unit3"), *task_flags(data), "--seed", "5", *STEPS,
+             "--eval_strategy", "steps", "--eval_steps", "1"]
+    results = finetune.main(*finetune.parse_args([*flags, "--do_train", "--do_eval", "--do_predict",
+                                                  "--output_dir", str(tmp_path / "ft")]))
+    scratch = tmp_path / "scratch"
+    record = fine_tune([*flags, "--output_dir", str(scratch)], keep_evaluations=True)
+    assert record["status"] == "ok" and record["train_examples"] == results["train_examples"]
+    assert record["test"]["loss"] == pytest.approx(results["test_loss"], abs=1e-6)
+    assert record["test"]["accuracy"] == pytest.approx(results["test_accuracy"], abs=1e-9)
+    assert record["validation"]["loss"] == pytest.approx(results["eval_loss"], abs=1e-6)
+    assert [h["step"] for h in record["history"]] == [1, 2, 3]
+    assert not any(scratch.rglob("*.safetensors"))
+    calls = []
+    original = finetune.tokenize_splits
+    finetune.tokenize_splits = lambda *a, **k: calls.append(1) or original(*a, **k)
+    try:
+        again = fine_tune([*flags, "--output_dir", str(scratch)])
+    finally:
+        finetune.tokenize_splits = original
+    assert calls == [] and "history" not in again and again["status"] == "ok"
+
+
 def test_killed_comparison_continues_without_repeating(data, tmp_path):
     out = tmp_path / "cmp"
     argv = [sys.executable, "-m", "hf_aux.cli.command", "compare", *arms(data), *task_flags(data), "--seeds", "3",

@@ -1,15 +1,10 @@
 """`hf-aux compare`: did this checkpoint fine-tune better than that one on my task, by more than noise?
 
-    hf-aux compare --arm base=MODEL --arm muppet=runs/m1,runs/m2,runs/m3 --train_fraction 0.01 --seeds 3 \\
-        --output_dir runs/cmp
-
-Every model of every arm is fine-tuned on one task with each seed, by `hf-aux finetune`'s steps and with its flags
-(the task: --demo_task, --task_file, --dataset_name or data files; without one, finetune's demo: Rotten Tomatoes),
-applied identically to every arm. Then each arm is compared with the baseline (the first arm, or --baseline) on the
-task's primary metric on test (validation beside it): hf_aux.compare.statistics. Outputs in --output_dir:
-compare.json (every fine-tuning, cached as it finishes: the same command continues an interrupted comparison),
-compare.md, compare.png and a printed summary. `run_comparison` is the Python entry point (the evidence studies
-call it). docs/compare.md says how to read the result.
+Every model of every arm is fine-tuned on one task with each seed by `hf-aux finetune`'s steps and flags, alike for
+every arm, and each arm is compared with the baseline (hf_aux.compare.statistics). Outputs in --output_dir:
+compare.json (cached as each fine-tuning finishes: the same command continues), compare.md, compare.png, a summary.
+Python entry points: `run_comparison` (a whole comparison) and `fine_tune` (one fine-tuning: the evidence studies).
+docs/compare.md says how to read the result.
 """
 
 from __future__ import annotations
@@ -37,8 +32,7 @@ class CompareArguments:
     arm: list[str] = field(default_factory=list, metadata={
         "help": "NAME=MODEL[,MODEL...], given once per arm (at least two). Each MODEL is a local folder or a Hub "
                 "id; several models are independent training runs of that arm (its units)."})
-    baseline: str | None = field(default=None, metadata={"help": "The arm the others are compared with (default: "
-                                                                 "the first --arm)."})
+    baseline: str | None = field(default=None, metadata={"help": "The arm compared with (default: the first)."})
     seeds: int = field(default=3, metadata={"help": "Fine-tuning seeds per model: the seeds are --seed, --seed+1, ..."})
     learning_rates: list[float] | None = field(default=None, metadata={
         "help": "Learning rates to try: each arm picks the one with its best mean validation metric (the same rule "
@@ -105,11 +99,10 @@ def run_comparison(compare_args: CompareArguments, model_args: ModelArguments, d
     setup_logging(training_args)
     arms = [engine.parse_arm(text) for text in compare_args.arm]
     seeds = [training_args.seed + i for i in range(compare_args.seeds)]
-    baseline = engine.check_arms(arms, compare_args.baseline, seeds)
+    baseline = engine.check_arms(arms, compare_args.baseline)
     rates = compare_args.learning_rates or [training_args.learning_rate]
-    results = engine.ResultsFile(training_args.output_dir,
-                                 engine.settings_record(model_args, data_args, training_args,
-                                                        compare_args.learning_rates))
+    settings = engine.settings_record(model_args, data_args, training_args, compare_args.learning_rates)
+    results = engine.ResultsFile(training_args.output_dir, settings)
     # compare evaluates whatever evaluation splits the task has; no action requires one
     task, raw = load_data(data_args, dataclasses.replace(training_args, do_train=True, do_eval=False, do_predict=False))
     metric = compare_args.metric or PRIMARY_METRIC[task.kind]
@@ -140,13 +133,12 @@ def run_comparison(compare_args: CompareArguments, model_args: ModelArguments, d
     return content
 
 
-_LOADED: dict = {}  # fine_tune's tasks and tokenised splits, by their settings: a study fine-tunes one task often
+_LOADED: dict = {}  # fine_tune's tasks and tokenised splits, by their settings
 
 
 def fine_tune(argv: list[str], keep_evaluations: bool = False) -> dict:
-    """One fine-tuning from `hf-aux finetune`'s flags (model, task, seed, rate, budget) by a comparison's own steps:
-    finetune_once's record; `keep_evaluations` keeps --eval_strategy and the evaluations logged while training
-    (record["history"]). Each task is loaded and tokenised once per process. The evidence studies call it."""
+    """finetune_once's record from `hf-aux finetune`'s flags; `keep_evaluations` keeps --eval_strategy and what it
+    logs (record["history"]). Each task is loaded and tokenised once per process (a study fine-tunes it often)."""
     from ..finetune.command import load_data, parse_args
 
     model_args, data_args, training_args = parse_args(argv)
@@ -238,8 +230,7 @@ def run_finetunings(arms: list[engine.Arm], seeds: list[int], learning_rates: li
 
 
 def tokenised(model_args, data_args, training_args, task, raw, cache: dict):
-    """features_for(model) -> (its tokenizer, the task's tokenised splits): each tokenizer loaded once, the task
-    tokenised once per tokenizer (`cache`, by the data settings and the tokenizer's fingerprint)."""
+    """features_for(model) -> (tokenizer, tokenised splits): the task tokenised once per tokenizer fingerprint."""
     from ..finetune.command import load_tokenizer, tokenize_splits
 
     tokenizers: dict[str, object] = {}
@@ -257,8 +248,7 @@ def tokenised(model_args, data_args, training_args, task, raw, cache: dict):
 
 @contextlib.contextmanager
 def quiet_loading():
-    """Inside a comparison, transformers' per-model loading bars and notices (and the fresh head every baseline
-    fine-tuning is expected to get) would bury the progress bar: errors only, restored afterwards."""
+    """transformers' loading bars and notices (and expected fresh heads) as errors only: the progress bar shows."""
     from transformers.utils import logging as hf_logging
 
     level, modeling = hf_logging.get_verbosity(), logging.getLogger("hf_aux.modeling")

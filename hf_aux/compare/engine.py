@@ -44,7 +44,6 @@ UNCOMPARED_FIELDS = {
 @dataclass(frozen=True)
 class Arm:
     """A way of making a starting checkpoint; `models` are its independent training runs (units)."""
-
     name: str
     models: tuple[str, ...]
 
@@ -60,9 +59,8 @@ def parse_arm(text: str) -> Arm:
     return Arm(name, tuple(models))
 
 
-def check_arms(arms: list[Arm], baseline: str | None, seeds: list[int]) -> str:
-    """The baseline's name, after checking the arms, seeds and baseline before any fine-tuning; every model must
-    be a folder holding a model, or a Hub id that resolves."""
+def check_arms(arms: list[Arm], baseline: str | None) -> str:
+    """The baseline's name, once arms and baseline pass their checks (each model a model folder or a Hub id)."""
     from transformers import AutoConfig
 
     if len(arms) < 2:
@@ -72,8 +70,6 @@ def check_arms(arms: list[Arm], baseline: str | None, seeds: list[int]) -> str:
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise UserInputError(f"--arm: arm names must differ; {duplicates} given more than once")
-    if not seeds:
-        raise UserInputError("--seeds: must be at least 1 (fine-tunings per model)")
     if baseline is not None and baseline not in names:
         raise UserInputError(f"--baseline {baseline!r}: no such arm; the arms are {names}")
     keys = [model_key(model) for arm in arms for model in arm.models]  # a fine-tuning is known by its model

@@ -11,8 +11,7 @@ from .statistics import compare_arms, mean_sd, verdict_words, with_q_values
 
 
 def picked_rates(content: dict) -> dict[str, float]:
-    """Each arm's learning rate: the one with the best mean validation metric over all its fine-tunings (the same
-    rule for every arm); the only rate when one was given."""
+    """Each arm's learning rate: its best mean validation metric (one rule for every arm), or the only one given."""
     metric, higher = content["task"]["metric"], content["task"]["higher_is_better"]
     by_arm: dict = defaultdict(lambda: defaultdict(list))
     for f in content["finetunings"]:
@@ -46,8 +45,7 @@ def unit_values(content: dict, arm: dict, rate, split: str) -> tuple[dict, dict]
 
 
 def comparisons(content: dict) -> list[dict]:
-    """Every arm against the baseline on the compared split, at each arm's picked rate, with q values (the family:
-    this comparison's arms)."""
+    """Every arm minus the baseline on the compared split at each arm's picked rate, q values over these arms."""
     split = content["task"]["compared_split"]
     rates = picked_rates(content)
     arms = {arm["name"]: arm for arm in content["arms"]}
@@ -113,12 +111,10 @@ def render_markdown(content: dict, found: list[dict]) -> str:
     for c in found:
         lines.append(f"| {c['arm']} | {_difference(c)} | {_number(c['p_value'])} | {_number(c['q_value'])} | "
                      f"{c['n_units']} vs {c['n_baseline_units']} | {c['verdict']} |")
-    lines += ["", "How to read it: a unit is one training run of an arm (one model folder); its value is the mean of "
-              "its fine-tunings. The interval is Welch's two-sample interval over the units of the two arms, so it "
-              "counts the training noise and the fine-tuning noise of both. An arm of one model contributes its "
-              "fine-tunings: for a baseline that is one fixed model this is the question asked; for a compared arm "
-              "it describes that checkpoint, not the method that made it (flagged, no verdict). q is the "
-              f"Benjamini-Hochberg adjusted p over the {len(found)} comparisons of this table. "
+    lines += ["", "How to read it: a unit is one training run of an arm (one model folder), its value the mean of its "
+              "fine-tunings; the interval is Welch's over both arms' units, so it counts the training and fine-tuning "
+              "noise of both. A compared arm of one model describes that checkpoint, not its method (flagged, no "
+              f"verdict). q: Benjamini-Hochberg over the {len(found)} comparisons of this table. "
               "Details: docs/compare.md.", "", "## Every fine-tuning", "",
               "| arm | model | seed | learning rate | validation | test | status | wall s |",
               "|---|---|---|---|---|---|---|---|"]
@@ -130,8 +126,7 @@ def render_markdown(content: dict, found: list[dict]) -> str:
 
 
 def plot(content: dict, found: list[dict], path: Path) -> None:
-    """Left: every fine-tuning as a dot, by arm and unit, with each unit's mean. Right: each arm minus the
-    baseline with its 95% interval."""
+    """Left: every fine-tuning as a dot by arm and unit, unit means as bars. Right: arm - baseline, 95% CI."""
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global figure state
 
     task, metric, split = content["task"], content["task"]["metric"], content["task"]["compared_split"]

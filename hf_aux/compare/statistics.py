@@ -1,16 +1,10 @@
 """The statistics of `hf-aux compare` and of the evidence studies (docs/compare.md says why each rule):
-
-1. An arm's *units* are its independent training runs (one model folder each); a unit's value is the mean of its
-   fine-tunings' metric (fine-tuning seeds are not extra units).
-2. The interval for arm minus baseline is Welch's two-sample t interval over the two arms' values: it holds every
-   source of noise of both arms. Pairing every unit with the same baseline fine-tunings would make the baseline's
-   own fine-tuning noise an offset the interval never sees (tests/test_compare_statistics.py simulates both).
-3. An arm of ONE model has no training noise to sample: its values are its fine-tunings. For a baseline that is
-   one fixed model that is the question asked; for a compared arm it describes one checkpoint, not the method that
-   made it, so the comparison is flagged (`Comparison.flag`) and gets no verdict words.
-4. Multiplicity: each comparison's Benjamini-Hochberg q value, over the comparisons of one report (a compare run,
-   or a study's claims list).
-
+1. an arm's units are its training runs (model folders); a unit's value is the mean of its fine-tunings;
+2. arm minus baseline: Welch's two-sample t interval over the two arms' values, so it holds every source of noise
+   of both (pairing units with the same baseline fine-tunings would hide the baseline's own fine-tuning noise);
+3. an arm of ONE model contributes its fine-tunings: right for a fixed baseline model; a compared arm of one model
+   is one checkpoint, not its method, so the comparison is flagged and gets no verdict words;
+4. multiplicity: Benjamini-Hochberg q values over the comparisons of one report.
 Pure Python (no scipy): Student's t from the regularised incomplete beta function."""
 
 from __future__ import annotations
@@ -92,8 +86,7 @@ def _t_interval(difference: float, variance_of_difference: float, dof: float, co
     if variance_of_difference == 0:  # every value alike: the interval is the point (the t interval's limit)
         return Interval(difference, difference, difference, dof, 1.0 if difference == 0 else 0.0)
     if not (variance_of_difference > 0 and dof > 0 and math.isfinite(dof)):  # fewer than 2 values: no variance
-        nan = float("nan")
-        return Interval(difference, nan, nan, dof, nan)
+        return Interval(difference, float("nan"), float("nan"), dof, float("nan"))
     se = math.sqrt(variance_of_difference)
     half = t_quantile(0.5 + confidence / 2, dof) * se
     p_value = 2.0 * (1.0 - t_cdf(abs(difference) / se, dof))
@@ -119,9 +112,8 @@ def one_sample_interval(values: Sequence[float], confidence: float = 0.95) -> In
 
 
 def benjamini_hochberg(p_values: Sequence[float]) -> list[float]:
-    """Benjamini-Hochberg adjusted p values (q values), in the order given: q_(i) = min over j >= i of
-    p_(j) * m / j on the p values sorted ascending, capped at 1. nan p values (no interval) are left out of the
-    family and get nan."""
+    """Benjamini-Hochberg q values in the order given: q_(i) = min over j >= i of p_(j) * m / j (p ascending),
+    capped at 1; nan p values (no interval) are left out of the family and get nan."""
     indexed = sorted((p, i) for i, p in enumerate(p_values) if p is not None and math.isfinite(p))
     m = len(indexed)
     q = [float("nan")] * len(p_values)
@@ -134,10 +126,7 @@ def benjamini_hochberg(p_values: Sequence[float]) -> list[float]:
 
 
 def arm_values(fine_tunings: Mapping[str, Sequence[float]]) -> tuple[list[float], bool]:
-    """(the values an arm contributes to a comparison, whether they are units).
-
-    `fine_tunings`: unit -> its fine-tunings' metric values. With several units, a unit's value is the mean of its
-    fine-tunings (rule 1); with one unit, the fine-tunings themselves (rule 3)."""
+    """(the values an arm contributes, whether they are units) from unit -> its fine-tunings' values (rules 1, 3)."""
     units = [list(map(float, values)) for values in fine_tunings.values() if len(values)]
     if len(units) == 1:
         return units[0], False
@@ -156,7 +145,6 @@ class Comparison:
     n_baseline_units: int
     q_value: float = float("nan")
     flag: str | None = None
-
 
 
 def compare_arms(arm: str, fine_tunings: Mapping[str, Sequence[float]], baseline: str,
