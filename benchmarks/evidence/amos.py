@@ -26,7 +26,6 @@ Run it single-threaded and niced on a shared machine: OMP_NUM_THREADS=1 nice -n 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import math
 import os
 import shutil
@@ -156,14 +155,6 @@ def auto_pooling(checkpoint: str) -> str:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "run_scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def final_mixture_weights(runs: list[dict], seed: int, setting: str) -> list[float]:
     """The mixture weights the AMOS arm's pretraining run of this seed logged last (shallowest head first): what
     'w. final mix weights' trains with all the way."""
@@ -207,7 +198,7 @@ def pretrain(name: str, seed: int, setting: dict, quick: bool, out_dir: Path,
     fine-tunings; the curves come from its trainer_state.json. Returns the run object."""
     import json
 
-    run_amos = _load_script("run_amos")
+    from hf_aux.amos import command as run_amos  # what run_scripts/run_amos.py runs
     meta, start, cpu_start = run_meta(), time.time(), time.process_time()
     # an interrupted run resumes from its last checkpoint (the run guard saves one on SIGTERM): its cost is then
     # only the part run here, which the record says
@@ -274,10 +265,12 @@ def plain_transformers_check(folder: Path, num_blocks: int = 64, block: int = 12
     return result
 
 
-def finetune(checkpoint: str, task: str, seed: int, setting: dict, out_dir: Path) -> dict:
-    """Fine-tune one checkpoint on one demo task with run_finetune.py (same fixed hyper-parameters for every
-    arm, not tuned); returns the validation and test accuracy."""
-    run_finetune = _load_script("run_finetune")
+def finetune(checkpoint: str, task: str, seed: int, setting: dict, out_dir: Path) -> dict | None:
+    """Fine-tune one checkpoint on one demo task through the comparison engine (`hf_aux.compare.command.fine_tune`,
+    `hf-aux finetune`'s flags; same fixed hyper-parameters for every arm, not tuned): the run object with the test
+    and validation accuracy, or None for a fine-tuning whose loss went non-finite (never recorded as a value)."""
+    from hf_aux.compare.command import fine_tune
+
     ft = setting["finetune"]
     meta, start, cpu_start = run_meta(), time.time(), time.process_time()
     argv = ["--model_name_or_path", checkpoint, "--demo_task", task, "--output_dir", str(out_dir),
@@ -287,11 +280,14 @@ def finetune(checkpoint: str, task: str, seed: int, setting: dict, out_dir: Path
             "--num_train_epochs", str(ft["epochs"]), "--learning_rate", str(ft["learning_rate"]),
             "--per_device_train_batch_size", str(ft["batch"]), "--per_device_eval_batch_size", "32",
             "--warmup_steps", "0.1", "--seed", str(seed), "--save_strategy", "no", "--eval_strategy", "no",
-            "--report_to", "none", "--disable_tqdm", "true", "--logging_steps", "50",
-            "--overwrite_output_dir"]  # a scratch folder: whatever an interrupted fine-tuning left there is redone
-    metrics = run_finetune.main(*run_finetune.parse_args(argv))
+            "--report_to", "none", "--disable_tqdm", "true", "--logging_steps", "50", "--overwrite_output_dir"]
+    record = fine_tune(argv)
     shutil.rmtree(out_dir, ignore_errors=True)  # weights are not kept
-    return {"metric": "accuracy", "value": metrics["test_accuracy"], "validation": metrics["eval_accuracy"],
+    if record["status"] != "ok":
+        print(f"[amos evidence] fine-tuning failed, not recorded: {record.get('error')}", flush=True)
+        return None
+    return {"metric": "accuracy", "value": record["test"]["accuracy"], "validation": record["validation"]["accuracy"],
+            "majority_baseline": record["test"].get("majority_baseline"),
             "pooling": auto_pooling(checkpoint), "split": "test", "wall_s": round(time.time() - start, 1),
             "cpu_s": round(time.process_time() - cpu_start, 1), **meta}
 
@@ -369,7 +365,8 @@ def run_study(setting_name: str, json_path: Path, quick: bool, arms=None, seeds=
                 # a folder per (arm, pretraining seed): processes sharing the study (--arms) fine-tune side by side
                 result = finetune(checkpoint, task, seed, SETTINGS["minilm"] if kind == "base" else setting,
                                   work / f"finetune-{name}-{pretrain_seed}")
-                append_run(json_path, {**keys, "steps": None, **result})
+                if result is not None:
+                    append_run(json_path, {**keys, "steps": None, **result})
 
 
 def grid_rows(all_runs: list[dict]) -> list[dict]:
