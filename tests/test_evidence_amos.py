@@ -95,22 +95,23 @@ def test_select_splits_the_plan_into_disjoint_shares():
 def test_claim3_pairs_by_pretraining_run_and_the_forest_plot_draws_arms_with_two_runs(tmp_path):
     """Units are pretraining runs: within one, only the fine-tuning seeds both arms have count, averaged."""
     sys.path.insert(0, str(ROOT))
-    from benchmarks.evidence.amos import _downstream_plot, _paired_with_reference
+    from benchmarks.evidence.amos import _downstream_lines, paired_units
 
     def run(variant, pretrain_seed, seed, value, task="rotten_tomatoes"):
         return {"claim": f"downstream/{task}", "variant": variant, "pretrain_seed": pretrain_seed, "seed": seed,
-                "value": value}
+                "value": value, "validation": value}
 
     runs = [run("amos", 42, 0, 0.60), run("amos", 42, 1, 0.62), run("amos", 42, 2, 0.70), run("amos", 1, 0, 0.58),
             run("electra", 1, 0, 0.55), run("electra", 42, 1, 0.64), run("electra", 42, 2, 0.66),
             run("electra", 2, 0, 0.99),  # no AMOS run of pretraining seed 2
             run("uniform", 42, 0, 0.61)]
-    task_runs = [r for r in runs if r["claim"] == "downstream/rotten_tomatoes"]
-    units, arm, reference = _paired_with_reference(task_runs, "electra")
+    units, arm, reference = paired_units(runs, "rotten_tomatoes", "electra")
     assert units == [1, 42] and arm == pytest.approx([0.55, 0.65]) and reference == pytest.approx([0.58, 0.66])
-    assert _downstream_plot(runs, tmp_path / "forest.png") and (tmp_path / "forest.png").stat().st_size > 0
-    assert not _downstream_plot([r for r in runs if r["variant"] != "electra"], tmp_path / "none.png")
-    assert not (tmp_path / "none.png").exists()  # uniform has one pair: no interval to draw
+    text = "\n".join(_downstream_lines(runs, tmp_path, "forest"))
+    assert "| electra | 4 | " in text and "-0.020 (n = 2) |" in text  # mean of -0.03 and -0.01, no interval from 2
+    assert "![downstream](forest_downstream.png)" in text and (tmp_path / "forest_downstream.png").stat().st_size > 0
+    text = "\n".join(_downstream_lines([r for r in runs if r["variant"] != "electra"], tmp_path, "none"))
+    assert "![downstream]" not in text and not (tmp_path / "none_downstream.png").exists()  # uniform: one pair
 
 
 def test_not_run_section_names_the_missing_arms_and_seeds_with_the_measured_cost():
@@ -242,10 +243,10 @@ def test_first_token_claims_are_retired_and_the_primary_rate_is_marked():
 
 
 def test_grid_summary_gives_every_rate_against_minilm_with_welch_intervals():
-    """The sentence a user needs first: each rate's test difference from base MiniLM with its Welch interval, and
-    which intervals do not lie below 0."""
+    """Each rate's test difference from base MiniLM with its Welch interval (the grid table), and which intervals do
+    not lie below 0 (the summary sentence)."""
     sys.path.insert(0, str(ROOT))
-    from benchmarks.evidence.amos import grid_rows, grid_setting, grid_summary_lines
+    from benchmarks.evidence.amos import grid_lines, grid_rows, grid_setting, grid_summary_lines
 
     name = grid_setting(1e-5)
     runs = []
@@ -258,5 +259,6 @@ def test_grid_summary_gives_every_rate_against_minilm_with_welch_intervals():
     runs += [{"claim": "pretrain", "variant": "amos", "setting": name, "seed": unit, "value": 0.7}
              for unit in (42, 1, 2)]
     text = "\n".join(grid_summary_lines(grid_rows(runs)))
-    assert "- 1e-05 (mean pooling): amos rotten_tomatoes -0.030 [" in text
     assert "1 of these 2 intervals lie below 0 (not: amos on news_outlet at 1e-05), 0 above 0" in text
+    (row,) = [line for line in grid_lines(runs) if line.startswith("| 1e-05 | amos | mean | 3 |")]
+    assert row.split(" | ")[6].startswith("-0.030 [")  # rotten_tomatoes, test: arm - MiniLM [Welch's interval]
