@@ -85,8 +85,6 @@ MIXTURE_MOVED = 0.02
 # the primary claims (issue #50 item 7): Table 1's headline at the one rate where the discriminator still learns and
 # the fine-tunings read MiniLM's body with its own mean pooling
 PRIMARY_RATE = 2e-5
-RETIRED_REASON = ("retired: these fine-tunings read the first token of a body MiniLM trained for mean pooling (the "
-                  "code before `--pooling auto`); rerun them with the body's pooling to judge them")
 PAPER = {
     "claim1": ("Fig. 3a: averaged over all masked positions, the mixture weights of the 4th/6th/8th generator layers "
                "move during pretraining; in the later stage the 8th (deepest) layer gains weight and the other two "
@@ -402,16 +400,15 @@ def _amos_pretrains(all_runs: list[dict], setting: str) -> list[dict]:
     return [r for r in pick(all_runs, "pretrain", "amos", setting) if r.get("mlm_layers")]
 
 
-def _table3_record(all_runs: list[dict], setting: str, task: str, pooling: str, **extra) -> tuple[dict, str] | None:
-    """Claim 3 (Table 1) on one task: per pretraining seed, AMOS - ELECTRA, with each arm's mean ± sd over units."""
-    _, amos, electra = paired_units(pick(all_runs, setting=setting, pooling=pooling), task, "amos", "electra")
-    if not amos:
-        return None
-    record = claim_record(f"AMOS fine-tunes better than ELECTRA on {task} (Table 1)", PAPER["claim3"].split(";")[0],
-                          1, "one pretraining run per arm, paired by seed" + (
-                              " (fine-tuning seeds averaged)" if pooling == "mean" else ""),
-                          [a - e for a, e in zip(amos, electra)], setting=_setting_label(setting, pooling), **extra)
-    return record, f"AMOS {mean_sd_text(amos)}, ELECTRA {mean_sd_text(electra)}"
+def _table1_record(all_runs: list[dict], setting: str, task: str, **extra) -> tuple[dict, str] | None:
+    """Claim 3 (Table 1) on one task from the fine-tunings that read the body with its mean pooling (first-token ones
+    read a body trained for mean pooling and judge nothing): per pretraining seed, AMOS - ELECTRA, with each arm's
+    mean ± sd over units."""
+    _, amos, electra = paired_units(pick(all_runs, setting=setting, pooling="mean"), task, "amos", "electra")
+    return (claim_record(f"AMOS fine-tunes better than ELECTRA on {task} (Table 1)", PAPER["claim3"].split(";")[0], 1,
+                         "one pretraining run per arm, paired by seed (fine-tuning seeds averaged)",
+                         [a - e for a, e in zip(amos, electra)], setting=_setting_label(setting, "mean"), **extra),
+            f"AMOS {mean_sd_text(amos)}, ELECTRA {mean_sd_text(electra)}") if amos else None
 
 
 def claim_pairs(all_runs: list[dict]) -> list[tuple[dict, str]]:
@@ -430,7 +427,7 @@ def claim_pairs(all_runs: list[dict]) -> list[tuple[dict, str]]:
                                   mixture_moved=round(max(mixture_movement(r) for r in amos), 4))
             found.append((record, f"AMOS deepest head {mean_sd_text(deepest)} vs 1/K {uniform:.3f}"))
         for task in TASKS:
-            item = _table3_record(all_runs, name, task, "mean", measure="test accuracy, AMOS - ELECTRA",
+            item = _table1_record(all_runs, name, task, measure="test accuracy, AMOS - ELECTRA",
                                   **({"primary": True} if rate_of(name) == PRIMARY_RATE else {}))
             found += [item] if item else []
     return found
@@ -439,18 +436,6 @@ def claim_pairs(all_runs: list[dict]) -> list[tuple[dict, str]]:
 def claims(all_runs: list[dict]) -> list[dict]:
     """The claims list of amos.json, with Benjamini-Hochberg q values (`claim_pairs`)."""
     return with_q_values([record for record, _ in claim_pairs(all_runs)])
-
-
-def retired_claims(all_runs: list[dict]) -> list[dict]:
-    """Claim 3 read by first-token fine-tunings where a setting has no mean-pooling ones (the 5e-4 study): they read
-    the first token of a body trained for mean pooling, so they judge nothing; the difference stays visible."""
-    found = []
-    for name in _settings(all_runs):
-        for task in TASKS:
-            item = None if _table3_record(all_runs, name, task, "mean") else _table3_record(all_runs, name, task, "cls")
-            if item:
-                found.append({**item[0], "verdict": "retired", "reason": RETIRED_REASON})
-    return found
 
 
 def grid_rows(all_runs: list[dict]) -> list[dict]:
@@ -692,8 +677,9 @@ def _downstream_lines(runs: list[dict], figures: Path, stem: str) -> list[str]:
     lines = ["## Claim 3: AMOS vs ELECTRA and the Table 2 ablations downstream", "", PAPER["claim3"], "",
              "**Retired, no verdicts.** These fine-tunings read the first token of MiniLM's body, trained for mean "
              "pooling (the code before `--pooling auto`): they judge nothing and are not in the claims list, which "
-             "judges AMOS vs ELECTRA at the grid's lower rates, read through the mean pooling. The difference is arm - "
-             "AMOS per pretraining run, fine-tuning seeds averaged; the paper expects it below 0 for every arm.", ""]
+             "judges AMOS vs ELECTRA at the grid's lower rates, read through the mean pooling; rerun with the body's "
+             "pooling, they would be judged. The difference is arm - AMOS per pretraining run, fine-tuning seeds "
+             "averaged; the paper expects it below 0 for every arm.", ""]
     forest = []
     for task in TASKS:
         rows, units = [], []
@@ -723,22 +709,18 @@ def _not_run_lines(runs: list[dict], setting: dict) -> list[str]:
     done = {name: {r["seed"] for r in pick(runs, "pretrain", name)} for name in ORDER}
     missing = [f"`{name}` (seeds {', '.join(str(s) for s in setting['pretrain_seeds'] if s not in done[name])})"
                for name in ORDER if set(setting["pretrain_seeds"]) - done[name]]
-    amos = [r for r in runs if r["variant"] == REFERENCE and "resumed_at_step" not in r]
-    cost = sum(r["cpu_s"] for r in amos) / max(len(done[REFERENCE]), 1) / 60
-    return ["## Not run", "",
-            "'w. three 4-layer gen.' (`--separate_generators true --mlm_layers 4 4 4`, built and tested): continued "
-            "pretraining starts every 4-layer generator as the same copy of MiniLM's first 4 layers, and identical "
-            "copies get identical gradients and stay identical (tests/test_amos_model.py), so here it would be ELECTRA "
-            "at three times the cost; it needs from-scratch pretraining.", ""] + (
-        [f"Arms without a pretraining run at every seed: {', '.join(missing)}. `benchmarks/evidence/amos.py --arms "
-         "<arm>` runs one (cached runs are skipped)." + (f" At the AMOS arm's measured cost, one pretraining seed with "
-                                                         f"its fine-tunings takes about {cost:.0f} CPU minutes."
-                                                         if done[REFERENCE] else ""), ""] if missing else [])
+    cost = sum(r["cpu_s"] for r in runs if r["variant"] == REFERENCE and "resumed_at_step" not in r) / 60
+    return ["## Not run", "", "'w. three 4-layer gen.' (built and tested): continued pretraining starts every "
+            "generator as the same copy of MiniLM's first 4 layers, and identical copies stay identical "
+            "(tests/test_amos_model.py): here it would be ELECTRA at three times the cost.", ""] + (
+        [f"Arms without a pretraining run at every seed: {', '.join(missing)} (`--arms <arm>` runs one)."
+         + (f" At the AMOS arm's measured cost, one pretraining seed with its fine-tunings takes about "
+            f"{cost / len(done[REFERENCE]):.0f} CPU minutes." if done[REFERENCE] else ""), ""] if missing else [])
 
 
-def claim_lines(records: list[dict], retired: list[dict] = (), arms: list[str] | None = None) -> list[str]:
+def claim_lines(records: list[dict], arms: list[str] | None = None) -> list[str]:
     """The claims table (the objects of amos.json's claims list, with each arm's mean ± sd over units where given),
-    the paper's statements, the primary claims and the retired readings."""
+    the paper's statements and the primary claims."""
     rows = [[r["claim"], r["setting"], r["n_units"], arm, difference_text(r), fmt(r.get("q_value")),
              r["verdict"] + (f" ({r['reason']})" if r.get("reason") else ""), "**yes**" if r.get("primary") else ""]
             for r, arm in zip(records, arms or ["-"] * len(records))]
@@ -754,9 +736,7 @@ def claim_lines(records: list[dict], retired: list[dict] = (), arms: list[str] |
         "fine-tunings read the body as MiniLM is read (mean pooling; the 5e-04 study's read its first token and are "
         "retired). Its limit: the mixture does not move at this rate (claim 1), so AMOS there is three uniformly mixed "
         "heads against ELECTRA's one.", lambda item: f"{item['claim']}, {item['setting']}")
-    return lines + (["", "Retired (no verdict): " + "; ".join(
-        f"{r['claim']}, {r['setting']}: {difference_text(r)} ({r['n_units']} units)" for r in retired)
-        + f". {RETIRED_REASON[0].upper()}{RETIRED_REASON[1:]}."] if retired else []) + [""]
+    return lines + [""]
 
 
 def render_report(json_path: Path, report_path: Path, setting_name: str = "minilm") -> str:
@@ -777,13 +757,11 @@ def render_report(json_path: Path, report_path: Path, setting_name: str = "minil
         pairs = claim_pairs(all_runs)
         records = with_q_values([record for record, _ in pairs])
         write_claims(json_path, records)
-        lines += [*grid_lines(all_runs), *claim_lines(records, retired_claims(all_runs), [arm for _, arm in pairs]),
+        lines += [*grid_lines(all_runs), *claim_lines(records, [arm for _, arm in pairs]),
                   *multiplicity_lines(records)]
-    lines += ["## How to continue", "", "```bash",
-              "OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 nice -n 10 \\",
-              "    .venv/bin/python benchmarks/evidence/amos.py [--grid]   # skips every cached run, renders this page",
-              "```", "", f"Checkpoints of pretraining runs whose fine-tunings are not all done are kept under "
-              f"`{WORK_DIR}` (a run whose checkpoint is gone is pretrained again, its cached result kept).", ""]
+    lines += ["## How to continue", "", "`OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 nice -n 10 .venv/bin/python "
+              "benchmarks/evidence/amos.py [--grid]` skips every cached run and renders this page; checkpoints whose "
+              f"fine-tunings are not all done stay under `{WORK_DIR}` (one that is gone is pretrained again).", ""]
     report_path.write_text("\n".join(lines))
     return "\n".join(lines)
 
