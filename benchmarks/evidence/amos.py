@@ -297,13 +297,11 @@ def _checkpoint(kind: str, name: str, seed, setting_name: str, json_path: Path, 
                           for task in TASKS for s in setting["finetune_seeds"]):
             return None  # the result is cached, its checkpoint gone and every fine-tuning of it done
         print(f"[amos evidence] pretraining {name} seed {seed}", flush=True)
-        weights = None
-        if VARIANTS[name].get("mixture") == "fixed_weights":  # 'w. final mix weights': the AMOS run's of this seed
-            amos = pick(runs, "pretrain", "amos", setting_name)
-            if not any(r["seed"] == seed for r in amos):
-                raise ValueError(f"AMOS evidence: arm 'final_mix_weights' seed {seed} needs the 'amos' arm's "
-                                 "pretraining run of that seed first (run --arms amos)")
-            weights = final_weights(next(r for r in amos if r["seed"] == seed))
+        fixed, amos = VARIANTS[name].get("mixture") == "fixed_weights", pick(runs, "pretrain", "amos", setting_name)
+        if fixed and seed not in {r["seed"] for r in amos}:  # 'w. final mix weights': the AMOS run's of this seed
+            raise ValueError(f"AMOS evidence: arm 'final_mix_weights' seed {seed} needs the 'amos' arm's "
+                             "pretraining run of that seed first (run --arms amos)")
+        weights = final_weights(next(r for r in amos if r["seed"] == seed)) if fixed else None
         run = {**pretrain(name, seed, setting, quick, out_dir, weights), "setting": setting_name}
         if not cached:
             append_run(json_path, {**run, **({"fixed_weights": weights} if weights is not None else {})})
