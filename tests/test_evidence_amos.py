@@ -49,6 +49,9 @@ def test_quick_study_runs_every_variant_and_renders_the_report(tmp_path):
         assert [entry["mixture_weight/layer_1"], entry["mixture_weight/layer_2"]] == pytest.approx(final, abs=1e-5)
     downstream = {(r["claim"], r["variant"]) for r in runs if r["claim"].startswith("downstream/")}
     assert downstream == {(f"downstream/{task}", name) for task in TASKS for name in ORDER}
+    for r in (r for r in runs if r["claim"].startswith("downstream/")):  # through the engine: its record's fields
+        assert 0 <= r["value"] <= 1 and 0 <= r["validation"] <= 1 and 0 <= r["majority_baseline"] <= 1
+        assert r["cpu_s"] > 0 and r["wall_s"] > 0 and r["pooling"] == "cls" and r["metric"] == "accuracy"
 
     # cached: a second run adds nothing; --report renders from the JSON alone
     before = output.read_text()
@@ -62,6 +65,7 @@ def test_quick_study_runs_every_variant_and_renders_the_report(tmp_path):
                     "three 4-layer gen."):
         assert heading in report, heading
     assert "Arms without a pretraining run" not in report  # --quick runs every arm
+    assert "### rotten_tomatoes (majority class on test: " in report
     assert (tmp_path / "amos_mixture_weights.png").is_file() and (tmp_path / "amos_curriculum.png").is_file()
 
 

@@ -691,9 +691,12 @@ def _downstream_lines(runs: list[dict], figures: Path, stem: str) -> list[str]:
                       "(starting point: see the grid's 0.0005 rows)" if name == "minilm" else
                       paired_text(arm, ref, -1)[0]]] if group else []
         forest += [(task, units)] if units else []
-        lines += [f"### {task}", "", *(markdown_table(["arm", "fine-tunings", "test accuracy (mean ± sd)",
-                                                       "validation accuracy", "diff. arm - AMOS over pretraining runs, "
-                                                       "95% CI"], rows) if rows else ["No fine-tuning run yet.", ""])]
+        floors = {r["majority_baseline"] for r in pick(runs, f"downstream/{task}")
+                  if r.get("majority_baseline") is not None}
+        lines += [f"### {task}" + (f" (majority class on test: {fmt(max(floors))})" if floors else ""), "", *(
+            markdown_table(["arm", "fine-tunings", "test accuracy (mean ± sd)", "validation accuracy",
+                            "diff. arm - AMOS over pretraining runs, 95% CI"], rows) if rows else [
+                "No fine-tuning run yet.", ""])]
     if forest:
         forest_figure(forest, figures / f"{stem}_downstream.png", "test accuracy: arm - AMOS",
                       "Claim 3 (retired, no verdict): continued pretraining of MiniLM at 5e-4, first-token reading: "
@@ -722,9 +725,10 @@ def claim_lines(records: list[dict], arms: list[str] | None = None) -> list[str]
     rows = [[r["claim"], r["setting"], r["n_units"], arm, difference_text(r), fmt(r.get("q_value")),
              r["verdict"] + (f" ({r['reason']})" if r.get("reason") else ""), "**yes**" if r.get("primary") else ""]
             for r, arm in zip(records, arms or ["-"] * len(records))]
-    lines = ["## Claims and verdicts", "", "One unit = one pretraining run; the verdict follows from the 95% interval "
-             "over units and the paper's predicted sign (../shared/EVIDENCE.md); q: Benjamini-Hochberg over the judged "
-             "claims. Claim 3 is judged from the fine-tunings that read MiniLM's body with its mean pooling.", "",
+    lines = ["## Claims and verdicts", "", "The objects of amos.json's claims list. One unit = one pretraining run; "
+             "the verdict follows from the 95% interval over units and the paper's predicted sign "
+             "(../shared/EVIDENCE.md); q: Benjamini-Hochberg over the judged claims. Claim 3 is judged from the "
+             "fine-tunings that read MiniLM's body with its mean pooling.", "",
              *markdown_table(["claim", "setting", "units", "mean ± sd per arm over units", "difference [95% CI]", "q",
                               "verdict", "primary"], rows),
              *dict.fromkeys(f"- {r['claim'].split(' on ')[0]}: {r['paper']}" for r in records)]
