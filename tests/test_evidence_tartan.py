@@ -94,7 +94,8 @@ def test_quick_runs_every_arm_and_renders_the_report(study, tmp_path):
     assert study.run_arm(str(tmp_path / "tartan.json"), study.Setting("quick"), "end_task", study.VARIANTS["alone"],
                          0, str(tmp_path)) is None
     text = (tmp_path / "tartan.md").read_text()
-    assert "## Claim 1" in text and "## Claim 2" in text and "incomplete: 1" in text and "## How to continue" in text
+    assert "## Claim 1" in text and "## Claim 2" in text and "## How to continue" in text
+    assert "| `quick` | 1 | test macro-F1" in text  # every claim's row says how many units it has
     assert "phi* on the frozen body" in text
     # --report writes the claims list into the JSON (keeping the runs) and opens the findings with its table
     assert text.index("## Claims and verdicts") < text.index("## Claim 1")
