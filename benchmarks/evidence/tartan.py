@@ -829,7 +829,7 @@ def _setting_sections(runs, records, floors, folder, stem) -> list[str]:
             if floor else "Majority class of the test split: not computed (the data could not be loaded).")
             + " Mean ± sd over units; validation macro-F1 is the selected checkpoint's.", ""]
         if one:
-            claim1 += _figure(folder, f"{stem}_{setting}_claim1.png", one[0]["setting"],
+            claim1 += save_figure(folder, f"{stem}_{setting}_claim1.png", one[0]["setting"],
                               lambda axes: _claim1_panels(axes, arms, one, floor))
         if not two:
             claim2 += [f"Not run in `{setting}`.", ""]
@@ -838,7 +838,7 @@ def _setting_sections(runs, records, floors, folder, stem) -> list[str]:
         claim2 += [f"### Setting `{setting}`", ""] + (["The two arms' units ran at different learning rates (each its "
                                                       "own validation choice): claim 2a is judged at one rate.", ""]
                                                      if len(rates) > 1 else [])
-        claim2 += _figure(folder, f"{stem}_{setting}_claim2.png", two[0]["setting"] + "; units joined by seed",
+        claim2 += save_figure(folder, f"{stem}_{setting}_claim2.png", two[0]["setting"] + "; units joined by seed",
                           lambda axes: _claim2_panels(axes, arms, two, floor))
     return claim1 + claim2
 
@@ -921,7 +921,8 @@ def _claim2_panels(axes, arms: dict, records: list[dict], floor: dict | None) ->
     seeds = sorted(set.intersection(*(set(arms[n]) for n in names)))
     for ax, record in zip(axes[1:], records):
         key = WEIGHT if record["measure"].startswith(WEIGHT) else "test_macro_f1"
-        note = ("paper: same head higher" if key == WEIGHT else "paper: separate head +0.017" + (
+        note = ("paper: same head higher" + ("; units at each arm's own rate, no test" if not record["n_units"]
+                                             else "") if key == WEIGHT else "paper: separate head +0.017" + (
             f"; majority class {floor['macro_f1']:.3f}, off the axis" if floor else ""))
         units_panel(ax, {LABELS[n]: [_value(arms[n][s], key) for s in seeds] for n in names},
                     WEIGHT if key == WEIGHT else "test macro-F1",
@@ -1082,7 +1083,7 @@ def units_to_resolve(item: dict, limit: int = 50) -> int | str | None:
                  if t_quantile(0.975, units - 1) * sd / math.sqrt(units) < mean), f"> {limit}")
 
 
-def _figure(folder: str, name: str, title: str, draw) -> list[str]:
+def save_figure(folder: str, name: str, title: str, draw) -> list[str]:
     """Three panels drawn by `draw(axes)` under the setting as the title, saved as folder/name; the report's link."""
     import matplotlib
 
