@@ -789,20 +789,17 @@ def claim_lines(records: list[dict]) -> list[str]:
 
 def _arm_table(arms: dict) -> list[str]:
     """Per arm, mean ± sd over units of what the report shows, its learning rate and what each run cost."""
-    def fmt(values, digits=3):
-        return "-" if not values else "{:.{d}f} ± {:.{d}f}".format(*mean_sd(values), d=digits)
-
     rows = []
     for name in [n for n in CLAIMS["end_task"] + ["meta_same"] if n in arms]:
         runs = list(arms[name].values())
+        cosines = [r["mean_abs_cos"]["end_task"] for r in runs if (r.get("mean_abs_cos") or {}).get("end_task")]
         rows.append([LABELS[name], len(runs), _rates_text({r["budget"]["learning_rate"] for r in runs}),
-                     *(fmt([r[k] for r in runs]) for k in ("test_accuracy", "test_macro_f1", "test_loss",
-                                                          "validation_macro_f1")),
+                     *(mean_sd_text([r[k] for r in runs])
+                       for k in ("test_accuracy", "test_macro_f1", "test_loss", "validation_macro_f1")),
                      ", ".join(str(r.get("best_step")) for r in runs),
-                     fmt([_value(r, WEIGHT) for r in runs if r.get("alpha")]),
-                     fmt([r["mean_abs_cos"]["end_task"] for r in runs if (r.get("mean_abs_cos") or {}).get("end_task")],
-                         4), "{:.1f} / {:.1f}".format(*(sum(r.get(k, 0) for r in runs) / 60 / len(runs)
-                                                       for k in ("wall_s", "cpu_s")))])
+                     mean_sd_text([_value(r, WEIGHT) for r in runs if r.get("alpha")]), mean_sd_text(cosines, 4),
+                     "{:.1f} / {:.1f}".format(*(sum(r.get(k, 0) for r in runs) / 60 / len(runs)
+                                                for k in ("wall_s", "cpu_s")))])
     return md_table(["arm", "units", "learning rate", "test accuracy", "test macro-F1", "test loss",
                      "validation macro-F1", "best steps", "final end-task weight", "mean abs cos(g_meta, g_end)",
                      "wall / CPU min per run"], rows)
@@ -854,7 +851,7 @@ def _pilot_lines(runs: list[dict]) -> list[str]:
                   f"mean-pooled token states; mean ± sd over {len(run['rows'][0]['accuracy'])} draws (chance 0.5):", "",
                   *md_table(["head", "train sentences", "Adam steps", "lr", "validation accuracy", "validation loss"],
                             [[r["head"], r["sentences"], r["steps"], f"{r['lr']:g}",
-                              *("{:.3f} ± {:.3f}".format(*mean_sd(r[k])) for k in ("accuracy", "loss"))]
+                              mean_sd_text(r["accuracy"]), mean_sd_text(r["loss"])]
                              for r in run["rows"]]), ""]
     rows = [[r["setting"], LABELS.get(r["variant"], r["variant"]), r["seed"], r["steps"],
              f"{r['validation_accuracy']:.3f} / {r['validation_macro_f1']:.3f}",
@@ -1039,6 +1036,11 @@ def append_timed(path: str, run: dict, started) -> dict:
     run = {**run, "wall_s": round(time.time() - wall, 1), "cpu_s": round(time.process_time() - cpu, 1), **meta}
     append_run(path, run)
     return run
+
+
+def mean_sd_text(values, digits: int = 3) -> str:
+    """"mean ± sd" of some values ("-" for none)."""
+    return "{:.{d}f} ± {:.{d}f}".format(*mean_sd(values), d=digits) if values else "-"
 
 
 def md_table(header: list[str], rows: list[list]) -> list[str]:
