@@ -1,20 +1,13 @@
 """Evidence for the meta-learned LM objective (Shen, *Meta-learning a Language Modeling Objective*), driven through
-hf_aux's Python API (`MetaLMTrainer`, `hf_aux.meta_lm.two_moons`, `hf_aux.demo`):
+hf_aux's API (`MetaLMTrainer`, `hf_aux.meta_lm.two_moons`, `hf_aux.demo`). Claims: 1. Two Moons, Table 10 (§4.2):
+MLM, hard, soft and soft labels with fixed y, each fine-tune size 10-160 pretrained with its own labelled set, at a
+reduced budget (`Claim1Settings`); 2. Wikipedia + IMDB -> real demo tasks, Table 2's direction (§4.3): soft labels vs
+MLM from scratch, against the majority class, and the teacher's pseudo-input diversity; 3. what the teacher teaches
+(§4.2, Table 1): the MLM-like and downstream-like shares of claim 1's saved hard and soft teachers.
 
-1. **Two Moons, Table 10** (§4.2, App. A.1): MLM, hard labels, soft labels and soft labels with fixed y, each
-   fine-tune size 10-160 pretrained with its own labelled set, Table 4's model in the paper's pre-LN layout, Tables
-   5-6 at a reduced pretraining budget (`Claim1Settings`).
-2. **Wikipedia + IMDB -> real tasks, Table 2's direction** (§4.3): soft labels vs MLM from scratch on the demo's
-   text, fine-tuned on demo tasks converted as the paper converts SuperGLUE, against the majority class; and the
-   teacher's pseudo-input diversity over pretraining (the `meta/x_hat_*` logs).
-3. **What the teacher teaches** (§4.2, Table 1): the shares of MLM-like and downstream-like pseudo examples of claim
-   1's saved hard and soft teachers.
-
-`--report` recomputes the claims list from the runs (`claims()`; units: a setting's independent pretraining runs,
-i.e. its seeds, paired), writes it into the JSON (`common.write_claims`) and renders docs/evidence/meta_lm.md.
-Every finished run is appended to docs/evidence/meta_lm.json and skipped when present, so the study resumes; the
-default run goes claim 1 at 10-20 examples, claim 2, claim 1 at 40-160, then claim 3 (alone: `--claims 3`).
-Checkpoints go to --work_dir (default /work/runs/metalm), never into the repository.
+Every finished run is appended to docs/evidence/meta_lm.json and skipped when present, so the study resumes (claim 1
+at 10-20 examples, claim 2, claim 1 at 40-160, then claim 3; alone: `--claims 3`); checkpoints go to --work_dir.
+`--report` recomputes the claims list from the runs (`claims()`), writes it into the JSON and renders the report.
 
     python benchmarks/evidence/meta_lm.py --quick      # every variant for a few steps (~25 s of CPU time)
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/evidence/meta_lm.py     # the study (resumes)
@@ -29,7 +22,6 @@ import functools
 import itertools
 import json
 import math
-import resource
 import sys
 import tempfile
 import time
@@ -60,8 +52,7 @@ NAMES = {"mlm": "MLM (latest)", "hard": "Hard", "soft": "Soft", "soft_fixed_y": 
 class Claim1Settings:
     """The reduced Two Moons budget: every objective sees `meta_steps` x 4 unlabelled sequences (the paper: 640k,
     Table 5). The meta objectives take one student step per batch (eq. 1's theta_1 must be the student's real update)
-    and accumulate the TEACHER over 4 steps (Table 5's accumulation 4, §4.1); MLM accumulates its student over 4
-    batches, so it takes meta_steps / 4 optimizer steps on the same sequences."""
+    and accumulate the TEACHER over 4 steps (Table 5, §4.1); MLM accumulates its student over 4 batches."""
 
     num_unlabelled: int = 32_000
     meta_steps: int = 1500
@@ -80,10 +71,8 @@ QUICK_CLAIM1 = Claim1Settings(num_unlabelled=64, meta_steps=8, finetune_epochs=2
 
 @dataclasses.dataclass
 class Claim2Settings:
-    """A small version of §4.3 / Tables 7-9 (the paper: 6 x 256 on 17 GB of Wikipedia, 6M samples): a model from
-    scratch on the demo's Wikipedia and IMDB text with a byte-level BPE tokenizer trained on it; `meta_steps` batches
-    of `batch` for both objectives (MLM: batch 4 x `batch`, meta_steps / 4 steps, Table 8's equivalence; soft labels:
-    teacher accumulation 4); each task fine-tuned with Table 9's three peak lrs, the best on validation reported."""
+    """A small version of §4.3 / Tables 7-9 (the paper: 6 x 256 on 17 GB of Wikipedia, 6M samples). Both objectives
+    see `meta_steps` x `batch` sequences (MLM: batch 4 x `batch`, meta_steps / 4 steps, Table 8's equivalence)."""
 
     tasks: tuple = ("rotten_tomatoes", "healthtweets_outlet", "chatterbot_category")
     max_documents: int = 3000  # per unlabelled source (the demo's Wikipedia has 107 articles)
@@ -111,21 +100,87 @@ QUICK_CLAIM2 = Claim2Settings(tasks=("rotten_tomatoes", "healthtweets_outlet"), 
                               train_examples=16, eval_examples=8, finetune_epochs=1, finetune_lrs=(4e-3,))
 
 
-def _clock():
-    """A reader of the wall and CPU seconds since the call (the cost every run object records)."""
-    def cpu():
-        return sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
+# --- candidates for common.py ---------------------------------------------------------------------------------
+def clock():
+    """A reader of the wall and CPU seconds since the call: the cost every run object records."""
+    wall, cpu = time.time(), time.process_time()
+    return lambda: {"wall_s": round(time.time() - wall, 1), "cpu_s": round(time.process_time() - cpu, 1)}
 
-    wall, start = time.time(), cpu()
-    return lambda: {"wall_s": round(time.time() - wall, 1), "cpu_s": round(cpu() - start, 1)}
+
+def no_verdict(record: dict, reason: str) -> dict:
+    """A claim record the rules give no verdict: its difference and interval stay visible, outside the BH family."""
+    return {**record, "verdict": "no verdict", "reason": reason, "p_value": None}
+
+
+def mean_sd_cell(values: dict, digits: int = 1) -> str:
+    """Mean ± sd over units (number of units)."""
+    if not values:
+        return "-"
+    mean, sd = mean_sd(values.values())
+    return f"{mean:.{digits}f}" + ("" if len(values) < 2 else f" ± {sd:.{digits}f}") + f" ({len(values)})"
+
+
+def interval_text(values, digits: int = 1) -> str:
+    """A difference over units with its 95% t interval ("-" below two units)."""
+    values = list(values)
+    if len(values) < 2:
+        return "-"
+    mean, low, high = unit_ci(values)
+    return difference_text({"difference": mean, "ci95": [low, high]}, digits)
+
+
+def units_needed(item: dict) -> int | None:
+    """The fewest units whose 95% t interval would exclude 0 if the record's mean difference and unit-to-unit sd
+    stayed as measured (None without a spread); 51 stands for more than 50."""
+    mean, sd = mean_sd(item["per_unit"].values()) if len(item.get("per_unit", {})) > 1 else (0.0, math.nan)
+    if not sd or math.isnan(sd) or mean == 0:
+        return None
+    return next((n for n in range(3, 51) if t_quantile(0.975, n - 1) * sd / math.sqrt(n) < abs(mean)), 51)
+
+
+CLAIMS_TABLE = ["| claim | setting | difference measured | paper | paper predicts | mean ± sd per arm | units | "
+                "difference [95% CI] | q (BH) | verdict | reason / note | primary |", "|---" * 12 + "|"]
+
+
+def claim_row(item: dict, setting: str) -> str:
+    """One claim record as a row of CLAIMS_TABLE: the paper's number, each arm over the compared units, the
+    interval, q, the verdict and why."""
+    arms = "; ".join(f"{name} {mean:.1f}" + ("" if sd is None else f" ± {sd:.1f}")
+                     for name, (mean, sd) in item.get("arms", {}).items()) or "-"
+    paper = "-" if item.get("paper_difference") is None else f"{item['paper_difference']:+.1f}"
+    sign = {None: "none", 1: "> 0", -1: "< 0"}[item.get("predicted_sign")]
+    why = item.get("reason") or item.get("verdict_basis") or item.get("note") or ""
+    q = f"{item['q_value']:.3f}" if "q_value" in item else "-"
+    return (f"| {item['claim']} | {setting} | {item['measure']} | {paper} | {sign} | {arms} | {item['n_units']} | "
+            f"{difference_text(item, 1 if 'percentage points' in item['measure'] else 3)} | {q} | {item['verdict']} "
+            f"| {why} | {'**yes**' if item.get('primary') else ''} |")
+
+
+def figure(columns: int, size: tuple):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(1, columns, figsize=size)
+
+
+def save_figure(fig, path: Path, title: str, fontsize: str, dpi: int) -> None:
+    import matplotlib.pyplot as plt
+
+    fig.suptitle(title, fontsize=fontsize)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+# --- end of candidates for common.py --------------------------------------------------------------------------
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# running: pretraining (both settings), claim 1 and 3 on Two Moons, claim 2 on text
+# running: pretraining (both settings), claims 1 and 3 on Two Moons, claim 2 on text
 # ---------------------------------------------------------------------------------------------------------------
 def pretrain(objective: str, config, labelled: dict, data: dict, out_dir: Path, warmup_fraction: float, **args):
-    """One pretraining from scratch, MLM or teacher-student (`args`: the MetaLMConfig fields that differ between
-    the settings); the student is drawn before the teacher, both after seeding. Returns the trainer."""
+    """One pretraining from scratch, MLM or teacher-student (`args`: the MetaLMConfig fields the settings set);
+    the student is drawn before the teacher, both after seeding. Returns the trainer."""
     from transformers import AutoModelForMaskedLM
 
     from hf_aux.meta_lm.teacher import MetaLMTeacher
@@ -147,14 +202,12 @@ def pretrain(objective: str, config, labelled: dict, data: dict, out_dir: Path, 
 def _pretrained(checkpoint: Path, train) -> tuple[dict, object]:
     """(the checkpoint's pretraining record {cost, logs, steps}, the trainer when `train()` ran now, else None). The
     record is written last, so a cut-off pretraining is redone."""
-    path = checkpoint / "pretrain_record.json"
-    trainer = None
+    path, trainer = checkpoint / "pretrain_record.json", None
     if not path.exists():
-        clock = _clock()
-        trainer = train()
+        cost, trainer = clock(), train()
         logs = [{k: v for k, v in log.items() if k in ("step", "loss", "learning_rate") or k.startswith("meta/")}
                 for log in trainer.state.log_history if "loss" in log]
-        path.write_text(json.dumps({"cost": clock(), "logs": logs, "steps": trainer.state.global_step}))
+        path.write_text(json.dumps({"cost": cost(), "logs": logs, "steps": trainer.state.global_step}))
     return json.loads(path.read_text()), trainer
 
 
@@ -173,7 +226,7 @@ def moons_data(settings: Claim1Settings, seed: int) -> dict:
 
 
 def pretrain_moons(objective: str, size: int, seed: int, settings: Claim1Settings, data: dict, out_dir: Path):
-    """Table 5 pretraining of one objective whose labelled task is the size-`size` fine-tune set."""
+    """Table 5 pretraining (Table 4's model, pre-LN) of one objective whose labelled task is the size-n set."""
     from hf_aux.meta_lm.two_moons import TASK_NAME, two_moons_model_config
 
     base, tokenizer = objective.replace("_fixed_y", ""), data["tokenizer"]
@@ -189,42 +242,35 @@ def pretrain_moons(objective: str, size: int, seed: int, settings: Claim1Setting
 
 
 @torch.no_grad()
-def teacher_shares(teacher, tokens, blocks, num_sequences: int, fixed_y: bool) -> dict:
-    """Claim 3: what the teacher (eval mode) writes for unlabelled x_u. Per attended position whether its most likely
-    y-hat is x_u's own token (MLM's target: MLM-like) or a label token (downstream-like), whether its most likely
-    x-hat is [MASK] or x_u's token, and the same as probabilities (the expected shares of the hard teacher's samples
-    and the soft teacher's soft labels). A pseudo example is MLM-like when the argmax reconstructs x_u at >= half its
-    positions, downstream-like when it is a label at >= half, mixed otherwise. Degeneration (§4.3, Table 3): the
-    share of positions taken by the most frequent argmax token of x-hat and y-hat, and y-hat's share of task tokens."""
+def teacher_shares(teacher, tokens, blocks, num_sequences: int) -> dict:
+    """What the teacher (eval mode) writes for unlabelled x_u: per attended position whether its most likely y-hat is
+    x_u's own token (MLM's target) or a label token, whether its most likely x-hat is [MASK] or x_u's token, and the
+    same as probabilities (the expected shares of hard samples and soft labels); per pseudo example whether the argmax
+    is x_u (MLM-like) or a label (downstream-like) at >= half its positions; and the degeneration of §4.3 / Table 3
+    (the share of the most frequent argmax token of x-hat and y-hat, y-hat's share of task tokens)."""
+    def mean(values):
+        return round(values.float().mean().item(), 4)
+
     teacher.eval()
     rows = [torch.tensor(blocks[i]["input_ids"]) for i in range(min(num_sequences, len(blocks)))]
     x_u = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=tokens.pad)
-    mask = (x_u != tokens.pad).long()
-    hidden = teacher.encode(x_u, mask)
-    p_x = teacher.input_head(hidden).softmax(-1)  # [N, L, V]
-    label_ids = torch.tensor(tokens.labels)
-    x_top = p_x.argmax(-1)
+    attended = x_u != tokens.pad
+    hidden = teacher.encode(x_u, attended.long())
+    p_x, p_y = teacher.input_head(hidden).softmax(-1), teacher.output_head(hidden).softmax(-1)  # [N, L, V]
+    x_top, y_top, label_ids = p_x.argmax(-1), p_y.argmax(-1), torch.tensor(tokens.labels)
     out = {"p_x_copy": p_x.gather(-1, x_u[..., None])[..., 0], "p_x_mask": p_x[..., tokens.mask],
-           "x_copy": (x_top == x_u).float(), "x_mask": (x_top == tokens.mask).float()}
-    if not fixed_y:
-        p_y = teacher.output_head(hidden).softmax(-1)
-        y_top = p_y.argmax(-1)
-        out.update(p_y_copy=p_y.gather(-1, x_u[..., None])[..., 0], p_y_label=p_y[..., label_ids].sum(-1),
-                   y_copy=(y_top == x_u).float(), y_label=torch.isin(y_top, label_ids).float())
-    attended = mask.bool()
-    per_example = {k: (v * attended).sum(1) / attended.sum(1) for k, v in out.items()}
-    result = {f"mean_{k}": round(v.mean().item(), 4) for k, v in per_example.items()}
-    result["x_top_token_share"] = round(x_top[attended].bincount().max().item() / attended.sum().item(), 4)
-    if not fixed_y:
-        task_ids = torch.tensor([tokens.mlm_task, *tokens.tasks.values()])
-        result["y_top_token_share"] = round(y_top[attended].bincount().max().item() / attended.sum().item(), 4)
-        result["mean_y_task"] = round(torch.isin(y_top[attended], task_ids).float().mean().item(), 4)
-        mlm_like, downstream_like = per_example["y_copy"] >= 0.5, per_example["y_label"] >= 0.5
-        result.update(share_mlm_like=round(mlm_like.float().mean().item(), 4),
-                      share_downstream_like=round(downstream_like.float().mean().item(), 4),
-                      share_mixed=round((~mlm_like & ~downstream_like).float().mean().item(), 4))
-    result["sequences"] = len(rows)
-    return result
+           "x_copy": (x_top == x_u).float(), "x_mask": (x_top == tokens.mask).float(),
+           "p_y_copy": p_y.gather(-1, x_u[..., None])[..., 0], "p_y_label": p_y[..., label_ids].sum(-1),
+           "y_copy": (y_top == x_u).float(), "y_label": torch.isin(y_top, label_ids).float()}
+    per_example = {k: (v * attended.long()).sum(1) / attended.long().sum(1) for k, v in out.items()}
+    mlm_like, downstream_like = per_example["y_copy"] >= 0.5, per_example["y_label"] >= 0.5
+    task_ids = torch.tensor([tokens.mlm_task, *tokens.tasks.values()])
+    return {**{f"mean_{k}": mean(v) for k, v in per_example.items()},
+            "x_top_token_share": round(x_top[attended].bincount().max().item() / attended.sum().item(), 4),
+            "y_top_token_share": round(y_top[attended].bincount().max().item() / attended.sum().item(), 4),
+            "mean_y_task": mean(torch.isin(y_top[attended], task_ids)), "share_mlm_like": mean(mlm_like),
+            "share_downstream_like": mean(downstream_like), "share_mixed": mean(~mlm_like & ~downstream_like),
+            "sequences": len(rows)}
 
 
 def run_claim3(json_path: Path, work_dir: Path, settings: Claim1Settings, seeds, sizes, log=print):
@@ -241,20 +287,20 @@ def run_claim3(json_path: Path, work_dir: Path, settings: Claim1Settings, seeds,
             continue
         if seed not in data:
             data[seed] = moons_data(settings, seed)
-        meta, clock = run_meta(), _clock()
-        teacher = MetaLMTeacher.from_pretrained(str(checkpoint / "teacher"))
+        meta, cost = run_meta(), clock()
         tokens = MetaLMTokens.from_tokenizer(data[seed]["tokenizer"], [TASK_NAME], 2)
-        shares = teacher_shares(teacher, tokens, data[seed]["unlabelled"], settings.share_sequences, fixed_y=False)
+        shares = teacher_shares(MetaLMTeacher.from_pretrained(str(checkpoint / "teacher")), tokens,
+                                data[seed]["unlabelled"], settings.share_sequences)
         steps = json.loads((checkpoint / "pretrain_record.json").read_text())["steps"]
         append_run(json_path, dict(**key, value=shares["share_mlm_like"], split="unlabelled", steps=steps, **shares,
-                                   **clock(), **meta))
+                                   **cost(), **meta))
         log(f"teacher_share {objective} n={size} seed={seed}: " + json.dumps(shares))
 
 
 def run_claim1(json_path: Path, work_dir: Path, settings: Claim1Settings, seeds, sizes, objectives, log=print):
     """Size-major, so the smallest sizes' verdicts complete first. MLM's pretraining sees no labelled data: one per
-    seed, shared by the sizes, its cost charged to the run that trained it. Fine-tuning as Table 6, the
-    best-validation epoch's accuracies."""
+    seed, shared by the sizes, charged to the run that trained it. Fine-tuning as Table 6, the best-validation
+    epoch's accuracies."""
     from transformers import AutoModelForMaskedLM
 
     from hf_aux.meta_lm.two_moons import finetune_moons
@@ -266,31 +312,30 @@ def run_claim1(json_path: Path, work_dir: Path, settings: Claim1Settings, seeds,
             continue
         if seed not in data:
             data[seed] = moons_data(settings, seed)
-        meta, clock = run_meta(), _clock()
-        checkpoint = work_dir / "two_moons" / (f"mlm-s{seed}" if objective == "mlm" else f"{objective}-n{size}-s{seed}")
-        record, trainer = _pretrained(checkpoint, lambda: pretrain_moons(objective, size, seed, settings, data[seed],
+        meta, cost, moons = run_meta(), clock(), data[seed]
+        checkpoint = work_dir / "two_moons" / (f"{objective}-n{size}-s{seed}" if objective != "mlm" else f"mlm-s{seed}")
+        record, trainer = _pretrained(checkpoint, lambda: pretrain_moons(objective, size, seed, settings, moons,
                                                                          checkpoint))
         charged = trainer is not None
         del trainer
         torch.manual_seed(seed)
-        result = finetune_moons(AutoModelForMaskedLM.from_pretrained(str(checkpoint)), data[seed]["tokenizer"],
-                                data[seed]["finetune"].select(range(size)),
-                                data[seed]["validation"].select(range(min(size, 128))), data[seed]["test"],
+        result = finetune_moons(AutoModelForMaskedLM.from_pretrained(str(checkpoint)), moons["tokenizer"],
+                                moons["finetune"].select(range(size)),
+                                moons["validation"].select(range(min(size, 128))), moons["test"],
                                 epochs=settings.finetune_epochs, learning_rate=settings.finetune_lr,
                                 batch_size=FINETUNE_BATCH[size], eval_every=settings.eval_every, seed=seed)
-        cost = clock()
         run = dict(**key, metric="accuracy", value=round(100 * result["test"], 2), split="test",
                    best_validation=round(100 * result["best_validation"], 2),
                    train_accuracy=round(100 * result["train"], 2),
                    train_majority=round(moons_train_majority(seed, size), 2), steps=record["steps"],
                    pretrain_shared=objective == "mlm", pretrain_wall_s=record["cost"]["wall_s"],
-                   pretrain_cpu_s=record["cost"]["cpu_s"], pretrain_charged=charged, **cost, **meta,
+                   pretrain_cpu_s=record["cost"]["cpu_s"], pretrain_charged=charged, **cost(), **meta,
                    settings=dataclasses.asdict(settings))
         if charged or objective != "mlm":
             run["pretrain_logs"] = record["logs"][-3:]
         append_run(json_path, run)
         log(f"two_moons {objective} n={size} seed={seed}: test {run['value']:.2f} (train {run['train_accuracy']:.1f}) "
-            f"{cost['wall_s']:.0f} s wall, {cost['cpu_s']:.0f} s CPU")
+            f"{run['wall_s']:.0f} s wall, {run['cpu_s']:.0f} s CPU")
 
 
 def text_tokenizer(texts, vocab_size: int, task_names, num_labels: int):
@@ -391,7 +436,7 @@ def run_claim2(json_path: Path, work_dir: Path, settings: Claim2Settings, seeds,
         record, trainer = _pretrained(checkpoint, lambda: pretrain_text(objective, seed, settings, data, checkpoint))
         if trainer is not None:  # the pretraining's own record: its cost (charged once) and its logs
             teacher = {} if trainer.teacher is None else teacher_shares(
-                trainer.teacher, trainer.meta_tokens, data["unlabelled"], 256, fixed_y=False)
+                trainer.teacher, trainer.meta_tokens, data["unlabelled"], 256)
             logs = record["logs"]
             append_run(json_path, dict(claim="text_pretraining", variant=objective, seed=seed, metric="final_loss",
                                        value=logs[-1]["loss"] if logs else None, split="train", steps=record["steps"],
@@ -400,7 +445,7 @@ def run_claim2(json_path: Path, work_dir: Path, settings: Claim2Settings, seeds,
         for name, task in data["tasks"].items():
             if has_run(runs, claim="text_tasks", variant=objective, seed=seed, task=name):
                 continue
-            clock, results = _clock(), {}
+            cost, results = clock(), {}
             for lr in settings.finetune_lrs:
                 results[lr] = finetune_label_tokens(
                     AutoModelForMaskedLM.from_pretrained(str(checkpoint)), task["splits"], task["label_ids"],
@@ -416,7 +461,7 @@ def run_claim2(json_path: Path, work_dir: Path, settings: Claim2Settings, seeds,
                        majority=round(100 * task["majority_test"], 2),
                        validation_by_lr={str(lr): round(100 * r["best_validation"], 2) for lr, r in results.items()},
                        steps=record["steps"], pretrain_wall_s=record["cost"]["wall_s"],
-                       pretrain_cpu_s=record["cost"]["cpu_s"], **clock(), **meta, settings=budget)
+                       pretrain_cpu_s=record["cost"]["cpu_s"], **cost(), **meta, settings=budget)
             append_run(json_path, run)
             log(f"text {objective} seed={seed} {name}: test {run['value']:.2f} (majority {run['majority']:.2f}, "
                 f"lr {best_lr})")
@@ -476,6 +521,12 @@ UNIT_MOONS = ("one pretraining run of each objective at this size and seed (MLM'
 UNIT_TEACHER = "one teacher pretraining run at this size and seed; hard and soft paired by seed"
 UNIT_TEXT = "one pretraining run per objective and seed (fine-tuned once per task); paired by seed"
 
+
+def _settings(runs, text: bool = False) -> dict:
+    """The settings the Two Moons (or text) runs were made with (the defaults before there is any)."""
+    kinds, default = ((("text_tasks", "text_pretraining"), Claim2Settings()) if text
+                      else (("two_moons",), Claim1Settings()))
+    return next((r["settings"] for r in runs if r["claim"] in kinds and "settings" in r), dataclasses.asdict(default))
 
 
 def _unit_runs(runs, claim, variant, key=None, **filters) -> dict:
@@ -551,11 +602,6 @@ def _training_reason(arms, units) -> tuple[str | None, str | None]:
     return reason, unrecorded
 
 
-def _no_verdict(record: dict, reason: str) -> dict:
-    """A record the rules give no verdict: its difference and interval stay visible, outside the BH family."""
-    return {**record, "verdict": NO_VERDICT, "reason": reason, "p_value": None}
-
-
 def _stats(values: dict) -> list:
     mean, sd = mean_sd(values.values())
     return [round(mean, 4), None if math.isnan(sd) else round(sd, 4)]
@@ -569,8 +615,8 @@ def _arm_record(claim, paper, sign, unit, diffs, reason, unrecorded, arms, prima
                           per_unit={str(u): round(d, 4) for u, d in diffs.items()},
                           **({"primary": True} if primary else {}))
     if sign is None:
-        return _no_verdict({**record, "predicted_sign": None}, NO_SIGN_REASON)
-    return _no_verdict(record, unrecorded) if unrecorded and not reason else record
+        return no_verdict({**record, "predicted_sign": None}, NO_SIGN_REASON)
+    return no_verdict(record, unrecorded) if unrecorded and not reason else record
 
 
 def _moons_record(moons, settings, a, b, size, claim, paper, sign, primary=False):
@@ -594,15 +640,10 @@ def _moons_record(moons, settings, a, b, size, claim, paper, sign, primary=False
                        measure=f"test accuracy, {NAMES[a]} - {NAMES[b]} (percentage points)", primary=primary)
 
 
-def _settings(runs, kinds, default) -> dict:
-    """The settings the runs of these kinds were made with (`default`'s before there is any)."""
-    return next((r["settings"] for r in runs if r["claim"] in kinds and "settings" in r), dataclasses.asdict(default))
-
-
 def _moons_claims(runs) -> list[dict]:
     """Claim 1 per fine-tune size (units: the seeds of that size, paired): MLM - hard and MLM - soft with the paper's
     sign at that size, and fixed y against each other objective where the paper ran it."""
-    moons, settings = [r for r in runs if r["claim"] == "two_moons"], _settings(runs, ("two_moons",), Claim1Settings())
+    moons, settings = [r for r in runs if r["claim"] == "two_moons"], _settings(runs)
     found = [_moons_record(moons, settings, "mlm", "hard", size, CLAIM_TEXT["mlm_vs_hard"], PAPER["mlm_vs_meta"], +1,
                            primary=size == PRIMARY_SIZE) for size in MOONS_SIZES]
     found += [_moons_record(moons, settings, "mlm", "soft", size, CLAIM_TEXT["mlm_vs_soft"], *(
@@ -619,7 +660,7 @@ def _text_claims(runs) -> list[dict]:
     text_runs = [r for r in runs if r["claim"] == "text_tasks"]
     if not text_runs:
         return []
-    settings = _settings(text_runs, ("text_tasks",), Claim2Settings())
+    settings = _settings(text_runs, text=True)
     tasks = list(dict.fromkeys(r["task"] for r in text_runs))
     majority = {t: next(r["majority"] for r in text_runs if r["task"] == t) for t in tasks}
     acc = {(v, t): _units(text_runs, "text_tasks", v, task=t) for v in ("mlm", "soft") for t in tasks}
@@ -661,7 +702,7 @@ def _teacher_claims(runs) -> list[dict]:
     shares = [r for r in runs if r["claim"] == "teacher_share" and r.get("metric") == "share_mlm_like_argmax"]
     if not shares:
         return []
-    settings, sizes = _settings(runs, ("two_moons",), Claim1Settings()), sorted({r["finetune_size"] for r in shares})
+    settings, sizes = _settings(runs), sorted({r["finetune_size"] for r in shares})
     setting = (f"Two Moons, the teachers of the {'/'.join(map(str, sizes))}-example sets averaged within each seed "
                f"(at the end of pretraining on {settings['meta_steps'] * 4:,} sequences)")
     records = []
@@ -701,8 +742,7 @@ def _teacher_claims(runs) -> list[dict]:
             f"0 in all {len(mixed)} seeds (every one of the soft teachers' pseudo examples measured, {count:,} in "
             "all, is downstream-like): the paper predicts a mixture, none is seen; a share cannot go below 0, so the "
             "t interval (the point 0) can never lie on the other side, and the verdict is read from the exact zeros")}
-    order = list(CLAIM_TEXT.values())
-    return sorted(records, key=lambda item: order.index(item["claim"]))
+    return records
 
 
 def claims(runs: list[dict]) -> list[dict]:
@@ -716,53 +756,10 @@ def claims(runs: list[dict]) -> list[dict]:
 # ---------------------------------------------------------------------------------------------------------------
 # report
 # ---------------------------------------------------------------------------------------------------------------
-def _measured(item: dict) -> str:
-    return difference_text(item, 1 if "percentage points" in item.get("measure", "") else 3)
-
-
-def _short_setting(item: dict) -> str:
+def _setting(item: dict) -> str:
     if "size" in item:
         return f"{item['size']} examples"
     return "teachers of every size, averaged within each seed" if "sizes" in item else item.get("task", "")
-
-
-def _sign_text(item: dict) -> str:
-    sign = item.get("predicted_sign")
-    return "none" if sign is None else "> 0" if sign > 0 else "< 0"
-
-
-def _cell(values: dict, digits: int = 1) -> str:
-    """Mean ± sd over units (number of units)."""
-    if not values:
-        return "-"
-    mean, sd = mean_sd(values.values())
-    return f"{mean:.{digits}f}" + ("" if len(values) < 2 else f" ± {sd:.{digits}f}") + f" ({len(values)})"
-
-
-TABLE = ["| claim | setting | difference measured | paper (Table 10) | paper predicts | mean ± sd per arm | units | "
-         "difference [95% CI] | q (BH) | verdict | reason / note | primary |", "|---" * 12 + "|"]
-
-
-def _claim_row(item: dict) -> str:
-    """One claim record as a row: the paper's number, each arm over the compared units, the interval, the verdict."""
-    arms = "; ".join(f"{name} {mean:.1f}" + ("" if sd is None else f" ± {sd:.1f}")
-                     for name, (mean, sd) in item.get("arms", {}).items()) or "-"
-    paper = "-" if item.get("paper_difference") is None else f"{item['paper_difference']:+.1f}"
-    why = item.get("reason") or item.get("verdict_basis") or item.get("note") or ""
-    q = f"{item['q_value']:.3f}" if "q_value" in item else "-"
-    return (f"| {item['claim']} | {_short_setting(item)} | {item['measure']} | {paper} | {_sign_text(item)} | {arms} "
-            f"| {item['n_units']} | {_measured(item)} | {q} | {item['verdict']} | {why} | "
-            f"{'**yes**' if item.get('primary') else ''} |")
-
-
-def _units_needed(item: dict) -> int | None:
-    """The fewest units whose 95% t interval would exclude 0 if the mean difference and unit-to-unit sd stayed as
-    measured (None without a spread to go on); 51 stands for more than 50."""
-    values = list(item.get("per_unit", {}).values())
-    mean, sd = mean_sd(values) if len(values) > 1 else (0.0, math.nan)
-    if not sd or math.isnan(sd) or mean == 0:
-        return None
-    return next((n for n in range(3, 51) if t_quantile(0.975, n - 1) * sd / math.sqrt(n) < abs(mean)), 51)
 
 
 def claim_lines(records: list[dict]) -> list[str]:
@@ -774,8 +771,8 @@ def claim_lines(records: list[dict]) -> list[str]:
              "and the sign the paper predicts in that setting (inconclusive below 3 units); not testable here when an "
              "arm did not train in a unit, read from TRAINING accuracy at or below its training set's majority class, "
              "never from the test result; no verdict where the paper predicts no sign or training accuracy was not "
-             "recorded. The paper's statements are quoted in each claim's section below.", ""] + TABLE
-    lines += [_claim_row(item) for item in records]
+             "recorded. The paper's statements are quoted in each claim's section; its number is Table 10's.", ""]
+    lines += CLAIMS_TABLE + [claim_row(item, _setting(item)) for item in records]
     primary = [item for item in records if item.get("primary")]
     lines += primary_paragraph(
         records, "The paper's headline is that MLM performs \"equivalently or better than both meta-learning "
@@ -783,49 +780,19 @@ def claim_lines(records: list[dict]) -> list[str]:
         f"{primary[0]['setting'].split(', ', 2)[-1] if primary else '-'}), and {PRIMARY_SIZE} examples is where "
         "Table 10 puts its largest gaps on the claim (MLM - Hard +7.6, MLM - Soft +11.4) and the largest size at "
         "which it predicts a sign against both. The text setting is a far smaller copy of §4.3 (2 layers x 64 "
-        "against 6 x 256).", lambda item: f"{item['claim']} ({_short_setting(item)})")
-    needed = [(item, _units_needed(item)) for item in records if item["verdict"] == "inconclusive"]
-    needed = [(item, n) for item, n in needed if n is not None]
-    if needed:
-        lines += ["", "What would settle the inconclusive rows: the units (seeds) whose 95% interval would exclude 0 "
-                  "if the mean difference and its sd stayed as measured: " + "; ".join(
-                      f"{item['claim'].split(': ', 1)[-1]}, {_short_setting(item)}: " + ("> 50" if n > 50 else str(n))
-                      + ("" if item["difference"] * item["predicted_sign"] > 0 else " (against the paper's sign)")
-                      for item, n in needed) + "."]
-    return lines + [""]
-
-
-def _t_half(values) -> float:
-    """Half-width of the 95% t interval of the mean over units (nan below two units)."""
-    values = [float(v) for v in values]
-    if len(values) < 2:
-        return float("nan")
-    return t_quantile(0.975, len(values) - 1) * mean_sd(values)[1] / math.sqrt(len(values))
-
-
-def _figure(columns: int, size: tuple):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt.subplots(1, columns, figsize=size)
-
-
-def _save(fig, path: Path, title: str, fontsize: str, dpi: int) -> None:
-    import matplotlib.pyplot as plt
-
-    fig.suptitle(title, fontsize=fontsize)
-    fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+        "against 6 x 256).", lambda item: f"{item['claim']} ({_setting(item)})")
+    needed = [f"{item['claim'].split(': ', 1)[-1]}, {_setting(item)}: " + ("> 50" if n > 50 else str(n))
+              + ("" if item["difference"] * item["predicted_sign"] > 0 else " (against the paper's sign)")
+              for item in records if item["verdict"] == "inconclusive" and (n := units_needed(item)) is not None]
+    return lines + ["", "What would settle the inconclusive rows: the seeds whose 95% interval would exclude 0 if the "
+                    "mean difference and its sd stayed as measured: " + "; ".join(needed) + "."] * bool(needed) + [""]
 
 
 def _plot_moons(moons, records, sequences: int, path: Path) -> None:
-    """Claim 1 in three panels: test accuracy here (seeds as dots, the mean with its 95% t interval over seeds) and in
-    Table 10, both with the majority-class floor; the claims' paired differences MLM - hard / MLM - soft per size
-    with their intervals (hollow: not testable or no verdict)."""
-    fig, axes = _figure(3, (16, 5.8))
+    """Claim 1: test accuracy here (seeds as dots, the mean with its 95% t interval over seeds) and in Table 10, both
+    with the majority-class floor; the claims' paired differences MLM - hard / MLM - soft per size with their
+    intervals (hollow: not testable or no verdict)."""
+    fig, axes = figure(3, (16, 5.8))
     counts = set()
     for offset, variant in enumerate(MOONS_OBJECTIVES):
         color, points = f"C{offset}", []
@@ -835,10 +802,12 @@ def _plot_moons(moons, records, sequences: int, path: Path) -> None:
                 counts.add(len(values))
                 x = size * 1.06 ** (offset - 1.5)  # side by side, so the intervals do not overlap
                 axes[0].scatter([x] * len(values), values, s=16, color=color, alpha=0.6, linewidths=0, zorder=3)
-                points.append((x, mean_sd(values)[0], _t_half(values)))
+                mean, sd = mean_sd(values)
+                half = t_quantile(0.975, len(values) - 1) * sd / math.sqrt(len(values)) if len(values) > 1 else 0.0
+                points.append((x, mean, half))
         if points:
-            axes[0].errorbar([p[0] for p in points], [p[1] for p in points], marker="o", capsize=3, color=color,
-                             yerr=[0.0 if math.isnan(p[2]) else p[2] for p in points], label=NAMES[variant])
+            xs, means, halves = zip(*points)
+            axes[0].errorbar(xs, means, yerr=halves, marker="o", capsize=3, color=color, label=NAMES[variant])
         paper = [(n, a) for n, a in zip(MOONS_SIZES, PAPER_TABLE_10[variant]) if a is not None]
         axes[1].plot(*zip(*paper), marker="s", linestyle="none" if len(paper) < len(MOONS_SIZES) else "--",
                      color=color, label=NAMES[variant])  # fixed y: only 10 and 160 in the paper, no line across
@@ -877,13 +846,13 @@ def _plot_moons(moons, records, sequences: int, path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
     axes[1].set_ylim(axes[0].get_ylim())  # the same scale here and in the paper
-    _save(fig, path, f"Two Moons (§4.2): pretraining reduced to {sequences:,} sequences "
-          f"({100 * sequences / 640_000:.2f}% of the paper's 640k), fine-tuning as Table 6, CPU", "large", 100)
+    save_figure(fig, path, f"Two Moons (§4.2): pretraining reduced to {sequences:,} sequences "
+                f"({100 * sequences / 640_000:.2f}% of the paper's 640k), fine-tuning as Table 6, CPU", "large", 100)
 
 
 def _plot_text_logs(soft, settings, path: Path) -> None:
     """The soft-label teacher's pseudo-input diversity over pretraining (meta/x_hat_* logs), one line per seed."""
-    fig, axes = _figure(2, (12, 4.8))
+    fig, axes = figure(2, (12, 4.8))
     for record in soft:
         steps, seed = [log["step"] for log in record["logs"]], record["seed"]
 
@@ -894,36 +863,26 @@ def _plot_text_logs(soft, settings, path: Path) -> None:
         curve(axes[0], "meta/x_u_distinct", "x_u", linestyle=":", color=color)
         curve(axes[1], "meta/x_hat_pooled_entropy", "pooled over the batch", color=color)
         curve(axes[1], "meta/x_hat_position_entropy", "per position", linestyle="--", color=color)
-    axes[0].set_ylabel("distinct tokens per batch")
-    axes[1].set_ylabel("entropy of x-hat (nats)")
-    for ax in axes:
+    axes[1].axhline(math.log(settings["vocab_size"]), color="black", linestyle=":", linewidth=1,
+                    label=f"uniform over the {settings['vocab_size']:,}-token vocabulary")
+    for ax, what, label in zip(axes, ("distinct tokens", "entropy"), ("distinct tokens per batch",
+                                                                        "entropy of x-hat (nats)")):
+        ax.set_ylabel(label)
         ax.set_xlabel("meta step (student steps)")
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.18), ncol=2, fontsize=8)
-    axes[1].axhline(math.log(settings["vocab_size"]), color="black", linestyle=":", linewidth=1,
-                    label=f"uniform over the {settings['vocab_size']:,}-token vocabulary")
-    axes[1].legend(loc="upper left", bbox_to_anchor=(0.0, -0.18), ncol=2, fontsize=8)
-    axes[0].set_title("soft-label teacher: distinct tokens")
-    axes[1].set_title("soft-label teacher: entropy")
-    _save(fig, path, f"Claim 2 (§4.3): the soft-label teacher while pretraining from scratch on Wikipedia + IMDB\n"
-          f"({settings['layers']} layers x {settings['hidden']}, {settings['meta_steps']} meta steps of "
-          f"{settings['batch']} sequences), one line per seed (pretraining run)", "medium", 110)
+        ax.set_title(f"soft-label teacher: {what}")
+    save_figure(fig, path, f"Claim 2 (§4.3): the soft-label teacher while pretraining from scratch on Wikipedia + "
+                f"IMDB\n({settings['layers']} layers x {settings['hidden']}, {settings['meta_steps']} meta steps of "
+                f"{settings['batch']} sequences), one line per seed (pretraining run)", "medium", 110)
 
 
 def _paper(*keys) -> list[str]:
     return ["**Paper**: " + "; ".join(PAPER[key] for key in keys) + ".", ""]
 
 
-def _interval_text(values: dict) -> str:
-    """A difference over units with its 95% t interval ("-" below two units)."""
-    if len(values) < 2:
-        return "-"
-    mean, low, high = unit_ci(values.values())
-    return difference_text({"difference": mean, "ci95": [low, high]}, 1)
-
-
 def _moons_section(runs, records, out_dir: Path) -> list[str]:
-    moons, s = [r for r in runs if r["claim"] == "two_moons"], _settings(runs, ("two_moons",), Claim1Settings())
+    moons, s = [r for r in runs if r["claim"] == "two_moons"], _settings(runs)
     sequences = s["meta_steps"] * 4
     lines = ["## Claim 1: Two Moons, Table 10", ""] + _paper("mlm_vs_meta", "soft_large", "fixed_y") + [
         "**Setting.** Data and model as the paper (`hf_aux.meta_lm.two_moons`: make_moons, Table 4's model in the "
@@ -938,34 +897,34 @@ def _moons_section(runs, records, out_dir: Path) -> list[str]:
         "data, the initialisation and every order; the objectives of one seed are paired.", "",
         "Test accuracy %, mean ± sd over seeds (seeds) / Table 10 (one run per cell, 1,000 test points):", "",
         "| Model | " + " | ".join(f"{n} examples" for n in MOONS_SIZES) + " |", "|---|" + "---|" * len(MOONS_SIZES)]
-    for variant in MOONS_OBJECTIVES:
-        lines.append(f"| {NAMES[variant]} | " + " | ".join(
-            f"{_cell(_units(moons, 'two_moons', variant, finetune_size=n))} / " + ("-" if p is None else f"{p:.1f}")
-            for n, p in zip(MOONS_SIZES, PAPER_TABLE_10[variant])) + " |")
+    lines += [f"| {NAMES[v]} | " + " | ".join(f"{mean_sd_cell(_units(moons, 'two_moons', v, finetune_size=n))} / "
+                                              + ("-" if p is None else f"{p:.1f}")
+                                              for n, p in zip(MOONS_SIZES, PAPER_TABLE_10[v])) + " |"
+              for v in MOONS_OBJECTIVES]
     if not moons:
         return lines
+    trained = [(r, _train_record(r)) for r in moons]
+    untrained = [(r, t) for r, t in trained if t and t[0] <= t[1]]
+    floor = [(r, t) for r, t in trained if r["value"] <= MOONS_MAJORITY and (r, t) not in untrained]
 
-    def where(r):
-        return f"{NAMES[r['variant']]} at {r['finetune_size']} examples, seed {r['seed']}"
+    def where(pairs, majority):
+        return "; ".join(f"{NAMES[r['variant']]} at {r['finetune_size']} examples, seed {r['seed']} (training "
+                         f"{t[0]:.1f}" + (f", majority {t[1]:.1f}" if majority else "") + f", test {r['value']:.1f})"
+                         for r, t in pairs) or "none"
 
-    trained = {id(r): _train_record(r) for r in moons}
-    untrained = [r for r in moons if trained[id(r)] and trained[id(r)][0] <= trained[id(r)][1]]
-    floor = [r for r in moons if r["value"] <= MOONS_MAJORITY and r not in untrained]
     lines += ["", "**Did every arm train?** Read from the training accuracy at the reported epoch against the training "
               "set's majority class (the size-n set need not be balanced), never from the test result: "
-              f"{len(moons) - len(untrained)} of {len(moons)} fine-tunings trained; not: " + ("; ".join(
-                  f"{where(r)} (training {trained[id(r)][0]:.1f}, majority {trained[id(r)][1]:.1f}, test "
-                  f"{r['value']:.1f})" for r in untrained) or "none") + " (their claims are not testable here). "
-              f"Trained but at or below the balanced test split's {MOONS_MAJORITY:.0f}%, outcomes counted like any "
-              "other: " + ("; ".join(f"{where(r)} (training {trained[id(r)][0]:.1f}, test {r['value']:.1f})"
-                                     for r in floor) or "none") + ".", "",
-              "Comparisons the paper makes no claim about (the same paired difference, no verdict):", ""] + TABLE
+              f"{len(moons) - len(untrained)} of {len(moons)} fine-tunings trained; not: {where(untrained, True)} "
+              f"(their claims are not testable here). Trained but at or below the balanced test split's "
+              f"{MOONS_MAJORITY:.0f}%, outcomes counted like any other: {where(floor, False)}.", "",
+              "Comparisons the paper makes no claim about (the same paired difference, no verdict):", ""] + CLAIMS_TABLE
     for a, b, sizes, why in [("soft_fixed_y", other, [n for n in MOONS_SIZES if n not in FIXED_Y_SIZES],
                               "the paper did not run fixed y at this size") for other in ("mlm", "hard", "soft")] + [
             ("soft", "hard", MOONS_SIZES, "the paper states nothing on soft vs hard accuracy")]:
         for size in sizes:
             record = _moons_record(moons, s, a, b, size, f"no claim: {NAMES[a]} - {NAMES[b]}", "", +1)
-            lines += [_claim_row(_no_verdict({**record, "predicted_sign": None}, why))] if record else []
+            if record:
+                lines.append(claim_row(no_verdict({**record, "predicted_sign": None}, why), _setting(record)))
     _plot_moons(moons, records, sequences, out_dir / "meta_lm_two_moons.png")
     return lines + ["", "![Two Moons: test accuracy by fine-tune size here and in the paper, and the claims' paired "
                     "differences](meta_lm_two_moons.png)"]
@@ -973,7 +932,7 @@ def _moons_section(runs, records, out_dir: Path) -> list[str]:
 
 def _text_section(runs, out_dir: Path) -> list[str]:
     text_runs, pretraining = ([r for r in runs if r["claim"] == kind] for kind in ("text_tasks", "text_pretraining"))
-    s = _settings(runs, ("text_tasks", "text_pretraining"), Claim2Settings())
+    s = _settings(runs, text=True)
     lines = ["", "## Claim 2: Wikipedia + IMDB text -> real tasks, soft labels vs MLM (Table 2's direction)", ""]
     lines += _paper("text_tasks", "text_majority") + [
         "**Setting** (far smaller than the paper's 6 x 256 model and 6M samples): a pre-LN model from scratch, "
@@ -983,37 +942,36 @@ def _text_section(runs, out_dir: Path) -> list[str]:
         f"{s['meta_steps'] * s['batch']:,} sequences: soft labels {s['meta_steps']} meta steps of {s['batch']} "
         f"(lambda_meta {s['lambda_meta']}, teacher accumulation 4), MLM {s['meta_steps'] // 4} steps of "
         f"{4 * s['batch']}; peak lr {s['peak_lr']}. Tasks {', '.join(s['tasks'])} ({s['train_examples']} train "
-        "examples each, the pretraining's labelled sets too), converted as the paper converts SuperGLUE; fine-tuning "
-        f"as Table 9 but {s['finetune_epochs']} epochs, the peak lr of {list(s['finetune_lrs'])} with the best "
-        f"validation accuracy ({s['eval_examples']} examples) reported on test. A seed changes both pretrainings and "
-        "the fine-tuning order; the task splits are fixed (demo seed 42).", ""]
+        "examples each, the pretraining's labelled sets too), converted as the paper converts SuperGLUE (task token "
+        f"in front, label token as the output); fine-tuning as Table 9 but {s['finetune_epochs']} epochs, the peak lr "
+        f"of {list(s['finetune_lrs'])} with the best validation accuracy ({s['eval_examples']} examples) reported on "
+        "test. A seed changes both pretrainings and the fine-tuning order; the task splits are fixed (demo seed 42).",
+        ""]
     if not text_runs:
         return lines + ["No runs yet."]
-    tasks = list(dict.fromkeys(r["task"] for r in text_runs))
-    majority = {t: next(r["majority"] for r in text_runs if r["task"] == t) for t in tasks}
+    majority = {r["task"]: r["majority"] for r in reversed(text_runs)}
     lines += ["Test accuracy %, mean ± sd over seeds (seeds); soft - majority per task has no claim (the paper's is "
               "on the average, in the claims table):", "",
               "| task | majority class | MLM | soft labels | soft - majority [95% CI] |", "|---|---|---|---|---|"]
-    for t in tasks:
+    for t in dict.fromkeys(r["task"] for r in text_runs):
         mlm, soft = (_units(text_runs, "text_tasks", v, task=t) for v in ("mlm", "soft"))
-        lines.append(f"| {t} | {majority[t]:.1f} | {_cell(mlm)} | {_cell(soft)} | "
-                     f"{_interval_text({u: v - majority[t] for u, v in soft.items()})} |")
-    unrecorded = [r for r in text_runs if _train_record(r) is None]
+        lines.append(f"| {t} | {majority[t]:.1f} | {mean_sd_cell(mlm)} | {mean_sd_cell(soft)} | "
+                     f"{interval_text(v - majority[t] for v in soft.values())} |")
     floor = [f"soft labels on {r['task']}, seed {r['seed']}: {r['value']:.1f} (majority {r['majority']:.1f})"
              for r in text_runs if r["variant"] == "soft" and r["value"] <= r["majority"]]
+    unrecorded = [r for r in text_runs if _train_record(r) is None]
     if unrecorded:
-        cpu = sum(r.get("cpu_s", 0.0) for r in text_runs + pretraining) / 60
         lines += ["", f"**Did every arm train?** {len(unrecorded)} of these {len(text_runs)} fine-tunings recorded no "
                   "training accuracy (the study kept validation and test only before it did), so their claims have no "
                   "verdict" + (f"; at or below the majority class on test: {'; '.join(floor)}" if floor else "")
-                  + f". Runs recorded now carry it; judging these claims needs claim 2 run again without its cached "
-                  f"runs ({cpu:.0f} CPU minutes, pretraining included)."]
-    costs = {v: [r["cpu_s"] for r in pretraining if r["variant"] == v] for v in ("mlm", "soft")}
+                  + ". Runs recorded now carry it; judging these claims needs claim 2 run again without its cached "
+                  f"runs ({sum(r.get('cpu_s', 0.0) for r in text_runs + pretraining) / 60:.0f} CPU minutes)."]
     soft = sorted((r for r in pretraining if r["variant"] == "soft" and r["logs"]), key=lambda r: r["seed"])
     ends = [r["teacher"] for r in pretraining if r["variant"] == "soft" and r.get("teacher")]
     if pretraining:
         lines += ["", "Pretraining cost per seed, CPU s: " + ", ".join(
-            f"{v} {mean_sd(c)[0]:.0f}" for v, c in costs.items() if c) + "."]
+            f"{v} {mean_sd(c)[0]:.0f}" for v in ("mlm", "soft") if (c := [r["cpu_s"] for r in pretraining
+                                                                         if r["variant"] == v])) + "."]
     if soft:
         def span(key):
             return (f"{mean_sd([r['logs'][0][key] for r in soft])[0]:.2f} at step {soft[0]['logs'][0]['step']} -> "
@@ -1025,7 +983,7 @@ def _text_section(runs, out_dir: Path) -> list[str]:
                   f"mean per-position entropy {span('meta/x_hat_position_entropy')} nats (uniform: ln V)."]
     if ends:
         def stat(key):
-            return _cell(dict(enumerate(end[key] for end in ends)), 2).rsplit(" (", 1)[0]
+            return mean_sd_cell(dict(enumerate(end[key] for end in ends)), 2).rsplit(" (", 1)[0]
 
         lines += ["", f"At the end of pretraining ({len(ends)} seeds, teacher in eval mode, 256 unlabelled blocks; "
                   f"mean ± sd), the paper's degeneration (Table 3): the most frequent argmax token of x-hat takes "
@@ -1045,21 +1003,21 @@ def _teacher_section(runs) -> list[str]:
     fields = ("share_mlm_like", "share_downstream_like", "share_mixed", "mean_y_copy", "mean_y_label", "mean_x_mask",
               "mean_p_y_copy", "mean_p_y_label")
     lines = ["", "## Claim 3: what the teacher teaches (hard vs soft labels)", ""]
-    lines += _paper("hard_teacher", "soft_teacher")
-    lines += [f"**Measured** on each claim-1 teacher at the end of its pretraining, on the seed's first "
-              f"{_settings(runs, ('two_moons',), Claim1Settings())['share_sequences']} unlabelled sequences, teacher "
-              "in eval mode: per attended position whether the most likely y-hat is x_u's own token (MLM's target: "
-              "MLM-like) or a label token (downstream-like), whether the most likely x-hat is [MASK], and the "
-              "probabilities of the same (the expected shares of the hard teacher's samples and the soft teacher's "
-              "soft labels; uniform: 1/512 and 2/512). A pseudo example is MLM-like when the most likely y-hat "
-              "reconstructs x_u at >= half its positions, downstream-like when it is a label token at >= half, mixed "
-              "otherwise. Mean ± sd over seeds (seeds):", "",
-              "| teacher | fine-tune set | MLM-like examples | downstream-like | mixed | argmax y-hat = x_u | "
-              "argmax y-hat = label | argmax x-hat = [MASK] | P(y-hat = x_u) | P(y-hat = label) |", "|---" * 10 + "|"]
+    lines += _paper("hard_teacher", "soft_teacher") + [
+        f"**Measured** on each claim-1 teacher at the end of its pretraining, on the seed's first "
+        f"{_settings(runs)['share_sequences']} unlabelled sequences, teacher in "
+        "eval mode: per attended position whether the most likely y-hat is x_u's own token (MLM's target: MLM-like) "
+        "or a label token (downstream-like), whether the most likely x-hat is [MASK], and the probabilities of the "
+        "same (the expected shares of the hard teacher's samples and the soft teacher's soft labels; uniform: 1/512 "
+        "and 2/512). A pseudo example is MLM-like when the most likely y-hat reconstructs x_u at >= half its "
+        "positions, downstream-like when it is a label token at >= half, mixed otherwise. Mean ± sd over seeds "
+        "(seeds):", "", "| teacher | fine-tune set | MLM-like examples | downstream-like | mixed | "
+        "argmax y-hat = x_u | argmax y-hat = label | argmax x-hat = [MASK] | P(y-hat = x_u) | P(y-hat = label) |",
+        "|---" * 10 + "|"]
     for variant, size in itertools.product(("hard", "soft"), MOONS_SIZES):
         if _units(shares, "teacher_share", variant, finetune_size=size):
-            lines.append(f"| {NAMES[variant]} | {size} | " + " | ".join(
-                _cell(_units(shares, "teacher_share", variant, key, finetune_size=size), 2) for key in fields) + " |")
+            lines.append(f"| {NAMES[variant]} | {size} | " + " | ".join(mean_sd_cell(
+                _units(shares, "teacher_share", variant, key, finetune_size=size), 2) for key in fields) + " |")
     hard, soft = ([r for r in shares if r["variant"] == v] for v in ("hard", "soft"))
     if not hard:
         return lines
@@ -1067,8 +1025,7 @@ def _teacher_section(runs) -> list[str]:
     spread: dict = {}
     for run in hard:
         spread.setdefault(run["seed"], []).append(run["share_mlm_like"])
-    copies = [r["mean_p_y_copy"] for r in hard]
-    down = sorted({r["share_downstream_like"] for r in soft})
+    copies, down = [r["mean_p_y_copy"] for r in hard], sorted({r["share_downstream_like"] for r in soft})
     return lines + ["", "So the hard teacher is MLM-like (more than half of its pseudo examples) in " + "; ".join(
         f"{sum(v > MOSTLY for v in c.values())} of {len(c)} seeds at {n}" for n, c in counts.items() if c)
         + f", not always as the paper says; its samples reconstruct x_u at only {min(copies):.3f}-{max(copies):.3f} "
@@ -1085,7 +1042,8 @@ def render_report(runs, out_dir: Path, json_name: str = "meta_lm.json", records:
     `claims(runs)`: the objects `--report` writes into the JSON's claims list)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     records = claims(runs) if records is None else records
-    moons, text = _settings(runs, ("two_moons",), Claim1Settings()), _settings(runs, ("text_tasks",), Claim2Settings())
+    moons = _settings(runs)
+    text = _settings(runs, text=True)
     loads = [r["load_avg"] for r in runs if "load_avg" in r]
     cpu = {name: sum(r.get("cpu_s", 0.0) for r in runs if r["claim"] in kinds) / 60 for name, kinds in (
         ("claim 1", ("two_moons",)), ("claim 2", ("text_tasks", "text_pretraining")), ("claim 3", ("teacher_share",)))}
@@ -1104,10 +1062,10 @@ def render_report(runs, out_dir: Path, json_name: str = "meta_lm.json", records:
              "stopped: `OMP_NUM_THREADS=1 nohup nice -n 10 .venv/bin/python benchmarks/evidence/meta_lm.py "
              "--claims 1 2 > /work/runs/metalm/study.log 2>&1 &`, then `--report`.", ""]
     lines += claim_lines(records) + multiplicity_lines(records)
-    exact = [item for item in records if item.get("verdict_basis")]
+    exact = [f"{item['claim']}: {item['verdict']} ({item['verdict_basis']})" for item in records
+             if item.get("verdict_basis")]
     if exact:
-        lines += ["Decided without an interval, outside the Benjamini-Hochberg family: " + "; ".join(
-            f"{item['claim']}: {item['verdict']} ({item['verdict_basis']})" for item in exact) + ".", ""]
+        lines += ["Decided without an interval, outside the Benjamini-Hochberg family: " + "; ".join(exact) + ".", ""]
     lines += _moons_section(runs, records, out_dir) + _text_section(runs, out_dir) + _teacher_section(runs) + [""]
     path = out_dir / "meta_lm.md"
     path.write_text("\n".join(lines))
@@ -1117,6 +1075,14 @@ def render_report(runs, out_dir: Path, json_name: str = "meta_lm.json", records:
 # ---------------------------------------------------------------------------------------------------------------
 # entry point
 # ---------------------------------------------------------------------------------------------------------------
+def _claims_and_report(json_path: Path, out_dir: Path, json_name: str = "meta_lm.json"):
+    """The claims list recomputed from the runs and written beside them, then the report: (runs, report path)."""
+    runs = load_runs(json_path)
+    records = claims(runs)
+    write_claims(json_path, records)
+    return runs, render_report(runs, out_dir, json_name, records)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="every variant for a few steps on tiny data, into a "
@@ -1146,29 +1112,22 @@ def main(argv=None):
                 run_claim3(json_path, Path(tmp), QUICK_CLAIM1, seeds=[0], sizes=[10])
             if "2" in opts.claims:
                 run_claim2(json_path, Path(tmp), QUICK_CLAIM2, seeds=[0])
-            runs = load_runs(json_path)
-            records = claims(runs)
-            write_claims(json_path, records)
-            render_report(runs, Path(tmp) / "report", records=records)
-            return runs
+            return _claims_and_report(json_path, Path(tmp) / "report")[0]
     json_path = opts.json or JSON_PATH
-    if opts.report:  # the claims list is recomputed from the runs and written beside them, then the report
-        runs = load_runs(json_path)
-        records = claims(runs)
-        write_claims(json_path, records)
-        return render_report(runs, REPORT_PATH.parent, json_path.name, records)
-    # the order of the study: claim 1's two smallest sizes (the paper's "MLM >= meta objectives at small sizes"),
-    # then claim 2, then claim 1's larger sizes; every stage skips what the JSON already holds
-    small = [n for n in opts.sizes if n <= 20]
+    if opts.report:
+        return _claims_and_report(json_path, REPORT_PATH.parent, json_path.name)[1]
+    # claim 1's two smallest sizes (the paper's "MLM >= meta objectives at small sizes"), then claim 2, then claim 1's
+    # larger sizes, then claim 3 on claim 1's saved teachers; every stage skips what the JSON already holds
+    small, first = [n for n in opts.sizes if n <= 20], Claim1Settings()
     if "1" in opts.claims and small:
-        run_claim1(json_path, opts.work_dir, Claim1Settings(), opts.seeds, small, opts.objectives)
-        run_claim3(json_path, opts.work_dir, Claim1Settings(), opts.seeds, small)
+        run_claim1(json_path, opts.work_dir, first, opts.seeds, small, opts.objectives)
+        run_claim3(json_path, opts.work_dir, first, opts.seeds, small)
     if "2" in opts.claims:
         run_claim2(json_path, opts.work_dir, Claim2Settings(), opts.seeds)
     if "1" in opts.claims:
-        run_claim1(json_path, opts.work_dir, Claim1Settings(), opts.seeds, opts.sizes, opts.objectives)
-    if "1" in opts.claims or "3" in opts.claims:  # claim 3 measures claim 1's saved teachers
-        run_claim3(json_path, opts.work_dir, Claim1Settings(), opts.seeds, opts.sizes)
+        run_claim1(json_path, opts.work_dir, first, opts.seeds, opts.sizes, opts.objectives)
+    if "1" in opts.claims or "3" in opts.claims:
+        run_claim3(json_path, opts.work_dir, first, opts.seeds, opts.sizes)
     return load_runs(json_path)
 
 
