@@ -972,15 +972,6 @@ def _text_section(runs, out_dir: Path) -> list[str]:
         lines += ["", "Pretraining cost per seed, CPU s: " + ", ".join(
             f"{v} {mean_sd(c)[0]:.0f}" for v in ("mlm", "soft") if (c := [r["cpu_s"] for r in pretraining
                                                                          if r["variant"] == v])) + "."]
-    if soft:
-        def span(key):
-            return (f"{mean_sd([r['logs'][0][key] for r in soft])[0]:.2f} at step {soft[0]['logs'][0]['step']} -> "
-                    f"{mean_sd([r['logs'][-1][key] for r in soft])[0]:.2f} at step {soft[0]['logs'][-1]['step']}")
-
-        lines += ["", f"The soft-label teacher's pseudo inputs over pretraining (mean over {len(soft)} seeds): "
-                  f"distinct argmax tokens of x-hat per batch {span('meta/x_hat_distinct')} (x_u: "
-                  f"{span('meta/x_u_distinct')}); pooled entropy of x-hat {span('meta/x_hat_pooled_entropy')} nats; "
-                  f"mean per-position entropy {span('meta/x_hat_position_entropy')} nats (uniform: ln V)."]
     if ends:
         def stat(key):
             return mean_sd_cell(dict(enumerate(end[key] for end in ends)), 2).rsplit(" (", 1)[0]
@@ -1022,19 +1013,17 @@ def _teacher_section(runs) -> list[str]:
     if not hard:
         return lines
     counts = {n: _units(hard, "teacher_share", "hard", "share_mlm_like", finetune_size=n) for n in MOONS_SIZES}
-    spread: dict = {}
-    for run in hard:
-        spread.setdefault(run["seed"], []).append(run["share_mlm_like"])
-    copies, down = [r["mean_p_y_copy"] for r in hard], sorted({r["share_downstream_like"] for r in soft})
+    moved = max(max(r["share_mlm_like"] for r in g) - min(r["share_mlm_like"] for r in g)
+                for g in _unit_runs(hard, "teacher_share", "hard").values())
+    copies, down = [r["mean_p_y_copy"] for r in hard], sorted({f"{r['share_downstream_like']:.2f}" for r in soft})
+    down = "-".join(sorted({down[0], down[-1]})) if down else None
     return lines + ["", "So the hard teacher is MLM-like (more than half of its pseudo examples) in " + "; ".join(
         f"{sum(v > MOSTLY for v in c.values())} of {len(c)} seeds at {n}" for n, c in counts.items() if c)
         + f", not always as the paper says; its samples reconstruct x_u at only {min(copies):.3f}-{max(copies):.3f} "
         "of the positions. A seed's hard teacher changes little with the fine-tune set (its MLM-like share moves by at "
-        f"most {max((max(v) - min(v) for v in spread.values() if len(v) > 1), default=0.0):.2f} across the sizes), so "
-        "the claims average the sizes within each seed." + (
-            f" The soft teacher's pseudo examples are downstream-like in a share {down[0]:.2f}"
-            + (f"-{down[-1]:.2f}" if len(down) > 1 else "") + " of cases in every seed and size: no mixture with "
-            "MLM-like examples is seen." if soft else "")]
+        f"most {moved:.2f} across the sizes), so the claims average the sizes within each seed." + (
+            f" The soft teacher's pseudo examples are downstream-like in a share {down} of"
+            " cases in every seed and size: no mixture is seen." if down else "")]
 
 
 def render_report(runs, out_dir: Path, json_name: str = "meta_lm.json", records: list[dict] | None = None) -> Path:
