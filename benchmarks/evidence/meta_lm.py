@@ -579,20 +579,16 @@ def _training_reason(arms, units) -> tuple[str | None, str | None]:
     was not recorded, so nothing is invented)."""
     failed, missing = [], []
     for name, runs in arms:
-        low, unknown = [], []
-        for unit in units:
-            for run in runs.get(unit, []):
-                record = _train_record(run)
-                if record is None:
-                    unknown.append(unit)
-                elif record[0] <= record[1]:
-                    where = f" on {run['task']}" if "task" in run else ""
-                    low.append(f"seed {unit}{where}: training {record[0]:.1f} <= majority {record[1]:.1f}")
+        found = [(unit, run, _train_record(run)) for unit in units for run in runs.get(unit, [])]
+        low = [f"seed {unit}" + (f" on {run['task']}" if "task" in run else "")
+               + f": training {record[0]:.1f} <= majority {record[1]:.1f}"
+               for unit, run, record in found if record and record[0] <= record[1]]
+        unknown = {unit for unit, _, record in found if record is None}
         if low:
             failed.append(f"{name} did not train in {len(low)} fine-tuning{'s' if len(low) > 1 else ''} "
                           f"({'; '.join(low)})")
         if unknown:
-            missing.append(f"{name} ({len(set(unknown))} of {len(units)} units)")
+            missing.append(f"{name} ({len(unknown)} of {len(units)} units)")
     reason = None if not failed else ("; ".join(failed) + ": its training accuracy is at or below what predicting one "
                                       "class scores on its training set, so that unit is no data point")
     unrecorded = None if not missing else (
