@@ -138,8 +138,8 @@ def units_needed(item: dict) -> int | None:
     return next((n for n in range(3, 51) if t_quantile(0.975, n - 1) * sd / math.sqrt(n) < abs(mean)), 51)
 
 
-CLAIMS_TABLE = ["| claim | setting | difference measured | paper | paper predicts | mean ± sd per arm | units | "
-                "difference [95% CI] | q (BH) | verdict | reason / note | primary |", "|---" * 12 + "|"]
+CLAIMS_TABLE = ["| claim | setting | difference measured | paper's number | paper predicts | mean ± sd per arm | "
+                "units | difference [95% CI] | q (BH) | verdict | reason / note | primary |", "|---" * 12 + "|"]
 
 
 def claim_row(item: dict, setting: str) -> str:
@@ -767,7 +767,8 @@ def claim_lines(records: list[dict]) -> list[str]:
              "and the sign the paper predicts in that setting (inconclusive below 3 units); not testable here when an "
              "arm did not train in a unit, read from TRAINING accuracy at or below its training set's majority class, "
              "never from the test result; no verdict where the paper predicts no sign or training accuracy was not "
-             "recorded. The paper's statements are quoted in each claim's section; its number is Table 10's.", ""]
+             "recorded. The paper's statements are quoted in each claim's section; its number is Table 10's "
+             "difference.", ""]
     lines += CLAIMS_TABLE + [claim_row(item, _setting(item)) for item in records]
     primary = [item for item in records if item.get("primary")]
     lines += primary_paragraph(
@@ -780,8 +781,9 @@ def claim_lines(records: list[dict]) -> list[str]:
     needed = [f"{item['claim'].split(': ', 1)[-1]}, {_setting(item)}: " + ("> 50" if n > 50 else str(n))
               + ("" if item["difference"] * item["predicted_sign"] > 0 else " (against the paper's sign)")
               for item in records if item["verdict"] == "inconclusive" and (n := units_needed(item)) is not None]
-    return lines + ["", "What would settle the inconclusive rows: the seeds whose 95% interval would exclude 0 if the "
-                    "mean difference and its sd stayed as measured: " + "; ".join(needed) + "."] * bool(needed) + [""]
+    settle = ("What would settle the inconclusive rows: the number of seeds at which the 95% interval would exclude 0 "
+              "if the mean difference and its sd stayed as measured: " + "; ".join(needed) + ".")
+    return lines + ["", settle] * bool(needed) + [""]
 
 
 def _plot_moons(moons, records, sequences: int, path: Path) -> None:
