@@ -278,19 +278,17 @@ def run_claim3(json_path: Path, work_dir: Path, settings: Claim1Settings, seeds,
     from hf_aux.meta_lm.teacher import MetaLMTeacher, MetaLMTokens
     from hf_aux.meta_lm.two_moons import TASK_NAME
 
-    data: dict[int, dict] = {}
+    data = functools.cache(lambda seed: moons_data(settings, seed))  # loaded once per seed, when first needed
     for size, seed, objective in itertools.product(sizes, seeds, ("hard", "soft")):
         checkpoint = work_dir / "two_moons" / f"{objective}-n{size}-s{seed}"
         key = dict(claim="teacher_share", variant=objective, seed=seed, finetune_size=size,
                    metric="share_mlm_like_argmax")
         if has_run(load_runs(json_path), **key) or not (checkpoint / "pretrain_record.json").exists():
             continue
-        if seed not in data:
-            data[seed] = moons_data(settings, seed)
-        meta, cost = run_meta(), clock()
-        tokens = MetaLMTokens.from_tokenizer(data[seed]["tokenizer"], [TASK_NAME], 2)
+        moons, meta, cost = data(seed), run_meta(), clock()  # the data's loading is not the run's cost
+        tokens = MetaLMTokens.from_tokenizer(moons["tokenizer"], [TASK_NAME], 2)
         shares = teacher_shares(MetaLMTeacher.from_pretrained(str(checkpoint / "teacher")), tokens,
-                                data[seed]["unlabelled"], settings.share_sequences)
+                                moons["unlabelled"], settings.share_sequences)
         steps = json.loads((checkpoint / "pretrain_record.json").read_text())["steps"]
         append_run(json_path, dict(**key, value=shares["share_mlm_like"], split="unlabelled", steps=steps, **shares,
                                    **cost(), **meta))
@@ -305,14 +303,12 @@ def run_claim1(json_path: Path, work_dir: Path, settings: Claim1Settings, seeds,
 
     from hf_aux.meta_lm.two_moons import finetune_moons
 
-    data: dict[int, dict] = {}
+    data = functools.cache(lambda seed: moons_data(settings, seed))
     for size, seed, objective in itertools.product(sizes, seeds, objectives):
         key = dict(claim="two_moons", variant=objective, seed=seed, finetune_size=size)
         if has_run(load_runs(json_path), **key):
             continue
-        if seed not in data:
-            data[seed] = moons_data(settings, seed)
-        meta, cost, moons = run_meta(), clock(), data[seed]
+        moons, meta, cost = data(seed), run_meta(), clock()
         checkpoint = work_dir / "two_moons" / (f"{objective}-n{size}-s{seed}" if objective != "mlm" else f"mlm-s{seed}")
         record, trainer = _pretrained(checkpoint, lambda: pretrain_moons(objective, size, seed, settings, moons,
                                                                          checkpoint))
