@@ -713,11 +713,10 @@ def _teacher_claims(runs) -> list[dict]:
 
     mlm_like, sampled = units("hard", "share_mlm_like"), units("hard", "mean_p_y_copy")
     if mlm_like:
-        seeds = [u for u, v in mlm_like.items() if v > MOSTLY]
+        seeds = [str(u) for u, v in mlm_like.items() if v > MOSTLY]
         add("hard_mlm_like", {u: v - MOSTLY for u, v in mlm_like.items()},
             f"hard teacher's share of MLM-like pseudo examples - {MOSTLY}", mlm_like,
-            f"MLM-like in {len(seeds)} of {len(mlm_like)} seeds" + (f" (seed {', '.join(map(str, seeds))})" if seeds
-                                                                    else "")
+            f"MLM-like in {len(seeds)} of {len(mlm_like)} seeds" + (f" (seed {', '.join(seeds)})" if seeds else "")
             + ": shares " + ", ".join(f"seed {u} {v:.2f}" for u, v in mlm_like.items()))
     if sampled:
         add("hard_samples", {u: v - MOSTLY for u, v in sampled.items()},
