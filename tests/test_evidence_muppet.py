@@ -344,7 +344,7 @@ def test_related_claims_pair_imdb_alone_with_base_and_with_the_mixture_by_pre_fi
            "+0.085] | - | no verdict" in row
 
 
-def test_batching_and_num_tasks_judge_the_mean_runs_over_units_once_they_exist():
+def test_batching_and_num_tasks_judge_the_mean_runs_over_units_once_they_exist(tmp_path):
     """Claims 2 and 3 with mean-pooling units present: judged on them (the first-token runs are superseded), each
     arm paired by pre-finetuning seed with claim 1's reference; the report sections show the units."""
     from evidence import muppet
@@ -373,7 +373,7 @@ def test_batching_and_num_tasks_judge_the_mean_runs_over_units_once_they_exist()
     assert two["n_units"] == 3 and two["difference"] == pytest.approx(-0.08) and two["verdict"] == "reproduced"
     mean_runs = [r for r in runs if r.get("pooling") == "mean"]
     assert muppet.judged_pooling(runs, "batching", s) == "mean"
-    text = "\n".join(muppet.batching_section(mean_runs, s, claims))
+    text = "\n".join(muppet.family_sections(mean_runs, s, claims, tmp_path, mean_runs))
     # validation 0.542, 0.543, 0.544 over 3 units; the reference over the arm's units only (not unit 45)
     assert "no_loss_scaling 0.543 ± 0.001 / - (3 units, epoch 3)" in text
     rows = "\n".join(muppet.claim_lines(claims)).split("\n")
@@ -381,10 +381,9 @@ def test_batching_and_num_tasks_judge_the_mean_runs_over_units_once_they_exist()
     assert "| the reference 0.750 ± 0.010 (3 units); no_loss_scaling 0.720 ± 0.010 (3 units) | 3 | +0.030 [+0.005, " \
            "+0.055] |" in row
     row = next(line for line in rows if line.startswith("| pre-finetuning on 2 tasks"))
-    assert "| the 2-task mixture 0.620 ± 0.010 (3 units); base MiniLM 0.700 ± 0.000 (2 seeds) | 3 | -0.080 [-0.105, " \
-           "-0.055] |" in row
-    nested = "\n".join(muppet.num_tasks_section(s, claims))
-    assert "order drawn once with seed 0: parliament_party, newsgroups, " in nested  # the 2-task mixture's tasks
+    assert "| the 2-task mixture 0.620 ± 0.010 (3 units); base MiniLM 0.700 ± 0.000 (2 seeds) | 3 | " \
+           "-0.080 [-0.105, -0.055] |" in row
+    assert "order drawn once with seed 0: parliament_party, newsgroups, " in text  # the 2-task mixture's tasks
 
 
 def test_another_pre_finetuning_seed_adds_a_unit_to_claim_1(tmp_path):

