@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import functools
 import io
+import itertools
 import json
 import math
 import os
@@ -104,7 +105,8 @@ QUICK = Settings(mixture=("imdb", "parliament_party", "newsgroups"), held_out=("
                  pft_epochs_long=3, pooling_fractions=(0.01,))
 
 
-# ---- training, in-process -------------------------------------------------------------------------------------
+# --- candidates for common.py --- (generic: every study times runs, counts CPU minutes, says what would decide an
+# inconclusive claim and draws panels with one legend)
 
 
 @contextlib.contextmanager
@@ -116,6 +118,53 @@ def measured(quiet: bool):
             yield result
     finally:
         result.update(wall_s=round(time.time() - wall, 1), cpu_s=round(time.process_time() - cpu, 1))
+
+
+def cpu_minutes(runs) -> float:
+    """CPU minutes of the runs, each cost once (objects recorded together share it)."""
+    return sum({(r["run_id"], r.get("cpu_s")) if r.get("run_id") else (
+        r["claim"], r["variant"], r.get("task"), r.get("fraction"), r.get("seed"), r.get("pft_seed")):
+        r.get("cpu_s") or 0.0 for r in runs}.values()) / 60
+
+
+def units_needed(record: dict) -> int:
+    """Units at which a t interval over units with this claim's measured spread would exclude 0 (101: over 100)."""
+    (lo, hi), n = record["ci95"], record["n_units"]
+    sd = (hi - lo) / 2 * math.sqrt(n) / t_quantile(0.975, n - 1)
+    return next((k for k in range(n, 101)
+                 if t_quantile(0.975, k - 1) * sd / math.sqrt(k) < abs(record["difference"])), 101)
+
+
+def panels(count: int, width: float, height: float):
+    """A row of `count` panels on the Agg backend (no display on the study's machines)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(1, count, figsize=(max(8.0, width * count), height), squeeze=False)
+
+
+def save_panels(figure, axes, title: str, path: Path, columns: int, bottom: float = 0.09) -> str:
+    """One legend for every panel (each label once) under them, the title above, saved to `path`; its file name."""
+    import matplotlib.pyplot as plt
+
+    handles = {}
+    for axis in axes[0]:
+        for handle, label in zip(*axis.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    figure.legend(list(handles.values()), list(handles), loc="lower center", ncol=columns, bbox_to_anchor=(0.5, 0.0))
+    figure.suptitle(title, fontsize="medium")
+    figure.tight_layout(rect=(0, bottom, 1, 1))
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path.name
+
+
+# --- end of the candidates for common.py ---
+
+
+# ---- training, in-process -------------------------------------------------------------------------------------
 
 
 def common_flags(s: Settings) -> list[str]:
@@ -293,17 +342,18 @@ class Study:
                           "steps": steps, "train_examples": result.get("train_examples"),
                           "reused_head": bool(result["reused_head"]), "head_from": head_from}], cost, meta)
 
-    def compare(self, claim: str, variant: str, model: str, fractions, task_heads: bool = False) -> None:
-        """base and `variant` (from `model`) on every held-out task, every seed; with `task_heads` also
-        `variant`_task_head: the held-out task started from its related mixture task's head."""
-        for fraction in fractions:
-            for seed in self.settings.seeds:
-                for task in self.settings.held_out:
-                    self.heldout("heldout", "base", self.model, task, fraction, seed, reuse_head=False)
-                    self.heldout(claim, variant, model, task, fraction, seed, reuse_head=True)
-                    if task_heads and HEAD_SOURCES.get(task) in self.settings.mixture:
-                        self.heldout(claim, f"{variant}_task_head", model, task, fraction, seed, reuse_head=True,
-                                     head_from=HEAD_SOURCES[task])
+    def compare(self, claim: str, variant: str | None, model: str | None, fractions, task_heads: bool = False
+                ) -> None:
+        """base and `variant` (from `model`; None: base alone) on every held-out task, every seed; with `task_heads`
+        also `variant`_task_head: the held-out task started from its related mixture task's head."""
+        s = self.settings
+        for fraction, seed, task in itertools.product(fractions, s.seeds, s.held_out):
+            self.heldout("heldout", "base", self.model, task, fraction, seed, reuse_head=False)
+            if variant:
+                self.heldout(claim, variant, model, task, fraction, seed, reuse_head=True)
+            if variant and task_heads and HEAD_SOURCES.get(task) in s.mixture:
+                self.heldout(claim, f"{variant}_task_head", model, task, fraction, seed, reuse_head=True,
+                             head_from=HEAD_SOURCES[task])
 
     def unit(self, name: str, tasks, pretraining: str, claim: str, variant: str | None = None, fractions=None,
              task_heads: bool = False, epochs: int | None = None, **flags) -> None:
@@ -340,10 +390,7 @@ class Study:
     def run(self, claims=("1", "related", "3", "2", "budget")) -> None:
         s = self.settings
         if "pooling" in claims:  # plain MiniLM on the held-out tasks: first, it needs no pre-finetuning
-            for fraction in s.pooling_fractions:
-                for seed in s.seeds:
-                    for task in s.held_out:
-                        self.heldout("heldout", "base", self.model, task, fraction, seed, reuse_head=False)
+            self.compare("heldout", None, None, s.pooling_fractions)
         if not set(claims) - {"pooling"}:
             return
         epochs = self.fit_pilot()
@@ -835,13 +882,6 @@ def claims(runs, s: Settings = FULL) -> list[dict]:
 # ---- the report -------------------------------------------------------------------------------------------------
 
 
-def cpu_minutes(runs) -> float:
-    """CPU minutes of the runs, each cost once (objects recorded together share it)."""
-    return sum({(r["run_id"], r.get("cpu_s")) if r.get("run_id") else (
-        r["claim"], r["variant"], r.get("task"), r.get("fraction"), r.get("seed"), r.get("pft_seed")):
-        r.get("cpu_s") or 0.0 for r in runs}.values()) / 60
-
-
 def setting_lines(every_pooling, s: Settings) -> list[str]:
     runs, old = ([r for r in every_pooling if (pooling_of(r) == s.pooling) == mine] for mine in (True, False))
     seeds = sorted({pft_seed_of(r) for r in runs if "fraction" in r and r["variant"] != "base"})
@@ -902,14 +942,6 @@ def claim_lines(records: list[dict]) -> list[str]:
                   f"{needed[-1] if needed[-1] <= 100 else '100+'} units (median {needed[len(needed) // 2]}; "
                   f"{sum(k > 100 for k in needed)} over 100: nothing to find at this scale), against the 3 run."]
     return lines + [""]
-
-
-def units_needed(record: dict) -> int:
-    """Units at which a t interval over units with this claim's measured spread would exclude 0 (101: over 100)."""
-    (lo, hi), n = record["ci95"], record["n_units"]
-    sd = (hi - lo) / 2 * math.sqrt(n) / t_quantile(0.975, n - 1)
-    return next((k for k in range(n, 101)
-                 if t_quantile(0.975, k - 1) * sd / math.sqrt(k) < abs(record["difference"])), 101)
 
 
 def at_scale_section(records: list[dict]) -> list[str]:
@@ -1086,31 +1118,6 @@ def pooling_section(every_pooling, s: Settings) -> list[str]:
 
 
 # ---- figures: intervals over units, the majority-class floor, the setting named in the plot ----------------------
-
-
-def panels(count: int, width: float, height: float):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt.subplots(1, count, figsize=(max(8.0, width * count), height), squeeze=False)
-
-
-def save_panels(figure, axes, title: str, path: Path, columns: int, bottom: float = 0.09) -> str:
-    """One legend for every panel (each label once) under them, the title above, saved to `path`; its file name."""
-    import matplotlib.pyplot as plt
-
-    handles = {}
-    for axis in axes[0]:
-        for handle, label in zip(*axis.get_legend_handles_labels()):
-            handles.setdefault(label, handle)
-    figure.legend(list(handles.values()), list(handles), loc="lower center", ncol=columns, bbox_to_anchor=(0.5, 0.0))
-    figure.suptitle(title, fontsize="medium")
-    figure.tight_layout(rect=(0, bottom, 1, 1))
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path.name
 
 
 def plot_end_task_weights(records: list[dict], s: Settings, folder: Path) -> str:
