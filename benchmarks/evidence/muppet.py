@@ -958,74 +958,90 @@ def at_scale_section(records: list[dict]) -> list[str]:
         ""]
 
 
-def section_lines(records: list[dict], section: str, heading: str, how: str) -> list[str]:
+def section_lines(records: list[dict], section: str, heading: str, how: str, quoted: set) -> list[str]:
     """A claim family's section: the paper's statements its claims (rows of the claims table) are judged against,
-    and how its runs were made beyond the Setting."""
-    quotes = dict.fromkeys(r["paper"] for r in records if r.get("_section") == section)
-    return [f"## {heading}", "", *(f"> {quote}\n" for quote in quotes), how if quotes else "No run yet.", ""]
+    each quoted once in the report (`quoted`: those already quoted), and how its runs were made beyond the Setting."""
+    quotes = list(dict.fromkeys(r["paper"] for r in records if r.get("_section") == section))
+    name = {quote: key for key, quote in CLAIM_PAPER.items()}
+    lines = [f"## {heading}", "", *(f"> **{name.get(q)}**: {'quoted above.' if q in quoted else q}\n" for q in quotes),
+             how if quotes else "No run yet.", ""]
+    quoted.update(quotes)
+    return lines
 
 
-def family_sections(runs, s: Settings, records: list[dict], folder: Path, batching_runs) -> list[str]:
-    """Claims 1, 2, 3, end-task-aware and related: what is particular to each family's runs, and its figures."""
+def heldout_section(runs, s: Settings, records: list[dict], folder: Path, quoted: set) -> list[str]:
+    """Claim 1: the updates each fraction trained (the budget), what was not run, the figure."""
     steps = {}
     for r in (r for r in runs if r["claim"] == "heldout" and r["variant"] == "base"):
         steps.setdefault(r["task"], {})[r["fraction"]] = f"{r.get('steps')} ({r.get('train_examples')})"
     missing = [f"{f * 100:g}%" for f in sorted(s.fractions) if not any(
         r["claim"] == "heldout" and r["variant"] == "muppet" and r["fraction"] == f for r in runs)]
-    heldout_figure, weights = plot_heldout(runs, s, folder), sorted(
-        (r for r in runs if r["claim"] == "end_task_weights" and r["task"] in s.held_out),
-        key=lambda r: (s.held_out.index(r["task"]), r["pft_seed"]))
-    fits = []
-    for arm in BATCHING_ARMS:
-        epochs = [r["epoch"] for r in batching_runs if r["claim"] == "batching" and r["variant"] == arm
-                  and r["task"] == "average"]
-        if epochs:
-            mine = validation_by_unit(batching_runs, arm, max(epochs))
-            reference = [v for u, v in validation_by_unit(batching_runs, "mixture_all", max(epochs)).items()
-                         if u in mine]
-            fits.append(f"{arm} {fmt(*mean_sd(mine.values()))} / {fmt(*mean_sd(reference)) if reference else '-'} "
-                        f"({len(mine)} unit{'s' if len(mine) != 1 else ''}, epoch {max(epochs)})")
-    fraction = f"{s.claim_fraction * 100:g}%"
-    lines = section_lines(
+    figure = plot_heldout(runs, s, folder)
+    return section_lines(
         records, "heldout", f"Claim 1: held-out tasks after pre-finetuning on {len(s.mixture)} tasks",
         "Updates (train examples) per fraction, the same for every arm: " + "; ".join(
             f"{task} " + ", ".join(f"{f * 100:g}%: {v}" for f, v in sorted(by.items())) for task, by in steps.items())
         + ": the small fractions train the same updates and differ in how often they pass over their examples."
         + (f" Not run: {', '.join(missing)} (§5.3 finds the gains \"particularly strong in the low resource "
-           "regime\"; at 10% the differences are already near 0)." if missing else ""))
-    lines += [f"![test accuracy vs train fraction]({heldout_figure})", ""] if heldout_figure else []
-    lines += section_lines(
+           "regime\"; at 10% the differences are already near 0)." if missing else ""), quoted) + (
+        [f"![test accuracy vs train fraction]({figure})", ""] if figure else [])
+
+
+def end_task_section(runs, s: Settings, records: list[dict], folder: Path, quoted: set) -> list[str]:
+    """End-task-aware pre-finetuning: how its weights were learnt, the final weights per unit, their figure."""
+    weights = sorted((r for r in runs if r["claim"] == "end_task_weights" and r["task"] in s.held_out),
+                     key=lambda r: (s.held_out.index(r["task"]), r["pft_seed"]))
+    lines = section_lines(
         records, "end_task_aware", "End-task-aware pre-finetuning (`--task_weighting meta`)",
         f"The mixture pre-finetuned for the fit pilot's budget with `--task_weighting meta --end_task <task> "
         f"--end_task_train_fraction {s.claim_fraction:g}` (task_weight_lr 0.1, all {len(s.mixture)} tasks' "
         "gradients every update, phi* 10 Adam steps), then the task fine-tuned as claim 1 (fresh head). The weights "
         "learn from exactly the rows every arm fine-tunes on (one shuffle, one subset seed): no arm sees end-task "
-        "data the others do not; the same pre-finetuning updates. Final weights per unit:")
-    if weights:
-        lines += ["| task | unit (pft seed) | final weights (alpha) |", "|---|---|---|", *(
-            f"| {r['task']} | {r['pft_seed']} | " + ", ".join(f"{name} {alpha:.3f}" for name, alpha in
-                                                            zip(r["tasks"], r["alpha"][-1])) + " |" for r in weights),
-            "", f"![mixture weights over pre-finetuning]({plot_end_task_weights(weights, s, folder)})", ""]
-    lines += section_lines(
+        "data the others do not; the same pre-finetuning updates. Final weights per unit:", quoted)
+    if not weights:
+        return lines
+    return lines + ["| task | unit (pft seed) | final weights (alpha) |", "|---|---|---|", *(
+        f"| {r['task']} | {r['pft_seed']} | " + ", ".join(f"{name} {alpha:.3f}" for name, alpha in
+                                                        zip(r["tasks"], r["alpha"][-1])) + " |" for r in weights),
+        "", f"![mixture weights over pre-finetuning]({plot_end_task_weights(weights, s, folder)})", ""]
+
+
+def batching_fits(runs) -> str:
+    """Each ablation's own mixture fit: its average validation accuracy against the reference's, over its units."""
+    fits = []
+    for arm in BATCHING_ARMS:
+        epochs = [r["epoch"] for r in runs if r["claim"] == "batching" and r["variant"] == arm
+                  and r["task"] == "average"]
+        if epochs:
+            mine = validation_by_unit(runs, arm, max(epochs))
+            reference = [v for u, v in validation_by_unit(runs, "mixture_all", max(epochs)).items() if u in mine]
+            fits.append(f"{arm} {fmt(*mean_sd(mine.values()))} / {fmt(*mean_sd(reference)) if reference else '-'} "
+                        f"({len(mine)} unit{'s' if len(mine) != 1 else ''}, epoch {max(epochs)})")
+    return "; ".join(fits) or "-"
+
+
+def family_sections(runs, s: Settings, records: list[dict], folder: Path, batching_runs) -> list[str]:
+    """Claims 1, 2, 3, end-task-aware and related: what is particular to each family's runs, and its figures."""
+    fraction, quoted = f"{s.claim_fraction * 100:g}%", set()
+    lines = heldout_section(runs, s, records, folder, quoted) + end_task_section(runs, s, records, folder, quoted)
+    return [*lines, *section_lines(
         records, "related", "A related task alone: pre-finetuning on IMDB only (issue #30)",
         "Is claim 1's Rotten Tomatoes gain just a related task? IMDB alone pre-finetuned with the mixture's per-task "
         f"budget (the fit pilot's epochs over the same {s.pft_train_rows} rows: 1/{len(s.mixture)} of the mixture's "
         "updates, the same rate, warm-up and sub-batches), one run per pre-finetuning seed, then the held-out tasks "
         f"at {fraction} as claim 1: fresh head, and Rotten Tomatoes also from the pre-finetuned IMDB head. "
         "chatterbot_category, with no related task in the mixture, is the control; the mixture is claim 1's arm of "
-        "the same pre-finetuning seed.")
-    lines += section_lines(
+        "the same pre-finetuning seed.", quoted), *section_lines(
         records, "num_tasks", "Claim 3: the number of tasks in the mixture",
         f"Nested mixtures, each a superset of the smaller (order drawn once with seed 0: "
         f"{', '.join(nested_mixture(s.mixture))}; the k-task mixture is its first k), the same epochs per task as "
         f"the full mixture, held out at {fraction}. The paper's regime (10-50 tasks) is out of reach of the "
-        f"{len(s.mixture)}-task demo collection: this is the low end of Fig. 1.")
-    return lines + section_lines(
+        f"{len(s.mixture)}-task demo collection: this is the low end of Fig. 1.", quoted), *section_lines(
         records, "batching", "Claim 2: heterogeneous batches and loss scaling",
         "Each ablation pre-finetunes the same mixture for the same epochs; its reference is claim 1's heterogeneous, "
         f"loss-scaled run of the same pre-finetuning seed (reference - ablation), held out at {fraction}. The "
-        "mixture's own average validation accuracy, ablation / reference over the ablation's units: "
-        + ("; ".join(fits) or "-") + ".")
+        f"mixture's own average validation accuracy, ablation / reference over the ablation's units: "
+        f"{batching_fits(batching_runs)}.", quoted)]
 
 
 def validation_by_unit(runs, name: str, epoch: int) -> dict:
