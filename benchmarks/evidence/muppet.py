@@ -1050,19 +1050,20 @@ def validation_by_unit(runs, name: str, epoch: int) -> dict:
             and "fraction" not in r and (r.get("run_id") == name or str(r.get("run_id")).startswith(f"{name}_pft"))}
 
 
-def fit_section(runs, s: Settings, long_runs, pooling: str) -> list[str]:
-    """Is the multi-task model fitted? Its validation per epoch against single-task references, the budget chosen,
-    and the longer budget's held-out comparison (`long_runs`, of `pooling`)."""
-    fit, lines = [r for r in runs if r["claim"] == "fit"], [
-        "## Is the pre-finetuned model fitted? (the budget)", "",
-        "MUPPET pre-finetunes \"until convergence\" (§3.5). Validation accuracy of each mixture task after e epochs, "
-        "*mixture / alone*: the multi-task run against MiniLM fine-tuned on that task alone for the same epochs over "
-        f"the same rows (batch {s.batch_size}, learning rate {s.pft_learning_rate:g}, {s.warmup_updates} warm-up "
-        "updates).", ""]
+def fit_section(runs, s: Settings) -> list[str]:
+    """Is the multi-task model fitted? Its validation per epoch against single-task references, the budget chosen."""
+    fit = [r for r in runs if r["claim"] == "fit"]
     value = {(r["variant"], r["task"], r["epoch"]): r["value"] for r in fit}
     epochs = sorted({r["epoch"] for r in fit})
-    lines += ["| task | " + " | ".join(f"{e} ep" for e in epochs) + " |", "|---" * (len(epochs) + 1) + "|"] * bool(fit)
-    for task in [*s.mixture, "average"] if fit else []:
+    lines = ["## Is the pre-finetuned model fitted? (the budget)", "",
+             "MUPPET pre-finetunes \"until convergence\" (§3.5). Validation accuracy of each mixture task after e "
+             "epochs, *mixture / alone*: the multi-task run against MiniLM fine-tuned on that task alone for the same "
+             f"epochs over the same rows (batch {s.batch_size}, learning rate {s.pft_learning_rate:g}, "
+             f"{s.warmup_updates} warm-up updates).", "", "| task | " + " | ".join(f"{e} ep" for e in epochs) + " |",
+             "|---" * (len(epochs) + 1) + "|"]
+    if not fit:
+        return lines[:3] + ["No run yet.", ""]
+    for task in [*s.mixture, "average"]:
         cells = []
         for e in epochs:
             alone = [value.get(("single_task", t, e)) for t in (s.mixture if task == "average" else [task])]
@@ -1070,34 +1071,40 @@ def fit_section(runs, s: Settings, long_runs, pooling: str) -> list[str]:
             cells.append(" / ".join("-" if v is None else f"{v:.3f}" for v in pair))
         lines.append(f"| {task} | " + " | ".join(f"**{c}**" if task == "average" else c for c in cells) + " |")
     pilot = [r for r in fit if r["variant"] == "mixture_all" and r["task"] == "average" and r["epoch"] <= s.pft_epochs]
-    if pilot:
-        best = max(pilot, key=lambda r: r["value"])
-        lines += ["", f"Budget used by claims 1-3: **{best['epoch']} epoch{'s' if best['epoch'] != 1 else ''}** (best "
-                  f"average validation accuracy of the mixture, {best['value']:.3f}). The multi-task run of "
-                  f"{s.pft_epochs} epochs took {pilot[0]['wall_s'] / 60:.1f} min wall, {pilot[0]['cpu_s'] / 60:.1f} "
-                  f"CPU min ({max(r['steps'] for r in pilot)} updates; load average {pilot[0]['load_avg']})."]
+    if not pilot:
+        return lines + [""]
+    best = max(pilot, key=lambda r: r["value"])
+    return lines + ["", f"Budget used by claims 1-3: **{best['epoch']} epoch{'s' if best['epoch'] != 1 else ''}** "
+                    f"(best average validation accuracy of the mixture, {best['value']:.3f}). The multi-task run of "
+                    f"{s.pft_epochs} epochs took {pilot[0]['wall_s'] / 60:.1f} min wall, "
+                    f"{pilot[0]['cpu_s'] / 60:.1f} CPU min ({max(r['steps'] for r in pilot)} updates; load average "
+                    f"{pilot[0]['load_avg']}).", ""]
+
+
+def budget_section(runs, s: Settings, pooling: str) -> list[str]:
+    """The longer budget (`runs` of `pooling`): its validation fit and held-out comparison; no paper claim."""
     def gap(arm: dict, variant: str, task: str) -> str:
-        found = compared(arm, arm_values(long_runs, "heldout", variant, task, s.claim_fraction))
+        found = compared(arm, arm_values(runs, "heldout", variant, task, s.claim_fraction))
         return f"{difference_text(found)} ({found['n_units']} unit{'s' if found['n_units'] != 1 else ''})"
 
-    longest = [r for r in long_runs if r["claim"] == "fit" and r["epoch"] == s.pft_epochs_long]
+    longest = [r for r in runs if r["claim"] == "fit" and r["epoch"] == s.pft_epochs_long]
     mixture = [r["value"] for r in longest if r["variant"] == "mixture_all" and r["task"] == "average"]
     alone = [r["value"] for r in longest if r["variant"] == "single_task"]
-    fitted = (f" Average validation accuracy at {s.pft_epochs_long} epochs: mixture {mixture[0]:.3f}, single-task "
-              f"{sum(alone) / len(alone):.3f}." if mixture and len(alone) == len(s.mixture) else "")
     rows = [f"| {ARM_LABELS[variant]} | {task} | {arm_cell(longer)} | {gap(longer, 'base', task)} | "
             f"{gap(longer, variant.replace('_long', ''), task)} |"
             for variant in ("muppet_long", "muppet_long_task_head") for task in s.held_out
-            if (longer := arm_values(long_runs, "budget", variant, task, s.claim_fraction))]
-    return lines + ["", f"## The longer budget: {s.pft_epochs_long} epochs of pre-finetuning", "",
-                    f"The mixture run continued to {s.pft_epochs_long} epochs (constant rate), then the held-out "
-                    f"comparison at {s.claim_fraction * 100:g}% from its last epoch: does fitting it longer change "
-                    "what it transfers? No claim (the paper pre-finetunes \"until convergence\", §3.5): no verdict. "
-                    f"Setting: MiniLM, {POOLING_LABELS.get(pooling, pooling)}"
-                    + (f" (not rerun with {s.pooling} pooling)." if pooling != s.pooling else ".")
-                    + ("" if rows else " Not run yet (`--claims budget`).") + fitted, ""] + ([
-        f"| arm | task | arm | arm - base MiniLM | arm - the same arm at {s.pft_epochs} epochs |", "|---" * 5 + "|",
-        *rows, ""] if rows else [])
+            if (longer := arm_values(runs, "budget", variant, task, s.claim_fraction))]
+    return [f"## The longer budget: {s.pft_epochs_long} epochs of pre-finetuning", "",
+            f"The mixture run continued to {s.pft_epochs_long} epochs (constant rate), then the held-out comparison at "
+            f"{s.claim_fraction * 100:g}% from its last epoch: does fitting it longer change what it transfers? No "
+            "claim (the paper pre-finetunes \"until convergence\", §3.5): no verdict. Setting: MiniLM, "
+            f"{POOLING_LABELS.get(pooling, pooling)}" + (f" (not rerun with {s.pooling} pooling)." if pooling !=
+                                                         s.pooling else ".")
+            + ("" if rows else " Not run yet (`--claims budget`).") + (
+                f" Average validation accuracy at {s.pft_epochs_long} epochs: mixture {mixture[0]:.3f}, single-task "
+                f"{sum(alone) / len(alone):.3f}." if mixture and len(alone) == len(s.mixture) else ""), "",
+            *([f"| arm | task | arm | arm - base MiniLM | arm - the same arm at {s.pft_epochs} epochs |",
+               "|---" * 5 + "|", *rows, ""] if rows else [])]
 
 
 FIRST_TOKEN_REPORT = "adf5510"  # the last report of the first-token runs (git show adf5510:docs/evidence/muppet.md)
@@ -1221,7 +1228,7 @@ def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str
         "Paper: Aghajanyan et al., 2021, *Muppet: Massive Multi-task Representations with Pre-Finetuning* (arXiv "
         "2101.11038).", "", *setting_lines(every_pooling, s), *claim_lines(records), *multiplicity_lines(records),
         *at_scale_section(records), *family_sections(runs, s, records, report_path.parent, of["batching"]),
-        *fit_section(runs, s, of["budget"], judged_pooling(every_pooling, "budget", s)),
+        *fit_section(runs, s), *budget_section(of["budget"], s, judged_pooling(every_pooling, "budget", s)),
         *pooling_section(every_pooling, s), "## How to continue", "",
         f"The JSON is the cache: finished runs are skipped; checkpoints are rebuilt under `{RUNS_DIR}` (or "
         "`$MUPPET_EVIDENCE_RUNS`) when missing. From the repository root:", "", "```bash",
