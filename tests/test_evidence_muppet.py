@@ -535,3 +535,17 @@ def test_the_main_claim_at_scale_is_primary_and_not_testable_with_the_tasks_foun
     section = "\n".join(muppet.at_scale_section(records))
     assert "| chatterbot_answer_selection | PyPI chatterbot-corpus | no |" in section
     assert section.count("| yes |") == len(counted)
+
+
+def test_a_failed_fine_tuning_records_no_value(tmp_path, monkeypatch):
+    """A fine-tuning whose loss went non-finite (the engine's record says "failed") leaves nothing in the JSON: no
+    held-out result, no single-task validation curve."""
+    from evidence import muppet
+
+    failed = {"status": "failed", "error": "non-finite loss at step 2"}
+    monkeypatch.setattr(muppet, "finetune_steps", lambda *args: 3)
+    monkeypatch.setattr(muppet, "finetune", lambda *args, **kwargs: (failed, {"wall_s": 0.1, "cpu_s": 0.1}))
+    study = muppet.Study(muppet.QUICK, tmp_path / "muppet.json", tmp_path / "runs", model="tiny")
+    study.heldout("heldout", "base", "tiny", "rotten_tomatoes", 0.01, 0, reuse_head=False)
+    study.single_task_references(2)
+    assert common.load_runs(tmp_path / "muppet.json") == []
