@@ -1,14 +1,9 @@
 #!/usr/bin/env python
 """Evidence for MUPPET (Aghajanyan et al., 2021): does pre-finetuning all-MiniLM-L6-v2 on the demo mixture make it
-fine-tune better on tasks it never saw? A multi-seed study on real data, on 2 CPU cores.
-
-It pre-finetunes through hf_aux.muppet.command (`hf-aux muppet`) and fine-tunes through `hf-aux compare`'s engine
-(hf_aux.compare.command.fine_tune), in-process. In run order: the fit pilot (the mixture validated after each
-epoch: the budget), claim 1 (the held-out tasks from MiniLM and from the pre-finetuned model, Rotten Tomatoes also
-from the IMDB head), IMDB alone (`related`), the nested mixtures (claim 3), the batching ablations (claim 2), the
-longer budget; `--end_task_aware` meta-weights the mixture toward each held-out task. One unit = one pre-finetuning
-run; `--pft_seeds` adds units. Every finished run is appended to docs/evidence/muppet.json and skipped when there;
-`--report` recomputes its claims list and renders docs/evidence/muppet.md and its figures.
+fine-tune better on tasks it never saw? Pre-finetunes through hf_aux.muppet.command and fine-tunes through `hf-aux
+compare`'s engine (hf_aux.compare.command.fine_tune), in-process, on 2 CPU cores. One unit = one pre-finetuning run;
+every finished run is appended to docs/evidence/muppet.json and skipped when there; `--report` recomputes its claims
+list and renders docs/evidence/muppet.md with its figures.
 
     python benchmarks/evidence/muppet.py                    # run (or continue) the study, then --report
     python benchmarks/evidence/muppet.py --report           # the report and figures from the JSON
@@ -388,6 +383,9 @@ class Study:
                              seed, reuse_head=True)
 
     def run(self, claims=("1", "related", "3", "2", "budget")) -> None:
+        """The study, most informative first: plain MiniLM (pooling), the fit pilot (the budget), claim 1 at its
+        first fraction, the single-task references, claim 1's cheap fractions, IMDB alone (related), the nested
+        mixtures (3), the batching ablations (2), the longer budget, claim 1's full training sets."""
         s = self.settings
         if "pooling" in claims:  # plain MiniLM on the held-out tasks: first, it needs no pre-finetuning
             self.compare("heldout", None, None, s.pooling_fractions)
