@@ -470,8 +470,8 @@ def grid_rows(all_runs: list[dict]) -> list[dict]:
 def grid_lines(all_runs: list[dict]) -> list[str]:
     """The rate grid's table, each rate and arm against MiniLM with criteria (a) and (b), and its summary."""
     def cell(value):
-        return "-" if value is None else f"{value[0]:+.3f}" + (
-            "" if math.isnan(value[1]) else f" [{value[1]:+.3f}, {value[2]:+.3f}]")
+        return "-" if value is None else difference_text(
+            {"difference": value[0], "ci95": None if math.isnan(value[1]) else value[1:]})
 
     def meets_b(tests):
         if None in tests or any(math.isnan(t[1]) for t in tests):

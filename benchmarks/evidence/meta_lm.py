@@ -35,7 +35,7 @@ from benchmarks.evidence.common import (  # noqa: E402
     mean_sd, multiplicity_lines, no_verdict, primary_paragraph, run_meta, unit_ci, units_needed, with_q_values,
     write_claims,
 )
-from benchmarks.evidence.report import figure, mean_sd_text, save_figure  # noqa: E402
+from benchmarks.evidence.report import figure, fmt, mean_sd_text, save_figure  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 JSON_PATH = ROOT / "docs" / "evidence" / "meta_lm.json"
@@ -114,9 +114,9 @@ def claim_row(item: dict, setting: str) -> str:
     paper = "-" if item.get("paper_difference") is None else f"{item['paper_difference']:+.1f}"
     sign = {None: "none", 1: "> 0", -1: "< 0"}[item.get("predicted_sign")]
     why = item.get("reason") or item.get("verdict_basis") or item.get("note") or ""
-    q = f"{item['q_value']:.3f}" if "q_value" in item else "-"
     return (f"| {item['claim']} | {setting} | {item['measure']} | {paper} | {sign} | {arms} | {item['n_units']} | "
-            f"{difference_text(item, 1 if 'percentage points' in item['measure'] else 3)} | {q} | {item['verdict']} "
+            f"{difference_text(item, 1 if 'percentage points' in item['measure'] else 3)} | {fmt(item.get('q_value'))} "
+            f"| {item['verdict']} "
             f"| {why} | {'**yes**' if item.get('primary') else ''} |")
 
 

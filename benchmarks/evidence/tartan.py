@@ -39,7 +39,7 @@ from benchmarks.evidence.common import (  # noqa: E402
     write_claims,
 )
 from benchmarks.evidence.report import (  # noqa: E402
-    VERDICT_COLOURS, curves_panel, figure, forest_panel, markdown_table, mean_sd_text, save_figure, units_panel,
+    VERDICT_COLOURS, curves_panel, figure, fmt, forest_panel, markdown_table, mean_sd_text, save_figure, units_panel,
 )
 
 EVIDENCE_JSON = os.path.join(ROOT, "docs", "evidence", "tartan.json")
@@ -770,7 +770,7 @@ def claim_lines(records: list[dict]) -> list[str]:
         rows.append([("**primary:** " if item.get("primary") else "") + item["claim"], f"`{item['setting_name']}`",
                      item["n_units"], item["measure"], " / ".join(
                          f"{m:.3f} ± {s:.3f}" for m, s in item.get("arm_means", {}).values()).replace("nan", "-"),
-                     difference_text(item), f"{item['q_value']:.3f}" if "q_value" in item else "-",
+                     difference_text(item), fmt(item.get("q_value")),
                      f"**{item['verdict']}**", "; ".join(str(n) for n in notes if n)])
     settings, weights = {}, {}
     for item in records:
