@@ -2,7 +2,9 @@
 run metadata, and the claims list (../shared/EVIDENCE.md) on the statistics of `hf-aux compare`
 (hf_aux.compare.statistics): intervals over independent units (paired by seed for two trained arms, Welch's for a
 baseline that is one fixed model, so its fine-tuning noise counts), the verdict against the paper's predicted sign,
-Benjamini-Hochberg q values over one study's claims list and the multiplicity statement of every report.
+Benjamini-Hochberg q values over one study's claims list and the multiplicity statement of every report; and the
+numbers reports state about them: a difference with its interval, the units an inconclusive claim would need, whether
+a training curve has flattened. The markdown and figure helpers are in report.py.
 
 The cache is one JSON file `{"runs": [...], "claims": [...]}`; each finished run appends its object atomically
 (temp file + rename, under a lock), so an interrupted study continues where it stopped and a reader never sees half
