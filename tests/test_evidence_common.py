@@ -2,6 +2,7 @@
 units, the verdict against the paper's predicted sign, and the claims list, checked against hand computations."""
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -11,8 +12,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.evidence.common import (  # noqa: E402
-    NOT_TESTABLE, append_run, claim_record, claims_table, load_claims, load_runs, unit_differences, write_claims,
+    NOT_TESTABLE, append_run, claim_record, claims_table, interval_text, last_third_movement, load_claims, load_runs,
+    paired_text, pooled_final_sd, unit_differences, units_needed, write_claims,
 )
+from benchmarks.evidence.report import fmt, markdown_table, mean_sd_text  # noqa: E402
+
+T_2 = 4.302653  # t(0.975, 2 degrees of freedom)
 
 
 def test_fine_tuning_seeds_are_averaged_inside_a_unit_and_units_make_the_interval():
@@ -39,6 +44,51 @@ def test_too_few_units_or_a_measured_reason_give_no_direction():
     assert claim_record("c", "p", 1, "u", [0.1, 0.2])["verdict"] == "inconclusive"
     untestable = claim_record("c", "p", 1, "u", [0.1, 0.2, 0.3], reason="heads' MLM losses within 0.01 (sd 0.02)")
     assert untestable["verdict"] == NOT_TESTABLE and "sd 0.02" in untestable["reason"]
+
+
+def test_last_third_movement_by_hand():
+    """Change from the first point at >= 2/3 of the final step to the end, mean over units; sd of the finals."""
+    change, sd, start, end = last_third_movement([[(50, 0.5), (100, 0.6), (150, 0.7)],
+                                                  [(50, 0.5), (100, 0.6), (150, 0.64)]])
+    assert (start, end) == (100, 150) and change == pytest.approx(0.07)
+    assert sd == pytest.approx(math.sqrt(2 * 0.03 ** 2))
+    assert last_third_movement([[(50, 0.5), (150, 0.7)]]) is None
+
+
+def test_pooled_final_sd_by_hand():
+    """The root mean of the arms' variances of their final values: finals 0.7, 0.64 (variance 0.0018) and 0.5, 0.6,
+    0.7 (variance 0.01) pool to sqrt(0.0059); an arm of one unit has no variance and is left out."""
+    arms = [[[(1, 0.1), (2, 0.7)], [(2, 0.64)]], [[(2, 0.5)], [(2, 0.6)], [(2, 0.7)]], [[(2, 9.0)]]]
+    assert pooled_final_sd(arms) == pytest.approx(math.sqrt((0.0018 + 0.01) / 2))
+    assert math.isnan(pooled_final_sd([[[(2, 9.0)]]]))
+
+
+def test_units_needed_by_hand():
+    """The units a claim's interval would need to exclude 0 at its measured mean and sd (a planning figure): sd 0.02,
+    mean 0.01 -> the fewest n with t(0.975, n - 1) * 0.02 / sqrt(n) < 0.01 is 18 (t(0.975, 16) / sqrt(17) = 0.514)."""
+    half = T_2 * 0.02 / math.sqrt(3)
+    item = {"n_units": 3, "difference": 0.01, "ci95": [0.01 - half, 0.01 + half]}
+    assert units_needed(item) == 18
+    assert units_needed({**item, "difference": 0.001}) == "> 50"
+    assert units_needed({**item, "ci95": None}) is None
+
+
+def test_paired_and_interval_text_by_hand():
+    """a - b = 0.01, 0.02, 0.03: mean 0.02, sd 0.01, half width 4.302653 * 0.01 / sqrt(3) = 0.0248; below 3 pairs the
+    mean alone and no verdict."""
+    assert paired_text([0.51, 0.62, 0.73], [0.5, 0.6, 0.7], 1) == ("+0.020 [-0.005, +0.045] (n = 3)", "inconclusive")
+    assert paired_text([0.51, 0.62, 0.73], [0.5, 0.6, 0.7], -1)[1] == "inconclusive"
+    assert paired_text([0.6, 0.7, 0.8], [0.5, 0.6, 0.7], -1)[1] == "not reproduced"
+    assert paired_text([0.51, 0.62], [0.5, 0.6], 1) == ("+0.015 (n = 2)", "incomplete: 2 seeds so far")
+    assert interval_text([1.0, 2.0, 3.0], digits=1) == "+2.0 [-0.5, +4.5]" and interval_text([]) == "-"
+    assert interval_text([0.5]) == "+0.500"
+
+
+def test_report_text_helpers():
+    assert fmt(None) == fmt(float("nan")) == "-" and fmt(0.12345, 2) == "0.12"
+    assert mean_sd_text([1.0, 2.0, 3.0], 1, n=True) == "2.0 ± 1.0 (3)" and mean_sd_text([0.5]) == "0.500"
+    assert mean_sd_text([]) == "-"
+    assert markdown_table(["a", "b"], [[1, None]]) == ["| a | b |", "|---|---|", "| 1 |  |", ""]
 
 
 def test_claims_and_runs_live_side_by_side_in_one_file(tmp_path):

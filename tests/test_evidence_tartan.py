@@ -205,25 +205,6 @@ def test_claims_report_both_halves_of_claim_2_and_meta_vs_mt_without_a_verdict(s
     assert "**no verdict**" in table and "Settings:" in table
 
 
-def test_last_third_movement_by_hand(study):
-    """Change from the first point at >= 2/3 of the final step to the end, mean over units; sd of the finals."""
-    change, sd, start, end = study.last_third_movement([[(50, 0.5), (100, 0.6), (150, 0.7)],
-                                                         [(50, 0.5), (100, 0.6), (150, 0.64)]])
-    assert (start, end) == (100, 150) and change == pytest.approx(0.07)
-    assert sd == pytest.approx(math.sqrt(2 * 0.03 ** 2))
-    assert study.last_third_movement([[(50, 0.5), (150, 0.7)]]) is None
-
-
-def test_units_to_resolve_by_hand(study):
-    """The units a claim's interval would need to exclude 0 at its measured mean and sd (a planning figure): sd 0.02,
-    mean 0.01 -> the fewest n with t(0.975, n - 1) * 0.02 / sqrt(n) < 0.01 is 18 (t(0.975, 16) / sqrt(17) = 0.514)."""
-    half = T_2 * 0.02 / math.sqrt(3)
-    item = {"n_units": 3, "difference": 0.01, "ci95": [0.01 - half, 0.01 + half]}
-    assert study.units_to_resolve(item) == 18
-    assert study.units_to_resolve({**item, "difference": 0.001}) == "> 50"
-    assert study.units_to_resolve({**item, "ci95": None}) is None
-
-
 def test_tuned_study_gives_each_arm_its_own_rate_from_the_same_grid(study, tmp_path, monkeypatch):
     """tuned_study: per arm, one pilot per rate at the tuning seed (claim "pilot", setting <name>_lr<rate>), then each
     unit at the arm's best validation rate; the claims then carry no tuning caveat."""

