@@ -1,4 +1,4 @@
-"""hf_aux.base_trainer.AuxTrainer's protocol, on a toy model of two parts: what a new method's model and trainer
+"""hf_aux.runtime.trainer.AuxTrainer's protocol, on a toy model of two parts: what a new method's model and trainer
 rely on (saving and loading every part, trainer state in checkpoints, deferred Hub pushes, the non-finite check
 before any model is written)."""
 
@@ -13,7 +13,7 @@ from torch import nn
 from transformers import Trainer
 
 from hf_aux import AuxTrainer, TokenSafeTrainingArguments
-from hf_aux.nonfinite import NonFiniteGuard, NonFiniteTrainingError
+from hf_aux.runtime.nonfinite import NonFiniteGuard, NonFiniteTrainingError
 
 
 class TwoParts(nn.Module):
@@ -94,9 +94,9 @@ def test_hub_pushes_wait_while_deferred_and_are_trainer_s_own_otherwise(tmp_path
     calls = []
     monkeypatch.setattr(Trainer, "push_to_hub", lambda self, *a, **k: calls.append("push_to_hub"))
     monkeypatch.setattr(Trainer, "_push_from_checkpoint", lambda self, folder: calls.append("checkpoint"))
-    import hf_aux.base_trainer
+    import hf_aux.runtime.trainer
 
-    monkeypatch.setattr(hf_aux.base_trainer, "push_checkpoint", lambda trainer, folder: calls.append("hf_aux"))
+    monkeypatch.setattr(hf_aux.runtime.trainer, "push_checkpoint", lambda trainer, folder: calls.append("hf_aux"))
     trainer = make(tmp_path)
     trainer.push_to_hub()
     trainer._push_from_checkpoint(str(tmp_path))

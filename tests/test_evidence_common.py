@@ -10,9 +10,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.evidence.common import (  # noqa: E402
-    NOT_TESTABLE, append_run, claim_record, claims_table, load_claims, load_runs, unit_differences, write_claims,
-)
+from benchmarks.evidence.common import (NOT_TESTABLE, append_run, claim_record, claims_table, load_claims, load_runs,
+                                        unit_differences, write_claims)
 
 
 def test_fine_tuning_seeds_are_averaged_inside_a_unit_and_units_make_the_interval():

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-from ..base_config import TokenSafeTrainingArguments
+from ..runtime.config import TokenSafeTrainingArguments
 from ..errors import UserInputError
 
 MIXTURE_CHOICES = ("adversarial", "uniform", "random_layer", "layer_switch", "fixed_weights")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from hf_aux.tensor_ops import row_dots
+from hf_aux.runtime.tensor_ops import row_dots
 
 
 def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
@@ -209,7 +209,7 @@ RTD_HISTOGRAM_RANGE = 16.0
 def rtd_logit_histogram(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor,
                         num_bins: int = RTD_HISTOGRAM_BINS, logit_range: float = RTD_HISTOGRAM_RANGE) -> torch.Tensor:
     """[2, num_bins] weighted counts of the RTD logits of original (row 0) and replaced (row 1) tokens, in equal
-    bins over [-logit_range, logit_range] (outside values fall into the end bins); `hf_aux.metrics.binned_auc`
+    bins over [-logit_range, logit_range] (outside values fall into the end bins); `hf_aux.tasks.metrics.binned_auc`
     turns it (summed over steps and processes) into the AUC. With an even `num_bins`, logit 0 is an edge: bins
     num_bins // 2 and up hold the tokens called replaced at p = 0.5.
 

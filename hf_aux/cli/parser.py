@@ -230,7 +230,7 @@ class CommandParser(HfArgumentParser):
 
 
 def _shared_training_arguments():
-    from ..base_config import TokenSafeTrainingArguments
+    from ..runtime.config import TokenSafeTrainingArguments
 
     return TokenSafeTrainingArguments
 
@@ -310,7 +310,7 @@ def parse_command_line(parser: HfArgumentParser, argv: Sequence[str] | None = No
     `demo_config` is a YAML/JSON file (or a mapping) of the method's demo defaults; `data_source_flags` are the
     flags (`--train_file`, ...) any one of which, on the command line or as a key of the `--config` file, switches
     the demo defaults off."""
-    from ..distributed import use_cpu_under_launcher
+    from ..runtime.distributed import use_cpu_under_launcher
 
     use_cpu_under_launcher()  # torchrun on a machine without a GPU: one gloo run, not N lone processes
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -364,7 +364,7 @@ def apply_action_rule(parsed, given, sources) -> None:
     """The actions rule of the module docstring, on the parsed training arguments (the dataclass with do_train,
     do_eval and do_predict); `given` holds the argument names the user gave, `sources` the data source flags among
     them (only validation or test files: data to evaluate, not to train on)."""
-    from ..run_guard import IMPLIED_ACTIONS  # read by the guard too (an implied evaluation is no finishing step)
+    from ..runtime.run_guard import (IMPLIED_ACTIONS)
 
     args = next((item for item in parsed if all(hasattr(item, name) for name in ACTIONS)), None)
     if args is None:
@@ -397,7 +397,7 @@ def given_by_user(args, name: str) -> bool:
 def evaluation_implied(args) -> bool:
     """Whether do_eval is on only because the command was given data (the actions rule), not because it was asked:
     then a command whose data has no validation split evaluates nothing instead of failing."""
-    from ..run_guard import IMPLIED_ACTIONS
+    from ..runtime.run_guard import IMPLIED_ACTIONS
 
     return "do_eval" in getattr(args, IMPLIED_ACTIONS, ())
 

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..finetune.command import DATA_SOURCE_FLAGS, DataTrainingArguments, ModelArguments
-from ..base_config import TokenSafeTrainingArguments
+from ..runtime.config import TokenSafeTrainingArguments
 from ..errors import UserInputError
 from . import engine
 
@@ -93,7 +93,7 @@ def run_comparison(compare_args: CompareArguments, model_args: ModelArguments, d
 
     from ..cli.run import setup_logging
     from ..finetune.command import load_data
-    from ..metrics import METRIC_NAMES, PRIMARY_METRIC
+    from ..tasks.metrics import METRIC_NAMES, PRIMARY_METRIC
     from . import report
 
     setup_logging(training_args)
@@ -160,7 +160,7 @@ def finetune_once(step: dict, model_args, data_args, training_args, task, raw, f
     from transformers import PrinterCallback, set_seed
 
     from ..finetune.command import evaluate_split, load_model, make_trainer
-    from ..nonfinite import NonFiniteTrainingError
+    from ..runtime.nonfinite import NonFiniteTrainingError
 
     folder = os.path.join(output_dir, "finetunings", f"{step['arm']}-{step['unit']}-seed{step['seed']}")
     # evaluation and checkpoints during training change nothing it computes, unless they pick the best model

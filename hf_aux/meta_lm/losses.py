@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from hf_aux.tensor_ops import row_dots
+from hf_aux.runtime.tensor_ops import row_dots
 
 
 # ---------------------------------------------------------------------------------------------- fused forms

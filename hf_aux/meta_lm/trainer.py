@@ -43,28 +43,28 @@ from transformers import PreTrainedTokenizerBase
 from transformers.optimization import get_scheduler
 from transformers.utils import is_peft_available
 
-from hf_aux.data import mask_tokens_for_mlm
-from hf_aux.distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
+from hf_aux.tasks.data import mask_tokens_for_mlm
+from hf_aux.runtime.distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
 from hf_aux.meta_lm.functional_optim import sgd_update, student_update, student_update_values, student_update_vjp
 from hf_aux.meta_lm import METHOD
 from hf_aux.meta_lm.config import MetaLMConfig
 from hf_aux.meta_lm.losses import (
-    first_order_soft_label_grads,
-    meta_signal_h,
-    pseudo_cross_entropy,
-    sample_tokens_with_nll,
-    soft_pseudo_cross_entropy,
-    teacher_sample_cross_entropy,
-    token_cross_entropy,
-)
-from hf_aux.base_trainer import AuxTrainer
-from hf_aux.model_card import TaskSummary, task_metrics
+                                   first_order_soft_label_grads,
+                                   meta_signal_h,
+                                   pseudo_cross_entropy,
+                                   sample_tokens_with_nll,
+                                   soft_pseudo_cross_entropy,
+                                   teacher_sample_cross_entropy,
+                                   token_cross_entropy,
+                                   )
+from hf_aux.runtime.trainer import AuxTrainer
+from hf_aux.cards.model_card import TaskSummary, task_metrics
 from hf_aux.meta_lm.teacher import MetaLMTeacher, MetaLMTokens, check_same_vocabulary
-from hf_aux.nonfinite import check_finite_loss
-from hf_aux.meta_lm.sampling import SupportQuerySampler
-from hf_aux.streaming import is_stream
-from hf_aux.tensor_ops import soft_embedding
-from hf_aux.training_metrics import MetricAccumulator
+from hf_aux.runtime.nonfinite import check_finite_loss
+from hf_aux.meta_lm.support_query import SupportQuerySampler
+from hf_aux.tasks.streaming import is_stream
+from hf_aux.runtime.tensor_ops import soft_embedding
+from hf_aux.runtime.training_metrics import MetricAccumulator
 
 TEACHER_DIR = "teacher"
 OBJECTIVE_TAGS = {"soft": "soft-labels", "hard": "hard-labels", "mlm": "mlm-baseline"}
@@ -177,7 +177,7 @@ class MetaLMTrainer(AuxTrainer):
             self.teacher = teacher if teacher is not None else MetaLMTeacher.from_student_config(self.model.config)
             check_same_vocabulary(self.model, self.teacher, processing_class)
             self.teacher.to(args.device)
-            # its own optimizer's updates are checked where the student's are (hf_aux.nonfinite): where Trainer
+            # its own optimizer's updates are checked where the student's are (hf_aux.runtime.nonfinite): where Trainer
             # logs, evaluates, saves or ends, and before any model is written; every step with on_nonfinite 'skip'
             self._nonfinite_guard.watch("the teacher", self.teacher)
         self.teacher_optimizer = None
@@ -306,7 +306,8 @@ class MetaLMTrainer(AuxTrainer):
         objective's evaluation loss (a fixed-seed mask per evaluation)."""
         rng = contextlib.nullcontext()
         if model.training:  # masks and dropout seeded by the micro-batch's place in the global stream: exact resume,
-            # and N DDP processes train like one process with N times the gradient accumulation (hf_aux.distributed)
+            # and N DDP processes train like one process with N times the gradient accumulation
+            # (hf_aux.runtime.distributed)
             seed = micro_batch_seed(self.args.seed, self._micro_batches.index(self))
             generator = torch.Generator(device=self.args.device).manual_seed(seed)
             rng = seeded_rng(seed, self.args.device)
@@ -690,7 +691,7 @@ class MetaLMTrainer(AuxTrainer):
 
     def _save_checkpoint_extras(self, checkpoint_folder: str) -> None:
         """The meta state (the teacher's optimizer: tensors, not JSON for a stateful callback), written before
-        trainer_state.json, which marks a complete checkpoint (hf_aux.run_guard)."""
+        trainer_state.json, which marks a complete checkpoint (hf_aux.runtime.run_guard)."""
         self._save_meta_state(checkpoint_folder)
 
     def _save_meta_state(self, output_dir: str) -> None:

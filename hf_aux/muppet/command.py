@@ -38,7 +38,8 @@ class ModelArguments(SharedModelArguments):
 @dataclass
 class DataTrainingArguments:
     mixture_file: str | None = field(default=None, metadata={
-        "help": "YAML/JSON mixture (hf_aux.tasks.load_mixture). Default: the real demo mixture (needs hf_aux[demo])."})
+        "help": "YAML/JSON mixture (hf_aux.tasks.loading.load_mixture). Default: the real demo mixture (needs "
+                "hf_aux[demo])."})
     demo_tasks: list[str] | None = field(default=None, metadata={
         "help": "Demo tasks when no mixture file is given; each must be available (default: default_demo_tasks)."})
     default_demo_tasks: list[str] | None = field(default=None, metadata={
@@ -86,12 +87,12 @@ def parse_args(argv: list[str] | None = None):
 
 def load_tasks(data_args: DataTrainingArguments, seed: int):
     """The mixture file's tasks (the command line's caps fill in where the file sets none), or the demo tasks."""
-    from ..tasks import load_mixture
+    from ..tasks.loading import load_mixture
 
     if data_args.mixture_file is not None:
         return load_mixture(data_args.mixture_file, max_train_samples=data_args.max_train_samples,
                             max_eval_samples=data_args.max_eval_samples)
-    from ..demo import DEMO_TASK_NAMES, available_demo_tasks, demo_mixture
+    from ..tasks.demo import DEMO_TASK_NAMES, available_demo_tasks, demo_mixture
 
     names = data_args.demo_tasks or available_demo_tasks(data_args.default_demo_tasks or DEMO_TASK_NAMES)
     return demo_mixture(list(names), seed=seed, max_train_samples=data_args.max_train_samples,
@@ -110,10 +111,10 @@ def load_end_task(data_args: DataTrainingArguments, training_args: MuppetConfig,
         return None, None
     if not meta:
         raise UserInputError("DataTrainingArguments: field 'end_task': only read with --task_weighting meta")
-    from ..sampling import fixed_share
-    from ..tasks import load_task_splits, task_from_entry, task_from_file
+    from ..tasks.batches import fixed_share
+    from ..tasks.loading import load_task_splits, task_from_entry, task_from_file
 
-    from ..demo import DEMO_TASK_NAMES, demo_task
+    from ..tasks.demo import DEMO_TASK_NAMES, demo_task
 
     if os.path.splitext(data_args.end_task)[1].lower() in (".yaml", ".yml", ".json"):
         task = task_from_file(data_args.end_task, where="DataTrainingArguments: field 'end_task'")
@@ -159,12 +160,12 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     """Run the job; with no arguments, parse them from sys.argv (parse_args). Returns the train/eval metrics."""
     from transformers import AutoTokenizer
 
-    from ..data import tokenize_task
-    from ..demo import minilm_path
-    from ..hub import explain_hub_errors
-    from ..metrics import majority_baselines, train_labels
+    from ..tasks.data import tokenize_task
+    from ..tasks.demo import minilm_path
+    from ..runtime.hub import explain_hub_errors
+    from ..tasks.metrics import majority_baselines, train_labels
     from ..modeling.multitask import MultiTaskModel
-    from ..tasks import load_task_splits
+    from ..tasks.loading import load_task_splits
     from .trainer import MuppetTrainer
     from ..cli.run import finish_run, record_metrics, start_run, train_and_save
 
@@ -260,7 +261,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
 
 def print_task_table(tasks, eval_data, metrics: dict) -> None:
-    from ..metrics import PRIMARY_METRIC
+    from ..tasks.metrics import PRIMARY_METRIC
 
     rows = []
     for task in tasks:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-from ..base_config import MetaWeightingArguments, TokenSafeTrainingArguments
-from ..sampling import STRATEGIES
+from ..runtime.config import MetaWeightingArguments, TokenSafeTrainingArguments
+from ..tasks.batches import STRATEGIES
 from ..errors import UserInputError
 
 ROBUST_MODES = ("none", "r3f", "r4f")
@@ -22,7 +22,7 @@ class MuppetConfig(MetaWeightingArguments, TokenSafeTrainingArguments):
     `gradient_accumulation_steps` x number of processes, each of `per_device_train_batch_size` rows of one task; its
     default accumulation is 2 (not Trainer's 1), so that heterogeneous batches (at least 2 sub-batches per update)
     hold on one process as they are. With `task_weighting="meta"`, the META rule's settings (`task_weight_lr`,
-    `meta_head_*`, `meta_batch_size`: `hf_aux.task_weighting.MetaWeightingArguments`) apply too."""
+    `meta_head_*`, `meta_batch_size`: `hf_aux.tartan.weighting.MetaWeightingArguments`) apply too."""
 
     gradient_accumulation_steps: int = field(default=2, metadata={
         "help": "Task-homogeneous sub-batches per update on each process (heterogeneous batches need at least 2 in "

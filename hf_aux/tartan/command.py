@@ -49,7 +49,7 @@ class ModelArguments(SharedModelArguments):
 
 @dataclass
 class DataTrainingArguments(DataSourceArguments):
-    demo_task: str | None = field(default=None, metadata={"help": "A demo classification task of hf_aux.demo."})
+    demo_task: str | None = field(default=None, metadata={"help": "A demo classification task of hf_aux.tasks.demo."})
     test_file: str | None = field(default=None, metadata={"help": "End-task test data (used by --do_predict)."})
     text_columns: list[str] = field(default_factory=lambda: ["text"], metadata={"help": "One or two text columns."})
     label_column: str = field(default="label", metadata={"help": "Label column (class index or name)."})
@@ -108,13 +108,13 @@ def parse_args(argv: list[str] | None = None):
 def build_task(data_args: DataTrainingArguments):
     """The end task's `TaskSpec`: a demo task, data files with their columns, or a Hub dataset (hf_aux.tasks);
     classes not given are read from the train split."""
-    from ..tasks import task_from_data_files, task_from_hub
+    from ..tasks.loading import task_from_data_files, task_from_hub
 
     caps = {"max_train_samples": data_args.max_train_samples, "max_eval_samples": data_args.max_eval_samples}
     columns = {"text_columns": data_args.text_columns, "label_column": data_args.label_column,
                "label_names": data_args.task_label_names}
     if data_args.demo_task is not None:
-        from ..demo import demo_task
+        from ..tasks.demo import demo_task
 
         task = demo_task(data_args.demo_task, **caps)
     elif data_args.dataset_name is not None:
@@ -141,11 +141,11 @@ def is_corpus_file(source: str) -> bool:
 
 def auxiliary_corpora(specs: list[str], raw, task, max_documents: int | None, streaming: bool = False) -> dict:
     """{name: Dataset with a `text` column} from the --auxiliary specs; with `streaming`, a corpus file is a
-    streamed `datasets.IterableDataset` of its `text` column instead (hf_aux.streaming)."""
+    streamed `datasets.IterableDataset` of its `text` column instead (hf_aux.tasks.streaming)."""
     import datasets
 
-    from ..streaming import stream_corpus
-    from ..validation import check_corpus, load_data_files
+    from ..tasks.streaming import stream_corpus
+    from ..tasks.validation import check_corpus, load_data_files
 
     if specs == ["none"]:
         return {}
@@ -159,7 +159,7 @@ def auxiliary_corpora(specs: list[str], raw, task, max_documents: int | None, st
             text = [" ".join(str(row[c]) for c in task.text_columns) for row in train]
             corpus = datasets.Dataset.from_dict({"text": text})
         elif source.startswith("demo:"):
-            from ..demo import demo_unlabelled_text
+            from ..tasks.demo import demo_unlabelled_text
 
             corpus = demo_unlabelled_text(sources=(source[5:],), max_documents=max_documents)
         elif streaming:
@@ -198,14 +198,14 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
                               EarlyStoppingCallback)
 
-    from ..data import group_texts_for_mlm, tokenize_task
-    from ..demo import minilm_path
-    from ..hub import explain_hub_errors, hub_id_or_none
-    from ..metrics import classification_metrics
+    from ..tasks.data import group_texts_for_mlm, tokenize_task
+    from ..tasks.demo import minilm_path
+    from ..runtime.hub import explain_hub_errors, hub_id_or_none
+    from ..tasks.metrics import classification_metrics
     from .model import TartanModel
-    from ..base_trainer import AuxTrainer
-    from ..streaming import is_stream, stream_mlm_blocks
-    from ..tasks import load_task_splits
+    from ..runtime.trainer import AuxTrainer
+    from ..tasks.streaming import is_stream, stream_mlm_blocks
+    from ..tasks.loading import load_task_splits
     from .trainer import TartanTrainer
     from ..cli.run import finish_run, record_metrics, start_run, train_and_save
 

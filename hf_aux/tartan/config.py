@@ -9,14 +9,14 @@ import math
 from dataclasses import dataclass, field
 
 
-from ..base_config import MetaWeightingArguments, TokenSafeTrainingArguments
+from ..runtime.config import MetaWeightingArguments, TokenSafeTrainingArguments
 from ..errors import UserInputError
 
 
 @dataclass
 class TartanConfig(MetaWeightingArguments, TokenSafeTrainingArguments):
     """Training arguments of `TartanTrainer` (every `TrainingArguments` field, plus the method's own; the META
-    rule's settings, `task_weight_lr` and `meta_head_*`, are `hf_aux.task_weighting.MetaWeightingArguments`)."""
+    rule's settings, `task_weight_lr` and `meta_head_*`, are `hf_aux.tartan.weighting.MetaWeightingArguments`)."""
 
     mode: str = field(default="meta", metadata={"help": "'mt': MT-TARTAN, fixed task weights (eq. 3). 'meta': "
                                                          "META-TARTAN, meta-learned task weights (Algorithm 1)."})

@@ -46,10 +46,10 @@ from transformers.activations import ACT2FN
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.utils import ModelOutput
 
-from ..adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, is_lora_body, load_lora_body, load_lora_weights,
-                        lora_body, merged_body, save_lora_body)
-from ..sentence_transformers_files import copy_sentence_transformers_files
-from ..task_weighting import fit_meta_head
+from ..runtime.adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, is_lora_body, load_lora_body,
+                                load_lora_weights, lora_body, merged_body, save_lora_body)
+from ..modeling.sentence_transformers_files import copy_sentence_transformers_files
+from .weighting import fit_meta_head
 
 TARTAN_CONFIG_NAME = "tartan_config.json"
 TARTAN_HEADS_NAME = "tartan_heads.safetensors"

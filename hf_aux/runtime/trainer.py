@@ -1,0 +1,187 @@
+"""The base of every hf_aux trainer (the idea of trl's `_BaseTrainer`): what all methods share, written once.
+
+`AuxTrainer` is a `transformers.Trainer` with:
+
+- **Models made of several parts.** A checkpoint of hf_aux is often more than config.json + model.safetensors (a
+  body plus task heads, a discriminator plus its generator, a classifier plus MLM heads). A model says how it is
+  saved and restored through a small protocol:
+
+  `save_pretrained(folder)`                 writes every part (Trainer calls it for a `PreTrainedModel`; for any
+                                            other model the base calls it instead of saving a bare state dict);
+  `load_checkpoint(folder, load_standard)`  restores every part in place from a checkpoint folder, on resume and
+                                            for `load_best_model_at_end`; `load_standard(folder)` is Trainer's own
+                                            loading of model.safetensors into the model (sharded, FSDP, DeepSpeed),
+                                            for the part that is a plain checkpoint.
+
+  A model without `load_checkpoint` is loaded as Trainer loads it. A trainer whose checkpoints hold state of its
+  own (a second model, task weights, an optimizer of its own) adds three hooks: `_save_model_extras(folder)`
+  (beside every saved model), `_save_checkpoint_extras(folder)` (into a checkpoint folder, before
+  trainer_state.json, the file that marks it complete) and `_load_checkpoint_extras(folder)` (on resume).
+  A streamed corpus (`hf_aux.tasks.streaming.ResumableStream` as the train dataset) has its position saved into every
+  checkpoint and restored on resume, for every trainer; the checkpoint's random state is then restored again after
+  the first batches are fetched, where Trainer restores it when it skips seen batches (a call of Trainer's
+  `_load_rng_state`, not an override).
+- **Hub pushes.** With `defer_hub_pushes` set (the `hf-aux` commands set it: they push the output folder once, at
+  the end, after evaluation and the card, with `hf_aux.runtime.hub.push_trainer_output`), `push_to_hub` (which
+  `save_model` calls) only logs, and checkpoint pushes (`hub_strategy`) go through hf_aux's token-checked
+  `hf_aux.runtime.hub.push_checkpoint`. Unset, Trainer's own pushes run.
+- **The model card** (`hf_aux.cards.model_card.ModelCardMixin`): the method's record (`_method`) names the paper and
+  the template; the trainer adds its tasks, figures and details.
+- **CPU memory reuse** (`hf_aux.runtime.cpu_malloc`): on a CPU run with glibc's malloc, freed memory is kept for the
+next
+  step (`cpu_malloc`, default 'keep'; 'system' leaves malloc alone).
+- **The non-finite guard** (`hf_aux.runtime.nonfinite`): with `on_nonfinite` 'stop', parameters checked where Trainer
+  logs, evaluates, saves or ends, and before any model is written; with 'skip', every step.
+  `_watch_model_loss`: also check the loss of the model's forward pass (the base trainer used as it is, whose loss
+  no hf_aux code sees); the method trainers check their own named loss parts instead.
+
+The private Trainer methods overridden here (`_save`, `_save_checkpoint`, `_load_from_checkpoint`,
+`_load_best_model`, `_push_from_checkpoint`) are private on purpose: Trainer has no public hook that saves or
+loads a model's weights, writes into a checkpoint before it is marked complete, or pushes a checkpoint (nor one
+that restores the random state: the stream's resume calls `_load_rng_state`).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+
+import torch
+from transformers import PreTrainedModel, Trainer
+from transformers.trainer import TRAINING_ARGS_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from .cpu_malloc import apply_setting as apply_cpu_malloc
+from .hub import push_checkpoint
+from ..cards.model_card import ModelCardMixin
+from .nonfinite import install_nonfinite_guard
+from ..tasks.streaming import ResumableStream, load_stream_state, save_stream_state
+
+logger = logging.getLogger(__name__)
+
+
+class AuxTrainer(ModelCardMixin, Trainer):
+    """`Trainer` with hf_aux's shared behaviour (module docstring); every method's trainer subclasses it, and
+    `hf-aux finetune` trains with it as it is."""
+
+    _watch_model_loss = True
+    defer_hub_pushes = False  # set by the hf-aux commands (hf_aux.runtime.run_guard.GuardedRun.attach)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._nonfinite_guard = install_nonfinite_guard(self, watch_model_loss=self._watch_model_loss)
+        # on CPU, glibc's malloc keeps what a step frees for the next step (hf_aux.runtime.cpu_malloc)
+        apply_cpu_malloc(getattr(self.args, "cpu_malloc", "keep"), self.args.device.type)
+        self._rng_checkpoint = None  # a streamed run's checkpoint whose random state waits for the first batches
+        if isinstance(self.train_dataset, ResumableStream):
+            # a streamed corpus resumes at its saved position (hf_aux.tasks.streaming); Trainer's skipping of the seen
+            # batches would read the stream again from its start and mask them with the restored random state
+            self.args.ignore_data_skip = True
+
+    def unwrapped(self, model=None):
+        """`self.accelerator.unwrap_model(model)` (default: the trainer's model), remembered per wrapper object: the
+        trainers need the plain module every sub-batch, and accelerate's unwrap looks up installed packages on each
+        call (0.36 ms measured, most of what MuppetTrainer added over a plain Trainer per sub-batch on a small body,
+        and a host stall on a GPU whose step is bound by launching kernels)."""
+        model = self.model if model is None else model
+        cache = self.__dict__.setdefault("_unwrapped_by_id", {})
+        found = cache.get(id(model))
+        if found is None or found[0] is not model:
+            found = cache[id(model)] = (model, self.accelerator.unwrap_model(model))
+        return found[1]
+
+    # ---- saving ------------------------------------------------------------------------------------------------
+    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        model = self.unwrapped(self.model)
+        # every model written (checkpoints and the final one) is seen finite first: the guard's check of the
+        # parameters since its last one (a pass and a host sync only when steps were trained since)
+        self._nonfinite_guard.check_parameters(model, self.state.global_step, self.args)
+        if _saves_itself(model):  # not a model Trainer saves with save_pretrained (e.g. TartanModel)
+            if self.args.should_save:
+                os.makedirs(output_dir, exist_ok=True)
+                model.save_pretrained(output_dir)
+                if self.processing_class is not None:
+                    self.processing_class.save_pretrained(output_dir)
+                safe_args = copy.copy(self.args)
+                safe_args.hub_token = None  # never pickle a token into training_args.bin
+                torch.save(safe_args, os.path.join(output_dir, TRAINING_ARGS_NAME))
+        else:
+            super()._save(output_dir, state_dict)
+        if self.args.should_save:
+            self._save_model_extras(output_dir)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        if self.args.should_save and not self.args.save_only_model:
+            folder = os.path.join(self._get_output_dir(trial=trial),
+                                  f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            os.makedirs(folder, exist_ok=True)
+            self._save_checkpoint_extras(folder)
+            save_stream_state(self, folder)
+        super()._save_checkpoint(model, trial)
+
+    def _save_model_extras(self, output_dir: str) -> None:
+        """Beside every saved model (checkpoints and the final folder), main process only: what else the trainer
+        keeps with it."""
+
+    def _save_checkpoint_extras(self, checkpoint_folder: str) -> None:
+        """Into a checkpoint folder before trainer_state.json is written, main process only, unless
+        `save_only_model`: trainer state that is tensors rather than JSON (a second optimizer, say)."""
+
+    # ---- loading -------------------------------------------------------------------------------------------------
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        self._load_model_parts(resume_from_checkpoint, model)
+        self._load_checkpoint_extras(resume_from_checkpoint)
+        load_stream_state(self, resume_from_checkpoint)
+        if isinstance(self.train_dataset, ResumableStream):
+            self._rng_checkpoint = resume_from_checkpoint
+
+    def get_batch_samples(self, epoch_iterator, num_batches: int, device):
+        """A resumed stream (no skipping): Trainer restored the checkpoint's random state before it created the data
+        loader's iterator, which drew from it (torch's base seed), so the resumed steps' dropout would differ from
+        the uninterrupted run's. The state is restored again once the first batches are fetched, where Trainer
+        itself restores it when it skips seen batches."""
+        batches = super().get_batch_samples(epoch_iterator, num_batches, device)
+        if self._rng_checkpoint is not None:
+            checkpoint, self._rng_checkpoint = self._rng_checkpoint, None
+            self._load_rng_state(checkpoint)
+        return batches
+
+    def _load_best_model(self) -> None:
+        if getattr(self.unwrapped(self.model), "load_checkpoint", None) is None:
+            super()._load_best_model()
+        else:
+            self._load_model_parts(self.state.best_model_checkpoint)
+
+    def _load_model_parts(self, folder: str, model=None) -> None:
+        """Every part of the model from `folder`: its `load_checkpoint` when it has one, else Trainer's loading."""
+        unwrapped = self.unwrapped(model if model is not None else self.model)
+        load_checkpoint = getattr(unwrapped, "load_checkpoint", None)
+        if load_checkpoint is None:
+            super()._load_from_checkpoint(folder, model)
+            return
+        load_checkpoint(folder, lambda path: super(AuxTrainer, self)._load_from_checkpoint(path, model))
+
+    def _load_checkpoint_extras(self, checkpoint_folder: str) -> None:
+        """On resume, after the model: what `_save_model_extras` / `_save_checkpoint_extras` wrote."""
+
+    # ---- Hub -----------------------------------------------------------------------------------------------------
+    def push_to_hub(self, *args, **kwargs):
+        if self.defer_hub_pushes:
+            logger.info("Trainer.push_to_hub deferred: hf_aux pushes the output folder at the end of the run")
+            return None
+        return super().push_to_hub(*args, **kwargs)
+
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        if self.defer_hub_pushes:
+            push_checkpoint(self, checkpoint_folder)
+        else:
+            super()._push_from_checkpoint(checkpoint_folder)
+
+
+def _saves_itself(model) -> bool:
+    """A model with its own `save_pretrained` that Trainer would save as a bare state dict (not a
+    `PreTrainedModel`, not a peft model)."""
+    return (hasattr(model, "save_pretrained") and not isinstance(model, PreTrainedModel)
+            and getattr(model, "peft_config", None) is None)
