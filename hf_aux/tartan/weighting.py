@@ -9,7 +9,7 @@ two trainers that use it:
 One update of the weights: the body gradient g_k of each task's training loss, the meta gradient g_meta of the end
 task's loss through a separately fitted meta head phi* (eq. 7), w_k <- w_k + eta cos(g_meta, g_k), alpha =
 softmax(w). Also here: the state that travels with checkpoints (`TaskWeightsCallback`), its figure, and the settings
-both configs share (`MetaWeightingArguments`, in hf_aux.runtime.config so that `--help` stays light).
+both configs share (`MetaWeightingArguments`, in hf_aux/tartan/config.py so that `--help` stays light).
 
 Gradients are lists of tensors, one entry per body parameter (`None` where a task does not reach that parameter,
 e.g. BERT's pooler for an MLM task): dots and norms are taken per tensor and summed, never by concatenating
@@ -28,7 +28,7 @@ from transformers import TrainerCallback
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
 
-from ..runtime.config import (MetaWeightingArguments)
+from .config import MetaWeightingArguments
 from ..tasks.streaming import StreamBatches
 
 GradList = Sequence[torch.Tensor | None]
