@@ -156,7 +156,7 @@ def _template_root():
         return importlib.resources.files("hf_aux.model_cards")
     except ModuleNotFoundError:
         # Running from a source checkout without `pip install`: setup.cfg maps model_cards/ to hf_aux.model_cards.
-        return Path(__file__).resolve().parent.parent / "model_cards"
+        return Path(__file__).resolve().parents[2] / "model_cards"
 
 
 def _environment() -> jinja2.Environment:

@@ -28,7 +28,7 @@ from pathlib import Path
 from .spec import TaskSpec
 from ..errors import UserInputError
 
-DATA_FOLDER = Path(__file__).parent / "task_registry_data"
+DATA_FOLDER = Path(__file__).parents[1] / "task_registry_data"
 REGISTRY_FILES = ("tasksource.json",)
 DEMO_PREFIX = "demo/"
 # TaskSpec fields a registry definition may not hold (a name is derived; in-memory data is never a definition)
