@@ -6,6 +6,7 @@ import functools
 import hashlib
 import inspect
 import json
+import sys
 import weakref
 from dataclasses import dataclass
 
@@ -170,118 +171,11 @@ def tokenize_task(task, dataset, tokenizer: PreTrainedTokenizerBase, *, max_leng
     once truncated to `max_target_length` (nothing to predict; with no token at all the token-mean loss divides by 0),
     a token classification row with no tagged word left (its words gave no sub-token).
     """
-    kind = task.kind
-    # classification, regression and multiple choice with a fast tokenizer: encoded straight into Arrow columns
-    # (hf_aux.tasks.arrow_encoding: the same values and types as the tokenizer's call, without a Python list per row)
-    to_arrow = can_encode_to_arrow(tokenizer)
-    if kind in ("classification", "regression"):
-        label_index = {name: i for i, name in enumerate(task.label_names or [])}
-
-        def encode(batch):
-            texts = [batch[c] for c in task.text_columns]
-            if to_arrow and len(texts) <= 2 and texts[0] and _all_strings(*texts):
-                out = encode_rows(tokenizer, texts[0], texts[1] if len(texts) == 2 else None, max_length)
-            else:
-                out = tokenizer(*texts, truncation=True, max_length=max_length)
-            labels = batch[task.label_column]
-            if kind == "classification":
-                out["labels"] = [label_index[x] if isinstance(x, str) else int(x) for x in labels]
-            else:
-                out["labels"] = [float(x) for x in labels]
-            return out
-
-    elif kind == "multiple_choice":
-        short = _first_short_choice_row(dataset, task.choices_column)
-        if short is not None:
-            row, count = short
-            raise task_error(task.name, task.choices_column, f"row {row} has {count} choice"
-                             f"{'' if count == 1 else 's'}; ranking needs at least 2 (eq. 1 divides the loss by "
-                             "log n)")
-
-        def encode(batch):
-            choices = batch[task.choices_column]
-            questions = batch[task.question_column] if task.question_column else None
-            if to_arrow and choices and _all_strings(questions or [], *choices):
-                out = encode_choices(tokenizer, questions, choices, max_length)
-                out["labels"] = [int(x) for x in batch[task.label_column]]
-                return out
-            questions = questions or [None] * len(choices)
-            flat_first, flat_second, sizes = [], [], []
-            for question, options in zip(questions, choices):
-                sizes.append(len(options))
-                for option in options:
-                    flat_first.append(question if question is not None else option)
-                    flat_second.append(option if question is not None else None)
-            if task.question_column:
-                enc = tokenizer(flat_first, flat_second, truncation=True, max_length=max_length)
-            else:
-                enc = tokenizer(flat_first, truncation=True, max_length=max_length)
-            out, start = {k: [] for k in enc}, 0
-            for size in sizes:
-                for key in enc:
-                    out[key].append(enc[key][start : start + size])
-                start += size
-            out["labels"] = [int(x) for x in batch[task.label_column]]
-            return out
-
-    elif kind == "extractive_qa":
-        if tokenizer.padding_side != "right":
-            raise UserInputError(f"task '{task.name}': field 'tokenizer': extractive QA needs right padding")
-
-        def encode(batch, indices):
-            questions = [q.lstrip() for q in batch[task.question_column]]
-            enc = tokenizer(questions, batch[task.context_column], truncation="only_second", max_length=max_length,
-                            stride=doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True)
-            sample_map = enc.pop("overflow_to_sample_mapping")
-            offsets_all = enc.pop("offset_mapping")
-            enc["start_positions"], enc["end_positions"] = [], []
-            enc["example_index"], enc["offset_mapping"] = [], []
-            for feature, offsets in enumerate(offsets_all):
-                sample = sample_map[feature]
-                sequence_ids = enc.sequence_ids(feature)
-                context_offsets = [tuple(o) if s == 1 else (-1, -1) for o, s in zip(offsets, sequence_ids)]
-                answers = batch[task.answers_column][sample]
-                start_token = end_token = 0
-                if answers["text"]:
-                    start_char = answers["answer_start"][0]
-                    end_char = start_char + len(answers["text"][0])
-                    inside = [i for i, (a, b) in enumerate(context_offsets) if a >= 0 and a < end_char and b > start_char]
-                    covered = inside and context_offsets[inside[0]][0] <= start_char and context_offsets[inside[-1]][1] >= end_char
-                    if covered:
-                        start_token, end_token = inside[0], inside[-1]
-                enc["start_positions"].append(start_token)
-                enc["end_positions"].append(end_token)
-                enc["example_index"].append(indices[sample])
-                enc["offset_mapping"].append([list(o) for o in context_offsets])
-            if not keep_qa_offsets:
-                del enc["example_index"], enc["offset_mapping"]
-            return enc
-
-    elif kind == "token_classification":
-        if not tokenizer.is_fast:
-            raise UserInputError(f"task '{task.name}': field 'tokenizer': token classification aligns tags to "
-                                 f"sub-tokens with a fast tokenizer's word_ids(); {type(tokenizer).__name__} is not "
-                                 "fast (load it with AutoTokenizer.from_pretrained(..., use_fast=True))")
-        tag_index = {name: i for i, name in enumerate(task.label_names or [])}
-
-        def encode(batch):
-            out = tokenizer(batch[task.tokens_column], is_split_into_words=True, truncation=True,
-                            max_length=max_length)
-            out["labels"] = [first_subtoken_labels(out.word_ids(row), [tag_index[t] if isinstance(t, str) else int(t)
-                                                                       for t in tags])
-                             for row, tags in enumerate(batch[task.tags_column])]
-            return out
-
-    elif kind == "seq2seq":
-
-        def encode(batch):
-            out = tokenizer(batch[task.source_column], truncation=True, max_length=max_length)
-            targets = tokenizer(text_target=batch[task.target_column], truncation=True, max_length=max_target_length)
-            out["labels"] = targets["input_ids"]
-            return out
-
-    else:  # TaskSpec validates kinds; this guards against a spec mutated after construction
-        raise ValueError(f"task '{task.name}': field 'kind': unknown kind {kind!r}")
+    if task.kind not in _ENCODERS:  # TaskSpec validates kinds; this guards against a spec mutated after construction
+        raise ValueError(f"task '{task.name}': field 'kind': unknown kind {task.kind!r}")
+    settings = {"max_length": max_length, "doc_stride": doc_stride, "max_target_length": max_target_length,
+                "keep_qa_offsets": keep_qa_offsets}
+    encode = _ENCODERS[task.kind](task, dataset, tokenizer, **settings)
 
     def encode_and_name(batch, *indices):
         out = encode(batch, *indices)
@@ -292,34 +186,164 @@ def tokenize_task(task, dataset, tokenizer: PreTrainedTokenizerBase, *, max_leng
 
     # a fingerprint of what the rows depend on, so a dataset read from disk is tokenised once into datasets' cache
     # (memory-mapped Arrow) and the next start with the same data, task, tokenizer and lengths reads it back
-    settings = {"max_length": max_length, "doc_stride": doc_stride, "max_target_length": max_target_length,
-                "keep_qa_offsets": keep_qa_offsets}
-    tokenized = dataset.map(encode_and_name, batched=True, with_indices=kind == "extractive_qa",
+    tokenized = dataset.map(encode_and_name, batched=True, with_indices=task.kind == "extractive_qa",
                             remove_columns=dataset.column_names, desc=f"Tokenizing {task.name}",
                             new_fingerprint=tokenized_fingerprint(dataset, task, tokenizer, settings))
+    _check_tokenized(task, tokenized, tokenizer, max_length, max_target_length)
+    return tokenized
+
+
+def _label_encoder(task, dataset, tokenizer, *, max_length: int, **_):
+    """classification and regression; with a fast tokenizer encoded straight into Arrow columns
+    (hf_aux.tasks.arrow_encoding: the tokenizer's values and types, without a Python list per row)."""
+    to_arrow = can_encode_to_arrow(tokenizer)
+    label_index = {name: i for i, name in enumerate(task.label_names or [])}
+
+    def encode(batch):
+        texts = [batch[c] for c in task.text_columns]
+        if to_arrow and len(texts) <= 2 and texts[0] and _all_strings(*texts):
+            out = encode_rows(tokenizer, texts[0], texts[1] if len(texts) == 2 else None, max_length)
+        else:
+            out = tokenizer(*texts, truncation=True, max_length=max_length)
+        labels = batch[task.label_column]
+        if task.kind == "classification":
+            out["labels"] = [label_index[x] if isinstance(x, str) else int(x) for x in labels]
+        else:
+            out["labels"] = [float(x) for x in labels]
+        return out
+    return encode
+
+
+def _choice_encoder(task, dataset, tokenizer, *, max_length: int, **_):
+    """multiple_choice: each (question, choice) pair encoded; a row with fewer than 2 choices refused up front."""
+    short = _first_short_choice_row(dataset, task.choices_column)
+    if short is not None:
+        row, count = short
+        raise task_error(task.name, task.choices_column, f"row {row} has {count} choice"
+                         f"{'' if count == 1 else 's'}; ranking needs at least 2 (eq. 1 divides the loss by log n)")
+    to_arrow = can_encode_to_arrow(tokenizer)
+
+    def encode(batch):
+        choices = batch[task.choices_column]
+        questions = batch[task.question_column] if task.question_column else None
+        if to_arrow and choices and _all_strings(questions or [], *choices):
+            out = encode_choices(tokenizer, questions, choices, max_length)
+            out["labels"] = [int(x) for x in batch[task.label_column]]
+            return out
+        questions = questions or [None] * len(choices)
+        flat_first, flat_second, sizes = [], [], []
+        for question, options in zip(questions, choices):
+            sizes.append(len(options))
+            for option in options:
+                flat_first.append(question if question is not None else option)
+                flat_second.append(option if question is not None else None)
+        if task.question_column:
+            enc = tokenizer(flat_first, flat_second, truncation=True, max_length=max_length)
+        else:
+            enc = tokenizer(flat_first, truncation=True, max_length=max_length)
+        out, start = {k: [] for k in enc}, 0
+        for size in sizes:
+            for key in enc:
+                out[key].append(enc[key][start : start + size])
+            start += size
+        out["labels"] = [int(x) for x in batch[task.label_column]]
+        return out
+    return encode
+
+
+def _answer_tokens(context_offsets: list, answers: dict) -> tuple[int, int]:
+    """(start, end) token of the first answer inside one window; (0, 0) when it is not wholly inside or absent."""
+    if not answers["text"]:
+        return 0, 0
+    start_char = answers["answer_start"][0]
+    end_char = start_char + len(answers["text"][0])
+    inside = [i for i, (a, b) in enumerate(context_offsets) if 0 <= a < end_char and b > start_char]
+    if inside and context_offsets[inside[0]][0] <= start_char and context_offsets[inside[-1]][1] >= end_char:
+        return inside[0], inside[-1]
+    return 0, 0
+
+
+def _qa_encoder(task, dataset, tokenizer, *, max_length: int, doc_stride: int, keep_qa_offsets: bool, **_):
+    """extractive_qa: question + context windows with `doc_stride` overlap, answer positions per window."""
+    if tokenizer.padding_side != "right":
+        raise UserInputError(f"task '{task.name}': field 'tokenizer': extractive QA needs right padding")
+
+    def encode(batch, indices):
+        questions = [q.lstrip() for q in batch[task.question_column]]
+        enc = tokenizer(questions, batch[task.context_column], truncation="only_second", max_length=max_length,
+                        stride=doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True)
+        sample_map = enc.pop("overflow_to_sample_mapping")
+        offsets_all = enc.pop("offset_mapping")
+        enc["start_positions"], enc["end_positions"] = [], []
+        enc["example_index"], enc["offset_mapping"] = [], []
+        for feature, offsets in enumerate(offsets_all):
+            sample = sample_map[feature]
+            context_offsets = [tuple(o) if s == 1 else (-1, -1) for o, s in zip(offsets, enc.sequence_ids(feature))]
+            start_token, end_token = _answer_tokens(context_offsets, batch[task.answers_column][sample])
+            enc["start_positions"].append(start_token)
+            enc["end_positions"].append(end_token)
+            enc["example_index"].append(indices[sample])
+            enc["offset_mapping"].append([list(o) for o in context_offsets])
+        if not keep_qa_offsets:
+            del enc["example_index"], enc["offset_mapping"]
+        return enc
+    return encode
+
+
+def _tag_encoder(task, dataset, tokenizer, *, max_length: int, **_):
+    """token_classification: tags aligned to first sub-tokens through a fast tokenizer's word_ids()."""
+    if not tokenizer.is_fast:
+        raise UserInputError(f"task '{task.name}': field 'tokenizer': token classification aligns tags to "
+                             f"sub-tokens with a fast tokenizer's word_ids(); {type(tokenizer).__name__} is not "
+                             "fast (load it with AutoTokenizer.from_pretrained(..., use_fast=True))")
+    tag_index = {name: i for i, name in enumerate(task.label_names or [])}
+
+    def encode(batch):
+        out = tokenizer(batch[task.tokens_column], is_split_into_words=True, truncation=True, max_length=max_length)
+        out["labels"] = [first_subtoken_labels(out.word_ids(row), [tag_index[t] if isinstance(t, str) else int(t)
+                                                                   for t in tags])
+                         for row, tags in enumerate(batch[task.tags_column])]
+        return out
+    return encode
+
+
+def _seq2seq_encoder(task, dataset, tokenizer, *, max_length: int, max_target_length: int, **_):
+    """seq2seq: source -> input_ids, target -> labels (token ids)."""
+    def encode(batch):
+        out = tokenizer(batch[task.source_column], truncation=True, max_length=max_length)
+        targets = tokenizer(text_target=batch[task.target_column], truncation=True, max_length=max_target_length)
+        out["labels"] = targets["input_ids"]
+        return out
+    return encode
+
+
+_ENCODERS = {"classification": _label_encoder, "regression": _label_encoder, "multiple_choice": _choice_encoder,
+             "extractive_qa": _qa_encoder, "token_classification": _tag_encoder, "seq2seq": _seq2seq_encoder}
+
+
+def _check_tokenized(task, tokenized, tokenizer, max_length: int, max_target_length: int) -> None:
+    """Refuse, naming the task, field and row, what tokenisation left untrainable."""
     if len(tokenized) == 0:
         raise UserInputError(f"task '{task.name}': field 'dataset': tokenisation produced no rows")
-    if kind == "seq2seq":
+    if task.kind == "seq2seq":
         special = set(tokenizer.all_special_ids)
         for row, labels in enumerate(tokenized["labels"]):
             if all(token in special for token in labels):
                 raise task_error(task.name, task.target_column, f"row {row} has no target token (besides special "
                                  f"tokens) after tokenisation and truncation to max_target_length="
                                  f"{max_target_length}: nothing to predict")
-    if kind == "token_classification":
+    if task.kind == "token_classification":
         for row, labels in enumerate(tokenized["labels"]):
             if all(label == -100 for label in labels):
                 raise task_error(task.name, "tokens_column", f"row {row}: no word gave a sub-token (after "
                                  f"truncation to max_length={max_length}): nothing to predict")
-    return tokenized
 
 
 def tokenized_fingerprint(dataset, task, tokenizer: PreTrainedTokenizerBase, settings: dict) -> str:
     """The datasets fingerprint of `tokenize_task(task, dataset, tokenizer, **settings)`: a hash of the input rows'
-    fingerprint, the task's fields, the tokenizer, the settings and the source of `tokenize_task` itself and of
+    fingerprint, the task's fields, the tokenizer, the settings and the source of this module and of
     `hf_aux.tasks.arrow_encoding` (a code change makes new files). Deterministic across processes, unlike datasets'
-    default
-    hash of the mapped function, which pickles the tokenizer whose state changes as it is used (and costs ~0.4 s per
+    default hash of the mapped function, which pickles the tokenizer whose state changes as it is used (and costs ~0.4 s per
     call for a 30k vocabulary)."""
     from datasets.fingerprint import Hasher
 
@@ -355,7 +379,7 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
 @functools.cache
 def _tokenize_source_hash() -> str:
     try:
-        source = inspect.getsource(tokenize_task) + inspect.getsource(arrow_encoding)
+        source = inspect.getsource(sys.modules[__name__]) + inspect.getsource(arrow_encoding)
         return hashlib.sha256(source.encode()).hexdigest()
     except OSError:  # installed without its sources: the package version stands for the code
         from importlib.metadata import version
