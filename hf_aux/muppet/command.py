@@ -197,27 +197,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     tokenize = {"max_length": data_args.max_seq_length, "doc_stride": data_args.doc_stride,
                 "max_target_length": data_args.max_target_length}
-    train_data, eval_data, eval_examples = {}, {}, {}
-    drop_implied_evaluation(training_args, any("validation" in raw[task.name] for task in tasks),
-                            "no task of the mixture has a validation split")
-    with training_args.main_process_first(desc="tokenizing the mixture"):
-        for task in tasks:
-            splits = raw[task.name]
-            if training_args.do_train:
-                if "train" not in splits:
-                    raise UserInputError(f"task '{task.name}': field 'train_split': --do_train needs a train split")
-                train_data[task.name] = tokenize_task(task, splits["train"], tokenizer, **tokenize)
-            if training_args.do_eval and "validation" in splits:
-                eval_data[task.name] = tokenize_task(task, splits["validation"], tokenizer, keep_qa_offsets=True,
-                                                     **tokenize)
-                if task.kind == "extractive_qa":  # its evaluation maps window logits back to the raw rows
-                    eval_examples[task.name] = splits["validation"]
-            if training_args.do_train and task.kind != "extractive_qa":
-                # nothing reads these raw rows again (the majority baselines read the tokenised train labels): let
-                # their memory-mapped tables go, or a cold start keeps every task's raw pages resident to the end
-                raw[task.name] = {}
-    if training_args.do_eval and not eval_data:
-        raise UserInputError("--do_eval: no task has a validation split (set validation_fraction in the mixture)")
+    train_data, eval_data, eval_examples = tokenize_mixture(tasks, raw, tokenizer, tokenize, training_args)
 
     end_task_data = {}
     if end_task is not None:
@@ -244,14 +224,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         results.update(record_metrics(trainer, "eval", metrics))
         if trainer.is_world_process_zero():  # one summary per run, not one per rank
             print_task_table(tasks, eval_data, metrics)
-        if data_args.mixture_file is None and trainer.is_world_process_zero():  # the demo mixture: where its held-out benefit is measured
-            print("Did it help on a task outside the mixture? hf-aux compare fine-tunes plain and pre-finetuned "
-                  "MiniLM alike on Rotten Tomatoes with 1% of its training data (the evidence study's recipe), 3 "
-                  "seeds each, and gives the difference with its 95% interval (docs/compare.md):", flush=True)
-            recipe = "--train_fraction 0.01 --max_steps 50 --per_device_train_batch_size 16 --max_seq_length 64 " \
-                     "--warmup_steps 0.1"
-            print(f"  hf-aux compare --arm minilm={model_path} --arm muppet={training_args.output_dir} {recipe} "
-                  f"--seeds 3 --output_dir {training_args.output_dir}-rt1-compare\n", flush=True)
+        if data_args.mixture_file is None and trainer.is_world_process_zero():
+            print_compare_hint(model_path, training_args.output_dir)  # the demo mixture: is it better held out?
 
     finish_run(trainer, finetuned_from=model_path, tags=["muppet", "pre-finetuning"], license=model_args.license,
                license_name=model_args.license_name, dataset_tags=[t.dataset_name for t in tasks if t.dataset_name],
@@ -275,3 +249,42 @@ def print_task_table(tasks, eval_data, metrics: dict) -> None:
                     f"   {verdict}")
     print("\nPer-task evaluation (validation split):\n" + "\n".join(rows)
           + f"\n  average primary metric: {metrics['eval_average_primary']:.3f}\n", flush=True)
+
+
+def tokenize_mixture(tasks, raw: dict, tokenizer, tokenize: dict, training_args) -> tuple[dict, dict, dict]:
+    """(train features, validation features, raw validation rows of extractive QA tasks), each by task name."""
+    from ..tasks.data import tokenize_task
+
+    train_data, eval_data, eval_examples = {}, {}, {}
+    drop_implied_evaluation(training_args, any("validation" in raw[task.name] for task in tasks),
+                            "no task of the mixture has a validation split")
+    with training_args.main_process_first(desc="tokenizing the mixture"):
+        for task in tasks:
+            splits = raw[task.name]
+            if training_args.do_train:
+                if "train" not in splits:
+                    raise UserInputError(f"task '{task.name}': field 'train_split': --do_train needs a train split")
+                train_data[task.name] = tokenize_task(task, splits["train"], tokenizer, **tokenize)
+            if training_args.do_eval and "validation" in splits:
+                eval_data[task.name] = tokenize_task(task, splits["validation"], tokenizer, keep_qa_offsets=True,
+                                                     **tokenize)
+                if task.kind == "extractive_qa":  # its evaluation maps window logits back to the raw rows
+                    eval_examples[task.name] = splits["validation"]
+            if training_args.do_train and task.kind != "extractive_qa":
+                # nothing reads these raw rows again (the majority baselines read the tokenised train labels): let
+                # their memory-mapped tables go, or a cold start keeps every task's raw pages resident to the end
+                raw[task.name] = {}
+    if training_args.do_eval and not eval_data:
+        raise UserInputError("--do_eval: no task has a validation split (set validation_fraction in the mixture)")
+    return train_data, eval_data, eval_examples
+
+
+def print_compare_hint(model_path: str, output_dir: str) -> None:
+    """After the demo mixture: the command that measures whether the model fine-tunes better on a held-out task."""
+    print("Did it help on a task outside the mixture? hf-aux compare fine-tunes plain and pre-finetuned MiniLM "
+          "alike on Rotten Tomatoes with 1% of its training data (the evidence study's recipe), 3 seeds each, and "
+          "gives the difference with its 95% interval (docs/compare.md):", flush=True)
+    recipe = "--train_fraction 0.01 --max_steps 50 --per_device_train_batch_size 16 --max_seq_length 64 " \
+             "--warmup_steps 0.1"
+    print(f"  hf-aux compare --arm minilm={model_path} --arm muppet={output_dir} {recipe} --seeds 3 "
+          f"--output_dir {output_dir}-rt1-compare\n", flush=True)

@@ -198,13 +198,10 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
                               EarlyStoppingCallback)
 
-    from ..tasks.data import group_texts_for_mlm, tokenize_task
     from ..tasks.demo import minilm_path
     from ..runtime.hub import explain_hub_errors, hub_id_or_none
     from ..tasks.metrics import classification_metrics
     from .model import TartanModel
-    from ..runtime.trainer import AuxTrainer
-    from ..tasks.streaming import is_stream, stream_mlm_blocks
     from ..tasks.loading import load_task_splits
     from .trainer import TartanTrainer
     from ..cli.run import finish_run, record_metrics, start_run, train_and_save
@@ -231,28 +228,11 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
             model_path, num_labels=task.num_labels, id2label=task.id2label,
             label2id={v: k for k, v in task.id2label.items()}, **hub)
     lora_args.check_targets(classifier.base_model)  # before tokenising: a misspelt --lora_target_modules stops here
-    with training_args.main_process_first(desc="tokenising"):
-        features = {split: tokenize_task(task, raw[split], tokenizer, max_length=data_args.max_seq_length)
-                    for split in raw}
-        corpora = auxiliary_corpora(data_args.auxiliary, raw, task, data_args.max_auxiliary_documents,
-                                    data_args.streaming)
-        blocks = {name: stream_mlm_blocks(corpus, tokenizer, block_size=data_args.max_seq_length) if is_stream(corpus)
-                  else group_texts_for_mlm(corpus, tokenizer, block_size=data_args.max_seq_length)
-                  for name, corpus in corpora.items()}
-    for name, block_set in blocks.items():
-        size = "streamed" if is_stream(block_set) else f"{len(block_set)}"
-        logger.info("auxiliary task %s: %s MLM blocks of %d tokens", name, size, data_args.max_seq_length)
-
+    features, blocks = tokenise(task, raw, tokenizer, data_args, training_args)
     apply_demo_task_mixture(training_args, data_args.demo_task_mixture, 1 + len(blocks))
     model = TartanModel(classifier, list(blocks))
     if blocks and model_args.mlm_heads == "pretrained":
-        with explain_hub_errors("ModelArguments", "model_name_or_path", model_path):
-            copied = model.load_pretrained_mlm_heads(model_path, **hub)
-        if copied:
-            logger.info("auxiliary MLM heads: copies of %s's pretrained masked-LM head", model_path)
-        elif training_args.mlm_head_warmup_steps == 0:
-            logger.warning("%s ships no masked-LM head: the auxiliary MLM heads start fresh, and their first "
-                           "gradients on the body dwarf the end task's; consider --mlm_head_warmup_steps", model_path)
+        copy_mlm_heads(model, model_path, hub, training_args.mlm_head_warmup_steps)
 
     def compute_metrics(prediction):
         return classification_metrics(prediction.predictions, prediction.label_ids)
@@ -276,16 +256,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     evaluator = trainer
     if data_args.final_finetune_epochs > 0:
-        # eq. 2: the end task alone, from the TARTAN-trained classifier; a plain Trainer on the plain classifier
-        finetune_args = dataclasses.replace(
-            training_args, output_dir=os.path.join(training_args.output_dir, "final_finetune"),
-            num_train_epochs=data_args.final_finetune_epochs, max_steps=-1, resume_from_checkpoint=None,
-            push_to_hub=False)  # the TARTAN output folder is pushed once, at the end
-        evaluator = AuxTrainer(model=model.classifier, args=finetune_args, train_dataset=features["train"],
-                               eval_dataset=features.get("validation"), processing_class=tokenizer,
-                               data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics,
-                               callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience)]
-                               if data_args.early_stopping_patience else None)
+        evaluator = final_finetune(model, features, tokenizer, training_args, data_args, compute_metrics)
         if not run.finished:  # a finished run's top level is this classifier already (load_finished_run)
             evaluator.train()
             model.classifier.save_pretrained(training_args.output_dir)  # the top level: the fine-tuned classifier
@@ -305,3 +276,52 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
                tags=["text-classification", "end-task-aware-training"])
     return results
 
+
+def tokenise(task, raw: dict, tokenizer, data_args, training_args) -> tuple[dict, dict]:
+    """(the end task's features by split, the auxiliary tasks' MLM blocks by name; streamed where asked)."""
+    from ..tasks.data import group_texts_for_mlm, tokenize_task
+    from ..tasks.streaming import is_stream, stream_mlm_blocks
+
+    with training_args.main_process_first(desc="tokenising"):
+        features = {split: tokenize_task(task, raw[split], tokenizer, max_length=data_args.max_seq_length)
+                    for split in raw}
+        corpora = auxiliary_corpora(data_args.auxiliary, raw, task, data_args.max_auxiliary_documents,
+                                    data_args.streaming)
+        blocks = {name: stream_mlm_blocks(corpus, tokenizer, block_size=data_args.max_seq_length) if is_stream(corpus)
+                  else group_texts_for_mlm(corpus, tokenizer, block_size=data_args.max_seq_length)
+                  for name, corpus in corpora.items()}
+    for name, block_set in blocks.items():
+        size = "streamed" if is_stream(block_set) else f"{len(block_set)}"
+        logger.info("auxiliary task %s: %s MLM blocks of %d tokens", name, size, data_args.max_seq_length)
+    return features, blocks
+
+
+def copy_mlm_heads(model, model_path: str, hub: dict, mlm_head_warmup_steps: int) -> None:
+    """The auxiliary MLM heads start as copies of the checkpoint's pretrained masked-LM head where it ships one."""
+    from ..runtime.hub import explain_hub_errors
+
+    with explain_hub_errors("ModelArguments", "model_name_or_path", model_path):
+        copied = model.load_pretrained_mlm_heads(model_path, **hub)
+    if copied:
+        logger.info("auxiliary MLM heads: copies of %s's pretrained masked-LM head", model_path)
+    elif mlm_head_warmup_steps == 0:
+        logger.warning("%s ships no masked-LM head: the auxiliary MLM heads start fresh, and their first "
+                       "gradients on the body dwarf the end task's; consider --mlm_head_warmup_steps", model_path)
+
+
+def final_finetune(model, features: dict, tokenizer, training_args, data_args, compute_metrics):
+    """eq. 2: the end task alone, from the TARTAN-trained classifier: a plain trainer on the plain classifier, in
+    output_dir/final_finetune (the TARTAN output folder is pushed once, at the end)."""
+    from transformers import DataCollatorWithPadding, EarlyStoppingCallback
+
+    from ..runtime.trainer import AuxTrainer
+
+    finetune_args = dataclasses.replace(
+        training_args, output_dir=os.path.join(training_args.output_dir, "final_finetune"),
+        num_train_epochs=data_args.final_finetune_epochs, max_steps=-1, resume_from_checkpoint=None,
+        push_to_hub=False)
+    return AuxTrainer(model=model.classifier, args=finetune_args, train_dataset=features["train"],
+                      eval_dataset=features.get("validation"), processing_class=tokenizer,
+                      data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics,
+                      callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience)]
+                      if data_args.early_stopping_patience else None)
