@@ -25,6 +25,7 @@ install_old_paths()
 # (hf_aux/<method>/__init__.py, `hf_aux.registry`)
 _LAZY_NAMES: dict[str, str] = {
     "LoraArguments": "runtime.lora_settings",
+    "AuxConfig": "runtime.config",
     "TokenSafeTrainingArguments": "runtime.config",
     "AuxTrainer": "runtime.trainer",
     **dict.fromkeys(
@@ -75,7 +76,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real imports (tests/test_
     from .amos.config import AmosConfig
     from .amos.model import AmosGenerator, AmosGeneratorConfig, AmosModel, AmosModelConfig
     from .amos.trainer import AmosTrainer
-    from .runtime.config import HubTokenSafeArgsMixin, TokenSafeTrainingArguments
+    from .runtime.config import AuxConfig, HubTokenSafeArgsMixin, TokenSafeTrainingArguments
     from .runtime.trainer import AuxTrainer
     from .tasks.data import (MLMCollator, MultiTaskCollator, TokenizedTask, group_texts_for_mlm, mask_tokens_for_mlm,
                              tokenize_task)

@@ -118,7 +118,7 @@ def test_the_flag_is_parsed_and_checked(capsys):
     with pytest.raises(ValueError, match="field 'cpu_malloc'"):
         TokenSafeTrainingArguments(output_dir="x", cpu_malloc="never")
     # the same check serves every run setting that declares its choices
-    with pytest.raises(ValueError, match=r"TokenSafeTrainingArguments: field 'on_nonfinite': 'retry' is not one of"):
+    with pytest.raises(ValueError, match=r"AuxConfig: field 'on_nonfinite': 'retry' is not one of"):
         TokenSafeTrainingArguments(output_dir="x", on_nonfinite="retry")
     # it changes how fast a run goes, not what it trains: a run resumed with the other value is the same run, and
     # the model card does not list it among the hyper-parameters

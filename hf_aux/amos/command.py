@@ -267,6 +267,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     from ..tasks.streaming import resumable_mlm_blocks
     from .trainer import AmosTrainer
     from ..cli.run import finish_run, record_metrics, start_run, train_and_save
+    from ..runtime.hub import push_trainer_output
 
     if model_args is None or data_args is None or training_args is None:
         model_args, data_args, training_args = parse_args()
@@ -307,7 +308,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         raise UserInputError("--do_eval: no validation text (give validation_file or validation_split_percentage > 0)")
 
     trainer = AmosTrainer(model=model, args=training_args, train_dataset=train_data if training_args.do_train else None,
-                          eval_dataset=eval_data if training_args.do_eval else None, processing_class=tokenizer)
+                          eval_dataset=eval_data if training_args.do_eval else None, processing_class=tokenizer,
+                          defer_hub_pushes=training_args.push_to_hub)
     run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
 
     results = {}
@@ -330,10 +332,13 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     # (card_base_model) and its licence the one that folder's own card states, also offline
     started_from = model_args.model_name_or_path or (encoder_path(model_args) if model_args.encoder_name_or_path
                                                      else None)
-    finish_run(trainer, finetuned_from=started_from, tags=["electra", "pretraining"], license=model_args.license,
-               license_name=model_args.license_name, dataset_tags=[hub_dataset] if hub_dataset else None,
-               dataset_args=[data_args.dataset_config_name] if hub_dataset else None,
-               source=text_source(data_args))
+    saved = finish_run(trainer, finetuned_from=started_from, tags=["electra", "pretraining"],
+                       license=model_args.license, license_name=model_args.license_name,
+                       dataset_tags=[hub_dataset] if hub_dataset else None,
+                       dataset_args=[data_args.dataset_config_name] if hub_dataset else None,
+                       source=text_source(data_args))
+    if saved and training_args.push_to_hub:  # the one push: the output folder, token-checked
+        push_trainer_output(trainer)
     return results
 
 

@@ -230,9 +230,9 @@ class CommandParser(HfArgumentParser):
 
 
 def _shared_training_arguments():
-    from ..runtime.config import TokenSafeTrainingArguments
+    from ..runtime.config import AuxConfig
 
-    return TokenSafeTrainingArguments
+    return AuxConfig
 
 
 # lines of help text each flag gets in the short --help, by section

@@ -83,22 +83,19 @@ def record_metrics(trainer, split: str, metrics: dict) -> dict:
     return metrics
 
 
-def finish_run(trainer, write_card=None, **card_kwargs) -> None:
+def finish_run(trainer, write_card=None, **card_kwargs) -> bool:
     """The end of every run that saved a model (a card describes a saved model, so a run that only evaluated writes
     none and pushes nothing): the model card (README.md and its figures) in the output folder, by
-    `trainer.create_model_card(**card_kwargs)` or by `write_card()` for a plain Trainer; then, with --push_to_hub,
-    the output folder pushed with the token checks of `hf_aux.runtime.hub.push_trainer_output` (clear errors; local
-    files untouched)."""
-    from ..runtime.hub import push_trainer_output
+    `trainer.create_model_card(**card_kwargs)` or by `write_card()` for a plain Trainer. Returns whether there is a
+    model to push: the command then pushes it (`hf_aux.runtime.hub.push_trainer_output`, token-checked)."""
     from ..runtime.run_guard import has_final_model
 
     output_dir = trainer.args.output_dir
     if not has_final_model(output_dir):
         logger.info("No model saved in %s (nothing was trained): no model card, nothing pushed", output_dir)
-        return
+        return False
     if write_card is not None:
         write_card()
     else:
         trainer.create_model_card(**card_kwargs)
-    if trainer.args.push_to_hub:
-        push_trainer_output(trainer)
+    return True

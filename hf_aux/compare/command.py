@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..finetune.command import DATA_SOURCE_FLAGS, DataTrainingArguments, ModelArguments
-from ..runtime.config import TokenSafeTrainingArguments
+from ..runtime.config import AuxConfig
 from ..errors import UserInputError
 from . import engine
 
@@ -51,7 +51,7 @@ class CompareArguments:
 def make_parser():
     from ..cli.parser import command_parser
 
-    return command_parser((CompareArguments, ModelArguments, DataTrainingArguments, TokenSafeTrainingArguments),
+    return command_parser((CompareArguments, ModelArguments, DataTrainingArguments, AuxConfig),
                           "finetune", DATA_SOURCE_FLAGS)
 
 
@@ -87,7 +87,7 @@ def parse_args(argv: list[str] | None = None):
 
 
 def run_comparison(compare_args: CompareArguments, model_args: ModelArguments, data_args: DataTrainingArguments,
-                   training_args: TokenSafeTrainingArguments) -> dict:
+                   training_args: AuxConfig) -> dict:
     """Fine-tune what is missing, then report. Returns compare.json's content with its "comparisons"."""
     from pathlib import Path
 
@@ -265,7 +265,7 @@ def quiet_loading():
 
 def main(compare_args: CompareArguments | None = None, model_args: ModelArguments | None = None,
          data_args: DataTrainingArguments | None = None,
-         training_args: TokenSafeTrainingArguments | None = None) -> dict:
+         training_args: AuxConfig | None = None) -> dict:
     """`hf-aux compare`: `run_comparison` on the parsed arguments (without them, from sys.argv)."""
     if compare_args is None:
         compare_args, model_args, data_args, training_args = parse_args()

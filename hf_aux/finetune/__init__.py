@@ -2,7 +2,7 @@
 
 It follows MUPPET's downstream protocol (§4 head re-use, §5.3 low-resource fractions) and writes MUPPET's
 checkpoint format, so its card cites that paper. It trains with the shared base (`hf_aux.runtime.trainer.AuxTrainer`,
-`hf_aux.runtime.config.TokenSafeTrainingArguments`) and the shared multi-task model; command.py is all it adds.
+`hf_aux.runtime.config.AuxConfig`) and the shared multi-task model; command.py is all it adds.
 """
 
 from ..muppet import METHOD as MUPPET

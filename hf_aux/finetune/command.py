@@ -25,7 +25,7 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from ..runtime.config import TokenSafeTrainingArguments
+from ..runtime.config import AuxConfig
 from ..tasks.spec import TASK_KINDS
 from ..tasks.validation import LABELLED_FILE_BUILDERS
 from ..cli.arguments import DataSourceArguments
@@ -160,8 +160,8 @@ COLUMN_FIELDS = {"text_columns": "text_columns", "label_column": "label_column",
 
 
 def make_parser() -> HfArgumentParser:
-    # TokenSafeTrainingArguments: TrainingArguments whose training_args.bin never holds --hub_token
-    return command_parser((ModelArguments, DataTrainingArguments, TokenSafeTrainingArguments),
+    # AuxConfig: TrainingArguments whose training_args.bin never holds --hub_token
+    return command_parser((ModelArguments, DataTrainingArguments, AuxConfig),
                           "finetune", DATA_SOURCE_FLAGS)
 
 
@@ -352,6 +352,7 @@ def make_trainer(model, training_args, task, data_args: DataTrainingArguments, r
         processing_class=tokenizer,
         data_collator=MultiTaskCollator(tokenizer, [task.name]),
         compute_metrics=build_compute_metrics(task, data_args, raw.get("validation"), features.get("validation")),
+        defer_hub_pushes=training_args.push_to_hub,
     )
 
 
@@ -371,12 +372,13 @@ def evaluate_split(trainer, task, data_args: DataTrainingArguments, raw: dict, f
 
 
 def main(model_args: ModelArguments | None = None, data_args: DataTrainingArguments | None = None,
-         training_args: TokenSafeTrainingArguments | None = None) -> dict[str, float]:
+         training_args: AuxConfig | None = None) -> dict[str, float]:
     """Fine-tune and evaluate; returns every metric logged (train_*, eval_*, test_*). Without arguments the
     three argument dataclasses come from sys.argv."""
     from ..tasks.demo import minilm_path
     from ..tasks.metrics import PRIMARY_METRIC
     from ..cli.run import finish_run, record_metrics, start_run
+    from ..runtime.hub import push_trainer_output
 
     if model_args is None or data_args is None or training_args is None:
         model_args, data_args, training_args = parse_args()
@@ -434,7 +436,9 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         if trainer.is_world_process_zero():
             write_model_card(trainer, task, model_args, results, reused_head)
 
-    finish_run(trainer, write_card=write_card)
+    saved = finish_run(trainer, write_card=write_card)
+    if saved and training_args.push_to_hub:  # the one push: the output folder, token-checked
+        push_trainer_output(trainer)
     return results
 
 

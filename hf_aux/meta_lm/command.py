@@ -196,6 +196,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     from .teacher import MetaLMTeacher
     from .trainer import MetaLMTrainer
     from ..cli.run import finish_run, record_metrics, start_run, train_and_save
+    from ..runtime.hub import push_trainer_output
 
     if model_args is None or data_args is None or training_args is None:
         model_args, data_args, training_args = parse_args()
@@ -235,7 +236,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     trainer = MetaLMTrainer(model=student, teacher=teacher, args=training_args, labelled_tasks=labelled,
                             train_dataset=train_blocks if training_args.do_train else None,
-                            eval_dataset=eval_blocks if training_args.do_eval else None, processing_class=tokenizer)
+                            eval_dataset=eval_blocks if training_args.do_eval else None, processing_class=tokenizer,
+                            defer_hub_pushes=training_args.push_to_hub)
     run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
     if training_args.do_train:  # a stream has no length
         train_and_save(trainer, run, **({} if data_args.streaming else {"train_samples": len(train_blocks)}))
@@ -246,10 +248,12 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         eval_metrics["perplexity"] = math.exp(min(eval_metrics["eval_loss"], 50))
         record_metrics(trainer, "eval", eval_metrics)
     hub_dataset = hub_id_or_none(data_args.dataset_name)
-    finish_run(trainer, finetuned_from=model_args.model_name_or_path, metrics=eval_metrics,
-               license=model_args.license, license_name=model_args.license_name,
-               dataset_tags=[hub_dataset] if hub_dataset else None,
-               dataset_args=[data_args.dataset_config_name] if hub_dataset else None,
-               unlabelled_name="two_moons" if data_args.two_moons else None)
+    saved = finish_run(trainer, finetuned_from=model_args.model_name_or_path, metrics=eval_metrics,
+                       license=model_args.license, license_name=model_args.license_name,
+                       dataset_tags=[hub_dataset] if hub_dataset else None,
+                       dataset_args=[data_args.dataset_config_name] if hub_dataset else None,
+                       unlabelled_name="two_moons" if data_args.two_moons else None)
+    if saved and training_args.push_to_hub:  # the one push: the output folder, token-checked
+        push_trainer_output(trainer)
     return trainer
 

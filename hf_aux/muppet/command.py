@@ -168,6 +168,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     from ..tasks.loading import load_task_splits
     from .trainer import MuppetTrainer
     from ..cli.run import finish_run, record_metrics, start_run, train_and_save
+    from ..runtime.hub import push_trainer_output
 
     if model_args is None or data_args is None or training_args is None:
         model_args, data_args, training_args, lora_args = parse_args()
@@ -206,7 +207,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
                                                                                      **tokenize)}
     trainer = MuppetTrainer(model=model, args=training_args, train_dataset=train_data or None,
                             eval_dataset=eval_data or None, processing_class=tokenizer, eval_examples=eval_examples,
-                            peft_config=lora_args.lora_config(), **end_task_data)
+                            peft_config=lora_args.lora_config(), **end_task_data,
+                            defer_hub_pushes=training_args.push_to_hub)
     run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
 
     results = {}
@@ -227,10 +229,13 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         if data_args.mixture_file is None and trainer.is_world_process_zero():
             print_compare_hint(model_path, training_args.output_dir)  # the demo mixture: is it better held out?
 
-    finish_run(trainer, finetuned_from=model_path, tags=["muppet", "pre-finetuning"], license=model_args.license,
-               license_name=model_args.license_name, dataset_tags=[t.dataset_name for t in tasks if t.dataset_name],
-               provenance={t.name: t.provenance() for t in tasks},
-               dataset_configs={t.name: t.dataset_config for t in tasks if t.dataset_config})
+    saved = finish_run(trainer, finetuned_from=model_path, tags=["muppet", "pre-finetuning"],
+                       license=model_args.license, license_name=model_args.license_name,
+                       dataset_tags=[t.dataset_name for t in tasks if t.dataset_name],
+                       provenance={t.name: t.provenance() for t in tasks},
+                       dataset_configs={t.name: t.dataset_config for t in tasks if t.dataset_config})
+    if saved and training_args.push_to_hub:  # the one push: the output folder, token-checked
+        push_trainer_output(trainer)
     return results
 
 

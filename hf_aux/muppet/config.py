@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-from ..runtime.config import TokenSafeTrainingArguments
+from ..runtime.config import AuxConfig
 from ..tasks.batches import STRATEGIES
 from ..errors import UserInputError
 from ..tartan.config import MetaWeightingArguments
@@ -18,7 +18,7 @@ TASK_WEIGHTINGS = ("uniform", "meta")
 
 
 @dataclass
-class MuppetConfig(MetaWeightingArguments, TokenSafeTrainingArguments):
+class MuppetConfig(MetaWeightingArguments, AuxConfig):
     """Training arguments of `MuppetTrainer`; every `TrainingArguments` field applies. Sub-batches per update =
     `gradient_accumulation_steps` x number of processes, each of `per_device_train_batch_size` rows of one task; its
     default accumulation is 2 (not Trainer's 1), so that heterogeneous batches (at least 2 sub-batches per update)

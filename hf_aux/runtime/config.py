@@ -1,7 +1,7 @@
 """The base of every hf_aux training configuration (the idea of trl's `_BaseConfig`).
 
-`TokenSafeTrainingArguments` is `TrainingArguments` plus what every hf_aux run shares: a Hub token that is never
-pickled (`HubTokenSafeArgsMixin`), run_glue's `overwrite_output_dir` and the `on_nonfinite` policy
+`AuxConfig` (earlier `TokenSafeTrainingArguments`) is `TrainingArguments` plus what every hf_aux run shares: a Hub
+token that is never pickled (`HubTokenSafeArgsMixin`), run_glue's `overwrite_output_dir` and the `on_nonfinite` policy
 (`RunArgsMixin`). Each method's config (`MuppetConfig`, `AmosConfig`, ...) subclasses it and adds its method's
 settings; `hf-aux finetune` uses it as it is.
 
@@ -121,7 +121,10 @@ def check_report_to(args) -> None:
 
 
 @dataclass
-class TokenSafeTrainingArguments(HubTokenSafeArgsMixin, RunArgsMixin, TrainingArguments):
-    """`TrainingArguments` whose pickles (training_args.bin) never hold `hub_token`, with hf_aux's run settings
-    (`RunArgsMixin`: overwrite_output_dir, on_nonfinite): the base of every method's config, and the config of
-    commands that train with the base trainer alone (hf-aux finetune)."""
+class AuxConfig(HubTokenSafeArgsMixin, RunArgsMixin, TrainingArguments):
+    """The config that pairs with `AuxTrainer`: `TrainingArguments` whose pickles (training_args.bin) never hold
+    `hub_token`, with hf_aux's run settings (`RunArgsMixin`: overwrite_output_dir, on_nonfinite, cpu_malloc); the
+    base of every method's config, and the config of `hf-aux finetune` and `hf-aux compare`."""
+
+
+TokenSafeTrainingArguments = AuxConfig  # its earlier name, still exported and documented (docs/hub.md)

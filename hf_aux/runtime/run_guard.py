@@ -453,7 +453,8 @@ class GuardedRun:
     def attach(self, trainer) -> None:
         """Just before training: record the run's configuration in the output folder (nothing is written there
         when the run fails earlier), install the SIGINT/SIGTERM handling (InterruptCallback), and make hf_aux's
-        token-checked push the only one (`AuxTrainer.defer_hub_pushes`: the commands push once, at the end). A
+        token-checked push the only one (the commands build the trainer with `defer_hub_pushes` and push once, at
+        the end; a trainer built without it is refused here). A
         finished run being finished (`finishing`) is loaded into `trainer` instead (`load_finished_run`), whether
         or not the command asks for training, so what it then evaluates, predicts, describes or pushes is that
         run's final model, never the one the arguments build."""
@@ -477,7 +478,9 @@ class GuardedRun:
                 json.dumps({"configuration": self.configuration}, indent=1, sort_keys=True))
         if not any(isinstance(c, InterruptCallback) for c in trainer.callback_handler.callbacks):
             trainer.add_callback(InterruptCallback())
-        trainer.defer_hub_pushes = bool(trainer.args.push_to_hub)
+        if trainer.args.push_to_hub and not trainer.defer_hub_pushes:
+            raise TypeError("hf_aux's run guard: a run that pushes needs its trainer built with "
+                            "defer_hub_pushes=True (the command pushes the output folder once, at the end)")
         if self.finished:  # finishing it: every later step (evaluation, prediction, card, push) is of its model
             load_finished_run(trainer, self)
 

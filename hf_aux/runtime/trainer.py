@@ -66,9 +66,11 @@ class AuxTrainer(ModelCardMixin, Trainer):
     `hf-aux finetune` trains with it as it is."""
 
     _watch_model_loss = True
-    defer_hub_pushes = False  # set by the hf-aux commands (hf_aux.runtime.run_guard.GuardedRun.attach)
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, defer_hub_pushes: bool = False, **kwargs):
+        """`defer_hub_pushes`: Trainer's own pushes become hf_aux's token-checked ones; the hf-aux commands pass
+        `--push_to_hub` here and push the output folder once, at the end (module docstring, "Hub pushes")."""
+        self.defer_hub_pushes = defer_hub_pushes
         super().__init__(*args, **kwargs)
         self._nonfinite_guard = install_nonfinite_guard(self, watch_model_loss=self._watch_model_loss)
         # on CPU, glibc's malloc keeps what a step frees for the next step (hf_aux.runtime.cpu_malloc)

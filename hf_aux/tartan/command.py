@@ -205,6 +205,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     from ..tasks.loading import load_task_splits
     from .trainer import TartanTrainer
     from ..cli.run import finish_run, record_metrics, start_run, train_and_save
+    from ..runtime.hub import push_trainer_output
 
     if model_args is None or data_args is None or training_args is None:
         model_args, data_args, training_args, lora_args = parse_args()
@@ -243,7 +244,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     trainer = TartanTrainer(
         model=model, args=training_args, train_dataset=features["train"], eval_dataset=features.get("validation"),
         auxiliary_datasets=blocks, processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
-        compute_metrics=compute_metrics, callbacks=callbacks, peft_config=lora_args.lora_config())
+        compute_metrics=compute_metrics, callbacks=callbacks, peft_config=lora_args.lora_config(),
+        defer_hub_pushes=training_args.push_to_hub)
     run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
 
     results = {}
@@ -269,11 +271,13 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
                                                                             metric_key_prefix="test")))
 
     hub_dataset = hub_id_or_none(data_args.dataset_name)
-    finish_run(trainer, finetuned_from=model_path, end_task_name=task.name, metrics=results,
-               license=model_args.license, license_name=model_args.license_name, source=task.provenance()[1],
-               dataset_tags=[hub_dataset] if hub_dataset else None,
-               dataset_args=[data_args.dataset_config_name] if hub_dataset else None,
-               tags=["text-classification", "end-task-aware-training"])
+    saved = finish_run(trainer, finetuned_from=model_path, end_task_name=task.name, metrics=results,
+                       license=model_args.license, license_name=model_args.license_name, source=task.provenance()[1],
+                       dataset_tags=[hub_dataset] if hub_dataset else None,
+                       dataset_args=[data_args.dataset_config_name] if hub_dataset else None,
+                       tags=["text-classification", "end-task-aware-training"])
+    if saved and training_args.push_to_hub:  # the one push: the output folder, token-checked
+        push_trainer_output(trainer)
     return results
 
 

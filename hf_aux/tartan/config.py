@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 
-from ..runtime.config import TokenSafeTrainingArguments
+from ..runtime.config import AuxConfig
 from ..errors import UserInputError
 
 
@@ -57,7 +57,7 @@ class MetaWeightingArguments:
 
 
 @dataclass
-class TartanConfig(MetaWeightingArguments, TokenSafeTrainingArguments):
+class TartanConfig(MetaWeightingArguments, AuxConfig):
     """Training arguments of `TartanTrainer` (every `TrainingArguments` field, plus the method's own; the META
     rule's settings, `task_weight_lr` and `meta_head_*`, are `MetaWeightingArguments` below)."""
 
