@@ -191,3 +191,25 @@ def test_the_type_checking_imports_name_every_public_name():
     named = {alias.name: node.module for node in block.body for alias in node.names}
     assert set(named) == set(hf_aux.__all__) - {"__version__"}
     assert {name: hf_aux._LAZY_NAMES[name] for name in named} == named
+
+
+def test_the_shared_core_is_three_rooms_and_method_only_code_is_home():
+    """hf_aux's top level holds packages and four small modules; the META rule and its settings live in tartan/,
+    the probe in amos/ (a newcomer changing TARTAN's weighting opens one folder)."""
+    top = sorted(path.name for path in ROOT.glob("*.py"))
+    assert top == ["__init__.py", "_moved.py", "_versions.py", "errors.py", "registry.py"]
+    assert {"tasks", "runtime", "cards", "modeling", "cli", "compare", "finetune", *METHODS} <= {
+        path.name for path in ROOT.iterdir() if (path / "__init__.py").is_file()}
+    assert (ROOT / "tartan" / "weighting.py").is_file() and (ROOT / "amos" / "probe.py").is_file()
+    defined = {path.relative_to(ROOT).as_posix() for path in ROOT.rglob("*.py")
+               if "class MetaWeightingArguments" in path.read_text() or "def meta_update(" in path.read_text()}
+    assert defined and all(name.startswith("tartan/") for name in defined), defined
+
+
+def test_no_function_over_100_lines():
+    long = []
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 100:
+                long.append(f"{path.relative_to(ROOT)}:{node.name} {node.end_lineno - node.lineno + 1}")
+    assert long == []
