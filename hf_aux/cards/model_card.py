@@ -259,27 +259,19 @@ def render_model_card(
     """Render the model card of a checkpoint trained with `method` ("muppet", "amos", "tartan", "meta_lm", or
     "finetune" for run_finetune.py's single-task fine-tuning).
 
-    model_name: the checkpoint's name (its repository name), also the model-index name.
-    base_model: the Hub id (or path) it started from; datasets: Hub dataset ids used for training.
-    tasks: `TaskSummary` per task; their metrics become the model-index.
-    hyperparameters: name -> value, e.g. `hyperparameters_from_args(trainer.args)` (never contains the token).
-    figures: file path relative to the repository root (a PNG saved beside the card) -> caption.
-    versions: framework versions (default: `framework_versions()`).
-    model_id: "<user>/<repo>" used in the loading snippets (default: `model_name`).
-    auto_class: the transformers Auto class that loads it; hf_aux_class: dotted path of the hf_aux class that
-    restores everything (heads included), e.g. "hf_aux.modeling.multitask.MultiTaskModel".
-    notes: free Markdown added under "Training procedure".
-    adapter: the folder holds LoRA adapters for the body (peft's files) and the heads, not the base weights: the
-    card's metadata says `library_name: peft` and its loading section says how to restore them;
-    adapter_auto_class: the Auto class of the body the adapter fits as it is (`PeftModel.from_pretrained(
-    <class>.from_pretrained(base_model), folder)`), None where only hf_aux restores it; merged_subfolder: where
-    the merged plain checkpoint lies in the repository (loaded with `auto_class`), if one was written.
-    license: the licence (e.g. "apache-2.0"; `base_model_license` reads the base model's), `license_name` its name
-    when it is "other" (hf_aux.cards.licenses); pipeline_tag: the Hub pipeline the checkpoint serves
-    (`body_pipeline_tag`, "text-classification", "fill-mask"), if one fits; trust_remote_code: `auto_class` runs
-    modeling code shipped in the folder (the loading snippets pass `trust_remote_code=True`).
-    Only tasks whose data came from a Hub dataset (`TaskSummary.dataset`) enter the model-index, whose dataset ids
-    the Hub links; the others' metrics are in the card's task table with their `source`.
+    model_name: the checkpoint's (repository) name, also the model-index name; base_model: the Hub id or path it
+    started from; datasets: Hub dataset ids used for training; tasks: `TaskSummary` per task (their metrics become
+    the model-index, for tasks whose data came from a Hub dataset; the others are in the task table with their
+    `source`); hyperparameters: name -> value (never the token); figures: PNG path beside the card -> caption;
+    versions: framework versions (default `framework_versions()`); model_id: "<user>/<repo>" for the loading
+    snippets (default `model_name`); auto_class: the transformers Auto class that loads it; hf_aux_class: dotted
+    path of the hf_aux class that restores everything, heads included; notes: Markdown under "Training procedure".
+    adapter: the folder holds LoRA adapters (peft's files) and the heads, not the base weights (`library_name:
+    peft`); adapter_auto_class: the Auto class of the body the adapter fits as it is, None where only hf_aux
+    restores it; merged_subfolder: where a merged plain checkpoint lies, if written. license: e.g. "apache-2.0"
+    (`base_model_license` reads the base model's), `license_name` its name when "other" (hf_aux.cards.licenses);
+    pipeline_tag: the Hub pipeline it serves, if one fits; trust_remote_code: `auto_class` runs modeling code
+    shipped in the folder (the snippets pass `trust_remote_code=True`).
     """
     try:
         record = method_record(method)

@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _peft_unseen_by_transformers():
     """For --help only, whose process ends after printing: transformers.trainer_utils (imported with
     TrainingArguments) imports peft whenever peft is installed, to recognise peft models during training, and
-    that is two thirds of the help's time (~6 s on 2 busy cores); listing the flags needs none of it. Inside this
+    that is most of the help's time (docs/command_line.md); listing the flags needs none of it. Inside this
     block, a first import of trainer_utils sees no peft. Nothing changes when trainer_utils is already imported."""
     import transformers.utils
 

@@ -1,37 +1,23 @@
 """One parser for every hf_aux command: `--config file.yaml` whose values are defaults that any flag overrides, the
 method's shipped demo config under it when no data source is given, and the single-argument-file form.
 
-The layers, lowest first, each overriding the one before:
+Layers, lowest first, each overriding the one before: (1) the dataclasses' own defaults; (2) the method's demo
+config (`hf_aux/cli/configs/<method>.yaml`), only when neither the command line nor `--config` names a data source
+(`data_source_flags`), so `hf-aux tartan --output_dir X --max_steps 4` is the demo, four steps long; (3) the
+`--config` file (YAML or JSON, argument names to values); (4) the flags on the command line.
 
-1. the dataclasses' own defaults (transformers' `TrainingArguments`, the method's config, its data arguments);
-2. the method's demo config (`hf_aux/cli/configs/<method>.yaml`, shipped in the wheel), only when neither the
-   command line nor the `--config` file names a data source (the method's `data_source_flags`), so that
-   `hf-aux tartan --output_dir X --max_steps 4` is the demo, four steps long;
-3. the `--config` file (YAML or JSON, a mapping of argument names to values);
-4. the flags on the command line.
+Then two rules about what the user asked for (`given`: command-line flags and the keys of a --config or argument
+file, never the demo config's):
 
-Then two rules about what the user asked for (`given`: the flags on the command line and the keys of a --config or
-argument file, never the demo config's):
+- Actions (`apply_action_rule`): a training source with no action asked for turns `do_train` on, as in trl; any
+  data source turns `do_eval` on unless given or `--do_predict` alone was asked, where there is a validation split
+  (`evaluation_implied`). Asking for no training, evaluation, prediction or push is an error, before any work.
+- Intervals (`_interval_strategies`): an explicit `--save_steps`, `--eval_steps` or `--logging_steps` implies the
+  steps strategy of its kind when that strategy was not given; given both, a steps value under another strategy
+  is a warning. A single `.json`/`.yaml`/`.yml` argument is the older form: the file holds every argument, no demo.
 
-- Actions (`apply_action_rule`). Naming data to train on means training: with a training source and no action
-  asked for, `do_train` is on (`--do_train false` turns it off), as trl's commands train by default (run_glue's
-  habit, where nothing happens without `--do_train`, is the deliberate difference); `--do_eval` or `--do_predict`
-  alone still mean only that. With any data source `do_eval` is on unless given or `--do_predict` alone was asked,
-  where the data has a validation split (`evaluation_implied`: the command drops it quietly when there is none).
-  A command that asks for no training, evaluation, prediction or push is an error naming the flags, before any
-  work.
-- Intervals (`_interval_strategies`). An explicit `--save_steps`, `--eval_steps` or `--logging_steps` implies the
-  steps strategy of its kind when that strategy was not given (the demo configs' epoch strategies included), as
-  a user of the HF examples expects; given both, a steps value under another strategy is a warning naming both.
-
-A single `.json`/`.yaml`/`.yml` argument (`run_muppet.py config.yaml`, transformers' example-script habit) is the
-older form: the file holds every argument, and no demo config applies.
-
-The parser (`CommandParser`) takes flags only as written in full (no prefix abbreviations: `--max_step` is not
-`--max_steps`), raises every mistake in the command line as a `UserInputError` (an unknown flag with the closest
-known ones), and keeps `--help` to one screen: the method's own flags, then the model's, the data's, and the most
-used Trainer flags; `--help-all` lists every flag.
-"""
+`CommandParser` takes flags only in full (`--max_step` is not `--max_steps`), raises every command-line mistake as
+a `UserInputError` (an unknown flag with the closest known ones), and keeps `--help` to one screen (`--help-all`)."""
 
 from __future__ import annotations
 

@@ -4,30 +4,20 @@ Language Modeling Objective*, §3-§4), as a `transformers.Trainer` subclass.
 One meta step on an unlabelled batch x_u (eqs. 1-3):
   1. the teacher turns x_u into pseudo data (x-hat, y-hat): sampled tokens (hard labels, §3.2) or probabilities
      (soft labels, §3.3: x-hat enters the student as probabilities times its input embedding matrix);
-  2. eq. 1: the student takes its pretraining step on them. This is the student's REAL optimizer step, and it is
-     Trainer's own: `training_step` leaves the pseudo-loss gradient in the student's `.grad`, and Trainer clips
-     and calls `optimizer.step()` as for any model. So the persisted parameters after the step are theta_1.
-  3. The meta part needs theta_1 before Trainer's step has happened. `training_step` computes it exactly from
-     the optimizer's state, as a function: Trainer's clipping then torch's AdamW (or SGD) update
-     (`hf_aux.meta_lm.functional_optim`). For soft labels that function is differentiated (the paper's "whole step
-     differentiated", like `higher`'s differentiable optimizers); for hard labels only its value is used. The
-     tests check that the parameters Trainer's step persists equal this theta_1.
-  4. eq. 2: a finetuning step on a support batch, SGD with `inner_learning_rate` (0.1): theta_2, temporary.
-  5. eq. 3: the loss on a query batch of the same task at theta_2 trains the teacher: hard labels scale the
-     teacher's CE of its own samples by h (eq. 8 cosine for adaptive optimizers, eq. 7 dot product for SGD);
-     soft labels backpropagate the query loss through steps 4, 3 and 1 into the teacher (second order, or first
-     order through the support step with `first_order=True`).
-  6. The teacher's auxiliary losses (§3.4) join its loss; its own AdamW steps every
-     `teacher_gradient_accumulation_steps` meta steps (each with its own student step, §4.1).
-Why not the simpler alternatives: stepping the student optimizer inside `training_step` would make Trainer's
-step a second (momentum/weight-decay) update, and deferring the meta part to the next step would evaluate the
-query at the wrong parameters once the next pseudo step starts; computing theta_1 from the optimizer state keeps
-Trainer in charge of the student and the meta part exact.
-
-`objective="mlm"` is the plain MLM baseline of the student (teacher unused); `fixed_y=True` is Appendix B item 2
-(y-hat fixed to the unlabelled text, the teacher only writes x-hat); `finetune_step=False` drops eq. 2 (the Meta
-Pseudo Labels form, Appendix B item 5).
-"""
+  2. eq. 1: the student's real optimizer step on them is Trainer's own (`training_step` leaves the pseudo-loss
+     gradient in `.grad`; Trainer clips and steps), so the persisted parameters are theta_1;
+  3. `training_step` computes theta_1 exactly, before Trainer's step, as a function of the optimizer's state
+     (Trainer's clipping then torch's AdamW or SGD, `hf_aux.meta_lm.functional_optim`), differentiated for soft
+     labels (the paper's "whole step differentiated"), its value only for hard labels;
+  4. eq. 2: a finetuning step on a support batch, SGD with `inner_learning_rate` (0.1): theta_2, temporary;
+  5. eq. 3: the query loss at theta_2 trains the teacher: hard labels scale its CE of its own samples by h (eq. 8
+     cosine for adaptive optimizers, eq. 7 dot product for SGD); soft labels backpropagate through steps 4, 3, 1
+     (second order, or first order through the support step with `first_order=True`);
+  6. the teacher's auxiliary losses (§3.4) join its loss; its AdamW steps every
+     `teacher_gradient_accumulation_steps` meta steps (§4.1).
+Stepping the student inside `training_step` would make Trainer's step a second update, and deferring the meta part
+would evaluate the query at the wrong parameters. `objective="mlm"`: the plain MLM baseline; `fixed_y=True`:
+Appendix B item 2; `finetune_step=False` drops eq. 2 (Meta Pseudo Labels, Appendix B item 5)."""
 
 from __future__ import annotations
 

@@ -2,21 +2,18 @@
 
 What one optimizer update does (§3):
 - it averages the gradients of `gradient_accumulation_steps * world_size` task-homogeneous sub-batches (one per
-  micro-step per rank), drawn so that an update spans several tasks (§3.2, "heterogeneous batches"), with tasks
-  in proportion to their natural size (§3.4). `hf_aux.tasks.batches.TaskBatchSampler` orders them; §5.2's two
-  ablations (batch- and dataset-homogeneous) are `batching=...`.
-- each sub-batch's loss is its task's Table-2 loss per data point, divided by log n(i) (eq. 1,
-  `hf_aux.muppet.losses`), averaged over the sub-batch. Trainer divides every micro-batch loss by the
-  accumulation steps and DDP averages over ranks, so the update is exactly the mean over its sub-batches, each
-  sub-batch weighing the same whatever its task or token count (`loss_is_scaled_for_ga = False`;
-  `num_items_in_batch`, a token count, is deliberately unused: it would let long seq2seq targets dominate).
+  micro-step per rank), drawn so that an update spans several tasks (§3.2, "heterogeneous batches"), tasks in
+  proportion to their size (§3.4); `hf_aux.tasks.batches.TaskBatchSampler` orders them, and §5.2's ablations
+  (batch- and dataset-homogeneous) are `batching=...`.
+- each sub-batch's loss is its task's Table-2 loss per data point divided by log n(i) (eq. 1,
+  `hf_aux.muppet.losses`), averaged over the sub-batch; the update is exactly the mean over its sub-batches, each
+  weighing the same whatever its task or token count (`loss_is_scaled_for_ga = False`; the token count
+  `num_items_in_batch` is unused: it would let long seq2seq targets dominate).
 - optionally R3F/R4F (§3.2): + lambda * symmetric KL between predictions on clean and noise-perturbed input
-  embeddings (training only); R4F also needs the model's heads (classification,
-  regression, multiple choice, span) spectrally normalised (`MultiTaskModelConfig.spectral_norm_heads`).
-LoRA (`peft_config=LoraConfig(...)`, issue #8): the shared body becomes a peft model with frozen base weights;
-its adapters and every task head train. Checkpoints (intermediate ones too) hold the adapter (peft's
-adapter_config.json + adapter_model.safetensors) and the heads, not the frozen base; resume restores both
-exactly. `model.save_merged(dir)` writes a plain checkpoint that `AutoModel` loads without hf_aux or peft.
+  embeddings (training only); R4F also spectrally normalises the heads (`MultiTaskModelConfig.spectral_norm_heads`).
+LoRA (`peft_config=LoraConfig(...)`, issue #8): the shared body's adapters and every task head train; checkpoints
+hold the adapter and the heads, not the frozen base, and resume restores both exactly; `model.save_merged(dir)`
+writes a plain checkpoint that `AutoModel` loads without hf_aux or peft.
 Logged every `logging_steps`: per task, the mean raw (`loss/<task>`) and scaled (`scaled_loss/<task>`) sub-batch
 loss, summed across processes. `evaluate()` scores every task with its own metrics and reports their average.
 """

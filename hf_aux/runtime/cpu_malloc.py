@@ -2,24 +2,20 @@
 
 glibc's malloc maps every buffer above its mmap threshold fresh from the kernel and unmaps it on free, and trims the
 top of its heap whenever enough of it is free, so a training step that makes and frees the same buffers every step
-pays their page faults every step: vocabulary-sized temporaries of the meta-learned objectives (a second-order step
-measured 1.16-1.23 x its FLOP floor with glibc's defaults, 1.06-1.09 with this module's settings, 1.05 with
-tcmalloc), and every MUPPET update (5,200-7,000 page faults and 8-12 ms in the kernel per update with glibc's
-defaults, 1,100-1,600 and 2-3 ms with these settings). docs/scaling.md and the measurement notes have the figures.
+pays their page faults every step (the meta-learned objectives' vocabulary-sized temporaries, every MUPPET update;
+the figures are in docs/scaling.md).
 
 `keep_freed_memory()` sets, through glibc's `mallopt`, what the environment variables
 `MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=2147483647 MALLOC_TOP_PAD_=268435456` set at start-up:
 every buffer up to 32 MB (glibc's largest threshold on 64-bit; by default it starts at 128 KB and rises as mapped
 buffers are freed) comes from the heap, the heap top is given back only when 2 GiB of it are free, and the heap
 grows in steps of 256 MiB (of address space: a page counts in the resident set once touched). The process then
-keeps its peak memory until it exits. Larger buffers keep mappings of their own: taken from the heap, they fragment
-it (glibc 2.36: a 64 MB temporary freed each step with a small tensor kept after it grew the heap by 64 MB a step,
-since torch's 64-byte-aligned request never fits the chunk the previous one left). It changes nothing where another
-allocator is loaded (tcmalloc, jemalloc, mimalloc: they keep freed memory already), where the malloc is not
-glibc's, or where the user set glibc's malloc variables (`MALLOC_*_`, `GLIBC_TUNABLES` naming glibc.malloc):
-their choice stands. Every hf_aux trainer calls it on a CPU run unless `cpu_malloc="system"` (`--cpu_malloc
-system`).
-"""
+keeps its peak memory until it exits. Larger buffers keep mappings of their own: taken from the heap, they would
+fragment it (torch's 64-byte-aligned request never fits the chunk a freed one of the same size left). It changes
+nothing where another allocator is loaded (tcmalloc, jemalloc, mimalloc: they keep freed memory already), where the
+malloc is not glibc's, or where the user set glibc's malloc variables (`MALLOC_*_`, `GLIBC_TUNABLES` naming
+glibc.malloc): their choice stands. Every hf_aux trainer calls it on a CPU run unless `cpu_malloc="system"`
+(`--cpu_malloc system`)."""
 
 from __future__ import annotations
 

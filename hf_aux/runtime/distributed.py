@@ -63,7 +63,7 @@ def seeded_rng(seed: int, device: torch.device):
     they were, so Trainer's own draws (samplers, checkpointed RNG states) are untouched."""
     with torch.random.fork_rng(devices=[] if device.type == "cpu" else [device]):
         if device.type == "cpu":  # the CPU generator alone: torch.manual_seed also seeds (and would leave changed)
-            torch.default_generator.manual_seed(seed)  # every accelerator's, ~90 us a call (per micro-batch)
+            torch.default_generator.manual_seed(seed)  # every accelerator's, a cost per micro-batch (docs/scaling.md)
         else:
             torch.manual_seed(seed)
         yield

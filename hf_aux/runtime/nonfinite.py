@@ -3,23 +3,19 @@
 
 - `check_finite_loss(trainer, parts, owner)`: called by a trainer's loss code with its named loss parts; a NaN/Inf
   part raises `NonFiniteTrainingError` naming the step, every part's value and the last checkpoint, before the
-  optimizer step. On CPU at once (one host sync); on an accelerator the guard checks every sub-batch's parts of
-  the update together right before its optimizer step (one host sync per update).
+  optimizer step. On CPU at once; on an accelerator the guard checks the update's parts together right before
+  its optimizer step (one host sync per update).
 - `NonFiniteGuard`, a `TrainerCallback` every hf_aux trainer installs. With `on_nonfinite` 'stop' (the default)
-  it costs nothing on most steps: a non-finite gradient that the loss checks did not already stop makes the
-  parameters it updates non-finite, so the guard checks the parameters (one pass, one host sync) on the steps
-  where Trainer logs, evaluates, saves or ends, and the base trainer (`hf_aux.runtime.trainer.AuxTrainer`) checks them
-  again right before it writes any model. The error names the step where they were found and, when the last check
-  was earlier, the steps whose update may have caused it. Nothing non-finite ever reaches a checkpoint or the final
-  model, and the last good checkpoint stays as it was. The loss of the model's last forward (`watch_model_loss`,
-  a scalar) is still checked at every step. Modules a trainer updates beside the model with an optimizer of their
-  own (`NonFiniteGuard.watch`: the meta-learned objective's teacher) are checked with it, on the same schedule.
-  With 'skip', every step is checked before the update (the gradients: per-tensor max |g|, one host sync) and after
-  it (the parameters: an update can overflow even from finite gradients).
-- `--on_nonfinite skip` (a field of every hf_aux config, through `hf_aux.runtime.run_guard.RunArgsMixin`): a step whose
-  loss or gradients are non-finite is skipped instead (its gradients are dropped, so the optimizer leaves every
-  parameter and its moments as they were); the count is logged as `nonfinite_skipped_steps`. Parameters that
-  became non-finite cannot be skipped back and always stop the run.
+  a non-finite gradient the loss checks missed makes the parameters non-finite, so the guard checks the
+  parameters (one pass, one host sync) where Trainer logs, evaluates, saves or ends, and `AuxTrainer` checks them
+  again right before it writes any model: nothing non-finite reaches a checkpoint or the final model. The error
+  names the step and, when the last check was earlier, the steps whose update may have caused it. The model's
+  last loss (`watch_model_loss`) is checked every step; modules updated beside the model with an optimizer of
+  their own (`NonFiniteGuard.watch`: the meta-learned objective's teacher) are checked with it. With 'skip',
+  every step is checked before the update (gradients) and after it (parameters).
+- `--on_nonfinite skip` (every hf_aux config, through `hf_aux.runtime.run_guard.RunArgsMixin`): a step whose loss
+  or gradients are non-finite is skipped (its gradients dropped, the optimizer leaves parameters and moments as
+  they were) and counted as `nonfinite_skipped_steps`. Parameters that became non-finite always stop the run.
 """
 
 from __future__ import annotations

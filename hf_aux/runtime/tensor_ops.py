@@ -15,12 +15,9 @@ def row_dots(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """sum_v a_nv b_nv for each row n of two [N, V] tensors -> [N].
 
     On CPU, for rows of `ROW_DOTS_LOOP_FROM` entries or more, one `torch.dot` per row: one pass over both and no
-    [N, V] product buffer (a batched [1, V] x [V, 1] product, `torch.bmm`, measured 5-7x slower over
-    vocabulary-sized rows: 20.8 against 3.9 ms on [256, 30526], 12.2 against 1.7 ms on [154, 30522];
-    `torch.linalg.vecdot` writes the product buffer, whose fresh pages a CPU allocator pays for: 4.9 against
-    3.0 ms on [256, 30526]). Shorter rows, and elsewhere (CUDA): `torch.linalg.vecdot`, a few kernels however many
-    rows, since there a call per row costs more than the arithmetic (CPU, [272, 512]: 0.03 against 0.7-1.5 ms;
-    [256, 8192]: 1.25 against 1.28 ms)."""
+    [N, V] product buffer, whose fresh pages a CPU allocator pays for (`torch.bmm` and `torch.linalg.vecdot` are
+    slower over vocabulary-sized rows). Shorter rows, and elsewhere (CUDA): `torch.linalg.vecdot`, a few kernels
+    however many rows, since there a call per row costs more than the arithmetic. Timings: docs/scaling.md."""
     if a.device.type != "cpu" or a.shape[-1] < ROW_DOTS_LOOP_FROM:
         return torch.linalg.vecdot(a, b)
     return torch.stack([torch.dot(x, y) for x, y in zip(a, b)]) if len(a) else a.new_zeros(0)
@@ -64,10 +61,9 @@ def vocabulary_projection(hidden: torch.Tensor, weight: torch.Tensor, bias: torc
     projection onto the vocabulary whose gradient G arrives long after it was made.
 
     torch's linear backward makes the weight gradient in the weight's layout, G^T hidden, which reads the
-    [N, V] gradient down its columns: on CPU (MKL) 26 ms for [256, 30526] x [256, 64] when G is not in the cache,
-    against 7-9 ms when it is (an MLM step: G was just made) and 8-9 ms for hidden^T G, which reads G along its
-    rows, then 1-2 ms more to transpose into the weight's layout (docs/meta_lm_measurements.md). The meta-learned
-    objective's teacher heads are such a case: their gradients come at the end of a step whose vocabulary-sized
+    [N, V] gradient down its columns, slow on CPU once G has left the cache; hidden^T G reads G along its rows,
+    then is transposed into the weight's layout (timings: docs/scaling.md). The meta-learned objective's teacher
+    heads are such a case: their gradients come at the end of a step whose vocabulary-sized
     buffers do not fit in the cache. Under autocast it computes in the autocast dtype, as F.linear does (the
     casts are outside the product, so the parameters' gradients come back in their own dtype). Its backward is
     made of differentiable operations, so second derivatives are exact too."""
@@ -78,8 +74,8 @@ def vocabulary_projections(hiddens: list[torch.Tensor], weight: torch.Tensor,
                            bias: torch.Tensor | None = None) -> list[torch.Tensor]:
     """`vocabulary_projection` of several hidden states (each [..., H]) by one weight, in one call whose backward
     accumulates sum_i hidden_i^T G_i in one [H, V] buffer and transposes it into the weight's layout once, instead
-    of a [V, H] gradient, its transpose and an addition per call (2.7 + 1.6 ms each for a 30,526-token vocabulary
-    at hidden 64 on CPU): the teacher's heads project its x-hat rows and its auxiliary losses' rows."""
+    of a [V, H] gradient, its transpose and an addition per call (timings: docs/scaling.md): the teacher's heads
+    project its x-hat rows and its auxiliary losses' rows."""
     device_type = weight.device.type
     autocast = torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
     if autocast:  # cast as autocast would, then compute with it off (the Function's products are in that dtype)
@@ -112,9 +108,9 @@ def soft_embedding(probs: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     weight [V, H] the embedding matrix), for probabilities made long before the embedding's gradient is.
 
     torch's matmul backward makes the embedding's gradient as probs^T G, [V, N] x [N, H], which reads the [N, V]
-    probabilities down their columns: ~22 ms for [256, 30526] x [256, 64] on CPU when they are no longer in the cache
-    (the first-order meta step's pseudo input, made at its start), against ~8 ms for G^T probs, which reads them
-    along their rows, and ~2 ms to transpose that into the weight's layout. Outside autocast only (under autocast:
+    probabilities down their columns, slow on CPU once they have left the cache (the first-order meta step's pseudo
+    input, made at its start); G^T probs reads them along their rows, then is transposed into the weight's layout
+    (timings: docs/scaling.md). Outside autocast only (under autocast:
     `probs @ weight`, as autocast casts it)."""
     device_type = weight.device.type
     if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):

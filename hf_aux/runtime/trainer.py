@@ -2,44 +2,22 @@
 
 `AuxTrainer` is a `transformers.Trainer` with:
 
-- **Models made of several parts.** A checkpoint of hf_aux is often more than config.json + model.safetensors (a
-  body plus task heads, a discriminator plus its generator, a classifier plus MLM heads). A model says how it is
-  saved and restored through a small protocol:
+- **Models of several parts** (a body plus heads, a discriminator plus its generator): a model writes every part
+  with `save_pretrained(folder)` and, if it defines `load_checkpoint(folder, load_standard)`, restores them on
+  resume and for `load_best_model_at_end` (`load_standard(folder)` is Trainer's own loading of model.safetensors).
+  A trainer with state of its own adds `_save_model_extras(folder)`, `_save_checkpoint_extras(folder)` (before
+  trainer_state.json, which marks a checkpoint complete) and `_load_checkpoint_extras(folder)`. A streamed corpus
+  (`hf_aux.tasks.streaming.ResumableStream`) has its position saved in every checkpoint and restored on resume.
+- **Hub pushes**: with `defer_hub_pushes` (the `hf-aux` commands push once, at the end, through
+  `hf_aux.runtime.hub.push_trainer_output`), `push_to_hub` only logs and checkpoint pushes go through the
+  token-checked `hf_aux.runtime.hub.push_checkpoint`; unset, Trainer's own pushes run.
+- **The model card** (`hf_aux.cards.model_card.ModelCardMixin`), **CPU memory reuse** (`hf_aux.runtime.cpu_malloc`,
+  `cpu_malloc` 'keep' or 'system') and **the non-finite guard** (`hf_aux.runtime.nonfinite`; `_watch_model_loss`
+  checks the model's own loss where no method trainer checks named loss parts).
 
-  `save_pretrained(folder)`                 writes every part (Trainer calls it for a `PreTrainedModel`; for any
-                                            other model the base calls it instead of saving a bare state dict);
-  `load_checkpoint(folder, load_standard)`  restores every part in place from a checkpoint folder, on resume and
-                                            for `load_best_model_at_end`; `load_standard(folder)` is Trainer's own
-                                            loading of model.safetensors into the model (sharded, FSDP, DeepSpeed),
-                                            for the part that is a plain checkpoint.
-
-  A model without `load_checkpoint` is loaded as Trainer loads it. A trainer whose checkpoints hold state of its
-  own (a second model, task weights, an optimizer of its own) adds three hooks: `_save_model_extras(folder)`
-  (beside every saved model), `_save_checkpoint_extras(folder)` (into a checkpoint folder, before
-  trainer_state.json, the file that marks it complete) and `_load_checkpoint_extras(folder)` (on resume).
-  A streamed corpus (`hf_aux.tasks.streaming.ResumableStream` as the train dataset) has its position saved into every
-  checkpoint and restored on resume, for every trainer; the checkpoint's random state is then restored again after
-  the first batches are fetched, where Trainer restores it when it skips seen batches (a call of Trainer's
-  `_load_rng_state`, not an override).
-- **Hub pushes.** With `defer_hub_pushes` set (the `hf-aux` commands set it: they push the output folder once, at
-  the end, after evaluation and the card, with `hf_aux.runtime.hub.push_trainer_output`), `push_to_hub` (which
-  `save_model` calls) only logs, and checkpoint pushes (`hub_strategy`) go through hf_aux's token-checked
-  `hf_aux.runtime.hub.push_checkpoint`. Unset, Trainer's own pushes run.
-- **The model card** (`hf_aux.cards.model_card.ModelCardMixin`): the method's record (`_method`) names the paper and
-  the template; the trainer adds its tasks, figures and details.
-- **CPU memory reuse** (`hf_aux.runtime.cpu_malloc`): on a CPU run with glibc's malloc, freed memory is kept for the
-next
-  step (`cpu_malloc`, default 'keep'; 'system' leaves malloc alone).
-- **The non-finite guard** (`hf_aux.runtime.nonfinite`): with `on_nonfinite` 'stop', parameters checked where Trainer
-  logs, evaluates, saves or ends, and before any model is written; with 'skip', every step.
-  `_watch_model_loss`: also check the loss of the model's forward pass (the base trainer used as it is, whose loss
-  no hf_aux code sees); the method trainers check their own named loss parts instead.
-
-The private Trainer methods overridden here (`_save`, `_save_checkpoint`, `_load_from_checkpoint`,
-`_load_best_model`, `_push_from_checkpoint`) are private on purpose: Trainer has no public hook that saves or
-loads a model's weights, writes into a checkpoint before it is marked complete, or pushes a checkpoint (nor one
-that restores the random state: the stream's resume calls `_load_rng_state`).
-"""
+The private Trainer methods overridden (`_save`, `_save_checkpoint`, `_load_from_checkpoint`, `_load_best_model`,
+`_push_from_checkpoint`) have no public hook: none saves or loads a model's weights, writes into a checkpoint
+before it is complete, or pushes a checkpoint (nor restores the random state: the stream calls `_load_rng_state`)."""
 
 from __future__ import annotations
 
@@ -84,8 +62,7 @@ class AuxTrainer(ModelCardMixin, Trainer):
     def unwrapped(self, model=None):
         """`self.accelerator.unwrap_model(model)` (default: the trainer's model), remembered per wrapper object: the
         trainers need the plain module every sub-batch, and accelerate's unwrap looks up installed packages on each
-        call (0.36 ms measured, most of what MuppetTrainer added over a plain Trainer per sub-batch on a small body,
-        and a host stall on a GPU whose step is bound by launching kernels)."""
+        call, a cost per sub-batch (docs/scaling.md)."""
         model = self.model if model is None else model
         cache = self.__dict__.setdefault("_unwrapped_by_id", {})
         found = cache.get(id(model))

@@ -53,7 +53,7 @@ class MetricAccumulator:
     def add(self, name: str, value: torch.Tensor, count: torch.Tensor | float = 1.0) -> None:
         value = value.detach().float().reshape(())
         # a count given as a number stays a number: making it a device tensor is a host-to-device copy, which
-        # stops the host on CUDA (twice per MUPPET sub-batch, measured with torch's sync debug mode)
+        # stops the host on CUDA (docs/scaling.md)
         count = count.detach().float().reshape(()) if isinstance(count, torch.Tensor) else float(count)
         self.last[name] = value
         if name in self._sums:

@@ -1,26 +1,20 @@
 """A fast tokenizer's encodings straight into Arrow, without a Python list per row and field.
 
-`tokenizer(first, second, truncation=True, max_length=n)` turns every row's encoding into three Python lists
-(input_ids, token_type_ids, attention_mask) that datasets then converts back into Arrow; on a mixture of 50 tasks x
-100k rows that conversion was a large share of a cold start's CPU time. `encode_rows` and `encode_choices` give the
-same input_ids, token_type_ids and attention_mask as that call (the same keys, values and Arrow types datasets
-writes for them: list<int32> ids, list<int8> masks and type ids), read from the Rust encodings into numpy in one
-pass each:
+`tokenizer(first, second, truncation=True, max_length=n)` turns every row's encoding into Python lists that
+datasets converts back into Arrow, a large share of a cold start's CPU time on a large mixture (docs/tasks.md).
+`encode_rows` and `encode_choices` give the same input_ids, token_type_ids and attention_mask as that call (the same
+keys, values and Arrow types: list<int32> ids, list<int8> masks and type ids), read from the Rust encodings into
+numpy in one pass each:
 
 - the call itself runs on the batch's first row, which sets the backend's truncation, padding and special-token
-  handling exactly as it sets them for the whole batch; the batch is then encoded by the backend's
-  `encode_batch_fast` (the same encodings as `encode_batch`, without the character offsets nobody reads here);
-- the attention mask is all ones (nothing is padded: the call pads nothing, which is checked);
-- multiple choice: a question is encoded once, not once per choice. Each sequence of a pair is encoded on its own
-  in the backend anyway; `Tokenizer.post_process` then truncates the pair and adds the special tokens exactly as
-  `encode` does (inside `encode` a pair's second sequence starts with type id 1, on its own with 0; the
-  post-processing sets the type ids again, with or without a post-processor). Only the pairs that need truncating
-  go through `post_process` one by one: the others are assembled in numpy from the layout `post_process` gives one
-  untruncated pair (its special tokens before, between and after the two sequences, and each part's type id).
-  Every batch checks its first pairs against the pairs encoded whole and encodes whole pairs where they differ.
+  handling as for the whole batch; the batch is then encoded by `encode_batch_fast` (no character offsets);
+- the attention mask is all ones (nothing is padded, which is checked);
+- multiple choice: a question is encoded once, not once per choice; `Tokenizer.post_process` truncates a pair and
+  adds the special tokens exactly as `encode` does. Only pairs that need truncating go through `post_process` one
+  by one; the others are assembled in numpy from the layout `post_process` gives one untruncated pair. Every batch
+  checks its first pairs against the pairs encoded whole and encodes whole pairs where they differ.
 
-`tests/test_startup.py` compares every path with the transformers call, truncation included, and the pairs put
-together in numpy with post-processing every pair.
+`tests/test_startup.py` compares every path with the transformers call, truncation included.
 """
 
 from __future__ import annotations

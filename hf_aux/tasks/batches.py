@@ -1,33 +1,22 @@
 """Task-homogeneous micro-batches, arranged so that one optimizer update spans several tasks (MUPPET §3.2, §5.2).
 
-A `TaskBatchSampler` is a batch sampler over the concatenation of the tasks' train splits (task 0's rows first,
-then task 1's, ...; `MultiTaskDataset` is that concatenation). Every batch it yields holds rows of ONE task; one
-optimizer update consumes `sub_batches_per_update` consecutive batches of its stream. With Trainer this is
-`gradient_accumulation_steps * world_size`: accelerate hands batch k of the stream to rank k % world_size, so the
-`gradient_accumulation_steps` micro-batches of one rank and those of the other ranks together are one update.
+A `TaskBatchSampler` samples batches over the concatenation of the tasks' train splits (`MultiTaskDataset`). Every
+batch holds rows of ONE task; an update consumes `sub_batches_per_update` consecutive batches of its stream, with
+Trainer `gradient_accumulation_steps * world_size` (accelerate hands batch k to rank k % world_size).
 
 One epoch, a pure function of (seed, epoch):
-1. counts: task i gets c_i = ceil(n_i / batch_size) batches (its natural size, §3.4); with `temperature` T != 1,
-   c_i is proportional to n_i ** (1 / T) with the same total (T > 1 flattens towards uniform, a comparison the
-   paper argues against). Each task's rows are reshuffled every epoch and cut into full batches; the last batch is
-   completed with rows of the task's next permutation (a few rows are seen twice; no batch is short, so the equal
-   weighting of sub-batches is also an equal weighting of rows within a task).
-2. order, by `strategy`:
-   heterogeneous       (§3.2) each task's batches are spread evenly over the epoch (batch k of task i at position
-                       (k + u) / c_i, u ~ U(0, 1)), so every window of an update holds tasks in proportion to their
-                       sizes; an update that still came out with a single task swaps one of its batches with a
-                       nearby update (counts are unchanged) so that it spans at least two tasks.
-   batch_homogeneous   (§5.2) every update is `sub_batches_per_update` (G) batches of one task; the updates are
-                       shuffled. The counts c_i stay those above, so the ablation changes only how updates are
-                       composed, not how often each task is seen: the c_i mod G batches a task has left over after
-                       its whole updates are pooled with the other tasks' remainders (shuffled) and cut into at most
-                       as many mixed updates as there are tasks; the pool's last, short update ends the epoch (as
-                       in the other strategies, only the epoch's last update can be short).
-   dataset_homogeneous (§5.2) one dataset after another, in mixture order (each task's batches shuffled).
-Resuming mid-epoch needs no extra state: Trainer skips the batches already seen, and the order is recomputed from
-(seed, epoch). `state_dict()` records what the order depends on so a resume can check it did not change.
-
-The meta-learned LM objective's support/query draw is its own (hf_aux.meta_lm.support_query).
+1. counts: task i gets c_i = ceil(n_i / batch_size) batches (§3.4), or with `temperature` T != 1 c_i proportional
+   to n_i ** (1 / T), same total. Rows are reshuffled every epoch; the last batch is completed from the task's next
+   permutation, so no batch is short and equal sub-batch weights are equal row weights within a task.
+2. order, by `strategy`: `heterogeneous` (§3.2) spreads each task's batches evenly (batch k of task i at
+   (k + u) / c_i, u ~ U(0, 1)), and an update that still has a single task swaps a batch with a nearby update;
+   `batch_homogeneous` (§5.2) makes updates of G = `sub_batches_per_update` batches of one task, shuffled, with the
+   same counts: each task's c_i mod G left-over batches are pooled and cut into at most as many mixed updates as
+   there are tasks (only the epoch's last update can be short); `dataset_homogeneous` (§5.2) goes one dataset after
+   another, in mixture order.
+Resuming mid-epoch needs no extra state: Trainer skips the batches already seen and the order is recomputed from
+(seed, epoch); `state_dict()` records what the order depends on so a resume can check it did not change. The
+meta-learned LM objective's support/query draw is its own (hf_aux.meta_lm.support_query).
 """
 
 from __future__ import annotations

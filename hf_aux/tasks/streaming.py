@@ -3,22 +3,20 @@ fly, in bounded memory, with an exact resume.
 
 - `stream_corpus`: a local text/csv/json(l)/parquet file or a Hub dataset as an `IterableDataset` of its text
   column (`load_dataset(..., streaming=True)`): nothing is converted to Arrow on disk, nothing is read ahead.
-- `stream_mlm_blocks`: the same blocks `hf_aux.tasks.data.group_texts_for_mlm` makes of a dataset (the same function,
-  over the same batches of 1,000 documents), made as training reads them.
+- `stream_mlm_blocks`: the blocks `hf_aux.tasks.data.group_texts_for_mlm` makes (same function, same batches of
+  1,000 documents), made as training reads them.
 - `ResumableStream`: the torch `IterableDataset` a trainer reads. It keeps the source's `state_dict()` at the last
-  positions it yielded, so that a checkpoint stores the position of exactly the blocks training consumed (not the
-  ones the data loader fetched ahead), and a resumed run continues with the next block the uninterrupted run
-  would have read (and every later pass starts at the corpus' start, as the uninterrupted run's do).
-  `hf_aux.runtime.trainer.AuxTrainer` saves it into every checkpoint (`stream_state.json`) and restores it on resume,
-  and turns off Trainer's own skipping of seen batches, which would read the stream again from its start and draw
-  the skipped batches' MLM masks from the restored random state.
+  positions it yielded, so a checkpoint stores the position of exactly the blocks training consumed (not those
+  the data loader fetched ahead) and a resumed run continues with the block the uninterrupted run would have read.
+  `hf_aux.runtime.trainer.AuxTrainer` saves it in every checkpoint (`stream_state.json`), restores it on resume,
+  and turns off Trainer's skipping of seen batches.
 - `StreamBatches`: the streamed counterpart of `hf_aux.tasks.batches.BatchStream` for batches a trainer draws itself
-  (TARTAN's auxiliary MLM tasks, the meta-learned LM objective's MLM support and query batches): endless batches
-  read in order, pass after pass, over a reader of its own, with its position (`state_dict()`) for checkpoints.
+  (TARTAN's auxiliary MLM tasks, the meta-learned LM objective's support and query batches): endless batches read
+  in order, pass after pass, with its position (`state_dict()`) for checkpoints.
 
 The stream is read in order: a shuffle buffer cannot be restored exactly, so there is none (as in run_mlm.py's
---streaming). Only the main process reads a train dataset's stream (accelerate dispatches an iterable dataset's
-batches to the others); every process reads a `StreamBatches` and keeps its own batches.
+--streaming). Only the main process reads a train dataset's stream (accelerate dispatches its batches); every
+process reads a `StreamBatches` and keeps its own batches.
 """
 
 from __future__ import annotations
