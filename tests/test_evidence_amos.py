@@ -49,6 +49,9 @@ def test_quick_study_runs_every_variant_and_renders_the_report(tmp_path):
         assert [entry["mixture_weight/layer_1"], entry["mixture_weight/layer_2"]] == pytest.approx(final, abs=1e-5)
     downstream = {(r["claim"], r["variant"]) for r in runs if r["claim"].startswith("downstream/")}
     assert downstream == {(f"downstream/{task}", name) for task in TASKS for name in ORDER}
+    for r in (r for r in runs if r["claim"].startswith("downstream/")):  # through the engine: its record's fields
+        assert 0 <= r["value"] <= 1 and 0 <= r["validation"] <= 1 and 0 <= r["majority_baseline"] <= 1
+        assert r["cpu_s"] > 0 and r["wall_s"] > 0 and r["pooling"] == "cls" and r["metric"] == "accuracy"
 
     # cached: a second run adds nothing; --report renders from the JSON alone
     before = output.read_text()
@@ -62,6 +65,7 @@ def test_quick_study_runs_every_variant_and_renders_the_report(tmp_path):
                     "three 4-layer gen."):
         assert heading in report, heading
     assert "Arms without a pretraining run" not in report  # --quick runs every arm
+    assert "### rotten_tomatoes (majority class on test: " in report
     assert (tmp_path / "amos_mixture_weights.png").is_file() and (tmp_path / "amos_curriculum.png").is_file()
 
 
@@ -95,22 +99,23 @@ def test_select_splits_the_plan_into_disjoint_shares():
 def test_claim3_pairs_by_pretraining_run_and_the_forest_plot_draws_arms_with_two_runs(tmp_path):
     """Units are pretraining runs: within one, only the fine-tuning seeds both arms have count, averaged."""
     sys.path.insert(0, str(ROOT))
-    from benchmarks.evidence.amos import _downstream_plot, _paired_with_reference
+    from benchmarks.evidence.amos import _downstream_lines, paired_units
 
     def run(variant, pretrain_seed, seed, value, task="rotten_tomatoes"):
         return {"claim": f"downstream/{task}", "variant": variant, "pretrain_seed": pretrain_seed, "seed": seed,
-                "value": value}
+                "value": value, "validation": value}
 
     runs = [run("amos", 42, 0, 0.60), run("amos", 42, 1, 0.62), run("amos", 42, 2, 0.70), run("amos", 1, 0, 0.58),
             run("electra", 1, 0, 0.55), run("electra", 42, 1, 0.64), run("electra", 42, 2, 0.66),
             run("electra", 2, 0, 0.99),  # no AMOS run of pretraining seed 2
             run("uniform", 42, 0, 0.61)]
-    task_runs = [r for r in runs if r["claim"] == "downstream/rotten_tomatoes"]
-    units, arm, reference = _paired_with_reference(task_runs, "electra")
+    units, arm, reference = paired_units(runs, "rotten_tomatoes", "electra")
     assert units == [1, 42] and arm == pytest.approx([0.55, 0.65]) and reference == pytest.approx([0.58, 0.66])
-    assert _downstream_plot(runs, tmp_path / "forest.png") and (tmp_path / "forest.png").stat().st_size > 0
-    assert not _downstream_plot([r for r in runs if r["variant"] != "electra"], tmp_path / "none.png")
-    assert not (tmp_path / "none.png").exists()  # uniform has one pair: no interval to draw
+    text = "\n".join(_downstream_lines(runs, tmp_path, "forest"))
+    assert "| electra | 4 | " in text and "-0.020 (n = 2) |" in text  # mean of -0.03 and -0.01, no interval from 2
+    assert "![downstream](forest_downstream.png)" in text and (tmp_path / "forest_downstream.png").stat().st_size > 0
+    text = "\n".join(_downstream_lines([r for r in runs if r["variant"] != "electra"], tmp_path, "none"))
+    assert "![downstream]" not in text and not (tmp_path / "none_downstream.png").exists()  # uniform: one pair
 
 
 def test_not_run_section_names_the_missing_arms_and_seeds_with_the_measured_cost():
@@ -183,7 +188,7 @@ def _claim_runs(setting="minilm", weights=(0.3, 0.3, 0.4), losses_by_unit=None, 
                 for variant, shift in (("electra", 0.0), ("amos", amos_shift)):
                     runs.append({"claim": f"downstream/{task}", "variant": variant, "setting": setting,
                                  "pretrain_seed": unit, "seed": seed, "value": 0.70 + 0.01 * seed + shift,
-                                 **({"pooling": pooling} if pooling else {})})
+                                 "validation": 0.70, **({"pooling": pooling} if pooling else {})})
     return runs
 
 
@@ -220,32 +225,32 @@ def test_claim_1_is_not_testable_where_the_mixture_never_moves():
     assert first["verdict"] == "reproduced" and "reason" not in first  # deepest +0.1 in every unit
 
 
-def test_first_token_claims_are_retired_and_the_primary_rate_is_marked():
+def test_first_token_claims_are_retired_and_the_primary_rate_is_marked(tmp_path):
     """Fine-tunings that read the first token of MiniLM's mean-pooled body judge nothing: a setting with only such
-    runs has no claim-3 record, only a retired one (with its reason); the claim-3 records at PRIMARY_RATE are the
-    primary claims."""
+    runs has no claim-3 record, and the report's claim-3 section shows their difference without a verdict; the
+    claim-3 records at PRIMARY_RATE are the primary claims."""
     sys.path.insert(0, str(ROOT))
-    from benchmarks.evidence.amos import PRIMARY_RATE, claim_lines, claims, grid_setting, retired_claims
+    from benchmarks.evidence.amos import PRIMARY_RATE, _downstream_lines, claim_lines, claims, grid_setting
 
     old = _claim_runs(pooling=None)  # recorded before the pooling field: first-token runs
     assert [r["claim"] for r in claims(old)] == ["the mixture moves to the deepest generator head (Fig. 3a)"]
-    retired = retired_claims(old)
-    assert [r["verdict"] for r in retired] == ["retired", "retired"] and "first token" in retired[0]["reason"]
-    assert retired[0]["difference"] == pytest.approx(0.02)
+    retired = "\n".join(_downstream_lines(old, tmp_path, "old"))
+    assert "**Retired, no verdicts.**" in retired and "first token" in retired
+    assert "| electra | 9 | " in retired and "-0.020 [" in retired  # ELECTRA - AMOS over the 3 units
     runs = old + _claim_runs(grid_setting(PRIMARY_RATE))
     records = claims(runs)
     primary = [r for r in records if r.get("primary")]
     assert [r["claim"].split(" on ")[1] for r in primary] == ["rotten_tomatoes (Table 1)", "news_outlet (Table 1)"]
     assert all(f"{PRIMARY_RATE:g}" in r["setting"] for r in primary)
-    text = "\n".join(claim_lines(records, retired_claims(runs)))
-    assert "**Primary claims**" in text and text.count("| **yes** |") == 2 and "Retired (no verdict)" in text
+    text = "\n".join(claim_lines(records))
+    assert "**Primary claims**" in text and text.count("| **yes** |") == 2
 
 
 def test_grid_summary_gives_every_rate_against_minilm_with_welch_intervals():
-    """The sentence a user needs first: each rate's test difference from base MiniLM with its Welch interval, and
-    which intervals do not lie below 0."""
+    """Each rate's test difference from base MiniLM with its Welch interval (the grid table), and which intervals do
+    not lie below 0 (the summary sentence)."""
     sys.path.insert(0, str(ROOT))
-    from benchmarks.evidence.amos import grid_rows, grid_setting, grid_summary_lines
+    from benchmarks.evidence.amos import grid_lines, grid_rows, grid_setting, grid_summary_lines
 
     name = grid_setting(1e-5)
     runs = []
@@ -258,5 +263,6 @@ def test_grid_summary_gives_every_rate_against_minilm_with_welch_intervals():
     runs += [{"claim": "pretrain", "variant": "amos", "setting": name, "seed": unit, "value": 0.7}
              for unit in (42, 1, 2)]
     text = "\n".join(grid_summary_lines(grid_rows(runs)))
-    assert "- 1e-05 (mean pooling): amos rotten_tomatoes -0.030 [" in text
     assert "1 of these 2 intervals lie below 0 (not: amos on news_outlet at 1e-05), 0 above 0" in text
+    (row,) = [line for line in grid_lines(runs) if line.startswith("| 1e-05 | amos | mean | 3 |")]
+    assert row.split(" | ")[6].startswith("-0.030 [")  # rotten_tomatoes, test: arm - MiniLM [Welch's interval]

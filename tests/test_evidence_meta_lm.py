@@ -38,13 +38,6 @@ def test_json_cache_appends_atomically_and_finds_runs(tmp_path):
     assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == ["e.json"]  # no temp file left
 
 
-def test_comparison_reports_incomplete_below_three_seeds():
-    diff, result, n = study.comparison({0: 60.0, 1: 62.0}, {0: 50.0, 1: 55.0}, +1)
-    assert result == "incomplete: 2 seeds so far" and n == "2"
-    _, result, _ = study.comparison({0: 60.0, 1: 62.0, 2: 61.0}, {0: 50.0, 1: 51.0, 2: 52.0}, +1)
-    assert result == "reproduced"
-
-
 def test_quick_runs_every_variant_and_renders_the_report(tmp_path):
     json_path = tmp_path / "meta_lm.json"
     runs = study.main(["--quick", "--json", str(json_path)])
@@ -242,6 +235,19 @@ def test_text_claims_average_the_tasks_inside_each_pretraining_run():
     runs[index] = {**runs[index], "train_accuracy": 50.0}
     assert _find(study.claims(runs), "Text: MLM pretraining", task="a")["verdict"] == "not testable here"
     assert _find(study.claims(runs), "Text: MLM pretraining", task="b")["verdict"] == "inconclusive"
+
+
+def test_comparisons_the_paper_makes_no_claim_about_are_reported_without_a_verdict(tmp_path):
+    """Fixed y at 20-80 examples and soft vs hard accuracy: the paper states nothing, so the report shows the paired
+    difference over seeds with its interval and no verdict, even where the interval excludes 0."""
+    runs = []
+    for seed, (fixed, soft) in enumerate([(70.0, 60.0), (72.0, 61.0), (71.0, 62.0)]):
+        runs += [_moons("soft_fixed_y", 40, seed, fixed), _moons("soft", 40, seed, soft),
+                 _moons("hard", 40, seed, 50.0)]
+    text = study.render_report(runs, tmp_path).read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| no claim: Soft (fixed y) - Soft | 40 examples"))
+    assert "| +10.0 [" in row and "| no verdict | the paper did not run fixed y at this size |" in row
+    assert not any(r.get("size") == 40 and "fixed y" in r["claim"] for r in study.claims(runs))
 
 
 def test_primary_claims_are_mlm_against_both_meta_objectives_at_40_examples():

@@ -190,7 +190,7 @@ def test_quick_runs_every_variant_caches_and_reports(tmp_path):
     claims = common.load_claims(tmp_path / "muppet.json")  # written by the report, the runs kept
     assert claims and {c["claim"].split(" on ")[0] for c in claims} >= {"pre-finetuning", "loss scaling beats none"}
     assert all(c["n_units"] <= 1 and c["verdict"] in ("inconclusive", common.NOT_TESTABLE) for c in claims)
-    assert "incomplete: 1 seed so far" in text  # one seed: no verdict
+    assert "1 of the 3 units needed" in text  # one unit (pre-finetuning run): no verdict
     chosen = re.search(r"Budget used by claims 1-3: \*\*(\d) epoch", text)
     assert chosen and int(chosen.group(1)) <= muppet.QUICK.pft_epochs  # the longer run does not move the budget
     assert (tmp_path / "muppet_heldout.png").is_file()
@@ -333,15 +333,18 @@ def test_related_claims_pair_imdb_alone_with_base_and_with_the_mixture_by_pre_fi
     broken = runs + _tuned("related", "imdb_only", "rotten_tomatoes", 45, (0.40, 0.42))
     harm, versus = [c for c in muppet.claims(broken, s) if c.get("name") == "related"]
     assert harm["verdict"] == versus["verdict"] == common.NOT_TESTABLE and "0.410" in versus["reason"]
-    # the report's section: arms over units, both differences over units, the verdicts
-    text = "\n".join(muppet.related_section([r for r in runs if r.get("pooling") == "mean"], s, records))
-    row = next(line for line in text.split("\n") if line.startswith("| rotten_tomatoes | fresh head |"))
-    assert "+0.060 [+0.000, +0.120] (3 units) | reproduced |" in row
-    assert "+0.010 [-0.065, +0.085] (3 units) | no verdict |" in row
-    assert "0.710 ± 0.014 (2 seeds)" in row and "0.770 ± 0.010 (3 units)" in row  # base; IMDB alone over units
+    # the report's claims table: each arm over units (the mixture over the units it shares with IMDB alone: 45 has
+    # no IMDB-only run), both differences over units, the verdicts
+    rows = "\n".join(muppet.claim_lines([r for r in records if r["verdict"] != common.NOT_TESTABLE])).split("\n")
+    row = next(line for line in rows if line.startswith("| pre-finetuning on 1 task (imdb"))
+    assert "| imdb alone 0.770 ± 0.010 (3 units); base MiniLM 0.710 ± 0.014 (2 seeds) | 3 | +0.060 [+0.000, " \
+           "+0.120] | - | reproduced |" in row
+    row = next(line for line in rows if line.startswith("| the 5-task mixture vs imdb alone"))
+    assert "| the 5-task mixture 0.780 ± 0.026 (3 units); imdb alone 0.770 ± 0.010 (3 units) | 3 | +0.010 [-0.065, " \
+           "+0.085] | - | no verdict" in row
 
 
-def test_batching_and_num_tasks_judge_the_mean_runs_over_units_once_they_exist():
+def test_batching_and_num_tasks_judge_the_mean_runs_over_units_once_they_exist(tmp_path):
     """Claims 2 and 3 with mean-pooling units present: judged on them (the first-token runs are superseded), each
     arm paired by pre-finetuning seed with claim 1's reference; the report sections show the units."""
     from evidence import muppet
@@ -370,15 +373,17 @@ def test_batching_and_num_tasks_judge_the_mean_runs_over_units_once_they_exist()
     assert two["n_units"] == 3 and two["difference"] == pytest.approx(-0.08) and two["verdict"] == "reproduced"
     mean_runs = [r for r in runs if r.get("pooling") == "mean"]
     assert muppet.judged_pooling(runs, "batching", s) == "mean"
-    text = "\n".join(muppet.batching_section(mean_runs, s, "mean"))
-    row = next(line for line in text.split("\n") if line.startswith("| no_loss_scaling |"))
+    text = "\n".join(muppet.family_sections(mean_runs, s, claims, tmp_path, mean_runs))
     # validation 0.542, 0.543, 0.544 over 3 units; the reference over the arm's units only (not unit 45)
-    assert "0.543 ± 0.001 / -" in row and "(3 units, epoch 3)" in row
-    assert "| 0.750 ± 0.010 (3 units) | 0.720 ± 0.010 (3 units) | +0.030 [+0.005, +0.055] (3 units) |" in row
-    text = "\n".join(muppet.num_tasks_section(mean_runs, s, "mean"))
-    row = next(line for line in text.split("\n") if line.startswith("| 2 tasks |"))
-    assert "| 0.700 ± 0.000 (2 seeds) | 0.620 ± 0.010 (3 units) | -0.080 [-0.105, -0.055] (3 units) |" in row
-    assert "parliament_party, newsgroups" in row  # the nested order's first two tasks
+    assert "no_loss_scaling 0.543 ± 0.001 / - (3 units, epoch 3)" in text
+    rows = "\n".join(muppet.claim_lines(claims)).split("\n")
+    row = next(line for line in rows if line.startswith("| loss scaling beats none on held-out rotten_tomatoes"))
+    assert "| the reference 0.750 ± 0.010 (3 units); no_loss_scaling 0.720 ± 0.010 (3 units) | 3 | +0.030 [+0.005, " \
+           "+0.055] |" in row
+    row = next(line for line in rows if line.startswith("| pre-finetuning on 2 tasks"))
+    assert "| the 2-task mixture 0.620 ± 0.010 (3 units); base MiniLM 0.700 ± 0.000 (2 seeds) | 3 | " \
+           "-0.080 [-0.105, -0.055] |" in row
+    assert "order drawn once with seed 0: parliament_party, newsgroups, " in text  # the 2-task mixture's tasks
 
 
 def test_another_pre_finetuning_seed_adds_a_unit_to_claim_1(tmp_path):
@@ -443,7 +448,7 @@ def test_pft_seeds_add_units_of_the_related_batching_and_num_tasks_claims(tmp_pa
     assert not [c for c in claims if c["predicted_sign"] is None]  # "no verdict": the report only
     text = (tmp_path / "muppet.md").read_text()
     assert "| no verdict (the paper predicts no direction" in text
-    assert "IMDB alone - base" in text and "(2 units)" in text
+    assert "| imdb alone " in text and "(2 units)" in text  # the IMDB-only arm over its 2 units
 
 
 def test_few_tasks_harm_except_where_the_related_task_is_in_the_mixture():
@@ -530,3 +535,17 @@ def test_the_main_claim_at_scale_is_primary_and_not_testable_with_the_tasks_foun
     section = "\n".join(muppet.at_scale_section(records))
     assert "| chatterbot_answer_selection | PyPI chatterbot-corpus | no |" in section
     assert section.count("| yes |") == len(counted)
+
+
+def test_a_failed_fine_tuning_records_no_value(tmp_path, monkeypatch):
+    """A fine-tuning whose loss went non-finite (the engine's record says "failed") leaves nothing in the JSON: no
+    held-out result, no single-task validation curve."""
+    from evidence import muppet
+
+    failed = {"status": "failed", "error": "non-finite loss at step 2"}
+    monkeypatch.setattr(muppet, "finetune_steps", lambda *args: 3)
+    monkeypatch.setattr(muppet, "finetune", lambda *args, **kwargs: (failed, {"wall_s": 0.1, "cpu_s": 0.1}))
+    study = muppet.Study(muppet.QUICK, tmp_path / "muppet.json", tmp_path / "runs", model="tiny")
+    study.heldout("heldout", "base", "tiny", "rotten_tomatoes", 0.01, 0, reuse_head=False)
+    study.single_task_references(2)
+    assert common.load_runs(tmp_path / "muppet.json") == []

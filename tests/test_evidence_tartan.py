@@ -94,7 +94,8 @@ def test_quick_runs_every_arm_and_renders_the_report(study, tmp_path):
     assert study.run_arm(str(tmp_path / "tartan.json"), study.Setting("quick"), "end_task", study.VARIANTS["alone"],
                          0, str(tmp_path)) is None
     text = (tmp_path / "tartan.md").read_text()
-    assert "## Claim 1" in text and "## Claim 2" in text and "incomplete: 1" in text and "## How to continue" in text
+    assert "## Claim 1" in text and "## Claim 2" in text and "## How to continue" in text
+    assert "| `quick` | 1 | test macro-F1" in text  # every claim's row says how many units it has
     assert "phi* on the frozen body" in text
     # --report writes the claims list into the JSON (keeping the runs) and opens the findings with its table
     assert text.index("## Claims and verdicts") < text.index("## Claim 1")
@@ -211,6 +212,16 @@ def test_last_third_movement_by_hand(study):
     assert (start, end) == (100, 150) and change == pytest.approx(0.07)
     assert sd == pytest.approx(math.sqrt(2 * 0.03 ** 2))
     assert study.last_third_movement([[(50, 0.5), (150, 0.7)]]) is None
+
+
+def test_units_to_resolve_by_hand(study):
+    """The units a claim's interval would need to exclude 0 at its measured mean and sd (a planning figure): sd 0.02,
+    mean 0.01 -> the fewest n with t(0.975, n - 1) * 0.02 / sqrt(n) < 0.01 is 18 (t(0.975, 16) / sqrt(17) = 0.514)."""
+    half = T_2 * 0.02 / math.sqrt(3)
+    item = {"n_units": 3, "difference": 0.01, "ci95": [0.01 - half, 0.01 + half]}
+    assert study.units_to_resolve(item) == 18
+    assert study.units_to_resolve({**item, "difference": 0.001}) == "> 50"
+    assert study.units_to_resolve({**item, "ci95": None}) is None
 
 
 def test_tuned_study_gives_each_arm_its_own_rate_from_the_same_grid(study, tmp_path, monkeypatch):

@@ -1,44 +1,27 @@
-"""Evidence for the meta-learned LM objective (Shen, *Meta-learning a Language Modeling Objective*).
+"""Evidence for the meta-learned LM objective (Shen, *Meta-learning a Language Modeling Objective*), driven through
+hf_aux's API (`MetaLMTrainer`, `hf_aux.meta_lm.two_moons`, `hf_aux.demo`). Claims: 1. Two Moons, Table 10 (§4.2):
+MLM, hard, soft and soft labels with fixed y, each fine-tune size 10-160 pretrained with its own labelled set, at a
+reduced budget (`Claim1Settings`); 2. Wikipedia + IMDB -> real demo tasks, Table 2's direction (§4.3): soft labels vs
+MLM from scratch, against the majority class, and the teacher's pseudo-input diversity; 3. what the teacher teaches
+(§4.2, Table 1): the MLM-like and downstream-like shares of claim 1's saved hard and soft teachers.
 
-Three claims, each driven through hf_aux's Python API (`MetaLMTrainer`, `hf_aux.meta_lm.two_moons`, `hf_aux.demo`):
-
-1. **Two Moons, Table 10** (§4.2, App. A.1): MLM, hard labels, soft labels and soft labels with fixed y, each
-   fine-tune size 10/20/40/80/160 pre-trained with its own labelled set (the meta objectives see that set as the
-   labelled task), Table 4's model in the paper's pre-LN layout, Table 5's pretraining and Table 6's fine-tuning,
-   at a reduced pretraining budget (`Claim1Settings`), seeds 0, 1, 2.
-2. **Wikipedia + IMDB -> real tasks, Table 2's direction** (§4.3): soft labels vs MLM from scratch on the demo's
-   unlabelled text, fine-tuned on real demo classification tasks converted as the paper converts SuperGLUE (task
-   token in front, the label token as the output at every position), against the majority class; and the
-   teacher's pseudo-input diversity over pretraining (the `meta/x_hat_*` logs).
-3. **What the teacher teaches** (§4.2, Table 1): the share of MLM-like (y-hat reconstructs x_u) and
-   downstream-like (y-hat is label tokens) pseudo examples of the hard and soft teachers at the end of claim 1's
-   pretraining, measured on unlabelled sequences from the saved teachers.
-
-`--report` recomputes the claims list from the runs (`claims()`: one record per claim and setting, whose units are
-the setting's independent pretraining runs, i.e. its seeds, paired by seed; verdicts against the sign the paper
-predicts in that setting, "not testable here" where an arm did not train in a unit, read from its training accuracy
-against its training set's majority class; "no verdict" where the paper predicts no sign or training accuracy was not
-recorded; the primary claims marked), writes it
-into the JSON beside the runs (`common.write_claims`) and opens the report with it. A seed added later is one more unit.
-
-The default run goes claim 1 at 10 and 20 examples, claim 2, claim 1 at 40-160, then claim 3 on every saved
-teacher (claim 3 alone: `--claims 3`).
-
-Every finished run is appended to docs/evidence/meta_lm.json (atomic) and skipped when present, so the study
-resumes where it stopped; checkpoints go to --work_dir (default /work/runs/metalm), never into the repository.
+Every finished run is appended to docs/evidence/meta_lm.json and skipped when present, so the study resumes (claim 1
+at 10-20 examples, claim 2, claim 1 at 40-160, then claim 3; alone: `--claims 3`); checkpoints go to --work_dir.
+`--report` recomputes the claims list from the runs (`claims()`), writes it into the JSON and renders the report.
 
     python benchmarks/evidence/meta_lm.py --quick      # every variant for a few steps (~25 s of CPU time)
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/evidence/meta_lm.py     # the study (resumes)
-    python benchmarks/evidence/meta_lm.py --report           # docs/evidence/meta_lm.md + figures from the JSON
+    python benchmarks/evidence/meta_lm.py --report     # docs/evidence/meta_lm.md + figures from the JSON
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
+import itertools
 import json
 import math
-import resource
 import sys
 import tempfile
 import time
@@ -49,9 +32,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.evidence.common import (NOT_TESTABLE, append_run, claim_record, difference_text,  # noqa: E402
-                                        has_run, load_runs, mean_sd, multiplicity_lines, paired_ci,
-                                        primary_paragraph, run_meta, t_quantile, verdict, with_q_values,
-                                        write_claims)
+                                        has_run, load_runs, mean_sd, multiplicity_lines, primary_paragraph,
+                                        run_meta, t_quantile, unit_ci, with_q_values, write_claims)
 
 ROOT = Path(__file__).resolve().parents[2]
 JSON_PATH = ROOT / "docs" / "evidence" / "meta_lm.json"
@@ -59,8 +41,7 @@ REPORT_PATH = ROOT / "docs" / "evidence" / "meta_lm.md"
 SEEDS = (0, 1, 2)
 MOONS_OBJECTIVES = ("mlm", "hard", "soft", "soft_fixed_y")
 MOONS_SIZES = (10, 20, 40, 80, 160)
-# Table 6: the fine-tuning batch size per fine-tune set size
-FINETUNE_BATCH = {10: 1, 20: 2, 40: 4, 80: 8, 160: 16}
+FINETUNE_BATCH = {10: 1, 20: 2, 40: 4, 80: 8, 160: 16}  # Table 6: the fine-tuning batch size per fine-tune set size
 # Table 10 (test accuracy %, one run per cell: Table 6's "five runs" are the five sizes)
 PAPER_TABLE_10 = {"mlm": (61.4, 76.6, 82.4, 85.3, 92.3), "hard": (60.6, 62.9, 74.8, 86.0, 90.5),
                   "soft": (56.3, 74.6, 71.0, 86.2, 93.2), "soft_fixed_y": (75.1, None, None, None, 94.0)}
@@ -69,12 +50,9 @@ NAMES = {"mlm": "MLM (latest)", "hard": "Hard", "soft": "Soft", "soft_fixed_y": 
 
 @dataclasses.dataclass
 class Claim1Settings:
-    """The reduced Two Moons budget. The paper pretrains on 640k sequences (20 epochs of 32k; Table 5), i.e. 160k
-    student batches of 4; here every objective sees `meta_steps` x 4 unlabelled sequences of the same 32k-sequence
-    epoch. The meta objectives take one student step per batch (eq. 1's theta_1 must be the student's real
-    update, so the student cannot accumulate) and accumulate the TEACHER over 4 steps (Table 5's accumulation 4,
-    §4.1: "multiple sets of student gradient steps to calculate the teacher loss"); MLM accumulates its student
-    over 4 batches as Table 5 says, so it takes meta_steps / 4 optimizer steps on the same sequences."""
+    """The reduced Two Moons budget: every objective sees `meta_steps` x 4 unlabelled sequences (the paper: 640k,
+    Table 5). The meta objectives take one student step per batch (eq. 1's theta_1 must be the student's real update)
+    and accumulate the TEACHER over 4 steps (Table 5, §4.1); MLM accumulates its student over 4 batches."""
 
     num_unlabelled: int = 32_000
     meta_steps: int = 1500
@@ -91,222 +69,10 @@ QUICK_CLAIM1 = Claim1Settings(num_unlabelled=64, meta_steps=8, finetune_epochs=2
                               share_sequences=8)
 
 
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-class _Clock:
-    def __init__(self):
-        self.wall, self.cpu = time.time(), _cpu_seconds()
-
-    def read(self) -> dict:
-        return {"wall_s": round(time.time() - self.wall, 1), "cpu_s": round(_cpu_seconds() - self.cpu, 1)}
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Claim 1 (and 3): Two Moons
-# ---------------------------------------------------------------------------------------------------------------
-def moons_data(settings: Claim1Settings, seed: int) -> dict:
-    """The seed's Two Moons data: unlabelled blocks, the 160-point finetune set (the size-n set is its first n
-    points), validation (128) and test points. Seeds are 100 apart because two_moons_data uses seed..seed+3."""
-    from hf_aux.meta_lm.two_moons import two_moons_data, two_moons_tokenizer
-
-    tokenizer = two_moons_tokenizer()
-    moons = two_moons_data(num_unlabelled=settings.num_unlabelled, finetune_size=max(MOONS_SIZES),
-                           test_size=settings.test_size, seed=100 * seed)
-    blocks = moons["unlabelled"].map(lambda b: tokenizer(b["text"]), batched=True, remove_columns=["text"])
-    blocks = blocks.remove_columns([c for c in blocks.column_names if c not in ("input_ids", "attention_mask")])
-    return {"tokenizer": tokenizer, "unlabelled": blocks, "finetune": moons["train"],
-            "validation": moons["validation"], "test": moons["test"]}
-
-
-def pretrain_moons(objective: str, size: int, seed: int, settings: Claim1Settings, data: dict, out_dir: Path):
-    """Table 5 pretraining of one objective with the size-`size` labelled set; returns the trainer."""
-    from transformers import AutoModelForMaskedLM
-
-    from hf_aux.meta_lm.teacher import MetaLMTeacher
-    from hf_aux.meta_lm.trainer import MetaLMConfig, MetaLMTrainer
-    from hf_aux.meta_lm.two_moons import TASK_NAME, two_moons_model_config
-
-    tokenizer = data["tokenizer"]
-    base = objective.replace("_fixed_y", "")
-    torch.manual_seed(seed)
-    student = AutoModelForMaskedLM.from_config(two_moons_model_config(tokenizer, pre_ln=True),
-                                               attn_implementation="eager")
-    accumulation = 4
-    steps = settings.meta_steps if base != "mlm" else max(1, settings.meta_steps // accumulation)
-    kwargs = dict(output_dir=str(out_dir), objective=base, per_device_train_batch_size=4, samples_per_task=4,
-                  max_steps=steps, learning_rate=settings.peak_lr,
-                  warmup_steps=max(1, round(settings.warmup_fraction * steps)), report_to=[], use_cpu=True,
-                  save_strategy="no", logging_steps=max(1, steps // 10), disable_tqdm=True, seed=seed,
-                  fixed_y=objective.endswith("fixed_y"), dataloader_num_workers=0)
-    if base == "mlm":
-        kwargs["gradient_accumulation_steps"] = accumulation
-    else:
-        kwargs.update(teacher_gradient_accumulation_steps=accumulation, lambda_meta=100.0 if base == "soft" else 1.0)
-    labelled = data["finetune"].select(range(size)).map(
-        lambda b: {"input_ids": tokenizer(b["text"])["input_ids"]}, batched=True, remove_columns=["text"])
-    teacher = None if base == "mlm" else MetaLMTeacher.from_student_config(student.config)
-    trainer = MetaLMTrainer(model=student, teacher=teacher, args=MetaLMConfig(**kwargs),
-                            labelled_tasks={TASK_NAME: labelled}, train_dataset=data["unlabelled"],
-                            processing_class=tokenizer)
-    trainer.train()
-    trainer.save_model(str(out_dir))
-    return trainer
-
-
-def meta_logs(trainer) -> list[dict]:
-    """The logged training losses and meta/* values over pretraining (small: one entry per logging step)."""
-    keep = ("step", "loss", "learning_rate")
-    return [{k: v for k, v in log.items() if k in keep or k.startswith("meta/")}
-            for log in trainer.state.log_history if "loss" in log]
-
-
-@torch.no_grad()
-def teacher_shares(teacher, tokens, blocks, num_sequences: int, fixed_y: bool) -> dict:
-    """Claim 3: what the teacher's pseudo examples on unlabelled x_u are (teacher in eval mode, no dropout).
-    Per attended position: whether the teacher's most likely y-hat token is x_u's own token (reconstruction, as
-    MLM's target: an MLM-like output) or a label token (a downstream-like output), and whether its most likely
-    x-hat token is [MASK] or x_u's token; the same as probabilities (the expected shares of the hard teacher's
-    samples and the soft teacher's soft labels). A pseudo example is MLM-like when the argmax reconstructs x_u at
-    >= half its positions, downstream-like when it is a label token at >= half, mixed otherwise. Degeneration
-    (§4.3, Table 3: x-hat "that that that ...", y-hat one task token repeated): the share of the attended positions
-    taken by the single most frequent argmax token of x-hat and of y-hat, and y-hat's argmax share of task tokens.
-    `tokens`: `hf_aux.meta_lm.teacher.MetaLMTokens`."""
-    teacher.eval()
-    rows = [torch.tensor(blocks[i]["input_ids"]) for i in range(min(num_sequences, len(blocks)))]
-    x_u = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=tokens.pad)
-    mask = (x_u != tokens.pad).long()
-    hidden = teacher.encode(x_u, mask)
-    p_x = teacher.input_head(hidden).softmax(-1)  # [N, L, V]
-    label_ids = torch.tensor(tokens.labels)
-    x_top = p_x.argmax(-1)
-    out = {"p_x_copy": p_x.gather(-1, x_u[..., None])[..., 0], "p_x_mask": p_x[..., tokens.mask],
-           "x_copy": (x_top == x_u).float(), "x_mask": (x_top == tokens.mask).float()}
-    if not fixed_y:
-        p_y = teacher.output_head(hidden).softmax(-1)
-        y_top = p_y.argmax(-1)
-        out.update(p_y_copy=p_y.gather(-1, x_u[..., None])[..., 0], p_y_label=p_y[..., label_ids].sum(-1),
-                   y_copy=(y_top == x_u).float(), y_label=torch.isin(y_top, label_ids).float())
-    attended = mask.bool()
-    per_example = {k: (v * attended).sum(1) / attended.sum(1) for k, v in out.items()}
-    result = {f"mean_{k}": round(v.mean().item(), 4) for k, v in per_example.items()}
-    result["x_top_token_share"] = round(x_top[attended].bincount().max().item() / attended.sum().item(), 4)
-    if not fixed_y:
-        task_ids = torch.tensor([tokens.mlm_task, *tokens.tasks.values()])
-        result["y_top_token_share"] = round(y_top[attended].bincount().max().item() / attended.sum().item(), 4)
-        result["mean_y_task"] = round(torch.isin(y_top[attended], task_ids).float().mean().item(), 4)
-        mlm_like = per_example["y_copy"] >= 0.5
-        downstream_like = per_example["y_label"] >= 0.5
-        result.update(share_mlm_like=round(mlm_like.float().mean().item(), 4),
-                      share_downstream_like=round(downstream_like.float().mean().item(), 4),
-                      share_mixed=round((~mlm_like & ~downstream_like).float().mean().item(), 4))
-    result["sequences"] = len(rows)
-    return result
-
-
-def run_claim3(json_path: Path, work_dir: Path, settings: Claim1Settings, seeds, sizes, log=print):
-    """Claim 3 from claim 1's saved teachers (hard, soft; `<checkpoint>/teacher`) whose pretraining finished."""
-    from hf_aux.meta_lm.teacher import MetaLMTeacher, MetaLMTokens
-    from hf_aux.meta_lm.two_moons import TASK_NAME
-
-    data_cache: dict[int, dict] = {}
-    for size in sizes:
-        for seed in seeds:
-            for objective in ("hard", "soft"):
-                checkpoint = work_dir / "two_moons" / f"{objective}-n{size}-s{seed}"
-                key = dict(claim="teacher_share", variant=objective, seed=seed, finetune_size=size,
-                           metric="share_mlm_like_argmax")
-                if has_run(load_runs(json_path), **key) or not (checkpoint / "pretrain_record.json").exists():
-                    continue
-                if seed not in data_cache:
-                    data_cache[seed] = moons_data(settings, seed)
-                meta, clock = run_meta(), _Clock()
-                teacher = MetaLMTeacher.from_pretrained(str(checkpoint / "teacher"))
-                tokens = MetaLMTokens.from_tokenizer(data_cache[seed]["tokenizer"], [TASK_NAME], 2)
-                shares = teacher_shares(teacher, tokens, data_cache[seed]["unlabelled"], settings.share_sequences,
-                                        fixed_y=False)
-                steps = json.loads((checkpoint / "pretrain_record.json").read_text())["steps"]
-                append_run(json_path, dict(**key, value=shares["share_mlm_like"], split="unlabelled", steps=steps,
-                                           **shares, **clock.read(), **meta))
-                log(f"teacher_share {objective} n={size} seed={seed}: " + json.dumps(shares))
-
-
-def finetune_moons_size(checkpoint: Path, size: int, seed: int, settings: Claim1Settings, data: dict) -> dict:
-    """Table 6 on the first `size` finetune points: the best-validation epoch's accuracies (in [0, 1])."""
-    from transformers import AutoModelForMaskedLM
-
-    from hf_aux.meta_lm.two_moons import finetune_moons
-
-    torch.manual_seed(seed)
-    model = AutoModelForMaskedLM.from_pretrained(str(checkpoint))
-    return finetune_moons(model, data["tokenizer"], data["finetune"].select(range(size)),
-                          data["validation"].select(range(min(size, 128))), data["test"],
-                          epochs=settings.finetune_epochs, learning_rate=settings.finetune_lr,
-                          batch_size=FINETUNE_BATCH[size], eval_every=settings.eval_every, seed=seed)
-
-
-def run_claim1(json_path: Path, work_dir: Path, settings: Claim1Settings, seeds, sizes, objectives, log=print):
-    """Size-major (all seeds and objectives of size 10 first), so the smallest sizes' verdicts complete first.
-    MLM's pretraining does not see labelled data: one per seed, shared by the sizes (its cost counted once)."""
-    data_cache: dict[int, dict] = {}
-    budget = dataclasses.asdict(settings)
-    for size in sizes:
-        for seed in seeds:
-            for objective in objectives:
-                runs = load_runs(json_path)
-                key = dict(claim="two_moons", variant=objective, seed=seed, finetune_size=size)
-                if has_run(runs, **key):
-                    continue
-                if seed not in data_cache:
-                    data_cache[seed] = moons_data(settings, seed)
-                data = data_cache[seed]
-                meta = run_meta()
-                clock = _Clock()
-                name = f"mlm-s{seed}" if objective == "mlm" else f"{objective}-n{size}-s{seed}"
-                checkpoint = work_dir / "two_moons" / name
-                pretrain_cost = None
-                logs = None
-                if not (checkpoint / "pretrain_record.json").exists():  # written last: a cut-off run is redone
-                    trainer = pretrain_moons(objective, size, seed, settings, data, checkpoint)
-                    pretrain_cost = clock.read()
-                    logs = meta_logs(trainer)
-                    (checkpoint / "pretrain_record.json").write_text(json.dumps(
-                        {"cost": pretrain_cost, "logs": logs, "steps": trainer.state.global_step}))
-                    del trainer
-                record = json.loads((checkpoint / "pretrain_record.json").read_text())
-                result = finetune_moons_size(checkpoint, size, seed, settings, data)
-                cost = clock.read()
-                run = dict(claim="two_moons", variant=objective, seed=seed, finetune_size=size, metric="accuracy",
-                           value=round(100 * result["test"], 2), split="test",
-                           best_validation=round(100 * result["best_validation"], 2),
-                           train_accuracy=round(100 * result["train"], 2),
-                           train_majority=round(moons_train_majority(seed, size), 2), steps=record["steps"],
-                           pretrain_shared=objective == "mlm", pretrain_wall_s=record["cost"]["wall_s"],
-                           pretrain_cpu_s=record["cost"]["cpu_s"],
-                           # a shared MLM pretraining is charged to the run that trained it
-                           pretrain_charged=pretrain_cost is not None, **cost, **meta, settings=budget)
-                if logs is not None or objective != "mlm":
-                    run["pretrain_logs"] = record["logs"][-3:]
-                append_run(json_path, run)
-                log(f"two_moons {objective} n={size} seed={seed}: test {run['value']:.2f} "
-                    f"(train {run['train_accuracy']:.1f}) {cost['wall_s']:.0f} s wall, {cost['cpu_s']:.0f} s CPU")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Claim 2: Wikipedia + IMDB text -> real demo tasks
-# ---------------------------------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class Claim2Settings:
-    """A small version of §4.3 / Tables 7-9. The paper: 6 layers, hidden 256, Wikipedia (17 GB), 6M samples; here
-    a model from scratch of `layers` x `hidden` on the demo's Wikipedia articles and IMDB train reviews, a byte-level
-    BPE tokenizer trained on that text (the paper trains its 30k one on its data), and `meta_steps` batches of
-    `batch` sequences for both objectives (MLM: batch 4 x `batch` with no accumulation, i.e. meta_steps / 4 steps,
-    which Table 8 notes is equivalent to batch `batch` with accumulation 4; soft labels: teacher accumulation 4).
-    Downstream: real demo classification tasks, each converted as the paper converts SuperGLUE (its task token in
-    front, its label token as the output at every position), fine-tuned separately as Table 9 with each of its
-    three peak learning rates, the one with the best (truncated) validation accuracy reported on test."""
+    """A small version of §4.3 / Tables 7-9 (the paper: 6 x 256 on 17 GB of Wikipedia, 6M samples). Both objectives
+    see `meta_steps` x `batch` sequences (MLM: batch 4 x `batch`, meta_steps / 4 steps, Table 8's equivalence)."""
 
     tasks: tuple = ("rotten_tomatoes", "healthtweets_outlet", "chatterbot_category")
     max_documents: int = 3000  # per unlabelled source (the demo's Wikipedia has 107 articles)
@@ -334,8 +100,242 @@ QUICK_CLAIM2 = Claim2Settings(tasks=("rotten_tomatoes", "healthtweets_outlet"), 
                               train_examples=16, eval_examples=8, finetune_epochs=1, finetune_lrs=(4e-3,))
 
 
+# --- candidates for common.py ---------------------------------------------------------------------------------
+def clock():
+    """A reader of the wall and CPU seconds since the call: the cost every run object records."""
+    wall, cpu = time.time(), time.process_time()
+    return lambda: {"wall_s": round(time.time() - wall, 1), "cpu_s": round(time.process_time() - cpu, 1)}
+
+
+def no_verdict(record: dict, reason: str) -> dict:
+    """A claim record the rules give no verdict: its difference and interval stay visible, outside the BH family."""
+    return {**record, "verdict": "no verdict", "reason": reason, "p_value": None}
+
+
+def mean_sd_cell(values: dict, digits: int = 1) -> str:
+    """Mean ± sd over units (number of units)."""
+    if not values:
+        return "-"
+    mean, sd = mean_sd(values.values())
+    return f"{mean:.{digits}f}" + ("" if len(values) < 2 else f" ± {sd:.{digits}f}") + f" ({len(values)})"
+
+
+def interval_text(values, digits: int = 1) -> str:
+    """A difference over units with its 95% t interval ("-" below two units)."""
+    values = list(values)
+    if len(values) < 2:
+        return "-"
+    mean, low, high = unit_ci(values)
+    return difference_text({"difference": mean, "ci95": [low, high]}, digits)
+
+
+def units_needed(item: dict) -> int | None:
+    """The fewest units whose 95% t interval would exclude 0 if the record's mean difference and unit-to-unit sd
+    stayed as measured (None without a spread); 51 stands for more than 50."""
+    mean, sd = mean_sd(item["per_unit"].values()) if len(item.get("per_unit", {})) > 1 else (0.0, math.nan)
+    if not sd or math.isnan(sd) or mean == 0:
+        return None
+    return next((n for n in range(3, 51) if t_quantile(0.975, n - 1) * sd / math.sqrt(n) < abs(mean)), 51)
+
+
+CLAIMS_TABLE = ["| claim | setting | difference measured | paper's number | paper predicts | mean ± sd per arm | "
+                "units | difference [95% CI] | q (BH) | verdict | reason / note | primary |", "|---" * 12 + "|"]
+
+
+def claim_row(item: dict, setting: str) -> str:
+    """One claim record as a row of CLAIMS_TABLE: the paper's number, each arm over the compared units, the
+    interval, q, the verdict and why."""
+    arms = "; ".join(f"{name} {mean:.1f}" + ("" if sd is None else f" ± {sd:.1f}")
+                     for name, (mean, sd) in item.get("arms", {}).items()) or "-"
+    paper = "-" if item.get("paper_difference") is None else f"{item['paper_difference']:+.1f}"
+    sign = {None: "none", 1: "> 0", -1: "< 0"}[item.get("predicted_sign")]
+    why = item.get("reason") or item.get("verdict_basis") or item.get("note") or ""
+    q = f"{item['q_value']:.3f}" if "q_value" in item else "-"
+    return (f"| {item['claim']} | {setting} | {item['measure']} | {paper} | {sign} | {arms} | {item['n_units']} | "
+            f"{difference_text(item, 1 if 'percentage points' in item['measure'] else 3)} | {q} | {item['verdict']} "
+            f"| {why} | {'**yes**' if item.get('primary') else ''} |")
+
+
+def figure(columns: int, size: tuple):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(1, columns, figsize=size)
+
+
+def save_figure(fig, path: Path, title: str, fontsize: str, dpi: int) -> None:
+    import matplotlib.pyplot as plt
+
+    fig.suptitle(title, fontsize=fontsize)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+# --- end of candidates for common.py --------------------------------------------------------------------------
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# running: pretraining (both settings), claims 1 and 3 on Two Moons, claim 2 on text
+# ---------------------------------------------------------------------------------------------------------------
+def pretrain(objective: str, config, labelled: dict, data: dict, out_dir: Path, warmup_fraction: float, **args):
+    """One pretraining from scratch, MLM or teacher-student (`args`: the MetaLMConfig fields the settings set);
+    the student is drawn before the teacher, both after seeding. Returns the trainer."""
+    from transformers import AutoModelForMaskedLM
+
+    from hf_aux.meta_lm.teacher import MetaLMTeacher
+    from hf_aux.meta_lm.trainer import MetaLMConfig, MetaLMTrainer
+
+    torch.manual_seed(args["seed"])
+    student = AutoModelForMaskedLM.from_config(config, attn_implementation="eager")
+    teacher = None if objective == "mlm" else MetaLMTeacher.from_student_config(student.config)
+    config = MetaLMConfig(output_dir=str(out_dir), objective=objective, report_to=[], use_cpu=True,
+                          warmup_steps=max(1, round(warmup_fraction * args["max_steps"])), save_strategy="no",
+                          disable_tqdm=True, dataloader_num_workers=0, **args)
+    trainer = MetaLMTrainer(model=student, teacher=teacher, args=config, labelled_tasks=labelled,
+                            train_dataset=data["unlabelled"], processing_class=data["tokenizer"])
+    trainer.train()
+    trainer.save_model(str(out_dir))
+    return trainer
+
+
+def _pretrained(checkpoint: Path, train) -> tuple[dict, object]:
+    """(the checkpoint's pretraining record {cost, logs, steps}, the trainer when `train()` ran now, else None). The
+    record is written last, so a cut-off pretraining is redone."""
+    path, trainer = checkpoint / "pretrain_record.json", None
+    if not path.exists():
+        cost, trainer = clock(), train()
+        logs = [{k: v for k, v in log.items() if k in ("step", "loss", "learning_rate") or k.startswith("meta/")}
+                for log in trainer.state.log_history if "loss" in log]
+        path.write_text(json.dumps({"cost": cost(), "logs": logs, "steps": trainer.state.global_step}))
+    return json.loads(path.read_text()), trainer
+
+
+def moons_data(settings: Claim1Settings, seed: int) -> dict:
+    """The seed's Two Moons data: unlabelled blocks, the 160-point finetune set (the size-n set is its first n), 128
+    validation and the test points. Seeds are 100 apart because two_moons_data uses seed..seed+3."""
+    from hf_aux.meta_lm.two_moons import two_moons_data, two_moons_tokenizer
+
+    tokenizer = two_moons_tokenizer()
+    moons = two_moons_data(num_unlabelled=settings.num_unlabelled, finetune_size=max(MOONS_SIZES),
+                           test_size=settings.test_size, seed=100 * seed)
+    blocks = moons["unlabelled"].map(lambda b: tokenizer(b["text"]), batched=True, remove_columns=["text"])
+    blocks = blocks.remove_columns([c for c in blocks.column_names if c not in ("input_ids", "attention_mask")])
+    return {"tokenizer": tokenizer, "unlabelled": blocks, "finetune": moons["train"],
+            "validation": moons["validation"], "test": moons["test"]}
+
+
+def pretrain_moons(objective: str, size: int, seed: int, settings: Claim1Settings, data: dict, out_dir: Path):
+    """Table 5 pretraining (Table 4's model, pre-LN) of one objective whose labelled task is the size-n set."""
+    from hf_aux.meta_lm.two_moons import TASK_NAME, two_moons_model_config
+
+    base, tokenizer = objective.replace("_fixed_y", ""), data["tokenizer"]
+    steps = settings.meta_steps if base != "mlm" else max(1, settings.meta_steps // 4)
+    labelled = data["finetune"].select(range(size)).map(
+        lambda b: {"input_ids": tokenizer(b["text"])["input_ids"]}, batched=True, remove_columns=["text"])
+    method = ({"gradient_accumulation_steps": 4} if base == "mlm" else
+              {"teacher_gradient_accumulation_steps": 4, "lambda_meta": 100.0 if base == "soft" else 1.0})
+    return pretrain(base, two_moons_model_config(tokenizer, pre_ln=True), {TASK_NAME: labelled}, data, out_dir,
+                    settings.warmup_fraction, per_device_train_batch_size=4, samples_per_task=4, max_steps=steps,
+                    learning_rate=settings.peak_lr, logging_steps=max(1, steps // 10), seed=seed,
+                    fixed_y=objective.endswith("fixed_y"), **method)
+
+
+@torch.no_grad()
+def teacher_shares(teacher, tokens, blocks, num_sequences: int) -> dict:
+    """What the teacher (eval mode) writes for unlabelled x_u: per attended position whether its most likely y-hat is
+    x_u's own token (MLM's target) or a label token, whether its most likely x-hat is [MASK] or x_u's token, and the
+    same as probabilities (the expected shares of hard samples and soft labels); per pseudo example whether the argmax
+    is x_u (MLM-like) or a label (downstream-like) at >= half its positions; and the degeneration of §4.3 / Table 3
+    (the share of the most frequent argmax token of x-hat and y-hat, y-hat's share of task tokens)."""
+    def mean(values):
+        return round(values.float().mean().item(), 4)
+
+    teacher.eval()
+    rows = [torch.tensor(blocks[i]["input_ids"]) for i in range(min(num_sequences, len(blocks)))]
+    x_u = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=tokens.pad)
+    attended = x_u != tokens.pad
+    hidden = teacher.encode(x_u, attended.long())
+    p_x, p_y = teacher.input_head(hidden).softmax(-1), teacher.output_head(hidden).softmax(-1)  # [N, L, V]
+    x_top, y_top, label_ids = p_x.argmax(-1), p_y.argmax(-1), torch.tensor(tokens.labels)
+    out = {"p_x_copy": p_x.gather(-1, x_u[..., None])[..., 0], "p_x_mask": p_x[..., tokens.mask],
+           "x_copy": (x_top == x_u).float(), "x_mask": (x_top == tokens.mask).float(),
+           "p_y_copy": p_y.gather(-1, x_u[..., None])[..., 0], "p_y_label": p_y[..., label_ids].sum(-1),
+           "y_copy": (y_top == x_u).float(), "y_label": torch.isin(y_top, label_ids).float()}
+    per_example = {k: (v * attended.long()).sum(1) / attended.long().sum(1) for k, v in out.items()}
+    mlm_like, downstream_like = per_example["y_copy"] >= 0.5, per_example["y_label"] >= 0.5
+    task_ids = torch.tensor([tokens.mlm_task, *tokens.tasks.values()])
+    return {**{f"mean_{k}": mean(v) for k, v in per_example.items()},
+            "x_top_token_share": round(x_top[attended].bincount().max().item() / attended.sum().item(), 4),
+            "y_top_token_share": round(y_top[attended].bincount().max().item() / attended.sum().item(), 4),
+            "mean_y_task": mean(torch.isin(y_top[attended], task_ids)), "share_mlm_like": mean(mlm_like),
+            "share_downstream_like": mean(downstream_like), "share_mixed": mean(~mlm_like & ~downstream_like),
+            "sequences": len(rows)}
+
+
+def run_claim3(json_path: Path, work_dir: Path, settings: Claim1Settings, seeds, sizes, log=print):
+    """Claim 3 on claim 1's saved teachers (hard, soft; `<checkpoint>/teacher`) whose pretraining finished."""
+    from hf_aux.meta_lm.teacher import MetaLMTeacher, MetaLMTokens
+    from hf_aux.meta_lm.two_moons import TASK_NAME
+
+    data = functools.cache(lambda seed: moons_data(settings, seed))  # loaded once per seed, when first needed
+    for size, seed, objective in itertools.product(sizes, seeds, ("hard", "soft")):
+        checkpoint = work_dir / "two_moons" / f"{objective}-n{size}-s{seed}"
+        key = dict(claim="teacher_share", variant=objective, seed=seed, finetune_size=size,
+                   metric="share_mlm_like_argmax")
+        if has_run(load_runs(json_path), **key) or not (checkpoint / "pretrain_record.json").exists():
+            continue
+        moons, meta, cost = data(seed), run_meta(), clock()  # the data's loading is not the run's cost
+        tokens = MetaLMTokens.from_tokenizer(moons["tokenizer"], [TASK_NAME], 2)
+        shares = teacher_shares(MetaLMTeacher.from_pretrained(str(checkpoint / "teacher")), tokens,
+                                moons["unlabelled"], settings.share_sequences)
+        steps = json.loads((checkpoint / "pretrain_record.json").read_text())["steps"]
+        append_run(json_path, dict(**key, value=shares["share_mlm_like"], split="unlabelled", steps=steps, **shares,
+                                   **cost(), **meta))
+        log(f"teacher_share {objective} n={size} seed={seed}: " + json.dumps(shares))
+
+
+def run_claim1(json_path: Path, work_dir: Path, settings: Claim1Settings, seeds, sizes, objectives, log=print):
+    """Size-major, so the smallest sizes' verdicts complete first. MLM's pretraining sees no labelled data: one per
+    seed, shared by the sizes, charged to the run that trained it. Fine-tuning as Table 6, the best-validation
+    epoch's accuracies."""
+    from transformers import AutoModelForMaskedLM
+
+    from hf_aux.meta_lm.two_moons import finetune_moons
+
+    data = functools.cache(lambda seed: moons_data(settings, seed))
+    for size, seed, objective in itertools.product(sizes, seeds, objectives):
+        key = dict(claim="two_moons", variant=objective, seed=seed, finetune_size=size)
+        if has_run(load_runs(json_path), **key):
+            continue
+        moons, meta, cost = data(seed), run_meta(), clock()
+        checkpoint = work_dir / "two_moons" / (f"{objective}-n{size}-s{seed}" if objective != "mlm" else f"mlm-s{seed}")
+        record, trainer = _pretrained(checkpoint, lambda: pretrain_moons(objective, size, seed, settings, moons,
+                                                                         checkpoint))
+        charged = trainer is not None
+        del trainer
+        torch.manual_seed(seed)
+        result = finetune_moons(AutoModelForMaskedLM.from_pretrained(str(checkpoint)), moons["tokenizer"],
+                                moons["finetune"].select(range(size)),
+                                moons["validation"].select(range(min(size, 128))), moons["test"],
+                                epochs=settings.finetune_epochs, learning_rate=settings.finetune_lr,
+                                batch_size=FINETUNE_BATCH[size], eval_every=settings.eval_every, seed=seed)
+        run = dict(**key, metric="accuracy", value=round(100 * result["test"], 2), split="test",
+                   best_validation=round(100 * result["best_validation"], 2),
+                   train_accuracy=round(100 * result["train"], 2),
+                   train_majority=round(moons_train_majority(seed, size), 2), steps=record["steps"],
+                   pretrain_shared=objective == "mlm", pretrain_wall_s=record["cost"]["wall_s"],
+                   pretrain_cpu_s=record["cost"]["cpu_s"], pretrain_charged=charged, **cost(), **meta,
+                   settings=dataclasses.asdict(settings))
+        if charged or objective != "mlm":
+            run["pretrain_logs"] = record["logs"][-3:]
+        append_run(json_path, run)
+        log(f"two_moons {objective} n={size} seed={seed}: test {run['value']:.2f} (train {run['train_accuracy']:.1f}) "
+            f"{run['wall_s']:.0f} s wall, {run['cpu_s']:.0f} s CPU")
+
+
 def text_tokenizer(texts, vocab_size: int, task_names, num_labels: int):
-    """A byte-level BPE tokenizer trained on `texts` (§4.1), with [CLS] ... [SEP] wrapping and the meta-LM task and
+    """A byte-level BPE tokenizer trained on `texts` (§4.1), [CLS] ... [SEP] wrapping, plus the meta-LM task and
     label tokens (`add_meta_lm_tokens`)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
@@ -359,8 +359,8 @@ def text_tokenizer(texts, vocab_size: int, task_names, num_labels: int):
 
 
 def text_data(settings: Claim2Settings) -> dict:
-    """Unlabelled blocks, the tokenizer, and per task its converted splits (input_ids with the task token at
-    position 0, attention_mask, labels), the label tokens, and the majority class's test accuracy."""
+    """Unlabelled blocks, the tokenizer, and per task its converted splits (the task token at position 0, labels),
+    its label tokens, its labelled set for pretraining and its majority class's train and test accuracy."""
     from hf_aux.data import group_texts_for_mlm
     from hf_aux.demo import demo_task, demo_unlabelled_text
     from hf_aux.meta_lm.teacher import MetaLMTokens
@@ -381,148 +381,105 @@ def text_data(settings: Claim2Settings) -> dict:
                 rows = rows.select(range(min(settings.eval_examples, len(rows))))
             encoded = tokenizer(*[list(rows[c]) for c in task.text_columns], truncation=True,
                                 max_length=settings.block_size, padding="max_length", return_tensors="pt")
-            ids = encoded["input_ids"]
-            ids[:, 0] = tokens.tasks[name]
-            splits[split] = (ids, encoded["attention_mask"], torch.tensor(list(rows["label"])))
-        train_labels = splits["train"][2]
-        majority = int(train_labels.bincount().argmax())
+            encoded["input_ids"][:, 0] = tokens.tasks[name]
+            splits[split] = (encoded["input_ids"], encoded["attention_mask"], torch.tensor(list(rows["label"])))
+        train = task.dataset["train"]
+        labelled = train.map(lambda b, task=task: {"input_ids": tokenizer(
+            *[b[c] for c in task.text_columns], truncation=True, max_length=settings.block_size)["input_ids"]},
+            batched=True, remove_columns=train.column_names).add_column("label", list(train["label"]))
+        majority = int(splits["train"][2].bincount().argmax())
         converted[name] = {"splits": splits, "label_ids": torch.tensor(tokens.labels[:len(task.label_names)]),
                            "majority_test": (splits["test"][2] == majority).float().mean().item(),
-                           "majority_train": (train_labels == majority).float().mean().item(),
-                           "labelled": task.dataset["train"].map(
-                               lambda b, task=task: {"input_ids": tokenizer(*[b[c] for c in task.text_columns],
-                                                                             truncation=True,
-                                                                             max_length=settings.block_size)
-                                                     ["input_ids"]},
-                               batched=True, remove_columns=task.dataset["train"].column_names).add_column(
-                               "label", list(task.dataset["train"]["label"]))}
+                           "majority_train": (splits["train"][2] == majority).float().mean().item(),
+                           "labelled": labelled}
     return {"tokenizer": tokenizer, "unlabelled": blocks, "tasks": converted}
 
 
-def text_model_config(tokenizer, settings: Claim2Settings):
-    """Table 7's shape at a smaller size, pre-LN (§4.1) as a `roberta-prelayernorm` config."""
+def pretrain_text(objective: str, seed: int, settings: Claim2Settings, data: dict, out_dir: Path):
+    """§4.3 from scratch in Table 7's shape at a smaller size, pre-LN (§4.1) as a `roberta-prelayernorm` model."""
     from transformers import RobertaPreLayerNormConfig
 
-    return RobertaPreLayerNormConfig(vocab_size=len(tokenizer), hidden_size=settings.hidden,
-                                     num_hidden_layers=settings.layers, num_attention_heads=settings.heads,
-                                     intermediate_size=settings.ffn, hidden_act="gelu", hidden_dropout_prob=0.1,
-                                     attention_probs_dropout_prob=0.1, pad_token_id=tokenizer.pad_token_id,
-                                     max_position_embeddings=settings.block_size + tokenizer.pad_token_id + 1,
-                                     type_vocab_size=1)
-
-
-def pretrain_text(objective: str, seed: int, settings: Claim2Settings, data: dict, out_dir: Path):
-    from transformers import AutoModelForMaskedLM
-
-    from hf_aux.meta_lm.teacher import MetaLMTeacher
-    from hf_aux.meta_lm.trainer import MetaLMConfig, MetaLMTrainer
-
-    torch.manual_seed(seed)
-    student = AutoModelForMaskedLM.from_config(text_model_config(data["tokenizer"], settings),
-                                               attn_implementation="eager")
-    mlm = objective == "mlm"
-    steps = max(1, settings.meta_steps // 4) if mlm else settings.meta_steps
-    kwargs = dict(output_dir=str(out_dir), objective=objective, max_steps=steps, learning_rate=settings.peak_lr,
-                  warmup_steps=max(1, round(settings.warmup_fraction * steps)), report_to=[], use_cpu=True,
-                  save_strategy="no", logging_steps=max(1, steps // 20), disable_tqdm=True, seed=seed,
-                  dataloader_num_workers=0)
-    if mlm:
-        kwargs.update(per_device_train_batch_size=4 * settings.batch)
-    else:
-        kwargs.update(per_device_train_batch_size=settings.batch, samples_per_task=settings.batch,
-                      teacher_gradient_accumulation_steps=4, lambda_meta=settings.lambda_meta)
-    labelled = {name: task["labelled"] for name, task in data["tasks"].items()}
-    teacher = None if mlm else MetaLMTeacher.from_student_config(student.config)
-    trainer = MetaLMTrainer(model=student, teacher=teacher, args=MetaLMConfig(**kwargs), labelled_tasks=labelled,
-                            train_dataset=data["unlabelled"], processing_class=data["tokenizer"])
-    trainer.train()
-    trainer.save_model(str(out_dir))
-    return trainer
+    tokenizer, s = data["tokenizer"], settings
+    config = RobertaPreLayerNormConfig(vocab_size=len(tokenizer), hidden_size=s.hidden, num_hidden_layers=s.layers,
+                                       num_attention_heads=s.heads, intermediate_size=s.ffn, hidden_act="gelu",
+                                       hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+                                       pad_token_id=tokenizer.pad_token_id, type_vocab_size=1,
+                                       max_position_embeddings=s.block_size + tokenizer.pad_token_id + 1)
+    steps = max(1, s.meta_steps // 4) if objective == "mlm" else s.meta_steps
+    method = ({"per_device_train_batch_size": 4 * s.batch} if objective == "mlm" else
+              {"per_device_train_batch_size": s.batch, "samples_per_task": s.batch,
+               "teacher_gradient_accumulation_steps": 4, "lambda_meta": s.lambda_meta})
+    return pretrain(objective, config, {name: task["labelled"] for name, task in data["tasks"].items()}, data,
+                    out_dir, s.warmup_fraction, max_steps=steps, learning_rate=s.peak_lr,
+                    logging_steps=max(1, steps // 20), seed=seed, **method)
 
 
 def run_claim2(json_path: Path, work_dir: Path, settings: Claim2Settings, seeds, log=print):
-    """Per seed: each objective's pretraining from scratch (one `text_pretraining` run object: cost and meta/*
-    logs), then every task fine-tuned with each learning rate (one `text_tasks` run object per objective, task and
-    seed, carrying the task's majority-class test accuracy)."""
+    """Per seed and objective: the pretraining (one `text_pretraining` run object: cost, meta/* logs, what the soft
+    teacher writes at the end), then every task fine-tuned with each learning rate, the best on validation reported
+    (one `text_tasks` run object per task, with its majority class)."""
     from transformers import AutoModelForMaskedLM
 
     from hf_aux.meta_lm.two_moons import finetune_label_tokens
 
-    data = None
-    budget = dataclasses.asdict(settings)
-    for seed in seeds:
-        for objective in ("soft", "mlm"):
-            runs = load_runs(json_path)
-            if all(has_run(runs, claim="text_tasks", variant=objective, seed=seed, task=task)
-                   for task in settings.tasks):
+    data, budget = None, dataclasses.asdict(settings)
+    for seed, objective in itertools.product(seeds, ("soft", "mlm")):
+        runs = load_runs(json_path)
+        if all(has_run(runs, claim="text_tasks", variant=objective, seed=seed, task=t) for t in settings.tasks):
+            continue
+        data, meta = data or text_data(settings), run_meta()
+        checkpoint = work_dir / "text" / f"{objective}-s{seed}"
+        record, trainer = _pretrained(checkpoint, lambda: pretrain_text(objective, seed, settings, data, checkpoint))
+        if trainer is not None:  # the pretraining's own record: its cost (charged once) and its logs
+            teacher = {} if trainer.teacher is None else teacher_shares(
+                trainer.teacher, trainer.meta_tokens, data["unlabelled"], 256)
+            logs = record["logs"]
+            append_run(json_path, dict(claim="text_pretraining", variant=objective, seed=seed, metric="final_loss",
+                                       value=logs[-1]["loss"] if logs else None, split="train", steps=record["steps"],
+                                       logs=logs, teacher=teacher, **record["cost"], **meta, settings=budget))
+        del trainer
+        for name, task in data["tasks"].items():
+            if has_run(runs, claim="text_tasks", variant=objective, seed=seed, task=name):
                 continue
-            data = data or text_data(settings)
-            meta = run_meta()
-            checkpoint = work_dir / "text" / f"{objective}-s{seed}"
-            record_path = checkpoint / "pretrain_record.json"
-            if not record_path.exists():
-                clock = _Clock()
-                trainer = pretrain_text(objective, seed, settings, data, checkpoint)
-                cost, logs, steps = clock.read(), meta_logs(trainer), trainer.state.global_step
-                # what the soft teacher writes at the end (its x-hat/y-hat argmax on 256 unlabelled blocks)
-                teacher = {} if trainer.teacher is None else teacher_shares(
-                    trainer.teacher, trainer.meta_tokens, data["unlabelled"], 256, fixed_y=False)
-                del trainer
-                record_path.write_text(json.dumps({"cost": cost, "logs": logs, "steps": steps}))
-                # the pretraining's own record: its cost (charged once) and its meta/* logs over training
-                append_run(json_path, dict(claim="text_pretraining", variant=objective, seed=seed,
-                                           metric="final_loss", value=logs[-1]["loss"] if logs else None,
-                                           split="train", steps=steps, logs=logs, teacher=teacher, **cost, **meta,
-                                           settings=budget))
-            record = json.loads(record_path.read_text())
-            pretrain_cost, steps = record["cost"], record["steps"]
-            for name, task in data["tasks"].items():
-                if has_run(runs, claim="text_tasks", variant=objective, seed=seed, task=name):
-                    continue
-                task_clock = _Clock()
-                results = {}
-                for lr in settings.finetune_lrs:
-                    model = AutoModelForMaskedLM.from_pretrained(str(checkpoint))
-                    results[lr] = finetune_label_tokens(
-                        model, task["splits"], task["label_ids"], epochs=settings.finetune_epochs, learning_rate=lr,
-                        batch_size=settings.finetune_batch, warmup_steps=settings.finetune_warmup,
-                        weight_decay=0.0, seed=seed, owner=f"task '{name}'")
-                best_lr = max(results, key=lambda lr: (results[lr]["best_validation"], -lr))
-                best = results[best_lr]
-                run = dict(claim="text_tasks", variant=objective, seed=seed, task=name, metric="accuracy",
-                           value=round(100 * best["test"], 2), split="test",
-                           best_validation=round(100 * best["best_validation"], 2), finetune_lr=best_lr,
-                           train_accuracy=round(100 * best["train"], 2),
-                           train_majority=round(100 * task["majority_train"], 2),
-                           finetune_epoch=best["epoch"], majority=round(100 * task["majority_test"], 2),
-                           validation_by_lr={str(lr): round(100 * r["best_validation"], 2) for lr, r in
-                                             results.items()},
-                           steps=steps, pretrain_wall_s=pretrain_cost["wall_s"], pretrain_cpu_s=pretrain_cost["cpu_s"],
-                           **task_clock.read(), **meta, settings=budget)
-                append_run(json_path, run)
-                log(f"text {objective} seed={seed} {name}: test {run['value']:.2f} (majority {run['majority']:.2f}, "
-                    f"lr {best_lr})")
+            cost, results = clock(), {}
+            for lr in settings.finetune_lrs:
+                results[lr] = finetune_label_tokens(
+                    AutoModelForMaskedLM.from_pretrained(str(checkpoint)), task["splits"], task["label_ids"],
+                    epochs=settings.finetune_epochs, learning_rate=lr, batch_size=settings.finetune_batch,
+                    warmup_steps=settings.finetune_warmup, weight_decay=0.0, seed=seed, owner=f"task '{name}'")
+            best_lr = max(results, key=lambda lr: (results[lr]["best_validation"], -lr))
+            best = results[best_lr]
+            run = dict(claim="text_tasks", variant=objective, seed=seed, task=name, metric="accuracy",
+                       value=round(100 * best["test"], 2), split="test",
+                       best_validation=round(100 * best["best_validation"], 2), finetune_lr=best_lr,
+                       train_accuracy=round(100 * best["train"], 2),
+                       train_majority=round(100 * task["majority_train"], 2), finetune_epoch=best["epoch"],
+                       majority=round(100 * task["majority_test"], 2),
+                       validation_by_lr={str(lr): round(100 * r["best_validation"], 2) for lr, r in results.items()},
+                       steps=record["steps"], pretrain_wall_s=record["cost"]["wall_s"],
+                       pretrain_cpu_s=record["cost"]["cpu_s"], **cost(), **meta, settings=budget)
+            append_run(json_path, run)
+            log(f"text {objective} seed={seed} {name}: test {run['value']:.2f} (majority {run['majority']:.2f}, "
+                f"lr {best_lr})")
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # claims (../shared/EVIDENCE.md): one record per claim and setting; a unit is one independent pretraining run
 # ---------------------------------------------------------------------------------------------------------------
-# make_moons draws n // 2 points per moon, so every (even-sized) test split is balanced: the majority class scores 50%
-MOONS_MAJORITY = 50.0
+MOONS_MAJORITY = 50.0  # make_moons draws n // 2 points per moon: every (even-sized) test split is balanced
 # §4.2 Results: soft labels "slightly higher but not statistically significant" at the larger sizes; Table 10 has soft
 # above MLM (latest) at exactly these two sizes (86.2 vs 85.3, 93.2 vs 92.3), MLM above both meta objectives below
 SOFT_ABOVE_MLM_SIZES = (80, 160)
 NO_SIGN_REASON = ("the paper calls soft labels' lead at the larger sizes \"not statistically significant\" (§4.2), "
                   "so it predicts no sign here (../shared/EVIDENCE.md: no verdict)")
-# App. B item 2: fixed y was run "on the settings we tested", Table 10's 10 and 160 columns; elsewhere no claim
-FIXED_Y_SIZES = (10, 160)
+FIXED_Y_SIZES = (10, 160)  # App. B item 2: fixed y was run "on the settings we tested", Table 10's 10 and 160 columns
 # claim 3: an MLM-like pseudo example reconstructs x_u at >= half its positions; a teacher that "teaches mostly
 # MLM-like tasks" (abstract) makes more than half of its pseudo examples MLM-like
 MOSTLY = 0.5
 NO_VERDICT = "no verdict"
-# the primary claims (../shared/EVIDENCE.md, issue #50 item 7): the paper's headline, "MLM performs equivalently or
-# better than both meta-learning approaches" (abstract), in its own Two Moons setting at the size where Table 10 puts
-# the largest gaps on it (MLM - hard +7.6, MLM - soft +11.4) and the largest size at which it predicts a sign for both
+# the primary claims (issue #50 item 7): the paper's headline, "MLM performs equivalently or better than both
+# meta-learning approaches" (abstract), in its own Two Moons setting at the size where Table 10 puts the largest gaps
+# on it (MLM - hard +7.6, MLM - soft +11.4) and the largest size at which it predicts a sign for both
 PRIMARY_SIZE = 40
 
 PAPER = {
@@ -561,16 +518,28 @@ UNIT_TEACHER = "one teacher pretraining run at this size and seed; hard and soft
 UNIT_TEXT = "one pretraining run per objective and seed (fine-tuned once per task); paired by seed"
 
 
-def _units(runs, claim, variant, key="value", **filters) -> dict:
-    """Independent unit (the pretraining seed) -> the mean of `key` over the unit's runs matching `filters`:
-    fine-tuning repeats inside one pretraining run are averaged first, never extra units (../shared/EVIDENCE.md)."""
-    groups: dict = {}
+def _settings(runs, text: bool = False) -> dict:
+    """The settings the Two Moons (or text) runs were made with (the defaults before there is any)."""
+    kinds, default = ((("text_tasks", "text_pretraining"), Claim2Settings()) if text
+                      else (("two_moons",), Claim1Settings()))
+    return next((r["settings"] for r in runs if r["claim"] in kinds and "settings" in r), dataclasses.asdict(default))
+
+
+def _unit_runs(runs, claim, variant, key=None, **filters) -> dict:
+    """Unit (the pretraining seed) -> the runs of one claim and variant matching `filters` (and recording `key`)."""
+    found: dict = {}
     for run in runs:
-        if run["claim"] != claim or run["variant"] != variant or run.get(key) is None:
-            continue
-        if all(run.get(k) == v for k, v in filters.items()):
-            groups.setdefault(run.get("pretrain_seed", run["seed"]), []).append(float(run[key]))
-    return {unit: sum(values) / len(values) for unit, values in sorted(groups.items())}
+        if (run["claim"] == claim and run["variant"] == variant and (key is None or run.get(key) is not None)
+                and all(run.get(k) == v for k, v in filters.items())):
+            found.setdefault(run.get("pretrain_seed", run["seed"]), []).append(run)
+    return found
+
+
+def _units(runs, claim, variant, key="value", **filters) -> dict:
+    """Unit -> the mean of `key` over its runs: fine-tuning repeats inside one pretraining run are averaged first,
+    never extra units (../shared/EVIDENCE.md)."""
+    groups = _unit_runs(runs, claim, variant, key, **filters)
+    return {unit: sum(float(r[key]) for r in group) / len(group) for unit, group in sorted(groups.items())}
 
 
 def _paired(a: dict, b: dict) -> dict:
@@ -578,24 +547,19 @@ def _paired(a: dict, b: dict) -> dict:
     return {unit: a[unit] - b[unit] for unit in sorted(set(a) & set(b))}
 
 
+@functools.lru_cache(maxsize=None)
 def moons_train_majority(seed: int, size: int) -> float:
-    """What predicting one class scores on a seed's size-`size` fine-tune set (%): the first `size` of the 160 labelled
-    points `moons_data` draws (`two_moons_data(seed=100 seed)`'s train split, `labelled_split(160, 100 seed + 1)`)."""
-    if (seed, size) not in _TRAIN_MAJORITY:
-        from hf_aux.meta_lm.two_moons import labelled_split
+    """What predicting one class scores on a seed's size-`size` fine-tune set (%): the first `size` of the 160
+    labelled points `moons_data` draws (`labelled_split(160, 100 seed + 1)`)."""
+    from hf_aux.meta_lm.two_moons import labelled_split
 
-        labels = labelled_split(max(MOONS_SIZES), seed=100 * seed + 1)["label"][:size]
-        _TRAIN_MAJORITY[(seed, size)] = 100 * max(sum(labels), len(labels) - sum(labels)) / len(labels)
-    return _TRAIN_MAJORITY[(seed, size)]
-
-
-_TRAIN_MAJORITY: dict = {}
+    labels = labelled_split(max(MOONS_SIZES), seed=100 * seed + 1)["label"][:size]
+    return 100 * max(sum(labels), len(labels) - sum(labels)) / len(labels)
 
 
 def _train_record(run: dict) -> tuple[float, float] | None:
-    """(training accuracy, its training set's majority class), in %, of one fine-tuning: the model at the reported
-    epoch on its own training set, against what predicting one class scores there; None where the run did not
-    record its training accuracy (claim 2's runs before it was recorded)."""
+    """(training accuracy at the reported epoch, its training set's majority class), in %; None where the run did
+    not record its training accuracy (claim 2's runs before it was recorded)."""
     if run.get("train_accuracy") is None:
         return None
     majority = run.get("train_majority")
@@ -605,28 +569,22 @@ def _train_record(run: dict) -> tuple[float, float] | None:
 
 
 def _training_reason(arms, units) -> tuple[str | None, str | None]:
-    """Whether every arm trained in every unit, read from TRAINING accuracy (../shared/EVIDENCE.md), never from the
-    test result compared: a fine-tuning whose training accuracy at the reported epoch is at or below its training
-    set's majority class did not train (a model predicting one class scores exactly that). arms: [(name, {unit:
-    [fine-tuning runs]})]. Returns (not-testable reason, no-verdict reason): the first when an arm did not train in a
-    unit (the measured accuracies), the second when some unit's training accuracy was not recorded (then whether it
-    trained cannot be read, and nothing is invented)."""
+    """Whether every arm trained in every unit, read from TRAINING accuracy, never from the test result compared: at
+    or below its training set's majority class (what predicting one class scores) it did not. arms: [(name, {unit:
+    [runs]})]. Returns (the not-testable reason with the accuracies, the no-verdict reason where training accuracy
+    was not recorded, so nothing is invented)."""
     failed, missing = [], []
-    for name, by_unit in arms:
-        low, unknown = [], []
-        for unit in units:
-            for run in by_unit.get(unit, []):
-                record = _train_record(run)
-                if record is None:
-                    unknown.append(unit)
-                elif record[0] <= record[1]:
-                    where = f" on {run['task']}" if "task" in run else ""
-                    low.append(f"seed {unit}{where}: training {record[0]:.1f} <= majority {record[1]:.1f}")
+    for name, runs in arms:
+        found = [(unit, run, _train_record(run)) for unit in units for run in runs.get(unit, [])]
+        low = [f"seed {unit}" + (f" on {run['task']}" if "task" in run else "")
+               + f": training {record[0]:.1f} <= majority {record[1]:.1f}"
+               for unit, run, record in found if record and record[0] <= record[1]]
+        unknown = {unit for unit, _, record in found if record is None}
         if low:
             failed.append(f"{name} did not train in {len(low)} fine-tuning{'s' if len(low) > 1 else ''} "
                           f"({'; '.join(low)})")
         if unknown:
-            missing.append(f"{name} ({len(set(unknown))} of {len(units)} units)")
+            missing.append(f"{name} ({len(unknown)} of {len(units)} units)")
     reason = None if not failed else ("; ".join(failed) + ": its training accuracy is at or below what predicting one "
                                       "class scores on its training set, so that unit is no data point")
     unrecorded = None if not missing else (
@@ -636,85 +594,65 @@ def _training_reason(arms, units) -> tuple[str | None, str | None]:
     return reason, unrecorded
 
 
-def _by_unit_runs(runs, claim, variant, **filters) -> dict:
-    """Unit (pretraining seed) -> the fine-tuning runs of one claim and variant matching `filters`."""
-    found: dict = {}
-    for run in runs:
-        if run["claim"] == claim and run["variant"] == variant and all(run.get(k) == v for k, v in filters.items()):
-            found.setdefault(run.get("pretrain_seed", run["seed"]), []).append(run)
-    return found
-
-
-def _no_verdict(record: dict, reason: str) -> dict:
-    """A claim record the rules give no verdict (the paper predicts no sign; whether the arms trained cannot be
-    read): its difference and interval stay visible, it is no test (outside the Benjamini-Hochberg family)."""
-    return {**record, "verdict": NO_VERDICT, "reason": reason, "p_value": None}
-
-
 def _stats(values: dict) -> list:
     mean, sd = mean_sd(values.values())
     return [round(mean, 4), None if math.isnan(sd) else round(sd, 4)]
 
 
-def _moons_setting(settings: dict, size: int) -> str:
+def _arm_record(claim, paper, sign, unit, diffs, reason, unrecorded, arms, primary=False, **extra) -> dict:
+    """A paired claim record with each arm's mean and sd over the compared units; no verdict where the paper predicts
+    no sign (`sign` None) or training accuracy was not recorded."""
+    record = claim_record(claim, paper, sign or 1, unit, diffs.values(), reason=reason, **extra,
+                          arms={name: _stats({u: values[u] for u in diffs}) for name, values in arms.items()},
+                          per_unit={str(u): round(d, 4) for u, d in diffs.items()},
+                          **({"primary": True} if primary else {}))
+    if sign is None:
+        return no_verdict({**record, "predicted_sign": None}, NO_SIGN_REASON)
+    return no_verdict(record, unrecorded) if unrecorded and not reason else record
+
+
+def _moons_record(moons, settings, a, b, size, claim, paper, sign, primary=False):
+    """Two Moons at one size: a - b test accuracy over the seeds both have, with Table 10's one-run difference."""
+    acc = {v: _units(moons, "two_moons", v, finetune_size=size) for v in (a, b)}
+    diffs = _paired(acc[a], acc[b])
+    if not diffs:
+        return None
+    table = PAPER_TABLE_10[a][MOONS_SIZES.index(size)], PAPER_TABLE_10[b][MOONS_SIZES.index(size)]
+    paper_difference = None if None in table else round(table[0] - table[1], 2)
+    if paper_difference is not None:
+        paper += (f"; Table 10 at {size} examples (one run each): {NAMES[a]} {table[0]:.1f} vs {NAMES[b]} "
+                  f"{table[1]:.1f} ({paper_difference:+.1f})")
+    trained = [(NAMES[v], _unit_runs(moons, "two_moons", v, finetune_size=size)) for v in (a, b)]
     sequences = settings["meta_steps"] * 4
-    return (f"Two Moons, {size} labelled examples, pretraining on {sequences:,} sequences "
-            f"({100 * sequences / 640_000:.2f}% of the paper's)")
+    return _arm_record(claim, paper, sign, UNIT_MOONS, diffs, *_training_reason(trained, list(diffs)),
+                       {NAMES[v]: acc[v] for v in (a, b)}, setting=(
+                           f"Two Moons, {size} labelled examples, pretraining on {sequences:,} sequences "
+                           f"({100 * sequences / 640_000:.2f}% of the paper's)"), size=size,
+                       paper_difference=paper_difference,
+                       measure=f"test accuracy, {NAMES[a]} - {NAMES[b]} (percentage points)", primary=primary)
 
 
 def _moons_claims(runs) -> list[dict]:
-    """Claim 1 per fine-tune size: MLM - hard and MLM - soft with the paper's sign at that size, and fixed y against
-    each other objective where the paper ran it; the units are the seeds of that size (paired)."""
-    moons = [r for r in runs if r["claim"] == "two_moons"]
-    settings = next((r["settings"] for r in moons if "settings" in r), dataclasses.asdict(Claim1Settings()))
-    records = []
-
-    def add(key, paper, sign, a, b, size, claim=None):
-        acc_a = _units(moons, "two_moons", a, finetune_size=size)
-        acc_b = _units(moons, "two_moons", b, finetune_size=size)
-        diffs = _paired(acc_a, acc_b)
-        if not diffs:
-            return
-        table = PAPER_TABLE_10[a][MOONS_SIZES.index(size)], PAPER_TABLE_10[b][MOONS_SIZES.index(size)]
-        paper_difference = None if None in table else round(table[0] - table[1], 2)
-        if paper_difference is not None:
-            paper += (f"; Table 10 at {size} examples (one run each): {NAMES[a]} {table[0]:.1f} vs {NAMES[b]} "
-                      f"{table[1]:.1f} ({paper_difference:+.1f})")
-        reason, unrecorded = _training_reason(
-            [(NAMES[v], _by_unit_runs(moons, "two_moons", v, finetune_size=size)) for v in (a, b)], list(diffs))
-        primary = {"primary": True} if size == PRIMARY_SIZE and key in ("mlm_vs_hard", "mlm_vs_soft") else {}
-        record = claim_record(
-            claim or CLAIM_TEXT[key], paper, sign or 1, UNIT_MOONS, diffs.values(), reason=reason,
-            setting=_moons_setting(settings, size), size=size, paper_difference=paper_difference,
-            measure=f"test accuracy, {NAMES[a]} - {NAMES[b]} (percentage points)",
-            arms={NAMES[a]: _stats({u: acc_a[u] for u in diffs}), NAMES[b]: _stats({u: acc_b[u] for u in diffs})},
-            per_unit={str(u): round(d, 4) for u, d in diffs.items()}, **primary)
-        if sign is None:  # the paper calls the gap not significant: it predicts no sign here
-            record = _no_verdict({**record, "predicted_sign": None}, NO_SIGN_REASON)
-        elif unrecorded and not reason:
-            record = _no_verdict(record, unrecorded)
-        records.append(record)
-
-    for size in MOONS_SIZES:
-        add("mlm_vs_hard", PAPER["mlm_vs_meta"], +1, "mlm", "hard", size)
-    for size in MOONS_SIZES:
-        larger = size in SOFT_ABOVE_MLM_SIZES
-        add("mlm_vs_soft", PAPER["soft_large"] if larger else PAPER["mlm_vs_meta"], None if larger else +1,
-            "mlm", "soft", size)
-    for other in ("mlm", "hard", "soft"):
-        for size in FIXED_Y_SIZES:
-            add("fixed_y", PAPER["fixed_y"], +1, "soft_fixed_y", other, size,
-                claim=CLAIM_TEXT["fixed_y"].format(other=NAMES[other]))
-    return records
+    """Claim 1 per fine-tune size (units: the seeds of that size, paired): MLM - hard and MLM - soft with the paper's
+    sign at that size, and fixed y against each other objective where the paper ran it."""
+    moons, settings = [r for r in runs if r["claim"] == "two_moons"], _settings(runs)
+    found = [_moons_record(moons, settings, "mlm", "hard", size, CLAIM_TEXT["mlm_vs_hard"], PAPER["mlm_vs_meta"], +1,
+                           primary=size == PRIMARY_SIZE) for size in MOONS_SIZES]
+    found += [_moons_record(moons, settings, "mlm", "soft", size, CLAIM_TEXT["mlm_vs_soft"], *(
+        (PAPER["soft_large"], None) if size in SOFT_ABOVE_MLM_SIZES else (PAPER["mlm_vs_meta"], +1)),
+        primary=size == PRIMARY_SIZE) for size in MOONS_SIZES]
+    found += [_moons_record(moons, settings, "soft_fixed_y", other, size, CLAIM_TEXT["fixed_y"].format(
+        other=NAMES[other]), PAPER["fixed_y"], +1) for other in ("mlm", "hard", "soft") for size in FIXED_Y_SIZES]
+    return [record for record in found if record]
 
 
 def _text_claims(runs) -> list[dict]:
-    """Claim 2: per task and on the task average, MLM - soft (a unit = one pretraining run per objective and seed,
-    its tasks averaged inside it for the average), and soft - the majority class on the average."""
+    """Claim 2: per task and on the task average (averaged inside each unit), MLM - soft, and soft - the majority
+    class on the average."""
     text_runs = [r for r in runs if r["claim"] == "text_tasks"]
     if not text_runs:
         return []
-    settings = next((r["settings"] for r in text_runs if "settings" in r), dataclasses.asdict(Claim2Settings()))
+    settings = _settings(text_runs, text=True)
     tasks = list(dict.fromkeys(r["task"] for r in text_runs))
     majority = {t: next(r["majority"] for r in text_runs if r["task"] == t) for t in tasks}
     acc = {(v, t): _units(text_runs, "text_tasks", v, task=t) for v in ("mlm", "soft") for t in tasks}
@@ -722,147 +660,111 @@ def _text_claims(runs) -> list[dict]:
                f"{settings['meta_steps'] * settings['batch']:,} sequences) -> ")
     records = []
 
-    def add(key, sign, diffs, where, trained, arms, measure, paper=None):
+    def add(key, sign, diffs, where, variants, arms, measure, task=None):
+        trained = [(name, _unit_runs(text_runs, "text_tasks", v, **({"task": task} if task else {})))
+                   for name, v in variants]
         if diffs:
-            reason, unrecorded = _training_reason(trained, list(diffs))
-            record = claim_record(
-                CLAIM_TEXT[key], paper or PAPER[key], sign, UNIT_TEXT, diffs.values(), reason=reason,
-                setting=setting + where, task=where, measure=measure,
-                arms={name: _stats({u: values[u] for u in diffs}) for name, values in arms.items()},
-                per_unit={str(u): round(d, 4) for u, d in diffs.items()})
-            records.append(_no_verdict(record, unrecorded) if unrecorded and not reason else record)
+            records.append(_arm_record(CLAIM_TEXT[key], PAPER[key], sign, UNIT_TEXT, diffs,
+                                       *_training_reason(trained, list(diffs)), arms, setting=setting + where,
+                                       task=where, measure=measure))
 
-    def trained(variants, task=None):  # the fine-tunings behind each arm's units (every task's for an average)
-        return [(name, _by_unit_runs(text_runs, "text_tasks", v, **({"task": task} if task else {})))
-                for name, v in variants]
-
+    both = [("MLM", "mlm"), ("soft labels", "soft")]
     for task in tasks:
         mlm, soft = acc[("mlm", task)], acc[("soft", task)]
-        diffs = _paired(mlm, soft)
-        add("text_tasks", +1, diffs, task, trained([("MLM", "mlm"), ("soft labels", "soft")], task),
-            {"MLM": mlm, "soft labels": soft}, "test accuracy, MLM - soft labels (percentage points)")
+        add("text_tasks", +1, _paired(mlm, soft), task, both, {"MLM": mlm, "soft labels": soft},
+            "test accuracy, MLM - soft labels (percentage points)", task)
     complete = {v: sorted(set.intersection(*(set(acc[(v, t)]) for t in tasks))) for v in ("mlm", "soft")}
     average = {v: {u: sum(acc[(v, t)][u] for t in tasks) / len(tasks) for u in complete[v]} for v in ("mlm", "soft")}
-    majority_average = sum(majority.values()) / len(tasks)
-    diffs = _paired(average["mlm"], average["soft"])
-    add("text_tasks", +1, diffs, f"average of {len(tasks)} tasks", trained([("MLM", "mlm"), ("soft labels", "soft")]),
+    majority_average, where = sum(majority.values()) / len(tasks), f"average of {len(tasks)} tasks"
+    add("text_tasks", +1, _paired(average["mlm"], average["soft"]), where, both,
         {"MLM": average["mlm"], "soft labels": average["soft"]},
         "test accuracy, tasks averaged inside each unit, MLM - soft labels (percentage points)")
-    add("text_majority", -1, {u: v - majority_average for u, v in average["soft"].items()},
-        f"average of {len(tasks)} tasks", trained([("soft labels", "soft")]), {"soft labels": average["soft"]},
-        f"test accuracy, tasks averaged inside each unit, soft labels - majority class {majority_average:.1f} "
-        "(percentage points)")
+    add("text_majority", -1, {u: v - majority_average for u, v in average["soft"].items()}, where,
+        both[1:], {"soft labels": average["soft"]}, "test accuracy, tasks averaged inside each unit, soft labels - "
+        f"majority class {majority_average:.1f} (percentage points)")
     return records
 
 
 def _teacher_claims(runs) -> list[dict]:
-    """Claim 3, one record per measure (not per fine-tune size): a seed's teachers at the different sizes share its
-    data, initialisation and order and barely differ (the hard teacher's MLM-like share moves by at most 0.02 across
-    them), so they are one observation per seed: the unit is the seed, its sizes averaged first. The hard teacher's
-    share of MLM-like pseudo examples (most likely y-hat) and of x_u in its samples against 'mostly', soft - hard in
-    label outputs, and the soft teacher's share of pseudo examples that are not pure downstream examples (a mixture):
-    0 in every seed is "not reproduced", read from the exact zeros (a share cannot go below 0, so no interval can lie
-    on the other side of it; the record is outside the Benjamini-Hochberg family)."""
+    """Claim 3, one record per measure: a seed's teachers at the different sizes share its data, initialisation and
+    order and barely differ, so the unit is the seed, its sizes averaged first. The hard teacher's MLM-like share and
+    sampled reconstruction against 'mostly', soft - hard in label outputs, and the soft teacher's share of pseudo
+    examples that are not pure downstream ones (a mixture): 0 in every seed is "not reproduced", read from the exact
+    zeros (a share cannot go below 0, so no interval lies on the other side; outside the BH family)."""
     shares = [r for r in runs if r["claim"] == "teacher_share" and r.get("metric") == "share_mlm_like_argmax"]
-    settings = next((r["settings"] for r in runs if r["claim"] == "two_moons" and "settings" in r),
-                    dataclasses.asdict(Claim1Settings()))
     if not shares:
         return []
-    sizes = sorted({r["finetune_size"] for r in shares})
+    settings, sizes = _settings(runs), sorted({r["finetune_size"] for r in shares})
     setting = (f"Two Moons, the teachers of the {'/'.join(map(str, sizes))}-example sets averaged within each seed "
                f"(at the end of pretraining on {settings['meta_steps'] * 4:,} sequences)")
     records = []
 
-    def add(key, sign, diffs, measure, per_seed=None, note=None):
+    def add(key, diffs, measure, per_seed=None, note=None):
         if diffs:
-            extra = {"per_seed": per_seed} if per_seed else {}
             records.append(claim_record(
-                CLAIM_TEXT[key], PAPER["soft_teacher" if key.startswith("soft") else "hard_teacher"], sign,
+                CLAIM_TEXT[key], PAPER["soft_teacher" if key.startswith("soft") else "hard_teacher"], +1,
                 UNIT_TEACHER, diffs.values(), measure=measure, setting=setting, sizes=sizes,
-                per_unit={str(u): round(d, 4) for u, d in diffs.items()}, **extra,
+                per_unit={str(u): round(d, 4) for u, d in diffs.items()},
+                **({"per_seed": {str(u): round(v, 4) for u, v in per_seed.items()}} if per_seed else {}),
                 **({"note": note} if note else {})))
 
-    def units(variant, key):  # seed -> the mean over its sizes (`_units` averages a unit's runs)
+    def units(variant, key):  # seed -> the mean over its sizes
         return _units(shares, "teacher_share", variant, key)
 
     mlm_like, sampled = units("hard", "share_mlm_like"), units("hard", "mean_p_y_copy")
     if mlm_like:
-        seeds = [u for u, v in mlm_like.items() if v > MOSTLY]
-        note = (f"MLM-like in {len(seeds)} of {len(mlm_like)} seeds"
-                + (f" (seed {', '.join(map(str, seeds))})" if seeds else "") + ": shares "
-                + ", ".join(f"seed {u} {v:.2f}" for u, v in mlm_like.items()))
-        add("hard_mlm_like", +1, {u: v - MOSTLY for u, v in mlm_like.items()},
-            f"hard teacher's share of MLM-like pseudo examples - {MOSTLY}",
-            per_seed={str(u): round(v, 4) for u, v in mlm_like.items()}, note=note)
+        seeds = [str(u) for u, v in mlm_like.items() if v > MOSTLY]
+        add("hard_mlm_like", {u: v - MOSTLY for u, v in mlm_like.items()},
+            f"hard teacher's share of MLM-like pseudo examples - {MOSTLY}", mlm_like,
+            f"MLM-like in {len(seeds)} of {len(mlm_like)} seeds" + (f" (seed {', '.join(seeds)})" if seeds else "")
+            + ": shares " + ", ".join(f"seed {u} {v:.2f}" for u, v in mlm_like.items()))
     if sampled:
-        add("hard_samples", +1, {u: v - MOSTLY for u, v in sampled.items()},
-            f"hard teacher's P(y-hat = x_u), its samples' share of x_u's tokens, - {MOSTLY}",
-            per_seed={str(u): round(v, 4) for u, v in sampled.items()},
-            note="per seed P(y-hat = x_u) " + ", ".join(f"seed {u} {v:.3f}" for u, v in sampled.items()))
-    add("soft_downstream", +1, _paired(units("soft", "mean_y_label"), units("hard", "mean_y_label")),
+        add("hard_samples", {u: v - MOSTLY for u, v in sampled.items()},
+            f"hard teacher's P(y-hat = x_u), its samples' share of x_u's tokens, - {MOSTLY}", sampled,
+            "per seed P(y-hat = x_u) " + ", ".join(f"seed {u} {v:.3f}" for u, v in sampled.items()))
+    add("soft_downstream", _paired(units("soft", "mean_y_label"), units("hard", "mean_y_label")),
         "share of positions whose most likely y-hat is a label token, soft - hard")
-    downstream = units("soft", "share_downstream_like")
-    if downstream:
-        mixed = {u: 1.0 - v for u, v in downstream.items()}
-        add("soft_mixture", +1, mixed,
-            "soft teacher's share of pseudo examples that are not downstream-like (MLM-like or mixed)",
-            per_seed={str(u): round(v, 4) for u, v in mixed.items()})
-        if all(v == 0.0 for v in mixed.values()) and len(mixed) >= 3:
-            count = sum(r.get("sequences", settings["share_sequences"]) for r in shares if r["variant"] == "soft")
-            records[-1] = {**records[-1], "verdict": "not reproduced", "p_value": None, "verdict_basis": (
-                f"0 in all {len(mixed)} seeds (every one of the soft teachers' pseudo examples measured, "
-                f"{count:,} in all, is downstream-like): the paper predicts a mixture, none is seen; a share cannot "
-                "go below 0, so the t interval (the point 0) can never lie on the other side, and the verdict is "
-                "read from the exact zeros")}
-    order = list(CLAIM_TEXT.values())
-    return sorted(records, key=lambda item: order.index(item["claim"]))
+    mixed = {u: 1.0 - v for u, v in units("soft", "share_downstream_like").items()}
+    add("soft_mixture", mixed, "soft teacher's share of pseudo examples that are not downstream-like (MLM-like or "
+        "mixed)", mixed)
+    if mixed and all(v == 0.0 for v in mixed.values()) and len(mixed) >= 3:
+        count = sum(r.get("sequences", settings["share_sequences"]) for r in shares if r["variant"] == "soft")
+        records[-1] = {**records[-1], "verdict": "not reproduced", "p_value": None, "verdict_basis": (
+            f"0 in all {len(mixed)} seeds (every one of the soft teachers' pseudo examples measured, {count:,} in "
+            "all, is downstream-like): the paper predicts a mixture, none is seen; a share cannot go below 0, so the "
+            "t interval (the point 0) can never lie on the other side, and the verdict is read from the exact zeros")}
+    return records
 
 
 def claims(runs: list[dict]) -> list[dict]:
-    """The claims list (../shared/EVIDENCE.md) of the study's runs: one `claim_record` per claim and setting, whose
-    units are that setting's independent pretraining runs (seeds), paired by seed; a seed added later is one more
-    unit. Verdicts follow from the 95% t interval and the paper's sign in the setting; "not testable here" where an
-    arm did not train in a unit (`_training_reason`: training accuracy at or below the training set's majority class,
-    the measured accuracies in the reason); "no verdict" where the paper calls the gap not significant or training
-    accuracy was not recorded. Comparisons the paper makes no claim about (fixed y at 20-80, soft vs hard accuracy)
-    are reported without a verdict, not listed here."""
+    """The claims list (../shared/EVIDENCE.md): one `claim_record` per claim and setting, its units the setting's
+    independent pretraining runs (seeds), paired; "not testable here" where an arm did not train in a unit, "no
+    verdict" where the paper predicts no sign or training accuracy was not recorded, BH q values over the list.
+    Comparisons the paper makes no claim about (fixed y at 20-80, soft vs hard) are only in the report."""
     return with_q_values(_moons_claims(runs) + _text_claims(runs) + _teacher_claims(runs))
 
 
-def _measured(item: dict) -> str:
-    return difference_text(item, 1 if "percentage points" in item.get("measure", "") else 3)
-
-
-def _short_setting(item: dict) -> str:
+# ---------------------------------------------------------------------------------------------------------------
+# report
+# ---------------------------------------------------------------------------------------------------------------
+def _setting(item: dict) -> str:
     if "size" in item:
         return f"{item['size']} examples"
-    if "sizes" in item:
-        return "teachers of every size, averaged within each seed"
-    return item.get("task", item.get("setting", ""))
+    return "teachers of every size, averaged within each seed" if "sizes" in item else item.get("task", "")
 
 
 def claim_lines(records: list[dict]) -> list[str]:
-    """The report's claims table (the same objects as the JSON's claims list), then per claim its verdicts by
-    setting, which are not added up: the settings of one claim share their seeds."""
+    """The claims table (the JSON's claims list), the primary claims, and what would settle the inconclusive rows."""
     lines = ["## Claims and verdicts", "",
-             "One row per claim and setting; its units are that setting's independent pretraining runs (seeds), "
-             "paired by seed, with fine-tuning repeats averaged inside a unit. The verdict follows from the 95% t "
-             "interval over the units and the sign the paper predicts in that setting (../shared/EVIDENCE.md): "
-             "reproduced / not reproduced when the interval lies on / against the predicted side of 0, inconclusive "
-             "when it holds 0 or when there are fewer than 3 units; not testable here when an arm did not train in a "
-             "unit, read from TRAINING accuracy (the fine-tuning's accuracy on its own training set at the reported "
-             "epoch at or below that set's majority class: a model predicting one class scores exactly that), never "
-             "from the test result compared; no verdict where the paper predicts no sign (it calls the gap not "
-             "significant) or where training accuracy was not recorded. The `claims` list of meta_lm.json holds the "
-             "same objects; comparisons the paper makes no claim about have no row (they are in the sections below, "
-             "without a verdict).", "",
-             "| claim | setting | difference measured | paper predicts | units | difference [95% CI] | verdict | "
-             "reason / note | primary |", "|---|---|---|---|---|---|---|---|---|"]
-    for item in records:
-        why = item.get("reason") or item.get("verdict_basis") or item.get("note") or ""
-        lines.append(f"| {item['claim']} | {item['setting']} | {item['measure']} | {_sign_text(item)} | "
-                     f"{item['n_units']} | {_measured(item)} | {item['verdict']} | {why} | "
-                     f"{'**yes**' if item.get('primary') else ''} |")
+             "One row per claim and setting; the units are that setting's independent pretraining runs (seeds), paired "
+             "by seed, fine-tuning repeats averaged inside a unit; the settings of one claim reuse the same seeds (and "
+             "MLM's pretraining run), so they are never counted together. The verdict follows from the 95% t interval "
+             "and the sign the paper predicts in that setting (inconclusive below 3 units); not testable here when an "
+             "arm did not train in a unit, read from TRAINING accuracy at or below its training set's majority class, "
+             "never from the test result; no verdict where the paper predicts no sign or training accuracy was not "
+             "recorded. The paper's statements are quoted in each claim's section; its number is Table 10's "
+             "difference.", ""]
+    lines += CLAIMS_TABLE + [claim_row(item, _setting(item)) for item in records]
     primary = [item for item in records if item.get("primary")]
     lines += primary_paragraph(
         records, "The paper's headline is that MLM performs \"equivalently or better than both meta-learning "
@@ -870,116 +772,38 @@ def claim_lines(records: list[dict]) -> list[str]:
         f"{primary[0]['setting'].split(', ', 2)[-1] if primary else '-'}), and {PRIMARY_SIZE} examples is where "
         "Table 10 puts its largest gaps on the claim (MLM - Hard +7.6, MLM - Soft +11.4) and the largest size at "
         "which it predicts a sign against both. The text setting is a far smaller copy of §4.3 (2 layers x 64 "
-        "against 6 x 256).", lambda item: f"{item['claim']} ({_short_setting(item)})")
-    lines += ["", "Per claim, the verdict in each setting (settings are not independent replications: the sizes of one "
-              "claim reuse the same seeds, i.e. the same data draws, and MLM's pretraining run is the same at every "
-              "size, so they are never counted together):", ""]
-    for claim in dict.fromkeys(item["claim"] for item in records):
-        rows = [item for item in records if item["claim"] == claim]
-        lines.append(f"- {claim}: " + "; ".join(
-            f"{_short_setting(item)}: {item['verdict']} ({item['n_units']} units)" for item in rows) + ".")
-    needed = [(item, _units_needed(item)) for item in records if item["verdict"] == "inconclusive"]
-    needed = [(item, n) for item, n in needed if n is not None]
-    if needed:
-        lines += ["", "What would settle the inconclusive rows: if the mean difference and the unit-to-unit sd stayed as "
-                  "measured, the 95% interval would exclude 0 with about this many units (more seeds of the same "
-                  "setting; '> 50' where the difference is small against its spread): " + "; ".join(
-                      f"{item['claim'].split(': ', 1)[-1]}, {_short_setting(item)}: "
-                      + ("> 50" if n > 50 else str(n))
-                      + ("" if item["difference"] * item["predicted_sign"] > 0 else " (against the paper's sign)")
-                      for item, n in needed) + "."]
-    return lines + [""]
+        "against 6 x 256).", lambda item: f"{item['claim']} ({_setting(item)})")
+    needed = [f"{item['claim'].split(': ', 1)[-1]}, {_setting(item)}: " + ("> 50" if n > 50 else str(n))
+              + ("" if item["difference"] * item["predicted_sign"] > 0 else " (against the paper's sign)")
+              for item in records if item["verdict"] == "inconclusive" and (n := units_needed(item)) is not None]
+    settle = ("What would settle the inconclusive rows: the number of seeds at which the 95% interval would exclude 0 "
+              "if the mean difference and its sd stayed as measured: " + "; ".join(needed) + ".")
+    return lines + ["", settle] * bool(needed) + [""]
 
 
-def _sign_text(item: dict) -> str:
-    sign = item.get("predicted_sign")
-    return "none (not significant)" if sign is None else "> 0" if sign > 0 else "< 0"
-
-
-def _units_needed(item: dict) -> int | None:
-    """The fewest units whose 95% t interval would exclude 0 if the record's mean difference and unit-to-unit sd
-    stayed as measured (None without a spread to go on); 51 stands for more than 50."""
-    values = list(item.get("per_unit", {}).values())
-    if len(values) < 2:
-        return None
-    mean, sd = mean_sd(values)
-    if not sd or math.isnan(sd) or mean == 0:
-        return None
-    return next((n for n in range(3, 51) if t_quantile(0.975, n - 1) * sd / math.sqrt(n) < abs(mean)), 51)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# report
-# ---------------------------------------------------------------------------------------------------------------
-def _by_seed(runs, claim, variant, key="value", **filters) -> dict[int, float]:
-    """seed -> value of the runs of one claim/variant matching `filters`."""
-    return {r["seed"]: r[key] for r in runs if r["claim"] == claim and r["variant"] == variant
-            and r.get(key) is not None and all(r.get(k) == v for k, v in filters.items())}
-
-
-def _cell(values: dict, digits: int = 1) -> str:
-    if not values:
-        return "-"
-    mean, sd = mean_sd(values.values())
-    spread = "" if len(values) < 2 else f" ± {sd:.{digits}f}"
-    return f"{mean:.{digits}f}{spread} ({len(values)})"
-
-
-def comparison(a: dict, b: dict, expected_sign: int, digits: int = 1) -> tuple[str, str, str]:
-    """(paired difference a - b with its 95% t interval, verdict, n) over the seeds both have; fewer than 3
-    seeds is reported as incomplete, never as a verdict."""
-    seeds = sorted(set(a) & set(b))
-    if len(seeds) < 2:
-        return "-", f"incomplete: {len(seeds)} seeds so far", str(len(seeds))
-    mean, low, high = paired_ci([a[s] for s in seeds], [b[s] for s in seeds])
-    text = f"{mean:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}]"
-    if len(seeds) < 3:
-        return text, f"incomplete: {len(seeds)} seeds so far", str(len(seeds))
-    return text, verdict(low, high, expected_sign), str(len(seeds))
-
-
-def _t_half(values) -> float:
-    """Half-width of the 95% t interval of the mean over units (nan below two units)."""
-    values = [float(v) for v in values]
-    if len(values) < 2:
-        return float("nan")
-    return t_quantile(0.975, len(values) - 1) * mean_sd(values)[1] / math.sqrt(len(values))
-
-
-def _plot_moons(runs, records, path: Path) -> bool:
-    """Claim 1 in three panels: test accuracy here (each seed a dot, the mean with its 95% t interval over seeds)
-    and in the paper's Table 10, both with the majority-class floor; and the claims' paired differences MLM - hard /
-    MLM - soft per size with their intervals (hollow where an arm did not train: not testable)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    moons = [r for r in runs if r["claim"] == "two_moons"]
-    if not moons:
-        return False
-    settings = moons[0]["settings"]
-    fig, axes = plt.subplots(1, 3, figsize=(16, 5.8))
+def _plot_moons(moons, records, sequences: int, path: Path) -> None:
+    """Claim 1: test accuracy here (seeds as dots, the mean with its 95% t interval over seeds) and in Table 10, both
+    with the majority-class floor; the claims' paired differences MLM - hard / MLM - soft per size with their
+    intervals (hollow: not testable or no verdict)."""
+    fig, axes = figure(3, (16, 5.8))
     counts = set()
     for offset, variant in enumerate(MOONS_OBJECTIVES):
-        xs, means, halves, color = [], [], [], f"C{offset}"
+        color, points = f"C{offset}", []
         for size in MOONS_SIZES:
-            values = _units(moons, "two_moons", variant, finetune_size=size)
-            if not values:
-                continue
-            counts.add(len(values))
-            x = size * 1.06 ** (offset - 1.5)  # side by side, so the intervals do not overlap
-            axes[0].scatter([x] * len(values), list(values.values()), s=16, color=color, alpha=0.6, linewidths=0,
-                            zorder=3)
-            xs.append(x)
-            means.append(mean_sd(values.values())[0])
-            halves.append(_t_half(values.values()))
-        if xs:
-            axes[0].errorbar(xs, means, yerr=[0.0 if math.isnan(h) else h for h in halves], marker="o", capsize=3,
-                             color=color, label=NAMES[variant])
+            values = list(_units(moons, "two_moons", variant, finetune_size=size).values())
+            if values:
+                counts.add(len(values))
+                x = size * 1.06 ** (offset - 1.5)  # side by side, so the intervals do not overlap
+                axes[0].scatter([x] * len(values), values, s=16, color=color, alpha=0.6, linewidths=0, zorder=3)
+                mean, sd = mean_sd(values)
+                half = t_quantile(0.975, len(values) - 1) * sd / math.sqrt(len(values)) if len(values) > 1 else 0.0
+                points.append((x, mean, half))
+        if points:
+            xs, means, halves = zip(*points)
+            axes[0].errorbar(xs, means, yerr=halves, marker="o", capsize=3, color=color, label=NAMES[variant])
         paper = [(n, a) for n, a in zip(MOONS_SIZES, PAPER_TABLE_10[variant]) if a is not None]
-        gaps = len(paper) < len(MOONS_SIZES)  # fixed y: only 10 and 160 in the paper, no line across the gap
-        axes[1].plot(*zip(*paper), marker="s", linestyle="none" if gaps else "--", color=color, label=NAMES[variant])
+        axes[1].plot(*zip(*paper), marker="s", linestyle="none" if len(paper) < len(MOONS_SIZES) else "--",
+                     color=color, label=NAMES[variant])  # fixed y: only 10 and 160 in the paper, no line across
     for ax in axes[:2]:
         ax.axhline(MOONS_MAJORITY, color="black", linestyle=":", linewidth=1, label="majority class (50%)")
         ax.set_ylabel("test accuracy (%, 1,000 points)")
@@ -990,17 +814,16 @@ def _plot_moons(runs, records, path: Path) -> bool:
         rows = [item for item in records if item.get("size") and item["measure"].endswith(
             f"{NAMES['mlm']} - {NAMES[other]} (percentage points)")]
         for item in rows:
-            x = item["size"] * shift
+            x, middle = item["size"] * shift, item["difference"]
             axes[2].scatter([x] * len(item["per_unit"]), list(item["per_unit"].values()), s=16, color=color,
                             alpha=0.6, linewidths=0, zorder=3)
-            low, high = item["ci95"] or (item["difference"], item["difference"])
-            hollow = item["verdict"] in (NOT_TESTABLE, NO_VERDICT)
-            axes[2].errorbar([x], [item["difference"]], yerr=[[item["difference"] - low], [high - item["difference"]]],
-                             marker="o", capsize=3, color=color, markerfacecolor="white" if hollow else color)
+            low, high = item["ci95"] or (middle, middle)
+            axes[2].errorbar([x], [middle], yerr=[[middle - low], [high - middle]], marker="o", capsize=3, color=color,
+                             markerfacecolor="white" if item["verdict"] in (NOT_TESTABLE, NO_VERDICT) else color)
         if rows:
             axes[2].plot([], [], marker="o", color=color, label=f"{NAMES['mlm']} - {NAMES[other]}")
-            paper = [(n, PAPER_TABLE_10["mlm"][i] - PAPER_TABLE_10[other][i]) for i, n in enumerate(MOONS_SIZES)]
-            axes[2].scatter([n * shift for n, _ in paper], [d for _, d in paper], marker="x", color=color)
+            paper = [mlm - meta for mlm, meta in zip(PAPER_TABLE_10["mlm"], PAPER_TABLE_10[other])]
+            axes[2].scatter([n * shift for n in MOONS_SIZES], paper, marker="x", color=color)
     axes[2].plot([], [], marker="x", linestyle="none", color="grey", label="paper, Table 10 (one run)")
     axes[2].plot([], [], marker="o", markerfacecolor="white", linestyle="none", color="grey",
                  label="not testable (an arm did not train) or no verdict")
@@ -1016,391 +839,216 @@ def _plot_moons(runs, records, path: Path) -> bool:
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
     axes[1].set_ylim(axes[0].get_ylim())  # the same scale here and in the paper
-    sequences = settings["meta_steps"] * 4
-    fig.suptitle(f"Two Moons (§4.2): pretraining reduced to {sequences:,} sequences "
-                 f"({100 * sequences / 640_000:.2f}% of the paper's 640k), fine-tuning as Table 6, CPU",
-                 fontsize="large")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
+    save_figure(fig, path, f"Two Moons (§4.2): pretraining reduced to {sequences:,} sequences "
+                f"({100 * sequences / 640_000:.2f}% of the paper's 640k), fine-tuning as Table 6, CPU", "large", 100)
 
 
-def _plot_text_logs(runs, path: Path) -> bool:
+def _plot_text_logs(soft, settings, path: Path) -> None:
     """The soft-label teacher's pseudo-input diversity over pretraining (meta/x_hat_* logs), one line per seed."""
-    import matplotlib
+    fig, axes = figure(2, (12, 4.8))
+    for record in soft:
+        steps, seed = [log["step"] for log in record["logs"]], record["seed"]
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+        def curve(ax, key, label, **style):
+            return ax.plot(steps, [log[key] for log in record["logs"]], label=f"{label}, seed {seed}", **style)[0]
 
-    records = sorted((r for r in runs if r["claim"] == "text_pretraining" and r["variant"] == "soft" and r["logs"]),
-                     key=lambda r: r["seed"])
-    if not records:
-        return False
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
-    for record in records:
-        steps = [log["step"] for log in record["logs"]]
-        line, = axes[0].plot(steps, [log["meta/x_hat_distinct"] for log in record["logs"]],
-                             label=f"x-hat argmax, seed {record['seed']}")
-        axes[0].plot(steps, [log["meta/x_u_distinct"] for log in record["logs"]], linestyle=":",
-                     color=line.get_color(), label=f"x_u, seed {record['seed']}")
-        axes[1].plot(steps, [log["meta/x_hat_pooled_entropy"] for log in record["logs"]], color=line.get_color(),
-                     label=f"pooled over the batch, seed {record['seed']}")
-        axes[1].plot(steps, [log["meta/x_hat_position_entropy"] for log in record["logs"]], linestyle="--",
-                     color=line.get_color(), label=f"per position, seed {record['seed']}")
-    axes[0].set_ylabel("distinct tokens per batch")
-    axes[1].set_ylabel("entropy of x-hat (nats)")
-    for ax in axes:
+        color = curve(axes[0], "meta/x_hat_distinct", "x-hat argmax").get_color()
+        curve(axes[0], "meta/x_u_distinct", "x_u", linestyle=":", color=color)
+        curve(axes[1], "meta/x_hat_pooled_entropy", "pooled over the batch", color=color)
+        curve(axes[1], "meta/x_hat_position_entropy", "per position", linestyle="--", color=color)
+    axes[1].axhline(math.log(settings["vocab_size"]), color="black", linestyle=":", linewidth=1,
+                    label=f"uniform over the {settings['vocab_size']:,}-token vocabulary")
+    for ax, what, label in zip(axes, ("distinct tokens", "entropy"), ("distinct tokens per batch",
+                                                                        "entropy of x-hat (nats)")):
+        ax.set_ylabel(label)
         ax.set_xlabel("meta step (student steps)")
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.18), ncol=2, fontsize=8)
-    settings = records[0].get("settings") or dataclasses.asdict(Claim2Settings())
-    axes[1].axhline(math.log(settings["vocab_size"]), color="black", linestyle=":", linewidth=1,
-                    label=f"uniform over the {settings['vocab_size']:,}-token vocabulary")
-    axes[1].legend(loc="upper left", bbox_to_anchor=(0.0, -0.18), ncol=2, fontsize=8)
-    axes[0].set_title("soft-label teacher: distinct tokens")
-    axes[1].set_title("soft-label teacher: entropy")
-    fig.suptitle(f"Claim 2 (§4.3): the soft-label teacher while pretraining from scratch on Wikipedia + IMDB\n"
-                 f"({settings['layers']} layers x {settings['hidden']}, {settings['meta_steps']} meta steps of "
-                 f"{settings['batch']} sequences), one line per seed (pretraining run)", fontsize="medium")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+        ax.set_title(f"soft-label teacher: {what}")
+    save_figure(fig, path, f"Claim 2 (§4.3): the soft-label teacher while pretraining from scratch on Wikipedia + "
+                f"IMDB\n({settings['layers']} layers x {settings['hidden']}, {settings['meta_steps']} meta steps of "
+                f"{settings['batch']} sequences), one line per seed (pretraining run)", "medium", 110)
 
 
-def _text_section(runs, records, out_dir: Path) -> list[str]:
-    text_runs = [r for r in runs if r["claim"] == "text_tasks"]
-    settings = next((r["settings"] for r in runs if r["claim"] in ("text_tasks", "text_pretraining")),
-                    dataclasses.asdict(Claim2Settings()))
-    lines = ["", "## Claim 2: Wikipedia + IMDB text -> real tasks, soft labels vs MLM (Table 2's direction)", "",
-             "**Paper** (§4.3, Table 2, SuperGLUE validation): MLM 52.4 vs soft labels 46.6 on average, MLM better "
-             "on every task, and soft labels \"slightly worse than a most frequent class baseline\"; the teacher's "
-             "outputs degenerate (Table 3: x-hat \"that that that ...\", y-hat a repeated task token).", "",
-             "**Setting here** (much smaller than the paper's 6 x 256 model and 6M samples): a pre-LN model from "
-             f"scratch, {settings['layers']} layers, hidden {settings['hidden']}, {settings['heads']} heads, FFN "
-             f"{settings['ffn']}, blocks of {settings['block_size']} tokens of the demo's Wikipedia articles and "
-             f"IMDB train reviews (at most {settings['max_documents']} documents per source), a byte-level BPE "
-             f"tokenizer of {settings['vocab_size']} tokens trained on that text. Both objectives see "
-             f"{settings['meta_steps'] * settings['batch']:,} unlabelled sequences: soft labels "
-             f"{settings['meta_steps']} meta steps of {settings['batch']} (second order, lambda_meta "
-             f"{settings['lambda_meta']}, teacher accumulation 4, {settings['batch']} samples per task, the MLM "
-             f"task as a labelled task with probability 1/2), MLM {settings['meta_steps'] // 4} steps of "
-             f"{4 * settings['batch']} (Table 8's equivalence); peak lr {settings['peak_lr']}, warmup "
-             f"{settings['warmup_fraction']:.0%}. Labelled tasks (the pretraining's labelled set and the "
-             f"fine-tuning set, {settings['train_examples']} train examples each): "
-             f"{', '.join(settings['tasks'])}, each converted as the paper converts SuperGLUE (its task token, "
-             "its label token as the output at every position). Fine-tuning as Table 9 but "
-             f"{settings['finetune_epochs']} epochs: each of the peak lrs {list(settings['finetune_lrs'])}, the "
-             f"one with the best validation accuracy ({settings['eval_examples']} examples) reported on test "
-             f"(at most {4 * settings['eval_examples']} examples). A seed changes both pretrainings (init, data "
-             "order, masks, teacher) and the fine-tuning order; the task splits are fixed (demo seed 42).", ""]
+def _paper(*keys) -> list[str]:
+    return ["**Paper**: " + "; ".join(PAPER[key] for key in keys) + ".", ""]
+
+
+def _moons_section(runs, records, out_dir: Path) -> list[str]:
+    moons, s = [r for r in runs if r["claim"] == "two_moons"], _settings(runs)
+    sequences = s["meta_steps"] * 4
+    lines = ["## Claim 1: Two Moons, Table 10", ""] + _paper("mlm_vs_meta", "soft_large", "fixed_y") + [
+        "**Setting.** Data and model as the paper (`hf_aux.meta_lm.two_moons`: make_moons, Table 4's model in the "
+        "paper's pre-LN layout); each fine-tune size n has its own pretraining, whose labelled task is the first n of "
+        f"the seed's 160 points. Pretraining as Table 5 but reduced to {s['meta_steps']} batches of 4 ({sequences:,} "
+        f"sequences, {100 * sequences / 640_000:.2f}% of the paper's 640k; peak lr {s['peak_lr']}, warmup "
+        f"{s['warmup_fraction']:.0%}): MLM accumulates its student over 4 batches ({s['meta_steps'] // 4} steps), the "
+        "meta objectives their teacher (eq. 1's theta_1 must be the student's real update), so every objective sees "
+        f"the same sequences. Fine-tuning as Table 6 ({s['finetune_epochs']} epochs, peak lr {s['finetune_lr']}, "
+        "batch 1-16), the test accuracy at the best-validation epoch (validation of the same size, at most 128, "
+        f"checked every {s['eval_every']} epochs): no hyper-parameter was tuned, all are the paper's. A seed draws the "
+        "data, the initialisation and every order; the objectives of one seed are paired.", "",
+        "Test accuracy %, mean ± sd over seeds (seeds) / Table 10 (one run per cell, 1,000 test points):", "",
+        "| Model | " + " | ".join(f"{n} examples" for n in MOONS_SIZES) + " |", "|---|" + "---|" * len(MOONS_SIZES)]
+    lines += [f"| {NAMES[v]} | " + " | ".join(f"{mean_sd_cell(_units(moons, 'two_moons', v, finetune_size=n))} / "
+                                              + ("-" if p is None else f"{p:.1f}")
+                                              for n, p in zip(MOONS_SIZES, PAPER_TABLE_10[v])) + " |"
+              for v in MOONS_OBJECTIVES]
+    if not moons:
+        return lines
+    trained = [(r, _train_record(r)) for r in moons]
+    untrained = [(r, t) for r, t in trained if t and t[0] <= t[1]]
+    floor = [(r, t) for r, t in trained if r["value"] <= MOONS_MAJORITY and (r, t) not in untrained]
+
+    def where(pairs, majority):
+        return "; ".join(f"{NAMES[r['variant']]} at {r['finetune_size']} examples, seed {r['seed']} (training "
+                         f"{t[0]:.1f}" + (f", majority {t[1]:.1f}" if majority else "") + f", test {r['value']:.1f})"
+                         for r, t in pairs) or "none"
+
+    lines += ["", "**Did every arm train?** Read from the training accuracy at the reported epoch against the training "
+              "set's majority class (the size-n set need not be balanced), never from the test result: "
+              f"{len(moons) - len(untrained)} of {len(moons)} fine-tunings trained; not: {where(untrained, True)} "
+              f"(their claims are not testable here). Trained but at or below the balanced test split's "
+              f"{MOONS_MAJORITY:.0f}%, outcomes counted like any other: {where(floor, False)}.", "",
+              "Comparisons the paper makes no claim about (the same paired difference, no verdict):", ""] + CLAIMS_TABLE
+    for a, b, sizes, why in [("soft_fixed_y", other, [n for n in MOONS_SIZES if n not in FIXED_Y_SIZES],
+                              "the paper did not run fixed y at this size") for other in ("mlm", "hard", "soft")] + [
+            ("soft", "hard", MOONS_SIZES, "the paper states nothing on soft vs hard accuracy")]:
+        for size in sizes:
+            record = _moons_record(moons, s, a, b, size, f"no claim: {NAMES[a]} - {NAMES[b]}", "", +1)
+            if record:
+                lines.append(claim_row(no_verdict({**record, "predicted_sign": None}, why), _setting(record)))
+    _plot_moons(moons, records, sequences, out_dir / "meta_lm_two_moons.png")
+    return lines + ["", "![Two Moons: test accuracy by fine-tune size here and in the paper, and the claims' paired "
+                    "differences](meta_lm_two_moons.png)"]
+
+
+def _text_section(runs, out_dir: Path) -> list[str]:
+    text_runs, pretraining = ([r for r in runs if r["claim"] == kind] for kind in ("text_tasks", "text_pretraining"))
+    s = _settings(runs, text=True)
+    lines = ["", "## Claim 2: Wikipedia + IMDB text -> real tasks, soft labels vs MLM (Table 2's direction)", ""]
+    lines += _paper("text_tasks", "text_majority") + [
+        "**Setting** (far smaller than the paper's 6 x 256 model and 6M samples): a pre-LN model from scratch, "
+        f"{s['layers']} layers x {s['hidden']} ({s['heads']} heads, FFN {s['ffn']}), on blocks of {s['block_size']} "
+        f"tokens of the demo's Wikipedia articles and IMDB reviews (at most {s['max_documents']} documents per source) "
+        f"with a byte-level BPE of {s['vocab_size']} tokens trained on them. Both objectives see "
+        f"{s['meta_steps'] * s['batch']:,} sequences: soft labels {s['meta_steps']} meta steps of {s['batch']} "
+        f"(lambda_meta {s['lambda_meta']}, teacher accumulation 4), MLM {s['meta_steps'] // 4} steps of "
+        f"{4 * s['batch']}; peak lr {s['peak_lr']}. Tasks {', '.join(s['tasks'])} ({s['train_examples']} train "
+        "examples each, the pretraining's labelled sets too), converted as the paper converts SuperGLUE (task token "
+        f"in front, label token as the output); fine-tuning as Table 9 but {s['finetune_epochs']} epochs, the peak lr "
+        f"of {list(s['finetune_lrs'])} with the best validation accuracy ({s['eval_examples']} examples) reported on "
+        "test. A seed changes both pretrainings and the fine-tuning order; the task splits are fixed (demo seed 42).",
+        ""]
     if not text_runs:
-        return lines + ["No runs yet (incomplete: 0 seeds so far)."]
-    tasks = list(dict.fromkeys(r["task"] for r in text_runs))
-    lines += ["Test accuracy %, mean ± sd over seeds (seeds); differences paired by seed over the units (one "
-              "pretraining run per objective and seed; on the average, each unit's tasks are averaged first); "
-              "verdicts from the claims table, none where the paper makes no claim:", "",
-              "| task | majority class | MLM | soft labels | MLM - soft [95% CI] | verdict (paper: MLM better on "
-              "every task) | soft - majority [95% CI] | verdict (paper: soft below the majority class, overall) |",
-              "|---|---|---|---|---|---|---|---|"]
-
-    def claimed(key, task):
-        item = next((r for r in records if r["claim"] == CLAIM_TEXT[key] and r.get("task") == task), None)
-        if item is None:
-            return "-", "-"
-        return _measured(item), item["verdict"] + (f" ({item['reason']})" if item.get("reason") else "")
-
-    units = {v: {} for v in ("mlm", "soft")}
-    for task in tasks:
-        values = {v: _units(text_runs, "text_tasks", v, task=task) for v in ("mlm", "soft")}
-        majority = next(r["majority"] for r in text_runs if r["task"] == task)
-        for variant, by_unit in values.items():
-            for unit, value in by_unit.items():
-                units[variant].setdefault(unit, []).append(value)
-        below = comparison(values["soft"], {s: majority for s in values["soft"]}, -1)[0]
-        lines.append(f"| {task} | {majority:.1f} | {_cell(values['mlm'])} | {_cell(values['soft'])} | "
-                     + " | ".join(claimed("text_tasks", task)) + f" | {below} | no verdict (the paper's statement "
-                     "is about the overall score) |")
-    mean_of = {v: {s: sum(a) / len(a) for s, a in by.items() if len(a) == len(tasks)} for v, by in units.items()}
-    majority_avg = sum(next(r["majority"] for r in text_runs if r["task"] == t) for t in tasks) / len(tasks)
-    average = f"average of {len(tasks)} tasks"
-    lines.append(f"| **average** | {majority_avg:.1f} | {_cell(mean_of['mlm'])} | {_cell(mean_of['soft'])} | "
-                 + " | ".join(claimed("text_tasks", average)) + " | "
-                 + " | ".join(claimed("text_majority", average)) + " |")
+        return lines + ["No runs yet."]
+    majority = {r["task"]: r["majority"] for r in reversed(text_runs)}
+    lines += ["Test accuracy %, mean ± sd over seeds (seeds); soft - majority per task has no claim (the paper's is "
+              "on the average, in the claims table):", "",
+              "| task | majority class | MLM | soft labels | soft - majority [95% CI] |", "|---|---|---|---|---|"]
+    for t in dict.fromkeys(r["task"] for r in text_runs):
+        mlm, soft = (_units(text_runs, "text_tasks", v, task=t) for v in ("mlm", "soft"))
+        lines.append(f"| {t} | {majority[t]:.1f} | {mean_sd_cell(mlm)} | {mean_sd_cell(soft)} | "
+                     f"{interval_text(v - majority[t] for v in soft.values())} |")
+    floor = [f"soft labels on {r['task']}, seed {r['seed']}: {r['value']:.1f} (majority {r['majority']:.1f})"
+             for r in text_runs if r["variant"] == "soft" and r["value"] <= r["majority"]]
     unrecorded = [r for r in text_runs if _train_record(r) is None]
     if unrecorded:
-        floor = [f"soft labels on {r['task']}, seed {r['seed']}: {r['value']:.1f} (majority {r['majority']:.1f})"
-                 for r in text_runs if r["variant"] == "soft" and r["value"] <= r["majority"]]
-        lines += ["", f"{len(unrecorded)} of these {len(text_runs)} fine-tunings recorded no training accuracy (the "
-                  "study kept validation and test only before it did), so whether each unit trained cannot be read "
-                  "and their claims have no verdict; the differences stay as measured. "
-                  + (f"At or below the majority class on test: {'; '.join(floor)}; whether that is the paper's "
-                     "outcome or a fine-tuning that did not train is what the training accuracy would tell. "
-                     if floor else "")
-                  + "Runs recorded from now on carry it (`run_claim2`); judging these claims needs claim 2 run "
-                  "again without its cached runs (they cost "
-                  f"{_cpu_minutes(runs, 'text_tasks', 'text_pretraining'):.0f} CPU minutes, pretraining included)."]
-    pretraining = [r for r in runs if r["claim"] == "text_pretraining"]
-    if pretraining:
-        costs = {v: [r["cpu_s"] for r in pretraining if r["variant"] == v] for v in ("mlm", "soft")}
-        lines += ["", "Pretraining cost per seed, CPU s: " + ", ".join(
-            f"{v} {mean_sd(c)[0]:.0f}" for v, c in costs.items() if c) + "."]
-        soft_logs = [r for r in pretraining if r["variant"] == "soft" and r["logs"]]
-        if soft_logs:
-            first = [r["logs"][0] for r in soft_logs]
-            last = [r["logs"][-1] for r in soft_logs]
-
-            def span(key):
-                return (f"{mean_sd([f[key] for f in first])[0]:.2f} at step {first[0]['step']} -> "
-                        f"{mean_sd([f[key] for f in last])[0]:.2f} at step {last[0]['step']}")
-
-            lines += ["", f"The soft-label teacher's pseudo inputs over pretraining (mean over {len(soft_logs)} "
-                      f"seeds): distinct argmax tokens of x-hat per batch {span('meta/x_hat_distinct')} (x_u: "
-                      f"{span('meta/x_u_distinct')}); pooled entropy of x-hat {span('meta/x_hat_pooled_entropy')} "
-                      f"nats; mean per-position entropy {span('meta/x_hat_position_entropy')} nats (uniform over the "
-                      f"vocabulary: ln V)."]
+        lines += ["", f"**Did every arm train?** {len(unrecorded)} of these {len(text_runs)} fine-tunings recorded no "
+                  "training accuracy (the study kept validation and test only before it did), so their claims have no "
+                  "verdict" + (f"; at or below the majority class on test: {'; '.join(floor)}" if floor else "")
+                  + ". Runs recorded now carry it; judging these claims needs claim 2 run again without its cached "
+                  f"runs ({sum(r.get('cpu_s', 0.0) for r in text_runs + pretraining) / 60:.0f} CPU minutes)."]
+    soft = sorted((r for r in pretraining if r["variant"] == "soft" and r["logs"]), key=lambda r: r["seed"])
     ends = [r["teacher"] for r in pretraining if r["variant"] == "soft" and r.get("teacher")]
+    if pretraining:
+        lines += ["", "Pretraining cost per seed, CPU s: " + ", ".join(
+            f"{v} {mean_sd(c)[0]:.0f}" for v in ("mlm", "soft") if (c := [r["cpu_s"] for r in pretraining
+                                                                         if r["variant"] == v])) + "."]
     if ends:
         def stat(key):
-            return _cell({i: end[key] for i, end in enumerate(ends)}, 2).rsplit(" (", 1)[0]
+            return mean_sd_cell(dict(enumerate(end[key] for end in ends)), 2).rsplit(" (", 1)[0]
 
         lines += ["", f"At the end of pretraining ({len(ends)} seeds, teacher in eval mode, 256 unlabelled blocks; "
-                  "mean ± sd): the most frequent argmax token of x-hat takes "
-                  f"{stat('x_top_token_share')} of the positions (the paper's \"that that that\"), of y-hat "
-                  f"{stat('y_top_token_share')}; y-hat's argmax is a task token at {stat('mean_y_task')} and a label "
-                  f"token at {stat('mean_y_label')} of the positions (the paper's repeated [CLS9]) and reconstructs "
-                  f"x_u at {stat('mean_y_copy')}; x-hat's argmax is [MASK] at {stat('mean_x_mask')} and x_u's own "
-                  f"token at {stat('mean_x_copy')}."]
-    if _plot_text_logs(runs, out_dir / "meta_lm_text_teacher.png"):
+                  f"mean ± sd), the paper's degeneration (Table 3): the most frequent argmax token of x-hat takes "
+                  f"{stat('x_top_token_share')} of the positions (\"that that that\"), of y-hat "
+                  f"{stat('y_top_token_share')}; y-hat's argmax is a task token at {stat('mean_y_task')}, a label "
+                  f"token at {stat('mean_y_label')} (a repeated [CLS9]) and x_u's token at {stat('mean_y_copy')}; "
+                  f"x-hat's argmax is [MASK] at {stat('mean_x_mask')} and x_u's token at {stat('mean_x_copy')}."]
+    if soft:
+        _plot_text_logs(soft, soft[0].get("settings") or dataclasses.asdict(Claim2Settings()),
+                        out_dir / "meta_lm_text_teacher.png")
         lines += ["", "![The soft-label teacher's x-hat diversity over pretraining](meta_lm_text_teacher.png)"]
     return lines
 
 
-def _cpu_minutes(runs, *claims) -> float:
-    return sum(r.get("cpu_s", 0.0) for r in runs if r["claim"] in claims) / 60
-
-
-def _teacher_per_seed(share_runs, records) -> list[str]:
-    """Claim 3 per seed: the hard teacher's MLM-like share and sampled reconstruction in every seed and size (the
-    paper's claim is about every teacher, so a seed that strays is shown, not averaged away), then the claims'
-    rows."""
-    sizes = [n for n in MOONS_SIZES if _units(share_runs, "teacher_share", "hard", "share_mlm_like", finetune_size=n)]
-    if not sizes:
-        return []
-    seeds = sorted({r["seed"] for r in share_runs if r["variant"] == "hard"})
-    lines = ["", "Per seed, the hard-label teacher: the share of its pseudo examples that are MLM-like (most likely "
-             "y-hat) / P(y-hat = x_u), the expected share of positions where its SAMPLED y-hat, what the student "
-             "trains on, is x_u's token:", "",
-             "| seed | " + " | ".join(f"fine-tune set {n}" for n in sizes) + " |", "|---|" + "---|" * len(sizes)]
-    by_seed: dict = {}
-    for seed in seeds:
-        cells = []
-        for size in sizes:
-            run = next((r for r in share_runs if r["variant"] == "hard" and r["seed"] == seed
-                        and r["finetune_size"] == size), None)
-            if run is not None:
-                by_seed.setdefault(seed, []).append(run["share_mlm_like"])
-            cells.append("-" if run is None else f"{run['share_mlm_like']:.2f} / {run['mean_p_y_copy']:.3f}")
-        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
-    counts = []
-    for size in sizes:
-        shares = _units(share_runs, "teacher_share", "hard", "share_mlm_like", finetune_size=size)
-        counts.append((size, sorted(u for u, v in shares.items() if v > MOSTLY), len(shares)))
-    if len({(tuple(mlm), n) for _, mlm, n in counts}) == 1:
-        _, mlm, n = counts[0]
-        said = (f"at every size the hard teacher is MLM-like (more than half of its pseudo examples) in {len(mlm)} of "
-                f"{n} seeds" + (f" (seed {', '.join(map(str, mlm))})" if mlm else ""))
-    else:
-        said = "the hard teacher is MLM-like (more than half of its pseudo examples) in " + "; ".join(
-            f"{len(mlm)} of {n} seeds at {size}" for size, mlm, n in counts)
-    moved = max((max(v) - min(v) for v in by_seed.values() if len(v) > 1), default=0.0)
-    soft = [r["share_downstream_like"] for r in share_runs if r["variant"] == "soft"]
-    lines += ["", f"So {said}, not always as the paper says; and its samples reconstruct x_u at only "
-              f"{min(r['mean_p_y_copy'] for r in share_runs if r['variant'] == 'hard'):.3f}-"
-              f"{max(r['mean_p_y_copy'] for r in share_runs if r['variant'] == 'hard'):.3f} of the positions: its "
-              "most likely token is often x_u's, but it spreads most of its probability elsewhere. A seed's hard "
-              f"teacher changes little with the fine-tune set (its MLM-like share moves by at most {moved:.2f} across "
-              "the sizes), so the sizes repeat one measurement per seed rather than adding evidence."
-              + (" The soft teacher's pseudo examples are downstream-like in a share "
-                 + (f"{min(soft):.2f}" if min(soft) == max(soft) else f"{min(soft):.2f}-{max(soft):.2f}")
-                 + " of cases in every seed and size: no mixture with MLM-like examples is seen." if soft else ""), "",
-              "The claims, one per measure (units = seeds, each the mean over its sizes; hard and soft paired by "
-              "seed):", "",
-              "| claim | difference measured | units | difference [95% CI] | verdict | per seed |",
-              "|---|---|---|---|---|---|"]
-    for item in records:
-        if item["claim"].startswith("Teacher:"):
-            per_seed = ", ".join(f"{u}: {v:+.3f}" for u, v in item["per_unit"].items())
-            lines.append(f"| {item['claim']} | {item['measure']} | {item['n_units']} | {_measured(item)} | "
-                         f"{item['verdict']} | {per_seed} |")
-    return lines
+def _teacher_section(runs) -> list[str]:
+    shares = [r for r in runs if r["claim"] == "teacher_share" and r["metric"] == "share_mlm_like_argmax"]
+    fields = ("share_mlm_like", "share_downstream_like", "share_mixed", "mean_y_copy", "mean_y_label", "mean_x_mask",
+              "mean_p_y_copy", "mean_p_y_label")
+    lines = ["", "## Claim 3: what the teacher teaches (hard vs soft labels)", ""]
+    lines += _paper("hard_teacher", "soft_teacher") + [
+        f"**Measured** on each claim-1 teacher at the end of its pretraining, on the seed's first "
+        f"{_settings(runs)['share_sequences']} unlabelled sequences, teacher in "
+        "eval mode: per attended position whether the most likely y-hat is x_u's own token (MLM's target: MLM-like) "
+        "or a label token (downstream-like), whether the most likely x-hat is [MASK], and the probabilities of the "
+        "same (the expected shares of the hard teacher's samples and the soft teacher's soft labels; uniform: 1/512 "
+        "and 2/512). A pseudo example is MLM-like when the most likely y-hat reconstructs x_u at >= half its "
+        "positions, downstream-like when it is a label token at >= half, mixed otherwise. Mean ± sd over seeds "
+        "(seeds):", "", "| teacher | fine-tune set | MLM-like examples | downstream-like | mixed | "
+        "argmax y-hat = x_u | argmax y-hat = label | argmax x-hat = [MASK] | P(y-hat = x_u) | P(y-hat = label) |",
+        "|---" * 10 + "|"]
+    for variant, size in itertools.product(("hard", "soft"), MOONS_SIZES):
+        if _units(shares, "teacher_share", variant, finetune_size=size):
+            lines.append(f"| {NAMES[variant]} | {size} | " + " | ".join(mean_sd_cell(
+                _units(shares, "teacher_share", variant, key, finetune_size=size), 2) for key in fields) + " |")
+    hard, soft = ([r for r in shares if r["variant"] == v] for v in ("hard", "soft"))
+    if not hard:
+        return lines
+    counts = {n: _units(hard, "teacher_share", "hard", "share_mlm_like", finetune_size=n) for n in MOONS_SIZES}
+    moved = max(max(r["share_mlm_like"] for r in g) - min(r["share_mlm_like"] for r in g)
+                for g in _unit_runs(hard, "teacher_share", "hard").values())
+    copies, down = [r["mean_p_y_copy"] for r in hard], sorted({f"{r['share_downstream_like']:.2f}" for r in soft})
+    down = "-".join(sorted({down[0], down[-1]})) if down else None
+    return lines + ["", "So the hard teacher is MLM-like (more than half of its pseudo examples) in " + "; ".join(
+        f"{sum(v > MOSTLY for v in c.values())} of {len(c)} seeds at {n}" for n, c in counts.items() if c)
+        + f", not always as the paper says; its samples reconstruct x_u at only {min(copies):.3f}-{max(copies):.3f} "
+        "of the positions. A seed's hard teacher changes little with the fine-tune set (its MLM-like share moves by at "
+        f"most {moved:.2f} across the sizes), so the claims average the sizes within each seed." + (
+            f" The soft teacher's pseudo examples are downstream-like in a share {down} of"
+            " cases in every seed and size: no mixture is seen." if down else "")]
 
 
 def render_report(runs, out_dir: Path, json_name: str = "meta_lm.json", records: list[dict] | None = None) -> Path:
-    """docs/evidence/meta_lm.md (+ PNGs) from the recorded runs, opening with the claims table (`records`, by default
-    `claims(runs)`: the same objects `--report` writes into the JSON's claims list)."""
+    """docs/evidence/meta_lm.md (+ PNGs) from the runs, opening with the claims table (`records`, by default
+    `claims(runs)`: the objects `--report` writes into the JSON's claims list)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     records = claims(runs) if records is None else records
-    settings = next((r["settings"] for r in runs if r["claim"] == "two_moons"), dataclasses.asdict(Claim1Settings()))
-    cpu_total = sum(r.get("cpu_s", 0.0) for r in runs)
-    wall_total = sum(r.get("wall_s", 0.0) for r in runs)
+    moons = _settings(runs)
+    text = _settings(runs, text=True)
     loads = [r["load_avg"] for r in runs if "load_avg" in r]
-    commits = sorted({r["commit"] for r in runs if "commit" in r})
+    cpu = {name: sum(r.get("cpu_s", 0.0) for r in runs if r["claim"] in kinds) / 60 for name, kinds in (
+        ("claim 1", ("two_moons",)), ("claim 2", ("text_tasks", "text_pretraining")), ("claim 3", ("teacher_share",)))}
     lines = ["# Evidence: the meta-learned LM objective (teacher-student)", "",
-             "Generated by `python benchmarks/evidence/meta_lm.py --report` from "
-             f"[{json_name}]({json_name}); do not edit by hand. Paper: Shen, *Meta-learning a Language Modeling "
-             "Objective* (§4.2 Two Moons, §4.3 Wikipedia and SuperGLUE, App. A-B, Tables 1, 2, 4-6, 10).", "",
-             f"Runs recorded: {len(runs)}; CPU time spent: {cpu_total / 60:.1f} CPU minutes ({wall_total / 60:.1f} "
-             f"minutes wall, 1 torch thread, device cpu, load average at the runs' starts "
-             f"{min(loads, default=0):.1f}-{max(loads, default=0):.1f} on the shared 2-core machine); commits "
-             f"{', '.join(commits) or '-'}.", ""]
-    lines += claim_lines(records)
-    lines += multiplicity_lines(records)
-    exact = [item for item in records if item.get("verdict_basis")]
+             f"Generated by `python benchmarks/evidence/meta_lm.py --report` from [{json_name}]({json_name}); do not "
+             "edit by hand. Paper: Shen, *Meta-learning a Language Modeling Objective* (§4.2 Two Moons, §4.3 Wikipedia "
+             "and SuperGLUE, App. A-B, Tables 1, 2, 4-6, 10).", "",
+             f"**Budget and cost.** The same budget for every arm of a comparison: {moons['meta_steps'] * 4:,} "
+             f"unlabelled sequences per Two Moons pretraining, {text['meta_steps'] * text['batch']:,} per text one, "
+             f"on the shared 2-core machine (1 torch thread, device cpu). Runs recorded: {len(runs)}; CPU time spent: "
+             f"{sum(r.get('cpu_s', 0.0) for r in runs) / 60:.1f} CPU minutes ("
+             + ", ".join(f"{name} {value:.1f}" for name, value in cpu.items())
+             + f"; {sum(r.get('wall_s', 0.0) for r in runs) / 60:.1f} minutes wall, load average at the runs' starts "
+             f"{min(loads, default=0):.1f}-{max(loads, default=0):.1f}); commits "
+             f"{', '.join(sorted({r['commit'] for r in runs if 'commit' in r})) or '-'}. The study resumes where it "
+             "stopped: `OMP_NUM_THREADS=1 nohup nice -n 10 .venv/bin/python benchmarks/evidence/meta_lm.py "
+             "--claims 1 2 > /work/runs/metalm/study.log 2>&1 &`, then `--report`.", ""]
+    lines += claim_lines(records) + multiplicity_lines(records)
+    exact = [f"{item['claim']}: {item['verdict']} ({item['verdict_basis']})" for item in records
+             if item.get("verdict_basis")]
     if exact:
-        lines += ["Decided without an interval, outside the Benjamini-Hochberg family: " + "; ".join(
-            f"{item['claim']}: {item['verdict']} ({item['verdict_basis']})" for item in exact) + ".", ""]
-
-    # claim 1
-    lines += ["## Claim 1: Two Moons, Table 10", "",
-              "**Paper** (§4.2, Table 10, test accuracy % on 1,000 points, one run per cell: Table 6's \"five "
-              "runs\" are the five fine-tune sizes): \"across finetune datasets of varying sizes (10, 20, 40, 80, "
-              "160), MLM performs equivalently or better than both meta-learning approaches\", but \"The soft labels "
-              "objective had slightly higher but not statistically significant performance for larger finetune "
-              "dataset sizes\" (Table 10: soft above MLM at 80 and 160); fixed y \"performed better than all other "
-              "methods\" on the settings tried (App. B item 2: 10 and 160). The paper runs one seed per cell and "
-              "gives no interval.", "",
-              "**Setting here.** Data and model as the paper (`hf_aux.meta_lm.two_moons`: make_moons, noise 0.1, coordinates "
-              "floored to [0, 64), 16 sorted points per unlabelled sequence, vocabulary 512; Table 4's model, 2 "
-              "layers, hidden 8, FFN 32, 2 heads, GELU, dropout 0.1, in the paper's pre-LN layout "
-              "(`two_moons_model_config(pre_ln=True)`, a `roberta-prelayernorm` model)). Each fine-tune size n "
-              "has its own pretraining: the meta objectives' labelled task is the size-n fine-tune set (the first "
-              "n of the seed's 160 points). Pretraining as Table 5 (batch 4, 4 samples per task, AdamW betas "
-              "0.9/0.98, eps 1e-6, weight decay 0.01, clipping 5, inverse square-root schedule, peak lr "
-              f"{settings['peak_lr']}, lambda_meta 1 hard / 100 soft, the MLM task as a labelled task for soft "
-              "labels, second-order soft labels), but REDUCED: "
-              f"{settings['meta_steps']} batches of 4 unlabelled sequences from an epoch of "
-              f"{settings['num_unlabelled']:,} ({settings['meta_steps'] * 4:,} sequences, "
-              f"{100 * settings['meta_steps'] * 4 / 640_000:.2f}% of the paper's 640k), warmup "
-              f"{settings['warmup_fraction']:.0%} of each network's optimizer steps. **Accumulation**: Table 5 "
-              "says 4 for every objective. MLM accumulates its student over 4 batches (so it takes "
-              f"{settings['meta_steps'] // 4} optimizer steps); the meta objectives accumulate the TEACHER over 4 "
-              "meta steps (§4.1: \"we perform multiple sets of student gradient steps to calculate the teacher "
-              "loss\") and take one student step per batch, because eq. 1's theta_1 must be the student's real "
-              "update for the meta-gradient to be the one of the step taken (the trainer refuses student "
-              "accumulation for them). Every objective sees the same number of unlabelled sequences. Fine-tuning "
-              f"as Table 6: {settings['finetune_epochs']} epochs, peak lr {settings['finetune_lr']}, 10 warmup "
-              "steps, batch 1/2/4/8/16, validation set of the same size (at most 128), the test accuracy of the "
-              f"epoch with the best validation accuracy (checked every {settings['eval_every']} epochs); "
-              "the loss over the two label tokens' logits (hf_aux.meta_lm.two_moons explains why not the full "
-              "vocabulary). No hyper-parameter was tuned: all are the paper's. A seed s draws the unlabelled "
-              "sequences, the labelled, validation and test points (`two_moons_data(seed=100 s)`), the "
-              "initialisation and every training order; the objectives of one seed share its data, so "
-              "differences are paired by seed.", ""]
-    lines += ["Test accuracy %, here: mean ± sd over seeds (number of seeds); the paper's Table 10 after the slash:",
-              "", "| Model | " + " | ".join(f"{n} examples" for n in MOONS_SIZES) + " |",
-              "|---|" + "---|" * len(MOONS_SIZES)]
-    for variant in MOONS_OBJECTIVES:
-        cells = []
-        for i, size in enumerate(MOONS_SIZES):
-            paper = PAPER_TABLE_10[variant][i]
-            cells.append(f"{_cell(_by_seed(runs, 'two_moons', variant, finetune_size=size))} / "
-                         + ("-" if paper is None else f"{paper:.1f}"))
-        lines.append(f"| {NAMES[variant]} | " + " | ".join(cells) + " |")
-    moons_runs = [r for r in runs if r["claim"] == "two_moons"]
-    if moons_runs:
-        def where(r):
-            return f"{NAMES[r['variant']]} at {r['finetune_size']} examples, seed {r['seed']}"
-
-        trained = {id(r): _train_record(r) for r in moons_runs}
-        untrained = [r for r in moons_runs if trained[id(r)] and trained[id(r)][0] <= trained[id(r)][1]]
-        floor = [r for r in moons_runs if r["value"] <= MOONS_MAJORITY and r not in untrained]
-        lines += ["", "Did each fine-tuning train? Read from its training accuracy at the reported epoch against its "
-                  "training set's majority class (what predicting one class scores there; the size-n set is the "
-                  "first n of the seed's 160 points, so it need not be balanced), never from the test result the "
-                  f"claims compare. {len(moons_runs) - len(untrained)} of {len(moons_runs)} runs trained; not: "
-                  + ("; ".join(f"{where(r)} (training {trained[id(r)][0]:.1f}, majority {trained[id(r)][1]:.1f}, "
-                               f"test {r['value']:.1f})" for r in untrained) or "none")
-                  + ". A claim comparing an arm that did not train in a unit is \"not testable here\" in the claims "
-                  "table (its difference and interval are still shown)."
-                  + (f" Runs that trained but end at or below the majority class on test ({MOONS_MAJORITY:.0f}%: "
-                     "every test split is balanced) are outcomes, counted like any other: "
-                     + "; ".join(f"{where(r)} (training {trained[id(r)][0]:.1f}, test {r['value']:.1f})"
-                                 for r in floor) + "." if floor else "")]
-    lines += ["", "The paper's findings, each as a paired difference over seeds (percentage points, 95% t interval "
-              "over the seeds of that size, the claims table's rows); then the comparisons the paper makes no claim "
-              "about, without a verdict:", "",
-              "| claim | comparison | paper (Table 10) | paper predicts | units | here: difference [95% CI] | verdict |",
-              "|---|---|---|---|---|---|---|"]
-    previous = None
-    for item in records:
-        if item.get("size") and item["claim"].startswith("Two Moons"):
-            paper = "-" if item.get("paper_difference") is None else f"{item['paper_difference']:+.1f}"
-            why = {NOT_TESTABLE: " (an arm did not train, see above)",
-                   NO_VERDICT: " (the paper calls the gap not significant)"}.get(item["verdict"], "")
-            compared = item["measure"].split(", ", 1)[1].rsplit(" (", 1)[0]
-            sign = _sign_text(item)
-            lines.append(f"| {'' if item['claim'] == previous else item['claim']} | {compared}, {item['size']} "
-                         f"examples | {paper} | {sign} | {item['n_units']} | {_measured(item)} | "
-                         f"{item['verdict']}{why} |")
-            previous = item["claim"]
-    for a, b, sizes, why in [("soft_fixed_y", other, [n for n in MOONS_SIZES if n not in FIXED_Y_SIZES],
-                              "no verdict (the paper did not run fixed y at this size)") for other in
-                             ("mlm", "hard", "soft")] + [("soft", "hard", MOONS_SIZES, "no verdict (the paper states "
-                                                          "nothing on soft vs hard accuracy)")]:
-        for size in sizes:
-            acc_a = _units(moons_runs, "two_moons", a, finetune_size=size)
-            acc_b = _units(moons_runs, "two_moons", b, finetune_size=size)
-            if not set(acc_a) & set(acc_b):
-                continue
-            diff, _, n = comparison(acc_a, acc_b, +1)
-            i = MOONS_SIZES.index(size)
-            pa, pb = PAPER_TABLE_10[a][i], PAPER_TABLE_10[b][i]
-            paper = "-" if pa is None or pb is None else f"{pa - pb:+.1f}"
-            lines.append(f"| - | {NAMES[a]} - {NAMES[b]}, {size} examples | {paper} | no claim | {n} | {diff} | {why} |")
-    if _plot_moons(runs, records, out_dir / "meta_lm_two_moons.png"):
-        lines += ["", "![Two Moons: test accuracy by fine-tune size here and in the paper, and the claims' paired "
-                  "differences](meta_lm_two_moons.png)"]
-
-    lines += _text_section(runs, records, out_dir)
-
-    # claim 3
-    lines += ["", "## Claim 3: what the teacher teaches (hard vs soft labels)", "",
-              "**Paper** (§4.2 Analysis, Table 1): \"the hard labels teacher never strays from generating MLM tasks, "
-              "whereas the soft labels teacher generates a mixture between an MLM task and the finetuning "
-              "classification task\" (no number; Table 1 shows one sample of each).", "",
-              "**Measured here** on each claim-1 teacher at the end of its pretraining (`<checkpoint>/teacher`), "
-              f"on the first {settings['share_sequences']} unlabelled sequences of the seed, teacher in eval mode: "
-              "per attended position whether the teacher's most likely y-hat token is x_u's own token "
-              "(reconstruction, MLM's target: an MLM-like output) or a label token (a downstream-like output), and "
-              "whether its most likely x-hat token is [MASK]; and the probabilities of the same (the expected shares "
-              "of the hard teacher's samples and of the soft teacher's soft labels; uniform would give 1/512 and "
-              "2/512). A pseudo example is MLM-like when the most likely y-hat reconstructs x_u at >= half its "
-              "positions, downstream-like when it is a label token at >= half, mixed otherwise. Mean ± sd over "
-              "seeds (seeds):", "",
-              "| teacher | fine-tune set | MLM-like examples | downstream-like | mixed | argmax y-hat = x_u | "
-              "argmax y-hat = label | argmax x-hat = [MASK] | P(y-hat = x_u) | P(y-hat = label) |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
-    share_runs = [r for r in runs if r["claim"] == "teacher_share" and r["metric"] == "share_mlm_like_argmax"]
-    fields = ("share_mlm_like", "share_downstream_like", "share_mixed", "mean_y_copy", "mean_y_label", "mean_x_mask",
-              "mean_p_y_copy", "mean_p_y_label")
-    for variant in ("hard", "soft"):
-        for size in MOONS_SIZES:
-            if not _by_seed(share_runs, "teacher_share", variant, finetune_size=size):
-                continue
-            cells = [_cell(_by_seed(share_runs, "teacher_share", variant, key, finetune_size=size), 2)
-                     for key in fields]
-            lines.append(f"| {NAMES[variant]} | {size} | " + " | ".join(cells) + " |")
-    lines += _teacher_per_seed(share_runs, records)
-    lines += ["", "## How to continue", "",
-              "The study resumes where it stopped (each finished run is in the JSON; its checkpoints in "
-              "/work/runs/metalm):", "", "```bash",
-              "export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 "
-              "TOKENIZERS_PARALLELISM=false",
-              "nohup nice -n 10 .venv/bin/python benchmarks/evidence/meta_lm.py --claims 1 2 "
-              "> /work/runs/metalm/study.log 2>&1 &",
-              ".venv/bin/python benchmarks/evidence/meta_lm.py --report", "```", ""]
+        lines += ["Decided without an interval, outside the Benjamini-Hochberg family: " + "; ".join(exact) + ".", ""]
+    lines += _moons_section(runs, records, out_dir) + _text_section(runs, out_dir) + _teacher_section(runs) + [""]
     path = out_dir / "meta_lm.md"
     path.write_text("\n".join(lines))
     return path
@@ -1409,6 +1057,14 @@ def render_report(runs, out_dir: Path, json_name: str = "meta_lm.json", records:
 # ---------------------------------------------------------------------------------------------------------------
 # entry point
 # ---------------------------------------------------------------------------------------------------------------
+def _claims_and_report(json_path: Path, out_dir: Path, json_name: str = "meta_lm.json"):
+    """The claims list recomputed from the runs and written beside them, then the report: (runs, report path)."""
+    runs = load_runs(json_path)
+    records = claims(runs)
+    write_claims(json_path, records)
+    return runs, render_report(runs, out_dir, json_name, records)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="every variant for a few steps on tiny data, into a "
@@ -1438,29 +1094,22 @@ def main(argv=None):
                 run_claim3(json_path, Path(tmp), QUICK_CLAIM1, seeds=[0], sizes=[10])
             if "2" in opts.claims:
                 run_claim2(json_path, Path(tmp), QUICK_CLAIM2, seeds=[0])
-            runs = load_runs(json_path)
-            records = claims(runs)
-            write_claims(json_path, records)
-            render_report(runs, Path(tmp) / "report", records=records)
-            return runs
+            return _claims_and_report(json_path, Path(tmp) / "report")[0]
     json_path = opts.json or JSON_PATH
-    if opts.report:  # the claims list is recomputed from the runs and written beside them, then the report
-        runs = load_runs(json_path)
-        records = claims(runs)
-        write_claims(json_path, records)
-        return render_report(runs, REPORT_PATH.parent, json_path.name, records)
-    # the order of the study: claim 1's two smallest sizes (the paper's "MLM >= meta objectives at small sizes"),
-    # then claim 2, then claim 1's larger sizes; every stage skips what the JSON already holds
-    small = [n for n in opts.sizes if n <= 20]
+    if opts.report:
+        return _claims_and_report(json_path, REPORT_PATH.parent, json_path.name)[1]
+    # claim 1's two smallest sizes (the paper's "MLM >= meta objectives at small sizes"), then claim 2, then claim 1's
+    # larger sizes, then claim 3 on claim 1's saved teachers; every stage skips what the JSON already holds
+    small, first = [n for n in opts.sizes if n <= 20], Claim1Settings()
     if "1" in opts.claims and small:
-        run_claim1(json_path, opts.work_dir, Claim1Settings(), opts.seeds, small, opts.objectives)
-        run_claim3(json_path, opts.work_dir, Claim1Settings(), opts.seeds, small)
+        run_claim1(json_path, opts.work_dir, first, opts.seeds, small, opts.objectives)
+        run_claim3(json_path, opts.work_dir, first, opts.seeds, small)
     if "2" in opts.claims:
         run_claim2(json_path, opts.work_dir, Claim2Settings(), opts.seeds)
     if "1" in opts.claims:
-        run_claim1(json_path, opts.work_dir, Claim1Settings(), opts.seeds, opts.sizes, opts.objectives)
-    if "1" in opts.claims or "3" in opts.claims:  # claim 3 measures claim 1's saved teachers
-        run_claim3(json_path, opts.work_dir, Claim1Settings(), opts.seeds, opts.sizes)
+        run_claim1(json_path, opts.work_dir, first, opts.seeds, opts.sizes, opts.objectives)
+    if "1" in opts.claims or "3" in opts.claims:
+        run_claim3(json_path, opts.work_dir, first, opts.seeds, opts.sizes)
     return load_runs(json_path)
 
 

