@@ -233,6 +233,8 @@ def test_templates_ship_in_the_wheel_and_render_from_it(tmp_path):
     assert "hf_aux/task_registry_data/tasksource.json" in names  # the task registry's data and licence notice
     assert "hf_aux/task_registry_data/TASKSOURCE_LICENSE" in names
     assert "is absent from the `packages` configuration" not in build.stderr  # every data folder is declared
+    packages = {path.parent.relative_to(ROOT).as_posix() for path in (ROOT / "hf_aux").rglob("__init__.py")}
+    assert {f"{package}/__init__.py" for package in packages} <= set(names)  # every package folder ships
 
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)
