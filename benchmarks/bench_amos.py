@@ -43,12 +43,12 @@ from flops import (HostSyncs, add_device_arguments, allocator, autocast, countin
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoTokenizer
 
-from hf_aux.data import (
-    group_texts_for_mlm,
-    mask_tokens_for_mlm,
-    special_tokens_mask_for,
-)
-from hf_aux.demo import demo_unlabelled_text, minilm_path
+from hf_aux.tasks.data import (
+                               group_texts_for_mlm,
+                               mask_tokens_for_mlm,
+                               special_tokens_mask_for,
+                               )
+from hf_aux.tasks.demo import demo_unlabelled_text, minilm_path
 from hf_aux.amos.losses import rtd_labels, rtd_loss
 from hf_aux.amos.model import AmosModel, AmosModelConfig
 

@@ -10,7 +10,7 @@ the bytes of all tensors saved for backward during one step (what the autograd g
 optimizer state).
 
 Real data (`--data text`, default): unlabelled blocks from the demo's Wikipedia and IMDB text
-(`hf_aux.demo.demo_unlabelled_text`), the labelled side 256 of the demo's rotten_tomatoes reviews cut to one
+(`hf_aux.tasks.demo.demo_unlabelled_text`), the labelled side 256 of the demo's rotten_tomatoes reviews cut to one
 length (`--length`, or the longest that 256 reviews reach: every step does the same work), MiniLM's tokenizer
 (vocabulary 30,522), as run_meta_lm.py does for real text; `--data moons`: the paper's Two Moons data (vocabulary
 512). The student is a BERT of `--hidden`/`--layers` built from scratch; the teacher has its architecture.
@@ -106,14 +106,14 @@ def real_data(opts):
     """-> tokenizer (with the meta-LM tokens), unlabelled blocks, labelled task {name: dataset}.
 
     text: unlabelled blocks of `--length` tokens from the demo's Wikipedia and IMDB text
-    (hf_aux.demo.demo_unlabelled_text), the labelled side the demo's rotten_tomatoes reviews of at least `--length`
-    tokens (truncated to it, so every support and query batch has one size), MiniLM's tokenizer (vocabulary
+    (hf_aux.tasks.demo.demo_unlabelled_text), the labelled side the demo's rotten_tomatoes reviews of at least
+    `--length` tokens (truncated to it, so every support and query batch has one size), MiniLM's tokenizer (vocabulary
     30,522), as run_meta_lm.py does for real text. moons: the paper's Two Moons data (§4.2,
     hf_aux.meta_lm.two_moons: 16 sorted points per sequence, vocabulary 512, the 160-point finetune set)."""
     from datasets import Dataset
     from transformers import AutoTokenizer
 
-    from hf_aux.data import group_texts_for_mlm
+    from hf_aux.tasks.data import group_texts_for_mlm
     from hf_aux.meta_lm.teacher import add_meta_lm_tokens
 
     if opts.data == "moons":
@@ -125,7 +125,7 @@ def real_data(opts):
         labelled = moons["train"].map(lambda b: {"input_ids": tok(b["text"])["input_ids"]}, batched=True,
                                       remove_columns=["text"])
         return tok, blocks.select_columns(["input_ids", "attention_mask"]), {TASK_NAME: labelled}
-    from hf_aux.demo import demo_task, demo_unlabelled_text, minilm_path
+    from hf_aux.tasks.demo import demo_task, demo_unlabelled_text, minilm_path
 
     tok = AutoTokenizer.from_pretrained(opts.tokenizer or minilm_path("bench_meta_lm", "tokenizer"))
     text = demo_unlabelled_text(sources=opts.sources, max_documents=60, seed=0)
@@ -252,7 +252,7 @@ def main():
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1: process CPU time is then a load-robust measure of the work)")
     parser.add_argument("--sources", nargs="+", default=["wikipedia", "imdb"],
-                        help="--data text: the unlabelled text's sources (hf_aux.demo.demo_unlabelled_text; "
+                        help="--data text: the unlabelled text's sources (hf_aux.tasks.demo.demo_unlabelled_text; "
                              "'wikipedia' needs gensim)")
     add_device_arguments(parser)
     opts = parser.parse_args()

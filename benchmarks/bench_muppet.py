@@ -9,8 +9,8 @@ update taken by a callback (on_step_begin -> on_step_end). Runs are interleaved 
 round starting one configuration later, and the ratio is of the medians of the per-update times, so drift from
 other processes largely cancels. Every run is a process of its own, as a user's job is (in one process each
 configuration would inherit the heap the runs before it left); `--same_process` runs them all in this one. Every
-run's malloc keeps freed memory, as an hf_aux trainer sets it on CPU (`--cpu_malloc keep`, hf_aux.cpu_malloc), the
-plain Trainer's and the minimal loop's too; with glibc's defaults (`--cpu_malloc system`) the 50-task process trims
+run's malloc keeps freed memory, as an hf_aux trainer sets it on CPU (`--cpu_malloc keep`, hf_aux.runtime.cpu_malloc),
+the plain Trainer's and the minimal loop's too; with glibc's defaults (`--cpu_malloc system`) the 50-task process trims
 and regrows its heap more often, a few percent per update (docs/muppet_measurements.md). On a GPU, whose memory CUDA's
 caching allocator keeps (the heap effect is glibc's), `--same_process` spares every run starting CUDA anew.
 `--clock cpu` times the run's process CPU time instead of wall time (one torch thread: the work done, steadier
@@ -50,10 +50,10 @@ from transformers import AutoModel, Trainer, TrainerCallback, TrainingArguments
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from tiny import tiny_config, tiny_tokenizer  # noqa: E402
 
-from hf_aux.data import MultiTaskCollator, tokenize_task  # noqa: E402
+from hf_aux.tasks.data import MultiTaskCollator, tokenize_task  # noqa: E402
 from hf_aux.modeling.multitask import MultiTaskModelConfig, MultiTaskModel  # noqa: E402
-from hf_aux.sampling import MultiTaskDataset, TaskBatchSampler  # noqa: E402
-from hf_aux.tasks import TaskSpec  # noqa: E402
+from hf_aux.tasks.batches import MultiTaskDataset, TaskBatchSampler  # noqa: E402
+from hf_aux.tasks.loading import TaskSpec  # noqa: E402
 from hf_aux.muppet.trainer import MuppetConfig, MuppetTrainer  # noqa: E402
 
 WORDS = "good bad movie film great terrible fun boring love hate the a story plot actor".split()

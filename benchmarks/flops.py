@@ -7,7 +7,7 @@ float32 logits buffer is 62 MB: an element-wise pass over it measured 2-3x slowe
 Steps that make many vocabulary-sized temporaries (the meta-learned objectives) pay that more than the baselines
 they are compared with. A caching allocator (tcmalloc, as CUDA's caching allocator on a GPU) keeps freed buffers:
 `LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4` (Debian: libtcmalloc-minimal4). Every hf_aux trainer
-sets glibc's malloc to keep freed memory on a CPU run (hf_aux.cpu_malloc); the benchmarks do the same for every
+sets glibc's malloc to keep freed memory on a CPU run (hf_aux.runtime.cpu_malloc); the benchmarks do the same for every
 configuration they time, the baselines included (`--cpu_malloc keep`, the default; `system` leaves malloc alone)."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from collections.abc import Callable
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from hf_aux.cpu_malloc import CPU_MALLOC_CHOICES, apply_setting
-from hf_aux.cpu_malloc import describe as allocator  # noqa: F401  (re-exported: the benchmarks print the malloc)
+from hf_aux.runtime.cpu_malloc import CPU_MALLOC_CHOICES, apply_setting
+from hf_aux.runtime.cpu_malloc import (describe as allocator)
 
 
 class _GlobalOnly(contextlib.nullcontext):
@@ -62,12 +62,13 @@ def add_device_arguments(parser, default: str = "cpu") -> None:
                         help="bf16 mixed precision (Trainer's --bf16; torch.autocast where a benchmark drives steps "
                              "itself), as a GPU run trains")
     add_cpu_malloc_argument(parser, "on CPU, glibc's malloc keeps freed memory for every configuration timed, as "
-                                    "an hf_aux trainer sets it (hf_aux.cpu_malloc); 'system' leaves it as it is, for "
+                                    "an hf_aux trainer sets it (hf_aux.runtime.cpu_malloc); 'system' leaves it as it "
+                                    "is, for "
                                     "every one")
 
 
 def add_cpu_malloc_argument(parser, help_text: str) -> None:
-    """--cpu_malloc keep|system (hf_aux.cpu_malloc), default keep as the trainers'."""
+    """--cpu_malloc keep|system (hf_aux.runtime.cpu_malloc), default keep as the trainers'."""
     parser.add_argument("--cpu_malloc", choices=CPU_MALLOC_CHOICES, default="keep", help=help_text)
 
 

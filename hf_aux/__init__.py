@@ -16,41 +16,45 @@ from ._versions import check_versions
 
 check_versions()
 
+from ._moved import install_old_paths
 from .registry import methods
+
+install_old_paths()
 
 # public name -> submodule that defines it: the shared names here, each method's from its record
 # (hf_aux/<method>/__init__.py, `hf_aux.registry`)
 _LAZY_NAMES: dict[str, str] = {
-    "LoraArguments": "lora_settings",
-    "TokenSafeTrainingArguments": "base_config",
-    "AuxTrainer": "base_trainer",
+    "LoraArguments": "runtime.lora_settings",
+    "AuxConfig": "runtime.config",
+    "TokenSafeTrainingArguments": "runtime.config",
+    "AuxTrainer": "runtime.trainer",
     **dict.fromkeys(
         ["MLMCollator", "MultiTaskCollator", "TokenizedTask", "group_texts_for_mlm", "mask_tokens_for_mlm",
          "tokenize_task"],
-        "data",
+        "tasks.data",
     ),
-    "HubTokenSafeArgsMixin": "base_config",
+    "HubTokenSafeArgsMixin": "runtime.config",
     **dict.fromkeys(
         ["HubDownloadError", "HubPushError", "create_hub_repo", "explain_hub_errors", "push_folder_to_hub",
          "push_trainer_output"],
-        "hub",
+        "runtime.hub",
     ),
     **dict.fromkeys(
         ["PRIMARY_METRIC", "classification_metrics", "compute_task_metrics", "majority_baseline",
          "multiple_choice_metrics", "postprocess_qa_predictions", "qa_metrics", "regression_metrics",
          "rouge_metrics"],
-        "metrics",
+        "tasks.metrics",
     ),
-    **dict.fromkeys(["TaskSummary", "render_model_card"], "model_card"),
+    **dict.fromkeys(["TaskSummary", "render_model_card"], "cards.model_card"),
     **dict.fromkeys(["MultiTaskConfig", "MultiTaskModelConfig", "MultiTaskModel", "MultiTaskOutput"],
                     "modeling.multitask"),  # MultiTaskConfig: deprecated name of MultiTaskModelConfig
-    **dict.fromkeys(["MultiTaskDataset", "TaskBatchSampler"], "sampling"),
-    **dict.fromkeys(["TASK_KINDS", "TaskSpec", "load_mixture", "load_task_splits"], "tasks"),
+    **dict.fromkeys(["MultiTaskDataset", "TaskBatchSampler"], "tasks.batches"),
+    **dict.fromkeys(["TASK_KINDS", "TaskSpec", "load_mixture", "load_task_splits"], "tasks.loading"),
     **{name: f"{record.package}.{module}" for record in methods() for name, module in record.exports.items()},
 }
 
-# The demo data (hf_aux.demo: demo_task, demo_mixture, demo_unlabelled_text, DEMO_TASK_NAMES) needs the `demo`
-# extra at call time; import it from hf_aux.demo.
+# The demo data (hf_aux.tasks.demo: demo_task, demo_mixture, demo_unlabelled_text, DEMO_TASK_NAMES) needs the `demo`
+# extra at call time; import it from hf_aux.tasks.demo.
 
 __all__ = sorted(_LAZY_NAMES) + ["__version__"]
 
@@ -72,25 +76,25 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real imports (tests/test_
     from .amos.config import AmosConfig
     from .amos.model import AmosGenerator, AmosGeneratorConfig, AmosModel, AmosModelConfig
     from .amos.trainer import AmosTrainer
-    from .base_config import HubTokenSafeArgsMixin, TokenSafeTrainingArguments
-    from .base_trainer import AuxTrainer
-    from .data import (MLMCollator, MultiTaskCollator, TokenizedTask, group_texts_for_mlm, mask_tokens_for_mlm,
-                       tokenize_task)
-    from .hub import (HubDownloadError, HubPushError, create_hub_repo, explain_hub_errors, push_folder_to_hub,
-                      push_trainer_output)
-    from .lora_settings import LoraArguments
+    from .runtime.config import AuxConfig, HubTokenSafeArgsMixin, TokenSafeTrainingArguments
+    from .runtime.trainer import AuxTrainer
+    from .tasks.data import (MLMCollator, MultiTaskCollator, TokenizedTask, group_texts_for_mlm, mask_tokens_for_mlm,
+                             tokenize_task)
+    from .runtime.hub import (HubDownloadError, HubPushError, create_hub_repo, explain_hub_errors, push_folder_to_hub,
+                              push_trainer_output)
+    from .runtime.lora_settings import LoraArguments
     from .meta_lm.config import MetaLMConfig
     from .meta_lm.teacher import MetaLMTeacher, MetaLMTeacherConfig, MetaLMTokens, add_meta_lm_tokens
     from .meta_lm.trainer import MetaLMCollator, MetaLMTrainer
-    from .metrics import (PRIMARY_METRIC, classification_metrics, compute_task_metrics, majority_baseline,
-                          multiple_choice_metrics, postprocess_qa_predictions, qa_metrics, regression_metrics,
-                          rouge_metrics)
-    from .model_card import TaskSummary, render_model_card
+    from .tasks.metrics import (PRIMARY_METRIC, classification_metrics, compute_task_metrics, majority_baseline,
+                                multiple_choice_metrics, postprocess_qa_predictions, qa_metrics, regression_metrics,
+                                rouge_metrics)
+    from .cards.model_card import TaskSummary, render_model_card
     from .modeling.multitask import MultiTaskConfig, MultiTaskModel, MultiTaskModelConfig, MultiTaskOutput
     from .muppet.config import MuppetConfig
     from .muppet.trainer import MuppetTrainer
-    from .sampling import MultiTaskDataset, TaskBatchSampler
+    from .tasks.batches import MultiTaskDataset, TaskBatchSampler
     from .tartan.config import TartanConfig
     from .tartan.model import TartanModel
     from .tartan.trainer import TartanTrainer
-    from .tasks import TASK_KINDS, TaskSpec, load_mixture, load_task_splits
+    from .tasks.loading import TASK_KINDS, TaskSpec, load_mixture, load_task_splits

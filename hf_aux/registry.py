@@ -35,8 +35,8 @@ class Method:
 
     package: its folder under hf_aux/ (muppet, amos, ...); command: its `hf-aux` command; summary: its line in
     `hf-aux --help`; card_name: the method in the model card's prose; card_template: its template in model_cards/
-    (rendered by `hf_aux.model_card`); paper: what its card cites; exports: public name -> module of the folder that
-    defines it (re-exported lazily by `hf_aux`); config_class / trainer_class: the names among `exports` of its
+    (rendered by `hf_aux.cards.model_card`); paper: what its card cites; exports: public name -> module of the folder
+    that defines it (re-exported lazily by `hf_aux`); config_class / trainer_class: the names among `exports` of its
     TrainingArguments subclass and its Trainer (None for a command that trains with the shared base)."""
 
     package: str

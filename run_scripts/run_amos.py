@@ -49,7 +49,7 @@ defaults between the two (a data source in it switches the demo config off):
 """
 
 from hf_aux.amos.command import main, parse_args  # noqa: F401  (parse_args: for callers that import this script)
-from hf_aux.run_guard import run_command
+from hf_aux.runtime.run_guard import run_command
 
 if __name__ == "__main__":
     run_command(main)

@@ -15,7 +15,7 @@ interrupted comparison), compare.md and compare.png. The same command is install
 """
 
 from hf_aux.compare.command import main, parse_args  # noqa: F401  (parse_args: for callers that import this script)
-from hf_aux.run_guard import run_command
+from hf_aux.runtime.run_guard import run_command
 
 if __name__ == "__main__":
     run_command(main)

@@ -10,12 +10,12 @@ any plain encoder checkpoint / Hub id. The model is a single-task `MultiTaskMode
   span head for multiple_choice / extractive_qa tasks. A fresh head otherwise (logged).
 - `--train_fraction` keeps that share of the train split (a fixed shuffle, so 10% is a subset of 20%): the
   low-resource curves of §5.3.
-- Evaluation is offline (hf_aux.metrics); every split's metrics come with a baseline: the majority class of the
+- Evaluation is offline (hf_aux.tasks.metrics); every split's metrics come with a baseline: the majority class of the
   train split (classification, multiple choice), always answering "" (extractive QA), the train mean (regression,
   as an MSE).
 
 The task, one of:
-  --demo_task <name>                       a real demo task from hf_aux.demo (needs the `demo` extra)
+  --demo_task <name>                       a real demo task from hf_aux.tasks.demo (needs the `demo` extra)
   --task_file task.yaml                    one TaskSpec as JSON/YAML (relative data_files resolve against it),
                                            `{demo: <name>, ...}`, or a mixture file holding exactly one task
   --train_file/--validation_file/--test_file + --task_kind + column flags (csv/json/jsonl/parquet)
@@ -54,7 +54,7 @@ Hub ids work for --model_name_or_path, --tokenizer_name and --dataset_name; HF_H
 Every run writes a model card (README.md, loss_curve.png); --push_to_hub --hub_model_id <user>/<repo> pushes the
 output folder at the end (checkpoints during training per --hub_strategy); training_args.bin never holds the token.
 
-Resume (hf_aux.run_guard): from --resume_from_checkpoint (any run's checkpoint-N) when given, else re-running
+Resume (hf_aux.runtime.run_guard): from --resume_from_checkpoint (any run's checkpoint-N) when given, else re-running
 with the same --output_dir continues from its last complete checkpoint-*; the heads are restored from the
 checkpoint's multitask_heads.safetensors.
 
@@ -68,7 +68,7 @@ config off):
 """
 
 from hf_aux.finetune.command import main, parse_args  # noqa: F401  (parse_args: for callers that import this script)
-from hf_aux.run_guard import run_command
+from hf_aux.runtime.run_guard import run_command
 
 if __name__ == "__main__":
     run_command(main)

@@ -3,8 +3,8 @@
 Modeling Objective*), or with the plain MLM baseline, shaped like transformers' run_mlm.py.
 
 Unlabelled side: text files (`--train_file`, txt/csv/json) or a dataset (`--dataset_name`); labelled side: a
-mixture file of classification tasks (`--mixture`, see hf_aux.tasks.load_mixture). With no data arguments it runs
-the embedded default: the paper's Two Moons setting (§4.2), reduced (2,000 unlabelled sequences, the 160-point
+mixture file of classification tasks (`--mixture`, see hf_aux.tasks.loading.load_mixture). With no data arguments it
+runs the embedded default: the paper's Two Moons setting (§4.2), reduced (2,000 unlabelled sequences, the 160-point
 finetune set, 300 steps: a few minutes on 2 CPU cores).
 
     # the embedded default (soft labels on Two Moons)
@@ -40,7 +40,7 @@ hf_aux/meta_lm/demo.yaml supplies the defaults, and any flag overrides them (e.g
 """
 
 from hf_aux.meta_lm.command import main, parse_args  # noqa: F401  (parse_args: for callers that import this script)
-from hf_aux.run_guard import run_command
+from hf_aux.runtime.run_guard import run_command
 
 if __name__ == "__main__":
     run_command(main)

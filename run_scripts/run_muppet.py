@@ -8,7 +8,7 @@ docs/evidence/muppet.md measured a held-out benefit; 5-10 min on 2 CPU cores):
 
     python run_scripts/run_muppet.py --output_dir runs/muppet-minilm
 
-Any Hub encoder (online), your own mixture file (see hf_aux.tasks.load_mixture), R3F, the §5.2 ablations:
+Any Hub encoder (online), your own mixture file (see hf_aux.tasks.loading.load_mixture), R3F, the §5.2 ablations:
 
     python run_scripts/run_muppet.py --model_name_or_path roberta-base --mixture_file mixture.yaml \\
         --output_dir runs/muppet-roberta --do_train --do_eval --per_device_train_batch_size 16 \\
@@ -34,7 +34,7 @@ the two (a data source in it switches the demo config off):
 """
 
 from hf_aux.muppet.command import main, parse_args  # noqa: F401  (parse_args: for callers that import this script)
-from hf_aux.run_guard import run_command
+from hf_aux.runtime.run_guard import run_command
 
 if __name__ == "__main__":
     run_command(main)

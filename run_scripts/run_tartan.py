@@ -7,12 +7,12 @@ with, beside it, the MLM heads (tartan_heads.safetensors, tartan_config.json) an
 (task_weights.json, task_weights.png).
 
 The end task, one of:
-  --demo_task <name>                       a real demo classification task from hf_aux.demo (`demo` extra)
+  --demo_task <name>                       a real demo classification task from hf_aux.tasks.demo (`demo` extra)
   --train_file/--validation_file[/--test_file] with --text_columns / --label_column (csv/json/jsonl/parquet)
   --dataset_name <user>/<dataset> [--dataset_config_name ...]   a Hub dataset with train and validation splits
 Auxiliary tasks (`--auxiliary name=source ...`), source one of:
   tapt                                     MLM on the end task's own training text (TAPT)
-  demo:<source>                            hf_aux.demo unlabelled text: imdb, wikipedia, rotten_tomatoes (DAPT)
+  demo:<source>                            hf_aux.tasks.demo unlabelled text: imdb, wikipedia, rotten_tomatoes (DAPT)
   <path>                                   a .txt file (one document per line) or csv/json/jsonl/parquet with `text`
 `--auxiliary none` trains the end task alone (the fine-tuning baseline).
 
@@ -53,7 +53,7 @@ Hub ids work for --model_name_or_path, --tokenizer_name and --dataset_name; HF_H
 Every run writes a model card (README.md with loss_curve.png and task_weights.png); --push_to_hub
 --hub_model_id <user>/<repo> pushes the output folder at the end (checkpoints during training per --hub_strategy).
 
-Resume (hf_aux.run_guard): from --resume_from_checkpoint <any run's checkpoint-N> when given, else
+Resume (hf_aux.runtime.run_guard): from --resume_from_checkpoint <any run's checkpoint-N> when given, else
 re-running with the same --output_dir continues from its last complete checkpoint-* (task weights and history
 included).
 
@@ -66,7 +66,7 @@ hf_aux/tartan/demo.yaml supplies the defaults, and any flag overrides them (e.g.
 """
 
 from hf_aux.tartan.command import main, parse_args  # noqa: F401  (parse_args: for callers that import this script)
-from hf_aux.run_guard import run_command
+from hf_aux.runtime.run_guard import run_command
 
 if __name__ == "__main__":
     run_command(main)

@@ -27,8 +27,8 @@ import torch  # noqa: E402
 from tiny import tiny_config, tiny_tokenizer  # noqa: E402
 from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification  # noqa: E402
 
-from hf_aux.data import group_texts_for_mlm, tokenize_task  # noqa: E402
-from hf_aux.tasks import TaskSpec  # noqa: E402
+from hf_aux.tasks.data import group_texts_for_mlm, tokenize_task  # noqa: E402
+from hf_aux.tasks.loading import TaskSpec  # noqa: E402
 
 torch.set_num_threads(1)
 

@@ -6,18 +6,18 @@ import torch
 import torch.nn.functional as F
 from tiny import tiny_config, tiny_tokenizer
 
-from hf_aux.data import MLMCollator
+from hf_aux.tasks.data import MLMCollator
 from hf_aux.amos.losses import (
-    gumbel_softmax_sample,
-    layer_switch_index,
-    mix_head_logits,
-    mixture_straight_through,
-    mixture_weights,
-    mlm_losses,
-    reverse_gradient,
-    rtd_labels,
-    rtd_loss,
-)
+                                gumbel_softmax_sample,
+                                layer_switch_index,
+                                mix_head_logits,
+                                mixture_straight_through,
+                                mixture_weights,
+                                mlm_losses,
+                                reverse_gradient,
+                                rtd_labels,
+                                rtd_loss,
+                                )
 from hf_aux.amos.model import AmosGeneratorConfig, AmosModel, AmosModelConfig
 
 TEXTS = [

@@ -8,8 +8,8 @@ from datasets import Dataset
 from peft import LoraConfig, get_peft_model
 from tiny import tiny_config, tiny_tokenizer
 
-import hf_aux.distributed
-from hf_aux.data import MLMCollator, group_texts_for_mlm
+import hf_aux.runtime.distributed
+from hf_aux.tasks.data import MLMCollator, group_texts_for_mlm
 from hf_aux.amos.model import AmosModel, AmosModelConfig
 from hf_aux.amos.trainer import AmosConfig, AmosTrainer
 
@@ -155,7 +155,7 @@ def test_sharding_resolved_by_accelerate_is_refused_too(data, tmp_path, monkeypa
 
 def test_deepspeed_zero3_is_refused_at_start_naming_amos_and_ddp(data, tmp_path, monkeypatch):
     # deepspeed is not installed here: stand in for an active ZeRO-3 config as transformers reports it
-    monkeypatch.setattr(hf_aux.distributed, "is_deepspeed_zero3_enabled", lambda: True)
+    monkeypatch.setattr(hf_aux.runtime.distributed, "is_deepspeed_zero3_enabled", lambda: True)
     with pytest.raises(ValueError, match="AmosTrainer: AMOS.*DeepSpeed ZeRO-3.*use DDP"):
         make_trainer(data, tmp_path)
 

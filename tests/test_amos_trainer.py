@@ -10,7 +10,7 @@ import torch
 from datasets import Dataset
 from tiny import tiny_config, tiny_tokenizer
 
-from hf_aux.data import group_texts_for_mlm
+from hf_aux.tasks.data import group_texts_for_mlm
 from hf_aux.amos.model import AmosModel, AmosModelConfig
 from hf_aux.amos.trainer import AmosConfig, AmosTrainer
 
@@ -82,7 +82,7 @@ def test_rtd_histogram_and_logged_auc_match_sklearn(tmp_path):
     from sklearn.metrics import roc_auc_score
 
     from hf_aux.amos.losses import RTD_HISTOGRAM_BINS, rtd_logit_histogram
-    from hf_aux.metrics import binned_auc
+    from hf_aux.tasks.metrics import binned_auc
 
     logits = torch.tensor([[-3.0, 0.0, 0.01, 40.0], [-0.5, 1.0, 2.0, -50.0]])
     labels = torch.tensor([[0.0, 0.0, 1.0, 1.0], [1.0, 0.0, 1.0, 0.0]])

@@ -1,4 +1,4 @@
-"""hf_aux.base_trainer.AuxTrainer's protocol, on a toy model of two parts: what a new method's model and trainer
+"""hf_aux.runtime.trainer.AuxTrainer's protocol, on a toy model of two parts: what a new method's model and trainer
 rely on (saving and loading every part, trainer state in checkpoints, deferred Hub pushes, the non-finite check
 before any model is written)."""
 
@@ -13,7 +13,7 @@ from torch import nn
 from transformers import Trainer
 
 from hf_aux import AuxTrainer, TokenSafeTrainingArguments
-from hf_aux.nonfinite import NonFiniteGuard, NonFiniteTrainingError
+from hf_aux.runtime.nonfinite import NonFiniteGuard, NonFiniteTrainingError
 
 
 class TwoParts(nn.Module):
@@ -63,14 +63,15 @@ class CountingTrainer(AuxTrainer):
         self.restored_from = checkpoint_folder
 
 
-def make(tmp_path, steps=4, trainer_class=CountingTrainer, **overrides):
+def make(tmp_path, steps=4, trainer_class=CountingTrainer, defer_hub_pushes=False, **overrides):
     torch.manual_seed(0)
     rows = [{"x": [float(i), 1.0 - i], "labels": float(i % 2)} for i in range(8)]
     args = TokenSafeTrainingArguments(
         output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, max_steps=steps, learning_rate=0.05,
         report_to="none", save_strategy="steps", save_steps=2, disable_tqdm=True, seed=0, use_cpu=True,
         logging_steps=100, **overrides)
-    return trainer_class(model=TwoParts(), args=args, train_dataset=Dataset.from_list(rows).with_format("torch"))
+    return trainer_class(model=TwoParts(), args=args, train_dataset=Dataset.from_list(rows).with_format("torch"),
+                         defer_hub_pushes=defer_hub_pushes)
 
 
 def test_every_part_and_the_trainer_state_are_saved_and_restored_on_resume(tmp_path):
@@ -94,18 +95,29 @@ def test_hub_pushes_wait_while_deferred_and_are_trainer_s_own_otherwise(tmp_path
     calls = []
     monkeypatch.setattr(Trainer, "push_to_hub", lambda self, *a, **k: calls.append("push_to_hub"))
     monkeypatch.setattr(Trainer, "_push_from_checkpoint", lambda self, folder: calls.append("checkpoint"))
-    import hf_aux.base_trainer
+    import hf_aux.runtime.trainer
 
-    monkeypatch.setattr(hf_aux.base_trainer, "push_checkpoint", lambda trainer, folder: calls.append("hf_aux"))
+    monkeypatch.setattr(hf_aux.runtime.trainer, "push_checkpoint", lambda trainer, folder: calls.append("hf_aux"))
     trainer = make(tmp_path)
     trainer.push_to_hub()
     trainer._push_from_checkpoint(str(tmp_path))
     assert calls == ["push_to_hub", "checkpoint"]  # library use: Trainer's own pushes
-    trainer.defer_hub_pushes = True  # what the hf-aux commands set
+    trainer = make(tmp_path, defer_hub_pushes=True)  # what the hf-aux commands build
     assert trainer.push_to_hub() is None
     trainer._push_from_checkpoint(str(tmp_path))
     assert calls == ["push_to_hub", "checkpoint", "hf_aux"]  # deferred; checkpoints through hf_aux's checked push
     assert "push_to_hub" not in vars(trainer) and "_push_from_checkpoint" not in vars(trainer)  # no patching
+
+
+def test_the_run_guard_refuses_a_pushing_run_whose_trainer_would_push_itself(tmp_path):
+    from hf_aux.runtime.run_guard import guard_output_dir
+
+    trainer = make(tmp_path)
+    run = guard_output_dir(trainer.args)
+    trainer.args.push_to_hub = True  # (set after construction: Trainer would create the repository, offline here)
+    with pytest.raises(TypeError, match="defer_hub_pushes=True"):
+        run.attach(trainer)
+    run.release()
 
 
 def test_no_model_holding_nan_is_written(tmp_path):

@@ -21,9 +21,9 @@ from transformers import HfArgumentParser, TrainingArguments
 
 from hf_aux.cli import parse_command_line
 from hf_aux.registry import by_command, methods
-from hf_aux.demo import minilm_path
-from hf_aux.model_card import PACKAGED_MINILM_HUB_ID, card_base_model
-from hf_aux.run_guard import RUN_CONFIG_NAME, guard_output_dir, run_configuration
+from hf_aux.tasks.demo import minilm_path
+from hf_aux.cards.model_card import PACKAGED_MINILM_HUB_ID, card_base_model
+from hf_aux.runtime.run_guard import RUN_CONFIG_NAME, guard_output_dir, run_configuration
 import importlib
 
 SCRIPTS = ("run_muppet", "run_amos", "run_tartan", "run_meta_lm", "run_finetune")
@@ -85,7 +85,7 @@ def test_numbers_written_as_text_in_an_argument_file_are_numbers(tmp_path):
 
 
 def test_resume_rule_prefers_the_given_checkpoint(tmp_path):
-    """One resume rule (hf_aux.run_guard): --resume_from_checkpoint when given, even into a new output_dir, else
+    """One resume rule (hf_aux.runtime.run_guard): --resume_from_checkpoint when given, even into a new output_dir, else
     output_dir's newest complete checkpoint of the same configuration, else nothing; not training, nothing."""
     out, other = tmp_path / "out", tmp_path / "other" / "checkpoint-2"
     for folder in (out / "checkpoint-3", other):

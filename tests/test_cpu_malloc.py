@@ -1,4 +1,5 @@
-"""hf_aux.cpu_malloc: glibc's malloc keeps freed memory on a CPU run (every trainer, unless cpu_malloc='system').
+"""hf_aux.runtime.cpu_malloc: glibc's malloc keeps freed memory on a CPU run (every trainer, unless
+cpu_malloc='system').
 
 The setting is process-wide and set once, so each case runs in a fresh Python process. What it changes is read
 from the page faults of a buffer made again after it was freed.
@@ -14,9 +15,9 @@ import sys
 import pytest
 from transformers import HfArgumentParser
 
-from hf_aux.base_config import RUN_CONTROL_FIELDS, TokenSafeTrainingArguments
-from hf_aux import cpu_malloc
-from hf_aux.cpu_malloc import malloc_in_use
+from hf_aux.runtime.config import RUN_CONTROL_FIELDS, TokenSafeTrainingArguments
+from hf_aux.runtime import cpu_malloc
+from hf_aux.runtime.cpu_malloc import malloc_in_use
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
@@ -30,7 +31,7 @@ glibc_only = pytest.mark.skipif(malloc_in_use() != "glibc", reason="glibc's mall
 # threshold is what keeps them.
 PROBE = """
 import ctypes, json, resource, sys
-from hf_aux import cpu_malloc
+from hf_aux.runtime import cpu_malloc
 state = cpu_malloc.keep_freed_memory() if sys.argv[1] == "keep" else None
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
@@ -85,9 +86,9 @@ sys.path.insert(0, sys.argv[1])
 import torch
 from transformers import AutoModelForSequenceClassification
 from tiny import tiny_config, tiny_tokenizer
-from hf_aux import cpu_malloc
-from hf_aux.base_config import RUN_CONTROL_FIELDS, TokenSafeTrainingArguments
-from hf_aux.base_trainer import AuxTrainer
+from hf_aux.runtime import cpu_malloc
+from hf_aux.runtime.config import RUN_CONTROL_FIELDS, TokenSafeTrainingArguments
+from hf_aux.runtime.trainer import AuxTrainer
 model = AutoModelForSequenceClassification.from_config(tiny_config("bert", tiny_tokenizer()))
 seen = []
 for mode in ("system", "keep"):
@@ -117,7 +118,7 @@ def test_the_flag_is_parsed_and_checked(capsys):
     with pytest.raises(ValueError, match="field 'cpu_malloc'"):
         TokenSafeTrainingArguments(output_dir="x", cpu_malloc="never")
     # the same check serves every run setting that declares its choices
-    with pytest.raises(ValueError, match=r"TokenSafeTrainingArguments: field 'on_nonfinite': 'retry' is not one of"):
+    with pytest.raises(ValueError, match=r"AuxConfig: field 'on_nonfinite': 'retry' is not one of"):
         TokenSafeTrainingArguments(output_dir="x", on_nonfinite="retry")
     # it changes how fast a run goes, not what it trains: a run resumed with the other value is the same run, and
     # the model card does not list it among the hyper-parameters

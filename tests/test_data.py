@@ -3,10 +3,10 @@ import pytest
 import torch
 from tiny import tiny_tokenizer
 
-from hf_aux import data as data_module
-from hf_aux.data import (MLMCollator, MultiTaskCollator, TokenizedTask, group_texts_for_mlm, mask_tokens_for_mlm,
-                         special_tokens_mask_for, tokenize_task)
-from hf_aux.tasks import TaskSpec
+from hf_aux.tasks import data as data_module
+from hf_aux.tasks.data import (MLMCollator, MultiTaskCollator, TokenizedTask, group_texts_for_mlm, mask_tokens_for_mlm,
+                               special_tokens_mask_for, tokenize_task)
+from hf_aux.tasks.loading import TaskSpec
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ the stream to rank k % 2, which is micro-step k % 2 of one process with accumula
 instead average over all masked tokens at once (a different loss whenever the halves mask different numbers of
 tokens) and, for MUPPET, change the number of task-homogeneous sub-batches per update. Random draws (masks, Gumbel
 and R3F noise, auxiliary batches, TARTAN's dropout in the '-dropout' jobs) are seeded by the micro-batch's place in
-that stream (hf_aux.distributed).
+that stream (hf_aux.runtime.distributed).
 
 META-TARTAN is compared across ranks only: it updates the task weights once per micro-batch, so one process with
 accumulation 2 makes two weight updates per optimizer step where two processes make one (from gradients averaged
@@ -79,8 +79,8 @@ def test_two_processes_end_with_the_parameters_of_one_process_with_the_same_glob
 
 @pytest.mark.parametrize("job", ["muppet", "amos", "tartan:mt"])
 def test_logged_metrics_are_gathered_over_processes(runs, job):
-    """The per-task / per-head metrics a trainer logs (hf_aux.training_metrics) cover every process: two processes
-    log what one process with the same global batches logs, and both ranks log the same."""
+    """The per-task / per-head metrics a trainer logs (hf_aux.runtime.training_metrics) cover every process: two
+    processes log what one process with the same global batches logs, and both ranks log the same."""
     logs = {where: torch.load(runs / where / job.replace(":", "-") / "params_rank0.pt")["logged"]
             for where in ("one", "two")}
     rank1 = torch.load(runs / "two" / job.replace(":", "-") / "params_rank1.pt")["logged"]
@@ -137,9 +137,9 @@ def test_meta_lm_meta_objectives_refuse_ddp_with_a_clear_message(runs):
 
 
 def test_seeded_rng_draws_from_the_seed_and_leaves_the_global_stream_where_it_was():
-    """Each micro-batch's dropout and noise come from its own seed (hf_aux.distributed.seeded_rng), and Trainer's
-    own draws around it (samplers, checkpointed RNG state) are not moved by it."""
-    from hf_aux.distributed import micro_batch_seed, seeded_rng
+    """Each micro-batch's dropout and noise come from its own seed (hf_aux.runtime.distributed.seeded_rng), and
+    Trainer's own draws around it (samplers, checkpointed RNG state) are not moved by it."""
+    from hf_aux.runtime.distributed import micro_batch_seed, seeded_rng
 
     cpu = torch.device("cpu")
     torch.manual_seed(3)

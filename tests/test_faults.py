@@ -384,7 +384,7 @@ def test_help_renders_for_every_script(script, capsys):
 
 
 # ---- non-finite training --------------------------------------------------------------------------------------
-from hf_aux.nonfinite import NonFiniteTrainingError  # noqa: E402
+from hf_aux.runtime.nonfinite import NonFiniteTrainingError  # noqa: E402
 
 MIXTURE_FILES = {"mix.json": mixture([sentiment_task()]), "train.jsonl": jsonl(sentences(16)),
                  "dev.jsonl": jsonl(sentences(8))}
@@ -442,8 +442,8 @@ def _train_regressor(tmp_path, rows, policy: str):
     from datasets import Dataset
     from transformers import Trainer
 
-    from hf_aux.base_config import TokenSafeTrainingArguments
-    from hf_aux.nonfinite import install_nonfinite_guard
+    from hf_aux.runtime.config import TokenSafeTrainingArguments
+    from hf_aux.runtime.nonfinite import install_nonfinite_guard
 
     torch.manual_seed(0)
     model = _Regressor()
@@ -473,7 +473,7 @@ def test_on_nonfinite_skip_skips_exactly_the_bad_step_and_stop_names_it(tmp_path
     with pytest.raises(NonFiniteTrainingError, match=r"at step 2: loss nan; non-finite gradients in 2 of 2"):
         _train_regressor(tmp_path, [good_a, bad, good_b], "stop")
     with pytest.raises(ValueError, match="on_nonfinite"):
-        from hf_aux.base_config import TokenSafeTrainingArguments
+        from hf_aux.runtime.config import TokenSafeTrainingArguments
 
         TokenSafeTrainingArguments(output_dir=str(tmp_path), on_nonfinite="ignore")
 
@@ -500,8 +500,8 @@ def test_a_watched_module_is_checked_where_the_model_is(tmp_path, policy, found_
     from datasets import Dataset
     from transformers import Trainer
 
-    from hf_aux.base_config import TokenSafeTrainingArguments
-    from hf_aux.nonfinite import install_nonfinite_guard
+    from hf_aux.runtime.config import TokenSafeTrainingArguments
+    from hf_aux.runtime.nonfinite import install_nonfinite_guard
 
     args = TokenSafeTrainingArguments(
         output_dir=str(tmp_path / policy), per_device_train_batch_size=1, max_steps=4, learning_rate=0.1,
@@ -518,7 +518,7 @@ def test_a_watched_module_is_checked_where_the_model_is(tmp_path, policy, found_
 import hashlib  # noqa: E402
 import subprocess  # noqa: E402
 
-from hf_aux.run_guard import OutputDirError, lock_path  # noqa: E402
+from hf_aux.runtime.run_guard import OutputDirError, lock_path  # noqa: E402
 
 
 def digest(folder: Path) -> dict:
@@ -559,7 +559,7 @@ def test_a_folder_used_by_a_live_process_is_refused_and_a_stale_lock_is_replaced
     out.mkdir()
     import socket
 
-    from hf_aux.run_guard import _boot_id, _start_time
+    from hf_aux.runtime.run_guard import _boot_id, _start_time
 
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -641,7 +641,7 @@ def test_ctrl_c_saves_a_checkpoint_exits_non_zero_with_one_line_and_the_rerun_re
     assert 1 <= step < 6 and f"saved {tmp_path / 'out' / f'checkpoint-{step}'}" in last
     assert not (tmp_path / "out" / "model.safetensors").exists()
     # the same command again resumes from that checkpoint and ends exactly where an uninterrupted run ends
-    with caplog.at_level("WARNING", logger="hf_aux.run_guard"):
+    with caplog.at_level("WARNING", logger="hf_aux.runtime.run_guard"):
         run_script("run_finetune", argv)
     assert f"Resuming from {tmp_path / 'out' / f'checkpoint-{step}'}" in caplog.text
     reference = tmp_path / "reference"
@@ -657,22 +657,22 @@ def test_sigterm_during_training_in_process_checkpoints_and_exits_143(tmp_path, 
             if state.global_step == 1:
                 os.kill(os.getpid(), signal.SIGTERM)
 
-    import hf_aux.base_trainer
+    import hf_aux.runtime.trainer
 
-    original = hf_aux.base_trainer.AuxTrainer  # hf_aux.finetune.command.main imports it when it runs
+    original = hf_aux.runtime.trainer.AuxTrainer  # hf_aux.finetune.command.main imports it when it runs
 
     class AuxTrainer(original):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.add_callback(TerminateAtStep2())
 
-    hf_aux.base_trainer.AuxTrainer = AuxTrainer
+    hf_aux.runtime.trainer.AuxTrainer = AuxTrainer
     before = signal.getsignal(signal.SIGTERM)
     try:
         with pytest.raises(SystemExit) as raised:
             run_script("run_finetune", finetune_run(tmp_path, tiny_dir, steps=4))
     finally:
-        hf_aux.base_trainer.AuxTrainer = original
+        hf_aux.runtime.trainer.AuxTrainer = original
     assert raised.value.code == 128 + signal.SIGTERM
     assert f"interrupted by SIGTERM at step 2 of 4: saved {tmp_path / 'out' / 'checkpoint-2'}" in \
         capsys.readouterr().err
@@ -683,8 +683,8 @@ def test_sigterm_during_training_in_process_checkpoints_and_exits_143(tmp_path, 
 # ---- the Hub: a silent, failing or refusing server ends the run in bounded time, naming endpoint and operation ----
 import time  # noqa: E402
 
-import hf_aux.hub as hub_module  # noqa: E402
-from hf_aux.hub import HubPushError  # noqa: E402
+import hf_aux.runtime.hub as hub_module  # noqa: E402
+from hf_aux.runtime.hub import HubPushError  # noqa: E402
 from hub_server import DEFAULT_USER, local_hub  # noqa: E402, F401 - `local_hub` is a fixture
 
 TOKEN = "hf_FaultsTokenThatMustNeverBeSaved0123456789"
@@ -787,7 +787,7 @@ def test_an_interrupt_outside_the_training_steps_is_one_line_and_exit_128_plus_s
     import signal
     import time
 
-    from hf_aux.run_guard import run_command
+    from hf_aux.runtime.run_guard import run_command
 
     def loading():
         raise KeyboardInterrupt

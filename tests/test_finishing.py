@@ -150,7 +150,7 @@ def test_evaluation_alone_in_a_finished_folder_evaluates_the_finished_model(scri
 def test_evaluation_alone_of_another_model_in_a_run_folder_is_refused(data, tmp_path):
     """Evaluation without training in a folder holding a run it would not evaluate (another configuration, an
     unfinished run) is an error saying so and what to do; nothing in the folder changes."""
-    from hf_aux.run_guard import OutputDirError
+    from hf_aux.runtime.run_guard import OutputDirError
 
     module = load_run_script("run_finetune")
     out = tmp_path / "out"

@@ -20,7 +20,7 @@ from hf_aux.cli import finetune, muppet, tartan
 from hf_aux.tartan.command import apply_demo_task_mixture
 from hf_aux.muppet.config import MuppetConfig
 from hf_aux.tartan.config import TartanConfig
-from hf_aux.validation import infer_task_kind
+from hf_aux.tasks.validation import infer_task_kind
 
 HF_AUX = str(Path(sys.executable).parent / "hf-aux")
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",

@@ -18,12 +18,11 @@ import pytest
 import torch
 from huggingface_hub import ModelCard, snapshot_download
 from tiny import WORDS, tiny_config, tiny_tokenizer
-from transformers import (
-    AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification, BertForSequenceClassification,
-)
+from transformers import (AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification,
+                          BertForSequenceClassification)
 
-import hf_aux.hub as hub_module
-from hf_aux.hub import HubDownloadError, HubPushError, find_token_in_files
+import hf_aux.runtime.hub as hub_module
+from hf_aux.runtime.hub import HubDownloadError, HubPushError, find_token_in_files
 from hf_aux.amos.model import AmosModel
 from hf_aux.tartan.model import TartanModel
 from hub_server import DEFAULT_USER, local_hub  # noqa: F401 - `local_hub` is a fixture
@@ -283,7 +282,7 @@ def test_tensorboard_logs_go_up_when_the_run_reported_to_tensorboard(local_hub, 
     """The Hub's training-metrics tab reads runs/ (transformers' default TensorBoard folder): pushed when
     report_to includes tensorboard, as Trainer's own push does; left out otherwise. (The event file is written by
     hand: tensorboard is not among the test dependencies.)"""
-    from hf_aux.hub import push_folder_to_hub, push_ignore_patterns
+    from hf_aux.runtime.hub import push_folder_to_hub, push_ignore_patterns
 
     local_hub.accept_only(TOKEN)
     folder = tmp_path / "out"
@@ -331,7 +330,7 @@ def test_failed_final_push_keeps_the_saved_model_and_says_what_failed(local_hub,
         local_hub.stop()
         return real_push(trainer)
 
-    # the end-of-run step (hf_aux.cli.run.finish_run) looks the push up in hf_aux.hub when it runs
+    # the end-of-run step (hf_aux.cli.run.finish_run) looks the push up in hf_aux.runtime.hub when it runs
     monkeypatch.setattr(hub_module, "push_trainer_output", push_after_the_server_went_down)
     monkeypatch.setattr(sys, "argv", ["run_finetune.py", *finetune_args(
         tiny_bert_dir, out, sentiment_files, "--do_train", "--do_eval", "--max_steps", "2", "--save_strategy", "no",
@@ -379,8 +378,8 @@ def test_offline_mode_and_missing_repositories_name_the_argument(local_hub, tmp_
 
 # ---- the card helpers the scripts use ------------------------------------------------------------------------------
 def test_task_metrics_and_logged_series_pick_what_a_card_shows():
-    from hf_aux.model_card import task_metrics
-    from hf_aux.plots import _is_loss_key, logged_series
+    from hf_aux.cards.model_card import task_metrics
+    from hf_aux.cards.plots import _is_loss_key, logged_series
 
     results = {"train_loss": 0.9, "eval_accuracy": 0.75, "eval_loss": 0.5, "eval_runtime": 1.2, "eval_samples": 8,
                "eval_f1": float("nan"), "test_accuracy": 0.5}

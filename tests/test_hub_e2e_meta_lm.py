@@ -15,7 +15,7 @@ import torch
 from huggingface_hub import ModelCard, snapshot_download
 from transformers import AutoModelForMaskedLM
 
-from hf_aux.hub import HubDownloadError, find_token_in_files
+from hf_aux.runtime.hub import HubDownloadError, find_token_in_files
 from hf_aux.meta_lm.teacher import MetaLMTeacher
 from hub_server import DEFAULT_USER, local_hub  # noqa: F401 - `local_hub` is a fixture
 from hf_aux.meta_lm import command as run_meta_lm

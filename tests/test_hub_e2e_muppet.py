@@ -13,7 +13,7 @@ from huggingface_hub import ModelCard, snapshot_download
 from tiny import WORDS, tiny_config, tiny_tokenizer
 from transformers import AutoModel
 
-from hf_aux.hub import find_token_in_files
+from hf_aux.runtime.hub import find_token_in_files
 from hf_aux.modeling.multitask import MultiTaskModel
 from hub_server import DEFAULT_USER, local_hub  # noqa: F401 - `local_hub` is a fixture
 from hf_aux.muppet import command as run_muppet

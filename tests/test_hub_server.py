@@ -1,4 +1,4 @@
-"""The local Hub server (tests/hub_server.py) with the real clients, and hf_aux.hub on top of it.
+"""The local Hub server (tests/hub_server.py) with the real clients, and hf_aux.runtime.hub on top of it.
 
 Everything talks to 127.0.0.1 only: the `local_hub` fixture starts a server on a free port and points the
 imported huggingface_hub / transformers / datasets at it (see hub_server's module docstring).
@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub import (
-    HfApi, ModelCard, hf_hub_download, list_repo_files, snapshot_download,
-)
+                             HfApi, ModelCard, hf_hub_download, list_repo_files, snapshot_download,
+                             )
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, RepositoryNotFoundError
 from transformers import AutoModel, BertForSequenceClassification, BertModel, Trainer, TrainingArguments
 
-from hf_aux.hub import HubPushError, HubTokenSafeArgsMixin, find_token_in_files, push_folder_to_hub
+from hf_aux.runtime.hub import HubPushError, HubTokenSafeArgsMixin, find_token_in_files, push_folder_to_hub
 from hub_server import DEFAULT_USER, local_hub  # noqa: F401 - `local_hub` is a fixture
 from tiny import tiny_config, tiny_tokenizer
 
@@ -149,7 +149,7 @@ def test_subprocess_clients_use_the_server_through_the_environment(local_hub, tm
     assert "notes.txt" in out.stdout and ".gitattributes" in out.stdout
 
 
-# ---- hf_aux.hub: the token never leaves the process -------------------------------------------------------------
+# ---- hf_aux.runtime.hub: the token never leaves the process ----------------------------------------------------------
 @dataclass
 class SafeArgs(HubTokenSafeArgsMixin, TrainingArguments):
     """What every hf_aux trainer config does: the mixin first, then TrainingArguments, then its own fields."""
@@ -195,7 +195,7 @@ def test_token_safe_args_keep_the_token_out_of_every_saved_and_pushed_file(local
     assert copy.deepcopy(trainer.args).hub_token == TOKEN and copy.copy(trainer.args).hub_token == TOKEN
 
 
-# ---- hf_aux.hub.push_folder_to_hub ------------------------------------------------------------------------------
+# ---- hf_aux.runtime.hub.push_folder_to_hub ---------------------------------------------------------------------------
 def saved_output_folder(tmp_path: Path) -> Path:
     """A run script's output folder: save_pretrained files, card, figure, results, plus things never pushed."""
     folder = tmp_path / "run"

@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import load_file
 from tiny import command_args, free_port, hold_lock, write_command_data
 
-from hf_aux.run_guard import lock_path
+from hf_aux.runtime.run_guard import lock_path
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -15,15 +15,15 @@ from test_meta_lm_trainer import data, first_batch, make_trainer, prime_adam  # 
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from hf_aux.meta_lm.losses import (
-    inverse_cdf_sample,
-    pseudo_cross_entropy,
-    sample_tokens_with_nll,
-    soft_pseudo_cross_entropy,
-    teacher_sample_cross_entropy,
-    token_cross_entropy,
-)
+                                   inverse_cdf_sample,
+                                   pseudo_cross_entropy,
+                                   sample_tokens_with_nll,
+                                   soft_pseudo_cross_entropy,
+                                   teacher_sample_cross_entropy,
+                                   token_cross_entropy,
+                                   )
 from hf_aux.meta_lm.teacher import LMHead
-from hf_aux.tensor_ops import soft_embedding, vocabulary_projection, vocabulary_projections
+from hf_aux.runtime.tensor_ops import soft_embedding, vocabulary_projection, vocabulary_projections
 
 
 def old_soft_pseudo_cross_entropy(logits, target_probs, attention_mask, pad_token_id):
@@ -82,10 +82,10 @@ def _second_order(loss_fn, inputs, direction_of):
 
 
 def test_row_dots_are_the_rows_sum_of_products_on_every_path(monkeypatch):
-    """hf_aux.tensor_ops.row_dots: a dot per row on CPU for rows of ROW_DOTS_LOOP_FROM entries or more,
+    """hf_aux.runtime.tensor_ops.row_dots: a dot per row on CPU for rows of ROW_DOTS_LOOP_FROM entries or more,
     torch.linalg.vecdot otherwise and off the CPU (one call for all rows); all are sum_v a_nv b_nv."""
-    from hf_aux import tensor_ops
-    from hf_aux.tensor_ops import row_dots
+    from hf_aux.runtime import tensor_ops
+    from hf_aux.runtime.tensor_ops import row_dots
 
     monkeypatch.setattr(tensor_ops, "ROW_DOTS_LOOP_FROM", 300)
     gen = torch.Generator().manual_seed(8)

@@ -12,13 +12,13 @@ from datasets import Dataset
 from tiny import tiny_tokenizer
 from transformers import AutoModelForMaskedLM, BertConfig, TrainerCallback
 
-from hf_aux.data import group_texts_for_mlm
+from hf_aux.tasks.data import group_texts_for_mlm
 from hf_aux.meta_lm.losses import (
-    pseudo_cross_entropy,
-    sample_tokens_with_nll,
-    soft_pseudo_cross_entropy,
-    token_cross_entropy,
-)
+                                   pseudo_cross_entropy,
+                                   sample_tokens_with_nll,
+                                   soft_pseudo_cross_entropy,
+                                   token_cross_entropy,
+                                   )
 from hf_aux.meta_lm.teacher import MetaLMTeacher, add_meta_lm_tokens
 from hf_aux.meta_lm.trainer import MetaLMConfig, MetaLMTrainer
 

@@ -1,4 +1,4 @@
-"""hf_aux.metrics against hand computations, scikit-learn and scipy; QA post-processing through tokenize_task."""
+"""hf_aux.tasks.metrics against hand computations, scikit-learn and scipy; QA post-processing through tokenize_task."""
 
 import numpy as np
 import pytest
@@ -7,23 +7,23 @@ from scipy.stats import pearsonr, rankdata, spearmanr
 from sklearn.metrics import f1_score, matthews_corrcoef, roc_auc_score
 from tiny import tiny_tokenizer
 
-from hf_aux import metrics
-from hf_aux.data import tokenize_task
-from hf_aux.metrics import (
-    PRIMARY_METRIC,
-    average_ranks,
-    binned_auc,
-    classification_metrics,
-    compute_task_metrics,
-    majority_baseline,
-    multiple_choice_metrics,
-    postprocess_qa_predictions,
-    qa_metrics,
-    regression_metrics,
-    roc_auc,
-    rouge_metrics,
-)
-from hf_aux.tasks import TASK_KINDS, TaskSpec
+from hf_aux.tasks import metrics
+from hf_aux.tasks.data import tokenize_task
+from hf_aux.tasks.metrics import (
+                                  PRIMARY_METRIC,
+                                  average_ranks,
+                                  binned_auc,
+                                  classification_metrics,
+                                  compute_task_metrics,
+                                  majority_baseline,
+                                  multiple_choice_metrics,
+                                  postprocess_qa_predictions,
+                                  qa_metrics,
+                                  regression_metrics,
+                                  roc_auc,
+                                  rouge_metrics,
+                                  )
+from hf_aux.tasks.loading import TASK_KINDS, TaskSpec
 
 
 def one_hot_logits(predictions, num_classes):
@@ -311,13 +311,13 @@ def test_binned_auc_by_hand_and_against_exact():
 def test_majority_baselines_of_a_mixture_by_hand():
     """MUPPET's per-task baseline: the train split's majority class (string labels mapped to their index) scored
     on the tokenised evaluation labels; tasks not scored by accuracy get none."""
-    from hf_aux.metrics import majority_baselines
+    from hf_aux.tasks.metrics import majority_baselines
 
     sentiment = TaskSpec(name="sentiment", kind="classification", label_names=["neg", "pos"], data_files="x.jsonl")
     score = TaskSpec(name="score", kind="regression", data_files="x.jsonl")
     from datasets import Dataset
 
-    from hf_aux.metrics import train_labels
+    from hf_aux.tasks.metrics import train_labels
 
     raw = {"sentiment": {"train": {"label": ["pos", "pos", "neg"]}}, "score": {"train": {"label": [0.5, 1.0]}}}
     eval_data = {"sentiment": {"labels": [0, 1, 1, 1]}, "score": {"labels": [0.2, 0.4]}}

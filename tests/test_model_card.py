@@ -1,4 +1,4 @@
-"""Model cards (hf_aux.model_card): every method's card renders, its metadata parses and carries the metrics, the
+"""Model cards (hf_aux.cards.model_card): every method's card renders, its metadata parses and carries the metrics, the
 hyper-parameters never hold the token, the figures are real PNGs, and the templates (and the demo configs) ship in
 the wheel."""
 
@@ -14,9 +14,9 @@ import pytest
 from huggingface_hub import ModelCard
 from transformers import TrainingArguments
 
-from hf_aux.model_card import PAPERS, TaskSummary, hyperparameters_from_args, render_model_card
-from hf_aux.plots import (MAX_SERIES_PER_PANEL, loss_panels, one_value_per_step, plot_loss_curves,
-                          plot_weights_over_time)
+from hf_aux.cards.model_card import PAPERS, TaskSummary, hyperparameters_from_args, render_model_card
+from hf_aux.cards.plots import (MAX_SERIES_PER_PANEL, loss_panels, one_value_per_step, plot_loss_curves,
+                                plot_weights_over_time)
 
 ROOT = Path(__file__).resolve().parent.parent
 METHODS = ["muppet", "amos", "tartan", "meta_lm"]
@@ -100,7 +100,7 @@ def test_lora_card_says_the_folder_holds_adapters_and_how_to_load_them(method, a
 def test_licence_and_pipeline_round_trip_and_the_licence_is_inherited(tmp_path):
     """`license` and `pipeline_tag` survive huggingface_hub's ModelCard round trip; the licence a run's card
     states by default is the one its base model's card (or config) states; the install line is the README's."""
-    from hf_aux.model_card import base_model_license, body_pipeline_tag
+    from hf_aux.cards.model_card import base_model_license, body_pipeline_tag
 
     card = card_for("muppet", license="apache-2.0", pipeline_tag="sentence-similarity")
     card.save(tmp_path / "README.md")
@@ -114,7 +114,7 @@ def test_licence_and_pipeline_round_trip_and_the_licence_is_inherited(tmp_path):
     assert base_model_license(str(base)) == "mit"
     (base / "README.md").write_text("---\nlicense: cc-by-4.0\n---\n# base\n")
     assert base_model_license(str(base)) == "cc-by-4.0"  # the card first
-    from hf_aux.demo import minilm_path
+    from hf_aux.tasks.demo import minilm_path
 
     assert base_model_license(str(minilm_path())) == "apache-2.0"  # the real MiniLM's card
     assert body_pipeline_tag(base) == "feature-extraction"
@@ -233,12 +233,14 @@ def test_templates_ship_in_the_wheel_and_render_from_it(tmp_path):
     assert "hf_aux/task_registry_data/tasksource.json" in names  # the task registry's data and licence notice
     assert "hf_aux/task_registry_data/TASKSOURCE_LICENSE" in names
     assert "is absent from the `packages` configuration" not in build.stderr  # every data folder is declared
+    packages = {path.parent.relative_to(ROOT).as_posix() for path in (ROOT / "hf_aux").rglob("__init__.py")}
+    assert {f"{package}/__init__.py" for package in packages} <= set(names)  # every package folder ships
 
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)
     code = (
         "import importlib.resources, sys\n"
-        "from hf_aux.model_card import render_model_card\n"
+        "from hf_aux.cards.model_card import render_model_card\n"
         "root = importlib.resources.files('hf_aux.model_cards')\n"
         f"assert str(root).startswith({str(target)!r}), root\n"
         f"for method in {METHODS!r}:\n"
@@ -253,7 +255,7 @@ def test_templates_ship_in_the_wheel_and_render_from_it(tmp_path):
 
 
 def test_hyperparameters_list_only_what_was_set_and_the_method_fields():
-    from hf_aux.model_card import hyperparameters_from_args
+    from hf_aux.cards.model_card import hyperparameters_from_args
     from hf_aux.muppet.trainer import MuppetConfig
 
     chosen = hyperparameters_from_args(MuppetConfig(output_dir="unused", learning_rate=3e-5, adam_beta2=0.98,
@@ -271,7 +273,7 @@ def test_hyperparameters_do_not_reset_a_running_accelerator():
     import torch
     from accelerate import Accelerator
 
-    from hf_aux.model_card import hyperparameters_from_args
+    from hf_aux.cards.model_card import hyperparameters_from_args
     from hf_aux.muppet.trainer import MuppetConfig
 
     args = MuppetConfig(output_dir="unused", use_cpu=True)
@@ -286,7 +288,7 @@ def test_each_trainer_declares_its_card_and_shares_one_renderer(method):
     """trl's pattern: the trainer states name, tags, paper and template; ModelCardMixin.create_model_card renders."""
     import hf_aux
     from hf_aux import registry
-    from hf_aux.model_card import METHOD_NAMES, ModelCardMixin
+    from hf_aux.cards.model_card import METHOD_NAMES, ModelCardMixin
 
     trainer_class = getattr(hf_aux, {"muppet": "MuppetTrainer", "amos": "AmosTrainer", "tartan": "TartanTrainer",
                                      "meta_lm": "MetaLMTrainer"}[method])
@@ -325,9 +327,9 @@ def test_tartan_task_weights_figure_shows_the_mixture_and_each_task_on_its_own_s
 
 
 def test_a_licence_is_checked_against_the_hubs_identifiers(tmp_path):
-    """--license takes the Hub's licence identifiers only (hf_aux.hub_licenses, from the Hub's documentation);
+    """--license takes the Hub's licence identifiers only (hf_aux.cards.licenses, from the Hub's documentation);
     anything else is an error naming the accepted form; `other` goes with --license_name, which the card states."""
-    from hf_aux.hub_licenses import HUB_LICENSES, license_problem
+    from hf_aux.cards.licenses import HUB_LICENSES, license_problem
     from hf_aux.tartan import command as tartan
 
     assert {"apache-2.0", "mit", "cc-by-4.0", "other"} <= set(HUB_LICENSES)
@@ -365,7 +367,7 @@ def test_a_sentence_transformers_body_is_a_sentence_transformers_model_on_the_hu
 def test_the_model_index_names_the_dataset_configuration():
     """glue has one configuration per task: the model-index says which (rte), from the task or from the
     configuration a command passes with its Hub dataset (dataset_args, as for Trainer's card)."""
-    from hf_aux.model_card import _with_configs
+    from hf_aux.cards.model_card import _with_configs
 
     rte = TaskSummary("rte", "classification", metrics={"accuracy": 0.625}, dataset="nyu-mll/glue",
                       dataset_config="rte")

@@ -11,9 +11,9 @@ import torch
 from tiny import tiny_config, tiny_tokenizer
 from transformers import AutoModel, AutoModelForSeq2SeqLM, Trainer, TrainingArguments
 
-from hf_aux.data import MultiTaskCollator, tokenize_task
+from hf_aux.tasks.data import MultiTaskCollator, tokenize_task
 from hf_aux.modeling.multitask import HEADS_WEIGHTS_NAME, MULTITASK_CONFIG_NAME, MultiTaskModelConfig, MultiTaskModel
-from hf_aux.tasks import TaskSpec
+from hf_aux.tasks.loading import TaskSpec
 
 ARCHITECTURES = ["bert", "roberta", "electra", "deberta-v2", "bart"]
 TASKS = [
@@ -327,7 +327,7 @@ def test_auto_pooling_of_the_real_minilm_is_its_own_mean_pooling_as_sentence_tra
     from sentence_transformers import SentenceTransformer
     from transformers import AutoTokenizer
 
-    from hf_aux.demo import minilm_path
+    from hf_aux.tasks.demo import minilm_path
 
     path = str(minilm_path())
     model = MultiTaskModel.from_pretrained(path, tasks=[{"name": "t", "kind": "classification", "num_labels": 2}])

@@ -1,5 +1,5 @@
 """MUPPET with task_weighting="meta" (end-task-aware pre-finetuning, issue #34): the META-TARTAN rule over the
-mixture's tasks, shared with TartanTrainer (hf_aux.task_weighting). The rule on constructed gradients, the wiring
+mixture's tasks, shared with TartanTrainer (hf_aux.tartan.weighting). The rule on constructed gradients, the wiring
 (w moves by exactly eta * cos for the drawn tasks, only for them; the sub-batch weights K * alpha), exact resume,
 the files beside checkpoints, and the refusals."""
 
@@ -17,11 +17,11 @@ import torch
 from tiny import COMMAND_WORDS, StopAfter, tiny_config, tiny_tokenizer, write_command_data
 from transformers import AutoModel
 
-from hf_aux.data import tokenize_task
+from hf_aux.tasks.data import tokenize_task
 from hf_aux.modeling.multitask import MultiTaskModel, MultiTaskModelConfig
 from hf_aux.muppet.trainer import MuppetConfig, MuppetTrainer
-from hf_aux.task_spec import TaskSpec
-from hf_aux.task_weighting import meta_update
+from hf_aux.tasks.spec import TaskSpec
+from hf_aux.tartan.weighting import meta_update
 
 WORDS = "good bad movie film great terrible fun boring love hate".split()
 

@@ -14,11 +14,11 @@ import torch
 from tiny import tiny_config, tiny_tokenizer
 from transformers import AutoModel
 
-from hf_aux.data import MultiTaskCollator, tokenize_task
+from hf_aux.tasks.data import MultiTaskCollator, tokenize_task
 from hf_aux.muppet.losses import classification_loss, multiple_choice_loss, scale_losses
-from hf_aux.metrics import rouge_metrics
+from hf_aux.tasks.metrics import rouge_metrics
 from hf_aux.modeling.multitask import MultiTaskModel, MultiTaskModelConfig
-from hf_aux.tasks import TaskSpec
+from hf_aux.tasks.loading import TaskSpec
 from hf_aux.muppet.trainer import MuppetConfig, MuppetTrainer
 from hf_aux.muppet import command as run_muppet
 
@@ -325,7 +325,7 @@ def test_seq2seq_training_loss_is_label_smoothed_at_0_1_by_default(tmp_path):
 def test_seq2seq_evaluation_scores_greedy_outputs_with_rouge(tmp_path):
     """evaluate() runs Trainer's evaluation_loop per task: a seq2seq task's ROUGE is that of its batches' greedy
     outputs (each token the argmax given the ones before it), gathered over batches of different output lengths."""
-    from hf_aux.metrics import PRIMARY_METRIC
+    from hf_aux.tasks.metrics import PRIMARY_METRIC
 
     tokenizer = tiny_tokenizer()
     rows = datasets.Dataset.from_list([{"source": "the movie was great fun", "target": "great movie"},
@@ -383,7 +383,7 @@ def test_deferred_loss_checks_stop_at_the_update_naming_the_step_and_task(tmp_pa
     """On an accelerator check_finite_loss leaves the sub-batches' loss checks to the guard, which checks them at
     once before the optimizer step (one host sync per update): forced here on CPU, a NaN head still stops the run
     at step 1 with the task named, no sub-batch raised on its own, and the parameters were never updated."""
-    from hf_aux.nonfinite import NonFiniteTrainingError, find_nonfinite_guard
+    from hf_aux.runtime.nonfinite import NonFiniteTrainingError, find_nonfinite_guard
 
     tokenizer, tasks, train, model, args = _setup(tmp_path, max_steps=2)
     train = {"sent": train["sent"]}

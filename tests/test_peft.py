@@ -20,8 +20,8 @@ from test_tartan_trainer import data as tartan_data  # noqa: F401 (a module fixt
 from tiny import tiny_config, tiny_tokenizer
 from transformers import AutoModel, AutoModelForSequenceClassification
 
-from hf_aux.adapters import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, LoraArguments, base_of
-from hf_aux.data import MultiTaskCollator
+from hf_aux.runtime.adapters import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, LoraArguments, base_of
+from hf_aux.tasks.data import MultiTaskCollator
 from hf_aux.modeling.multitask import HEADS_WEIGHTS_NAME, MultiTaskModel
 from hf_aux.tartan.model import END_TASK_HEAD_NAME, TARTAN_HEADS_NAME, TartanModel
 from hf_aux.muppet.trainer import MuppetTrainer

@@ -20,11 +20,11 @@ from transformers import (AutoModel, AutoModelForSeq2SeqLM, AutoModelForSequence
                           pipeline)
 
 from hf_aux.cli import command
-from hf_aux.demo import minilm_path
+from hf_aux.tasks.demo import minilm_path
 from hf_aux.modeling.export import REMOTE_CODE_FILE
 from hf_aux.modeling.multitask import MultiTaskModel, MultiTaskModelConfig, single_task_model
 from hf_aux.modeling.pooling import POOLING_MODES
-from hf_aux.tasks import TaskSpec
+from hf_aux.tasks.loading import TaskSpec
 
 OLD_MUPPET = Path(__file__).parent / "data" / "old_layout" / "muppet"  # a MUPPET checkpoint of hf_aux 0.1 (cls)
 TEXTS = ["the movie was really good", "a boring plot, the worst film", "fun"]

@@ -9,7 +9,7 @@ from hf_aux.amos import command as run_amos
 from tiny import WORDS, tiny_config, tiny_tokenizer
 from transformers import AutoModel, AutoModelForPreTraining
 
-from hf_aux.metrics import roc_auc
+from hf_aux.tasks.metrics import roc_auc
 from hf_aux.amos.model import AmosModel
 
 
@@ -55,9 +55,9 @@ def test_continued_pretraining_of_an_encoder_logs_auc_and_plain_transformers_see
 
 def test_continued_pretraining_ends_with_the_downstream_probe_against_the_start(tmp_path, capsys):
     """At the demo's budget (200 steps) the command tells where the encoder ended against where it started: the
-    probe's accuracies are what hf_aux.probe computes on the starting encoder and on the saved discriminator; a
+    probe's accuracies are what hf_aux.amos.probe computes on the starting encoder and on the saved discriminator; a
     shorter run (the other tests') and --downstream_probe false skip it."""
-    from hf_aux.probe import downstream_probe
+    from hf_aux.amos.probe import downstream_probe
 
     tokenizer = tiny_tokenizer()
     torch.manual_seed(0)

@@ -14,12 +14,12 @@ from safetensors.torch import load_file
 from tiny import tiny_config, tiny_tokenizer
 from transformers import AutoModel
 
-from hf_aux.data import MultiTaskCollator, tokenize_task
-from hf_aux.metrics import classification_metrics, majority_baseline
+from hf_aux.tasks.data import MultiTaskCollator, tokenize_task
+from hf_aux.tasks.metrics import classification_metrics, majority_baseline
 from hf_aux.modeling.multitask import HEADS_WEIGHTS_NAME, MultiTaskModel
-from hf_aux.tasks import TaskSpec
+from hf_aux.tasks.loading import TaskSpec
 from hf_aux.finetune import command as run_finetune
-from hf_aux.metrics import baseline_metrics
+from hf_aux.tasks.metrics import baseline_metrics
 from hf_aux.modeling.multitask import single_task_model
 
 

@@ -14,7 +14,7 @@ from transformers import BertModel
 
 from hf_aux.modeling.multitask import MultiTaskModel
 from hf_aux.tartan.model import TartanModel
-from hf_aux.sentence_transformers_files import copy_sentence_transformers_files, sentence_transformers_source
+from hf_aux.modeling.sentence_transformers_files import copy_sentence_transformers_files, sentence_transformers_source
 
 from tiny import tiny_config, tiny_tokenizer
 

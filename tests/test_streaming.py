@@ -1,4 +1,5 @@
-"""Streamed unlabelled corpora (hf_aux.streaming, `hf-aux amos --streaming`): the same blocks as the loaded corpus,
+"""Streamed unlabelled corpora (hf_aux.tasks.streaming, `hf-aux amos --streaming`): the same blocks as the loaded
+corpus,
 an exact resume (the interrupted and resumed run ends with the uninterrupted run's parameters, and a resume at the
 wrong position does not), clear errors, and a peak memory that does not grow with the corpus."""
 
@@ -14,9 +15,9 @@ from hf_aux.amos import command as run_amos
 from safetensors.torch import load_file
 from tiny import peak_rss_mb, tiny_tokenizer, write_corpus, write_large_corpus
 
-from hf_aux.data import group_texts_for_mlm
-from hf_aux.sampling import BatchStream
-from hf_aux.streaming import ResumableStream, StreamBatches, stream_corpus, stream_mlm_blocks
+from hf_aux.tasks.data import group_texts_for_mlm
+from hf_aux.tasks.batches import BatchStream
+from hf_aux.tasks.streaming import ResumableStream, StreamBatches, stream_corpus, stream_mlm_blocks
 
 
 def test_streamed_blocks_are_the_blocks_of_the_loaded_corpus(tmp_path):
@@ -120,8 +121,8 @@ def test_stream_batches_read_the_blocks_in_order_pass_after_pass_and_resume_exac
 
 
 def test_stream_batches_seed_the_collate_generator_as_batch_streams_do(tmp_path):
-    """The collate function's generator is seeded by (seed, batch position), as hf_aux.sampling.BatchStream seeds it, so
-    the masks of a batch do not depend on how the stream was reached (resume, ranks)."""
+    """The collate function's generator is seeded by (seed, batch position), as hf_aux.tasks.batches.BatchStream seeds
+    it, so the masks of a batch do not depend on how the stream was reached (resume, ranks)."""
     write_corpus(tmp_path / "text.txt", 100)
     blocks = stream_mlm_blocks(stream_corpus("text", "t", train_file=str(tmp_path / "text.txt")), tiny_tokenizer(),
                                block_size=16)

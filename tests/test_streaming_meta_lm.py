@@ -1,6 +1,6 @@
 """`hf-aux meta-lm --streaming`: the unlabelled corpus is read as a stream, both the x_u batches (Trainer's train
-dataset, hf_aux.streaming.ResumableStream) and the MLM task's support/query batches (their own pass,
-hf_aux.streaming.StreamBatches): the same blocks as the loaded corpus, in corpus order (without --streaming: a
+dataset, hf_aux.tasks.streaming.ResumableStream) and the MLM task's support/query batches (their own pass,
+hf_aux.tasks.streaming.StreamBatches): the same blocks as the loaded corpus, in corpus order (without --streaming: a
 shuffled 95% share, support/query rows drawn at random); an exact resume (the interrupted and resumed run ends with
 the uninterrupted run's student, teacher and stream positions, and a resume at the wrong position does not); clear
 refusals; a peak memory that does not grow with the corpus."""
@@ -17,11 +17,11 @@ import torch
 from safetensors.torch import load_file
 from tiny import peak_rss_mb, save_tiny_bert, tiny_tokenizer, write_corpus, write_large_corpus
 
-from hf_aux.data import group_texts_for_mlm
+from hf_aux.tasks.data import group_texts_for_mlm
 from hf_aux.meta_lm import command as run_meta_lm
 from hf_aux.meta_lm import trainer as meta_lm_trainer
-from hf_aux.meta_lm.sampling import SupportQuerySampler
-from hf_aux.streaming import ResumableStream, stream_corpus, stream_mlm_blocks
+from hf_aux.meta_lm.support_query import SupportQuerySampler
+from hf_aux.tasks.streaming import ResumableStream, stream_corpus, stream_mlm_blocks
 
 SIZES = "hidden_size=32,num_hidden_layers=2,num_attention_heads=2,intermediate_size=64,max_position_embeddings=64"
 

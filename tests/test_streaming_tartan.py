@@ -1,4 +1,4 @@
-"""`hf-aux tartan --streaming`: auxiliary MLM tasks given as corpus files are read as streams (hf_aux.streaming.
+"""`hf-aux tartan --streaming`: auxiliary MLM tasks given as corpus files are read as streams (hf_aux.tasks.streaming.
 StreamBatches): the same blocks as the loaded corpus, in corpus order (without --streaming: the same blocks, shuffled
 per epoch); an exact resume (the interrupted and resumed run ends with the uninterrupted run's parameters and stream
 position, and a resume at the wrong position does not); clear refusals; a peak memory that does not grow with the
@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 from tiny import peak_rss_mb, save_tiny_bert, tiny_tokenizer, write_corpus, write_large_corpus
 
-from hf_aux.data import group_texts_for_mlm
+from hf_aux.tasks.data import group_texts_for_mlm
 from hf_aux.tartan import command as run_tartan
 from hf_aux.tartan import trainer as tartan_trainer
 
@@ -154,8 +154,8 @@ def test_streaming_refusals_name_the_field(folder, tmp_path):
 
 def test_a_checkpoint_without_the_stream_position_is_refused_on_resume(folder):
     """A checkpoint written without --streaming counts the task's draws but holds no position in the corpus."""
-    from hf_aux.streaming import StreamBatches, stream_corpus, stream_mlm_blocks
-    from hf_aux.task_weighting import TaskWeightsCallback
+    from hf_aux.tasks.streaming import StreamBatches, stream_corpus, stream_mlm_blocks
+    from hf_aux.tartan.weighting import TaskWeightsCallback
 
     blocks = stream_mlm_blocks(stream_corpus("text", "t", train_file=str(folder / "corpus.txt")), tiny_tokenizer(),
                                block_size=16)

@@ -4,12 +4,12 @@ import pytest
 import torch
 
 from hf_aux.tartan.losses import (
-    combine_gradients,
-    gradient_cosines,
-    mt_tartan_loss,
-    task_mixture,
-    update_task_weights,
-)
+                                  combine_gradients,
+                                  gradient_cosines,
+                                  mt_tartan_loss,
+                                  task_mixture,
+                                  update_task_weights,
+                                  )
 
 
 def reference_flat(grads, shapes):

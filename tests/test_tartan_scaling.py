@@ -9,9 +9,9 @@ from test_tartan_trainer import LABELS, TEXTS, StopAfter
 from tiny import tiny_config, tiny_tokenizer
 from transformers import AutoModelForSequenceClassification
 
-import hf_aux.distributed
+import hf_aux.runtime.distributed
 import hf_aux.tartan.trainer as tartan_trainer
-from hf_aux.data import group_texts_for_mlm
+from hf_aux.tasks.data import group_texts_for_mlm
 from hf_aux.tartan.model import TartanModel
 from hf_aux.tartan.trainer import TartanConfig, TartanTrainer
 
@@ -115,7 +115,7 @@ def test_fsdp_is_refused_at_start_naming_the_method_and_ddp(data, tmp_path, mode
 @pytest.mark.parametrize("mode", ["mt", "meta"])
 def test_deepspeed_zero3_is_refused_at_start_naming_the_method_and_ddp(data, tmp_path, mode, monkeypatch):
     # deepspeed is not installed here: stand in for an active ZeRO-3 config as transformers reports it
-    monkeypatch.setattr(hf_aux.distributed, "is_deepspeed_zero3_enabled", lambda: True)
+    monkeypatch.setattr(hf_aux.runtime.distributed, "is_deepspeed_zero3_enabled", lambda: True)
     with pytest.raises(ValueError, match=f"TartanTrainer: {mode.upper()}-TARTAN.*(ZeRO-3|DeepSpeed).*use DDP"):
         make_trainer(data, tmp_path, mode=mode)
 

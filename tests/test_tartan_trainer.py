@@ -12,7 +12,7 @@ import torch
 from tiny import StopAfter, tiny_config, tiny_tokenizer
 from transformers import AutoModelForSequenceClassification
 
-from hf_aux.data import group_texts_for_mlm
+from hf_aux.tasks.data import group_texts_for_mlm
 from hf_aux.tartan.model import TartanModel
 from hf_aux.tartan.trainer import TASK_WEIGHTS_JSON, TASK_WEIGHTS_PNG, BatchStream, TartanConfig, TartanTrainer
 

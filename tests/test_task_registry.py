@@ -1,5 +1,5 @@
-"""Tasks by name (issue #33 items 1-2): the registry (hf_aux.task_registry), its preprocessing steps
-(hf_aux.task_preprocessing), `hf-aux tasks`, and a mixture of registry names, local files and a token classification
+"""Tasks by name (issue #33 items 1-2): the registry (hf_aux.tasks.registry), its preprocessing steps
+(hf_aux.tasks.preprocessing), `hf-aux tasks`, and a mixture of registry names, local files and a token classification
 task trained and evaluated offline. The Hub is unreachable here, so registry tasks are backed by local stand-ins with
 the real datasets' column layouts and features (nyu-mll/glue's rte config, allenai/openbookqa, tomaarsen/conll2003),
 loaded by `datasets.load_dataset` from a local folder: the path a Hub id takes."""
@@ -18,10 +18,10 @@ import pytest
 import yaml
 from tiny import COMMAND_WORDS, write_command_data
 
-from hf_aux import task_registry
-from hf_aux.task_preprocessing import apply_steps, check_steps
-from hf_aux.task_spec import TaskSpec
-from hf_aux.tasks import load_mixture, load_task_splits, task_from_entry
+from hf_aux.tasks import registry as task_registry
+from hf_aux.tasks.preprocessing import apply_steps, check_steps
+from hf_aux.tasks.spec import TaskSpec
+from hf_aux.tasks.loading import load_mixture, load_task_splits, task_from_entry
 
 HF_AUX = str(Path(sys.executable).parent / "hf-aux")
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -198,7 +198,7 @@ def test_an_unknown_name_gets_the_closest_names_and_a_task_not_ready_its_reason(
 
 
 def test_a_task_file_may_name_a_registry_task(standins):
-    from hf_aux.tasks import task_from_file
+    from hf_aux.tasks.loading import task_from_file
 
     (standins / "rte.yaml").write_text("task: glue/rte\ndataset_name: glue\nmax_train_samples: 5\n")
     task = task_from_file(standins / "rte.yaml", name="rte")  # as hf-aux finetune --task_file reads it
@@ -215,7 +215,7 @@ def test_registry_names_clash_with_the_existing_unique_name_error(standins):
 
 
 def test_demo_tasks_are_registry_entries():
-    from hf_aux.demo import DEMO_TASK_NAMES, DEMO_TASK_SOURCES, demo_task
+    from hf_aux.tasks.demo import DEMO_TASK_NAMES, DEMO_TASK_SOURCES, demo_task
 
     assert list(DEMO_TASK_SOURCES) == list(DEMO_TASK_NAMES)
     by_name = task_from_entry({"task": "demo/newsgroups", "name": "ng", "max_train_samples": 10}, ".")

@@ -4,7 +4,7 @@ import datasets
 import pytest
 import yaml
 
-from hf_aux.tasks import TaskSpec, load_mixture, load_task_splits
+from hf_aux.tasks.loading import TaskSpec, load_mixture, load_task_splits
 
 
 def sentiment_data(labels=(0, 1, 1, 0)):
@@ -128,7 +128,7 @@ def test_one_reader_builds_a_task_from_a_task_file_a_mixture_of_one_or_data_file
     """hf_aux.tasks is the one reader of task sources (the fine-tuning and TARTAN commands call it): a TaskSpec
     mapping with data_files relative to the file, a mixture holding exactly one task, or data files whose classes
     are read from the splits asked for."""
-    from hf_aux.tasks import task_from_data_files, task_from_file
+    from hf_aux.tasks.loading import task_from_data_files, task_from_file
 
     data = tmp_path / "data"
     data.mkdir()
@@ -156,7 +156,7 @@ def test_provenance_names_a_hub_dataset_only_when_the_data_came_from_the_hub(tmp
     data are named by their source instead."""
     import datasets
 
-    from hf_aux.task_spec import TaskSpec
+    from hf_aux.tasks.spec import TaskSpec
 
     assert TaskSpec("a", "classification", num_labels=2, dataset_name="user/reviews").provenance() == \
         ("user/reviews", None)

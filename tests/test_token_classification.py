@@ -21,14 +21,14 @@ import torch.nn.functional as F
 from tiny import save_tiny_bert, tiny_config, tiny_tokenizer
 from transformers import AutoModel, AutoModelForTokenClassification
 
-from hf_aux.data import MultiTaskCollator, tokenize_task
-from hf_aux.metrics import baseline_metrics, entity_metrics, entity_spans, token_classification_metrics
+from hf_aux.tasks.data import MultiTaskCollator, tokenize_task
+from hf_aux.tasks.metrics import baseline_metrics, entity_metrics, entity_spans, token_classification_metrics
 from hf_aux.modeling.multitask import MultiTaskModel, MultiTaskModelConfig, single_task_model
 from hf_aux.muppet import command as run_muppet
 from hf_aux.muppet.losses import r3f_divergence, scale_losses, token_classification_loss
 from hf_aux.muppet.trainer import MuppetConfig, MuppetTrainer
-from hf_aux.tasks import TaskSpec, load_mixture, load_task_splits
-from hf_aux.validation import infer_tag_labels
+from hf_aux.tasks.loading import TaskSpec, load_mixture, load_task_splits
+from hf_aux.tasks.validation import infer_tag_labels
 
 # conll2003's ner_tags ClassLabel names, in its order
 CONLL_TAGS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]

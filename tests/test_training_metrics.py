@@ -1,11 +1,11 @@
-"""hf_aux.training_metrics.MetricAccumulator: means, ratios and totals by hand, one reduction over processes."""
+"""hf_aux.runtime.training_metrics.MetricAccumulator: means, ratios and totals by hand, one reduction over processes."""
 
 import math
 
 import pytest
 import torch
 
-from hf_aux.training_metrics import MetricAccumulator
+from hf_aux.runtime.training_metrics import MetricAccumulator
 
 
 class OneProcess:

@@ -11,8 +11,8 @@ from transformers import AutoModelForMaskedLM
 
 from hf_aux.meta_lm.teacher import MetaLMTokens
 from hf_aux.meta_lm.two_moons import (GRID, TASK_NAME, VOCAB_SIZE, encode_points, finetune_moons, label_token_loss,
-                              label_token_scores, moon_points, two_moons_data, two_moons_model_config,
-                              two_moons_tokenizer)
+                                      label_token_scores, moon_points, two_moons_data, two_moons_model_config,
+                                      two_moons_tokenizer)
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from tiny import free_port, hold_lock, write_command_data
 from hf_aux.cli.command import main as hf_aux_main
 from hf_aux.errors import UserInputError
 from hf_aux.registry import methods
-from hf_aux.run_guard import run_command
+from hf_aux.runtime.run_guard import run_command
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -160,12 +160,12 @@ def test_an_unknown_command_is_one_line_with_the_closest(capsys):
 
 
 def test_a_misspelt_lora_target_is_refused_before_tokenising(data, tmp_path, capsys, monkeypatch):
-    import hf_aux.data
+    import hf_aux.tasks.data
 
     def tokenised(*args, **kwargs):
         raise AssertionError("tokenised before the LoRA targets were checked")
 
-    monkeypatch.setattr(hf_aux.data, "tokenize_task", tokenised)
+    monkeypatch.setattr(hf_aux.tasks.data, "tokenize_task", tokenised)
     with pytest.raises(SystemExit) as ended:
         hf_aux_main(["muppet", "--model_name_or_path", str(data / "tiny_bert"), "--mixture_file",
                      str(data / "mixture.json"), "--output_dir", str(tmp_path / "out"), "--max_steps", "2",

@@ -237,7 +237,7 @@ def hold_lock(out):
     import sys
     from pathlib import Path
 
-    from hf_aux.run_guard import lock_path
+    from hf_aux.runtime.run_guard import lock_path
 
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     lock = lock_path(out)

@@ -9,7 +9,7 @@ tasksource (https://github.com/sileod/tasksource, Damien Sileo) annotates Hub da
 the file written here carries both notices and says what was changed.
 
 An annotation becomes a ready hf_aux task when every part of it is data that hf_aux's preprocessing steps
-(hf_aux/task_preprocessing.py) can apply: a column name, a join of columns (`cat`), a list of choice columns, a
+(hf_aux/tasks/preprocessing.py) can apply: a column name, a join of columns (`cat`), a list of choice columns, a
 nested field path (`get.a.b`), a label index into named classes (`name(column, classes)`), numeric label values
 with names (`label_values`), the splits to read. An annotation with Python code (a lambda, a `pre_process`
 function), extra `load_dataset` options, soft labels other than a mean rating, or a label that is always the same

@@ -223,9 +223,9 @@ def plain_transformers_check(folder: Path, num_blocks: int = 64, block: int = 12
     from transformers import AutoModelForPreTraining, AutoTokenizer
 
     from hf_aux.amos.model import AmosModel
-    from hf_aux.data import group_texts_for_mlm, mask_tokens_for_mlm, special_tokens_mask_for
-    from hf_aux.demo import demo_task
-    from hf_aux.metrics import roc_auc
+    from hf_aux.tasks.data import group_texts_for_mlm, mask_tokens_for_mlm, special_tokens_mask_for
+    from hf_aux.tasks.demo import demo_task
+    from hf_aux.tasks.metrics import roc_auc
 
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     blocks = group_texts_for_mlm(demo_task("imdb", seed=42, max_eval_samples=200).dataset["test"], tokenizer,
@@ -283,8 +283,8 @@ def _finetuned(runs: list[dict], pooling: str, **keys) -> bool:
 def _checkpoint(kind: str, name: str, seed, setting_name: str, json_path: Path, quick: bool) -> str | None:
     """The folder one plan step fine-tunes: MiniLM, or the arm's discriminator of this seed, pretrained unless it is
     cached with its folder; None when there is nothing left to fine-tune."""
-    from hf_aux.demo import minilm_path
-    from hf_aux.sentence_transformers_files import copy_sentence_transformers_files
+    from hf_aux.tasks.demo import minilm_path
+    from hf_aux.modeling.sentence_transformers_files import copy_sentence_transformers_files
 
     if kind == "base":
         return None if quick else str(minilm_path())

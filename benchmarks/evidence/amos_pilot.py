@@ -23,8 +23,8 @@ from transformers import AutoTokenizer, TrainerCallback  # noqa: E402
 from benchmarks.evidence.common import load_runs  # noqa: E402
 from hf_aux import AmosConfig, AmosModel, AmosTrainer  # noqa: E402
 from hf_aux.amos import command  # noqa: E402  (what run_scripts/run_amos.py runs)
-from hf_aux.data import group_texts_for_mlm, mask_tokens_for_mlm, special_tokens_mask_for  # noqa: E402
-from hf_aux.demo import demo_unlabelled_text, minilm_path  # noqa: E402
+from hf_aux.tasks.data import group_texts_for_mlm, mask_tokens_for_mlm, special_tokens_mask_for  # noqa: E402
+from hf_aux.tasks.demo import demo_unlabelled_text, minilm_path  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:

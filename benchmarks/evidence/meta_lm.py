@@ -1,5 +1,5 @@
 """Evidence for the meta-learned LM objective (Shen, *Meta-learning a Language Modeling Objective*), driven through
-hf_aux's API (`MetaLMTrainer`, `hf_aux.meta_lm.two_moons`, `hf_aux.demo`). Claims: 1. Two Moons, Table 10 (§4.2):
+hf_aux's API (`MetaLMTrainer`, `hf_aux.meta_lm.two_moons`, `hf_aux.tasks.demo`). Claims: 1. Two Moons, Table 10 (§4.2):
 MLM, hard, soft and soft labels with fixed y, each fine-tune size 10-160 pretrained with its own labelled set, at a
 reduced budget (`Claim1Settings`); 2. Wikipedia + IMDB -> real demo tasks, Table 2's direction (§4.3): soft labels vs
 MLM from scratch, against the majority class, and the teacher's pseudo-input diversity; 3. what the teacher teaches
@@ -306,8 +306,8 @@ def text_tokenizer(texts, vocab_size: int, task_names, num_labels: int):
 def text_data(settings: Claim2Settings) -> dict:
     """Unlabelled blocks, the tokenizer, and per task its converted splits (the task token at position 0, labels),
     its label tokens, its labelled set for pretraining and its majority class's train and test accuracy."""
-    from hf_aux.data import group_texts_for_mlm
-    from hf_aux.demo import demo_task, demo_unlabelled_text
+    from hf_aux.tasks.data import group_texts_for_mlm
+    from hf_aux.tasks.demo import demo_task, demo_unlabelled_text
     from hf_aux.meta_lm.teacher import MetaLMTokens
 
     unlabelled = demo_unlabelled_text(("wikipedia", "imdb"), max_documents=settings.max_documents)

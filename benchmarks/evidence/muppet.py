@@ -230,7 +230,7 @@ def finetune(s: Settings, model: str, task: str, out: Path, seed: int, *, fracti
 
 @functools.lru_cache(maxsize=None)
 def train_size(s: Settings, task: str) -> int:
-    from hf_aux.demo import demo_task
+    from hf_aux.tasks.demo import demo_task
 
     return len(demo_task(task, seed=s.subset_seed).dataset["train"])
 
@@ -245,7 +245,7 @@ def finetune_steps(s: Settings, task: str, fraction: float) -> int:
 
 class Study:
     def __init__(self, settings: Settings, json_path: Path, runs_dir: Path, model: str | None = None):
-        from hf_aux.demo import minilm_path
+        from hf_aux.tasks.demo import minilm_path
 
         self.settings, self.json_path, self.runs_dir = settings, Path(json_path), Path(runs_dir)
         self.model = str(model or minilm_path())

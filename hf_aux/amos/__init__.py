@@ -1,7 +1,7 @@
 """AMOS: ELECTRA-style pretraining with an adversarial mixture of generators (Meng et al., 2022).
 
 config.py AmosConfig, trainer.py AmosTrainer, model.py the generator and discriminator, losses.py the loss
-math (Gumbel-Softmax mixture, gradient reversal), command.py `hf-aux amos` (its downstream probe: hf_aux.probe),
+math (Gumbel-Softmax mixture, gradient reversal), command.py `hf-aux amos` (its downstream probe: hf_aux.amos.probe),
 demo.yaml its demo defaults."""
 
 from ..registry import Method, Paper

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser
 
-from ..demo import UNLABELLED_SOURCES
+from ..tasks.demo import UNLABELLED_SOURCES
 from .config import AmosConfig
 from ..cli.arguments import DataSourceArguments
 from ..cli.arguments import ModelArguments as SharedModelArguments
@@ -105,7 +105,8 @@ class DataTrainingArguments(DataSourceArguments):
     downstream_probe: bool = field(default=True, metadata={
         "help": "After continued pretraining (--encoder_name_or_path) of at least 200 steps: a fixed ~1 minute "
                 "check of the encoder the run leaves against the one it started from (a logistic-regression probe "
-                "of mean-pooled features on 400 / 200 Rotten Tomatoes reviews; hf_aux.probe), printed and saved in "
+                "of mean-pooled features on 400 / 200 Rotten Tomatoes reviews; hf_aux.amos.probe), printed and saved "
+                "in "
                 "probe_results.json. Needs the demo extra; false skips it."})
 
     def __post_init__(self):
@@ -147,11 +148,11 @@ def check_streaming(data_args: DataTrainingArguments, training_args) -> None:
 
 def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed: int):
     """Raw text (a `datasets.DatasetDict`) with a train and (when available or split off) a validation split. With
-    --streaming the train split is a streamed `datasets.IterableDataset` (hf_aux.streaming; no held-out share)."""
+    --streaming the train split is a streamed `datasets.IterableDataset` (hf_aux.tasks.streaming; no held-out share)."""
     import datasets
 
-    from ..hub import explain_hub_errors
-    from ..validation import check_corpus, check_holdout_split, load_data_files
+    from ..runtime.hub import explain_hub_errors
+    from ..tasks.validation import check_corpus, check_holdout_split, load_data_files
 
     if data_args.streaming:
         return streamed_text(data_args, model_args)
@@ -165,7 +166,7 @@ def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed
             files["validation"] = data_args.validation_file
         raw = load_data_files(files, "DataTrainingArguments: field 'train_file'", cache_dir=model_args.cache_dir)
     else:
-        from ..demo import demo_unlabelled_text
+        from ..tasks.demo import demo_unlabelled_text
 
         raw = datasets.DatasetDict({"train": demo_unlabelled_text(tuple(data_args.demo_sources),
                                                                   max_documents=data_args.demo_max_documents,
@@ -184,8 +185,8 @@ def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed
 
 def streamed_text(data_args: DataTrainingArguments, model_args: ModelArguments) -> dict:
     """{"train": the streamed corpus[, "validation": --validation_file, loaded as usual]}."""
-    from ..streaming import stream_train_text
-    from ..validation import check_corpus, load_data_files
+    from ..tasks.streaming import stream_train_text
+    from ..tasks.validation import check_corpus, load_data_files
 
     text = {"train": stream_train_text("DataTrainingArguments", data_args.text_column_name,
                                        train_file=data_args.train_file, dataset_name=data_args.dataset_name,
@@ -201,7 +202,7 @@ def streamed_text(data_args: DataTrainingArguments, model_args: ModelArguments) 
 
 def encoder_path(model_args: ModelArguments) -> str:
     """--encoder_name_or_path with 'minilm' resolved to the packaged all-MiniLM-L6-v2 folder."""
-    from ..demo import minilm_path
+    from ..tasks.demo import minilm_path
 
     if model_args.encoder_name_or_path == "minilm":
         return minilm_path("ModelArguments", "encoder_name_or_path")
@@ -214,7 +215,7 @@ def build_model(model_args: ModelArguments, tokenizer, max_seq_length: int):
     (--model_name_or_path)."""
     from transformers import AutoConfig
 
-    from ..hub import resolve_checkpoint
+    from ..runtime.hub import resolve_checkpoint
     from .model import AmosModel, AmosModelConfig
 
     if model_args.encoder_name_or_path is not None:
@@ -260,12 +261,13 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     """Run the job; with no arguments, parse them from sys.argv (parse_args). Returns the train/eval metrics."""
     from transformers import AutoTokenizer
 
-    from ..data import group_texts_for_mlm
-    from ..demo import minilm_path
-    from ..hub import explain_hub_errors, hub_id_or_none
-    from ..streaming import resumable_mlm_blocks
+    from ..tasks.data import group_texts_for_mlm
+    from ..tasks.demo import minilm_path
+    from ..runtime.hub import explain_hub_errors, hub_id_or_none
+    from ..tasks.streaming import resumable_mlm_blocks
     from .trainer import AmosTrainer
     from ..cli.run import finish_run, record_metrics, start_run, train_and_save
+    from ..runtime.hub import push_trainer_output
 
     if model_args is None or data_args is None or training_args is None:
         model_args, data_args, training_args = parse_args()
@@ -306,7 +308,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         raise UserInputError("--do_eval: no validation text (give validation_file or validation_split_percentage > 0)")
 
     trainer = AmosTrainer(model=model, args=training_args, train_dataset=train_data if training_args.do_train else None,
-                          eval_dataset=eval_data if training_args.do_eval else None, processing_class=tokenizer)
+                          eval_dataset=eval_data if training_args.do_eval else None, processing_class=tokenizer,
+                          defer_hub_pushes=training_args.push_to_hub)
     run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
 
     results = {}
@@ -329,10 +332,13 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     # (card_base_model) and its licence the one that folder's own card states, also offline
     started_from = model_args.model_name_or_path or (encoder_path(model_args) if model_args.encoder_name_or_path
                                                      else None)
-    finish_run(trainer, finetuned_from=started_from, tags=["electra", "pretraining"], license=model_args.license,
-               license_name=model_args.license_name, dataset_tags=[hub_dataset] if hub_dataset else None,
-               dataset_args=[data_args.dataset_config_name] if hub_dataset else None,
-               source=text_source(data_args))
+    saved = finish_run(trainer, finetuned_from=started_from, tags=["electra", "pretraining"],
+                       license=model_args.license, license_name=model_args.license_name,
+                       dataset_tags=[hub_dataset] if hub_dataset else None,
+                       dataset_args=[data_args.dataset_config_name] if hub_dataset else None,
+                       source=text_source(data_args))
+    if saved and training_args.push_to_hub:  # the one push: the output folder, token-checked
+        push_trainer_output(trainer)
     return results
 
 
@@ -365,11 +371,11 @@ def should_probe(model_args, data_args, training_args) -> bool:
 
 
 def run_probe(trainer, model_args, tokenizer) -> dict:
-    """hf_aux.probe on the encoder the run started from and the discriminator it saved; printed, and saved as the
+    """hf_aux.amos.probe on the encoder the run started from and the discriminator it saved; printed, and saved as the
     probe split's metrics (probe_results.json)."""
     from transformers import AutoModel
 
-    from ..probe import describe_probe, downstream_probe
+    from .probe import describe_probe, downstream_probe
     from ..cli.run import record_metrics
 
     start = AutoModel.from_pretrained(encoder_path(model_args), **model_args.hub_kwargs())

@@ -8,14 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-from ..base_config import TokenSafeTrainingArguments
+from ..runtime.config import AuxConfig
 from ..errors import UserInputError
 
 MIXTURE_CHOICES = ("adversarial", "uniform", "random_layer", "layer_switch", "fixed_weights")
 
 
 @dataclass
-class AmosConfig(TokenSafeTrainingArguments):
+class AmosConfig(AuxConfig):
     """Method settings for AmosTrainer; optimiser defaults follow the paper's Table 5 (Adam beta2 0.98, eps 1e-6,
     clip norm 2.0, peak learning rate 5e-4)."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from hf_aux.tensor_ops import row_dots
+from hf_aux.runtime.tensor_ops import row_dots
 
 
 def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
@@ -95,7 +95,7 @@ def gumbel_noise(shape: torch.Size, like: torch.Tensor) -> torch.Tensor:
     """Standard Gumbel noise -log(-log U), U ~ Uniform[0, 1), from torch's global RNG, in `like`'s dtype/device.
 
     U = 0 gives -inf (that token is never drawn); U < 1 always, so the noise is never +inf. Built in place from one
-    uniform draw: about three times cheaper on CPU than `exponential_()` for the same distribution.
+    uniform draw, cheaper on CPU than `exponential_()` for the same distribution (docs/amos_measurements.md).
     """
     return torch.rand(shape, dtype=like.dtype, device=like.device).log_().neg_().log_().neg_()
 
@@ -209,7 +209,7 @@ RTD_HISTOGRAM_RANGE = 16.0
 def rtd_logit_histogram(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor,
                         num_bins: int = RTD_HISTOGRAM_BINS, logit_range: float = RTD_HISTOGRAM_RANGE) -> torch.Tensor:
     """[2, num_bins] weighted counts of the RTD logits of original (row 0) and replaced (row 1) tokens, in equal
-    bins over [-logit_range, logit_range] (outside values fall into the end bins); `hf_aux.metrics.binned_auc`
+    bins over [-logit_range, logit_range] (outside values fall into the end bins); `hf_aux.tasks.metrics.binned_auc`
     turns it (summed over steps and processes) into the AUC. With an even `num_bins`, logit 0 is an edge: bins
     num_bins // 2 and up hold the tokens called replaced at p = 0.5.
 

@@ -28,32 +28,32 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 from transformers import (
-    AutoConfig,
-    AutoModel,
-    ElectraForPreTraining,
-    PretrainedConfig,
-    PreTrainedModel,
-)
+                          AutoConfig,
+                          AutoModel,
+                          ElectraForPreTraining,
+                          PretrainedConfig,
+                          PreTrainedModel,
+                          )
 from transformers import initialization as init
 from transformers.activations import get_activation
 from transformers.configuration_utils import SubConfigSpec
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.electra.modeling_electra import (
-    ElectraDiscriminatorPredictions,
-    ElectraForPreTrainingOutput,
-)
+                                                          ElectraDiscriminatorPredictions,
+                                                          ElectraForPreTrainingOutput,
+                                                          )
 
 from .losses import (
-    amos_loss,
-    mixture_straight_through,
-    mixture_weights,
-    mlm_losses,
-    perturbed_mixture,
-    reverse_gradient,
-    rtd_labels,
-    rtd_loss,
-)
-from ..sentence_transformers_files import copy_sentence_transformers_files
+                     amos_loss,
+                     mixture_straight_through,
+                     mixture_weights,
+                     mlm_losses,
+                     perturbed_mixture,
+                     reverse_gradient,
+                     rtd_labels,
+                     rtd_loss,
+                     )
+from ..modeling.sentence_transformers_files import copy_sentence_transformers_files
 
 GENERATOR_FOLDER = "generator"
 MIXTURES = ("adversarial", "uniform", "random_layer", "fixed", "weights")

@@ -1,24 +1,20 @@
 """AmosTrainer: ELECTRA-style pretraining with an adversarial mixture of MLM generators.
 
 Meng et al., 2022, "Pretraining Text Encoders with Adversarial Mixture of Training Signal Generators"
-(arXiv:2204.03243). The model is an `hf_aux.amos.model.AmosModel`; the data are MLM blocks masked by
-either unmasked blocks (e.g. from `hf_aux.data.group_texts_for_mlm`), which the trainer pads and masks inside the
-step, or batches already masked by
-`hf_aux.data.MLMCollator(tokenizer, return_original=True)` (used as they are; resume is then exact only at epoch
-boundaries).
+(arXiv:2204.03243). The model is an `hf_aux.amos.model.AmosModel`; the data are unmasked MLM blocks (e.g. from
+`hf_aux.tasks.data.group_texts_for_mlm`), which the trainer pads and masks inside the step, or batches already
+masked by `hf_aux.tasks.data.MLMCollator(tokenizer, return_original=True)` (resume then exact only at epoch ends).
 Every training micro-batch draws its masks and Gumbel noise from torch's RNG seeded by its place in the global
-batch stream (`hf_aux.distributed.micro_batch_seed`): resume is exact, DDP ranks draw different masks, and N
+batch stream (`hf_aux.runtime.distributed.micro_batch_seed`): resume is exact, DDP ranks draw different masks, and N
 processes train exactly like one process with N times the gradient accumulation.
 
-Logged every `logging_steps` (and with an `eval_` prefix on evaluation): `mlm_loss/layer_<d>` per MLM head,
-`rtd_loss`, `rtd_accuracy_replaced`, `rtd_accuracy_original` (decision at p = 0.5), `rtd_auc` (threshold-free: the
-AUC of the RTD logit over replaced vs original tokens, from histograms of 1/1024-logit bins), `replaced_fraction`
-(share of masked positions whose sample differs from the original) and `mixture_weight/layer_<d>` (gamma averaged
-over all masked positions since the previous log: Fig. 3a's curve, read it from `trainer.state.log_history`).
-Evaluation also samples every head alone on the same masks (`rtd_per_head_eval`) and logs `eval_rtd_auc/layer_<d>`
-and `eval_rtd_accuracy_replaced/layer_<d>`: how well the discriminator separates each head's samples (Fig. 1a, 3b).
-With separate generators (`AmosGeneratorConfig.separate_generators`) the heads are named
-`generator_<k>_depth_<d>` instead of `layer_<d>` (`AmosModel.head_names`).
+Logged every `logging_steps` (`eval_` prefixed on evaluation): `mlm_loss/layer_<d>` per MLM head, `rtd_loss`,
+`rtd_accuracy_replaced`, `rtd_accuracy_original` (at p = 0.5), `rtd_auc` (from histograms of 1/1024-logit bins),
+`replaced_fraction` (masked positions whose sample differs from the original) and `mixture_weight/layer_<d>`
+(gamma averaged since the previous log: Fig. 3a's curve). Evaluation also samples every head alone on the same
+masks and logs `eval_rtd_auc/layer_<d>` and `eval_rtd_accuracy_replaced/layer_<d>` (Fig. 1a, 3b). With separate
+generators (`AmosGeneratorConfig.separate_generators`) the heads are named `generator_<k>_depth_<d>`
+(`AmosModel.head_names`).
 """
 
 from __future__ import annotations
@@ -31,18 +27,18 @@ from peft import PeftModel
 from peft.tuners.tuners_utils import BaseTunerLayer
 from transformers import DataCollatorWithPadding
 
-from ..data import mask_tokens_for_mlm, special_tokens_mask_for
-from ..distributed import MicroBatchCounter, Sharding, micro_batch_seed, parameter_sharding, seeded_rng
+from ..tasks.data import mask_tokens_for_mlm, special_tokens_mask_for
+from ..runtime.distributed import MicroBatchCounter, Sharding, micro_batch_seed, parameter_sharding, seeded_rng
 from . import METHOD
 from .config import AmosConfig
 from .losses import RTD_HISTOGRAM_BINS, layer_switch_index, rtd_logit_histogram
-from ..metrics import binned_auc
-from ..base_trainer import AuxTrainer
-from ..model_card import TaskSummary
-from ..plots import logged_series, plot_weights_over_time
+from ..tasks.metrics import binned_auc
+from ..runtime.trainer import AuxTrainer
+from ..cards.model_card import TaskSummary
+from ..cards.plots import logged_series, plot_weights_over_time
 from .model import AmosModel
-from ..nonfinite import check_finite_loss
-from ..training_metrics import MetricAccumulator
+from ..runtime.nonfinite import check_finite_loss
+from ..runtime.training_metrics import MetricAccumulator
 
 
 
@@ -243,7 +239,7 @@ class AmosTrainer(AuxTrainer):
             return {card: last_eval[key] for card, key in names.items()
                     if isinstance(last_eval.get(key), (int, float)) and math.isfinite(last_eval[key])}
 
-        # a streamed corpus (hf_aux.streaming) has no length
+        # a streamed corpus (hf_aux.tasks.streaming) has no length
         train_size = len(self.train_dataset) if hasattr(self.train_dataset, "__len__") else None
         eval_size = len(self.eval_dataset) if self.eval_dataset is not None and last_eval else None
         summaries = [TaskSummary("replaced_token_detection", "rtd", train_size=train_size, eval_size=eval_size, **origin,

@@ -4,7 +4,7 @@
 - `parser`: `--config file.yaml` (defaults any flag overrides), the method's shipped demo config
   (`configs/<method>.yaml`) when no data source is given, and the one-argument-file form.
 - `arguments`: the argument dataclasses every command shares (model/tokenizer/Hub, LoRA).
-- `run`: one logging set-up, the one resume rule (via `hf_aux.run_guard`), the train/metrics steps and the
+- `run`: one logging set-up, the one resume rule (via `hf_aux.runtime.run_guard`), the train/metrics steps and the
   end-of-run step (model card, token-checked push).
 - `muppet`, `amos`, `tartan`, `meta_lm`, `finetune`: each method's data arguments, `parse_args` and `main`.
 - `command`: `hf-aux <method> [--config F] [flags]`.

@@ -1,6 +1,6 @@
 """Argument dataclasses every hf_aux command shares: where the model and tokenizer come from (with the Hub's
 `cache_dir`, `model_revision` and `token`), where the data comes from (`DataSourceArguments`), and LoRA on the
-shared body (`LoraArguments`, from hf_aux.lora_settings). Each method's command subclasses `ModelArguments` for
+shared body (`LoraArguments`, from hf_aux.runtime.lora_settings). Each method's command subclasses `ModelArguments` for
 its own model flags, and `DataSourceArguments` (where it reads a dataset or data files) for its data flags.
 
 Nothing here imports Trainer or peft (`LoraArguments.lora_config` imports peft when a LoRA run asks for it), so
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# LoRA on the shared body is a library setting (hf_aux.lora_settings); the commands take it from here
-from ..lora_settings import MERGED_SUBFOLDER, LoraArguments  # noqa: F401
+# LoRA on the shared body is a library setting (hf_aux.runtime.lora_settings); the commands take it from here
+from ..runtime.lora_settings import MERGED_SUBFOLDER, LoraArguments  # noqa: F401
 from ..errors import UserInputError
 
 
@@ -30,14 +30,14 @@ class ModelArguments:
                 "Never written to the output folder."})
     license: str | None = field(default=None, metadata={
         "help": "The model card's licence, a Hub licence id (e.g. apache-2.0, mit, cc-by-4.0; the Hub's list: "
-                "hf_aux.hub_licenses), or 'other' with --license_name. Default: the one the starting model's card or "
+                "hf_aux.cards.licenses), or 'other' with --license_name. Default: the one the starting model's card or "
                 "config states, if any."})
     license_name: str | None = field(default=None, metadata={
         "help": "With --license other: the licence's name, written to the card's license_name (add its text as "
                 "LICENSE in the output folder)."})
 
     def __post_init__(self):
-        from ..hub_licenses import license_problem
+        from ..cards.licenses import license_problem
 
         problem = license_problem(self.license, self.license_name)
         if problem:

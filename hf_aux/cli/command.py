@@ -11,7 +11,7 @@
 The commands are the registered methods' (hf_aux.registry): each method's `hf_aux/<method>/command.py` parses
 the flags and runs; `run_scripts/run_<method>.py` calls the same `main`. A mistake in what the user gave (a
 `hf_aux.errors.UserInputError`) ends the command with one line, `hf-aux <command>: error: ...`, and exit status 2
-(`hf_aux.run_guard.run_command`); HF_AUX_TRACEBACK=1 adds its traceback.
+(`hf_aux.runtime.run_guard.run_command`); HF_AUX_TRACEBACK=1 adds its traceback.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.prog = f"hf-aux {name}"
         print(parser.format_full_help() if wants[0] == "--help-all" else parser.format_help(), end="")
         raise SystemExit(0)
-    from ..run_guard import run_command
+    from ..runtime.run_guard import run_command
 
     module = importlib.import_module(module_name)
 
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _peft_unseen_by_transformers():
     """For --help only, whose process ends after printing: transformers.trainer_utils (imported with
     TrainingArguments) imports peft whenever peft is installed, to recognise peft models during training, and
-    that is two thirds of the help's time (~6 s on 2 busy cores); listing the flags needs none of it. Inside this
+    that is most of the help's time (docs/command_line.md); listing the flags needs none of it. Inside this
     block, a first import of trainer_utils sees no peft. Nothing changes when trainer_utils is already imported."""
     import transformers.utils
 

@@ -1,37 +1,23 @@
 """One parser for every hf_aux command: `--config file.yaml` whose values are defaults that any flag overrides, the
 method's shipped demo config under it when no data source is given, and the single-argument-file form.
 
-The layers, lowest first, each overriding the one before:
+Layers, lowest first, each overriding the one before: (1) the dataclasses' own defaults; (2) the method's demo
+config (`hf_aux/cli/configs/<method>.yaml`), only when neither the command line nor `--config` names a data source
+(`data_source_flags`), so `hf-aux tartan --output_dir X --max_steps 4` is the demo, four steps long; (3) the
+`--config` file (YAML or JSON, argument names to values); (4) the flags on the command line.
 
-1. the dataclasses' own defaults (transformers' `TrainingArguments`, the method's config, its data arguments);
-2. the method's demo config (`hf_aux/cli/configs/<method>.yaml`, shipped in the wheel), only when neither the
-   command line nor the `--config` file names a data source (the method's `data_source_flags`), so that
-   `hf-aux tartan --output_dir X --max_steps 4` is the demo, four steps long;
-3. the `--config` file (YAML or JSON, a mapping of argument names to values);
-4. the flags on the command line.
+Then two rules about what the user asked for (`given`: command-line flags and the keys of a --config or argument
+file, never the demo config's):
 
-Then two rules about what the user asked for (`given`: the flags on the command line and the keys of a --config or
-argument file, never the demo config's):
+- Actions (`apply_action_rule`): a training source with no action asked for turns `do_train` on, as in trl; any
+  data source turns `do_eval` on unless given or `--do_predict` alone was asked, where there is a validation split
+  (`evaluation_implied`). Asking for no training, evaluation, prediction or push is an error, before any work.
+- Intervals (`_interval_strategies`): an explicit `--save_steps`, `--eval_steps` or `--logging_steps` implies the
+  steps strategy of its kind when that strategy was not given; given both, a steps value under another strategy
+  is a warning. A single `.json`/`.yaml`/`.yml` argument is the older form: the file holds every argument, no demo.
 
-- Actions (`apply_action_rule`). Naming data to train on means training: with a training source and no action
-  asked for, `do_train` is on (`--do_train false` turns it off), as trl's commands train by default (run_glue's
-  habit, where nothing happens without `--do_train`, is the deliberate difference); `--do_eval` or `--do_predict`
-  alone still mean only that. With any data source `do_eval` is on unless given or `--do_predict` alone was asked,
-  where the data has a validation split (`evaluation_implied`: the command drops it quietly when there is none).
-  A command that asks for no training, evaluation, prediction or push is an error naming the flags, before any
-  work.
-- Intervals (`_interval_strategies`). An explicit `--save_steps`, `--eval_steps` or `--logging_steps` implies the
-  steps strategy of its kind when that strategy was not given (the demo configs' epoch strategies included), as
-  a user of the HF examples expects; given both, a steps value under another strategy is a warning naming both.
-
-A single `.json`/`.yaml`/`.yml` argument (`run_muppet.py config.yaml`, transformers' example-script habit) is the
-older form: the file holds every argument, and no demo config applies.
-
-The parser (`CommandParser`) takes flags only as written in full (no prefix abbreviations: `--max_step` is not
-`--max_steps`), raises every mistake in the command line as a `UserInputError` (an unknown flag with the closest
-known ones), and keeps `--help` to one screen: the method's own flags, then the model's, the data's, and the most
-used Trainer flags; `--help-all` lists every flag.
-"""
+`CommandParser` takes flags only in full (`--max_step` is not `--max_steps`), raises every command-line mistake as
+a `UserInputError` (an unknown flag with the closest known ones), and keeps `--help` to one screen (`--help-all`)."""
 
 from __future__ import annotations
 
@@ -230,9 +216,9 @@ class CommandParser(HfArgumentParser):
 
 
 def _shared_training_arguments():
-    from ..base_config import TokenSafeTrainingArguments
+    from ..runtime.config import AuxConfig
 
-    return TokenSafeTrainingArguments
+    return AuxConfig
 
 
 # lines of help text each flag gets in the short --help, by section
@@ -310,7 +296,7 @@ def parse_command_line(parser: HfArgumentParser, argv: Sequence[str] | None = No
     `demo_config` is a YAML/JSON file (or a mapping) of the method's demo defaults; `data_source_flags` are the
     flags (`--train_file`, ...) any one of which, on the command line or as a key of the `--config` file, switches
     the demo defaults off."""
-    from ..distributed import use_cpu_under_launcher
+    from ..runtime.distributed import use_cpu_under_launcher
 
     use_cpu_under_launcher()  # torchrun on a machine without a GPU: one gloo run, not N lone processes
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -364,7 +350,7 @@ def apply_action_rule(parsed, given, sources) -> None:
     """The actions rule of the module docstring, on the parsed training arguments (the dataclass with do_train,
     do_eval and do_predict); `given` holds the argument names the user gave, `sources` the data source flags among
     them (only validation or test files: data to evaluate, not to train on)."""
-    from ..run_guard import IMPLIED_ACTIONS  # read by the guard too (an implied evaluation is no finishing step)
+    from ..runtime.run_guard import (IMPLIED_ACTIONS)
 
     args = next((item for item in parsed if all(hasattr(item, name) for name in ACTIONS)), None)
     if args is None:
@@ -397,7 +383,7 @@ def given_by_user(args, name: str) -> bool:
 def evaluation_implied(args) -> bool:
     """Whether do_eval is on only because the command was given data (the actions rule), not because it was asked:
     then a command whose data has no validation split evaluates nothing instead of failing."""
-    from ..run_guard import IMPLIED_ACTIONS
+    from ..runtime.run_guard import IMPLIED_ACTIONS
 
     return "do_eval" in getattr(args, IMPLIED_ACTIONS, ())
 

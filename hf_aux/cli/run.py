@@ -1,6 +1,6 @@
 """The steps every hf_aux command takes around its method, written once:
 
-- `start_run`: one logging set-up; the output folder's guard (`hf_aux.run_guard.guard_output_dir`: lock, another
+- `start_run`: one logging set-up; the output folder's guard (`hf_aux.runtime.run_guard.guard_output_dir`: lock, another
   run's folder, and the ONE resume rule: `--resume_from_checkpoint` when given, else the newest complete
   `checkpoint-*` in `--output_dir`, else afresh; under a launcher one process decides and every rank follows);
   the Hub repository created before any work, as part of that decision; `set_seed`.
@@ -8,7 +8,7 @@
   the trainer state.
 - `record_metrics`: log and save one split's metrics.
 - `finish_run`: the model card (README.md and its figures, written on every run), then the token-checked push of
-  the output folder with `--push_to_hub` (`hf_aux.hub.push_trainer_output`).
+  the output folder with `--push_to_hub` (`hf_aux.runtime.hub.push_trainer_output`).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ def start_run(training_args, *arguments):
     run with `run.finishing` steps goes on: `run.attach(trainer)` loads it, and `train_and_save` trains nothing)."""
     from transformers import set_seed
 
-    from ..hub import create_hub_repo
-    from ..run_guard import guard_output_dir
+    from ..runtime.hub import create_hub_repo
+    from ..runtime.run_guard import guard_output_dir
 
     setup_logging(training_args)
     run = guard_output_dir(training_args, *arguments, prepare=create_hub_repo if training_args.push_to_hub else None)
@@ -83,22 +83,19 @@ def record_metrics(trainer, split: str, metrics: dict) -> dict:
     return metrics
 
 
-def finish_run(trainer, write_card=None, **card_kwargs) -> None:
+def finish_run(trainer, write_card=None, **card_kwargs) -> bool:
     """The end of every run that saved a model (a card describes a saved model, so a run that only evaluated writes
     none and pushes nothing): the model card (README.md and its figures) in the output folder, by
-    `trainer.create_model_card(**card_kwargs)` or by `write_card()` for a plain Trainer; then, with --push_to_hub,
-    the output folder pushed with the token checks of `hf_aux.hub.push_trainer_output` (clear errors; local files
-    untouched)."""
-    from ..hub import push_trainer_output
-    from ..run_guard import has_final_model
+    `trainer.create_model_card(**card_kwargs)` or by `write_card()` for a plain Trainer. Returns whether there is a
+    model to push: the command then pushes it (`hf_aux.runtime.hub.push_trainer_output`, token-checked)."""
+    from ..runtime.run_guard import has_final_model
 
     output_dir = trainer.args.output_dir
     if not has_final_model(output_dir):
         logger.info("No model saved in %s (nothing was trained): no model card, nothing pushed", output_dir)
-        return
+        return False
     if write_card is not None:
         write_card()
     else:
         trainer.create_model_card(**card_kwargs)
-    if trainer.args.push_to_hub:
-        push_trainer_output(trainer)
+    return True

@@ -1,4 +1,4 @@
-"""`hf-aux tasks`: the task registry (hf_aux.task_registry) on the command line.
+"""`hf-aux tasks`: the task registry (hf_aux.tasks.registry) on the command line.
 
     hf-aux tasks                                  the ready tasks, one line each: name, kind, dataset[/config]
     hf-aux tasks --all                            every task; those that are not ready with the reason
@@ -7,7 +7,7 @@
     hf-aux tasks --download mixture.yaml          every task of a mixture loaded into the datasets cache
     hf-aux tasks --citation                       the BibTeX of the registry's sources
 
-`--download` loads each task of the mixture the way training will (`hf_aux.tasks.load_mixture`, then
+`--download` loads each task of the mixture the way training will (`hf_aux.tasks.loading.load_mixture`, then
 `load_task_splits`: registry names, Hub datasets, local files and demo tasks alike), so the datasets cache
 (`HF_DATASETS_CACHE`, default ~/.cache/huggingface/datasets) then holds everything an air-gapped run of the same
 mixture reads with `HF_DATASETS_OFFLINE=1` (a run that finds a Hub dataset missing from the cache offline says
@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if len(given) > 1:
         print(f"hf-aux tasks: error: give one of {' / '.join(given)}, not several", file=sys.stderr)
         raise SystemExit(2)
-    from .. import task_registry
+    from ..tasks import registry as task_registry
 
     try:
         if args.download:
@@ -73,7 +73,7 @@ def download(mixture: str, seed: int = 42) -> None:
     printing one line per task and the cache folder."""
     import datasets
 
-    from ..tasks import load_mixture, load_task_splits
+    from ..tasks.loading import load_mixture, load_task_splits
 
     tasks = load_mixture(mixture)
     for task in tasks:

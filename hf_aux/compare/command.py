@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..finetune.command import DATA_SOURCE_FLAGS, DataTrainingArguments, ModelArguments
-from ..base_config import TokenSafeTrainingArguments
+from ..runtime.config import AuxConfig
 from ..errors import UserInputError
 from . import engine
 
@@ -51,7 +51,7 @@ class CompareArguments:
 def make_parser():
     from ..cli.parser import command_parser
 
-    return command_parser((CompareArguments, ModelArguments, DataTrainingArguments, TokenSafeTrainingArguments),
+    return command_parser((CompareArguments, ModelArguments, DataTrainingArguments, AuxConfig),
                           "finetune", DATA_SOURCE_FLAGS)
 
 
@@ -87,13 +87,13 @@ def parse_args(argv: list[str] | None = None):
 
 
 def run_comparison(compare_args: CompareArguments, model_args: ModelArguments, data_args: DataTrainingArguments,
-                   training_args: TokenSafeTrainingArguments) -> dict:
+                   training_args: AuxConfig) -> dict:
     """Fine-tune what is missing, then report. Returns compare.json's content with its "comparisons"."""
     from pathlib import Path
 
     from ..cli.run import setup_logging
     from ..finetune.command import load_data
-    from ..metrics import METRIC_NAMES, PRIMARY_METRIC
+    from ..tasks.metrics import METRIC_NAMES, PRIMARY_METRIC
     from . import report
 
     setup_logging(training_args)
@@ -160,7 +160,7 @@ def finetune_once(step: dict, model_args, data_args, training_args, task, raw, f
     from transformers import PrinterCallback, set_seed
 
     from ..finetune.command import evaluate_split, load_model, make_trainer
-    from ..nonfinite import NonFiniteTrainingError
+    from ..runtime.nonfinite import NonFiniteTrainingError
 
     folder = os.path.join(output_dir, "finetunings", f"{step['arm']}-{step['unit']}-seed{step['seed']}")
     # evaluation and checkpoints during training change nothing it computes, unless they pick the best model
@@ -265,7 +265,7 @@ def quiet_loading():
 
 def main(compare_args: CompareArguments | None = None, model_args: ModelArguments | None = None,
          data_args: DataTrainingArguments | None = None,
-         training_args: TokenSafeTrainingArguments | None = None) -> dict:
+         training_args: AuxConfig | None = None) -> dict:
     """`hf-aux compare`: `run_comparison` on the parsed arguments (without them, from sys.argv)."""
     if compare_args is None:
         compare_args, model_args, data_args, training_args = parse_args()

@@ -1,8 +1,8 @@
 """`hf-aux finetune`: one checkpoint fine-tuned on one task, with a majority baseline, run_glue-style flags.
 
 It follows MUPPET's downstream protocol (§4 head re-use, §5.3 low-resource fractions) and writes MUPPET's
-checkpoint format, so its card cites that paper. It trains with the shared base (`hf_aux.base_trainer.AuxTrainer`,
-`hf_aux.base_config.TokenSafeTrainingArguments`) and the shared multi-task model; command.py is all it adds.
+checkpoint format, so its card cites that paper. It trains with the shared base (`hf_aux.runtime.trainer.AuxTrainer`,
+`hf_aux.runtime.config.AuxConfig`) and the shared multi-task model; command.py is all it adds.
 """
 
 from ..muppet import METHOD as MUPPET

@@ -4,9 +4,10 @@ hf_aux, with run_glue-style flags.
 The checkpoint is either MUPPET-style (written by `MultiTaskModel.save_pretrained`, e.g. by `hf-aux muppet`) or any
 plain encoder checkpoint / Hub id. The model is a single-task `MultiTaskModel`
 (`hf_aux.modeling.multitask.single_task_model`, `--reuse_head`: MUPPET §4) trained by hf_aux's base trainer
-(`hf_aux.base_trainer.AuxTrainer`, a `transformers.Trainer`); the result is saved MUPPET-style again. `--train_fraction` keeps that share of the train split (a fixed shuffle, so
+(`hf_aux.runtime.trainer.AuxTrainer`, a `transformers.Trainer`); the result is saved MUPPET-style again.
+`--train_fraction` keeps that share of the train split (a fixed shuffle, so
 10% is a subset of 20%: the low-resource curves of §5.3). Every split's metrics come with a trivial baseline
-(`hf_aux.metrics.baseline_metrics`). Seq2seq tasks are not supported (ROUGE needs generation).
+(`hf_aux.tasks.metrics.baseline_metrics`). Seq2seq tasks are not supported (ROUGE needs generation).
 
 Without a task source (--demo_task, --task_file, --dataset_name or data files) the demo config
 (hf_aux/finetune/demo.yaml: MiniLM on Rotten Tomatoes with 10% of its train data) supplies the defaults, and
@@ -24,9 +25,9 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from ..base_config import TokenSafeTrainingArguments
-from ..task_spec import TASK_KINDS
-from ..validation import LABELLED_FILE_BUILDERS
+from ..runtime.config import AuxConfig
+from ..tasks.spec import TASK_KINDS
+from ..tasks.validation import LABELLED_FILE_BUILDERS
 from ..cli.arguments import DataSourceArguments
 from ..cli.arguments import ModelArguments as SharedModelArguments
 from ..cli.arguments import pooling_field
@@ -64,7 +65,8 @@ class ModelArguments(SharedModelArguments):
 @dataclass
 class DataTrainingArguments(DataSourceArguments):
     demo_task: str | None = field(
-        default=None, metadata={"help": "A demo task of hf_aux.demo (e.g. rotten_tomatoes); needs the demo extra."})
+        default=None, metadata={"help": "A demo task of hf_aux.tasks.demo (e.g. rotten_tomatoes); needs the demo "
+                                        "extra."})
     task_file: str | None = field(
         default=None, metadata={"help": "A JSON/YAML file with one TaskSpec (or {demo: name, ...}, or a mixture "
                                         "file holding exactly one task)."})
@@ -158,8 +160,8 @@ COLUMN_FIELDS = {"text_columns": "text_columns", "label_column": "label_column",
 
 
 def make_parser() -> HfArgumentParser:
-    # TokenSafeTrainingArguments: TrainingArguments whose training_args.bin never holds --hub_token
-    return command_parser((ModelArguments, DataTrainingArguments, TokenSafeTrainingArguments),
+    # AuxConfig: TrainingArguments whose training_args.bin never holds --hub_token
+    return command_parser((ModelArguments, DataTrainingArguments, AuxConfig),
                           "finetune", DATA_SOURCE_FLAGS)
 
 
@@ -172,14 +174,14 @@ def parse_args(argv: list[str] | None = None):
 
 def build_task(data_args: DataTrainingArguments):
     """The task's `TaskSpec` from the one task source given (hf_aux.tasks reads every kind of source)."""
-    from ..tasks import task_from_data_files, task_from_file, task_from_hub
-    from ..validation import infer_task_kind, load_data_files
+    from ..tasks.loading import task_from_data_files, task_from_file, task_from_hub
+    from ..tasks.validation import infer_task_kind, load_data_files
 
     columns = {spec_field: getattr(data_args, arg) for arg, spec_field in COLUMN_FIELDS.items()
                if getattr(data_args, arg) is not None}
     hint = "--task_label_names or --num_labels"
     if data_args.demo_task is not None:
-        from ..demo import demo_task
+        from ..tasks.demo import demo_task
 
         options = {"name": data_args.task_name} if data_args.task_name else {}
         task = demo_task(data_args.demo_task, seed=data_args.subset_seed, **options)
@@ -213,7 +215,7 @@ def build_task(data_args: DataTrainingArguments):
 
 def select_train_rows(train, data_args: DataTrainingArguments):
     """The --train_fraction share of a fixed shuffle, then the --max_train_samples cap."""
-    from ..sampling import fixed_share
+    from ..tasks.batches import fixed_share
 
     train = fixed_share(train, data_args.train_fraction, data_args.subset_seed)
     if data_args.max_train_samples is not None:
@@ -224,7 +226,7 @@ def select_train_rows(train, data_args: DataTrainingArguments):
 def build_compute_metrics(task, data_args: DataTrainingArguments, raw=None, features=None):
     """`compute_metrics` for Trainer. extractive_qa needs the raw split and its features (with offsets) to map
     span logits back to text."""
-    from ..metrics import compute_task_metrics, postprocess_qa_predictions, qa_metrics
+    from ..tasks.metrics import compute_task_metrics, postprocess_qa_predictions, qa_metrics
 
     def compute_metrics(prediction):
         if task.kind == "extractive_qa":
@@ -245,7 +247,7 @@ def prediction_rows(task, prediction, raw, features, data_args) -> list[dict]:
     of the words (token classification: one per word the truncation kept, read at its first sub-token)."""
     import numpy as np
 
-    from ..metrics import postprocess_qa_predictions
+    from ..tasks.metrics import postprocess_qa_predictions
 
     if task.kind == "extractive_qa":
         start_logits, end_logits = prediction.predictions
@@ -272,7 +274,7 @@ def load_data(data_args: DataTrainingArguments, training_args):
     """(task, raw splits): the task from its one source, its splits, the --train_fraction share of train and the row
     caps. An implied evaluation is dropped where there is no validation split; an asked-for action without its
     split is an error naming both."""
-    from ..tasks import load_task_splits
+    from ..tasks.loading import load_task_splits
 
     task = build_task(data_args)
     raw = load_task_splits(task, seed=data_args.subset_seed)
@@ -292,7 +294,7 @@ def load_data(data_args: DataTrainingArguments, training_args):
 def load_tokenizer(model_args: ModelArguments):
     from transformers import AutoTokenizer
 
-    from ..hub import explain_hub_errors
+    from ..runtime.hub import explain_hub_errors
 
     tokenizer_name = model_args.tokenizer_name or model_args.model_name_or_path
     with explain_hub_errors("ModelArguments", "tokenizer_name" if model_args.tokenizer_name else "model_name_or_path",
@@ -302,7 +304,7 @@ def load_tokenizer(model_args: ModelArguments):
 
 def load_model(model_args: ModelArguments, task, tokenizer):
     """(the one-task model on --model_name_or_path's body, whether its head was re-used: --reuse_head)."""
-    from ..hub import explain_hub_errors
+    from ..runtime.hub import explain_hub_errors
     from ..modeling.multitask import single_task_model
 
     with explain_hub_errors("ModelArguments", "model_name_or_path", model_args.model_name_or_path):
@@ -318,7 +320,7 @@ def load_model(model_args: ModelArguments, task, tokenizer):
 
 def tokenize_splits(task, raw: dict, tokenizer, data_args: DataTrainingArguments, training_args) -> dict:
     """The features of the splits the run's actions use (train for --do_train, test for --do_predict)."""
-    from ..data import tokenize_task
+    from ..tasks.data import tokenize_task
 
     tokenize = {"max_length": data_args.max_seq_length, "doc_stride": data_args.doc_stride}
     features = {}
@@ -335,8 +337,8 @@ def tokenize_splits(task, raw: dict, tokenizer, data_args: DataTrainingArguments
 def make_trainer(model, training_args, task, data_args: DataTrainingArguments, raw: dict, features: dict, tokenizer):
     """hf_aux's base trainer on the task's features; its non-finite guard watches the model's loss too (a NaN/Inf
     stops before any save)."""
-    from ..base_trainer import AuxTrainer
-    from ..data import MultiTaskCollator
+    from ..runtime.trainer import AuxTrainer
+    from ..tasks.data import MultiTaskCollator
 
     # batches carry task_ids and the task_name column the collator reads: keep every column
     training_args.remove_unused_columns = False
@@ -350,6 +352,7 @@ def make_trainer(model, training_args, task, data_args: DataTrainingArguments, r
         processing_class=tokenizer,
         data_collator=MultiTaskCollator(tokenizer, [task.name]),
         compute_metrics=build_compute_metrics(task, data_args, raw.get("validation"), features.get("validation")),
+        defer_hub_pushes=training_args.push_to_hub,
     )
 
 
@@ -357,7 +360,7 @@ def evaluate_split(trainer, task, data_args: DataTrainingArguments, raw: dict, f
                    prefix: str):
     """(the split's metrics with the task's trivial baselines and its size, all under `prefix`_; the prediction;
     the baselines by their own names)."""
-    from ..metrics import baseline_metrics
+    from ..tasks.metrics import baseline_metrics
 
     trainer.compute_metrics = build_compute_metrics(task, data_args, raw[split], features[split])
     prediction = trainer.predict(features[split], metric_key_prefix=prefix)
@@ -369,12 +372,13 @@ def evaluate_split(trainer, task, data_args: DataTrainingArguments, raw: dict, f
 
 
 def main(model_args: ModelArguments | None = None, data_args: DataTrainingArguments | None = None,
-         training_args: TokenSafeTrainingArguments | None = None) -> dict[str, float]:
+         training_args: AuxConfig | None = None) -> dict[str, float]:
     """Fine-tune and evaluate; returns every metric logged (train_*, eval_*, test_*). Without arguments the
     three argument dataclasses come from sys.argv."""
-    from ..demo import minilm_path
-    from ..metrics import PRIMARY_METRIC
+    from ..tasks.demo import minilm_path
+    from ..tasks.metrics import PRIMARY_METRIC
     from ..cli.run import finish_run, record_metrics, start_run
+    from ..runtime.hub import push_trainer_output
 
     if model_args is None or data_args is None or training_args is None:
         model_args, data_args, training_args = parse_args()
@@ -432,15 +436,17 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         if trainer.is_world_process_zero():
             write_model_card(trainer, task, model_args, results, reused_head)
 
-    finish_run(trainer, write_card=write_card)
+    saved = finish_run(trainer, write_card=write_card)
+    if saved and training_args.push_to_hub:  # the one push: the output folder, token-checked
+        push_trainer_output(trainer)
     return results
 
 
 def write_model_card(trainer, task, model_args: ModelArguments, results: dict, reused_head: bool) -> None:
     """README.md (hf_aux's fine-tuning card: the task's validation or test metrics in the model-index) and
     loss_curve.png in the output folder."""
-    from ..model_card import (TaskSummary, base_model_license, card_base_model, hyperparameters_from_args,
-                              plot_loss_curves, render_model_card, task_metrics)
+    from ..cards.model_card import (TaskSummary, base_model_license, card_base_model, hyperparameters_from_args,
+                                    plot_loss_curves, render_model_card, task_metrics)
     from ..modeling.pooling import describe_pooling
 
     output_dir = trainer.args.output_dir
@@ -475,7 +481,7 @@ def plain_loading(task, model, output_dir: str) -> dict:
     *ForTokenClassification / *ForSequenceClassification checkpoint (MultiTaskModel exports its head, see
     hf_aux.modeling.export; a pooling no transformers class has needs the shipped modeling file); the other kinds'
     folders hold the encoder for AutoModel."""
-    from ..model_card import body_pipeline_tag
+    from ..cards.model_card import body_pipeline_tag
     from ..modeling.export import AUTO_CLASS, needs_remote_code
 
     if task.kind == "token_classification":

@@ -2,7 +2,7 @@
 teacher learns from the student's query loss (Shen, MetaLMO).
 
 config.py MetaLMConfig, trainer.py MetaLMTrainer, teacher.py the teacher model, losses.py the loss math,
-functional_optim.py the differentiable student updates, sampling.py the support/query task draw, two_moons.py
+functional_optim.py the differentiable student updates, support_query.py the support/query task draw, two_moons.py
 the paper's Two Moons setting, command.py `hf-aux meta-lm`, demo.yaml its demo defaults."""
 
 from ..registry import Method, Paper

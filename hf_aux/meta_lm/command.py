@@ -83,8 +83,8 @@ def check_streaming(data_args: DataTrainingArguments, training_args) -> None:
 
 def load_labelled_tasks(path: str, tokenizer, block_size: int) -> dict:
     """{task name: Dataset of input_ids and class index `label`} from a mixture file of classification tasks."""
-    from ..hub import explain_hub_errors
-    from ..tasks import load_mixture, load_task_splits
+    from ..runtime.hub import explain_hub_errors
+    from ..tasks.loading import load_mixture, load_task_splits
 
     tasks = {}
     for task in load_mixture(path):
@@ -113,11 +113,11 @@ def build_data(data_args, model_args, training_args):
     import datasets
     from transformers import AutoConfig, AutoTokenizer
 
-    from ..data import group_texts_for_mlm
-    from ..hub import explain_hub_errors
-    from ..streaming import resumable_mlm_blocks, stream_train_text
+    from ..tasks.data import group_texts_for_mlm
+    from ..runtime.hub import explain_hub_errors
+    from ..tasks.streaming import resumable_mlm_blocks, stream_train_text
     from .teacher import add_meta_lm_tokens
-    from ..validation import check_corpus, check_holdout_split, load_data_files
+    from ..tasks.validation import check_corpus, check_holdout_split, load_data_files
 
     if data_args.two_moons:
         from .two_moons import TASK_NAME, two_moons_data, two_moons_model_config, two_moons_tokenizer
@@ -135,7 +135,7 @@ def build_data(data_args, model_args, training_args):
     tokenizer_name = model_args.tokenizer_name or model_args.model_name_or_path
     if tokenizer_name is None:
         raise UserInputError("run_meta_lm: field 'tokenizer_name': give a tokenizer (or a model) for your own data")
-    if data_args.streaming:  # read while training (hf_aux.streaming); the files are checked by stream_train_text
+    if data_args.streaming:  # read while training (hf_aux.tasks.streaming); the files are checked by stream_train_text
         raw = stream_train_text("DataTrainingArguments", data_args.text_column_name,
                                 train_file=data_args.train_file, dataset_name=data_args.dataset_name,
                                 dataset_config=data_args.dataset_config_name, cache_dir=model_args.cache_dir)
@@ -192,10 +192,11 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     results of a finished run when it is already complete)."""
     from transformers import AutoModelForMaskedLM
 
-    from ..hub import explain_hub_errors, hub_id_or_none
+    from ..runtime.hub import explain_hub_errors, hub_id_or_none
     from .teacher import MetaLMTeacher
     from .trainer import MetaLMTrainer
     from ..cli.run import finish_run, record_metrics, start_run, train_and_save
+    from ..runtime.hub import push_trainer_output
 
     if model_args is None or data_args is None or training_args is None:
         model_args, data_args, training_args = parse_args()
@@ -235,7 +236,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     trainer = MetaLMTrainer(model=student, teacher=teacher, args=training_args, labelled_tasks=labelled,
                             train_dataset=train_blocks if training_args.do_train else None,
-                            eval_dataset=eval_blocks if training_args.do_eval else None, processing_class=tokenizer)
+                            eval_dataset=eval_blocks if training_args.do_eval else None, processing_class=tokenizer,
+                            defer_hub_pushes=training_args.push_to_hub)
     run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
     if training_args.do_train:  # a stream has no length
         train_and_save(trainer, run, **({} if data_args.streaming else {"train_samples": len(train_blocks)}))
@@ -246,10 +248,12 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         eval_metrics["perplexity"] = math.exp(min(eval_metrics["eval_loss"], 50))
         record_metrics(trainer, "eval", eval_metrics)
     hub_dataset = hub_id_or_none(data_args.dataset_name)
-    finish_run(trainer, finetuned_from=model_args.model_name_or_path, metrics=eval_metrics,
-               license=model_args.license, license_name=model_args.license_name,
-               dataset_tags=[hub_dataset] if hub_dataset else None,
-               dataset_args=[data_args.dataset_config_name] if hub_dataset else None,
-               unlabelled_name="two_moons" if data_args.two_moons else None)
+    saved = finish_run(trainer, finetuned_from=model_args.model_name_or_path, metrics=eval_metrics,
+                       license=model_args.license, license_name=model_args.license_name,
+                       dataset_tags=[hub_dataset] if hub_dataset else None,
+                       dataset_args=[data_args.dataset_config_name] if hub_dataset else None,
+                       unlabelled_name="two_moons" if data_args.two_moons else None)
+    if saved and training_args.push_to_hub:  # the one push: the output folder, token-checked
+        push_trainer_output(trainer)
     return trainer
 

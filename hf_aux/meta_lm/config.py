@@ -8,14 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-from ..base_config import TokenSafeTrainingArguments
+from ..runtime.config import AuxConfig
 from ..errors import UserInputError
 
 OBJECTIVES = ("mlm", "hard", "soft")
 
 
 @dataclass
-class MetaLMConfig(TokenSafeTrainingArguments):
+class MetaLMConfig(AuxConfig):
     """Settings of the meta-learned LM objective. Defaults follow the paper's Tables 5/8 where they are
     optimisation settings (AdamW betas (0.9, 0.98), eps 1e-6, weight decay 0.01, clipping 5.0, inverse
     square-root schedule with linear warmup); `learning_rate` is the PEAK rate (the paper's lr/sqrt(warmup))."""

@@ -26,8 +26,7 @@ from torch.optim.sgd import sgd as sgd_functional
 def optimizer_steps(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> list[int]:
     """The optimizer's step count of each of `params` (0 before its first update), read with at most one host
     transfer: a fused or capturable AdamW (Trainer's default on CUDA is fused) keeps each count as a tensor on the
-    device, and reading them one by one stopped the host once per parameter (67 times per student update for a
-    2-layer BERT, measured with torch's sync debug mode on an H200)."""
+    device, and reading them one by one stops the host once per parameter (docs/meta_lm_measurements.md)."""
     steps = [optimizer.state.get(p, {}).get("step", 0) for p in params]
     on_device = [i for i, s in enumerate(steps) if isinstance(s, torch.Tensor) and s.device.type != "cpu"]
     if on_device:
@@ -44,8 +43,8 @@ def student_update(optimizer: torch.optim.Optimizer, max_grad_norm: float | None
 
     The values are `student_update_values` (the optimizer's own functional update on copies), the backward is the
     closed-form `student_update_vjp` on the clipped gradient and updated moments kept from the forward: a few
-    in-place foreach passes per parameter instead of autograd's graph of the update written out per tensor
-    (differentiating an elementwise AdamW took ~20 passes over every parameter, forward and backward). The map is
+    in-place foreach passes per parameter instead of autograd's graph of the update written out per tensor, which
+    passes over every parameter many times (docs/meta_lm_measurements.md). The map is
     differentiated once (the meta step never differentiates it again; a second time is refused)."""
     present = [i for i, g in enumerate(grads) if g is not None]
     if not any(grads[i].requires_grad for i in present):
@@ -219,8 +218,8 @@ def adamw_update_vjp_from_moments(grads: list[torch.Tensor], new_exp_avgs: list[
                                   beta2: float, eps: float, cotangents: list[torch.Tensor]) -> list[torch.Tensor]:
     """`adamw_update_vjp` from the moments m, v AFTER the step (what the optimizer's own update leaves in copies
     of its state). Overwrites `new_exp_avgs` and `new_exp_avg_sqs` (used as work space) and allocates one
-    parameter-sized list: on a large model a fresh buffer costs several times an elementwise pass (page faults),
-    so `torch._foreach_*` ops run in place."""
+    parameter-sized list: on a large model a fresh buffer pays page faults that an elementwise pass in place does
+    not, so `torch._foreach_*` ops run in place."""
     if not grads:
         return []
     step = step + 1

@@ -13,15 +13,13 @@ from collections.abc import Callable
 
 import torch
 
-from hf_aux.tensor_ops import row_dots
+from hf_aux.runtime.tensor_ops import row_dots
 
 
 # ---------------------------------------------------------------------------------------------- fused forms
-# The vocabulary dimension V makes every [B, L, V] pass count: with a small student (hidden 64) one element-wise
-# pass over the logits costs a sizeable share of the [B L, H] x [H, V] product that made them. The cross entropies
-# below keep ONE [N, V] buffer per loss (log softmax, or softmax for the sampled tokens), and their backward turns
-# that buffer into the gradient in place, instead of F.cross_entropy's zero-filled one-hot gradient, a second
-# buffer for the log-softmax backward and, for the samples, the copies of the old inverse-CDF sampler.
+# The vocabulary dimension V makes every [B, L, V] pass count (docs/meta_lm_measurements.md, "Fused vocabulary
+# losses"): the cross entropies below keep ONE [N, V] buffer per loss (log softmax, or softmax for the sampled
+# tokens) and their backward turns it into the gradient in place (no zero-filled one-hot gradient, no second buffer).
 # Where a double backward goes through them (second-order soft labels' pseudo and support steps), the loss is
 # built with `double_backward=True` and its backward is itself a function autograd differentiates once more
 # (`_TokenNLLGrad`, `_SoftTokenNLLGrad`), with the second derivatives written out instead of autograd's composite

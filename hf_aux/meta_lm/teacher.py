@@ -19,7 +19,7 @@ from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedMode
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
-from hf_aux.tensor_ops import vocabulary_projection, vocabulary_projections
+from hf_aux.runtime.tensor_ops import vocabulary_projection, vocabulary_projections
 
 MLM_TASK_TOKEN = "[TASK_MLM]"
 

@@ -4,30 +4,20 @@ Language Modeling Objective*, §3-§4), as a `transformers.Trainer` subclass.
 One meta step on an unlabelled batch x_u (eqs. 1-3):
   1. the teacher turns x_u into pseudo data (x-hat, y-hat): sampled tokens (hard labels, §3.2) or probabilities
      (soft labels, §3.3: x-hat enters the student as probabilities times its input embedding matrix);
-  2. eq. 1: the student takes its pretraining step on them. This is the student's REAL optimizer step, and it is
-     Trainer's own: `training_step` leaves the pseudo-loss gradient in the student's `.grad`, and Trainer clips
-     and calls `optimizer.step()` as for any model. So the persisted parameters after the step are theta_1.
-  3. The meta part needs theta_1 before Trainer's step has happened. `training_step` computes it exactly from
-     the optimizer's state, as a function: Trainer's clipping then torch's AdamW (or SGD) update
-     (`hf_aux.meta_lm.functional_optim`). For soft labels that function is differentiated (the paper's "whole step
-     differentiated", like `higher`'s differentiable optimizers); for hard labels only its value is used. The
-     tests check that the parameters Trainer's step persists equal this theta_1.
-  4. eq. 2: a finetuning step on a support batch, SGD with `inner_learning_rate` (0.1): theta_2, temporary.
-  5. eq. 3: the loss on a query batch of the same task at theta_2 trains the teacher: hard labels scale the
-     teacher's CE of its own samples by h (eq. 8 cosine for adaptive optimizers, eq. 7 dot product for SGD);
-     soft labels backpropagate the query loss through steps 4, 3 and 1 into the teacher (second order, or first
-     order through the support step with `first_order=True`).
-  6. The teacher's auxiliary losses (§3.4) join its loss; its own AdamW steps every
-     `teacher_gradient_accumulation_steps` meta steps (each with its own student step, §4.1).
-Why not the simpler alternatives: stepping the student optimizer inside `training_step` would make Trainer's
-step a second (momentum/weight-decay) update, and deferring the meta part to the next step would evaluate the
-query at the wrong parameters once the next pseudo step starts; computing theta_1 from the optimizer state keeps
-Trainer in charge of the student and the meta part exact.
-
-`objective="mlm"` is the plain MLM baseline of the student (teacher unused); `fixed_y=True` is Appendix B item 2
-(y-hat fixed to the unlabelled text, the teacher only writes x-hat); `finetune_step=False` drops eq. 2 (the Meta
-Pseudo Labels form, Appendix B item 5).
-"""
+  2. eq. 1: the student's real optimizer step on them is Trainer's own (`training_step` leaves the pseudo-loss
+     gradient in `.grad`; Trainer clips and steps), so the persisted parameters are theta_1;
+  3. `training_step` computes theta_1 exactly, before Trainer's step, as a function of the optimizer's state
+     (Trainer's clipping then torch's AdamW or SGD, `hf_aux.meta_lm.functional_optim`), differentiated for soft
+     labels (the paper's "whole step differentiated"), its value only for hard labels;
+  4. eq. 2: a finetuning step on a support batch, SGD with `inner_learning_rate` (0.1): theta_2, temporary;
+  5. eq. 3: the query loss at theta_2 trains the teacher: hard labels scale its CE of its own samples by h (eq. 8
+     cosine for adaptive optimizers, eq. 7 dot product for SGD); soft labels backpropagate through steps 4, 3, 1
+     (second order, or first order through the support step with `first_order=True`);
+  6. the teacher's auxiliary losses (§3.4) join its loss; its AdamW steps every
+     `teacher_gradient_accumulation_steps` meta steps (§4.1).
+Stepping the student inside `training_step` would make Trainer's step a second update, and deferring the meta part
+would evaluate the query at the wrong parameters. `objective="mlm"`: the plain MLM baseline; `fixed_y=True`:
+Appendix B item 2; `finetune_step=False` drops eq. 2 (Meta Pseudo Labels, Appendix B item 5)."""
 
 from __future__ import annotations
 
@@ -43,28 +33,28 @@ from transformers import PreTrainedTokenizerBase
 from transformers.optimization import get_scheduler
 from transformers.utils import is_peft_available
 
-from hf_aux.data import mask_tokens_for_mlm
-from hf_aux.distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
+from hf_aux.tasks.data import mask_tokens_for_mlm
+from hf_aux.runtime.distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
 from hf_aux.meta_lm.functional_optim import sgd_update, student_update, student_update_values, student_update_vjp
 from hf_aux.meta_lm import METHOD
 from hf_aux.meta_lm.config import MetaLMConfig
 from hf_aux.meta_lm.losses import (
-    first_order_soft_label_grads,
-    meta_signal_h,
-    pseudo_cross_entropy,
-    sample_tokens_with_nll,
-    soft_pseudo_cross_entropy,
-    teacher_sample_cross_entropy,
-    token_cross_entropy,
-)
-from hf_aux.base_trainer import AuxTrainer
-from hf_aux.model_card import TaskSummary, task_metrics
+                                   first_order_soft_label_grads,
+                                   meta_signal_h,
+                                   pseudo_cross_entropy,
+                                   sample_tokens_with_nll,
+                                   soft_pseudo_cross_entropy,
+                                   teacher_sample_cross_entropy,
+                                   token_cross_entropy,
+                                   )
+from hf_aux.runtime.trainer import AuxTrainer
+from hf_aux.cards.model_card import TaskSummary, task_metrics
 from hf_aux.meta_lm.teacher import MetaLMTeacher, MetaLMTokens, check_same_vocabulary
-from hf_aux.nonfinite import check_finite_loss
-from hf_aux.meta_lm.sampling import SupportQuerySampler
-from hf_aux.streaming import is_stream
-from hf_aux.tensor_ops import soft_embedding
-from hf_aux.training_metrics import MetricAccumulator
+from hf_aux.runtime.nonfinite import check_finite_loss
+from hf_aux.meta_lm.support_query import SupportQuerySampler
+from hf_aux.tasks.streaming import is_stream
+from hf_aux.runtime.tensor_ops import soft_embedding
+from hf_aux.runtime.training_metrics import MetricAccumulator
 
 TEACHER_DIR = "teacher"
 OBJECTIVE_TAGS = {"soft": "soft-labels", "hard": "hard-labels", "mlm": "mlm-baseline"}
@@ -177,7 +167,7 @@ class MetaLMTrainer(AuxTrainer):
             self.teacher = teacher if teacher is not None else MetaLMTeacher.from_student_config(self.model.config)
             check_same_vocabulary(self.model, self.teacher, processing_class)
             self.teacher.to(args.device)
-            # its own optimizer's updates are checked where the student's are (hf_aux.nonfinite): where Trainer
+            # its own optimizer's updates are checked where the student's are (hf_aux.runtime.nonfinite): where Trainer
             # logs, evaluates, saves or ends, and before any model is written; every step with on_nonfinite 'skip'
             self._nonfinite_guard.watch("the teacher", self.teacher)
         self.teacher_optimizer = None
@@ -306,7 +296,8 @@ class MetaLMTrainer(AuxTrainer):
         objective's evaluation loss (a fixed-seed mask per evaluation)."""
         rng = contextlib.nullcontext()
         if model.training:  # masks and dropout seeded by the micro-batch's place in the global stream: exact resume,
-            # and N DDP processes train like one process with N times the gradient accumulation (hf_aux.distributed)
+            # and N DDP processes train like one process with N times the gradient accumulation
+            # (hf_aux.runtime.distributed)
             seed = micro_batch_seed(self.args.seed, self._micro_batches.index(self))
             generator = torch.Generator(device=self.args.device).manual_seed(seed)
             rng = seeded_rng(seed, self.args.device)
@@ -690,7 +681,7 @@ class MetaLMTrainer(AuxTrainer):
 
     def _save_checkpoint_extras(self, checkpoint_folder: str) -> None:
         """The meta state (the teacher's optimizer: tensors, not JSON for a stateful callback), written before
-        trainer_state.json, which marks a complete checkpoint (hf_aux.run_guard)."""
+        trainer_state.json, which marks a complete checkpoint (hf_aux.runtime.run_guard)."""
         self._save_meta_state(checkpoint_folder)
 
     def _save_meta_state(self, output_dir: str) -> None:

@@ -12,13 +12,9 @@
   at every position of the LM head, the prediction the label token with the larger logit averaged over positions.
 
 The fine-tuning loss is the cross-entropy over the label tokens' logits only (`loss="labels"`). A softmax over the
-whole 512-token vocabulary (`loss="vocab"`) breaks this model: the LM decoder is tied to the input embeddings, so
-every step pushes all 64 coordinate embeddings down along the same direction (each is a wrong answer at every
-position). At hidden 8 and init std 0.02 their shared component grows from 0.01 to about 1 within ten epochs at lr
-1.2e-2 while their differences stay near 0.2; after the embedding LayerNorm the inputs are nearly indistinguishable,
-the outputs stop depending on the input and the loss stalls at ln 2 (50% accuracy even from scratch on 160 points).
-With the loss over the label tokens only, the coordinate embeddings get gradient only through the encoder and a
-from-scratch model fits 160 points (99% train, about 85% test).
+whole vocabulary (`loss="vocab"`) breaks this model: the LM decoder is tied to the input embeddings, so every step
+pushes all 64 coordinate embeddings along one shared direction until the inputs are nearly indistinguishable and
+the loss stalls (docs/meta_lm_measurements.md has the run).
 """
 
 from __future__ import annotations

@@ -57,12 +57,12 @@ from transformers.models.auto.modeling_auto import (MODEL_FOR_SEQ_TO_SEQ_CAUSAL_
                                                     MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING)
 from transformers.utils import ModelOutput, cached_file
 
-from ..adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, base_of, is_lora_body, load_lora_body,
-                        load_lora_weights, lora_body, merged_body, save_lora_body)
-from ..sentence_transformers_files import copy_sentence_transformers_files
+from ..runtime.adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, base_of, is_lora_body, load_lora_body,
+                                load_lora_weights, lora_body, merged_body, save_lora_body)
+from .sentence_transformers_files import copy_sentence_transformers_files
 from .export import EXPORTED_HEAD_KEYS, PlainExport, label_fields, sequence_classifier_export, write_plain_config
 from .pooling import check_pooling, pool, resolve_pooling
-from ..task_spec import LABELLED_KINDS, TASK_KINDS, TaskSpec, task_error
+from ..tasks.spec import LABELLED_KINDS, TASK_KINDS, TaskSpec, task_error
 
 logger = logging.getLogger(__name__)
 
@@ -533,7 +533,7 @@ class MultiTaskModel(PreTrainedModel):
                 self._save_body(self.body, save_directory, body_state, **kwargs)
             self._save_heads_and_metadata(save_directory, state, adapter="lora" if self.has_body_lora else None)
         if push_to_hub and is_main_process:  # token scan and clear errors, as every hf_aux push
-            from ..hub import push_folder_to_hub
+            from ..runtime.hub import push_folder_to_hub
 
             push_folder_to_hub(save_directory, repo_id or os.path.basename(os.path.abspath(save_directory)),
                                token=token, commit_message=commit_message or "Upload MUPPET-style multi-task checkpoint")

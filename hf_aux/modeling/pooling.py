@@ -37,7 +37,7 @@ def sentence_transformers_pooling(name_or_path) -> str | None:
     """The pooling mode of the sentence-transformers checkpoint `name_or_path` (its Pooling module's config), or None
     when it is not one (or ships no Pooling module). A ValueError names the file when it concatenates several modes,
     which one head over `hidden` features cannot read."""
-    from ..sentence_transformers_files import MODULES_NAME, sentence_transformers_source
+    from .sentence_transformers_files import MODULES_NAME, sentence_transformers_source
 
     source = sentence_transformers_source(name_or_path)
     if source is None:

@@ -38,7 +38,8 @@ class ModelArguments(SharedModelArguments):
 @dataclass
 class DataTrainingArguments:
     mixture_file: str | None = field(default=None, metadata={
-        "help": "YAML/JSON mixture (hf_aux.tasks.load_mixture). Default: the real demo mixture (needs hf_aux[demo])."})
+        "help": "YAML/JSON mixture (hf_aux.tasks.loading.load_mixture). Default: the real demo mixture (needs "
+                "hf_aux[demo])."})
     demo_tasks: list[str] | None = field(default=None, metadata={
         "help": "Demo tasks when no mixture file is given; each must be available (default: default_demo_tasks)."})
     default_demo_tasks: list[str] | None = field(default=None, metadata={
@@ -86,12 +87,12 @@ def parse_args(argv: list[str] | None = None):
 
 def load_tasks(data_args: DataTrainingArguments, seed: int):
     """The mixture file's tasks (the command line's caps fill in where the file sets none), or the demo tasks."""
-    from ..tasks import load_mixture
+    from ..tasks.loading import load_mixture
 
     if data_args.mixture_file is not None:
         return load_mixture(data_args.mixture_file, max_train_samples=data_args.max_train_samples,
                             max_eval_samples=data_args.max_eval_samples)
-    from ..demo import DEMO_TASK_NAMES, available_demo_tasks, demo_mixture
+    from ..tasks.demo import DEMO_TASK_NAMES, available_demo_tasks, demo_mixture
 
     names = data_args.demo_tasks or available_demo_tasks(data_args.default_demo_tasks or DEMO_TASK_NAMES)
     return demo_mixture(list(names), seed=seed, max_train_samples=data_args.max_train_samples,
@@ -110,10 +111,10 @@ def load_end_task(data_args: DataTrainingArguments, training_args: MuppetConfig,
         return None, None
     if not meta:
         raise UserInputError("DataTrainingArguments: field 'end_task': only read with --task_weighting meta")
-    from ..sampling import fixed_share
-    from ..tasks import load_task_splits, task_from_entry, task_from_file
+    from ..tasks.batches import fixed_share
+    from ..tasks.loading import load_task_splits, task_from_entry, task_from_file
 
-    from ..demo import DEMO_TASK_NAMES, demo_task
+    from ..tasks.demo import DEMO_TASK_NAMES, demo_task
 
     if os.path.splitext(data_args.end_task)[1].lower() in (".yaml", ".yml", ".json"):
         task = task_from_file(data_args.end_task, where="DataTrainingArguments: field 'end_task'")
@@ -159,14 +160,15 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     """Run the job; with no arguments, parse them from sys.argv (parse_args). Returns the train/eval metrics."""
     from transformers import AutoTokenizer
 
-    from ..data import tokenize_task
-    from ..demo import minilm_path
-    from ..hub import explain_hub_errors
-    from ..metrics import majority_baselines, train_labels
+    from ..tasks.data import tokenize_task
+    from ..tasks.demo import minilm_path
+    from ..runtime.hub import explain_hub_errors
+    from ..tasks.metrics import majority_baselines, train_labels
     from ..modeling.multitask import MultiTaskModel
-    from ..tasks import load_task_splits
+    from ..tasks.loading import load_task_splits
     from .trainer import MuppetTrainer
     from ..cli.run import finish_run, record_metrics, start_run, train_and_save
+    from ..runtime.hub import push_trainer_output
 
     if model_args is None or data_args is None or training_args is None:
         model_args, data_args, training_args, lora_args = parse_args()
@@ -196,6 +198,68 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     tokenize = {"max_length": data_args.max_seq_length, "doc_stride": data_args.doc_stride,
                 "max_target_length": data_args.max_target_length}
+    train_data, eval_data, eval_examples = tokenize_mixture(tasks, raw, tokenizer, tokenize, training_args)
+
+    end_task_data = {}
+    if end_task is not None:
+        with training_args.main_process_first(desc="tokenizing the end task"):
+            end_task_data = {"end_task": end_task, "end_task_dataset": tokenize_task(end_task, end_rows, tokenizer,
+                                                                                     **tokenize)}
+    trainer = MuppetTrainer(model=model, args=training_args, train_dataset=train_data or None,
+                            eval_dataset=eval_data or None, processing_class=tokenizer, eval_examples=eval_examples,
+                            peft_config=lora_args.lora_config(), **end_task_data,
+                            defer_hub_pushes=training_args.push_to_hub)
+    run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
+
+    results = {}
+    if training_args.do_train:
+        # save_model: MUPPET-style, the body as plain transformers (or its LoRA adapter) + heads beside it
+        results.update(train_and_save(trainer, run, train_samples=sum(len(d) for d in train_data.values())))
+        if lora_args.merge_lora and trainer.is_world_process_zero():
+            merged_dir = os.path.join(training_args.output_dir, MERGED_SUBFOLDER)
+            model.save_merged(merged_dir)  # AutoModel loads it alone
+            tokenizer.save_pretrained(merged_dir)  # (and SentenceTransformer, for a sentence-transformers body)
+
+    if training_args.do_eval:
+        metrics = trainer.evaluate()
+        metrics.update(majority_baselines(tasks, train_labels(tasks, train_data, raw), eval_data))  # to beat
+        results.update(record_metrics(trainer, "eval", metrics))
+        if trainer.is_world_process_zero():  # one summary per run, not one per rank
+            print_task_table(tasks, eval_data, metrics)
+        if data_args.mixture_file is None and trainer.is_world_process_zero():
+            print_compare_hint(model_path, training_args.output_dir)  # the demo mixture: is it better held out?
+
+    saved = finish_run(trainer, finetuned_from=model_path, tags=["muppet", "pre-finetuning"],
+                       license=model_args.license, license_name=model_args.license_name,
+                       dataset_tags=[t.dataset_name for t in tasks if t.dataset_name],
+                       provenance={t.name: t.provenance() for t in tasks},
+                       dataset_configs={t.name: t.dataset_config for t in tasks if t.dataset_config})
+    if saved and training_args.push_to_hub:  # the one push: the output folder, token-checked
+        push_trainer_output(trainer)
+    return results
+
+
+def print_task_table(tasks, eval_data, metrics: dict) -> None:
+    from ..tasks.metrics import PRIMARY_METRIC
+
+    rows = []
+    for task in tasks:
+        if task.name not in eval_data:
+            continue
+        primary = PRIMARY_METRIC[task.kind]
+        score = metrics.get(f"eval_{task.name}_{primary}")
+        baseline = metrics.get(f"eval_{task.name}_majority_baseline")
+        verdict = "" if baseline is None else ("beats majority" if score > baseline else "below majority")
+        rows.append(f"  {task.name:<30} {primary:<10} {score:7.3f}   majority {'' if baseline is None else f'{baseline:7.3f}'}"
+                    f"   {verdict}")
+    print("\nPer-task evaluation (validation split):\n" + "\n".join(rows)
+          + f"\n  average primary metric: {metrics['eval_average_primary']:.3f}\n", flush=True)
+
+
+def tokenize_mixture(tasks, raw: dict, tokenizer, tokenize: dict, training_args) -> tuple[dict, dict, dict]:
+    """(train features, validation features, raw validation rows of extractive QA tasks), each by task name."""
+    from ..tasks.data import tokenize_task
+
     train_data, eval_data, eval_examples = {}, {}, {}
     drop_implied_evaluation(training_args, any("validation" in raw[task.name] for task in tasks),
                             "no task of the mixture has a validation split")
@@ -217,60 +281,15 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
                 raw[task.name] = {}
     if training_args.do_eval and not eval_data:
         raise UserInputError("--do_eval: no task has a validation split (set validation_fraction in the mixture)")
-
-    end_task_data = {}
-    if end_task is not None:
-        with training_args.main_process_first(desc="tokenizing the end task"):
-            end_task_data = {"end_task": end_task, "end_task_dataset": tokenize_task(end_task, end_rows, tokenizer,
-                                                                                     **tokenize)}
-    trainer = MuppetTrainer(model=model, args=training_args, train_dataset=train_data or None,
-                            eval_dataset=eval_data or None, processing_class=tokenizer, eval_examples=eval_examples,
-                            peft_config=lora_args.lora_config(), **end_task_data)
-    run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
-
-    results = {}
-    if training_args.do_train:
-        # save_model: MUPPET-style, the body as plain transformers (or its LoRA adapter) + heads beside it
-        results.update(train_and_save(trainer, run, train_samples=sum(len(d) for d in train_data.values())))
-        if lora_args.merge_lora and trainer.is_world_process_zero():
-            merged_dir = os.path.join(training_args.output_dir, MERGED_SUBFOLDER)
-            model.save_merged(merged_dir)  # AutoModel loads it alone
-            tokenizer.save_pretrained(merged_dir)  # (and SentenceTransformer, for a sentence-transformers body)
-
-    if training_args.do_eval:
-        metrics = trainer.evaluate()
-        metrics.update(majority_baselines(tasks, train_labels(tasks, train_data, raw), eval_data))  # to beat
-        results.update(record_metrics(trainer, "eval", metrics))
-        if trainer.is_world_process_zero():  # one summary per run, not one per rank
-            print_task_table(tasks, eval_data, metrics)
-        if data_args.mixture_file is None and trainer.is_world_process_zero():  # the demo mixture: where its held-out benefit is measured
-            print("Did it help on a task outside the mixture? hf-aux compare fine-tunes plain and pre-finetuned "
-                  "MiniLM alike on Rotten Tomatoes with 1% of its training data (the evidence study's recipe), 3 "
-                  "seeds each, and gives the difference with its 95% interval (docs/compare.md):", flush=True)
-            recipe = "--train_fraction 0.01 --max_steps 50 --per_device_train_batch_size 16 --max_seq_length 64 " \
-                     "--warmup_steps 0.1"
-            print(f"  hf-aux compare --arm minilm={model_path} --arm muppet={training_args.output_dir} {recipe} "
-                  f"--seeds 3 --output_dir {training_args.output_dir}-rt1-compare\n", flush=True)
-
-    finish_run(trainer, finetuned_from=model_path, tags=["muppet", "pre-finetuning"], license=model_args.license,
-               license_name=model_args.license_name, dataset_tags=[t.dataset_name for t in tasks if t.dataset_name],
-               provenance={t.name: t.provenance() for t in tasks},
-               dataset_configs={t.name: t.dataset_config for t in tasks if t.dataset_config})
-    return results
+    return train_data, eval_data, eval_examples
 
 
-def print_task_table(tasks, eval_data, metrics: dict) -> None:
-    from ..metrics import PRIMARY_METRIC
-
-    rows = []
-    for task in tasks:
-        if task.name not in eval_data:
-            continue
-        primary = PRIMARY_METRIC[task.kind]
-        score = metrics.get(f"eval_{task.name}_{primary}")
-        baseline = metrics.get(f"eval_{task.name}_majority_baseline")
-        verdict = "" if baseline is None else ("beats majority" if score > baseline else "below majority")
-        rows.append(f"  {task.name:<30} {primary:<10} {score:7.3f}   majority {'' if baseline is None else f'{baseline:7.3f}'}"
-                    f"   {verdict}")
-    print("\nPer-task evaluation (validation split):\n" + "\n".join(rows)
-          + f"\n  average primary metric: {metrics['eval_average_primary']:.3f}\n", flush=True)
+def print_compare_hint(model_path: str, output_dir: str) -> None:
+    """After the demo mixture: the command that measures whether the model fine-tunes better on a held-out task."""
+    print("Did it help on a task outside the mixture? hf-aux compare fine-tunes plain and pre-finetuned MiniLM "
+          "alike on Rotten Tomatoes with 1% of its training data (the evidence study's recipe), 3 seeds each, and "
+          "gives the difference with its 95% interval (docs/compare.md):", flush=True)
+    recipe = "--train_fraction 0.01 --max_steps 50 --per_device_train_batch_size 16 --max_seq_length 64 " \
+             "--warmup_steps 0.1"
+    print(f"  hf-aux compare --arm minilm={model_path} --arm muppet={output_dir} {recipe} --seeds 3 "
+          f"--output_dir {output_dir}-rt1-compare\n", flush=True)

@@ -8,21 +8,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-from ..base_config import MetaWeightingArguments, TokenSafeTrainingArguments
-from ..sampling import STRATEGIES
+from ..runtime.config import AuxConfig
+from ..tasks.batches import STRATEGIES
 from ..errors import UserInputError
+from ..tartan.config import MetaWeightingArguments
 
 ROBUST_MODES = ("none", "r3f", "r4f")
 TASK_WEIGHTINGS = ("uniform", "meta")
 
 
 @dataclass
-class MuppetConfig(MetaWeightingArguments, TokenSafeTrainingArguments):
+class MuppetConfig(MetaWeightingArguments, AuxConfig):
     """Training arguments of `MuppetTrainer`; every `TrainingArguments` field applies. Sub-batches per update =
     `gradient_accumulation_steps` x number of processes, each of `per_device_train_batch_size` rows of one task; its
     default accumulation is 2 (not Trainer's 1), so that heterogeneous batches (at least 2 sub-batches per update)
     hold on one process as they are. With `task_weighting="meta"`, the META rule's settings (`task_weight_lr`,
-    `meta_head_*`, `meta_batch_size`: `hf_aux.task_weighting.MetaWeightingArguments`) apply too."""
+    `meta_head_*`, `meta_batch_size`: `hf_aux.tartan.config.MetaWeightingArguments`) apply too."""
 
     gradient_accumulation_steps: int = field(default=2, metadata={
         "help": "Task-homogeneous sub-batches per update on each process (heterogeneous batches need at least 2 in "

@@ -2,27 +2,20 @@
 with Pre-Finetuning", arXiv 2101.11038) and the R3F regulariser they use (Aghajanyan et al., 2020, "Better
 Fine-Tuning by Reducing Representational Collapse", arXiv 2008.03156).
 
-Every task loss here returns one value PER DATA POINT ([batch]) together with n(i), the number of predictions that
-data point's loss ranges over, so that eq. 1 can scale each data point on its own:
+Every task loss returns one value PER DATA POINT ([batch]) with n(i), the number of predictions that point's loss
+ranges over, so that eq. 1 scales each point on its own: L_i^scaled = L_i / log n(i) (MUPPET eq. 1).
 
-    L_i^scaled = L_i / log n(i)                                                                 (MUPPET eq. 1)
-
-Table 2 of the paper names the losses; n(i) per kind (with uniform predictions every scaled loss is exactly 1):
+Table 2's losses and n(i) per kind (with uniform predictions every scaled loss is exactly 1):
     classification   cross entropy over the C classes                       n = C
-    multiple choice  sentence ranking: cross entropy over the choices       n = that example's number of choices
-    extractive QA    span prediction: (CE(start) + CE(end)) / 2, each a     n = that example's number of real
-                     softmax over the positions of the input                    (non-padding) tokens
-    seq2seq          label-smoothed cross entropy averaged over the         n = vocabulary size
-                     example's target tokens
-    token            cross entropy over the tags averaged over the          n = number of tags
-    classification   example's tagged tokens (first sub-token of each word)
-    regression       mean squared error                                     not scaled (n is undefined; the
-                                                                                paper has no regression task)
-Token classification is not among the paper's tasks; each tagged token is one prediction over the T tags, and the
-example's loss is their mean, so n = T as for a classifier (uniform predictions give 1, as every other kind).
-Our reading for extractive QA: the paper says n is "the number of predictions L operates over"; the start and end
-softmaxes each range over every non-padding position ([CLS] included: it is where an unanswerable window points),
-so n(i) = number of real tokens of that window. This is the reading under which uniform predictions give 1.
+    multiple choice  cross entropy over the choices (sentence ranking)      n = that example's number of choices
+    extractive QA    (CE(start) + CE(end)) / 2, softmaxes over positions    n = that window's real (non-padding)
+                                                                                tokens, [CLS] included
+    seq2seq          label-smoothed CE averaged over the target tokens      n = vocabulary size
+    token            CE over the tags averaged over the tagged tokens       n = number of tags
+    classification   (first sub-token of each word; not a paper task)
+    regression       mean squared error                                     not scaled (n is undefined)
+For extractive QA, "the number of predictions L operates over" read as every non-padding position ([CLS] is where
+an unanswerable window points): the reading under which uniform predictions give 1.
 """
 
 from __future__ import annotations

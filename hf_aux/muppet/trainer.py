@@ -2,21 +2,18 @@
 
 What one optimizer update does (§3):
 - it averages the gradients of `gradient_accumulation_steps * world_size` task-homogeneous sub-batches (one per
-  micro-step per rank), drawn so that an update spans several tasks (§3.2, "heterogeneous batches"), with tasks
-  in proportion to their natural size (§3.4). `hf_aux.sampling.TaskBatchSampler` orders them; §5.2's two
-  ablations (batch- and dataset-homogeneous) are `batching=...`.
-- each sub-batch's loss is its task's Table-2 loss per data point, divided by log n(i) (eq. 1,
-  `hf_aux.muppet.losses`), averaged over the sub-batch. Trainer divides every micro-batch loss by the
-  accumulation steps and DDP averages over ranks, so the update is exactly the mean over its sub-batches, each
-  sub-batch weighing the same whatever its task or token count (`loss_is_scaled_for_ga = False`;
-  `num_items_in_batch`, a token count, is deliberately unused: it would let long seq2seq targets dominate).
+  micro-step per rank), drawn so that an update spans several tasks (§3.2, "heterogeneous batches"), tasks in
+  proportion to their size (§3.4); `hf_aux.tasks.batches.TaskBatchSampler` orders them, and §5.2's ablations
+  (batch- and dataset-homogeneous) are `batching=...`.
+- each sub-batch's loss is its task's Table-2 loss per data point divided by log n(i) (eq. 1,
+  `hf_aux.muppet.losses`), averaged over the sub-batch; the update is exactly the mean over its sub-batches, each
+  weighing the same whatever its task or token count (`loss_is_scaled_for_ga = False`; the token count
+  `num_items_in_batch` is unused: it would let long seq2seq targets dominate).
 - optionally R3F/R4F (§3.2): + lambda * symmetric KL between predictions on clean and noise-perturbed input
-  embeddings (training only); R4F also needs the model's heads (classification,
-  regression, multiple choice, span) spectrally normalised (`MultiTaskModelConfig.spectral_norm_heads`).
-LoRA (`peft_config=LoraConfig(...)`, issue #8): the shared body becomes a peft model with frozen base weights;
-its adapters and every task head train. Checkpoints (intermediate ones too) hold the adapter (peft's
-adapter_config.json + adapter_model.safetensors) and the heads, not the frozen base; resume restores both
-exactly. `model.save_merged(dir)` writes a plain checkpoint that `AutoModel` loads without hf_aux or peft.
+  embeddings (training only); R4F also spectrally normalises the heads (`MultiTaskModelConfig.spectral_norm_heads`).
+LoRA (`peft_config=LoraConfig(...)`, issue #8): the shared body's adapters and every task head train; checkpoints
+hold the adapter and the heads, not the frozen base, and resume restores both exactly; `model.save_merged(dir)`
+writes a plain checkpoint that `AutoModel` loads without hf_aux or peft.
 Logged every `logging_steps`: per task, the mean raw (`loss/<task>`) and scaled (`scaled_loss/<task>`) sub-batch
 loss, summed across processes. `evaluate()` scores every task with its own metrics and reports their average.
 """
@@ -36,24 +33,24 @@ from torch.utils.data import DataLoader
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from .. import metrics as task_metrics
-from ..adapters import merged_subfolder
-from ..data import MultiTaskCollator
-from ..distributed import MicroBatchCounter, micro_batch_seed, parameter_sharding, seeded_rng
+from ..tasks import metrics as task_metrics
+from ..runtime.adapters import merged_subfolder
+from ..tasks.data import MultiTaskCollator
+from ..runtime.distributed import MicroBatchCounter, micro_batch_seed, parameter_sharding, seeded_rng
 from . import METHOD
 from .config import MuppetConfig
 from .losses import (classification_loss, multiple_choice_loss, r3f_divergence, regression_loss,
-                             sample_embedding_noise, scale_losses, seq2seq_loss, span_loss, token_classification_loss)
-from ..base_trainer import AuxTrainer
-from ..model_card import TaskSummary
+                     sample_embedding_noise, scale_losses, seq2seq_loss, span_loss, token_classification_loss)
+from ..runtime.trainer import AuxTrainer
+from ..cards.model_card import TaskSummary
 from ..modeling.multitask import ClassificationHead, MultiTaskModel
 from ..modeling.pooling import describe_pooling
-from ..nonfinite import check_finite_loss
-from ..task_spec import TaskSpec
-from ..sampling import BatchStream, MultiTaskDataset, TaskBatchSampler
-from ..task_weighting import (TaskWeightsCallback, all_reduce_mean, distributed, find_task_weights, fit_meta_head,
-                              meta_update, plot_task_weights, restore_task_weights, task_mixture)
-from ..training_metrics import MetricAccumulator
+from ..runtime.nonfinite import check_finite_loss
+from ..tasks.spec import TaskSpec
+from ..tasks.batches import BatchStream, MultiTaskDataset, TaskBatchSampler
+from ..tartan.weighting import (TaskWeightsCallback, all_reduce_mean, distributed, find_task_weights, fit_meta_head,
+                                meta_update, plot_task_weights, restore_task_weights, task_mixture)
+from ..runtime.training_metrics import MetricAccumulator
 
 SAMPLER_STATE_NAME = "muppet_sampler.json"
 TASK_WEIGHTS_JSON = "task_weights.json"
@@ -80,7 +77,7 @@ class TaskSamplerState(TrainerCallback, ExportableState):
 class MuppetTrainer(AuxTrainer):
     """Pre-finetunes a `MultiTaskModel` on several tasks at once.
 
-    train_dataset / eval_dataset: {task name: tokenised split} (rows from `hf_aux.data.tokenize_task`), every name
+    train_dataset / eval_dataset: {task name: tokenised split} (rows from `hf_aux.tasks.data.tokenize_task`), every name
     one of the model's tasks. eval_examples: {task name: raw split}, needed for extractive-QA tasks (their eval
     split must be tokenised with `keep_qa_offsets=True`) to map spans back to text.
     peft_config: a `peft.LoraConfig` to train LoRA adapters on the shared body instead of all its weights (as
@@ -215,7 +212,8 @@ class MuppetTrainer(AuxTrainer):
     # ------------------------------------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if model.training:  # R3F noise and dropout seeded by the sub-batch's place in the update stream, so N DDP
-            # processes train exactly like one with N times the accumulation, and resume is exact (hf_aux.distributed)
+            # processes train exactly like one with N times the accumulation, and resume is exact
+            # (hf_aux.runtime.distributed)
             seed = micro_batch_seed(self.args.seed, self._micro_batches.index(self))
             with seeded_rng(seed, self.args.device):
                 return self._compute_loss(model, inputs, return_outputs)
@@ -341,7 +339,7 @@ class MuppetTrainer(AuxTrainer):
         return self._prepare_inputs(self.task_weights_state.draw(self._get_streams(), name))
 
     def _update_task_weights(self, model) -> None:
-        """One weight update (Algorithm 1 of TARTAN over the mixture's tasks, `hf_aux.task_weighting`): g_k for up
+        """One weight update (Algorithm 1 of TARTAN over the mixture's tasks, `hf_aux.tartan.weighting`): g_k for up
         to `meta_tasks_per_step` tasks drawn afresh (each on a sub-batch of its own, MUPPET's eq. 1-scaled loss),
         phi* re-initialised and fitted on frozen end-task features, g_meta of another end-task batch through phi*
         (eq. 7), then w_k += eta cos(g_meta, g_k) for the drawn tasks and alpha = softmax(w). Gradients are taken
@@ -494,10 +492,10 @@ class MuppetTrainer(AuxTrainer):
     # ------------------------------------------------------------------------------------------------------------
     def evaluate(self, eval_dataset: dict | None = None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
         """{prefix}_{task}_{metric} for every task and metric, {prefix}_{task}_loss (raw, unscaled),
-        {prefix}_average_primary (mean over tasks of each kind's primary metric, `hf_aux.metrics.PRIMARY_METRIC`)
+        {prefix}_average_primary (mean over tasks of each kind's primary metric, `hf_aux.tasks.metrics.PRIMARY_METRIC`)
         and {prefix}_loss (mean of the task losses), logged once. Each task runs through Trainer's own
         `evaluation_loop` (batching, gathering across processes) with `prediction_step` below; its metrics come from
-        `hf_aux.metrics` by task kind. (Trainer.evaluate with a dict would log and call on_evaluate per task.)"""
+        `hf_aux.tasks.metrics` by task kind. (Trainer.evaluate with a dict would log and call on_evaluate per task.)"""
         datasets_by_task = eval_dataset if eval_dataset is not None else self.eval_dataset
         if not isinstance(datasets_by_task, dict) or not datasets_by_task:
             raise ValueError("MuppetTrainer.evaluate: field 'eval_dataset': expected a dict task name -> dataset")
@@ -619,7 +617,7 @@ def _check_end_task(args: MuppetConfig, model: MultiTaskModel, train: MultiTaskD
         raise ValueError("MuppetTrainer: field 'train_dataset': task_weighting='meta' needs the mixture's train data")
     if "labels" not in end_task_dataset.column_names or "input_ids" not in end_task_dataset.column_names:
         raise ValueError(f"task '{name}': field 'end_task_dataset': needs tokenised rows with input_ids and labels "
-                         f"(hf_aux.data.tokenize_task); has {end_task_dataset.column_names}")
+                         f"(hf_aux.tasks.data.tokenize_task); has {end_task_dataset.column_names}")
     if len(end_task_dataset) < 2:
         raise ValueError(f"task '{name}': field 'end_task_dataset': needs at least 2 rows (phi* is fitted on some "
                          "batches, g_meta taken on others)")

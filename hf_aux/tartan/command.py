@@ -49,7 +49,7 @@ class ModelArguments(SharedModelArguments):
 
 @dataclass
 class DataTrainingArguments(DataSourceArguments):
-    demo_task: str | None = field(default=None, metadata={"help": "A demo classification task of hf_aux.demo."})
+    demo_task: str | None = field(default=None, metadata={"help": "A demo classification task of hf_aux.tasks.demo."})
     test_file: str | None = field(default=None, metadata={"help": "End-task test data (used by --do_predict)."})
     text_columns: list[str] = field(default_factory=lambda: ["text"], metadata={"help": "One or two text columns."})
     label_column: str = field(default="label", metadata={"help": "Label column (class index or name)."})
@@ -108,13 +108,13 @@ def parse_args(argv: list[str] | None = None):
 def build_task(data_args: DataTrainingArguments):
     """The end task's `TaskSpec`: a demo task, data files with their columns, or a Hub dataset (hf_aux.tasks);
     classes not given are read from the train split."""
-    from ..tasks import task_from_data_files, task_from_hub
+    from ..tasks.loading import task_from_data_files, task_from_hub
 
     caps = {"max_train_samples": data_args.max_train_samples, "max_eval_samples": data_args.max_eval_samples}
     columns = {"text_columns": data_args.text_columns, "label_column": data_args.label_column,
                "label_names": data_args.task_label_names}
     if data_args.demo_task is not None:
-        from ..demo import demo_task
+        from ..tasks.demo import demo_task
 
         task = demo_task(data_args.demo_task, **caps)
     elif data_args.dataset_name is not None:
@@ -141,11 +141,11 @@ def is_corpus_file(source: str) -> bool:
 
 def auxiliary_corpora(specs: list[str], raw, task, max_documents: int | None, streaming: bool = False) -> dict:
     """{name: Dataset with a `text` column} from the --auxiliary specs; with `streaming`, a corpus file is a
-    streamed `datasets.IterableDataset` of its `text` column instead (hf_aux.streaming)."""
+    streamed `datasets.IterableDataset` of its `text` column instead (hf_aux.tasks.streaming)."""
     import datasets
 
-    from ..streaming import stream_corpus
-    from ..validation import check_corpus, load_data_files
+    from ..tasks.streaming import stream_corpus
+    from ..tasks.validation import check_corpus, load_data_files
 
     if specs == ["none"]:
         return {}
@@ -159,7 +159,7 @@ def auxiliary_corpora(specs: list[str], raw, task, max_documents: int | None, st
             text = [" ".join(str(row[c]) for c in task.text_columns) for row in train]
             corpus = datasets.Dataset.from_dict({"text": text})
         elif source.startswith("demo:"):
-            from ..demo import demo_unlabelled_text
+            from ..tasks.demo import demo_unlabelled_text
 
             corpus = demo_unlabelled_text(sources=(source[5:],), max_documents=max_documents)
         elif streaming:
@@ -198,16 +198,14 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
                               EarlyStoppingCallback)
 
-    from ..data import group_texts_for_mlm, tokenize_task
-    from ..demo import minilm_path
-    from ..hub import explain_hub_errors, hub_id_or_none
-    from ..metrics import classification_metrics
+    from ..tasks.demo import minilm_path
+    from ..runtime.hub import explain_hub_errors, hub_id_or_none
+    from ..tasks.metrics import classification_metrics
     from .model import TartanModel
-    from ..base_trainer import AuxTrainer
-    from ..streaming import is_stream, stream_mlm_blocks
-    from ..tasks import load_task_splits
+    from ..tasks.loading import load_task_splits
     from .trainer import TartanTrainer
     from ..cli.run import finish_run, record_metrics, start_run, train_and_save
+    from ..runtime.hub import push_trainer_output
 
     if model_args is None or data_args is None or training_args is None:
         model_args, data_args, training_args, lora_args = parse_args()
@@ -231,28 +229,11 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
             model_path, num_labels=task.num_labels, id2label=task.id2label,
             label2id={v: k for k, v in task.id2label.items()}, **hub)
     lora_args.check_targets(classifier.base_model)  # before tokenising: a misspelt --lora_target_modules stops here
-    with training_args.main_process_first(desc="tokenising"):
-        features = {split: tokenize_task(task, raw[split], tokenizer, max_length=data_args.max_seq_length)
-                    for split in raw}
-        corpora = auxiliary_corpora(data_args.auxiliary, raw, task, data_args.max_auxiliary_documents,
-                                    data_args.streaming)
-        blocks = {name: stream_mlm_blocks(corpus, tokenizer, block_size=data_args.max_seq_length) if is_stream(corpus)
-                  else group_texts_for_mlm(corpus, tokenizer, block_size=data_args.max_seq_length)
-                  for name, corpus in corpora.items()}
-    for name, block_set in blocks.items():
-        size = "streamed" if is_stream(block_set) else f"{len(block_set)}"
-        logger.info("auxiliary task %s: %s MLM blocks of %d tokens", name, size, data_args.max_seq_length)
-
+    features, blocks = tokenise(task, raw, tokenizer, data_args, training_args)
     apply_demo_task_mixture(training_args, data_args.demo_task_mixture, 1 + len(blocks))
     model = TartanModel(classifier, list(blocks))
     if blocks and model_args.mlm_heads == "pretrained":
-        with explain_hub_errors("ModelArguments", "model_name_or_path", model_path):
-            copied = model.load_pretrained_mlm_heads(model_path, **hub)
-        if copied:
-            logger.info("auxiliary MLM heads: copies of %s's pretrained masked-LM head", model_path)
-        elif training_args.mlm_head_warmup_steps == 0:
-            logger.warning("%s ships no masked-LM head: the auxiliary MLM heads start fresh, and their first "
-                           "gradients on the body dwarf the end task's; consider --mlm_head_warmup_steps", model_path)
+        copy_mlm_heads(model, model_path, hub, training_args.mlm_head_warmup_steps)
 
     def compute_metrics(prediction):
         return classification_metrics(prediction.predictions, prediction.label_ids)
@@ -263,7 +244,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     trainer = TartanTrainer(
         model=model, args=training_args, train_dataset=features["train"], eval_dataset=features.get("validation"),
         auxiliary_datasets=blocks, processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
-        compute_metrics=compute_metrics, callbacks=callbacks, peft_config=lora_args.lora_config())
+        compute_metrics=compute_metrics, callbacks=callbacks, peft_config=lora_args.lora_config(),
+        defer_hub_pushes=training_args.push_to_hub)
     run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
 
     results = {}
@@ -276,16 +258,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     evaluator = trainer
     if data_args.final_finetune_epochs > 0:
-        # eq. 2: the end task alone, from the TARTAN-trained classifier; a plain Trainer on the plain classifier
-        finetune_args = dataclasses.replace(
-            training_args, output_dir=os.path.join(training_args.output_dir, "final_finetune"),
-            num_train_epochs=data_args.final_finetune_epochs, max_steps=-1, resume_from_checkpoint=None,
-            push_to_hub=False)  # the TARTAN output folder is pushed once, at the end
-        evaluator = AuxTrainer(model=model.classifier, args=finetune_args, train_dataset=features["train"],
-                               eval_dataset=features.get("validation"), processing_class=tokenizer,
-                               data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics,
-                               callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience)]
-                               if data_args.early_stopping_patience else None)
+        evaluator = final_finetune(model, features, tokenizer, training_args, data_args, compute_metrics)
         if not run.finished:  # a finished run's top level is this classifier already (load_finished_run)
             evaluator.train()
             model.classifier.save_pretrained(training_args.output_dir)  # the top level: the fine-tuned classifier
@@ -298,10 +271,61 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
                                                                             metric_key_prefix="test")))
 
     hub_dataset = hub_id_or_none(data_args.dataset_name)
-    finish_run(trainer, finetuned_from=model_path, end_task_name=task.name, metrics=results,
-               license=model_args.license, license_name=model_args.license_name, source=task.provenance()[1],
-               dataset_tags=[hub_dataset] if hub_dataset else None,
-               dataset_args=[data_args.dataset_config_name] if hub_dataset else None,
-               tags=["text-classification", "end-task-aware-training"])
+    saved = finish_run(trainer, finetuned_from=model_path, end_task_name=task.name, metrics=results,
+                       license=model_args.license, license_name=model_args.license_name, source=task.provenance()[1],
+                       dataset_tags=[hub_dataset] if hub_dataset else None,
+                       dataset_args=[data_args.dataset_config_name] if hub_dataset else None,
+                       tags=["text-classification", "end-task-aware-training"])
+    if saved and training_args.push_to_hub:  # the one push: the output folder, token-checked
+        push_trainer_output(trainer)
     return results
 
+
+def tokenise(task, raw: dict, tokenizer, data_args, training_args) -> tuple[dict, dict]:
+    """(the end task's features by split, the auxiliary tasks' MLM blocks by name; streamed where asked)."""
+    from ..tasks.data import group_texts_for_mlm, tokenize_task
+    from ..tasks.streaming import is_stream, stream_mlm_blocks
+
+    with training_args.main_process_first(desc="tokenising"):
+        features = {split: tokenize_task(task, raw[split], tokenizer, max_length=data_args.max_seq_length)
+                    for split in raw}
+        corpora = auxiliary_corpora(data_args.auxiliary, raw, task, data_args.max_auxiliary_documents,
+                                    data_args.streaming)
+        blocks = {name: stream_mlm_blocks(corpus, tokenizer, block_size=data_args.max_seq_length) if is_stream(corpus)
+                  else group_texts_for_mlm(corpus, tokenizer, block_size=data_args.max_seq_length)
+                  for name, corpus in corpora.items()}
+    for name, block_set in blocks.items():
+        size = "streamed" if is_stream(block_set) else f"{len(block_set)}"
+        logger.info("auxiliary task %s: %s MLM blocks of %d tokens", name, size, data_args.max_seq_length)
+    return features, blocks
+
+
+def copy_mlm_heads(model, model_path: str, hub: dict, mlm_head_warmup_steps: int) -> None:
+    """The auxiliary MLM heads start as copies of the checkpoint's pretrained masked-LM head where it ships one."""
+    from ..runtime.hub import explain_hub_errors
+
+    with explain_hub_errors("ModelArguments", "model_name_or_path", model_path):
+        copied = model.load_pretrained_mlm_heads(model_path, **hub)
+    if copied:
+        logger.info("auxiliary MLM heads: copies of %s's pretrained masked-LM head", model_path)
+    elif mlm_head_warmup_steps == 0:
+        logger.warning("%s ships no masked-LM head: the auxiliary MLM heads start fresh, and their first "
+                       "gradients on the body dwarf the end task's; consider --mlm_head_warmup_steps", model_path)
+
+
+def final_finetune(model, features: dict, tokenizer, training_args, data_args, compute_metrics):
+    """eq. 2: the end task alone, from the TARTAN-trained classifier: a plain trainer on the plain classifier, in
+    output_dir/final_finetune (the TARTAN output folder is pushed once, at the end)."""
+    from transformers import DataCollatorWithPadding, EarlyStoppingCallback
+
+    from ..runtime.trainer import AuxTrainer
+
+    finetune_args = dataclasses.replace(
+        training_args, output_dir=os.path.join(training_args.output_dir, "final_finetune"),
+        num_train_epochs=data_args.final_finetune_epochs, max_steps=-1, resume_from_checkpoint=None,
+        push_to_hub=False)
+    return AuxTrainer(model=model.classifier, args=finetune_args, train_dataset=features["train"],
+                      eval_dataset=features.get("validation"), processing_class=tokenizer,
+                      data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics,
+                      callbacks=[EarlyStoppingCallback(data_args.early_stopping_patience)]
+                      if data_args.early_stopping_patience else None)

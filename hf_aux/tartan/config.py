@@ -9,14 +9,57 @@ import math
 from dataclasses import dataclass, field
 
 
-from ..base_config import MetaWeightingArguments, TokenSafeTrainingArguments
+from ..runtime.config import AuxConfig
 from ..errors import UserInputError
 
 
 @dataclass
-class TartanConfig(MetaWeightingArguments, TokenSafeTrainingArguments):
+class MetaWeightingArguments:
+    """The META rule's settings (hf_aux.tartan.weighting), mixed into `TartanConfig` and into `MuppetConfig` for
+    its --task_weighting meta (before TrainingArguments)."""
+
+    task_weight_lr: float = field(default=0.1, metadata={"help": "eta, the task-weight step size of Algorithm 1 "
+                                                                   "(the paper searches 1e-1, 5e-2, 3e-2, 1e-2)."})
+    meta_head_steps: int = field(default=10, metadata={"help": "Adam steps fitting phi* on frozen body features "
+                                                                 "per meta step (§4: 10)."})
+    meta_head_lr: float = field(default=1e-3, metadata={"help": "Learning rate of the phi* fit (§4: 1e-3)."})
+    meta_head_weight_decay: float = field(default=0.1, metadata={"help": "L2 weight decay of the phi* fit (§4: 0.1)."})
+    meta_batch_size: int | None = field(default=None, metadata={
+        "help": "Batch size of the end-task batches giving g_meta (default: per_device_train_batch_size)."})
+
+    def check_meta_weighting(self, owner: str, active: bool) -> None:
+        """Range checks of the fields above; with `active` (the META rule runs), the precision and checkpointing
+        settings it cannot use are refused."""
+        if not 0.0 < self.task_weight_lr <= 10.0:
+            raise UserInputError(f"{owner}: field 'task_weight_lr': {self.task_weight_lr} not in (0, 10]")
+        if not isinstance(self.meta_head_steps, int) or self.meta_head_steps < 1:
+            raise UserInputError(f"{owner}: field 'meta_head_steps': needs a positive integer, got "
+                                 f"{self.meta_head_steps!r}")
+        if not self.meta_head_lr > 0:
+            raise UserInputError(f"{owner}: field 'meta_head_lr': must be positive, got {self.meta_head_lr}")
+        if self.meta_head_weight_decay < 0:
+            raise UserInputError(f"{owner}: field 'meta_head_weight_decay': must be >= 0, got "
+                                 f"{self.meta_head_weight_decay}")
+        if self.meta_batch_size is not None and (not isinstance(self.meta_batch_size, int) or self.meta_batch_size < 1):
+            raise UserInputError(f"{owner}: field 'meta_batch_size': needs a positive integer, got "
+                                 f"{self.meta_batch_size!r}")
+        if not active:
+            return
+        if self.fp16:
+            raise UserInputError(f"{owner}: field 'fp16': the META rule takes per-task gradients with autograd.grad, "
+                                 "which a GradScaler cannot scale; use bf16 or fp32")
+        checkpointing = self.activation_checkpointing_kwargs
+        if self.activation_checkpointing and isinstance(checkpointing, dict) \
+                and checkpointing.get("use_reentrant", False):
+            raise UserInputError(f"{owner}: field 'gradient_checkpointing_kwargs': the META rule takes per-task "
+                                 "gradients with torch.autograd.grad, which reentrant checkpointing does not support; "
+                                 "use {'use_reentrant': False}")
+
+
+@dataclass
+class TartanConfig(MetaWeightingArguments, AuxConfig):
     """Training arguments of `TartanTrainer` (every `TrainingArguments` field, plus the method's own; the META
-    rule's settings, `task_weight_lr` and `meta_head_*`, are `hf_aux.task_weighting.MetaWeightingArguments`)."""
+    rule's settings, `task_weight_lr` and `meta_head_*`, are `MetaWeightingArguments` below)."""
 
     mode: str = field(default="meta", metadata={"help": "'mt': MT-TARTAN, fixed task weights (eq. 3). 'meta': "
                                                          "META-TARTAN, meta-learned task weights (Algorithm 1)."})

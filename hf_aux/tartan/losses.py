@@ -1,7 +1,7 @@
 """TARTAN's task-weight math as pure tensor functions (Dery et al., 2022, "Should We Be Pre-training? An Argument
 for End-task Aware Training as an Alternative", ICLR; arXiv:2109.07437).
 
-MT-TARTAN's fixed-weight loss (eq. 3) is here; META-TARTAN's rule (Algorithm 1, eq. 7) is `hf_aux.task_weighting`.
+MT-TARTAN's fixed-weight loss (eq. 3) is here; META-TARTAN's rule (Algorithm 1, eq. 7) is `hf_aux.tartan.weighting`.
 """
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from __future__ import annotations
 import torch
 
 # The META rule (cosines, the weight update, the softmax mixture, the combined gradient) is shared with MUPPET's
-# end-task-aware mode, so it lives once in hf_aux.task_weighting; its names stay importable from here.
-from ..task_weighting import (  # noqa: F401
-    combine_gradients,
-    gradient_cosines,
-    meta_update,
-    task_mixture,
-    update_task_weights,
-)
+# end-task-aware mode, so it lives once in hf_aux.tartan.weighting; its names stay importable from here.
+from .weighting import (  # noqa: F401
+                        combine_gradients,
+                        gradient_cosines,
+                        meta_update,
+                        task_mixture,
+                        update_task_weights,
+                        )
 
 
 def mt_tartan_loss(losses: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -1,31 +1,22 @@
 """TartanModel: a shared body, the end-task head phi', one MLM head per auxiliary task, a meta head phi*
 (Dery et al., 2022, "Should We Be Pre-training? An Argument for End-task Aware Training as an Alternative", §3).
 
-The end task and its head phi' are an ordinary `AutoModelForSequenceClassification` (`model.classifier`): its
-body (`classifier.base_model`, e.g. `.bert`) is the body every task shares, and its own classification head is
-phi'. So the trained end-task model is exactly a vanilla transformers checkpoint.
+- the end task and phi' are an ordinary `AutoModelForSequenceClassification` (`model.classifier`): its body
+  (`classifier.base_model`) is the body every task shares, so the trained end-task model is a vanilla checkpoint;
+- auxiliary tasks (TAPT, DAPT, any corpus): an MLM head each on the body's last hidden states, the decoder tied to
+  the input embeddings, its own transform and output bias; logits only at masked positions;
+- phi* (§3.3): a copy of the classifier's own head, re-initialised and fitted on frozen body features for every
+  meta step (`fit_meta_head`), never trained by the main optimizer and never saved.
 
-- auxiliary tasks (TAPT: the end task's own text; DAPT: domain text; any corpus): an MLM head each, on the
-  shared body's last hidden states; the decoder is tied to the body's input embeddings, each head has its own
-  transform (dense -> activation -> LayerNorm) and output bias. Logits are computed only at masked positions.
-- phi* (the meta head, §3.3): a copy of the classifier's own head (whatever the architecture puts after its
-  body: BERT's dropout + linear on the pooled output, RoBERTa's dense + tanh + out_proj on <s>, ...), applied to
-  body outputs given to it. It is re-initialised and fitted on frozen body features for every meta step, never
-  trained by the main optimizer (its parameters have requires_grad=False outside `fit_meta_head`) and never saved.
+Checkpoint (`save_pretrained`): config.json + model.safetensors, the end-task classifier as its own class saves it
+(plain `AutoModelForSequenceClassification.from_pretrained` loads it with no missing or unexpected keys);
+tartan_config.json (auxiliary task names, MLM head settings); tartan_heads.safetensors (the MLM heads).
 
-Checkpoint layout (`save_pretrained`):
-  config.json + model.safetensors   the end-task classifier exactly as its own class saves it: plain
-                                    `AutoModelForSequenceClassification.from_pretrained` loads it with no
-                                    missing or unexpected keys;
-  tartan_config.json                auxiliary task names and MLM head settings;
-  tartan_heads.safetensors          the MLM heads (the tied decoder weight is the body's embedding matrix).
-
-LoRA (`add_body_lora(LoraConfig)`, what `TartanTrainer(peft_config=...)` calls): the shared body becomes a
-`peft.PeftModel` inside the classifier, base weights frozen; phi' and the MLM heads train fully, phi* stays
-outside the optimizer, and `body_parameters()` (the cosines' parameters) are exactly the adapters. Checkpoints then
-hold adapter_config.json + adapter_model.safetensors (peft's files), end_task_head.safetensors (phi'), the MLM
-heads and the end-task config in tartan_config.json, not the frozen base; `from_pretrained(dir, base_model=...)`
-restores them and `save_merged(dir)` writes the plain layout above with the adapters folded into the body.
+LoRA (`add_body_lora(LoraConfig)`, what `TartanTrainer(peft_config=...)` calls): the body becomes a `peft.PeftModel`
+inside the classifier, base weights frozen; phi' and the MLM heads train, and `body_parameters()` are exactly the
+adapters. Checkpoints then hold peft's adapter files, end_task_head.safetensors (phi'), the MLM heads and the
+end-task config, not the frozen base; `from_pretrained(dir, base_model=...)` restores them and `save_merged(dir)`
+writes the plain layout above with the adapters folded into the body.
 """
 
 from __future__ import annotations
@@ -46,10 +37,10 @@ from transformers.activations import ACT2FN
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.utils import ModelOutput
 
-from ..adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, is_lora_body, load_lora_body, load_lora_weights,
-                        lora_body, merged_body, save_lora_body)
-from ..sentence_transformers_files import copy_sentence_transformers_files
-from ..task_weighting import fit_meta_head
+from ..runtime.adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, is_lora_body, load_lora_body,
+                                load_lora_weights, lora_body, merged_body, save_lora_body)
+from ..modeling.sentence_transformers_files import copy_sentence_transformers_files
+from .weighting import fit_meta_head
 
 TARTAN_CONFIG_NAME = "tartan_config.json"
 TARTAN_HEADS_NAME = "tartan_heads.safetensors"
@@ -374,7 +365,8 @@ class TartanModel(nn.Module):
         move. Returns {name: [loss at the first step, loss at the last step]}.
 
         Why: a body that ships no MLM head (a sentence encoder such as all-MiniLM-L6-v2) starts its auxiliary tasks
-        at ~ln(vocabulary) with body gradients ~50x the end task's; fitting the heads first brings both down."""
+        at ~ln(vocabulary) with body gradients far above the end task's (docs/tartan_measurements.md); fitting the
+        heads first brings both down."""
         names = self.auxiliary_tasks
         params = [p for name in names for p in self.mlm_heads[name].parameters()]
         optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)

@@ -28,29 +28,29 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from ..adapters import merged_subfolder
-from ..data import mask_tokens_for_mlm, special_tokens_mask_for
-from ..distributed import MicroBatchCounter, Sharding, micro_batch_seed, parameter_sharding, seeded_rng
+from ..runtime.adapters import merged_subfolder
+from ..tasks.data import mask_tokens_for_mlm, special_tokens_mask_for
+from ..runtime.distributed import MicroBatchCounter, Sharding, micro_batch_seed, parameter_sharding, seeded_rng
 from . import METHOD
 from .config import TartanConfig
 from .losses import mt_tartan_loss
-from ..sampling import BatchStream
-from ..streaming import StreamBatches, is_stream
-from ..task_weighting import (
-    TaskWeightsCallback,
-    all_reduce_mean,
-    combine_gradients,
-    distributed,
-    find_task_weights,
-    meta_update,
-    plot_task_weights,
-    restore_task_weights,
-)
-from ..base_trainer import AuxTrainer
-from ..model_card import TaskSummary, task_metrics
+from ..tasks.batches import BatchStream
+from ..tasks.streaming import StreamBatches, is_stream
+from .weighting import (
+                        TaskWeightsCallback,
+                        all_reduce_mean,
+                        combine_gradients,
+                        distributed,
+                        find_task_weights,
+                        meta_update,
+                        plot_task_weights,
+                        restore_task_weights,
+                        )
+from ..runtime.trainer import AuxTrainer
+from ..cards.model_card import TaskSummary, task_metrics
 from .model import TartanModel
-from ..nonfinite import check_finite_loss
-from ..training_metrics import MetricAccumulator
+from ..runtime.nonfinite import check_finite_loss
+from ..runtime.training_metrics import MetricAccumulator
 
 logger = logging.getLogger(__name__)
 
@@ -72,10 +72,10 @@ class TartanTrainer(AuxTrainer):
     model: a `TartanModel`, or an `XForSequenceClassification` (wrapped with fresh MLM heads named after
         `auxiliary_datasets`).
     train_dataset / eval_dataset: the end task, tokenised (input_ids, attention_mask[, token_type_ids], labels).
-    auxiliary_datasets: {name: dataset of input_ids blocks} (e.g. `hf_aux.data.group_texts_for_mlm` output), in
+    auxiliary_datasets: {name: dataset of input_ids blocks} (e.g. `hf_aux.tasks.data.group_texts_for_mlm` output), in
         the model's auxiliary task order; masked afresh for every batch. A `datasets.IterableDataset` (e.g.
-        `hf_aux.streaming.stream_mlm_blocks` of a streamed corpus) is read in order as a stream
-        (`hf_aux.streaming.StreamBatches`), its position saved with every checkpoint.
+        `hf_aux.tasks.streaming.stream_mlm_blocks` of a streamed corpus) is read in order as a stream
+        (`hf_aux.tasks.streaming.StreamBatches`), its position saved with every checkpoint.
     meta_dataset: end-task validation data for g_meta (META-TARTAN; default `eval_dataset`).
     processing_class: the tokenizer (needed to pad and mask the auxiliary batches).
     peft_config: a `peft.LoraConfig`: LoRA adapters on the shared body, base weights frozen (as trl's trainers take
@@ -112,7 +112,7 @@ class TartanTrainer(AuxTrainer):
         for name, data in auxiliary_datasets.items():
             if data.column_names is not None and "input_ids" not in data.column_names:  # None: a stream's, unknown
                 raise ValueError(f"task '{name}': field 'auxiliary_datasets': needs an input_ids column "
-                                 f"(see hf_aux.data.group_texts_for_mlm); has {data.column_names}")
+                                 f"(see hf_aux.tasks.data.group_texts_for_mlm); has {data.column_names}")
             if not is_stream(data) and len(data) == 0:  # a stream's emptiness shows when it is read
                 raise ValueError(f"task '{name}': field 'auxiliary_datasets': the dataset is empty")
         if train_dataset is None:
@@ -233,7 +233,8 @@ class TartanTrainer(AuxTrainer):
         self._warm_up_mlm_heads(model)
         state = self.task_weights_state
         auxiliary = {name: self._draw(name) for name in self.task_names[1:]}
-        # dropout drawn from the micro-batch's own seed: N processes = one with N x accumulation (hf_aux.distributed)
+        # dropout drawn from the micro-batch's own seed: N processes = one with N x accumulation
+        # (hf_aux.runtime.distributed)
         with seeded_rng(micro_batch_seed(self.args.seed, self._micro_batches.index(self)), self.args.device):
             outputs = model(**inputs, auxiliary_batches=auxiliary)                       # one (DDP) forward
         losses = torch.cat([outputs.loss.reshape(1), outputs.auxiliary_losses])         # [n + 1]: L_T*, L_T1..
@@ -403,7 +404,7 @@ class TartanTrainer(AuxTrainer):
     def _load_checkpoint_extras(self, resume_from_checkpoint: str) -> None:
         """Resume (after TartanModel.load_checkpoint restored the classifier and the MLM heads): the task weights,
         their history and the stream positions from the checkpoint's trainer_state.json
-        (`hf_aux.task_weighting.restore_task_weights`)."""
+        (`hf_aux.tartan.weighting.restore_task_weights`)."""
         restore_task_weights(self.task_weights_state, resume_from_checkpoint, self.task_names, "TARTAN")
         self._streams = None  # rebuilt at the restored positions
         self._resumed = True

@@ -1,0 +1,130 @@
+"""The base of every hf_aux training configuration (the idea of trl's `_BaseConfig`).
+
+`AuxConfig` (earlier `TokenSafeTrainingArguments`) is `TrainingArguments` plus what every hf_aux run shares: a Hub
+token that is never pickled (`HubTokenSafeArgsMixin`), run_glue's `overwrite_output_dir` and the `on_nonfinite` policy
+(`RunArgsMixin`). Each method's config (`MuppetConfig`, `AmosConfig`, ...) subclasses it and adds its method's
+settings; `hf-aux finetune` uses it as it is.
+
+`RUN_CONTROL_FIELDS` is the one declared set of arguments that control a run without changing what it trains
+(where it writes, how it logs and saves, whether it pushes): the run guard leaves them out of the configuration it
+records (a run resumed with other values of these is the same run), and the model card leaves them out of the
+training hyper-parameters it lists.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field, fields
+
+from transformers import TrainingArguments
+
+from .cpu_malloc import CPU_MALLOC_CHOICES
+from .nonfinite import NonFiniteArgsMixin
+from ..errors import UserInputError
+
+# arguments that do not change what a run trains (and may differ between a run and its resumption); none of them
+# is a training hyper-parameter
+RUN_CONTROL_FIELDS = {
+    "output_dir", "logging_dir", "overwrite_output_dir", "resume_from_checkpoint", "do_eval", "do_predict",
+    "push_to_hub", "hub_model_id", "hub_strategy", "hub_token", "hub_private_repo", "hub_always_push",
+    "hub_revision", "report_to", "disable_tqdm", "log_level", "log_level_replica", "logging_strategy",
+    "logging_steps", "logging_first_step", "logging_nan_inf_filter", "per_device_eval_batch_size",
+    "eval_strategy", "eval_steps", "eval_delay", "eval_accumulation_steps", "eval_on_start", "save_total_limit",
+    "save_steps", "save_strategy", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
+    "dataloader_prefetch_factor", "token", "cache_dir", "max_eval_samples", "max_predict_samples", "run_name",
+    "project", "trackio_space_id", "preprocessing_num_workers", "on_nonfinite", "merge_lora", "cpu_malloc",
+    "local_rank", "ddp_timeout", "log_on_each_node",  # the number of processes is recorded as "processes" instead
+    "license", "license_name",  # the model card's
+    "do_train", "use_cpu", "accelerator_config",  # the actions and the machine, not the training
+}
+
+
+def _is_token_field(name: str) -> bool:
+    return name.endswith("_token")
+
+
+class HubTokenSafeArgsMixin:
+    """Mixin for `TrainingArguments` subclasses: fields ending in `_token` (`hub_token`) are never pickled.
+
+    Put it first among the bases::
+
+        @dataclass
+        class MuppetConfig(HubTokenSafeArgsMixin, TrainingArguments):
+            ...
+
+    `torch.save(args)` (Trainer's `training_args.bin`, in the final folder and in every checkpoint) then stores
+    `hub_token=None`; the live object keeps its token, and so do `copy.copy`/`copy.deepcopy` of it (Trainer's
+    hyper-parameter search copies the arguments and pushes with the copy). An unpickled copy has no token: it pushes
+    with the stored login (`hf auth login`) or `HF_TOKEN`, like arguments given no `--hub_token`.
+    """
+
+    def __getstate__(self) -> dict:
+        return {name: (None if _is_token_field(name) else value) for name, value in self.__dict__.items()}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+    def __copy__(self):
+        clone = self.__class__.__new__(self.__class__)
+        clone.__dict__.update(self.__dict__)
+        return clone
+
+    def __deepcopy__(self, memo: dict):
+        clone = self.__class__.__new__(self.__class__)
+        memo[id(self)] = clone
+        clone.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return clone
+
+
+@dataclass
+class RunArgsMixin(NonFiniteArgsMixin):
+    """hf_aux's run settings, mixed into every hf_aux `TrainingArguments` subclass (before TrainingArguments
+    among the bases): `overwrite_output_dir` (run_glue's flag, which transformers 5 dropped), `on_nonfinite` and
+    `cpu_malloc`."""
+
+    overwrite_output_dir: bool = field(default=False, metadata={
+        "help": "Replace a finished or interrupted run of another configuration in output_dir (its checkpoints "
+                "are removed). Without it such a folder is refused, and the same configuration resumes."})
+    cpu_malloc: str = field(default="keep", metadata={
+        "help": "On a CPU run with glibc's malloc: 'keep' freed memory for reuse (buffers up to 32 MB from the "
+                "heap, no heap trimming below 2 GiB free; the process keeps its peak memory, as a GPU's caching "
+                "allocator does), or leave malloc as the 'system' set it. Nothing changes under tcmalloc/jemalloc "
+                "or the user's own MALLOC_* settings (hf_aux.runtime.cpu_malloc).",
+        "choices": list(CPU_MALLOC_CHOICES)})
+
+    def __post_init__(self):
+        super().__post_init__()
+        for setting in fields(RunArgsMixin):  # each run setting that declares its choices (on_nonfinite, cpu_malloc)
+            choices, value = setting.metadata.get("choices"), getattr(self, setting.name)
+            if choices is not None and value not in choices:
+                raise UserInputError(f"{type(self).__name__}: field '{setting.name}': {value!r} is not one of "
+                                     f"{list(choices)}")
+        check_report_to(self)
+
+
+# the package each --report_to integration needs that hf_aux does not install, and hf_aux's extra installing it
+REPORT_TO_PACKAGES = {"tensorboard": (("tensorboard", "tensorboardX"), "tensorboard")}
+
+
+def check_report_to(args) -> None:
+    """Refuse, before anything is loaded, a `report_to` integration whose package is missing (Trainer would fail
+    only once the data and model are built, naming the package but not the install)."""
+    import importlib.util
+
+    reports = args.report_to if isinstance(args.report_to, (list, tuple)) else [args.report_to]
+    for report in reports:
+        modules, extra = REPORT_TO_PACKAGES.get(report, ((), None))
+        if modules and not any(importlib.util.find_spec(module) for module in modules):
+            raise UserInputError(f"{type(args).__name__}: field 'report_to': {report} needs the {modules[0]} "
+                                 f"package, which is not installed: pip install 'hf_aux[{extra}]' (in a clone of "
+                                 f"hf_aux: pip install '.[{extra}]'), or pass --report_to none")
+
+
+@dataclass
+class AuxConfig(HubTokenSafeArgsMixin, RunArgsMixin, TrainingArguments):
+    """The config that pairs with `AuxTrainer`: `TrainingArguments` whose pickles (training_args.bin) never hold
+    `hub_token`, with hf_aux's run settings (`RunArgsMixin`: overwrite_output_dir, on_nonfinite, cpu_malloc); the
+    base of every method's config, and the config of `hf-aux finetune` and `hf-aux compare`."""
+
+
+TokenSafeTrainingArguments = AuxConfig  # its earlier name, still exported and documented (docs/hub.md)

@@ -1,0 +1,392 @@
+"""Checks of user input made before any tokenisation or model loading, each failing with ONE `UserInputError`
+(hf_aux.errors) that names the task, flag or file, the field, the row where it applies, and what to do.
+
+- `read_structured_file`: a JSON/YAML file (mixture, task file) whose syntax errors name the file, line and column.
+- `load_data_files`: local csv/json/jsonl/parquet/txt files checked first (exists, not empty, UTF-8, CSV rows as
+  wide as the header) and then loaded with `datasets`, whose own errors are re-raised naming the file.
+- `check_text_cells`: text/target columns hold strings; None is an error naming the row; an all-empty column, or
+  more than `MAX_EMPTY_SHARE` of empty cells, is an error; fewer empty cells are logged with their count.
+- `check_holdout_split`: a corpus large enough to carve a validation share from.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserInputError
+
+logger = logging.getLogger(__name__)
+
+# Above this share of empty ('' or whitespace) text cells a split is refused; below it the rows are kept (the
+# model sees [CLS] [SEP]) and their count is logged.
+MAX_EMPTY_SHARE = 0.1
+# The one map from file suffix to the `datasets.load_dataset` builder, used by every reader of data files
+# (txt: one document per line, for unlabelled text only)
+DATA_FILE_BUILDERS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text"}
+# labelled tasks name their columns: every format above but plain text
+LABELLED_FILE_BUILDERS = {suffix: builder for suffix, builder in DATA_FILE_BUILDERS.items() if builder != "text"}
+_CHUNK = 1 << 20
+
+
+def read_structured_file(path: str | os.PathLike, what: str) -> Any:
+    """The content of a .json/.yaml/.yml file. `what` names it in errors (e.g. "mixture file 'mix.yaml'")."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserInputError(f"{what}: {str(path)!r} does not exist")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise UserInputError(f"{what}: {str(path)!r} is not UTF-8 text (byte {error.start}); save it as "
+                             "UTF-8") from error
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as error:
+            raise UserInputError(f"{what}: {str(path)!r} is not valid JSON: {error.msg} at line {error.lineno}, column "
+                                 f"{error.colno}; fix the file's syntax") from error
+    if suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            raise UserInputError(f"{what}: {str(path)!r} is not valid YAML: {problem}{where}; fix the file's "
+                                 "syntax") from error
+    raise UserInputError(f"{what}: {str(path)!r}: use a .json, .yaml or .yml file")
+
+
+# ---- local data files -------------------------------------------------------------------------------------------
+
+
+def _check_utf8(path: str, where: str) -> None:
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as error:
+                line = _line_of(path, offset + error.start)
+                raise UserInputError(f"{where}: {path!r} is not UTF-8 text (byte {offset + error.start}, line {line}); "
+                                     "re-save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)") from error
+            offset += len(chunk)
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError as error:
+            raise UserInputError(f"{where}: {path!r} ends inside a UTF-8 character; re-save it as UTF-8") from error
+
+
+def _line_of(path: str, byte: int) -> int:
+    with open(path, "rb") as handle:
+        return handle.read(byte).count(b"\n") + 1
+
+
+def _check_csv(path: str, where: str) -> None:
+    with open(path, encoding="utf-8", newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, None)
+        if not header or not any(cell.strip() for cell in header):
+            raise UserInputError(f"{where}: {path!r} has no CSV header row; the first line must name the columns")
+        rows = 0
+        for row in reader:
+            if not row:  # blank line
+                continue
+            rows += 1
+            if len(row) != len(header):
+                raise UserInputError(f"{where}: {path!r} line {reader.line_num}: {len(row)} fields, the header has "
+                                     f"{len(header)} ({header}); quote fields that contain commas, or fix the row")
+    if rows == 0:
+        raise UserInputError(f"{where}: {path!r} has a header but no data rows")
+
+
+def _check_lines(path: str, where: str, json_lines: bool, parse_every_line: bool = False) -> None:
+    """Rows exist; JSON Lines (the first row a complete object) hold one object per line. Each line is only looked
+    at (it must begin with `{` and end with `}`; one that does not is parsed, for the error to say what it is):
+    parsing every line cost a cold start more than datasets' own reading of the file, and a line that is
+    malformed inside its braces makes datasets' reader fail, which then parses every line (`parse_every_line`) to
+    name it."""
+    rows, lines_mode = 0, None
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            stripped = line.strip()
+            if not stripped:
+                continue
+            rows += 1
+            if not json_lines:
+                continue
+            if lines_mode is None:  # a pretty-printed or array JSON file is left to datasets' reader
+                lines_mode = _is_json_object(line)
+            if lines_mode and (parse_every_line or stripped[0] != "{" or stripped[-1] != "}"):
+                _check_json_line(path, where, number, line)
+    if rows == 0:
+        raise UserInputError(f"{where}: {path!r} holds no rows (only blank lines)")
+
+
+def _check_json_line(path: str, where: str, number: int, line: str) -> None:
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise UserInputError(f"{where}: {path!r} line {number} is not valid JSON ({error.msg}); write one "
+                             "JSON object per line") from error
+    if not isinstance(value, dict):
+        raise UserInputError(f"{where}: {path!r} line {number} is a {type(value).__name__}, not a JSON "
+                             "object of column -> value")
+
+
+def _is_json_object(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except json.JSONDecodeError:
+        return False
+
+
+def check_data_file(path: str, where: str) -> str:
+    """Check one local data file before `datasets` reads it; returns its builder name. `where` names the owner
+    in errors, e.g. "task 'sst2': field 'data_files' (validation)"."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in DATA_FILE_BUILDERS:
+        raise UserInputError(f"{where}: {path!r}: unsupported extension {suffix!r}; use one of "
+                             f"{sorted(DATA_FILE_BUILDERS)}")
+    if not os.path.isfile(path):
+        raise UserInputError(f"{where}: file {path!r} does not exist")
+    if os.path.getsize(path) == 0:
+        raise UserInputError(f"{where}: file {path!r} is empty (0 bytes); give a file with data")
+    builder = DATA_FILE_BUILDERS[suffix]
+    if builder == "parquet":
+        return builder  # binary; datasets' own reader reports a damaged file (re-raised by load_data_files)
+    marker = _passed_marker(path)
+    if marker.exists():  # this version of the file (path, size, modification time) passed before
+        return builder
+    _check_utf8(path, where)
+    if builder == "csv":
+        _check_csv(path, where)
+    else:
+        _check_lines(path, where, json_lines=builder == "json")
+    from .column_checks import touch_marker
+
+    touch_marker(marker)
+    return builder
+
+
+# Bump when the line checks above change, so that files passed by older checks are checked again.
+LINE_CHECKS_VERSION = 1
+
+
+def _passed_marker(path: str) -> Path:
+    """An empty file in datasets' cache folder (HF_DATASETS_CACHE) whose name stands for this version of `path`
+    (its real path, size and modification time, as datasets itself keys the Arrow files it makes of local files)
+    having passed the line checks: a second start skips reading a large file line by line again."""
+    from .column_checks import cache_marker
+
+    stat = os.stat(path)
+    return cache_marker("hf_aux_checked_files",
+                        f"{LINE_CHECKS_VERSION}|{os.path.realpath(path)}|{stat.st_size}|{stat.st_mtime_ns}")
+
+
+def _each_file(files: dict):
+    """(split, path) for every file of a `data_files` mapping (a split names one path or a list of them)."""
+    for split, paths in files.items():
+        for path in (paths if isinstance(paths, (list, tuple)) else [paths]):
+            yield split, str(path)
+
+
+def load_data_files(files: dict[str, str], where: str, **load_kwargs):
+    """`datasets.load_dataset(builder, data_files=files)` after `check_data_file` on every file; a failure inside
+    `datasets` is re-raised as a UserInputError naming `where` and the files. Returns a `DatasetDict`."""
+    import datasets
+
+    builders = {check_data_file(path, f"{where} ({split})") for split, path in _each_file(files)}
+    if len(builders) > 1:
+        raise UserInputError(f"{where}: the files mix formats {sorted(builders)} ({files}); use one format")
+    builder = builders.pop()
+    try:
+        return datasets.load_dataset(builder, data_files=files, **load_kwargs)
+    except Exception as error:  # datasets wraps parser errors in DatasetGenerationError and friends
+        if builder == "json":  # name the line if one is not a JSON object (the checks above only looked at it)
+            for split, path in _each_file(files):
+                _check_lines(path, f"{where} ({split})", json_lines=True, parse_every_line=True)
+        cause = error.__cause__ or error.__context__ or error
+        raise UserInputError(f"{where}: could not read {files}: {type(cause).__name__}: {cause}; check that every "
+                             "row has the same columns and types") from error
+
+
+# ---- cells ------------------------------------------------------------------------------------------------------
+
+
+def check_text_cells(values: list, where: str, column: str, split: str, *, nested: bool = False,
+                     max_empty_share: float = MAX_EMPTY_SHARE) -> None:
+    """`values`: one split's cells of a text column (`nested`: each cell a list of strings, as multiple-choice
+    options). None or a non-string is an error naming the row; so is an all-empty column or more than
+    `max_empty_share` empty cells; fewer empty cells are logged. (Unlabelled MLM text passes 1.0: blank lines add
+    no tokens, only an all-empty corpus is an error.)"""
+    empty, first_empty = 0, None
+    for row, cell in enumerate(values):
+        for item in (cell if nested and isinstance(cell, list) else [cell]):
+            if item is None:
+                raise UserInputError(f"{where}: {split} row {row}: column {column!r} is empty (None/null); fill the "
+                                     "cell or drop the row")
+            if not isinstance(item, str):
+                raise UserInputError(f"{where}: {split} row {row}: column {column!r} holds {type(item).__name__} "
+                                     f"{item!r}, not text; convert the column to strings")
+            if not item.strip():
+                empty += 1
+                first_empty = row if first_empty is None else first_empty
+                break
+    if not values or empty == 0:
+        return
+    share = empty / len(values)
+    if empty == len(values):
+        raise UserInputError(f"{where}: column {column!r} is empty ('') in every one of the {len(values)} {split} "
+                             "rows; point the column flag at the column that holds the text")
+    if share > max_empty_share:
+        raise UserInputError(f"{where}: column {column!r} is empty ('') in {empty} of {len(values)} {split} rows "
+                             f"(first: row {first_empty}), more than {max_empty_share:.0%}; fill or drop those rows")
+    if max_empty_share < 1.0:
+        logger.warning("%s: column %r is empty in %d of %d %s rows (first: row %d); they are kept", where, column,
+                       empty, len(values), split, first_empty)
+
+
+def _require_column(data, column: str, split: str, where: str) -> None:
+    if column not in data.column_names:
+        raise UserInputError(f"{where}: column {column!r} not in the {split} data"
+                             f"{did_you_mean(column, data.column_names)}; columns are {data.column_names}")
+
+
+def did_you_mean(name: str, names) -> str:
+    """'; did you mean 'label'?' when one of `names` is close to `name` (a misspelt column), else ''."""
+    import difflib
+
+    close = difflib.get_close_matches(name, [str(item) for item in names], n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def infer_class_labels(splits: dict, label_column: str, where: str, hint: str) -> dict:
+    """The classes of a classification task read from its loaded splits (name -> Dataset): {"label_names": sorted
+    names} for string labels, {"num_labels": max + 1} for non-negative integers. A missing column, an empty label
+    or mixed types is an error naming `where` (e.g. "task 'x': field 'label_column'"), the row, and `hint` (the
+    flags that set the labels instead)."""
+    values = set()
+    for split, data in splits.items():
+        _require_column(data, label_column, split, where)
+        distinct, first_null = _distinct_labels(data, label_column)
+        if first_null is not None:
+            raise UserInputError(f"{where}: {split} row {first_null}: the label is empty (None/null); fill it or "
+                                 "drop the row")
+        values.update(distinct)
+    return _classes_of(values, "labels", where, hint)
+
+
+def _distinct_labels(data, column: str) -> tuple[list, int | None]:
+    """(the distinct non-null values of a label column, the first row whose label is None or None): from Arrow for
+    a column of scalars (no Python object per row), else read row by row."""
+    from .column_checks import distinct_values
+
+    found = distinct_values(data, column) if hasattr(data, "select_columns") else None
+    if found is not None:
+        return found
+    labels = list(data[column])
+    return [v for v in labels if v is not None], labels.index(None) if None in labels else None
+
+
+def _classes_of(values: set, what: str, where: str, hint: str) -> dict:
+    """{"label_names": sorted names} for strings, {"num_labels": max + 1} for non-negative integers."""
+    if values and all(isinstance(v, str) for v in values):
+        return {"label_names": sorted(values)}
+    if values and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        return {"num_labels": max(2, max(values) + 1)}
+    raise UserInputError(f"{where}: {what} must be all strings or all non-negative integers; pass {hint} (found "
+                         f"{sorted(map(repr, values))[:5]})")
+
+
+def infer_tag_labels(splits: dict, tags_column: str, where: str, hint: str) -> dict:
+    """The tags of a token classification task read from its loaded splits (name -> Dataset): {"label_names":
+    the names} of a `Sequence(ClassLabel)` column (conll2003's ner_tags), else {"label_names": sorted names} for
+    string tags or {"num_labels": max + 1} for integer ids. A missing column, a cell that is not a list, an empty
+    tag or mixed types is an error naming `where` (e.g. "task 'x': field 'tags_column'"), the row, and `hint`."""
+    values = set()
+    for split, data in splits.items():
+        _require_column(data, tags_column, split, where)
+        names = getattr(data.features[tags_column], "feature", None)
+        if hasattr(names, "names"):  # a Sequence(ClassLabel) feature names the ids
+            return {"label_names": list(names.names)}
+        for row, tags in enumerate(data[tags_column]):
+            if not isinstance(tags, list):
+                raise UserInputError(f"{where}: {split} row {row}: column {tags_column!r} holds {type(tags).__name__} "
+                                     f"{tags!r}, not a list of tags (one per word)")
+            if None in tags:
+                raise UserInputError(f"{where}: {split} row {row}: a tag is empty (None/null); fill it or drop the row")
+            values.update(tags)
+    return _classes_of(values, "tags", where, hint)
+
+
+def infer_task_kind(splits: dict, columns: dict, where: str, hint: str, label_where: str | None = None,
+                    label_hint: str = "label_column") -> str:
+    """The kind of a single task read from its loaded splits (name -> Dataset) and the column names it would use
+    (`columns`: label_column, choices_column, answers_column, tokens_column, tags_column; None for the defaults):
+    SQuAD-style answers -> extractive_qa; a column of word lists (tokens) beside a tags column (ner_tags) ->
+    token_classification; a list column of choices with an integer label -> multiple_choice; labels that are
+    strings or integers -> classification; floats with a fraction -> regression. Floats that are all whole numbers
+    (0.0 / 1.0, 1-5 scores) could be either, and list labels under the label column are not a single-label kind:
+    both are errors naming `where` and `hint` (the flag that sets the kind). No label column at all is an error
+    naming `label_where` (default `where`) and `label_hint` (what names the label column), with the columns there
+    are."""
+    first = next(iter(splits.values()))
+    label = columns.get("label_column") or "label"
+    if (columns.get("answers_column") or "answers") in first.column_names:
+        return "extractive_qa"
+    tokens, tags = columns.get("tokens_column") or "tokens", columns.get("tags_column") or "ner_tags"
+    if tokens in first.column_names and tags in first.column_names and len(first) \
+            and isinstance(first[0][tokens], list):
+        return "token_classification"
+    if label not in first.column_names:
+        raise UserInputError(f"{label_where or where}: no {label!r} column in the data"
+                             f"{did_you_mean(label, first.column_names)} (columns: {first.column_names}); pass "
+                             f"{label_hint} with the column that holds the labels")
+    if (columns.get("choices_column") or "choices") in first.column_names:
+        return "multiple_choice"
+    values = [v for data in splits.values() for v in _distinct_labels(data, label)[0]]
+    if any(isinstance(v, (list, tuple, dict)) for v in values):
+        raise UserInputError(f"{where}: the {label!r} column holds lists (one label per token?), which is not a "
+                             f"single-label task; pass {hint} with one label per row, or, for one tag per word, the "
+                             "kind token_classification with its tokens_column and tags_column (defaults: tokens, "
+                             "ner_tags)")
+    if values and all(isinstance(v, (str, bool, int)) for v in values):
+        return "classification"
+    if values and all(isinstance(v, (int, float)) for v in values):
+        if any(not float(v).is_integer() for v in values):
+            return "regression"
+        raise UserInputError(f"{where}: the {label!r} column holds whole numbers written as floats (e.g. "
+                             f"{sorted(set(values))[:5]}): classes or scores? pass {hint} classification or regression")
+    raise UserInputError(f"{where}: cannot tell the task's kind from the {label!r} column (found "
+                         f"{sorted({type(v).__name__ for v in values})}); pass {hint}")
+
+
+def check_corpus(dataset, text_column: str, where: str, split: str = "train") -> None:
+    """Unlabelled MLM text: the column exists and holds text (None is an error naming the row; blank lines are
+    fine unless every line is blank)."""
+    if text_column not in dataset.column_names:
+        raise UserInputError(f"{where}: column {text_column!r} not in the {split} text; columns are "
+                             f"{dataset.column_names} (name the column that holds the text)")
+    check_text_cells(dataset[text_column], where, text_column, split, max_empty_share=1.0)
+
+
+def check_holdout_split(size: int, percentage: float, where: str, what: str = "documents") -> None:
+    """A `train_test_split(test_size=percentage / 100)` of `size` rows must leave at least one row on each side."""
+    if percentage <= 0:
+        return
+    held_out = math.ceil(size * percentage / 100)
+    if size < 2 or size - held_out < 1:
+        raise UserInputError(f"{where}: the text has {size} {what}, too few to hold out validation_split_percentage="
+                             f"{percentage}% of them and train on the rest; give more text, a validation file, or "
+                             "a validation_split_percentage of 0")
