@@ -70,6 +70,7 @@ def test_units_needed_by_hand():
     item = {"n_units": 3, "difference": 0.01, "ci95": [0.01 - half, 0.01 + half]}
     assert units_needed(item) == 18
     assert units_needed({**item, "difference": 0.001}) == "> 50"
+    assert units_needed({**item, "difference": 0.0, "ci95": [-half, half]}, limit=100) == "> 100"  # never decided
     assert units_needed({**item, "ci95": None}) is None
 
 

@@ -294,8 +294,8 @@ def paired_text(a, b, sign: int) -> tuple[str, str]:
 def units_needed(item: dict, limit: int = 50) -> int | str | None:
     """The fewest units whose 95% t interval would exclude 0 if the per-unit differences of a claim record kept their
     mean and sd (the sd read back from its interval); "> limit" above it; None without an interval or a difference.
-    A planning figure, not a prediction."""
-    if not item.get("ci95") or not item.get("difference") or item["n_units"] < 2:
+    A planning figure, not a prediction; a difference of 0 is never decided ("> limit")."""
+    if not item.get("ci95") or item.get("difference") is None or item["n_units"] < 2:
         return None
     n, mean = item["n_units"], abs(item["difference"])
     sd = (item["ci95"][1] - item["ci95"][0]) / 2 / t_quantile(0.975, n - 1) * math.sqrt(n)
