@@ -12,10 +12,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.evidence.common import (  # noqa: E402
-    NOT_TESTABLE, append_run, claim_record, claims_table, interval_text, last_third_movement, load_claims, load_runs,
-    paired_text, pooled_final_sd, unit_differences, units_needed, write_claims,
+    NOT_TESTABLE, append_run, claim_record, claims_table, has_run, interval_text, last_third_movement, load_claims,
+    load_runs, matching, paired_text, pooled_final_sd, unit_differences, units_needed, write_claims,
 )
-from benchmarks.evidence.report import fmt, markdown_table, mean_sd_text  # noqa: E402
+from benchmarks.evidence.report import counted, fmt, markdown_table, mean_sd_text  # noqa: E402
 
 T_2 = 4.302653  # t(0.975, 2 degrees of freedom)
 
@@ -90,6 +90,13 @@ def test_report_text_helpers():
     assert mean_sd_text([1.0, 2.0, 3.0], 1, n=True) == "2.0 ± 1.0 (3)" and mean_sd_text([0.5]) == "0.500"
     assert mean_sd_text([]) == "-"
     assert markdown_table(["a", "b"], [[1, None]]) == ["| a | b |", "|---|---|", "| 1 |  |", ""]
+    assert counted(1, "unit") == "1 unit" and counted(0, "seed") == "0 seeds" and counted(3, "run") == "3 runs"
+
+
+def test_matching_runs():
+    runs = [{"claim": "a", "seed": 0}, {"claim": "a", "seed": 1, "fraction": 0.1}, {"claim": "b", "seed": 1}]
+    assert matching(runs, claim="a") == runs[:2] and matching(runs, seed=1, fraction=0.1) == [runs[1]]
+    assert has_run(runs, claim="b") and not has_run(runs, claim="b", fraction=0.1)
 
 
 def test_claims_and_runs_live_side_by_side_in_one_file(tmp_path):

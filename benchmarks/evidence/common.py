@@ -79,9 +79,14 @@ def load_claims(path) -> list[dict]:
     return list(json.loads(path.read_text()).get("claims", [])) if path.is_file() else []
 
 
+def matching(runs, **keys) -> list[dict]:
+    """The cached runs that match every given key/value."""
+    return [run for run in runs if all(run.get(k) == v for k, v in keys.items())]
+
+
 def has_run(runs, **keys) -> bool:
     """Whether a cached run matches every given key/value."""
-    return any(all(run.get(k) == v for k, v in keys.items()) for run in runs)
+    return bool(matching(runs, **keys))
 
 
 def run_meta() -> dict:
