@@ -34,8 +34,8 @@ if str(ROOT / "benchmarks") not in sys.path:
 
 from evidence.common import (NOT_TESTABLE, append_run, by_unit, claim_record, clock,  # noqa: E402
                              difference_text, has_run, interval_text, load_runs, matching, mean_sd,
-                             model_baseline_record, multiplicity_lines, primary_paragraph, run_meta, unit_ci,
-                             unit_differences, units_needed, with_q_values, write_claims)
+                             model_baseline_record, multiplicity_lines, no_verdict, primary_paragraph, run_meta,
+                             unit_ci, unit_differences, units_needed, with_q_values, write_claims)
 from evidence.report import counted, figure, fmt, markdown_table, mean_sd_text, save_figure  # noqa: E402
 
 JSON_PATH, REPORT_PATH = ROOT / "docs" / "evidence" / "muppet.json", ROOT / "docs" / "evidence" / "muppet.md"
@@ -454,7 +454,6 @@ CLAIM_PAPER = {
                "intermediate tasks will best transfer\". Neither a single related intermediate task nor a 5-task "
                "mixture is measured, nor is one compared with the other (RTE's monotone curve starts at 10 tasks).",
 }
-NO_PREDICTION = "no verdict"
 NO_PREDICTION_REASON = ("the paper predicts no direction between a single related task and a 5-task mixture, both "
                         "below its critical point (Fig. 1 starts at 10 tasks; RTE's monotone gain is measured from "
                         "10 tasks up)")
@@ -663,7 +662,7 @@ def related_claims(runs, s: Settings) -> list[dict]:
                                 runs, task, fraction, setting.replace(f"{tasks} alone", f"{big[4:]} vs {tasks} alone"),
                                 f"test accuracy, {big[4:]} - {tasks} alone")
                 if versus["verdict"] != NOT_TESTABLE:
-                    versus.update(verdict=NO_PREDICTION, reason=NO_PREDICTION_REASON)
+                    versus = no_verdict(versus, NO_PREDICTION_REASON)
                 records.append({"name": "related", **versus, "predicted_sign": None})
     return records
 
