@@ -36,6 +36,13 @@ def test_fine_tuning_seeds_are_averaged_inside_a_unit_and_units_make_the_interva
     assert record["verdict"] == "inconclusive"
 
 
+def test_two_arms_with_units_of_their_own_pair_by_unit_and_seed():
+    """Both arms pre-trained per unit: each fine-tuning pairs with the other arm's of the same unit and seed."""
+    arm = {(42, 0): 0.70, (42, 1): 0.74, (43, 0): 0.60, (44, 0): 0.5}
+    other = {(42, 0): 0.65, (42, 1): 0.70, (43, 0): 0.66, (43, 1): 0.9, (45, 0): 0.1}
+    assert unit_differences(arm, other) == pytest.approx({42: (0.05 + 0.04) / 2, 43: -0.06})  # 44, 45: unpaired
+
+
 @pytest.mark.parametrize("values,sign,expected", [
     ([0.05, 0.06, 0.07], 1, "reproduced"), ([0.05, 0.06, 0.07], -1, "not reproduced"),
     ([-0.05, -0.06, -0.07], -1, "reproduced"), ([0.05, -0.06, 0.07], 1, "inconclusive"),

@@ -138,13 +138,15 @@ def verdict(lo: float, hi: float, expected_sign: int) -> str:
 def unit_differences(arm: dict, base: dict) -> dict:
     """Per unit, the mean over its fine-tuning seeds of arm - other, for two TRAINED arms paired by seed.
 
-    arm: {(unit, seed): value}; base: {seed: value}, the other arm's run of the same unit seed. Not for a baseline
-    that is one fixed model fine-tuned with a few seeds shared by every unit: its fine-tuning noise would become an
-    offset the interval never sees; `model_baseline_record` is that comparison."""
+    arm: {(unit, seed): value}; base: {seed: value}, the other arm's run of the same unit seed, or {(unit, seed):
+    value} where the other arm has units of its own (paired by unit and seed). Not for a baseline that is one fixed
+    model fine-tuned with a few seeds shared by every unit: its fine-tuning noise would become an offset the interval
+    never sees; `model_baseline_record` is that comparison."""
     units: dict = {}
     for (unit, seed), value in arm.items():
-        if seed in base:
-            units.setdefault(unit, []).append(float(value) - float(base[seed]))
+        key = (unit, seed) if (unit, seed) in base else seed
+        if key in base:
+            units.setdefault(unit, []).append(float(value) - float(base[key]))
     return {unit: sum(values) / len(values) for unit, values in units.items()}
 
 

@@ -510,11 +510,8 @@ def compared(arm: dict, other: dict, claim: str = "", paper: str = "", sign: int
     counts), else the t interval over units, each paired by pre-finetuning seed and fine-tuning seed."""
     if one_model(other):
         return model_baseline_record(claim, paper, sign, UNIT, arm, other, **extra)
-    gaps = {}
-    for unit in sorted({u for u, _ in arm} & {u for u, _ in other}):
-        gaps.update(unit_differences({k: v for k, v in arm.items() if k[0] == unit},
-                                     {seed: v for (u, seed), v in other.items() if u == unit}))
-    return claim_record(claim, paper, sign, UNIT, gaps.values(), **extra)
+    return claim_record(claim, paper, sign, UNIT, [gap for _, gap in sorted(unit_differences(arm, other).items())],
+                        **extra)
 
 
 def arm_cell(values: dict, units=None) -> str:
