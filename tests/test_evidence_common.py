@@ -1,5 +1,6 @@
 """The statistics every evidence study shares (benchmarks/evidence/common.py): per-unit averaging, the interval over
-units, the verdict against the paper's predicted sign, and the claims list, checked against hand computations."""
+units, the verdict against the paper's predicted sign, and the claims list, checked against hand computations; the
+run cache (atomic appends from several processes) and the report helpers (benchmarks/evidence/report.py)."""
 
 import json
 import math
@@ -11,11 +12,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.evidence import common  # noqa: E402
 from benchmarks.evidence.common import (  # noqa: E402
-    NOT_TESTABLE, append_run, claim_record, claims_table, interval_text, last_third_movement, load_claims, load_runs,
-    paired_text, pooled_final_sd, unit_differences, units_needed, write_claims,
+    NOT_TESTABLE, append_run, claim_record, claims_table, has_run, interval_text, last_third_movement, load_claims,
+    load_runs, matching, paired_text, pooled_final_sd, unit_differences, units_needed, write_claims,
 )
-from benchmarks.evidence.report import fmt, markdown_table, mean_sd_text  # noqa: E402
+from benchmarks.evidence.report import (  # noqa: E402
+    counted, figure, fmt, markdown_table, mean_sd_text, save_figure,
+)
 
 T_2 = 4.302653  # t(0.975, 2 degrees of freedom)
 
@@ -30,6 +34,13 @@ def test_fine_tuning_seeds_are_averaged_inside_a_unit_and_units_make_the_interva
     assert record["n_units"] == 3 and record["difference"] == pytest.approx(0.023333, abs=1e-6)
     assert record["ci95"][1] - record["difference"] == pytest.approx(4.302653 * 0.0611010 / 3 ** 0.5, abs=1e-5)
     assert record["verdict"] == "inconclusive"
+
+
+def test_two_arms_with_units_of_their_own_pair_by_unit_and_seed():
+    """Both arms pre-trained per unit: each fine-tuning pairs with the other arm's of the same unit and seed."""
+    arm = {(42, 0): 0.70, (42, 1): 0.74, (43, 0): 0.60, (44, 0): 0.5}
+    other = {(42, 0): 0.65, (42, 1): 0.70, (43, 0): 0.66, (43, 1): 0.9, (45, 0): 0.1}
+    assert unit_differences(arm, other) == pytest.approx({42: (0.05 + 0.04) / 2, 43: -0.06})  # 44, 45: unpaired
 
 
 @pytest.mark.parametrize("values,sign,expected", [
@@ -70,6 +81,7 @@ def test_units_needed_by_hand():
     item = {"n_units": 3, "difference": 0.01, "ci95": [0.01 - half, 0.01 + half]}
     assert units_needed(item) == 18
     assert units_needed({**item, "difference": 0.001}) == "> 50"
+    assert units_needed({**item, "difference": 0.0, "ci95": [-half, half]}, limit=100) == "> 100"  # never decided
     assert units_needed({**item, "ci95": None}) is None
 
 
@@ -89,6 +101,24 @@ def test_report_text_helpers():
     assert mean_sd_text([1.0, 2.0, 3.0], 1, n=True) == "2.0 ± 1.0 (3)" and mean_sd_text([0.5]) == "0.500"
     assert mean_sd_text([]) == "-"
     assert markdown_table(["a", "b"], [[1, None]]) == ["| a | b |", "|---|---|", "| 1 |  |", ""]
+    assert counted(1, "unit") == "1 unit" and counted(0, "seed") == "0 seeds" and counted(3, "run") == "3 runs"
+
+
+def test_save_figure_can_draw_one_legend_for_every_panel(tmp_path):
+    fig, axes = figure(2, 2, 3.0, 2.0)
+    for axis in axes:
+        axis.plot([0, 1], [0, 1], label="shared")
+    axes[1].plot([0, 1], [1, 0], label="second")
+    assert save_figure(fig, tmp_path / "f.png", "a title", legend_columns=2, bottom=0.1) == "f.png"
+    (legend,) = fig.legends  # each label once
+    assert [text.get_text() for text in legend.get_texts()] == ["shared", "second"]
+    assert (tmp_path / "f.png").stat().st_size > 0
+
+
+def test_matching_runs():
+    runs = [{"claim": "a", "seed": 0}, {"claim": "a", "seed": 1, "fraction": 0.1}, {"claim": "b", "seed": 1}]
+    assert matching(runs, claim="a") == runs[:2] and matching(runs, seed=1, fraction=0.1) == [runs[1]]
+    assert has_run(runs, claim="b") and not has_run(runs, claim="b", fraction=0.1)
 
 
 def test_claims_and_runs_live_side_by_side_in_one_file(tmp_path):
@@ -139,3 +169,86 @@ def test_short_settings_drop_parentheses_and_keep_the_first_parts():
         == "MiniLM, mean pooling; 5-task mixture; 1% of it"
     assert short_setting({"setting": "Two Moons, 10 examples, pretraining (6,000 sequences)"}) == "Two Moons, 10 examples"
     assert short_setting({"setting_name": "cassette", "setting": "x"}) == "`cassette`"
+
+
+# ---- the statistics and the cache, one helper at a time --------------------------------------------------------------
+
+
+def test_mean_sd_is_the_sample_sd():
+    mean, sd = common.mean_sd([1.0, 2.0, 4.0])
+    assert mean == pytest.approx(7 / 3)
+    assert sd == pytest.approx(math.sqrt(((1 - 7 / 3) ** 2 + (2 - 7 / 3) ** 2 + (4 - 7 / 3) ** 2) / 2))
+    assert math.isnan(common.mean_sd([0.5])[1])
+
+
+def test_paired_ci_by_hand():
+    # differences 1, 2, 3: mean 2, sd 1, t(0.975, 2) = 4.302653 -> half width 4.302653 / sqrt(3) = 2.484138
+    mean, lo, hi = common.paired_ci([1.5, 2.5, 3.5], [0.5, 0.5, 0.5])
+    assert mean == pytest.approx(2.0)
+    assert lo == pytest.approx(2.0 - 2.484138, abs=1e-5)
+    assert hi == pytest.approx(2.0 + 2.484138, abs=1e-5)
+    with pytest.raises(ValueError, match="paired"):
+        common.paired_ci([1, 2], [1])
+    with pytest.raises(ValueError, match="at least 2"):
+        common.paired_ci([1], [0])
+
+
+def test_independent_runs_are_the_unit_and_fine_tuning_seeds_are_averaged_first():
+    # two pretraining runs (units a, b) x two fine-tuning seeds, against a base fine-tuned with the same seeds
+    arm = {("a", 0): 0.70, ("a", 1): 0.74, ("b", 0): 0.60, ("b", 1): 0.66, ("c", 9): 0.5}
+    base = {0: 0.65, 1: 0.70}
+    differences = common.unit_differences(arm, base)
+    assert differences == pytest.approx({"a": ((0.70 - 0.65) + (0.74 - 0.70)) / 2,
+                                         "b": ((0.60 - 0.65) + (0.66 - 0.70)) / 2})  # c: no paired seed
+    mean, lo, hi = common.unit_ci(differences.values())
+    # two units: mean 0.0, sd of (0.045, -0.045) = 0.0636; t(0.975, 1) = 12.7062 -> half width 0.5718
+    assert mean == pytest.approx(0.0) and hi - mean == pytest.approx(12.7062 * 0.0636396 / math.sqrt(2), abs=1e-3)
+    assert math.isnan(common.unit_ci([0.1])[1])  # one unit: no interval
+
+
+def test_t_quantile_without_scipy(monkeypatch):
+    monkeypatch.setitem(sys.modules, "scipy", None)  # import scipy -> ImportError: the fallback runs
+    assert common.t_quantile(0.975, 2) == pytest.approx(4.302653, abs=1e-4)
+    assert common.t_quantile(0.975, 9) == pytest.approx(2.262157, abs=1e-4)
+    assert common.t_quantile(0.025, 4) == pytest.approx(-2.776445, abs=1e-4)
+
+
+def test_verdict():
+    assert common.verdict(0.01, 0.05, 1) == "reproduced"
+    assert common.verdict(-0.05, -0.01, 1) == "not reproduced"
+    assert common.verdict(-0.05, -0.01, -1) == "reproduced"
+    assert common.verdict(-0.01, 0.02, 1) == "inconclusive"
+    with pytest.raises(ValueError, match="expected_sign"):
+        common.verdict(0, 1, 0)
+
+
+def test_append_run_and_has_run(tmp_path):
+    path = tmp_path / "sub" / "runs.json"
+    assert common.load_runs(path) == []
+    common.append_run(path, {"claim": "a", "seed": 0, "value": 0.5})
+    common.append_run(path, {"claim": "a", "seed": 1, "value": 0.7})
+    runs = common.load_runs(path)
+    assert [r["seed"] for r in runs] == [0, 1]
+    assert json.loads(path.read_text())["runs"] == runs
+    assert common.has_run(runs, claim="a", seed=1) and not common.has_run(runs, claim="a", seed=2)
+    assert sorted(p.name for p in path.parent.iterdir()) == [".runs.json.lock", "runs.json"]  # no temp file left
+    meta = common.run_meta()
+    assert set(meta) >= {"commit", "device", "load_avg", "torch_threads"}
+
+
+def _append_many(path, start):
+    for seed in range(start, start + 40):
+        common.append_run(path, {"claim": "a", "seed": seed})
+
+
+def test_append_run_from_two_processes_loses_nothing(tmp_path):
+    import multiprocessing
+
+    path = tmp_path / "runs.json"
+    workers = [multiprocessing.get_context("fork").Process(target=_append_many, args=(path, start))
+               for start in (0, 1000)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert sorted(r["seed"] for r in common.load_runs(path)) == [*range(40), *range(1000, 1040)]

