@@ -154,6 +154,19 @@ def test_hf_aux_tasks_lists_at_least_100_ready_tasks_whose_definitions_parse_off
     assert any("NOT READY: sentence1 is Python code" in line for line in not_ready)
 
 
+def test_a_listing_piped_into_head_ends_quietly():
+    """`hf-aux tasks | head -1`: the reader has closed the pipe; the command stops as a Unix tool does (the shell's
+    141), without a traceback. The read end is closed before the command writes, so the test has no race."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([HF_AUX, "tasks"], stdout=write, stderr=subprocess.PIPE, text=True, env=OFFLINE,
+                              timeout=120)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")
+
+
 def test_listing_and_showing_tasks_import_neither_torch_nor_datasets():
     probe = ("import contextlib, io, sys\nfrom hf_aux.cli.command import main\n"
              "with contextlib.redirect_stdout(io.StringIO()):\n    main(['tasks']); main(['tasks', 'glue/rte'])\n"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -48,6 +49,14 @@ def usage() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    try:
+        dispatch(argv)
+    except BrokenPipeError:  # `hf-aux tasks | head`: the reader stopped, as `seq 1000 | head` does to seq
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        raise SystemExit(141) from None  # 128 + SIGPIPE, what a shell reports for a Unix tool in that place
+
+
+def dispatch(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
