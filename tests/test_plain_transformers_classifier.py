@@ -22,8 +22,7 @@ from transformers import (AutoModel, AutoModelForSeq2SeqLM, AutoModelForSequence
 from hf_aux.cli import command
 from hf_aux.tasks.demo import minilm_path
 from hf_aux.modeling.export import REMOTE_CODE_FILE
-from hf_aux.modeling.multitask import MultiTaskModel, MultiTaskModelConfig
-from hf_aux.modeling.single_task import single_task_model
+from hf_aux.modeling.multitask import MultiTaskModel, MultiTaskModelConfig, single_task_model
 from hf_aux.modeling.pooling import POOLING_MODES
 from hf_aux.tasks.loading import TaskSpec
 

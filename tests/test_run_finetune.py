@@ -20,7 +20,7 @@ from hf_aux.modeling.multitask import HEADS_WEIGHTS_NAME, MultiTaskModel
 from hf_aux.tasks.loading import TaskSpec
 from hf_aux.finetune import command as run_finetune
 from hf_aux.tasks.metrics import baseline_metrics
-from hf_aux.modeling.single_task import single_task_model
+from hf_aux.modeling.multitask import single_task_model
 
 
 COMMON = ["--report_to", "none", "--disable_tqdm", "true", "--per_device_train_batch_size", "8",

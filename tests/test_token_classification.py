@@ -23,8 +23,7 @@ from transformers import AutoModel, AutoModelForTokenClassification
 
 from hf_aux.tasks.data import MultiTaskCollator, tokenize_task
 from hf_aux.tasks.metrics import baseline_metrics, entity_metrics, entity_spans, token_classification_metrics
-from hf_aux.modeling.multitask import MultiTaskModel, MultiTaskModelConfig
-from hf_aux.modeling.single_task import single_task_model
+from hf_aux.modeling.multitask import MultiTaskModel, MultiTaskModelConfig, single_task_model
 from hf_aux.muppet import command as run_muppet
 from hf_aux.muppet.losses import r3f_divergence, scale_losses, token_classification_loss
 from hf_aux.muppet.trainer import MuppetConfig, MuppetTrainer

@@ -3,7 +3,7 @@ hf_aux, with run_glue-style flags.
 
 The checkpoint is either MUPPET-style (written by `MultiTaskModel.save_pretrained`, e.g. by `hf-aux muppet`) or any
 plain encoder checkpoint / Hub id. The model is a single-task `MultiTaskModel`
-(`hf_aux.modeling.single_task.single_task_model`, `--reuse_head`: MUPPET §4) trained by hf_aux's base trainer
+(`hf_aux.modeling.multitask.single_task_model`, `--reuse_head`: MUPPET §4) trained by hf_aux's base trainer
 (`hf_aux.runtime.trainer.AuxTrainer`, a `transformers.Trainer`); the result is saved MUPPET-style again.
 `--train_fraction` keeps that share of the train split (a fixed shuffle, so
 10% is a subset of 20%: the low-resource curves of §5.3). Every split's metrics come with a trivial baseline
@@ -305,7 +305,7 @@ def load_tokenizer(model_args: ModelArguments):
 def load_model(model_args: ModelArguments, task, tokenizer):
     """(the one-task model on --model_name_or_path's body, whether its head was re-used: --reuse_head)."""
     from ..runtime.hub import explain_hub_errors
-    from ..modeling.single_task import single_task_model
+    from ..modeling.multitask import single_task_model
 
     with explain_hub_errors("ModelArguments", "model_name_or_path", model_args.model_name_or_path):
         model, reused_head = single_task_model(model_args.model_name_or_path, task, model_args.reuse_head,
