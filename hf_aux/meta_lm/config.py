@@ -102,5 +102,6 @@ class MetaLMConfig(AuxConfig):
         if self.objective == "soft" and self.bf16:
             raise UserInputError("MetaLMConfig: field 'bf16': soft labels differentiate through the student's steps "
                                  "and need fp32")
-        if self.objective == "soft" and self.torch_compile:
-            raise UserInputError("MetaLMConfig: field 'torch_compile': torch.compile has no double backward")
+        if self.objective == "soft" and not self.first_order and self.torch_compile:
+            raise UserInputError("MetaLMConfig: field 'torch_compile': torch.compile has no double backward (second-"
+                                 "order soft labels); first_order=True has none and compiles")
