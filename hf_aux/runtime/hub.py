@@ -361,7 +361,7 @@ def forget_push(output_dir: str | os.PathLike) -> None:
 
 
 # ---- during training: exactly one push path ----------------------------------------------------------------------
-# With `defer_hub_pushes` (hf_aux.runtime.trainer.AuxTrainer; the hf-aux commands set it), Trainer's own upload in
+# With `defer_hub_pushes` (hf_aux.runtime.trainer.AuxTrainer; the hf-aux commands pass it), Trainer's own upload in
 # `save_model` waits for the end of the run (`push_trainer_output`, after evaluation, metrics and the card are
 # written), and its checkpoint uploads (`hub_strategy`) go through `push_checkpoint`.
 def push_checkpoint(trainer, checkpoint_folder: str) -> None:
