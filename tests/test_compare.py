@@ -126,6 +126,9 @@ def test_fine_tune_entry_point_is_the_same_fine_tuning(data, tmp_path):
     finally:
         finetune.tokenize_splits = original
     assert calls == [] and "history" not in again and again["status"] == "ok"
+    best = fine_tune([*flags, "--output_dir", str(scratch), "--load_best_model_at_end", "--save_strategy", "steps",
+                      "--save_steps", "1"], keep_evaluations=True)  # its checkpoints are kept to pick the best
+    assert best["status"] == "ok" and [h["step"] for h in best["history"]] == [1, 2, 3]
 
 
 def test_killed_comparison_continues_without_repeating(data, tmp_path):

@@ -164,11 +164,11 @@ def finetune_once(step: dict, model_args, data_args, training_args, task, raw, f
 
     folder = os.path.join(output_dir, "finetunings", f"{step['arm']}-{step['unit']}-seed{step['seed']}")
     # evaluation and checkpoints during training change nothing it computes, unless they pick the best model
-    quiet = {} if training_args.load_best_model_at_end else {"save_strategy": "no", "eval_strategy": "no"}
+    quiet = {} if training_args.load_best_model_at_end else {"save_strategy": "no"} if keep_evaluations else {
+        "save_strategy": "no", "eval_strategy": "no"}
     args = dataclasses.replace(
         training_args, output_dir=folder, seed=step["seed"], learning_rate=step["learning_rate"], do_train=True,
-        do_eval="validation" in raw, do_predict="test" in raw, disable_tqdm=True,
-        **({"save_strategy": "no"} if keep_evaluations else quiet))
+        do_eval="validation" in raw, do_predict="test" in raw, disable_tqdm=True, **quiet)
     margs = dataclasses.replace(model_args, model_name_or_path=step["model"])
     tokenizer, features = features_for(step["model"])
     set_seed(step["seed"])
