@@ -27,7 +27,7 @@ import torch  # noqa: E402
 from tiny import tiny_config, tiny_tokenizer  # noqa: E402
 from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification  # noqa: E402
 
-from hf_aux.tasks.data import group_texts_for_mlm, tokenize_task  # noqa: E402
+from hf_aux.tasks.data import MultiTaskCollator, group_texts_for_mlm, tokenize_task  # noqa: E402
 from hf_aux.tasks.loading import TaskSpec  # noqa: E402
 
 torch.set_num_threads(1)
@@ -74,6 +74,15 @@ def make_muppet(out, options):
         args = MuppetConfig(**common_args(out, options), task_weighting="meta", meta_head_steps=3, task_weight_lr=0.5)
         return MuppetTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer, end_task=end,
                              end_task_dataset=tokenize_task(end, end.dataset, tokenizer, max_length=16))
+    if options.robust == "budget":  # token-budget sub-batches of 2-8 rows (muppet:budget), each sub-batch recorded
+        args = MuppetConfig(**{**common_args(out, options), "per_device_train_batch_size": 16}, max_tokens_per_batch=40)
+        collate = MultiTaskCollator(tokenizer, model.task_names)
+        seen = []
+        trainer = MuppetTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer,
+                                data_collator=lambda rows: seen.append([list(r["input_ids"]) for r in rows]) or
+                                collate(rows))
+        trainer.recorded_batches = seen
+        return trainer
     args = MuppetConfig(**common_args(out, options), robust_finetuning=options.robust, r3f_eps=1e-2)
     return MuppetTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
 
@@ -171,8 +180,8 @@ def run_job(job: str, out: str, options) -> None:
     initial = parameters()
     trainer.train()
     logged = [{k: v for k, v in entry.items() if "/" in k} for entry in trainer.state.log_history if "loss" in entry]
-    torch.save({"world_size": trainer.args.world_size, "initial": initial, "params": parameters(), "logged": logged},
-               os.path.join(folder, f"params_rank{rank}.pt"))
+    torch.save({"world_size": trainer.args.world_size, "initial": initial, "params": parameters(), "logged": logged,
+                "batches": getattr(trainer, "recorded_batches", None)}, os.path.join(folder, f"params_rank{rank}.pt"))
     if name == "tartan" or variant == "meta":
         state = trainer.task_weights_state
         with open(os.path.join(folder, f"task_weights_rank{rank}.json"), "w") as f:
@@ -186,7 +195,8 @@ def main():
     parser.add_argument("--batch", type=int, default=4, help="per-device train batch size")
     parser.add_argument("--grad-accum", type=int, default=1)
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--robust", default="none", help="MUPPET: none | r3f | meta (task_weighting meta)")
+    parser.add_argument("--robust", default="none", help="MUPPET: none | r3f | meta (task_weighting meta) | budget "
+                        "(max_tokens_per_batch)")
     parser.add_argument("--mode", default="mt", help="TARTAN: mt | meta, '-dropout' for dropout 0.1 (mt-dropout)")
     parser.add_argument("--meta-head", default="separate", help="TARTAN: separate | same")
     parser.add_argument("--objective", default="mlm", help="MetaLM: mlm | hard | soft, 'mlm-dropout' for dropout 0.1")

@@ -29,7 +29,7 @@ from tiny import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "ddp_worker.py")
-EQUAL_JOBS = ["muppet", "muppet:r3f", "amos", "tartan:mt", "tartan:mt-dropout", "tartan:mt-warmup", "meta_lm:mlm",
+EQUAL_JOBS = ["muppet", "muppet:r3f", "muppet:budget", "amos", "tartan:mt", "tartan:mt-dropout", "tartan:mt-warmup", "meta_lm:mlm",
               "meta_lm:mlm-dropout"]  # vs one process
 DDP_ONLY_JOBS = ["tartan:meta", "tartan:meta-dropout", "tartan:meta-warmup", "meta_lm:soft", "muppet:meta"]
 
@@ -75,6 +75,19 @@ def test_two_processes_end_with_the_parameters_of_one_process_with_the_same_glob
     # the comparison means something: training moved the parameters by far more than the tolerance
     initial = torch.load(runs / "two" / job.replace(":", "-") / "params_rank0.pt")["initial"]
     assert max((ddp[name] - value).abs().max().item() for name, value in initial.items()) > 1e-3
+
+
+def test_token_budget_sub_batches_are_dealt_to_the_ranks_disjointly(runs):
+    """Under a token budget the sub-batches vary in size; accelerate deals sub-batch k to rank k % 2, so the ranks
+    never see the same sub-batch and together see exactly the stream one process sees (the parameters match too:
+    EQUAL_JOBS)."""
+    loaded = lambda where, rank=0: torch.load(runs / where / "muppet-budget" / f"params_rank{rank}.pt")  # noqa: E731
+    # the 3 updates' sub-batches (a loader collates one sub-batch ahead of the one it hands out)
+    rank0, rank1, single = loaded("two")["batches"][:3], loaded("two", 1)["batches"][:3], loaded("one")["batches"][:6]
+    assert len(rank0) == len(rank1) == 3 and len(single) == 6
+    assert len({len(batch) for batch in single}) > 1  # sizes vary: the budget is what decides them
+    assert not {str(b) for b in rank0} & {str(b) for b in rank1}
+    assert [batch for pair in zip(rank0, rank1) for batch in pair] == single
 
 
 @pytest.mark.parametrize("job", ["muppet", "amos", "tartan:mt"])

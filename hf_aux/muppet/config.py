@@ -35,6 +35,11 @@ class MuppetConfig(MetaWeightingArguments, AuxConfig):
     task_sampling_temperature: float = field(default=1.0, metadata={
         "help": "Batches per task proportional to size ** (1 / T). 1 = natural sizes (the paper's choice, §3.4); "
                 "larger values move towards uniform."})
+    max_tokens_per_batch: int | None = field(default=None, metadata={
+        "help": "Token-budget sub-batches (fairseq's --max-tokens): each task's rows sorted into length buckets and "
+                "cut into sub-batches of at most this many padded tokens (rows x longest row x choices); "
+                "per_device_train_batch_size is then the most rows a sub-batch holds, and an update is the mean "
+                "over its rows. Default: fixed per_device_train_batch_size rows."})
     loss_scaling: bool = field(default=True, metadata={
         "help": "Divide each data point's loss by log n(i), n = number of predictions it ranges over (eq. 1). "
                 "Switch off for the ablation."})
@@ -70,6 +75,9 @@ class MuppetConfig(MetaWeightingArguments, AuxConfig):
         if not self.task_sampling_temperature > 0:
             raise UserInputError(f"MuppetConfig: field 'task_sampling_temperature': must be > 0, got "
                                  f"{self.task_sampling_temperature}")
+        budget = self.max_tokens_per_batch
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+            raise UserInputError(f"MuppetConfig: field 'max_tokens_per_batch': needs a positive integer, got {budget!r}")
         if self.robust_finetuning not in ROBUST_MODES:
             raise UserInputError(f"MuppetConfig: field 'robust_finetuning': {self.robust_finetuning!r} is not one of "
                                  f"{list(ROBUST_MODES)}")

@@ -47,7 +47,7 @@ from ..modeling.multitask import ClassificationHead, MultiTaskModel
 from ..modeling.pooling import describe_pooling
 from ..runtime.nonfinite import check_finite_loss
 from ..tasks.spec import TaskSpec
-from ..tasks.batches import BatchStream, MultiTaskDataset, TaskBatchSampler
+from ..tasks.batches import BatchStream, MultiTaskDataset, TaskBatchSampler, row_lengths
 from ..tartan.weighting import (TaskWeightsCallback, all_reduce_mean, distributed, find_task_weights, fit_meta_head,
                                 meta_update, plot_task_weights, restore_task_weights, task_mixture)
 from ..runtime.training_metrics import MetricAccumulator
@@ -164,9 +164,12 @@ class MuppetTrainer(AuxTrainer):
         if self.train_dataset is None:
             raise ValueError("MuppetTrainer: field 'train_dataset': training needs train data")
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        budget = self.args.max_tokens_per_batch
+        lengths = [row_lengths(data) for data in self.train_dataset.datasets] if budget is not None else None
         sampler = TaskBatchSampler(self.train_dataset.sizes, self._train_batch_size, self.sub_batches_per_update,
                                    strategy=self.args.batching, temperature=self.args.task_sampling_temperature,
-                                   seed=seed)
+                                   seed=seed, max_tokens=budget, row_lengths=lengths,
+                                   task_names=self.train_dataset.task_names)
         self._task_sampler = self._sampler_state.sampler = sampler
         loader = DataLoader(self.train_dataset, batch_sampler=sampler, collate_fn=self.data_collator,
                             num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory,
@@ -251,6 +254,8 @@ class MuppetTrainer(AuxTrainer):
             loss = loss + self.args.r3f_lambda * divergence.mean()
         if model.training and self._end_task is not None:  # end-task-aware: the task's weight K * alpha_k
             loss = loss * self._task_multipliers()[self._weight_index[task]]
+        if model.training and self.args.max_tokens_per_batch is not None:  # the update's mean over its rows
+            loss = loss * self._row_weight(len(raw))
         if model.training:  # check its labels, the learning rate, or fp16 overflow
             parts = {"loss": loss, "task_loss": scaled.mean()}
             check_finite_loss(self, {**parts, "r3f_divergence": divergence.mean()} if robust else parts,
@@ -259,6 +264,21 @@ class MuppetTrainer(AuxTrainer):
             self._train_metrics.add(f"loss/{spec['name']}", raw.mean())
             self._train_metrics.add(f"scaled_loss/{spec['name']}", scaled.mean())
         return (loss, outputs) if return_outputs else loss
+
+    def get_batch_samples(self, epoch_iterator, num_batches: int, device: torch.device):
+        """Trainer's prefetch of one update's sub-batches; under a token budget also the update's rows over every
+        process (one all-reduce per update, no host sync), which `_row_weight` divides by."""
+        samples, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
+        if self.args.max_tokens_per_batch is not None:
+            rows = torch.tensor(sum(len(batch["task_ids"]) for batch in samples), device=device)
+            self._update_rows = self.accelerator.reduce(rows, "sum") if self.args.world_size > 1 else rows
+        return samples, num_items
+
+    def _row_weight(self, rows: int) -> torch.Tensor:
+        """The factor that makes an update under a token budget the mean over its rows: Trainer divides each
+        sub-batch's mean loss by the update's micro-steps and DDP averages over processes, so a sub-batch of r rows
+        in an update of R rows (all processes) weighs r x micro-steps x processes / R."""
+        return rows * self.current_gradient_accumulation_steps * self.args.world_size / self._update_rows
 
     def _task_losses(self, kind: str, outputs, inputs) -> tuple[torch.Tensor, torch.Tensor]:
         if kind == "classification":
