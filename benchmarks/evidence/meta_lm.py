@@ -632,19 +632,15 @@ def claim_row(item: dict) -> str:
 
 def claim_lines(records: list[dict]) -> list[str]:
     """The claims table (the JSON's claims list) and the primary claims."""
-    primary = [item for item in records if item.get("primary")]
     return ["## Claims and verdicts", "",
             "One row per claim and setting; the units are that setting's independent pretraining runs (seeds), paired "
             "by seed, fine-tuning repeats averaged inside a unit. Not testable here: an arm's TRAINING accuracy at or "
             "below its training set's majority class in a unit; no verdict: the paper predicts no sign, or training "
             "accuracy was not recorded. The paper's number is Table 10's difference.", ""] + CLAIMS_TABLE + [
         claim_row(item) for item in records] + primary_paragraph(
-        records, "The paper's headline is that MLM performs \"equivalently or better than both meta-learning "
-        "approaches\"; Two Moons is the one setting here with the paper's own data and model ("
-        f"{primary[0]['setting'].split(', ', 2)[-1] if primary else '-'}), and {PRIMARY_SIZE} examples is where "
-        "Table 10 puts its largest gaps on the claim (MLM - Hard +7.6, MLM - Soft +11.4) and the largest size at "
-        "which it predicts a sign against both. The text setting is a far smaller copy of §4.3 (2 layers x 64 "
-        "against 6 x 256).", lambda item: f"{item['claim']} ({_setting(item)})") + [
+        records, "the paper's headline, MLM \"equivalently or better than both meta-learning approaches\", in "
+        f"Two Moons (the paper's own data and model) at {PRIMARY_SIZE} examples, where Table 10 puts its largest gaps "
+        "(MLM - Hard +7.6, MLM - Soft +11.4).", lambda item: f"{item['claim']} ({_setting(item)})") + [
         f"The seeds that would settle the inconclusive rows: {OLD_REPORT}, section 'Claims and verdicts'.", ""]
 
 
