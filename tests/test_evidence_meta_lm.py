@@ -85,7 +85,7 @@ def test_quick_runs_every_variant_and_renders_the_report(tmp_path):
     assert {item["verdict"] for item in written} <= {"inconclusive", "not testable here"}  # tiny runs may sit at 50%
     assert json.loads(json_path.read_text())["runs"] == common.load_runs(json_path)  # the runs are kept
     assert (tmp_path / "report" / "meta_lm_two_moons.png").exists()
-    assert (tmp_path / "report" / "meta_lm_text_teacher.png").exists()
+    assert not (tmp_path / "report" / "meta_lm_text_teacher.png").exists()  # retired with claim 2's teacher section
 
 
 T_975_2 = 4.302652729911275  # Student's t, 0.975 quantile, 2 degrees of freedom (3 units)
