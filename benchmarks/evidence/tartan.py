@@ -414,16 +414,19 @@ def tuning_caveat(pair: tuple[str, str], grids: dict, rate) -> str | None:
     tuned = [name for name in pair if name in grids]
     if not grids or (len(tuned) == 2 and set(grids[pair[0]]) == set(grids[pair[1]])):
         return None
-    searched = "; ".join(("" if len(grids) == 1 else f"{THE.get(arm, arm)}: ") + f"{_rates_text(grid)} -> validation "
-                         "macro-F1 " + " / ".join(f"{mean_sd([v for _, v in grid[r]])[0]:.3f}" for r in sorted(grid))
-                         + (lambda seeds: f", seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}")(
-                             sorted({s for values in grid.values() for s, _ in values})) for arm, grid in grids.items())
+    def searched_text(arm, grid):  # its rates -> mean validation macro-F1, and the seeds that chose them
+        seeds = sorted({seed for values in grid.values() for seed, _ in values})
+        return (("" if len(grids) == 1 else f"{THE.get(arm, arm)}: ") + f"{_rates_text(grid)} -> validation macro-F1 "
+                + " / ".join(f"{mean_sd([v for _, v in grid[r]])[0]:.3f}" for r in sorted(grid))
+                + f", seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}")
+
+    searched = "; ".join(searched_text(arm, grid) for arm, grid in grids.items())
     if len(tuned) == 1:
         return (f"arms not tuned alike: learning rate {rate:g} chosen on validation for {THE[tuned[0]]} only "
                 f"({searched}); {SHORT[pair[tuned[0] == pair[0]]]} untuned")
     if not tuned:
-        return f"neither arm tuned: learning rate {rate:g} chosen on validation for {', '.join(map(THE.get, grids))} " \
-            f"({searched})"
+        return (f"neither arm tuned: learning rate {rate:g} chosen on validation for "
+                f"{', '.join(THE.get(a, a) for a in grids)} ({searched})")
     return f"arms not tuned alike: different learning-rate grids ({searched})"
 
 
@@ -487,12 +490,13 @@ def claims(runs: list[dict], floors: dict) -> list[dict]:
                     record = {**claim_record(claim, paper, sign, UNIT, [], **extra), "reason": _one_rate_reason(
                         claim_record(claim, paper, sign, UNIT, differences), runs, name, arms, a, b, unit_rates)}
                 else:
-                    low = [(n, [(s, r["test_accuracy"]) for s, r in sorted(arms[n].items())
-                                if r["test_accuracy"] <= floor["accuracy"]]) for n in (a, b)] if floor else []
-                    n, low = next(((n, found) for n, found in low if found), (None, None))
-                    reason = low and (f"{LABELS[n]} did not train: test accuracy "
-                                      f"{', '.join(f'{v:.3f} (seed {s})' for s, v in low)}, at or below the majority "
-                                      f"class ({floor['accuracy']:.3f}) in {len(low)} of {len(arms[n])} units")
+                    low = {n: [(s, r["test_accuracy"]) for s, r in sorted(arms[n].items())
+                               if r["test_accuracy"] <= floor["accuracy"]] for n in (a, b)} if floor else {}
+                    low_arm = next((n for n in low if low[n]), None)  # the first arm that did not train in a unit
+                    reason = low_arm and (
+                        f"{LABELS[low_arm]} did not train: test accuracy "
+                        f"{', '.join(f'{v:.3f} (seed {s})' for s, v in low[low_arm])}, at or below the majority class "
+                        f"({floor['accuracy']:.3f}) in {len(low[low_arm])} of {len(arms[low_arm])} units")
                     if not reason and tuning and key != WEIGHT:  # EVIDENCE.md: every arm tuned alike, or retired
                         # (claim 2a's end-task weight is compared at one rate, which is its control)
                         tuned = [s for s in dict.fromkeys(r["setting"] for r in runs) if s != name and tuned_alike(
@@ -548,8 +552,8 @@ def _phi_star_record(arms: dict, setting: str, text: str, device: str) -> dict:
     record = claim_record(PHI_STAR_CLAIM, PAPER_CLAIMS["phi_star_weights"][1], 1, UNIT, [f - start for f in finals],
                           setting=text, setting_name=setting, device=device, arms=["meta_uniform"],
                           seeds=sorted(arms["meta_uniform"]), measure="final end-task weight with phi* - its start")
-    reason = "the paper gives no number or threshold for 'not fully zero out' (Fig. 3: a curve, ACL-ARC with DAPT " \
-        "alone)"
+    reason = ("the paper gives no number or threshold for 'not fully zero out' (Fig. 3: a curve, ACL-ARC with DAPT "
+              "alone)")
     if finals:
         (mean, sd), moved = mean_sd(finals), last_third_movement([_curve(run, WEIGHT) for run in runs])
         reason += (f"; measured with phi*: the end-task weight falls from {start:.3f} to {mean:.3f} ± {sd:.3f} "
