@@ -274,4 +274,5 @@ def test_claim_2a_is_judged_at_one_rate_and_the_tuned_setting_holds_the_primary_
     assert retired["verdict"] == "not testable here"
     assert retired["reason"].endswith(f"the same comparison tuned alike: `{name}`")
     table = "\n".join(study.claim_lines(records))
-    assert table.count("| **primary:** MT-TARTAN, uniform beats") == 2 and "**Primary claims** (marked in the table" in table
+    assert table.count("| **primary:** MT-TARTAN, uniform beats") == 2
+    assert "**Primary claims** (marked in the table" in table

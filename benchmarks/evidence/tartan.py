@@ -1,10 +1,8 @@
 #!/usr/bin/env python
-"""Evidence for TARTAN (Dery et al., 2022, arXiv:2109.07437) on Rotten Tomatoes with 500 training sentences and
-auxiliary MLM on its own text (TAPT) and on IMDB reviews (DAPT). Claim 1 (Tables 1-2): MT-/META-TARTAN against TAPT
--> FT, DAPT -> FT and the end task alone, test macro-F1. Claim 2 (§3.3, §5.4, Fig. 3): META-TARTAN's end-task weight
-and score with the separate meta head phi* against the same head phi'. Every arm drives hf_aux's TartanTrainer (TAPT /
-DAPT -> FT: MT-TARTAN with end-task weight 0, eq. 1, then the end task alone, eq. 2) for the same end-task steps and
-reports its best validation checkpoint on test. Runs are cached in docs/evidence/tartan.json.
+"""Evidence for TARTAN (Dery et al., 2022, arXiv:2109.07437) on Rotten Tomatoes with 500 training sentences, auxiliary
+MLM on its own text (TAPT) and IMDB reviews (DAPT): MT-/META-TARTAN against TAPT / DAPT -> FT and the end task alone
+(claim 1, Tables 1-2), META's separate meta head phi* against the same head (claim 2, §3.3, §5.4). Every arm drives
+hf_aux's TartanTrainer for the same end-task steps; runs are cached in docs/evidence/tartan.json.
 
     python benchmarks/evidence/tartan.py --quick        # every arm for a few steps on a tiny model (< 1 min)
     python benchmarks/evidence/tartan.py --run          # the study (resumable); --seeds / --variants to narrow it
@@ -87,7 +85,6 @@ class Variant:
     mode: str = "mt"
     meta_head: str = "separate"
     weights: tuple[float, ...] | None = None   # initial task mixture alpha (end task first); None: uniform
-    task_weight_lr: float | None = None        # None: the setting's
     label: str = ""
 
 
@@ -198,9 +195,8 @@ def train_one(setting: Setting, variant: Variant, seed: int, workdir: str) -> di
                  "pretrain_mlm_loss": logged(stage, f"loss/{variant.auxiliary[0]}")}
         model = TartanModel(model.classifier, [])
     auxiliary = variant.auxiliary if variant.kind == "tartan" else ()
-    overrides = dict(meta_head=variant.meta_head, task_weight_lr=variant.task_weight_lr or setting.task_weight_lr,
-                     task_weights=None if variant.weights is None else [  # META learns logits, MT takes alpha
-                         math.log(w) if variant.mode == "meta" else w for w in variant.weights]) if auxiliary else {}
+    overrides = dict(meta_head=variant.meta_head, task_weights=None if variant.weights is None else [
+        math.log(w) if variant.mode == "meta" else w for w in variant.weights]) if auxiliary else {}  # META: logits
     trainer = TartanTrainer(
         model=model, args=config("train", setting.steps, True, mode=variant.mode, **overrides),
         eval_dataset=features["validation"], auxiliary_datasets={n: blocks[n] for n in auxiliary},
