@@ -218,9 +218,8 @@ def test_first_token_claims_are_retired_and_the_primary_rate_is_marked():
     assert "**Primary claims**" in text and text.count("| **yes** |") == 2
 
 
-def test_grid_summary_gives_every_rate_against_minilm_with_welch_intervals():
-    """Each rate's test difference from base MiniLM with its Welch interval (the grid table), and which intervals do
-    not lie below 0 (the summary sentence)."""
+def test_grid_table_gives_every_rate_against_minilm_with_welch_intervals():
+    """Each rate's test difference from base MiniLM with its Welch interval (the grid table)."""
     sys.path.insert(0, str(ROOT))
     from benchmarks.evidence.amos import grid_lines, grid_setting
 
@@ -234,7 +233,5 @@ def test_grid_summary_gives_every_rate_against_minilm_with_welch_intervals():
                  for k, unit in enumerate((42, 1, 2)) for s in (0, 1, 2)]
     runs += [{"claim": "pretrain", "variant": "amos", "setting": name, "seed": unit, "value": 0.7}
              for unit in (42, 1, 2)]
-    text = "\n".join(grid_lines(runs))
-    assert "1 of these 2 intervals lie below 0 (not: amos on news_outlet at 1e-05), 0 above 0" in text
     (row,) = [line for line in grid_lines(runs) if line.startswith("| 1e-05 | amos | mean | 3 |")]
     assert row.split(" | ")[6].startswith("-0.030 [")  # rotten_tomatoes, test: arm - MiniLM [Welch's interval]

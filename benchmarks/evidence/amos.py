@@ -3,8 +3,8 @@
 IMDB (run_amos.py's embedded default with each arm's flags and seed), each discriminator then fine-tuned on Rotten
 Tomatoes and news outlet through the comparison engine. Claim 1 (Fig. 3a): the mixture moves to the deeper heads;
 claim 2 (Fig. 1, 3b): the curriculum; claim 3 (Table 1): AMOS fine-tunes better than ELECTRA. Every finished run is
-cached in docs/evidence/amos.json, so an interrupted study continues where it stopped (checkpoints whose fine-tunings
-are not all done stay under AMOS_EVIDENCE_WORK, default /tmp/amos_evidence; one that is gone is pretrained again).
+cached in docs/evidence/amos.json, so an interrupted study continues where it stopped (checkpoints not yet fully
+fine-tuned stay under AMOS_EVIDENCE_WORK, default /tmp/amos_evidence; one that is gone is pretrained again).
 
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/evidence/amos.py   # run or continue the study, render the report
     python benchmarks/evidence/amos.py --report | --grid [RATE ...] | --arms electra | --quick --output /tmp/a.json
@@ -26,11 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.evidence.common import (  # noqa: E402
     append_run, by_unit, claim_record, clock, difference_text, has_run, load_runs, mean_sd, multiplicity_lines,
-    paired_text, primary_paragraph, run_meta, welch_interval, with_q_values, write_claims,
-)
-from benchmarks.evidence.report import (  # noqa: E402
-    curves_panel, figure, fmt, markdown_table, mean_sd_text, save_figure,
-)
+    paired_text, primary_paragraph, run_meta, welch_interval, with_q_values, write_claims)
+from benchmarks.evidence.report import curves_panel, figure, fmt, markdown_table, mean_sd_text, save_figure  # noqa
 
 JSON_PATH = ROOT / "docs" / "evidence" / "amos.json"
 REPORT_PATH = ROOT / "docs" / "evidence" / "amos.md"
@@ -51,42 +48,32 @@ VARIANTS = {
 ORDER = list(VARIANTS)
 TASKS = ("rotten_tomatoes", "news_outlet")
 
-SETTINGS = {
-    # run_amos.py's embedded default as the pilots chose it (MiniLM on IMDB, 200 steps of 8 blocks of 128 tokens,
-    # evaluation every 50 steps on 64 held-out blocks) at 5e-4, given: the default rate changed after these runs;
-    # fine-tuning hyper-parameters are fixed beforehand for every arm
+SETTINGS = {  # "minilm": run_amos.py's embedded default as the pilots chose it, at 5e-4 (the default rate changed
+    # after these runs); fine-tuning hyper-parameters are fixed beforehand for every arm
     "minilm": dict(steps=200, batch=8, block=128, learning_rate=5e-4, eval_every=50, eval_blocks=64,
-                   generator_layers=4, max_documents=2000,
+                   generator_layers=4, max_documents=2000, pretrain_seeds=(42, 1, 2), finetune_seeds=(0, 1, 2),
                    run_amos_flags=["--downstream_probe", "false", "--learning_rate", "5e-4"],
-                   pretrain_seeds=(42, 1, 2), finetune_seeds=(0, 1, 2),
-                   finetune=dict(max_train_samples=400, max_eval_samples=200, max_predict_samples=500,
-                                 epochs=3, learning_rate=5e-5, batch=16,
-                                 max_seq_length={"rotten_tomatoes": 64, "news_outlet": 96})),
-    "quick": dict(steps=4, batch=4, block=32, learning_rate=1e-3, eval_every=2, eval_blocks=4,
-                  generator_layers=2, max_documents=30,
+                   finetune=dict(max_train_samples=400, max_eval_samples=200, max_predict_samples=500, epochs=3,
+                                 learning_rate=5e-5, batch=16,
+                                 max_seq_length=dict(rotten_tomatoes=64, news_outlet=96))),
+    "quick": dict(steps=4, batch=4, block=32, learning_rate=1e-3, eval_every=2, eval_blocks=4, generator_layers=2,
+                  max_documents=30, pretrain_seeds=(0,), finetune_seeds=(0,),
                   run_amos_flags=("--encoder_name_or_path none --hidden_size 32 --num_hidden_layers 2 "
                                   "--num_attention_heads 2 --intermediate_size 64 --generator_num_hidden_layers 2 "
                                   "--max_seq_length 32 --demo_max_documents 30 --max_eval_samples 4 --max_steps 4 "
                                   "--per_device_train_batch_size 4 --eval_steps 2 --logging_steps 1 "
                                   "--learning_rate 1e-3 --save_strategy no").split(),
-                  pretrain_seeds=(0,), finetune_seeds=(0,),
-                  finetune=dict(max_train_samples=16, max_eval_samples=8, max_predict_samples=8,
-                                epochs=1, learning_rate=1e-3, batch=8,
-                                max_seq_length={"rotten_tomatoes": 32, "news_outlet": 32})),
+                  finetune=dict(max_train_samples=16, max_eval_samples=8, max_predict_samples=8, epochs=1,
+                                learning_rate=1e-3, batch=8, max_seq_length=dict(rotten_tomatoes=32, news_outlet=32))),
 }
 
 # The continued-pretraining rate grid (issue #28), AMOS and ELECTRA alike: a rate is kept when (a) the discriminator
 # still learns (RTD AUC >= AUC_FLOOR) and (b) the encoder fine-tunes no worse than MiniLM (mean difference >=
 # MEAN_FLOOR, the 95% interval's lower end >= LOWER_FLOOR, pretraining runs as units), chosen on validation.
-GRID_RATES = (2e-5, 1e-5, 5e-5, 1e-4)  # run order: the most promising first
-GRID_ARMS = ("amos", "electra")
+GRID_RATES, GRID_ARMS = (2e-5, 1e-5, 5e-5, 1e-4), ("amos", "electra")  # rates in run order: most promising first
 AUC_FLOOR, MEAN_FLOOR, LOWER_FLOOR = 0.75, -0.01, -0.03
-# claim 1 needs a mixture that moves: some head's weight this far from 1/K at some logged step (at 1/3, a 6% change
-# in how often its samples are drawn); below it AMOS samples its heads as the uniform arm does
-MIXTURE_MOVED = 0.02
-# the primary claims (issue #50 item 7): Table 1's headline at the one rate where the discriminator still learns and
-# the fine-tunings read MiniLM's body with its own mean pooling
-PRIMARY_RATE = 2e-5
+MIXTURE_MOVED = 0.02  # claim 1 needs a head's weight this far from 1/K at a logged step, else AMOS mixes as `uniform`
+PRIMARY_RATE = 2e-5  # the primary claims (issue #50): Table 1 where the discriminator still learns, mean pooling
 PAPER = {
     "claim1": ("Fig. 3a: averaged over all masked positions, the mixture weights of the 4th/6th/8th generator layers "
                "move during pretraining; in the later stage the 8th (deepest) layer gains weight and the other two "
@@ -117,8 +104,7 @@ def setting_of(run: dict) -> str:
 
 
 def pooling_of(run: dict) -> str:
-    """The pooling a fine-tuning read its checkpoint with; runs recorded before the field are first-token ("cls")."""
-    return run.get("pooling", "cls")
+    return run.get("pooling", "cls")  # fine-tunings recorded before the field read the first token
 
 
 def pick(runs: list[dict], claim=None, variant=None, setting=None, pooling=None) -> list[dict]:
@@ -149,8 +135,7 @@ def final_weights(run: dict) -> list[float]:
 # ---------------------------------------------------------------------------------------------------------- runs
 
 def plan(setting: dict) -> list[tuple]:
-    """(kind, variant, pretrain seed) in priority order: AMOS on the first seed, the MiniLM starting point (cheap:
-    fine-tunings only), ELECTRA on the first seed, the other seeds of both, then the ablations."""
+    """(kind, variant, pretrain seed): AMOS, MiniLM (fine-tunings only), ELECTRA, their other seeds, the ablations."""
     seeds = setting["pretrain_seeds"]
     steps = [("pretrain", "amos", seeds[0]), ("base", "minilm", None), ("pretrain", "electra", seeds[0])]
     steps += [("pretrain", name, s) for s in seeds[1:] for name in ("amos", "electra")]
@@ -158,15 +143,13 @@ def plan(setting: dict) -> list[tuple]:
 
 
 def select(steps: list[tuple], arms=None, seeds=None) -> list[tuple]:
-    """The plan's steps of these arms ("minilm": the starting point) and pretraining seeds (None: all), so that two
-    processes can share a study without running the same step twice."""
+    """The plan's steps of these arms and pretraining seeds (None: all): two processes can share a study."""
     return [(kind, name, seed) for kind, name, seed in steps
             if (arms is None or name in arms) and (seeds is None or seed is None or seed in seeds)]
 
 
 def pretrain(name: str, seed: int, setting: dict, quick: bool, out_dir: Path, weights=None) -> dict:
-    """One pretraining run (hf_aux.amos.command, what run_amos.py runs): the setting with this arm's flags and seed.
-    The discriminator stays in out_dir for the fine-tunings; the curves come from its trainer_state.json."""
+    """One pretraining run (run_amos.py's) with the arm's flags and seed; the discriminator stays in out_dir."""
     from hf_aux.amos import command as run_amos
 
     meta, cost = run_meta(), clock()
@@ -194,10 +177,9 @@ def pretrain(name: str, seed: int, setting: dict, quick: bool, out_dir: Path, we
 
 
 def plain_transformers_check(folder: Path, num_blocks: int = 64, block: int = 128) -> dict:
-    """Does a plain-transformers user who loads the saved discriminator (`AutoModelForPreTraining`, nothing from
-    hf_aux) see the same separation? IMDB test reviews (never pretraining text) in blocks, 15% masked with a fixed
-    seed, replaced by the saved generator's samples at the run's mixture; both models score the same blocks. Returns
-    both exact AUCs (the plain model's also on each head's samples) and the largest logit difference."""
+    """Does plain transformers (`AutoModelForPreTraining`, nothing from hf_aux) read the saved discriminator as
+    AmosModel does? Both score the same IMDB test blocks (15% masked with a fixed seed, replaced by the saved generator
+    at the run's mixture): their exact AUCs (the plain one's also per head's samples), the largest logit difference."""
     import torch
     from transformers import AutoModelForPreTraining, AutoTokenizer
 
@@ -231,8 +213,7 @@ def plain_transformers_check(folder: Path, num_blocks: int = 64, block: int = 12
 
 
 def finetune(checkpoint: str, task: str, seed: int, setting: dict, out_dir: Path) -> dict | None:
-    """Fine-tune one checkpoint on one demo task through the comparison engine (`hf-aux finetune`'s flags, the same
-    fixed hyper-parameters for every arm): the run object, or None when the loss went non-finite (not a value)."""
+    """One fine-tuning through the comparison engine (`hf-aux finetune`): its run object, None when it failed."""
     from hf_aux.compare.command import fine_tune
 
     ft, meta, cost = setting["finetune"], run_meta(), clock()
@@ -257,49 +238,41 @@ def _finetuned(runs: list[dict], pooling: str, **keys) -> bool:
     return any(has_run([run], **keys) and pooling_of(run) == pooling for run in runs)
 
 
-def _checkpoint(kind: str, name: str, seed, setting_name: str, json_path: Path, quick: bool) -> str | None:
-    """The folder one plan step fine-tunes: MiniLM, or the arm's discriminator of this seed, pretrained unless it is
-    cached with its folder; None when there is nothing left to fine-tune."""
-    from hf_aux.tasks.demo import minilm_path
-    from hf_aux.modeling.sentence_transformers_files import copy_sentence_transformers_files
-
-    if kind == "base":
-        return None if quick else str(minilm_path())
-    setting, runs = SETTINGS[setting_name], load_runs(json_path)
-    out_dir = WORK_DIR / setting_name / f"{name}-s{seed}"
-    cached = has_run(runs, claim="pretrain", variant=name, seed=seed, setting=setting_name)
-    if not cached or not (out_dir / "config.json").is_file():
-        wanted = "cls" if quick else auto_pooling(str(minilm_path()))
-        if cached and all(_finetuned(runs, wanted, claim=f"downstream/{task}", variant=name, pretrain_seed=seed,
-                                     seed=s, setting=setting_name)
-                          for task in TASKS for s in setting["finetune_seeds"]):
-            return None  # the result is cached, its checkpoint gone and every fine-tuning of it done
-        print(f"[amos evidence] pretraining {name} seed {seed}", flush=True)
-        fixed, amos = "fixed_weights" in VARIANTS[name], pick(runs, "pretrain", "amos", setting_name)
-        if fixed and seed not in {r["seed"] for r in amos}:  # 'w. final mix weights': the AMOS run's of this seed
-            raise ValueError(f"AMOS evidence: arm 'final_mix_weights' seed {seed} needs the 'amos' arm's "
-                             "pretraining run of that seed first (run --arms amos)")
-        weights = final_weights(next(r for r in amos if r["seed"] == seed)) if fixed else None
-        run = {**pretrain(name, seed, setting, quick, out_dir, weights), "setting": setting_name}
-        if not cached:
-            append_run(json_path, {**run, **({"fixed_weights": weights} if weights is not None else {})})
-    if not quick and not (out_dir / "modules.json").is_file():
-        # a discriminator saved before AMOS kept its body's sentence-transformers files gets them (weights unchanged)
-        copy_sentence_transformers_files(minilm_path(), out_dir)
-    return str(out_dir)
-
-
 def run_study(setting_name: str, json_path: Path, quick: bool, arms=None, seeds=None, steps=None) -> None:
+    """Each plan step: pretrain (unless cached with its folder) or take MiniLM, fine-tune what is not cached."""
     import torch
+
+    from hf_aux.modeling.sentence_transformers_files import copy_sentence_transformers_files
+    from hf_aux.tasks.demo import minilm_path
 
     torch.set_num_threads(1)
     setting = SETTINGS[setting_name]
     if steps is None:
         steps = plan(setting) if not quick else [("pretrain", n, setting["pretrain_seeds"][0]) for n in ORDER]
     for kind, name, pretrain_seed in select(steps, arms, seeds):
-        checkpoint = _checkpoint(kind, name, pretrain_seed, setting_name, json_path, quick)
-        if checkpoint is None:
+        runs, out_dir = load_runs(json_path), WORK_DIR / setting_name / f"{name}-s{pretrain_seed}"
+        cached = has_run(runs, claim="pretrain", variant=name, seed=pretrain_seed, setting=setting_name)
+        if kind == "base" and quick:
             continue
+        if kind == "pretrain" and (not cached or not (out_dir / "config.json").is_file()):
+            wanted = "cls" if quick else auto_pooling(str(minilm_path()))
+            if cached and all(_finetuned(runs, wanted, claim=f"downstream/{task}", variant=name, seed=s,
+                                         pretrain_seed=pretrain_seed, setting=setting_name)
+                              for task in TASKS for s in setting["finetune_seeds"]):
+                continue  # the result is cached, its checkpoint gone and every fine-tuning of it done
+            print(f"[amos evidence] pretraining {name} seed {pretrain_seed}", flush=True)
+            fixed, amos = "fixed_weights" in VARIANTS[name], pick(runs, "pretrain", "amos", setting_name)
+            if fixed and pretrain_seed not in {r["seed"] for r in amos}:  # 'w. final mix weights': AMOS's of the seed
+                raise ValueError(f"AMOS evidence: arm 'final_mix_weights' seed {pretrain_seed} needs the 'amos' arm's "
+                                 "pretraining run of that seed first (run --arms amos)")
+            weights = final_weights(next(r for r in amos if r["seed"] == pretrain_seed)) if fixed else None
+            run = {**pretrain(name, pretrain_seed, setting, quick, out_dir, weights), "setting": setting_name}
+            if not cached:
+                append_run(json_path, {**run, **({"fixed_weights": weights} if weights is not None else {})})
+        if kind == "pretrain" and not quick and not (out_dir / "modules.json").is_file():
+            # a discriminator saved before AMOS kept its body's sentence-transformers files gets them (same weights)
+            copy_sentence_transformers_files(minilm_path(), out_dir)
+        checkpoint = str(minilm_path()) if kind == "base" else str(out_dir)
         pooling = auto_pooling(checkpoint)
         for task in TASKS:
             for seed in setting["finetune_seeds"]:
@@ -331,9 +304,8 @@ def mixture_movement(run: dict) -> float:
 
 
 def claim1_reason(amos: list[dict], setting: str) -> str | None:
-    """Why claim 1 cannot be judged from these AMOS runs of one setting, measured (None when it can): the mixture
-    must move (MIXTURE_MOVED), else AMOS samples its heads as the uniform arm does; and the heads must differ in
-    strength (final MLM losses spread more than their seed-to-seed sd), else 'deeper = harder' predicts nothing."""
+    """Why claim 1 cannot be judged from one setting's AMOS runs (None when it can): the mixture must move and the
+    heads differ in strength (their final MLM losses spread more than their seed-to-seed sd)."""
     layers = amos[0]["mlm_layers"]
     moved = max(mixture_movement(r) for r in amos)
     if moved < MIXTURE_MOVED:
@@ -353,8 +325,8 @@ def claim1_reason(amos: list[dict], setting: str) -> str | None:
 
 
 def paired_units(runs: list[dict], task: str, arm: str, reference: str = "amos") -> tuple[list, list, list]:
-    """The units (pretraining seeds) both arms have on one task, with each arm's test accuracy averaged over the
-    fine-tuning seeds both have in that unit (they are not extra units, ../shared/EVIDENCE.md)."""
+    """The units (pretraining seeds) both arms have on a task, each arm's test accuracy averaged over the fine-tuning
+    seeds both have in the unit."""
     values = {name: {(r["pretrain_seed"], r["seed"]): r["value"] for r in pick(runs, f"downstream/{task}", name)}
               for name in (arm, reference)}
     pairs = sorted(set(values[arm]) & set(values[reference]))
@@ -368,10 +340,8 @@ def paired_units(runs: list[dict], task: str, arm: str, reference: str = "amos")
 
 
 def claims(all_runs: list[dict]) -> tuple[list[dict], list[str]]:
-    """amos.json's claims list with q values, and each claim's arms as mean ± sd over units. Per setting: claim 1 (the
-    deepest head's final weight - 1/K, "not testable here" where `claim1_reason` says why); claim 3 from the
-    fine-tunings that read the body with its mean pooling (first-token ones read a body trained for mean pooling and
-    judge nothing): AMOS - ELECTRA per pretraining seed, primary at PRIMARY_RATE."""
+    """amos.json's claims list (q values) and each claim's arms' mean ± sd over units. Per setting: claim 1; claim 3
+    from the mean-pooling fine-tunings (first-token ones misread MiniLM's body and judge nothing)."""
     found = []
     for name in sorted({setting_of(r) for r in all_runs if r["claim"] == "pretrain"}):
         amos = [r for r in pick(all_runs, "pretrain", "amos", name) if r.get("mlm_layers")]
@@ -395,10 +365,8 @@ def claims(all_runs: list[dict]) -> tuple[list[dict], list[str]]:
 
 
 def grid_rows(all_runs: list[dict]) -> list[dict]:
-    """One row per (rate, arm, pooling) of the rate grid, the default setting's runs as its 5e-4 rate: units
-    (pretraining runs), mean final RTD AUC, and per task the difference from MiniLM read with the same pooling on
-    validation and test: Welch's 95% interval over the units (fine-tuning seeds averaged first) and MiniLM's own
-    fine-tunings, so that MiniLM's fine-tuning noise counts (`common.by_unit`)."""
+    """One row per (rate, arm, pooling) of the rate grid (5e-4: the default setting): units, mean RTD AUC, per task
+    and split arm - MiniLM with the same pooling, Welch's interval over units and MiniLM's fine-tunings."""
     base = {}
     for r in all_runs:
         if r["claim"].startswith("downstream/") and r["variant"] == "minilm" and setting_of(r) == "minilm":
@@ -425,19 +393,7 @@ def grid_rows(all_runs: list[dict]) -> list[dict]:
 
 
 def grid_lines(all_runs: list[dict]) -> list[str]:
-    """The rate grid's table, each rate and arm against MiniLM with criteria (a) and (b), and how many of its test
-    intervals lie below and above 0 (per rate and arm the mean-pooling row where there is one, else the first-token)."""
-    rows, chosen = grid_rows(all_runs), {}
-    if not rows:
-        return []
-    for row in rows:
-        if all(row[f"{t}/test"] is not None and not math.isnan(row[f"{t}/test"][1]) for t in TASKS):
-            if (row["rate"], row["arm"]) not in chosen or row["pooling"] == "mean":
-                chosen[(row["rate"], row["arm"])] = row
-    cells = [(f"{row['arm']} on {t} at {row['rate']:g}", *row[f"{t}/test"]) for row in chosen.values() for t in TASKS]
-    holding = [where for where, _, _, high in cells if high >= 0]
-    worse = all(any(row[f"{t}/test"][2] < 0 for t in TASKS) for row in chosen.values())
-
+    """The rate grid's table: each rate and arm against MiniLM, with criteria (a) and (b)."""
     def cell(value):
         return "-" if value is None else difference_text(
             {"difference": value[0], "ci95": None if math.isnan(value[1]) else value[1:]})
@@ -449,39 +405,33 @@ def grid_lines(all_runs: list[dict]) -> list[str]:
 
     table = [[f"{row['rate']:g}", row["arm"], row["pooling"], row["units"], f"{row['auc']:.3f}",
               *(cell(row[f"{t}/{s}"]) for t in TASKS for s in ("validation", "test")),
-              "yes" if row["auc"] >= AUC_FLOOR else "no", meets_b([row[f"{t}/test"] for t in TASKS])] for row in rows]
+              "yes" if row["auc"] >= AUC_FLOOR else "no", meets_b([row[f"{t}/test"] for t in TASKS])]
+             for row in grid_rows(all_runs)]
     return ["## Continued pretraining that keeps what MiniLM knew: the learning-rate grid", "",
             f"AMOS and ELECTRA alike. A rate is kept when (a) the final RTD AUC >= {AUC_FLOOR} and (b) it fine-tunes "
             f"no worse than MiniLM (mean difference >= {MEAN_FLOOR}, the 95% interval's lower end >= {LOWER_FLOOR}), "
             "chosen on validation. Difference: arm - MiniLM, Welch's 95% interval over the arm's units and MiniLM's "
             "fine-tunings, both read with the same pooling (`cls`: the first token, retired; `mean`: today's).", "",
             *markdown_table(["rate", "arm", "pooling", "units", "RTD AUC", *(f"{t}: {s}" for t in TASKS for s in (
-                "validation", "test [95% CI]")), "(a)", "(b) on test"], table),
-            *([f"Test accuracy against MiniLM (mean-pooling rows where a rate has them): {len(cells) - len(holding)} "
-               f"of these {len(cells)} intervals lie below 0" + (f" (not: {', '.join(holding)})" if holding else "")
-               + f", {sum(low > 0 for _, _, low, _ in cells)} above 0: no rate tried leaves MiniLM better downstream"
-               + (", and at every rate both arms leave it worse on at least one task." if worse else "."), ""]
-              if cells else [])]
+                "validation", "test [95% CI]")), "(a)", "(b) on test"], table)] if table else []
 
 
 # ---------------------------------------------------------------------------------------------------------- report
 
 RETIRED = {  # section of FULL_REPORT: what it showed (runs no claim uses, or planning)
-    "Pilots behind the embedded default": "the pilots that chose run_amos.py's embedded default (amos_pilots.json; "
-    "their code: `git show 450b399:benchmarks/evidence/amos_pilot.py`)",
-    "Claim 1: the mixture weights move towards the deeper heads (Fig. 3a)": "each AMOS head's final weight, MLM loss "
-    "and AUC, claim 1's movement per rate, the mixtures of the other adversarial arms",
-    "Pretraining runs": "each arm's final RTD AUC and MLM loss, the plain-transformers check, the cost per run",
-    "Claim 3: AMOS vs ELECTRA and the Table 2 ablations downstream": "every arm's first-token fine-tunings at 5e-4 "
-    "(retired, no verdicts) and their forest plot",
-    "Not run": "the arms without a pretraining run at every seed, and why 'w. three 4-layer gen.' is not run",
-    "How to continue": "how to continue the study (now in the script's docstring)",
+    "Pilots behind the embedded default": "The pilots that chose the embedded default (amos_pilots.json; their code: "
+    "`git show 450b399:benchmarks/evidence/amos_pilot.py`)",
+    "Claim 1: the mixture weights move towards the deeper heads (Fig. 3a)": "Each AMOS head's final values, claim "
+    "1's movement per rate, the other adversarial arms' mixtures",
+    "Pretraining runs": "Each arm's final RTD AUC and MLM loss, the plain-transformers check, the cost per run",
+    "Claim 3: AMOS vs ELECTRA and the Table 2 ablations downstream": "Every arm's first-token fine-tunings at 5e-4",
+    "Not run": "The arms without a run at every seed, why 'w. three 4-layer gen.' is not run",
+    "How to continue": "How to continue the study (now in the script's docstring)",
 }
 
 
 def _curves_figure(panels: list[tuple[str, str, dict]], path: Path, title: str) -> None:
-    """panels: (title, y label, {series: [(step, value) curve per run]}): each series' mean over runs, its min-max
-    band, n in the legend, two panels to a row."""
+    """panels: (title, y label, {series: [curve per run]}): means with min-max bands, two panels to a row."""
     fig, axes = figure(len(panels), min(2, len(panels)), 6.2, 3.6)
     for axis, (panel_title, ylabel, series) in zip(axes, panels):
         curves_panel(axis, [(name, None, "-", curves) for name, curves in series.items()], ylabel, panel_title,
@@ -489,20 +439,13 @@ def _curves_figure(panels: list[tuple[str, str, dict]], path: Path, title: str) 
     save_figure(fig, path, title)
 
 
-def _mixture_panel(label: str, group: list[dict]) -> tuple[str, str, dict]:
-    return (f"mixture weight per head ({label})", "mean mixture weight",
-            {h.replace("_", " "): [[(e["step"], e[f"mixture_weight/{h}"]) for e in r["train_curve"]] for r in group]
-             for h in head_names(group[0])})
-
-
 def _claims_1_2_lines(pretrain_runs: list[dict], setting: str, figures: Path, stem: str) -> list[str]:
-    """Claims 1 and 2 in this setting: the AMOS heads' final mixture weights, the two curriculum differences with
-    their verdicts (not in the claims list: the paper gives no number), and the figures."""
-    amos = [r for r in pretrain_runs if r["variant"] == "amos"]
+    """Claims 1 and 2 in this setting: the figures and the two curriculum verdicts (outside the claims list)."""
+    groups = {name: [r for r in pretrain_runs if r["variant"] == name] for name in ORDER}
+    amos = groups["amos"]
     if not amos:
         return ["## Claims 1 and 2", "", "No AMOS pretraining run yet.", ""]
     layers, label = amos[0]["mlm_layers"], _setting_label(setting)
-    groups = {name: [r for r in pretrain_runs if r["variant"] == name] for name in ORDER}
 
     def final(key):
         return [r["eval_curve"][-1][key] for r in amos]
@@ -510,11 +453,12 @@ def _claims_1_2_lines(pretrain_runs: list[dict], setting: str, figures: Path, st
     def curves(runs, key):
         return [[(e["step"], e[key]) for e in r["eval_curve"]] for r in runs]
 
-    _curves_figure([_mixture_panel("AMOS", amos), *(_mixture_panel(name, group) for name, group in groups.items()
-                                                    if name != "amos" and group and "--mixture" not in VARIANTS[name]
-                                                    and len(group[0]["mlm_layers"]) > 1)],
-                   figures / f"{stem}_mixture_weights.png", f"Claim 1: mixture weights over training, {label} (band: "
-                   "seeds)")
+    mixing = {"AMOS": amos, **{name: group for name, group in groups.items() if name != "amos" and group
+                               and "--mixture" not in VARIANTS[name] and len(group[0]["mlm_layers"]) > 1}}
+    _curves_figure([(f"mixture weight per head ({name})", "mean mixture weight", {
+        h.replace("_", " "): [[(e["step"], e[f"mixture_weight/{h}"]) for e in r["train_curve"]] for r in group]
+        for h in head_names(group[0])}) for name, group in mixing.items()], figures / f"{stem}_mixture_weights.png",
+        f"Claim 1: mixture weights over training, {label} (band: seeds)")
     _curves_figure([("generator MLM loss per head (AMOS)", "MLM loss (nats)",
                      {f"layer {d}": curves(amos, f"eval_mlm_loss/layer_{d}") for d in layers}),
                     ("discriminator AUC on each head's samples (AMOS)", "RTD AUC (0.5 = chance)",
@@ -538,8 +482,7 @@ def _claims_1_2_lines(pretrain_runs: list[dict], setting: str, figures: Path, st
 
 
 def claim_lines(records: list[dict], arms: list[str] | None = None) -> list[str]:
-    """The claims table (amos.json's claims list, each arm's mean ± sd over units where given), the paper's
-    statements and the primary claims."""
+    """The claims table (amos.json's claims list and the arms' text), the paper's statements, the primary claims."""
     rows = [[r["claim"], r["setting"], r["n_units"], arm, difference_text(r), fmt(r.get("q_value")),
              r["verdict"] + (f" ({r['reason']})" if r.get("reason") else ""), "**yes**" if r.get("primary") else ""]
             for r, arm in zip(records, arms or ["-"] * len(records))]
@@ -557,27 +500,24 @@ def claim_lines(records: list[dict], arms: list[str] | None = None) -> list[str]
 
 
 def render_report(json_path: Path, report_path: Path, setting_name: str = "minilm") -> str:
-    # the default setting's study (5e-4) was fine-tuned reading every model's first token: the MiniLM starting point
-    # fine-tuned again with its mean pooling (for the grid) is not part of it
+    # the default setting's (5e-4) runs read the first token; MiniLM's mean-pooling fine-tunings are the grid's
     all_runs = load_runs(json_path)
     runs, s = pick(all_runs, setting=setting_name, pooling="cls"), SETTINGS[setting_name]
+    ft = s["finetune"]
     layers = next((r["mlm_layers"] for r in pick(runs, "pretrain", "amos")), [])
     cpu = [sum(r.get("cpu_s", 0.0) for r in group) / 60 for group in (runs, all_runs)]
     lines = ["# Evidence: AMOS (adversarial mixture of MLM generators)", "",
              "Generated by `python benchmarks/evidence/amos.py --report` from `docs/evidence/amos.json`; do not edit "
              "by hand.", "", "## Setting", "",
-             f"Continued ELECTRA/AMOS pretraining of all-MiniLM-L6-v2 on IMDB ({s['max_documents']} documents, blocks "
-             f"of {s['block']} tokens): generator = its first {s['generator_layers']} layers, MLM heads at "
-             f"{', '.join(map(str, layers)) or '2, 3, 4'} (ELECTRA: one at {s['generator_layers']}); each run is "
-             f"`run_scripts/run_amos.py`'s embedded default with the arm's flags and seed, {s['steps']} steps of batch "
-             f"{s['batch']} at {s['learning_rate']} (the grid: other rates), evaluated every {s['eval_every']} steps "
-             f"on {s['eval_blocks']} held-out blocks: ~10^-5 of the paper's budget, so directions only.", "",
-             f"Downstream: each discriminator fine-tuned (`hf-aux finetune`) on Rotten Tomatoes and news outlet, "
-             f"{s['finetune']['max_train_samples']} examples, {s['finetune']['epochs']} epochs at "
-             f"{s['finetune']['learning_rate']}, fixed beforehand for every arm; test accuracy on "
-             f"{s['finetune']['max_predict_samples']} examples. One unit = one pretraining run, its fine-tuning seeds "
-             "averaged.", "", f"Device: CPU, 1 torch thread. CPU time: **{cpu[0]:.1f} CPU minutes** over this "
-             f"setting's {len(runs)} runs, {cpu[1]:.1f} over all {len(all_runs)} runs, rate grid included.", ""]
+             f"Continued ELECTRA/AMOS pretraining of all-MiniLM-L6-v2 on IMDB, `run_scripts/run_amos.py`'s embedded "
+             f"default with each arm's flags and seed: {s['steps']} steps of {s['batch']} blocks of {s['block']} "
+             f"tokens at {s['learning_rate']} (the grid: other rates), generator = MiniLM's first "
+             f"{s['generator_layers']} layers, heads at {', '.join(map(str, layers)) or '2, 3, 4'}; ~10^-5 of the "
+             f"paper's budget, so directions only. Each discriminator fine-tuned (`hf-aux finetune`, the same fixed "
+             f"hyper-parameters for every arm) on Rotten Tomatoes and news outlet, {ft['max_train_samples']} examples, "
+             f"test accuracy on {ft['max_predict_samples']}; one unit = one pretraining run, its fine-tuning seeds "
+             f"averaged. **{cpu[0]:.1f} CPU minutes** over this setting's {len(runs)} runs, {cpu[1]:.1f} over all "
+             f"{len(all_runs)}.", ""]
     if setting_name == "minilm":
         records, arms = claims(all_runs)
         write_claims(json_path, records)
