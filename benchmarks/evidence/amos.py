@@ -2,8 +2,9 @@
 """Evidence for AMOS (Meng et al., 2022, arXiv:2204.03243): continued AMOS/ELECTRA pretraining of all-MiniLM-L6-v2 on
 IMDB (run_amos.py's embedded default with each arm's flags and seed), each discriminator then fine-tuned on Rotten
 Tomatoes and news outlet through the comparison engine. Claim 1 (Fig. 3a): the mixture moves to the deeper heads;
-claim 2 (Fig. 1, 3b): the curriculum; claim 3 (Tables 1, 2, 8): AMOS vs ELECTRA and the ablations downstream. Every
-finished run is cached in docs/evidence/amos.json, so an interrupted study continues where it stopped.
+claim 2 (Fig. 1, 3b): the curriculum; claim 3 (Table 1): AMOS fine-tunes better than ELECTRA. Every finished run is
+cached in docs/evidence/amos.json, so an interrupted study continues where it stopped (checkpoints not yet fully
+fine-tuned stay under AMOS_EVIDENCE_WORK, default /tmp/amos_evidence; one that is gone is pretrained again).
 
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/evidence/amos.py   # run or continue the study, render the report
     python benchmarks/evidence/amos.py --report | --grid [RATE ...] | --arms electra | --quick --output /tmp/a.json
@@ -24,70 +25,55 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.evidence.common import (  # noqa: E402
-    NOT_TESTABLE, append_run, by_unit, claim_record, clock, difference_text, has_run, load_runs, mean_sd,
-    multiplicity_lines, paired_ci, paired_text, primary_paragraph, run_meta, welch_interval, with_q_values,
-    write_claims,
-)
-from benchmarks.evidence.report import (  # noqa: E402
-    curves_panel, figure, fmt, forest_panel, markdown_table, mean_sd_text, save_figure,
-)
+    append_run, by_unit, claim_record, clock, difference_text, has_run, load_runs, mean_sd, multiplicity_lines,
+    paired_text, primary_paragraph, run_meta, welch_interval, with_q_values, write_claims)
+from benchmarks.evidence.report import curves_panel, figure, fmt, markdown_table, mean_sd_text, save_figure  # noqa
 
 JSON_PATH = ROOT / "docs" / "evidence" / "amos.json"
 REPORT_PATH = ROOT / "docs" / "evidence" / "amos.md"
-PILOTS_PATH = ROOT / "docs" / "evidence" / "amos_pilots.json"  # written by benchmarks/evidence/amos_pilot.py
 WORK_DIR = Path(os.environ.get("AMOS_EVIDENCE_WORK", "/tmp/amos_evidence"))
+FULL_REPORT = "git show 450b399:docs/evidence/amos.md"  # the last report with the sections retired in issue #49
 
-# pretraining arms: AmosConfig / AmosModel settings on top of the setting's (Table 2 names in the comments)
+# pretraining arms: run_amos.py flags on top of the setting's, {depth} the generator's (Table 2 names in the comments)
 VARIANTS = {
-    "amos": {},                                          # AMOS: adversarial mixture over heads at 2, 3, 4
-    "electra": {"mlm_layers": "last"},                   # ELECTRA: one head at the generator's last layer
-    "uniform": {"mixture": "uniform"},                   # - adv. train
-    "random_layer": {"mixture": "random_layer"},         # w. random layer
-    "no_stop_gradient": {"stop_gradient": False},        # - stop grad.
-    "layer_switch": {"mixture": "layer_switch"},         # w. layer switch
-    "final_mix_weights": {"mixture": "fixed_weights"},   # w. final mix weights (Table 8): the AMOS run's of that seed
-    "separate_gens": {"separate_generators": True},      # w. separate MLM gen.: generators of depths 2, 3, 4
+    "amos": [],                                           # AMOS: adversarial mixture over heads at 2, 3, 4
+    "electra": ["--mlm_layers", "{depth}"],               # ELECTRA: one head at the generator's last layer
+    "uniform": ["--mixture", "uniform"],                  # - adv. train
+    "random_layer": ["--mixture", "random_layer"],        # w. random layer
+    "no_stop_gradient": ["--stop_gradient", "false"],     # - stop grad.
+    "layer_switch": ["--mixture", "layer_switch"],        # w. layer switch
+    "final_mix_weights": ["--mixture", "fixed_weights"],  # w. final mix weights (Table 8): the AMOS run's of that seed
+    "separate_gens": ["--separate_generators", "true"],   # w. separate MLM gen.: generators of depths 2, 3, 4
 }
-REFERENCE = "amos"
 ORDER = list(VARIANTS)
 TASKS = ("rotten_tomatoes", "news_outlet")
 
-SETTINGS = {
-    # run_amos.py's embedded default as the pilots chose it (MiniLM on IMDB, 200 steps of 8 blocks of 128 tokens,
-    # evaluation every 50 steps on 64 held-out blocks) at 5e-4, given: the default rate changed after these runs;
-    # fine-tuning hyper-parameters are fixed beforehand for every arm
+SETTINGS = {  # "minilm": run_amos.py's embedded default as the pilots chose it, at 5e-4 (the default rate changed
+    # after these runs); fine-tuning hyper-parameters are fixed beforehand for every arm
     "minilm": dict(steps=200, batch=8, block=128, learning_rate=5e-4, eval_every=50, eval_blocks=64,
-                   generator_layers=4, max_documents=2000,
+                   generator_layers=4, max_documents=2000, pretrain_seeds=(42, 1, 2), finetune_seeds=(0, 1, 2),
                    run_amos_flags=["--downstream_probe", "false", "--learning_rate", "5e-4"],
-                   pretrain_seeds=(42, 1, 2), finetune_seeds=(0, 1, 2),
-                   finetune=dict(max_train_samples=400, max_eval_samples=200, max_predict_samples=500,
-                                 epochs=3, learning_rate=5e-5, batch=16,
-                                 max_seq_length={"rotten_tomatoes": 64, "news_outlet": 96})),
-    "quick": dict(steps=4, batch=4, block=32, learning_rate=1e-3, eval_every=2, eval_blocks=4,
-                  generator_layers=2, max_documents=30,
+                   finetune=dict(max_train_samples=400, max_eval_samples=200, max_predict_samples=500, epochs=3,
+                                 learning_rate=5e-5, batch=16,
+                                 max_seq_length=dict(rotten_tomatoes=64, news_outlet=96))),
+    "quick": dict(steps=4, batch=4, block=32, learning_rate=1e-3, eval_every=2, eval_blocks=4, generator_layers=2,
+                  max_documents=30, pretrain_seeds=(0,), finetune_seeds=(0,),
                   run_amos_flags=("--encoder_name_or_path none --hidden_size 32 --num_hidden_layers 2 "
                                   "--num_attention_heads 2 --intermediate_size 64 --generator_num_hidden_layers 2 "
                                   "--max_seq_length 32 --demo_max_documents 30 --max_eval_samples 4 --max_steps 4 "
                                   "--per_device_train_batch_size 4 --eval_steps 2 --logging_steps 1 "
                                   "--learning_rate 1e-3 --save_strategy no").split(),
-                  pretrain_seeds=(0,), finetune_seeds=(0,),
-                  finetune=dict(max_train_samples=16, max_eval_samples=8, max_predict_samples=8,
-                                epochs=1, learning_rate=1e-3, batch=8,
-                                max_seq_length={"rotten_tomatoes": 32, "news_outlet": 32})),
+                  finetune=dict(max_train_samples=16, max_eval_samples=8, max_predict_samples=8, epochs=1,
+                                learning_rate=1e-3, batch=8, max_seq_length=dict(rotten_tomatoes=32, news_outlet=32))),
 }
 
 # The continued-pretraining rate grid (issue #28), AMOS and ELECTRA alike: a rate is kept when (a) the discriminator
 # still learns (RTD AUC >= AUC_FLOOR) and (b) the encoder fine-tunes no worse than MiniLM (mean difference >=
 # MEAN_FLOOR, the 95% interval's lower end >= LOWER_FLOOR, pretraining runs as units), chosen on validation.
-GRID_RATES = (2e-5, 1e-5, 5e-5, 1e-4)  # run order: the most promising first
-GRID_ARMS = ("amos", "electra")
+GRID_RATES, GRID_ARMS = (2e-5, 1e-5, 5e-5, 1e-4), ("amos", "electra")  # rates in run order: most promising first
 AUC_FLOOR, MEAN_FLOOR, LOWER_FLOOR = 0.75, -0.01, -0.03
-# claim 1 needs a mixture that moves: some head's weight this far from 1/K at some logged step (at 1/3, a 6% change
-# in how often its samples are drawn); below it AMOS samples its heads as the uniform arm does
-MIXTURE_MOVED = 0.02
-# the primary claims (issue #50 item 7): Table 1's headline at the one rate where the discriminator still learns and
-# the fine-tunings read MiniLM's body with its own mean pooling
-PRIMARY_RATE = 2e-5
+MIXTURE_MOVED = 0.02  # claim 1 needs a head's weight this far from 1/K at a logged step, else AMOS mixes as `uniform`
+PRIMARY_RATE = 2e-5  # the primary claims (issue #50): Table 1 where the discriminator still learns, mean pooling
 PAPER = {
     "claim1": ("Fig. 3a: averaged over all masked positions, the mixture weights of the 4th/6th/8th generator layers "
                "move during pretraining; in the later stage the 8th (deepest) layer gains weight and the other two "
@@ -95,11 +81,7 @@ PAPER = {
     "claim2": ("Fig. 1b: generator MLM loss drops sharply in the first 10% of pretraining, deeper generators lower; "
                "Fig. 1a: discriminator loss on replaced tokens grows with generator depth (deeper = harder signals); "
                "Fig. 3b: AMOS's replaced-token accuracy starts easier than random-layer mixing and gets harder."),
-    "claim3": ("Table 1: AMOS 88.9/88.7 MNLI-m/mm vs ELECTRA 86.9/86.7 (base setting, GLUE AVG 88.6 vs 85.5); "
-               "Table 2 differences from AMOS on MNLI-m: random layer -0.3, layer switch -0.3, - adv. train -0.2, "
-               "- stop grad. -0.5, w. separate MLM gen. (generators of 4, 6, 8 layers; here 2, 3, 4) -0.1; "
-               "Table 8: w. final mix weights (the weights AMOS learned, fixed from the start; here the AMOS run's "
-               "of the same seed) -0.5, w. three 4-layer gen. -0.3."),
+    "claim3": "Table 1: AMOS 88.9/88.7 MNLI-m/mm vs ELECTRA 86.9/86.7 (base setting, GLUE AVG 88.6 vs 85.5)",
 }
 
 
@@ -122,9 +104,7 @@ def setting_of(run: dict) -> str:
 
 
 def pooling_of(run: dict) -> str:
-    """The sentence pooling a fine-tuning read its checkpoint with (`--pooling auto`); runs recorded before the
-    record said are first-token ("cls") runs: MultiTaskModel read every body's first token then."""
-    return run.get("pooling", "cls")
+    return run.get("pooling", "cls")  # fine-tunings recorded before the field read the first token
 
 
 def pick(runs: list[dict], claim=None, variant=None, setting=None, pooling=None) -> list[dict]:
@@ -155,48 +135,30 @@ def final_weights(run: dict) -> list[float]:
 # ---------------------------------------------------------------------------------------------------------- runs
 
 def plan(setting: dict) -> list[tuple]:
-    """(kind, variant, pretrain seed) in priority order: AMOS on the first seed, the MiniLM starting point (cheap:
-    fine-tunings only), ELECTRA on the first seed, the other seeds of both, then the ablations."""
+    """(kind, variant, pretrain seed): AMOS, MiniLM (fine-tunings only), ELECTRA, their other seeds, the ablations."""
     seeds = setting["pretrain_seeds"]
     steps = [("pretrain", "amos", seeds[0]), ("base", "minilm", None), ("pretrain", "electra", seeds[0])]
     steps += [("pretrain", name, s) for s in seeds[1:] for name in ("amos", "electra")]
     return steps + [("pretrain", name, s) for name in ORDER[2:] for s in seeds]
 
 
-def grid_plan(setting: dict) -> list[tuple]:
-    """The MiniLM starting point (shared by every rate: stored under the default setting), then AMOS and ELECTRA."""
-    return [("base", "minilm", None)] + [("pretrain", name, s) for s in setting["pretrain_seeds"] for name in GRID_ARMS]
-
-
 def select(steps: list[tuple], arms=None, seeds=None) -> list[tuple]:
-    """The plan's steps of these arms ("minilm": the starting point) and pretraining seeds (None: all), so that two
-    processes can share a study without running the same step twice."""
+    """The plan's steps of these arms and pretraining seeds (None: all): two processes can share a study."""
     return [(kind, name, seed) for kind, name, seed in steps
             if (arms is None or name in arms) and (seeds is None or seed is None or seed in seeds)]
 
 
-def _variant_flags(name: str, depth: int, weights: list[float] | None = None) -> list[str]:
-    """run_amos.py flags of one arm on top of the setting's (Table 2 names in VARIANTS)."""
-    variant = VARIANTS[name]
-    flags = ["--mlm_layers", str(depth)] if variant.get("mlm_layers") == "last" else []
-    flags += ["--mixture", variant["mixture"]] if "mixture" in variant else []
-    flags += ["--mixture_weights", *(f"{w:.6f}" for w in weights)] if weights is not None else []
-    flags += ["--stop_gradient", "false"] if variant.get("stop_gradient") is False else []
-    return flags + (["--separate_generators", "true"] if variant.get("separate_generators") else [])
-
-
-def pretrain(name: str, seed: int, setting: dict, quick: bool, out_dir: Path,
-             weights: list[float] | None = None) -> dict:
-    """One pretraining run (hf_aux.amos.command, what run_amos.py runs): the setting with this arm's flags and seed.
-    The discriminator stays in out_dir for the fine-tunings; the curves come from its trainer_state.json."""
+def pretrain(name: str, seed: int, setting: dict, quick: bool, out_dir: Path, weights=None) -> dict:
+    """One pretraining run (run_amos.py's) with the arm's flags and seed; the discriminator stays in out_dir."""
     from hf_aux.amos import command as run_amos
 
     meta, cost = run_meta(), clock()
     # an interrupted run resumes from its last checkpoint: its cost is then only the part run here (the record says)
     resumed = max((int(c.name.split("-")[1]) for c in out_dir.glob("checkpoint-*")), default=None)
-    argv = ["--output_dir", str(out_dir), "--seed", str(seed), "--disable_tqdm", "true",
-            *_variant_flags(name, setting["generator_layers"], weights), *setting["run_amos_flags"]]
-    metrics = run_amos.main(*run_amos.parse_args(argv))
+    flags = [flag.format(depth=setting["generator_layers"]) for flag in VARIANTS[name]]
+    flags += ["--mixture_weights", *(f"{w:.6f}" for w in weights)] if weights is not None else []
+    metrics = run_amos.main(*run_amos.parse_args(["--output_dir", str(out_dir), "--seed", str(seed), "--disable_tqdm",
+                                                  "true", *flags, *setting["run_amos_flags"]]))
     for checkpoint in out_dir.glob("checkpoint-*"):
         shutil.rmtree(checkpoint, ignore_errors=True)
     history = json.loads((out_dir / "trainer_state.json").read_text())["log_history"]
@@ -215,10 +177,9 @@ def pretrain(name: str, seed: int, setting: dict, quick: bool, out_dir: Path,
 
 
 def plain_transformers_check(folder: Path, num_blocks: int = 64, block: int = 128) -> dict:
-    """Does a plain-transformers user who loads the saved discriminator (`AutoModelForPreTraining`, nothing from
-    hf_aux) see the same separation? IMDB test reviews (never pretraining text) in blocks, 15% masked with a fixed
-    seed, replaced by the saved generator's samples at the run's mixture; both models score the same blocks. Returns
-    both exact AUCs (the plain model's also on each head's samples) and the largest logit difference."""
+    """Does plain transformers (`AutoModelForPreTraining`, nothing from hf_aux) read the saved discriminator as
+    AmosModel does? Both score the same IMDB test blocks (15% masked with a fixed seed, replaced by the saved generator
+    at the run's mixture): their exact AUCs (the plain one's also per head's samples), the largest logit difference."""
     import torch
     from transformers import AutoModelForPreTraining, AutoTokenizer
 
@@ -252,21 +213,18 @@ def plain_transformers_check(folder: Path, num_blocks: int = 64, block: int = 12
 
 
 def finetune(checkpoint: str, task: str, seed: int, setting: dict, out_dir: Path) -> dict | None:
-    """Fine-tune one checkpoint on one demo task through the comparison engine (`hf-aux finetune`'s flags, the same
-    fixed hyper-parameters for every arm): the run object, or None when the loss went non-finite (not a value)."""
+    """One fine-tuning through the comparison engine (`hf-aux finetune`): its run object, None when it failed."""
     from hf_aux.compare.command import fine_tune
 
-    ft = setting["finetune"]
-    meta, cost = run_meta(), clock()
-    argv = ["--model_name_or_path", checkpoint, "--demo_task", task, "--output_dir", str(out_dir),
-            "--max_train_samples", str(ft["max_train_samples"]), "--max_eval_samples", str(ft["max_eval_samples"]),
-            "--max_predict_samples", str(ft["max_predict_samples"]),
-            "--max_seq_length", str(ft["max_seq_length"][task]), "--do_train", "--do_eval", "--do_predict",
-            "--num_train_epochs", str(ft["epochs"]), "--learning_rate", str(ft["learning_rate"]),
-            "--per_device_train_batch_size", str(ft["batch"]), "--per_device_eval_batch_size", "32",
-            "--warmup_steps", "0.1", "--seed", str(seed), "--save_strategy", "no", "--eval_strategy", "no",
-            "--report_to", "none", "--disable_tqdm", "true", "--logging_steps", "50", "--overwrite_output_dir"]
-    record = fine_tune(argv)
+    ft, meta, cost = setting["finetune"], run_meta(), clock()
+    flags = {"model_name_or_path": checkpoint, "demo_task": task, "output_dir": out_dir, "seed": seed,
+             **{k: ft[k] for k in ("max_train_samples", "max_eval_samples", "max_predict_samples")},
+             "max_seq_length": ft["max_seq_length"][task], "num_train_epochs": ft["epochs"],
+             "learning_rate": ft["learning_rate"], "per_device_train_batch_size": ft["batch"],
+             "per_device_eval_batch_size": 32, "warmup_steps": 0.1, "save_strategy": "no", "eval_strategy": "no",
+             "report_to": "none", "disable_tqdm": "true", "logging_steps": 50}
+    record = fine_tune([*(x for k, v in flags.items() for x in (f"--{k}", str(v))), "--do_train", "--do_eval",
+                        "--do_predict", "--overwrite_output_dir"])
     shutil.rmtree(out_dir, ignore_errors=True)  # weights are not kept
     if record["status"] != "ok":
         print(f"[amos evidence] fine-tuning failed, not recorded: {record.get('error')}", flush=True)
@@ -280,49 +238,41 @@ def _finetuned(runs: list[dict], pooling: str, **keys) -> bool:
     return any(has_run([run], **keys) and pooling_of(run) == pooling for run in runs)
 
 
-def _checkpoint(kind: str, name: str, seed, setting_name: str, json_path: Path, quick: bool) -> str | None:
-    """The folder one plan step fine-tunes: MiniLM, or the arm's discriminator of this seed, pretrained unless it is
-    cached with its folder; None when there is nothing left to fine-tune."""
-    from hf_aux.tasks.demo import minilm_path
-    from hf_aux.modeling.sentence_transformers_files import copy_sentence_transformers_files
-
-    if kind == "base":
-        return None if quick else str(minilm_path())
-    setting, runs = SETTINGS[setting_name], load_runs(json_path)
-    out_dir = WORK_DIR / setting_name / f"{name}-s{seed}"
-    cached = has_run(runs, claim="pretrain", variant=name, seed=seed, setting=setting_name)
-    if not cached or not (out_dir / "config.json").is_file():
-        wanted = "cls" if quick else auto_pooling(str(minilm_path()))
-        if cached and all(_finetuned(runs, wanted, claim=f"downstream/{task}", variant=name, pretrain_seed=seed,
-                                     seed=s, setting=setting_name)
-                          for task in TASKS for s in setting["finetune_seeds"]):
-            return None  # the result is cached, its checkpoint gone and every fine-tuning of it done
-        print(f"[amos evidence] pretraining {name} seed {seed}", flush=True)
-        fixed, amos = VARIANTS[name].get("mixture") == "fixed_weights", pick(runs, "pretrain", "amos", setting_name)
-        if fixed and seed not in {r["seed"] for r in amos}:  # 'w. final mix weights': the AMOS run's of this seed
-            raise ValueError(f"AMOS evidence: arm 'final_mix_weights' seed {seed} needs the 'amos' arm's "
-                             "pretraining run of that seed first (run --arms amos)")
-        weights = final_weights(next(r for r in amos if r["seed"] == seed)) if fixed else None
-        run = {**pretrain(name, seed, setting, quick, out_dir, weights), "setting": setting_name}
-        if not cached:
-            append_run(json_path, {**run, **({"fixed_weights": weights} if weights is not None else {})})
-    if not quick and not (out_dir / "modules.json").is_file():
-        # a discriminator saved before AMOS kept its body's sentence-transformers files gets them (weights unchanged)
-        copy_sentence_transformers_files(minilm_path(), out_dir)
-    return str(out_dir)
-
-
 def run_study(setting_name: str, json_path: Path, quick: bool, arms=None, seeds=None, steps=None) -> None:
+    """Each plan step: pretrain (unless cached with its folder) or take MiniLM, fine-tune what is not cached."""
     import torch
+
+    from hf_aux.modeling.sentence_transformers_files import copy_sentence_transformers_files
+    from hf_aux.tasks.demo import minilm_path
 
     torch.set_num_threads(1)
     setting = SETTINGS[setting_name]
     if steps is None:
         steps = plan(setting) if not quick else [("pretrain", n, setting["pretrain_seeds"][0]) for n in ORDER]
     for kind, name, pretrain_seed in select(steps, arms, seeds):
-        checkpoint = _checkpoint(kind, name, pretrain_seed, setting_name, json_path, quick)
-        if checkpoint is None:
+        runs, out_dir = load_runs(json_path), WORK_DIR / setting_name / f"{name}-s{pretrain_seed}"
+        cached = has_run(runs, claim="pretrain", variant=name, seed=pretrain_seed, setting=setting_name)
+        if kind == "base" and quick:
             continue
+        if kind == "pretrain" and (not cached or not (out_dir / "config.json").is_file()):
+            wanted = "cls" if quick else auto_pooling(str(minilm_path()))
+            if cached and all(_finetuned(runs, wanted, claim=f"downstream/{task}", variant=name, seed=s,
+                                         pretrain_seed=pretrain_seed, setting=setting_name)
+                              for task in TASKS for s in setting["finetune_seeds"]):
+                continue  # the result is cached, its checkpoint gone and every fine-tuning of it done
+            print(f"[amos evidence] pretraining {name} seed {pretrain_seed}", flush=True)
+            fixed, amos = "fixed_weights" in VARIANTS[name], pick(runs, "pretrain", "amos", setting_name)
+            if fixed and pretrain_seed not in {r["seed"] for r in amos}:  # 'w. final mix weights': AMOS's of the seed
+                raise ValueError(f"AMOS evidence: arm 'final_mix_weights' seed {pretrain_seed} needs the 'amos' arm's "
+                                 "pretraining run of that seed first (run --arms amos)")
+            weights = final_weights(next(r for r in amos if r["seed"] == pretrain_seed)) if fixed else None
+            run = {**pretrain(name, pretrain_seed, setting, quick, out_dir, weights), "setting": setting_name}
+            if not cached:
+                append_run(json_path, {**run, **({"fixed_weights": weights} if weights is not None else {})})
+        if kind == "pretrain" and not quick and not (out_dir / "modules.json").is_file():
+            # a discriminator saved before AMOS kept its body's sentence-transformers files gets them (same weights)
+            copy_sentence_transformers_files(minilm_path(), out_dir)
+        checkpoint = str(minilm_path()) if kind == "base" else str(out_dir)
         pooling = auto_pooling(checkpoint)
         for task in TASKS:
             for seed in setting["finetune_seeds"]:
@@ -347,17 +297,15 @@ def _setting_label(name: str, pooling: str | None = None) -> str:
 
 
 def mixture_movement(run: dict) -> float:
-    """How far a pretraining run's logged mixture weights ever got from uniform: the largest |weight - 1/K| over
-    every logged step and head (0 for a run without a learned mixture)."""
+    """The largest |weight - 1/K| over a pretraining run's logged steps and heads (0 without a learned mixture)."""
     heads = head_names(run)
     return max((abs(entry[f"mixture_weight/{h}"] - 1 / len(heads)) for entry in run.get("train_curve", [])
                 for h in heads if f"mixture_weight/{h}" in entry), default=0.0)
 
 
 def claim1_reason(amos: list[dict], setting: str) -> str | None:
-    """Why claim 1 cannot be judged from these AMOS runs of one setting, measured (None when it can): the mixture
-    must move (MIXTURE_MOVED), else AMOS samples its heads as the uniform arm does; and the heads must differ in
-    strength (final MLM losses spread more than their seed-to-seed sd), else 'deeper = harder' predicts nothing."""
+    """Why claim 1 cannot be judged from one setting's AMOS runs (None when it can): the mixture must move and the
+    heads differ in strength (their final MLM losses spread more than their seed-to-seed sd)."""
     layers = amos[0]["mlm_layers"]
     moved = max(mixture_movement(r) for r in amos)
     if moved < MIXTURE_MOVED:
@@ -376,9 +324,9 @@ def claim1_reason(amos: list[dict], setting: str) -> str | None:
             "direction here)")
 
 
-def paired_units(runs: list[dict], task: str, arm: str, reference: str = REFERENCE) -> tuple[list, list, list]:
-    """The units (pretraining seeds) both arms have on one task, with each arm's test accuracy averaged over the
-    fine-tuning seeds both have in that unit (they are not extra units, ../shared/EVIDENCE.md)."""
+def paired_units(runs: list[dict], task: str, arm: str, reference: str = "amos") -> tuple[list, list, list]:
+    """The units (pretraining seeds) both arms have on a task, each arm's test accuracy averaged over the fine-tuning
+    seeds both have in the unit."""
     values = {name: {(r["pretrain_seed"], r["seed"]): r["value"] for r in pick(runs, f"downstream/{task}", name)}
               for name in (arm, reference)}
     pairs = sorted(set(values[arm]) & set(values[reference]))
@@ -391,57 +339,34 @@ def paired_units(runs: list[dict], task: str, arm: str, reference: str = REFEREN
     return units, [unit_mean(arm, u) for u in units], [unit_mean(reference, u) for u in units]
 
 
-def _settings(all_runs: list[dict]) -> list[str]:
-    return sorted({setting_of(r) for r in all_runs if r["claim"] == "pretrain"})
-
-
-def _amos_pretrains(all_runs: list[dict], setting: str) -> list[dict]:
-    return [r for r in pick(all_runs, "pretrain", "amos", setting) if r.get("mlm_layers")]
-
-
-def _table1_record(all_runs: list[dict], setting: str, task: str, **extra) -> tuple[dict, str] | None:
-    """Claim 3 (Table 1) on one task from the fine-tunings that read the body with its mean pooling (first-token ones
-    read a body trained for mean pooling and judge nothing): per pretraining seed, AMOS - ELECTRA, with each arm's
-    mean ± sd over units."""
-    _, amos, electra = paired_units(pick(all_runs, setting=setting, pooling="mean"), task, "amos", "electra")
-    return (claim_record(f"AMOS fine-tunes better than ELECTRA on {task} (Table 1)", PAPER["claim3"].split(";")[0], 1,
-                         "one pretraining run per arm, paired by seed (fine-tuning seeds averaged)",
-                         [a - e for a, e in zip(amos, electra)], setting=_setting_label(setting, "mean"), **extra),
-            f"AMOS {mean_sd_text(amos)}, ELECTRA {mean_sd_text(electra)}") if amos else None
-
-
-def claim_pairs(all_runs: list[dict]) -> list[tuple[dict, str]]:
-    """The claims (../shared/EVIDENCE.md) before q values, each with its arms' mean ± sd over units. Per setting:
-    claim 1 (the deepest head's final weight - 1/K, "not testable here" where `claim1_reason` says why); claim 3 from
-    the fine-tunings that read the body with its mean pooling, PRIMARY at PRIMARY_RATE."""
+def claims(all_runs: list[dict]) -> tuple[list[dict], list[str]]:
+    """amos.json's claims list (q values) and each claim's arms' mean ± sd over units. Per setting: claim 1; claim 3
+    from the mean-pooling fine-tunings (first-token ones misread MiniLM's body and judge nothing)."""
     found = []
-    for name in _settings(all_runs):
-        amos = _amos_pretrains(all_runs, name)
+    for name in sorted({setting_of(r) for r in all_runs if r["claim"] == "pretrain"}):
+        amos = [r for r in pick(all_runs, "pretrain", "amos", name) if r.get("mlm_layers")]
         if len(amos) >= 2 and len(amos) == len(pick(all_runs, "pretrain", "amos", name)):
             deepest, uniform = [final_weights(r)[-1] for r in amos], 1 / len(amos[0]["mlm_layers"])
-            record = claim_record("the mixture moves to the deepest generator head (Fig. 3a)", PAPER["claim1"], 1,
-                                  "one AMOS pretraining run", [w - uniform for w in deepest],
-                                  reason=claim1_reason(amos, name), setting=_setting_label(name),
-                                  measure="deepest head's final mixture weight - 1/K",
-                                  mixture_moved=round(max(mixture_movement(r) for r in amos), 4))
-            found.append((record, f"AMOS deepest head {mean_sd_text(deepest)} vs 1/K {uniform:.3f}"))
+            found.append((claim_record("the mixture moves to the deepest generator head (Fig. 3a)", PAPER["claim1"], 1,
+                                       "one AMOS pretraining run", [w - uniform for w in deepest],
+                                       reason=claim1_reason(amos, name), setting=_setting_label(name),
+                                       measure="deepest head's final mixture weight - 1/K",
+                                       mixture_moved=round(max(mixture_movement(r) for r in amos), 4)),
+                          f"AMOS deepest head {mean_sd_text(deepest)} vs 1/K {uniform:.3f}"))
         for task in TASKS:
-            item = _table1_record(all_runs, name, task, measure="test accuracy, AMOS - ELECTRA",
-                                  **({"primary": True} if rate_of(name) == PRIMARY_RATE else {}))
-            found += [item] if item else []
-    return found
-
-
-def claims(all_runs: list[dict]) -> list[dict]:
-    """The claims list of amos.json, with Benjamini-Hochberg q values (`claim_pairs`)."""
-    return with_q_values([record for record, _ in claim_pairs(all_runs)])
+            _, amos, electra = paired_units(pick(all_runs, setting=name, pooling="mean"), task, "amos", "electra")
+            found += [(claim_record(f"AMOS fine-tunes better than ELECTRA on {task} (Table 1)", PAPER["claim3"], 1,
+                                    "one pretraining run per arm, paired by seed (fine-tuning seeds averaged)",
+                                    [a - e for a, e in zip(amos, electra)], setting=_setting_label(name, "mean"),
+                                    measure="test accuracy, AMOS - ELECTRA",
+                                    **({"primary": True} if rate_of(name) == PRIMARY_RATE else {})),
+                       f"AMOS {mean_sd_text(amos)}, ELECTRA {mean_sd_text(electra)}")] if amos else []
+    return with_q_values([record for record, _ in found]), [arms for _, arms in found]
 
 
 def grid_rows(all_runs: list[dict]) -> list[dict]:
-    """One row per (rate, arm, pooling) of the rate grid, the default setting's runs as its 5e-4 rate: units
-    (pretraining runs), mean final RTD AUC, and per task the difference from MiniLM read with the same pooling on
-    validation and test: Welch's 95% interval over the units (fine-tuning seeds averaged first) and MiniLM's own
-    fine-tunings, so that MiniLM's fine-tuning noise counts (`common.by_unit`)."""
+    """One row per (rate, arm, pooling) of the rate grid (5e-4: the default setting): units, mean RTD AUC, per task
+    and split arm - MiniLM with the same pooling, Welch's interval over units and MiniLM's fine-tunings."""
     base = {}
     for r in all_runs:
         if r["claim"].startswith("downstream/") and r["variant"] == "minilm" and setting_of(r) == "minilm":
@@ -468,7 +393,7 @@ def grid_rows(all_runs: list[dict]) -> list[dict]:
 
 
 def grid_lines(all_runs: list[dict]) -> list[str]:
-    """The rate grid's table, each rate and arm against MiniLM with criteria (a) and (b), and its summary."""
+    """The rate grid's table: each rate and arm against MiniLM, with criteria (a) and (b)."""
     def cell(value):
         return "-" if value is None else difference_text(
             {"difference": value[0], "ci95": None if math.isnan(value[1]) else value[1:]})
@@ -478,134 +403,48 @@ def grid_lines(all_runs: list[dict]) -> list[str]:
             return "-"
         return "yes" if all(t[0] >= MEAN_FLOOR and t[1] >= LOWER_FLOOR for t in tests) else "no"
 
-    rows = grid_rows(all_runs)
     table = [[f"{row['rate']:g}", row["arm"], row["pooling"], row["units"], f"{row['auc']:.3f}",
               *(cell(row[f"{t}/{s}"]) for t in TASKS for s in ("validation", "test")),
-              "yes" if row["auc"] >= AUC_FLOOR else "no", meets_b([row[f"{t}/test"] for t in TASKS])] for row in rows]
+              "yes" if row["auc"] >= AUC_FLOOR else "no", meets_b([row[f"{t}/test"] for t in TASKS])]
+             for row in grid_rows(all_runs)]
     return ["## Continued pretraining that keeps what MiniLM knew: the learning-rate grid", "",
-            "At the paper's from-scratch rate (5e-4) every arm fine-tunes below MiniLM; the same runs at lower rates, "
             f"AMOS and ELECTRA alike. A rate is kept when (a) the final RTD AUC >= {AUC_FLOOR} and (b) it fine-tunes "
             f"no worse than MiniLM (mean difference >= {MEAN_FLOOR}, the 95% interval's lower end >= {LOWER_FLOOR}), "
-            "chosen on validation; the test columns report it. Difference: arm - MiniLM, Welch's 95% interval over "
-            "the arm's units (pretraining runs, fine-tuning seeds averaged) and MiniLM's own fine-tunings, both sides "
-            "read with the same pooling (`cls`: the first token, code before `--pooling auto`; `mean`: today's, which "
-            "the older discriminators got their sentence-transformers files for, weights unchanged).", "",
+            "chosen on validation. Difference: arm - MiniLM, Welch's 95% interval over the arm's units and MiniLM's "
+            "fine-tunings, both read with the same pooling (`cls`: the first token, retired; `mean`: today's).", "",
             *markdown_table(["rate", "arm", "pooling", "units", "RTD AUC", *(f"{t}: {s}" for t in TASKS for s in (
-                "validation", "test [95% CI]")), "(a)", "(b) on test"], table), *grid_summary_lines(rows)] \
-        if rows else []
-
-
-def grid_summary_lines(rows: list[dict]) -> list[str]:
-    """How many of the arms' test intervals against MiniLM lie below and above 0 (per rate and arm, the mean-pooling
-    row where the rate has one, else its first-token row)."""
-    chosen = {}
-    for row in rows:
-        if all(row[f"{t}/test"] is not None and not math.isnan(row[f"{t}/test"][1]) for t in TASKS):
-            if (row["rate"], row["arm"]) not in chosen or row["pooling"] == "mean":
-                chosen[(row["rate"], row["arm"])] = row
-    cells = [(f"{row['arm']} on {t} at {row['rate']:g}", *row[f"{t}/test"]) for row in chosen.values() for t in TASKS]
-    holding = [where for where, _, _, high in cells if high >= 0]
-    worse = all(any(row[f"{t}/test"][2] < 0 for t in TASKS) for row in chosen.values())
-    return [f"Test accuracy against MiniLM (mean-pooling rows where a rate has them): {len(cells) - len(holding)} of "
-            f"these {len(cells)} intervals lie below 0" + (f" (not: {', '.join(holding)})" if holding else "")
-            + f", {sum(low > 0 for _, _, low, _ in cells)} above 0: no rate tried leaves MiniLM better downstream"
-            + (", and at every rate both arms leave it worse on at least one task." if worse else "."), ""] \
-        if cells else []
+                "validation", "test [95% CI]")), "(a)", "(b) on test"], table)] if table else []
 
 
 # ---------------------------------------------------------------------------------------------------------- report
 
-def _setting_lines(all_runs: list[dict], runs: list[dict], s: dict, layers: list[int]) -> list[str]:
-    ft = s["finetune"]
-    return ["## Setting", "",
-            f"Continued ELECTRA/AMOS-style pretraining of all-MiniLM-L6-v2 (6 layers, hidden 384) on IMDB reviews (the "
-            f"demo's train split, {s['max_documents']} documents, blocks of {s['block']} tokens): discriminator = "
-            f"MiniLM as `ElectraForPreTraining`, generator = its first {s['generator_layers']} layers, MLM heads at "
-            f"{', '.join(map(str, layers)) or '2, 3, 4'} (ELECTRA: one head at {s['generator_layers']}). Each run is "
-            f"`run_scripts/run_amos.py`'s embedded default with the arm's flags and seed: {s['steps']} steps of batch "
-            f"{s['batch']}, learning rate {s['learning_rate']} (Table 5; AMOS seed 42 is exactly `run_amos.py "
-            "--output_dir X --learning_rate 5e-4`), lambda 50, tau 0.3, 15% masking; evaluation every "
-            f"{s['eval_every']} steps on {s['eval_blocks']} held-out blocks (per-head AUCs: each head's samples alone "
-            "on the same masks). The paper pretrains BERT-base from scratch for 125K steps of 2048 x 512 tokens: this "
-            "is ~10^-5 of that budget on a pretrained encoder, so the claims are tested for direction only.", "",
-            f"Downstream: each discriminator fine-tuned (`hf-aux finetune`'s steps) on Rotten Tomatoes and news outlet "
-            f"(9 outlets): {ft['max_train_samples']} training examples, {ft['epochs']} epochs, learning rate "
-            f"{ft['learning_rate']}, batch {ft['batch']}, fixed for every arm beforehand (not tuned: no test-set "
-            f"choice); test accuracy on {ft['max_predict_samples']} examples, validation beside it. The unit is one "
-            "pretraining run; its fine-tuning seeds (head initialisation, data order) are averaged, paired by arm.",
-            "", f"Device: CPU, 1 torch thread, shared machine (load averages in the JSON). CPU time: **"
-            f"{sum(r.get('cpu_s', 0.0) for r in runs) / 60:.1f} CPU minutes** over this setting's {len(runs)} runs, "
-            f"{sum(r.get('cpu_s', 0.0) for r in all_runs) / 60:.1f} over all {len(all_runs)} runs, rate grid included.",
-            ""]
+RETIRED = {  # section of FULL_REPORT: what it showed (runs no claim uses, or planning)
+    "Pilots behind the embedded default": "The pilots that chose the embedded default (amos_pilots.json; their code: "
+    "`git show 450b399:benchmarks/evidence/amos_pilot.py`)",
+    "Claim 1: the mixture weights move towards the deeper heads (Fig. 3a)": "Each AMOS head's final values, claim "
+    "1's movement per rate, the other adversarial arms' mixtures",
+    "Pretraining runs": "Each arm's final RTD AUC and MLM loss, the plain-transformers check, the cost per run",
+    "Claim 3: AMOS vs ELECTRA and the Table 2 ablations downstream": "Every arm's first-token fine-tunings at 5e-4",
+    "Not run": "The arms without a run at every seed, why 'w. three 4-layer gen.' is not run",
+    "How to continue": "How to continue the study (now in the script's docstring)",
+}
 
 
-def _pilot_lines(path: Path) -> list[str]:
-    """The pilots behind run_amos.py's embedded default (benchmarks/evidence/amos_pilot.py), a row per measurement."""
-    pilots = load_runs(path)
-    rows = [[p["name"], p["config"]["mode"], p["config"]["batch"], p["config"]["lr"], r["step"], f"{r['wall']:.0f}",
-             fmt(r["auc_mix"]), f"{fmt(r['acc_rep'])} / {fmt(r['acc_orig'])}",
-             " / ".join(fmt(v) for k, v in sorted(r.items()) if k.startswith("auc_head")),
-             " / ".join(f"{v:.2f}" for v in r.get("mlm", []))] for p in pilots for r in p["curve"]]
-    notes = [f"- {p['name']}: {p['cut_short']}" for p in pilots if p.get("cut_short")]
-    notes += [f"- {p['name']}: mixture weights at the last log {p['weights_last']}" for p in pilots
-              if p.get("weights_last") and p["weights_last"][0] is not None]
-    return ["## Pilots behind the embedded default", "",
-            "`benchmarks/evidence/amos_pilot.py`: one configuration (Table 5 optimiser, warm-up 10%, 15% masking, "
-            "lambda 50, seed 42), measured every few steps on 32 held-out blocks with fixed masks (exact AUC). "
-            "`scratch`: the former default (6-layer width-128 discriminator, 4-layer generator, heads at 2, 3, 4, from "
-            "scratch on Wikipedia + IMDB); `minilm`: continued pretraining of MiniLM on IMDB. Load average at the "
-            f"start: {', '.join(str(p.get('load_start')) for p in pilots)} (2 cores); wall times are under it.", "",
-            *markdown_table(["pilot", "mode", "batch", "lr", "step", "wall s", "RTD AUC", "acc. replaced / original",
-                             "AUC per head's samples", "MLM loss per head"], rows), *notes, *([""] if notes else [])] \
-        if pilots else []
+def _curves_figure(panels: list[tuple[str, str, dict]], path: Path, title: str) -> None:
+    """panels: (title, y label, {series: [curve per run]}): means with min-max bands, two panels to a row."""
+    fig, axes = figure(len(panels), min(2, len(panels)), 6.2, 3.6)
+    for axis, (panel_title, ylabel, series) in zip(axes, panels):
+        curves_panel(axis, [(name, None, "-", curves) for name, curves in series.items()], ylabel, panel_title,
+                     "pretraining step", band="range", fontsize=10, legend_outside=True)
+    save_figure(fig, path, title)
 
 
-def _mixture_lines(all_runs: list[dict], pretrain_runs: list[dict]) -> tuple[list[str], list]:
-    """Claim 1 at every rate (how far the AMOS runs' mixture ever moved, their final weights, whether claim 1 can be
-    judged there) and, without a verdict, the other arms that learn the mixture adversarially, with their panels."""
-    rates, others, panels = [], [], []
-    for name in sorted(_settings(all_runs), key=rate_of):
-        amos = _amos_pretrains(all_runs, name)
-        reason = claim1_reason(amos, name) if len(amos) >= 2 else None
-        rates += [[f"{rate_of(name):g}", len(amos), f"{max(map(mixture_movement, amos)):.3f}",
-                   " / ".join(fmt(mean_sd(w)[0]) for w in zip(*map(final_weights, amos))),
-                   f"{NOT_TESTABLE}: {reason.split(':')[0]}" if reason else "judged (claims table)"]] \
-            if len(amos) >= 2 else []
-    for name in ORDER[1:]:
-        group = [r for r in pretrain_runs if r["variant"] == name]
-        if "mixture" not in VARIANTS[name] and group and len(group[0]["mlm_layers"]) > 1:
-            finals = list(zip(*map(final_weights, group)))
-            others.append([name, len(group), ", ".join(head_names(group[0])), " / ".join(map(mean_sd_text, finals)),
-                           paired_text(finals[-1], [1 / len(finals)] * len(group), 1)[0],
-                           f"{mean_sd([mixture_movement(r) for r in group])[0]:.3f}"])
-            panels.append(_mixture_panel(name, group))
-    lines = ["Claim 1 at every continued-pretraining rate: the largest distance of any head's weight from 1/K over "
-             f"every logged step and run (exercised from {MIXTURE_MOVED}) and the mean final weights. Where the "
-             "mixture never moves, AMOS samples its heads as the uniform arm (- adv. train) does, so its comparison "
-             "with ELECTRA there is three uniformly mixed heads against one.", "",
-             *markdown_table(["rate", "runs", "largest move from 1/K", "final weights (shallow to deep)", "claim 1"],
-                             rates)] if rates else []
-    return lines + (["The other arms that learn the mixture adversarially, without a verdict (their heads were not "
-                     "checked for equal strength):", "",
-                     *markdown_table(["arm", "seeds", "heads (shallow to deep)", "final weights (mean ± sd)",
-                                      "deepest - 1/K, 95% CI", "largest move from 1/K (mean over runs)"], others)]
-                    if others else []), panels
-
-
-def _mixture_panel(label: str, group: list[dict]) -> tuple[str, str, dict]:
-    return (f"mixture weight per head ({label})", "mean mixture weight",
-            {h.replace("_", " "): [[(e["step"], e[f"mixture_weight/{h}"]) for e in r["train_curve"]] for r in group]
-             for h in head_names(group[0])})
-
-
-def _claims_1_2_lines(all_runs: list[dict], pretrain_runs: list[dict], setting: str, figures: Path,
-                      stem: str) -> list[str]:
-    """Claims 1 and 2 in this setting: each head's final mixture weight, MLM loss and the discriminator's separation
-    of its samples, the two curriculum differences with their verdicts, and the figures."""
-    amos = [r for r in pretrain_runs if r["variant"] == REFERENCE]
-    lines = ["## Claim 1: the mixture weights move towards the deeper heads (Fig. 3a)", "", PAPER["claim1"], ""]
+def _claims_1_2_lines(pretrain_runs: list[dict], setting: str, figures: Path, stem: str) -> list[str]:
+    """Claims 1 and 2 in this setting: the figures and the two curriculum verdicts (outside the claims list)."""
+    groups = {name: [r for r in pretrain_runs if r["variant"] == name] for name in ORDER}
+    amos = groups["amos"]
     if not amos:
-        return lines + ["No AMOS pretraining run yet.", ""]
+        return ["## Claims 1 and 2", "", "No AMOS pretraining run yet.", ""]
     layers, label = amos[0]["mlm_layers"], _setting_label(setting)
 
     def final(key):
@@ -614,171 +453,80 @@ def _claims_1_2_lines(all_runs: list[dict], pretrain_runs: list[dict], setting: 
     def curves(runs, key):
         return [[(e["step"], e[key]) for e in r["eval_curve"]] for r in runs]
 
-    rate_lines, other_panels = _mixture_lines(all_runs, pretrain_runs)
-    _curves_figure([_mixture_panel("AMOS", amos), *other_panels], figures / f"{stem}_mixture_weights.png",
-                  f"Claim 1: mixture weights over training, {label} (band: seeds)")
-    lines += [f"Each head of the AMOS arm, final values (mean ± sd over its {len(amos)} pretraining runs; the weights "
-              f"start at 1/K = {1 / len(layers):.3f}; claim 2 reads the other columns):", "",
-              *markdown_table(["head (layer)", "final mixture weight", "final MLM loss (nats)",
-                               "final AUC on its samples", "final replaced acc. on its samples"],
-                              [[d, mean_sd_text([final_weights(r)[k] for r in amos]), *(mean_sd_text(final(
-                                  f"{m}/layer_{d}")) for m in ("eval_mlm_loss", "eval_rtd_auc",
-                                                              "eval_rtd_accuracy_replaced"))]
-                               for k, d in enumerate(layers)]),
-              *rate_lines, f"![mixture weights]({stem}_mixture_weights.png)", "",
-              "## Claim 2: the curriculum: per-head MLM loss and the discriminator's separation of each head's samples "
-              "(Fig. 1, Fig. 3b)", "", PAPER["claim2"], ""]
+    mixing = {"AMOS": amos, **{name: group for name, group in groups.items() if name != "amos" and group
+                               and "--mixture" not in VARIANTS[name] and len(group[0]["mlm_layers"]) > 1}}
+    _curves_figure([(f"mixture weight per head ({name})", "mean mixture weight", {
+        h.replace("_", " "): [[(e["step"], e[f"mixture_weight/{h}"]) for e in r["train_curve"]] for r in group]
+        for h in head_names(group[0])}) for name, group in mixing.items()], figures / f"{stem}_mixture_weights.png",
+        f"Claim 1: mixture weights over training, {label} (band: seeds)")
+    _curves_figure([("generator MLM loss per head (AMOS)", "MLM loss (nats)",
+                     {f"layer {d}": curves(amos, f"eval_mlm_loss/layer_{d}") for d in layers}),
+                    ("discriminator AUC on each head's samples (AMOS)", "RTD AUC (0.5 = chance)",
+                     {f"layer {d}": curves(amos, f"eval_rtd_auc/layer_{d}") for d in layers}),
+                    ("each arm: replaced-token accuracy, own samples (Fig. 3b)", "accuracy on replaced tokens",
+                     {name: curves(group, "eval_rtd_accuracy_replaced") for name, group in groups.items()}),
+                    ("each arm: discriminator AUC, own samples", "RTD AUC (0.5 = chance)",
+                     {name: curves(group, "eval_rtd_auc") for name, group in groups.items()})],
+                   figures / f"{stem}_curriculum.png", f"Claim 2: the curriculum, {label} (band: seeds)")
+    lines = ["## Claim 1: the mixture weights over training (Fig. 3a)", "",
+             f"{label}: the AMOS arm's final weights (layers {', '.join(map(str, layers))}; mean ± sd over "
+             f"{len(amos)} runs) {' / '.join(mean_sd_text(w) for w in zip(*map(final_weights, amos)))}, from 1/K = "
+             f"{1 / len(layers):.3f}; claim 1's verdict at each rate is in the claims table.", "",
+             f"![mixture weights]({stem}_mixture_weights.png)", "", "## Claim 2: the curriculum (Fig. 1, Fig. 3b)", "",
+             PAPER["claim2"], ""]
     for what, key in (("AUC on layer-{} samples - AUC on layer-{} samples (deeper = harder)", "eval_rtd_auc"),
                       ("MLM loss of layer {} - layer {} (deeper = stronger)", "eval_mlm_loss")):
         text, result = paired_text(final(f"{key}/layer_{layers[0]}"), final(f"{key}/layer_{layers[-1]}"), 1)
         lines += [f"{what.format(layers[0], layers[-1])}, 95% CI: {text}. **Verdict: {result}.**", ""]
-    groups = {name: [r for r in pretrain_runs if r["variant"] == name] for name in ORDER}
-    _curves_figure([("generator MLM loss per head (AMOS)", "MLM loss (nats)",
-                    {f"layer {d}": curves(amos, f"eval_mlm_loss/layer_{d}") for d in layers}),
-                   ("discriminator AUC on each head's samples (AMOS)", "RTD AUC (0.5 = chance)",
-                    {f"layer {d}": curves(amos, f"eval_rtd_auc/layer_{d}") for d in layers}),
-                   ("each arm: replaced-token accuracy, own samples (Fig. 3b)", "accuracy on replaced tokens",
-                    {name: curves(group, "eval_rtd_accuracy_replaced") for name, group in groups.items()}),
-                   ("each arm: discriminator AUC, own samples", "RTD AUC (0.5 = chance)",
-                    {name: curves(group, "eval_rtd_auc") for name, group in groups.items()})],
-                   figures / f"{stem}_curriculum.png", f"Claim 2: the curriculum, {label} (band: seeds)")
     return lines + [f"![curriculum]({stem}_curriculum.png)", ""]
 
 
-def _curves_figure(panels: list[tuple[str, str, dict]], path: Path, title: str) -> None:
-    """panels: (title, y label, {series: [(step, value) curve per run]}): each series' mean over runs, its min-max
-    band, n in the legend, two panels to a row."""
-    fig, axes = figure(len(panels), min(2, len(panels)), 6.2, 3.6)
-    for axis, (panel_title, ylabel, series) in zip(axes, panels):
-        curves_panel(axis, [(name, None, "-", curves) for name, curves in series.items()], ylabel, panel_title,
-                     "pretraining step", band="range", fontsize=10, legend_outside=True)
-    save_figure(fig, path, title)
-
-
-def _pretraining_lines(pretrain_runs: list[dict]) -> list[str]:
-    """Did every arm train (final RTD AUC, deepest head's MLM loss), does plain transformers read the discriminator as
-    hf_aux does, and the cost of a run (resumed runs left out where the arm has others: they record only a part)."""
-    rows, checks = [], [r["plain_transformers_check"] for r in pretrain_runs if "plain_transformers_check" in r]
-    for group in filter(None, ([r for r in pretrain_runs if r["variant"] == name] for name in ORDER)):
-        cost = [r for r in group if "resumed_at_step" not in r] or group
-        rows.append([group[0]["variant"], len(group), *(mean_sd_text([r["eval_curve"][-1][k] for r in group]) for k in (
-            "eval_rtd_auc", "eval_rtd_accuracy_replaced", f"eval_mlm_loss/{head_names(group[0])[-1]}")),
-            mean_sd_text([r["plain_transformers_check"]["plain_auc/mixture"] for r in group
-                          if "plain_transformers_check" in r]),
-            *(f"{mean_sd([r[k] for r in cost])[0]:.0f}" for k in ("wall_s", "cpu_s"))])
-    resumed = [f"{r['variant']} seed {r['seed']} (at step {r['resumed_at_step']})" for r in pretrain_runs
-               if "resumed_at_step" in r]
-    return ["## Pretraining runs", "",
-            *markdown_table(["arm", "seeds", "final eval RTD AUC", "final replaced acc.", "final deepest-head MLM loss",
-                             "plain-transformers AUC, IMDB test", "wall s / run", "CPU s / run"], rows),
-            "Plain transformers: the saved discriminator loaded with `AutoModelForPreTraining` (nothing from hf_aux) "
-            "scores IMDB test blocks whose masked tokens the saved generator replaced at its saved mixture; over the "
-            f"{len(checks)} runs its AUC differs from the AmosModel's own by at most "
-            f"{max((abs(c['plain_auc/mixture'] - c['amos_auc']) for c in checks), default=math.nan):.1e}, its logits "
-            f"by at most {max((c['max_abs_logit_difference'] for c in checks), default=math.nan):.1e}."
-            + (f" Resumed from a checkpoint (left out of the cost columns): {', '.join(resumed)}." if resumed else ""),
-            ""]
-
-
-def _downstream_lines(runs: list[dict], figures: Path, stem: str) -> list[str]:
-    """Claim 3 in this setting, per task and arm: test and validation accuracy and the difference from AMOS over
-    pretraining runs, and the forest plot of those differences."""
-    lines = ["## Claim 3: AMOS vs ELECTRA and the Table 2 ablations downstream", "", PAPER["claim3"], "",
-             "**Retired, no verdicts.** These fine-tunings read the first token of MiniLM's body, trained for mean "
-             "pooling (the code before `--pooling auto`): they judge nothing and are not in the claims list, which "
-             "judges AMOS vs ELECTRA at the grid's lower rates, read through the mean pooling; rerun with the body's "
-             "pooling, they would be judged. The difference is arm - AMOS per pretraining run, fine-tuning seeds "
-             "averaged; the paper expects it below 0 for every arm.", ""]
-    forest = []
-    for task in TASKS:
-        rows, units = [], []
-        for name in ["minilm", *ORDER]:
-            group = pick(runs, f"downstream/{task}", name)
-            _, arm, ref = paired_units(runs, task, name)
-            units += [(name, [a - b for a, b in zip(arm, ref)], paired_ci(arm, ref))] \
-                if len(arm) >= 2 and name != REFERENCE else []
-            rows += [[name, len(group), mean_sd_text([r["value"] for r in group]),
-                      mean_sd_text([r["validation"] for r in group]), "reference" if name == REFERENCE else
-                      "(starting point: see the grid's 0.0005 rows)" if name == "minilm" else
-                      paired_text(arm, ref, -1)[0]]] if group else []
-        forest += [(task, units)] if units else []
-        floors = {r["majority_baseline"] for r in pick(runs, f"downstream/{task}")
-                  if r.get("majority_baseline") is not None}
-        lines += [f"### {task}" + (f" (majority class on test: {fmt(max(floors))})" if floors else ""), "", *(
-            markdown_table(["arm", "fine-tunings", "test accuracy (mean ± sd)", "validation accuracy",
-                            "diff. arm - AMOS over pretraining runs, 95% CI"], rows) if rows else [
-                "No fine-tuning run yet.", ""])]
-    if forest:
-        fig, axes = figure(len(forest), len(forest), 5.4, 1.6 + 0.45 * max(len(rows) for _, rows in forest))
-        for axis, (task, rows) in zip(axes, forest):
-            forest_panel(axis, [(f"{name} ({len(units)} runs)", units, interval, "C0")
-                                for name, units, interval in rows], task, "test accuracy: arm - AMOS", "medium")
-        save_figure(fig, figures / f"{stem}_downstream.png", "Claim 3 (retired, no verdict): continued pretraining of "
-                    "MiniLM at 5e-4, first-token reading: arm - AMOS per pretraining run\n(dots: runs, fine-tuning "
-                    "seeds averaged; bar: mean, 95% CI)", "medium")
-        lines += [f"![downstream]({stem}_downstream.png)", ""]
-    return lines
-
-
-def _not_run_lines(runs: list[dict], setting: dict) -> list[str]:
-    """The arms without a pretraining run at every seed, with the AMOS arm's measured cost per seed as the estimate."""
-    done = {name: {r["seed"] for r in pick(runs, "pretrain", name)} for name in ORDER}
-    missing = [f"`{name}` (seeds {', '.join(str(s) for s in setting['pretrain_seeds'] if s not in done[name])})"
-               for name in ORDER if set(setting["pretrain_seeds"]) - done[name]]
-    cost = sum(r["cpu_s"] for r in runs if r["variant"] == REFERENCE and "resumed_at_step" not in r) / 60
-    return ["## Not run", "", "'w. three 4-layer gen.' (built and tested): continued pretraining starts every "
-            "generator as the same copy of MiniLM's first 4 layers, and identical copies stay identical "
-            "(tests/test_amos_model.py): here it would be ELECTRA at three times the cost.", ""] + (
-        [f"Arms without a pretraining run at every seed: {', '.join(missing)} (`--arms <arm>` runs one)."
-         + (f" At the AMOS arm's measured cost, one pretraining seed with its fine-tunings takes about "
-            f"{cost / len(done[REFERENCE]):.0f} CPU minutes." if done[REFERENCE] else ""), ""] if missing else [])
-
-
 def claim_lines(records: list[dict], arms: list[str] | None = None) -> list[str]:
-    """The claims table (the objects of amos.json's claims list, with each arm's mean ± sd over units where given),
-    the paper's statements and the primary claims."""
+    """The claims table (amos.json's claims list and the arms' text), the paper's statements, the primary claims."""
     rows = [[r["claim"], r["setting"], r["n_units"], arm, difference_text(r), fmt(r.get("q_value")),
              r["verdict"] + (f" ({r['reason']})" if r.get("reason") else ""), "**yes**" if r.get("primary") else ""]
             for r, arm in zip(records, arms or ["-"] * len(records))]
-    lines = ["## Claims and verdicts", "", "The objects of amos.json's claims list. One unit = one pretraining run; "
-             "the verdict follows from the 95% interval over units and the paper's predicted sign "
-             "(../shared/EVIDENCE.md); q: Benjamini-Hochberg over the judged claims. Claim 3 is judged from the "
-             "fine-tunings that read MiniLM's body with its mean pooling.", "",
-             *markdown_table(["claim", "setting", "units", "mean ± sd per arm over units", "difference [95% CI]", "q",
-                              "verdict", "primary"], rows),
-             *dict.fromkeys(f"- {r['claim'].split(' on ')[0]}: {r['paper']}" for r in records)]
-    lines += primary_paragraph(
-        records, f"Table 1's headline is that AMOS fine-tunes better than ELECTRA; the rate {PRIMARY_RATE:g} tests it "
-        f"best here: the discriminator still learns there (RTD AUC >= {AUC_FLOOR}; at 1e-05 it does not) and its "
-        "fine-tunings read the body as MiniLM is read (mean pooling; the 5e-04 study's read its first token and are "
-        "retired). Its limit: the mixture does not move at this rate (claim 1), so AMOS there is three uniformly mixed "
-        "heads against ELECTRA's one.", lambda item: f"{item['claim']}, {item['setting']}")
-    return lines + [""]
+    return ["## Claims and verdicts", "", "amos.json's claims list. One unit = one pretraining run; the verdict "
+            "follows from the 95% interval over units and the paper's predicted sign; q: Benjamini-Hochberg over the "
+            "judged claims. Figures: claim 1's mixture weights at 5e-4 below; claim 3 has none beyond this table.", "",
+            *markdown_table(["claim", "setting", "units", "mean ± sd per arm over units", "difference [95% CI]", "q",
+                             "verdict", "primary"], rows),
+            *dict.fromkeys(f"- {r['claim'].split(' on ')[0]}: {r['paper']}" for r in records),
+            *primary_paragraph(records, f"Table 1's headline at {PRIMARY_RATE:g}, the one rate where the discriminator "
+                               f"still learns (RTD AUC >= {AUC_FLOOR}) and the fine-tunings read MiniLM's body as it "
+                               "is read (mean pooling); there the mixture does not move (claim 1), so AMOS is three "
+                               "uniformly mixed heads against ELECTRA's one.",
+                               lambda item: f"{item['claim']}, {item['setting']}"), ""]
 
 
 def render_report(json_path: Path, report_path: Path, setting_name: str = "minilm") -> str:
-    # the default setting's study (5e-4) was fine-tuned reading every model's first token: the MiniLM starting point
-    # fine-tuned again with its mean pooling (for the grid) is not part of it
+    # the default setting's (5e-4) runs read the first token; MiniLM's mean-pooling fine-tunings are the grid's
     all_runs = load_runs(json_path)
-    runs = pick(all_runs, setting=setting_name, pooling="cls")
-    pretrain_runs = pick(runs, "pretrain")
-    layers = next((r["mlm_layers"] for r in pretrain_runs if r["variant"] == REFERENCE), [])
-    figures, stem = report_path.parent, report_path.stem
+    runs, s = pick(all_runs, setting=setting_name, pooling="cls"), SETTINGS[setting_name]
+    ft = s["finetune"]
+    layers = next((r["mlm_layers"] for r in pick(runs, "pretrain", "amos")), [])
+    cpu = [sum(r.get("cpu_s", 0.0) for r in group) / 60 for group in (runs, all_runs)]
     lines = ["# Evidence: AMOS (adversarial mixture of MLM generators)", "",
              "Generated by `python benchmarks/evidence/amos.py --report` from `docs/evidence/amos.json`; do not edit "
-             "by hand.", "", *_setting_lines(all_runs, runs, SETTINGS[setting_name], layers),
-             *_pilot_lines(PILOTS_PATH), *_claims_1_2_lines(all_runs, pretrain_runs, setting_name, figures, stem),
-             *(_pretraining_lines(pretrain_runs) if pretrain_runs else []), *_downstream_lines(runs, figures, stem),
-             *_not_run_lines(runs, SETTINGS[setting_name])]
+             "by hand.", "", "## Setting", "",
+             f"Continued ELECTRA/AMOS pretraining of all-MiniLM-L6-v2 on IMDB, `run_scripts/run_amos.py`'s embedded "
+             f"default with each arm's flags and seed: {s['steps']} steps of {s['batch']} blocks of {s['block']} "
+             f"tokens at {s['learning_rate']} (the grid: other rates), generator = MiniLM's first "
+             f"{s['generator_layers']} layers, heads at {', '.join(map(str, layers)) or '2, 3, 4'}; ~10^-5 of the "
+             f"paper's budget, so directions only. Each discriminator fine-tuned (`hf-aux finetune`, the same fixed "
+             f"hyper-parameters for every arm) on Rotten Tomatoes and news outlet, {ft['max_train_samples']} examples, "
+             f"test accuracy on {ft['max_predict_samples']}; one unit = one pretraining run, its fine-tuning seeds "
+             f"averaged. **{cpu[0]:.1f} CPU minutes** over this setting's {len(runs)} runs, {cpu[1]:.1f} over all "
+             f"{len(all_runs)}.", ""]
     if setting_name == "minilm":
-        pairs = claim_pairs(all_runs)
-        records = with_q_values([record for record, _ in pairs])
+        records, arms = claims(all_runs)
         write_claims(json_path, records)
-        lines += [*grid_lines(all_runs), *claim_lines(records, [arm for _, arm in pairs]),
-                  *multiplicity_lines(records)]
-    lines += ["## How to continue", "", "`OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 nice -n 10 .venv/bin/python "
-              "benchmarks/evidence/amos.py [--grid]` skips every cached run and renders this page; checkpoints whose "
-              f"fine-tunings are not all done stay under `{WORK_DIR}` (one that is gone is pretrained again).", ""]
+        lines += claim_lines(records, arms)
+    lines += _claims_1_2_lines(pick(runs, "pretrain"), setting_name, report_path.parent, report_path.stem)
+    if setting_name == "minilm":
+        lines += [*grid_lines(all_runs), *multiplicity_lines(records)]
+    lines += ["## Retired sections", "", *(f"- {what}: `{FULL_REPORT}`, section '{section}'."
+                                          for section, what in RETIRED.items()), ""]
     report_path.write_text("\n".join(lines))
     return "\n".join(lines)
 
@@ -804,9 +552,10 @@ def main(argv=None) -> None:
         return print(render_report(json_path, json_path.with_suffix(".md"), setting_name="quick"))
     json_path = Path(args.output) if args.output else JSON_PATH
     for name in [grid_setting(rate) for rate in args.grid or GRID_RATES] if args.grid is not None else ["minilm"]:
-        if not args.report:
-            run_study(name, json_path, False, args.arms, args.pretrain_seeds, None if name == "minilm" else
-                      grid_plan(SETTINGS[name]))
+        if not args.report:  # a grid rate: the MiniLM starting point (stored under the default setting), AMOS, ELECTRA
+            run_study(name, json_path, False, args.arms, args.pretrain_seeds, None if name == "minilm" else [
+                ("base", "minilm", None), *(("pretrain", arm, s) for s in SETTINGS[name]["pretrain_seeds"]
+                                            for arm in GRID_ARMS)])
     render_report(json_path, REPORT_PATH if args.output is None else json_path.with_suffix(".md"))
 
 
