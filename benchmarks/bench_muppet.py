@@ -230,6 +230,7 @@ def trainer_settings(cli) -> dict:
 
 
 KINDS = ("plain", "muppet", "r3f", "muppet50", "minimal")  # muppet50: MuppetTrainer on the 50-task mixture
+COMPILED_KINDS = ("plain", "muppet", "plain_compiled", "muppet_compiled")  # --torch_compile: Trainer's flag on
 
 
 def make_mixture(count: int, cli, tokenizer):
@@ -246,10 +247,17 @@ def measure(kind, mixtures, tokenizer, common, cli, syncs) -> list[float]:
     tasks, train = mixtures[50 if kind == "muppet50" else 5]
     if kind == "minimal":
         measured = run_minimal(tasks, train, tokenizer, common, cli.hidden, cli.layers, cli.length)
+    elif kind.endswith("_compiled"):  # the warm-up updates hold the compilations (one graph per task)
+        measured = run(kind.removesuffix("_compiled"), tasks, train, tokenizer, {**common, "torch_compile": True},
+                       cli.hidden, cli.layers, cli.length)
     else:
         measured = run("muppet" if kind == "muppet50" else kind, tasks, train, tokenizer, common, cli.hidden,
                        cli.layers, cli.length, syncs=syncs if kind == "muppet" else None)
+    WARMUP_SECONDS[kind] = WARMUP_SECONDS.get(kind, 0.0) + sum(measured[:cli.warmup])
     return measured[cli.warmup:]
+
+
+WARMUP_SECONDS = {}  # per kind, the warm-up updates' time summed over runs (compiled: the compile time in it)
 
 
 def measure_in_own_process(kind, syncs) -> tuple[list[float], float]:
@@ -260,6 +268,7 @@ def measure_in_own_process(kind, syncs) -> tuple[list[float], float]:
     if done.returncode != 0:
         sys.exit(f"bench_muppet: the {kind} run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     report = json.loads(done.stdout.strip().splitlines()[-1])
+    WARMUP_SECONDS[kind] = WARMUP_SECONDS.get(kind, 0.0) + report["warmup_s"]
     syncs.by_line.update(report["syncs_by_line"])
     syncs.windows += report["sync_windows"]
     return report["times"], report["peak_rss_mb"]
@@ -273,7 +282,10 @@ def main():
     parser.add_argument("--same_process", action="store_true",
                         help="run every configuration in this process instead of one process per run (each then "
                              "inherits the heap the runs before it left)")
-    parser.add_argument("--run_one", choices=KINDS, help=argparse.SUPPRESS)  # one run, for a process of its own
+    parser.add_argument("--torch_compile", action="store_true",
+                        help="instead: plain Trainer and MuppetTrainer, eager and with --torch_compile (inductor); "
+                             "compiled / eager, MUPPET / plain compiled, and the compile time (give --warmup >= 3)")
+    parser.add_argument("--run_one", choices=KINDS + COMPILED_KINDS[2:], help=argparse.SUPPRESS)  # one run, for a process of its own
     cli = parser.parse_args()
     global CLOCK
     CLOCK = CLOCKS[cli.clock]
@@ -282,20 +294,22 @@ def main():
     torch.set_num_threads(cli.threads)
     tokenizer = tiny_tokenizer()
     common = trainer_settings(cli)
-    needed = (50 if cli.run_one == "muppet50" else 5,) if cli.run_one else (5, 50)  # a run needs its own mixture
+    kinds = COMPILED_KINDS if cli.torch_compile else KINDS
+    needed = (50 if cli.run_one == "muppet50" else 5,) if cli.run_one else tuple(sorted(
+        {50 if kind == "muppet50" else 5 for kind in kinds}))  # a run needs its own mixture
     mixtures = {count: make_mixture(count, cli, tokenizer) for count in needed}
     syncs = HostSyncs(cli.device)  # inside MuppetTrainer's updates (on CUDA: torch's sync debug mode)
     if cli.run_one:
         measured = measure(cli.run_one, mixtures, tokenizer, common, cli, syncs)
         print(json.dumps({"times": measured, "syncs_by_line": syncs.by_line, "sync_windows": syncs.windows,
-                          "peak_rss_mb": peak_rss_mb()}))
+                          "peak_rss_mb": peak_rss_mb(), "warmup_s": WARMUP_SECONDS[cli.run_one]}))
         return
-    times = {kind: [] for kind in KINDS}
+    times = {kind: [] for kind in kinds}
     round_medians = {kind: [] for kind in times}  # per round: the median update of each configuration
     run_peaks = []  # the peak RSS of each run's own process
     for round_index in range(cli.rounds):
         # each round starts one configuration later, so none always follows the same one
-        for kind in KINDS[round_index % len(KINDS):] + KINDS[:round_index % len(KINDS)]:
+        for kind in kinds[round_index % len(kinds):] + kinds[:round_index % len(kinds)]:
             if cli.same_process:
                 measured = measure(kind, mixtures, tokenizer, common, cli, syncs)
             else:
@@ -304,8 +318,9 @@ def main():
             times[kind].extend(measured)
             round_medians[kind].append(statistics.median(measured))
     medians = {k: statistics.median(v) for k, v in times.items()}
-    gflop = {kind: update_gflop("muppet" if kind == "muppet50" else kind, *mixtures[50 if kind == "muppet50" else 5],
-                                tokenizer, common, cli.hidden, cli.layers, cli.length)
+    base = {kind: "muppet" if kind == "muppet50" else kind.removesuffix("_compiled") for kind in times}
+    gflop = {kind: update_gflop(base[kind], *mixtures[50 if kind == "muppet50" else 5], tokenizer, common,
+                                cli.hidden, cli.layers, cli.length)
              for kind in times if kind != "minimal"}  # the minimal loop runs the plain model's matrix products
     for kind, value in medians.items():
         print(f"{kind:>9}: median {value * 1000:8.1f} ms/update over {len(times[kind])} updates")
@@ -324,6 +339,19 @@ def main():
         ratios = [x / y for x, y in zip(round_medians[a], round_medians[b])]
         return [round(min(ratios), 3), round(max(ratios), 3)]
 
+    if cli.torch_compile:  # issue #53: MUPPET compiled within 3% of the plain Trainer compiled
+        result = {"metric": "muppet_compile_ratio", "clock": cli.clock, "rounds": cli.rounds,
+                  "muppet_vs_plain_compiled": round(medians["muppet_compiled"] / medians["plain_compiled"], 3),
+                  "muppet_vs_plain_compiled_spread": spread("muppet_compiled", "plain_compiled"), "goal": 1.03,
+                  "muppet_vs_plain_eager": round(medians["muppet"] / medians["plain"], 3),
+                  "compiled_vs_eager": {k: round(medians[f"{k}_compiled"] / medians[k], 3) for k in ("plain", "muppet")},
+                  "compile_s_per_run": {k: round((WARMUP_SECONDS[f"{k}_compiled"] - WARMUP_SECONDS[k]) / cli.rounds, 1)
+                                        for k in ("plain", "muppet")},
+                  "warmup_updates": cli.warmup, "mfu": utilisation, "matmul_peak_tflops": round(peak, 4),
+                  "peak_rss_mb": round(rss, 1), "load_average": [round(x, 2) for x in os.getloadavg()],
+                  "device": cli.device, "bf16": cli.bf16, "threads": cli.threads}
+        print(json.dumps(result))
+        return
     # goals (issue "cost at the floor"): MUPPET's bookkeeping within 2% of a plain Trainer, R3F within 3% of its FLOP
     # floor, 50 tasks within 3% of 5, and within 3% of a hand-written minimal loop
     r3f_floor = gflop["r3f"] / gflop["plain"]

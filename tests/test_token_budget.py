@@ -152,3 +152,23 @@ def test_resume_under_a_budget_is_exact_and_a_fixed_size_checkpoint_is_refused(t
     with pytest.raises(ValueError, match=r"different task sampling.*max_tokens_per_batch: None -> 80"):
         MuppetTrainer(model=other, args=args, train_dataset=train, processing_class=tokenizer).train(
             resume_from_checkpoint=os.path.join(args.output_dir, "checkpoint-3"))
+
+
+def test_the_benchmark_measures_padding_on_the_real_demo_mixture_at_a_matching_budget():
+    """benchmarks/bench_token_budget.py as documented (padding only; its speed and quality parts train MiniLM)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_token_budget.py"), "--rows", "120"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    padding = json.loads(done.stdout.strip().splitlines()[-1])["padding"]
+    fixed, budget = padding["fixed"], padding["budget"]
+    assert len(padding["tasks"]) >= 2 and fixed["mean_rows"] == 16
+    # the budget costs what 16 fixed rows cost per sub-batch, pads far less, and so holds more rows
+    assert abs(budget["mean_computed_tokens"] / fixed["mean_computed_tokens"] - 1) < 0.1
+    assert budget["padded_share"] < 0.10 < fixed["padded_share"]
+    assert budget["mean_rows"] > fixed["mean_rows"]
