@@ -92,8 +92,8 @@ def test_quick_runs_every_variant_caches_and_reports(tmp_path):
         torch.set_num_threads(threads)
 
     text = (tmp_path / "muppet.md").read_text()
-    for heading in ("## Setting", "## Claims and verdicts", "## Multiplicity", "## The paper's main claim",
-                    "## Claim 1", "## Claim 2", "## Claim 3", "## A related task alone", "## Retired sections"):
+    for heading in ("## Setting", "## Claims and verdicts", "## Multiplicity", "## What the paper predicts",
+                    "## The main claim at scale", "## Figures", "## Retired sections"):
         assert heading in text
     claims = common.load_claims(tmp_path / "muppet.json")  # written by the report, the runs kept
     assert claims and {c["claim"].split(" on ")[0] for c in claims} >= {"pre-finetuning", "loss scaling beats none"}
@@ -207,7 +207,7 @@ def test_related_claims_pair_imdb_alone_with_base_and_with_the_mixture_by_pre_fi
     assert "no direction" in versus["reason"] and "No prediction" in versus["paper"]
     assert "5-task mixture vs imdb alone" in versus["setting"]
     table = "\n".join(muppet.claim_lines(records))
-    assert "| no direction |" in table and "| no verdict (the paper predicts no direction" in table
+    assert "| no direction (related) |" in table and "| no verdict (the paper predicts no direction" in table
     # an IMDB-only arm below the majority class in a unit: not testable, in both comparisons
     broken = runs + _tuned("related", "imdb_only", "rotten_tomatoes", 45, (0.40, 0.42))
     harm, versus = [c for c in muppet.claims(broken, s) if c.get("name") == "related"]
@@ -223,9 +223,9 @@ def test_related_claims_pair_imdb_alone_with_base_and_with_the_mixture_by_pre_fi
            "+0.085] | - | no verdict" in row
 
 
-def test_batching_and_num_tasks_judge_the_mean_runs_over_units_once_they_exist(tmp_path):
+def test_batching_and_num_tasks_judge_the_mean_runs_over_units_once_they_exist():
     """Claims 2 and 3 with mean-pooling units present: judged on them (the first-token runs are superseded), each
-    arm paired by pre-finetuning seed with claim 1's reference; the report sections show the units."""
+    arm paired by pre-finetuning seed with claim 1's reference; the claims table shows the units."""
     from evidence import muppet
 
     s = muppet.FULL
@@ -236,9 +236,6 @@ def test_batching_and_num_tasks_judge_the_mean_runs_over_units_once_they_exist(t
         if arm is not None:
             runs += _tuned("batching", "no_loss_scaling", "rotten_tomatoes", unit, (arm, arm))
             runs += _tuned("num_tasks", "mixture_2", "rotten_tomatoes", unit, (arm - 0.1, arm - 0.1))
-            name = "no_loss_scaling" if unit == 42 else f"no_loss_scaling_pft{unit}"
-            runs.append({"claim": "batching", "variant": name, "run_id": name, "task": "average", "epoch": 3,
-                         "value": 0.5 + unit / 1000, "pooling": "mean", **({} if unit == 42 else {"pft_seed": unit})})
     runs += _tuned("batching", "no_loss_scaling", "rotten_tomatoes", 42, (0.99, 0.99), pooling=None)  # superseded
     runs += _tuned("heldout", "base", "rotten_tomatoes", None, (0.5, 0.5), pooling=None)
     claims = muppet.claims(runs, s)
@@ -250,10 +247,6 @@ def test_batching_and_num_tasks_judge_the_mean_runs_over_units_once_they_exist(t
     two = next(c for c in claims if c["claim"].startswith("pre-finetuning on 2 tasks"))
     # 2-task - base per unit: 0.63 - 0.70, 0.62 - 0.70, 0.61 - 0.70 -> -0.08 [-0.105, -0.055]: harm reproduced
     assert two["n_units"] == 3 and two["difference"] == pytest.approx(-0.08) and two["verdict"] == "reproduced"
-    mean_runs = [r for r in runs if r.get("pooling") == "mean"]
-    text = "\n".join(muppet.family_sections(mean_runs, s, claims, tmp_path))
-    # validation 0.542, 0.543, 0.544 over 3 units; the reference over the arm's units only (not unit 45)
-    assert "no_loss_scaling 0.543 ± 0.001 / - (3 units, epoch 3)" in text
     rows = "\n".join(muppet.claim_lines(claims)).split("\n")
     row = next(line for line in rows if line.startswith("| loss scaling beats none on held-out rotten_tomatoes"))
     assert "| the reference 0.750 ± 0.010 (3 units); no_loss_scaling 0.720 ± 0.010 (3 units) | 3 | +0.030 [+0.005, " \
@@ -261,7 +254,8 @@ def test_batching_and_num_tasks_judge_the_mean_runs_over_units_once_they_exist(t
     row = next(line for line in rows if line.startswith("| pre-finetuning on 2 tasks"))
     assert "| the 2-task mixture 0.620 ± 0.010 (3 units); base MiniLM 0.700 ± 0.000 (2 seeds) | 3 | " \
            "-0.080 [-0.105, -0.055] |" in row
-    assert "order drawn once with seed 0: parliament_party, newsgroups, " in text  # the 2-task mixture's tasks
+    text = "\n".join(muppet.setting_lines(runs, s))
+    assert "the first k of parliament_party, newsgroups, " in text  # the 2-task mixture's tasks
 
 
 def test_another_pre_finetuning_seed_adds_a_unit_to_claim_1(tmp_path):
@@ -410,7 +404,7 @@ def test_the_main_claim_at_scale_is_primary_and_not_testable_with_the_tasks_foun
     assert primary[1]["fraction"] == 0.1 and primary[1]["predicted_sign"] == -1
     table = "\n".join(muppet.claim_lines(common.with_q_values(records)))
     assert table.count("| **primary:** ") == 2 and "**Primary claims** (marked in the table" in table
-    section = "\n".join(muppet.family_sections([], s, records, tmp_path))
+    section = "\n".join(muppet.paper_and_figures([], s, records, tmp_path))
     assert "| chatterbot_answer_selection | PyPI chatterbot-corpus | no |" in section
     assert section.count("| yes |") == len(counted)
 

@@ -183,13 +183,10 @@ class Study:
         base = {"claim": claim, "variant": name, "run_id": name, "seed": s.pft_seed, "split": "validation",
                 "tasks": list(tasks), "batching": batching, "loss_scaling": loss_scaling,
                 **({"pft_seed": s.pft_seed} if self.extra_unit else {})}
-        objects = []
-        for entry in (e for e in evals if round(e["epoch"]) not in recorded):
-            at = {**base, "epoch": round(entry["epoch"]), "steps": entry["step"]}
-            objects.append({**at, "task": "average", "metric": "average_primary",
-                            "value": entry["eval_average_primary"]})
-            objects += [{**at, "task": t, "metric": "accuracy", "value": entry[f"eval_{t}_accuracy"]} for t in tasks]
-        self.record(objects, cost, meta)
+        self.record([{**base, "epoch": round(e["epoch"]), "steps": e["step"], "task": t, "metric": metric,
+                      "value": e[key]} for e in evals if round(e["epoch"]) not in recorded for t, metric, key in [
+                         ("average", "average_primary", "eval_average_primary"),
+                         *((t, "accuracy", f"eval_{t}_accuracy") for t in tasks)]], cost, meta)
         return epoch_checkpoint(out, evals, s.pft_epochs)
 
     def heldout(self, claim: str, variant: str, model: str, task: str, fraction: float, seed: int,
@@ -648,7 +645,8 @@ def setting_lines(every_pooling, s: Settings) -> list[str]:
             f"task proportions (§3.4), loss scaling (eq. 1), no R3F; AdamW, learning rate {s.pft_learning_rate:g} "
             f"constant after {s.warmup_updates} warm-up updates, weight decay 0.01. Budget: "
             f"**{counted(s.pft_epochs, 'epoch')}**, the fit pilot's best average validation accuracy of the mixture. "
-            f"One unit = one pre-finetuning run; seeds {', '.join(map(str, seeds))} so far.",
+            f"One unit = one pre-finetuning run; seeds {', '.join(map(str, seeds))} so far. Claim 3's nested "
+            f"mixtures: the first k of {', '.join(nested_mixture(s.mixture))} (order drawn once with seed 0).",
             f"- Held out: {', '.join(s.held_out)}. Left out of the mixture: "
             + "; ".join(f"{k}: {v}" for k, v in EXCLUDED.items()) + ".",
             f"- Fine-tuning (`hf-aux compare`'s engine): batch {s.ft_batch_size}, learning rate {s.ft_learning_rate:g} "
@@ -673,7 +671,9 @@ def claim_lines(records: list[dict]) -> list[str]:
             *markdown_table(["claim", "paper predicts", "setting", "arms: mean ± sd", "units", "difference [95% CI]",
                              "q (BH)", "verdict"], [[
                                  ("**primary:** " if r.get("primary") else "") + r["claim"],
-                                 {1: "> 0", -1: "< 0", None: "no direction"}[r["predicted_sign"]], r["setting"],
+                                 {1: "> 0", -1: "< 0", None: "no direction"}[r["predicted_sign"]]
+                                 + f" ({next(k for k, quote in CLAIM_PAPER.items() if quote == r['paper'])})",
+                                 r["setting"],
                                  r.get("_arms", "-"), r["n_units"], difference_text(r), fmt(r.get("q_value")),
                                  r["verdict"] + (f" ({r['reason']})" if r.get("reason") else "")] for r in records]),
             *([f"The {len(needed)} inconclusive claims with an interval would need {needed[0]} to "
@@ -681,63 +681,30 @@ def claim_lines(records: list[dict]) -> list[str]:
                "difference and spread measured, against the 3 run.", ""] if needed else [])]
 
 
-def family_sections(runs, s: Settings, records: list[dict], folder: Path) -> list[str]:
-    """A section per claim family: the paper's statements its claims are judged against (each quoted once), what is
-    particular to its runs beyond the Setting, its figures."""
-    fraction, quoted, steps, fits = f"{s.claim_fraction * 100:g}%", set(), {}, []
+def paper_and_figures(runs, s: Settings, records: list[dict], folder: Path) -> list[str]:
+    """The paper's statements the claims are judged against (the table's "paper" column names them), the tasks the
+    main claim would need, and the figures."""
+    steps, name = {}, {quote: key for key, quote in CLAIM_PAPER.items()}
     for r in matching(runs, claim="heldout", variant="base"):
         steps.setdefault(r["task"], {})[r["fraction"]] = f"{r.get('steps')} ({r.get('train_examples')})"
     weights = sorted((r for r in runs if r["claim"] == "end_task_weights" and r["task"] in s.held_out),
                      key=lambda r: (s.held_out.index(r["task"]), r["pft_seed"]))
-
-    def validation(name: str, epoch: int) -> dict:  # {pft seed: average validation accuracy of run `name` at epoch}
-        return {pft_seed_of(r): r["value"] for r in runs if r.get("task") == "average" and r.get("epoch") == epoch
-                and "fraction" not in r and (r.get("run_id") == name or str(r.get("run_id")).startswith(f"{name}_pft"))}
-
-    for arm in BATCHING_ARMS:  # each ablation's own mixture fit against the reference's, over the ablation's units
-        if epochs := [r["epoch"] for r in matching(runs, claim="batching", variant=arm, task="average")]:
-            mine = validation(arm, max(epochs))
-            reference = [v for u, v in validation("mixture_all", max(epochs)).items() if u in mine]
-            fits.append(f"{arm} {mean_sd_text(mine.values())} / {mean_sd_text(reference)} "
-                        f"({counted(len(mine), 'unit')}, epoch {max(epochs)})")
     drawn = plot_heldout(runs, s, folder)
-    sections = {
-        "at_scale": ("The paper's main claim at scale: not testable here", [
+    return ["## What the paper predicts", "", *(f"> **{name[q]}**: {q}\n" for q in dict.fromkeys(
+        r["paper"] for r in records)), "## The main claim at scale: the tasks found offline", "",
             "Real labelled text tasks found in the package registries: one more mixture task needs a distinct source "
             "or a label set with its own meaning.", "", *markdown_table(["task", "source", "counts", "why"], [
-                [name, source, "yes" if counts else "no", why] for name, source, counts, why in OFFLINE_TASKS])[:-1]]),
-        "heldout": (f"Claim 1: held-out tasks after pre-finetuning on {len(s.mixture)} tasks", [
-            "Updates (train examples) per fraction, the same for every arm: " + "; ".join(
-                f"{task} " + ", ".join(f"{f * 100:g}%: {v}" for f, v in sorted(by.items()))
-                for task, by in steps.items()) + ".", *(["", f"![test accuracy vs train fraction]({drawn})"] if drawn
-                                                        else [])]),
-        "end_task_aware": ("End-task-aware pre-finetuning (`--task_weighting meta`)", [
-            "The mixture pre-finetuned with `--task_weighting meta --end_task <task> --end_task_train_fraction "
-            f"{s.claim_fraction:g}`, its weights learnt from exactly the rows every arm fine-tunes on; then the task "
-            "fine-tuned as claim 1. Final weights per unit:", "", *markdown_table(
-                ["task", "unit (pft seed)", "final weights"], [[r["task"], r["pft_seed"], ", ".join(
-                    f"{n} {a:.3f}" for n, a in zip(r["tasks"], r["alpha"][-1]))] for r in weights]),
-            f"![mixture weights over pre-finetuning]({plot_end_task_weights(weights, s, folder)})"] if weights else [
-            "Not run yet (`--end_task_aware`)."]),
-        "related": ("A related task alone: pre-finetuning on IMDB only (issue #30)", [
-            f"Is claim 1's Rotten Tomatoes gain just a related task? IMDB alone, the same epochs over its "
-            f"{s.pft_train_rows} rows, then the held-out tasks at {fraction} as claim 1; chatterbot_category is the "
-            "control."]),
-        "num_tasks": ("Claim 3: the number of tasks in the mixture", [
-            f"Nested mixtures (order drawn once with seed 0: {', '.join(nested_mixture(s.mixture))}; the k-task "
-            f"mixture is its first k), the same epochs per task, held out at {fraction}: the low end of Fig. 1."]),
-        "batching": ("Claim 2: heterogeneous batches and loss scaling", [
-            "Each ablation pre-finetunes the same mixture against claim 1's run of the same seed (reference - "
-            f"ablation), held out at {fraction}. Average validation accuracy of the mixture, ablation / reference: "
-            f"{'; '.join(fits) or '-'}."])}
-    lines = []
-    for section, (heading, how) in sections.items():
-        quotes = list(dict.fromkeys(r["paper"] for r in records if r.get("_section") == section))
-        name = {quote: key for key, quote in CLAIM_PAPER.items()}
-        lines += [f"## {heading}", "", *(f"> **{name[q]}**: {'quoted above.' if q in quoted else q}\n" for q in quotes),
-                  *(how if quotes else ["No run yet."]), ""]
-        quoted.update(quotes)
-    return lines
+                [task, source, "yes" if counts else "no", why] for task, source, counts, why in OFFLINE_TASKS]),
+            "## Figures", "", "Claim 1, held-out tasks against the train fraction. Updates (train examples) per "
+            "fraction, the same for every arm: " + "; ".join(f"{task} " + ", ".join(
+                f"{f * 100:g}%: {v}" for f, v in sorted(by.items())) for task, by in steps.items()) + ".", "",
+            *([f"![test accuracy vs train fraction]({drawn})", ""] if drawn else []),
+            *(["End-task-aware pre-finetuning (`--task_weighting meta --end_task <task> --end_task_train_fraction "
+               f"{s.claim_fraction:g}`: the weights learn from exactly the rows every arm fine-tunes on). Final "
+               "weights per unit:", "", *markdown_table(["task", "unit (pft seed)", "final weights"], [
+                   [r["task"], r["pft_seed"], ", ".join(f"{n} {a:.3f}" for n, a in zip(r["tasks"], r["alpha"][-1]))]
+                   for r in weights]), f"![mixture weights over pre-finetuning]"
+               f"({plot_end_task_weights(weights, s, folder)})", ""] if weights else [])]
 
 
 def plot_end_task_weights(records: list[dict], s: Settings, folder: Path) -> str:
@@ -816,13 +783,14 @@ def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str
         "The longer budget: 6 epochs of pre-finetuning": "The longer budget (first-token runs, no claim)",
         "The base model: how the heads read MiniLM": "Plain MiniLM's first token against its mean pooling (the "
                                                      "first-token study: `git show adf5510:docs/evidence/muppet.md`)",
-        "How to continue": "How to continue the study (now the module docstring)"}
+        "How to continue": "How to continue the study (now the module docstring)",
+        "Claim 2: heterogeneous batches and loss scaling": "The ablations' own mixture fit (validation accuracy)"}
     text = "\n".join([
         "# MUPPET evidence: does pre-finetuning help on held-out tasks?", "", "Generated by `python "
         f"benchmarks/evidence/muppet.py --report` from [`{json_path.name}`]({json_path.name}); do not edit by hand. "
         "Paper: Aghajanyan et al., 2021, *Muppet: Massive Multi-task Representations with Pre-Finetuning* (arXiv "
         "2101.11038).", "", *setting_lines(every_pooling, s), *claim_lines(records), *multiplicity_lines(records),
-        *family_sections([r for r in every_pooling if pooling_of(r) == s.pooling], s, records, report_path.parent),
+        *paper_and_figures([r for r in every_pooling if pooling_of(r) == s.pooling], s, records, report_path.parent),
         "## Retired sections", "", *(f"- {what}: `git show 450b399:docs/evidence/muppet.md`, section '{heading}'."
                                      for heading, what in retired.items()), ""])
     report_path.write_text(text)
@@ -843,8 +811,8 @@ def main(argv: list[str] | None = None) -> None:
                         "weighted toward each held-out task, per --pft_seeds seed (default 42), then its fine-tuning")
     parser.add_argument("--pft_epochs", type=int, help="the pre-finetuning budget; a longer one resumes the runs")
     args = parser.parse_args(argv)
-    s = dataclasses.replace(QUICK if args.quick else FULL, **({"pft_epochs": args.pft_epochs} if args.pft_epochs
-                                                               else {}))
+    s = QUICK if args.quick else FULL
+    s = dataclasses.replace(s, pft_epochs=args.pft_epochs or s.pft_epochs)
     json_path, report_path = (args.out / "muppet.json", args.out / "muppet.md") if args.out else (JSON_PATH,
                                                                                                    REPORT_PATH)
     if not args.report:
@@ -859,8 +827,8 @@ def main(argv: list[str] | None = None) -> None:
             for task, study in itertools.product(s.held_out, units):
                 study.end_task_aware(task)
         elif args.pft_seeds:  # one arm at a time over the seeds: an interrupted job leaves complete units
-            for step, study in itertools.product(unit_steps(s, [c for c in UNIT_CLAIMS if c in (args.claims or ["1"])]),
-                                                 units):
+            steps = unit_steps(s, [c for c in UNIT_CLAIMS if c in (args.claims or ["1"])])
+            for step, study in itertools.product(steps, units):
                 step(study)
         else:
             units[0].run(args.claims or UNIT_CLAIMS)
