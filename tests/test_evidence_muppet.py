@@ -418,5 +418,5 @@ def test_a_failed_fine_tuning_records_no_value(tmp_path, monkeypatch):
     monkeypatch.setattr(muppet, "finetune_steps", lambda *args: 3)
     monkeypatch.setattr(command, "fine_tune", lambda *args, **kwargs: failed)
     study = muppet.Study(muppet.QUICK, tmp_path / "muppet.json", tmp_path / "runs", model="tiny")
-    study.heldout("heldout", "base", "tiny", "rotten_tomatoes", 0.01, 0, reuse_head=False)
+    study.heldout("heldout", "base", "tiny", "rotten_tomatoes", 0.01, 0)
     assert common.load_runs(tmp_path / "muppet.json") == []

@@ -190,9 +190,9 @@ class Study:
         return epoch_checkpoint(out, evals, s.pft_epochs)
 
     def heldout(self, claim: str, variant: str, model: str, task: str, fraction: float, seed: int,
-                reuse_head: bool, head_from: str | None = None) -> None:
-        """One fine-tuning by `hf-aux compare`'s engine (cached; `head_from`: from that task's head); a non-finite
-        loss records nothing (the next run retries it)."""
+                head_from: str | None = None) -> None:
+        """One fine-tuning by `hf-aux compare`'s engine (cached): plain MiniLM's with a fresh head, a pre-finetuned
+        arm's with the body re-used (`head_from`: and that task's head); a non-finite loss records nothing."""
         from hf_aux.compare.command import fine_tune
 
         s, keys = self.settings, {"claim": claim, "variant": variant, "task": task, "fraction": fraction, "seed": seed}
@@ -207,8 +207,7 @@ class Study:
                 "--do_eval", "--per_device_train_batch_size", str(s.ft_batch_size), "--seed", str(seed),
                 "--save_strategy", "no", *common_flags(s), "--do_predict", "--learning_rate", str(s.ft_learning_rate),
                 "--warmup_steps", "0.1", "--max_steps", str(steps), "--eval_strategy", "no",
-                *(["--reuse_head"] if reuse_head or head_from else []), *(["--task_name", head_from] if head_from
-                                                                            else [])]
+                *(["--reuse_head"] if variant != "base" else []), *(["--task_name", head_from] if head_from else [])]
         if s.heldout_eval_rows is not None:
             argv += ["--max_eval_samples", str(s.heldout_eval_rows), "--max_predict_samples", str(s.heldout_eval_rows)]
         elapsed = clock()
@@ -230,11 +229,10 @@ class Study:
         related mixture task's head."""
         s = self.settings
         for fraction, seed, task in itertools.product(fractions, s.seeds, s.held_out):
-            self.heldout("heldout", "base", self.model, task, fraction, seed, reuse_head=False)
-            self.heldout(claim, variant, model, task, fraction, seed, reuse_head=True)
+            self.heldout("heldout", "base", self.model, task, fraction, seed)
+            self.heldout(claim, variant, model, task, fraction, seed)
             if task_heads and HEAD_SOURCES.get(task) in s.mixture:
-                self.heldout(claim, f"{variant}_task_head", model, task, fraction, seed, reuse_head=True,
-                             head_from=HEAD_SOURCES[task])
+                self.heldout(claim, f"{variant}_task_head", model, task, fraction, seed, HEAD_SOURCES[task])
 
     def unit(self, name: str, tasks, pretraining: str, claim: str, variant: str | None = None, fractions=None,
              task_heads: bool = False, **flags) -> None:
@@ -258,8 +256,8 @@ class Study:
                           "value": None, "task_weight_lr": weights["task_weight_lr"],
                           "meta_tasks_per_step": weights["meta_tasks_per_step"]}], {}, run_meta())
         for seed in s.seeds:
-            self.heldout("heldout", "base", self.model, task, s.claim_fraction, seed, reuse_head=False)
-            self.heldout("end_task_aware", "meta", checkpoint, task, s.claim_fraction, seed, reuse_head=True)
+            self.heldout("heldout", "base", self.model, task, s.claim_fraction, seed)
+            self.heldout("end_task_aware", "meta", checkpoint, task, s.claim_fraction, seed)
 
     def run(self, claims=UNIT_CLAIMS) -> None:
         """The study, most informative first: claim 1's mixture (its seed-42 run the fit pilot) at its cheap
@@ -754,18 +752,16 @@ def plot_heldout(runs, s: Settings, folder: Path) -> str | None:
             axis.plot(*zip(*((x, v) for x, v in floor if v is not None)), "k_", markersize=28, markeredgewidth=1.5,
                       label="majority class (train subset's, on test)")
         ticks = sorted({r["fraction"] * 100 for r in runs if r["claim"] == "heldout"})  # the fractions run so far
-        axis.set_xscale("log")
-        axis.set_xticks(ticks, [f"{t:g}%" for t in ticks])
+        axis.set(xscale="log", xlim=(ticks[0] / 2, ticks[-1] * 2), ylabel="test accuracy", title=task,
+                 xlabel="train data used (% of the train split, log scale)")
+        axis.set_xticks(ticks, [f"{t:g}%" for t in ticks], minor=False)
         axis.minorticks_off()
-        axis.set(xlim=(ticks[0] / 2, ticks[-1] * 2), xlabel="train data used (% of the train split, log scale)",
-                 ylabel="test accuracy", title=task)
         axis.grid(alpha=0.3)
     return save_figure(fig, folder / "muppet_heldout.png", f"Held-out test accuracy. MiniLM, "
                        f"{POOLING_LABELS.get(s.pooling, s.pooling)}; pre-finetuned on {len(s.mixture)} tasks\n"
                        f"{counted(len(units), 'pre-finetuning run')} per arm: dots = fine-tuning seeds, lines = means; "
                        f"{'no interval over units yet' if len(units) < 2 else 'bars: 95% t interval over units'}",
                        "medium", 110, legend_columns=4, bottom=0.09)
-
 
 
 def report(json_path: Path, report_path: Path, settings: Settings = FULL) -> str:
