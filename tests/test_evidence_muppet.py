@@ -32,11 +32,10 @@ def test_quick_runs_every_variant_caches_and_reports(tmp_path):
         muppet.main(["--quick", "--out", str(tmp_path)])
         runs = common.load_runs(tmp_path / "muppet.json")
         arms = {(r["claim"], r["variant"]) for r in runs}
-        assert arms == {("fit", "mixture_all"), ("fit", "single_task"), ("heldout", "base"),
-                        ("heldout", "muppet"), ("heldout", "muppet_task_head"), ("num_tasks", "mixture_2"),
+        assert arms == {("fit", "mixture_all"), ("heldout", "base"), ("heldout", "muppet"),
+                        ("heldout", "muppet_task_head"), ("num_tasks", "mixture_2"),
                         ("batching", "dataset_homogeneous"), ("batching", "no_loss_scaling"),
-                        ("batching", "batch_homogeneous"), ("budget", "muppet_long"),
-                        ("budget", "muppet_long_task_head"), ("related_pretraining", "imdb_only"),
+                        ("batching", "batch_homogeneous"), ("related_pretraining", "imdb_only"),
                         ("related", "imdb_only"), ("related", "imdb_only_task_head")}
         quick = muppet.QUICK
         for run in runs:
@@ -44,16 +43,10 @@ def test_quick_runs_every_variant_caches_and_reports(tmp_path):
             assert run["pooling"] == quick.pooling  # every run says how its heads read the body
             assert 0.0 <= run["value"] <= 1.0 and run["quick"] is True
         fit = [r for r in runs if r["claim"] == "fit" and r["variant"] == "mixture_all"]
-        # the longer budget resumed the same run: its later epochs, once each, and as many single-task epochs
-        assert sorted(r["epoch"] for r in fit if r["task"] == "average") == list(range(1, quick.pft_epochs_long + 1))
-        single = [r for r in runs if r["claim"] == "fit" and r["variant"] == "single_task"]
-        assert sorted(r["epoch"] for r in single if r["task"] == "imdb") == list(range(1, quick.pft_epochs_long + 1))
+        # the fit pilot (claim 1's seed-42 mixture run): every epoch recorded once
+        assert sorted(r["epoch"] for r in fit if r["task"] == "average") == list(range(1, quick.pft_epochs + 1))
         assert {r["task"] for r in fit} == {*quick.mixture, "average"}
-        budget = [r for r in runs if r["claim"] == "budget"]
-        assert {(r["task"], r["seed"]) for r in budget if r["variant"] == "muppet_long"} == \
-            {(t, seed) for t in quick.held_out for seed in quick.seeds}
-        assert {r["fraction"] for r in budget} == {quick.claim_fraction}
-        for epoch in range(1, quick.pft_epochs_long + 1):  # the average is the mean of the tasks' accuracies
+        for epoch in range(1, quick.pft_epochs + 1):  # the average is the mean of the tasks' accuracies
             per_task = [r["value"] for r in fit if r["epoch"] == epoch and r["task"] != "average"]
             average = next(r["value"] for r in fit if r["epoch"] == epoch and r["task"] == "average")
             assert average == pytest.approx(sum(per_task) / len(per_task))
@@ -99,37 +92,16 @@ def test_quick_runs_every_variant_caches_and_reports(tmp_path):
         torch.set_num_threads(threads)
 
     text = (tmp_path / "muppet.md").read_text()
-    for heading in ("## Claims and verdicts", "## Is the pre-finetuned model fitted?", "## Claim 1", "## Claim 2",
-                    "## Claim 3", "## A related task alone", "## The longer budget", "## How to continue"):
+    for heading in ("## Setting", "## Claims and verdicts", "## Multiplicity", "## What the paper predicts",
+                    "## The main claim at scale", "## Figures", "## Retired sections"):
         assert heading in text
     claims = common.load_claims(tmp_path / "muppet.json")  # written by the report, the runs kept
     assert claims and {c["claim"].split(" on ")[0] for c in claims} >= {"pre-finetuning", "loss scaling beats none"}
     assert all(c["n_units"] <= 1 and c["verdict"] in ("inconclusive", common.NOT_TESTABLE) for c in claims)
     assert "1 of the 3 units needed" in text  # one unit (pre-finetuning run): no verdict
-    chosen = re.search(r"Budget used by claims 1-3: \*\*(\d) epoch", text)
-    assert chosen and int(chosen.group(1)) <= muppet.QUICK.pft_epochs  # the longer run does not move the budget
+    chosen = re.search(r"Budget: \*\*(\d) epoch", text)
+    assert chosen and int(chosen.group(1)) == muppet.QUICK.pft_epochs  # the budget every unit takes
     assert (tmp_path / "muppet_heldout.png").is_file()
-
-
-def test_pooling_section_pairs_first_token_runs_with_the_studys_pooling_by_seed():
-    """Runs recorded before the pooling setting (no "pooling" key) are first-token runs; the table pairs them with
-    the study's pooling by seed, and the study's other sections see only the latter."""
-    from evidence import muppet
-
-    s = muppet.FULL
-    runs = []
-    for seed, (old, new) in enumerate([(0.52, 0.61), (0.54, 0.66), (0.59, 0.70)]):
-        base = {"claim": "heldout", "variant": "base", "task": "rotten_tomatoes", "fraction": 0.03, "seed": seed,
-                "majority_baseline": 0.511}
-        runs.append({**base, "value": old, "test_macro_f1": old - 0.1})
-        runs.append({**base, "value": new, "test_macro_f1": new - 0.05, "pooling": "mean"})
-    text = "\n".join(muppet.pooling_section(runs, s))
-    mean, lo, hi = common.paired_ci([0.61, 0.66, 0.70], [0.52, 0.54, 0.59])
-    row = next(line for line in text.split("\n") if line.startswith("| rotten_tomatoes | 3% |"))
-    assert f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}]" in row and "0.511" in row
-    assert "0.550 ± 0.036" in row and "0.657 ± 0.045" in row  # cls, then mean accuracy
-    assert [muppet.pooling_of(r) for r in runs[:2]] == ["cls", "mean"]
-    assert "Not run yet" in "\n".join(muppet.pooling_section(runs[::2], s))  # first-token runs alone: nothing paired
 
 
 def test_claims_group_units_by_pre_finetuning_run_and_judge_few_tasks_against_harm():
@@ -151,14 +123,15 @@ def test_claims_group_units_by_pre_finetuning_run_and_judge_few_tasks_against_ha
     runs += [run("heldout", "muppet_task_head", "rotten_tomatoes", seed, v) for seed, v in enumerate((0.72, 0.74))]
     runs += [run("heldout", "base", "chatterbot_category", seed, v) for seed, v in enumerate((0.40, 0.42))]
     runs += [run("heldout", "muppet", "chatterbot_category", seed, v) for seed, v in enumerate((0.10, 0.12))]
-    # first-token runs (no pooling field): the 2-task mixture gains +0.05, +0.06, +0.07 over 3 units
+    # first-token runs (no pooling field: superseded, no claim judges them)
     runs += [run("heldout", "base", "rotten_tomatoes", 0, 0.60, pooling=None),
              run("heldout", "muppet", "rotten_tomatoes", 0, 0.70, pooling=None),
              run("batching", "batch_homogeneous", "rotten_tomatoes", 0, 0.68, pooling=None)]
     runs += [run("num_tasks", "mixture_2", "rotten_tomatoes", 0, v, pooling=None, pft_seed=unit)
              for unit, v in {42: 0.65, 1: 0.66, 2: 0.67}.items()]
 
-    at_scale, fresh, head, reuse, chatterbot, two_tasks, batching = muppet.claims(runs)
+    at_scale, fresh, head, reuse, chatterbot = muppet.claims(runs)
+    assert [muppet.pooling_of(r) for r in runs[-2:]] == ["cls", "cls"]
     assert at_scale["name"] == "at_scale" and at_scale["verdict"] == common.NOT_TESTABLE and at_scale["primary"]
 
     # 3 units, not 6 fine-tuning runs, against MiniLM's own 2 fine-tunings (Welch, so MiniLM's fine-tuning noise
@@ -182,15 +155,6 @@ def test_claims_group_units_by_pre_finetuning_run_and_judge_few_tasks_against_ha
     # the pre-finetuned arm ends at 0.110 < 0.137 in unit 42: it did not train
     assert chatterbot["verdict"] == common.NOT_TESTABLE
     assert "0.110" in chatterbot["reason"] and "0.137" in chatterbot["reason"]
-    # 2 tasks, first-token runs (the study has none with mean pooling): mean +0.06 over 3 units, but MiniLM was
-    # fine-tuned once, so its own fine-tuning noise cannot be estimated: no interval (pairing every unit with that
-    # one fine-tuning gave [+0.035, +0.085], "not reproduced")
-    assert two_tasks["predicted_sign"] == -1 and two_tasks["n_units"] == 3
-    assert two_tasks["difference"] == pytest.approx(0.06) and two_tasks["ci95"] is None
-    assert two_tasks["verdict"] == "inconclusive" and "first-token" in two_tasks["setting"]
-    # §5.2: reference - arm = 0.70 - 0.68, one pre-finetuning run per arm
-    assert batching["predicted_sign"] == 1 and batching["difference"] == pytest.approx(0.02)
-    assert batching["verdict"] == "inconclusive" and "Fig. 2" in batching["paper"]
 
     table = "\n".join(muppet.claim_lines([fresh, chatterbot]))
     assert "| 3 | -0.030 [-0.090, +0.030] | - | inconclusive |" in table
@@ -243,7 +207,7 @@ def test_related_claims_pair_imdb_alone_with_base_and_with_the_mixture_by_pre_fi
     assert "no direction" in versus["reason"] and "No prediction" in versus["paper"]
     assert "5-task mixture vs imdb alone" in versus["setting"]
     table = "\n".join(muppet.claim_lines(records))
-    assert "| no direction |" in table and "| no verdict (the paper predicts no direction" in table
+    assert "| no direction (related) |" in table and "| no verdict (the paper predicts no direction" in table
     # an IMDB-only arm below the majority class in a unit: not testable, in both comparisons
     broken = runs + _tuned("related", "imdb_only", "rotten_tomatoes", 45, (0.40, 0.42))
     harm, versus = [c for c in muppet.claims(broken, s) if c.get("name") == "related"]
@@ -259,9 +223,9 @@ def test_related_claims_pair_imdb_alone_with_base_and_with_the_mixture_by_pre_fi
            "+0.085] | - | no verdict" in row
 
 
-def test_batching_and_num_tasks_judge_the_mean_runs_over_units_once_they_exist(tmp_path):
+def test_batching_and_num_tasks_judge_the_mean_runs_over_units_once_they_exist():
     """Claims 2 and 3 with mean-pooling units present: judged on them (the first-token runs are superseded), each
-    arm paired by pre-finetuning seed with claim 1's reference; the report sections show the units."""
+    arm paired by pre-finetuning seed with claim 1's reference; the claims table shows the units."""
     from evidence import muppet
 
     s = muppet.FULL
@@ -272,9 +236,6 @@ def test_batching_and_num_tasks_judge_the_mean_runs_over_units_once_they_exist(t
         if arm is not None:
             runs += _tuned("batching", "no_loss_scaling", "rotten_tomatoes", unit, (arm, arm))
             runs += _tuned("num_tasks", "mixture_2", "rotten_tomatoes", unit, (arm - 0.1, arm - 0.1))
-            name = "no_loss_scaling" if unit == 42 else f"no_loss_scaling_pft{unit}"
-            runs.append({"claim": "batching", "variant": name, "run_id": name, "task": "average", "epoch": 3,
-                         "value": 0.5 + unit / 1000, "pooling": "mean", **({} if unit == 42 else {"pft_seed": unit})})
     runs += _tuned("batching", "no_loss_scaling", "rotten_tomatoes", 42, (0.99, 0.99), pooling=None)  # superseded
     runs += _tuned("heldout", "base", "rotten_tomatoes", None, (0.5, 0.5), pooling=None)
     claims = muppet.claims(runs, s)
@@ -286,11 +247,6 @@ def test_batching_and_num_tasks_judge_the_mean_runs_over_units_once_they_exist(t
     two = next(c for c in claims if c["claim"].startswith("pre-finetuning on 2 tasks"))
     # 2-task - base per unit: 0.63 - 0.70, 0.62 - 0.70, 0.61 - 0.70 -> -0.08 [-0.105, -0.055]: harm reproduced
     assert two["n_units"] == 3 and two["difference"] == pytest.approx(-0.08) and two["verdict"] == "reproduced"
-    mean_runs = [r for r in runs if r.get("pooling") == "mean"]
-    assert muppet.judged_pooling(runs, "batching", s) == "mean"
-    text = "\n".join(muppet.family_sections(mean_runs, s, claims, tmp_path, mean_runs))
-    # validation 0.542, 0.543, 0.544 over 3 units; the reference over the arm's units only (not unit 45)
-    assert "no_loss_scaling 0.543 ± 0.001 / - (3 units, epoch 3)" in text
     rows = "\n".join(muppet.claim_lines(claims)).split("\n")
     row = next(line for line in rows if line.startswith("| loss scaling beats none on held-out rotten_tomatoes"))
     assert "| the reference 0.750 ± 0.010 (3 units); no_loss_scaling 0.720 ± 0.010 (3 units) | 3 | +0.030 [+0.005, " \
@@ -298,7 +254,8 @@ def test_batching_and_num_tasks_judge_the_mean_runs_over_units_once_they_exist(t
     row = next(line for line in rows if line.startswith("| pre-finetuning on 2 tasks"))
     assert "| the 2-task mixture 0.620 ± 0.010 (3 units); base MiniLM 0.700 ± 0.000 (2 seeds) | 3 | " \
            "-0.080 [-0.105, -0.055] |" in row
-    assert "order drawn once with seed 0: parliament_party, newsgroups, " in text  # the 2-task mixture's tasks
+    text = "\n".join(muppet.setting_lines(runs, s))
+    assert "the first k of parliament_party, newsgroups, " in text  # the 2-task mixture's tasks
 
 
 def test_another_pre_finetuning_seed_adds_a_unit_to_claim_1(tmp_path):
@@ -341,7 +298,7 @@ def test_pft_seeds_add_units_of_the_related_batching_and_num_tasks_claims(tmp_pa
         muppet.main(["--quick", "--out", str(tmp_path), "--pft_seeds", "42", "43", "--claims", "3", "related"])
         assert len(common.load_runs(tmp_path / "muppet.json")) == len(before) + len(added)  # cached
         with pytest.raises(SystemExit):
-            muppet.main(["--quick", "--out", str(tmp_path), "--pft_seeds", "43", "--claims", "budget"])
+            muppet.main(["--quick", "--out", str(tmp_path), "--pft_seeds", "43", "--claims", "pooling"])
     finally:
         torch.set_num_threads(threads)
     tuned = [r for r in added if "fraction" in r]
@@ -417,7 +374,7 @@ def test_a_base_not_given_the_budget_makes_its_comparisons_not_testable():
     assert muppet.base_budget_reason(gaining, "rotten_tomatoes", 0.03) is None
 
 
-def test_the_main_claim_at_scale_is_primary_and_not_testable_with_the_tasks_found():
+def test_the_main_claim_at_scale_is_primary_and_not_testable_with_the_tasks_found(tmp_path):
     """Issue #50 items 2, 3 and 7: the paper's main claim (15+ tasks help held-out tasks) leads the list, primary,
     "not testable here" with the measured reason (fewer than 15 tasks ship offline; what the mixture measures
     instead; the cost); the second primary claim is the harm on chatterbot_category (no related task) at 10%."""
@@ -447,20 +404,19 @@ def test_the_main_claim_at_scale_is_primary_and_not_testable_with_the_tasks_foun
     assert primary[1]["fraction"] == 0.1 and primary[1]["predicted_sign"] == -1
     table = "\n".join(muppet.claim_lines(common.with_q_values(records)))
     assert table.count("| **primary:** ") == 2 and "**Primary claims** (marked in the table" in table
-    section = "\n".join(muppet.at_scale_section(records))
+    section = "\n".join(muppet.paper_and_figures([], s, records, tmp_path))
     assert "| chatterbot_answer_selection | PyPI chatterbot-corpus | no |" in section
     assert section.count("| yes |") == len(counted)
 
 
 def test_a_failed_fine_tuning_records_no_value(tmp_path, monkeypatch):
-    """A fine-tuning whose loss went non-finite (the engine's record says "failed") leaves nothing in the JSON: no
-    held-out result, no single-task validation curve."""
+    """A fine-tuning whose loss went non-finite (the engine's record says "failed") leaves nothing in the JSON."""
     from evidence import muppet
+    from hf_aux.compare import command
 
     failed = {"status": "failed", "error": "non-finite loss at step 2"}
     monkeypatch.setattr(muppet, "finetune_steps", lambda *args: 3)
-    monkeypatch.setattr(muppet, "finetune", lambda *args, **kwargs: (failed, {"wall_s": 0.1, "cpu_s": 0.1}))
+    monkeypatch.setattr(command, "fine_tune", lambda *args, **kwargs: failed)
     study = muppet.Study(muppet.QUICK, tmp_path / "muppet.json", tmp_path / "runs", model="tiny")
-    study.heldout("heldout", "base", "tiny", "rotten_tomatoes", 0.01, 0, reuse_head=False)
-    study.single_task_references(2)
+    study.heldout("heldout", "base", "tiny", "rotten_tomatoes", 0.01, 0)
     assert common.load_runs(tmp_path / "muppet.json") == []
