@@ -172,3 +172,20 @@ def test_the_benchmark_measures_padding_on_the_real_demo_mixture_at_a_matching_b
     assert abs(budget["mean_computed_tokens"] / fixed["mean_computed_tokens"] - 1) < 0.1
     assert budget["padded_share"] < 0.10 < fixed["padded_share"]
     assert budget["mean_rows"] > fixed["mean_rows"]
+
+
+def test_end_task_aware_weighting_under_a_budget_draws_each_tasks_mean_rows(tmp_path):
+    """The meta step's g_k batches hold each task's mean rows per budget sub-batch, not the cap on rows."""
+    from test_muppet_meta_weighting import _setup as meta_setup
+
+    tokenizer, model, args, train, extra = meta_setup(tmp_path, per_device_train_batch_size=64,
+                                                      max_tokens_per_batch=48, max_steps=2)
+    trainer = MuppetTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer, **extra)
+    trainer.train()
+    mean_rows = trainer._task_sampler.budget.mean_rows
+    assert all(1 < rows < 64 for rows in mean_rows)
+    streams = trainer._get_streams()
+    assert [streams[f"task/{name}"].batch_size for name in train] == mean_rows
+    assert streams["_meta"].batch_size == round(sum(mean_rows) / len(mean_rows))
+    history = trainer.task_weights_state.history
+    assert len(history) == 2 and max(abs(a - 1 / 3) for a in history[-1][1:]) > 1e-4  # the weights moved

@@ -342,7 +342,11 @@ class MuppetTrainer(AuxTrainer):
         if self._streams is None:
             place = {"rank": args.process_index, "world_size": args.world_size}
             size = args.per_device_train_batch_size
-            streams = {f"task/{name}": BatchStream(data, size, self._collate, args.seed + 17 * (k + 1), **place)
+            budget = self._task_sampler.budget if self._task_sampler is not None else None
+            # under a token budget, each task's g_k batch holds its mean rows per sub-batch (not the cap on rows)
+            sizes = budget.mean_rows if budget is not None else [size] * len(self.train_dataset.datasets)
+            size = round(sum(sizes) / len(sizes))
+            streams = {f"task/{name}": BatchStream(data, sizes[k], self._collate, args.seed + 17 * (k + 1), **place)
                        for k, (name, data) in enumerate(zip(self.train_dataset.task_names, self.train_dataset.datasets))}
             end_collator = MultiTaskCollator(self.processing_class, [self._end_task["name"]])
             collate = lambda features, generator: end_collator(features)  # noqa: E731

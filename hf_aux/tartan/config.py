@@ -25,7 +25,8 @@ class MetaWeightingArguments:
     meta_head_lr: float = field(default=1e-3, metadata={"help": "Learning rate of the phi* fit (§4: 1e-3)."})
     meta_head_weight_decay: float = field(default=0.1, metadata={"help": "L2 weight decay of the phi* fit (§4: 0.1)."})
     meta_batch_size: int | None = field(default=None, metadata={
-        "help": "Batch size of the end-task batches giving g_meta (default: per_device_train_batch_size)."})
+        "help": "Batch size of the end-task batches giving g_meta (default: per_device_train_batch_size; with "
+                "MUPPET's --max_tokens_per_batch, the mixture's mean rows per sub-batch)."})
 
     def check_meta_weighting(self, owner: str, active: bool) -> None:
         """Range checks of the fields above; with `active` (the META rule runs), the precision and checkpointing

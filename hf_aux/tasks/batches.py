@@ -261,6 +261,7 @@ class TokenBudget:
             self.bounds.append(_pack(sequence * int(choices), max_tokens, max_rows))
             self.counts.append(len(self.bounds[-1]) - 1)
         self.digest = digest.hexdigest()
+        self.mean_rows = [max(1, round(rows / count)) for rows, count in zip(epoch_rows, self.counts)]
 
     def task_batches(self, task: int, rng: np.random.Generator) -> list[np.ndarray]:
         """One epoch's sub-batches of `task` (local row indices): each bucket's rows drawn afresh, the buckets
