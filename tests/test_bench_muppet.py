@@ -47,3 +47,23 @@ def test_a_failed_run_stops_the_benchmark_naming_it(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["bench_muppet.py", *TINY_JOB, "--threads", "0"])  # torch refuses 0 threads
     with pytest.raises(SystemExit, match="the r3f run failed"):
         bench_muppet.measure_in_own_process("r3f", HostSyncs("cpu"))
+
+
+def test_torch_compile_mode_reports_compiled_over_eager_and_the_compile_time():
+    """`--torch_compile` (issue #53): plain Trainer and MuppetTrainer, eager and compiled, interleaved; the compile
+    time is what the compiled runs' warm-up updates took beyond the eager runs'."""
+    import shutil
+
+    if shutil.which("g++") is None and shutil.which("c++") is None:
+        pytest.skip("inductor on CPU needs a C++ compiler (g++ or c++)")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    job = [*TINY_JOB[:TINY_JOB.index("--warmup")], "--warmup", "3", "--rounds", "1", "--clock", "cpu"]
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_muppet.py"), *job, "--torch_compile"],
+                          env=env, capture_output=True, text=True, timeout=900, cwd=ROOT / "benchmarks")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["metric"] == "muppet_compile_ratio" and result["goal"] == 1.03
+    assert math.isfinite(result["muppet_vs_plain_compiled"]) and result["muppet_vs_plain_compiled"] > 0
+    assert set(result["compiled_vs_eager"]) == {"plain", "muppet"}
+    assert all(seconds > 1 for seconds in result["compile_s_per_run"].values())  # inductor compiled something
+    assert set(result["mfu"]) == {"plain", "muppet", "plain_compiled", "muppet_compiled"}
