@@ -189,3 +189,42 @@ def test_end_task_aware_weighting_under_a_budget_draws_each_tasks_mean_rows(tmp_
     assert streams["_meta"].batch_size == round(sum(mean_rows) / len(mean_rows))
     history = trainer.task_weights_state.history
     assert len(history) == 2 and max(abs(a - 1 / 3) for a in history[-1][1:]) > 1e-4  # the weights moved
+
+
+def test_the_installed_command_trains_under_a_budget_and_names_a_budget_too_small(tmp_path):
+    """`hf-aux muppet --max_tokens_per_batch` as a user starts it: it trains and reports the budget's sub-batches in
+    the checkpoint's sampler description; a budget below the longest row stops before training, in one line."""
+    import shutil
+    import subprocess
+    import sys
+
+    from test_muppet_trainer import _rows
+    from tiny import tiny_config, tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    model_dir = tmp_path / "tiny-bert"
+    AutoModel.from_config(tiny_config("bert", tokenizer)).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    for name, kind, seed in (("sent", "classification", 0), ("choice", "multiple_choice", 2)):
+        with open(tmp_path / f"{name}.jsonl", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in _rows(kind, 20, seed))
+    (tmp_path / "mixture.json").write_text(json.dumps({"tasks": [
+        {"name": "sent", "kind": "classification", "num_labels": 2, "data_files": "sent.jsonl"},
+        {"name": "choice", "kind": "multiple_choice", "data_files": "choice.jsonl"}]}))
+    command = shutil.which("hf-aux", path=os.path.dirname(sys.executable)) or shutil.which("hf-aux")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    common = [command, "muppet", "--model_name_or_path", str(model_dir), "--mixture_file", str(tmp_path / "mixture.json"),
+              "--do_train", "--max_steps", "2", "--per_device_train_batch_size", "64", "--report_to", "none",
+              "--max_seq_length", "24", "--use_cpu", "--save_steps", "2", "--disable_tqdm", "true"]
+    out = tmp_path / "run"
+    done = subprocess.run([*common, "--output_dir", str(out), "--max_tokens_per_batch", "60"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    state = json.load(open(out / "checkpoint-2" / "trainer_state.json"))
+    assert state["stateful_callbacks"]["TaskSamplerState"]["attributes"]["description"]["max_tokens_per_batch"] == 60
+    small = tmp_path / "small"
+    done = subprocess.run([*common, "--output_dir", str(small), "--max_tokens_per_batch", "20"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "field 'max_tokens_per_batch': 20 tokens do not hold its longest row" in done.stderr
+    assert not (small / "checkpoint-1").exists()
