@@ -125,12 +125,18 @@ def run_one(cli, budget: int | None) -> dict:
         trainer = MuppetTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer,
                                 callbacks=[Clock()], data_collator=None)
         collate = trainer.data_collator
-        trainer.data_collator = lambda features: rows.append(len(features)) or collate(features)
+        def counting(features):  # (rows, computed tokens) of each sub-batch, as it is padded
+            batch = collate(features)
+            rows.append((len(features), batch["input_ids"].numel()))
+            return batch
+
+        trainer.data_collator = counting
         trainer.train()
-    # rows of the measured updates: the loader collates one sub-batch ahead, so count by position
+    # the measured updates' sub-batches: the loader collates one sub-batch ahead, so count by position
     measured = rows[cli.warmup * cli.group:(cli.warmup + cli.steps) * cli.group]
     seconds = marks[-1][0] - marks[cli.warmup - 1][0]
-    return {"rows_per_s": sum(measured) / seconds, "s_per_update": seconds / cli.steps,
+    return {"rows_per_s": sum(r for r, _ in measured) / seconds, "s_per_update": seconds / cli.steps,
+            "computed_tokens_per_s": sum(t for _, t in measured) / seconds,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
@@ -149,6 +155,8 @@ def speed_figures(cli, budget: int) -> dict:
     return {"runs": runs, "median": median,
             "rows_per_s_ratio": median["budget"]["rows_per_s"] / median["fixed"]["rows_per_s"],
             "s_per_update_ratio": median["budget"]["s_per_update"] / median["fixed"]["s_per_update"],
+            "computed_tokens_per_s_ratio": (median["budget"]["computed_tokens_per_s"]
+                                            / median["fixed"]["computed_tokens_per_s"]),
             "peak_rss_ratio": median["budget"]["peak_rss_mb"] / median["fixed"]["peak_rss_mb"]}
 
 
