@@ -24,6 +24,7 @@ MUPPET's loss adds no matrix product (floor 1.0); R3F adds one forward and backw
 
     python benchmarks/bench_muppet.py                       # BERT body hidden 256 x 4 layers (the figures in docs/muppet_measurements.md)
     python benchmarks/bench_muppet.py --hidden 64 --layers 2  # a tiny body: Trainer's fixed costs dominate
+    python benchmarks/bench_muppet.py --torch_compile --warmup 3  # plain / MUPPET, eager and compiled
 
 The last line of output is one JSON object.
 """
