@@ -63,6 +63,16 @@ def test_arrow_checks_of_string_labels_and_multiple_choice():
         check_task_data(choice, datasets.Dataset.from_dict({**good, "label": [1, 3]}))
 
 
+def test_classification_label_errors_name_the_row_and_the_problem():
+    """The label checks' messages (hf_aux.tasks.loading._class_problem, shared with the tags' checks)."""
+    named = classification(num_labels=None, label_names=["neg", "pos"])
+    with pytest.raises(ValueError, match=r"field 'label_column': train row 1: label 'meh' is not one of label_names "
+                                         r"\['neg', 'pos'\]"):
+        check_task_data(named, datasets.Dataset.from_dict({"text": ["a", "b"], "label": ["pos", "meh"]}))
+    with pytest.raises(ValueError, match=r"field 'label_column': train row 0: label 5 out of range \[0, 3\)"):
+        check_task_data(classification(), datasets.Dataset.from_dict({"text": ["a", "b"], "label": [5, 1]}))
+
+
 def test_distinct_values_name_the_first_empty_row():
     values, first_null = distinct_values(datasets.Dataset.from_dict({"label": [2, 0, None, 2, None]}), "label")
     assert sorted(values) == [0, 2] and first_null == 2

@@ -309,20 +309,13 @@ def check_task_data(task: TaskSpec, data, split: str = "train") -> None:
                          nested=column == task.choices_column and task.kind == "multiple_choice")
     if task.kind == "classification":
         labels = columns[task.label_column]
-        names = task.label_names
         for index, label in enumerate(labels):
             if label is None:
                 raise task_error(task.name, "label_column", f"{split} row {index}: the label is empty (None/null); "
                                  "fill it or drop the row")
-            if isinstance(label, str):
-                if names is None or label not in names:
-                    raise task_error(task.name, "label_column", f"{split} row {index}: label {label!r} is not one of "
-                                     f"label_names {names}")
-            elif isinstance(label, float):
-                raise task_error(task.name, "label_column", _not_an_integer("label", labels, split))
-            elif isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < task.num_labels:
-                raise task_error(task.name, "label_column", f"{split} row {index}: label {label!r} out of range "
-                                 f"[0, {task.num_labels})")
+            problem = _class_problem(label, task, "label", labels, split, index)
+            if problem:
+                raise task_error(task.name, "label_column", problem)
     elif task.kind == "regression":
         for index, label in enumerate(columns[task.label_column]):
             if isinstance(label, bool) or not isinstance(label, (int, float)) or not math.isfinite(label):
@@ -362,7 +355,6 @@ def check_task_data(task: TaskSpec, data, split: str = "train") -> None:
 def _check_tagged_words(task: TaskSpec, token_rows: list, tag_rows: list, split: str) -> None:
     """Each row: a non-empty list of words and as many tags, each an id in [0, num_labels) or a name of
     label_names."""
-    names = set(task.label_names or [])
     for index, (words, tags) in enumerate(zip(token_rows, tag_rows)):
         if not isinstance(words, list) or not words:
             raise task_error(task.name, "tokens_column", f"{split} row {index}: column {task.tokens_column!r} must "
@@ -379,15 +371,27 @@ def _check_tagged_words(task: TaskSpec, token_rows: list, tag_rows: list, split:
                              f"({task.tokens_column!r}) but {len(tags)} tags ({task.tags_column!r}); give one tag "
                              "per word")
         for position, tag in enumerate(tags):
-            if isinstance(tag, str):
-                if tag not in names:
-                    raise task_error(task.name, "tags_column", f"{split} row {index}: tag {tag!r} (word {position}) "
-                                     f"is not one of label_names {task.label_names}")
-            elif isinstance(tag, float):
-                raise task_error(task.name, "tags_column", _not_an_integer("tag", tag_rows, split))
-            elif isinstance(tag, bool) or not isinstance(tag, int) or not 0 <= tag < task.num_labels:
-                raise task_error(task.name, "tags_column", f"{split} row {index}: tag {tag!r} (word {position}) out "
-                                 f"of range [0, {task.num_labels})")
+            problem = _class_problem(tag, task, "tag", tag_rows, split, index, position)
+            if problem:
+                raise task_error(task.name, "tags_column", problem)
+
+
+def _class_problem(value, task: TaskSpec, what: str, rows: list, split: str, index: int,
+                   position: int | None = None) -> str | None:
+    """What is wrong with one class label or tag (`what`, in row `index`, word `position` for a tag), or None: a
+    name not in label_names, a float column (read as floats: `_not_an_integer`), an int out of [0, num_labels)."""
+    if isinstance(value, str):
+        if task.label_names and value in task.label_names:
+            return None
+        problem = f"is not one of label_names {task.label_names}"
+    elif isinstance(value, float):
+        return _not_an_integer(what, rows, split)
+    elif isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < task.num_labels:
+        problem = f"out of range [0, {task.num_labels})"
+    else:
+        return None
+    word = f" (word {position})" if position is not None else ""
+    return f"{split} row {index}: {what} {value!r}{word} {problem}"
 
 
 def _not_an_integer(what: str, rows: list, split: str) -> str:
