@@ -286,7 +286,8 @@ def main():
     parser.add_argument("--torch_compile", action="store_true",
                         help="instead: plain Trainer and MuppetTrainer, eager and with --torch_compile (inductor); "
                              "compiled / eager, MUPPET / plain compiled, and the compile time (give --warmup >= 3)")
-    parser.add_argument("--run_one", choices=KINDS + COMPILED_KINDS[2:], help=argparse.SUPPRESS)  # one run, for a process of its own
+    # one run, for a process of its own
+    parser.add_argument("--run_one", choices=KINDS + COMPILED_KINDS[2:], help=argparse.SUPPRESS)
     cli = parser.parse_args()
     global CLOCK
     CLOCK = CLOCKS[cli.clock]
@@ -345,7 +346,8 @@ def main():
                   "muppet_vs_plain_compiled": round(medians["muppet_compiled"] / medians["plain_compiled"], 3),
                   "muppet_vs_plain_compiled_spread": spread("muppet_compiled", "plain_compiled"), "goal": 1.03,
                   "muppet_vs_plain_eager": round(medians["muppet"] / medians["plain"], 3),
-                  "compiled_vs_eager": {k: round(medians[f"{k}_compiled"] / medians[k], 3) for k in ("plain", "muppet")},
+                  "compiled_vs_eager": {k: round(medians[f"{k}_compiled"] / medians[k], 3)
+                                        for k in ("plain", "muppet")},
                   "compile_s_per_run": {k: round((WARMUP_SECONDS[f"{k}_compiled"] - WARMUP_SECONDS[k]) / cli.rounds, 1)
                                         for k in ("plain", "muppet")},
                   "warmup_updates": cli.warmup, "mfu": utilisation, "matmul_peak_tflops": round(peak, 4),

@@ -41,22 +41,22 @@ from hf_aux.tasks.batches import TaskBatchSampler, padded_share, row_lengths
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def demo_train_data(max_seq_length: int, rows: int, seed: int = 42):
-    """The demo mixture's tokenised train splits, as `hf-aux muppet` builds them (its own functions)."""
+def demo_train_data(max_seq_length: int, rows: int):
+    """The demo mixture's tokenised train splits as `hf-aux muppet` builds them: its own argument parsing (the demo
+    config's tasks and seed) and loading functions."""
     from transformers import AutoTokenizer
 
-    from hf_aux.muppet.command import DataTrainingArguments, load_tasks
+    from hf_aux.muppet.command import load_tasks, parse_args
     from hf_aux.tasks.data import tokenize_task
     from hf_aux.tasks.demo import minilm_path
     from hf_aux.tasks.loading import load_task_splits
 
-    data_args = DataTrainingArguments(max_train_samples=rows, max_eval_samples=16, max_seq_length=max_seq_length,
-                                      default_demo_tasks=["imdb", "healthtweets_outlet", "news_outlet",
-                                                          "parliament_party", "newsgroups"])
-    tasks = load_tasks(data_args, seed)
+    _, data_args, training_args, _ = parse_args(["--output_dir", tempfile.gettempdir(), "--max_seq_length",
+                                                 str(max_seq_length), "--max_train_samples", str(rows)])
+    tasks = load_tasks(data_args, training_args.seed)
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
-    train = {t.name: tokenize_task(t, load_task_splits(t, seed=seed)["train"], tokenizer, max_length=max_seq_length)
-             for t in tasks}
+    train = {t.name: tokenize_task(t, load_task_splits(t, seed=training_args.seed)["train"], tokenizer,
+                                   max_length=max_seq_length) for t in tasks}
     return tasks, tokenizer, train
 
 
@@ -67,16 +67,17 @@ def mean_computed_tokens(plan, lengths) -> float:
 def matching_budget(sizes, lengths, target: float, max_rows: int, group: int) -> int:
     """The budget whose sub-batches' mean computed tokens is closest to `target` (bisection: the smallest budget
     at or above it, or the one below)."""
+    def mean(budget: int) -> float:
+        plan = TaskBatchSampler(sizes, max_rows, group, max_tokens=budget, row_lengths=lengths).epoch_plan(0)
+        return mean_computed_tokens(plan, lengths)
+
     low, high = int(max(int(lengths[t][0].max()) * lengths[t][1] for t in range(len(sizes)))), 1 << 20
     while low < high:
         middle = (low + high) // 2
-        sampler = TaskBatchSampler(sizes, max_rows, group, max_tokens=middle, row_lengths=lengths)
-        if mean_computed_tokens(sampler.epoch_plan(0), lengths) >= target:
+        if mean(middle) >= target:
             high = middle
         else:
             low = middle + 1
-    mean = lambda budget: mean_computed_tokens(TaskBatchSampler(  # noqa: E731
-        sizes, max_rows, group, max_tokens=budget, row_lengths=lengths).epoch_plan(0), lengths)
     return min((low, low - 1), key=lambda budget: abs(mean(budget) - target))
 
 
@@ -90,10 +91,12 @@ def padding_figures(cli) -> dict:
     budget = matching_budget(sizes, lengths, target, cli.max_rows, cli.group)
     plan = TaskBatchSampler(sizes, cli.max_rows, cli.group, max_tokens=budget, row_lengths=lengths).epoch_plan(0)
     rows = lambda p: sum(len(r) for _, r in p)  # noqa: E731
-    return {"tasks": dict(zip(names, sizes)), "mean_tokens": {n: float(np.mean(l)) for n, (l, _) in zip(names, lengths)},
+    return {"tasks": dict(zip(names, sizes)),
+            "mean_tokens": {n: float(np.mean(l)) for n, (l, _) in zip(names, lengths)},
             "fixed": {"batch": cli.batch, "padded_share": padded_share(fixed, lengths), "sub_batches": len(fixed),
                       "mean_rows": rows(fixed) / len(fixed), "mean_computed_tokens": target},
-            "budget": {"max_tokens_per_batch": budget, "max_rows": cli.max_rows, "padded_share": padded_share(plan, lengths),
+            "budget": {"max_tokens_per_batch": budget, "max_rows": cli.max_rows,
+                       "padded_share": padded_share(plan, lengths),
                        "sub_batches": len(plan), "mean_rows": rows(plan) / len(plan),
                        "mean_computed_tokens": mean_computed_tokens(plan, lengths)}}
 

@@ -29,8 +29,8 @@ from tiny import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "ddp_worker.py")
-EQUAL_JOBS = ["muppet", "muppet:r3f", "muppet:budget", "amos", "tartan:mt", "tartan:mt-dropout", "tartan:mt-warmup", "meta_lm:mlm",
-              "meta_lm:mlm-dropout"]  # vs one process
+EQUAL_JOBS = ["muppet", "muppet:r3f", "muppet:budget", "amos", "tartan:mt", "tartan:mt-dropout", "tartan:mt-warmup",
+              "meta_lm:mlm", "meta_lm:mlm-dropout"]  # vs one process
 DDP_ONLY_JOBS = ["tartan:meta", "tartan:meta-dropout", "tartan:meta-warmup", "meta_lm:soft", "muppet:meta"]
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),

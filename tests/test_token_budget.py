@@ -68,18 +68,19 @@ def test_budget_keeps_task_shares_strategies_and_determinism():
     updates = [plan[i:i + 4] for i in range(0, len(plan), 4)]
     single = sum(len({t for t, _ in u}) < 2 for u in updates)
     assert sampler.counts == [129, 8, 10] and single == len(updates) - (len(plan) - max(sampler.counts)) == 19
-    # temperature: rows per epoch proportional to n ** (1 / T), same total
+    # temperature: rows per epoch proportional to n ** (1 / T), the same total up to rounding (680 / 3 each)
     hot = make(temperature=1e6).epoch_plan(0)
     rows = collections.Counter()
     for task, r in hot:
         rows[task] += len(r)
-    assert [rows[t] for t in range(3)] == [227, 227, 226] or abs(rows[0] - rows[2]) <= 1
+    assert [rows[t] for t in range(3)] == [227, 227, 227]
     home = make(strategy="dataset_homogeneous").epoch_plan(0)
     assert [t for t, _ in home] == sorted(t for t, _ in home)
 
 
 def test_budget_errors_name_the_task_and_the_field():
-    with pytest.raises(UserInputError, match=r"task 'c': field 'max_tokens_per_batch': 199 tokens .*60 tokens x 4 choices.*at least 240"):
+    too_small = r"task 'c': field 'max_tokens_per_batch': 199 tokens .*60 tokens x 4 choices.*at least 240"
+    with pytest.raises(UserInputError, match=too_small):
         TaskBatchSampler([2, 2], 16, 4, max_tokens=199, row_lengths=[(np.array([9, 199]), 1), (np.array([9, 60]), 4)],
                          task_names=["a", "c"])
     with pytest.raises(ValueError, match="row_lengths"):
@@ -213,7 +214,8 @@ def test_the_installed_command_trains_under_a_budget_and_names_a_budget_too_smal
         {"name": "choice", "kind": "multiple_choice", "data_files": "choice.jsonl"}]}))
     command = shutil.which("hf-aux", path=os.path.dirname(sys.executable)) or shutil.which("hf-aux")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    common = [command, "muppet", "--model_name_or_path", str(model_dir), "--mixture_file", str(tmp_path / "mixture.json"),
+    common = [command, "muppet", "--model_name_or_path", str(model_dir),
+              "--mixture_file", str(tmp_path / "mixture.json"),
               "--do_train", "--max_steps", "2", "--per_device_train_batch_size", "64", "--report_to", "none",
               "--max_seq_length", "24", "--use_cpu", "--save_steps", "2", "--disable_tqdm", "true"]
     out = tmp_path / "run"

@@ -77,7 +77,8 @@ class MuppetConfig(MetaWeightingArguments, AuxConfig):
                                  f"{self.task_sampling_temperature}")
         budget = self.max_tokens_per_batch
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
-            raise UserInputError(f"MuppetConfig: field 'max_tokens_per_batch': needs a positive integer, got {budget!r}")
+            raise UserInputError(f"MuppetConfig: field 'max_tokens_per_batch': needs a positive integer, got "
+                                 f"{budget!r}")
         if self.robust_finetuning not in ROBUST_MODES:
             raise UserInputError(f"MuppetConfig: field 'robust_finetuning': {self.robust_finetuning!r} is not one of "
                                  f"{list(ROBUST_MODES)}")
