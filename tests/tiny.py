@@ -27,8 +27,24 @@ def tiny_tokenizer() -> BertTokenizer:
     return BertTokenizer(vocab=vocab, do_lower_case=True, model_max_length=128)
 
 
+# The encoder families every command is tried on (tests/test_families.py): AutoConfig model types
+ENCODER_FAMILIES = ("bert", "roberta", "deberta-v2", "electra", "xlm-roberta", "albert", "distilbert", "mpnet",
+                    "modernbert")
+FAMILY_OVERRIDES = {  # what a family needs beyond the shared sizes (its own field names, small inner sizes)
+    "electra": dict(embedding_size=32),
+    "roberta": dict(max_position_embeddings=130),  # RoBERTa offsets positions by pad_token_id + 1
+    "xlm-roberta": dict(max_position_embeddings=130),
+    "mpnet": dict(max_position_embeddings=130),
+    "albert": dict(embedding_size=16),  # ALBERT factorises its embeddings (E < H)
+    "distilbert": dict(hidden_dim=64),  # DistilBERT's FFN width (intermediate_size is not one of its fields)
+    "deberta-v2": dict(relative_attention=True, position_buckets=16, max_relative_positions=32,
+                       pos_att_type=["p2c", "c2p"], position_biased_input=False),  # DeBERTa-v3's attention
+    "modernbert": dict(global_attn_every_n_layers=2, local_attention=16),
+}
+
+
 def tiny_config(model_type: str = "bert", tokenizer=None, **overrides):
-    """A hidden-32, 2-layer config of `model_type` (bert, roberta, electra, deberta-v2, bart, t5)."""
+    """A hidden-32, 2-layer config of `model_type` (ENCODER_FAMILIES, bart, t5)."""
     tokenizer = tokenizer or tiny_tokenizer()
     common = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
     if model_type == "t5":  # T5 starts decoding from the pad token
@@ -47,10 +63,10 @@ def tiny_config(model_type: str = "bert", tokenizer=None, **overrides):
             hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
             max_position_embeddings=128,
         )
-        if model_type == "electra":
-            kwargs["embedding_size"] = 32
-        if model_type == "roberta":
-            kwargs["max_position_embeddings"] = 130  # RoBERTa offsets positions by pad_token_id + 1
+        kwargs.update(FAMILY_OVERRIDES.get(model_type, {}))
+        if model_type == "modernbert":  # its special ids default to its own 50k vocabulary's
+            kwargs.update(bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id,
+                          cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id)
     kwargs.update(common)
     kwargs.update(overrides)
     return AutoConfig.for_model(model_type, **kwargs)
