@@ -213,6 +213,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     if lora_args.use_lora and data_args.final_finetune_epochs > 0:
         raise UserInputError("LoraArguments: field 'use_lora': --final_finetune_epochs fine-tunes the plain "
                              "classifier; with LoRA, run --merge_lora and fine-tune output_dir/merged instead")
+    if model_args.model_name_or_path:
+        check_encoder(model_args)
     run = start_run(training_args, model_args, data_args, lora_args)
     if run.nothing_to_do:
         return run.results
@@ -281,6 +283,28 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     return results
 
 
+def check_encoder(model_args: ModelArguments) -> None:
+    """Before any work: TARTAN shares an encoder's body between the end task's classifier and the MLM heads, so
+    the model has a sequence-classification class and is not an encoder-decoder (TartanModel refuses those)."""
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING
+
+    from ..runtime.hub import explain_hub_errors
+
+    path = model_args.model_name_or_path
+    with explain_hub_errors("ModelArguments", "model_name_or_path", path):
+        config = AutoConfig.from_pretrained(path, **model_args.hub_kwargs())
+    works = ("hf-aux tartan trains an encoder (BERT, RoBERTa, DeBERTa-v2, ELECTRA, ModernBERT, ...: an "
+             "AutoModelForSequenceClassification whose body the MLM heads share)")
+    if getattr(config, "is_encoder_decoder", False):
+        raise UserInputError(f"ModelArguments: field 'model_name_or_path': {works}; {path!r} is an encoder-decoder "
+                             f"({type(config).__name__}: is_encoder_decoder=True)")
+    if type(config) not in MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING:
+        raise UserInputError(f"ModelArguments: field 'model_name_or_path': {works}; {path!r} has no "
+                             f"sequence-classification class (AutoModelForSequenceClassification does not take "
+                             f"{type(config).__name__})")
+
+
 def tokenise(task, raw: dict, tokenizer, data_args, training_args) -> tuple[dict, dict]:
     """(the end task's features by split, the auxiliary tasks' MLM blocks by name; streamed where asked)."""
     from ..tasks.data import group_texts_for_mlm, tokenize_task
@@ -305,7 +329,13 @@ def copy_mlm_heads(model, model_path: str, hub: dict, mlm_head_warmup_steps: int
     from ..runtime.hub import explain_hub_errors
 
     with explain_hub_errors("ModelArguments", "model_name_or_path", model_path):
-        copied = model.load_pretrained_mlm_heads(model_path, **hub)
+        try:
+            copied = model.load_pretrained_mlm_heads(model_path, **hub)
+        except UserInputError:
+            raise
+        except ValueError as error:  # a masked-LM head this model cannot copy (TartanModel.copy_mlm_head says why)
+            raise UserInputError(f"ModelArguments: field 'mlm_heads': {error}; --mlm_heads fresh starts fresh "
+                                 "auxiliary MLM heads instead") from error
     if copied:
         logger.info("auxiliary MLM heads: copies of %s's pretrained masked-LM head", model_path)
     elif mlm_head_warmup_steps == 0:

@@ -35,6 +35,7 @@ from torch import nn
 from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification, PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
 from transformers.utils import ModelOutput
 
 from ..runtime.adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, is_lora_body, load_lora_body,
@@ -96,7 +97,8 @@ class _GivenBodyOutputs(nn.Module):
 class ClassifierHead(nn.Module):
     """A copy of a sequence classifier's head alone: the classifier class's own forward runs with its body
     replaced by the outputs given, so the head is whatever that architecture puts after its body (no
-    per-architecture code). `forward(body_outputs, labels)` returns the classifier's own output (loss, logits)."""
+    per-architecture code). `forward(body_outputs, labels, attention_mask)` returns the classifier's own output
+    (loss, logits); the attention mask reaches heads that pool with it (ModernBERT's classifier_pooling="mean")."""
 
     def __init__(self, classifier: PreTrainedModel):
         super().__init__()
@@ -109,11 +111,12 @@ class ClassifierHead(nn.Module):
             setattr(classifier, prefix, body)
         self.prefix = prefix
 
-    def forward(self, body_outputs, labels: torch.Tensor | None = None):
+    def forward(self, body_outputs, labels: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None):
         stand_in = getattr(self.model, self.prefix)
         stand_in.outputs = body_outputs
+        mask = {} if attention_mask is None else {"attention_mask": attention_mask}
         try:
-            return self.model(labels=labels)
+            return self.model(labels=labels, **mask)
         finally:
             stand_in.outputs = None
 
@@ -138,6 +141,25 @@ class ClassifierHead(nn.Module):
                 raise ValueError(f"TartanModel: the classifier head has parameters in a {type(module).__name__} "  # noqa: TRY004
                                  f"({name!r}) that the meta head cannot re-initialise; only Linear and LayerNorm "
                                  "layers are supported")
+
+
+def layer_norm_eps(config) -> float:
+    """The config's LayerNorm epsilon: `layer_norm_eps` (BERT and most encoders), `norm_eps` (ModernBERT), else
+    BERT's 1e-12 (DistilBERT hard-codes it)."""
+    for name in ("layer_norm_eps", "norm_eps"):
+        value = getattr(config, name, None)
+        if isinstance(value, float):
+            return value
+    return 1e-12
+
+
+def _copy_or_reset(target: torch.Tensor, source: torch.Tensor | None, missing: float) -> None:
+    """target <- source, or `missing` where the source has no such tensor (a layer without bias or affine
+    weights computes as one whose bias is 0 / weight is 1)."""
+    if source is None:
+        target.fill_(missing)
+    else:
+        target.copy_(source)
 
 
 def _detached(outputs):
@@ -182,7 +204,7 @@ class TartanModel(nn.Module):
         config = classifier.config
         embeddings = classifier.get_input_embeddings()
         vocab_size, embedding_size = embeddings.weight.shape
-        eps = getattr(config, "layer_norm_eps", 1e-12)
+        eps = layer_norm_eps(config)
         self.mlm_heads = nn.ModuleDict({
             name: MaskedLMHead(config.hidden_size, embedding_size, vocab_size, mlm_hidden_act, eps) for name in names
         })
@@ -299,28 +321,32 @@ class TartanModel(nn.Module):
         return self.body(**{k: batch[k] for k in BODY_INPUT_KEYS if k in batch})
 
     def fit_meta_head(self, features, labels: torch.Tensor, *, steps: int, lr: float, weight_decay: float,
-                      generator: torch.Generator) -> list[float]:
+                      generator: torch.Generator, attention_mask: torch.Tensor | None = None) -> list[float]:
         """estimate_meta_head of Algorithm 1: re-initialise phi* and fit it for `steps` Adam steps (L2 weight
         decay `weight_decay`, as in §4) on fixed body `features` (detached body outputs of end-task train
-        examples) with `labels`. The body gets no gradient. Returns nothing useful to the caller but the losses
-        (tensors, so no host sync) for diagnostics."""
+        examples, with their `attention_mask` for heads that pool with it) with `labels`. The body gets no
+        gradient. Returns nothing useful to the caller but the losses (tensors, so no host sync) for diagnostics."""
         head = self.meta_head
         head.reset_parameters(generator, getattr(self.config, "initializer_range", 0.02))
-        return fit_meta_head(list(head.parameters()), lambda: head(features, labels=labels).loss, steps=steps, lr=lr,
-                             weight_decay=weight_decay)
+        return fit_meta_head(list(head.parameters()), lambda: head(features, labels, attention_mask).loss, steps=steps,
+                             lr=lr, weight_decay=weight_decay)
 
     def copy_mlm_head(self, masked_lm: PreTrainedModel) -> None:
         """Start every auxiliary MLM head from a pretrained masked-LM head (`masked_lm`, an
         `AutoModelForMaskedLM` of the same checkpoint as the body), as TAPT/DAPT continued pretraining does (the
         paper starts from RoBERTa's). Architecture-generic: the head's one [embedding, hidden] Linear is the
-        transform, its LayerNorm the norm, the output embeddings' bias the output bias; the decoder weight must be
-        the body's input embedding matrix (tied, as every head here is)."""
+        transform, its LayerNorm the norm, the output embeddings' bias the output bias (a bias or LayerNorm weight
+        the head lacks, as ModernBERT's, is copied as its neutral value: 0 / 1); the decoder weight must be the
+        body's input embedding matrix (tied, as every head here is). The activation (the config's `hidden_act`,
+        `classifier_activation` or `activation`, or gelu / gelu_new) is the one with which the copy reproduces the
+        masked LM's own logits on a probe sequence; a copy that reproduces them with none is refused."""
         body_params = {id(p) for p in masked_lm.base_model.parameters()}
         output = masked_lm.get_output_embeddings()
         embedding = self.classifier.get_input_embeddings().weight
         name = type(masked_lm).__name__
-        if output is None or getattr(output, "bias", None) is None:
-            raise ValueError(f"TartanModel: field 'masked_lm': {name} has no output embeddings with a bias to copy")
+        if output is None or not isinstance(getattr(output, "weight", None), torch.Tensor):
+            raise ValueError(f"TartanModel: field 'masked_lm': {name} has no output embeddings "
+                             "(get_output_embeddings() is None): no MLM head to copy")
         if output.weight.shape != embedding.shape or not torch.equal(output.weight.detach().cpu(),
                                                                       embedding.detach().cpu()):
             raise ValueError(f"TartanModel: field 'masked_lm': {name}'s decoder is not the body's input embedding "
@@ -340,16 +366,54 @@ class TartanModel(nn.Module):
         with torch.no_grad():
             for head in self.mlm_heads.values():
                 head.dense.weight.copy_(dense[0].weight)
-                head.dense.bias.copy_(dense[0].bias)
-                head.layer_norm.weight.copy_(norms[0].weight)
-                head.layer_norm.bias.copy_(norms[0].bias)
-                head.bias.copy_(output.bias)
+                _copy_or_reset(head.dense.bias, dense[0].bias, 0.0)
+                _copy_or_reset(head.layer_norm.weight, norms[0].weight, 1.0)
+                _copy_or_reset(head.layer_norm.bias, norms[0].bias, 0.0)
+                _copy_or_reset(head.bias, getattr(output, "bias", None), 0.0)
+        activation = self._reproducing_activation(masked_lm, target)
+        for head in self.mlm_heads.values():
+            head.activation = ACT2FN[activation]
+        self.mlm_hidden_act = activation  # saved in tartan_config.json: a reloaded head computes the same
+
+    def _reproducing_activation(self, masked_lm: PreTrainedModel, head: MaskedLMHead) -> str:
+        """The activation with which `head` (already holding the copied weights) gives `masked_lm`'s own logits
+        on a fixed probe sequence (eval mode): the closest of the candidates, within 1e-3 (relative)."""
+        config = masked_lm.config
+        candidates = [self.mlm_hidden_act, *(getattr(config, key, None) for key in
+                                             ("hidden_act", "classifier_activation", "activation")), "gelu", "gelu_new"]
+        candidates = [c for c in dict.fromkeys(candidates) if isinstance(c, str) and c in ACT2FN]
+        vocab_size, device, dtype = head.bias.shape[0], head.bias.device, head.bias.dtype
+        probe = torch.randint(vocab_size, (1, 8), generator=torch.Generator().manual_seed(0))
+        probe = probe.to(masked_lm.get_input_embeddings().weight.device)
+        was_training, kept = masked_lm.training, head.activation
+        masked_lm.eval()
+        errors = {}
+        try:
+            with torch.no_grad():
+                hidden = masked_lm.base_model(input_ids=probe).last_hidden_state.to(device, dtype)  # [1, 8, H]
+                expected = masked_lm(input_ids=probe).logits.to(device).float()                   # [1, 8, V]
+                embedding = masked_lm.get_output_embeddings().weight.to(device, dtype)
+                for candidate in candidates:
+                    head.activation = ACT2FN[candidate]
+                    errors[candidate] = float((head(hidden, embedding).float() - expected).abs().max())
+        finally:
+            masked_lm.train(was_training)
+            head.activation = kept
+        best = min(errors, key=errors.get)
+        tolerance = 1e-3 * (1.0 + float(expected.abs().max()))
+        if errors[best] > tolerance:
+            raise ValueError(f"TartanModel: field 'masked_lm': the copy of {type(masked_lm).__name__}'s MLM head "
+                             f"does not reproduce its logits (max error {errors[best]:.3g} with activation "
+                             f"{best!r}): its head is not dense -> activation -> LayerNorm -> tied decoder")
+        return best
 
     def load_pretrained_mlm_heads(self, path: str, **kwargs) -> bool:
         """Copy the masked-LM head of checkpoint `path` (a folder or Hub id; keyword arguments go to
         `AutoModelForMaskedLM.from_pretrained`) into every auxiliary MLM head when the checkpoint has one.
         Returns False and changes nothing when it ships none (e.g. a sentence encoder such as all-MiniLM-L6-v2:
         its heads stay fresh, see `TartanConfig.mlm_head_warmup_steps`)."""
+        if type(self.classifier.config) not in MODEL_FOR_MASKED_LM_MAPPING:
+            return False  # the architecture has no masked-LM class (AutoModelForMaskedLM would refuse it)
         masked_lm, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True, **kwargs)
         prefix = masked_lm.base_model_prefix + "."
         if any(not key.startswith(prefix) for key in info["missing_keys"]):
@@ -397,7 +461,7 @@ class TartanModel(nn.Module):
 
     def meta_loss(self, batch: dict) -> torch.Tensor:
         """End-task loss on `batch` (validation) through the real body and phi*: its body gradient is g_meta."""
-        return self.meta_head(self.body_outputs(batch), labels=batch["labels"]).loss
+        return self.meta_head(self.body_outputs(batch), batch["labels"], batch.get("attention_mask")).loss
 
     # ------------------------------------------------------------------------------------------------------------
     def heads_state_dict(self) -> dict[str, torch.Tensor]:

@@ -287,13 +287,14 @@ class TartanTrainer(AuxTrainer):
                     head_batch = self._draw("_meta_head")
                     with torch.no_grad():
                         features = tartan.body_outputs(head_batch)
-                    head_labels = head_batch["labels"]
+                    head_labels, head_mask = head_batch["labels"], head_batch.get("attention_mask")
                 else:
-                    features, head_labels = captured[-1], inputs["labels"]
+                    features, head_labels, head_mask = captured[-1], inputs["labels"], inputs.get("attention_mask")
                 draw = self.task_weights_state.stream_draws["_meta"]
                 generator = torch.Generator().manual_seed(args.seed * 31 + draw * 1_009 + args.process_index)
                 tartan.fit_meta_head(features, head_labels, steps=args.meta_head_steps, lr=args.meta_head_lr,
-                                     weight_decay=args.meta_head_weight_decay, generator=generator)
+                                     weight_decay=args.meta_head_weight_decay, generator=generator,
+                                     attention_mask=head_mask)
                 meta_loss = tartan.meta_loss(meta_batch)
             else:
                 meta_loss = tartan(**meta_batch).loss
