@@ -69,8 +69,62 @@ def make_parser() -> HfArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None):
-    return parse_command_line(make_parser(), argv, demo_config=demo_config_path("meta_lm"),
-                              data_source_flags=DATA_SOURCE_FLAGS)
+    model_args, data_args, training_args = parse_command_line(make_parser(), argv,
+                                                              demo_config=demo_config_path("meta_lm"),
+                                                              data_source_flags=DATA_SOURCE_FLAGS)
+    check_two_moons_model(model_args, data_args, training_args)
+    return model_args, data_args, training_args
+
+
+def check_two_moons_model(model_args: ModelArguments, data_args: DataTrainingArguments, training_args) -> None:
+    """The Two Moons data are tokens of their own 512-token vocabulary (hf_aux.meta_lm.two_moons): a model given
+    with the demo (no data source named) would be trained, and saved, beside a tokenizer it does not know."""
+    from ..cli.parser import given_by_user
+
+    if not data_args.two_moons:
+        return
+    if model_args.model_name_or_path and not given_by_user(training_args, "two_moons"):
+        raise UserInputError(
+            "ModelArguments: field 'model_name_or_path': without a data source hf-aux meta-lm runs the Two Moons "
+            "demo, which builds its own model and 512-token tokenizer; to train "
+            f"{model_args.model_name_or_path!r}, give text it can read (--train_file or --dataset_name, and --mixture "
+            "for --objective hard/soft), or drop --model_name_or_path for the demo")
+    if model_args.tokenizer_name:
+        raise UserInputError("ModelArguments: field 'tokenizer_name': the Two Moons data (--two_moons) come with "
+                             "their own 512-token tokenizer; drop --tokenizer_name, or give text (--train_file or "
+                             "--dataset_name) for that tokenizer")
+
+
+def check_student_architecture(model_args: ModelArguments, data_args: DataTrainingArguments) -> None:
+    """Before any work: the student is a masked-LM encoder (an `AutoModelForMaskedLM` class, not an
+    encoder-decoder, whose masked-LM class is a seq2seq model that needs decoder inputs)."""
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
+
+    from ..runtime.hub import explain_hub_errors
+
+    if model_args.model_name_or_path:
+        field_name, name = "model_name_or_path", repr(model_args.model_name_or_path)
+        with explain_hub_errors("ModelArguments", field_name, model_args.model_name_or_path):
+            config = AutoConfig.from_pretrained(model_args.model_name_or_path, **model_args.hub_kwargs())
+    elif data_args.two_moons:
+        return  # the demo's own BERT
+    else:
+        field_name, name = "model_type", repr(model_args.model_type)
+        if model_args.model_type not in CONFIG_MAPPING:
+            raise UserInputError(f"ModelArguments: field 'model_type': unknown model type {name} (an AutoConfig "
+                                 "model type of a masked-LM encoder: bert, roberta, deberta-v2, electra, modernbert, "
+                                 "...)")
+        config = CONFIG_MAPPING[model_args.model_type]()
+    works = ("hf-aux meta-lm trains a masked-LM encoder (an AutoModelForMaskedLM such as BERT, RoBERTa, DeBERTa-v2, "
+             "ELECTRA or ModernBERT)")
+    if getattr(config, "is_encoder_decoder", False):
+        raise UserInputError(f"ModelArguments: field '{field_name}': {works}; {name} is an encoder-decoder "
+                             f"({type(config).__name__}: is_encoder_decoder=True)")
+    if type(config) not in MODEL_FOR_MASKED_LM_MAPPING:
+        raise UserInputError(f"ModelArguments: field '{field_name}': {works}; {name} has no masked-LM class "
+                             f"(AutoModelForMaskedLM does not take {type(config).__name__})")
 
 
 def check_streaming(data_args: DataTrainingArguments, training_args) -> None:
@@ -207,6 +261,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
                              "tasks.yaml (classification tasks), or --objective mlm for plain masked-LM pretraining")
     if data_args.streaming:
         check_streaming(data_args, training_args)
+    check_student_architecture(model_args, data_args)
     run = start_run(training_args, model_args, data_args)
     if run.nothing_to_do:
         return run.results
@@ -225,7 +280,13 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
                                                            **model_args.hub_kwargs())
     else:
         student = AutoModelForMaskedLM.from_config(config, attn_implementation=model_args.attn_implementation)
-    if student.get_input_embeddings().num_embeddings < len(tokenizer):
+    vocabulary = student.get_input_embeddings().num_embeddings
+    if data_args.two_moons and vocabulary != len(tokenizer):  # --two_moons with a model: its tokens, not the model's
+        logger.warning("--two_moons: %s's input embeddings (%d tokens) are resized to the Two Moons tokenizer's %d "
+                       "tokens: its own token embeddings do not carry over", model_args.model_name_or_path, vocabulary,
+                       len(tokenizer))
+        student.resize_token_embeddings(len(tokenizer))
+    elif vocabulary < len(tokenizer):
         student.resize_token_embeddings(len(tokenizer))
     teacher = None
     if training_args.objective != "mlm" and model_args.teacher_name_or_path:
