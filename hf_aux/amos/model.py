@@ -7,8 +7,9 @@ Checkpoint layout written by `AmosModel.save_pretrained(dir)`:
 
     dir/config.json, dir/model.safetensors        the discriminator, a plain transformers checkpoint:
                                                   ElectraForPreTraining for ELECTRA configs, otherwise the
-                                                  AutoModel body (keys under its base_model_prefix) plus the
-                                                  RTD head; AutoModel / AutoModelForSequenceClassification load it
+                                                  family's own AutoModel body (keys under its base_model_prefix)
+                                                  plus the RTD head; AutoModel / AutoModelForSequenceClassification
+                                                  load it
     dir/generator/config.json, model.safetensors  AmosGenerator: body, shared MLM head, mixture vector v
                                                   (separate generators: bodies.<k>, mlm_heads.<k>, v; their
                                                   shared token embeddings once, under bodies.0)
@@ -38,10 +39,8 @@ from transformers import initialization as init
 from transformers.activations import get_activation
 from transformers.configuration_utils import SubConfigSpec
 from transformers.modeling_outputs import ModelOutput
-from transformers.models.electra.modeling_electra import (
-                                                          ElectraDiscriminatorPredictions,
-                                                          ElectraForPreTrainingOutput,
-                                                          )
+from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+from transformers.models.electra.modeling_electra import ElectraForPreTrainingOutput
 
 from .losses import (
                      amos_loss,
@@ -53,10 +52,23 @@ from .losses import (
                      rtd_labels,
                      rtd_loss,
                      )
+from ..errors import UserInputError
+from ..modeling.multitask import _hidden_size
 from ..modeling.sentence_transformers_files import copy_sentence_transformers_files
 
 GENERATOR_FOLDER = "generator"
 MIXTURES = ("adversarial", "uniform", "random_layer", "fixed", "weights")
+# Continued pretraining maps these bodies onto an ElectraForPreTraining (the same layers; BERT's pooler dropped).
+# Every other encoder family keeps its own classes (`AmosModel._continue_in_its_family`). BERT stays on the ELECTRA
+# conversion until the evidence control running on that path has ended; routing it through its own family then is
+# removing "bert" here.
+CONVERTED_TO_ELECTRA = ("bert", "electra")
+# The dropout fields of an encoder body, switched off in the generator (each family names its own: BERT, RoBERTa,
+# ELECTRA, DeBERTa, ALBERT, MPNet hidden_dropout_prob / attention_probs_dropout_prob; DistilBERT dropout /
+# attention_dropout; ModernBERT embedding_dropout / attention_dropout / mlp_dropout; Funnel-style hidden_dropout /
+# activation_dropout). Heads' dropouts (classifier_dropout, summary_last_dropout) are not the body's: left as given.
+GENERATOR_DROPOUT_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout",
+                            "embedding_dropout", "mlp_dropout", "hidden_dropout", "activation_dropout")
 
 
 def mlm_head_names(mlm_layers: Sequence[int], separate_generators: bool = False) -> list[str]:
@@ -135,7 +147,7 @@ class AmosModelConfig(PretrainedConfig):
         `generator_dropout` (COCO-LM / AMOS §4)."""
         body = generator_body.to_dict()
         if not generator_dropout:
-            for key in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout"):
+            for key in GENERATOR_DROPOUT_FIELDS:
                 if key in body:
                     body[key] = 0.0
         generator = AmosGeneratorConfig(body=body, mlm_layers=mlm_layers, stop_gradient=stop_gradient,
@@ -148,13 +160,35 @@ class AmosModelConfig(PretrainedConfig):
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _transformer_layers(body: nn.Module, depth: int) -> nn.ModuleList:
-    """The encoder's list of `depth` Transformer blocks (encoder.layer for BERT/ELECTRA/DeBERTa, layers...)."""
-    found = [m for m in body.modules() if isinstance(m, nn.ModuleList) and len(m) == depth]
+@dataclass
+class _Blocks:
+    """An encoder body's Transformer blocks: `modules` (a ModuleList whose key prefix in the body's state dict is
+    `name`: `encoder.layer` for BERT/RoBERTa/DeBERTa/MPNet, `transformer.layer` for DistilBERT, `layers` for
+    ModernBERT) called one after the other, `depth` calls in all. `shared`: ALBERT's layer groups, fewer modules than
+    calls (one group called num_hidden_layers times), so layer d is the d-th call, not the d-th module."""
+
+    name: str
+    modules: nn.ModuleList
+    shared: bool
+
+
+def _find_blocks(body: nn.Module, depth: int) -> _Blocks:
+    """The body's `depth` Transformer blocks: its one ModuleList of `depth` modules, or ALBERT's layer groups (a
+    config with num_hidden_groups; the outermost ModuleList of that length)."""
+    lists = [(name, module) for name, module in body.named_modules() if isinstance(module, nn.ModuleList)]
+    groups = getattr(body.config, "num_hidden_groups", None)
+    if groups:  # ALBERT: num_hidden_layers calls of num_hidden_groups shared groups (their inner lists follow them)
+        found = [(name, module) for name, module in lists if len(module) == groups][:1]
+    else:
+        found = [(name, module) for name, module in lists if len(module) == depth]
     if len(found) != 1:
-        raise ValueError(f"AMOS generator: field 'body': cannot find its single list of {depth} Transformer layers "
-                         f"in {type(body).__name__}")
-    return found[0]
+        raise UserInputError(
+            f"AMOS: a '{body.config.model_type}' body ({type(body).__name__}): cannot find its single list of {depth} "
+            f"Transformer blocks (found lists of {sorted(len(m) for _, m in lists)}); AMOS reads the generator's "
+            "states between blocks. Encoder families that work: bert, roberta, xlm-roberta, deberta-v2, electra, "
+            "albert, distilbert, mpnet, modernbert")
+    name, modules = found[0]
+    return _Blocks(name, modules, shared=len(modules) < depth)
 
 
 def _detach_block_input(module, args, kwargs):
@@ -165,10 +199,66 @@ def _detach_block_input(module, args, kwargs):
 
 
 def _with_depth(config: PretrainedConfig, depth: int) -> PretrainedConfig:
-    """A copy of an encoder config with `depth` layers (one separate generator)."""
+    """A copy of an encoder config with `depth` layers (a generator, or one separate generator); a per-layer list
+    (ModernBERT's layer_types: local or global attention) keeps its first `depth` entries."""
     config = copy.deepcopy(config)
     config.num_hidden_layers = depth
+    if isinstance(getattr(config, "layer_types", None), list):
+        config.layer_types = config.layer_types[:depth]
     return config
+
+
+def check_encoder_config(config: PretrainedConfig, field_name: str, value: str | None = None) -> None:
+    """Refuse a config AMOS cannot train as an encoder body, named as field `field_name` (and its `value`, a path,
+    when it is not the model type itself): an encoder-decoder (BART, T5), a decoder, or a family without a masked-LM
+    class (GPT-2, vision models)."""
+    kind = f"{value} is a '{config.model_type}'" if value else f"'{config.model_type}' is"
+    works = ("an encoder with a masked-LM class: bert, roberta, xlm-roberta, deberta-v2, electra, albert, "
+             "distilbert, mpnet, modernbert, ...")
+    if getattr(config, "is_encoder_decoder", False):
+        raise UserInputError(f"AMOS: field '{field_name}': {kind}{'' if value else ' an'} encoder-decoder; AMOS trains "
+                             f"one encoder body as generator and discriminator: give {works}")
+    if getattr(config, "is_decoder", False) or config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        raise UserInputError(f"AMOS: field '{field_name}': {kind}{'' if value else ' a'} model without a masked-LM "
+                             f"class; give {works}")
+
+
+def _token_embeddings(body: PreTrainedModel) -> nn.Embedding:
+    """The body's token-embedding table, which AMOS shares between generator and discriminator (and uses as the MLM
+    output matrix); UserInputError when it has none."""
+    try:
+        embedding = body.get_input_embeddings()
+    except NotImplementedError:
+        embedding = None
+    if not isinstance(embedding, nn.Embedding):
+        raise UserInputError(f"AMOS: a '{body.config.model_type}' body ({type(body).__name__}) has no token-embedding "
+                             "table (get_input_embeddings); AMOS shares one between the generator and the "
+                             "discriminator: use a text encoder (bert, roberta, deberta-v2, ...)")
+    return embedding
+
+
+def _load_exactly(module: nn.Module, weights: dict[str, torch.Tensor], source: str, part: str) -> None:
+    """Load `weights` into `module`, every key landing: a clear UserInputError listing what is missing or
+    unexpected otherwise (`source`: the encoder, `part`: where its weights go)."""
+    expected = set(module.state_dict())
+    missing, unexpected = sorted(expected - set(weights)), sorted(set(weights) - expected)
+    if missing or unexpected:
+        raise UserInputError(f"AMOS: field 'encoder_name_or_path': {source} does not map onto the {part}: "
+                             f"missing {missing[:5]}{' ...' if len(missing) > 5 else ''}, unexpected "
+                             f"{unexpected[:5]}{' ...' if len(unexpected) > 5 else ''}")
+    module.load_state_dict(weights, strict=True)
+
+
+def _first_blocks(weights: dict[str, torch.Tensor], blocks: _Blocks, depth: int) -> dict[str, torch.Tensor]:
+    """The encoder's weights for a generator of `depth` blocks: everything but the blocks from `depth` on (keys
+    `<blocks.name>.<i>.` with i >= depth). Shared groups (ALBERT) are all kept: the generator calls them too."""
+    prefix = f"{blocks.name}."
+    kept = {}
+    for key, value in weights.items():
+        if not blocks.shared and key.startswith(prefix) and int(key[len(prefix):].split(".", 1)[0]) >= depth:
+            continue
+        kept[key] = value
+    return kept
 
 
 def _read_safetensors(folder: str) -> dict[str, torch.Tensor]:
@@ -239,15 +329,15 @@ class AmosGenerator(PreTrainedModel):
         else:
             self.body = AutoModel.from_config(config.body)
             self.mlm_head = self._new_head(self.body)
-            _transformer_layers(self.body, config.body.num_hidden_layers)  # fail early on unknown encoders
+            _find_blocks(self.body, config.body.num_hidden_layers)  # fail early on unknown encoders
         # v of eq. 3; zeros: the mixture starts as the uniform average of the heads
-        self.mixture = nn.Parameter(torch.zeros(config.body.hidden_size))
+        self.mixture = nn.Parameter(torch.zeros(_hidden_size(config.body)))
         self.post_init()
 
     def _new_head(self, body: PreTrainedModel) -> AmosMLMHead:
-        embedding = body.get_input_embeddings()
-        return AmosMLMHead(self.config.body.hidden_size, embedding.embedding_dim, embedding.num_embeddings,
-                           getattr(self.config.body, "layer_norm_eps", 1e-12))
+        embedding = _token_embeddings(body)
+        eps = getattr(self.config.body, "layer_norm_eps", None) or getattr(self.config.body, "norm_eps", 1e-12)
+        return AmosMLMHead(_hidden_size(self.config.body), embedding.embedding_dim, embedding.num_embeddings, eps)
 
     def _init_weights(self, module):
         std = getattr(self.config.body, "initializer_range", 0.02)
@@ -316,22 +406,27 @@ class AmosGenerator(PreTrainedModel):
         return AmosGeneratorOutput(features=features, mlm_embeddings=mlm_embeddings, logits=logits)
 
     def _shared_body_features(self, input_ids, attention_mask, masked_positions) -> torch.Tensor:
-        """[K, M, H] states f^(d) of the one body at the head layers, with the §3.3 stop-gradient."""
-        layers = _transformer_layers(self.body, self.config.body.num_hidden_layers)
-        states = {}
+        """[K, M, H] states f^(d) of the one body at the head layers, with the §3.3 stop-gradient. Layer d is the d-th
+        block call (the d-th block, or ALBERT's shared group called the d-th time); the deepest head reads the body's
+        output (the last block's, or after a final norm where the family has one: ModernBERT)."""
+        blocks = _find_blocks(self.body, self.config.body.num_hidden_layers)
+        inner = set(self.config.mlm_layers[:-1])  # the heads below the last layer
+        states, calls = {}, [0]
 
-        def capture(depth):
-            def hook(module, args, output):
-                states[depth] = output[0] if isinstance(output, tuple) else output
-            return hook
+        def before(module, args, kwargs):
+            calls[0] += 1  # this call is layer calls[0]; it starts a new block after a head at layer calls[0] - 1
+            if self.config.stop_gradient and calls[0] - 1 in inner:
+                return _detach_block_input(module, args, kwargs)
+            return None
 
-        handles = [layers[d - 1].register_forward_hook(capture(d)) for d in self.config.mlm_layers]
-        if self.config.stop_gradient:
-            # layers[d] (0-based) is the first block above the head at layer d: it starts a new block
-            handles += [layers[d].register_forward_pre_hook(_detach_block_input, with_kwargs=True)
-                        for d in self.config.mlm_layers[:-1]]
+        def after(module, args, output):
+            if calls[0] in inner:
+                states[calls[0]] = output[0] if isinstance(output, tuple) else output
+
+        handles = [block.register_forward_pre_hook(before, with_kwargs=True) for block in blocks.modules]
+        handles += [block.register_forward_hook(after) for block in blocks.modules]
         try:
-            self.body(input_ids=input_ids, attention_mask=attention_mask)
+            states[self.config.mlm_layers[-1]] = self.body(input_ids=input_ids, attention_mask=attention_mask)[0]
         finally:
             for handle in handles:
                 handle.remove()
@@ -343,19 +438,37 @@ class AmosGenerator(PreTrainedModel):
 # --------------------------------------------------------------------------------------------------------------
 
 
-class RTDDiscriminator(nn.Module):
-    """Any AutoModel encoder with ELECTRA's RTD head (dense -> act -> dense to one logit per token).
+class RTDHead(nn.Module):
+    """ELECTRA's replaced-token-detection head, dense -> gelu -> dense to one logit per token, with the state-dict
+    keys of its `discriminator_predictions` (`dense`, `dense_prediction`), sized by the hidden width alone: ELECTRA's
+    own reads `config.hidden_act`, which ModernBERT calls `hidden_activation` and DistilBERT `activation`."""
 
-    The body sits under its own `base_model_prefix` (e.g. `bert.`), so the saved checkpoint loads with plain
-    AutoModel and AutoModelForSequenceClassification; the head's keys are reported as unused there.
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.activation = get_activation("gelu")
+        self.dense_prediction = nn.Linear(hidden_size, 1)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """[B, T, H] -> [B, T] logits (> 0: replaced)."""
+        return self.dense_prediction(self.activation(self.dense(hidden_states))).squeeze(-1)
+
+
+class RTDDiscriminator(nn.Module):
+    """Any AutoModel encoder with an RTD head (`RTDHead`: ELECTRA's, dense -> gelu -> dense to one logit per token).
+
+    The body sits under its own `base_model_prefix` (e.g. `roberta.`, `deberta.`, `model.` for ModernBERT), so the
+    saved checkpoint loads with plain AutoModel and AutoModelForSequenceClassification as the family's own classes;
+    the head's keys are reported as unused there.
     """
 
     def __init__(self, config: PretrainedConfig):
         super().__init__()
         body = AutoModel.from_config(config)
+        _token_embeddings(body)  # AMOS feeds it inputs_embeds from the shared table
         self.base_model_prefix = body.base_model_prefix
         self.add_module(self.base_model_prefix, body)
-        self.discriminator_predictions = ElectraDiscriminatorPredictions(config)
+        self.discriminator_predictions = RTDHead(_hidden_size(config))
         std = getattr(config, "initializer_range", 0.02)
         for linear in (self.discriminator_predictions.dense, self.discriminator_predictions.dense_prediction):
             nn.init.normal_(linear.weight, std=std)
@@ -612,23 +725,77 @@ class AmosModel(PreTrainedModel):
                                 mlm_layers: list[int] | None = None, stop_gradient: bool = True,
                                 generator_dropout: bool = False, separate_generators: bool = False,
                                 **load_kwargs) -> AmosModel:
-        """Continued ELECTRA/AMOS-style pretraining of a pretrained BERT or ELECTRA encoder (e.g. MiniLM on domain
-        text): the discriminator is the whole encoder as an `ElectraForPreTraining` (the two architectures have the
-        same body; BERT's pooler is dropped) with a fresh RTD head, the generator a copy of the encoder's first
-        `generator_num_hidden_layers` layers with a fresh MLM head (output matrix: the shared, pretrained token
+        """Continued ELECTRA/AMOS-style pretraining of a pretrained encoder (e.g. MiniLM on domain text): the
+        discriminator starts as the whole encoder with a fresh RTD head, the generator as a copy of the encoder's
+        first `generator_num_hidden_layers` layers with a fresh MLM head (output matrix: the shared, pretrained token
         embeddings) and v = 0 (uniform mixture at the start). With `separate_generators`, generator k is a copy of
         the encoder's first `mlm_layers[k]` layers with its own fresh head; generators of equal depth therefore
         start identical, and without `generator_dropout` they stay identical (same inputs, same gradients).
-        `load_kwargs` go to `AutoModel.from_pretrained`."""
-        body = AutoModel.from_pretrained(encoder_name_or_path, **load_kwargs)
-        source = body.config
-        if source.model_type not in ("bert", "electra"):
-            raise ValueError(f"AMOS: field 'encoder_name_or_path': {encoder_name_or_path} is a "
-                             f"'{source.model_type}' encoder; continued pretraining maps BERT or ELECTRA bodies "
-                             "onto ELECTRA's (same layers), other types are not supported")
+
+        BERT and ELECTRA bodies become an `ElectraForPreTraining` (`CONVERTED_TO_ELECTRA`: the two architectures
+        have the same body; BERT's pooler is dropped). Every other family with a masked-LM class (RoBERTa, XLM-R,
+        DeBERTa-v2/v3, ALBERT, DistilBERT, MPNet, ModernBERT, ...) keeps its own classes: the discriminator is the
+        encoder's own AutoModel body under an RTD head, the generator a shallower body of the same family
+        (`_continue_in_its_family`). `load_kwargs` go to `AutoConfig` / `AutoModel.from_pretrained`."""
+        source = AutoConfig.from_pretrained(encoder_name_or_path, **load_kwargs)
+        check_encoder_config(source, "encoder_name_or_path", encoder_name_or_path)
         if not 1 <= generator_num_hidden_layers <= source.num_hidden_layers:
-            raise ValueError(f"AMOS: field 'generator_num_hidden_layers': {generator_num_hidden_layers} is not in "
-                             f"1..{source.num_hidden_layers} (the encoder's depth)")
+            raise UserInputError(f"AMOS: field 'generator_num_hidden_layers': {generator_num_hidden_layers} is not "
+                                 f"in 1..{source.num_hidden_layers} (the encoder's depth)")
+        if source.model_type in CONVERTED_TO_ELECTRA:
+            return cls._convert_to_electra(encoder_name_or_path, generator_num_hidden_layers, mlm_layers,
+                                           stop_gradient, generator_dropout, separate_generators, **load_kwargs)
+        depth = generator_num_hidden_layers
+        return cls._continue_in_its_family(
+            encoder_name_or_path, depth, stop_gradient=stop_gradient, generator_dropout=generator_dropout,
+            mlm_layers=mlm_layers or sorted({max(1, round(depth / 2)), max(1, round(3 * depth / 4)), depth}),
+            separate_generators=separate_generators, **load_kwargs)
+
+    @classmethod
+    def _continue_in_its_family(cls, encoder_name_or_path: str, generator_num_hidden_layers: int,
+                                mlm_layers: list[int], stop_gradient: bool, generator_dropout: bool,
+                                separate_generators: bool, **load_kwargs) -> AmosModel:
+        """The encoder in its own family: the discriminator is its AutoModel body (its class, every pretrained
+        weight, the pooler too where it has one) under a fresh `RTDHead`, each generator a copy of its config with
+        fewer layers holding its embeddings, the weights outside the blocks (DeBERTa's encoder.rel_embeddings,
+        MPNet's encoder.relative_attention_bias, ModernBERT's final_norm, ...) and its first blocks, found by
+        `_find_blocks` (encoder.layer, transformer.layer, layers; ALBERT's shared group: all of it). Every copied
+        key must land, strictly. The saved discriminator loads with the family's AutoModel and
+        AutoModelForSequenceClassification. Not yet for BERT: see CONVERTED_TO_ELECTRA."""
+        body = AutoModel.from_pretrained(encoder_name_or_path, **load_kwargs)
+        _token_embeddings(body)
+        if getattr(body.config, "num_hidden_groups", 1) != 1:
+            raise UserInputError(f"AMOS: field 'encoder_name_or_path': {encoder_name_or_path} is an ALBERT with "
+                                 f"num_hidden_groups={body.config.num_hidden_groups}; a shallower generator would map "
+                                 "its layers onto other groups. Continued pretraining takes ALBERTs with one shared "
+                                 "layer group (every released ALBERT); from scratch any grouping works")
+        discriminator = copy.deepcopy(body.config)
+        discriminator.dtype = torch.float32  # trained in float32 whatever the checkpoint's dtype (as from scratch)
+        config = AmosModelConfig.from_configs(
+            _with_depth(discriminator, generator_num_hidden_layers), discriminator, mlm_layers=mlm_layers,
+            stop_gradient=stop_gradient, generator_dropout=generator_dropout, separate_generators=separate_generators)
+        model = cls(config)
+        model.body_source = encoder_name_or_path
+        weights = body.state_dict()
+        _load_exactly(model.discriminator.body, weights, encoder_name_or_path,
+                      f"discriminator ({type(model.discriminator.body).__name__})")
+        # each generator body: the encoder's weights but its blocks from the body's depth on (the token embeddings
+        # are the discriminator's, shared, and get the same values again)
+        for generator_body in model.generator.generator_bodies:
+            layers = generator_body.config.num_hidden_layers
+            _load_exactly(generator_body, _first_blocks(weights, _find_blocks(generator_body, layers), layers),
+                          encoder_name_or_path, f"generator ({layers} of {body.config.num_hidden_layers} layers)")
+        return model
+
+    @classmethod
+    def _convert_to_electra(cls, encoder_name_or_path: str, generator_num_hidden_layers: int,
+                            mlm_layers: list[int] | None, stop_gradient: bool, generator_dropout: bool,
+                            separate_generators: bool, **load_kwargs) -> AmosModel:
+        """A BERT or ELECTRA encoder mapped onto an ElectraForPreTraining (same layers; BERT's pooler dropped), the
+        generator an ELECTRA body of the encoder's sizes holding its first layers. Kept as it was while the
+        evidence control on this path runs (CONVERTED_TO_ELECTRA)."""
+        body = AutoModel.from_pretrained(encoder_name_or_path, **load_kwargs)
+        source = body.config  # type and depth checked by from_pretrained_encoder
         names = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                  "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
                  "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id")
@@ -646,8 +813,8 @@ class AmosModel(PreTrainedModel):
         weights = {key: value for key, value in body.state_dict().items() if not key.startswith("pooler.")}
         missing, unexpected = model.discriminator.electra.load_state_dict(weights, strict=False)
         if missing or unexpected:
-            raise ValueError(f"AMOS: field 'encoder_name_or_path': {encoder_name_or_path} does not map onto an "
-                             f"ELECTRA body (missing {missing[:5]}, unexpected {unexpected[:5]})")
+            raise UserInputError(f"AMOS: field 'encoder_name_or_path': {encoder_name_or_path} does not map onto "
+                                 f"an ELECTRA body (missing {missing[:5]}, unexpected {unexpected[:5]})")
         # each generator body: the same embeddings (already shared) and the encoder's first layers, as many as it has
         for generator_body in model.generator.generator_bodies:
             layers = generator_body.config.num_hidden_layers
@@ -656,8 +823,9 @@ class AmosModel(PreTrainedModel):
             kept = {key: value for key, value in kept.items() if not key.startswith("embeddings.word_embeddings.")}
             missing, unexpected = generator_body.load_state_dict(kept, strict=False)
             if unexpected or [key for key in missing if not key.startswith("embeddings.word_embeddings.")]:
-                raise ValueError(f"AMOS: field 'encoder_name_or_path': a generator body does not take the encoder's "
-                                 f"first {layers} layers (missing {missing[:5]}, unexpected {unexpected[:5]})")
+                raise UserInputError(f"AMOS: field 'encoder_name_or_path': a generator body does not take the "
+                                     f"encoder's first {layers} layers (missing {missing[:5]}, unexpected "
+                                     f"{unexpected[:5]})")
         return model
 
 
