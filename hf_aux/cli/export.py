@@ -81,7 +81,7 @@ def export_task(model: str, task: str, output_dir: str, revision: str | None = N
         AutoTokenizer.from_pretrained(model, **hub).save_pretrained(output)
     except (OSError, ValueError) as error:  # a checkpoint saved without its tokenizer: the pipeline needs one given
         logger.warning("%s: no tokenizer copied (%s); pass tokenizer=... to the pipeline", model, error)
-    remote = needs_remote_code(one_task.body.config, one_task.config.pooling)
+    remote = needs_remote_code(one_task.body.config, one_task.config.pooling, one_task.config.classifier_head)
     print(f"{task} ({kind}, {one_task.config.pooling} pooling) of {model} -> {output}: "
           f"{AUTO_CLASS}.from_pretrained / pipeline('text-classification', model=...)"
           + (", trust_remote_code=True" if remote else ""))

@@ -488,5 +488,6 @@ def plain_loading(task, model, output_dir: str) -> dict:
         return {"auto_class": "AutoModelForTokenClassification", "pipeline_tag": "token-classification"}
     if task.kind in ("classification", "regression"):
         return {"auto_class": AUTO_CLASS, "pipeline_tag": "text-classification",
-                "trust_remote_code": needs_remote_code(model.body.config, model.config.pooling)}
+                "trust_remote_code": needs_remote_code(model.body.config, model.config.pooling,
+                                                       model.config.classifier_head)}
     return {"pipeline_tag": body_pipeline_tag(output_dir)}

@@ -7,21 +7,22 @@ names a transformers class reads, and its labels to config.json; the MUPPET-styl
 
 - token classification: `AutoModelForTokenClassification`'s `classifier` (dropout -> linear on every token, the
   same head): see `MultiTaskModel._exported_token_head`.
-- classification / regression (one head on one pooled vector, `ClassificationHead`: dropout -> dense -> tanh ->
-  dropout -> out_proj). Which class can load it depends on how the head reads the body (`--pooling`):
-    * `cls` on a BERT body: `BertForSequenceClassification` computes classifier(dropout(tanh(pooler.dense(h_0)))),
-      which at inference is hf_aux's head with `dense` as the pooler's and `out_proj` as `classifier` (in training
-      hf_aux also drops out h_0 before `dense`; BERT does not). The head's `dense` is written as the body's
-      `pooler.dense`: `AutoModel` then gives the same token states and the fine-tuned pooler, as a fine-tuned
-      BertForSequenceClassification checkpoint does.
-    * `cls` on a RoBERTa / XLM-R body: `RobertaClassificationHead` is hf_aux's head exactly (`classifier.dense`,
-      `classifier.out_proj`).
-    * every other pooling (mean, max, mean_sqrt_len, weightedmean, lasttoken, eos) and every other architecture:
-      no transformers class pools that way. The folder ships `modeling_hf_aux_classifier.py` (self-contained:
-      the body, hf_aux's pooling, the head) and config.json maps `AutoModelForSequenceClassification` to it
-      (`auto_map`): load with `trust_remote_code=True`. config.json keeps the body's model_type, so `AutoModel`
-      still gives the body (and transformers without `trust_remote_code` builds the standard class with a fresh,
-      reported-missing classifier: always pass it).
+- classification / regression (one head on one pooled vector, `ClassificationHead`: dropout -> dense ->
+  activation [-> LayerNorm] -> dropout -> out_proj, trained with the body family's own function,
+  `hf_aux.modeling.heads.family_head`). Which class loads it depends on the family and on how the head reads the
+  body (`--pooling`), STANDARD_CLASSIFIERS below:
+    * the first token (`cls`; ModernBERT: also `mean`) on a family with a `*ForSequenceClassification` that computes
+      that head at inference: its keys are written under the class's names (BERT's and ALBERT's pooler, which
+      `AutoModel` then gives fine-tuned as a fine-tuned checkpoint does; DeBERTa's `pooler.dense`, DistilBERT's
+      `pre_classifier`, ModernBERT's `head.dense` / `head.norm`, the others' `classifier.dense`) and `classifier`,
+      and config.json names the class: plain transformers serves it, no remote code.
+    * every other pooling (mean, max, mean_sqrt_len, weightedmean, lasttoken, eos), family, or a head whose function
+      is not the family class's (one re-used from a checkpoint saved before heads followed the family): no
+      transformers class computes it. The folder ships `modeling_hf_aux_classifier.py` (self-contained: the body,
+      hf_aux's pooling, the head) and config.json maps `AutoModelForSequenceClassification` to it (`auto_map`):
+      load with `trust_remote_code=True`. The head is stored as `hf_aux_head.*`, names no transformers class reads,
+      so that transformers without `trust_remote_code` (config.json keeps the body's model_type) builds the
+      family's class with its classifier reported missing, never reads the head with another function.
   config.json gets `id2label` / `label2id` (a regression's one output is named after the task), `problem_type`
   ("single_label_classification" or "regression", which tells the pipeline and the loss which it is) and
   `classifier_dropout` (the head's). A spectrally normalised head (R4F) is written with its effective weights.
@@ -37,21 +38,45 @@ from pathlib import Path
 import torch
 from transformers import PretrainedConfig
 
-from .modeling_hf_aux_classifier import HfAuxSequenceClassifier
+from .heads import family_head
+from .modeling_hf_aux_classifier import TANH_HEAD, HfAuxSequenceClassifier
 
 AUTO_CLASS = "AutoModelForSequenceClassification"
 REMOTE_CODE_FILE = "modeling_hf_aux_classifier.py"
 REMOTE_CLASS = f"{Path(REMOTE_CODE_FILE).stem}.{HfAuxSequenceClassifier.__name__}"
 POOLING_FIELD = "hf_aux_pooling"  # config.json: how the remote class pools
+HEAD_FIELD = "hf_aux_head"  # config.json: the remote class's head function (TANH_HEAD's fields)
 
-# model types whose *ForSequenceClassification reads the first token exactly as hf_aux's head (module docstring):
-# "pooler": pooler.dense + tanh, then `classifier`; "head": `classifier.dense` + tanh, then `classifier.out_proj`
-STANDARD_CLASSIFIERS = {"bert": ("pooler", "BertForSequenceClassification"),
-                        "roberta": ("head", "RobertaForSequenceClassification"),
-                        "xlm-roberta": ("head", "XLMRobertaForSequenceClassification")}
-# the names a one-task head is exported under in model.safetensors, beside the body's own weights
-EXPORTED_HEAD_KEYS = frozenset({"classifier.weight", "classifier.bias", "classifier.dense.weight",
-                                "classifier.dense.bias", "classifier.out_proj.weight", "classifier.out_proj.bias"})
+# model type -> (its *ForSequenceClassification, where that class keeps the parts of hf_aux's head: `dense` (and
+# ModernBERT's `norm`) then `out_proj`, the poolings it reads). The class computes, at inference, exactly hf_aux's head
+# when the head has the family's function (hf_aux.modeling.heads.family_head): BERT's and ALBERT's tanh pooler (a
+# body module: the fine-tuned pooler), DeBERTa's ContextPooler (pooler_hidden_act), DistilBERT's pre_classifier
+# (ReLU), ModernBERT's head (activation, LayerNorm; cls or mean pooling), the others' `classifier` head.
+_CLASSIFIER_HEAD = {"dense": "classifier.dense", "out_proj": "classifier.out_proj"}
+_POOLER_HEAD = {"dense": "pooler.dense", "out_proj": "classifier"}
+STANDARD_CLASSIFIERS = {
+    "bert": ("BertForSequenceClassification", _POOLER_HEAD, ("cls",)),
+    "albert": ("AlbertForSequenceClassification", {"dense": "pooler", "out_proj": "classifier"}, ("cls",)),
+    "roberta": ("RobertaForSequenceClassification", _CLASSIFIER_HEAD, ("cls",)),
+    "xlm-roberta": ("XLMRobertaForSequenceClassification", _CLASSIFIER_HEAD, ("cls",)),
+    "camembert": ("CamembertForSequenceClassification", _CLASSIFIER_HEAD, ("cls",)),
+    "mpnet": ("MPNetForSequenceClassification", _CLASSIFIER_HEAD, ("cls",)),
+    "electra": ("ElectraForSequenceClassification", _CLASSIFIER_HEAD, ("cls",)),
+    "convbert": ("ConvBertForSequenceClassification", _CLASSIFIER_HEAD, ("cls",)),
+    "deberta": ("DebertaForSequenceClassification", _POOLER_HEAD, ("cls",)),
+    "deberta-v2": ("DebertaV2ForSequenceClassification", _POOLER_HEAD, ("cls",)),
+    "distilbert": ("DistilBertForSequenceClassification", {"dense": "pre_classifier", "out_proj": "classifier"},
+                   ("cls",)),
+    "modernbert": ("ModernBertForSequenceClassification",
+                   {"dense": "head.dense", "norm": "head.norm", "out_proj": "classifier"}, ("cls", "mean")),
+}
+REMOTE_HEAD = "hf_aux_head"  # HfAuxSequenceClassifier's head: names that no transformers class reads
+# the names a one-task head is exported under in model.safetensors, beside the body's own weights: the standard
+# classes', the remote class's, and `classifier.*`, where its exports before this change kept it
+EXPORTED_HEAD_KEYS = frozenset(f"{prefix}.{part}" for _, names, _ in STANDARD_CLASSIFIERS.values()
+                               for prefix in (*names.values(), *(f"{REMOTE_HEAD}.{n}" for n in ("dense", "norm",
+                                                                                            "out_proj")))
+                               for part in ("weight", "bias"))
 PROBLEM_TYPES = {"classification": "single_label_classification", "regression": "regression"}
 
 
@@ -65,17 +90,21 @@ class PlainExport:
     remote_code: bool = False
 
 
-def sequence_classifier_class(body_config: PretrainedConfig, pooling: str) -> str | None:
+def sequence_classifier_class(body_config: PretrainedConfig, pooling: str, head: dict | None = None) -> str | None:
     """The transformers class that loads a classification/regression head pooled by `pooling` on this body
-    (e.g. "BertForSequenceClassification"), or None when it needs the shipped modeling file (trust_remote_code)."""
+    (e.g. "BertForSequenceClassification"), or None when it needs the shipped modeling file (trust_remote_code):
+    the family has no such class, the class pools otherwise, or the head's function (`head`, default the family's
+    own) is not the class's."""
     standard = STANDARD_CLASSIFIERS.get(body_config.model_type)
-    if pooling != "cls" or standard is None or body_config.is_encoder_decoder:
+    if standard is None or pooling not in standard[2] or body_config.is_encoder_decoder:
         return None
-    return standard[1]
+    if head is not None and head != family_head(body_config):
+        return None  # never written under names whose class computes another function
+    return standard[0]
 
 
-def needs_remote_code(body_config: PretrainedConfig, pooling: str) -> bool:
-    return sequence_classifier_class(body_config, pooling) is None
+def needs_remote_code(body_config: PretrainedConfig, pooling: str, head: dict | None = None) -> bool:
+    return sequence_classifier_class(body_config, pooling, head) is None
 
 
 def label_fields(task: dict) -> dict:
@@ -88,24 +117,25 @@ def label_fields(task: dict) -> dict:
 
 
 def sequence_classifier_export(head: torch.nn.Module, task: dict, body_config: PretrainedConfig, pooling: str,
-                               dropout: float) -> PlainExport:
-    """The export of a classification/regression `ClassificationHead` (module docstring)."""
+                               dropout: float, head_spec: dict | None = None) -> PlainExport:
+    """The export of a classification/regression `ClassificationHead` of function `head_spec` (module docstring)."""
     # `.weight` is the effective weight of a spectrally normalised layer too
-    tensors = {f"{name}.{part}": getattr(layer, part).detach().contiguous().cpu()
-               for name, layer in (("dense", head.dense), ("out_proj", head.out_proj)) for part in ("weight", "bias")}
+    parts = {name: getattr(head, name) for name in ("dense", "norm", "out_proj") if hasattr(head, name)}
+    tensors = {(name, part): getattr(layer, part).detach().contiguous().cpu()
+               for name, layer in parts.items() for part in ("weight", "bias") if getattr(layer, part) is not None}
     config = {**label_fields(task), "problem_type": PROBLEM_TYPES[task["kind"]], "classifier_dropout": dropout}
-    standard = sequence_classifier_class(body_config, pooling)
+    standard = sequence_classifier_class(body_config, pooling, head_spec)
     if standard is None:
-        weights = {f"classifier.{name}": tensor for name, tensor in tensors.items()}
+        weights = {f"{REMOTE_HEAD}.{name}.{part}": tensor for (name, part), tensor in tensors.items()}
         config.update({"architectures": [HfAuxSequenceClassifier.__name__], POOLING_FIELD: pooling,
+                       HEAD_FIELD: head_spec or dict(TANH_HEAD),
                        "auto_map": {**_own_auto_map(body_config), AUTO_CLASS: REMOTE_CLASS}})
         return PlainExport(weights, config, remote_code=True)
-    if STANDARD_CLASSIFIERS[body_config.model_type][0] == "pooler":
-        weights = {"pooler.dense.weight": tensors["dense.weight"], "pooler.dense.bias": tensors["dense.bias"],
-                   "classifier.weight": tensors["out_proj.weight"], "classifier.bias": tensors["out_proj.bias"]}
-    else:
-        weights = {f"classifier.{name}": tensor for name, tensor in tensors.items()}
+    names = STANDARD_CLASSIFIERS[body_config.model_type][1]
+    weights = {f"{names[name]}.{part}": tensor for (name, part), tensor in tensors.items()}
     config["architectures"] = [standard]
+    if body_config.model_type == "modernbert":
+        config["classifier_pooling"] = pooling
     return PlainExport(weights, config)
 
 
@@ -123,6 +153,7 @@ def write_plain_config(save_directory: str | os.PathLike, body_config: Pretraine
     if not export.config and not stale:
         return  # config.json as the body's save_pretrained wrote it
     data.pop(POOLING_FIELD, None)
+    data.pop(HEAD_FIELD, None)
     if stale:
         data["problem_type"] = None
     data["auto_map"] = _own_auto_map(body_config)

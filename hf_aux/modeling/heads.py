@@ -4,25 +4,52 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from transformers import PretrainedConfig
+
+from .modeling_hf_aux_classifier import TANH_HEAD, HfAuxClassificationHead
 
 
-class ClassificationHead(nn.Module):
-    """dense -> tanh -> dropout -> projection, on the sentence representation (the fairseq/RoBERTa head MUPPET
-    uses). With `spectral_norm`, both linear maps are spectrally normalised (R4F)."""
+def family_head(body_config: PretrainedConfig) -> dict:
+    """The sentence head's function in the body family's own `*ForSequenceClassification` (transformers 5.24), so
+    that a fine-tuned head is that class's head and plain transformers serves it (hf_aux.modeling.export):
+    ELECTRA's is GELU, ConvBERT's the body's `hidden_act`, DeBERTa's its `pooler_hidden_act`, DistilBERT's ReLU,
+    ModernBERT's `classifier_activation` then a LayerNorm; BERT, ALBERT, RoBERTa, XLM-R, MPNet and every other
+    family take fairseq/RoBERTa's tanh head (MUPPET's)."""
+    model_type = body_config.model_type
+    if model_type == "electra":
+        return {**TANH_HEAD, "activation": "gelu"}
+    if model_type == "convbert":
+        return {**TANH_HEAD, "activation": body_config.hidden_act}
+    if model_type in ("deberta", "deberta-v2"):
+        return {**TANH_HEAD, "activation": body_config.pooler_hidden_act}
+    if model_type == "distilbert":
+        return {**TANH_HEAD, "activation": "relu"}
+    if model_type == "modernbert":
+        return {"activation": body_config.classifier_activation, "dense_bias": body_config.classifier_bias,
+                "norm_eps": body_config.norm_eps, "norm_bias": body_config.norm_bias}
+    return dict(TANH_HEAD)
 
-    def __init__(self, hidden_size: int, num_outputs: int, dropout: float, spectral_norm: bool = False):
-        super().__init__()
-        self.dropout = nn.Dropout(dropout)
-        self.dense = nn.Linear(hidden_size, hidden_size)
-        self.out_proj = nn.Linear(hidden_size, num_outputs)
+
+def check_head(head: dict, owner: str) -> None:
+    """A `classifier_head` has exactly TANH_HEAD's fields and an activation transformers knows."""
+    from transformers.activations import ACT2CLS
+
+    if not isinstance(head, dict) or set(head) != set(TANH_HEAD) or head["activation"] not in ACT2CLS:
+        raise ValueError(f"{owner}: field 'classifier_head': {head!r} must have the fields {sorted(TANH_HEAD)} and "
+                         f"an activation of transformers' ACT2FN ({', '.join(sorted(ACT2CLS))})")
+
+
+class ClassificationHead(HfAuxClassificationHead):
+    """dropout -> dense -> activation [-> LayerNorm] -> dropout -> projection, on the sentence representation;
+    `head` (`family_head`; default tanh, no norm: the fairseq/RoBERTa head MUPPET uses). With `spectral_norm`,
+    both linear maps are spectrally normalised (R4F)."""
+
+    def __init__(self, hidden_size: int, num_outputs: int, dropout: float, spectral_norm: bool = False,
+                 head: dict | None = None):
+        super().__init__(hidden_size, num_outputs, dropout, head)
         if spectral_norm:
             self.dense = nn.utils.parametrizations.spectral_norm(self.dense)
             self.out_proj = nn.utils.parametrizations.spectral_norm(self.out_proj)
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, num_outputs]
-        x = self.dropout(features)
-        x = torch.tanh(self.dense(x))
-        return self.out_proj(self.dropout(x))
 
 
 class TokenClassificationHead(nn.Module):

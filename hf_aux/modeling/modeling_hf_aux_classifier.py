@@ -12,7 +12,8 @@ build `HfAuxSequenceClassifier`, with hf_aux's trained head and the same logits 
     body states [N, length, hidden]    what AutoModel builds from config.json (an encoder-decoder: the decoder
                                        states, the decoder reading the input shifted right, as BART's head does)
     -> pool [N, hidden]                `config.hf_aux_pooling` (below; hf_aux.modeling.pooling imports `pool` from here)
-    -> dropout -> dense -> tanh -> dropout -> out_proj [N, num_labels]    (RoBERTa's head)
+    -> dropout -> dense -> activation [-> LayerNorm] -> dropout -> out_proj [N, num_labels]
+                                       (`config.hf_aux_head`; by default tanh, no norm: RoBERTa's head)
 
 `config.problem_type` says the loss when labels are given: "regression" (MSE, one output) or
 "single_label_classification" (cross entropy). Self-contained: torch and transformers only, so that the file works
@@ -27,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import AutoModel, AutoModelForSeq2SeqLM, PretrainedConfig, PreTrainedModel
+from transformers.activations import ACT2FN
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 POOLING_MODES = ("cls", "mean", "max", "mean_sqrt_len", "weightedmean", "lasttoken", "eos")
@@ -63,17 +65,30 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None, mode: str, i
     return total / weights.sum(dim=1, keepdim=True).clamp(min=1e-9)  # mean, weightedmean
 
 
-class HfAuxClassificationHead(nn.Module):
-    """dropout -> dense -> tanh -> dropout -> out_proj on the pooled vector (hf_aux's and fairseq/RoBERTa's head)."""
+# the head's function, `config.hf_aux_head` (hf_aux.modeling.heads.family_head gives each family's own): the
+# activation after `dense` (an ACT2FN name), whether `dense` has a bias, and a LayerNorm after the activation
+# (`norm_eps` None: none; ModernBERT's head has one). Heads saved before the field existed are this one.
+TANH_HEAD = {"activation": "tanh", "dense_bias": True, "norm_eps": None, "norm_bias": True}
 
-    def __init__(self, hidden_size: int, num_labels: int, dropout: float):
+
+class HfAuxClassificationHead(nn.Module):
+    """dropout -> dense -> activation [-> LayerNorm] -> dropout -> out_proj on the pooled vector; with the default
+    `head` (tanh, no norm) hf_aux's and fairseq/RoBERTa's head."""
+
+    def __init__(self, hidden_size: int, num_labels: int, dropout: float, head: dict | None = None):
         super().__init__()
+        head = {**TANH_HEAD, **(head or {})}
         self.dropout = nn.Dropout(dropout)
-        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.dense = nn.Linear(hidden_size, hidden_size, bias=head["dense_bias"])
+        self.activation = ACT2FN[head["activation"]]
+        if head["norm_eps"] is not None:
+            self.norm = nn.LayerNorm(hidden_size, eps=head["norm_eps"], bias=head["norm_bias"])
         self.out_proj = nn.Linear(hidden_size, num_labels)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, num_labels]
-        x = torch.tanh(self.dense(self.dropout(features)))
+        x = self.activation(self.dense(self.dropout(features)))
+        if hasattr(self, "norm"):
+            x = self.norm(x)
         return self.out_proj(self.dropout(x))
 
 
@@ -82,6 +97,17 @@ def _hidden_size(config) -> int:
         if getattr(config, name, None) is not None:
             return getattr(config, name)
     raise ValueError(f"cannot tell the hidden size of a {config.model_type} body")
+
+
+def _body_attention(auto_class, config) -> str | None:
+    """The attention implementation the body is built with: the one this wrapper was given (transformers resolves
+    it for the wrapper, which accepts SDPA), or eager where the body's own class has no SDPA (DeBERTa, MPNet),
+    as transformers itself falls back for a model loaded without a request."""
+    wanted = getattr(config, "_attn_implementation", None)
+    mapping = auto_class._model_mapping
+    if wanted == "sdpa" and type(config) in mapping and not mapping[type(config)]._supports_sdpa:
+        return "eager"
+    return wanted
 
 
 class HfAuxSequenceClassifier(PreTrainedModel):
@@ -100,10 +126,13 @@ class HfAuxSequenceClassifier(PreTrainedModel):
             raise ValueError(f"HfAuxSequenceClassifier: config field 'hf_aux_pooling': {self.pooling!r} is not one "
                              f"of {POOLING_MODES}")
         # an encoder-decoder is its *ForConditionalGeneration model, as hf_aux saved it
-        self.body = (AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModel).from_config(config)
+        auto_class = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModel
+        self.body = auto_class.from_config(config, attn_implementation=_body_attention(auto_class, config))
         dropout = getattr(config, "classifier_dropout", None)
-        self.classifier = HfAuxClassificationHead(_hidden_size(config), config.num_labels,
-                                                  0.1 if dropout is None else dropout)
+        # `hf_aux_head`, not `classifier`: names no transformers class reads, so that the family's own class, loaded
+        # without trust_remote_code, reports the head missing instead of reading it with its own pooling
+        self.hf_aux_head = HfAuxClassificationHead(_hidden_size(config), config.num_labels,
+                                                   0.1 if dropout is None else dropout, getattr(config, "hf_aux_head", None))
         self._body_takes_token_types = "token_type_ids" in inspect.signature(self.body.forward).parameters
         self.post_init()
 
@@ -117,7 +146,7 @@ class HfAuxSequenceClassifier(PreTrainedModel):
                 token_type_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, **kwargs) -> SequenceClassifierOutput:
         hidden = self._body_states(input_ids, attention_mask, token_type_ids, inputs_embeds)  # [N, length, hidden]
-        logits = self.classifier(pool(hidden, attention_mask, self.pooling, input_ids, self.config.eos_token_id))
+        logits = self.hf_aux_head(pool(hidden, attention_mask, self.pooling, input_ids, getattr(self.config, "eos_token_id", None)))
         loss = None
         if labels is not None:
             if self.config.problem_type == "regression":

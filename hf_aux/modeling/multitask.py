@@ -61,7 +61,8 @@ from ..runtime.adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, base_of
                                 load_lora_weights, lora_body, merged_body, save_lora_body)
 from .sentence_transformers_files import copy_sentence_transformers_files
 from .export import EXPORTED_HEAD_KEYS, PlainExport, label_fields, sequence_classifier_export, write_plain_config
-from .heads import ClassificationHead, TokenClassificationHead
+from .heads import ClassificationHead, TokenClassificationHead, check_head, family_head
+from .modeling_hf_aux_classifier import TANH_HEAD
 from .pooling import check_pooling, pool, resolve_pooling
 from ..tasks.spec import LABELLED_KINDS, TASK_KINDS, TaskSpec, task_error
 
@@ -81,7 +82,8 @@ class MultiTaskModelConfig(PretrainedConfig):
     {name, kind, num_labels, label_names} (see `TaskSpec.head_metadata`). Head settings: `classifier_dropout`,
     `spectral_norm_heads` (R4F: spectral normalisation of the heads' linear maps), `pooling` (how sentence-level
     heads read the body, `hf_aux.modeling.pooling`; `auto` is resolved when the model is built and the resolved
-    mode is saved). Label smoothing is a training setting, `MuppetConfig.label_smoothing_factor`, not part of the
+    mode is saved), `classifier_head` (the sentence heads' function, `hf_aux.modeling.heads.family_head`; None: the
+    body family's own, resolved and saved like `pooling`). Label smoothing is a training setting, `MuppetConfig.label_smoothing_factor`, not part of the
     model."""
 
     model_type = "hf_aux_multitask"
@@ -93,6 +95,7 @@ class MultiTaskModelConfig(PretrainedConfig):
     classifier_dropout: float = 0.1
     spectral_norm_heads: bool = False
     pooling: str = "auto"
+    classifier_head: dict | None = None
 
     def __post_init__(self, **kwargs):
         if "label_smoothing" in kwargs:
@@ -112,6 +115,8 @@ class MultiTaskModelConfig(PretrainedConfig):
         if not 0.0 <= self.classifier_dropout < 1.0:
             raise ValueError(f"MultiTaskModelConfig: field 'classifier_dropout': {self.classifier_dropout} not in [0, 1)")
         check_pooling(self.pooling, "MultiTaskModelConfig")
+        if self.classifier_head is not None:
+            check_head(self.classifier_head, "MultiTaskModelConfig")
         super().__post_init__(**kwargs)
 
     def to_dict(self):
@@ -195,6 +200,8 @@ class MultiTaskModel(PreTrainedModel):
         self.body = body if body is not None else body_auto_class(config.encoder).from_config(config.encoder)
         self.config.encoder = self.body.config  # one config object: the body's own
         self.config.pooling = resolve_pooling(config.pooling, self.body.config)
+        if self.config.classifier_head is None:  # the family's own head, so that plain transformers serves it
+            self.config.classifier_head = family_head(self.body.config)
         hidden = _hidden_size(self.body.config)
         self.classification_heads = nn.ModuleDict()
         self.token_heads = nn.ModuleDict()
@@ -217,13 +224,15 @@ class MultiTaskModel(PreTrainedModel):
         kind, dropout = task["kind"], self.config.classifier_dropout
         if kind in ("classification", "regression"):
             self.classification_heads[task["name"]] = ClassificationHead(
-                hidden, task["num_labels"], dropout, spectral_norm=self.config.spectral_norm_heads)
+                hidden, task["num_labels"], dropout, spectral_norm=self.config.spectral_norm_heads,
+                head=self.config.classifier_head)
         elif kind == "token_classification":
             self.token_heads[task["name"]] = TokenClassificationHead(
                 hidden, task["num_labels"], dropout, spectral_norm=self.config.spectral_norm_heads)
         elif kind == "multiple_choice" and self.multiple_choice_head is None:
             self.multiple_choice_head = ClassificationHead(hidden, 1, dropout,
-                                                           spectral_norm=self.config.spectral_norm_heads)
+                                                           spectral_norm=self.config.spectral_norm_heads,
+                                                           head=self.config.classifier_head)
         elif kind == "extractive_qa" and self.span_head is None:
             self.span_head = nn.Linear(hidden, 2)
             if self.config.spectral_norm_heads:
@@ -304,7 +313,8 @@ class MultiTaskModel(PreTrainedModel):
         body = merged_body(self.body) if self.has_body_lora else self.body
         config = MultiTaskModelConfig(encoder=body.config, tasks=[task], pooling=self.config.pooling,
                                       classifier_dropout=self.config.classifier_dropout,
-                                      spectral_norm_heads=self.config.spectral_norm_heads)
+                                      spectral_norm_heads=self.config.spectral_norm_heads,
+                                      classifier_head=self.config.classifier_head)
         model = MultiTaskModel(config, body=body)
         heads = {k for k in model.state_dict() if not k.startswith(BODY_PREFIX)}  # named as in this model
         model._load_heads({k: v for k, v in self.state_dict().items() if k in heads}, source=f"task '{name}'")
@@ -455,7 +465,8 @@ class MultiTaskModel(PreTrainedModel):
                                  input_ids: torch.Tensor | None) -> torch.Tensor:
         """[N, length, hidden] -> [N, hidden] by `config.pooling` (hf_aux.modeling.pooling): for an encoder-decoder
         the decoder states, whose mask is the input's (the decoder reads the shifted input)."""
-        return pool(hidden, attention_mask, self.config.pooling, input_ids, self.body.config.eos_token_id)
+        return pool(hidden, attention_mask, self.config.pooling, input_ids,
+                    getattr(self.body.config, "eos_token_id", None))  # Funnel's config has no EOS field
 
     def sentence_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                           token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -517,7 +528,8 @@ class MultiTaskModel(PreTrainedModel):
         task = self.config.tasks[0]
         if task["kind"] in ("classification", "regression"):
             return sequence_classifier_export(self.classification_heads[task["name"]], task, self.body.config,
-                                              self.config.pooling, self.config.classifier_dropout)
+                                              self.config.pooling, self.config.classifier_dropout,
+                                              self.config.classifier_head)
         if task["kind"] == "token_classification":
             head = self._exported_token_head()
             return PlainExport(head, label_fields(task)) if head else PlainExport()
@@ -566,7 +578,7 @@ class MultiTaskModel(PreTrainedModel):
         from .. import __version__
 
         data = {k: v for k, v in self.config.to_dict().items()
-                if k in ("tasks", "classifier_dropout", "spectral_norm_heads", "pooling")}
+                if k in ("tasks", "classifier_dropout", "spectral_norm_heads", "pooling", "classifier_head")}
         data["hf_aux_version"] = __version__
         if adapter is None:
             data["format"] = "muppet-style: body in config.json/model.safetensors, heads in " + HEADS_WEIGHTS_NAME
@@ -625,6 +637,8 @@ class MultiTaskModel(PreTrainedModel):
             settings = {k: metadata[k] for k in ("classifier_dropout", "spectral_norm_heads") if k in metadata}
             # heads trained before the pooling was recorded read the first token (the EOS state for encoder-decoders)
             settings["pooling"] = metadata.get("pooling", "eos" if body.config.is_encoder_decoder else "cls")
+            # and, before their function was recorded, were fairseq/RoBERTa's tanh head
+            settings["classifier_head"] = metadata.get("classifier_head", TANH_HEAD)
         else:
             saved_tasks, settings = [], {}
             if not tasks:
@@ -756,7 +770,9 @@ def single_task_model(model_name_or_path: str, task: TaskSpec, reuse_head: bool 
     config = MultiTaskModelConfig(
         encoder=source.body.config, tasks=[task.head_metadata()],
         classifier_dropout=source.config.classifier_dropout if classifier_dropout is None else classifier_dropout,
-        spectral_norm_heads=source.config.spectral_norm_heads, pooling=source.config.pooling)
+        spectral_norm_heads=source.config.spectral_norm_heads, pooling=source.config.pooling,
+        # a re-used head keeps its function; a fresh one is the family's own (plain transformers serves it)
+        classifier_head=source.config.classifier_head if saved_head is not None else None)
     model = MultiTaskModel(config, body=source.body)
     if saved_head is not None:
         checkpoint_head_for(model, task).load_state_dict(saved_head.state_dict())

@@ -419,12 +419,14 @@ class MuppetTrainer(AuxTrainer):
     def _meta_head(self, hidden: int, body_model: MultiTaskModel, generator: torch.Generator) -> ClassificationHead:
         """phi*: a fresh classification head of the end task's classes (the mixture heads' architecture), drawn from
         `generator` (a CPU generator: the same on every rank), frozen outside its fit."""
-        head = ClassificationHead(hidden, self._end_task["num_labels"], body_model.config.classifier_dropout)
+        head = ClassificationHead(hidden, self._end_task["num_labels"], body_model.config.classifier_dropout,
+                                  head=body_model.config.classifier_head)
         std = getattr(body_model.body.config, "initializer_range", 0.02)
         with torch.no_grad():
             for linear in (head.dense, head.out_proj):
                 linear.weight.copy_(torch.randn(linear.weight.shape, generator=generator) * std)
-                linear.bias.zero_()
+                if linear.bias is not None:  # ModernBERT's head dense has none
+                    linear.bias.zero_()
         head.requires_grad_(False)
         return head.to(device=self.args.device)
 
