@@ -105,7 +105,12 @@ def _body_attention(auto_class, config) -> str | None:
     as transformers itself falls back for a model loaded without a request."""
     wanted = getattr(config, "_attn_implementation", None)
     mapping = auto_class._model_mapping
-    if wanted == "sdpa" and type(config) in mapping and not mapping[type(config)]._supports_sdpa:
+    if wanted != "sdpa" or type(config) not in mapping:
+        return wanted
+    body_class = mapping[type(config)]
+    if isinstance(body_class, (list, tuple)):  # Funnel maps to (FunnelModel, FunnelBaseModel): AutoModel takes the first
+        body_class = body_class[0]
+    if not body_class._supports_sdpa:
         return "eager"
     return wanted
 
