@@ -110,9 +110,10 @@ def test_finetuned_minilm_serves_through_the_text_classification_pipeline(tmp_pa
     assert (out / "modules.json").is_file() and (out / "1_Pooling" / "config.json").is_file()
     card = (out / "README.md").read_text()
     assert "pipeline_tag: text-classification" in card
-    call = f'"text-classification", model="out"{", trust_remote_code=True" if remote else ")"}'
-    assert call in card and ("AutoModelForSequenceClassification.from_pretrained(\"out\", trust_remote_code=True)"
-                             in card) == remote
+    call = f'"text-classification", model="{out}"{", trust_remote_code=True" if remote else ")"}'
+    assert call in card and (f'AutoModelForSequenceClassification.from_pretrained("{out}", trust_remote_code=True)'
+                             in card) == remote  # the output folder as it was given (here an absolute path)
+    assert f'SentenceTransformer("{out}")' in card  # MiniLM's sentence-transformers files are beside it
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -226,6 +226,41 @@ def base_model_license(name_or_path: str | None) -> str | None:
         return None
 
 
+LOCAL_FOLDER_NOTE = "the output folder, relative to where you trained"
+
+
+def card_model_id(output_dir: str | os.PathLike, hub_id: str | None = None) -> tuple[str, str | None]:
+    """(what a card's loading code names, the comment beside it) for a run writing `output_dir`: the Hub repository
+    it pushes to, when it does; else the output folder as the user gave it, which resolves from where they trained.
+    A relative folder gets "./" in front: transformers reads a bare name ("ft-topics") or "runs/ft-topics" that is
+    not a folder where the code runs as a Hub repository id, and answers "couldn't connect to huggingface.co"."""
+    if hub_id:
+        return hub_id, None
+    path = Path(output_dir).as_posix()
+    if not os.path.isabs(path) and not path.startswith(("./", "../")):
+        path = "./" + path
+    return path, LOCAL_FOLDER_NOTE if not os.path.isabs(path) else "the output folder"
+
+
+def trainer_hub_id(trainer) -> str | None:
+    """The Hub repository a trainer's run pushes to (Trainer's `hub_model_id` once it made the repository, else
+    `--hub_model_id`, else, when pushing, the output folder's name as Trainer names it), None when it does not."""
+    args = trainer.args
+    if getattr(trainer, "hub_model_id", None) or args.hub_model_id:
+        return getattr(trainer, "hub_model_id", None) or args.hub_model_id
+    if args.push_to_hub:
+        from ..runtime.hub import hub_repo_id
+
+        return hub_repo_id(args)
+    return None
+
+
+def has_sentence_transformers_files(output_dir: str | os.PathLike) -> bool:
+    """Whether `SentenceTransformer(output_dir)` loads the output: the body at its root with modules.json beside
+    it (hf_aux.modeling.sentence_transformers_files copies them from a sentence-transformers source)."""
+    return Path(output_dir, "modules.json").is_file()
+
+
 def body_pipeline_tag(output_dir: str | os.PathLike) -> str:
     """The Hub pipeline of an output whose top level is an encoder body: sentence-similarity when it is a
     sentence-transformers model (modules.json beside it), else feature-extraction."""
@@ -255,6 +290,8 @@ def render_model_card(
     merged_subfolder: str | None = None,
     pipeline_tag: str | None = None,
     trust_remote_code: bool = False,
+    model_id_note: str | None = None,
+    sentence_transformers: bool = False,
 ) -> ModelCard:
     """Render the model card of a checkpoint trained with `method` ("muppet", "amos", "tartan", "meta_lm", or
     "finetune" for run_finetune.py's single-task fine-tuning).
@@ -271,7 +308,9 @@ def render_model_card(
     restores it; merged_subfolder: where a merged plain checkpoint lies, if written. license: e.g. "apache-2.0"
     (`base_model_license` reads the base model's), `license_name` its name when "other" (hf_aux.cards.licenses);
     pipeline_tag: the Hub pipeline it serves, if one fits; trust_remote_code: `auto_class` runs modeling code
-    shipped in the folder (the snippets pass `trust_remote_code=True`).
+    shipped in the folder (the snippets pass `trust_remote_code=True`); model_id_note: a comment beside `model_id`
+    in the snippets (`card_model_id`: a local folder's); sentence_transformers: the folder also loads as a
+    `SentenceTransformer` (`has_sentence_transformers_files`), shown with its own snippet.
     """
     try:
         record = method_record(method)
@@ -283,7 +322,8 @@ def render_model_card(
         hyperparameters=hyperparameters, figures=figures, versions=versions, model_id=model_id,
         auto_class=auto_class, hf_aux_class=hf_aux_class, license=license, license_name=license_name,
         language=language, tags=tags, notes=notes, adapter=adapter, adapter_auto_class=adapter_auto_class,
-        merged_subfolder=merged_subfolder, pipeline_tag=pipeline_tag, trust_remote_code=trust_remote_code)
+        merged_subfolder=merged_subfolder, pipeline_tag=pipeline_tag, trust_remote_code=trust_remote_code,
+        model_id_note=model_id_note, sentence_transformers=sentence_transformers)
 
 
 def render_declared_card(*, template_file: str, name: str, tag_names: tuple | list, paper: Paper, model_name: str,
@@ -296,7 +336,8 @@ def render_declared_card(*, template_file: str, name: str, tag_names: tuple | li
                          language: str | list[str] | None = "en", tags: list[str] | tuple = (),
                          notes: str | None = None, adapter: bool = False, adapter_auto_class: str | None = None,
                          merged_subfolder: str | None = None, pipeline_tag: str | None = None,
-                         trust_remote_code: bool = False) -> ModelCard:
+                         trust_remote_code: bool = False, model_id_note: str | None = None,
+                         sentence_transformers: bool = False) -> ModelCard:
     """`render_model_card` for a method described by what its trainer declares (`ModelCardMixin`): the template
     file in model_cards/, the method's name in the card's prose, its Hub tags (before the arXiv tag, "lora" and
     `tags`) and its paper."""
@@ -334,7 +375,9 @@ def render_declared_card(*, template_file: str, name: str, tag_names: tuple | li
         auto_class=auto_class, hf_aux_module=hf_aux_module, hf_aux_name=hf_aux_name, notes=notes,
         fmt=_format_value, adapter=adapter, adapter_auto_class=adapter_auto_class if adapter else None,
         merged_subfolder=merged_subfolder if adapter else None, pipeline_tag=pipeline_tag,
-        trust_remote_code=trust_remote_code,
+        trust_remote_code=trust_remote_code, model_id_note=model_id_note,
+        model_id_comment=f"  # {model_id_note}" if model_id_note else "",
+        sentence_transformers=sentence_transformers and not adapter,
     )
     return ModelCard(content)
 
@@ -391,11 +434,13 @@ class ModelCardMixin:
         details = {"auto_class": self._auto_class, "hf_aux_class": self._hf_aux_class, "extra_tags": [],
                    "pipeline_tag": pipeline_tag, **self._card_details()}
         started_from = self._card_base_model(finetuned_from)
+        model_id, model_id_note = card_model_id(output_dir, trainer_hub_id(self))
         card = render_declared_card(
             template_file=self._method.card_template, name=self._method.card_name, tag_names=self._method.tags,
             paper=self._method.paper,
             model_name=model_name or os.path.basename(os.path.abspath(output_dir)),
-            model_id=self.args.hub_model_id or None, base_model=card_base_model(started_from),
+            model_id=model_id, model_id_note=model_id_note, base_model=card_base_model(started_from),
+            sentence_transformers=has_sentence_transformers_files(output_dir),
             datasets=datasets, tasks=_with_configs(self._card_tasks(datasets, **kwargs), datasets, dataset_args),
             hyperparameters=hyperparameters_from_args(self.args), figures=self._card_figures(output_dir),
             license=license or base_model_license(started_from), license_name=license_name if license else None,

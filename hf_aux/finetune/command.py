@@ -445,8 +445,9 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 def write_model_card(trainer, task, model_args: ModelArguments, results: dict, reused_head: bool) -> None:
     """README.md (hf_aux's fine-tuning card: the task's validation or test metrics in the model-index) and
     loss_curve.png in the output folder."""
-    from ..cards.model_card import (TaskSummary, base_model_license, card_base_model, hyperparameters_from_args,
-                                    plot_loss_curves, render_model_card, task_metrics)
+    from ..cards.model_card import (TaskSummary, base_model_license, card_base_model, card_model_id,
+                                    has_sentence_transformers_files, hyperparameters_from_args, plot_loss_curves,
+                                    render_model_card, task_metrics, trainer_hub_id)
     from ..modeling.pooling import describe_pooling
 
     output_dir = trainer.args.output_dir
@@ -462,12 +463,14 @@ def write_model_card(trainer, task, model_args: ModelArguments, results: dict, r
         figures["loss_curve.png"] = "Training and evaluation loss"
     except ValueError:  # nothing was trained or logged
         pass
+    model_id, model_id_note = card_model_id(output_dir, trainer_hub_id(trainer))  # what the card's code loads
     card = render_model_card(
         "finetune", model_name=os.path.basename(os.path.abspath(output_dir)),
         base_model=card_base_model(model_args.model_name_or_path),
         datasets=[summary.dataset] if summary.dataset else [], tasks=[summary],
         hyperparameters=hyperparameters_from_args(trainer.args), figures=figures,
-        model_id=trainer.args.hub_model_id or None, hf_aux_class="hf_aux.MultiTaskModel",
+        model_id=model_id, model_id_note=model_id_note,
+        sentence_transformers=has_sentence_transformers_files(output_dir), hf_aux_class="hf_aux.MultiTaskModel",
         license=model_args.license or base_model_license(model_args.model_name_or_path),
         license_name=model_args.license_name,
         **plain_loading(task, trainer.model, output_dir),

@@ -666,7 +666,7 @@ class MultiTaskModel(PreTrainedModel):
         if fresh:
             logger.warning("MultiTaskModel: fresh (randomly initialised) heads for tasks %s; not in %s", fresh,
                            pretrained_model_name_or_path)
-        return model
+        return model.eval()  # as every transformers from_pretrained: dropout off; Trainer.train() turns it on
 
     def _load_heads(self, head_state: dict, source) -> None:
         expected = {k for k in self.state_dict() if not k.startswith(BODY_PREFIX)}
