@@ -18,7 +18,7 @@ from test_first_try import hf_aux
 from tiny import ENCODER_FAMILIES, tiny_config, tiny_tokenizer, write_command_data
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
-from hf_aux.amos.model import GENERATOR_DROPOUT_FIELDS, AmosModel, AmosModelConfig, _load_exactly
+from hf_aux.amos.model import GENERATOR_DROPOUT_FIELDS, AmosModel, AmosModelConfig, _load_exactly, _token_embeddings
 from hf_aux.errors import UserInputError
 from hf_aux.tasks.data import MLMCollator
 
@@ -323,6 +323,11 @@ def test_refusals_name_the_field_and_what_works(work):
     AutoModel.from_config(gpt2).save_pretrained(work / "gpt2")
     with pytest.raises(UserInputError, match="'gpt2' model without a masked-LM class"):
         AmosModel.from_pretrained_encoder(str(work / "gpt2"), 1)
+    vision = AutoModel.from_config(AutoConfig.for_model("vit", hidden_size=32, num_hidden_layers=1,
+                                                        num_attention_heads=2, intermediate_size=64, image_size=8,
+                                                        patch_size=4))
+    with pytest.raises(UserInputError, match="'vit' body .* has no token-embedding table"):
+        _token_embeddings(vision)  # (from_pretrained_encoder refuses a ViT earlier: no masked-LM class)
     target = torch.nn.Linear(2, 2)
     with pytest.raises(UserInputError, match=r"missing \['bias'\], unexpected \['other'\]"):
         _load_exactly(target, {"weight": torch.zeros(2, 2), "other": torch.zeros(1)}, "enc", "discriminator")
