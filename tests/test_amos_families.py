@@ -10,11 +10,12 @@ discriminator's inputs_embeds path equals its input_ids path; the generator's dr
 dropout fields."""
 
 import json
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from test_first_try import hf_aux
+from test_first_try import ENV, HF_AUX
 from tiny import ENCODER_FAMILIES, tiny_config, tiny_tokenizer, write_command_data
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
@@ -96,6 +97,12 @@ REFUSALS = {  # name -> (its command, what the one line says)
 }
 
 
+def hf_aux(name, argv, work) -> subprocess.CompletedProcess:
+    """The installed `hf-aux` with a datasets cache of its own (two runs at once read the same text.txt)."""
+    env = {**ENV, "HF_DATASETS_CACHE": str(work / "cache" / name)}
+    return subprocess.run([HF_AUX, *map(str, argv)], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+
+
 @pytest.fixture(scope="module")
 def runs(work):
     """Every command run of this file, started at once on two workers; name -> Future of its CompletedProcess."""
@@ -103,7 +110,7 @@ def runs(work):
     jobs.update({f"scratch-{family}": from_scratch(work, family) for family in ENCODER_FAMILIES})
     jobs.update({f"refusal-{name}": spec[0](work) for name, spec in REFUSALS.items()})
     with ThreadPoolExecutor(max_workers=2) as pool:
-        yield {name: pool.submit(hf_aux, *argv, cwd=work) for name, argv in jobs.items()}
+        yield {name: pool.submit(hf_aux, name, argv, work) for name, argv in jobs.items()}
 
 
 def finished(runs, name, work):
