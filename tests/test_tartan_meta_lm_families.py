@@ -172,12 +172,12 @@ def test_meta_lm_through_the_installed_command(family, work, runs):
 @pytest.mark.parametrize("name", sorted(REFUSALS))
 def test_a_refusal_is_one_line_with_status_2_before_any_work(name, work, runs):
     done = runs[f"refusal-{name}"].result()
-    _, command, says = REFUSALS[name]
+    make, command, says = REFUSALS[name]
     assert done.returncode == 2, (done.stdout + done.stderr)[-3000:]
     assert "Traceback" not in done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith(f"hf-aux {command}: error: ")]
     assert len(errors) == 1 and all(part in errors[0] for part in says), done.stderr[-3000:]
-    argv = REFUSALS[name][0](work)
+    argv = make(work)
     assert not argv[argv.index("--output_dir") + 1].exists()  # refused before any work
 
 
@@ -191,8 +191,8 @@ def test_every_other_variant_through_the_commands_entry_point(family, work, caps
         argv = (tartan if command == "tartan" else meta_lm)(work, family, variant)
         try:
             hf_aux_main([str(a) for a in argv])
-        except SystemExit as exit:
-            assert exit.code in (0, None), capsys.readouterr().err[-3000:]
+        except SystemExit as stopped:
+            assert stopped.code in (0, None), capsys.readouterr().err[-3000:]
         out = trained(work / "out" / f"{command}-{variant}-{family}")
         if command == "tartan":
             check_tartan_output(work, family, out)
