@@ -344,10 +344,10 @@ def test_from_pretrained_encoder_copies_the_body_into_both_models(tmp_path, sour
         torch.testing.assert_close(model.discriminator.electra(input_ids=ids)[0], encoder(input_ids=ids)[0])
     with pytest.raises(ValueError, match="generator_num_hidden_layers"):
         AmosModel.from_pretrained_encoder(str(tmp_path / "encoder"), 4)
-    roberta = AutoModel.from_config(tiny_config("roberta", tok))
-    roberta.save_pretrained(tmp_path / "roberta")
+    bart = AutoModel.from_config(tiny_config("bart", tok))  # an encoder-decoder: no masked-LM body to continue
+    bart.save_pretrained(tmp_path / "bart")
     with pytest.raises(ValueError, match="encoder_name_or_path"):
-        AmosModel.from_pretrained_encoder(str(tmp_path / "roberta"), 1)
+        AmosModel.from_pretrained_encoder(str(tmp_path / "bart"), 1)
 
 
 def test_continued_pretraining_keeps_the_bodys_sentence_transformers_pooling(tmp_path):
