@@ -10,12 +10,13 @@ the body in one step; phi* pools with the batch's attention mask. Refusals (an e
 Two Moons demo) are one line, exit status 2, before any work."""
 
 import json
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_first_try import hf_aux
+from test_first_try import ENV, HF_AUX
 from tiny import ENCODER_FAMILIES, tiny_config, tiny_tokenizer, write_command_data
 from transformers import (AutoModel, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification,
                           AutoTokenizer)
@@ -92,6 +93,12 @@ REFUSALS = {  # name -> (its command, the command's name, what its one line says
 }
 
 
+def hf_aux(name, argv, work) -> subprocess.CompletedProcess:
+    """The installed `hf-aux` with a datasets cache of its own (two runs at once read the same files)."""
+    env = {**ENV, "HF_DATASETS_CACHE": str(work / "cache" / name)}
+    return subprocess.run([HF_AUX, *map(str, argv)], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+
+
 @pytest.fixture(scope="module")
 def runs(work):
     """Every installed-command run of this file, started at once on two workers; name -> Future of its
@@ -101,7 +108,7 @@ def runs(work):
                  for family, objective in OBJECTIVE.items()})
     jobs.update({f"refusal-{name}": spec[0](work) for name, spec in REFUSALS.items()})
     with ThreadPoolExecutor(max_workers=2) as pool:
-        yield {name: pool.submit(hf_aux, *argv, cwd=work) for name, argv in jobs.items()}
+        yield {name: pool.submit(hf_aux, name, argv, work) for name, argv in jobs.items()}
 
 
 def finished(runs, name, work):
