@@ -1,7 +1,7 @@
 """The encoder a user brings (issue #58): every command through the installed `hf-aux` on a tiny random model of each
 encoder family, and every output loaded the way its card says, by plain transformers.
 
-One row per family (tiny.ENCODER_FAMILIES: 2 layers, hidden 32, the shared tiny tokenizer, saved as the family's
+One row per family (tiny.ENCODER_FAMILIES and Funnel: 2 layers, hidden 32, the shared tiny tokenizer, saved as the family's
 *ForMaskedLM), one column per command at 2 steps on the user's own small files. A cell is "ok" (exit 0, and each
 client below loads the output) or the one-line refusal EXPECTED names. Clients:
 
@@ -56,8 +56,16 @@ COMMANDS = {  # column -> the command line a user types, on their files (`d`) an
     "meta-lm": lambda d, f: ["meta-lm", "--model_name_or_path", d / f, "--train_file", d / "corpus.txt", "--mixture",
                              d / "labelled.yaml", "--max_steps", "2"],
 }
+# the nine families every method serves, and Funnel, whose depth is block_sizes (pooled between blocks)
+FAMILIES = (*ENCODER_FAMILIES, "funnel")
+FUNNEL_DEPTH = "whose depth is not one num_hidden_layers (Funnel's block_sizes)"
 # (family, command) -> the refusal's text where the family cannot run the command (every other cell is "ok")
-EXPECTED: dict[tuple[str, str], str] = {}
+EXPECTED: dict[tuple[str, str], str] = {
+    ("funnel", "amos"): FUNNEL_DEPTH,
+    ("funnel", "amos scratch"): FUNNEL_DEPTH,
+    ("funnel", "tartan"): "cannot map FunnelForMaskedLM's MLM head",
+}
+REMOTE_CODE = {"funnel"}  # families whose *ForSequenceClassification computes no head hf_aux trains
 
 
 def classes(family: str) -> dict[str, str]:
@@ -66,9 +74,14 @@ def classes(family: str) -> dict[str, str]:
     from transformers.models.auto import modeling_auto as auto
 
     config = type(AutoConfig.for_model(family))
-    return {"AutoModel": auto.MODEL_MAPPING[config].__name__,
-            "AutoModelForSequenceClassification": auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING[config].__name__,
-            "AutoModelForMaskedLM": auto.MODEL_FOR_MASKED_LM_MAPPING[config].__name__}
+
+    def name(mapping) -> str:  # Funnel's AutoModel is the first of (FunnelModel, FunnelBaseModel)
+        found = mapping[config]
+        return (found[0] if isinstance(found, (tuple, list)) else found).__name__
+
+    return {"AutoModel": name(auto.MODEL_MAPPING),
+            "AutoModelForSequenceClassification": name(auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING),
+            "AutoModelForMaskedLM": name(auto.MODEL_FOR_MASKED_LM_MAPPING)}
 
 
 def cell_text(family: str, command: str) -> str:
@@ -76,6 +89,8 @@ def cell_text(family: str, command: str) -> str:
     if (family, command) in EXPECTED:
         return f"refused: {EXPECTED[family, command]}"
     found = classes(family)
+    if command == "finetune" and family in REMOTE_CODE:
+        return "ok: the shipped HfAuxSequenceClassifier (trust_remote_code), pipeline"
     if command == "finetune":
         mean = "its class too" if family == "modernbert" else "trust_remote_code"
         return f"ok: {found['AutoModelForSequenceClassification']}, pipeline (mean pooling: {mean})"
@@ -91,7 +106,7 @@ def cell_text(family: str, command: str) -> str:
 
 def render() -> str:
     header = ["family", *COMMANDS]
-    rows = [[f"`{family}`", *(cell_text(family, command) for command in COMMANDS)] for family in ENCODER_FAMILIES]
+    rows = [[f"`{family}`", *(cell_text(family, command) for command in COMMANDS)] for family in FAMILIES]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
@@ -110,7 +125,7 @@ def user(tmp_path_factory):
 
     folder = write_own_files(write_command_data(tmp_path_factory.mktemp("user"), "hf-aux-tests/tiny-bert"))
     tokenizer = tiny_tokenizer()
-    for family in ENCODER_FAMILIES:
+    for family in FAMILIES:
         torch.manual_seed(0)
         AutoModelForMaskedLM.from_config(tiny_config(family, tokenizer)).save_pretrained(folder / family)
         tokenizer.save_pretrained(folder / family)
@@ -151,18 +166,21 @@ def check_finetune(out: Path, family: str, user: Path, tmp_path: Path) -> None:
     from hf_aux import MultiTaskModel
 
     config = json.loads((out / "config.json").read_text())
-    assert config["architectures"] == [classes(family)["AutoModelForSequenceClassification"]]  # no remote code
-    assert "auto_map" not in config
+    remote = family in REMOTE_CODE
+    assert config["architectures"] == (["HfAuxSequenceClassifier"] if remote else [
+        classes(family)["AutoModelForSequenceClassification"]])  # the family's own class: no remote code
+    assert ("auto_map" in config) == remote
     run_card_code(out, tmp_path)
     batch = texts_batch(out)
     own = MultiTaskModel.from_pretrained(out).eval()
-    plain = AutoModelForSequenceClassification.from_pretrained(out).eval()
-    assert type(plain).__name__ == classes(family)["AutoModelForSequenceClassification"]
+    plain = AutoModelForSequenceClassification.from_pretrained(out, trust_remote_code=remote).eval()
+    assert type(plain).__name__ == ("HfAuxSequenceClassifier" if remote else
+                                    classes(family)["AutoModelForSequenceClassification"])
     inputs = {k: v for k, v in batch.items() if k in inspect.signature(plain.forward).parameters}
     with torch.no_grad():
         expected = own(**batch, task=own.task_names[0]).logits
         torch.testing.assert_close(plain(**inputs).logits, expected, atol=1e-5, rtol=0)
-    labels = pipeline("text-classification", model=str(out))(["the movie was really good"])
+    labels = pipeline("text-classification", model=str(out), trust_remote_code=remote)(["the movie was really good"])
     assert labels[0]["label"] == own.config.tasks[0]["label_names"][int(expected[0].argmax())]
     # the same body read with mean pooling: no family class pools so (ModernBERT's does), the shipped file does
     mean = tmp_path / "mean"
@@ -204,7 +222,7 @@ def check_output(command: str, out: Path, family: str, user: Path, tmp_path: Pat
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
-@pytest.mark.parametrize("family", ENCODER_FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES)
 def test_every_command_on_every_family(family, command, user, tmp_path):
     out = tmp_path / "out"
     done = hf_aux([*COMMANDS[command](user, family), "--output_dir", out], tmp_path)

@@ -51,6 +51,9 @@ def tiny_config(model_type: str = "bert", tokenizer=None, **overrides):
         kwargs = dict(d_model=32, d_kv=16, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=2,
                       relative_attention_num_buckets=8, eos_token_id=tokenizer.sep_token_id,
                       decoder_start_token_id=tokenizer.pad_token_id)
+    elif model_type == "funnel":  # its depth is block_sizes (pooled between blocks), its width d_model
+        kwargs = dict(d_model=32, n_head=2, d_head=16, d_inner=64, block_sizes=[1, 1], num_decoder_layers=1,
+                      max_position_embeddings=128)
     elif model_type == "bart":
         kwargs = dict(
             d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,

@@ -221,6 +221,12 @@ def check_encoder_config(config: PretrainedConfig, field_name: str, value: str |
     if getattr(config, "is_decoder", False) or config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
         raise UserInputError(f"AMOS: field '{field_name}': {kind}{'' if value else ' a'} model without a masked-LM "
                              f"class; give {works}")
+    try:  # the generator is the body's config at another depth
+        copy.deepcopy(config).num_hidden_layers = 1
+    except NotImplementedError:  # Funnel: its depth is block_sizes, pooled between blocks
+        raise UserInputError(f"AMOS: field '{field_name}': {kind}{'' if value else ' a'} model whose depth is not "
+                             "one num_hidden_layers (Funnel's block_sizes), so AMOS cannot build its shallower "
+                             f"generator; give {works}") from None
 
 
 def _token_embeddings(body: PreTrainedModel) -> nn.Embedding:
