@@ -143,25 +143,97 @@ def test_the_readme_evidence_table_is_rendered_from_the_claims_lists():
     assert section.count("| MUPPET |") >= 1 and section.count("| AMOS |") >= 1
 
 
-def test_the_plain_answer_follows_the_primary_claims():
+def _record(low, high, verdict, survives=None, **extra):
+    record = {"claim": "x beats y", "verdict": verdict, "difference": (low + high) / 2, "ci95": [low, high],
+              "n_units": 3, "setting": "s1, fast", "primary": True, "p_value": 0.004, "q_value": 0.01, **extra}
+    return record if survives is None else {**record, "survives_bh": survives}
+
+
+def test_yes_and_no_both_need_the_same_bar():
+    """One rule (summary.answer_word) over (record, the sign that favours the method): yes / no need a decided verdict
+    that survives Benjamini-Hochberg at 5% on the method's side / the other side; not shown otherwise."""
     from benchmarks.evidence.summary import answer_word, primary_rows
 
-    def claim(low, high, verdict, survives=None, **extra):
-        record = {"claim": "x beats y", "verdict": verdict, "difference": (low + high) / 2, "ci95": [low, high],
-                  "n_units": 3, "setting": "s1, fast", "primary": True, "q_value": 0.01, **extra}
-        return record if survives is None else {**record, "survives_bh": survives}
-
-    assert answer_word("tartan", [claim(0.01, 0.05, "reproduced", True)]) == "yes"
-    assert answer_word("tartan", [claim(0.01, 0.05, "reproduced", False)]) == "not shown"  # not past BH
-    assert answer_word("tartan", [claim(-0.05, -0.01, "not reproduced", True)]) == "no"
-    assert answer_word("tartan", [claim(-0.05, 0.01, "inconclusive")]) == "not shown"
-    # meta_lm's claims are MLM - the meta objective: an interval above 0 is against the method
-    assert answer_word("meta_lm", [claim(0.01, 0.05, "reproduced", True)]) == "no"
-    rows = primary_rows("amos", [claim(-0.05, 0.01, "inconclusive"), {**claim(0.01, 0.05, "reproduced", False),
-                                                                        "primary": False}], "link")
-    assert rows[0] == "| AMOS | x beats y | s1, fast | **inconclusive** | -0.020 [-0.050, +0.010] (3 units) | link |"
+    assert answer_word([(_record(0.01, 0.05, "reproduced", True), 1)]) == "yes"
+    assert answer_word([(_record(0.01, 0.05, "reproduced", False), 1)]) == "not shown"  # not past BH
+    assert answer_word([(_record(-0.05, -0.01, "not reproduced", True), 1)]) == "no"
+    assert answer_word([(_record(-0.05, -0.01, "not reproduced", False), 1)]) == "not shown"  # the same bar for no
+    assert answer_word([(_record(-0.05, 0.01, "inconclusive"), 1)]) == "not shown"
+    # meta_lm's claims are MLM - the meta objective (favours -1): an interval above 0 is against the method
+    assert answer_word([(_record(0.01, 0.05, "reproduced", True), -1)]) == "no"
+    assert answer_word([(_record(0.01, 0.05, "reproduced", True), 1),
+                        (_record(-0.05, -0.01, "not reproduced", True), 1)]) == "mixed"
+    rows = primary_rows("amos", [_record(-0.05, 0.01, "inconclusive"), {**_record(0.01, 0.05, "reproduced", False),
+                                                                          "primary": False}], "link")
+    assert rows[0] == ("| AMOS | x beats y | s1, fast | **inconclusive** | -0.020 [-0.050, +0.010] (3 units, p 0.004, "
+                       "q 0.01) | link |")
     assert rows[1].startswith("| AMOS | every claim of the list (2) | | 1 inconclusive, 1 reproduced | 1 of 2 "
                               "judged decided, 0 survive")
+
+
+def test_advice_names_the_record_that_measured_it_with_its_scope():
+    """An alternative is named only where one of its records passes the bar in its favour, with that record's setting
+    and the settings where it was not shown; else "none shown" with the nearest record."""
+    from benchmarks.evidence.summary import instead_text
+
+    good = _record(0.01, 0.05, "reproduced", True, claim="fixed y beats MLM", setting="Two Moons, 160 examples")
+    weak = _record(-0.02, 0.06, "inconclusive", claim="fixed y beats MLM", setting="Two Moons, 10 examples")
+    alternatives = [{"name": "fixed y", "records": [{"match": {"claim": "fixed y beats MLM"}, "favours": 1}]}]
+    text = instead_text([good, weak], alternatives)
+    assert text.startswith("**fixed y**: fixed y beats MLM (Two Moons, 160 examples): +0.030 [+0.010, +0.050]")
+    assert text.endswith("not shown in Two Moons, 10 examples")
+    text = instead_text([weak], alternatives)
+    assert text.startswith("none shown past Benjamini-Hochberg at 5%: fixed y (1 judged record; the nearest to "
+                           "passing")
+    assert instead_text([], alternatives).endswith("fixed y (not measured yet)")
+
+
+def test_the_labels_and_the_gate_are_one_rule_outside_the_family():
+    """A retired setting keeps its numbers, leaves the BH family and says why; a fine-tuning below its training
+    majority is one missing point; an unrecorded training accuracy leaves the gate unapplied and says so."""
+    judged = claim_record("a", "p", 1, "u", [0.05, 0.06, 0.07])
+    retired = common.retire(claim_record("b", "p", 1, "u", [0.05, 0.06, 0.08]),
+                            common.retirement_reason(untuned="no arm tuned", superseded_by="`s2`"))
+    assert retired["verdict"] == common.RETIRED and retired["reason"] == "untuned: no arm tuned; superseded by `s2`"
+    assert retired["difference"] is not None and retired["p_value"] is None
+    with_q = common.with_q_values([judged, retired])
+    assert "q_value" in with_q[0] and "q_value" not in with_q[1]
+    assert common.retirement_reason() is None
+    gate = common.training_gate([(1, "arm seed 1", 0.5, 0.5), (2, "arm seed 2", 0.9, 0.5), (3, "base", None, None)])
+    assert [key for key, *_ in gate["failed"]] == [1] and (gate["checked"], gate["unchecked"]) == (2, 1)
+    note = common.gate_note(gate)
+    assert "1 fine-tuning did not train" in note and "arm seed 1: training 0.5 <= majority 0.5" in note
+    assert "not recorded for 1 of 3" in note
+    assert common.gate_note(common.training_gate([(1, "a", 0.9, 0.5)])) is None
+
+
+def test_the_control_decides_the_attribution_by_one_rule():
+    """attribution_text: a control decided on the same side moves the difference itself (not the method); one whose
+    interval excludes half the difference clears the pipeline; else it is too wide."""
+    base = {"difference": -0.05, "ci95": [-0.08, -0.02]}
+
+    def with_control(low, high):
+        return {**base, "control": {"claim": "c", "label": "lr 0", "n_units": 3, "difference": (low + high) / 2,
+                                    "ci95": [low, high], "verdict": "inconclusive"}}
+
+    assert "not attributed to the method" in common.attribution_text(with_control(-0.06, -0.01))
+    assert "the method's updates do" in common.attribution_text(with_control(-0.02, 0.01))  # excludes -0.025
+    assert "too wide" in common.attribution_text(with_control(-0.04, 0.02))
+    assert common.attribution_text(base) is None
+
+
+def test_primaries_come_from_the_dated_file(tmp_path):
+    path = tmp_path / "primaries.json"
+    path.write_text(json.dumps({"date": "2026-12-02", "methods": {"m": {"primary": [{"match": {"claim": "a",
+                                                                                              "size": 40}}]}}}))
+    records = [{"claim": "a", "size": 40, "primary": True}, {"claim": "a", "size": 10, "primary": True}]
+    assert [r.get("primary") for r in common.mark_primaries(records, "m", path)] == [True, None]
+    assert common.load_primaries("other", path) == {}
+    dated = json.loads(common.PRIMARIES_PATH.read_text())
+    assert dated["date"] and set(dated["methods"]) == {"muppet", "amos", "tartan", "meta_lm"}
+    assert all(entry["match"] for method in dated["methods"].values() for entry in method["primary"])
+
+
 def test_short_settings_drop_parentheses_and_keep_the_first_parts():
     from benchmarks.evidence.summary import short_setting
 

@@ -58,7 +58,7 @@ def test_quick_runs_every_variant_and_renders_the_report(tmp_path):
             assert 0.0 <= row[key] <= 1.0
     text_runs = [r for r in runs if r["claim"] == "text_tasks"]
     assert {(r["variant"], r["task"]) for r in text_runs} == {
-        (v, t) for v in ("mlm", "soft") for t in study.QUICK_CLAIM2.tasks}
+        (v, t) for v in ("mlm", "soft", "soft_fixed_y") for t in study.QUICK_CLAIM2.tasks}
     assert all(0.0 <= r["majority"] <= 100.0 and r["finetune_lr"] in study.QUICK_CLAIM2.finetune_lrs
                for r in text_runs)
     # "did not train" is read from training accuracy: every fine-tuning records it with its training set's majority
@@ -81,8 +81,9 @@ def test_quick_runs_every_variant_and_renders_the_report(tmp_path):
     # the report opens its findings with the claims table, and --quick wrote the same claims into the JSON
     assert text.index("## Claims and verdicts") < text.index("## Claim 1: Two Moons, Table 10")
     written = common.load_claims(json_path)
-    assert written and all(item["n_units"] == 1 for item in written)
-    assert {item["verdict"] for item in written} <= {"inconclusive", "not testable here"}  # tiny runs may sit at 50%
+    assert written and all(item["n_units"] <= 1 for item in written)  # a unit that did not train is a missing point
+    assert {item["verdict"] for item in written} <= {"inconclusive", "no verdict"}  # one unit each: no direction
+    assert any(item["claim"] == "Text: soft labels with fixed y fine-tune better than MLM" for item in written)
     assert json.loads(json_path.read_text())["runs"] == common.load_runs(json_path)  # the runs are kept
     assert (tmp_path / "report" / "meta_lm_two_moons.png").exists()
     assert not (tmp_path / "report" / "meta_lm_text_teacher.png").exists()  # retired with claim 2's teacher section
@@ -142,19 +143,23 @@ def test_moons_claims_have_the_seeds_of_one_size_as_units_paired_with_the_papers
 
 
 def test_did_not_train_is_read_from_training_accuracy_never_from_the_test_result():
-    """An arm whose fine-tuning ends at or below its TRAINING set's majority class in a unit did not train: the claim
-    is "not testable here", with the accuracies; an arm at the majority class on TEST that fit its training set is an
+    """A unit in which an arm's fine-tuning ends at or below its TRAINING set's majority class did not train: it is
+    one missing data point (the shared gate, common.training_gate), left out of the interval, the claim judged on the
+    rest and reported over every unit beside it; an arm at the majority class on TEST that fit its training set is an
     outcome, counted like any other."""
     runs = []
-    for seed, (mlm, soft) in enumerate([(70.0, 49.6), (80.0, 60.0), (75.0, 50.0)]):
+    for seed, (mlm, soft) in enumerate([(70.0, 49.6), (80.0, 60.0), (75.0, 50.0), (72.0, 52.0)]):
         runs += [_moons("mlm", 10, seed, mlm), _moons("soft", 10, seed, soft)]  # soft fits its training set
     record = _find(study.claims(runs), "Two Moons: MLM vs soft", size=10)
-    assert record["verdict"] == "reproduced" and "reason" not in record  # +20.4, +20.0, +25.0: test floors counted
-    runs[-1] = _moons("soft", 10, 2, 50.0, train=60.0, majority=60.0)  # predicts one class on its training set
+    assert record["verdict"] == "reproduced" and "note" not in record  # +20.4, +20.0, +25.0, +20.0: floors counted
+    runs[5] = _moons("soft", 10, 2, 50.0, train=60.0, majority=60.0)  # predicts one class on its training set
     record = _find(study.claims(runs), "Two Moons: MLM vs soft", size=10)
-    assert record["verdict"] == "not testable here"
-    assert "Soft did not train in 1 fine-tuning (seed 2: training 60.0 <= majority 60.0)" in record["reason"]
-    assert record["difference"] == pytest.approx((20.4 + 20.0 + 25.0) / 3)  # still measured and shown
+    assert record["verdict"] == "reproduced" and record["n_units"] == 3 and record["per_unit"] == {
+        "0": pytest.approx(20.4), "1": pytest.approx(20.0), "3": pytest.approx(20.0)}
+    assert "1 fine-tuning did not train" in record["note"] and "Soft seed 2: training 60 <= majority 60" in \
+        record["note"]
+    assert record["all_units"]["n_units"] == 4  # over every unit, the failed one included: reported, not judged
+    assert record["all_units"]["difference"] == pytest.approx((20.4 + 20.0 + 25.0 + 20.0) / 4)
     # a run recorded without its training set's majority gets it from the seed's data (seed 0's first 10 labelled
     # points hold 7 of one class), never from the test split
     assert study.moons_train_majority(0, 10) == pytest.approx(70.0)
@@ -225,16 +230,24 @@ def test_text_claims_average_the_tasks_inside_each_pretraining_run():
     assert majority["verdict"] == "inconclusive"  # [-1.4, +21.1] holds 0
     assert task_a["verdict"] == "inconclusive" and average["verdict"] == "inconclusive"
 
-    # runs recorded without their training accuracy: whether they trained cannot be read, so no verdict
+    # runs recorded without their training accuracy: the gate cannot be applied; judged, and the record says so
     unrecorded = [{k: v for k, v in r.items() if k not in ("train_accuracy", "train_majority")} for r in runs]
     for record in study.claims(unrecorded):
-        assert record["verdict"] == "no verdict" and "training accuracy not recorded" in record["reason"]
-        assert record["difference"] is not None and "q_value" not in record
-    # a soft fine-tuning at its training set's majority: soft did not train there, the claims on it not testable
+        assert record["verdict"] == "inconclusive" and "q_value" in record
+        assert record["claim"].startswith("Text: soft labels end below") or "not recorded" in record["note"]
+    # a soft fine-tuning at its training set's majority: that unit is a missing point of the claims on task a and on
+    # the average (its task set is incomplete there), not of task b's; "below the majority class" has no gate
     (index,) = [i for i, r in enumerate(runs) if (r["variant"], r["task"], r["seed"]) == ("soft", "a", 0)]
     runs[index] = {**runs[index], "train_accuracy": 50.0}
-    assert _find(study.claims(runs), "Text: MLM pretraining", task="a")["verdict"] == "not testable here"
-    assert _find(study.claims(runs), "Text: MLM pretraining", task="b")["verdict"] == "inconclusive"
+    gated = study.claims(runs)
+    assert _find(gated, "Text: MLM pretraining", task="a")["n_units"] == 2
+    assert _find(gated, "Text: MLM pretraining", task="average of 2 tasks")["n_units"] == 2
+    assert _find(gated, "Text: MLM pretraining", task="b")["n_units"] == 3
+    assert _find(gated, "Text: soft labels end below the majority class")["n_units"] == 3
+    # fixed y against MLM on text, where it ran (issue #59): one more pair of claims per task and on the average
+    fixed = [{**r, "variant": "soft_fixed_y", "value": r["value"] + 5.0} for r in runs if r["variant"] == "mlm"]
+    versus = _find(study.claims(runs + fixed), "Text: soft labels with fixed y", task="b")
+    assert versus["difference"] == pytest.approx(5.0) and versus["predicted_sign"] == 1
 
 
 def test_comparisons_the_paper_makes_no_claim_about_are_reported_without_a_verdict(tmp_path):

@@ -94,7 +94,7 @@ def test_quick_runs_every_arm_and_renders_the_report(study, tmp_path):
     assert text.index("## Claims and verdicts") < text.index("### Setting `quick`")
     saved = json.loads((tmp_path / "tartan.json").read_text())
     assert len(saved["runs"]) == len(study.load_runs(tmp_path / "tartan.json")) and saved["claims"]
-    assert {c["verdict"] for c in saved["claims"]} <= {"inconclusive", "not testable here"}
+    assert {c["verdict"] for c in saved["claims"]} <= {"inconclusive", "setting retired (rerun)"}  # quick: untuned
     assert all(c["predicted_sign"] in (1, -1) for c in saved["claims"])  # sign-less comparisons stay in the report
     assert all(c["n_units"] == 1 for c in saved["claims"])  # one seed: 1 of the 3 units needed
     assert {c["claim"][:8] for c in saved["claims"]} >= {"claim 2a", "claim 2b"}
@@ -119,17 +119,34 @@ def _run(study, variant, seed, f1, *, setting="s", accuracy=None, loss=0.5, rise
 
 
 FLOORS = {"s": {"accuracy": 0.5, "macro_f1": 0.333, "test_sentences": 100}}
+
+
+def _pilots(study, arms, setting="s", rates=(1e-4, 5e-4)):
+    """The same learning-rate search on validation for every arm (tuning seed, not a unit): tuned alike."""
+    found = []
+    for arm in arms:
+        for rate in rates:
+            pilot = _run(study, arm, study.TUNING_SEED, 0.7, setting=f"{setting}_lr{rate:g}", claim="pilot",
+                         validation_macro_f1=0.7)
+            pilot["budget"]["learning_rate"] = rate
+            found.append(pilot)
+    return found
 T_2 = 4.302653  # t(0.975, 2 degrees of freedom)
 
 
 def test_claims_pair_arms_by_seed_and_need_three_units(study):
     """One unit = one run per arm, paired by seed: the end task alone's unpaired seed 3 is no unit; MT - alone per
     seed +0.02, +0.03, +0.04 -> +0.03 +- t * 0.01 / sqrt(3); TAPT -> FT with 2 seeds is inconclusive; test loss
-    (here far apart) gets no claim; an arm under the majority class in one unit makes its claims not testable."""
+    (here far apart) gets no claim; a unit whose TRAINING accuracy is at its training majority is one missing point
+    (common.training_gate), an arm at the majority class on TEST an outcome like any other. Every arm had the same
+    learning-rate search (tuned alike); without one the setting is retired (the last lines)."""
     runs = [_run(study, "alone", seed, f1, loss=1.0) for seed, f1 in enumerate((0.70, 0.72, 0.74, 0.60))]
     runs += [_run(study, "mt_uniform", seed, f1, loss=0.2, rise=0.05) for seed, f1 in enumerate((0.72, 0.75, 0.78))]
     runs += [_run(study, "tapt_ft", seed, f1) for seed, f1 in enumerate((0.75, 0.75))]
-    runs += [_run(study, "dapt_ft", seed, 0.70, accuracy=accuracy) for seed, accuracy in enumerate((0.7, 0.45, 0.7))]
+    runs += [_run(study, "dapt_ft", seed, 0.70 + 0.01 * seed, accuracy=accuracy, train_accuracy=train,
+                  train_majority=0.5) for seed, (accuracy, train) in enumerate(((0.7, 0.9), (0.7, 0.5), (0.45, 0.9)))]
+    untuned = {r["claim"]: r for r in study.claims(runs, FLOORS)}
+    runs += _pilots(study, ("alone", "mt_uniform", "tapt_ft", "dapt_ft"))
     records = {r["claim"]: r for r in study.claims(runs, FLOORS)}
     mt_alone = records["MT-TARTAN, uniform beats the end task alone (Table 1)"]
     assert mt_alone["n_units"] == 3 and mt_alone["seeds"] == [0, 1, 2] and mt_alone["predicted_sign"] == 1
@@ -146,9 +163,14 @@ def test_claims_pair_arms_by_seed_and_need_three_units(study):
     tapt = records["TAPT -> FT beats the end task alone (§5.1)"]
     assert tapt["n_units"] == 2 and tapt["verdict"] == "inconclusive" and tapt["reason"] == "2 of the 3 units needed"
     assert tapt["difference"] == pytest.approx((0.05 + 0.03) / 2)
-    dapt = records["MT-TARTAN, uniform beats DAPT -> FT (Table 2)"]
-    assert dapt["verdict"] == "not testable here" and "0.450 (seed 1)" in dapt["reason"]
-    assert "DAPT -> FT did not train" in dapt["reason"] and "1 of 3 units" in dapt["reason"]
+    dapt = records["MT-TARTAN, uniform beats DAPT -> FT (Table 2)"]  # seed 1 did not train: a missing point
+    assert dapt["n_units"] == 2 and dapt["difference"] == pytest.approx((0.02 + 0.06) / 2)  # seed 2: test 0.45 kept
+    assert "DAPT -> FT seed 1: training 0.5 <= majority 0.5" in dapt["caveat"]
+    assert "training accuracy not recorded for 3 of 6" in dapt["caveat"]  # MT's three runs
+    mt_untuned = untuned["MT-TARTAN, uniform beats the end task alone (Table 1)"]
+    assert mt_untuned["verdict"] == "setting retired (rerun)" and "q_value" not in mt_untuned
+    assert mt_untuned["reason"] == "untuned: no arm tuned: learning rate 5e-05 fixed for every arm, not searched on " \
+                                   "validation" and mt_untuned["difference"] == pytest.approx(0.03)
     # the paper makes no test-loss (or accuracy) claim, and none about DAPT -> FT against the end task alone
     assert all(r["measure"].startswith("test macro-F1") for r in records.values())
     assert not any("loss" in r["claim"] or "loss" in r["measure"] for r in records.values())
@@ -159,7 +181,7 @@ def test_claims_report_both_halves_of_claim_2_and_meta_vs_mt_without_a_verdict(s
     """Claim 2a (same - separate final end-task weight at one rate: +0.3, +0.4, +0.5) and 2b (separate - same test
     macro-F1: -0.02, -0.02, -0.03, the other way) are separate records; META vs MT (the paper: similar with TAPT) has
     the difference but no verdict; a learning rate searched for one arm only retires the performance comparisons
-    ("not testable here", issue #50 item 5), not claim 2a, whose arms share a rate (its control)."""
+    ("setting retired (rerun)", issue #59), not claim 2a, whose arms share a rate (its control)."""
     runs = []
     for seed in range(3):
         runs.append(_run(study, "meta_uniform", seed, 0.65, final_weight=0.2))
@@ -176,8 +198,8 @@ def test_claims_report_both_halves_of_claim_2_and_meta_vs_mt_without_a_verdict(s
     assert weight["difference"] == pytest.approx(0.4) and weight["verdict"] == "reproduced"
     assert weight["ci95"][0] == pytest.approx(0.4 - T_2 * 0.1 / math.sqrt(3), abs=1e-5)
     assert f1["claim"].startswith("claim 2b") and f1["arms"] == ["meta_uniform", "meta_same"]
-    assert f1["difference"] == pytest.approx(-0.07 / 3, abs=1e-6) and f1["verdict"] == "not testable here"
-    assert f1["reason"].startswith("retired, the arms were not tuned alike") and "neither arm tuned" in f1["reason"]
+    assert f1["difference"] == pytest.approx(-0.07 / 3, abs=1e-6) and f1["verdict"] == "setting retired (rerun)"
+    assert f1["reason"].startswith("untuned: neither arm tuned") and "q_value" not in f1
     assert "neither arm tuned" in weight["caveat"]  # kept as a caveat: 2a compares the weight at one rate
     # the separate-head half against Fig. 3: no threshold in the paper, so no verdict; final weight 0.2 - 1/3
     assert phi_star["claim"] == study.PHI_STAR_CLAIM and phi_star["verdict"] == "no verdict"
@@ -189,11 +211,12 @@ def test_claims_report_both_halves_of_claim_2_and_meta_vs_mt_without_a_verdict(s
     assert meta_mt["verdict"] == "no verdict" and meta_mt["predicted_sign"] is None
     assert meta_mt["difference"] == pytest.approx(0.0) and "similar results" in meta_mt["reason"]
     mt_alone = next(r for r in records if r["arms"] == ["mt_uniform", "alone"])
-    assert mt_alone["verdict"] == "not testable here" and "caveat" not in mt_alone
+    assert mt_alone["verdict"] == "setting retired (rerun)" and "tuned" not in mt_alone.get("caveat", "")
     assert "arms not tuned alike" in mt_alone["reason"] and "0.0001 / 0.0005" in mt_alone["reason"]
     # the report's table names every claim, verdict and caveat
     table = "\n".join(study.claim_lines(records))
-    assert "| claim 2b: the separate meta head phi* improves the end task" in table and "**not testable here**" in table
+    assert "| claim 2b: the separate meta head phi* improves the end task" in table
+    assert "**setting retired (rerun)**" in table
     assert "**not reproduced**" not in table
     assert "**no verdict**" in table and "Settings:" in table
 
@@ -269,10 +292,11 @@ def test_claim_2a_is_judged_at_one_rate_and_the_tuned_setting_holds_the_primary_
     primary = [r for r in records if r.get("primary")]
     assert [(r["setting_name"], r["arms"]) for r in primary] == [(name, ["mt_uniform", "tapt_ft"]),
                                                                  (name, ["mt_uniform", "dapt_ft"])]
-    assert primary[0]["verdict"] == "reproduced" and "caveat" not in primary[0]  # +0.04, +0.05, +0.06, tuned alike
+    assert primary[0]["verdict"] == "reproduced"  # +0.04, +0.05, +0.06, tuned alike
+    assert "tuned" not in primary[0].get("caveat", "")
     retired = next(r for r in records if r["setting_name"] == "s" and r["arms"] == ["mt_uniform", "alone"])
-    assert retired["verdict"] == "not testable here"
-    assert retired["reason"].endswith(f"the same comparison tuned alike: `{name}`")
+    assert retired["verdict"] == "setting retired (rerun)"
+    assert retired["reason"].endswith(f"superseded by `{name}`, the same comparison tuned alike")
     table = "\n".join(study.claim_lines(records))
     assert table.count("| **primary:** MT-TARTAN, uniform beats") == 2
     assert "**Primary claims** (marked in the table" in table

@@ -158,8 +158,68 @@ def by_unit(values: dict) -> dict:
     return units
 
 
+# The labels (../shared/EVIDENCE.md: labels say why), fixed before any outcome is read:
+# - NOT_TESTABLE: what this scale cannot measure (too few real tasks, no data, a model or budget a CPU cannot train);
+#   `claim_record(..., reason=...)` with the measured reason.
+# - RETIRED: a setting that was broken, untuned or superseded (`retirement_reason`, read from its configuration and
+#   its validation curves, never from a test result); the comparison is rerun in a fixed setting, not judged here.
+# - NO_VERDICT: a comparison the paper predicts no sign for (or makes no claim about).
+# All three stay outside the Benjamini-Hochberg family (no p value). A fine-tuning that did not train (`training_gate`:
+# its TRAINING accuracy at or below its training set's majority class) is one missing data point, never a label.
 NOT_TESTABLE = "not testable here"
+RETIRED = "setting retired (rerun)"
 NO_VERDICT = "no verdict"  # a comparison the paper predicts no sign for (or that the rules cannot judge)
+
+
+def retirement_reason(untuned: str | None = None, unflattened: str | None = None, superseded_by: str | None = None,
+                      broken: str | None = None) -> str | None:
+    """THE rule that retires a setting (every study calls it, before judging): its arms were not tuned alike
+    (`untuned`: the same learning-rate search on validation for every arm of a comparison, none searched counting as
+    untuned), its budget had not flattened (`unflattened`: an arm's validation curve still moving over the last third,
+    without best-validation checkpoints for every arm), it was `broken` (a defect of the setting, e.g. a pooling that
+    misreads the body), or it is `superseded_by` a rerun of the same comparison with the defect fixed. Each argument
+    is the measured text read from configurations and validation curves; None when no condition holds."""
+    parts = [f"broken: {broken}" if broken else None, f"untuned: {untuned}" if untuned else None,
+             f"budget not flattened: {unflattened}" if unflattened else None,
+             f"superseded by {superseded_by}" if superseded_by else None]
+    return "; ".join(p for p in parts if p) or None
+
+
+def retire(record: dict, reason: str) -> dict:
+    """A claim record of a retired setting: its difference and interval stay visible, outside the BH family."""
+    return {**record, "verdict": RETIRED, "reason": reason, "p_value": None}
+
+
+def training_gate(fine_tunings) -> dict:
+    """THE training-accuracy gate of every study: `fine_tunings` are (key, label, training accuracy, its training
+    set's majority-class accuracy) with None where not recorded. A fine-tuning whose training accuracy is at or below
+    that majority did not train: it is one missing data point (`failed`, to be left out of its unit), never a void
+    claim. Where training accuracy was not recorded the gate cannot be applied (`unchecked`); it is never read from
+    the test result being compared. Returns {"failed": [(key, label, accuracy, majority)], "checked": n,
+    "unchecked": n}."""
+    failed, checked, unchecked = [], 0, 0
+    for key, label, accuracy, majority in fine_tunings:
+        if accuracy is None or majority is None:
+            unchecked += 1
+            continue
+        checked += 1
+        if float(accuracy) <= float(majority):
+            failed.append((key, label, float(accuracy), float(majority)))
+    return {"failed": failed, "checked": checked, "unchecked": unchecked}
+
+
+def gate_note(gate: dict) -> str | None:
+    """The gate's outcome in words for a claim record (None when every fine-tuning was checked and trained)."""
+    parts = []
+    if gate["failed"]:
+        parts.append(f"{len(gate['failed'])} fine-tuning{'s' if len(gate['failed']) > 1 else ''} did not train and "
+                     "left out as missing points (" + "; ".join(f"{label}: training {acc:.3g} <= majority {maj:.3g}"
+                                                             for _, label, acc, maj in gate["failed"]) + ")")
+    if gate["unchecked"]:
+        parts.append(f"training accuracy not recorded for {gate['unchecked']} of "
+                     f"{gate['unchecked'] + gate['checked']} fine-tunings: the gate was not applied to them (it is "
+                     "never read from the test result)")
+    return "; ".join(parts) or None
 
 
 def claim_record(claim: str, paper: str, predicted_sign: int, unit: str, differences,
@@ -226,32 +286,67 @@ def with_q_values(records: list[dict], alpha: float = 0.05) -> list[dict]:
 
 
 def multiplicity_lines(records: list[dict], alpha: float = 0.05) -> list[str]:
-    """How many claims were judged and decided, how many a 5% error rate would decide by chance, and which decided
-    verdicts survive Benjamini-Hochberg (records from `with_q_values`)."""
+    """How many claims were judged and decided, how many a 5% error rate would decide by chance, which decided
+    verdicts survive Benjamini-Hochberg (records from `with_q_values`), and what stayed outside the family."""
     judged = [r for r in records if "q_value" in r]
     decided = [r for r in judged if r["verdict"] in ("reproduced", "not reproduced")]
     kept = [r for r in decided if r["survives_bh"]]
+    outside = {label: sum(r["verdict"] == label for r in records) for label in (NOT_TESTABLE, RETIRED, NO_VERDICT)}
     lines = ["## Multiplicity", "",
              f"{len(judged)} claims judged (with an interval); {len(decided)} decided; a 5% error rate would decide "
              f"about {alpha * len(judged):.1f} of them by chance when nothing differs. Benjamini-Hochberg at "
-             f"{alpha:g} over this list: {len(kept)} of the {len(decided)} decided verdicts survive."]
+             f"{alpha:g} over this list: {len(kept)} of the {len(decided)} decided verdicts survive. Outside the "
+             "family (labels fixed before judging, common.py): " + ", ".join(
+                 f"{n} {label}" for label, n in outside.items()) + "."]
     if decided:
-        lines += ["", "| claim | setting | verdict | q | survives BH |", "|---|---|---|---|---|"]
-        lines += [f"| {r['claim']} | {r.get('setting', '')} | {r['verdict']} | {r['q_value']:.3f} | "
-                  f"{'yes' if r['survives_bh'] else '**no**'} |" for r in decided]
+        lines += ["", "| claim | setting | verdict | p | q | survives BH |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['claim']} | {r.get('setting', '')} | {r['verdict']} | {r['p_value']:.3g} | {r['q_value']:.3f} "
+                  f"| {'yes' if r['survives_bh'] else '**no**'} |" for r in decided]
     return lines + [""]
+
+
+PRIMARIES_PATH = Path(__file__).resolve().parents[2] / "docs" / "evidence" / "primaries.json"
+
+
+def load_primaries(method: str, path=PRIMARIES_PATH) -> dict:
+    """The method's entry of the committed, dated primaries file (docs/evidence/primaries.json): "primary" (the
+    records that are its primary claims, each {"match": {field: value}}), "answer" (the records the README's plain
+    answer reads, each with "favours": the sign of the difference that favours the method; default: the primaries),
+    "context" (records shown beside the answer) and "instead" (alternatives, each a name and the records that measure
+    it with the sign that favours the alternative). {} when the file or the method is absent."""
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text()).get("methods", {}).get(method, {})
+
+
+def matches(record: dict, match: dict) -> bool:
+    """Whether a claim record has every field of `match` (a primaries-file entry's "match")."""
+    return all(record.get(key) == value for key, value in match.items())
+
+
+def mark_primaries(records: list[dict], method: str, path=PRIMARIES_PATH) -> list[dict]:
+    """The claims list with "primary": True on the records the primaries file names for `method` (and on no other)."""
+    chosen = [entry["match"] for entry in load_primaries(method, path).get("primary", [])]
+    return [{**{k: v for k, v in r.items() if k != "primary"},
+             **({"primary": True} if any(matches(r, m) for m in chosen) else {})} for r in records]
 
 
 def primary_paragraph(records: list[dict], why: str, label=lambda record: record["claim"]) -> list[str]:
     """A report's paragraph on its primary claims (../shared/EVIDENCE.md: one or two per method, named from the
-    paper's reading): `why` they test the paper's headline best here, then each one's verdict now (`label` names a
-    record). Nothing when no record is marked primary."""
+    paper's reading in docs/evidence/primaries.json, dated): `why` they test the paper's headline best here, then each
+    one's verdict now with its unadjusted p and its q (`label` names a record). Nothing when no record is primary."""
     chosen = [record for record in records if record.get("primary")]
     if not chosen:
         return []
-    return ["", "**Primary claims** (marked in the table; chosen from the paper's reading, not from the results, "
-            "though after the runs): " + why + " Now: "
-            + "; ".join(f"{label(r)}: {r['verdict']} ({difference_text(r)})" for r in chosen) + ".", ""]
+
+    def tested(r):
+        return "".join(f", {name} {r[key]:.3g}" for name, key in (("p", "p_value"), ("q", "q_value"))
+                       if r.get(key) is not None)
+
+    return ["", "**Primary claims** (marked in the table; named in docs/evidence/primaries.json, chosen from the "
+            "paper's reading, not from the results, though after the runs): " + why + " Now: "
+            + "; ".join(f"{label(r)}: {r['verdict']} ({difference_text(r)}{tested(r)})" for r in chosen) + ".", ""]
 
 
 def difference_text(item: dict, digits: int = 3) -> str:
@@ -262,6 +357,27 @@ def difference_text(item: dict, digits: int = 3) -> str:
     if item.get("ci95"):
         text += f" [{item['ci95'][0]:+.{digits}f}, {item['ci95'][1]:+.{digits}f}]"
     return text
+
+
+def attribution_text(record: dict) -> str | None:
+    """What a record's attribution control (`record["control"]`: the same pipeline with the method's updates removed,
+    e.g. its command at learning rate 0) says about the record's difference, by one rule: the control decided on the
+    same side as the difference (its interval excludes 0 there) -> the pipeline alone moves it, not attributed to the
+    method; the control's interval excludes a difference half the record's -> the pipeline does not explain it;
+    otherwise the control is too wide to separate them. None without a control or a difference."""
+    control, difference = record.get("control"), record.get("difference")
+    if not control or difference is None or control.get("difference") is None:
+        return None
+    text = f"the control, {control.get('label') or control['claim']}: {difference_text(control)}"
+    if not control.get("ci95"):
+        return text + f" ({control['n_units']} units: no interval yet)"
+    low, high, half = control["ci95"][0], control["ci95"][1], difference / 2
+    if (difference < 0 and high < 0) or (difference > 0 and low > 0):
+        return text + ": the pipeline alone already moves it, so the difference is not attributed to the method"
+    if (difference < 0 and low > half) or (difference > 0 and high < half):
+        return text + (f", whose interval excludes a difference half the arm's ({half:+.3f}): the pipeline does not "
+                       "explain it, the method's updates do")
+    return text + f": too wide to exclude half the arm's difference ({half:+.3f}), so it cannot separate the two"
 
 
 def claims_table(claims: list[dict], link: str) -> list[str]:

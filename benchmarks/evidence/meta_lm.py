@@ -27,8 +27,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.evidence.common import (  # noqa: E402
-    NO_VERDICT, NOT_TESTABLE, append_run, claim_record, clock, difference_text, has_run, load_runs, mean_sd,
-    multiplicity_lines, no_verdict, primary_paragraph, run_meta, unit_ci, with_q_values, write_claims,
+    NO_VERDICT, NOT_TESTABLE, RETIRED, append_run, claim_record, clock, difference_text, gate_note, has_run,
+    load_runs, mark_primaries, mean_sd, multiplicity_lines, no_verdict, primary_paragraph, run_meta, training_gate,
+    unit_ci, with_q_values, write_claims,
 )
 from benchmarks.evidence.report import figure, fmt, save_figure  # noqa: E402
 
@@ -311,16 +312,22 @@ def pretrain_text(objective: str, seed: int, settings: Claim2Settings, data: dic
                                        hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
                                        pad_token_id=tokenizer.pad_token_id, type_vocab_size=1,
                                        max_position_embeddings=s.block_size + tokenizer.pad_token_id + 1)
-    steps = max(1, s.meta_steps // 4) if objective == "mlm" else s.meta_steps
-    method = ({"per_device_train_batch_size": 4 * s.batch} if objective == "mlm" else
+    base = objective.replace("_fixed_y", "")
+    steps = max(1, s.meta_steps // 4) if base == "mlm" else s.meta_steps
+    method = ({"per_device_train_batch_size": 4 * s.batch} if base == "mlm" else
               {"per_device_train_batch_size": s.batch, "samples_per_task": s.batch,
-               "teacher_gradient_accumulation_steps": 4, "lambda_meta": s.lambda_meta})
-    return pretrain(objective, config, {name: task["labelled"] for name, task in data["tasks"].items()}, data,
+               "teacher_gradient_accumulation_steps": 4, "lambda_meta": s.lambda_meta,
+               "fixed_y": objective.endswith("_fixed_y")})
+    return pretrain(base, config, {name: task["labelled"] for name, task in data["tasks"].items()}, data,
                     out_dir, s.warmup_fraction, max_steps=steps, learning_rate=s.peak_lr,
                     logging_steps=max(1, steps // 20), seed=seed, **method)
 
 
-def run_claim2(json_path: Path, work_dir: Path, settings: Claim2Settings, seeds, log=print):
+TEXT_OBJECTIVES = ("soft", "mlm")  # the study's claim 2; soft_fixed_y (issue #59) with --text_objectives
+
+
+def run_claim2(json_path: Path, work_dir: Path, settings: Claim2Settings, seeds, log=print,
+               objectives=TEXT_OBJECTIVES):
     """Per seed and objective: the pretraining (a `text_pretraining` run: cost, logs, what the teacher writes), then
     each task fine-tuned with each learning rate, the best on validation reported (a `text_tasks` run)."""
     from transformers import AutoModelForMaskedLM
@@ -328,7 +335,7 @@ def run_claim2(json_path: Path, work_dir: Path, settings: Claim2Settings, seeds,
     from hf_aux.meta_lm.two_moons import finetune_label_tokens
 
     data, budget = None, dataclasses.asdict(settings)
-    for seed, objective in itertools.product(seeds, ("soft", "mlm")):
+    for seed, objective in itertools.product(seeds, objectives):
         runs = load_runs(json_path)
         if all(has_run(runs, claim="text_tasks", variant=objective, seed=seed, task=t) for t in settings.tasks):
             continue
@@ -394,6 +401,9 @@ PAPER = {
                 'better than all other methods (Table 10)" (tested: 10 and 160 examples)'),
     "text_tasks": ('§4.3 Results, Table 2: "The model trained with the MLM objective performed better on all tasks '
                    'compared to the soft labels objective" (SuperGLUE validation, average 52.4 vs 46.6)'),
+    "text_fixed_y": ('App. B item 2: with y-hat fixed to the unlabelled text, "On the settings we tested, this '
+                     'performed better than all other methods (Table 10)"; tested on Two Moons only (10 and 160 '
+                     'examples): here whether it carries to text, in App. B\'s direction'),
     "text_majority": ('§4.3 Results: the soft labels objective "performs slightly worse than a most frequent class '
                       'baseline given in the original SuperGLUE paper" (Table 2 average 46.6)'),
     "hard_teacher": ('§4.2 Analysis: "the hard labels teacher never strays from generating MLM tasks" (Table 1, one '
@@ -455,43 +465,40 @@ def _train_record(run: dict) -> tuple[float, float] | None:
     return None if majority is None else (float(run["train_accuracy"]), float(majority))
 
 
-def _arm_record(claim, paper, sign, unit, diffs, claim_runs, arms, primary=False, **extra) -> dict:
-    """A paired claim record, each arm's mean and sd over the units (arms: {name: (its runs' keys, {unit: value})}); not
-    testable where an arm's TRAINING accuracy is at or below its training set's majority class in a unit; no verdict
-    where the paper predicts no sign (`sign` None) or training accuracy was not recorded."""
-    failed, missing = [], []
+def _arm_record(claim, paper, sign, unit, diffs, claim_runs, arms, gate=True, **extra) -> dict:
+    """A paired claim record, each arm's mean and sd over the units (arms: {name: (its runs' keys, {unit: value})}),
+    through the shared training-accuracy gate (common.training_gate): a unit in which an arm's fine-tuning did not
+    train (TRAINING accuracy at or below its training set's majority class) is a missing data point, left out of the
+    interval; the record keeps the figures over every unit beside it (`all_units`). `gate=False` for a claim about
+    training itself (soft labels against the majority class). No verdict where the paper predicts no sign (`sign`
+    None)."""
+    entries = []
     for name, (variant, _) in arms.items():
         groups = _unit_runs(claim_runs, **variant)
-        found = [(unit, run, _train_record(run)) for unit in diffs for run in groups.get(unit, [])]
-        low = [f"seed {unit}" + (f" on {run['task']}" if "task" in run else "")
-               + f": training {record[0]:.1f} <= majority {record[1]:.1f}"
-               for unit, run, record in found if record and record[0] <= record[1]]
-        unknown = {unit for unit, _, record in found if record is None}
-        if low:
-            failed.append(f"{name} did not train in {len(low)} fine-tuning{'s' if len(low) > 1 else ''} "
-                          f"({'; '.join(low)})")
-        if unknown:
-            missing.append(f"{name} ({len(unknown)} of {len(diffs)} units)")
-    reason = None if not failed else ("; ".join(failed) + ": its training accuracy is at or below what predicting one "
-                                      "class scores on its training set, so that unit is no data point")
+        for unit in diffs:
+            for run in groups.get(unit, []):
+                record = _train_record(run)
+                entries.append((unit, f"{name} seed {unit}" + (f" on {run['task']}" if "task" in run else ""),
+                                *(record or (None, None))))
+    found = training_gate(entries) if gate else {"failed": [], "checked": 0, "unchecked": 0}
+    failed = {unit for unit, *_ in found["failed"]}
+    kept = {u: d for u, d in diffs.items() if u not in failed}
 
     def stats(values):
-        mean, sd = mean_sd([values[u] for u in diffs])
+        mean, sd = mean_sd([values[u] for u in kept])
         return [round(mean, 4), None if math.isnan(sd) else round(sd, 4)]
 
-    record = claim_record(claim, paper, sign or 1, unit, diffs.values(), reason=reason, **extra,
+    note = gate_note(found)
+    record = claim_record(claim, paper, sign or 1, unit, kept.values(), **extra,
                           arms={name: stats(values) for name, (_, values) in arms.items()},
-                          per_unit={str(u): round(d, 4) for u, d in diffs.items()},
-                          **({"primary": True} if primary else {}))
-    if sign is None:
-        return no_verdict(record, NO_SIGN_REASON)
-    return record if reason or not missing else no_verdict(record, (
-        f"training accuracy not recorded for {', '.join(missing)}: whether every unit trained cannot be read "
-        "(../shared/EVIDENCE.md reads it from training accuracy, not from the test result), so no verdict until a "
-        "rerun records it"), keep_sign=True)
+                          per_unit={str(u): round(d, 4) for u, d in kept.items()}, **({"note": note} if note else {}))
+    if failed:  # the same claim over every unit, the ones that did not train included (reported, not judged)
+        every = claim_record(claim, paper, sign or 1, unit, diffs.values())
+        record["all_units"] = {k: every[k] for k in ("n_units", "difference", "ci95", "p_value")}
+    return no_verdict(record, NO_SIGN_REASON) if sign is None else record
 
 
-def _moons_record(moons, settings, a, b, size, claim, paper, sign, primary=False):
+def _moons_record(moons, settings, a, b, size, claim, paper, sign):
     """Two Moons at one size: a - b test accuracy over the seeds both have, beside Table 10's one-run difference."""
     acc = {v: _units(moons, "two_moons", v, finetune_size=size) for v in (a, b)}
     diffs = _paired(acc[a], acc[b])
@@ -507,7 +514,7 @@ def _moons_record(moons, settings, a, b, size, claim, paper, sign, primary=False
         {"claim": "two_moons", "variant": v, "finetune_size": size}, acc[v]) for v in (a, b)}, setting=(
         f"Two Moons, {size} labelled examples, pretraining on {sequences:,} sequences "
         f"({100 * sequences / 640_000:.2f}% of the paper's)"), size=size, paper_difference=paper_difference,
-        measure=f"test accuracy, {NAMES[a]} - {NAMES[b]} (percentage points)", primary=primary)
+        measure=f"test accuracy, {NAMES[a]} - {NAMES[b]} (percentage points)")
 
 
 def _moons_claims(runs) -> list[dict]:
@@ -521,37 +528,50 @@ def _moons_claims(runs) -> list[dict]:
                                                 else (PAPER["mlm_vs_meta"], +1))) for n in MOONS_SIZES]
     specs += [("soft_fixed_y", other, n, f"Two Moons: soft labels with fixed y fine-tune better than {NAMES[other]}",
                PAPER["fixed_y"], +1) for other in ("mlm", "hard", "soft") for n in FIXED_Y_SIZES]
-    found = [_moons_record(moons, settings, *spec, primary=spec[0] == "mlm" and spec[2] == PRIMARY_SIZE)
-             for spec in specs]
+    found = [_moons_record(moons, settings, *spec) for spec in specs]
     return [record for record in found if record]
 
 
+TEXT_NAMES = {"mlm": "MLM", "soft": "soft labels", "soft_fixed_y": "soft labels with fixed y"}
+
+
 def _text_claims(runs) -> list[dict]:
-    """Claim 2: MLM - soft per task and on the task average (inside each unit), soft - majority class on the average."""
+    """Claim 2: MLM - soft per task and on the task average (inside each unit), soft - majority class on the average;
+    and, where it ran (issue #59: does the Two Moons gain carry to text?), soft labels with fixed y - MLM."""
     text_runs = [r for r in runs if r["claim"] == "text_tasks"]
     if not text_runs:
         return []
     s, tasks = _settings(text_runs, text=True), list(dict.fromkeys(r["task"] for r in text_runs))
     majority = sum(next(r["majority"] for r in text_runs if r["task"] == t) for t in tasks) / len(tasks)
-    acc = {(v, t): _units(text_runs, "text_tasks", v, task=t) for v in ("mlm", "soft") for t in tasks}
+    variants = [v for v in TEXT_NAMES if any(r["variant"] == v for r in text_runs)]
+    acc = {(v, t): _units(text_runs, "text_tasks", v, task=t) for v in variants for t in tasks}
     average = {v: {u: sum(acc[(v, t)][u] for t in tasks) / len(tasks)
-                   for u in sorted(set.intersection(*(set(acc[(v, t)]) for t in tasks)))} for v in ("mlm", "soft")}
-    where, versus = f"average of {len(tasks)} tasks", "MLM - soft labels (percentage points)"
-    specs = [("text_tasks", +1, t, {"task": t}, {"mlm": acc[("mlm", t)], "soft": acc[("soft", t)]},
-              f"test accuracy, {versus}") for t in tasks]
-    specs += [("text_tasks", +1, where, {}, average, f"test accuracy, tasks averaged inside each unit, {versus}"),
-              ("text_majority", -1, where, {}, {"soft": average["soft"]}, "test accuracy, tasks averaged inside each "
-               f"unit, soft labels - majority class {majority:.1f} (percentage points)")]
+                   for u in sorted(set.intersection(*(set(acc[(v, t)]) for t in tasks)))} for v in variants}
+    where = f"average of {len(tasks)} tasks"
+    pairs = [("text_tasks", "mlm", "soft")] + ([("text_fixed_y", "soft_fixed_y", "mlm")]
+                                               if "soft_fixed_y" in variants else [])
+    specs = []
+    for key, a, b in (pair for pair in pairs if pair[1] in variants and pair[2] in variants):
+        versus = f"{TEXT_NAMES[a]} - {TEXT_NAMES[b]} (percentage points)"
+        specs += [(key, +1, t, {"task": t}, {a: acc[(a, t)], b: acc[(b, t)]}, f"test accuracy, {versus}")
+                  for t in tasks]
+        specs.append((key, +1, where, {}, {a: average[a], b: average[b]},
+                      f"test accuracy, tasks averaged inside each unit, {versus}"))
+    if "soft" in variants:
+        specs.append(("text_majority", -1, where, {}, {"soft": average["soft"]}, "test accuracy, tasks averaged inside "
+                      f"each unit, soft labels - majority class {majority:.1f} (percentage points)"))
     claim = {"text_tasks": "Text: MLM pretraining fine-tunes better than soft labels",
+             "text_fixed_y": "Text: soft labels with fixed y fine-tune better than MLM",
              "text_majority": "Text: soft labels end below the majority class"}
     records = []
     for key, sign, task, only, arms, measure in specs:
-        diffs = (_paired(arms["mlm"], arms["soft"]) if key == "text_tasks"
+        names = list(arms)
+        diffs = (_paired(arms[names[0]], arms[names[1]]) if len(names) == 2
                  else {u: v - majority for u, v in arms["soft"].items()})
-        if diffs:
+        if diffs:  # "soft labels end below the majority class" is about training itself: no training gate
             records.append(_arm_record(claim[key], PAPER[key], sign, UNIT_TEXT, diffs, text_runs, {
-                {"mlm": "MLM", "soft": "soft labels"}[v]: ({"claim": "text_tasks", "variant": v, **only}, values)
-                for v, values in arms.items()}, setting=f"Wikipedia + IMDB from scratch ({s['layers']} layers x "
+                TEXT_NAMES[v]: ({"claim": "text_tasks", "variant": v, **only}, values) for v, values in arms.items()},
+                gate=key != "text_majority", setting=f"Wikipedia + IMDB from scratch ({s['layers']} layers x "
                 f"{s['hidden']}, {s['meta_steps'] * s['batch']:,} sequences) -> {task}", task=task, measure=measure))
     return records
 
@@ -602,13 +622,14 @@ def _teacher_claims(runs) -> list[dict]:
 
 
 def claims(runs: list[dict]) -> list[dict]:
-    """The claims list, BH q values over it; comparisons the paper makes no claim about are only in the report."""
-    return with_q_values(_moons_claims(runs) + _text_claims(runs) + _teacher_claims(runs))
+    """The claims list, BH q values over it, the primaries of docs/evidence/primaries.json marked; comparisons the
+    paper makes no claim about are only in the report."""
+    return mark_primaries(with_q_values(_moons_claims(runs) + _text_claims(runs) + _teacher_claims(runs)), "meta_lm")
 
 
 # ---------- report ----------------------------------------------------------------------------------------------------
 CLAIMS_TABLE = ["| claim | setting | difference measured | paper's number | paper predicts | mean ± sd per arm | "
-                "units | difference [95% CI] | q (BH) | verdict | reason / note | primary |", "|---" * 12 + "|"]
+                "units | difference [95% CI] | p | q (BH) | verdict | reason / note | primary |", "|---" * 13 + "|"]
 
 
 def _setting(item: dict) -> str:
@@ -624,30 +645,39 @@ def claim_row(item: dict) -> str:
                      for name, (mean, sd) in item.get("arms", {}).items()) or "-"
     paper = "-" if item.get("paper_difference") is None else f"{item['paper_difference']:+.1f}"
     sign = {None: "none", 1: "> 0", -1: "< 0"}[item.get("predicted_sign")]
-    why = item.get("reason") or item.get("verdict_basis") or item.get("note") or ""
+    digits = 1 if 'percentage points' in item['measure'] else 3
+    every = item.get("all_units")
+    why = "; ".join(x for x in (item.get("reason"), item.get("verdict_basis"), item.get("note"), every and (
+        f"over all {every['n_units']} units, the failed one included: {difference_text(every, digits)}")) if x)
     return (f"| {item['claim']} | {_setting(item)} | {item['measure']} | {paper} | {sign} | {arms} | "
-            f"{item['n_units']} | {difference_text(item, 1 if 'percentage points' in item['measure'] else 3)} | "
-            f"{fmt(item.get('q_value'))} | {item['verdict']} | {why} | {'**yes**' if item.get('primary') else ''} |")
+            f"{item['n_units']} | {difference_text(item, digits)} | "
+            f"{fmt(item.get('p_value')) if 'q_value' in item else '-'} | {fmt(item.get('q_value'))} | "
+            f"{item['verdict']} | {why} | {'**yes**' if item.get('primary') else ''} |")
 
 
 def claim_lines(records: list[dict]) -> list[str]:
     """The claims table (the JSON's claims list) and the primary claims."""
     return ["## Claims and verdicts", "",
             "One row per claim and setting; the units are that setting's independent pretraining runs (seeds), paired "
-            "by seed, fine-tuning repeats averaged inside a unit. Not testable here: an arm's TRAINING accuracy at or "
-            "below its training set's majority class in a unit; no verdict: the paper predicts no sign, or training "
-            "accuracy was not recorded. The paper's number is Table 10's difference.", ""] + CLAIMS_TABLE + [
+            "by seed, fine-tuning repeats averaged inside a unit. A unit in which an arm's fine-tuning did not train "
+            "(its TRAINING accuracy at or below its training set's majority class: the shared gate of common.py) is "
+            "one missing data point, left out of the interval; the row notes it and gives the figures over every unit "
+            "beside them. No verdict: the paper predicts no sign. The paper's number is Table 10's difference.",
+            ""] + CLAIMS_TABLE + [
         claim_row(item) for item in records] + primary_paragraph(
         records, "the paper's headline, MLM \"equivalently or better than both meta-learning approaches\", in "
         f"Two Moons (the paper's own data and model) at {PRIMARY_SIZE} examples, where Table 10 puts its largest gaps "
         "(MLM - Hard +7.6, MLM - Soft +11.4).", lambda item: f"{item['claim']} ({_setting(item)})") + [
-        f"The seeds that would settle the inconclusive rows: {OLD_REPORT}, section 'Claims and verdicts'.", ""]
+        f"- {item['claim']} ({_setting(item)}) over every unit, the ones that did not train included (reported, not "
+        f"judged): {difference_text(item['all_units'], 2)}, {item['all_units']['n_units']} units, p "
+        f"{item['all_units']['p_value']:.3g}." for item in records if item.get("primary") and item.get("all_units")] + [
+        "", f"The seeds that would settle the inconclusive rows: {OLD_REPORT}, section 'Claims and verdicts'.", ""]
 
 
 def _plot_moons(moons, records, sequences: int, path: Path) -> None:
     """Claim 1: test accuracy here (seeds as dots, the mean with its 95% t interval over seeds) and in Table 10, both
     with the majority-class floor; the claims' paired differences MLM - hard / MLM - soft per size with their
-    intervals (hollow: not testable or no verdict)."""
+    intervals (hollow: no verdict or not judged)."""
     fig, axes = figure(3, 3, 16 / 3, 5.8)
     counts = set()
     for offset, variant in enumerate(MOONS_OBJECTIVES):
@@ -673,22 +703,23 @@ def _plot_moons(moons, records, sequences: int, path: Path) -> None:
     axes[0].set_title(f"here: mean, 95% t interval over {seeds} seeds (dots: seeds)", fontsize="medium")
     axes[1].set_title("paper, Table 10 (one run per cell, full budget)", fontsize="medium")
     for other, color, shift in (("hard", "C1", 0.96), ("soft", "C2", 1.04)):
-        rows = [item for item in records if item.get("size") and item["measure"].endswith(
-            f"{NAMES['mlm']} - {NAMES[other]} (percentage points)")]
+        rows = [item for item in records if item.get("size") and item["difference"] is not None and item[
+            "measure"].endswith(f"{NAMES['mlm']} - {NAMES[other]} (percentage points)")]  # every unit gated: none
         for item in rows:
             x, middle = item["size"] * shift, item["difference"]
             axes[2].scatter([x] * len(item["per_unit"]), list(item["per_unit"].values()), s=16, color=color,
                             alpha=0.6, linewidths=0, zorder=3)
             low, high = item["ci95"] or (middle, middle)
+            hollow = item["verdict"] in (NOT_TESTABLE, RETIRED, NO_VERDICT)
             axes[2].errorbar([x], [middle], yerr=[[middle - low], [high - middle]], marker="o", capsize=3, color=color,
-                             markerfacecolor="white" if item["verdict"] in (NOT_TESTABLE, NO_VERDICT) else color)
+                             markerfacecolor="white" if hollow else color)
         if rows:
             axes[2].plot([], [], marker="o", color=color, label=f"{NAMES['mlm']} - {NAMES[other]}")
             paper = [mlm - meta for mlm, meta in zip(PAPER_TABLE_10["mlm"], PAPER_TABLE_10[other])]
             axes[2].scatter([n * shift for n in MOONS_SIZES], paper, marker="x", color=color)
     axes[2].plot([], [], marker="x", linestyle="none", color="grey", label="paper, Table 10 (one run)")
     axes[2].plot([], [], marker="o", markerfacecolor="white", linestyle="none", color="grey",
-                 label="not testable (an arm did not train) or no verdict")
+                 label="no verdict (the paper predicts no sign)")
     axes[2].axhline(0.0, color="black", linewidth=1)
     axes[2].set_title("claims: paired difference per seed, 95% t interval\n(paper: > 0 up to 40; MLM - Soft: no "
                       "sign at 80, 160)", fontsize="medium")
@@ -793,6 +824,8 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     parser.add_argument("--sizes", type=int, nargs="+", default=list(MOONS_SIZES))
     parser.add_argument("--objectives", nargs="+", default=list(MOONS_OBJECTIVES), choices=MOONS_OBJECTIVES)
+    parser.add_argument("--text_objectives", nargs="+", default=list(TEXT_OBJECTIVES),
+                        choices=["soft", "mlm", "soft_fixed_y"], help="claim 2's objectives (soft_fixed_y: issue #59)")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--work_dir", type=Path, default=Path("/work/runs/metalm"))
     parser.add_argument("--threads", type=int, default=1)
@@ -810,7 +843,7 @@ def main(argv=None):
                 run_claim1(json_path, Path(tmp), QUICK_CLAIM1, seeds=[0], sizes=[10], objectives=MOONS_OBJECTIVES)
                 run_claim3(json_path, Path(tmp), QUICK_CLAIM1, seeds=[0], sizes=[10])
             if "2" in opts.claims:
-                run_claim2(json_path, Path(tmp), QUICK_CLAIM2, seeds=[0])
+                run_claim2(json_path, Path(tmp), QUICK_CLAIM2, seeds=[0], objectives=(*TEXT_OBJECTIVES, "soft_fixed_y"))
             return _claims_and_report(json_path, Path(tmp) / "report")[0]
     json_path = opts.json or JSON_PATH
     if opts.report:
@@ -822,7 +855,7 @@ def main(argv=None):
         run_claim1(json_path, opts.work_dir, first, opts.seeds, small, opts.objectives)
         run_claim3(json_path, opts.work_dir, first, opts.seeds, small)
     if "2" in opts.claims:
-        run_claim2(json_path, opts.work_dir, Claim2Settings(), opts.seeds)
+        run_claim2(json_path, opts.work_dir, Claim2Settings(), opts.seeds, objectives=opts.text_objectives)
     if "1" in opts.claims:
         run_claim1(json_path, opts.work_dir, first, opts.seeds, opts.sizes, opts.objectives)
     if "1" in opts.claims or "3" in opts.claims:

@@ -9,10 +9,10 @@ import math
 import textwrap
 from pathlib import Path
 
-from benchmarks.evidence.common import NO_VERDICT, NOT_TESTABLE, mean_sd, unit_ci
+from benchmarks.evidence.common import NO_VERDICT, NOT_TESTABLE, RETIRED, mean_sd, unit_ci
 
 VERDICT_COLOURS = {"reproduced": "tab:green", "not reproduced": "tab:red", "inconclusive": "tab:gray",
-                   NO_VERDICT: "tab:purple", NOT_TESTABLE: "black"}
+                   NO_VERDICT: "tab:purple", NOT_TESTABLE: "black", RETIRED: "tab:brown"}
 
 
 def fmt(value, digits: int = 3) -> str:

@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """The README's Evidence section, rendered from the four studies' JSON (docs/evidence/<method>.json, written by each
-study's `--report`): one plain answer per method ("does it help here?": yes / no / not shown, from its primary
-claims and, where the user's question is against the model they start from, the study's runs), the table of the
-primary claims whatever their verdict, one line per method with its whole claims list's counts, and the
+study's `--report`): one plain answer per method ("does it help here?": yes / no / not shown, by one rule over the
+answer records docs/evidence/primaries.json names: a decided verdict that survives Benjamini-Hochberg at 5%), what to
+try instead (an alternative named only where a claim record that measured it passes the same bar, with its setting),
+the table of the primary claims whatever their verdict, one line per method with its whole claims list's counts, and the
 multiplicity over the four lists. The detail stays in docs/evidence/<method>.md.
 
     python benchmarks/evidence/summary.py            # print the section
@@ -47,95 +48,106 @@ def _clipped(text: str, limit: int = 100) -> str:
     return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
 
 
-# the sign of a primary claim's difference that favours the method (meta_lm's claims are MLM - the meta objective)
-FAVOURS = {"muppet": 1, "amos": 1, "tartan": 1, "meta_lm": -1}
-# what to use where the method did not help here (docs/evidence/<method>.md holds the numbers behind it)
-INSTEAD = {
-    "muppet": "pre-finetune on the one task closest to yours (here IMDB for movie reviews does as well as the "
-              "mixture), and check it on your own task with `hf-aux compare`",
-    "amos": "fine-tune MiniLM as it is: no continued-pretraining rate tried left it better downstream",
-    "tartan": "fine-tune on the end task alone (`hf-aux finetune`); TAPT -> FT and MT-TARTAN do no better here",
-    "meta_lm": "plain MLM pretraining (`hf-aux meta-lm --objective mlm`): the meta objectives did not beat it here",
-}
-
-
 def interval_text(record: dict) -> str:
     text = f"{record['difference']:+.3f}" if record.get("difference") is not None else "-"
     return text + (f" [{record['ci95'][0]:+.3f}, {record['ci95'][1]:+.3f}]" if record.get("ci95") else "")
 
 
-def answer_word(method: str, primaries: list[dict]) -> str:
-    """yes: a primary claim's interval lies on the method's side of 0 (and survives Benjamini-Hochberg); no: one
-    lies on the other side; not shown: none is decided."""
-    decided = [r for r in primaries if r.get("ci95") and r["verdict"] in ("reproduced", "not reproduced")
-               and (r["ci95"][0] > 0 or r["ci95"][1] < 0)]
-    if any((r["ci95"][0] > 0) != (FAVOURS[method] > 0) for r in decided):
-        return "no"
-    if any(r.get("survives_bh") for r in decided):
-        return "yes"
-    return "not shown"
+DECIDED = ("reproduced", "not reproduced")
 
 
-def muppet_answer(folder: Path, primaries: list[dict]) -> tuple[str, str]:
-    """MUPPET's question is the paper's (15+ tasks); the 5-task demo mixture, against MiniLM and against its
-    related task alone, is what can be shown here (from the study's own claims, no-verdict ones included)."""
-    from evidence import muppet
-
-    records = muppet.claims([r for r in json.loads((folder / "muppet.json").read_text())["runs"]
-                             if not r.get("quick")])
-    def pick(start: str):
-        return next((r for r in records if r["claim"].startswith(start) and r.get("fraction") == 0.01
-                     and r["claim"].endswith("rotten_tomatoes (fresh head)")), None)
-
-    rt, alone = pick("pre-finetuning on 5 tasks"), pick("the 5-task mixture vs imdb alone")
-    other = next(r for r in primaries if "chatterbot" in r["claim"])
-    text = ("the paper's claim needs 15+ pre-finetuning tasks and about 11 ship offline (not testable here). With "
-            f"the 5-task demo mixture, held-out chatterbot_category at 10% of its data: {interval_text(other)} "
-            "(no difference shown)")
-    if rt and alone:
-        text += (f"; Rotten Tomatoes at 1%, which has IMDB's sentiment in the mixture: {interval_text(rt)}, no more "
-                 f"than IMDB alone gives (mixture - IMDB alone {interval_text(alone)})")
-    return answer_word("muppet", primaries), text
+def passes(record: dict) -> bool:
+    """The one bar for yes, no and advice: a decided verdict that survives Benjamini-Hochberg at 5% in its list."""
+    return record["verdict"] in DECIDED and bool(record.get("survives_bh")) and bool(record.get("ci95"))
 
 
-def amos_answer(folder: Path, primaries: list[dict]) -> tuple[str, str]:
-    """AMOS against ELECTRA is the paper's question; against the MiniLM a user starts from, the study's grid
-    (Welch's intervals over the pretraining runs and MiniLM's fine-tunings) answers it."""
-    from benchmarks.evidence import amos
-
-    rows = [r for r in amos.grid_rows(json.loads((folder / "amos.json").read_text())["runs"])
-            if r["arm"] == "amos" and r["pooling"] == "mean"]
-    vs_minilm = {task: [r[f"{task}/test"] for r in rows if r.get(f"{task}/test")] for task in amos.TASKS}
-    above = sum(low > 0 for found in vs_minilm.values() for low_high in found for low in low_high[1:2])
-    below = sum(high < 0 for found in vs_minilm.values() for high in (f[2] for f in found))
-    total = sum(len(found) for found in vs_minilm.values())
-    rate = float(primaries[0]["setting"].split(" at ")[1].split(",")[0])  # the primary claims' rate
-    at = {r["rate"]: r for r in rows}[rate]
-    intervals = {task: at[f"{task}/test"] for task in amos.TASKS if at.get(f"{task}/test")}
-    worse = bool(intervals) and all(high < 0 for _, _, high in intervals.values())
-    parts = [f"{task} {d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for task, (d, lo, hi) in intervals.items()]
-    text = (f"continued AMOS pretraining of MiniLM left it worse downstream (of {total} intervals against MiniLM, "
-            f"one per task and rate read through the body's pooling, {below} lie below 0, {above} above); at {rate:g}, the rate where the "
-            f"discriminator still learns: {', '.join(parts)}; against ELECTRA, the paper's comparison, "
-            + ", ".join(f"{r['claim'].split(' on ')[1].split(' (')[0]} {interval_text(r)}" for r in primaries)
-            + " (no difference shown)")
-    word = answer_word("amos", primaries)
-    return ("no" if worse else word), text
+def answer_word(answers: list[tuple[dict, int]]) -> str:
+    """One rule for every method, over its answer records (record, the sign of its difference that favours the
+    method): yes where one passes the bar (`passes`) on the method's side, no where one passes it on the other side,
+    mixed where both, not shown where none passes."""
+    sides = {(r["difference"] > 0) == (favours > 0) for r, favours in answers if passes(r)}
+    return {frozenset(): "not shown", frozenset({True}): "yes", frozenset({False}): "no"}.get(frozenset(sides),
+                                                                                             "mixed")
 
 
-def plain_text(method: str, primaries: list[dict]) -> tuple[str, str]:
-    parts = [f"{r['claim']} ({short_setting(r)}): {interval_text(r)}, {r['verdict']}" for r in primaries]
-    return answer_word(method, primaries), "; ".join(parts)
+def _tested(record: dict) -> str:
+    """", p 0.003, q 0.024, survives BH" (the unadjusted p, the q of its list and whether it passes)."""
+    if record.get("q_value") is None:
+        return f", {record['verdict']}" + (f" ({_clipped(record['reason'], 80)})" if record.get("reason") else "")
+    bh = "" if record["verdict"] not in DECIDED else (", survives BH" if record.get("survives_bh") else
+                                                        ", does not survive BH")
+    return f", {record['verdict']}, p {record['p_value']:.3g}, q {record['q_value']:.3g}{bh}"
+
+
+def _bound(record: dict, favours: int | None) -> str:
+    """For an inconclusive record with an interval: the largest gain of the favoured side it leaves possible."""
+    if not favours or record["verdict"] != "inconclusive" or not record.get("ci95"):
+        return ""
+    gain = record["ci95"][1] if favours > 0 else -record["ci95"][0]
+    return f"; its interval rules out a gain above {gain:+.3f}"
+
+
+def record_text(record: dict, favours: int | None = None, label: str | None = None) -> str:
+    """A claim record as the README states it: claim (setting): difference [95% CI] (units), verdict, p, q, and what
+    its attribution control says (common.attribution_text) or the gain its interval rules out."""
+    from benchmarks.evidence.common import attribution_text
+
+    control = attribution_text(record)
+    return (f"{label + ': ' if label else ''}{record['claim']} ({short_setting(record)}): {interval_text(record)} "
+            f"({record['n_units']} units){_tested(record)}{_bound(record, favours)}"
+            + (f"; {control}" if control else ""))
+
+
+def _matched(claims: list[dict], entries: list[dict]) -> list[tuple[dict, dict]]:
+    from benchmarks.evidence.common import matches
+
+    return [(r, entry) for entry in entries for r in claims if matches(r, entry["match"])]
+
+
+def instead_text(claims: list[dict], alternatives: list[dict]) -> str:
+    """What to try instead, from the records that measured each alternative (docs/evidence/primaries.json): named
+    where one of its records passes the bar in its favour, with that record and the settings where it was not shown;
+    otherwise "none shown", with what each alternative's records measured."""
+    advised, tried = [], []
+    for alternative in alternatives:
+        found = _matched(claims, alternative["records"])
+        good = [(r, e) for r, e in found if passes(r) and (r["difference"] > 0) == (e["favours"] > 0)]
+        rest = [r for r, e in found if (r, e) not in good]
+        if good:
+            scope = "; ".join(record_text(r) for r, _ in good)
+            unshown = sorted({short_setting(r) for r in rest if r["verdict"] not in ("not testable here",)})
+            advised.append(f"**{alternative['name']}**: {scope}" + (f"; not shown in {', '.join(unshown)}" if unshown
+                                                                     else ""))
+        elif found:  # the judged records (in the BH family); retired or no-verdict ones measure nothing here
+            judged = [r for r, _ in found if r.get("q_value") is not None]
+            closest = min(judged, key=lambda r: r["p_value"], default=None)
+            count = f"{len(judged)} judged record{'s' if len(judged) != 1 else ''}"
+            others = collections.Counter(r["verdict"] for r, _ in found if r.get("q_value") is None)
+            count += "".join(f", {n} {verdict}" for verdict, n in others.items())
+            tried.append(f"{alternative['name']} ({count}" + (f"; the nearest to passing: {record_text(closest)})"
+                                                              if closest else ")"))
+        else:
+            tried.append(f"{alternative['name']} (not measured yet)")
+    if advised:
+        return " / ".join(advised)
+    return "none shown past Benjamini-Hochberg at 5%: " + "; ".join(tried) if tried else "-"
 
 
 def plain_answers(folder: Path = ROOT / "docs" / "evidence") -> list[str]:
-    lines = ["| method | does it help here? | measured in its primary setting | what to try instead |",
-             "|---|---|---|---|"]
+    """The table of plain answers: per method the word (`answer_word` over its answer records), the records it read
+    with their context, and what to try instead (`instead_text`), all from the claims lists and the primaries file."""
+    from benchmarks.evidence.common import PRIMARIES_PATH, load_primaries
+
+    lines = ["| method | does it help here? | measured (the answer's claims, then their context) | what to try "
+             "instead |", "|---|---|---|---|"]
     for method, name in STUDIES.items():
-        primaries = [r for r in load_claims(method, folder) if r.get("primary")]
-        build = {"muppet": lambda: muppet_answer(folder, primaries), "amos": lambda: amos_answer(folder, primaries)}
-        word, text = build.get(method, lambda: plain_text(method, primaries))()
-        instead = INSTEAD[method] if word != "yes" else "-"
+        claims, chosen = load_claims(method, folder), load_primaries(method, folder / PRIMARIES_PATH.name)
+        answers = [(r, e.get("favours")) for r, e in _matched(claims, chosen.get("answer", chosen.get("primary", [])))]
+        context = [(r, e) for r, e in _matched(claims, chosen.get("context", []))]
+        word = answer_word([(r, f) for r, f in answers if f])
+        text = "; ".join([record_text(r, f) for r, f in answers]
+                         + [record_text(r, e.get("favours"), e.get("label")) for r, e in context]) or "no record yet"
+        instead = "-" if word == "yes" else instead_text(claims, chosen.get("instead", []))
         lines.append(f"| {name} | **{word}** | {text} | {instead} |")
     return lines
 
@@ -148,8 +160,9 @@ def primary_rows(method: str, claims: list[dict], link: str) -> list[str]:
             continue
         bh = " (does not survive Benjamini-Hochberg at 5%)" if r.get("survives_bh") is False else ""
         why = f"; {_clipped(r['reason'])}" if r.get("reason") else ""
+        tested = f", p {r['p_value']:.3g}, q {r['q_value']:.3g}" if r.get("q_value") is not None else ""
         lines.append(f"| {STUDIES[method]} | {r['claim']} | {short_setting(r)} | **{r['verdict']}**{bh} | "
-                     f"{interval_text(r)} ({r['n_units']} units){why} | {link} |")
+                     f"{interval_text(r)} ({r['n_units']} units{tested}){why} | {link} |")
     counts = collections.Counter(r["verdict"] for r in claims)
     judged = [r for r in claims if "q_value" in r]
     decided = [r for r in judged if r["verdict"] in ("reproduced", "not reproduced")]
@@ -161,8 +174,11 @@ def primary_rows(method: str, claims: list[dict], link: str) -> list[str]:
 
 
 def readme_section(folder: Path = ROOT / "docs" / "evidence") -> str:
-    lines = [START, "", "Does it help here? One answer per method, from its primary claims (the paper's headline in the "
-             "setting that tests it best here, named in each report):", "", *plain_answers(folder), "",
+    lines = [START, "", "Does it help here? One answer per method by one rule: **yes** / **no** where one of its "
+             "answer claims (named with the primaries in [docs/evidence/primaries.json](docs/evidence/primaries.json), "
+             "dated) is decided on the method's side / the other side and survives Benjamini-Hochberg at 5% in its "
+             "list, **not shown** otherwise; what to try instead only where a claim that measured it passes the same "
+             "bar, in the setting it was measured in:", "", *plain_answers(folder), "",
              "The primary claims, whatever their verdict, and each method's whole claims list:", "",
              "| method | claim | setting | verdict | difference [95% CI] | report |", "|---|---|---|---|---|---|"]
     every = []

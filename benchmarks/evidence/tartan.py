@@ -28,9 +28,9 @@ for _variable, _default in (("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1"
     os.environ.setdefault(_variable, _default)
 
 from benchmarks.evidence.common import (  # noqa: E402
-    NO_VERDICT, append_run, claim_record, clock, difference_text, has_run, last_third_movement, load_runs, mean_sd,
-    multiplicity_lines, no_verdict, pooled_final_sd, primary_paragraph, run_meta, units_needed, with_q_values,
-    write_claims,
+    NO_VERDICT, append_run, claim_record, clock, difference_text, gate_note, has_run, last_third_movement, load_runs,
+    mark_primaries, mean_sd, multiplicity_lines, no_verdict, pooled_final_sd, primary_paragraph, retire,
+    retirement_reason, run_meta, training_gate, units_needed, with_q_values, write_claims,
 )
 from benchmarks.evidence.report import (  # noqa: E402
     VERDICT_COLOURS, curves_panel, figure, fmt, forest_panel, markdown_table, save_figure, units_panel,
@@ -337,8 +337,8 @@ SPECS = [(a, b, F1, f"{LABELS[a]} beats {what}", paper, 1) for a in ("mt", "meta
      "meta_head_f1", 1)]
 MEASURES = {("meta_same", "meta_uniform"): "final end-task weight alpha, same head - separate head",
             ("meta_uniform", "meta_same"): "test macro-F1, separate head phi* - same head phi'"}
-# the primary claims (EVIDENCE.md), chosen from the paper's reading: its headline in the setting that tests it best
-PRIMARY = {("cassette_rt500_600_tuned", "mt_uniform", "tapt_ft"), ("cassette_rt500_600_tuned", "mt_uniform", "dapt_ft")}
+# the primary claims (EVIDENCE.md; named in docs/evidence/primaries.json), chosen from the paper's reading: its
+# headline in the setting that tests it best
 PRIMARY_WHY = (
     "the paper's headline, multi-tasking the end task with the auxiliary objectives beats task-agnostic continued "
     "pre-training (§5.1-5.2, Tables 1-2), for MT-TARTAN, in the setting that tests it best here (every arm tuned "
@@ -405,10 +405,12 @@ def tuned_alike(grids: dict | None) -> bool:
 
 
 def tuning_caveat(pair: tuple[str, str], grids: dict, rate) -> str | None:
-    """Unless both arms of a comparison had the same learning-rate search (EVIDENCE.md: every arm tuned alike), or no
-    arm of the setting had one (all at one fixed rate): what each searched arm's grid gave on validation."""
+    """Unless both arms of a comparison had the same learning-rate search (EVIDENCE.md: every arm tuned alike): what
+    each searched arm's grid gave on validation, or that no arm was searched (all at one fixed rate)."""
     tuned = [name for name in pair if name in grids]
-    if not grids or (len(tuned) == 2 and set(grids[pair[0]]) == set(grids[pair[1]])):
+    if not grids:  # every arm at one fixed rate, searched for none (../shared/EVIDENCE.md: every arm tuned alike)
+        return f"no arm tuned: learning rate {rate:g} fixed for every arm, not searched on validation"
+    if len(tuned) == 2 and set(grids[pair[0]]) == set(grids[pair[1]]):
         return None
     def searched_text(arm, grid):  # its rates -> mean validation macro-F1, and the seeds that chose them
         seeds = sorted({seed for values in grid.values() for seed, _ in values})
@@ -454,15 +456,17 @@ def _weights_text(pair) -> str:
 
 def claims(runs: list[dict], floors: dict) -> list[dict]:
     """The claims list (EVIDENCE.md) and the no-verdict records: per setting and device each SPECS comparison both arms
-    ran, "not testable here" where an arm ends at or below the majority class (`floors`: {setting: majority_floor})
-    in a unit or a performance comparison's arms were not tuned alike; caveats: those, and a curve still moving."""
+    ran; "setting retired (rerun)" where a performance comparison's arms were not tuned alike (none searched counts:
+    common.retirement_reason); a unit whose training accuracy shows it did not train is left out (common.training_gate,
+    never the test result); caveats: a curve still moving, the gate not applied where training accuracy was not
+    recorded. `floors` ({setting: majority_floor}) only draw the majority class in the figures."""
     records, studied = [], [r for r in runs if r["claim"] not in ("pilot", "probe")]
     for name in dict.fromkeys(r["setting"] for r in studied):
         for device in dict.fromkeys(r.get("device", "cpu") for r in studied if r["setting"] == name):
             group, arms = [r for r in studied if r["setting"] == name and r.get("device", "cpu") == device], {}
             for run in group:
                 arms.setdefault(run["variant"], {})[run["seed"]] = run
-            budget, floor, grids = group[0].get("budget"), floors.get(name), lr_grids(runs, name)
+            budget, grids = group[0].get("budget"), lr_grids(runs, name)
             base, rate = setting_text(name, budget, device, grids), (budget or {}).get("learning_rate", float("nan"))
             validation_sd = pooled_final_sd([[_curve(r, "validation") for r in arm.values()] for arm in arms.values()])
             for a, b, key, claim, paper, sign in (spec for spec in SPECS if spec[0] in arms and spec[1] in arms):
@@ -475,35 +479,40 @@ def claims(runs: list[dict], floors: dict) -> list[dict]:
                 tuning, paper = tuning_caveat((a, b), grids, rate), PAPER_CLAIMS[paper][1]
                 pooled = validation_sd if key != WEIGHT else pooled_final_sd(
                     [[_curve(r, key) for r in arms[n].values()] for n in (a, b)])
-                caveats = [tuning, _moving(arms, (a, b), seeds, key, pooled), None if floor else
-                           "majority class not computed (data not loadable): not checked that every arm trained"]
+                # the shared training-accuracy gate (common.py): never read from the test result
+                gate = training_gate([((n, s), f"{LABELS[n]} seed {s}", arms[n][s].get("train_accuracy"),
+                                       arms[n][s].get("train_majority")) for n in (a, b) for s in seeds])
+                retiring = bool(tuning) and key != WEIGHT and sign is not None  # the reason then says it
+                caveats = [None if retiring else tuning, _moving(arms, (a, b), seeds, key, pooled), gate_note(gate)]
                 if any(caveats):
                     extra["caveat"] = "; ".join(c for c in caveats if c)
                 unit_rates = {n: [(arms[n][s].get("budget") or {}).get("learning_rate") for s in seeds] for n in (a, b)}
+                failed = {s for (_, s), *_ in gate["failed"]}
+                differences = [d for s, d in zip(seeds, differences) if s not in failed]
                 if sign is None:  # the paper predicts no direction: the difference is reported, with no verdict
                     record = no_verdict(claim_record(claim, paper, 1, UNIT, differences, **extra), NO_PREDICTION_REASON)
                 elif key == WEIGHT and unit_rates[a] != unit_rates[b]:
                     record = {**claim_record(claim, paper, sign, UNIT, [], **extra), "reason": _one_rate_reason(
                         claim_record(claim, paper, sign, UNIT, differences), runs, name, arms, a, b, unit_rates)}
                 else:
-                    low = {n: [(s, r["test_accuracy"]) for s, r in sorted(arms[n].items())
-                               if r["test_accuracy"] <= floor["accuracy"]] for n in (a, b)} if floor else {}
-                    low_arm = next((n for n in low if low[n]), None)  # the first arm that did not train in a unit
-                    reason = low_arm and (
-                        f"{LABELS[low_arm]} did not train: test accuracy "
-                        f"{', '.join(f'{v:.3f} (seed {s})' for s, v in low[low_arm])}, at or below the majority class "
-                        f"({floor['accuracy']:.3f}) in {len(low[low_arm])} of {len(arms[low_arm])} units")
-                    if not reason and tuning and key != WEIGHT:  # EVIDENCE.md: every arm tuned alike, or retired
+                    record = claim_record(claim, paper, sign, UNIT, differences, **extra)
+                    if retiring:  # the shared rule (common.py): arms not tuned alike -> the setting is retired
                         # (claim 2a's end-task weight is compared at one rate, which is its control)
-                        tuned = [s for s in dict.fromkeys(r["setting"] for r in runs) if s != name and tuned_alike(
-                            lr_grids(runs, s)) and {r["variant"] for r in runs if r["setting"] == s} >= {a, b}]
-                        reason = (f"retired, the arms were not tuned alike (EVIDENCE.md): {extra.pop('caveat')}"
-                                  + (f"; the same comparison tuned alike: `{tuned[0]}`" if tuned else ""))
-                    record = claim_record(claim, paper, sign, UNIT, differences, reason=reason or None, **extra)
-                records.append({**record, "primary": True} if (name, a, b) in PRIMARY else record)
+                        tuned = [s for s in dict.fromkeys(r["setting"] for r in studied) if s != name and tuned_alike(
+                            lr_grids(runs, s)) and {r["variant"] for r in runs if r["setting"] == s} >= {a, b}
+                            and _model_of(studied, s) == (budget or {}).get("model")]  # the same encoder
+                        record = retire(record, retirement_reason(
+                            untuned=tuning, superseded_by=f"`{tuned[0]}`, the same comparison tuned alike" if tuned
+                            else None))
+                records.append(record)
             if "meta_uniform" in arms:
                 records.append(_phi_star_record(arms, name, base + _weights_text(("meta_uniform",)), device))
-    return with_q_values(records)
+    return mark_primaries(with_q_values(records), "tartan")
+
+
+def _model_of(runs: list[dict], setting: str):
+    """The encoder a setting's runs trained (budget "model"; None: MiniLM)."""
+    return next((r.get("budget") or {}).get("model") for r in runs if r["setting"] == setting)
 
 
 def _moving(arms: dict, names, seeds, key: str, pooled_sd: float) -> str | None:
