@@ -202,13 +202,19 @@ def test_claim_1_is_not_testable_where_the_mixture_never_moves():
 
 
 def test_first_token_claims_are_retired_and_the_primary_rate_is_marked():
-    """Fine-tunings that read the first token of MiniLM's mean-pooled body judge nothing: a setting with only such
-    runs has no claim-3 record; the claim-3 records at PRIMARY_RATE are the primary claims."""
+    """Fine-tunings that read the first token of MiniLM's mean-pooled body are a broken setting: their claim-3
+    records are "setting retired (rerun)" (numbers kept, outside the BH family); the claim-3 records at PRIMARY_RATE
+    are the primary claims (docs/evidence/primaries.json)."""
     sys.path.insert(0, str(ROOT))
     from benchmarks.evidence.amos import PRIMARY_RATE, claim_lines, claims, grid_setting
+    from benchmarks.evidence.common import RETIRED
 
     old = _claim_runs(pooling=None)  # recorded before the pooling field: first-token runs
-    assert [r["claim"] for r in claims(old)[0]] == ["the mixture moves to the deepest generator head (Fig. 3a)"]
+    first, *retired = claims(old)[0]
+    assert first["claim"] == "the mixture moves to the deepest generator head (Fig. 3a)"
+    assert [r["verdict"] for r in retired] == [RETIRED, RETIRED] and "q_value" not in retired[0]
+    assert retired[0]["reason"].startswith("broken: fine-tuned reading the first token")
+    assert retired[0]["difference"] == pytest.approx(0.02)
     runs = old + _claim_runs(grid_setting(PRIMARY_RATE))
     records, arms = claims(runs)
     primary = [r for r in records if r.get("primary")]
@@ -216,6 +222,38 @@ def test_first_token_claims_are_retired_and_the_primary_rate_is_marked():
     assert all(f"{PRIMARY_RATE:g}" in r["setting"] for r in primary)
     text = "\n".join(claim_lines(records, arms))
     assert "**Primary claims**" in text and text.count("| **yes** |") == 2
+
+
+def test_each_arm_and_the_controls_against_minilm_are_claims_inside_the_family():
+    """At the primary rate AMOS and ELECTRA against MiniLM (Welch over the arm's units and MiniLM's fine-tunings), and
+    the attribution controls (a) learning rate 0 and (b) 20 steps, are claims with q values; the AMOS record carries
+    control (a) of its task, and the report's control section says what it attributes."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.evidence.amos import PRIMARY_RATE, claims, control_lines, grid_setting
+
+    name = grid_setting(PRIMARY_RATE)
+    runs = _claim_runs(name)
+    for task in ("rotten_tomatoes", "news_outlet"):
+        runs += [{"claim": f"downstream/{task}", "variant": "minilm", "setting": "minilm", "seed": s,
+                  "value": 0.75 + 0.01 * s, "validation": 0.74, "pooling": "mean"} for s in (0, 1, 2)]
+        runs += [{"claim": f"downstream/{task}", "variant": "amos", "setting": "control_lr0_20steps",
+                  "pretrain_seed": unit, "seed": s, "value": 0.75 + 0.01 * s + 0.001 * k, "validation": 0.74,
+                  "pooling": "mean"} for k, unit in enumerate((42, 1, 2)) for s in (0, 1, 2)]
+    records, arms = claims(runs)
+    assert len(records) == len(arms)
+    versus = {(r["arm_name"], r["setting_name"], r["task"]): r for r in records if r.get("arm_name")}
+    amos = versus[("amos", name, "rotten_tomatoes")]
+    # AMOS units 0.73, 0.71, 0.75 (mean over seeds of 0.70 + 0.01 s + shift) against MiniLM 0.75, 0.76, 0.77
+    assert amos["difference"] == pytest.approx(0.73 - 0.76) and amos["verdict"] in ("not reproduced", "inconclusive")
+    assert "q_value" in amos and amos["claim"] == "AMOS pretraining of MiniLM fine-tunes better than MiniLM on " \
+                                                  "rotten_tomatoes"
+    control = versus[("amos", "control_lr0_20steps", "rotten_tomatoes")]
+    assert control["difference"] == pytest.approx(0.001) and "q_value" in control
+    assert amos["control"]["setting_name"] == "control_lr0_20steps"
+    assert ("electra", name, "news_outlet") in versus
+    lines = "\n".join(control_lines(records))
+    # its interval [-0.024, +0.026] (MiniLM's fine-tuning noise counts) does not exclude -0.015, half of -0.03
+    assert "## Controls for attribution" in lines and "too wide to exclude half the arm's difference (-0.015)" in lines
 
 
 def test_grid_table_gives_every_rate_against_minilm_with_welch_intervals():

@@ -25,8 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.evidence.common import (  # noqa: E402
-    append_run, by_unit, claim_record, clock, difference_text, has_run, load_runs, mean_sd, multiplicity_lines,
-    paired_text, primary_paragraph, run_meta, welch_interval, with_q_values, write_claims)
+    append_run, attribution_text, by_unit, claim_record, clock, difference_text, gate_note, has_run, load_runs,
+    mark_primaries, mean_sd, model_baseline_record, multiplicity_lines, paired_text, primary_paragraph, retire,
+    retirement_reason, run_meta, training_gate, welch_interval, with_q_values, write_claims)
 from benchmarks.evidence.report import curves_panel, figure, fmt, markdown_table, mean_sd_text, save_figure  # noqa
 
 JSON_PATH = ROOT / "docs" / "evidence" / "amos.json"
@@ -66,6 +67,27 @@ SETTINGS = {  # "minilm": run_amos.py's embedded default as the pilots chose it,
                   finetune=dict(max_train_samples=16, max_eval_samples=8, max_predict_samples=8, epochs=1,
                                 learning_rate=1e-3, batch=8, max_seq_length=dict(rotten_tomatoes=32, news_outlet=32))),
 }
+
+# The attribution control (issue #59): the embedded default's AMOS arm (a) at learning rate 0 (convert, optimise,
+# save, reload, fine-tune with the weights unchanged) and (b) 20 steps at the primary rate, beside (c) the grid's 200
+# steps at that rate; each against MiniLM by Welch. Not grid rates: their settings start with "control_".
+CONTROLS = {"control_lr0_20steps": (0.0, 20), "control_lr2e-05_20steps": (2e-5, 20)}
+CONTROL_LABELS = {
+    "control_lr0_20steps": "control (a): the AMOS command at learning rate 0 (20 steps, weights unchanged)",
+    "control_lr2e-05_20steps": "control (b): AMOS, 20 steps at 2e-05"}
+# What the control's fine-tunings were run with (measured, issue #59): the first control runs started at 05:33 on
+# 2026-12-02, after hf_aux/modeling/heads.py gained `family_head` (05:30, committed in 12b42e6), so a discriminator
+# saved as an ELECTRA class is fine-tuned with ELECTRA's GELU sentence head while MiniLM (BERT) keeps tanh; the lr-0
+# discriminator's body equals MiniLM's (max |difference| 0.0 over its 101 shared tensors). The grid's runs and
+# MiniLM's fine-tunings (078209f, 2026-11-25) had the tanh head for every arm. New fine-tunings record the head
+# (`classifier_head_activation`).
+CONTROL_HEAD_NOTE = ("its fine-tunings ran after hf_aux's family heads (12b42e6): the saved ELECTRA-class "
+                     "discriminator got ELECTRA's GELU sentence head, MiniLM BERT's tanh, while the grid's arms and "
+                     "MiniLM's fine-tunings (078209f) all had tanh; its body equals MiniLM's (max |difference| 0.0), "
+                     "so what it measures beyond 0 is the pipeline as it is now, head function included")
+for _name, (_rate, _steps) in CONTROLS.items():
+    SETTINGS[_name] = {**SETTINGS["minilm"], "learning_rate": _rate, "steps": _steps, "run_amos_flags": [
+        *SETTINGS["minilm"]["run_amos_flags"], "--learning_rate", f"{_rate:g}", "--max_steps", str(_steps)]}
 
 # The continued-pretraining rate grid (issue #28), AMOS and ELECTRA alike: a rate is kept when (a) the discriminator
 # still learns (RTD AUC >= AUC_FLOOR) and (b) the encoder fine-tunes no worse than MiniLM (mean difference >=
@@ -231,7 +253,18 @@ def finetune(checkpoint: str, task: str, seed: int, setting: dict, out_dir: Path
         return None
     return {"metric": "accuracy", "value": record["test"]["accuracy"], "validation": record["validation"]["accuracy"],
             "majority_baseline": record["test"].get("majority_baseline"), "pooling": auto_pooling(checkpoint),
-            "split": "test", **cost(), **meta}
+            "classifier_head_activation": head_activation(checkpoint), "split": "test", **cost(), **meta}
+
+
+def head_activation(checkpoint: str) -> str | None:
+    """The function of the fresh sentence head `hf-aux finetune` builds on the checkpoint's body (its family's)."""
+    try:
+        from transformers import AutoConfig
+
+        from hf_aux.modeling.heads import family_head
+    except ImportError:  # an hf_aux without family heads: fairseq/RoBERTa's tanh for every body
+        return "tanh"
+    return family_head(AutoConfig.from_pretrained(checkpoint))["activation"]
 
 
 def _finetuned(runs: list[dict], pooling: str, **keys) -> bool:
@@ -339,18 +372,88 @@ def paired_units(runs: list[dict], task: str, arm: str, reference: str = "amos")
     return units, [unit_mean(arm, u) for u in units], [unit_mean(reference, u) for u in units]
 
 
+# Each arm against the MiniLM a user starts from (issue #59): the user's question, and the attribution control. The
+# paper pretrains from scratch and makes no claim about continued pretraining of a trained encoder; the predicted sign
+# (> 0) is the method's premise, that its pretraining makes a better encoder (Table 1).
+MINILM_PAPER = ("none: the user's question, not a claim of the paper (which pretrains from scratch: Table 1, AMOS 88.6 "
+                "vs ELECTRA 85.5 GLUE AVG, base); > 0 is the method's premise that its pretraining makes a better "
+                "encoder. The controls (../shared/EVIDENCE.md: controls for attribution) ask the same question of the "
+                "AMOS command with its updates removed (a) or cut to 20 (b)")
+UNIT_MINILM = ("one pretraining run (its fine-tuning seeds averaged) against MiniLM's own fine-tunings: Welch's "
+               "interval, so MiniLM's fine-tuning noise counts")
+ARM_NAMES = {"amos": "AMOS", "electra": "ELECTRA"}
+RETIRED_POOLING = ("fine-tuned reading the first token of MiniLM's mean-pooled body (`cls`, recorded before the "
+                   "pooling was), which misreads the body it compares")
+
+
+def _mean_pooled(runs: list[dict], variant: str, setting: str, task: str) -> dict:
+    """{(pretrain seed, fine-tuning seed): run} of an arm's mean-pooling fine-tunings on a task ({seed: run} for the
+    MiniLM starting point, whose fine-tunings are stored under the default setting)."""
+    found = pick(runs, f"downstream/{task}", variant, "minilm" if variant == "minilm" else setting, "mean")
+    return {(r["seed"] if variant == "minilm" else (r["pretrain_seed"], r["seed"])): r for r in found}
+
+
+def versus_minilm(runs: list[dict], variant: str, setting: str, task: str, claim: str) -> tuple[dict, str] | None:
+    """arm - MiniLM on a task's test accuracy (Welch over the arm's units and MiniLM's fine-tunings), the validation
+    difference beside it; fine-tunings that did not train (the training-accuracy gate) are left out as missing
+    points."""
+    arm, base = _mean_pooled(runs, variant, setting, task), _mean_pooled(runs, "minilm", setting, task)
+    if not arm or not base:
+        return None
+    gate = training_gate([(key, f"{ARM_NAMES.get(variant, variant)} {key}", r.get("train_accuracy"),
+                           r.get("train_majority")) for key, r in arm.items()]
+                         + [(key, f"MiniLM seed {key}", r.get("train_accuracy"), r.get("train_majority"))
+                            for key, r in base.items()])
+    failed = {key for key, *_ in gate["failed"]}
+    arm = {k: r for k, r in arm.items() if k not in failed}
+    base = {k: r for k, r in base.items() if k not in failed}
+    validation = welch_interval(
+        [sum(v) / len(v) for v in by_unit({k: r["validation"] for k, r in arm.items()}).values()],
+        [r["validation"] for r in base.values()])
+    label = CONTROL_LABELS.get(setting, f"{ARM_NAMES[variant]}, {SETTINGS.get(setting, {}).get('steps', 200)} steps "
+                                        f"at {rate_of(setting):g}")
+    notes = [n for n in (gate_note(gate), CONTROL_HEAD_NOTE if setting in CONTROLS else None) if n]
+    record = model_baseline_record(
+        claim, MINILM_PAPER, 1, UNIT_MINILM, {k: r["value"] for k, r in arm.items()},
+        {k: r["value"] for k, r in base.items()}, setting=f"{label}, fine-tuned reading the mean pooling",
+        setting_name=setting, arm_name=variant, task=task, label=label,
+        measure="test accuracy, arm - MiniLM (Welch's interval over the arm's units and MiniLM's fine-tunings)",
+        validation_difference=[None if math.isnan(v) else round(v, 6)
+                               for v in (validation.difference, validation.low, validation.high)],
+        **({"note": "; ".join(notes)} if notes else {}))
+    units = by_unit({k: r["value"] for k, r in arm.items()})
+    text = (f"{ARM_NAMES[variant]} {mean_sd_text([sum(v) / len(v) for v in units.values()])}, MiniLM "
+            f"{mean_sd_text([r['value'] for r in base.values()])} ({len(base)} fine-tunings)")
+    return record, text
+
+
+def _with_controls(records: list[dict]) -> list[dict]:
+    """Each AMOS - MiniLM record of the primary rate with control (a) of its task beside it (`control`), so the
+    report and the README read the attribution from the claims list (common.attribution_text)."""
+    controls = {r["task"]: r for r in records if r.get("setting_name") == "control_lr0_20steps"}
+    found = []
+    for r in records:
+        control = controls.get(r.get("task")) if (r.get("arm_name") == "amos" and r.get("setting_name")
+                                                  == grid_setting(PRIMARY_RATE)) else None
+        found.append({**r, "control": {k: control.get(k) for k in ("claim", "label", "setting_name", "n_units",
+                                                                     "difference", "ci95", "verdict", "note")}}
+                     if control else r)
+    return found
+
+
 def claims(all_runs: list[dict]) -> tuple[list[dict], list[str]]:
     """amos.json's claims list (q values) and each claim's arms' mean ± sd over units. Per setting: claim 1; claim 3
-    from the mean-pooling fine-tunings (first-token ones misread MiniLM's body and judge nothing)."""
+    from the mean-pooling fine-tunings (first-token ones misread MiniLM's body: retired); at the primary rate each arm
+    against MiniLM, and the attribution controls (a) and (b) against MiniLM."""
     found = []
-    for name in sorted({setting_of(r) for r in all_runs if r["claim"] == "pretrain"}):
+    for name in sorted({setting_of(r) for r in all_runs if r["claim"] == "pretrain"} - set(CONTROLS)):
         amos = [r for r in pick(all_runs, "pretrain", "amos", name) if r.get("mlm_layers")]
         if len(amos) >= 2 and len(amos) == len(pick(all_runs, "pretrain", "amos", name)):
             deepest, uniform = [final_weights(r)[-1] for r in amos], 1 / len(amos[0]["mlm_layers"])
             found.append((claim_record("the mixture moves to the deepest generator head (Fig. 3a)", PAPER["claim1"], 1,
                                        "one AMOS pretraining run", [w - uniform for w in deepest],
                                        reason=claim1_reason(amos, name), setting=_setting_label(name),
-                                       measure="deepest head's final mixture weight - 1/K",
+                                       setting_name=name, measure="deepest head's final mixture weight - 1/K",
                                        mixture_moved=round(max(mixture_movement(r) for r in amos), 4)),
                           f"AMOS deepest head {mean_sd_text(deepest)} vs 1/K {uniform:.3f}"))
         for task in TASKS:
@@ -358,10 +461,29 @@ def claims(all_runs: list[dict]) -> tuple[list[dict], list[str]]:
             found += [(claim_record(f"AMOS fine-tunes better than ELECTRA on {task} (Table 1)", PAPER["claim3"], 1,
                                     "one pretraining run per arm, paired by seed (fine-tuning seeds averaged)",
                                     [a - e for a, e in zip(amos, electra)], setting=_setting_label(name, "mean"),
-                                    measure="test accuracy, AMOS - ELECTRA",
-                                    **({"primary": True} if rate_of(name) == PRIMARY_RATE else {})),
+                                    setting_name=name, task=task, measure="test accuracy, AMOS - ELECTRA"),
                        f"AMOS {mean_sd_text(amos)}, ELECTRA {mean_sd_text(electra)}")] if amos else []
-    return with_q_values([record for record, _ in found]), [arms for _, arms in found]
+            _, amos, electra = paired_units(pick(all_runs, setting=name, pooling="cls"), task, "amos", "electra")
+            if amos:  # the same comparison read through the first token: retired (the rule of common.py)
+                record = claim_record(f"AMOS fine-tunes better than ELECTRA on {task} (Table 1)", PAPER["claim3"], 1,
+                                      "one pretraining run per arm, paired by seed (fine-tuning seeds averaged)",
+                                      [a - e for a, e in zip(amos, electra)], setting=_setting_label(name, "cls"),
+                                      setting_name=name, task=task, pooling="cls",
+                                      measure="test accuracy, AMOS - ELECTRA")
+                found.append((retire(record, retirement_reason(broken=RETIRED_POOLING, superseded_by=(
+                    "the mean-pooling fine-tunings of the learning-rate grid (`minilm_lr2e-05`, `minilm_lr1e-05`)"))),
+                    f"AMOS {mean_sd_text(amos)}, ELECTRA {mean_sd_text(electra)}"))
+        if rate_of(name) == PRIMARY_RATE and name != "minilm":
+            for task in TASKS:
+                for variant in GRID_ARMS:
+                    found += [x for x in [versus_minilm(all_runs, variant, name, task, (
+                        f"{ARM_NAMES[variant]} pretraining of MiniLM fine-tunes better than MiniLM on {task}"))] if x]
+    for name in CONTROLS:
+        for task in TASKS:
+            claim = f"{CONTROL_LABELS[name]} fine-tunes better than MiniLM on {task}"
+            found += [x for x in [versus_minilm(all_runs, "amos", name, task, claim)] if x]
+    records = mark_primaries(_with_controls(with_q_values([record for record, _ in found])), "amos")
+    return records, [arms for _, arms in found]
 
 
 def grid_rows(all_runs: list[dict]) -> list[dict]:
@@ -483,20 +605,58 @@ def _claims_1_2_lines(pretrain_runs: list[dict], setting: str, figures: Path, st
 
 def claim_lines(records: list[dict], arms: list[str] | None = None) -> list[str]:
     """The claims table (amos.json's claims list and the arms' text), the paper's statements, the primary claims."""
-    rows = [[r["claim"], r["setting"], r["n_units"], arm, difference_text(r), fmt(r.get("q_value")),
-             r["verdict"] + (f" ({r['reason']})" if r.get("reason") else ""), "**yes**" if r.get("primary") else ""]
+    rows = [[r["claim"], r["setting"], r["n_units"], arm, difference_text(r),
+             fmt(r.get("p_value")) if "q_value" in r else "-",
+             fmt(r.get("q_value")), r["verdict"] + (f" ({r['reason']})" if r.get("reason") else ""),
+             r.get("note", ""), "**yes**" if r.get("primary") else ""]
             for r, arm in zip(records, arms or ["-"] * len(records))]
     return ["## Claims and verdicts", "", "amos.json's claims list. One unit = one pretraining run; the verdict "
-            "follows from the 95% interval over units and the paper's predicted sign; q: Benjamini-Hochberg over the "
-            "judged claims. Figures: claim 1's mixture weights at 5e-4 below; claim 3 has none beyond this table.", "",
-            *markdown_table(["claim", "setting", "units", "mean ± sd per arm over units", "difference [95% CI]", "q",
-                             "verdict", "primary"], rows),
-            *dict.fromkeys(f"- {r['claim'].split(' on ')[0]}: {r['paper']}" for r in records),
+            "follows from the 95% interval over units and the predicted sign; p: unadjusted, q: Benjamini-Hochberg "
+            "over the judged claims. Against MiniLM, Welch's interval over the arm's units and MiniLM's own "
+            "fine-tunings. Figures: claim 1's mixture weights at 5e-4 below; claim 3 has none beyond this table.", "",
+            *markdown_table(["claim", "setting", "units", "mean ± sd per arm over units", "difference [95% CI]", "p",
+                             "q", "verdict", "note", "primary"], rows),
+            *(f"- {claim}: {paper}" for paper, claim in _first_claim_per_paper(records).items()),
             *primary_paragraph(records, f"Table 1's headline at {PRIMARY_RATE:g}, the one rate where the discriminator "
                                f"still learns (RTD AUC >= {AUC_FLOOR}) and the fine-tunings read MiniLM's body as it "
                                "is read (mean pooling); there the mixture does not move (claim 1), so AMOS is three "
                                "uniformly mixed heads against ELECTRA's one.",
-                               lambda item: f"{item['claim']}, {item['setting']}"), ""]
+                               lambda item: f"{item['claim']}, {item['setting']}"), "", *control_lines(records)]
+
+
+def _first_claim_per_paper(records: list[dict]) -> dict:
+    """{paper text: the first claim (without its task) that quotes it}, in the list's order."""
+    found: dict = {}
+    for r in records:
+        found.setdefault(r["paper"], r["claim"].split(" on ")[0])
+    return found
+
+
+def control_lines(records: list[dict]) -> list[str]:
+    """The attribution control (issue #59): per task (a) the AMOS command at learning rate 0, (b) 20 steps at the
+    primary rate, (c) the grid's 200 steps there, ELECTRA's 200 steps beside, each against MiniLM (claims above)."""
+    order = ["control_lr0_20steps", "control_lr2e-05_20steps", grid_setting(PRIMARY_RATE)]
+    chosen = sorted((r for r in records if r.get("measure", "").startswith("test accuracy, arm - MiniLM")),
+                    key=lambda r: (TASKS.index(r["task"]), order.index(r["setting_name"]), r["arm_name"] != "amos"))
+    if not chosen:
+        return []
+
+    def cell(value):
+        return difference_text({"difference": value[0], "ci95": None if value[1] is None else value[1:]})
+
+    rows = [[r["task"], r["label"], r["n_units"], cell(r["validation_difference"]), difference_text(r),
+             fmt(r.get("q_value")), r["verdict"]] for r in chosen]
+    lines = ["## Controls for attribution: the pipeline at learning rate 0", "",
+             "The same command, saved, reloaded and fine-tuned as every arm, with its updates removed (a) or cut to 20 "
+             "steps (b), beside the grid's 200 steps (c), each against MiniLM's own fine-tunings (Welch). (a) needs "
+             "an interval that can exclude a loss half the size of (c)'s. " + CONTROL_HEAD_NOTE[0].upper()
+             + CONTROL_HEAD_NOTE[1:].replace("its fine-tunings", "(a) and (b)'s fine-tunings", 1) + ".", "",
+             *markdown_table(["task", "arm", "units", "validation: arm - MiniLM", "test: arm - MiniLM [95% CI]", "q",
+                              "verdict"], rows)]
+    for r in chosen:
+        if r.get("control"):
+            lines += [f"- {r['task']}, {r['label']}: {difference_text(r)}; {attribution_text(r)}."]
+    return lines + [""]
 
 
 def render_report(json_path: Path, report_path: Path, setting_name: str = "minilm") -> str:
@@ -540,6 +700,8 @@ def main(argv=None) -> None:
     parser.add_argument("--output", help="JSON path (default docs/evidence/amos.json; --quick: a temporary folder)")
     parser.add_argument("--arms", nargs="+", choices=["minilm", *ORDER], help="run only these arms' steps")
     parser.add_argument("--pretrain_seeds", nargs="+", type=int, help="run only these pretraining seeds")
+    parser.add_argument("--control", action="store_true", help="the attribution control: AMOS at learning rate 0 "
+                        "and 20 steps at 2e-5, each pretraining seed fine-tuned as every arm")
     parser.add_argument("--grid", nargs="*", type=float, metavar="RATE", help="the continued-pretraining rate grid: "
                         f"AMOS and ELECTRA at each rate (default: {' '.join(f'{r:g}' for r in GRID_RATES)})")
     args = parser.parse_args(argv)
@@ -551,6 +713,11 @@ def main(argv=None) -> None:
         run_study("quick", json_path, quick=True)
         return print(render_report(json_path, json_path.with_suffix(".md"), setting_name="quick"))
     json_path = Path(args.output) if args.output else JSON_PATH
+    if args.control and not args.report:
+        for name in CONTROLS:
+            run_study(name, json_path, False, args.arms, args.pretrain_seeds,
+                      [("pretrain", "amos", s) for s in SETTINGS[name]["pretrain_seeds"]])
+        return render_report(json_path, REPORT_PATH if args.output is None else json_path.with_suffix(".md"))
     for name in [grid_setting(rate) for rate in args.grid or GRID_RATES] if args.grid is not None else ["minilm"]:
         if not args.report:  # a grid rate: the MiniLM starting point (stored under the default setting), AMOS, ELECTRA
             run_study(name, json_path, False, args.arms, args.pretrain_seeds, None if name == "minilm" else [
