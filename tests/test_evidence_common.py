@@ -181,7 +181,8 @@ def test_advice_names_the_record_that_measured_it_with_its_scope():
     alternatives = [{"name": "fixed y", "records": [{"match": {"claim": "fixed y beats MLM"}, "favours": 1}]}]
     text = instead_text([good, weak], alternatives)
     assert text.startswith("**fixed y**: fixed y beats MLM (Two Moons, 160 examples): +0.030 [+0.010, +0.050]")
-    assert text.endswith("not shown in Two Moons, 10 examples")
+    assert text.endswith("not shown: fixed y beats MLM (Two Moons, 10 examples): +0.020 [-0.020, +0.060], "
+                         "inconclusive, q 0.01")
     text = instead_text([weak], alternatives)
     assert text.startswith("none shown past Benjamini-Hochberg at 5%: fixed y (1 judged record; the nearest to "
                            "passing")

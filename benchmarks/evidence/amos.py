@@ -461,7 +461,8 @@ def claims(all_runs: list[dict]) -> tuple[list[dict], list[str]]:
             found += [(claim_record(f"AMOS fine-tunes better than ELECTRA on {task} (Table 1)", PAPER["claim3"], 1,
                                     "one pretraining run per arm, paired by seed (fine-tuning seeds averaged)",
                                     [a - e for a, e in zip(amos, electra)], setting=_setting_label(name, "mean"),
-                                    setting_name=name, task=task, measure="test accuracy, AMOS - ELECTRA"),
+                                    setting_name=name, task=task, pooling="mean",
+                                    measure="test accuracy, AMOS - ELECTRA"),
                        f"AMOS {mean_sd_text(amos)}, ELECTRA {mean_sd_text(electra)}")] if amos else []
             _, amos, electra = paired_units(pick(all_runs, setting=name, pooling="cls"), task, "amos", "electra")
             if amos:  # the same comparison read through the first token: retired (the rule of common.py)

@@ -370,7 +370,7 @@ def attribution_text(record: dict) -> str | None:
         return None
     text = f"the control, {control.get('label') or control['claim']}: {difference_text(control)}"
     if not control.get("ci95"):
-        return text + f" ({control['n_units']} units: no interval yet)"
+        return text + f" ({control['n_units']} unit{'s' if control['n_units'] != 1 else ''}: no interval yet)"
     low, high, half = control["ci95"][0], control["ci95"][1], difference / 2
     if (difference < 0 and high < 0) or (difference > 0 and low > 0):
         return text + ": the pipeline alone already moves it, so the difference is not attributed to the method"

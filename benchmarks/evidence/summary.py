@@ -115,8 +115,9 @@ def instead_text(claims: list[dict], alternatives: list[dict]) -> str:
         rest = [r for r, e in found if (r, e) not in good]
         if good:
             scope = "; ".join(record_text(r) for r, _ in good)
-            unshown = sorted({short_setting(r) for r in rest if r["verdict"] not in ("not testable here",)})
-            advised.append(f"**{alternative['name']}**: {scope}" + (f"; not shown in {', '.join(unshown)}" if unshown
+            unshown = [f"{r['claim']} ({short_setting(r)}): {interval_text(r)}, {r['verdict']}, q {r['q_value']:.3g}"
+                       for r in rest if r.get("q_value") is not None]  # judged there, not past the bar
+            advised.append(f"**{alternative['name']}**: {scope}" + (f"; not shown: {'; '.join(unshown)}" if unshown
                                                                      else ""))
         elif found:  # the judged records (in the BH family); retired or no-verdict ones measure nothing here
             judged = [r for r, _ in found if r.get("q_value") is not None]
