@@ -342,3 +342,24 @@ def test_phi_star_pools_with_the_batchs_attention_mask(work):
                                    expected, rtol=0, atol=1e-6)
         assert not torch.allclose(model.meta_head(features, batch["labels"]).logits, expected, atol=1e-4)
         torch.testing.assert_close(model.meta_loss(batch), classifier(**batch).loss, rtol=0, atol=1e-6)
+
+
+def test_tartan_refuses_a_body_that_pools_the_sequence(tmp_path, capsys):
+    """Funnel's classifier body (FunnelBaseModel) pools between its blocks: no state per masked token. Its MLM head
+    (a bare decoder) cannot be copied, and with fresh heads the command refuses in one line before training."""
+    tok = tiny_tokenizer()
+    torch.manual_seed(0)
+    AutoModelForMaskedLM.from_config(tiny_config("funnel", tok)).save_pretrained(tmp_path / "funnel")
+    tok.save_pretrained(tmp_path / "funnel")
+    write_command_data(tmp_path, "hf-aux-tests/tiny-bert")
+    argv = tartan(tmp_path, "funnel", "mt")
+    with pytest.raises(SystemExit) as stopped:
+        hf_aux_main([*map(str, argv), "--mlm_heads", "fresh"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and "Traceback" not in err
+    errors = [line for line in err.splitlines() if line.startswith("hf-aux tartan: error: ")]
+    assert len(errors) == 1 and "FunnelBaseModel gives 4 states for 8 tokens (block_sizes" in errors[0], err[-3000:]
+    assert not (tmp_path / "out" / "tartan-mt-funnel" / "trainer_state.json").exists()
+    model = TartanModel(AutoModelForSequenceClassification.from_pretrained(tmp_path / "funnel", num_labels=2), ["a"])
+    with pytest.raises(ValueError, match="one state per token"):  # the library's own check, for direct use
+        model.mlm_loss("a", mlm_batch(tok))

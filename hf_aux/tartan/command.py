@@ -236,6 +236,11 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     model = TartanModel(classifier, list(blocks))
     if blocks and model_args.mlm_heads == "pretrained":
         copy_mlm_heads(model, model_path, hub, training_args.mlm_head_warmup_steps)
+    if blocks:
+        try:
+            model.check_token_states()  # a body that pools the sequence (Funnel) has no state per masked token
+        except ValueError as error:
+            raise UserInputError(f"ModelArguments: field 'model_name_or_path': {error}") from error
 
     def compute_metrics(prediction):
         return classification_metrics(prediction.predictions, prediction.label_ids)

@@ -301,10 +301,35 @@ class TartanModel(nn.Module):
     def _head_mlm_loss(self, name: str, hidden: torch.Tensor, labels: torch.Tensor,
                        embedding: torch.Tensor) -> torch.Tensor:
         """Head `name`'s MLM cross-entropy on body states `hidden` [B, L, H], logits only where labels != -100."""
+        if hidden.shape[:2] != labels.shape:
+            raise ValueError(self._pooled_states_message(hidden.shape[1], labels.shape[1]))
         chosen = labels != -100
         logits = self.mlm_heads[name](hidden[chosen], embedding)  # [M, V]
         total = F.cross_entropy(logits.float(), labels[chosen], reduction="sum")
         return total / chosen.sum().clamp_min(1)
+
+    def check_token_states(self) -> None:
+        """The MLM heads predict each masked token from its own body state: refuse a body whose last_hidden_state
+        has fewer positions than its input (one that pools the sequence, as Funnel's FunnelBaseModel does between
+        its blocks), found on an 8-token probe in eval mode, before any training."""
+        embedding = self.classifier.get_input_embeddings().weight
+        probe = torch.arange(8, device=embedding.device).remainder(embedding.shape[0]).unsqueeze(0)  # [1, 8]
+        inputs = {"input_ids": probe, "attention_mask": torch.ones_like(probe)}
+        was_training = self.body.training
+        self.body.eval()
+        try:
+            with torch.no_grad():
+                positions = self.body(**inputs).last_hidden_state.shape[1]
+        finally:
+            self.body.train(was_training)
+        if positions != probe.shape[1]:
+            raise ValueError(self._pooled_states_message(positions, probe.shape[1]))
+
+    def _pooled_states_message(self, positions: int, tokens: int) -> str:
+        pooling = " (block_sizes: it pools between blocks)" if hasattr(self.config, "block_sizes") else ""
+        return (f"TartanModel: field 'classifier': {type(self.body).__name__} gives {positions} states for {tokens} "
+                f"tokens{pooling}; the auxiliary MLM heads need one state per token: use an encoder that keeps the "
+                "sequence length (BERT, RoBERTa, DeBERTa-v2, ELECTRA, ModernBERT, ...)")
 
     @contextmanager
     def capture_body_outputs(self):
@@ -390,8 +415,9 @@ class TartanModel(nn.Module):
         errors = {}
         try:
             with torch.no_grad():
-                hidden = masked_lm.base_model(input_ids=probe).last_hidden_state.to(device, dtype)  # [1, 8, H]
-                expected = masked_lm(input_ids=probe).logits.to(device).float()                   # [1, 8, V]
+                inputs = {"input_ids": probe, "attention_mask": torch.ones_like(probe)}
+                hidden = masked_lm.base_model(**inputs).last_hidden_state.to(device, dtype)  # [1, 8, H]
+                expected = masked_lm(**inputs).logits.to(device).float()                   # [1, 8, V]
                 embedding = masked_lm.get_output_embeddings().weight.to(device, dtype)
                 for candidate in candidates:
                     head.activation = ACT2FN[candidate]
