@@ -133,7 +133,34 @@ def user(tmp_path_factory):
 
 
 def hf_aux(args, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([HF_AUX, *map(str, args)], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600)
+    """The installed command, run from `cwd` (where the user trains), with a datasets cache of its own: two runs at
+    once read the same files."""
+    env = {**ENV, "HF_DATASETS_CACHE": str(Path(cwd) / "datasets_cache")}
+    return subprocess.run([HF_AUX, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def cell_folder(user: Path, family: str, command: str) -> Path:
+    """Where a cell's user trains: its output is `out/` inside (and the mean-pooling fine-tuning's `mean/`)."""
+    return user / "cells" / f"{family}-{command.replace(' ', '_')}"
+
+
+@pytest.fixture(scope="module")
+def runs(user, request):
+    """Every selected cell's command (and the mean-pooling fine-tunings), started at once on two workers (each run
+    uses one thread): (family, command) -> Future of its CompletedProcess."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    selected = {(item.callspec.params["family"], item.callspec.params["command"]) for item in request.session.items
+                if item.originalname == "test_every_command_on_every_family"}
+    jobs = {}
+    for family, command in sorted(selected):
+        argv, cwd = COMMANDS[command](user, family), cell_folder(user, family, command)
+        cwd.mkdir(parents=True)
+        jobs[family, command] = ([*argv, "--output_dir", "out"], cwd)
+        if command == "finetune":
+            jobs[family, "finetune mean"] = ([*argv, "--pooling", "mean", "--output_dir", "mean"], cwd)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        yield {key: pool.submit(hf_aux, argv, cwd) for key, (argv, cwd) in jobs.items()}
 
 
 def texts_batch(folder: Path) -> dict:
@@ -160,7 +187,7 @@ def run_card_code(out: Path, cwd: Path) -> None:
     assert done.returncode == 0, f"{out}/README.md's code failed:\n{done.stderr[-3000:]}"
 
 
-def check_finetune(out: Path, family: str, user: Path, tmp_path: Path) -> None:
+def check_finetune(out: Path, family: str, runs, cwd: Path) -> None:
     from transformers import AutoModelForSequenceClassification, pipeline
 
     from hf_aux import MultiTaskModel
@@ -170,7 +197,7 @@ def check_finetune(out: Path, family: str, user: Path, tmp_path: Path) -> None:
     assert config["architectures"] == (["HfAuxSequenceClassifier"] if remote else [
         classes(family)["AutoModelForSequenceClassification"]])  # the family's own class: no remote code
     assert ("auto_map" in config) == remote
-    run_card_code(out, tmp_path)
+    run_card_code(out, cwd)
     batch = texts_batch(out)
     own = MultiTaskModel.from_pretrained(out).eval()
     plain = AutoModelForSequenceClassification.from_pretrained(out, trust_remote_code=remote).eval()
@@ -183,8 +210,8 @@ def check_finetune(out: Path, family: str, user: Path, tmp_path: Path) -> None:
     labels = pipeline("text-classification", model=str(out), trust_remote_code=remote)(["the movie was really good"])
     assert labels[0]["label"] == own.config.tasks[0]["label_names"][int(expected[0].argmax())]
     # the same body read with mean pooling: no family class pools so (ModernBERT's does), the shipped file does
-    mean = tmp_path / "mean"
-    done = hf_aux([*COMMANDS["finetune"](user, family), "--pooling", "mean", "--output_dir", mean], tmp_path)
+    mean = cwd / "mean"
+    done = runs[family, "finetune mean"].result()
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     remote = family != "modernbert"
     plain = AutoModelForSequenceClassification.from_pretrained(mean, trust_remote_code=remote).eval()
@@ -192,15 +219,15 @@ def check_finetune(out: Path, family: str, user: Path, tmp_path: Path) -> None:
     with torch.no_grad():
         torch.testing.assert_close(plain(**{k: v for k, v in batch.items() if k != "token_type_ids" or remote}).logits,
                                    own(**batch, task=own.task_names[0]).logits, atol=1e-5, rtol=0)
-    run_card_code(mean, tmp_path)
+    run_card_code(mean, cwd)
 
 
-def check_output(command: str, out: Path, family: str, user: Path, tmp_path: Path) -> None:
+def check_output(command: str, out: Path, family: str, runs, cwd: Path) -> None:
     from transformers import AutoModel, AutoModelForMaskedLM
 
     found = classes(family)
     if command == "finetune":
-        return check_finetune(out, family, user, tmp_path)
+        return check_finetune(out, family, runs, cwd)
     if command == "meta-lm":
         assert type(AutoModelForMaskedLM.from_pretrained(out)).__name__ == found["AutoModelForMaskedLM"]
         return None
@@ -217,15 +244,16 @@ def check_output(command: str, out: Path, family: str, user: Path, tmp_path: Pat
         from hf_aux import MultiTaskModel
 
         assert MultiTaskModel.from_pretrained(out).task_names == ["sentiment", "pick"]
-    run_card_code(out, tmp_path)
+    run_card_code(out, cwd)
     return None
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
 @pytest.mark.parametrize("family", FAMILIES)
-def test_every_command_on_every_family(family, command, user, tmp_path):
-    out = tmp_path / "out"
-    done = hf_aux([*COMMANDS[command](user, family), "--output_dir", out], tmp_path)
+def test_every_command_on_every_family(family, command, user, runs):
+    cwd = cell_folder(user, family, command)
+    out = cwd / "out"
+    done = runs[family, command].result()
     output = done.stdout + done.stderr
     assert "Traceback" not in output, output[-5000:]
     if (family, command) in EXPECTED:
@@ -234,7 +262,7 @@ def test_every_command_on_every_family(family, command, user, tmp_path):
         return
     assert done.returncode == 0, output[-5000:]
     assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 2  # it trained
-    check_output(command, out, family, user, tmp_path)
+    check_output(command, out, family, runs, cwd)
 
 
 def test_the_docs_table_is_this_tests_data():
