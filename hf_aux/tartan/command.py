@@ -234,13 +234,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     features, blocks = tokenise(task, raw, tokenizer, data_args, training_args)
     apply_demo_task_mixture(training_args, data_args.demo_task_mixture, 1 + len(blocks))
     model = TartanModel(classifier, list(blocks))
-    if blocks and model_args.mlm_heads == "pretrained":
-        copy_mlm_heads(model, model_path, hub, training_args.mlm_head_warmup_steps)
     if blocks:
-        try:
-            model.check_token_states()  # a body that pools the sequence (Funnel) has no state per masked token
-        except ValueError as error:
-            raise UserInputError(f"ModelArguments: field 'model_name_or_path': {error}") from error
+        start_mlm_heads(model, model_args, model_path, hub, training_args.mlm_head_warmup_steps)
 
     def compute_metrics(prediction):
         return classification_metrics(prediction.predictions, prediction.label_ids)
@@ -327,6 +322,18 @@ def tokenise(task, raw: dict, tokenizer, data_args, training_args) -> tuple[dict
         size = "streamed" if is_stream(block_set) else f"{len(block_set)}"
         logger.info("auxiliary task %s: %s MLM blocks of %d tokens", name, size, data_args.max_seq_length)
     return features, blocks
+
+
+def start_mlm_heads(model, model_args: ModelArguments, model_path: str, hub: dict,
+                    mlm_head_warmup_steps: int) -> None:
+    """The auxiliary MLM heads, before training: copies of the checkpoint's own masked-LM head (--mlm_heads
+    pretrained), on a body with one state per token (a body that pools the sequence, as Funnel's, has none)."""
+    if model_args.mlm_heads == "pretrained":
+        copy_mlm_heads(model, model_path, hub, mlm_head_warmup_steps)
+    try:
+        model.check_token_states()
+    except ValueError as error:
+        raise UserInputError(f"ModelArguments: field 'model_name_or_path': {error}") from error
 
 
 def copy_mlm_heads(model, model_path: str, hub: dict, mlm_head_warmup_steps: int) -> None:
