@@ -221,6 +221,12 @@ def test_the_control_decides_the_attribution_by_one_rule():
     assert "the method's updates do" in common.attribution_text(with_control(-0.02, 0.01))  # excludes -0.025
     assert "too wide" in common.attribution_text(with_control(-0.04, 0.02))
     assert common.attribution_text(base) is None
+    two = with_control(-0.02, 0.01)
+    two["control"]["n_units"] = 2
+    assert common.attribution_text(two).endswith("(2 units of the 3 needed)")
+    other = with_control(-0.06, -0.01)
+    other["control"]["differs"] = "another head"
+    assert common.attribution_text(other).endswith(": not comparable (another head), so it attributes nothing")
 
 
 def test_primaries_come_from_the_dated_file(tmp_path):

@@ -13,6 +13,7 @@ fine-tuned stay under AMOS_EVIDENCE_WORK, default /tmp/amos_evidence; one that i
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
 import os
@@ -81,6 +82,8 @@ CONTROL_LABELS = {
 # discriminator's body equals MiniLM's (max |difference| 0.0 over its 101 shared tensors). The grid's runs and
 # MiniLM's fine-tunings (078209f, 2026-11-25) had the tanh head for every arm. New fine-tunings record the head
 # (`classifier_head_activation`).
+CONTROL_DIFFERS = ("its fine-tunings gave the saved ELECTRA-class discriminator ELECTRA's GELU sentence head, while "
+                   "the 200-step arm and MiniLM were fine-tuned with BERT's tanh head, before hf_aux's family heads")
 CONTROL_HEAD_NOTE = ("its fine-tunings ran after hf_aux's family heads (12b42e6): the saved ELECTRA-class "
                      "discriminator got ELECTRA's GELU sentence head, MiniLM BERT's tanh, while the grid's arms and "
                      "MiniLM's fine-tunings (078209f) all had tanh; its body equals MiniLM's (max |difference| 0.0), "
@@ -420,6 +423,9 @@ def versus_minilm(runs: list[dict], variant: str, setting: str, task: str, claim
         measure="test accuracy, arm - MiniLM (Welch's interval over the arm's units and MiniLM's fine-tunings)",
         validation_difference=[None if math.isnan(v) else round(v, 6)
                                for v in (validation.difference, validation.low, validation.high)],
+        classifier_heads={side: dict(sorted(collections.Counter(r.get("classifier_head_activation", "not recorded")
+                                                                for r in group.values()).items()))
+                          for side, group in (("arm", arm), ("MiniLM", base))},
         **({"note": "; ".join(notes)} if notes else {}))
     units = by_unit({k: r["value"] for k, r in arm.items()})
     text = (f"{ARM_NAMES[variant]} {mean_sd_text([sum(v) / len(v) for v in units.values()])}, MiniLM "
@@ -435,9 +441,9 @@ def _with_controls(records: list[dict]) -> list[dict]:
     for r in records:
         control = controls.get(r.get("task")) if (r.get("arm_name") == "amos" and r.get("setting_name")
                                                   == grid_setting(PRIMARY_RATE)) else None
-        found.append({**r, "control": {k: control.get(k) for k in ("claim", "label", "setting_name", "n_units",
-                                                                     "difference", "ci95", "verdict", "note")}}
-                     if control else r)
+        found.append({**r, "control": {**{k: control.get(k) for k in ("claim", "label", "setting_name", "n_units",
+                                                                       "difference", "ci95", "verdict")},
+                                       "differs": CONTROL_DIFFERS}} if control else r)
     return found
 
 
@@ -645,15 +651,19 @@ def control_lines(records: list[dict]) -> list[str]:
     def cell(value):
         return difference_text({"difference": value[0], "ci95": None if value[1] is None else value[1:]})
 
+    def heads(r):  # the sentence head's function per side, as the runs recorded it
+        return "; ".join(f"{side}: " + ", ".join(f"{name} {n}" for name, n in found.items())
+                         for side, found in r.get("classifier_heads", {}).items())
+
     rows = [[r["task"], r["label"], r["n_units"], cell(r["validation_difference"]), difference_text(r),
-             fmt(r.get("q_value")), r["verdict"]] for r in chosen]
+             fmt(r.get("q_value")), r["verdict"], heads(r)] for r in chosen]
     lines = ["## Controls for attribution: the pipeline at learning rate 0", "",
              "The same command, saved, reloaded and fine-tuned as every arm, with its updates removed (a) or cut to 20 "
              "steps (b), beside the grid's 200 steps (c), each against MiniLM's own fine-tunings (Welch). (a) needs "
              "an interval that can exclude a loss half the size of (c)'s. " + CONTROL_HEAD_NOTE[0].upper()
              + CONTROL_HEAD_NOTE[1:].replace("its fine-tunings", "(a) and (b)'s fine-tunings", 1) + ".", "",
              *markdown_table(["task", "arm", "units", "validation: arm - MiniLM", "test: arm - MiniLM [95% CI]", "q",
-                              "verdict"], rows)]
+                              "verdict", "head function recorded (fine-tunings)"], rows)]
     for r in chosen:
         if r.get("control"):
             lines += [f"- {r['task']}, {r['label']}: {difference_text(r)}; {attribution_text(r)}."]

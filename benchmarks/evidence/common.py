@@ -364,13 +364,17 @@ def attribution_text(record: dict) -> str | None:
     e.g. its command at learning rate 0) says about the record's difference, by one rule: the control decided on the
     same side as the difference (its interval excludes 0 there) -> the pipeline alone moves it, not attributed to the
     method; the control's interval excludes a difference half the record's -> the pipeline does not explain it;
-    otherwise the control is too wide to separate them. None without a control or a difference."""
+    otherwise the control is too wide to separate them. A control needs 3 units, and the arm's own pipeline (a
+    `differs` text says how it does not run it: then it attributes nothing). None without a control or a
+    difference."""
     control, difference = record.get("control"), record.get("difference")
     if not control or difference is None or control.get("difference") is None:
         return None
     text = f"the control, {control.get('label') or control['claim']}: {difference_text(control)}"
-    if not control.get("ci95"):
-        return text + f" ({control['n_units']} unit{'s' if control['n_units'] != 1 else ''}: no interval yet)"
+    if control["n_units"] < 3 or not control.get("ci95"):
+        return text + f" ({control['n_units']} unit{'s' if control['n_units'] != 1 else ''} of the 3 needed)"
+    if control.get("differs"):  # it does not run the arm's pipeline: it controls something else
+        return text + f": not comparable ({control['differs']}), so it attributes nothing"
     low, high, half = control["ci95"][0], control["ci95"][1], difference / 2
     if (difference < 0 and high < 0) or (difference > 0 and low > 0):
         return text + ": the pipeline alone already moves it, so the difference is not attributed to the method"
