@@ -19,7 +19,8 @@ from test_first_try import ENV, HF_AUX
 from tiny import ENCODER_FAMILIES, tiny_config, tiny_tokenizer, write_command_data
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
-from hf_aux.amos.model import GENERATOR_DROPOUT_FIELDS, AmosModel, AmosModelConfig, _load_exactly, _token_embeddings
+from hf_aux.amos.encoder import _load_exactly
+from hf_aux.amos.model import GENERATOR_DROPOUT_FIELDS, AmosModel, AmosModelConfig, _token_embeddings
 from hf_aux.errors import UserInputError
 from hf_aux.tasks.data import MLMCollator
 

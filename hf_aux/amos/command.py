@@ -226,7 +226,7 @@ def check_sizable(model_args: ModelArguments) -> None:
     from transformers import AutoConfig
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    from .model import check_encoder_config
+    from .encoder import check_encoder_config
 
     kind = model_args.model_type
     if kind not in CONFIG_MAPPING:

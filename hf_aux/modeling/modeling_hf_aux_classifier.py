@@ -1,8 +1,7 @@
 """hf_aux's sentence classifier for plain transformers: the body, hf_aux's pooling, hf_aux's head.
 
-hf_aux copies this file, unchanged, into a fine-tuned classifier's folder when the head reads the body in a way that
-no transformers `*ForSequenceClassification` class does (mean, max, ... pooling; see hf_aux/modeling/export.py).
-The folder's config.json names it in `auto_map`, so that
+hf_aux copies this file, unchanged, into a fine-tuned classifier's folder when no transformers
+`*ForSequenceClassification` class computes its head (hf_aux/modeling/export.py); config.json's `auto_map` names it:
 
     AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)
     pipeline("text-classification", model=folder, trust_remote_code=True)
@@ -15,9 +14,8 @@ build `HfAuxSequenceClassifier`, with hf_aux's trained head and the same logits 
     -> dropout -> dense -> activation [-> LayerNorm] -> dropout -> out_proj [N, num_labels]
                                        (`config.hf_aux_head`; by default tanh, no norm: RoBERTa's head)
 
-`config.problem_type` says the loss when labels are given: "regression" (MSE, one output) or
-"single_label_classification" (cross entropy). Self-contained: torch and transformers only, so that the file works
-without hf_aux installed. AutoModel on the same folder still gives the body alone.
+`config.problem_type` says the loss: "regression" (MSE, one output) or "single_label_classification" (cross
+entropy). Self-contained (torch and transformers only); AutoModel on the same folder still gives the body alone.
 """
 
 from __future__ import annotations
