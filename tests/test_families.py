@@ -1,9 +1,9 @@
 """The encoder a user brings (issue #58): every command through the installed `hf-aux` on a tiny random model of each
 encoder family, and every output loaded the way its card says, by plain transformers.
 
-One row per family (tiny.ENCODER_FAMILIES and Funnel: 2 layers, hidden 32, the shared tiny tokenizer, saved as the family's
-*ForMaskedLM), one column per command at 2 steps on the user's own small files. A cell is "ok" (exit 0, and each
-client below loads the output) or the one-line refusal EXPECTED names. Clients:
+One row per family (tiny.ENCODER_FAMILIES and Funnel: 2 layers, hidden 32, the shared tiny tokenizer, saved as
+the family's *ForMaskedLM), one column per command at 2 steps on the user's own small files. A cell is "ok" (exit 0,
+and each client below loads the output) or the one-line refusal EXPECTED names. Clients:
 
 - finetune: the card's loading code as written, run from the folder the user trained in; the family's own
   `AutoModelForSequenceClassification` class without remote code (cls pooling, the default for a body without

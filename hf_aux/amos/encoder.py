@@ -1,4 +1,4 @@
-"""AMOS from a user's pretrained encoder: continued ELECTRA/AMOS-style pretraining (`AmosModel.from_pretrained_encoder`).
+"""AMOS from a user's pretrained encoder: continued ELECTRA/AMOS-style pretraining (AmosModel.from_pretrained_encoder)
 
 Meng et al., 2022 (arXiv:2204.03243) pretrain from scratch; continued pretraining starts both models from the
 user's encoder, sharing its token embeddings (the paper's unified auxiliary model, §3.3): the discriminator is the

@@ -143,6 +143,8 @@ class MetaLMTeacher(PreTrainedModel):
         super().__init__(config)
         encoder_config = config.encoder_config()
         encoder_class = MODEL_MAPPING[type(encoder_config)]
+        if isinstance(encoder_class, (tuple, list)):  # Funnel: (FunnelModel, FunnelBaseModel), AutoModel's first
+            encoder_class = encoder_class[0]
         # the pooler of BERT-like encoders is unused here: leave it out so every parameter gets a gradient
         extra = {"add_pooling_layer": False} if "add_pooling_layer" in inspect.signature(encoder_class).parameters else {}
         self.encoder = AutoModel.from_config(encoder_config, **extra)

@@ -106,7 +106,7 @@ def _body_attention(auto_class, config) -> str | None:
     if wanted != "sdpa" or type(config) not in mapping:
         return wanted
     body_class = mapping[type(config)]
-    if isinstance(body_class, (list, tuple)):  # Funnel maps to (FunnelModel, FunnelBaseModel): AutoModel takes the first
+    if isinstance(body_class, (list, tuple)):  # Funnel: (FunnelModel, FunnelBaseModel), AutoModel takes the first
         body_class = body_class[0]
     if not body_class._supports_sdpa:
         return "eager"
@@ -135,7 +135,8 @@ class HfAuxSequenceClassifier(PreTrainedModel):
         # `hf_aux_head`, not `classifier`: names no transformers class reads, so that the family's own class, loaded
         # without trust_remote_code, reports the head missing instead of reading it with its own pooling
         self.hf_aux_head = HfAuxClassificationHead(_hidden_size(config), config.num_labels,
-                                                   0.1 if dropout is None else dropout, getattr(config, "hf_aux_head", None))
+                                                   0.1 if dropout is None else dropout,
+                                                   getattr(config, "hf_aux_head", None))
         self._body_takes_token_types = "token_type_ids" in inspect.signature(self.body.forward).parameters
         self.post_init()
 
@@ -149,7 +150,8 @@ class HfAuxSequenceClassifier(PreTrainedModel):
                 token_type_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, **kwargs) -> SequenceClassifierOutput:
         hidden = self._body_states(input_ids, attention_mask, token_type_ids, inputs_embeds)  # [N, length, hidden]
-        logits = self.hf_aux_head(pool(hidden, attention_mask, self.pooling, input_ids, getattr(self.config, "eos_token_id", None)))
+        eos = getattr(self.config, "eos_token_id", None)  # Funnel's config has no such field
+        logits = self.hf_aux_head(pool(hidden, attention_mask, self.pooling, input_ids, eos))
         loss = None
         if labels is not None:
             if self.config.problem_type == "regression":

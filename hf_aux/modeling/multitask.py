@@ -83,8 +83,8 @@ class MultiTaskModelConfig(PretrainedConfig):
     `spectral_norm_heads` (R4F: spectral normalisation of the heads' linear maps), `pooling` (how sentence-level
     heads read the body, `hf_aux.modeling.pooling`; `auto` is resolved when the model is built and the resolved
     mode is saved), `classifier_head` (the sentence heads' function, `hf_aux.modeling.heads.family_head`; None: the
-    body family's own, resolved and saved like `pooling`). Label smoothing is a training setting, `MuppetConfig.label_smoothing_factor`, not part of the
-    model."""
+    body family's own, resolved and saved like `pooling`). Label smoothing is a training setting,
+    `MuppetConfig.label_smoothing_factor`, not part of the model."""
 
     model_type = "hf_aux_multitask"
     # Trainer's evaluation gathers every output tensor; the hidden states are large and no metric needs them
