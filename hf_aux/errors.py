@@ -39,15 +39,16 @@ def error_line(prog: str, error: BaseException) -> str:
     return f"{prog}: error: {' '.join(str(error).split())}"
 
 
-def exit_for_user_error(prog: str, error: UserInputError) -> NoReturn:
-    """End the process for `error` with its one line on stderr and EXIT_STATUS, as argparse ends it for a bad flag.
+def exit_for_user_error(prog: str, error: UserInputError, status: int = EXIT_STATUS) -> NoReturn:
+    """End the process for `error` with its one line on stderr and `status` (EXIT_STATUS, as argparse ends it for a
+    bad flag; 1 for what is no mistake of the user's, such as a full disk).
     Under a launcher only each node's first process (LOCAL_RANK 0) prints it: every rank meets the same mistake, and
     the launcher's summary names it from each rank's error file (`call_recorded`)."""
     if int(os.environ.get("LOCAL_RANK", "0") or 0) == 0:
         if show_traceback():
             traceback.print_exception(error)
         print(error_line(prog, error), file=sys.stderr, flush=True)
-    raise SystemExit(EXIT_STATUS)
+    raise SystemExit(status)
 
 
 def call_recorded(main: Callable, *args, prog: str):

@@ -110,7 +110,7 @@ def test_rows_that_would_crash_training_are_rejected_at_load_time(tok):
     is tokenised, naming the task, the field and the row, instead of crashing mid-run."""
     rows = datasets.Dataset.from_dict({"question": ["what is red", "who is there", "why"],
                                        "choices": [["the sun", "a cat"], ["a dog"], ["rain", "sun"]], "label": [0, 0, 1]})
-    with pytest.raises(ValueError, match=r"task 'mc': field 'choices': row 1 has 1 choice"):
+    with pytest.raises(ValueError, match=r"task 'mc': field 'choices': row 2 has 1 choice"):
         tokenize_task(TaskSpec(name="mc", kind="multiple_choice", dataset=rows), rows, tok)
     # a tokenizer that adds no special tokens to targets (GPT-2-like): an empty target gives no label at all
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -120,11 +120,11 @@ def test_rows_that_would_crash_training_are_rejected_at_load_time(tok):
     word_level.pre_tokenizer = pre_tokenizers.Whitespace()
     bare = PreTrainedTokenizerFast(tokenizer_object=word_level, unk_token="[UNK]", pad_token="[PAD]")
     rows = datasets.Dataset.from_dict({"source": ["the cat", "a dog", "hi"], "target": ["cat", "dog", ""]})
-    with pytest.raises(ValueError, match=r"task 'summ': field 'target': row 2 .*no target token"):
+    with pytest.raises(ValueError, match=r"task 'summ': field 'target': row 3 .*no target token"):
         tokenize_task(TaskSpec(name="summ", kind="seq2seq", dataset=rows), rows, bare)
     # with special tokens, a target truncated to them alone has no content left: refused too
     rows = datasets.Dataset.from_dict({"source": ["the cat", "a dog"], "target": ["cat", "   "]})
-    with pytest.raises(ValueError, match=r"task 'summ': field 'target': row 1 "):
+    with pytest.raises(ValueError, match=r"task 'summ': field 'target': row 2 "):
         tokenize_task(TaskSpec(name="summ", kind="seq2seq", dataset=rows), rows, tok)
     ok = datasets.Dataset.from_dict({"source": ["the cat"], "target": ["cat"]})
     assert len(tokenize_task(TaskSpec(name="summ", kind="seq2seq", dataset=ok), ok, bare)) == 1

@@ -168,7 +168,9 @@ def test_loss_curve_and_weights_figures(tmp_path):
     log_history = [{"loss": 2.0 - 0.1 * step, "loss_rt": 1.0, "step": step} for step in range(1, 11)]
     log_history += [{"eval_loss": 1.5, "step": 10}, {"train_loss": 1.7, "train_runtime": 3.0, "step": 10}]
     path = plot_loss_curves(log_history, tmp_path / "figures" / "loss.png")
-    assert _png_size(path) == (1280, 320)  # two panels: loss and eval_loss; the named part loss_rt
+    assert _png_size(path) == (1280, 640)  # three panels: loss, eval_loss (not one axis: see below), loss_rt
+    same = plot_loss_curves(log_history, tmp_path / "figures" / "same.png", same_scale=True)
+    assert _png_size(same) == (1280, 320)  # one quantity (a fine-tuning's cross entropy): loss and eval_loss together
     pixels = matplotlib.image.imread(path)[..., :3]
     blue = (abs(pixels - [31 / 255, 119 / 255, 180 / 255]).sum(-1) < 0.05).sum()  # matplotlib's first line colour
     assert blue > 100
@@ -197,13 +199,17 @@ def test_many_task_losses_become_small_multiples(tmp_path):
     series.update({f"eval_{t}_loss": [(1, 1.0)] for t in tasks})
     panels = loss_panels(series, title="MUPPET losses")
     assert [title for title, _ in panels] == [
-        "MUPPET losses", "MUPPET losses: loss parts", "MUPPET losses: training loss per task (1/2)",
+        "MUPPET losses: training objective, as optimised", "MUPPET losses: evaluation loss",
+        "MUPPET losses: loss parts", "MUPPET losses: training loss per task (1/2)",
         "MUPPET losses: training loss per task (2/2)", "MUPPET losses: evaluation loss per task (1/2)",
         "MUPPET losses: evaluation loss per task (2/2)"]
-    assert list(panels[0][1]) == ["loss", "eval_loss"]  # a named part (~0.5) beside a total (~50) would look flat
-    assert list(panels[1][1]) == ["rtd_loss"]
-    assert [len(s) for _, s in panels] == [2, 1, 5, 4, 5, 4] and max(len(s) for _, s in panels) <= MAX_SERIES_PER_PANEL
-    assert list(panels[2][1]) == tasks[:5] and list(panels[5][1]) == tasks[5:]  # legends name the task alone
+    # the scaled objective and the raw evaluation loss are different quantities: not one axis (issue #60)
+    assert list(panels[0][1]) == ["loss"] and list(panels[1][1]) == ["eval_loss"]
+    assert list(panels[2][1]) == ["rtd_loss"]  # a named part (~0.5) beside a total (~50) would look flat
+    assert [len(s) for _, s in panels] == [1, 1, 1, 5, 4, 5, 4] and \
+        max(len(s) for _, s in panels) <= MAX_SERIES_PER_PANEL
+    assert list(panels[3][1]) == tasks[:5] and list(panels[6][1]) == tasks[5:]  # legends name the task alone
+    assert [title for title, _ in loss_panels(series, title="X", same_scale=True)][0] == "X"  # one quantity
 
     history = [{"step": step, "loss": 1.0 / step, **{f"loss/{t}": 1.0 / step for t in tasks},
                 **{f"scaled_loss/{t}": 0.5 / step for t in tasks}} for step in range(1, 6)]

@@ -59,17 +59,17 @@ def test_arrow_checks_of_string_labels_and_multiple_choice():
     assert task_rows_are_clean(choice, datasets.Dataset.from_dict(good))
     for change in ({"label": [1, 3]}, {"choices": [["a"], ["c", "d"]]}, {"choices": [["a", ""], ["c", "d", "e"]]}):
         assert not task_rows_are_clean(choice, datasets.Dataset.from_dict({**good, **change})), change
-    with pytest.raises(ValueError, match=r"train row 1: label 3 out of range \[0, 3\)"):
+    with pytest.raises(ValueError, match=r"train row 2: label 3 out of range \[0, 3\)"):
         check_task_data(choice, datasets.Dataset.from_dict({**good, "label": [1, 3]}))
 
 
 def test_classification_label_errors_name_the_row_and_the_problem():
     """The label checks' messages (hf_aux.tasks.loading._class_problem, shared with the tags' checks)."""
     named = classification(num_labels=None, label_names=["neg", "pos"])
-    with pytest.raises(ValueError, match=r"field 'label_column': train row 1: label 'meh' is not one of label_names "
+    with pytest.raises(ValueError, match=r"field 'label_column': train row 2: label 'meh' is not one of label_names "
                                          r"\['neg', 'pos'\]"):
         check_task_data(named, datasets.Dataset.from_dict({"text": ["a", "b"], "label": ["pos", "meh"]}))
-    with pytest.raises(ValueError, match=r"field 'label_column': train row 0: label 5 out of range \[0, 3\)"):
+    with pytest.raises(ValueError, match=r"field 'label_column': train row 1: label 5 out of range \[0, 3\)"):
         check_task_data(classification(), datasets.Dataset.from_dict({"text": ["a", "b"], "label": [5, 1]}))
 
 

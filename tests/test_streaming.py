@@ -215,7 +215,7 @@ def test_a_document_that_is_not_text_is_named_when_the_stream_reaches_it(tmp_pat
     (tmp_path / "text.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     stream = stream_mlm_blocks(stream_corpus("text", "t", train_file=str(tmp_path / "text.jsonl")), tiny_tokenizer(),
                                block_size=4)
-    with pytest.raises(ValueError, match="train row 5: column 'text' holds NoneType None, not text"):
+    with pytest.raises(ValueError, match="train row 6: column 'text' holds NoneType None, not text"):
         list(stream)
 
 

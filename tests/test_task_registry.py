@@ -295,7 +295,7 @@ def test_a_step_on_a_missing_column_names_it_and_the_split():
     with pytest.raises(ValueError, match=r"task 't': field 'preprocessing': step 0 \(join\): column 'b' not in the "
                                          r"train data"):
         apply_steps("t", [{"join": ["a", "b"], "into": "c"}], data)
-    with pytest.raises(ValueError, match=r"step 0 \(map_labels\): train row 0: label 'x' is not one of \['y'\]"):
+    with pytest.raises(ValueError, match=r"step 0 \(map_labels\): train row 1: label 'x' is not one of \['y'\]"):
         apply_steps("t", [{"map_labels": {"y": 0}, "column": "a"}], data)
 
 

@@ -97,41 +97,41 @@ def test_tokens_and_tags_of_different_lengths_name_the_task_split_row_and_both_l
              "validation": write_jsonl(tmp_path / "dev.jsonl", rows)}
     task = TaskSpec(name="ner", kind="token_classification", label_names=CONLL_TAGS, data_files=files)
     words = len(rows[2]["tokens"])
-    with pytest.raises(ValueError, match=rf"task 'ner': field 'tags_column': validation row 2: {words} tokens "
+    with pytest.raises(ValueError, match=rf"task 'ner': field 'tags_column': {tmp_path / 'dev.jsonl'} row 3: {words} tokens "
                                          rf"\('tokens'\) but {words - 1} tags \('ner_tags'\)"):
         load_task_splits(task)
     rows[2]["ner_tags"] = [0] * (words - 1) + [9]
     write_jsonl(tmp_path / "dev.jsonl", rows)
-    with pytest.raises(ValueError, match=r"validation row 2: tag 9 \(word .*\) out of range \[0, 9\)"):
+    with pytest.raises(ValueError, match=r"dev.jsonl row 3: tag 9 \(word .*\) out of range \[0, 9\)"):
         load_task_splits(task)
     rows[2]["ner_tags"], rows[1]["tokens"] = [0] * words, []
     rows[1]["ner_tags"] = []
     write_jsonl(tmp_path / "dev.jsonl", rows)
-    with pytest.raises(ValueError, match="validation row 1: column 'tokens' must hold a non-empty list of words"):
+    with pytest.raises(ValueError, match="dev.jsonl row 2: column 'tokens' must hold a non-empty list of words"):
         load_task_splits(task)
 
 
 def test_a_non_integer_tag_or_label_is_named_at_its_own_row(tmp_path):
-    """One decimal tag in row 4 makes Arrow read every row's tags as decimals: the error names row 4 and says the
-    tag is not an integer (not "row 0: tag 1.0 out of range"); the same for a classification label."""
+    """One decimal tag in the file's row 5 makes Arrow read every row's tags as decimals: the error names row 5 and
+    says the tag is not an integer (not "row 1: tag 1.0 out of range"); the same for a classification label."""
     rows = conll_rows(6, 0)
     rows[4]["ner_tags"] = [0] * (len(rows[4]["tokens"]) - 1) + [1.5]
     task = TaskSpec(name="ner", kind="token_classification", label_names=CONLL_TAGS,
                     data_files={"train": write_jsonl(tmp_path / "tags.jsonl", rows)})
     words = len(rows[4]["tokens"])
-    with pytest.raises(ValueError, match=rf"task 'ner': field 'tags_column': train row 4: tag 1.5 \(word "
+    with pytest.raises(ValueError, match=rf"task 'ner': field 'tags_column': {tmp_path / 'tags.jsonl'} row 5: tag 1.5 \(word "
                                          rf"{words - 1}\) is not an integer; tags are integer class ids"):
         load_task_splits(task)
     labelled = [{"text": "good movie", "label": 1}] * 4 + [{"text": "so so", "label": 0.5}]
     task = TaskSpec(name="sentiment", kind="classification", num_labels=2,
                     data_files={"train": write_jsonl(tmp_path / "labels.jsonl", labelled)})
-    with pytest.raises(ValueError, match=r"task 'sentiment': field 'label_column': train row 4: label 0.5 is not an "
+    with pytest.raises(ValueError, match=r"task 'sentiment': field 'label_column': .*labels.jsonl row 5: label 0.5 is not an "
                                          r"integer"):
         load_task_splits(task)
     whole = [{"text": "good movie", "label": 1.0}] * 3  # decimals everywhere, none fractional: said as such
     task = TaskSpec(name="whole", kind="classification", num_labels=2,
                     data_files={"train": write_jsonl(tmp_path / "whole.jsonl", whole)})
-    with pytest.raises(ValueError, match=r"train row 0: the labels are decimals \(e.g. 1.0\), not integer class ids"):
+    with pytest.raises(ValueError, match=r"whole.jsonl row 1: the labels are decimals \(e.g. 1.0\), not integer class ids"):
         load_task_splits(task)
 
 

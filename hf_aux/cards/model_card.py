@@ -248,10 +248,8 @@ def trainer_hub_id(trainer) -> str | None:
     args = trainer.args
     if getattr(trainer, "hub_model_id", None) or args.hub_model_id:
         return getattr(trainer, "hub_model_id", None) or args.hub_model_id
-    if args.push_to_hub:
-        from ..runtime.hub import hub_repo_id
-
-        return hub_repo_id(args)
+    if args.push_to_hub:  # as hf_aux.runtime.hub.hub_repo_id (which imports this module) names it
+        return Path(args.output_dir).absolute().name
     return None
 
 
@@ -465,11 +463,12 @@ class ModelCardMixin:
         return finetuned_from
 
     def _loss_curve_figure(self, output_dir: str, title: str, caption: str,
-                           exclude_prefixes: tuple = ()) -> dict[str, str]:
-        """loss_curve.png from the log history, as {file: caption}; {} while nothing loss-like was logged."""
+                           exclude_prefixes: tuple = (), same_scale: bool = False) -> dict[str, str]:
+        """loss_curve.png from the log history, as {file: caption}; {} while nothing loss-like was logged. The
+        training objective and the evaluation loss share an axis only when `same_scale` (`plot_loss_curves`)."""
         try:
             plot_loss_curves(self.state.log_history, os.path.join(output_dir, LOSS_CURVE_PNG), title=title,
-                             exclude_prefixes=exclude_prefixes)
+                             exclude_prefixes=exclude_prefixes, same_scale=same_scale)
         except ValueError:  # nothing logged yet
             return {}
         return {LOSS_CURVE_PNG: caption}

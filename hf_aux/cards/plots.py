@@ -52,24 +52,39 @@ def _series_family(name: str, keys: tuple = ("loss", "eval_loss")) -> str:
     return "parts"
 
 
+TRAINING_OBJECTIVE = "training objective, as optimised"
+EVALUATION_LOSS = "evaluation loss"
+
+
 def loss_panels(series: dict[str, list[tuple[float, float]]], keys: tuple = ("loss", "eval_loss"),
-                title: str = "Loss") -> list[tuple[str, dict[str, list[tuple[float, float]]]]]:
+                title: str = "Loss", same_scale: bool = False) -> list[tuple[str, dict[str, list[tuple[float, float]]]]]:
     """Split loss series into panels a person can read: the overall panel first (`keys`), then the trainer's other
     named loss parts ('rtd_loss', ...), then one panel per family of per-task keys ('loss/<task>',
     'eval_<task>_loss', ...), none with more than `MAX_SERIES_PER_PANEL` series (a larger family is cut into several
-    panels, '(1/3)' ...)."""
+    panels, '(1/3)' ...). Unless `same_scale` (the training loss is the evaluation loss's quantity, as a plain
+    fine-tuning's cross entropy), the overall training objective (`keys[0]`: MUPPET's eq. 1-scaled sum, TARTAN's
+    weighted sum, ...) and the evaluation loss (`keys[1]`) get a panel each, side by side: on one axis the
+    evaluation would look far worse than training only because the two are different quantities."""
     families: dict[str, dict[str, list[tuple[float, float]]]] = {"": {}}
     for name in [k for k in keys if k in series] + sorted(k for k in series if k not in keys):
         families.setdefault(_series_family(name, keys), {})[name] = series[name]
+    if not same_scale and len(families[""]) > 1:
+        training, *evaluation = families.pop("")
+        overall = {series_name: series[series_name] for series_name in evaluation}
+        families = {f"{title}: {TRAINING_OBJECTIVE}": {training: series[training]},
+                    f"{title}: {EVALUATION_LOSS}": overall, **families}
     panels = []
     # overall, parts, training families ('loss/' first), then evaluation families ('eval_mlm_loss/' after 'mlm_loss/')
-    order = sorted(families, key=lambda f: (f != "", f != "parts", f.startswith("eval_"), f != "loss/", f))
+    split = [f for f in families if f.startswith(f"{title}: ")]  # the overall panel, split in two: first
+    order = split + sorted((f for f in families if f not in split),
+                           key=lambda f: (f != "", f != "parts", f.startswith("eval_"), f != "loss/", f))
     for family in order:
         members = families[family]
         if not members:
             continue
-        label = f"{title}: {_FAMILY_TITLES.get(family, family + '*' if family.endswith('/') else family)}" \
-            if family else title
+        label = family if family in split else (
+            f"{title}: {_FAMILY_TITLES.get(family, family + '*' if family.endswith('/') else family)}" if family
+            else title)
         panels.extend(_chunked(label, {_task_of(name, family): points for name, points in members.items()}))
     return panels
 
@@ -98,7 +113,7 @@ def _chunked(label: str, series: dict) -> list[tuple[str, dict]]:
 
 
 def plot_loss_curves(log_history: list[dict], path: str | os.PathLike, keys: tuple = ("loss", "eval_loss"),
-                     title: str = "Loss", exclude_prefixes: tuple = ()) -> Path:
+                     title: str = "Loss", exclude_prefixes: tuple = (), same_scale: bool = False) -> Path:
     """Plot the losses logged in `trainer.state.log_history` against the step and save a PNG at `path`.
 
     Every logged loss is drawn (a key with "loss" as one of its words: the training loss, the evaluation loss, and
@@ -106,8 +121,9 @@ def plot_loss_curves(log_history: list[dict], path: str | os.PathLike, keys: tup
     multiples: the overall losses (`keys`) in one panel, a trainer's other named loss parts in the next, each family
     of per-task losses in panels of its own,
     at most `MAX_SERIES_PER_PANEL` lines a panel, legends beside the axes. Keys starting with one of
-    `exclude_prefixes` are left out (e.g. MUPPET's "scaled_loss/": the same curves as "loss/", rescaled).
-    Raises ValueError when nothing loss-like was logged.
+    `exclude_prefixes` are left out (e.g. MUPPET's "scaled_loss/": the same curves as "loss/", rescaled). The
+    training objective and the evaluation loss share one axis only when `same_scale` says they are one quantity
+    (`loss_panels`). Raises ValueError when nothing loss-like was logged.
     """
     series: dict[str, list[tuple[float, float]]] = {}
     for entry in log_history:
@@ -120,10 +136,12 @@ def plot_loss_curves(log_history: list[dict], path: str | os.PathLike, keys: tup
                 series.setdefault(name, []).append((step, float(value)))
     if not series:
         raise ValueError("No loss was logged: trainer.state.log_history has no entry with a '*loss' key and a step")
-    panels = loss_panels(series, keys, title)
-    # the overall panel holds the objective as optimised (MUPPET's is eq. 1-scaled, unitless); the parts and
-    # per-task losses are cross entropies in nats (a regression task's, MSE in its label's units)
-    return plot_panels(panels, path, ylabel={name: "loss" if name == title else "loss (nats)" for name, _ in panels})
+    panels = loss_panels(series, keys, title, same_scale)
+    # the objective as optimised (MUPPET's is eq. 1-scaled, unitless); the evaluation loss, the parts and per-task
+    # losses are cross entropies in nats (a regression task's, MSE in its label's units)
+    labels = {f"{title}: {TRAINING_OBJECTIVE}": "objective (as optimised)", f"{title}: {EVALUATION_LOSS}": "loss",
+              title: "loss"}
+    return plot_panels(panels, path, ylabel={name: labels.get(name, "loss (nats)") for name, _ in panels})
 
 
 def plot_weights_over_time(series: dict[str, list[tuple[float, float]]], path: str | os.PathLike,

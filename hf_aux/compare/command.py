@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import gc
 import logging
+import math
 import os
 import shutil
 import sys
@@ -205,6 +206,8 @@ def run_finetunings(arms: list[engine.Arm], seeds: list[int], learning_rates: li
     features_for = tokenised(model_args, data_args, training_args, task, raw, {})
     steps = engine.plan(arms, seeds, learning_rates)
     todo = [s for s in steps if results.done(engine.model_key(s["model"]), s["seed"], s["learning_rate"]) is None]
+    if training_args.should_log:  # before the first fine-tuning: what the comparison will cost
+        print(plan_line(arms, seeds, learning_rates, steps, todo, results, training_args, data_args, raw), flush=True)
     bar = tqdm(total=len(steps), initial=len(steps) - len(todo), desc="fine-tunings", unit="run",
                disable=not training_args.should_log)
     try:
@@ -216,8 +219,9 @@ def run_finetunings(arms: list[engine.Arm], seeds: list[int], learning_rates: li
                 results.add(record)
                 bar.update(1)
                 if index == 0 and len(todo) > 1:
-                    logger.warning("compare: the first fine-tuning took %.0f s; about %.0f min for the %d left",
-                                   record["wall_s"], record["wall_s"] * (len(todo) - 1) / 60, len(todo) - 1)
+                    logger.warning("compare: the first fine-tuning took %.0f s; about %s for the %d left",
+                                   record["wall_s"], engine.minutes(record["wall_s"] * (len(todo) - 1)),
+                                   len(todo) - 1)
                 if record["status"] == "failed":
                     logger.warning("compare: %s (%s, seed %d) failed: %s", step["arm"], step["model"],
                                    step["seed"], record["error"])
@@ -227,6 +231,41 @@ def run_finetunings(arms: list[engine.Arm], seeds: list[int], learning_rates: li
         raise SystemExit(getattr(stop, "code", None) or 130) from None
     finally:
         bar.close()
+
+
+def plan_line(arms, seeds, learning_rates, steps, todo, results, training_args, data_args, raw) -> str:
+    """"hf-aux compare: plan: 6 fine-tunings (...), 6 to run; about 4 min each, 25 min in all (...)": measured
+    from the fine-tunings compare.json already holds, else estimated (engine.estimate_finetuning_seconds)."""
+    import torch
+
+    shape = (f"{len(arms)} arms x {sum(len(a.models) for a in arms)} models in all x {len(seeds)} seed"
+             f"{'s' if len(seeds) > 1 else ''}" + (f" x {len(learning_rates)} learning rates" if len(learning_rates) > 1
+                                                    else ""))
+    head = f"hf-aux compare: plan: {len(steps)} fine-tunings ({shape}), {len(todo)} to run"
+    if not todo:
+        return head + ": every one is in compare.json already"
+    done = [f["wall_s"] for f in results.content["finetunings"] if f.get("wall_s")]
+    if done:
+        each = sum(done) / len(done)
+        how = f"the mean of the {len(done)} fine-tunings compare.json holds"
+    else:
+        parameters = max((engine.model_parameters(m) or 0 for a in arms for m in a.models), default=0)
+        if not parameters:
+            return head + "; their time is measured after the first (no local model to estimate it from)"
+        batch = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps * max(
+            1, training_args.world_size)
+        updates = training_args.max_steps if training_args.max_steps > 0 else math.ceil(
+            len(raw["train"]) / batch) * training_args.num_train_epochs
+        columns = [c for c, f in raw["train"].features.items() if getattr(f, "dtype", None) == "string"]
+        tokens = engine.mean_tokens(raw["train"], columns, data_args.max_seq_length)
+        evaluated = sum(len(raw[split]) for split in ("validation", "test") if split in raw)
+        each = engine.estimate_finetuning_seconds(parameters, updates * batch * tokens, evaluated * tokens,
+                                                  engine.matmul_flops_per_second())
+        size = f"{parameters / 1e6:.1f}M" if parameters >= 1e5 else f"{parameters / 1e3:.0f}k"
+        how = (f"estimated from the model's {size} parameters, {updates:.0f} updates of {batch} rows, "
+               f"{evaluated} rows evaluated and this machine's speed with {torch.get_num_threads()} threads; the first "
+               "fine-tuning's own time replaces it")
+    return (f"{head}; about {engine.minutes(each)} each, {engine.minutes(each * len(todo))} in all ({how})")
 
 
 def tokenised(model_args, data_args, training_args, task, raw, cache: dict):

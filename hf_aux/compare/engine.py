@@ -158,3 +158,62 @@ def plan(arms: list[Arm], seeds: list[int], learning_rates: list[float]) -> list
     """Every fine-tuning, seed by seed (an interrupted comparison has every arm at the same seeds)."""
     return [{"arm": arm.name, "unit": unit, "model": model, "seed": seed, "learning_rate": rate}
             for seed in seeds for rate in learning_rates for arm in arms for unit, model in enumerate(arm.models)]
+
+
+# ---- what a comparison will cost ------------------------------------------------------------------------------
+# A rough time per fine-tuning before any has run: 6 N FLOPs per trained token and 2 N per evaluated one (N: the
+# model's parameters), at a share of this machine's measured float32 matmul rate (1024 x 1024), plus loading. The
+# share is MiniLM's on 2 CPU threads: docs/scaling.md measured an MFU of 0.76, and the README's comparison (Rotten
+# Tomatoes at 1%, 50 steps of 16, 1706 rows evaluated) took 247 s against 249 s estimated so, on a loaded machine
+# (issue #60). The first finished fine-tuning's own time replaces the estimate.
+TRAINING_EFFICIENCY = 0.75
+LOADING_SECONDS = 5.0
+CHARACTERS_PER_TOKEN = 4.0
+
+
+def matmul_flops_per_second(seconds: float = 0.5) -> float:
+    """This process's float32 matmul rate (torch's threads as set), measured for about `seconds`."""
+    import time
+
+    import torch
+
+    size = 1024
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b  # warm-up
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a @ b
+        count += 1
+    return 2 * size ** 3 * count / (time.perf_counter() - start)
+
+
+def model_parameters(model: str) -> int | None:
+    """The parameter count of a local checkpoint, from its safetensors headers (no weights read); None elsewhere."""
+    import struct
+
+    folder = Path(model)
+    total = 0
+    for file in folder.glob("*.safetensors") if folder.is_dir() else ():
+        with open(file, "rb") as handle:
+            header = json.loads(handle.read(struct.unpack("<Q", handle.read(8))[0]))
+        total += sum(math.prod(entry["shape"]) for name, entry in header.items() if name != "__metadata__")
+    return total or None
+
+
+def estimate_finetuning_seconds(parameters: int, train_tokens: float, eval_tokens: float,
+                                flops_per_second: float) -> float:
+    """About how long one fine-tuning takes (see the constants above)."""
+    work = 6 * parameters * train_tokens + 2 * parameters * eval_tokens
+    return LOADING_SECONDS + work / (TRAINING_EFFICIENCY * flops_per_second)
+
+
+def mean_tokens(rows, columns, max_length: int, sample: int = 256) -> float:
+    """The mean tokens of a row, from its characters (about 4 a token), at most `max_length`."""
+    picked = rows.select(range(min(sample, len(rows))))
+    lengths = [sum(len(str(row[c] or "")) for c in columns if c in row) / CHARACTERS_PER_TOKEN + 2 for row in picked]
+    return min(max_length, sum(lengths) / max(1, len(lengths)))
+
+
+def minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else \
+        f"{seconds / 3600:.1f} h"

@@ -7,7 +7,7 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from .statistics import compare_arms, mean_sd, verdict_words, with_q_values
+from .statistics import MIN_UNITS, compare_arms, mean_sd, verdict_words, with_q_values
 
 
 def picked_rates(content: dict) -> dict[str, float]:
@@ -65,6 +65,65 @@ def comparisons(content: dict) -> list[dict]:
             for c in with_q_values(found)]
 
 
+def checkpoint_comparisons(content: dict) -> list[dict]:
+    """Each model of each compared arm (one checkpoint) minus the baseline at its picked rate, over their
+    fine-tunings: the question "does THIS checkpoint fine-tune better than the baseline here?", which fine-tuning
+    noise answers (statistics.compare_arms on the one model: its fine-tunings against the baseline's)."""
+    split = content["task"]["compared_split"]
+    rates = picked_rates(content)
+    arms = {arm["name"]: arm for arm in content["arms"]}
+    base = arms[content["baseline"]]
+    base_values, _ = unit_values(content, base, rates.get(base["name"], float("nan")), split)
+    found = []
+    for name, arm in arms.items():
+        if name == base["name"] or name not in rates:
+            continue
+        values, _ = unit_values(content, arm, rates[name], split)
+        for model in arm["models"]:
+            if values.get(model) and base_values:
+                c = compare_arms(name, {model: values[model]}, base["name"], base_values)
+                found.append({"arm": name, "model": model, "difference": c.interval.difference,
+                              "ci95": [c.interval.low, c.interval.high], "n_finetunings": len(values[model]),
+                              "n_baseline_finetunings": sum(len(v) for v in base_values.values())})
+    return found
+
+
+def _checkpoint_words(c: dict, baseline: str, higher_is_better: bool) -> str:
+    low, high = c["ci95"]
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "no interval (fewer than 2 fine-tunings on a side)"
+    if low <= 0 <= high:
+        return "no difference shown (the interval contains 0)"
+    return f"{'better' if (low > 0) == higher_is_better else 'worse'} than {baseline} (the interval excludes 0)"
+
+
+def headline_lines(content: dict, found: list[dict], limit: int = 5) -> list[str]:
+    """The report's first lines, one answer to each question it can be asked: this checkpoint against the baseline
+    at fine-tuning noise (better / worse / no difference shown, with the interval), then whether the method behind
+    each arm is shown, which needs several independent training runs of it (statistics.MIN_UNITS)."""
+    task, metric, split = content["task"], content["task"]["metric"], content["task"]["compared_split"]
+    base, higher = content["baseline"], task["higher_is_better"]
+    seeds = len(content["seeds"])
+    lines = []
+    checkpoints = checkpoint_comparisons(content)
+    for c in checkpoints[:limit]:
+        lines.append(f"This checkpoint: {c['arm']} ({c['model']}) vs {base} on {task['name']}, {metric} on {split}, "
+                     f"at fine-tuning noise ({c['n_finetunings']} vs {c['n_baseline_finetunings']} fine-tunings): "
+                     f"{_difference(c)}: {_checkpoint_words(c, base, higher)}.")
+    if len(checkpoints) > limit:
+        lines.append(f"  ... and {len(checkpoints) - limit} more checkpoints (compare.md).")
+    for c in found:
+        if c["n_units"] < MIN_UNITS:
+            runs = f"{c['n_units']} training run{'s' if c['n_units'] != 1 else ''}"
+            lines.append(f"The method behind {c['arm']}: not shown either way: this comparison has {runs} of it; "
+                         f"whether the method helps needs {MIN_UNITS} or more independent training runs "
+                         f"(--arm {c['arm']}=RUN1,RUN2,RUN3), each fine-tuned with these {seeds} seeds.")
+        else:
+            lines.append(f"The method behind {c['arm']} ({c['n_units']} training runs) vs {base}: {_difference(c)}: "
+                         f"{c['verdict']}.")
+    return lines
+
+
 def _number(value, digits: int = 3, sign: bool = False) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:{'+' if sign else ''}.{digits}f}"
 
@@ -96,6 +155,7 @@ def render_markdown(content: dict, found: list[dict]) -> str:
     task, metric = content["task"], content["task"]["metric"]
     split = task["compared_split"]
     lines = [f"# hf-aux compare: {task['name']} ({task['kind']}), {metric} on {split}", "",
+             *[f"- {line}" for line in headline_lines(content, found)], "",
              f"Baseline: **{content['baseline']}**. {len(content['seeds'])} fine-tuning seeds per model "
              f"({', '.join(map(str, content['seeds']))}); train rows {task['splits'].get('train')}, "
              f"validation {task['splits'].get('validation', '-')}, test {task['splits'].get('test', '-')}. "
@@ -174,7 +234,8 @@ def plot(content: dict, found: list[dict], path: Path) -> None:
 
 def summary_lines(content: dict, found: list[dict]) -> list[str]:
     metric, split = content["task"]["metric"], content["task"]["compared_split"]
-    lines = [f"{content['task']['name']}: {metric} on {split}, each arm minus {content['baseline']}:"]
+    lines = [*headline_lines(content, found),
+             f"{content['task']['name']}: {metric} on {split}, each arm minus {content['baseline']}:"]
     for c in found:
         lines.append(f"  {c['arm']}: {_difference(c)}, q {_number(c['q_value'])}: {c['verdict']}")
     return lines

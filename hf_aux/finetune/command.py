@@ -17,6 +17,8 @@ imports (Trainer, datasets) happen in the functions, so --help stays fast.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import logging
 import os
@@ -391,7 +393,12 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     task, raw = load_data(data_args, training_args)
     tokenizer = load_tokenizer(model_args)
-    model, reused_head = load_model(model_args, task, tokenizer)
+    if run.finished:  # finishing it: its own model and head (run.attach loads the final weights), not a fresh head
+        model, _ = load_model(dataclasses.replace(model_args, model_name_or_path=run.output_dir, reuse_head=True),
+                              task, tokenizer)
+        reused_head = bool(run.results.get("train_reused_head"))  # as trained: for the card
+    else:
+        model, reused_head = load_model(model_args, task, tokenizer)
     features = tokenize_splits(task, raw, tokenizer, data_args, training_args)
     trainer = make_trainer(model, training_args, task, data_args, raw, features, tokenizer)
     run.attach(trainer)  # records the run; Ctrl-C/SIGTERM: checkpoint + exit; the only Hub push: hf_aux's
@@ -428,6 +435,10 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         baseline_name, baseline = next(iter(baselines.items()))
         summary.append(f"{task.name} ({task.kind}) {split}: {primary} {metrics[f'{prefix}_{primary}']:.4f}, "
                        f"{baseline_name} {baseline:.4f}, {len(raw[split])} examples")
+    if not summary:  # nothing evaluated: say so, and how to evaluate, rather than nothing
+        why = ("the data has no validation split" if "validation" not in raw else "--do_eval false")
+        summary.append(f"{task.name} ({task.kind}): not evaluated ({why}); to evaluate, pass --validation_file, or "
+                       "--validation_fraction 0.1 to hold out a tenth of the train rows")
     if trainer.is_world_process_zero():
         for line in summary:
             print(line)
@@ -459,7 +470,8 @@ def write_model_card(trainer, task, model_args: ModelArguments, results: dict, r
                           dataset_config=task.dataset_config if dataset else None)
     figures = {}
     try:
-        plot_loss_curves(trainer.state.log_history, os.path.join(output_dir, "loss_curve.png"))
+        # one task's cross entropy (or MSE) in training and evaluation alike: one axis
+        plot_loss_curves(trainer.state.log_history, os.path.join(output_dir, "loss_curve.png"), same_scale=True)
         figures["loss_curve.png"] = "Training and evaluation loss"
     except ValueError:  # nothing was trained or logged
         pass

@@ -186,9 +186,12 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, **model_args.hub_kwargs())
     raw = {task.name: load_task_splits(task, seed=training_args.seed) for task in tasks}
     end_task, end_rows = load_end_task(data_args, training_args, tasks, raw)  # checked before any model is loaded
-    with explain_hub_errors("ModelArguments", "model_name_or_path", model_path):
+    # finishing a finished run: its own model (run.attach then loads its final weights), not the base model with
+    # fresh heads that nothing evaluates
+    built_from = run.output_dir if run.finished else model_path
+    with explain_hub_errors("ModelArguments", "model_name_or_path", built_from):
         model = MultiTaskModel.from_pretrained(
-            model_path, tasks=tasks, classifier_dropout=model_args.classifier_dropout,
+            built_from, tasks=tasks, classifier_dropout=model_args.classifier_dropout,
             pooling=None if model_args.pooling == "auto" else model_args.pooling,
             spectral_norm_heads=True if training_args.robust_finetuning == "r4f" else None, **model_args.hub_kwargs())
     lora_args.check_targets(model.body)  # before tokenising: a misspelt --lora_target_modules stops the run here
@@ -228,6 +231,12 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
             print_task_table(tasks, eval_data, metrics)
         if data_args.mixture_file is None and trainer.is_world_process_zero():
             print_compare_hint(model_path, training_args.output_dir)  # the demo mixture: is it better held out?
+    elif trainer.is_world_process_zero():  # nothing evaluated: say so, and how to evaluate
+        held_out = any("validation" in raw[task.name] for task in tasks)
+        why = "--do_eval false" if held_out else "no task of the mixture has a validation split"
+        print(f"\nNot evaluated ({why}); to evaluate, give a task validation data: validation_fraction: 0.1 in its "
+              "mixture entry holds out a tenth of its train rows, or a validation file in its data_files\n",
+              flush=True)
 
     saved = finish_run(trainer, finetuned_from=model_path, tags=["muppet", "pre-finetuning"],
                        license=model_args.license, license_name=model_args.license_name,

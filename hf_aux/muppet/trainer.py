@@ -487,9 +487,11 @@ class MuppetTrainer(AuxTrainer):
         return summaries
 
     def _card_figures(self, output_dir: str) -> dict[str, str]:
-        figures = self._loss_curve_figure(output_dir, "MUPPET losses", "Training and evaluation loss: overall, and "
-                                          "per task in panels of their own (raw losses; the scaled ones are these "
-                                          "divided by log n)", exclude_prefixes=("scaled_loss/", "cos/", "alpha/"))
+        figures = self._loss_curve_figure(output_dir, "MUPPET losses", "The training objective as optimised (each "
+                                          "task's loss scaled by its output space, eq. 1) and the evaluation loss (the "
+                                          "tasks' raw losses, averaged) in panels of their own, not one axis; then "
+                                          "each task's raw training and evaluation loss",
+                                          exclude_prefixes=("scaled_loss/", "cos/", "alpha/"))
         if self._end_task is not None and self.task_weights_state.history:
             plot_task_weights(self.task_weights_state.history, self.train_dataset.task_names,
                               os.path.join(output_dir, TASK_WEIGHTS_PNG),

@@ -102,22 +102,60 @@ class RunArgsMixin(NonFiniteArgsMixin):
         check_report_to(self)
 
 
-# the package each --report_to integration needs that hf_aux does not install, and hf_aux's extra installing it
-REPORT_TO_PACKAGES = {"tensorboard": (("tensorboard", "tensorboardX"), "tensorboard")}
+# What each --report_to integration of Trainer needs installed (every one of the modules; a tuple inside: any of
+# them), and how to install it (hf_aux's extra where it has one). transformers' own checks
+# (`transformers.integrations.is_*_available`) are the same find_spec look-ups, made only once Trainer builds its
+# callbacks, after the data and model are loaded; kubeflow needs an environment variable, not a package.
+REPORT_TO_PACKAGES = {
+    "tensorboard": ((("tensorboard", "tensorboardX"),), "pip install 'hf_aux[tensorboard]' (in a clone of hf_aux: "
+                                                        "pip install '.[tensorboard]')"),
+    "wandb": (("wandb",), "pip install wandb"),
+    "comet_ml": (("comet_ml",), "pip install comet_ml"),
+    "mlflow": (("mlflow",), "pip install mlflow"),
+    "neptune": (("neptune",), "pip install neptune"),
+    "clearml": (("clearml",), "pip install clearml"),
+    "codecarbon": (("codecarbon",), "pip install codecarbon"),
+    "dagshub": (("dagshub", "mlflow"), "pip install dagshub mlflow"),
+    "dvclive": (("dvclive",), "pip install dvclive"),
+    "swanlab": (("swanlab",), "pip install swanlab"),
+    "trackio": (("trackio",), "pip install trackio"),
+    "azure_ml": (("azureml.core",), "pip install azureml-core"),
+    "flyte": (("flytekit", "flytekitplugins.deck"), "pip install flytekit flytekitplugins-deck-standard"),
+}
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing (azureml for azureml.core)
+        return False
 
 
 def check_report_to(args) -> None:
-    """Refuse, before anything is loaded, a `report_to` integration whose package is missing (Trainer would fail
-    only once the data and model are built, naming the package but not the install)."""
-    import importlib.util
+    """Refuse, before anything is loaded, a `report_to` integration Trainer does not know or whose package is
+    missing, in one line with the install command (Trainer would fail only once the data and model are built, with
+    a traceback). `all` reports to the installed ones, as in Trainer."""
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
     reports = args.report_to if isinstance(args.report_to, (list, tuple)) else [args.report_to]
     for report in reports:
-        modules, extra = REPORT_TO_PACKAGES.get(report, ((), None))
-        if modules and not any(importlib.util.find_spec(module) for module in modules):
-            raise UserInputError(f"{type(args).__name__}: field 'report_to': {report} needs the {modules[0]} "
-                                 f"package, which is not installed: pip install 'hf_aux[{extra}]' (in a clone of "
-                                 f"hf_aux: pip install '.[{extra}]'), or pass --report_to none")
+        if report in ("none", "all", None):
+            continue
+        if report not in INTEGRATION_TO_CALLBACK:
+            from ..tasks.validation import did_you_mean
+
+            raise UserInputError(f"{type(args).__name__}: field 'report_to': {report!r} is not an integration "
+                                 f"Trainer knows{did_you_mean(report, INTEGRATION_TO_CALLBACK)} (none, all, "
+                                 f"{', '.join(INTEGRATION_TO_CALLBACK)})")
+        modules, install = REPORT_TO_PACKAGES.get(report, ((), None))
+        missing = [m if isinstance(m, str) else m[0] for m in modules
+                   if not any(_installed(name) for name in ((m,) if isinstance(m, str) else m))]
+        if missing:
+            raise UserInputError(f"{type(args).__name__}: field 'report_to': {report} needs the {' and '.join(missing)} "
+                                 f"package{'s' if len(missing) > 1 else ''}, which {'are' if len(missing) > 1 else 'is'}"
+                                 f" not installed: {install}, or pass --report_to none")
 
 
 @dataclass

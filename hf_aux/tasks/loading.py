@@ -21,7 +21,7 @@ __all__ = ["SPLITS", "TASK_KINDS", "TaskSpec", "check_task_data", "check_unique_
            "load_mixture", "load_task_source", "load_task_splits", "task_error", "task_from_data_files",
            "task_from_entry", "task_from_file", "task_from_hub"]
 from .validation import (check_text_cells, did_you_mean, infer_class_labels, infer_tag_labels, infer_task_kind,
-                         load_data_files, read_structured_file)
+                         load_data_files, read_structured_file, remember_source, row_namer)
 
 # --------------------------------------------------------------------------------------------------------------
 # Mixtures: one YAML or JSON file describing several tasks
@@ -237,6 +237,8 @@ def load_task_source(name: str, *, dataset=None, data_files=None, dataset_name: 
         except Exception as error:  # datasets raises many types (offline, missing repo, bad config)
             raise task_error(name, "dataset_name", f"could not load {dataset_name!r} (config {dataset_config!r}): "
                              f"{error}{_offline_hint(dataset_name)}") from error
+        for split, data in raw.items():  # messages name its rows as the dataset numbers them (1-based)
+            remember_source(data, f"the {dataset_name}{f' ({dataset_config})' if dataset_config else ''} {split} split")
     return apply_steps(name, preprocessing, raw)
 
 
@@ -304,109 +306,111 @@ def check_task_data(task: TaskSpec, data, split: str = "train") -> None:
                                               task.answers_column, task.tokens_column, task.tags_column)
                                   if c in task.required_columns()] + list(texts)))
     columns = data.select_columns(checked)[:] if checked else {}
+    rows = row_namer(data, split)  # the data file's own 1-based row, whatever shuffling or carving came between
     for column, field_name in texts.items():
         check_text_cells(columns[column], f"task '{task.name}': field '{field_name}'", column, split,
-                         nested=column == task.choices_column and task.kind == "multiple_choice")
+                         nested=column == task.choices_column and task.kind == "multiple_choice", rows=rows)
     if task.kind == "classification":
         labels = columns[task.label_column]
         for index, label in enumerate(labels):
             if label is None:
-                raise task_error(task.name, "label_column", f"{split} row {index}: the label is empty (None/null); "
+                raise task_error(task.name, "label_column", f"{rows(index)}: the label is empty (None/null); "
                                  "fill it or drop the row")
-            problem = _class_problem(label, task, "label", labels, split, index)
+            problem = _class_problem(label, task, "label", labels, rows, index)
             if problem:
                 raise task_error(task.name, "label_column", problem)
     elif task.kind == "regression":
         for index, label in enumerate(columns[task.label_column]):
             if isinstance(label, bool) or not isinstance(label, (int, float)) or not math.isfinite(label):
-                raise task_error(task.name, "label_column", f"{split} row {index}: label {label!r} is not a finite number")
+                raise task_error(task.name, "label_column", f"{rows(index)}: label {label!r} is not a finite number")
     elif task.kind == "multiple_choice":
         for index, (choices, label) in enumerate(zip(columns[task.choices_column], columns[task.label_column])):
             if not isinstance(choices, list) or len(choices) < 2:
-                raise task_error(task.name, "choices_column", f"{split} row {index}: needs a list of at least 2 choices")
+                raise task_error(task.name, "choices_column", f"{rows(index)}: needs a list of at least 2 choices")
             if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < len(choices):
-                raise task_error(task.name, "label_column", f"{split} row {index}: label {label!r} out of range "
+                raise task_error(task.name, "label_column", f"{rows(index)}: label {label!r} out of range "
                                  f"[0, {len(choices)})")
     elif task.kind == "extractive_qa":
         for index, (context, answers) in enumerate(zip(columns[task.context_column], columns[task.answers_column])):
             if not isinstance(answers, dict) or not {"text", "answer_start"} <= set(answers):
                 keys = sorted(answers) if isinstance(answers, dict) else type(answers).__name__
-                raise task_error(task.name, "answers_column", f"{split} row {index}: expected SQuAD answers "
+                raise task_error(task.name, "answers_column", f"{rows(index)}: expected SQuAD answers "
                                  "{'text': [...], 'answer_start': [...]} (character offsets into the context), got "
                                  f"{keys}; add answer_start to every answer")
             if not isinstance(answers["text"], list) or not isinstance(answers["answer_start"], list) or \
                     len(answers["text"]) != len(answers["answer_start"]):
-                raise task_error(task.name, "answers_column", f"{split} row {index}: 'text' and 'answer_start' must "
+                raise task_error(task.name, "answers_column", f"{rows(index)}: 'text' and 'answer_start' must "
                                  "be lists of equal length")
             if not isinstance(context, str):
-                raise task_error(task.name, "context_column", f"{split} row {index}: the context is "
+                raise task_error(task.name, "context_column", f"{rows(index)}: the context is "
                                  f"{context!r}, not text; fill the cell or drop the row")
             for text, start in zip(answers["text"], answers["answer_start"]):
                 if not isinstance(start, int) or isinstance(start, bool) or not isinstance(text, str):
-                    raise task_error(task.name, "answers_column", f"{split} row {index}: answer {text!r} at "
+                    raise task_error(task.name, "answers_column", f"{rows(index)}: answer {text!r} at "
                                      f"{start!r}: text must be a string and answer_start an integer")
                 if context[start : start + len(text)] != text:
-                    raise task_error(task.name, "answers_column", f"{split} row {index}: answer {text!r} is not at "
+                    raise task_error(task.name, "answers_column", f"{rows(index)}: answer {text!r} is not at "
                                      f"character {start} of the context")
     elif task.kind == "token_classification":
-        _check_tagged_words(task, columns[task.tokens_column], columns[task.tags_column], split)
+        _check_tagged_words(task, columns[task.tokens_column], columns[task.tags_column], rows)
 
 
-def _check_tagged_words(task: TaskSpec, token_rows: list, tag_rows: list, split: str) -> None:
+def _check_tagged_words(task: TaskSpec, token_rows: list, tag_rows: list, rows) -> None:
     """Each row: a non-empty list of words and as many tags, each an id in [0, num_labels) or a name of
     label_names."""
     for index, (words, tags) in enumerate(zip(token_rows, tag_rows)):
         if not isinstance(words, list) or not words:
-            raise task_error(task.name, "tokens_column", f"{split} row {index}: column {task.tokens_column!r} must "
+            raise task_error(task.name, "tokens_column", f"{rows(index)}: column {task.tokens_column!r} must "
                              f"hold a non-empty list of words, got {words!r}")
         for position, word in enumerate(words):
             if not isinstance(word, str) or not word.strip():
-                raise task_error(task.name, "tokens_column", f"{split} row {index}: word {position} is {word!r}, "
+                raise task_error(task.name, "tokens_column", f"{rows(index)}: word {position} is {word!r}, "
                                  "not a non-empty string")
         if not isinstance(tags, list):
-            raise task_error(task.name, "tags_column", f"{split} row {index}: column {task.tags_column!r} must hold "
+            raise task_error(task.name, "tags_column", f"{rows(index)}: column {task.tags_column!r} must hold "
                              f"a list of tags (one per word), got {tags!r}")
         if len(tags) != len(words):
-            raise task_error(task.name, "tags_column", f"{split} row {index}: {len(words)} tokens "
+            raise task_error(task.name, "tags_column", f"{rows(index)}: {len(words)} tokens "
                              f"({task.tokens_column!r}) but {len(tags)} tags ({task.tags_column!r}); give one tag "
                              "per word")
         for position, tag in enumerate(tags):
-            problem = _class_problem(tag, task, "tag", tag_rows, split, index, position)
+            problem = _class_problem(tag, task, "tag", tag_rows, rows, index, position)
             if problem:
                 raise task_error(task.name, "tags_column", problem)
 
 
-def _class_problem(value, task: TaskSpec, what: str, rows: list, split: str, index: int,
+def _class_problem(value, task: TaskSpec, what: str, values: list, rows, index: int,
                    position: int | None = None) -> str | None:
     """What is wrong with one class label or tag (`what`, in row `index`, word `position` for a tag), or None: a
-    name not in label_names, a float column (read as floats: `_not_an_integer`), an int out of [0, num_labels)."""
+    name not in label_names, a float column (read as floats: `_not_an_integer`), an int out of [0, num_labels).
+    `values`: the column's labels (or each row's tags); `rows` names a row (`row_namer`)."""
     if isinstance(value, str):
         if task.label_names and value in task.label_names:
             return None
         problem = f"is not one of label_names {task.label_names}"
     elif isinstance(value, float):
-        return _not_an_integer(what, rows, split)
+        return _not_an_integer(what, values, rows)
     elif isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < task.num_labels:
         problem = f"out of range [0, {task.num_labels})"
     else:
         return None
     word = f" (word {position})" if position is not None else ""
-    return f"{split} row {index}: {what} {value!r}{word} {problem}"
+    return f"{rows(index)}: {what} {value!r}{word} {problem}"
 
 
-def _not_an_integer(what: str, rows: list, split: str) -> str:
+def _not_an_integer(what: str, values: list, rows) -> str:
     """The problem of a label or tag column read as floats: one non-integer value anywhere makes Arrow read the
     whole column (every row's 1 as 1.0) as floats, so the row to name is the first holding a non-integer value,
-    not the first row checked. `rows`: the labels, or (tags) each row's list of tags."""
-    for index, row in enumerate(rows):
+    not the first row checked. `values`: the labels, or (tags) each row's list of tags; `rows` names a row."""
+    for index, row in enumerate(values):
         for position, value in enumerate(row if isinstance(row, list) else [row]):
             if isinstance(value, float) and not value.is_integer():
                 word = f" (word {position})" if isinstance(row, list) else ""
-                return (f"{split} row {index}: {what} {value!r}{word} is not an integer; {what}s are integer class "
+                return (f"{rows(index)}: {what} {value!r}{word} is not an integer; {what}s are integer class "
                         f"ids (or class names), and this one makes the whole column read as decimals")
-    first = next((index for index, row in enumerate(rows)
+    first = next((index for index, row in enumerate(values)
                   if any(isinstance(v, float) for v in (row if isinstance(row, list) else [row]))), 0)
-    return (f"{split} row {first}: the {what}s are decimals (e.g. 1.0), not integer class ids; write them as integers "
+    return (f"{rows(first)}: the {what}s are decimals (e.g. 1.0), not integer class ids; write them as integers "
             "(1) or class names")
 
 

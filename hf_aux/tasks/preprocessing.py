@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 
 from ..errors import UserInputError
+from .validation import keep_source, row_name
 
 # operation -> the keys its step takes besides the operation's own (required, optional)
 STEPS = {
@@ -108,9 +109,14 @@ def apply_steps(task: str, steps, data):
             data = _index_labels(value, data)
         else:
             function = {"join": _join, "gather": _gather, "field": _field, "map_labels": _map_labels}[op]
-            data = datasets.DatasetDict({
-                split: rows.map(function, batched=True, fn_kwargs={"step": step, "where": (task, index, op, split)})
-                for split, rows in data.items()})
+            mapped = {}
+            for split, rows in data.items():
+                try:
+                    mapped[split] = rows.map(function, batched=True, with_indices=True, fn_kwargs={"step": step})
+                except _RowProblem as problem:  # named as its source numbers the row (a file's 1-based row)
+                    raise _step_error(task, index, op, f"{row_name(rows, problem.row, split)}: {problem}") from None
+                keep_source(rows, mapped[split])  # the same rows in the same order: still the file's
+            data = datasets.DatasetDict(mapped)
     return data
 
 
@@ -118,34 +124,42 @@ def _is_labelled(label) -> bool:
     return label is not None and not (isinstance(label, (int, float)) and not isinstance(label, bool) and label < 0)
 
 
-def _join(batch, step, where):
+class _RowProblem(Exception):
+    """A step's problem with one row (`row`: its position in the split), worded by `apply_steps`."""
+
+    def __init__(self, row: int, message: str):
+        super().__init__(message)
+        self.row = row
+
+
+def _join(batch, indices, step):
     separator = step.get("separator", " ")
     columns = [batch[c] for c in step["join"]]
     return {step["into"]: [separator.join(str(v) for v in values if v is not None).strip() for values in zip(*columns)]}
 
 
-def _gather(batch, step, where):
+def _gather(batch, indices, step):
     return {step["into"]: [list(values) for values in zip(*(batch[c] for c in step["gather"]))]}
 
 
-def _field(batch, step, where):
+def _field(batch, indices, step):
     first, *rest = step["field"].split(".")
     out = []
-    for row, value in enumerate(batch[first]):
+    for row, value in zip(indices, batch[first]):
         for key in rest:
             if not isinstance(value, dict) or key not in value:
-                raise _step_error(where[0], where[1], where[2], f"{where[3]} row {row}: no {key!r} in {value!r}")
+                raise _RowProblem(row, f"no {key!r} in {value!r}")
             value = value[key]
         out.append(value)
     return {step["into"]: out}
 
 
-def _map_labels(batch, step, where):
+def _map_labels(batch, indices, step):
     mapping, column = step["map_labels"], step["column"]
     out = []
-    for row, value in enumerate(batch[column]):
+    for row, value in zip(indices, batch[column]):
         if str(value) not in mapping:
-            raise _step_error(where[0], where[1], where[2], f"{where[3]} row {row}: label {value!r} is not one of "
+            raise _RowProblem(row, f"label {value!r} is not one of "
                               f"{sorted(mapping)}")
         out.append(mapping[str(value)])
     return {column: out}

@@ -98,7 +98,7 @@ def _read(path: Path) -> dict[str, RegistryTask]:
 @functools.cache
 def registry_tasks() -> dict[str, RegistryTask]:
     """Every task of the registry, ready or not, by name: the registry files' in their order, then the demo tasks."""
-    from .demo import DEMO_TASK_SOURCES
+    from .demo import DEMO_TASK_DESCRIPTIONS, DEMO_TASK_SOURCES
 
     found = {}
     for file in REGISTRY_FILES:
@@ -106,7 +106,8 @@ def registry_tasks() -> dict[str, RegistryTask]:
     demo_source = {"name": "hf_aux demo tasks (hf_aux.tasks.demo)", "install": 'pip install "hf_aux[demo]"'}
     for name, (kind, package) in DEMO_TASK_SOURCES.items():
         found[DEMO_PREFIX + name] = RegistryTask(DEMO_PREFIX + name, kind, f"pip:{package}", {"kind": kind},
-                                                 {"package": package}, demo_source)
+                                                 {"package": package, "question": DEMO_TASK_DESCRIPTIONS[name]},
+                                                 demo_source)
     return found
 
 
@@ -172,7 +173,8 @@ def describe(name: str) -> str:
     source = task.source
     if task.demo_name:
         lines.append(f"# {source['name']}: data from the PyPI package {task.provenance['package']} "
-                     f"({source['install']})")
+                     f"({source['install']}; offline once installed)")
+        lines.append(f"# what to decide: {task.provenance['question']}")
     else:
         lines.append(f"# definition from {source['name']} {source['version']} ({source['url']}; "
                      f"{source['licence']})")
@@ -209,8 +211,8 @@ def listing(include_not_ready: bool = False, search: str | None = None) -> list[
     """One line per task: name, kind, dataset[/config] (and the reason for a task that is not ready); with
     `search`, only the tasks it `matches` (none: an empty list)."""
     tasks = registry_tasks().values() if include_not_ready else ready_tasks().values()
-    if search is not None:
-        tasks = [task for task in tasks if matches(task, search)]
+    if search is not None:  # the demo tasks first: their data is a pip package (the demo extra), read offline
+        tasks = sorted((task for task in tasks if matches(task, search)), key=lambda task: not task.demo_name)
     if not tasks:
         return []
     width = max(len(task.name) for task in tasks) + 2

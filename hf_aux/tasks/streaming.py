@@ -69,7 +69,7 @@ def stream_mlm_blocks(stream, tokenizer, text_column: str = "text", block_size: 
     def checked_blocks(batch, indices):
         for row, text in zip(indices, batch[text_column]):
             if not isinstance(text, str):
-                raise UserInputError(f"MLM text: field 'text_column': train row {row}: column {text_column!r} holds "
+                raise UserInputError(f"MLM text: field 'text_column': train row {row + 1}: column {text_column!r} holds "
                                      f"{type(text).__name__} {text!r}, not text; fill the cell or drop the row")
         return make_blocks(batch)
 

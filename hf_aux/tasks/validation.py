@@ -7,6 +7,9 @@
 - `check_text_cells`: text/target columns hold strings; None is an error naming the row; an all-empty column, or
   more than `MAX_EMPTY_SHARE` of empty cells, is an error; fewer empty cells are logged with their count.
 - `check_holdout_split`: a corpus large enough to carve a validation share from.
+- `row_name`: how every message names a row: the data file's own 1-based row (and its line, where that differs),
+  whatever shuffling, carving or capping came between; `check_rare_classes`: a class label so rare beside the others
+  that it is likely a typo stops the run, naming that row.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import UserInputError
 
@@ -211,7 +214,7 @@ def load_data_files(files: dict[str, str], where: str, **load_kwargs):
         raise UserInputError(f"{where}: the files mix formats {sorted(builders)} ({files}); use one format")
     builder = builders.pop()
     try:
-        return datasets.load_dataset(builder, data_files=files, **load_kwargs)
+        loaded = datasets.load_dataset(builder, data_files=files, **load_kwargs)
     except Exception as error:  # datasets wraps parser errors in DatasetGenerationError and friends
         if builder == "json":  # name the line if one is not a JSON object (the checks above only looked at it)
             for split, path in _each_file(files):
@@ -219,25 +222,125 @@ def load_data_files(files: dict[str, str], where: str, **load_kwargs):
         cause = error.__cause__ or error.__context__ or error
         raise UserInputError(f"{where}: could not read {files}: {type(cause).__name__}: {cause}; check that every "
                              "row has the same columns and types") from error
+    for split, paths in files.items():
+        if not isinstance(loaded, datasets.DatasetDict) or split not in loaded:
+            continue
+        paths = paths if isinstance(paths, (list, tuple)) else [paths]
+        if len(paths) == 1:  # several files: one table, no one file's rows (named by split and position)
+            remember_source(loaded[split], str(paths[0]), file=True)
+    return loaded
+
+
+# ---- rows as the user finds them ------------------------------------------------------------------------------
+# Which source holds the rows of a loaded table: a data file (its rows are the table's, in order) or a split of a
+# Hub dataset. Keyed by the Arrow cache files under a `datasets.Dataset`, which `select`, `shuffle`, `filter` and
+# `train_test_split` keep, mapping their rows to the table's through an indices table (`Dataset._indices`; no
+# public datasets API gives the original positions). A table made anew (`map`, preprocessing steps) has files of
+# its own, not here unless `keep_source` put them: its rows are named by split and position.
+_SOURCES: dict[tuple[str, ...], tuple[str, bool]] = {}
+
+
+def _table_files(data) -> tuple[str, ...]:
+    """The Arrow cache files of the rows of `data` (not of its indices mapping); () for a table in memory."""
+    from datasets.table import list_table_cache_files
+
+    table = getattr(data, "_data", None)
+    return tuple(list_table_cache_files(table)) if table is not None else ()
+
+
+def remember_source(data, source: str, file: bool = False) -> None:
+    """Record that the rows of the loaded split `data` are, in order, those of `source` (a data file's path when
+    `file`, else a description such as "the glue/rte train split")."""
+    files = _table_files(data)
+    if files:
+        _SOURCES[files] = (source, file)
+
+
+def _source_of(data) -> tuple[str, bool] | None:
+    files = _table_files(data)
+    return _SOURCES.get(files) if files else None
+
+
+def keep_source(before, after) -> None:
+    """`after` holds the rows of `before` one for one, in order (a `map` that keeps every row): its rows are named
+    as those of `before` were, when `before` read its source's rows directly (no indices mapping)."""
+    source = _source_of(before)
+    if source is not None and getattr(before, "_indices", None) is None and len(before) == len(after):
+        remember_source(after, *source)
+
+
+def _table_row(data, index: int) -> int:
+    indices = getattr(data, "_indices", None)
+    return int(indices.column(0)[index].as_py()) if indices is not None else index
+
+
+def row_name(data, index: int, split: str | None) -> str:
+    """How a message names row `index` of the split `data` (a `datasets.Dataset`; `split` its role): the data
+    file's own 1-based row, "data/train.csv row 37 (line 38)" (its line where a header or blank lines make them
+    differ), or "the glue/rte train split row 37", whatever shuffling, carving of a validation share or capping
+    came between; "train row 37" (1-based; "row 37" without a `split`) for rows of no known source."""
+    source = _source_of(data)
+    if source is None:
+        return f"{split} row {index + 1}" if split else f"row {index + 1}"
+    name, is_file = source
+    number = _table_row(data, index) + 1
+    line = _file_line(name, number) if is_file else None
+    return f"{name} row {number}" + (f" (line {line})" if line is not None and line != number else "")
+
+
+def row_namer(data, split: str) -> Callable[[int], str]:
+    """`row_name` for the rows of one split."""
+    return lambda index: row_name(data, index, split)
+
+
+def _file_line(path: str, number: int) -> int | None:
+    """The line on which data row `number` (1-based, blank lines skipped, under the header of a CSV) starts in
+    the file, or None when the file cannot be read that way (parquet, a JSON array)."""
+    suffix = Path(path).suffix.lower()
+    try:
+        with open(path, encoding="utf-8", newline="" if suffix == ".csv" else None) as handle:
+            if suffix == ".csv":
+                reader = csv.reader(handle)
+                next(reader, None)  # the header
+                rows, start = 0, reader.line_num
+                for row in reader:
+                    if row:
+                        rows += 1
+                        if rows == number:
+                            return start + 1
+                    start = reader.line_num
+                return None
+            if suffix in (".jsonl", ".txt") or (suffix == ".json" and _is_json_object(handle.readline())):
+                handle.seek(0)
+                rows = 0
+                for line_number, line in enumerate(handle, 1):
+                    if line.strip():
+                        rows += 1
+                        if rows == number:
+                            return line_number
+    except (OSError, UnicodeDecodeError):
+        pass
+    return None
 
 
 # ---- cells ------------------------------------------------------------------------------------------------------
 
 
 def check_text_cells(values: list, where: str, column: str, split: str, *, nested: bool = False,
-                     max_empty_share: float = MAX_EMPTY_SHARE) -> None:
+                     max_empty_share: float = MAX_EMPTY_SHARE, rows: Callable[[int], str] | None = None) -> None:
     """`values`: one split's cells of a text column (`nested`: each cell a list of strings, as multiple-choice
-    options). None or a non-string is an error naming the row; so is an all-empty column or more than
-    `max_empty_share` empty cells; fewer empty cells are logged. (Unlabelled MLM text passes 1.0: blank lines add
-    no tokens, only an all-empty corpus is an error.)"""
+    options). None or a non-string is an error naming the row (`rows`: how, `row_namer`; default the split's
+    1-based position); so is an all-empty column or more than `max_empty_share` empty cells; fewer empty cells are
+    logged. (Unlabelled MLM text passes 1.0: blank lines add no tokens, only an all-empty corpus is an error.)"""
+    rows = rows or (lambda index: f"{split} row {index + 1}")
     empty, first_empty = 0, None
     for row, cell in enumerate(values):
         for item in (cell if nested and isinstance(cell, list) else [cell]):
             if item is None:
-                raise UserInputError(f"{where}: {split} row {row}: column {column!r} is empty (None/null); fill the "
+                raise UserInputError(f"{where}: {rows(row)}: column {column!r} is empty (None/null); fill the "
                                      "cell or drop the row")
             if not isinstance(item, str):
-                raise UserInputError(f"{where}: {split} row {row}: column {column!r} holds {type(item).__name__} "
+                raise UserInputError(f"{where}: {rows(row)}: column {column!r} holds {type(item).__name__} "
                                      f"{item!r}, not text; convert the column to strings")
             if not item.strip():
                 empty += 1
@@ -251,10 +354,10 @@ def check_text_cells(values: list, where: str, column: str, split: str, *, neste
                              "rows; point the column flag at the column that holds the text")
     if share > max_empty_share:
         raise UserInputError(f"{where}: column {column!r} is empty ('') in {empty} of {len(values)} {split} rows "
-                             f"(first: row {first_empty}), more than {max_empty_share:.0%}; fill or drop those rows")
+                             f"(first: {rows(first_empty)}), more than {max_empty_share:.0%}; fill or drop those rows")
     if max_empty_share < 1.0:
-        logger.warning("%s: column %r is empty in %d of %d %s rows (first: row %d); they are kept", where, column,
-                       empty, len(values), split, first_empty)
+        logger.warning("%s: column %r is empty in %d of %d %s rows (first: %s); they are kept", where, column,
+                       empty, len(values), split, rows(first_empty))
 
 
 def _require_column(data, column: str, split: str, where: str) -> None:
@@ -281,10 +384,56 @@ def infer_class_labels(splits: dict, label_column: str, where: str, hint: str) -
         _require_column(data, label_column, split, where)
         distinct, first_null = _distinct_labels(data, label_column)
         if first_null is not None:
-            raise UserInputError(f"{where}: {split} row {first_null}: the label is empty (None/null); fill it or "
-                                 "drop the row")
+            raise UserInputError(f"{where}: {row_name(data, first_null, split)}: the label is empty (None/null); "
+                                 "fill it or drop the row")
         values.update(distinct)
-    return _classes_of(values, "labels", where, hint)
+    classes = _classes_of(values, "labels", where, hint)
+    check_rare_classes(splits, label_column, where, hint)
+    return classes
+
+
+# A class this rare beside every other one is likely a typo ('sprots' among sports, politics, tech), which would
+# otherwise train a class of its own without a word: at most RARE_ROWS rows, or under RARE_SHARE of all rows, while
+# every other class has at least RARE_RATIO times as many.
+RARE_ROWS, RARE_SHARE, RARE_RATIO = 2, 0.01, 10
+
+
+def check_rare_classes(splits: dict, label_column: str, where: str, hint: str) -> None:
+    """Stop on a class label read from the data (no label_names given) that is this rare beside the others, naming
+    the row it is in (`row_name`) and how to keep it: `hint` names what gives the classes."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from .column_checks import arrow_column
+
+    counts: dict = {}
+    for data in splits.values():
+        if not hasattr(data, "select_columns"):
+            continue
+        column = arrow_column(data, label_column)
+        if pa.types.is_floating(column.type) or pa.types.is_nested(column.type):
+            return  # decimals or lists: not class labels (their own checks word it)
+        for entry in pc.value_counts(column).to_pylist():
+            if entry["values"] is not None:
+                counts[entry["values"]] = counts.get(entry["values"], 0) + entry["counts"]
+    total = sum(counts.values())
+    for value, count in sorted(counts.items(), key=lambda item: item[1]):
+        others = [n for v, n in counts.items() if v != value]
+        if not others or (count > RARE_ROWS and count >= RARE_SHARE * total) or min(others) < RARE_RATIO * count:
+            continue
+        for split, data in splits.items():  # the first row holding it
+            index = pc.index(arrow_column(data, label_column), value).as_py() if hasattr(data, "select_columns") \
+                else -1
+            if index >= 0:
+                break
+        largest = ", ".join(f"{v!r} {n}" for v, n in sorted(counts.items(), key=lambda item: -item[1])[:3]
+                            if v != value)
+        names = sorted(counts, key=str)
+        raise UserInputError(
+            f"{where}: label {value!r} is in {count} of {total} rows, first {row_name(data, index, split)}, while "
+            f"every other class has at least {min(others)} ({largest}{', ...' if len(counts) > 4 else ''}): a typo? "
+            f"Fix that row, or, to train {value!r} as a class of its own, name the classes ({hint}): "
+            f"{' '.join(map(str, names))}")
 
 
 def _distinct_labels(data, column: str) -> tuple[list, int | None]:
@@ -322,10 +471,11 @@ def infer_tag_labels(splits: dict, tags_column: str, where: str, hint: str) -> d
             return {"label_names": list(names.names)}
         for row, tags in enumerate(data[tags_column]):
             if not isinstance(tags, list):
-                raise UserInputError(f"{where}: {split} row {row}: column {tags_column!r} holds {type(tags).__name__} "
-                                     f"{tags!r}, not a list of tags (one per word)")
+                raise UserInputError(f"{where}: {row_name(data, row, split)}: column {tags_column!r} holds "
+                                     f"{type(tags).__name__} {tags!r}, not a list of tags (one per word)")
             if None in tags:
-                raise UserInputError(f"{where}: {split} row {row}: a tag is empty (None/null); fill it or drop the row")
+                raise UserInputError(f"{where}: {row_name(data, row, split)}: a tag is empty (None/null); fill it or "
+                                     "drop the row")
             values.update(tags)
     return _classes_of(values, "tags", where, hint)
 
@@ -378,7 +528,8 @@ def check_corpus(dataset, text_column: str, where: str, split: str = "train") ->
     if text_column not in dataset.column_names:
         raise UserInputError(f"{where}: column {text_column!r} not in the {split} text; columns are "
                              f"{dataset.column_names} (name the column that holds the text)")
-    check_text_cells(dataset[text_column], where, text_column, split, max_empty_share=1.0)
+    check_text_cells(dataset[text_column], where, text_column, split, max_empty_share=1.0,
+                     rows=row_namer(dataset, split) if hasattr(dataset, "select_columns") else None)
 
 
 def check_holdout_split(size: int, percentage: float, where: str, what: str = "documents") -> None:
