@@ -355,3 +355,20 @@ def test_a_fresh_head_is_the_family_classifier_and_round_trips(family, tmp_path)
 
 def texts_batch_from(tokenizer) -> dict:
     return tokenizer(["the movie was really good", "a boring plot and a bad actor"], padding=True, return_tensors="pt")
+
+
+@pytest.mark.parametrize("family", ["electra", "distilbert", "deberta-v2", "modernbert"])
+def test_the_head_is_the_familys_only_where_the_family_class_pools_so(family):
+    """cls (and ModernBERT's mean) reads the body as the family's class does: its head function. Any other pooling
+    goes through the shipped class whatever the head: the tanh head of every family (the function fine-tunings had
+    before heads followed the family, so earlier measurements stay comparable)."""
+    from hf_aux import MultiTaskModel
+    from hf_aux.modeling.multitask import MultiTaskModelConfig
+
+    body = tiny_config(family)
+    task = {"name": "sent", "kind": "classification", "num_labels": 2}
+    heads = {pooling: MultiTaskModel(MultiTaskModelConfig(encoder=body, tasks=[task], pooling=pooling)).config
+             .classifier_head["activation"] for pooling in ("cls", "mean", "max")}
+    own = {"electra": "gelu", "distilbert": "relu", "deberta-v2": body.to_dict().get("pooler_hidden_act", "gelu"),
+           "modernbert": "gelu"}[family]
+    assert heads == {"cls": own, "mean": own if family == "modernbert" else "tanh", "max": "tanh"}

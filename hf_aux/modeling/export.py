@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 from transformers import PretrainedConfig
 
-from .heads import family_head
+from .heads import family_head, family_reads
 from .modeling_hf_aux_classifier import TANH_HEAD, HfAuxSequenceClassifier
 
 AUTO_CLASS = "AutoModelForSequenceClassification"
@@ -48,32 +48,31 @@ POOLING_FIELD = "hf_aux_pooling"  # config.json: how the remote class pools
 HEAD_FIELD = "hf_aux_head"  # config.json: the remote class's head function (TANH_HEAD's fields)
 
 # model type -> (its *ForSequenceClassification, where that class keeps the parts of hf_aux's head: `dense` (and
-# ModernBERT's `norm`) then `out_proj`, the poolings it reads). The class computes, at inference, exactly hf_aux's head
+# ModernBERT's `norm`) then `out_proj`); the poolings it reads: heads.family_reads. The class computes, at inference, exactly hf_aux's head
 # when the head has the family's function (hf_aux.modeling.heads.family_head): BERT's and ALBERT's tanh pooler (a
 # body module: the fine-tuned pooler), DeBERTa's ContextPooler (pooler_hidden_act), DistilBERT's pre_classifier
 # (ReLU), ModernBERT's head (activation, LayerNorm; cls or mean pooling), the others' `classifier` head.
 _CLASSIFIER_HEAD = {"dense": "classifier.dense", "out_proj": "classifier.out_proj"}
 _POOLER_HEAD = {"dense": "pooler.dense", "out_proj": "classifier"}
 STANDARD_CLASSIFIERS = {
-    "bert": ("BertForSequenceClassification", _POOLER_HEAD, ("cls",)),
-    "albert": ("AlbertForSequenceClassification", {"dense": "pooler", "out_proj": "classifier"}, ("cls",)),
-    "roberta": ("RobertaForSequenceClassification", _CLASSIFIER_HEAD, ("cls",)),
-    "xlm-roberta": ("XLMRobertaForSequenceClassification", _CLASSIFIER_HEAD, ("cls",)),
-    "camembert": ("CamembertForSequenceClassification", _CLASSIFIER_HEAD, ("cls",)),
-    "mpnet": ("MPNetForSequenceClassification", _CLASSIFIER_HEAD, ("cls",)),
-    "electra": ("ElectraForSequenceClassification", _CLASSIFIER_HEAD, ("cls",)),
-    "convbert": ("ConvBertForSequenceClassification", _CLASSIFIER_HEAD, ("cls",)),
-    "deberta": ("DebertaForSequenceClassification", _POOLER_HEAD, ("cls",)),
-    "deberta-v2": ("DebertaV2ForSequenceClassification", _POOLER_HEAD, ("cls",)),
-    "distilbert": ("DistilBertForSequenceClassification", {"dense": "pre_classifier", "out_proj": "classifier"},
-                   ("cls",)),
+    "bert": ("BertForSequenceClassification", _POOLER_HEAD),
+    "albert": ("AlbertForSequenceClassification", {"dense": "pooler", "out_proj": "classifier"}),
+    "roberta": ("RobertaForSequenceClassification", _CLASSIFIER_HEAD),
+    "xlm-roberta": ("XLMRobertaForSequenceClassification", _CLASSIFIER_HEAD),
+    "camembert": ("CamembertForSequenceClassification", _CLASSIFIER_HEAD),
+    "mpnet": ("MPNetForSequenceClassification", _CLASSIFIER_HEAD),
+    "electra": ("ElectraForSequenceClassification", _CLASSIFIER_HEAD),
+    "convbert": ("ConvBertForSequenceClassification", _CLASSIFIER_HEAD),
+    "deberta": ("DebertaForSequenceClassification", _POOLER_HEAD),
+    "deberta-v2": ("DebertaV2ForSequenceClassification", _POOLER_HEAD),
+    "distilbert": ("DistilBertForSequenceClassification", {"dense": "pre_classifier", "out_proj": "classifier"}),
     "modernbert": ("ModernBertForSequenceClassification",
-                   {"dense": "head.dense", "norm": "head.norm", "out_proj": "classifier"}, ("cls", "mean")),
+                   {"dense": "head.dense", "norm": "head.norm", "out_proj": "classifier"}),
 }
 REMOTE_HEAD = "hf_aux_head"  # HfAuxSequenceClassifier's head: names that no transformers class reads
 # the names a one-task head is exported under in model.safetensors, beside the body's own weights: the standard
 # classes', the remote class's, and `classifier.*`, where its exports before this change kept it
-EXPORTED_HEAD_KEYS = frozenset(f"{prefix}.{part}" for _, names, _ in STANDARD_CLASSIFIERS.values()
+EXPORTED_HEAD_KEYS = frozenset(f"{prefix}.{part}" for _, names in STANDARD_CLASSIFIERS.values()
                                for prefix in (*names.values(), *(f"{REMOTE_HEAD}.{n}" for n in ("dense", "norm",
                                                                                             "out_proj")))
                                for part in ("weight", "bias"))
@@ -96,9 +95,9 @@ def sequence_classifier_class(body_config: PretrainedConfig, pooling: str, head:
     the family has no such class, the class pools otherwise, or the head's function (`head`, default the family's
     own) is not the class's."""
     standard = STANDARD_CLASSIFIERS.get(body_config.model_type)
-    if standard is None or pooling not in standard[2] or body_config.is_encoder_decoder:
+    if standard is None or not family_reads(body_config, pooling) or body_config.is_encoder_decoder:
         return None
-    if head is not None and head != family_head(body_config):
+    if head is not None and head != family_head(body_config, pooling):
         return None  # never written under names whose class computes another function
     return standard[0]
 

@@ -9,13 +9,26 @@ from transformers import PretrainedConfig
 from .modeling_hf_aux_classifier import TANH_HEAD, HfAuxClassificationHead
 
 
-def family_head(body_config: PretrainedConfig) -> dict:
-    """The sentence head's function in the body family's own `*ForSequenceClassification` (transformers 5.24), so
-    that a fine-tuned head is that class's head and plain transformers serves it (hf_aux.modeling.export):
-    ELECTRA's is GELU, ConvBERT's the body's `hidden_act`, DeBERTa's its `pooler_hidden_act`, DistilBERT's ReLU,
-    ModernBERT's `classifier_activation` then a LayerNorm; BERT, ALBERT, RoBERTa, XLM-R, MPNet and every other
-    family take fairseq/RoBERTa's tanh head (MUPPET's)."""
+# how each family's own *ForSequenceClassification reads the body: the first token (ModernBERT's also by mean)
+FAMILY_POOLINGS = {"modernbert": ("cls", "mean")}
+
+
+def family_reads(body_config: PretrainedConfig, pooling: str) -> bool:
+    """Whether the family's own *ForSequenceClassification pools the body as `pooling` does."""
+    return pooling in FAMILY_POOLINGS.get(body_config.model_type, ("cls",))
+
+
+def family_head(body_config: PretrainedConfig, pooling: str = "cls") -> dict:
+    """The sentence head's function: where the family's own `*ForSequenceClassification` (transformers 5.24) pools
+    as `pooling` does, that class's head, so that plain transformers serves the fine-tuned head
+    (hf_aux.modeling.export): ELECTRA's is GELU, ConvBERT's the body's `hidden_act`, DeBERTa's its
+    `pooler_hidden_act`, DistilBERT's ReLU, ModernBERT's `classifier_activation` then a LayerNorm; BERT, ALBERT,
+    RoBERTa, XLM-R, MPNet and every other family take fairseq/RoBERTa's tanh head (MUPPET's). Any other pooling
+    (mean, max, ...) goes through the shipped class whatever the head: the tanh head, for every family, as before
+    heads followed the family."""
     model_type = body_config.model_type
+    if not family_reads(body_config, pooling):
+        return dict(TANH_HEAD)
     if model_type == "electra":
         return {**TANH_HEAD, "activation": "gelu"}
     if model_type == "convbert":

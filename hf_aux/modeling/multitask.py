@@ -201,7 +201,7 @@ class MultiTaskModel(PreTrainedModel):
         self.config.encoder = self.body.config  # one config object: the body's own
         self.config.pooling = resolve_pooling(config.pooling, self.body.config)
         if self.config.classifier_head is None:  # the family's own head, so that plain transformers serves it
-            self.config.classifier_head = family_head(self.body.config)
+            self.config.classifier_head = family_head(self.body.config, self.config.pooling)
         hidden = _hidden_size(self.body.config)
         self.classification_heads = nn.ModuleDict()
         self.token_heads = nn.ModuleDict()
