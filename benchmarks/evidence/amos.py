@@ -267,11 +267,14 @@ def head_activation(checkpoint: str) -> str | None:
         from hf_aux.modeling.heads import family_head
     except ImportError:  # an hf_aux without family heads: fairseq/RoBERTa's tanh for every body
         return "tanh"
-    return family_head(AutoConfig.from_pretrained(checkpoint))["activation"]
+    return family_head(AutoConfig.from_pretrained(checkpoint), auto_pooling(checkpoint))["activation"]
 
 
-def _finetuned(runs: list[dict], pooling: str, **keys) -> bool:
-    return any(has_run([run], **keys) and pooling_of(run) == pooling for run in runs)
+def _finetuned(runs: list[dict], pooling: str, head: str = "tanh", **keys) -> bool:
+    """A cached fine-tuning of these keys read with `pooling` by a sentence head of activation `head` (runs that
+    recorded none had tanh)."""
+    return any(has_run([run], **keys) and pooling_of(run) == pooling
+               and run.get("classifier_head_activation", "tanh") == head for run in runs)
 
 
 def run_study(setting_name: str, json_path: Path, quick: bool, arms=None, seeds=None, steps=None) -> None:
@@ -315,7 +318,7 @@ def run_study(setting_name: str, json_path: Path, quick: bool, arms=None, seeds=
                 # the starting point does not depend on the rate: every grid setting shares the default's runs
                 keys = dict(claim=f"downstream/{task}", variant=name, pretrain_seed=pretrain_seed, seed=seed,
                             setting=setting_name if kind == "pretrain" else "minilm")
-                if _finetuned(load_runs(json_path), pooling, **keys):
+                if _finetuned(load_runs(json_path), pooling, head_activation(checkpoint), **keys):
                     continue
                 print(f"[amos evidence] fine-tuning {name} (pretrain seed {pretrain_seed}) on {task}, seed {seed}",
                       flush=True)
