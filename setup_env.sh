@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv (if missing) with hf_aux, its test and demo extras, on a machine with nothing but Python 3.10+.
 # CPU torch comes first: a bare `torch` requirement would pull a multi-GB CUDA build.
-# The versions are the tested ones in constraints.txt (the lower ends of setup.cfg's ranges).
+# The versions are the tested ones in constraints.txt (hf_aux._versions.TESTED); setup.cfg's ranges are wider.
 # Set-up that is already done is skipped: .venv/.hf_aux_setup records a hash of what the set-up depends on (this
 # script, setup.cfg, pyproject.toml, constraints.txt), and pip runs again only when one of them changed or the
 # record is missing.

