@@ -220,6 +220,15 @@ if fault == "checkpoint":  # the Nth optimizer.pt that Trainer's checkpoint writ
                 raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 9664 vs 9556")
         return real(obj, f, *args, **kwargs)
     torch.save = save
+elif fault == "compare":  # the Nth rewrite of compare.json finds no room
+    real_replace, replaced = os.replace, []
+    def replace(source, target, *args, **kwargs):
+        if str(target).endswith("compare.json"):
+            replaced.append(target)
+            if len(replaced) == int(os.environ["HF_AUX_TEST_FAULT_AT"]):
+                raise OSError(errno.ENOSPC, "No space left on device", str(target))
+        return real_replace(source, target, *args, **kwargs)
+    os.replace = replace
 elif fault == "card":  # the final save's model card finds no room
     from huggingface_hub import ModelCard
     def save(self, path, *args, **kwargs):
@@ -287,6 +296,24 @@ def test_a_full_disk_at_the_final_save_keeps_the_trained_model_and_the_same_comm
     again = hf_aux(*argv, cwd=tmp_path)
     assert again.returncode == 0 and (tmp_path / "ft" / "README.md").is_file(), (again.stdout + again.stderr)[-3000:]
     assert "finishing it without training: model card" in again.stdout
+
+
+def test_a_full_disk_during_a_comparison_keeps_what_finished_and_the_same_command_continues(own, tmp_path):
+    import shutil
+
+    shutil.copytree(own / "tiny_bert", tmp_path / "copy")
+    argv = ["compare", "--arm", f"base={own / 'tiny_bert'}", "--arm", f"again={tmp_path / 'copy'}", "--train_file",
+            own / "train.csv", "--validation_file", own / "dev.csv", "--seeds", "1", "--max_steps", "1",
+            "--output_dir", "cmp"]
+    done = hf_aux_env(*argv, cwd=tmp_path, env=with_fault(tmp_path, "compare", at=3))  # the 2nd fine-tuning's
+    lines = error_lines(done)
+    assert done.returncode == 1 and len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith("hf-aux compare: error: the disk holding cmp is full (writing cmp/compare.json") and \
+        "Every finished fine-tuning is in compare.json" in lines[0] and "it continues with the others" in lines[0], \
+        lines[0]
+    again = hf_aux(*argv, cwd=tmp_path)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    assert "2 fine-tunings (2 arms x 2 models in all x 1 seed), 1 to run" in again.stdout
 
 
 @pytest.fixture

@@ -94,10 +94,13 @@ def run_comparison(compare_args: CompareArguments, model_args: ModelArguments, d
 
     from ..cli.run import setup_logging
     from ..finetune.command import load_data
+    from ..runtime.disk import watch as watch_disk
     from ..tasks.metrics import METRIC_NAMES, PRIMARY_METRIC
     from . import report
 
     setup_logging(training_args)
+    watch_disk(training_args.output_dir, kept=f"Every finished fine-tuning is in {engine.RESULTS_NAME}; make room and "
+                                              "run the same command again: it continues with the others")
     arms = [engine.parse_arm(text) for text in compare_args.arm]
     seeds = [training_args.seed + i for i in range(compare_args.seeds)]
     baseline = engine.check_arms(arms, compare_args.baseline)

@@ -31,9 +31,11 @@ DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 _watched: dict = {}  # the run being written: {"output_dir": str, "trainer": Trainer or None}
 
 
-def watch(output_dir: str | os.PathLike, trainer=None) -> None:
-    """Record the run this process writes (the guard calls it; `GuardedRun.attach` adds the trainer)."""
-    _watched.update(output_dir=str(output_dir), **({"trainer": trainer} if trainer is not None else {}))
+def watch(output_dir: str | os.PathLike, trainer=None, kept: str | None = None) -> None:
+    """Record the run this process writes (the guard calls it; `GuardedRun.attach` adds the trainer). `kept`: what
+    is intact and how to go on, for a command whose outputs are not checkpoints (hf-aux compare's compare.json)."""
+    _watched.update(output_dir=str(output_dir), kept=kept,
+                    **({"trainer": trainer} if trainer is not None else {}))
 
 
 def disk_full_error(error: BaseException) -> BaseException | None:
@@ -105,7 +107,9 @@ def disk_full_message(error: BaseException, inspect) -> str:
     # the checkpoint the failed write was making (this process writes it): its bytes back
     removed = _remove(half_written) if half_written is not None and trainer.args.should_save else None
     free = shutil.disk_usage(_existing(folder)).free
-    if finished:  # the final model and its state were saved: what failed came after them
+    if _watched.get("kept"):
+        needed, kept = "the space needed is that of the next result", _watched["kept"]
+    elif finished:  # the final model and its state were saved: what failed came after them
         needed = (f"about {_bytes(_size(last))} needed (the size of the last checkpoint, {last.name})" if last
                   else "a few MB needed (the card, figures and results)")
         kept = (f"The trained model in {output_dir} is intact; make room and run the same command again: it "
