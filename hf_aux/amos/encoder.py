@@ -3,7 +3,7 @@
 Meng et al., 2022 (arXiv:2204.03243) pretrain from scratch; continued pretraining starts both models from the
 user's encoder, sharing its token embeddings (the paper's unified auxiliary model, §3.3): the discriminator is the
 whole encoder under a fresh RTD head, the generator a shallower copy holding its first blocks. hf_aux/amos/model.py
-holds the models; this file maps an encoder's weights onto them, per family.
+holds the models (`cls`: AmosModel); this file maps an encoder's weights onto them, per family.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import copy
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel, PretrainedConfig
+from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedModel
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 from ..errors import UserInputError
-from .model import AmosModel, AmosModelConfig, _Blocks, _find_blocks, _token_embeddings, _with_depth
+from .blocks import _Blocks, _find_blocks, _token_embeddings, _with_depth
 
 # Continued pretraining maps these bodies onto an ElectraForPreTraining (the same layers; BERT's pooler dropped).
 # Every other encoder family keeps its own classes (`_continue_in_its_family`). BERT stays on the ELECTRA
@@ -69,10 +69,10 @@ def _first_blocks(weights: dict[str, torch.Tensor], blocks: _Blocks, depth: int)
     return kept
 
 
-def from_pretrained_encoder(cls: type[AmosModel], encoder_name_or_path: str, generator_num_hidden_layers: int,
+def from_pretrained_encoder(cls: type[PreTrainedModel], encoder_name_or_path: str, generator_num_hidden_layers: int,
                             mlm_layers: list[int] | None = None, stop_gradient: bool = True,
                             generator_dropout: bool = False, separate_generators: bool = False,
-                            **load_kwargs) -> AmosModel:
+                            **load_kwargs) -> PreTrainedModel:
     """Continued ELECTRA/AMOS-style pretraining of a pretrained encoder (e.g. MiniLM on domain text): the
     discriminator starts as the whole encoder with a fresh RTD head, the generator as a copy of the encoder's
     first `generator_num_hidden_layers` layers with a fresh MLM head (output matrix: the shared, pretrained token
@@ -99,9 +99,9 @@ def from_pretrained_encoder(cls: type[AmosModel], encoder_name_or_path: str, gen
         mlm_layers=mlm_layers or sorted({max(1, round(depth / 2)), max(1, round(3 * depth / 4)), depth}),
         separate_generators=separate_generators, **load_kwargs)
 
-def _continue_in_its_family(cls: type[AmosModel], encoder_name_or_path: str, generator_num_hidden_layers: int,
+def _continue_in_its_family(cls: type[PreTrainedModel], encoder_name_or_path: str, generator_num_hidden_layers: int,
                             mlm_layers: list[int], stop_gradient: bool, generator_dropout: bool,
-                            separate_generators: bool, **load_kwargs) -> AmosModel:
+                            separate_generators: bool, **load_kwargs) -> PreTrainedModel:
     """The encoder in its own family: the discriminator is its AutoModel body (its class, every pretrained
     weight, the pooler too where it has one) under a fresh `RTDHead`, each generator a copy of its config with
     fewer layers holding its embeddings, the weights outside the blocks (DeBERTa's encoder.rel_embeddings,
@@ -118,7 +118,7 @@ def _continue_in_its_family(cls: type[AmosModel], encoder_name_or_path: str, gen
                              "layer group (every released ALBERT); from scratch any grouping works")
     discriminator = copy.deepcopy(body.config)
     discriminator.dtype = torch.float32  # trained in float32 whatever the checkpoint's dtype (as from scratch)
-    config = AmosModelConfig.from_configs(
+    config = cls.config_class.from_configs(
         _with_depth(discriminator, generator_num_hidden_layers), discriminator, mlm_layers=mlm_layers,
         stop_gradient=stop_gradient, generator_dropout=generator_dropout, separate_generators=separate_generators)
     model = cls(config)
@@ -134,9 +134,9 @@ def _continue_in_its_family(cls: type[AmosModel], encoder_name_or_path: str, gen
                       encoder_name_or_path, f"generator ({layers} of {body.config.num_hidden_layers} layers)")
     return model
 
-def _convert_to_electra(cls: type[AmosModel], encoder_name_or_path: str, generator_num_hidden_layers: int,
+def _convert_to_electra(cls: type[PreTrainedModel], encoder_name_or_path: str, generator_num_hidden_layers: int,
                         mlm_layers: list[int] | None, stop_gradient: bool, generator_dropout: bool,
-                        separate_generators: bool, **load_kwargs) -> AmosModel:
+                        separate_generators: bool, **load_kwargs) -> PreTrainedModel:
     """A BERT or ELECTRA encoder mapped onto an ElectraForPreTraining (same layers; BERT's pooler dropped), the
     generator an ELECTRA body of the encoder's sizes holding its first layers. Kept as it was while the
     evidence control on this path runs (CONVERTED_TO_ELECTRA)."""
@@ -150,7 +150,7 @@ def _convert_to_electra(cls: type[AmosModel], encoder_name_or_path: str, generat
     discriminator = AutoConfig.for_model("electra", **sizes)
     generator = AutoConfig.for_model("electra", **{**sizes, "num_hidden_layers": generator_num_hidden_layers})
     depth = generator_num_hidden_layers
-    config = AmosModelConfig.from_configs(
+    config = cls.config_class.from_configs(
         generator, discriminator, stop_gradient=stop_gradient, generator_dropout=generator_dropout,
         mlm_layers=mlm_layers or sorted({max(1, round(depth / 2)), max(1, round(3 * depth / 4)), depth}),
         separate_generators=separate_generators)
