@@ -82,15 +82,30 @@ CONTROL_LABELS = {
 # discriminator's body equals MiniLM's (max |difference| 0.0 over its 101 shared tensors). The grid's runs and
 # MiniLM's fine-tunings (078209f, 2026-11-25) had the tanh head for every arm. New fine-tunings record the head
 # (`classifier_head_activation`).
-CONTROL_DIFFERS = ("its fine-tunings gave the saved ELECTRA-class discriminator ELECTRA's GELU sentence head, while "
-                   "the 200-step arm and MiniLM were fine-tuned with BERT's tanh head, before hf_aux's family heads")
-CONTROL_HEAD_NOTE = ("its fine-tunings ran after hf_aux's family heads (12b42e6): the saved ELECTRA-class "
-                     "discriminator got ELECTRA's GELU sentence head, MiniLM BERT's tanh, while the grid's arms and "
-                     "MiniLM's fine-tunings (078209f) all had tanh; its body equals MiniLM's (max |difference| 0.0), "
-                     "so what it measures beyond 0 is the pipeline as it is now, head function included")
+# The sentence head each fine-tuning had (issue #59): recorded since `classifier_head_activation`; before it, tanh
+# for every arm (the grid and MiniLM, fine-tuned before hf_aux's family heads), except the control's first
+# fine-tunings: they ran between hf_aux's family heads (12b42e6, 05:30 on 2026-12-02, heads.py's mtime) and the fix
+# that keeps tanh for mean pooling (19fc48a), so the saved ELECTRA-class discriminator got ELECTRA's GELU head. A
+# recorded pair shows it: control (a) seed 1, rotten_tomatoes seeds 0 and 1, GELU 0.758 / 0.774 (the same as seed
+# 42's unrecorded ones, lr 0 leaving every body MiniLM's), tanh 0.756 / 0.772 (MiniLM's own). A comparison reads
+# only the fine-tunings with the head its arms were compared with (ARM_HEAD).
+ARM_HEAD = "tanh"
+CONTROL_HEAD_NOTE = ("fine-tunings with ELECTRA's GELU sentence head (the control's first ones, run between hf_aux's "
+                     "family heads and the fix keeping tanh for mean pooling) left out: the arms and MiniLM were "
+                     "fine-tuned with tanh")
+
+
 for _name, (_rate, _steps) in CONTROLS.items():
     SETTINGS[_name] = {**SETTINGS["minilm"], "learning_rate": _rate, "steps": _steps, "run_amos_flags": [
         *SETTINGS["minilm"]["run_amos_flags"], "--learning_rate", f"{_rate:g}", "--max_steps", str(_steps)]}
+
+
+def head_of(run: dict) -> str:
+    """The activation of a fine-tuning's sentence head: recorded, or what the code of its time built."""
+    if run.get("classifier_head_activation"):
+        return run["classifier_head_activation"]
+    return "gelu" if setting_of(run) in CONTROLS else "tanh"
+
 
 # The continued-pretraining rate grid (issue #28), AMOS and ELECTRA alike: a rate is kept when (a) the discriminator
 # still learns (RTD AUC >= AUC_FLOOR) and (b) the encoder fine-tunes no worse than MiniLM (mean difference >=
@@ -271,10 +286,8 @@ def head_activation(checkpoint: str) -> str | None:
 
 
 def _finetuned(runs: list[dict], pooling: str, head: str = "tanh", **keys) -> bool:
-    """A cached fine-tuning of these keys read with `pooling` by a sentence head of activation `head` (runs that
-    recorded none had tanh)."""
-    return any(has_run([run], **keys) and pooling_of(run) == pooling
-               and run.get("classifier_head_activation", "tanh") == head for run in runs)
+    """A cached fine-tuning of these keys read with `pooling` by a sentence head of activation `head` (`head_of`)."""
+    return any(has_run([run], **keys) and pooling_of(run) == pooling and head_of(run) == head for run in runs)
 
 
 def run_study(setting_name: str, json_path: Path, quick: bool, arms=None, seeds=None, steps=None) -> None:
@@ -396,7 +409,8 @@ def _mean_pooled(runs: list[dict], variant: str, setting: str, task: str) -> dic
     """{(pretrain seed, fine-tuning seed): run} of an arm's mean-pooling fine-tunings on a task ({seed: run} for the
     MiniLM starting point, whose fine-tunings are stored under the default setting)."""
     found = pick(runs, f"downstream/{task}", variant, "minilm" if variant == "minilm" else setting, "mean")
-    return {(r["seed"] if variant == "minilm" else (r["pretrain_seed"], r["seed"])): r for r in found}
+    return {(r["seed"] if variant == "minilm" else (r["pretrain_seed"], r["seed"])): r for r in found
+            if head_of(r) == ARM_HEAD}
 
 
 def versus_minilm(runs: list[dict], variant: str, setting: str, task: str, claim: str) -> tuple[dict, str] | None:
@@ -406,6 +420,7 @@ def versus_minilm(runs: list[dict], variant: str, setting: str, task: str, claim
     arm, base = _mean_pooled(runs, variant, setting, task), _mean_pooled(runs, "minilm", setting, task)
     if not arm or not base:
         return None
+    other = [r for r in pick(runs, f"downstream/{task}", variant, setting, "mean") if head_of(r) != ARM_HEAD]
     gate = training_gate([(key, f"{ARM_NAMES.get(variant, variant)} {key}", r.get("train_accuracy"),
                            r.get("train_majority")) for key, r in arm.items()]
                          + [(key, f"MiniLM seed {key}", r.get("train_accuracy"), r.get("train_majority"))
@@ -418,7 +433,7 @@ def versus_minilm(runs: list[dict], variant: str, setting: str, task: str, claim
         [r["validation"] for r in base.values()])
     label = CONTROL_LABELS.get(setting, f"{ARM_NAMES[variant]}, {SETTINGS.get(setting, {}).get('steps', 200)} steps "
                                         f"at {rate_of(setting):g}")
-    notes = [n for n in (gate_note(gate), CONTROL_HEAD_NOTE if setting in CONTROLS else None) if n]
+    notes = [n for n in (gate_note(gate), f"{len(other)} {CONTROL_HEAD_NOTE}" if other else None) if n]
     record = model_baseline_record(
         claim, MINILM_PAPER, 1, UNIT_MINILM, {k: r["value"] for k, r in arm.items()},
         {k: r["value"] for k, r in base.items()}, setting=f"{label}, fine-tuned reading the mean pooling",
@@ -426,9 +441,10 @@ def versus_minilm(runs: list[dict], variant: str, setting: str, task: str, claim
         measure="test accuracy, arm - MiniLM (Welch's interval over the arm's units and MiniLM's fine-tunings)",
         validation_difference=[None if math.isnan(v) else round(v, 6)
                                for v in (validation.difference, validation.low, validation.high)],
-        classifier_heads={side: dict(sorted(collections.Counter(r.get("classifier_head_activation", "not recorded")
-                                                                for r in group.values()).items()))
-                          for side, group in (("arm", arm), ("MiniLM", base))},
+        classifier_heads={side: dict(sorted(collections.Counter(
+            head_of(r) + ("" if r.get("classifier_head_activation") else " (by date)") for r in group).items()))
+            for side, group in (("arm", list(arm.values())), ("MiniLM", list(base.values()))) + (
+                (("left out", other),) if other else ())},
         **({"note": "; ".join(notes)} if notes else {}))
     units = by_unit({k: r["value"] for k, r in arm.items()})
     text = (f"{ARM_NAMES[variant]} {mean_sd_text([sum(v) / len(v) for v in units.values()])}, MiniLM "
@@ -444,9 +460,12 @@ def _with_controls(records: list[dict]) -> list[dict]:
     for r in records:
         control = controls.get(r.get("task")) if (r.get("arm_name") == "amos" and r.get("setting_name")
                                                   == grid_setting(PRIMARY_RATE)) else None
+        differs = control and ({h.split(" ")[0] for h in control["classifier_heads"]["arm"]}
+                               != {h.split(" ")[0] for h in r["classifier_heads"]["arm"]})
         found.append({**r, "control": {**{k: control.get(k) for k in ("claim", "label", "setting_name", "n_units",
                                                                        "difference", "ci95", "verdict")},
-                                       "differs": CONTROL_DIFFERS}} if control else r)
+                                       **({"differs": "another sentence head than the arm's"} if differs else {})}}
+                     if control else r)
     return found
 
 
@@ -663,8 +682,11 @@ def control_lines(records: list[dict]) -> list[str]:
     lines = ["## Controls for attribution: the pipeline at learning rate 0", "",
              "The same command, saved, reloaded and fine-tuned as every arm, with its updates removed (a) or cut to 20 "
              "steps (b), beside the grid's 200 steps (c), each against MiniLM's own fine-tunings (Welch). (a) needs "
-             "an interval that can exclude a loss half the size of (c)'s. " + CONTROL_HEAD_NOTE[0].upper()
-             + CONTROL_HEAD_NOTE[1:].replace("its fine-tunings", "(a) and (b)'s fine-tunings", 1) + ".", "",
+             "an interval that can exclude a loss half the size of (c)'s. Every comparison reads the fine-tunings "
+             f"with the {ARM_HEAD} sentence head the arms and MiniLM had: the control's first fine-tunings ran while "
+             "hf_aux gave the saved ELECTRA-class discriminator ELECTRA's GELU head (a pipeline defect this control "
+             "found, since fixed: with GELU, control (a) seed 1 fine-tuned to 0.758 / 0.774 on rotten_tomatoes "
+             "seeds 0 / 1, with tanh to MiniLM's own 0.756 / 0.772); they are left out and listed.", "",
              *markdown_table(["task", "arm", "units", "validation: arm - MiniLM", "test: arm - MiniLM [95% CI]", "q",
                               "verdict", "head function recorded (fine-tunings)"], rows)]
     for r in chosen:
