@@ -72,3 +72,16 @@ def call_recorded(main: Callable, *args, prog: str):
                 json.dump(data, handle)
 
     return record(main, error_handler=OneLineForUserErrors())(*args)
+
+
+def refuse_unless_encoder_with(config, auto_mapping, auto_class: str, kind: str, field: str, name: str,
+                               works: str) -> None:
+    """UserInputError `ModelArguments: field '<field>': <works>; <name> ...` when `config` is an encoder-decoder, or
+    has no class in `auto_mapping` (transformers' mapping behind `auto_class`, e.g. AutoModelForMaskedLM, whose
+    models are `kind`, e.g. "masked-LM"): a command's check of the body before any work."""
+    if getattr(config, "is_encoder_decoder", False):
+        raise UserInputError(f"ModelArguments: field '{field}': {works}; {name} is an encoder-decoder "
+                             f"({type(config).__name__}: is_encoder_decoder=True)")
+    if type(config) not in auto_mapping:
+        raise UserInputError(f"ModelArguments: field '{field}': {works}; {name} has no {kind} class ({auto_class} "
+                             f"does not take {type(config).__name__})")

@@ -213,11 +213,12 @@ def check_finetune(out: Path, family: str, runs, cwd: Path) -> None:
     mean = cwd / "mean"
     done = runs[family, "finetune mean"].result()
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    remote = family != "modernbert"
-    plain = AutoModelForSequenceClassification.from_pretrained(mean, trust_remote_code=remote).eval()
+    mean_remote = family != "modernbert"  # ModernBertForSequenceClassification pools by mean itself
+    plain = AutoModelForSequenceClassification.from_pretrained(mean, trust_remote_code=mean_remote).eval()
     own = MultiTaskModel.from_pretrained(mean).eval()
+    inputs = {k: v for k, v in batch.items() if k != "token_type_ids" or mean_remote}
     with torch.no_grad():
-        torch.testing.assert_close(plain(**{k: v for k, v in batch.items() if k != "token_type_ids" or remote}).logits,
+        torch.testing.assert_close(plain(**inputs).logits,
                                    own(**batch, task=own.task_names[0]).logits, atol=1e-5, rtol=0)
     run_card_code(mean, cwd)
 

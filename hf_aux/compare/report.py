@@ -44,20 +44,26 @@ def unit_values(content: dict, arm: dict, rate, split: str) -> tuple[dict, dict]
     return {m: v for m, v in values.items() if not failed[m]}, dict(failed)
 
 
-def comparisons(content: dict) -> list[dict]:
-    """Every arm minus the baseline on the compared split at each arm's picked rate, q values over these arms."""
+def _against_baseline(content: dict) -> tuple[str, dict, list[tuple[str, dict, dict]]]:
+    """(the baseline's name, its unit values, [(name, arm, unit values)] of every other arm with a picked rate), on
+    the compared split at each arm's picked rate."""
     split = content["task"]["compared_split"]
     rates = picked_rates(content)
     arms = {arm["name"]: arm for arm in content["arms"]}
     base = arms[content["baseline"]]
     base_values, _ = unit_values(content, base, rates.get(base["name"], float("nan")), split)
+    compared = [(name, arm, unit_values(content, arm, rates[name], split)[0]) for name, arm in arms.items()
+                if name != base["name"] and name in rates]
+    return base["name"], base_values, compared
+
+
+def comparisons(content: dict) -> list[dict]:
+    """Every arm minus the baseline on the compared split at each arm's picked rate, q values over these arms."""
+    base_name, base_values, compared = _against_baseline(content)
     found = []
-    for name, arm in arms.items():
-        if name == base["name"] or name not in rates:
-            continue
-        values, _ = unit_values(content, arm, rates[name], split)
+    for name, _, values in compared:
         if values and base_values:
-            found.append(compare_arms(name, values, base["name"], base_values))
+            found.append(compare_arms(name, values, base_name, base_values))
     return [{"arm": c.arm, "baseline": c.baseline, "difference": c.interval.difference,
              "ci95": [c.interval.low, c.interval.high], "p_value": c.interval.p_value, "q_value": c.q_value,
              "dof": c.interval.dof, "n_units": c.n_units, "n_baseline_units": c.n_baseline_units, "flag": c.flag,
@@ -69,19 +75,12 @@ def checkpoint_comparisons(content: dict) -> list[dict]:
     """Each model of each compared arm (one checkpoint) minus the baseline at its picked rate, over their
     fine-tunings: the question "does THIS checkpoint fine-tune better than the baseline here?", which fine-tuning
     noise answers (statistics.compare_arms on the one model: its fine-tunings against the baseline's)."""
-    split = content["task"]["compared_split"]
-    rates = picked_rates(content)
-    arms = {arm["name"]: arm for arm in content["arms"]}
-    base = arms[content["baseline"]]
-    base_values, _ = unit_values(content, base, rates.get(base["name"], float("nan")), split)
+    base_name, base_values, compared = _against_baseline(content)
     found = []
-    for name, arm in arms.items():
-        if name == base["name"] or name not in rates:
-            continue
-        values, _ = unit_values(content, arm, rates[name], split)
+    for name, arm, values in compared:
         for model in arm["models"]:
             if values.get(model) and base_values:
-                c = compare_arms(name, {model: values[model]}, base["name"], base_values)
+                c = compare_arms(name, {model: values[model]}, base_name, base_values)
                 found.append({"arm": name, "model": model, "difference": c.interval.difference,
                               "ci95": [c.interval.low, c.interval.high], "n_finetunings": len(values[model]),
                               "n_baseline_finetunings": sum(len(v) for v in base_values.values())})

@@ -21,7 +21,7 @@ from .config import MetaLMConfig
 from ..cli.arguments import ModelArguments as SharedModelArguments
 from ..cli.parser import command_parser, demo_config_path, drop_implied_evaluation, parse_command_line
 from ..cli.run import require_max_steps
-from ..errors import UserInputError
+from ..errors import UserInputError, refuse_unless_encoder_with
 
 logger = logging.getLogger(__name__)
 
@@ -119,12 +119,8 @@ def check_student_architecture(model_args: ModelArguments, data_args: DataTraini
         config = CONFIG_MAPPING[model_args.model_type]()
     works = ("hf-aux meta-lm trains a masked-LM encoder (an AutoModelForMaskedLM such as BERT, RoBERTa, DeBERTa-v2, "
              "ELECTRA or ModernBERT)")
-    if getattr(config, "is_encoder_decoder", False):
-        raise UserInputError(f"ModelArguments: field '{field_name}': {works}; {name} is an encoder-decoder "
-                             f"({type(config).__name__}: is_encoder_decoder=True)")
-    if type(config) not in MODEL_FOR_MASKED_LM_MAPPING:
-        raise UserInputError(f"ModelArguments: field '{field_name}': {works}; {name} has no masked-LM class "
-                             f"(AutoModelForMaskedLM does not take {type(config).__name__})")
+    refuse_unless_encoder_with(config, MODEL_FOR_MASKED_LM_MAPPING, "AutoModelForMaskedLM", "masked-LM", field_name,
+                               name, works)
 
 
 def check_streaming(data_args: DataTrainingArguments, training_args) -> None:

@@ -25,7 +25,7 @@ from ..cli.arguments import MERGED_SUBFOLDER, LoraArguments
 from ..cli.arguments import DataSourceArguments
 from ..cli.arguments import ModelArguments as SharedModelArguments
 from ..cli.parser import command_parser, demo_config_path, parse_command_line
-from ..errors import UserInputError
+from ..errors import UserInputError, refuse_unless_encoder_with
 
 logger = logging.getLogger(__name__)
 
@@ -296,13 +296,8 @@ def check_encoder(model_args: ModelArguments) -> None:
         config = AutoConfig.from_pretrained(path, **model_args.hub_kwargs())
     works = ("hf-aux tartan trains an encoder (BERT, RoBERTa, DeBERTa-v2, ELECTRA, ModernBERT, ...: an "
              "AutoModelForSequenceClassification whose body the MLM heads share)")
-    if getattr(config, "is_encoder_decoder", False):
-        raise UserInputError(f"ModelArguments: field 'model_name_or_path': {works}; {path!r} is an encoder-decoder "
-                             f"({type(config).__name__}: is_encoder_decoder=True)")
-    if type(config) not in MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING:
-        raise UserInputError(f"ModelArguments: field 'model_name_or_path': {works}; {path!r} has no "
-                             f"sequence-classification class (AutoModelForSequenceClassification does not take "
-                             f"{type(config).__name__})")
+    refuse_unless_encoder_with(config, MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING, "AutoModelForSequenceClassification",
+                               "sequence-classification", "model_name_or_path", repr(path), works)
 
 
 def tokenise(task, raw: dict, tokenizer, data_args, training_args) -> tuple[dict, dict]:
