@@ -263,6 +263,11 @@ def test_each_arm_and_the_controls_against_minilm_are_claims_inside_the_family()
     # its interval [-0.024, +0.026] (MiniLM's fine-tuning noise counts) does not exclude -0.015, half of -0.03
     assert "## Controls for attribution" in lines and "too wide to exclude half the arm's difference (-0.015)" in lines
     assert "differs" not in amos["control"]
+    # seed by seed: unit 42 (k = 0) equals MiniLM's fine-tuning of each seed, units 1 and 2 are 0.001 / 0.002 above
+    assert control["seed_matched"] == {"pairs": 9, "equal": 3, "largest": 0.002}
+    assert ("rotten_tomatoes, control (a): the AMOS command at learning rate 0 (20 steps, weights unchanged), seed by "
+            "seed: 3 of 9 fine-tunings equal MiniLM's of the same fine-tuning seed; largest difference 0.002.") in lines
+    assert "seed_matched" not in amos
 
 
 def test_grid_table_gives_every_rate_against_minilm_with_welch_intervals():
