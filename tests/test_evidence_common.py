@@ -171,6 +171,25 @@ def test_yes_and_no_both_need_the_same_bar():
                               "judged decided, 0 survive")
 
 
+def test_a_yes_or_no_opens_with_what_it_measured_from_the_records():
+    """summary.answer_gist: one clause per answer record past the bar, worded by its entry's `measures`, with its
+    difference, the `alike` context records of its task and its attribution control; nothing for "not shown"."""
+    from benchmarks.evidence.summary import answer_gist
+
+    control = {"label": "control (a)", "difference": 0.0, "ci95": [-0.02, 0.02], "n_units": 3}
+    lost = _record(-0.08, -0.03, "not reproduced", True, task="rt", control=control)
+    weak = _record(-0.08, 0.01, "inconclusive", task="news")
+    electra = _record(-0.07, -0.04, "not reproduced", True, task="rt")
+    answers = [(lost, {"measures": "continued pretraining"}), (weak, {"measures": "continued pretraining"})]
+    context = [(electra, {"label": "ELECTRA alike", "alike": True}), ({**electra, "task": "news"},
+                                                                      {"label": "ELECTRA alike", "alike": True}),
+               (_record(-0.01, 0.01, "inconclusive", task="rt"), {"label": "against ELECTRA"})]
+    assert answer_gist("no", answers, context) == ("continued pretraining: -0.055 on rt (ELECTRA alike -0.055); the "
+                                                   "pipeline alone (control (a)) +0.000")
+    assert answer_gist("not shown", answers, context) == ""
+    assert answer_gist("no", [(lost, {})], context) == ""  # an entry without `measures` gives no clause
+
+
 def test_advice_names_the_record_that_measured_it_with_its_scope():
     """An alternative is named only where one of its records passes the bar in its favour, with that record's setting
     and the settings where it was not shown; else "none shown" with the nearest record."""

@@ -134,6 +134,27 @@ def instead_text(claims: list[dict], alternatives: list[dict]) -> str:
     return "none shown past Benjamini-Hochberg at 5%: " + "; ".join(tried) if tried else "-"
 
 
+def answer_gist(word: str, answers: list[tuple[dict, dict]], context: list[tuple[dict, dict]]) -> str:
+    """What a yes / no measured, in one clause per answer record that passes the bar: its entry's `measures` (the
+    dated primaries file words what the record measures, never its outcome), its difference on its task, the
+    context records of the same task marked `alike` (the same question of another arm) and the record's attribution
+    control ("the pipeline alone"). Empty for "not shown" / "mixed" or entries without `measures`."""
+    if word not in ("yes", "no"):
+        return ""
+    clauses = []
+    for r, entry in answers:
+        if not (passes(r) and entry.get("measures")):
+            continue
+        alike = [f"{e['label']} {r2['difference']:+.3f}" for r2, e in context
+                 if e.get("alike") and r2.get("task") == r.get("task") and r2.get("difference") is not None]
+        control = r.get("control") or {}
+        pipeline = (f"; the pipeline alone ({control['label']}) {control['difference']:+.3f}"
+                    if control.get("difference") is not None and control.get("label") else "")
+        clauses.append(f"{entry['measures']}: {r['difference']:+.3f} on {r.get('task') or short_setting(r)}"
+                       + (f" ({', '.join(alike)})" if alike else "") + pipeline)
+    return "; ".join(clauses)
+
+
 def plain_answers(folder: Path = ROOT / "docs" / "evidence") -> list[str]:
     """The table of plain answers: per method the word (`answer_word` over its answer records), the records it read
     with their context, and what to try instead (`instead_text`), all from the claims lists and the primaries file."""
@@ -148,6 +169,8 @@ def plain_answers(folder: Path = ROOT / "docs" / "evidence") -> list[str]:
         word = answer_word([(r, f) for r, f in answers if f])
         text = "; ".join([record_text(r, f) for r, f in answers]
                          + [record_text(r, e.get("favours"), e.get("label")) for r, e in context]) or "no record yet"
+        gist = answer_gist(word, _matched(claims, chosen.get("answer", [])), context)
+        text = f"**in short**: {gist}. **In detail**: {text}" if gist else text
         instead = "-" if word == "yes" else instead_text(claims, chosen.get("instead", []))
         lines.append(f"| {name} | **{word}** | {text} | {instead} |")
     return lines
