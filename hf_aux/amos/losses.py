@@ -1,8 +1,9 @@
 """AMOS loss math as pure tensor functions.
 
 Meng et al., 2022, "Pretraining Text Encoders with Adversarial Mixture of Training Signal Generators" (ICLR 2022,
-arXiv:2204.03243). Equation numbers below are the paper's. Shapes: M = masked positions in the batch, K = MLM
-heads, V = vocabulary, E = token-embedding width.
+arXiv:2204.03243). Equation numbers below are the paper's. Shapes: M = masked positions in the batch, S = the
+static prediction slots that hold them (M <= S, the rest padding; the functions below take either), K = MLM heads,
+V = vocabulary, E = token-embedding width.
 """
 
 from __future__ import annotations
@@ -50,15 +51,17 @@ def reverse_gradient(x: torch.Tensor, multiplier: float = 1.0) -> torch.Tensor:
 def mlm_losses(head_logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Eq. 2, one term per MLM layer d: mean over masked positions of -log p_MLM(x_orig | h^(d)).
 
-    head_logits: [K, M, V] (masked positions only); targets: [M] original token ids. Returns [K].
-    The paper's L_GEN is the sum over d of these (each averaged over M, as ELECTRA averages its MLM loss). A
-    micro-batch with no masked position (M = 0: short blocks, a small batch) has nothing to predict: its losses are
-    0 (a mean over no token would be NaN and stop the run).
+    head_logits: [K, S, V] at S prediction slots; targets: [S] original token ids, -100 at padding slots (the
+    static-size gather of `hf_aux.tasks.data.prediction_positions`), which add nothing and are not counted.
+    Returns [K]. The paper's L_GEN is the sum over d of these (each averaged over M, as ELECTRA averages its MLM
+    loss). A micro-batch with no masked position (M = 0: short blocks, a small batch) has nothing to predict: its
+    losses are 0 (a mean over no token would be NaN and stop the run).
     """
-    num_heads, num_masked, vocab = head_logits.shape
-    per_token = F.cross_entropy(_at_least_float32(head_logits.reshape(num_heads * num_masked, vocab)),
-                                targets.repeat(num_heads), reduction="none")
-    return per_token.view(num_heads, num_masked).sum(dim=1) / max(num_masked, 1)
+    num_heads, num_slots, vocab = head_logits.shape
+    per_token = F.cross_entropy(_at_least_float32(head_logits.reshape(num_heads * num_slots, vocab)),
+                                targets.repeat(num_heads), reduction="none")  # 0 at the -100 slots
+    num_masked = (targets != -100).sum().clamp_min(1)
+    return per_token.view(num_heads, num_slots).sum(dim=1) / num_masked
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -194,8 +197,10 @@ def rtd_loss(logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.T
 
     logits: [B, T] (> 0: replaced); labels: [B, T] floats in {0, 1}; attention_mask: [B, T] (1 = real token).
     """
-    keep = attention_mask.bool()
-    return F.binary_cross_entropy_with_logits(_at_least_float32(logits[keep]), labels[keep].to(_at_least_float32(logits).dtype))
+    logits = _at_least_float32(logits)
+    keep = attention_mask.to(logits.dtype)  # a weighted mean, not logits[mask]: no shape depends on the data
+    per_token = F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype), reduction="none")
+    return (per_token * keep).sum() / keep.sum()
 
 
 # RTD metrics: a threshold-free separation measure (AUC of the RTD logit, replaced vs original), accumulated as

@@ -52,6 +52,7 @@ from .losses import (
                      )
 from .blocks import _find_blocks, _token_embeddings, _with_depth
 from .encoder import from_pretrained_encoder
+from ..tasks.data import max_predictions, prediction_positions
 from ..modeling.multitask import _hidden_size
 from ..modeling.sentence_transformers_files import copy_sentence_transformers_files
 
@@ -154,8 +155,8 @@ class AmosModelConfig(PretrainedConfig):
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _detach_block_input(module, args, kwargs):
-    """Forward pre-hook: the block sees its input hidden states without their history (§3.3 stop-gradient)."""
+def _detach_block_input(args, kwargs):
+    """The block's input hidden states without their history (§3.3 stop-gradient), as a pre-hook returns them."""
     if args:
         return (args[0].detach(), *args[1:]), kwargs
     return args, {**kwargs, "hidden_states": kwargs["hidden_states"].detach()}
@@ -184,8 +185,8 @@ def _read_safetensors(folder: str) -> dict[str, torch.Tensor]:
 
 @dataclass
 class AmosGeneratorOutput(ModelOutput):
-    """features: [K, M, H] states f^(d) at the masked positions (before the MLM head, eq. 3);
-    mlm_embeddings: [K, M, E] h^(d) (after the head); logits: [K, M, V] x_t^T h^(d) + b."""
+    """features: [K, S, H] states f^(d) at the S gathered positions (the masked ones and padding, before the MLM
+    head, eq. 3); mlm_embeddings: [K, S, E] h^(d) (after the head); logits: [K, S, V] x_t^T h^(d) + b."""
 
     features: torch.Tensor | None = None
     mlm_embeddings: torch.Tensor | None = None
@@ -229,7 +230,13 @@ class AmosGenerator(PreTrainedModel):
         else:
             self.body = AutoModel.from_config(config.body)
             self.mlm_head = self._new_head(self.body)
-            _find_blocks(self.body, config.body.num_hidden_layers)  # fail early on unknown encoders
+            # hooks on the blocks, registered once (hooks added inside forward would break torch.compile's graph):
+            # they act only while `_shared_body_features` runs, which sets `_block_calls` and `_layer_states`
+            for block in _find_blocks(self.body, config.body.num_hidden_layers).modules:  # fails on unknown encoders
+                block.register_forward_pre_hook(self._before_block, with_kwargs=True)
+                block.register_forward_hook(self._after_block)
+        self._block_calls: int | None = None  # the block calls of the running forward (None: not capturing)
+        self._layer_states: dict[int, torch.Tensor] = {}
         # v of eq. 3; zeros: the mixture starts as the uniform average of the heads
         self.mixture = nn.Parameter(torch.zeros(_hidden_size(config.body)))
         self.post_init()
@@ -290,47 +297,57 @@ class AmosGenerator(PreTrainedModel):
             body.set_input_embeddings(value)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                masked_positions: torch.Tensor | None = None) -> AmosGeneratorOutput:
-        """input_ids: [B, T] masked text; masked_positions: bool [B, T] (default: every [MASK]-free position
-        counts, i.e. all positions). Returns the K heads' features, MLM embeddings and logits at those positions."""
-        if masked_positions is None:
-            masked_positions = torch.ones_like(input_ids, dtype=torch.bool)
+                masked_positions: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None) -> AmosGeneratorOutput:
+        """input_ids: [B, T] masked text; positions: [S] flat indices into the B x T positions (default: all of
+        them, in order), e.g. `prediction_positions`' static-size slots (what AmosModel passes). Returns the K
+        heads' features, MLM embeddings and logits at those S positions: logits cost S x E x V per head, never
+        B x T x E x V. masked_positions: bool [B, T], instead of `positions`, for a direct call: its True
+        positions in row-major order (a data-dependent size, so a device sync and a graph break)."""
+        if masked_positions is not None:
+            positions = masked_positions.reshape(-1).nonzero()[:, 0]
+        if positions is None:
+            positions = torch.arange(input_ids.numel(), device=input_ids.device)
         if self.config.separate_generators:
-            features = torch.stack([body(input_ids=input_ids, attention_mask=attention_mask)[0][masked_positions]
-                                    for body in self.bodies])  # [K, M, H]: each generator's last layer
-            mlm_embeddings = torch.stack([head(f) for head, f in zip(self.mlm_heads, features)])  # [K, M, E]
+            features = torch.stack([_gather(body(input_ids=input_ids, attention_mask=attention_mask)[0], positions)
+                                    for body in self.bodies])  # [K, S, H]: each generator's last layer
+            mlm_embeddings = torch.stack([head(f) for head, f in zip(self.mlm_heads, features)])  # [K, S, E]
         else:
-            features = self._shared_body_features(input_ids, attention_mask, masked_positions)
-            mlm_embeddings = self.mlm_head(features)  # [K, M, E], h^(d)
+            features = self._shared_body_features(input_ids, attention_mask, positions)
+            mlm_embeddings = self.mlm_head(features)  # [K, S, E], h^(d)
         logits = self.head_logits(mlm_embeddings, self.get_input_embeddings().weight)
         return AmosGeneratorOutput(features=features, mlm_embeddings=mlm_embeddings, logits=logits)
 
-    def _shared_body_features(self, input_ids, attention_mask, masked_positions) -> torch.Tensor:
-        """[K, M, H] states f^(d) of the one body at the head layers, with the §3.3 stop-gradient. Layer d is the d-th
+    def _shared_body_features(self, input_ids, attention_mask, positions) -> torch.Tensor:
+        """[K, S, H] states f^(d) of the one body at the head layers, with the §3.3 stop-gradient. Layer d is the d-th
         block call (the d-th block, or ALBERT's shared group called the d-th time); the deepest head reads the body's
         output (the last block's, or after a final norm where the family has one: ModernBERT)."""
-        blocks = _find_blocks(self.body, self.config.body.num_hidden_layers)
-        inner = set(self.config.mlm_layers[:-1])  # the heads below the last layer
-        states, calls = {}, [0]
-
-        def before(module, args, kwargs):
-            calls[0] += 1  # this call is layer calls[0]; it starts a new block after a head at layer calls[0] - 1
-            if self.config.stop_gradient and calls[0] - 1 in inner:
-                return _detach_block_input(module, args, kwargs)
-            return None
-
-        def after(module, args, output):
-            if calls[0] in inner:
-                states[calls[0]] = output[0] if isinstance(output, tuple) else output
-
-        handles = [block.register_forward_pre_hook(before, with_kwargs=True) for block in blocks.modules]
-        handles += [block.register_forward_hook(after) for block in blocks.modules]
+        self._block_calls, self._layer_states = 0, {}
         try:
-            states[self.config.mlm_layers[-1]] = self.body(input_ids=input_ids, attention_mask=attention_mask)[0]
+            deepest = self.body(input_ids=input_ids, attention_mask=attention_mask)[0]
+            states = {**self._layer_states, self.config.mlm_layers[-1]: deepest}
         finally:
-            for handle in handles:
-                handle.remove()
-        return torch.stack([states[d][masked_positions] for d in self.config.mlm_layers])
+            self._block_calls, self._layer_states = None, {}
+        return torch.stack([_gather(states[d], positions) for d in self.config.mlm_layers])
+
+    def _before_block(self, module, args, kwargs):
+        """Pre-hook of every block: counts the call (layer d); a block after a head gets a detached input."""
+        if self._block_calls is None:  # the body called outside this generator's forward: a plain call
+            return None
+        self._block_calls += 1
+        if self.config.stop_gradient and self._block_calls - 1 in self.config.mlm_layers[:-1]:
+            return _detach_block_input(args, kwargs)
+        return None
+
+    def _after_block(self, module, args, output):
+        """Hook of every block: keeps the output of the layers carrying an inner head."""
+        if self._block_calls is not None and self._block_calls in self.config.mlm_layers[:-1]:
+            self._layer_states[self._block_calls] = output[0] if isinstance(output, tuple) else output
+
+
+def _gather(states: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """[S, H] rows `positions` of [B, T, H] states read as B x T rows (a static-size gather)."""
+    return states.reshape(-1, states.shape[-1]).index_select(0, positions)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -402,7 +419,10 @@ class RTDDiscriminator(nn.Module):
 @dataclass
 class AmosOutput(ModelOutput):
     """loss: eq. 4 as one scalar; mlm_losses: [K] per-head eq. 2 terms; rtd_loss: eq. 1; rtd_logits and rtd_labels:
-    [B, T] (> 0 / 1 = replaced); mixture_weights: [M, K] gamma used for sampling; replaced_input_ids: [B, T]."""
+    [B, T] (> 0 / 1 = replaced); mixture_weights: [S, K] gamma used for sampling at the S prediction slots, of which
+    `predicted` (bool [S]) marks the masked positions (the others are padding); replaced_input_ids: [B, T];
+    dropped_predictions: masked positions beyond the S slots (0 unless the batch was masked with more than
+    `max_predictions`, e.g. by a collator at a larger mlm_probability than the forward's)."""
 
     loss: torch.Tensor | None = None
     mlm_losses: torch.Tensor | None = None
@@ -411,6 +431,8 @@ class AmosOutput(ModelOutput):
     rtd_labels: torch.Tensor | None = None
     mixture_weights: torch.Tensor | None = None
     replaced_input_ids: torch.Tensor | None = None
+    predicted: torch.Tensor | None = None
+    dropped_predictions: torch.Tensor | None = None
 
 
 class AmosModel(PreTrainedModel):
@@ -474,6 +496,7 @@ class AmosModel(PreTrainedModel):
         gumbel_temperature: float = 0.3,
         adv_mlm_multiplier: float = 0.0,
         rtd_weight: float = 50.0,
+        mlm_probability: float | None = 0.15,
     ) -> AmosOutput:
         """input_ids: [B, T] masked text; labels: [B, T] original ids at masked positions, -100 elsewhere;
         original_input_ids: [B, T] the unmasked text (MLMCollator(return_original=True) gives all three).
@@ -483,6 +506,12 @@ class AmosModel(PreTrainedModel):
         "layer switch" schedule), "weights" (the heads mixed with the fixed `fixed_weights`, one per head,
         summing to 1: Table 8's "w. final mix weights"). adv_mlm_multiplier > 0: Table 2's "+ adv. MLM", the
         reversed gradient also reaches h, scaled by it.
+
+        mlm_probability: the masking rate the batch was masked at (default 0.15, AmosConfig's, MLMCollator's and
+        mask_tokens_for_mlm's); the heads then read S = `max_predictions(B x T, mlm_probability)` slots (the
+        masker's cap), the masked positions and padding, a static size for any mask. A batch masked with more
+        positions than S reports the excess in `dropped_predictions` (AmosTrainer logs it). None: S = B x T, every
+        position (exact for any masking, at the cost of logits everywhere).
         """
         if labels is None or original_input_ids is None:
             raise ValueError("AMOS: fields 'labels' and 'original_input_ids' are required (use "
@@ -491,35 +520,20 @@ class AmosModel(PreTrainedModel):
             raise ValueError(f"AMOS: field 'mixture': {mixture!r} is not one of {MIXTURES}")
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        masked = labels != -100  # [B, T], the set M
-        targets = labels[masked]  # [M]
         num_heads = len(self.mlm_layers)
+        masked = labels != -100  # [B, T], the set M
+        # the S static slots: M's flat positions first, then padding (predicted False, target -100)
+        positions, predicted = prediction_positions(masked, max_predictions(labels.numel(), mlm_probability))
+        targets = labels.reshape(-1).gather(0, positions)  # [S], -100 at the padding slots
+        num_slots = positions.shape[0]
 
-        # eq. 2: every head's MLM loss from one generator forward, logits only at masked positions
-        gen = self.generator(input_ids, attention_mask=attention_mask, masked_positions=masked)
-        head_losses = mlm_losses(gen.logits, targets)  # [K]
+        # eq. 2: every head's MLM loss from one generator forward, logits only at the S slots
+        gen = self.generator(input_ids, attention_mask=attention_mask, positions=positions)
+        head_losses = mlm_losses(gen.logits, targets)  # [K], means over the masked slots only
 
-        # eq. 3: mixture weights gamma [M, K]
+        # eq. 3: mixture weights gamma [S, K]
         adversarial = mixture == "adversarial" and num_heads > 1 and torch.is_grad_enabled()
-        if mixture == "adversarial":
-            gamma = mixture_weights(gen.features, self.generator.mixture)
-        elif mixture == "uniform":
-            gamma = gen.logits.new_full((targets.numel(), num_heads), 1.0 / num_heads, dtype=torch.float32)
-        elif mixture == "weights":
-            weights = torch.as_tensor(fixed_weights if fixed_weights is not None else [], dtype=torch.float32,
-                                      device=targets.device)
-            if weights.shape != (num_heads,) or (weights < 0).any() or abs(float(weights.sum()) - 1.0) > 1e-4:
-                raise ValueError(f"AMOS: field 'fixed_weights': {fixed_weights} must be {num_heads} weights "
-                                 ">= 0 summing to 1, one per MLM head")
-            gamma = weights.expand(targets.numel(), num_heads)
-        else:
-            if mixture == "random_layer":
-                chosen = torch.randint(num_heads, (targets.numel(),), device=targets.device)
-            else:
-                if head_index is None or not 0 <= head_index < num_heads:
-                    raise ValueError(f"AMOS: field 'head_index': {head_index} is not in 0..{num_heads - 1}")
-                chosen = torch.full_like(targets, head_index)
-            gamma = nn.functional.one_hot(chosen, num_heads).float()
+        gamma = self._mixture_gamma(gen, mixture, head_index, fixed_weights, num_slots)
         # the discriminator's gradient reaches gamma reversed (eq. 4); h only under "+ adv. MLM", never E
         adv_mlm = adv_mlm_multiplier > 0 and torch.is_grad_enabled()
         gamma_in = reverse_gradient(gamma) if adversarial else gamma.detach()
@@ -538,11 +552,15 @@ class AmosModel(PreTrainedModel):
                                                         gumbel_temperature)
         else:  # nothing needs the soft sample's gradient: the hard draw only
             sampled, carrier = perturbed_mixture(gamma_in, sampling_logits).argmax(dim=-1), None
-        replaced_ids = original_input_ids.masked_scatter(masked, sampled)  # x_rep: samples at M, originals elsewhere
+        # x_rep: samples at M, originals elsewhere (padding slots write their original token back)
+        flat_original = original_input_ids.reshape(-1)
+        written = torch.where(predicted, sampled, flat_original.gather(0, positions))
+        replaced_ids = flat_original.scatter(0, positions, written).view_as(original_input_ids)
         inputs_embeds = embedding(replaced_ids)  # [B, T, E], the one-hot's value (W[x_rep]) and its W-gradient
-        if carrier is not None:
-            inputs_embeds = inputs_embeds.index_put(masked.nonzero(as_tuple=True), carrier.to(inputs_embeds.dtype),
-                                                    accumulate=True)
+        if carrier is not None:  # padding slots carry nothing, so no gradient reaches their gamma
+            carrier = carrier.to(inputs_embeds.dtype) * predicted.unsqueeze(1).to(inputs_embeds.dtype)
+            inputs_embeds = inputs_embeds.reshape(-1, inputs_embeds.shape[-1]).index_add(0, positions, carrier)
+            inputs_embeds = inputs_embeds.view(*original_input_ids.shape, -1)
 
         # eq. 1: replaced-token detection over non-pad positions
         rtd_logits = self.discriminator(inputs_embeds=inputs_embeds, attention_mask=attention_mask).logits
@@ -557,7 +575,33 @@ class AmosModel(PreTrainedModel):
             rtd_labels=labels_rtd,
             mixture_weights=gamma.detach(),
             replaced_input_ids=replaced_ids,
+            predicted=predicted,
+            dropped_predictions=masked.sum() - predicted.sum(),
         )
+
+    def _mixture_gamma(self, gen: AmosGeneratorOutput, mixture: str, head_index: int | None,
+                       fixed_weights: Sequence[float] | None, num_slots: int) -> torch.Tensor:
+        """gamma [S, K], the heads' weights at each prediction slot for `mixture` (forward's docstring): eq. 3's
+        softmax(v^T f^(d)), uniform, fixed weights, one head drawn per slot, or head `head_index`."""
+        num_heads = len(self.mlm_layers)
+        device = gen.logits.device
+        if mixture == "adversarial":
+            return mixture_weights(gen.features, self.generator.mixture)
+        if mixture == "uniform":
+            return gen.logits.new_full((num_slots, num_heads), 1.0 / num_heads, dtype=torch.float32)
+        if mixture == "weights":
+            weights = [float(w) for w in (fixed_weights if fixed_weights is not None else [])]
+            if len(weights) != num_heads or min(weights) < 0 or abs(sum(weights) - 1.0) > 1e-4:
+                raise ValueError(f"AMOS: field 'fixed_weights': {fixed_weights} must be {num_heads} weights "
+                                 ">= 0 summing to 1, one per MLM head")
+            return torch.tensor(weights, device=device).expand(num_slots, num_heads)
+        if mixture == "random_layer":
+            chosen = torch.randint(num_heads, (num_slots,), device=device)
+        else:
+            if head_index is None or not 0 <= head_index < num_heads:
+                raise ValueError(f"AMOS: field 'head_index': {head_index} is not in 0..{num_heads - 1}")
+            chosen = torch.full((num_slots,), head_index, device=device, dtype=torch.long)
+        return nn.functional.one_hot(chosen, num_heads).float()
 
     # ---- checkpoints: discriminator at the top level, generator in generator/ -----------------------------------
 

@@ -11,8 +11,10 @@ processes train exactly like one process with N times the gradient accumulation.
 Logged every `logging_steps` (`eval_` prefixed on evaluation): `mlm_loss/layer_<d>` per MLM head, `rtd_loss`,
 `rtd_accuracy_replaced`, `rtd_accuracy_original` (at p = 0.5), `rtd_auc` (from histograms of 1/1024-logit bins),
 `replaced_fraction` (masked positions whose sample differs from the original) and `mixture_weight/layer_<d>`
-(gamma averaged since the previous log: Fig. 3a's curve). Evaluation also samples every head alone on the same
-masks and logs `eval_rtd_auc/layer_<d>` and `eval_rtd_accuracy_replaced/layer_<d>` (Fig. 1a, 3b). With separate
+(gamma averaged since the previous log: Fig. 3a's curve), `dropped_predictions` (masked tokens past the heads'
+static slots since the previous log: 0 unless a collator masked at a larger rate than `mlm_probability`).
+Evaluation also samples every head alone on the same masks and logs `eval_rtd_auc/layer_<d>` and
+`eval_rtd_accuracy_replaced/layer_<d>` (Fig. 1a, 3b). With separate
 generators (`AmosGeneratorConfig.separate_generators`) the heads are named `generator_<k>_depth_<d>`
 (`AmosModel.head_names`).
 """
@@ -107,7 +109,9 @@ class AmosTrainer(AuxTrainer):
         mixture = "weights" if mixture == "fixed_weights" else mixture
         return {"mixture": mixture, "head_index": head_index, "fixed_weights": fixed_weights,
                 "gumbel_temperature": self.args.gumbel_temperature,
-                "adv_mlm_multiplier": self.args.adv_mlm_multiplier, "rtd_weight": self.args.rtd_weight}
+                "adv_mlm_multiplier": self.args.adv_mlm_multiplier, "rtd_weight": self.args.rtd_weight,
+                # the heads' static prediction slots: the cap `_mask` (mask_tokens_for_mlm) masks within
+                "mlm_probability": self.args.mlm_probability}
 
     def _mask(self, inputs: dict) -> dict:
         """BERT masking of unmasked blocks (labels -100 where nothing is predicted), on the batch's device."""
@@ -171,7 +175,9 @@ class AmosTrainer(AuxTrainer):
         replaced = outputs.rtd_labels.bool() & real
         original = ~outputs.rtd_labels.bool() & real
         says_replaced = outputs.rtd_logits > 0
-        gamma = outputs.mixture_weights  # [M, K]
+        gamma = outputs.mixture_weights  # [S, K] at the S prediction slots, of which `predicted` are masked
+        predicted = outputs.predicted.unsqueeze(1).to(gamma.dtype)
+        num_masked = outputs.predicted.sum()
         metrics = self._metrics[mode]
         heads = self.unwrapped(self.model).head_names
         for head, mlm_loss in zip(heads, outputs.mlm_losses):
@@ -180,9 +186,11 @@ class AmosTrainer(AuxTrainer):
         metrics.add("rtd_accuracy_replaced", (says_replaced & replaced).sum(), count=replaced.sum())
         metrics.add("rtd_accuracy_original", (~says_replaced & original).sum(), count=original.sum())
         # replaced tokens sit at masked positions only: the share of the M masked positions that were replaced
-        metrics.add("replaced_fraction", replaced.sum(), count=gamma.shape[0])
-        for head, weight in zip(heads, gamma.sum(dim=0)):
-            metrics.add(f"mixture_weight/{head}", weight, count=gamma.shape[0])
+        metrics.add("replaced_fraction", replaced.sum(), count=num_masked)
+        for head, weight in zip(heads, (gamma * predicted).sum(dim=0)):
+            metrics.add(f"mixture_weight/{head}", weight, count=num_masked)
+        # masked positions the heads did not see (a batch masked past `max_predictions`: 0 with hf_aux's maskers)
+        metrics.add_total("dropped_predictions", outputs.dropped_predictions)
         self._accumulate_histogram(outputs, attention_mask, mode, slot=0, slots=1 + gamma.shape[1])
 
     @torch.no_grad()

@@ -41,6 +41,7 @@ from transformers.utils import ModelOutput
 from ..runtime.adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, is_lora_body, load_lora_body,
                                 load_lora_weights, lora_body, merged_body, save_lora_body)
 from ..modeling.sentence_transformers_files import copy_sentence_transformers_files
+from ..tasks.data import max_predictions, prediction_positions
 from .weighting import fit_meta_head
 
 TARTAN_CONFIG_NAME = "tartan_config.json"
@@ -183,7 +184,8 @@ class TartanModel(nn.Module):
     auxiliary task's MLM loss from the same call (MT-TARTAN's single forward, one DDP forward per step).
     """
 
-    def __init__(self, classifier: PreTrainedModel, auxiliary_tasks: Sequence[str] = (), mlm_hidden_act: str = "gelu"):
+    def __init__(self, classifier: PreTrainedModel, auxiliary_tasks: Sequence[str] = (), mlm_hidden_act: str = "gelu",
+                 mlm_probability: float | None = None):
         super().__init__()
         if not isinstance(classifier, PreTrainedModel) or classifier.base_model is classifier:
             raise ValueError("TartanModel: field 'classifier': expected a transformers XForSequenceClassification "
@@ -214,6 +216,9 @@ class TartanModel(nn.Module):
             nn.init.zeros_(head.dense.bias)
         self.meta_head = ClassifierHead(classifier)
         self.meta_head.requires_grad_(False)
+        # the rate the auxiliary batches are masked at (TartanConfig.mlm_probability): the MLM heads then read
+        # `max_predictions` static slots per batch, the masker's cap; None: every position (exact for any masking)
+        self.mlm_probability = mlm_probability
 
     # ------------------------------------------------------------------------------------------------------------
     @property
@@ -300,13 +305,17 @@ class TartanModel(nn.Module):
 
     def _head_mlm_loss(self, name: str, hidden: torch.Tensor, labels: torch.Tensor,
                        embedding: torch.Tensor) -> torch.Tensor:
-        """Head `name`'s MLM cross-entropy on body states `hidden` [B, L, H], logits only where labels != -100."""
+        """Head `name`'s MLM cross-entropy on body states `hidden` [B, L, H], mean over the M labelled positions
+        (labels != -100), logits only at S >= M static slots (`prediction_positions`: the labelled positions, then
+        padding whose -100 target adds nothing), S = `max_predictions(B x L, self.mlm_probability)`."""
         if hidden.shape[:2] != labels.shape:
             raise ValueError(self._pooled_states_message(hidden.shape[1], labels.shape[1]))
         chosen = labels != -100
-        logits = self.mlm_heads[name](hidden[chosen], embedding)  # [M, V]
-        total = F.cross_entropy(logits.float(), labels[chosen], reduction="sum")
-        return total / chosen.sum().clamp_min(1)
+        positions, predicted = prediction_positions(chosen, max_predictions(labels.numel(), self.mlm_probability))
+        states = hidden.reshape(-1, hidden.shape[-1]).index_select(0, positions)  # [S, H]
+        logits = self.mlm_heads[name](states, embedding)  # [S, V]
+        total = F.cross_entropy(logits.float(), labels.reshape(-1).gather(0, positions), reduction="sum")
+        return total / predicted.sum().clamp_min(1)
 
     def check_token_states(self) -> None:
         """The MLM heads predict each masked token from its own body state: refuse a body whose last_hidden_state

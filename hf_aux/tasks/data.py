@@ -6,6 +6,7 @@ import functools
 import hashlib
 import inspect
 import json
+import math
 import sys
 import weakref
 from dataclasses import dataclass
@@ -65,6 +66,45 @@ def mlm_block_function(tokenizer: PreTrainedTokenizerBase, text_column: str, blo
     return tokenize_and_group
 
 
+# The static prediction budget K of a masked batch (`max_predictions`): the binomial mean of the chosen count plus
+# PREDICTION_SLACK_SD standard deviations plus PREDICTION_SLACK_TOKENS. A batch of n tokens chooses Binomial(n', p)
+# positions (n' <= n non-special ones); the exact tail P(count > K) is below 1e-9 for every n and p tested
+# (tests/test_static_predictions.py), e.g. n = 8 x 128, p = 0.15: K = 231 for a mean of 154 (1.50x); 32 x 128: 760
+# for 614 (1.24x).
+PREDICTION_SLACK_SD = 6.0
+PREDICTION_SLACK_TOKENS = 8
+
+
+def max_predictions(num_positions: int, mlm_probability: float) -> int:
+    """K, the most positions `mask_tokens_for_mlm` chooses in a batch of `num_positions` tokens (B x T): a static
+    size for gathering the MLM heads' inputs (ELECTRA's max_predictions_per_seq, here per batch, whose relative
+    spread is smaller than a row's). The masker caps the chosen set at K, so a head that takes K slots sees every
+    chosen token; K = min(n, ceil(n p + 6 sqrt(n p (1 - p))) + 8). `mlm_probability` None: every position."""
+    n = int(num_positions)
+    if mlm_probability is None:
+        return n
+    p = float(mlm_probability)
+    bound = math.ceil(n * p + PREDICTION_SLACK_SD * math.sqrt(n * p * (1.0 - p))) + PREDICTION_SLACK_TOKENS
+    return min(n, bound)
+
+
+def prediction_positions(chosen: torch.Tensor, num_slots: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The static-size form of `chosen.nonzero()`: `num_slots` flat indices into `chosen.reshape(-1)` (bool [B, T]),
+    the chosen positions first in row-major order (as boolean indexing orders them), then unchosen positions as
+    padding; and a bool [num_slots] that is True at the chosen slots. No output shape depends on the data (a
+    top-k over position scores instead of nonzero), so nothing waits for the device and torch.compile sees one
+    graph. Chosen positions beyond `num_slots` are left out: `mask_tokens_for_mlm` never chooses more than
+    `max_predictions` of a batch. `num_slots` >= B x T: every position, in order."""
+    flat = chosen.reshape(-1)
+    count = flat.shape[0]
+    if num_slots >= count:  # every position: no gather to compute
+        return torch.arange(count, device=flat.device), flat
+    # score n - i at chosen position i, 0 elsewhere: the top scores are the chosen positions in ascending order
+    scores = torch.where(flat, count - torch.arange(count, device=flat.device), 0)
+    positions = scores.topk(num_slots, sorted=True).indices
+    return positions, flat.gather(0, positions)
+
+
 def mask_tokens_for_mlm(
     input_ids: torch.Tensor,
     *,
@@ -79,6 +119,11 @@ def mask_tokens_for_mlm(
     """BERT masking: choose `mlm_probability` of the non-special positions; of those, 80% become [MASK], 10% a
     random token, 10% stay. Returns `(masked_input_ids, labels)` with labels -100 where nothing is predicted.
 
+    At most `max_predictions(input_ids.numel(), mlm_probability)` positions of the batch are chosen (the MLM
+    heads' static size): in a batch that draws more (probability below 1e-9, see `max_predictions`), the chosen
+    positions past that count in row-major order are not chosen. The cap draws no random number, so every batch
+    within it is masked exactly as without it.
+
     input_ids: [batch, length]; special_tokens_mask: bool [batch, length], True where masking is forbidden
     (CLS, SEP, PAD). Uses `generator` (or torch's global RNG, which Trainer seeds and restores on resume).
     """
@@ -87,6 +132,8 @@ def mask_tokens_for_mlm(
     if special_tokens_mask is not None:
         probability.masked_fill_(special_tokens_mask.bool(), 0.0)
     chosen = torch.bernoulli(probability, generator=generator).bool()
+    budget = max_predictions(chosen.numel(), mlm_probability)
+    chosen &= chosen.reshape(-1).cumsum(0).view_as(chosen) <= budget  # the static cap (docstring)
     labels[~chosen] = -100
     masked = input_ids.clone()
     to_mask = torch.bernoulli(torch.full(input_ids.shape, mask_replace_prob, device=input_ids.device),
