@@ -76,6 +76,12 @@ class HubTokenSafeArgsMixin:
         return clone
 
 
+# torch.compile's modes (Trainer passes `torch_compile_mode` to torch.compile with `torch_compile_backend`, inductor
+# by default); reduce-overhead and max-autotune capture CUDA graphs on a GPU (on a CPU they compile as default does)
+TORCH_COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
 @dataclass
 class RunArgsMixin(NonFiniteArgsMixin):
     """hf_aux's run settings, mixed into every hf_aux `TrainingArguments` subclass (before TrainingArguments
@@ -100,6 +106,32 @@ class RunArgsMixin(NonFiniteArgsMixin):
                 raise UserInputError(f"{type(self).__name__}: field '{setting.name}': {value!r} is not one of "
                                      f"{list(choices)}")
         check_report_to(self)
+        self._check_torch_compile_mode()
+
+    def cuda_graph_refusal(self) -> str | None:
+        """Why this configuration's step cannot be captured as CUDA graphs (`torch_compile_mode` reduce-overhead or
+        max-autotune), or None: a method's config overrides it where its step allows no capture."""
+        return None
+
+    def _check_torch_compile_mode(self) -> None:
+        """`--torch_compile_mode` (Trainer's `torch_compile_mode`, which also turns `torch_compile` on): one of
+        torch.compile's modes, with the inductor backend (the only one that takes a mode), and a CUDA-graph mode only
+        where the step allows it (`cuda_graph_refusal`)."""
+        mode, owner = self.torch_compile_mode, type(self).__name__
+        if mode is None:
+            return
+        if mode not in TORCH_COMPILE_MODES:
+            raise UserInputError(f"{owner}: field 'torch_compile_mode' (--torch_compile_mode): {mode!r} is not one of "
+                                 f"torch.compile's modes {list(TORCH_COMPILE_MODES)}")
+        if self.torch_compile_backend not in (None, "inductor"):
+            raise UserInputError(f"{owner}: field 'torch_compile_mode' (--torch_compile_mode): {mode!r} needs the "
+                                 f"inductor backend; --torch_compile_backend {self.torch_compile_backend} takes no "
+                                 "mode")
+        reason = self.cuda_graph_refusal() if mode in CUDA_GRAPH_MODES else None
+        if reason:
+            raise UserInputError(f"{owner}: field 'torch_compile_mode' (--torch_compile_mode): {mode!r} captures CUDA "
+                                 f"graphs, which {reason}; use --torch_compile_mode default or "
+                                 "max-autotune-no-cudagraphs")
 
 
 # What each --report_to integration of Trainer needs installed (every one of the modules; a tuple inside: any of
