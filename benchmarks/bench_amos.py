@@ -38,6 +38,7 @@ import sys
 import time
 
 import torch
+from host_reads import count_per_call, describe, summary
 from flops import (HostSyncs, add_device_arguments, allocator, autocast, counting, folder_label, matmul_peak_tflops,
                    mfu, peak_label, set_up_malloc, synchronize)
 from torch.utils.flop_counter import FlopCounterMode
@@ -97,7 +98,7 @@ def amos_step(model, optimizer, batch, mixture="adversarial", device="cpu", bf16
     # guidance): autocast in backward would run the fused mixture's own backward matmul in bf16 against its float32
     # saved softmax (hf_aux.amos.losses), a dtype mismatch
     with autocast(device, bf16):
-        loss = model(**batch, mixture=mixture).loss
+        loss = model(**batch, mixture=mixture, mlm_probability=0.15).loss  # the rate it masks at, as AmosTrainer
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -219,6 +220,7 @@ def main():
             times[name].append(timed(functools.partial(run, batches[i % len(batches)]), args.device,
                                      syncs if name == "amos" else None))
     median = {name: statistics.median(t) for name, t in times.items()}
+    reads = count_per_call(functools.partial(runs["amos"], batches[0]))  # host reads of an AMOS step, not timed
     peak = matmul_peak_tflops(args.device)  # after the timed steps, so its large buffers are not in their way
     utilisation = {name: mfu(gflop[name], median[name], peak) for name in runs}
     ratio, disc_ratio = median["amos"] / median["electra"], median["amos"] / median["disc_only"]
@@ -240,6 +242,7 @@ def main():
     report = syncs.report()
     if report is not None:
         print(f"  host syncs per AMOS step: {report['per_window']} ({report['by_line']})")
+    print(f"  AMOS: {describe(reads, 'step')}")
     print(json.dumps({"metric": "amos_vs_electra_step_ratio", "ratio": round(ratio, 4), "goal": 1.10,
                       "disc_only_ratio": round(disc_ratio, 4), "disc_only_goal": 2.0,
                       "median_ms": {k: round(v * 1000, 1) for k, v in median.items()},
@@ -251,7 +254,7 @@ def main():
                       "mlm_layers": args.mlm_layers, "allocator": allocator(), "bf16": args.bf16,
                       "sources": args.sources, "tokenizer": args.tokenizer and folder_label(args.tokenizer),
                       "matmul_peak_tflops": round(peak, 4), "mfu": utilisation,
-                      "host_syncs_per_step": report}))
+                      "host_syncs_per_step": report, "host_reads_per_step": summary(reads)}))
 
 
 if __name__ == "__main__":

@@ -87,6 +87,7 @@ import tempfile
 import time
 
 import torch
+from host_reads import count_per_call, describe, summary as host_summary
 from flops import (HostSyncs, add_device_arguments, allocator, autocast, counting, matmul_peak_tflops, mfu, peak_label,
                    set_up_malloc, synchronize)
 from torch.utils.flop_counter import FlopCounterMode
@@ -296,6 +297,8 @@ def main():
     for k, (trainer, batch) in built.items():
         memory[k], gflop[k] = saved_tensor_mb_and_gflop(trainer, batch, uses_bf16(k, opts))
     peak = matmul_peak_tflops(opts.device)  # once, after the timed rounds
+    # host reads (benchmarks/host_reads.py) of each meta kind's step, not timed
+    reads = {k: count_per_call(lambda k=k: full_step(*built[k], uses_bf16(k, opts))) for k in kinds}
     # MFU: counted matrix-product GFLOPs / median wall time / measured bf16 peak; the MLM steps at --bf16's
     # precision (the model-loss step runs the student's same matrix products as the MLM step)
     utilisation = {"mlm": mfu(gflop["mlm"], statistics.median(mlm_times[opts.bf16]["mlm"]), peak),
@@ -332,6 +335,8 @@ def main():
           + ", ".join(f"{k} {v:.3f}" for k, v in utilisation.items()))
     if syncs.enabled:
         print(f"host syncs per meta training_step: {syncs.report()}")
+    for k in kinds:
+        print(f"{k}: {describe(reads[k], 'step')}")
     print(json.dumps({"metric": "meta_lm_soft_vs_mlm_step_ratio", "data": opts.data, "ratio": round(summary["soft"], 2),
                       "goal": GOALS["soft"], "hard_ratio": round(summary["hard"], 2), "hard_goal": GOALS["hard"],
                       "first_order_ratio": round(summary["soft_first_order"], 2),
@@ -351,7 +356,8 @@ def main():
                       "bf16": opts.bf16,
                       "precision": {k: "bf16" if uses_bf16(k, opts) else "fp32" for k in [*built, "mlm_model_loss"]},
                       "matmul_peak_tflops": round(peak, 4), "mfu": utilisation,
-                      "host_syncs_per_training_step": syncs.report()}))
+                      "host_syncs_per_training_step": syncs.report(),
+                      "host_reads_per_step": {k: host_summary(report) for k, report in reads.items()}}))
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ import datasets
 import torch
 from flops import (HostSyncs, add_device_arguments, allocator, autocast, gflop_of, matmul_peak_tflops, mfu, peak_label,
                    set_up_malloc, synchronize)
+from host_reads import count_training, describe, summary
 from transformers import AutoModel, Trainer, TrainerCallback, TrainingArguments
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
@@ -202,6 +203,16 @@ def update_gflop(kind, tasks, train, tokenizer, args_common, hidden, layers, len
         return gflop_of(one_update)
 
 
+def muppet_host_reads(mixture, tokenizer, common, cli) -> dict:
+    """Host reads per MuppetTrainer update (benchmarks/host_reads.py): 4 more updates of a fresh model, counted,
+    not timed."""
+    tasks, train = mixture
+    model = build(tasks, tokenizer, cli.hidden, cli.layers, cli.length)
+    with tempfile.TemporaryDirectory() as out:
+        settings = {**common, "max_steps": 4, "logging_steps": 1000}
+        return count_training(make_trainer("muppet", model, train, tokenizer, settings, out))
+
+
 def peak_rss_mb() -> float:
     import resource
 
@@ -336,6 +347,8 @@ def main():
           + ", ".join(f"{kind} {value:.3f}" for kind, value in utilisation.items()))
     if syncs.enabled:
         print(f"host syncs per MuppetTrainer update: {syncs.report()}")
+    reads = muppet_host_reads(mixtures[5], tokenizer, common, cli)
+    print(describe(reads))
     def spread(a: str, b: str) -> list[float]:
         """[lowest, highest] of the per-round ratios a / b (rounds interleave every configuration)."""
         ratios = [x / y for x, y in zip(round_medians[a], round_medians[b])]
@@ -352,7 +365,8 @@ def main():
                                         for k in ("plain", "muppet")},
                   "warmup_updates": cli.warmup, "mfu": utilisation, "matmul_peak_tflops": round(peak, 4),
                   "peak_rss_mb": round(rss, 1), "load_average": [round(x, 2) for x in os.getloadavg()],
-                  "device": cli.device, "bf16": cli.bf16, "threads": cli.threads}
+                  "device": cli.device, "bf16": cli.bf16, "threads": cli.threads,
+                  "host_reads_per_update": summary(reads)}
         print(json.dumps(result))
         return
     # goals (issue "cost at the floor"): MUPPET's bookkeeping within 2% of a plain Trainer, R3F within 3% of its FLOP
@@ -374,7 +388,7 @@ def main():
               "allocator": allocator(), "processes": "one for all runs" if cli.same_process else "one per run",
               "device": cli.device, "bf16": cli.bf16,
               "matmul_peak_tflops": round(peak, 4), "mfu": utilisation,
-              "host_syncs_per_update": syncs.report()}
+              "host_syncs_per_update": syncs.report(), "host_reads_per_update": summary(reads)}
     print(json.dumps(result))
 
 

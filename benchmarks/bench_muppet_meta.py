@@ -33,6 +33,7 @@ import time
 import torch
 from bench_muppet import add_job_arguments, build, make_tasks, trainer_settings
 from flops import allocator, gflop_of, set_up_malloc
+from host_reads import count_training, describe, summary
 from transformers import TrainerCallback
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
@@ -123,6 +124,11 @@ def main():
         print(f"{kind:>8}: mean {statistics.fmean(cpu[kind]) * 1000:8.1f} ms CPU / "
               f"{statistics.fmean(wall[kind]) * 1000:8.1f} ms wall per update over {len(cpu[kind])} updates")
     print(f"GFLOPs per update: uniform {gflop['uniform']:.3f}, meta (with one weight update) {gflop['meta']:.3f}")
+    with tempfile.TemporaryDirectory() as out:  # host reads: a few more updates, counted, not timed
+        trainer, _ = make_trainer("meta", tasks, train, end, tokenizer, {**common, "max_steps": 4,
+                                                                          "logging_steps": 1000}, cli, out)
+        reads = count_training(trainer)
+    print(describe(reads))
     result = {"metric": "muppet_meta_step_ratio", "tasks": cli.tasks, "meta_tasks_per_step": cli.meta_tasks,
               "task_weight_update_steps": cli.update_every, "sub_batches_per_update": cli.accumulation,
               "rounds": cli.rounds, "cpu_ratio": round(ratio, 3),
@@ -130,7 +136,8 @@ def main():
               "wall_ratio": round(statistics.fmean(wall["meta"]) / statistics.fmean(wall["uniform"]), 3),
               "flop_floor": round(floor, 3), "ratio_to_floor": round(ratio / floor, 3), "floor_goal": 1.05,
               "gflop_per_update": {k: round(v, 4) for k, v in gflop.items()},
-              "load_average": [round(x, 2) for x in os.getloadavg()], "allocator": allocator()}
+              "load_average": [round(x, 2) for x in os.getloadavg()], "allocator": allocator(),
+              "host_reads_per_update": summary(reads)}
     print(json.dumps(result))
 
 

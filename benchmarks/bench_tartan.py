@@ -54,6 +54,7 @@ import time
 
 import datasets
 import torch
+from host_reads import count_per_call, describe, summary
 from flops import (HostSyncs, add_cpu_malloc_argument, allocator, autocast, counting, folder_label, gflop_of,
                    matmul_peak_tflops, mfu, peak_label)
 from transformers import (
@@ -215,6 +216,8 @@ def main():
                     cpu[mode].append(used)
         device = str(runs["mt"][0].args.device)
         peak = matmul_peak_tflops(runs["mt"][0].args.device)  # after the timed steps
+        # host reads (benchmarks/host_reads.py) of each mode's step (training_step + optimizer step), not timed
+        reads = {mode: count_per_call(lambda mode=mode: step(*runs[mode])) for mode in runs}
     load_after = os.getloadavg()
     medians = {mode: statistics.median(t) for mode, t in wall.items()}
     cpu_medians = {mode: statistics.median(t) for mode, t in cpu.items()}
@@ -241,6 +244,8 @@ def main():
     syncs_report = syncs.report()
     if syncs_report is not None:
         print(f"host syncs per META training_step: {syncs_report['per_window']} ({syncs_report['by_line']})")
+    for mode, name in (("mt", "MT"), ("meta", "META")):
+        print(f"{name}: {describe(reads[mode], 'step')}")
     ratio = medians["meta"] / medians["mt"]
     floor = gflop["meta"] / gflop["mt"]
     # each META step against the MT step just before it (interleaved): the spread of the ratio
@@ -264,6 +269,7 @@ def main():
         "model_name_or_path": model_path, "data": "rotten_tomatoes+tapt+dapt(imdb)", "device": device,
         "bf16": args.bf16, "matmul_peak_tflops": round(peak, 4), "mfu": utilisation,
         "host_syncs_per_training_step": syncs_report,
+        "host_reads_per_step": {mode: summary(report) for mode, report in reads.items()},
         "torch_threads": torch.get_num_threads(), "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in load_after], "allocator": allocator()}))
 

@@ -116,3 +116,57 @@ def soft_embedding(probs: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
         return probs @ weight
     return _SoftEmbedding.apply(probs.reshape(-1, probs.shape[-1]), weight).view(*probs.shape[:-1], weight.shape[1])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The accelerator's path, selectable on CPU (what benchmarks/host_reads.py counts)
+# --------------------------------------------------------------------------------------------------------------
+
+_ACCELERATOR_PATHS = [False]  # accelerator_paths() sets it while host reads are counted on a CPU run
+
+
+def on_accelerator(tensor: torch.Tensor) -> bool:
+    """Whether code holding `tensor` takes the path written for an accelerator, where it must not read a value back
+    to the host (a CUDA stream would stall): True on an accelerator, and on CPU inside `accelerator_paths()`."""
+    return tensor.device.type != "cpu" or _ACCELERATOR_PATHS[0]
+
+
+@contextlib.contextmanager
+def accelerator_paths(enabled: bool = True):
+    """Inside it, `on_accelerator` answers True on CPU too: benchmarks/host_reads.py counts, on a CPU run, the reads
+    the accelerator's path makes (the CPU-only checks it skips are what the count guards)."""
+    before, _ACCELERATOR_PATHS[0] = _ACCELERATOR_PATHS[0], enabled
+    try:
+        yield
+    finally:
+        _ACCELERATOR_PATHS[0] = before
+
+
+_HOST_SIDE = [0]  # depth of host_side() blocks
+
+
+@contextlib.contextmanager
+def host_side():
+    """Marks code that reads tensors which live on the host on every device (a CPU `torch.Generator`'s draws, a
+    data sampler's order): no read there waits for an accelerator, and benchmarks/host_reads.py does not count it.
+    Only for CPU tensors: the marker is a statement about the code inside it, checked by review."""
+    _HOST_SIDE[0] += 1
+    try:
+        yield
+    finally:
+        _HOST_SIDE[0] -= 1
+
+
+def in_host_side() -> bool:
+    """Whether a `host_side()` block is running."""
+    return _HOST_SIDE[0] > 0
+
+
+def to_device_nonblocking(values, device, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """`torch.tensor(values, dtype=dtype)` (or the host tensor `values`) on `device` without stopping the host:
+    through pinned memory, copied asynchronously (a copy from ordinary host memory waits for the device's queue on
+    CUDA; torch's pinned-memory cache keeps the buffer until the copy is done). On CPU the host tensor itself."""
+    host = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
+    if torch.device(device).type == "cpu":
+        return host
+    return host.pin_memory().to(device, non_blocking=True)
