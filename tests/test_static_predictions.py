@@ -1,5 +1,5 @@
-"""The MLM heads' static-size prediction slots (hf_aux.tasks.data.max_predictions / prediction_positions): the bound
-K, the masker's cap at K, the slots by hand, and AMOS's and TARTAN's losses and gradients against the boolean-index
+"""The MLM heads' static-size prediction slots (hf_aux.tasks.data.max_predictions / prediction_positions): K by
+hand, BERT's per-row count in the masker, the slots by hand, and AMOS's and TARTAN's losses and gradients against the boolean-index
 formulation they replaced (written out inline here as the reference)."""
 
 import math
@@ -15,21 +15,16 @@ from hf_aux.tasks import data
 from hf_aux.tasks.data import mask_tokens_for_mlm, max_predictions, prediction_positions, special_tokens_mask_for
 
 
-def binomial_tail(n: int, p: float, k: int) -> float:
-    """P(Binomial(n, p) > k), summed in log space (math.comb overflows floats past n ~ 1000)."""
-    def log_pmf(j):
-        log_comb = math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1)
-        return log_comb + j * math.log(p) + (n - j) * math.log1p(-p)
-    return sum(math.exp(log_pmf(j)) for j in range(k + 1, n + 1))
-
-
-@pytest.mark.parametrize("p", [0.05, 0.15, 0.3, 0.5])
-def test_the_bound_is_exceeded_with_probability_below_one_in_a_billion(p):
-    for n in (16, 126, 1024, 4096, 16384):
-        k = max_predictions(n, p)
-        assert k <= n and (k == n or binomial_tail(n, p, k) < 1e-9), (n, p, k)
-    assert max_predictions(1024, 0.15) == 231  # ceil(153.6 + 6 * 11.43) + 8, vs a mean of 153.6 chosen
-    assert max_predictions(50, None) == 50  # no rate: every position
+def test_the_slots_are_bert_s_count_per_row_by_hand():
+    """K = B x round(p T) (half up, at least 1): BERT's / ELECTRA's num_to_predict for a full row, so the slots cost
+    what logits at the masked positions cost (18.9 expected per 128-token row at 0.15 with [CLS] and [SEP])."""
+    assert max_predictions((8, 128), 0.15) == 8 * 19  # 19.2 -> 19
+    assert max_predictions((4, 10), 0.15) == 4 * 2  # 1.5 rounds half up
+    assert max_predictions((2, 4), 0.15) == 2 * 1  # 0.6 -> 1: at least one
+    assert max_predictions(50, 0.15) == 8 and max_predictions((3, 50), None) == 150  # one row; no rate: every one
+    counts = torch.tensor([0, 1, 6, 126, 128])
+    assert data.predictions_per_row(counts, 0.15).tolist() == [0, 1, 1, 19, 19]
+    assert [data.predictions_per_row(int(n), 0.15) for n in counts] == [0, 1, 1, 19, 19]
 
 
 def test_slots_hold_the_chosen_positions_in_row_major_order_then_padding():
@@ -42,26 +37,27 @@ def test_slots_hold_the_chosen_positions_in_row_major_order_then_padding():
     assert everything.tolist() == list(range(8)) and torch.equal(all_predicted, chosen.reshape(-1))
 
 
-def test_masking_within_the_cap_is_unchanged_and_past_it_keeps_the_first_chosen(monkeypatch):
+def test_masking_chooses_bert_s_count_of_each_row_uniformly_among_maskable_positions():
     tok = tiny_tokenizer()
     ids = torch.randint(5, len(tok), (6, 20), generator=torch.Generator().manual_seed(1))
+    ids[:, 0], ids[:, -1] = tok.cls_token_id, tok.sep_token_id
+    ids[2, 9:] = tok.pad_token_id  # a short row: 8 maskable tokens
     special = special_tokens_mask_for(ids, tok)
-
-    def mask(seed):
-        return mask_tokens_for_mlm(ids, mask_token_id=tok.mask_token_id, vocab_size=len(tok),
-                                   special_tokens_mask=special, generator=torch.Generator().manual_seed(seed))
-
-    # the reference: BERT's Bernoulli draw, uncapped (what mask_tokens_for_mlm did before the cap)
-    reference = torch.bernoulli(torch.full(ids.shape, 0.15).masked_fill(special, 0.0),
-                                generator=torch.Generator().manual_seed(0)).bool()
-    masked, labels = mask(0)
-    assert torch.equal(labels != -100, reference) and int(reference.sum()) <= max_predictions(ids.numel(), 0.15)
-    monkeypatch.setattr(data, "max_predictions", lambda n, p: 3)
-    capped_ids, capped = mask(0)
-    kept = capped != -100
-    assert int(kept.sum()) == 3 and kept.reshape(-1).nonzero()[:, 0].tolist() == \
-        reference.reshape(-1).nonzero()[:3, 0].tolist()
-    assert torch.equal(capped_ids[kept], masked[kept]) and torch.equal(capped_ids[~reference], ids[~reference])
+    masked, labels = mask_tokens_for_mlm(ids, mask_token_id=tok.mask_token_id, vocab_size=len(tok),
+                                         special_tokens_mask=special, generator=torch.Generator().manual_seed(0))
+    chosen = labels != -100
+    # 18 maskable -> round(2.7) = 3 per full row; the short row's 8 -> round(1.2) = 1; never a special token
+    assert chosen.sum(-1).tolist() == [3, 3, 1, 3, 3, 3] and not (chosen & special).any()
+    assert int(chosen.sum()) <= max_predictions(ids.shape, 0.15)
+    assert torch.equal(labels[chosen], ids[chosen]) and torch.equal(masked[~chosen], ids[~chosen])
+    # uniform among the maskable positions: over many draws each is chosen at the row's rate (3 / 18), +- 5 sd
+    draws = torch.stack([mask_tokens_for_mlm(ids, mask_token_id=tok.mask_token_id, vocab_size=len(tok),
+                                             special_tokens_mask=special,
+                                             generator=torch.Generator().manual_seed(s))[1] != -100
+                         for s in range(2000)]).float().mean(0)
+    rate, sd = 3 / 18, math.sqrt(3 / 18 * 15 / 18 / 2000)
+    full_rows = draws[[0, 1, 3, 4, 5]][:, 1:-1]
+    assert (full_rows - rate).abs().max() < 5 * sd and draws[special].max() == 0.0
 
 
 def test_mlm_losses_by_hand_ignore_the_padding_slots():
@@ -110,7 +106,7 @@ def test_amos_loss_and_gradients_equal_the_boolean_index_formulation(family):
                                              special_tokens_mask=special_tokens_mask_for(ids, tok),
                                              generator=torch.Generator().manual_seed(3))
     batch = dict(input_ids=masked_ids, attention_mask=attention, labels=labels, original_input_ids=ids)
-    assert 0 < int((labels != -100).sum()) < max_predictions(ids.numel(), 0.15)  # padding slots in play
+    assert 0 < int((labels != -100).sum()) < max_predictions(ids.shape, 0.15)  # padding slots in play
     parameters = [p for p in model.parameters() if p.requires_grad]
     torch.manual_seed(7)  # the same Gumbel noise for the M masked rows (the slots hold them first)
     out = model(**batch, mlm_probability=0.15)

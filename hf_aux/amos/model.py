@@ -496,7 +496,7 @@ class AmosModel(PreTrainedModel):
         gumbel_temperature: float = 0.3,
         adv_mlm_multiplier: float = 0.0,
         rtd_weight: float = 50.0,
-        mlm_probability: float | None = 0.15,
+        mlm_probability: float | None = None,
     ) -> AmosOutput:
         """input_ids: [B, T] masked text; labels: [B, T] original ids at masked positions, -100 elsewhere;
         original_input_ids: [B, T] the unmasked text (MLMCollator(return_original=True) gives all three).
@@ -507,11 +507,12 @@ class AmosModel(PreTrainedModel):
         summing to 1: Table 8's "w. final mix weights"). adv_mlm_multiplier > 0: Table 2's "+ adv. MLM", the
         reversed gradient also reaches h, scaled by it.
 
-        mlm_probability: the masking rate the batch was masked at (default 0.15, AmosConfig's, MLMCollator's and
-        mask_tokens_for_mlm's); the heads then read S = `max_predictions(B x T, mlm_probability)` slots (the
-        masker's cap), the masked positions and padding, a static size for any mask. A batch masked with more
-        positions than S reports the excess in `dropped_predictions` (AmosTrainer logs it). None: S = B x T, every
-        position (exact for any masking, at the cost of logits everywhere).
+        mlm_probability: the rate `mask_tokens_for_mlm` masked the batch at (AmosTrainer passes its config's): the
+        heads then read S = `max_predictions((B, T), mlm_probability)` static slots, the most that masker chooses
+        (the masked positions, then padding), so logits cost what they cost at the masked positions alone. A batch
+        masked with more positions than S (another masker) reports the excess in `dropped_predictions`, which
+        AmosTrainer logs. None (the default for a direct call): S = B x T, every position, exact for any masking at
+        the cost of logits everywhere.
         """
         if labels is None or original_input_ids is None:
             raise ValueError("AMOS: fields 'labels' and 'original_input_ids' are required (use "
@@ -523,7 +524,7 @@ class AmosModel(PreTrainedModel):
         num_heads = len(self.mlm_layers)
         masked = labels != -100  # [B, T], the set M
         # the S static slots: M's flat positions first, then padding (predicted False, target -100)
-        positions, predicted = prediction_positions(masked, max_predictions(labels.numel(), mlm_probability))
+        positions, predicted = prediction_positions(masked, max_predictions(labels.shape, mlm_probability))
         targets = labels.reshape(-1).gather(0, positions)  # [S], -100 at the padding slots
         num_slots = positions.shape[0]
 

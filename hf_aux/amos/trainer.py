@@ -110,7 +110,7 @@ class AmosTrainer(AuxTrainer):
         return {"mixture": mixture, "head_index": head_index, "fixed_weights": fixed_weights,
                 "gumbel_temperature": self.args.gumbel_temperature,
                 "adv_mlm_multiplier": self.args.adv_mlm_multiplier, "rtd_weight": self.args.rtd_weight,
-                # the heads' static prediction slots: the cap `_mask` (mask_tokens_for_mlm) masks within
+                # the heads' static prediction slots: the most `_mask` (mask_tokens_for_mlm) chooses
                 "mlm_probability": self.args.mlm_probability}
 
     def _mask(self, inputs: dict) -> dict:

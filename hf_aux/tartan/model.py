@@ -217,7 +217,7 @@ class TartanModel(nn.Module):
         self.meta_head = ClassifierHead(classifier)
         self.meta_head.requires_grad_(False)
         # the rate the auxiliary batches are masked at (TartanConfig.mlm_probability): the MLM heads then read
-        # `max_predictions` static slots per batch, the masker's cap; None: every position (exact for any masking)
+        # `max_predictions` static slots per batch, the most the masker chooses; None: every position (exact for any masking)
         self.mlm_probability = mlm_probability
 
     # ------------------------------------------------------------------------------------------------------------
@@ -307,11 +307,11 @@ class TartanModel(nn.Module):
                        embedding: torch.Tensor) -> torch.Tensor:
         """Head `name`'s MLM cross-entropy on body states `hidden` [B, L, H], mean over the M labelled positions
         (labels != -100), logits only at S >= M static slots (`prediction_positions`: the labelled positions, then
-        padding whose -100 target adds nothing), S = `max_predictions(B x L, self.mlm_probability)`."""
+        padding whose -100 target adds nothing), S = `max_predictions((B, L), self.mlm_probability)`."""
         if hidden.shape[:2] != labels.shape:
             raise ValueError(self._pooled_states_message(hidden.shape[1], labels.shape[1]))
         chosen = labels != -100
-        positions, predicted = prediction_positions(chosen, max_predictions(labels.numel(), self.mlm_probability))
+        positions, predicted = prediction_positions(chosen, max_predictions(labels.shape, self.mlm_probability))
         states = hidden.reshape(-1, hidden.shape[-1]).index_select(0, positions)  # [S, H]
         logits = self.mlm_heads[name](states, embedding)  # [S, V]
         total = F.cross_entropy(logits.float(), labels.reshape(-1).gather(0, positions), reduction="sum")

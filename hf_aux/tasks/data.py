@@ -66,26 +66,29 @@ def mlm_block_function(tokenizer: PreTrainedTokenizerBase, text_column: str, blo
     return tokenize_and_group
 
 
-# The static prediction budget K of a masked batch (`max_predictions`): the binomial mean of the chosen count plus
-# PREDICTION_SLACK_SD standard deviations plus PREDICTION_SLACK_TOKENS. A batch of n tokens chooses Binomial(n', p)
-# positions (n' <= n non-special ones); the exact tail P(count > K) is below 1e-9 for every n and p tested
-# (tests/test_static_predictions.py), e.g. n = 8 x 128, p = 0.15: K = 231 for a mean of 154 (1.50x); 32 x 128: 760
-# for 614 (1.24x).
-PREDICTION_SLACK_SD = 6.0
-PREDICTION_SLACK_TOKENS = 8
+def predictions_per_row(num_candidates, mlm_probability: float):
+    """How many positions BERT's masking chooses in a sequence of `num_candidates` maskable tokens (an int or an
+    integer tensor, one per row): round(n p) (half up, so it never exceeds the same count for a longer sequence),
+    at least 1 where there is a candidate, at most n. BERT's and ELECTRA's pretraining data (`num_to_predict`)
+    choose exactly this many; transformers' DataCollatorForLanguageModeling draws each token independently, with the
+    same expected rate and a binomial count."""
+    if isinstance(num_candidates, torch.Tensor):
+        count = torch.floor(num_candidates.to(torch.float64) * mlm_probability + 0.5).to(num_candidates.dtype)
+        return torch.minimum(count.clamp_min(1), num_candidates)
+    n = int(num_candidates)
+    return min(n, max(1, math.floor(n * mlm_probability + 0.5))) if n else 0
 
 
-def max_predictions(num_positions: int, mlm_probability: float) -> int:
-    """K, the most positions `mask_tokens_for_mlm` chooses in a batch of `num_positions` tokens (B x T): a static
-    size for gathering the MLM heads' inputs (ELECTRA's max_predictions_per_seq, here per batch, whose relative
-    spread is smaller than a row's). The masker caps the chosen set at K, so a head that takes K slots sees every
-    chosen token; K = min(n, ceil(n p + 6 sqrt(n p (1 - p))) + 8). `mlm_probability` None: every position."""
-    n = int(num_positions)
+def max_predictions(shape, mlm_probability: float | None) -> int:
+    """K, the static number of prediction slots of a masked batch of `shape` (B, T) (an int n: one row of n): the
+    most positions `mask_tokens_for_mlm` chooses, B x `predictions_per_row(T, p)` (ELECTRA's
+    max_predictions_per_seq). A head that reads K slots (`prediction_positions`) sees every chosen token, at the
+    cost of computing logits only there: K is the expected count up to the special tokens' share (B x 19 slots
+    for 8 x 128 tokens at p = 0.15, with 18.9 expected per row). `mlm_probability` None: every position."""
+    rows, length = (1, int(shape)) if isinstance(shape, int) else (int(shape[0]), int(math.prod(shape[1:])))
     if mlm_probability is None:
-        return n
-    p = float(mlm_probability)
-    bound = math.ceil(n * p + PREDICTION_SLACK_SD * math.sqrt(n * p * (1.0 - p))) + PREDICTION_SLACK_TOKENS
-    return min(n, bound)
+        return rows * length
+    return rows * predictions_per_row(length, float(mlm_probability))
 
 
 def prediction_positions(chosen: torch.Tensor, num_slots: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,24 +119,25 @@ def mask_tokens_for_mlm(
     random_replace_prob: float = 0.1,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """BERT masking: choose `mlm_probability` of the non-special positions; of those, 80% become [MASK], 10% a
-    random token, 10% stay. Returns `(masked_input_ids, labels)` with labels -100 where nothing is predicted.
-
-    At most `max_predictions(input_ids.numel(), mlm_probability)` positions of the batch are chosen (the MLM
-    heads' static size): in a batch that draws more (probability below 1e-9, see `max_predictions`), the chosen
-    positions past that count in row-major order are not chosen. The cap draws no random number, so every batch
-    within it is masked exactly as without it.
+    """BERT masking: choose `predictions_per_row(n, mlm_probability)` of each row's n non-special positions,
+    uniformly at random (BERT's and ELECTRA's `num_to_predict`, so every batch fits `max_predictions(shape, p)`
+    static slots); of those, 80% become [MASK], 10% a random token, 10% stay. Returns `(masked_input_ids, labels)`
+    with labels -100 where nothing is predicted.
 
     input_ids: [batch, length]; special_tokens_mask: bool [batch, length], True where masking is forbidden
     (CLS, SEP, PAD). Uses `generator` (or torch's global RNG, which Trainer seeds and restores on resume).
     """
     labels = input_ids.clone()
-    probability = torch.full(input_ids.shape, mlm_probability, device=input_ids.device)
-    if special_tokens_mask is not None:
-        probability.masked_fill_(special_tokens_mask.bool(), 0.0)
-    chosen = torch.bernoulli(probability, generator=generator).bool()
-    budget = max_predictions(chosen.numel(), mlm_probability)
-    chosen &= chosen.reshape(-1).cumsum(0).view_as(chosen) <= budget  # the static cap (docstring)
+    maskable = torch.ones_like(input_ids, dtype=torch.bool) if special_tokens_mask is None else \
+        ~special_tokens_mask.bool()
+    # a uniform random subset of k_r maskable positions per row: the k_r highest of uniform scores (special
+    # positions score -1); top-k has a static size, so nothing here waits for the device
+    scores = torch.rand(input_ids.shape, generator=generator, device=input_ids.device).masked_fill(~maskable, -1.0)
+    slots = predictions_per_row(input_ids.shape[-1], mlm_probability)
+    ranked = scores.topk(slots, dim=-1).indices  # [B, slots], best first
+    wanted = predictions_per_row(maskable.sum(-1), mlm_probability)  # [B] k_r
+    keep = torch.arange(slots, device=input_ids.device) < wanted.unsqueeze(-1)
+    chosen = torch.zeros_like(maskable).scatter(-1, ranked, keep)
     labels[~chosen] = -100
     masked = input_ids.clone()
     to_mask = torch.bernoulli(torch.full(input_ids.shape, mask_replace_prob, device=input_ids.device),
