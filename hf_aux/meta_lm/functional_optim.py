@@ -22,13 +22,15 @@ import torch
 from torch.optim.adamw import adamw as adamw_functional
 from torch.optim.sgd import sgd as sgd_functional
 
+from ..runtime.tensor_ops import on_accelerator
+
 
 def optimizer_steps(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> list[int]:
     """The optimizer's step count of each of `params` (0 before its first update), read with at most one host
     transfer: a fused or capturable AdamW (Trainer's default on CUDA is fused) keeps each count as a tensor on the
     device, and reading them one by one stops the host once per parameter (docs/meta_lm_measurements.md)."""
     steps = [optimizer.state.get(p, {}).get("step", 0) for p in params]
-    on_device = [i for i, s in enumerate(steps) if isinstance(s, torch.Tensor) and s.device.type != "cpu"]
+    on_device = [i for i, s in enumerate(steps) if isinstance(s, torch.Tensor) and on_accelerator(s)]
     if on_device:
         for i, value in zip(on_device, torch.stack([steps[i].reshape(()).float() for i in on_device]).tolist()):
             steps[i] = value
@@ -147,11 +149,12 @@ def student_update_vjp(optimizer: torch.optim.Optimizer, max_grad_norm: float | 
     present = [i for i, g in enumerate(grads) if g is not None]
     through_update = [None] * len(params)
     slot = {id(params[i]): i for i in present}
-    for group in optimizer.param_groups:  # one foreach call per param group and optimizer step count
+    groups = [[p for p in group["params"] if id(p) in slot] for group in optimizer.param_groups]
+    steps = iter(optimizer_steps(optimizer, [p for trained in groups for p in trained]))  # one read for all groups
+    for group, trained in zip(optimizer.param_groups, groups):  # one foreach call per group and step count
         buckets = defaultdict(list)
-        trained = [p for p in group["params"] if id(p) in slot]
-        for p, step in zip(trained, optimizer_steps(optimizer, trained)):
-            buckets[step].append(slot[id(p)])
+        for p in trained:
+            buckets[next(steps)].append(slot[id(p)])
         for step, indices in buckets.items():
             cotangent = [cotangents[i] for i in indices]
             if type(optimizer) is torch.optim.SGD:
@@ -255,15 +258,15 @@ def clip_by_total_norm_vjp(grads: list[torch.Tensor], max_norm: float, cotangent
                            in_place: bool = False) -> list[torch.Tensor]:
     """The cotangents of `clip_by_total_norm`'s output pulled back to its input: with n = ||g||, c = min(1,
     max_norm / (n + 1e-6)), the output c g has the vector-Jacobian product c u - [c < 1] max_norm / (n + 1e-6)^2
-    <u, g> / n g. `in_place`: written into `cotangents` (no new parameter-sized buffers)."""
+    <u, g> / n g. `in_place`: written into `cotangents` (no new parameter-sized buffers). Whether c < 1 is decided
+    on the device (c = 1 and no second term otherwise): reading it would stop the host once per update."""
     if max_norm is None or max_norm <= 0:
         return list(cotangents)
     total = torch.stack(torch._foreach_norm(grads)).norm()
-    coef = max_norm / (total + 1e-6)
-    if not bool(coef < 1):
-        return list(cotangents)
+    clipped = total + 1e-6 > max_norm                                    # c < 1
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
     dot = torch.stack([torch.vdot(u.flatten(), g.flatten()) for u, g in zip(cotangents, grads)]).sum()
-    along = max_norm / (total + 1e-6) ** 2 * dot / total
+    along = torch.where(clipped, max_norm / (total + 1e-6) ** 2 * dot / total, 0.0)
     if in_place:
         return [u.mul_(coef).addcmul_(g, along, value=-1) for u, g in zip(cotangents, grads)]
     return [coef * u - along * g for u, g in zip(cotangents, grads)]

@@ -338,10 +338,10 @@ def first_order_soft_label_grads(label_grads_at: Callable[[list[torch.Tensor]], 
     """
     present = [d for d in w if d is not None]
     norm = torch.stack(torch._foreach_norm(present)).norm() if present else torch.zeros(())
-    if not bool(norm > 0):
-        return [torch.zeros_like(b) for b in base]
-    eps = radius / norm
+    # a zero w is decided on the device (reading norm > 0 would stop the host once per update): the shift is then 0
+    # and the factor 0, so the result is zeros
+    eps = radius / norm.clamp_min(torch.finfo(norm.dtype).tiny)
     shifted = [t.detach() if d is None else torch.addcmul(t.detach(), d, eps) for t, d in zip(theta_0, w)]
     at_shift = label_grads_at(shifted)  # fresh tensors: the difference is made in them
-    factor = scale / eps
+    factor = torch.where(norm > 0, scale / eps, 0.0)
     return [s.sub_(b).mul_(factor) for s, b in zip(at_shift, base)]

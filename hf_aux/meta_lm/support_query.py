@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from ..runtime.tensor_ops import host_side, to_device_nonblocking
 from ..tasks.streaming import StreamBatches, is_stream
 
 
@@ -18,6 +19,9 @@ class SupportQuerySampler:
     labelled: {task: ([input_ids row, ...] with the task token at position 0, labels [N])}; unlabelled: a dataset
     with `input_ids`. Every draw comes from `generator`, which the caller owns and checkpoints (the meta step draws
     masks and teacher samples from it too); `state_dict()` holds the rest: the current task and the steps left.
+    The task and row draws are read on the host (`.item()`, `.tolist()`): on CPU they come from `generator`
+    itself; on an accelerator from a CPU generator of this sampler's own (seeded from `generator`'s seed, held in
+    `state_dict()`), since reading a device generator's draw stops the host until the device catches up.
 
     A streamed `unlabelled` (a `hf_aux.tasks.streaming.ResumableStream`, `hf-aux meta-lm --streaming`) has no random
     access: the MLM task's rows are then the next blocks of a pass over the corpus of its own
@@ -33,6 +37,8 @@ class SupportQuerySampler:
         self.mlm_task_probability = mlm_task_probability
         self.label_tokens, self.pad_token_id, self.mlm_example = label_tokens, pad_token_id, mlm_example
         self.generator, self.device = generator, device
+        self.host_generator = (generator if generator.device.type == "cpu"
+                               else torch.Generator().manual_seed(generator.initial_seed()))
         self.current_task: str | None = None
         self.task_steps_left = 0
         self._stream = None  # a streamed `unlabelled`: its MLM rows in order (StreamBatches)
@@ -42,13 +48,13 @@ class SupportQuerySampler:
     def next_task(self) -> str:
         """The task of this meta step: a new draw once the current one had its `samples_per_task` examples."""
         if self.task_steps_left == 0:
-            draw = torch.rand((), generator=self.generator, device=self.generator.device).item()
-            if draw < self.mlm_task_probability or not self.task_names:
-                self.current_task = "mlm"
-            else:
-                index = torch.randint(len(self.task_names), (), generator=self.generator,
-                                      device=self.generator.device).item()
-                self.current_task = self.task_names[index]
+            with host_side():  # a CPU generator's draws (class docstring)
+                draw = torch.rand((), generator=self.host_generator).item()
+                if draw < self.mlm_task_probability or not self.task_names:
+                    self.current_task = "mlm"
+                else:
+                    index = torch.randint(len(self.task_names), (), generator=self.host_generator).item()
+                    self.current_task = self.task_names[index]
             self.task_steps_left = self.steps_per_task
         self.task_steps_left -= 1
         return self.current_task
@@ -59,20 +65,21 @@ class SupportQuerySampler:
         return self.batch(task), self.batch(task)
 
     def batch(self, task: str) -> dict[str, torch.Tensor]:
-        draw = dict(generator=self.generator, device=self.generator.device)
         if task == "mlm":
             if self._stream is not None:
                 rows = self._stream.next()
             else:
-                rows = [self.unlabelled[i] for i in torch.randint(len(self.unlabelled), (self.batch_size,),
-                                                                   **draw).tolist()]
+                with host_side():  # a CPU generator's draws (class docstring)
+                    drawn = torch.randint(len(self.unlabelled), (self.batch_size,), generator=self.host_generator)
+                    rows = [self.unlabelled[i] for i in drawn.tolist()]
             ids, mask = self._to_device(*self._pad([torch.tensor(row["input_ids"]) for row in rows]))
             x, y = self.mlm_example(ids, mask, self.generator)
             return {"input_ids": x, "attention_mask": mask, "labels": y}
         examples, labels = self.labelled[task]
-        index = torch.randint(len(examples), (self.batch_size,), **draw).tolist()
+        with host_side():  # a CPU generator's draws; `labels` are host tensors (class docstring)
+            index = torch.randint(len(examples), (self.batch_size,), generator=self.host_generator).tolist()
+            tokens = torch.tensor(self.label_tokens)[labels[index].cpu()]
         ids, mask = self._pad([examples[i] for i in index])
-        tokens = torch.tensor(self.label_tokens)[labels[index].cpu()]
         y = tokens[:, None].expand_as(ids).masked_fill(mask == 0, -100)
         ids, mask, y = self._to_device(ids, mask, y)
         return {"input_ids": ids, "attention_mask": mask, "labels": y}
@@ -87,18 +94,22 @@ class SupportQuerySampler:
         return ids, mask
 
     def _to_device(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Same-shape host tensors on the device in one copy (each copy from pageable memory stops the host on
-        CUDA: a labelled batch made four of them)."""
-        return tuple(torch.stack(tensors).to(self.device).unbind(0))
+        """Same-shape host tensors on the device in one asynchronous copy from pinned memory (each copy from
+        pageable memory stops the host on CUDA: a labelled batch made four of them)."""
+        return tuple(to_device_nonblocking(torch.stack(tensors), self.device).unbind(0))
 
     def state_dict(self) -> dict:
         state = {"current_task": self.current_task, "task_steps_left": self.task_steps_left}
+        if self.host_generator is not self.generator:
+            state["host_generator"] = self.host_generator.get_state()
         if self._stream is not None:
             state["unlabelled_stream"] = self._stream.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
         self.current_task, self.task_steps_left = state["current_task"], state["task_steps_left"]
+        if self.host_generator is not self.generator and "host_generator" in state:
+            self.host_generator.set_state(state["host_generator"])  # (a checkpoint from before it: a fresh seed)
         if self._stream is not None:
             if "unlabelled_stream" not in state:
                 raise ValueError("resume_from_checkpoint: the checkpoint holds no position of the streamed MLM "

@@ -33,7 +33,7 @@ from transformers import PreTrainedTokenizerBase
 from transformers.optimization import get_scheduler
 from transformers.utils import is_peft_available
 
-from hf_aux.tasks.data import mask_tokens_for_mlm
+from hf_aux.tasks.data import mask_tokens_for_mlm, max_predictions, prediction_positions
 from hf_aux.runtime.distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
 from hf_aux.meta_lm.functional_optim import sgd_update, student_update, student_update_values, student_update_vjp
 from hf_aux.meta_lm import METHOD
@@ -327,8 +327,8 @@ class MetaLMTrainer(AuxTrainer):
         """The teacher's auxiliary losses (§3.4): output (x_m, x_u) given x_u (as an MLM task) and (x_m, y_m) given
         x_m, each the mean of its two heads' token cross entropies. `input_logits`: the input head's [B, L, V] on
         the x_u-as-MLM and x_m rows; `output_logits`: the output head's on the x_u-as-MLM rows, and on the x_m
-        rows only at the positions where y_m has a target ([M, V], `y_m_targets` [M]), as ELECTRA's generator
-        does: the same mean over the same positions, without the [B, L, V] logits."""
+        rows only at the K prediction slots of y_m's targets ([K, V], `y_m_targets` [K], -100 at padding slots), as
+        ELECTRA's generator does: the same mean over the same positions, without the [B, L, V] logits."""
         def targets(ids):
             return ids.masked_fill(mask == 0, -100)
 
@@ -406,14 +406,18 @@ class MetaLMTrainer(AuxTrainer):
         # each head once over all its rows (one weight gradient per head): x_u's, then the auxiliary losses' x_u
         # as an MLM task and x_m, whose output head runs only where y_m has a target
         hidden_u, hidden_m = hidden[batch:2 * batch], hidden[2 * batch:]
-        predicted = y_m != -100  # [B, L]
-        aux_rows = ([hidden_u, hidden_m], [hidden_u, hidden_m[predicted]]) if args.teacher_aux_losses else ([], [])
+        # x_m's targets in K static slots (the masker's cap, no boolean indexing: nothing waits for the device),
+        # padding slots ignored: the same mean over the same positions
+        slots, real = prediction_positions(y_m != -100, max_predictions(y_m.shape, args.mlm_probability))
+        y_m_targets = torch.where(real, y_m.reshape(-1)[slots], -100)                      # [K]
+        aux_rows = (([hidden_u, hidden_m], [hidden_u, hidden_m.flatten(0, 1)[slots]]) if args.teacher_aux_losses
+                    else ([], []))
         step.x_logits, *input_aux = self.teacher.input_head.forward_each([hidden[:batch]] + aux_rows[0])  # [B, L, V]
         output = self.teacher.output_head.forward_each(([] if args.fixed_y else [hidden[:batch]]) + aux_rows[1])
         step.y_logits = None if args.fixed_y else output[0]
         step.aux_loss = step.x_logits.new_zeros(())
         if args.teacher_aux_losses:
-            step.aux_loss = self._teacher_aux_loss(input_aux, output[-2:], x_u_as_mlm, x_m, y_m[predicted], mask)
+            step.aux_loss = self._teacher_aux_loss(input_aux, output[-2:], x_u_as_mlm, x_m, y_m_targets, mask)
             self._train_metrics.add("meta/teacher_aux_loss", step.aux_loss)
         if args.objective == "soft":
             step.x_probs = step.x_logits.softmax(-1)

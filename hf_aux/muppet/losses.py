@@ -25,6 +25,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..runtime.tensor_ops import on_accelerator
+
 SCALED_KINDS = ("classification", "multiple_choice", "extractive_qa", "seq2seq", "token_classification")
 
 
@@ -78,7 +80,7 @@ def seq2seq_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: fl
     per_token = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=ignore_index,
                                 label_smoothing=label_smoothing, reduction="none").view(labels.shape)  # [B, T]
     tokens = (labels != ignore_index).sum(dim=-1)
-    if bool((tokens == 0).any()):
+    if not on_accelerator(tokens) and bool((tokens == 0).any()):  # on an accelerator: 0 / 0, named as non-finite
         raise ValueError("seq2seq_loss: field 'labels': an example has no target token (all ignore_index)")
     loss = per_token.sum(dim=-1) / tokens
     return loss, torch.full_like(loss, logits.shape[-1])
@@ -91,7 +93,7 @@ def token_classification_loss(logits: torch.Tensor, labels: torch.Tensor,
     per_token = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=ignore_index,
                                 reduction="none").view(labels.shape)  # [B, L], 0 where ignored
     tagged = (labels != ignore_index).sum(dim=-1)
-    if bool((tagged == 0).any()):
+    if not on_accelerator(tagged) and bool((tagged == 0).any()):  # on an accelerator: 0 / 0, named as non-finite
         raise ValueError("token_classification_loss: field 'labels': an example has no tagged token (all "
                          "ignore_index)")
     loss = per_token.sum(dim=-1) / tagged
@@ -117,7 +119,7 @@ def scale_losses(losses: torch.Tensor, num_predictions: torch.Tensor) -> torch.T
     accelerator reading the answer would stop the host once per sub-batch, so there the check is MultiTaskCollator's
     (it refuses a multiple-choice example with fewer than 2 choices as it pads; classification's n is its label
     count), and a batch from elsewhere that breaks it gives an infinite loss, which the non-finite check names."""
-    if num_predictions.device.type == "cpu" and bool((num_predictions < 2).any()):
+    if not on_accelerator(num_predictions) and bool((num_predictions < 2).any()):
         raise ValueError("scale_losses: field 'num_predictions': every data point needs n(i) >= 2 predictions "
                          f"(got min {float(num_predictions.min())}); log 1 = 0 cannot scale a loss")
     return losses / torch.log(num_predictions.to(losses.dtype))

@@ -41,6 +41,7 @@ from . import METHOD
 from .config import MuppetConfig
 from .losses import (classification_loss, multiple_choice_loss, r3f_divergence, regression_loss,
                      sample_embedding_noise, scale_losses, seq2seq_loss, span_loss, token_classification_loss)
+from ..runtime.tensor_ops import host_side, to_device_nonblocking
 from ..runtime.trainer import AuxTrainer
 from ..cards.model_card import TaskSummary
 from ..modeling.multitask import ClassificationHead, MultiTaskModel
@@ -267,14 +268,15 @@ class MuppetTrainer(AuxTrainer):
 
     def get_batch_samples(self, epoch_iterator, num_batches: int, device: torch.device):
         """Trainer's prefetch of one update's sub-batches; under a token budget also the update's rows over every
-        process (one all-reduce per update, no host sync), which `_row_weight` divides by."""
+        process (one all-reduce per update, no host sync; one process: a number), which `_row_weight` divides by."""
         samples, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
         if self.args.max_tokens_per_batch is not None:
-            rows = torch.tensor(sum(len(batch["task_ids"]) for batch in samples), device=device)
-            self._update_rows = self.accelerator.reduce(rows, "sum") if self.args.world_size > 1 else rows
+            rows = sum(len(batch["task_ids"]) for batch in samples)
+            self._update_rows = (self.accelerator.reduce(to_device_nonblocking(rows, device), "sum")
+                                 if self.args.world_size > 1 else rows)
         return samples, num_items
 
-    def _row_weight(self, rows: int) -> torch.Tensor:
+    def _row_weight(self, rows: int) -> torch.Tensor | float:
         """The factor that makes an update under a token budget the mean over its rows: Trainer divides each
         sub-batch's mean loss by the update's micro-steps and DDP averages over processes, so a sub-batch of r rows
         in an update of R rows (all processes) weighs r x micro-steps x processes / R."""
@@ -331,7 +333,7 @@ class MuppetTrainer(AuxTrainer):
     def _task_multipliers(self) -> torch.Tensor:
         """K * alpha per mixture task (mean 1: at uniform weights each sub-batch weighs what it does in MUPPET)."""
         if self._multipliers is None:
-            weights = torch.tensor(self.task_weights_state.weights, device=self.args.device)
+            weights = self.task_weights_state.weights_on(self.args.device)
             self._multipliers = task_mixture(weights) * len(weights)
         return self._multipliers
 
@@ -368,14 +370,15 @@ class MuppetTrainer(AuxTrainer):
         phi* re-initialised and fitted on frozen end-task features, g_meta of another end-task batch through phi*
         (eq. 7), then w_k += eta cos(g_meta, g_k) for the drawn tasks and alpha = softmax(w). Gradients are taken
         with autograd.grad (parameters' .grad untouched) and averaged over processes, so w is the same on every
-        rank. One host sync."""
+        rank. No host read: w and alpha stay on the device, the finite check is the guard's (once per update)."""
         args, state = self.args, self.task_weights_state
         step = self.state.global_step
         body_model: MultiTaskModel = self.unwrapped(model)
         body = [p for p in body_model.body.parameters() if p.requires_grad]
         names = self.train_dataset.task_names
         draw = torch.Generator().manual_seed(args.seed * 1_000_003 + step)  # the same subset on every rank
-        tasks = sorted(torch.randperm(len(names), generator=draw)[:args.meta_tasks_per_step].tolist())
+        with host_side():  # a CPU generator's draw, on every device
+            tasks = sorted(torch.randperm(len(names), generator=draw)[:args.meta_tasks_per_step].tolist())
         was_training = body_model.training
         body_model.train()
         seed = micro_batch_seed(args.seed + 1, step * args.world_size + args.process_index)
@@ -402,15 +405,13 @@ class MuppetTrainer(AuxTrainer):
         if distributed(args.world_size):
             for grad_list in [meta_grads, *task_grads]:
                 all_reduce_mean(grad_list, args.world_size)
-        weights = torch.tensor(state.weights, device=args.device)
-        weights, alphas, cosines = meta_update(weights, meta_grads, task_grads, args.task_weight_lr, tasks=tasks)
-        # the update's one host sync
-        synced = torch.cat([weights, alphas, meta_loss.detach().float().reshape(1)]).tolist()
-        if not check_finite_loss(self, {"meta_loss": synced[-1], **dict(zip(
-                [f"task_weight/{n}" for n in names], synced[:len(names)]))}, "MuppetTrainer: task_weighting 'meta'"):
+        weights, alphas, cosines = meta_update(state.weights_on(args.device), meta_grads, task_grads,
+                                               args.task_weight_lr, tasks=tasks)
+        if not check_finite_loss(self, {"meta_loss": meta_loss.detach(), **{
+                f"task_weight/{n}": w for n, w in zip(names, weights)}}, "MuppetTrainer: task_weighting 'meta'"):
             return  # on_nonfinite 'skip': the weights stay as they were
-        state.weights = synced[:len(names)]
-        state.record(step + 1, synced[len(names):2 * len(names)])
+        state.set_weights(weights)
+        state.record(step + 1, alphas)
         self._multipliers = alphas.detach() * len(names)
         for k, cos in zip(tasks, cosines):
             self._meta_metrics.add(f"cos/{names[k]}", cos)

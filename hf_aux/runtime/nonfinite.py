@@ -4,7 +4,8 @@
 - `check_finite_loss(trainer, parts, owner)`: called by a trainer's loss code with its named loss parts; a NaN/Inf
   part raises `NonFiniteTrainingError` naming the step, every part's value and the last checkpoint, before the
   optimizer step. On CPU at once; on an accelerator the guard checks the update's parts together right before
-  its optimizer step (one host sync per update).
+  its optimizer step: one host read per update, of every loss part of every sub-batch and the watched loss
+  together (it stays so that a NaN stops the run before the optimizer writes it into the parameters).
 - `NonFiniteGuard`, a `TrainerCallback` every hf_aux trainer installs. With `on_nonfinite` 'stop' (the default)
   a non-finite gradient the loss checks missed makes the parameters non-finite, so the guard checks the
   parameters (one pass, one host sync) where Trainer logs, evaluates, saves or ends, and `AuxTrainer` checks them
@@ -27,6 +28,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
+
+from .tensor_ops import on_accelerator
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +87,7 @@ def check_finite_loss(trainer, parts: dict, owner: str | None = None) -> bool:
     tensors = [v for v in parts.values() if isinstance(v, torch.Tensor)]
     if tensors and _policy(trainer.args) == "stop":
         guard = find_nonfinite_guard(trainer)
-        if guard is not None and (guard.defer_loss_checks or tensors[0].device.type != "cpu"):
+        if guard is not None and (guard.defer_loss_checks or on_accelerator(tensors[0])):
             guard.defer_loss_check(trainer, parts, owner)
             return True
     return _all_finite(parts.values()) or _refuse_loss(trainer, parts, owner)
@@ -162,10 +165,17 @@ class NonFiniteGuard(TrainerCallback):
 
     # ---- before the update: gradients (and the watched loss) ----
     def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        if _policy(args) == "stop":
+            # the update's one host read: every deferred loss part and the watched loss, together
+            values = [v for _, _, parts in self._pending_losses for v in parts.values()]
+            values += [] if self._last_loss is None else [self._last_loss]
+            if not values or _all_finite(values):
+                self._pending_losses, self._last_loss = [], None  # non-finite gradients show in the parameters
+                return                                             # they update (check_parameters)
         if self._pending_losses:
-            self.check_deferred_losses()
+            self.check_deferred_losses()  # raises, naming the sub-batch, if a loss part was non-finite
         if _policy(args) == "stop" and (self._last_loss is None or bool(torch.isfinite(self._last_loss).all())):
-            self._last_loss = None  # non-finite gradients show in the parameters they update (check_parameters)
+            self._last_loss = None
             return
         named = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None]
         checks = []

@@ -102,6 +102,9 @@ class TartanTrainer(AuxTrainer):
         if list(auxiliary_datasets) != model.auxiliary_tasks:
             raise ValueError(f"TartanTrainer: field 'auxiliary_datasets': tasks {list(auxiliary_datasets)} do not "
                              f"match the model's MLM heads {model.auxiliary_tasks} (same names, same order)")
+        # this trainer masks the auxiliary batches (`_mlm_collate`) at args.mlm_probability: the heads read the static
+        # slots that rate fills (max_predictions), not every position
+        model.mlm_probability = args.mlm_probability
         if processing_class is None or getattr(processing_class, "mask_token_id", None) is None:
             raise ValueError("TartanTrainer: field 'processing_class': a tokenizer with a mask token is needed to "
                              "mask the auxiliary MLM batches")
@@ -238,7 +241,7 @@ class TartanTrainer(AuxTrainer):
         with seeded_rng(micro_batch_seed(self.args.seed, self._micro_batches.index(self)), self.args.device):
             outputs = model(**inputs, auxiliary_batches=auxiliary)                       # one (DDP) forward
         losses = torch.cat([outputs.loss.reshape(1), outputs.auxiliary_losses])         # [n + 1]: L_T*, L_T1..
-        weights = torch.tensor(state.weights, device=losses.device)                     # fixed w (eq. 3)
+        weights = state.weights_on(losses.device)                                       # fixed w (eq. 3)
         loss = mt_tartan_loss(losses, weights)                                          # sum_k w_k L_k
         for name, value in zip(self.task_names, losses):
             self._train_metrics.add(f"loss/{name}", value)
@@ -304,7 +307,7 @@ class TartanTrainer(AuxTrainer):
             for grad_list in [meta_grads, *body_grads, *(g for _, g in head_grads)]:
                 all_reduce_mean(grad_list, args.world_size)
         state = self.task_weights_state
-        weights = torch.tensor(state.weights, device=end_loss.device)
+        weights = state.weights_on(end_loss.device)                      # w stays on the device between updates
         # cos(g_meta, g_k) for k = end task, aux...; w_k <- w_k + eta cos; alpha = softmax(w)
         weights, alphas, cosines = meta_update(weights, meta_grads, body_grads, args.task_weight_lr)
         combined = combine_gradients(alphas * scale, body_grads, in_place=True)  # scale * sum_k alpha_k g_k
@@ -313,14 +316,12 @@ class TartanTrainer(AuxTrainer):
             _accumulate_grads(params, grads, scale)
         losses = torch.stack(losses)
         total = (alphas * losses).sum()
-        # the step's only host sync: weights, alphas, losses (finite check)
-        synced = torch.cat([weights, alphas, losses]).tolist()
-        n = len(self.task_names)
-        new_weights, new_alphas, loss_values = synced[:n], synced[n:2 * n], synced[2 * n:]
-        check_finite_loss(self, {f"loss/{name}": value for name, value in zip(self.task_names, loss_values)},
+        # no host read: the losses' finite check is the guard's, once per update (hf_aux.runtime.nonfinite); w and
+        # alpha stay on the device until a log or a checkpoint asks for them
+        check_finite_loss(self, {f"loss/{name}": loss_k for name, loss_k in zip(self.task_names, losses)},
                           "TartanTrainer")
-        state.weights = new_weights
-        state.record(self.state.global_step + 1, new_alphas)
+        state.set_weights(weights)
+        state.record(self.state.global_step + 1, alphas)
         for name, loss_k, cos_k in zip(self.task_names, losses, cosines):
             self._train_metrics.add(f"loss/{name}", loss_k)
             self._train_metrics.add(f"cos/{name}", cos_k)

@@ -29,6 +29,7 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
 
 from .config import MetaWeightingArguments
+from ..runtime.tensor_ops import to_device_nonblocking
 from ..tasks.streaming import StreamBatches
 
 GradList = Sequence[torch.Tensor | None]
@@ -105,7 +106,7 @@ def meta_update(weights: torch.Tensor, meta_grads: GradList, task_grads: Sequenc
     else:
         if len(tasks) != len(task_grads):
             raise ValueError(f"{len(task_grads)} task gradients for {len(tasks)} task indices")
-        index = torch.as_tensor(list(tasks), dtype=torch.long, device=weights.device)
+        index = to_device_nonblocking(list(tasks), weights.device, torch.long)  # chosen on the host
         step = weights.new_zeros(weights.shape).index_copy(0, index, cosines.to(weights.dtype))
     weights = update_task_weights(weights, step, lr)
     return weights, task_mixture(weights), cosines
@@ -193,14 +194,19 @@ class TaskWeightsCallback(TrainerCallback, ExportableState):
     whose weights changed), the batch-stream positions (draws per stream; for a streamed corpus also the source's
     position, `stream_positions`) and TARTAN's MLM head warm-up losses ({task: [first, last]}, empty until it
     ran); saved in trainer_state.json (`stateful_callbacks`) with every checkpoint and restored on resume
-    (`restore_task_weights`)."""
+    (`restore_task_weights`).
+
+    During training w lives on the device (`weights_on`, `set_weights`) and the history's new rows may be device
+    tensors (`record`): reading them to the host every update would stop it once per update, so `weights` and
+    `history` read them, in one transfer, only when asked (a log, a checkpoint, the card)."""
 
     def __init__(self, task_names: list[str] | None = None, weights: list[float] | None = None,
                  history: list[list[float]] | None = None, stream_draws: dict[str, int] | None = None,
                  head_warmup: dict[str, list[float]] | None = None, stream_positions: dict[str, dict] | None = None):
+        self._on_device, self._device, self._stale, self._pending = None, None, False, []
         self.task_names = list(task_names or [])
         self.weights = list(weights or [])
-        self.history = [list(row) for row in (history or [])]
+        self.history = history or []
         self.stream_draws = dict(stream_draws or {})
         self.head_warmup = dict(head_warmup or {})
         self.stream_positions = dict(stream_positions or {})
@@ -230,12 +236,59 @@ class TaskWeightsCallback(TrainerCallback, ExportableState):
         self.stream_draws[name] = stream.draws
         return batch
 
-    def record(self, step: int, alphas: list[float]) -> None:
-        row = [step, *alphas]
-        if self.history and self.history[-1][0] == step:
-            self.history[-1] = row  # gradient accumulation: keep the step's latest weights
-        else:
-            self.history.append(row)
+    @property
+    def weights(self) -> list[float]:
+        """w as numbers (read from the device with the pending history rows, if an update set it there)."""
+        self._read_back()
+        return self._weights
+
+    @weights.setter
+    def weights(self, values: list[float]) -> None:
+        self._weights, self._on_device, self._stale = list(values), None, False
+
+    @property
+    def history(self) -> list[list[float]]:
+        """[step, alpha_1, alpha_2, ...] rows (the pending ones read from the device first)."""
+        self._read_back()
+        return self._history
+
+    @history.setter
+    def history(self, rows: list[list[float]]) -> None:
+        self._history, self._pending = [list(row) for row in rows], []
+
+    def weights_on(self, device) -> torch.Tensor:
+        """w [num_tasks] float32 on `device`: copied there once (at the start, after a resume), then kept there."""
+        if self._on_device is None or self._device != str(device):
+            self._read_back()
+            self._on_device, self._device = torch.tensor(self._weights, device=device), str(device)
+        return self._on_device
+
+    def set_weights(self, weights: torch.Tensor) -> None:
+        """An update's new w, left on its device (`weights` reads it when asked)."""
+        self._on_device, self._device, self._stale = weights.detach(), str(weights.device), True
+
+    def record(self, step: int, alphas: list[float] | torch.Tensor) -> None:
+        """The step's alpha (numbers, or a device tensor read when the history is asked for)."""
+        self._pending.append((step, alphas.detach() if isinstance(alphas, torch.Tensor) else list(alphas)))
+
+    def _read_back(self) -> None:
+        """The device's w and the pending rows' tensors, to numbers in one transfer."""
+        if not self._stale and not self._pending:
+            return
+        parts = ([self._on_device] if self._stale else []) + [a for _, a in self._pending
+                                                               if isinstance(a, torch.Tensor)]
+        values = torch.cat([p.reshape(-1).float().to(parts[0].device) for p in parts]).tolist() if parts else []
+        if self._stale:
+            self._weights, values, self._stale = values[:len(self._on_device)], values[len(self._on_device):], False
+        pending, self._pending = self._pending, []
+        for step, alphas in pending:
+            if isinstance(alphas, torch.Tensor):
+                alphas, values = values[:len(alphas)], values[len(alphas):]
+            row = [step, *alphas]
+            if self._history and self._history[-1][0] == step:
+                self._history[-1] = row  # gradient accumulation: keep the step's latest weights
+            else:
+                self._history.append(row)
 
 
 def find_task_weights(trainer) -> TaskWeightsCallback:

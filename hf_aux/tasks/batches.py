@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from ..errors import UserInputError
+from ..runtime.tensor_ops import host_side
 
 STRATEGIES = ("heterogeneous", "batch_homogeneous", "dataset_homogeneous")
 
@@ -342,7 +343,8 @@ class BatchStream:
         epoch, index = divmod(position, self.batches_per_epoch)
         if self._order[0] != epoch:
             generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-            self._order = (epoch, torch.randperm(len(self.dataset), generator=generator).tolist())
+            with host_side():  # a CPU generator's order, on every device
+                self._order = (epoch, torch.randperm(len(self.dataset), generator=generator).tolist())
         rows = self._order[1][index * self.batch_size: (index + 1) * self.batch_size]
         generator = torch.Generator().manual_seed(self.seed * 7_919 + position + 1)
         self.draws += 1
