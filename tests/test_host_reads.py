@@ -25,10 +25,6 @@ TEACHER_SKIP = {"hf_aux/meta_lm/trainer.py:_accumulate_teacher_gradient": 1}
 # the closed-form VJP of the student's AdamW step reads its step counts (bias correction), all parameters in one
 # transfer, once per update; a fused AdamW (Trainer's default on CUDA) keeps them on the device
 STEP_COUNTS = {"hf_aux/meta_lm/functional_optim.py:optimizer_steps": 1}
-# known, to be deleted by the static-shape work on the masking helpers (issue #61, item 3; hf_aux/tasks/data.py is
-# theirs): special_tokens_mask_for builds its special-id tensor on the device with torch.tensor(..., device=), a
-# host-to-device copy per masked batch (AMOS: 1 per update, TARTAN: one per auxiliary task)
-SPECIAL_IDS = "hf_aux/tasks/data.py:special_tokens_mask_for"
 
 EXPECTED = {  # per trainer: {"path:function": host reads per update}
     "finetune": GUARD,
@@ -36,9 +32,9 @@ EXPECTED = {  # per trainer: {"path:function": host reads per update}
     "muppet_r3f": GUARD,
     "muppet_budget": GUARD,
     "muppet_meta": GUARD,
-    "amos": {**GUARD, SPECIAL_IDS: 1},
-    "tartan_mt": {**NO_READS, SPECIAL_IDS: 2},
-    "tartan_meta": {**GUARD, SPECIAL_IDS: 2},
+    "amos": GUARD,
+    "tartan_mt": NO_READS,
+    "tartan_meta": GUARD,
     "meta_lm_hard": {**GUARD, **TEACHER_SKIP},
     "meta_lm_soft": {**GUARD, **TEACHER_SKIP, **STEP_COUNTS},
     "meta_lm_soft_first_order": {**GUARD, **TEACHER_SKIP, **STEP_COUNTS},

@@ -155,9 +155,14 @@ def mask_tokens_for_mlm(
 
 
 def special_tokens_mask_for(input_ids: torch.Tensor, tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
-    """bool [batch, length]: True at the tokenizer's special tokens (never masked)."""
-    special = torch.tensor(sorted(set(tokenizer.all_special_ids)), device=input_ids.device)
-    return torch.isin(input_ids, special)
+    """bool [batch, length]: True at the tokenizer's special tokens (never masked). The ids' tensor is built once per
+    device and id set (`_special_ids`): a batch masked on an accelerator then copies nothing from the host."""
+    return torch.isin(input_ids, _special_ids(tuple(sorted(set(tokenizer.all_special_ids))), input_ids.device))
+
+
+@functools.lru_cache(maxsize=64)
+def _special_ids(ids: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    return torch.tensor(ids, device=device)
 
 
 @dataclass
