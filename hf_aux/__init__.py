@@ -34,11 +34,8 @@ _LAZY_NAMES: dict[str, str] = {
         "tasks.data",
     ),
     "HubTokenSafeArgsMixin": "runtime.config",
-    **dict.fromkeys(
-        ["HubDownloadError", "HubPushError", "create_hub_repo", "explain_hub_errors", "push_folder_to_hub",
-         "push_trainer_output"],
-        "runtime.hub",
-    ),
+    **dict.fromkeys(["HubDownloadError", "explain_hub_errors"], "errors"),
+    **dict.fromkeys(["HubPushError", "create_hub_repo", "push_folder_to_hub", "push_trainer_output"], "runtime.hub"),
     **dict.fromkeys(
         ["PRIMARY_METRIC", "classification_metrics", "compute_task_metrics", "majority_baseline",
          "multiple_choice_metrics", "postprocess_qa_predictions", "qa_metrics", "regression_metrics",
@@ -80,8 +77,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real imports (tests/test_
     from .runtime.trainer import AuxTrainer
     from .tasks.data import (MLMCollator, MultiTaskCollator, TokenizedTask, group_texts_for_mlm, mask_tokens_for_mlm,
                              tokenize_task)
-    from .runtime.hub import (HubDownloadError, HubPushError, create_hub_repo, explain_hub_errors, push_folder_to_hub,
-                              push_trainer_output)
+    from .errors import HubDownloadError, explain_hub_errors
+    from .runtime.hub import HubPushError, create_hub_repo, push_folder_to_hub, push_trainer_output
     from .runtime.lora_settings import LoraArguments
     from .meta_lm.config import MetaLMConfig
     from .meta_lm.teacher import MetaLMTeacher, MetaLMTeacherConfig, MetaLMTokens, add_meta_lm_tokens

@@ -16,9 +16,10 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import contextmanager
 from typing import NoReturn
 
-__all__ = ["UserInputError"]
+__all__ = ["HubDownloadError", "UserInputError", "explain_hub_errors"]
 
 
 class UserInputError(ValueError):
@@ -85,3 +86,67 @@ def refuse_unless_encoder_with(config, auto_mapping, auto_class: str, kind: str,
     if type(config) not in auto_mapping:
         raise UserInputError(f"ModelArguments: field '{field}': {works}; {name} has no {kind} class ({auto_class} "
                              f"does not take {type(config).__name__})")
+
+
+# ---- a failed Hub download, named by the argument that gave it ------------------------------------------------------
+def hub_id_or_none(name: str | None) -> str | None:
+    """`name` when it names a Hub repository rather than a local path (for a card's base_model/datasets)."""
+    return name if name and not os.path.exists(name) and not os.path.isabs(name) else None
+
+
+class HubDownloadError(UserInputError):
+    """A model, tokenizer or dataset named by a Hub id could not be loaded; the message names the argument."""
+
+
+def _chain(error: BaseException):
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def _download_failure(error: BaseException, name: str) -> str | None:
+    """Why `name` could not be loaded, or None when the error is not about reaching the Hub."""
+    from huggingface_hub import constants
+    from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, LocalEntryNotFoundError,
+                                        OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError)
+
+    endpoint = constants.ENDPOINT
+    chain = list(_chain(error))
+    kinds = {type(e).__name__ for e in chain}
+    offline = (constants.HF_HUB_OFFLINE
+               or os.environ.get("HF_DATASETS_OFFLINE", "0").upper() in ("1", "ON", "YES", "TRUE"))
+    if offline and not os.path.exists(name) and isinstance(error, (OSError, ConnectionError)):
+        # offline, the Hub cannot say whether the repository exists: what is known is that no copy is cached
+        return (f"offline mode is on (HF_HUB_OFFLINE=1) and {name!r} is not in the local cache "
+                f"({constants.HF_HUB_CACHE}): download it once online, or pass a local folder")
+    if any(isinstance(e, (GatedRepoError,)) for e in chain):
+        return f"{name!r} on {endpoint} is gated: accept its conditions on the Hub and pass a token"
+    if any(isinstance(e, RepositoryNotFoundError) for e in chain) or "DatasetNotFoundError" in kinds:
+        return (f"there is no repository {name!r} on {endpoint} (check the spelling; for a private repository "
+                "pass a token or log in with `hf auth login`), and no local folder of that name")
+    if any(isinstance(e, RevisionNotFoundError) for e in chain):
+        return f"{name!r} on {endpoint} has no such revision (branch, tag or commit)"
+    if any(isinstance(e, (LocalEntryNotFoundError, OfflineModeIsEnabled)) for e in chain):
+        return f"could not connect to {endpoint} to download {name!r}, and it is not in the local cache"
+    if any(isinstance(e, EntryNotFoundError) for e in chain):  # after LocalEntryNotFoundError, its subclass
+        missing = next(e for e in chain if isinstance(e, EntryNotFoundError))
+        return f"{name!r} on {endpoint} lacks a file it needs ({missing})"
+    return None
+
+
+@contextmanager
+def explain_hub_errors(owner: str, field_name: str, name: str | None):
+    """Turn a failed Hub download of `name` (the value of `owner`'s field `field_name`, e.g. ModelArguments'
+    model_name_or_path) into a `HubDownloadError` saying which argument and why: no such repository, missing
+    file or revision, offline mode without a cached copy, server unreachable. Other errors pass unchanged."""
+    try:
+        yield
+    except HubDownloadError:
+        raise
+    except Exception as error:
+        reason = _download_failure(error, str(name))
+        if reason is None:
+            raise
+        raise HubDownloadError(f"{owner}: field '{field_name}': cannot load {name!r}: {reason}.") from error

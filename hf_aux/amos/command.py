@@ -157,7 +157,7 @@ def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed
     --streaming the train split is a streamed `datasets.IterableDataset` (hf_aux.tasks.streaming; no held-out share)."""
     import datasets
 
-    from ..runtime.hub import explain_hub_errors
+    from ..errors import explain_hub_errors
     from ..tasks.validation import check_corpus, check_holdout_split, load_data_files
 
     if data_args.streaming:
@@ -309,7 +309,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     from ..tasks.data import group_texts_for_mlm
     from ..tasks.demo import minilm_path
-    from ..runtime.hub import explain_hub_errors, hub_id_or_none
+    from ..errors import explain_hub_errors, hub_id_or_none
     from ..tasks.streaming import resumable_mlm_blocks
     from .trainer import AmosTrainer
     from ..cli.run import finish_run, record_metrics, start_run, train_and_save

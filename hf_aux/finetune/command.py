@@ -296,7 +296,7 @@ def load_data(data_args: DataTrainingArguments, training_args):
 def load_tokenizer(model_args: ModelArguments):
     from transformers import AutoTokenizer
 
-    from ..runtime.hub import explain_hub_errors
+    from ..errors import explain_hub_errors
 
     tokenizer_name = model_args.tokenizer_name or model_args.model_name_or_path
     with explain_hub_errors("ModelArguments", "tokenizer_name" if model_args.tokenizer_name else "model_name_or_path",
@@ -306,7 +306,7 @@ def load_tokenizer(model_args: ModelArguments):
 
 def load_model(model_args: ModelArguments, task, tokenizer):
     """(the one-task model on --model_name_or_path's body, whether its head was re-used: --reuse_head)."""
-    from ..runtime.hub import explain_hub_errors
+    from ..errors import explain_hub_errors
     from ..modeling.multitask import single_task_model
 
     with explain_hub_errors("ModelArguments", "model_name_or_path", model_args.model_name_or_path):

@@ -102,7 +102,7 @@ def check_student_architecture(model_args: ModelArguments, data_args: DataTraini
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
     from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
 
-    from ..runtime.hub import explain_hub_errors
+    from ..errors import explain_hub_errors
 
     if model_args.model_name_or_path:
         field_name, name = "model_name_or_path", repr(model_args.model_name_or_path)
@@ -133,7 +133,7 @@ def check_streaming(data_args: DataTrainingArguments, training_args) -> None:
 
 def load_labelled_tasks(path: str, tokenizer, block_size: int) -> dict:
     """{task name: Dataset of input_ids and class index `label`} from a mixture file of classification tasks."""
-    from ..runtime.hub import explain_hub_errors
+    from ..errors import explain_hub_errors
     from ..tasks.loading import load_mixture, load_task_splits
 
     tasks = {}
@@ -164,7 +164,7 @@ def build_data(data_args, model_args, training_args):
     from transformers import AutoConfig, AutoTokenizer
 
     from ..tasks.data import group_texts_for_mlm
-    from ..runtime.hub import explain_hub_errors
+    from ..errors import explain_hub_errors
     from ..tasks.streaming import resumable_mlm_blocks, stream_train_text
     from .teacher import add_meta_lm_tokens
     from ..tasks.validation import check_corpus, check_holdout_split, load_data_files
@@ -242,7 +242,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     results of a finished run when it is already complete)."""
     from transformers import AutoModelForMaskedLM
 
-    from ..runtime.hub import explain_hub_errors, hub_id_or_none
+    from ..errors import explain_hub_errors, hub_id_or_none
     from .teacher import MetaLMTeacher
     from .trainer import MetaLMTrainer
     from ..cli.run import finish_run, record_metrics, start_run, train_and_save

@@ -162,7 +162,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
 
     from ..tasks.data import tokenize_task
     from ..tasks.demo import minilm_path
-    from ..runtime.hub import explain_hub_errors
+    from ..errors import explain_hub_errors
     from ..tasks.metrics import majority_baselines, train_labels
     from ..modeling.multitask import MultiTaskModel
     from ..tasks.loading import load_task_splits

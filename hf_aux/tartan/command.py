@@ -199,7 +199,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
                               EarlyStoppingCallback)
 
     from ..tasks.demo import minilm_path
-    from ..runtime.hub import explain_hub_errors, hub_id_or_none
+    from ..errors import explain_hub_errors, hub_id_or_none
     from ..tasks.metrics import classification_metrics
     from .model import TartanModel
     from ..tasks.loading import load_task_splits
@@ -289,7 +289,7 @@ def check_encoder(model_args: ModelArguments) -> None:
     from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING
 
-    from ..runtime.hub import explain_hub_errors
+    from ..errors import explain_hub_errors
 
     path = model_args.model_name_or_path
     with explain_hub_errors("ModelArguments", "model_name_or_path", path):
@@ -333,7 +333,7 @@ def start_mlm_heads(model, model_args: ModelArguments, model_path: str, hub: dic
 
 def copy_mlm_heads(model, model_path: str, hub: dict, mlm_head_warmup_steps: int) -> None:
     """The auxiliary MLM heads start as copies of the checkpoint's pretrained masked-LM head where it ships one."""
-    from ..runtime.hub import explain_hub_errors
+    from ..errors import explain_hub_errors
 
     with explain_hub_errors("ModelArguments", "model_name_or_path", model_path):
         try:

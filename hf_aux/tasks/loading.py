@@ -157,7 +157,7 @@ def task_from_hub(dataset_name: str, kind: str, dataset_config: str | None = Non
     command names its argument dataclass), `labels_hint` what gives the classes (a command names its flags)."""
     import datasets
 
-    from ..runtime.hub import explain_hub_errors
+    from ..errors import explain_hub_errors
 
     name = name or hub_task_name(dataset_name)
     spec = {"name": name, "kind": kind, "dataset_name": dataset_name, "dataset_config": dataset_config,

@@ -181,7 +181,7 @@ class TaskSpec:
         """(the Hub dataset id the data came from, else None; where other data came from, for a model card):
         local files or a local dataset folder by name, in-memory data (a demo task, built from a pip package's
         files) as such."""
-        from ..runtime.hub import hub_id_or_none
+        from ..errors import hub_id_or_none
 
         if hub_id_or_none(self.dataset_name):
             return self.dataset_name, None

@@ -83,7 +83,7 @@ def stream_train_text(owner: str, text_column: str, *, train_file=None, dataset_
     (`hf_aux.runtime.hub.explain_hub_errors`)."""
     import contextlib
 
-    from ..runtime.hub import explain_hub_errors
+    from ..errors import explain_hub_errors
 
     if train_file is not None:
         where, hub_errors = f"{owner}: field 'train_file'", contextlib.nullcontext()
