@@ -232,6 +232,20 @@ def test_push_folder_to_hub_refuses_files_holding_the_token(local_hub, tmp_path)
     assert local_hub.requests == []  # nothing was sent
 
 
+def test_the_token_scan_reads_exactly_the_files_that_are_pushed_in_one_commit(local_hub, tmp_path):
+    """A token in an ignored file (a checkpoint, TensorBoard's runs/, a hidden file) does not stop the push; the
+    rest goes up in one commit (one /commit/ request)."""
+    folder = saved_output_folder(tmp_path)
+    for ignored in ("checkpoint-2/notes.txt", "runs/notes.txt", ".env", "figures/.hidden"):
+        (folder / ignored).write_text(f"token={TOKEN}\n")
+    push_folder_to_hub(folder, REPO, token=TOKEN)
+    pushed = local_hub.files(REPO)
+    assert not {"checkpoint-2/notes.txt", "runs/notes.txt", ".env", "figures/.hidden"} & set(pushed)
+    assert [path for path, content in pushed.items() if TOKEN.encode() in content] == []
+    assert len([r for r in local_hub.requests if "/commit/" in r.path]) == 1
+    assert [c.title for c in local_hub.repos[("model", REPO)].commits] == ["initial commit", "End of training"]
+
+
 @pytest.mark.parametrize("failure", ["rejected_token", "server_down"])
 def test_failed_push_says_what_failed_and_leaves_the_folder_intact(local_hub, tmp_path, failure, caplog):
     folder = saved_output_folder(tmp_path)

@@ -20,7 +20,6 @@ for pushing.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import logging
 import os
@@ -31,6 +30,7 @@ from pathlib import Path
 import huggingface_hub
 from huggingface_hub import constants
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+from huggingface_hub.utils import filter_repo_objects
 
 from ..errors import HubDownloadError, UserInputError, explain_hub_errors, hub_id_or_none  # noqa: F401
 
@@ -136,11 +136,6 @@ class HubPushError(RuntimeError):
     """A push to the Hub failed; the message says why, and the local folder was left as it was."""
 
 
-def _files_to_push(folder: Path, ignore_patterns) -> list[str]:
-    paths = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
-    return [p for p in paths if not any(fnmatch.fnmatch(p, pattern) for pattern in ignore_patterns)]
-
-
 def find_token_in_files(folder: str | os.PathLike, token: str, paths=None) -> list[str]:
     """The files under `folder` (or the given relative `paths`) whose bytes contain `token`."""
     folder = Path(folder)
@@ -200,17 +195,21 @@ def push_folder_to_hub(
 ) -> huggingface_hub.CommitInfo:
     """Push a saved output folder to the Hub repository `repo_id` (created if needed) in one commit.
 
-    The files pushed are those under `folder` except `ignore_patterns` (see `PUSH_IGNORE_PATTERNS`): what
-    `save_pretrained`/`Trainer.save_model` wrote, the model card and its figures. Before anything is sent, every
-    file to push is searched for the token (the given one, else the one huggingface_hub would use); a file holding
-    it stops the push with a `ValueError` naming the file. A failed push (server unreachable, token rejected,
-    repository missing, offline mode) raises `HubPushError` saying what failed; nothing under `folder` is changed
-    either way.
+    The files pushed are those under `folder` except `ignore_patterns` (see `PUSH_IGNORE_PATTERNS`; matched by
+    huggingface_hub's `filter_repo_objects`, as upload_folder does): what `save_pretrained`/`Trainer.save_model`
+    wrote, the model card and its figures. A LoRA adapter's adapter_config.json goes up naming its base model by
+    Hub id when the local folder it names records one (`hub_adapter_config`), so that
+    `AutoPeftModel.from_pretrained(<repo>)` finds the base anywhere; the local file keeps the local path. Before
+    anything is sent, every file to push is searched for the token (the given one, else the one huggingface_hub
+    would use); a file holding it stops the push with a `ValueError` naming the file. A failed push (server
+    unreachable, token rejected, repository missing, offline mode) raises `HubPushError` saying what failed;
+    nothing under `folder` is changed either way.
     """
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"Cannot push {folder} to the Hub: it is not a folder.")
-    paths = _files_to_push(folder, ignore_patterns)
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    paths = list(filter_repo_objects(files, ignore_patterns=list(ignore_patterns)))
     if not paths:
         raise ValueError(f"Cannot push {folder} to the Hub: it holds no file to push.")
     effective_token = token or huggingface_hub.get_token()
@@ -226,9 +225,13 @@ def push_folder_to_hub(
     try:
         repo_url = call_hub(operation, api.create_repo, repo_id, token=token, private=private, exist_ok=True)
         operation = "upload_folder (commit)"
-        commit = call_hub(operation, api.create_commit, repo_id=repo_url.repo_id,
-                          operations=_push_operations(folder, paths, path_in_repo), commit_message=commit_message,
-                          token=token, revision=revision)
+        prefix = f"{path_in_repo.strip('/')}/" if path_in_repo else ""
+        # not upload_folder: no per-file content override; with hf_xet it splits commits and retries them itself
+        hub_copies = {p: hub_adapter_config(folder / p) for p in paths if Path(p).name == "adapter_config.json"}
+        operations = [huggingface_hub.CommitOperationAdd(prefix + path, hub_copies.get(path) or folder / path)
+                      for path in paths]
+        commit = call_hub(operation, api.create_commit, repo_id=repo_url.repo_id, operations=operations,
+                          commit_message=commit_message, token=token, revision=revision)
     except Exception as error:  # re-raised below with what failed; the local folder is untouched
         message = (f"Pushing {folder} to {endpoint}/{repo_id} failed in {operation}: "
                    f"{_describe_failure(error, repo_id, endpoint)}. The local files in {folder} are intact; push "
@@ -239,25 +242,9 @@ def push_folder_to_hub(
     return commit
 
 
-def _push_operations(folder: Path, paths: list[str], path_in_repo: str | None) -> list:
-    """One upload per file; a LoRA adapter's adapter_config.json is uploaded with `base_model_name_or_path` set to
-    the base model's Hub id when the local folder it names records one (`hub_adapter_config`), so that
-    `AutoPeftModel.from_pretrained(<repo>)` finds the base anywhere; the local file keeps the local path."""
-    operations = []
-    for relative in paths:
-        target = f"{path_in_repo.strip('/')}/{relative}" if path_in_repo else relative
-        source = folder / relative
-        content = hub_adapter_config(source) if Path(relative).name == "adapter_config.json" else None
-        operations.append(huggingface_hub.CommitOperationAdd(path_in_repo=target,
-                                                             path_or_fileobj=content if content else source))
-    return operations
-
-
 def hub_adapter_config(path: str | os.PathLike) -> bytes | None:
     """adapter_config.json at `path` with its base model named by Hub id (what the model card's base_model says),
     or None when it already names one or the local base records none."""
-    import json
-
     from ..cards.model_card import card_base_model
 
     config = json.loads(Path(path).read_text(encoding="utf-8"))
