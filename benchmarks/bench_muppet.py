@@ -54,7 +54,7 @@ from tiny import tiny_config, tiny_tokenizer  # noqa: E402
 
 from hf_aux.tasks.data import MultiTaskCollator, tokenize_task  # noqa: E402
 from hf_aux.modeling.multitask import MultiTaskModelConfig, MultiTaskModel  # noqa: E402
-from hf_aux.tasks.batches import MultiTaskDataset, TaskBatchSampler  # noqa: E402
+from hf_aux.muppet.batches import MultiTaskDataset, TaskBatchSampler  # noqa: E402
 from hf_aux.tasks.loading import TaskSpec  # noqa: E402
 from hf_aux.muppet.trainer import MuppetConfig, MuppetTrainer  # noqa: E402
 

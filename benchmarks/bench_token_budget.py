@@ -36,7 +36,7 @@ import time
 import numpy as np
 import torch
 
-from hf_aux.tasks.batches import TaskBatchSampler, padded_share, row_lengths
+from hf_aux.muppet.batches import TaskBatchSampler, padded_share, row_lengths
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

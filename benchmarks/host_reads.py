@@ -14,7 +14,7 @@ A read is filed under the first Python frame outside torch (and accelerate, whos
 a read made by a backward op is filed under the line whose forward op recorded it (`x[mask]`'s backward syncs again).
 Not counted, since they read host tensors on every device: a DataLoader's fetch (sampler, collator), a torch
 optimizer's step (its step counts live on the host unless it is fused or capturable) and code inside
-`hf_aux.runtime.tensor_ops.host_side()` (a CPU generator's draws, a sampler's order). Not counted either: the
+`hf_aux.tasks.batches.host_side()` (a CPU generator's draws, a sampler's order). Not counted either: the
 inputs' `.to(device)` (Trainer's own, once per sub-batch; on CPU it cannot be told from a no-op).
 
 While counting, `hf_aux.runtime.tensor_ops.accelerator_paths()` is on: code that reads a value only on CPU and
@@ -44,7 +44,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import TrainerCallback
 
-from hf_aux.runtime.tensor_ops import accelerator_paths, in_host_side
+from hf_aux.runtime.tensor_ops import accelerator_paths
+from hf_aux.tasks.batches import in_host_side
 
 aten = torch.ops.aten
 VALUE_OPS = {aten._local_scalar_dense.default, aten.equal.default}

@@ -10,9 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
-from ._versions import check_versions
+from ._versions import __version__, check_versions
 
 check_versions()
 
@@ -45,7 +43,7 @@ _LAZY_NAMES: dict[str, str] = {
     **dict.fromkeys(["TaskSummary", "render_model_card"], "cards.model_card"),
     **dict.fromkeys(["MultiTaskConfig", "MultiTaskModelConfig", "MultiTaskModel", "MultiTaskOutput"],
                     "modeling.multitask"),  # MultiTaskConfig: deprecated name of MultiTaskModelConfig
-    **dict.fromkeys(["MultiTaskDataset", "TaskBatchSampler"], "tasks.batches"),
+    **dict.fromkeys(["MultiTaskDataset", "TaskBatchSampler"], "muppet.batches"),
     **dict.fromkeys(["TASK_KINDS", "TaskSpec", "load_mixture", "load_task_splits"], "tasks.loading"),
     **{name: f"{record.package}.{module}" for record in methods() for name, module in record.exports.items()},
 }
@@ -90,7 +88,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real imports (tests/test_
     from .modeling.multitask import MultiTaskConfig, MultiTaskModel, MultiTaskModelConfig, MultiTaskOutput
     from .muppet.config import MuppetConfig
     from .muppet.trainer import MuppetTrainer
-    from .tasks.batches import MultiTaskDataset, TaskBatchSampler
+    from .muppet.batches import MultiTaskDataset, TaskBatchSampler
     from .tartan.config import TartanConfig
     from .tartan.model import TartanModel
     from .tartan.trainer import TartanTrainer

@@ -70,6 +70,29 @@ MOVED = {
 }
 OLD_PACKAGES = {"trainers", "losses"}  # folders that only held moved modules
 
+# names that left a module that stays (issue #62): module -> {name: its new module}; the module's `__getattr__`
+# hands each over through `moved_name`, with the same warning
+MOVED_NAMES = {
+    "tasks.batches": dict.fromkeys(
+        ["STRATEGIES", "MultiTaskDataset", "TaskBatchSampler", "TokenBudget", "batch_counts", "bucket_edges",
+         "padded_share", "row_lengths"], "muppet.batches"),
+    "tasks.streaming": dict.fromkeys(["consumed_examples", "load_stream_state", "save_stream_state"],
+                                     "runtime.trainer"),
+    "cards.model_card": {"ModelCardMixin": "runtime.trainer", "KEY_TRAINING_FIELDS": "runtime.config",
+                         "hyperparameters_from_args": "runtime.config"},
+    "runtime.tensor_ops": dict.fromkeys(["host_side", "in_host_side"], "tasks.batches"),
+}
+
+
+def moved_name(module: str, name: str):
+    """`module`'s attribute `name` where it moved (MOVED_NAMES), with a DeprecationWarning; AttributeError else."""
+    new = MOVED_NAMES.get(module[len("hf_aux."):], {}).get(name)
+    if new is None:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    warnings.warn(f"{module}.{name} moved to hf_aux.{new}; the old path works until hf_aux {REMOVED_IN}",
+                  DeprecationWarning, stacklevel=3)
+    return getattr(importlib.import_module(f"hf_aux.{new}"), name)
+
 
 class _OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path=None, target=None):

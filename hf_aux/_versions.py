@@ -19,6 +19,8 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+__version__ = "0.1.0"  # hf_aux's own (setup.cfg reads it here; `hf_aux.__version__` is this)
+
 # the major.minor release of each library that hf_aux depends on closely and CI tests (constraints.txt)
 TESTED = {"torch": "2.13", "transformers": "5.24", "datasets": "5.2", "accelerate": "1.15", "peft": "0.21",
           "huggingface_hub": "2.4", "evaluate": "0.4"}

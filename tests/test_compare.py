@@ -177,7 +177,7 @@ def test_a_model_that_does_not_train_is_reported_failed(data, tmp_path):
 
 
 def test_each_tokenizer_tokenises_the_task_once(data, tmp_path, monkeypatch):
-    import hf_aux.finetune.command as finetune
+    import hf_aux.finetune.pipeline as finetune
 
     calls = []
     original = finetune.tokenize_splits

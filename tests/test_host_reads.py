@@ -146,7 +146,7 @@ def test_the_counter_files_each_kind_of_read_under_its_line_and_sees_the_acceler
     line), `.tolist()`, `torch.tensor(..., device=)`, each under the line that made it; a sampler's host-side draws
     are not counted; and `scale_losses`'s n(i) >= 2 check, a CPU-only read, is skipped on the accelerator path."""
     from hf_aux.muppet.losses import scale_losses
-    from hf_aux.runtime.tensor_ops import host_side
+    from hf_aux.tasks.batches import host_side
 
     x = torch.randn(6, requires_grad=True)
     reads = HostReads()

@@ -14,7 +14,8 @@ import pytest
 from huggingface_hub import ModelCard
 from transformers import TrainingArguments
 
-from hf_aux.cards.model_card import PAPERS, TaskSummary, hyperparameters_from_args, render_model_card
+from hf_aux.cards.model_card import PAPERS, TaskSummary, render_model_card
+from hf_aux.runtime.config import hyperparameters_from_args
 from hf_aux.cards.plots import (MAX_SERIES_PER_PANEL, loss_panels, one_value_per_step, plot_loss_curves,
                                 plot_weights_over_time)
 
@@ -261,7 +262,6 @@ def test_templates_ship_in_the_wheel_and_render_from_it(tmp_path):
 
 
 def test_hyperparameters_list_only_what_was_set_and_the_method_fields():
-    from hf_aux.cards.model_card import hyperparameters_from_args
     from hf_aux.muppet.trainer import MuppetConfig
 
     chosen = hyperparameters_from_args(MuppetConfig(output_dir="unused", learning_rate=3e-5, adam_beta2=0.98,
@@ -279,7 +279,6 @@ def test_hyperparameters_do_not_reset_a_running_accelerator():
     import torch
     from accelerate import Accelerator
 
-    from hf_aux.cards.model_card import hyperparameters_from_args
     from hf_aux.muppet.trainer import MuppetConfig
 
     args = MuppetConfig(output_dir="unused", use_cpu=True)
@@ -294,7 +293,8 @@ def test_each_trainer_declares_its_card_and_shares_one_renderer(method):
     """trl's pattern: the trainer states name, tags, paper and template; ModelCardMixin.create_model_card renders."""
     import hf_aux
     from hf_aux import registry
-    from hf_aux.cards.model_card import METHOD_NAMES, ModelCardMixin
+    from hf_aux.cards.model_card import METHOD_NAMES
+    from hf_aux.runtime.trainer import ModelCardMixin
 
     trainer_class = getattr(hf_aux, {"muppet": "MuppetTrainer", "amos": "AmosTrainer", "tartan": "TartanTrainer",
                                      "meta_lm": "MetaLMTrainer"}[method])
@@ -373,7 +373,7 @@ def test_a_sentence_transformers_body_is_a_sentence_transformers_model_on_the_hu
 def test_the_model_index_names_the_dataset_configuration():
     """glue has one configuration per task: the model-index says which (rte), from the task or from the
     configuration a command passes with its Hub dataset (dataset_args, as for Trainer's card)."""
-    from hf_aux.cards.model_card import _with_configs
+    from hf_aux.runtime.trainer import _with_configs
 
     rte = TaskSummary("rte", "classification", metrics={"accuracy": 0.625}, dataset="nyu-mll/glue",
                       dataset_config="rte")

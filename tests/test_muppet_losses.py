@@ -10,7 +10,7 @@ import torch
 
 from hf_aux.muppet.losses import (classification_loss, multiple_choice_loss, r3f_divergence, regression_loss,
                                   sample_embedding_noise, scale_losses, seq2seq_loss, span_loss, symmetric_kl)
-from hf_aux.tasks.batches import MultiTaskDataset, TaskBatchSampler, batch_counts
+from hf_aux.muppet.batches import MultiTaskDataset, TaskBatchSampler, batch_counts
 
 
 # ---- eq. 1: uniform predictions give exactly 1 for every kind ----------------------------------------------------

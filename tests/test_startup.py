@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 from tiny import tiny_tokenizer
 
-from hf_aux.tasks import batches as sampling, validation
+from hf_aux.muppet import batches as sampling
+from hf_aux.tasks import validation
 from hf_aux.tasks.column_checks import distinct_values, task_rows_are_clean
 from hf_aux.tasks.data import tokenize_task, tokenized_fingerprint
-from hf_aux.tasks.batches import TaskBatchSampler
+from hf_aux.muppet.batches import TaskBatchSampler
 from hf_aux.tasks.loading import TaskSpec, check_task_data, load_mixture, load_task_splits
 
 

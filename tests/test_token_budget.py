@@ -1,4 +1,4 @@
-"""MUPPET's token-budget sub-batches (`max_tokens_per_batch`, hf_aux.tasks.batches.TokenBudget): the sampler's
+"""MUPPET's token-budget sub-batches (`max_tokens_per_batch`, hf_aux.muppet.batches.TokenBudget): the sampler's
 plan by hand (every row once, within budget, fixed counts, little padding), an update under a budget is the mean
 over its rows (checked against a hand computation of the gradient), resume is exact, and a checkpoint of the
 fixed-size sampler is refused with the budget on. DDP disjointness: tests/test_ddp.py (job muppet:budget)."""
@@ -17,7 +17,7 @@ from hf_aux.errors import UserInputError
 from hf_aux.modeling.multitask import MultiTaskModel
 from hf_aux.muppet.losses import classification_loss, multiple_choice_loss, scale_losses
 from hf_aux.muppet.trainer import MuppetConfig, MuppetTrainer
-from hf_aux.tasks.batches import TaskBatchSampler, bucket_edges, padded_share, row_lengths
+from hf_aux.muppet.batches import TaskBatchSampler, bucket_edges, padded_share, row_lengths
 
 
 def _lengths(seed=0):

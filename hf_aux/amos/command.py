@@ -24,7 +24,7 @@ from ..tasks.demo import UNLABELLED_SOURCES
 from .config import AmosConfig
 from ..cli.arguments import DataSourceArguments
 from ..cli.arguments import ModelArguments as SharedModelArguments
-from ..cli.parser import command_parser, demo_config_path, drop_implied_evaluation, given_by_user, parse_command_line
+from ..cli.parser import command_parser, demo_config_path, given_by_user, parse_command_line
 from ..cli.run import require_max_steps
 from ..errors import UserInputError
 
@@ -314,6 +314,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     from .trainer import AmosTrainer
     from ..cli.run import finish_run, record_metrics, start_run, train_and_save
     from ..runtime.hub import push_trainer_output
+    from ..runtime.run_guard import drop_implied_evaluation
 
     if model_args is None or data_args is None or training_args is None:
         model_args, data_args, training_args = parse_args()

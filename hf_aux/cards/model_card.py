@@ -5,13 +5,13 @@ The figures the cards show are drawn by `hf_aux.cards.plots`.
 One function, `render_model_card`, builds every method's card: YAML metadata through
 `huggingface_hub.ModelCardData` (library_name, base_model, tags with `hf_aux` and the method, datasets, a
 `model-index` of the per-task metrics), then the method's template, which extends the shared `_base.md`.
-Every trainer's `create_model_card` is `ModelCardMixin`'s: the method's record (`hf_aux.registry.Method`) gives
-the card's name, tags, paper and template; the trainer supplies its tasks and figures; see docs/hub.md.
+Every trainer's `create_model_card` is the base trainer's (`hf_aux.runtime.trainer.ModelCardMixin`): the method's
+record (`hf_aux.registry.Method`) gives the card's name, tags, paper and template; the trainer supplies its tasks
+and figures; see docs/hub.md.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.metadata
 import importlib.resources
 import json
@@ -24,9 +24,7 @@ from pathlib import Path
 import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..runtime.config import RUN_CONTROL_FIELDS
-from .plots import plot_loss_curves
-from ..registry import Method, Paper, method as method_record, methods
+from ..registry import Paper, method as method_record, methods
 
 logger = logging.getLogger(__name__)
 
@@ -51,13 +49,6 @@ TASK_TYPES = {
     "rtd": "token-classification",  # replaced-token detection: one binary decision per token
 }
 
-# Base TrainingArguments fields always shown in a card; every field a method's config adds is shown too, and any
-# other base field only when it differs from its default; never the run-control fields (hf_aux.runtime.config), which
-# describe the machine, paths, logging or the Hub rather than the training.
-KEY_TRAINING_FIELDS = (
-    "learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs", "max_steps",
-    "lr_scheduler_type", "warmup_steps", "weight_decay", "optim", "max_grad_norm", "seed", "bf16", "fp16",
-)
 
 LOSS_CURVE_PNG = "loss_curve.png"
 
@@ -106,40 +97,9 @@ def task_metrics(metrics: dict) -> tuple[str, dict[str, float]]:
                    and isinstance(v, (int, float)) and math.isfinite(v)}
 
 
-def hyperparameters_from_args(args) -> dict:
-    """The training hyper-parameters of a `TrainingArguments` (sub)class instance, for a card, without any token.
-
-    Every field the subclass adds (the method's settings), the usual optimisation fields, and any other base field
-    set away from its default. Values come from `args.to_dict()`, which already masks `*_token` fields; those are
-    dropped here altogether.
-    """
-    from transformers import TrainingArguments
-
-    # Compared with the dataclass defaults. Never build a TrainingArguments here: its __post_init__ resets
-    # accelerate's global state, which breaks a Trainer that is running (Trainer.save_model writes the card
-    # mid-run when pushing). __post_init__ turns some empty defaults into other empties (debug "" -> []).
-    values = args.to_dict()
-    base_fields = {f.name: f for f in dataclasses.fields(TrainingArguments) if f.init}
-    chosen = {}
-    for name, value in values.items():
-        if name.endswith("_token") or name in RUN_CONTROL_FIELDS:
-            continue
-        if name not in base_fields or name in KEY_TRAINING_FIELDS:
-            chosen[name] = value
-            continue
-        spec = base_fields[name]
-        default = spec.default if spec.default is not dataclasses.MISSING else (
-            spec.default_factory() if spec.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
-        default = getattr(default, "value", default)  # enums compare by value, as to_dict() gives them
-        empty = (None, "", [], {})
-        if value != default and not (value in empty and default in empty):
-            chosen[name] = value
-    return chosen
-
-
 def framework_versions() -> dict[str, str]:
     """Versions of hf_aux and the libraries a checkpoint depends on, as installed now."""
-    from .. import __version__
+    from .._versions import __version__
 
     versions = {"hf_aux": __version__}
     for name in FRAMEWORKS:
@@ -380,95 +340,7 @@ def render_declared_card(*, template_file: str, name: str, tag_names: tuple | li
     return ModelCard(content)
 
 
-def _as_list(value) -> list:
-    """A card argument given as one string or a list of them (Trainer.push_to_hub passes either)."""
-    return [value] if isinstance(value, str) else list(value or [])
+def __getattr__(name: str):
+    from .._moved import moved_name  # names moved out of this module (issue #62)
 
-
-def _with_configs(tasks: list[TaskSummary], datasets: list[str], configs) -> list[TaskSummary]:
-    """`tasks` with the configuration `configs` gives their Hub dataset (one per dataset of `datasets`, in order,
-    None for one without), where the task does not name one itself."""
-    by_dataset = {name: config for name, config in zip(datasets, _as_list(configs)) if config}
-    return [dataclasses.replace(task, dataset_config=by_dataset[task.dataset])
-            if task.dataset_config is None and task.dataset in by_dataset else task for task in tasks]
-
-
-class ModelCardMixin:
-    """The one `create_model_card` of hf_aux's trainers (the base trainer, `hf_aux.runtime.trainer.AuxTrainer`, has it).
-
-    A trainer names its method's record as the class attribute `_method` (`hf_aux.registry.Method`: the method's
-    name in the card's prose, its paper, its template in model_cards/, its Hub tags), and declares what loads its
-    checkpoint: `_auto_class` / `_hf_aux_class`. It supplies only what a run adds: `_card_tasks` (the
-    `TaskSummary` list, from the log history or `create_model_card`'s extra keyword arguments), `_card_figures`
-    (PNGs it draws into the output folder, file -> caption), and `_card_details` for anything else the card says
-    (notes, adapter, another auto class, extra tags). Writes README.md in `args.output_dir` on the main process;
-    Trainer.push_to_hub calls it too."""
-
-    _method: Method | None = None
-    _auto_class: str = "AutoModel"
-    _hf_aux_class: str | None = None
-    _pipeline_tag: str | None = "feature-extraction"  # an encoder body at the top level (body_pipeline_tag)
-
-    def create_model_card(self, language=None, license=None, tags=None, model_name=None,  # noqa: A002
-                          finetuned_from=None, tasks=None, dataset_tags=None, dataset=None, dataset_args=None,
-                          license_name=None, **kwargs):
-        """`finetuned_from`: the checkpoint the run started from (its Hub id becomes `base_model`);
-        `dataset_tags`: Hub dataset ids of the training data; `tags`: extra Hub tags; `model_name`: the card's
-        name (default: the output folder's); `dataset_args`: the configuration of each of `dataset_tags` (as for
-        Trainer's card), named in the model-index; `license`: default, the one the base model states;
-        `license_name`: the name of an `other` licence. Other keyword arguments go to the trainer's `_card_tasks`."""
-        if getattr(self, "_method", None) is None:  # the base trainer used as it is: Trainer's own card
-            return super().create_model_card(language=language, license=license, tags=tags, model_name=model_name,
-                                             finetuned_from=finetuned_from, tasks=tasks, dataset_tags=dataset_tags,
-                                             dataset=dataset, dataset_args=dataset_args, **kwargs)
-        if not self.is_world_process_zero():
-            return
-        output_dir = self.args.output_dir
-        os.makedirs(output_dir, exist_ok=True)
-        datasets = _as_list(dataset_tags)
-        pipeline_tag = self._pipeline_tag
-        if pipeline_tag == "feature-extraction":
-            pipeline_tag = body_pipeline_tag(output_dir)
-        details = {"auto_class": self._auto_class, "hf_aux_class": self._hf_aux_class, "extra_tags": [],
-                   "pipeline_tag": pipeline_tag, **self._card_details()}
-        started_from = self._card_base_model(finetuned_from)
-        model_id, model_id_note = card_model_id(output_dir, trainer_hub_id(self))
-        card = render_declared_card(
-            template_file=self._method.card_template, name=self._method.card_name, tag_names=self._method.tags,
-            paper=self._method.paper,
-            model_name=model_name or os.path.basename(os.path.abspath(output_dir)),
-            model_id=model_id, model_id_note=model_id_note, base_model=card_base_model(started_from),
-            sentence_transformers=has_sentence_transformers_files(output_dir),
-            datasets=datasets, tasks=_with_configs(self._card_tasks(datasets, **kwargs), datasets, dataset_args),
-            hyperparameters=hyperparameters_from_args(self.args), figures=self._card_figures(output_dir),
-            license=license or base_model_license(started_from), license_name=license_name if license else None,
-            language=language or "en",
-            tags=[*_as_list(tags), *details.pop("extra_tags")],
-            **details)
-        card.save(os.path.join(output_dir, "README.md"))
-
-    def _card_tasks(self, datasets: list[str], **kwargs) -> list[TaskSummary]:
-        raise NotImplementedError(f"{type(self).__name__} must say which tasks its card lists (_card_tasks)")
-
-    def _card_figures(self, output_dir: str) -> dict[str, str]:
-        return {}
-
-    def _card_details(self) -> dict:
-        """Keyword arguments of `render_declared_card` this run adds (notes, adapter, ...); `extra_tags` come
-        after the user's tags."""
-        return {}
-
-    def _card_base_model(self, finetuned_from: str | None) -> str | None:
-        """What the run started from (None: from scratch); `card_base_model` turns it into a Hub id."""
-        return finetuned_from
-
-    def _loss_curve_figure(self, output_dir: str, title: str, caption: str,
-                           exclude_prefixes: tuple = (), same_scale: bool = False) -> dict[str, str]:
-        """loss_curve.png from the log history, as {file: caption}; {} while nothing loss-like was logged. The
-        training objective and the evaluation loss share an axis only when `same_scale` (`plot_loss_curves`)."""
-        try:
-            plot_loss_curves(self.state.log_history, os.path.join(output_dir, LOSS_CURVE_PNG), title=title,
-                             exclude_prefixes=exclude_prefixes, same_scale=same_scale)
-        except ValueError:  # nothing logged yet
-            return {}
-        return {LOSS_CURVE_PNG: caption}
+    return moved_name(__name__, name)

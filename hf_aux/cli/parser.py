@@ -11,7 +11,8 @@ file, never the demo config's):
 
 - Actions (`apply_action_rule`): a training source with no action asked for turns `do_train` on, as in trl; any
   data source turns `do_eval` on unless given or `--do_predict` alone was asked, where there is a validation split
-  (`evaluation_implied`). Asking for no training, evaluation, prediction or push is an error, before any work.
+  (`hf_aux.runtime.run_guard.evaluation_implied`). Asking for no training, evaluation, prediction or push is an
+  error, before any work.
 - Intervals (`_interval_strategies`): an explicit `--save_steps`, `--eval_steps` or `--logging_steps` implies the
   steps strategy of its kind when that strategy was not given; given both, a steps value under another strategy
   is a warning. A single `.json`/`.yaml`/`.yml` argument is the older form: the file holds every argument, no demo.
@@ -378,21 +379,6 @@ def given_by_user(args, name: str) -> bool:
     """Whether the user gave the training argument `name` (on the command line, in a --config or argument file),
     rather than leaving it at its default or the demo config's value."""
     return name in getattr(args, _GIVEN, ())
-
-
-def evaluation_implied(args) -> bool:
-    """Whether do_eval is on only because the command was given data (the actions rule), not because it was asked:
-    then a command whose data has no validation split evaluates nothing instead of failing."""
-    from ..runtime.run_guard import IMPLIED_ACTIONS
-
-    return "do_eval" in getattr(args, IMPLIED_ACTIONS, ())
-
-
-def drop_implied_evaluation(args, available: bool, missing: str) -> None:
-    """Turn off an implied evaluation when the data has nothing to evaluate (`missing` says what), with a note."""
-    if args.do_eval and not available and evaluation_implied(args):
-        args.do_eval = False
-        logger.info("No evaluation: %s (pass --do_eval with validation data to evaluate)", missing)
 
 
 def _interval_strategies(given) -> dict:

@@ -93,7 +93,7 @@ def run_comparison(compare_args: CompareArguments, model_args: ModelArguments, d
     from pathlib import Path
 
     from ..cli.run import setup_logging
-    from ..finetune.command import load_data
+    from ..finetune.pipeline import load_data
     from ..runtime.disk import watch as watch_disk
     from ..tasks.metrics import METRIC_NAMES, PRIMARY_METRIC
     from . import report
@@ -143,7 +143,8 @@ _LOADED: dict = {}  # fine_tune's tasks and tokenised splits, by their settings
 def fine_tune(argv: list[str], keep_evaluations: bool = False) -> dict:
     """finetune_once's record from `hf-aux finetune`'s flags; `keep_evaluations` keeps --eval_strategy and what it
     logs (record["history"]). Each task is loaded and tokenised once per process (a study fine-tunes it often)."""
-    from ..finetune.command import load_data, parse_args
+    from ..finetune.command import parse_args
+    from ..finetune.pipeline import load_data
 
     model_args, data_args, training_args = parse_args(argv)
     key = repr(data_args)
@@ -163,7 +164,7 @@ def finetune_once(step: dict, model_args, data_args, training_args, task, raw, f
     evaluation), its metrics by split; a non-finite loss is a failed fine-tuning, not an error."""
     from transformers import PrinterCallback, set_seed
 
-    from ..finetune.command import evaluate_split, load_model, make_trainer
+    from ..finetune.pipeline import evaluate_split, load_model, make_trainer
     from ..runtime.nonfinite import NonFiniteTrainingError
 
     folder = os.path.join(output_dir, "finetunings", f"{step['arm']}-{step['unit']}-seed{step['seed']}")
@@ -273,7 +274,7 @@ def plan_line(arms, seeds, learning_rates, steps, todo, results, training_args, 
 
 def tokenised(model_args, data_args, training_args, task, raw, cache: dict):
     """features_for(model) -> (tokenizer, tokenised splits): the task tokenised once per tokenizer fingerprint."""
-    from ..finetune.command import load_tokenizer, tokenize_splits
+    from ..finetune.pipeline import load_tokenizer, tokenize_splits
 
     tokenizers: dict[str, object] = {}
     split_args = dataclasses.replace(training_args, do_train=True, do_predict="test" in raw)

@@ -19,7 +19,7 @@ from transformers import HfArgumentParser
 
 from .config import MetaLMConfig
 from ..cli.arguments import ModelArguments as SharedModelArguments
-from ..cli.parser import command_parser, demo_config_path, drop_implied_evaluation, parse_command_line
+from ..cli.parser import command_parser, demo_config_path, parse_command_line
 from ..cli.run import require_max_steps
 from ..errors import UserInputError, refuse_unless_encoder_with
 
@@ -247,6 +247,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     from .trainer import MetaLMTrainer
     from ..cli.run import finish_run, record_metrics, start_run, train_and_save
     from ..runtime.hub import push_trainer_output
+    from ..runtime.run_guard import drop_implied_evaluation
 
     if model_args is None or data_args is None or training_args is None:
         model_args, data_args, training_args = parse_args()

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from ..runtime.tensor_ops import host_side, to_device_nonblocking
+from ..runtime.tensor_ops import to_device_nonblocking
+from ..tasks.batches import host_side
 from ..tasks.streaming import StreamBatches, is_stream
 
 

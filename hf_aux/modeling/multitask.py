@@ -575,7 +575,7 @@ class MultiTaskModel(PreTrainedModel):
         self._save_heads_and_metadata(save_directory, self.state_dict(), adapter=None)
 
     def _multitask_metadata(self, adapter: str | None = None) -> dict:
-        from .. import __version__
+        from .._versions import __version__
 
         data = {k: v for k, v in self.config.to_dict().items()
                 if k in ("tasks", "classifier_dropout", "spectral_norm_heads", "pooling", "classifier_head")}

@@ -18,7 +18,7 @@ from .config import MuppetConfig
 from ..cli.arguments import MERGED_SUBFOLDER, LoraArguments
 from ..cli.arguments import ModelArguments as SharedModelArguments
 from ..cli.arguments import pooling_field
-from ..cli.parser import command_parser, demo_config_path, drop_implied_evaluation, parse_command_line
+from ..cli.parser import command_parser, demo_config_path, parse_command_line
 from ..errors import UserInputError
 
 logger = logging.getLogger(__name__)
@@ -268,6 +268,7 @@ def print_task_table(tasks, eval_data, metrics: dict) -> None:
 def tokenize_mixture(tasks, raw: dict, tokenizer, tokenize: dict, training_args) -> tuple[dict, dict, dict]:
     """(train features, validation features, raw validation rows of extractive QA tasks), each by task name."""
     from ..tasks.data import tokenize_task
+    from ..runtime.run_guard import drop_implied_evaluation
 
     train_data, eval_data, eval_examples = {}, {}, {}
     drop_implied_evaluation(training_args, any("validation" in raw[task.name] for task in tasks),

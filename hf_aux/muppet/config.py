@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 
 from ..runtime.config import AuxConfig
-from ..tasks.batches import STRATEGIES
+from .batches import STRATEGIES
 from ..errors import UserInputError
 from ..tartan.config import MetaWeightingArguments
 

@@ -3,7 +3,7 @@
 What one optimizer update does (§3):
 - it averages the gradients of `gradient_accumulation_steps * world_size` task-homogeneous sub-batches (one per
   micro-step per rank), drawn so that an update spans several tasks (§3.2, "heterogeneous batches"), tasks in
-  proportion to their size (§3.4); `hf_aux.tasks.batches.TaskBatchSampler` orders them, and §5.2's ablations
+  proportion to their size (§3.4); `hf_aux.muppet.batches.TaskBatchSampler` orders them, and §5.2's ablations
   (batch- and dataset-homogeneous) are `batching=...`.
 - each sub-batch's loss is its task's Table-2 loss per data point divided by log n(i) (eq. 1,
   `hf_aux.muppet.losses`), averaged over the sub-batch; the update is exactly the mean over its sub-batches, each
@@ -41,14 +41,15 @@ from . import METHOD
 from .config import MuppetConfig
 from .losses import (classification_loss, multiple_choice_loss, r3f_divergence, regression_loss,
                      sample_embedding_noise, scale_losses, seq2seq_loss, span_loss, token_classification_loss)
-from ..runtime.tensor_ops import host_side, to_device_nonblocking
+from ..runtime.tensor_ops import to_device_nonblocking
 from ..runtime.trainer import AuxTrainer
 from ..cards.model_card import TaskSummary
 from ..modeling.multitask import ClassificationHead, MultiTaskModel
 from ..modeling.pooling import describe_pooling
 from ..runtime.nonfinite import check_finite_loss
 from ..tasks.spec import TaskSpec
-from ..tasks.batches import BatchStream, MultiTaskDataset, TaskBatchSampler, row_lengths
+from .batches import MultiTaskDataset, TaskBatchSampler, row_lengths
+from ..tasks.batches import BatchStream, host_side
 from ..tartan.weighting import (TaskWeightsCallback, all_reduce_mean, distributed, find_task_weights, fit_meta_head,
                                 meta_update, plot_task_weights, restore_task_weights, task_mixture)
 from ..runtime.training_metrics import MetricAccumulator

@@ -14,6 +14,7 @@ training hyper-parameters it lists.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field, fields
 
 from transformers import TrainingArguments
@@ -198,3 +199,41 @@ class AuxConfig(HubTokenSafeArgsMixin, RunArgsMixin, TrainingArguments):
 
 
 TokenSafeTrainingArguments = AuxConfig  # its earlier name, still exported and documented (docs/hub.md)
+
+
+# Base TrainingArguments fields always shown in a card; every field a method's config adds is shown too, and any
+# other base field only when it differs from its default; never the run-control fields (RUN_CONTROL_FIELDS above), which
+# describe the machine, paths, logging or the Hub rather than the training.
+KEY_TRAINING_FIELDS = (
+    "learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs", "max_steps",
+    "lr_scheduler_type", "warmup_steps", "weight_decay", "optim", "max_grad_norm", "seed", "bf16", "fp16",
+)
+
+
+def hyperparameters_from_args(args) -> dict:
+    """The training hyper-parameters of a `TrainingArguments` (sub)class instance, for a card, without any token.
+
+    Every field the subclass adds (the method's settings), the usual optimisation fields, and any other base field
+    set away from its default. Values come from `args.to_dict()`, which already masks `*_token` fields; those are
+    dropped here altogether.
+    """
+    # Compared with the dataclass defaults. Never build a TrainingArguments here: its __post_init__ resets
+    # accelerate's global state, which breaks a Trainer that is running (Trainer.save_model writes the card
+    # mid-run when pushing). __post_init__ turns some empty defaults into other empties (debug "" -> []).
+    values = args.to_dict()
+    base_fields = {f.name: f for f in dataclasses.fields(TrainingArguments) if f.init}
+    chosen = {}
+    for name, value in values.items():
+        if name.endswith("_token") or name in RUN_CONTROL_FIELDS:
+            continue
+        if name not in base_fields or name in KEY_TRAINING_FIELDS:
+            chosen[name] = value
+            continue
+        spec = base_fields[name]
+        default = spec.default if spec.default is not dataclasses.MISSING else (
+            spec.default_factory() if spec.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        default = getattr(default, "value", default)  # enums compare by value, as to_dict() gives them
+        empty = (None, "", [], {})
+        if value != default and not (value in empty and default in empty):
+            chosen[name] = value
+    return chosen

@@ -742,3 +742,16 @@ def _decide(run: GuardedRun, args, output_dir: Path, config: dict, defaults: dic
             logger.warning("Resuming from %s (the same configuration; --overwrite_output_dir starts over)",
                            run.checkpoint)
         run.configuration = config  # recorded by attach(), just before training
+
+
+def evaluation_implied(args) -> bool:
+    """Whether do_eval is on only because the command was given data (the actions rule), not because it was asked:
+    then a command whose data has no validation split evaluates nothing instead of failing."""
+    return "do_eval" in getattr(args, IMPLIED_ACTIONS, ())
+
+
+def drop_implied_evaluation(args, available: bool, missing: str) -> None:
+    """Turn off an implied evaluation when the data has nothing to evaluate (`missing` says what), with a note."""
+    if args.do_eval and not available and evaluation_implied(args):
+        args.do_eval = False
+        logger.info("No evaluation: %s (pass --do_eval with validation data to evaluate)", missing)

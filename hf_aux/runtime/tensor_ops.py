@@ -142,26 +142,6 @@ def accelerator_paths(enabled: bool = True):
         _ACCELERATOR_PATHS[0] = before
 
 
-_HOST_SIDE = [0]  # depth of host_side() blocks
-
-
-@contextlib.contextmanager
-def host_side():
-    """Marks code that reads tensors which live on the host on every device (a CPU `torch.Generator`'s draws, a
-    data sampler's order): no read there waits for an accelerator, and benchmarks/host_reads.py does not count it.
-    Only for CPU tensors: the marker is a statement about the code inside it, checked by review."""
-    _HOST_SIDE[0] += 1
-    try:
-        yield
-    finally:
-        _HOST_SIDE[0] -= 1
-
-
-def in_host_side() -> bool:
-    """Whether a `host_side()` block is running."""
-    return _HOST_SIDE[0] > 0
-
-
 def to_device_nonblocking(values, device, dtype: torch.dtype | None = None) -> torch.Tensor:
     """`torch.tensor(values, dtype=dtype)` (or the host tensor `values`) on `device` without stopping the host:
     through pinned memory, copied asynchronously (a copy from ordinary host memory waits for the device's queue on
@@ -170,3 +150,9 @@ def to_device_nonblocking(values, device, dtype: torch.dtype | None = None) -> t
     if torch.device(device).type == "cpu":
         return host
     return host.pin_memory().to(device, non_blocking=True)
+
+
+def __getattr__(name: str):
+    from .._moved import moved_name  # names moved out of this module (issue #62)
+
+    return moved_name(__name__, name)

@@ -11,9 +11,9 @@
 - **Hub pushes**: with `defer_hub_pushes` (the `hf-aux` commands push once, at the end, through
   `hf_aux.runtime.hub.push_trainer_output`), `push_to_hub` only logs and checkpoint pushes go through the
   token-checked `hf_aux.runtime.hub.push_checkpoint`; unset, Trainer's own pushes run.
-- **The model card** (`hf_aux.cards.model_card.ModelCardMixin`), **CPU memory reuse** (`hf_aux.runtime.cpu_malloc`,
-  `cpu_malloc` 'keep' or 'system') and **the non-finite guard** (`hf_aux.runtime.nonfinite`; `_watch_model_loss`
-  checks the model's own loss where no method trainer checks named loss parts).
+- **The model card** (`ModelCardMixin` below; `hf_aux.cards` renders it), **CPU memory reuse** (`cpu_malloc`)
+  and **the non-finite guard** (`hf_aux.runtime.nonfinite`; `_watch_model_loss`: the model's own loss is checked
+  where no method trainer checks named loss parts).
 
 The private Trainer methods overridden (`_save`, `_save_checkpoint`, `_load_from_checkpoint`, `_load_best_model`,
 `_push_from_checkpoint`) have no public hook: none saves or loads a model's weights, writes into a checkpoint
@@ -22,6 +22,8 @@ before it is complete, or pushes a checkpoint (nor restores the random state: th
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
 import logging
 import os
 
@@ -32,11 +34,109 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .cpu_malloc import apply_setting as apply_cpu_malloc
 from .hub import push_checkpoint
-from ..cards.model_card import ModelCardMixin
+from ..cards.model_card import (LOSS_CURVE_PNG, TaskSummary, base_model_license, body_pipeline_tag, card_base_model,
+                                card_model_id, has_sentence_transformers_files, render_declared_card, trainer_hub_id)
+from ..cards.plots import plot_loss_curves
+from .config import hyperparameters_from_args
+from ..registry import Method
 from .nonfinite import install_nonfinite_guard
-from ..tasks.streaming import ResumableStream, load_stream_state, save_stream_state
+from ..tasks.streaming import STATE_FILE, ResumableStream
 
 logger = logging.getLogger(__name__)
+
+
+def _as_list(value) -> list:
+    """A card argument given as one string or a list of them (Trainer.push_to_hub passes either)."""
+    return [value] if isinstance(value, str) else list(value or [])
+
+
+def _with_configs(tasks: list[TaskSummary], datasets: list[str], configs) -> list[TaskSummary]:
+    """`tasks` with the configuration `configs` gives their Hub dataset (one per dataset of `datasets`, in order,
+    None for one without), where the task does not name one itself."""
+    by_dataset = {name: config for name, config in zip(datasets, _as_list(configs)) if config}
+    return [dataclasses.replace(task, dataset_config=by_dataset[task.dataset])
+            if task.dataset_config is None and task.dataset in by_dataset else task for task in tasks]
+
+
+class ModelCardMixin:
+    """The one `create_model_card` of hf_aux's trainers (`AuxTrainer` has it: trl's place for the card).
+
+    A trainer names its method's record as the class attribute `_method` (`hf_aux.registry.Method`: the method's
+    name in the card's prose, its paper, its template in model_cards/, its Hub tags), and declares what loads its
+    checkpoint: `_auto_class` / `_hf_aux_class`. It supplies only what a run adds: `_card_tasks` (the
+    `TaskSummary` list, from the log history or `create_model_card`'s extra keyword arguments), `_card_figures`
+    (PNGs it draws into the output folder, file -> caption), and `_card_details` for anything else the card says
+    (notes, adapter, another auto class, extra tags). Writes README.md in `args.output_dir` on the main process;
+    Trainer.push_to_hub calls it too."""
+
+    _method: Method | None = None
+    _auto_class: str = "AutoModel"
+    _hf_aux_class: str | None = None
+    _pipeline_tag: str | None = "feature-extraction"  # an encoder body at the top level (body_pipeline_tag)
+
+    def create_model_card(self, language=None, license=None, tags=None, model_name=None,  # noqa: A002
+                          finetuned_from=None, tasks=None, dataset_tags=None, dataset=None, dataset_args=None,
+                          license_name=None, **kwargs):
+        """`finetuned_from`: the checkpoint the run started from (its Hub id becomes `base_model`);
+        `dataset_tags`: Hub dataset ids of the training data; `tags`: extra Hub tags; `model_name`: the card's
+        name (default: the output folder's); `dataset_args`: the configuration of each of `dataset_tags` (as for
+        Trainer's card), named in the model-index; `license`: default, the one the base model states;
+        `license_name`: the name of an `other` licence. Other keyword arguments go to the trainer's `_card_tasks`."""
+        if getattr(self, "_method", None) is None:  # the base trainer used as it is: Trainer's own card
+            return super().create_model_card(language=language, license=license, tags=tags, model_name=model_name,
+                                             finetuned_from=finetuned_from, tasks=tasks, dataset_tags=dataset_tags,
+                                             dataset=dataset, dataset_args=dataset_args, **kwargs)
+        if not self.is_world_process_zero():
+            return
+        output_dir = self.args.output_dir
+        os.makedirs(output_dir, exist_ok=True)
+        datasets = _as_list(dataset_tags)
+        pipeline_tag = self._pipeline_tag
+        if pipeline_tag == "feature-extraction":
+            pipeline_tag = body_pipeline_tag(output_dir)
+        details = {"auto_class": self._auto_class, "hf_aux_class": self._hf_aux_class, "extra_tags": [],
+                   "pipeline_tag": pipeline_tag, **self._card_details()}
+        started_from = self._card_base_model(finetuned_from)
+        model_id, model_id_note = card_model_id(output_dir, trainer_hub_id(self))
+        card = render_declared_card(
+            template_file=self._method.card_template, name=self._method.card_name, tag_names=self._method.tags,
+            paper=self._method.paper,
+            model_name=model_name or os.path.basename(os.path.abspath(output_dir)),
+            model_id=model_id, model_id_note=model_id_note, base_model=card_base_model(started_from),
+            sentence_transformers=has_sentence_transformers_files(output_dir),
+            datasets=datasets, tasks=_with_configs(self._card_tasks(datasets, **kwargs), datasets, dataset_args),
+            hyperparameters=hyperparameters_from_args(self.args), figures=self._card_figures(output_dir),
+            license=license or base_model_license(started_from), license_name=license_name if license else None,
+            language=language or "en",
+            tags=[*_as_list(tags), *details.pop("extra_tags")],
+            **details)
+        card.save(os.path.join(output_dir, "README.md"))
+
+    def _card_tasks(self, datasets: list[str], **kwargs) -> list[TaskSummary]:
+        raise NotImplementedError(f"{type(self).__name__} must say which tasks its card lists (_card_tasks)")
+
+    def _card_figures(self, output_dir: str) -> dict[str, str]:
+        return {}
+
+    def _card_details(self) -> dict:
+        """Keyword arguments of `render_declared_card` this run adds (notes, adapter, ...); `extra_tags` come
+        after the user's tags."""
+        return {}
+
+    def _card_base_model(self, finetuned_from: str | None) -> str | None:
+        """What the run started from (None: from scratch); `card_base_model` turns it into a Hub id."""
+        return finetuned_from
+
+    def _loss_curve_figure(self, output_dir: str, title: str, caption: str,
+                           exclude_prefixes: tuple = (), same_scale: bool = False) -> dict[str, str]:
+        """loss_curve.png from the log history, as {file: caption}; {} while nothing loss-like was logged. The
+        training objective and the evaluation loss share an axis only when `same_scale` (`plot_loss_curves`)."""
+        try:
+            plot_loss_curves(self.state.log_history, os.path.join(output_dir, LOSS_CURVE_PNG), title=title,
+                             exclude_prefixes=exclude_prefixes, same_scale=same_scale)
+        except ValueError:  # nothing logged yet
+            return {}
+        return {LOSS_CURVE_PNG: caption}
 
 
 class AuxTrainer(ModelCardMixin, Trainer):
@@ -164,3 +264,33 @@ def _saves_itself(model) -> bool:
     `PreTrainedModel`, not a peft model)."""
     return (hasattr(model, "save_pretrained") and not isinstance(model, PreTrainedModel)
             and getattr(model, "peft_config", None) is None)
+
+
+# ---- a streamed corpus's position in each checkpoint (hf_aux.tasks.streaming.ResumableStream) ----------------------
+def consumed_examples(trainer) -> int:
+    """Examples of the stream that the trainer's completed optimizer steps consumed: per step, the accumulated
+    micro-batches of every process (the main process reads them all and dispatches them)."""
+    args = trainer.args
+    return trainer.state.global_step * args.gradient_accumulation_steps * trainer._train_batch_size * args.world_size
+
+
+def save_stream_state(trainer, checkpoint_folder: str) -> None:
+    """Into a checkpoint: the stream's position after the blocks its optimizer steps consumed (nothing for data
+    that is not a `ResumableStream`)."""
+    if isinstance(trainer.train_dataset, ResumableStream):
+        state = trainer.train_dataset.state_at(consumed_examples(trainer))
+        with open(os.path.join(checkpoint_folder, STATE_FILE), "w", encoding="utf-8") as handle:
+            json.dump(state, handle)
+
+
+def load_stream_state(trainer, checkpoint_folder: str) -> None:
+    """On resume: the stream continues after the blocks the checkpoint's steps consumed. A checkpoint without the
+    position (written without --streaming) is an error naming the flag."""
+    if not isinstance(trainer.train_dataset, ResumableStream):
+        return
+    path = os.path.join(checkpoint_folder, STATE_FILE)
+    if not os.path.isfile(path):
+        raise ValueError(f"resume_from_checkpoint: {checkpoint_folder!r} holds no {STATE_FILE} (it was not written "
+                         "by a --streaming run), so the stream's position is unknown; resume without --streaming")
+    with open(path, encoding="utf-8") as handle:
+        trainer.train_dataset.load_state_dict(json.load(handle))

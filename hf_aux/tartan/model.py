@@ -504,7 +504,7 @@ class TartanModel(nn.Module):
                 for k, v in head.state_dict().items()}
 
     def tartan_metadata(self) -> dict:
-        from .. import __version__
+        from .._versions import __version__
 
         metadata = {"auxiliary_tasks": self.auxiliary_tasks, "mlm_hidden_act": self.mlm_hidden_act,
                     "hf_aux_version": __version__, "end_task_class": type(self.classifier).__name__}

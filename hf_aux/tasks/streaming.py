@@ -8,8 +8,8 @@ fly, in bounded memory, with an exact resume.
 - `ResumableStream`: the torch `IterableDataset` a trainer reads. It keeps the source's `state_dict()` at the last
   positions it yielded, so a checkpoint stores the position of exactly the blocks training consumed (not those
   the data loader fetched ahead) and a resumed run continues with the block the uninterrupted run would have read.
-  `hf_aux.runtime.trainer.AuxTrainer` saves it in every checkpoint (`stream_state.json`), restores it on resume,
-  and turns off Trainer's skipping of seen batches.
+  `hf_aux.runtime.trainer.AuxTrainer` saves it in every checkpoint (`STATE_FILE`), restores it on resume, and
+  turns off Trainer's skipping of seen batches: this module names no Trainer internal.
 - `StreamBatches`: the streamed counterpart of `hf_aux.tasks.batches.BatchStream` for batches a trainer draws itself
   (TARTAN's auxiliary MLM tasks, the meta-learned LM objective's support and query batches): endless batches read
   in order, pass after pass, with its position (`state_dict()`) for checkpoints.
@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import collections
 import copy
-import json
-import os
 
 import torch
 
@@ -218,30 +216,7 @@ def is_stream(data) -> bool:
     return isinstance(data, (datasets.IterableDataset, ResumableStream))
 
 
-def consumed_examples(trainer) -> int:
-    """Examples of the stream that the trainer's completed optimizer steps consumed: per step, the accumulated
-    micro-batches of every process (the main process reads them all and dispatches them)."""
-    args = trainer.args
-    return trainer.state.global_step * args.gradient_accumulation_steps * trainer._train_batch_size * args.world_size
+def __getattr__(name: str):
+    from .._moved import moved_name  # names moved out of this module (issue #62)
 
-
-def save_stream_state(trainer, checkpoint_folder: str) -> None:
-    """Into a checkpoint: the stream's position after the blocks its optimizer steps consumed (nothing for data
-    that is not a `ResumableStream`)."""
-    if isinstance(trainer.train_dataset, ResumableStream):
-        state = trainer.train_dataset.state_at(consumed_examples(trainer))
-        with open(os.path.join(checkpoint_folder, STATE_FILE), "w", encoding="utf-8") as handle:
-            json.dump(state, handle)
-
-
-def load_stream_state(trainer, checkpoint_folder: str) -> None:
-    """On resume: the stream continues after the blocks the checkpoint's steps consumed. A checkpoint without the
-    position (written without --streaming) is an error naming the flag."""
-    if not isinstance(trainer.train_dataset, ResumableStream):
-        return
-    path = os.path.join(checkpoint_folder, STATE_FILE)
-    if not os.path.isfile(path):
-        raise ValueError(f"resume_from_checkpoint: {checkpoint_folder!r} holds no {STATE_FILE} (it was not written "
-                         "by a --streaming run), so the stream's position is unknown; resume without --streaming")
-    with open(path, encoding="utf-8") as handle:
-        trainer.train_dataset.load_state_dict(json.load(handle))
+    return moved_name(__name__, name)
