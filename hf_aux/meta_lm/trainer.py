@@ -169,7 +169,8 @@ class MetaLMTrainer(AuxTrainer):
             self.teacher.to(args.device)
             # its own optimizer's updates are checked where the student's are (hf_aux.runtime.nonfinite): where Trainer
             # logs, evaluates, saves or ends, and before any model is written; every step with on_nonfinite 'skip'
-            self._nonfinite_guard.watch("the teacher", self.teacher)
+            if self._nonfinite_guard is not None:  # None: on_nonfinite 'continue'
+                self._nonfinite_guard.watch("the teacher", self.teacher)
         self.teacher_optimizer = None
         self.teacher_scheduler = None
         self._resumed_teacher_state = None  # a checkpoint's teacher optimizer state, until that optimizer exists

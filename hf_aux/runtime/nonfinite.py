@@ -1,5 +1,6 @@
-"""Non-finite training stops before it is saved: one implementation for every hf_aux trainer and the plain
-`Trainer` of run_finetune.py.
+"""Non-finite training stops before it is saved: one implementation for every hf_aux trainer, on by default in
+hf_aux's configs (`on_nonfinite`); arguments that are not hf_aux's (a plain `TrainingArguments`, a user's subclass)
+get Trainer's own behaviour, 'continue'.
 
 - `check_finite_loss(trainer, parts, owner)`: called by a trainer's loss code with its named loss parts; a NaN/Inf
   part raises `NonFiniteTrainingError` naming the step, every part's value and the last checkpoint, before the
@@ -17,6 +18,8 @@
 - `--on_nonfinite skip` (every hf_aux config, through `hf_aux.runtime.run_guard.RunArgsMixin`): a step whose loss
   or gradients are non-finite is skipped (its gradients dropped, the optimizer leaves parameters and moments as
   they were) and counted as `nonfinite_skipped_steps`. Parameters that became non-finite always stop the run.
+- 'continue' is `transformers.Trainer` exactly: no guard is installed and nothing is checked; training goes on and
+  Trainer's `logging_nan_inf_filter` keeps NaN/Inf out of the logged loss.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from .tensor_ops import on_accelerator
 
 logger = logging.getLogger(__name__)
 
-NONFINITE_POLICIES = ("stop", "skip")
+NONFINITE_POLICIES = ("stop", "skip", "continue")
 
 
 class NonFiniteTrainingError(ValueError):
@@ -48,13 +51,14 @@ class NonFiniteArgsMixin:
     on_nonfinite: str = field(default="stop", metadata={
         "help": "What a non-finite (NaN/Inf) loss or gradient does: 'stop' the run with an error naming the step "
                 "and the loss parts (nothing non-finite is saved; the last checkpoint stays intact), or 'skip' "
-                "that optimizer step and go on (counted in the logs as nonfinite_skipped_steps).",
+                "that optimizer step and go on (counted in the logs as nonfinite_skipped_steps), or 'continue' as "
+                "transformers' Trainer does (no check; logging_nan_inf_filter keeps NaN/Inf out of the logged loss).",
         "choices": list(NONFINITE_POLICIES)})
 
 
 def _policy(args) -> str:
-    # plain TrainingArguments (a user's own) have no on_nonfinite: they stop
-    return getattr(args, "on_nonfinite", "stop")
+    # arguments that are not hf_aux's (plain TrainingArguments, a user's own) have no on_nonfinite: Trainer's way
+    return getattr(args, "on_nonfinite", "continue")
 
 
 def _where_to_resume(output_dir: str | None) -> str:
@@ -79,11 +83,13 @@ def _format(value: float) -> str:
 def check_finite_loss(trainer, parts: dict, owner: str | None = None) -> bool:
     """True when every loss part (tensor or float) is finite. Otherwise, with `on_nonfinite` 'stop' (the default)
     raise `NonFiniteTrainingError` naming `owner`, the step in progress and every part; with 'skip' return False
-    (the `NonFiniteGuard` then drops the step's gradients). One host sync for tensors.
+    (the `NonFiniteGuard` then drops the step's gradients). One host sync for tensors; none with 'continue' (True).
 
     With 'stop', tensors on an accelerator and the trainer's `NonFiniteGuard` installed, the check is deferred to
     the guard, which checks every sub-batch's parts at once before the update's optimizer step (one host sync per
     update instead of one per sub-batch; the same error, naming the same step), and this returns True."""
+    if _policy(trainer.args) == "continue":
+        return True
     tensors = [v for v in parts.values() if isinstance(v, torch.Tensor)]
     if tensors and _policy(trainer.args) == "stop":
         guard = find_nonfinite_guard(trainer)
@@ -266,8 +272,10 @@ def find_nonfinite_guard(trainer) -> NonFiniteGuard | None:
     return next((c for c in getattr(handler, "callbacks", ()) if isinstance(c, NonFiniteGuard)), None)
 
 
-def install_nonfinite_guard(trainer, watch_model_loss: bool = False) -> NonFiniteGuard:
-    """Add a `NonFiniteGuard` to `trainer` unless it has one; returns the guard."""
+def install_nonfinite_guard(trainer, watch_model_loss: bool = False) -> NonFiniteGuard | None:
+    """Add a `NonFiniteGuard` to `trainer` unless it has one; returns the guard (None with 'continue': no guard)."""
+    if _policy(trainer.args) == "continue":
+        return None
     for callback in trainer.callback_handler.callbacks:
         if isinstance(callback, NonFiniteGuard):
             return callback

@@ -176,7 +176,8 @@ class AuxTrainer(ModelCardMixin, Trainer):
         model = self.unwrapped(self.model)
         # every model written (checkpoints and the final one) is seen finite first: the guard's check of the
         # parameters since its last one (a pass and a host sync only when steps were trained since)
-        self._nonfinite_guard.check_parameters(model, self.state.global_step, self.args)
+        if self._nonfinite_guard is not None:  # None: on_nonfinite 'continue' (Trainer's own way, no guard)
+            self._nonfinite_guard.check_parameters(model, self.state.global_step, self.args)
         if _saves_itself(model):  # not a model Trainer saves with save_pretrained (e.g. TartanModel)
             if self.args.should_save:
                 os.makedirs(output_dir, exist_ok=True)
