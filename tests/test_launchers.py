@@ -86,6 +86,19 @@ def data(tmp_path_factory):
     return write_command_data(tmp_path_factory.mktemp("launch_data"), "hf-aux-tests/tiny-bert")
 
 
+@pytest.mark.parametrize("accelerator", [False, True])
+def test_a_launch_without_an_accelerator_asks_for_the_cpu_set_up(accelerator, monkeypatch):
+    """Under a launcher of 2 processes, `use_cpu_under_launcher` asks accelerate for CPU exactly when
+    `torch.accelerator` sees no device (CUDA, XPU, MPS, HPU, ...)."""
+    from hf_aux.runtime.distributed import use_cpu_under_launcher
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: accelerator)
+    assert use_cpu_under_launcher() is not accelerator
+    assert os.environ.get("ACCELERATE_USE_CPU") == (None if accelerator else "true")
+
+
 # ---- every command, under torchrun ------------------------------------------------------------------------------
 # (command as launched, run script whose tiny job it runs, meta-LM objective)
 COMMANDS = [("run_muppet", "run_muppet", None), ("amos", "run_amos", None), ("tartan", "run_tartan", None),

@@ -100,19 +100,12 @@ def launched_processes() -> int:
         return 1
 
 
-def has_accelerator() -> bool:
-    """Whether torch sees a GPU (CUDA/ROCm, XPU or MPS) that Trainer would pick without --use_cpu."""
-    xpu = getattr(torch, "xpu", None)
-    mps = getattr(torch.backends, "mps", None)
-    return bool(torch.cuda.is_available() or (xpu is not None and xpu.is_available())
-                or (mps is not None and mps.is_available()))
-
-
 def use_cpu_under_launcher() -> bool:
     """Before the training arguments are built: under a multi-process launcher on a machine without a GPU, ask
     accelerate for its CPU (gloo) set-up, as `--use_cpu` does. Without it transformers sets every process up as a
-    lone process 0 (each would train alone and claim the same output folder). Returns whether it did so."""
-    if launched_processes() <= 1 or has_accelerator() or os.environ.get("ACCELERATE_USE_CPU"):
+    lone process 0 (each would train alone and claim the same output folder). Returns whether it did so. A GPU:
+    any accelerator torch sees (`torch.accelerator`: CUDA/ROCm, XPU, MPS, HPU, ...), as Trainer would pick it."""
+    if launched_processes() <= 1 or torch.accelerator.is_available() or os.environ.get("ACCELERATE_USE_CPU"):
         return False
     os.environ["ACCELERATE_USE_CPU"] = "true"
     return True

@@ -72,6 +72,7 @@ def read_structured_file(path: str | os.PathLike, what: str) -> Any:
 # ---- local data files -------------------------------------------------------------------------------------------
 
 
+# datasets' readers raise UnicodeDecodeError at a place in their buffer ('é' at byte 35018 of a csv: position 3)
 def _check_utf8(path: str, where: str) -> None:
     decoder = codecs.getincrementaldecoder("utf-8")()
     offset = 0
@@ -95,6 +96,7 @@ def _line_of(path: str, byte: int) -> int:
         return handle.read(byte).count(b"\n") + 1
 
 
+# datasets' csv reader (pandas.read_csv) loads a short row padded with None ('bad,neg' under 'a,b,c': c=None)
 def _check_csv(path: str, where: str) -> None:
     with open(path, encoding="utf-8", newline="") as handle:
         reader = csv.reader(handle)
@@ -113,6 +115,7 @@ def _check_csv(path: str, where: str) -> None:
         raise UserInputError(f"{where}: {path!r} has a header but no data rows")
 
 
+# datasets' json reader loads a line `null` as a row of None; text files of blank lines as rows of ''
 def _check_lines(path: str, where: str, json_lines: bool, parse_every_line: bool = False) -> None:
     """Rows exist; JSON Lines (the first row a complete object) hold one object per line. Each line is only looked
     at (it must begin with `{` and end with `}`; one that does not is parsed, for the error to say what it is):
@@ -166,6 +169,7 @@ def check_data_file(path: str, where: str) -> str:
     if os.path.getsize(path) == 0:
         raise UserInputError(f"{where}: file {path!r} is empty (0 bytes); give a file with data")
     builder = DATA_FILE_BUILDERS[suffix]
+    # also the only check of a streamed file (tasks/streaming.py), whose rows datasets reads as training runs
     if builder == "parquet":
         return builder  # binary; datasets' own reader reports a damaged file (re-raised by load_data_files)
     marker = _passed_marker(path)
@@ -216,6 +220,7 @@ def load_data_files(files: dict[str, str], where: str, **load_kwargs):
     try:
         loaded = datasets.load_dataset(builder, data_files=files, **load_kwargs)
     except Exception as error:  # datasets wraps parser errors in DatasetGenerationError and friends
+        # datasets names a bad JSON line by its row in a 10 MB chunk (line 122165: 'Invalid value. in row 20360')
         if builder == "json":  # name the line if one is not a JSON object (the checks above only looked at it)
             for split, path in _each_file(files):
                 _check_lines(path, f"{where} ({split})", json_lines=True, parse_every_line=True)
