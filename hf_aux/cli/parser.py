@@ -11,8 +11,7 @@ file, never the demo config's):
 
 - Actions (`apply_action_rule`): a training source with no action asked for turns `do_train` on, as in trl; any
   data source turns `do_eval` on unless given or `--do_predict` alone was asked, where there is a validation split
-  (`hf_aux.runtime.run_guard.evaluation_implied`). Asking for no training, evaluation, prediction or push is an
-  error, before any work.
+  (run_guard's `evaluation_implied`). Asking for no training, evaluation, prediction or push is an error first.
 - Intervals (`_interval_strategies`): an explicit `--save_steps`, `--eval_steps` or `--logging_steps` implies the
   steps strategy of its kind when that strategy was not given; given both, a steps value under another strategy
   is a warning. A single `.json`/`.yaml`/`.yml` argument is the older form: the file holds every argument, no demo.
