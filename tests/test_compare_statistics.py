@@ -52,6 +52,17 @@ def test_t_distribution_matches_scipy(dof):
         assert t_cdf(t, dof) == pytest.approx(scipy_stats.t.cdf(t, dof), abs=1e-10)
 
 
+def test_t_distribution_by_hand_and_a_published_table():
+    # closed forms: dof 1 is Cauchy, P(T <= t) = 1/2 + atan(t) / pi; dof 2: P(T <= t) = 1/2 + t / (2 sqrt(2 + t^2))
+    for t in (-3.0, 0.5, 1.0, 4.0):
+        assert t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-12)
+        assert t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-12)
+    # two-sided 95% critical values of a printed t table (NIST/SEMATECH e-Handbook 1.3.6.7.2)
+    for dof, critical in ((1, 12.706), (2, 4.303), (5, 2.571), (9, 2.262), (30, 2.042), (100, 1.984)):
+        assert t_quantile(0.975, dof) == pytest.approx(critical, abs=5e-4)
+        assert t_quantile(0.025, dof) == pytest.approx(-critical, abs=5e-4)
+
+
 def test_benjamini_hochberg_by_hand():
     # sorted p: 0.01 (rank 1), 0.03 (2), 0.04 (3), 0.2 (4); m = 4: p * m / rank = 0.04, 0.06, 0.0533, 0.2; then the
     # running minimum from the largest rank down: 0.2, 0.0533, 0.0533, 0.04

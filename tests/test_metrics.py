@@ -1,5 +1,8 @@
 """hf_aux.tasks.metrics against hand computations, scikit-learn and scipy; QA post-processing through tokenize_task."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from datasets import Dataset
@@ -279,6 +282,17 @@ def test_evaluate_metric_wrapper_offline(tmp_path):
     assert metric.compute() == pytest.approx(classification_metrics(logits, labels))
     with pytest.raises(ValueError, match="config_name"):
         metrics.HfAuxMetric("extractive_qa", cache_dir=str(tmp_path))
+
+
+def test_evaluate_metric_without_evaluate_names_the_extra():
+    """evaluate is an extra: without it the metric functions work and HfAuxMetric names what to install."""
+    probe = ("import sys; sys.modules['evaluate'] = None\n"
+             "from hf_aux.tasks import metrics\n"
+             "print(metrics.compute_task_metrics('classification', [[0.0, 1.0]], [1])['accuracy'])\n"
+             "try:\n    metrics.HfAuxMetric\nexcept ImportError as error:\n    print(error)")
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout
+    assert out.splitlines() == ["1.0", "HfAuxMetric needs the `evaluate` package: pip install 'hf_aux[evaluate]' (or "
+                                       "evaluate itself); the metric functions of hf_aux.tasks.metrics need nothing"]
 
 
 def test_roc_auc_by_hand_and_against_sklearn():

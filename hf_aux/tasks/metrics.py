@@ -16,7 +16,7 @@ so per-task tables and majority baselines compare directly. (SQuAD's official sc
 gives the accuracy of always predicting the most frequent label. `HfAuxMetric` wraps the same functions as an
 `evaluate.Metric` that is instantiated directly (offline), for code written against `evaluate`:
 `HfAuxMetric("classification").compute(predictions=logits, references=labels)` (built on first access: importing
-`evaluate` takes seconds).
+`evaluate` takes seconds; it needs the `evaluate` extra, pip install 'hf_aux[evaluate]', which `test` includes).
 """
 
 from __future__ import annotations
@@ -532,7 +532,11 @@ _ARRAY_KINDS = ("classification", "regression", "multiple_choice")
 
 def _build_evaluate_metric():
     import datasets
-    import evaluate
+    try:
+        import evaluate
+    except ImportError as error:
+        raise ImportError("HfAuxMetric needs the `evaluate` package: pip install 'hf_aux[evaluate]' (or evaluate "
+                          "itself); the metric functions of hf_aux.tasks.metrics need nothing") from error
 
     class HfAuxMetric(evaluate.Metric):
         """`HfAuxMetric(kind)` for kind in classification / regression / multiple_choice: `add_batch` /
