@@ -518,7 +518,7 @@ def test_a_watched_module_is_checked_where_the_model_is(tmp_path, policy, found_
 import hashlib  # noqa: E402
 import subprocess  # noqa: E402
 
-from hf_aux.runtime.run_guard import OutputDirError, lock_path  # noqa: E402
+from hf_aux.runtime.run_guard import OutputDirError, lock_path, release_lock  # noqa: E402
 
 
 def digest(folder: Path) -> dict:
@@ -554,31 +554,32 @@ def test_a_finished_run_is_neither_repeated_nor_overwritten_by_another_configura
     assert digest(out)["model.safetensors"] != finished["model.safetensors"]
 
 
-def test_a_folder_used_by_a_live_process_is_refused_and_a_stale_lock_is_replaced(tmp_path, tiny_dir):
+def test_a_folder_used_by_a_live_process_is_refused_and_a_stale_lock_is_replaced(tmp_path, tiny_dir, caplog):
     out = tmp_path / "out"
     out.mkdir()
-    import socket
+    import signal
 
-    from hf_aux.runtime.run_guard import _boot_id, _start_time
+    from tiny import hold_lock
 
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    holder = hold_lock(out)  # another process holds the folder's lock
     try:
-        lock = {"pid": sleeper.pid, "start_time": _start_time(sleeper.pid), "host": socket.gethostname(),
-                "boot_id": _boot_id(), "started": "now",
-                "command": "run_finetune.py --output_dir out"}
-        lock_path(out).write_text(json.dumps(lock))
-        with pytest.raises(OutputDirError, match=rf"in use by process {sleeper.pid}.*another --output_dir"):
+        with pytest.raises(OutputDirError, match=rf"in use by process {holder.pid}.*another --output_dir"):
             run_script("run_finetune", finetune_run(tmp_path, tiny_dir, steps=1))
     finally:
-        sleeper.kill()
-        sleeper.wait()
-    # the process is gone (a crash): its lock no longer blocks; a lock from an earlier boot neither
+        holder.send_signal(signal.SIGKILL)  # a crash: its lock file stays, naming it
+        holder.wait()
+    lock = json.loads(lock_path(out).read_text())
+    assert lock["pid"] == holder.pid
+    # the process is gone: its lock no longer blocks, and is replaced with a warning
     run_script("run_finetune", finetune_run(tmp_path, tiny_dir, steps=1))
-    lock_path(out).write_text(json.dumps({**lock, "pid": 1, "boot_id": "an-earlier-boot"}))
-    run_script("run_finetune", finetune_run(tmp_path, tiny_dir, steps=1))  # finished: nothing to do, no error
-    # a PID reused by a process started after the crashed one is no false positive either
-    lock_path(out).write_text(json.dumps({**lock, "pid": os.getppid(), "start_time": "1"}))
-    run_script("run_finetune", finetune_run(tmp_path, tiny_dir, steps=1))
+    assert "Replacing the stale lock" in caplog.text
+    # a record left by an earlier boot, or naming a live process (a PID reused after the crash), blocks nothing
+    for left in ({**lock, "pid": 1, "boot_id": "an-earlier-boot"}, {**lock, "pid": os.getppid(), "start_time": "1"}):
+        release_lock(lock_path(out))  # as at the end of this process: the next run is another process's
+        lock_path(out).write_text(json.dumps(left))
+        caplog.clear()
+        run_script("run_finetune", finetune_run(tmp_path, tiny_dir, steps=1))  # finished: nothing to do, no error
+        assert "Replacing the stale lock" in caplog.text
 
 
 def test_an_incomplete_last_checkpoint_is_skipped_and_the_run_resumes_exactly(tmp_path, tiny_dir, capsys):

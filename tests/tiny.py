@@ -248,21 +248,17 @@ def peak_rss_mb(folder, argv: list[str], name: str) -> float:
     return int(done.stdout.split("PEAK_KB")[-1]) / 1024
 
 
+HOLD_LOCK = ("import sys, time; from hf_aux.runtime.run_guard import acquire_lock; acquire_lock(sys.argv[1]); "
+             "print('held', flush=True); time.sleep(600)")
+
+
 def hold_lock(out):
-    """A live process recorded as the one writing `out`: the output folder is in use (kill the process after)."""
-    import json
-    import socket
+    """A live process holding `out`'s lock (run_guard.acquire_lock): the output folder is in use (kill the process
+    after)."""
     import subprocess
     import sys
-    from pathlib import Path
 
-    from hf_aux.runtime.run_guard import lock_path
-
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    lock = lock_path(out)
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    stat = Path(f"/proc/{holder.pid}/stat").read_text().rsplit(")", 1)[-1].split()
-    lock.write_text(json.dumps({"pid": holder.pid, "start_time": stat[19], "host": socket.gethostname(),
-                                "boot_id": Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
-                                "started": "earlier", "command": "another run"}))
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(out)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n", "the holder could not lock the folder"
+    holder.stdout.close()
     return holder

@@ -28,9 +28,9 @@ Rules (run_glue's contract, made exact):
   other run (another configuration, an unfinished run, a model without trainer state) such a command is refused:
   it would evaluate the model its arguments name (the base model, fresh heads) and write that into the run's
   results and card.
-- `<parent>/.<output folder>.hf_aux.lock` holds the PID (and its start time), host and boot id of the process
-  writing the folder; a second process is refused while that process lives. A lock left by a crash (the process
-  is gone, or its PID now belongs to a process started later) or by an earlier boot is replaced, with a warning.
+- `<parent>/.<output folder>.hf_aux.lock` is an OS file lock (`filelock.FileLock`), held until the process writing
+  the folder releases it or ends, and names that process (PID, host, command); a second process is refused while it
+  is held. The file is removed on release: one left by a crash locks nothing and is taken over, with a warning.
 - A checkpoint is complete when its trainer_state.json parses (Trainer writes it after the model, optimizer,
   scheduler and RNG files; hf_aux's own files are written before it), every *.safetensors file is as long as its
   header says, and every torch pickle is an intact zip. Incomplete ones are moved to `_incomplete_checkpoints/`
@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -58,6 +59,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from filelock import FileLock, Timeout
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
@@ -232,47 +234,16 @@ def last_complete_checkpoint(output_dir: str | os.PathLike, move_incomplete: boo
 # ---- the lock -------------------------------------------------------------------------------------------------
 
 
-def _boot_id() -> str:
+def _holder(lock: Path) -> dict | None:
+    """The record in `lock`: the process holding it, or (a file left in place) one that ended without releasing."""
     try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _start_time(pid: int) -> str:
-    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), "" where unknown: a PID
-    reused by another process after a crash has another start time."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat.rsplit(")", 1)[-1].split()[19]
-
-
-def _alive(pid: int, start_time: str = "") -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, owned by someone else
-        pass
-    return not start_time or not _start_time(pid) or _start_time(pid) == start_time
-
-
-def _lock_holder(lock: Path) -> dict | None:
-    """The live process holding `lock`, or None when the lock is stale (crash, reboot, other host unknown)."""
-    try:
-        holder = json.loads(lock.read_text())
+        return json.loads(lock.read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         return None
-    if holder.get("host") != socket.gethostname():
-        return holder  # cannot check a process on another machine: assume it runs
-    if holder.get("boot_id") != _boot_id() or not _alive(int(holder.get("pid", -1)), holder.get("start_time", "")):
-        return None
-    return holder
 
 
-_HELD_LOCKS: set[str] = set()
+_HELD_LOCKS: dict[str, FileLock] = {}
+os.register_at_fork(after_in_child=_HELD_LOCKS.clear)  # a forked child (a data loader worker) holds none of them
 
 
 def lock_path(output_dir: str | os.PathLike) -> Path:
@@ -283,44 +254,50 @@ def lock_path(output_dir: str | os.PathLike) -> Path:
 
 
 def acquire_lock(output_dir: str | os.PathLike) -> Path:
-    """Create the lock of `output_dir` (`lock_path`) for this process, refusing a folder locked by another live
-    process; a lock this process already holds is kept as it is."""
+    """Lock `output_dir` (`lock_path`, an OS file lock) for this process and record the process in the lock file,
+    refusing a folder locked by another process; a lock this process already holds is kept as it is."""
     lock = lock_path(output_dir)
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    record = {"pid": os.getpid(), "start_time": _start_time(os.getpid()), "host": socket.gethostname(),
-              "boot_id": _boot_id(),
-              "started": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv)}
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            holder = _lock_holder(lock)
-            if holder is not None and holder.get("pid") == os.getpid() and holder.get("host") == record["host"]:
-                _HELD_LOCKS.add(str(lock))
-                return lock
-            if holder is not None:
-                raise OutputDirError(
-                    f"output_dir {str(output_dir)!r} is in use by process {holder.get('pid')} on "
-                    f"{holder.get('host')} (since {holder.get('started')}: {holder.get('command', '')[:200]}). "
-                    f"Wait for it to finish or use another --output_dir; if that process is gone, delete {lock}.")
-            logger.warning("Replacing the stale lock %s (its process is gone)", lock)
-            lock.unlink(missing_ok=True)
-            continue
-        with os.fdopen(fd, "w") as handle:
-            json.dump(record, handle)
-        _HELD_LOCKS.add(str(lock))
+    if str(lock) in _HELD_LOCKS:
         return lock
-    raise OutputDirError(f"output_dir {str(output_dir)!r}: could not create the lock file {lock}")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    left = _holder(lock)  # release removes the file: a record still there is a crashed (or killed) process's
+    record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                         "started": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv)}).encode()
+
+    def write_record(fd: int) -> None:  # under the lock, before acquire() returns
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, record, 0)
+
+    held = FileLock(lock, timeout=1, thread_local=False, on_acquired=write_record)  # 1 s: a holder releasing now
+    try:
+        held.acquire()
+    except Timeout:
+        holder = _holder(lock) or {}
+        raise OutputDirError(
+            f"output_dir {str(output_dir)!r} is in use by process {holder.get('pid', '?')} on "
+            f"{holder.get('host', '?')} (since {holder.get('started')}: {holder.get('command', '')[:200]}). "
+            f"Wait for it to finish or use another --output_dir.") from None
+    except OSError as error:  # a filesystem without file locks (Lustre mounted without flock, NFS without lockd)
+        if error.errno not in (errno.ENOSYS, errno.ENOLCK):
+            raise
+        raise OutputDirError(f"output_dir {str(output_dir)!r}: cannot lock {lock} ({error.strerror}): its filesystem "
+                             "offers no file locks; use an --output_dir on one that does") from error
+    if left is not None:
+        logger.warning("Replacing the stale lock %s (its process is gone)", lock)
+    _HELD_LOCKS[str(lock)] = held
+    return lock
 
 
 def release_lock(lock: str | os.PathLike) -> None:
-    lock = Path(lock)
-    try:
-        if json.loads(lock.read_text()).get("pid") == os.getpid():
-            lock.unlink()
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        pass
-    _HELD_LOCKS.discard(str(lock))
+    """Release `lock` if this process holds it (acquire_lock), removing its file first: a process that opened the
+    file just before takes a lock on a removed file, which filelock drops (st_nlink 0) and retries."""
+    held = _HELD_LOCKS.pop(str(lock), None)
+    if held is None:
+        return
+    # filelock leaves the file ("The file stays in place on release", filelock/_native/_unix.py); removed while held
+    if (_holder(Path(lock)) or {}).get("pid") == os.getpid():
+        Path(lock).unlink(missing_ok=True)
+    held.release()
 
 
 def _release_all_locks() -> None:
