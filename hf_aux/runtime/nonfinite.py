@@ -1,6 +1,5 @@
-"""Non-finite training stops before it is saved: one implementation for every hf_aux trainer, on by default in
-hf_aux's configs (`on_nonfinite`); arguments that are not hf_aux's (a plain `TrainingArguments`, a user's subclass)
-get Trainer's own behaviour, 'continue'.
+"""Non-finite training stops before it is saved, by default in hf_aux's configs (`on_nonfinite`; other arguments
+get 'continue', Trainer's own behaviour): one implementation for every hf_aux trainer.
 
 - `check_finite_loss(trainer, parts, owner)`: called by a trainer's loss code with its named loss parts; a NaN/Inf
   part raises `NonFiniteTrainingError` naming the step, every part's value and the last checkpoint, before the
@@ -18,9 +17,7 @@ get Trainer's own behaviour, 'continue'.
 - `--on_nonfinite skip` (every hf_aux config, through `hf_aux.runtime.run_guard.RunArgsMixin`): a step whose loss
   or gradients are non-finite is skipped (its gradients dropped, the optimizer leaves parameters and moments as
   they were) and counted as `nonfinite_skipped_steps`. Parameters that became non-finite always stop the run.
-- 'continue' is `transformers.Trainer` exactly: no guard is installed and nothing is checked; training goes on and
-  Trainer's `logging_nan_inf_filter` keeps NaN/Inf out of the logged loss.
-"""
+  'continue' is `transformers.Trainer` exactly: no guard, no check; `logging_nan_inf_filter` filters the logs."""
 
 from __future__ import annotations
 
