@@ -91,7 +91,7 @@ def test_the_lock_is_released_at_exit_and_not_by_a_forked_child(tmp_path, caplog
     assert "stale" not in caplog.text
 
 
-def test_a_filesystem_without_file_locks_is_refused_naming_the_folder(tmp_path, monkeypatch):
+def test_a_filesystem_without_file_locks_runs_with_a_warning_naming_the_folder(tmp_path, monkeypatch, caplog):
     class NoFileLocks:  # what filelock raises where flock is not implemented (Lustre mounted without flock)
         def __init__(self, *args, **kwargs):
             pass
@@ -100,6 +100,8 @@ def test_a_filesystem_without_file_locks_is_refused_naming_the_folder(tmp_path, 
             raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
 
     monkeypatch.setattr(run_guard, "FileLock", NoFileLocks)
-    with pytest.raises(OutputDirError, match=re.escape(f"output_dir {str(tmp_path / 'out')!r}: cannot lock ")
-                       + r".*its filesystem offers no file locks"):
-        acquire_lock(tmp_path / "out")
+    with caplog.at_level(logging.WARNING, logger=run_guard.__name__):
+        lock = acquire_lock(tmp_path / "out")  # runs as it did before the OS lock, which such a filesystem lacks
+    assert re.search(re.escape(f"output_dir {str(tmp_path / 'out')!r}: cannot lock ") + r".*its filesystem offers "
+                     r"no file locks, so a second run writing this folder at the same time is not detected", caplog.text)
+    release_lock(lock)  # nothing held: a no-op

@@ -280,8 +280,10 @@ def acquire_lock(output_dir: str | os.PathLike) -> Path:
     except OSError as error:  # a filesystem without file locks (Lustre mounted without flock, NFS without lockd)
         if error.errno not in (errno.ENOSYS, errno.ENOLCK):
             raise
-        raise OutputDirError(f"output_dir {str(output_dir)!r}: cannot lock {lock} ({error.strerror}): its filesystem "
-                             "offers no file locks; use an --output_dir on one that does") from error
+        # the run goes on, as it did before hf_aux locked with the OS: only the check of a second writer is lost
+        logger.warning("output_dir %r: cannot lock %s (%s): its filesystem offers no file locks, so a second run "
+                       "writing this folder at the same time is not detected", str(output_dir), lock, error.strerror)
+        return lock
     if left is not None:
         logger.warning("Replacing the stale lock %s (its process is gone)", lock)
     _HELD_LOCKS[str(lock)] = held
