@@ -43,7 +43,6 @@ _LAZY_NAMES: dict[str, str] = {
     **dict.fromkeys(["TaskSummary", "render_model_card"], "cards.model_card"),
     **dict.fromkeys(["MultiTaskConfig", "MultiTaskModelConfig", "MultiTaskModel", "MultiTaskOutput"],
                     "modeling.multitask"),  # MultiTaskConfig: deprecated name of MultiTaskModelConfig
-    **dict.fromkeys(["MultiTaskDataset", "TaskBatchSampler"], "muppet.batches"),
     **dict.fromkeys(["TASK_KINDS", "TaskSpec", "load_mixture", "load_task_splits"], "tasks.loading"),
     **{name: f"{record.package}.{module}" for record in methods() for name, module in record.exports.items()},
 }
@@ -67,10 +66,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY_NAMES))
 
 
-if TYPE_CHECKING:  # static analysers and IDEs see the real imports (tests/test_layout.py: the same names)
-    from .amos.config import AmosConfig
-    from .amos.model import AmosGenerator, AmosGeneratorConfig, AmosModel, AmosModelConfig
-    from .amos.trainer import AmosTrainer
+if TYPE_CHECKING:  # the shared names' real imports, for static analysers (each method's: its __init__.py)
     from .runtime.config import AuxConfig, HubTokenSafeArgsMixin, TokenSafeTrainingArguments
     from .runtime.trainer import AuxTrainer
     from .tasks.data import (MLMCollator, MultiTaskCollator, TokenizedTask, group_texts_for_mlm, mask_tokens_for_mlm,
@@ -78,18 +74,9 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real imports (tests/test_
     from .errors import HubDownloadError, explain_hub_errors
     from .runtime.hub import HubPushError, create_hub_repo, push_folder_to_hub, push_trainer_output
     from .runtime.lora_settings import LoraArguments
-    from .meta_lm.config import MetaLMConfig
-    from .meta_lm.teacher import MetaLMTeacher, MetaLMTeacherConfig, MetaLMTokens, add_meta_lm_tokens
-    from .meta_lm.trainer import MetaLMCollator, MetaLMTrainer
     from .tasks.metrics import (PRIMARY_METRIC, classification_metrics, compute_task_metrics, majority_baseline,
                                 multiple_choice_metrics, postprocess_qa_predictions, qa_metrics, regression_metrics,
                                 rouge_metrics)
     from .cards.model_card import TaskSummary, render_model_card
     from .modeling.multitask import MultiTaskConfig, MultiTaskModel, MultiTaskModelConfig, MultiTaskOutput
-    from .muppet.config import MuppetConfig
-    from .muppet.trainer import MuppetTrainer
-    from .muppet.batches import MultiTaskDataset, TaskBatchSampler
-    from .tartan.config import TartanConfig
-    from .tartan.model import TartanModel
-    from .tartan.trainer import TartanTrainer
     from .tasks.loading import TASK_KINDS, TaskSpec, load_mixture, load_task_splits

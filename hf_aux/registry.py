@@ -4,7 +4,8 @@ Each method's folder, `hf_aux/<method>/`, holds its config, trainer, losses, mod
 declares in its `__init__.py` one `Method` record: the command's name, the public names the folder defines, the
 paper (with its BibTeX) and the model-card template. The lazy names of `hf_aux`, the table of `hf-aux` commands
 and each trainer's card are derived from these records; commands that are not methods (`finetune`) register the
-same way. A new method is a new folder with its record, plus its name in `METHOD_PACKAGES`.
+same way. A new method is a new folder with its record, plus its name in `METHOD_PACKAGES` and its card template
+(model_cards/<method>.md): nothing else outside its folder (README, "A new method").
 
 This module and the records import nothing heavy: `import hf_aux` reads them.
 """

@@ -27,6 +27,7 @@ import torch  # noqa: E402
 from tiny import tiny_config, tiny_tokenizer  # noqa: E402
 from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification  # noqa: E402
 
+from hf_aux import registry  # noqa: E402
 from hf_aux.tasks.data import MultiTaskCollator, group_texts_for_mlm, tokenize_task  # noqa: E402
 from hf_aux.tasks.loading import TaskSpec  # noqa: E402
 
@@ -151,7 +152,9 @@ def make_meta_lm(out, options):
                          processing_class=tokenizer)
 
 
-TRAINERS = {"muppet": make_muppet, "amos": make_amos, "tartan": make_tartan, "meta_lm": make_meta_lm}
+# every registered method that has a `make_<package>` factory here (a new method adds one to be tested under DDP)
+TRAINERS = {record.package: globals()[f"make_{record.package}"] for record in registry.methods()
+            if f"make_{record.package}" in globals()}
 VARIANT_OPTION = {"muppet": "robust", "tartan": "mode", "meta_lm": "objective"}  # what "trainer:variant" sets
 
 

@@ -4,8 +4,11 @@ that never imports the command-line layer, few private Trainer overrides, and th
 import ast
 import importlib
 import inspect
+import os
+import shutil
 import subprocess
 import sys
+import zipfile
 
 import pytest
 from test_import_graph import ROOT, imported_modules, module_names
@@ -58,7 +61,7 @@ OLD_PATHS = {  # the documented old module paths (CHANGELOG.md) -> their new hom
     "hf_aux.training_metrics": "hf_aux.runtime.training_metrics",
     "hf_aux.validation": "hf_aux.tasks.validation",
 }
-METHODS = ("muppet", "amos", "tartan", "meta_lm")
+METHODS = tuple(record.package for record in registry.methods() if record.trainer_class)  # from METHOD_PACKAGES
 
 
 def is_command_line(name: str) -> bool:
@@ -103,8 +106,12 @@ def test_the_command_table_is_the_records():
         assert registry.by_command(record.command) is record
         module = importlib.import_module(record.command_module)
         assert callable(module.main) and callable(module.parse_args) and callable(module.make_parser)
-        script = ROOT.parent / "run_scripts" / f"run_{record.package}.py"
-        assert f"from {record.command_module} import main" in script.read_text()
+    for script in (ROOT.parent / "run_scripts").glob("run_*.py"):  # a launcher script, where a method has one
+        record = registry.method(script.stem[len("run_"):]) if script.stem != "run_compare" else None
+        if record is not None:
+            assert f"from {record.command_module} import main" in script.read_text()
+    launchers = {"muppet", "amos", "tartan", "meta_lm", "finetune", "compare"}  # today's (a new method's is optional)
+    assert {f"run_{name}.py" for name in launchers} <= {p.name for p in (ROOT.parent / "run_scripts").glob("*.py")}
 
 
 def private_overrides() -> dict[str, list[str]]:
@@ -184,13 +191,23 @@ def test_documented_imports_still_work(old_import):
     subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", old_import], check=True)
 
 
-def test_the_type_checking_imports_name_every_public_name():
-    tree = ast.parse((ROOT / "__init__.py").read_text())
+def type_checking_imports(path) -> dict[str, str]:
+    """name -> module (relative, as written) of the `if TYPE_CHECKING:` block of `path`."""
+    tree = ast.parse(path.read_text())
     block = next(node for node in tree.body if isinstance(node, ast.If) and getattr(node.test, "id", "") ==
                  "TYPE_CHECKING")
-    named = {alias.name: node.module for node in block.body for alias in node.names}
-    assert set(named) == set(hf_aux.__all__) - {"__version__"}
-    assert {name: hf_aux._LAZY_NAMES[name] for name in named} == named
+    return {alias.name: node.module for node in block.body for alias in node.names}
+
+
+def test_the_type_checking_imports_name_every_public_name():
+    """The shared names in hf_aux/__init__.py, each method's in its own __init__.py (no edit of the root)."""
+    shared = type_checking_imports(ROOT / "__init__.py")
+    by_record = {name: record for record in registry.methods() for name in record.exports}
+    assert set(shared) | set(by_record) == set(hf_aux.__all__) - {"__version__"} and not set(shared) & set(by_record)
+    assert {name: hf_aux._LAZY_NAMES[name] for name in shared} == shared
+    for record in registry.methods():
+        if record.exports:
+            assert type_checking_imports(ROOT / record.package / "__init__.py") == record.exports, record.package
 
 
 def test_the_shared_core_is_three_rooms_and_method_only_code_is_home():
@@ -236,3 +253,86 @@ def test_no_docstring_or_comment_block_over_20_lines():
             if run == 21:
                 long.append(f"{name}:{number} comments")
     assert long == []
+
+
+FIFTH = {  # a new method's folder, as small as the layout allows
+    "__init__.py": """from typing import TYPE_CHECKING
+
+from ..registry import Method, Paper
+
+METHOD = Method(package="fifth", command="fifth", summary="a fifth method (tests/test_layout.py)",
+                card_name="the fifth method", card_template="fifth.md",
+                paper=Paper(title="Fifth", authors="A. Author", venue="nowhere", year=2026, arxiv_id=None,
+                            bibtex="@misc{fifth, title = {Fifth}}", url="https://example.org/fifth"),
+                exports={"FifthConfig": "config", "FifthTrainer": "trainer"},
+                config_class="FifthConfig", trainer_class="FifthTrainer")
+
+if TYPE_CHECKING:
+    from .config import FifthConfig
+    from .trainer import FifthTrainer
+""",
+    "config.py": "from dataclasses import dataclass\n\nfrom ..runtime.config import AuxConfig\n\n\n"
+                 "@dataclass\nclass FifthConfig(AuxConfig):\n    weight: float = 1.0\n",
+    "trainer.py": "from ..runtime.trainer import AuxTrainer\nfrom . import METHOD\n\n\n"
+                  "class FifthTrainer(AuxTrainer):\n    _method = METHOD\n",
+    "losses.py": "def fifth_loss(loss, weight):\n    return weight * loss\n",
+    "command.py": "from transformers import HfArgumentParser\n\nfrom .config import FifthConfig\n\n\n"
+                  "def make_parser():\n    return HfArgumentParser((FifthConfig,))\n\n\n"
+                  "def parse_args(argv=None):\n    return make_parser().parse_args_into_dataclasses(argv)\n\n\n"
+                  "def main(argv=None):\n    print('fifth', parse_args(argv)[0].weight)\n",
+    "demo.yaml": "weight: 2.0\n",
+}
+NEW_METHOD_PROBE = """import hf_aux
+from hf_aux import FifthConfig, FifthTrainer, registry
+from hf_aux.cards.model_card import render_model_card
+from hf_aux.cli.command import usage
+assert hf_aux.__file__.startswith({root!r}), hf_aux.__file__
+assert registry.method("fifth").load("FifthTrainer") is FifthTrainer and FifthTrainer._method.command == "fifth"
+assert "  fifth      a fifth method" in usage()
+card = render_model_card("fifth", model_name="m", tasks=[])
+assert "the fifth method" in card.content and "hf_aux" in card.data.tags and "fifth" in card.data.tags
+print("ok")
+"""
+
+
+def test_a_new_method_is_its_folder_plus_two_edits(tmp_path):
+    """Issue #62: in a copy of the repository, a fifth method made of its folder and exactly two edits outside it
+    (its name in METHOD_PACKAGES, its card template) is a command, public names, a card and a shipped package, and
+    this file's layout checks and the card tests (which derive their method lists from the registry) pass on it."""
+    repo = tmp_path / "repo"
+    for name in ("hf_aux", "model_cards", "tests", "run_scripts"):
+        shutil.copytree(ROOT.parent / name, repo / name, ignore=shutil.ignore_patterns("__pycache__", "data"))
+    for name in ("setup.cfg", "setup.py", "README.md", "CHANGELOG.md", "pyproject.toml"):
+        shutil.copy(ROOT.parent / name, repo / name)
+    (repo / "hf_aux" / "fifth").mkdir()
+    for name, text in FIFTH.items():
+        (repo / "hf_aux" / "fifth" / name).write_text(text)
+    registry_file = repo / "hf_aux" / "registry.py"  # edit 1: the record's name
+    old = '"meta_lm", "finetune")'
+    assert old in registry_file.read_text()
+    registry_file.write_text(registry_file.read_text().replace(old, '"meta_lm", "fifth", "finetune")'))
+    shutil.copy(repo / "model_cards" / "finetune.md", repo / "model_cards" / "fifth.md")  # edit 2: its card
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(repo),
+                            "-w", str(tmp_path / "dist")], capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr
+    (wheel,) = (tmp_path / "dist").glob("hf_aux-*.whl")
+    assert {"hf_aux/fifth/__init__.py", "hf_aux/fifth/demo.yaml", "hf_aux/model_cards/fifth.md"} <= set(
+        zipfile.ZipFile(wheel).namelist())  # setup.py finds the folder, setup.cfg ships every demo.yaml
+    # the templates as the wheel ships them, hf_aux.model_cards (setup.cfg's package_dir): not an editable install's
+    (repo / "hf_aux" / "model_cards").symlink_to(repo / "model_cards", target_is_directory=True)
+    changed = subprocess.run(["diff", "-rq", str(ROOT.parent / "hf_aux"), str(repo / "hf_aux"), "-x", "__pycache__",
+                              "-x", "model_cards"],
+                             capture_output=True, text=True).stdout.splitlines()
+    assert sorted(changed) == sorted([f"Only in {repo / 'hf_aux'}: fifth", f"Files {ROOT / 'registry.py'} and "
+                                      f"{registry_file} differ"])
+    env = {**os.environ, "PYTHONPATH": str(repo), "PYTHONDONTWRITEBYTECODE": "1"}
+    probe = subprocess.run([sys.executable, "-c", NEW_METHOD_PROBE.format(root=str(repo))], env=env, cwd=repo,
+                           capture_output=True, text=True)
+    assert probe.stdout.strip() == "ok", probe.stderr[-3000:]
+    suite = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_layout.py",
+                            "tests/test_model_card.py", "-k", "one_folder or command_table or type_checking or "
+                            "card_metadata or declares_its_card", "--deselect",
+                            "tests/test_layout.py::test_a_new_method_is_its_folder_plus_two_edits"],
+                           env=env, cwd=repo, capture_output=True, text=True, timeout=600)
+    assert suite.returncode == 0 and "fifth" not in suite.stdout.split("passed")[0][-200:], suite.stdout[-3000:]
+    assert "passed" in suite.stdout and "failed" not in suite.stdout, suite.stdout[-3000:]

@@ -15,12 +15,13 @@ from huggingface_hub import ModelCard
 from transformers import TrainingArguments
 
 from hf_aux.cards.model_card import PAPERS, TaskSummary, render_model_card
+from hf_aux import registry
 from hf_aux.runtime.config import hyperparameters_from_args
 from hf_aux.cards.plots import (MAX_SERIES_PER_PANEL, loss_panels, one_value_per_step, plot_loss_curves,
                                 plot_weights_over_time)
 
 ROOT = Path(__file__).resolve().parent.parent
-METHODS = ["muppet", "amos", "tartan", "meta_lm"]
+METHODS = [record.package for record in registry.methods() if record.trainer_class]  # a new method is in
 TASKS = [
     TaskSummary("rotten_tomatoes", "classification", train_size=500, eval_size=100,
                 metrics={"accuracy": 0.8125, "f1": 0.79}, dataset="cornell-movie-review-data/rotten_tomatoes"),
@@ -224,7 +225,7 @@ def test_templates_ship_in_the_wheel_and_render_from_it(tmp_path):
     """Build a wheel non-editably from a copy of the sources, install it into a folder, render every card there."""
     source = tmp_path / "src"  # a copy, so the build leaves no build/ or egg-info in the checkout
     source.mkdir()
-    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+    for name in ("setup.cfg", "setup.py", "pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
     for folder in ("hf_aux", "model_cards"):
         shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
@@ -235,7 +236,7 @@ def test_templates_ship_in_the_wheel_and_render_from_it(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     for template in ["_base.md"] + [f"{method}.md" for method in METHODS]:
         assert f"hf_aux/model_cards/{template}" in names
-    for method in ["muppet", "amos", "tartan", "meta_lm", "finetune"]:  # `hf-aux <method>`'s demo configs
+    for method in registry.METHOD_PACKAGES:  # `hf-aux <method>`'s demo configs
         assert f"hf_aux/{method}/demo.yaml" in names
     assert "hf_aux/task_registry_data/tasksource.json" in names  # the task registry's data and licence notice
     assert "hf_aux/task_registry_data/TASKSOURCE_LICENSE" in names
@@ -291,13 +292,10 @@ def test_hyperparameters_do_not_reset_a_running_accelerator():
 @pytest.mark.parametrize("method", METHODS)
 def test_each_trainer_declares_its_card_and_shares_one_renderer(method):
     """trl's pattern: the trainer states name, tags, paper and template; ModelCardMixin.create_model_card renders."""
-    import hf_aux
-    from hf_aux import registry
     from hf_aux.cards.model_card import METHOD_NAMES
     from hf_aux.runtime.trainer import ModelCardMixin
 
-    trainer_class = getattr(hf_aux, {"muppet": "MuppetTrainer", "amos": "AmosTrainer", "tartan": "TartanTrainer",
-                                     "meta_lm": "MetaLMTrainer"}[method])
+    trainer_class = registry.method(method).load(registry.method(method).trainer_class)
     assert issubclass(trainer_class, ModelCardMixin)
     assert trainer_class.create_model_card is ModelCardMixin.create_model_card  # no override of its own
     record = trainer_class._method  # the method's one record (hf_aux/<method>/__init__.py)

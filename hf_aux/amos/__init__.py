@@ -4,6 +4,8 @@ config.py AmosConfig, trainer.py AmosTrainer, model.py the generator and discrim
 math (Gumbel-Softmax mixture, gradient reversal), command.py `hf-aux amos` (its downstream probe: hf_aux.amos.probe),
 demo.yaml its demo defaults."""
 
+from typing import TYPE_CHECKING
+
 from ..registry import Method, Paper
 
 METHOD = Method(
@@ -32,3 +34,8 @@ METHOD = Method(
              "AmosModelConfig": "model"},
     config_class="AmosConfig", trainer_class="AmosTrainer",
 )
+
+if TYPE_CHECKING:  # static analysers see the real imports (tests/test_layout.py: the names of `exports`)
+    from .config import AmosConfig
+    from .model import AmosGenerator, AmosGeneratorConfig, AmosModel, AmosModelConfig
+    from .trainer import AmosTrainer

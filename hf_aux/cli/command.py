@@ -1,6 +1,6 @@
 """The `hf-aux` console command (setup.cfg's entry point):
 
-    hf-aux muppet|amos|tartan|meta-lm|finetune [--config file.yaml] [flags]
+    hf-aux <method> [--config file.yaml] [flags]       a registered method's command (hf-aux --help lists them)
     hf-aux <method> --help          the method's own flags, the model's, the data's and the most used Trainer flags
     hf-aux <method> --help-all      every flag, with its whole help text
     hf-aux tasks [name]             the task registry (hf_aux/cli/tasks.py)

@@ -5,6 +5,8 @@ config.py MetaLMConfig, trainer.py MetaLMTrainer, teacher.py the teacher model, 
 functional_optim.py the differentiable student updates, support_query.py the support/query task draw, two_moons.py
 the paper's Two Moons setting, command.py `hf-aux meta-lm`, demo.yaml its demo defaults."""
 
+from typing import TYPE_CHECKING
+
 from ..registry import Method, Paper
 
 # A Stanford project report with no arXiv version; its code is github.com/jeffdshen/MetaLMO.
@@ -33,3 +35,8 @@ METHOD = Method(
              "add_meta_lm_tokens": "teacher"},
     config_class="MetaLMConfig", trainer_class="MetaLMTrainer",
 )
+
+if TYPE_CHECKING:  # static analysers see the real imports (tests/test_layout.py: the names of `exports`)
+    from .config import MetaLMConfig
+    from .teacher import MetaLMTeacher, MetaLMTeacherConfig, MetaLMTokens, add_meta_lm_tokens
+    from .trainer import MetaLMCollator, MetaLMTrainer

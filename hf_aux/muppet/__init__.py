@@ -4,6 +4,8 @@ config.py MuppetConfig, trainer.py MuppetTrainer, losses.py the loss math (eq. 1
 `hf-aux muppet`, demo.yaml its demo defaults. The multi-task model it trains (`hf_aux.modeling.multitask`) is
 shared with `hf-aux finetune`."""
 
+from typing import TYPE_CHECKING
+
 from ..registry import Method, Paper
 
 METHOD = Method(
@@ -25,6 +27,13 @@ METHOD = Method(
 }""",
 ),
     exports={"MuppetConfig": "config",
-             "MuppetTrainer": "trainer"},
+             "MuppetTrainer": "trainer",
+             "MultiTaskDataset": "batches",
+             "TaskBatchSampler": "batches"},
     config_class="MuppetConfig", trainer_class="MuppetTrainer",
 )
+
+if TYPE_CHECKING:  # static analysers see the real imports (tests/test_layout.py: the names of `exports`)
+    from .batches import MultiTaskDataset, TaskBatchSampler
+    from .config import MuppetConfig
+    from .trainer import MuppetTrainer

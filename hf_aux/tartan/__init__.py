@@ -4,6 +4,8 @@ config.py TartanConfig, trainer.py TartanTrainer, model.py TartanModel (end-task
 head), losses.py the loss math (task-weight update from gradient cosines), command.py `hf-aux tartan`, demo.yaml
 its demo defaults."""
 
+from typing import TYPE_CHECKING
+
 from ..registry import Method, Paper
 
 METHOD = Method(
@@ -28,3 +30,8 @@ METHOD = Method(
              "TartanModel": "model"},
     config_class="TartanConfig", trainer_class="TartanTrainer",
 )
+
+if TYPE_CHECKING:  # static analysers see the real imports (tests/test_layout.py: the names of `exports`)
+    from .config import TartanConfig
+    from .model import TartanModel
+    from .trainer import TartanTrainer
