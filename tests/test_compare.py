@@ -251,12 +251,15 @@ def test_a_mistake_is_one_line_with_exit_2(data, tmp_path):
     assert not (tmp_path / "cmp" / "compare.json").exists()
 
 
-def test_help_fits_a_screen_with_the_arms_first():
+def test_help_fits_a_screen_with_the_data_and_output_then_the_arms():
     command = shutil.which("hf-aux", path=os.path.dirname(sys.executable)) or shutil.which("hf-aux")
     short = subprocess.run([command, "compare", "--help"], capture_output=True, text=True, timeout=120,
                            env={**os.environ, "COLUMNS": "80"}).stdout.splitlines()
     full = subprocess.run([command, "compare", "--help-all"], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "COLUMNS": "80"}).stdout
-    assert len(short) <= 150 and short[2] == "CompareArguments: the arms and the comparison:"
-    assert short[3].split()[0] == "--arm" and short[-1].endswith("more Trainer flags: hf-aux compare --help-all")
+    titles = [line for line in short if line and not line.startswith(" ") and line.endswith(":")]
+    assert titles[:2] == ["DataTrainingArguments: the data, and where the run writes:",
+                          "CompareArguments: the arms and the comparison:"]
+    assert len(short) <= 150 and short[short.index(titles[1]) + 1].split()[0] == "--arm"
+    assert short[-1].endswith("more Trainer flags: hf-aux compare --help-all")
     assert "--adam_beta1" in full and "--adam_beta1" not in "\n".join(short)

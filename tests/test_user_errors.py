@@ -7,8 +7,9 @@
 - Flags are taken only as written in full (no prefixes), and an unknown flag gets the closest known ones.
 - Under torchrun one rank prints the line, and the launcher's summary names it as the root cause.
 - A misspelt --lora_target_modules is refused with the body's layer names before any data is tokenised.
-- `--help` is at most 150 lines at 80 columns for every command, the method's own flags first and the common
-  Trainer flags last, then how many more `--help-all` shows; `--help-all` lists every flag.
+- `--help` is at most 150 lines at 80 columns for every command: the data flags and --output_dir first, then the
+  method's own flags, the model's, and the common Trainer flags last, then how many more `--help-all` shows;
+  `--help-all` lists every flag, in the same order.
 """
 
 import os
@@ -210,27 +211,56 @@ def help_pages(command: str, monkeypatch) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("command", [record.command for record in methods()])
-def test_help_fits_a_screen_with_the_methods_flags_first(command, monkeypatch):
+def test_help_fits_a_screen_with_the_data_and_output_flags_first(command, monkeypatch):
+    """In --help and --help-all: every data source flag and --output_dir before the first flag of the model, of the
+    method's own and of TrainingArguments alone; the Trainer's flags last."""
     import dataclasses
+    import importlib
 
     from transformers import TrainingArguments
+
+    from hf_aux.registry import by_command
+    from hf_aux.runtime.config import AuxConfig
 
     short, full = help_pages(command, monkeypatch)
     lines = short.splitlines()
     assert len(lines) <= 150, (command, len(lines))
     assert re.fullmatch(rf"\d+ more Trainer flags: hf-aux {command} --help-all", lines[-1]), lines[-1]
     titles = [line for line in lines if line and not line.startswith(" ") and line.endswith(":")]
+    assert titles[0] == "DataTrainingArguments: the data, and where the run writes:"
     assert titles[-1].startswith("training: the most used of")
-    assert [title.split(":")[0] for title in titles[:-1]] == [
+    assert [title.split(":")[0] for title in titles[1:-1]] == [
         title for title in ("MuppetConfig", "AmosConfig", "TartanConfig", "MetaLMConfig", "ModelArguments",
-                            "DataTrainingArguments", "LoraArguments") if f"\n{title}: " in short]
-    trainer = {f"--{item.name}" for item in dataclasses.fields(TrainingArguments)}
+                            "LoraArguments") if f"\n{title}: " in short]
+    module = importlib.import_module(by_command(command).command_module)
+    kinds = {kind.__name__: kind for kind in module.make_parser().dataclass_types}
+    flags_of = lambda kind: {f"--{item.name}" for item in dataclasses.fields(kind)}  # noqa: E731
+    trainer, run = flags_of(TrainingArguments) - {"--output_dir"}, flags_of(AuxConfig)
+    model = flags_of(kinds["ModelArguments"])
+    own = set().union(*(flags_of(kind) for kind in kinds.values() if issubclass(kind, TrainingArguments))) - run
+    first_flags = [*module.DATA_SOURCE_FLAGS, "--output_dir"]
+    for page in (short, full):
+        flags = [line.split()[0] for line in page.splitlines() if line.startswith("  --")]
+        assert flags[0] in flags_of(kinds["DataTrainingArguments"]), (command, flags[0])
+        later = min(index for index, flag in enumerate(flags) if flag in model | own | trainer)
+        assert max(flags.index(flag) for flag in first_flags) < later, (command, flags[:later + 1])
+        first_trainer = min(index for index, flag in enumerate(flags) if flag in trainer)
+        assert all(flag in run or flag.replace("--no_", "--") in run for flag in flags[first_trainer:])  # Trainer last
     flags = [line.split()[0] for line in lines if line.startswith("  --")]
-    first_trainer = min(index for index, flag in enumerate(flags) if flag in trainer)
-    assert all(flag in trainer or flag == "--overwrite_output_dir" for flag in flags[first_trainer:])  # Trainer last
     assert {"--output_dir", "--max_steps", "--learning_rate", "--per_device_train_batch_size", "--seed", "--bf16",
             "--push_to_hub", "--report_to", "--save_steps", "--eval_strategy"} <= set(flags)
     assert "--adam_beta1" not in short and "--adam_beta1" in full and "--max-steps" not in short
+
+
+def test_the_help_shown_in_docs_command_line_is_the_real_one(monkeypatch):
+    """docs/command_line.md's excerpt of `hf-aux muppet --help`: its lines, in order, in the real help."""
+    text = (ROOT / "docs" / "command_line.md").read_text(encoding="utf-8")
+    excerpt = text.split("```text\n$ hf-aux muppet --help\n", 1)[1].split("```", 1)[0].splitlines()
+    short, _ = help_pages("muppet", monkeypatch)
+    lines, at = short.splitlines(), 0
+    for line in (line for line in excerpt if line.strip() != "..."):
+        assert line in lines[at:], line
+        at = lines.index(line, at) + 1
 
 
 def test_a_run_scripts_help_is_the_same_screen(tmp_path):

@@ -1,7 +1,7 @@
 """The `hf-aux` console command (setup.cfg's entry point):
 
     hf-aux <method> [--config file.yaml] [flags]       a registered method's command (hf-aux --help lists them)
-    hf-aux <method> --help          the method's own flags, the model's, the data's and the most used Trainer flags
+    hf-aux <method> --help          data flags and --output_dir, the method's, the model's and the main Trainer flags
     hf-aux <method> --help-all      every flag, with its whole help text
     hf-aux tasks [name]             the task registry (hf_aux/cli/tasks.py)
     hf-aux export --model M --task T --output_dir D

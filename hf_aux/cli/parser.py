@@ -25,12 +25,14 @@ import argparse
 import copy
 import dataclasses
 import difflib
+import functools
 import json
 import logging
 import os
 import re
 import sys
 import textwrap
+import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -89,8 +91,10 @@ COMMON_TRAINER_FLAGS = {
     "report_to": "Where metrics go: none, all, tensorboard, wandb, trackio, ...",
     "push_to_hub": "Push the output folder to the Hub at the end (to --hub_model_id <user>/<name>).",
 }
-_SECTION_TITLES = {"ModelArguments": "the model", "DataTrainingArguments": "the data",
+OUTPUT_FLAGS = ("output_dir", "overwrite_output_dir")  # the Trainer flags of the data's section, after the data's
+_SECTION_TITLES = {"ModelArguments": "the model", "DataTrainingArguments": "the data, and where the run writes",
                    "LoraArguments": "LoRA on the shared body", "CompareArguments": "the arms and the comparison"}
+HELP_LINES = {"own": 3, "others": 2}  # lines of help text a flag gets in the short --help: the method's own, others'
 
 
 class CommandParser(HfArgumentParser):
@@ -100,15 +104,61 @@ class CommandParser(HfArgumentParser):
     - every mistake in the command line raised as a `UserInputError` (the command prints it as one line): a bad value
       with argparse's own words, an unknown flag with the closest known ones (`did you mean --max_steps?`), a check
       of an argument dataclass (TrainingArguments' own included) with its message;
-    - `--help` on one screen: the method's own flags (its config's fields that are not TrainingArguments'), the
-      model's, the data's, LoRA's, then hf_aux's run flags and the most used Trainer flags (COMMON_TRAINER_FLAGS,
-      their help cut to its first sentence), and how many more `--help-all` lists."""
+    - a help of argparse argument groups (`sections`), in this order: the data's flags, then --output_dir and
+      --overwrite_output_dir; the method's own flags (its config's fields that are not TrainingArguments'); the other
+      dataclasses' (the model's, LoRA's, ...); the Trainer's and hf_aux's run flags, the most used first
+      (COMMON_TRAINER_FLAGS). `--help` keeps to one screen: one flag per field, of the Trainer's only the most used
+      (in one line of help), each help text cut to HELP_LINES lines; its last line says how many more `--help-all`
+      lists, each with its whole help text."""
 
     def __init__(self, dataclass_types, **kwargs):
+        from transformers import TrainingArguments
+
         kwargs.setdefault("usage", f"%(prog)s [{CONFIG_FLAG} FILE.yaml] [--flag VALUE ...]")
-        super().__init__(dataclass_types, allow_abbrev=False, formatter_class=_HelpFormatter, **kwargs)
-        self.add_argument(HELP_ALL_FLAG, action=_HelpAllAction, help="Show every flag, the Trainer's included, and "
-                                                                     "exit.")
+        super().__init__((), allow_abbrev=False, add_help=False, formatter_class=_HelpFormatter, **kwargs)
+        self.config_help, self.dataclass_types = self.epilog, list(dataclass_types)
+        self.screen: dict[str, tuple[int, str]] = {}  # dest -> (lines, help text) of each flag the short help shows
+        self.trainer_flags: set[str] = set()  # the dests of the Trainer's and hf_aux's run flags
+        data = [kind for kind in self.dataclass_types if kind.__name__ == "DataTrainingArguments"]
+        config = [kind for kind in self.dataclass_types if issubclass(kind, TrainingArguments)]
+        titles = {kind: f"{kind.__name__}: " + ("the method's own flags" if kind in config else
+                                                _SECTION_TITLES.get(kind.__name__, "more flags"))
+                  for kind in self.dataclass_types}  # (the training section's: _format_help's)
+        order = [*data, *config, *(kind for kind in self.dataclass_types if kind not in data + config), "training"]
+        self.sections = {key: self.add_argument_group(titles.get(key)) for key in order}
+        # the output flags end the data's section: a section of their own would take --help past one screen
+        self.sections["output"] = self.sections[data[0] if data else "training"]
+        for kind in self.dataclass_types:
+            self._add_dataclass_arguments(kind)
+        # no line of their own in the help, whose last line says where every flag is
+        self.add_argument("-h", "--help", action="help", help=argparse.SUPPRESS)
+        self.add_argument(HELP_ALL_FLAG, action=_HelpAllAction, help=argparse.SUPPRESS)
+
+    def _add_dataclass_arguments(self, dtype):
+        """Each field's flags into its section: a field of TrainingArguments or of hf_aux's run flags into the
+        output or the training section, the most used first; any other into its dataclass's."""
+        from transformers import TrainingArguments
+
+        from ..runtime.config import AuxConfig
+
+        hints, order = typing.get_type_hints(dtype), list(COMMON_TRAINER_FLAGS)
+        wording = {item.name: item.metadata.get("help") for item in dataclasses.fields(TrainingArguments)}
+        run_fields = {item.name for item in dataclasses.fields(AuxConfig)} \
+            if issubclass(dtype, TrainingArguments) else set()
+        for item in sorted(dataclasses.fields(dtype), key=lambda item: order.index(item.name)
+                           if item.name in order and item.name in run_fields else len(order)):
+            if not item.init:
+                continue
+            item.type, text, key = hints[item.name], item.metadata.get("help"), dtype
+            if item.name not in run_fields:
+                self.screen[item.name] = (HELP_LINES["own" if run_fields else "others"], text)
+            else:
+                key = "output" if item.name in OUTPUT_FLAGS else "training"
+                self.trainer_flags.add(item.name)
+                if item.name in COMMON_TRAINER_FLAGS:  # in one line, unless the method words it its own way
+                    self.screen[item.name] = (HELP_LINES["others"], COMMON_TRAINER_FLAGS[item.name]
+                                              if text == wording.get(item.name) else text)
+            self._parse_dataclass_field(self.sections[key], item)
 
     def error(self, message: str):
         # argparse names a flag by all its spellings (--max_steps/--max-steps): the one the help shows is enough
@@ -126,19 +176,15 @@ class CommandParser(HfArgumentParser):
         except ValueError as error:  # a dataclass's own check of the values given (e.g. TrainingArguments')
             raise UserInputError(str(error)) from error
 
-    def known_flags(self) -> list[str]:
-        """Every flag in its underscore spelling (not the hyphenated alias HfArgumentParser adds), and --config."""
-        flags = {option for option in self._option_string_actions
-                 if option.startswith("--") and "-" not in option[2:] and option != HELP_ALL_FLAG}
-        return sorted(flags | {CONFIG_FLAG})
-
     def unrecognized(self, remaining: Sequence[str]) -> str:
         """'unrecognized argument --max_stesp; did you mean --max_steps?' (the closest known flags, if any)."""
         flags = [item.split("=", 1)[0] for item in remaining if item.startswith("-")]
         if not flags:
             return (f"unrecognized argument{'s' if len(remaining) > 1 else ''} {' '.join(remaining)} (a value with no "
                     "flag before it, or a flag that takes one value given several)")
-        known = self.known_flags()
+        # argparse's suggest_on_error (3.14) suggests a choice or a subcommand name, never a flag: difflib here
+        known = {CONFIG_FLAG} | {option for option in self._option_string_actions  # (not the hyphenated aliases)
+                                 if option.startswith("--") and "-" not in option[2:] and option != HELP_ALL_FLAG}
 
         def closest(flag):  # the best match, and any other as close
             flag = "--" + flag.lstrip("-").replace("-", "_")
@@ -152,84 +198,67 @@ class CommandParser(HfArgumentParser):
                  for flag in flags]
         return f"unrecognized arguments {', '.join(parts)}"
 
-    # ---- help ----
+    # ---- help: argparse's, of the sections ----
     def format_help(self) -> str:
-        return self._format_sections(full=False)
+        """The one-screen help (`--help`)."""
+        more = f"{len(self.trainer_flags - set(self.screen))} more Trainer flags: {self.prog} {HELP_ALL_FLAG}"
+        return self._format_help(f"training: the most used of {len(self.trainer_flags)} Trainer flags", self.screen,
+                                 self.config_help.split(". ")[0] + ".", more)
 
     def format_full_help(self) -> str:
-        return self._format_sections(full=True)
+        return self._format_help("training: hf_aux's run flags and the Trainer's (TrainingArguments)", None,
+                                 self.config_help, f"{HELP_ALL_FLAG}: every flag with its whole help text.")
 
-    def _format_sections(self, full: bool) -> str:
-        formatter = self._get_formatter()
-        formatter.add_usage(self.usage, [], [])
-        formatter.add_text(self.description)
-        sections, hidden = self._sections(full, help_width=max(24, formatter._width - formatter._max_help_position))
-        for title, actions in sections:
-            formatter.start_section(title)
-            formatter.add_arguments(actions)
-            formatter.end_section()
-        formatter.add_text(self.epilog if full else self.epilog.split(". ")[0] + ".")
-        formatter.add_text(f"{HELP_ALL_FLAG}: every flag with its whole help text." if full else
-                           f"{hidden} more Trainer flags: {self.prog} {HELP_ALL_FLAG}")
-        return formatter.format_help()
-
-    def _sections(self, full: bool, help_width: int) -> tuple[list[tuple[str, list]], int]:
-        """[(title, actions)] in the order of the class docstring, and the number of Trainer flags left out. In the
-        short help a flag's help text is cut to HELP_LINES lines of `help_width` characters (its first sentence
-        when that fits)."""
-        from transformers import TrainingArguments
-
-        action_of = {}  # dest -> its flags: a bool field that defaults to True has two (--x and --no_x)
-        for action in self._actions:
-            if action.option_strings:
-                action_of.setdefault(action.dest, []).append(action)
-        if not full:  # one flag per field: of --x and --no_x, the one that changes something
-            action_of = {dest: actions[-1:] for dest, actions in action_of.items()}
-        # the Trainer's flags and hf_aux's run flags (overwrite_output_dir, on_nonfinite, ...): every command's
-        run_fields = {item.name for item in dataclasses.fields(_shared_training_arguments())}
-        own, others, trainer = [], [], []
-        for kind in self.dataclass_types:
-            names = [item.name for item in dataclasses.fields(kind) if item.init and item.name in action_of]
-            if not issubclass(kind, TrainingArguments):
-                title = f"{kind.__name__}: {_SECTION_TITLES.get(kind.__name__, 'more flags')}"
-                others.append(("others", title, [action for name in names for action in action_of[name]]))
-                continue
-            own.append(("own", f"{kind.__name__}: the method's own flags",
-                        [action for name in names if name not in run_fields for action in action_of[name]]))
-            trainer += [action for name in names if name in run_fields for action in action_of[name]]
-        if full:
-            training = [("training", "training: hf_aux's run flags and the Trainer's (TrainingArguments)", trainer)]
-            return [(title, actions) for _, title, actions in own + others + training if actions], 0
-        wording = {item.name: item.metadata.get("help") for item in dataclasses.fields(TrainingArguments)}
-        order = list(COMMON_TRAINER_FLAGS)
-        common = []
-        for action in sorted((action for action in trainer if action.dest in COMMON_TRAINER_FLAGS),
-                             key=lambda action: order.index(action.dest)):
-            if action.help == wording.get(action.dest):  # the Trainer's words, not the method's
-                action = copy.copy(action)
-                action.help = COMMON_TRAINER_FLAGS[action.dest]
-            common.append(action)
-        training = [("training", f"training: the most used of {len(trainer)} Trainer flags", common)]
-        sections = [(title, [_shortened(action, HELP_LINES[role], help_width) for action in actions])
-                    for role, title, actions in own + others + training if actions]
-        return sections, len(trainer) - len(common)
+    def _format_help(self, training_title: str, screen: dict | None, epilog: str, last_line: str) -> str:
+        self.sections["training"].title, self.epilog = training_title, epilog
+        self.formatter_class = functools.partial(_HelpFormatter, screen=screen)
+        return f"{super().format_help()}\n{last_line}\n"
 
 
-def _shared_training_arguments():
-    from ..runtime.config import AuxConfig
-
-    return AuxConfig
-
-
-# lines of help text each flag gets in the short --help, by section
-HELP_LINES = {"own": 3, "others": 2, "training": 2}
+class _HelpAllAction(argparse._HelpAction):  # argparse's -h, printing every flag
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser._print_message(parser.format_full_help(), sys.stdout)
+        parser.exit()
 
 
-def _shortened(action, lines: int, width: int):
-    """A copy of `action` whose help fits `lines` lines of `width` characters with its default: the whole text, or
-    its first sentence, or the words that fit and an ellipsis (--help-all shows the whole text)."""
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """A flag on one line with its help text: its underscore spelling only (not HfArgumentParser's hyphenated
+    alias), the kind of value it takes (INT, FLOAT, STR, its choices; nothing for a switch) instead of its name in
+    capitals, and its default where it says something (not None, False or empty). With `screen` (the short help's
+    dest -> (lines, help text)): only those flags, one per field, each help text cut to its lines."""
+
+    def __init__(self, prog, screen: dict | None = None):
+        super().__init__(prog, max_help_position=32)
+        self.screen = screen
+
+    def add_arguments(self, actions):  # (argparse has one help, in full: the one-screen cut is hf_aux's)
+        if self.screen is None:
+            return super().add_arguments(actions)
+        width = max(24, self._width - self._max_help_position)
+        last = {action.dest: action for action in actions}  # of --x and --no_x, the one that changes something
+        super().add_arguments([_shortened(action, *self.screen[dest], width) for dest, action in last.items()
+                               if dest in self.screen])
+
+    def _format_action_invocation(self, action) -> str:
+        """The flag and what it takes: its choices, INT, FLOAT, STR, several of them (STR...), or nothing for a switch
+        (a bool field's flag, which also takes true/false)."""
+        flag = action.option_strings[0]  # (HfArgumentParser makes no positional argument)
+        if action.nargs == 0 or getattr(action.type, "__name__", "") == "string_to_bool":
+            return flag
+        choices = "{" + ",".join(str(choice) for choice in action.choices or ()) + "}"
+        kind = (choices if len(choices) <= 28 else "CHOICE") if action.choices else \
+            {int: "INT", float: "FLOAT", str: "STR"}.get(action.type, "VALUE")
+        return f"{flag} {kind}..." if action.nargs in ("+", "*") else f"{flag} {kind}"
+
+    def _get_help_string(self, action) -> str:  # a default of None, False or nothing goes without saying
+        return action.help or "" if action.default in (None, False, "", []) else super()._get_help_string(action)
+
+
+def _shortened(action, lines: int, text: str | None, width: int):
+    """A copy of `action` whose help `text` fits `lines` lines of `width` characters with its default: the whole text,
+    or its first sentence, or the words that fit and an ellipsis (--help-all shows the whole text)."""
     short = copy.copy(action)
-    text = " ".join((action.help or "").split())
+    text = " ".join((text or "").split())
     default = "" if action.default in (None, False, "", [], argparse.SUPPRESS) else f" (default: {action.default})"
     limit = lines * (width - 4) - len(default)  # (wrapping at words leaves a few characters of each line empty)
     if len(text) > limit:
@@ -237,50 +266,6 @@ def _shortened(action, lines: int, width: int):
         text = first if len(first) <= limit else textwrap.shorten(text, max(limit, 12), placeholder=" ...")
     short.help = text
     return short
-
-
-class _HelpAllAction(argparse.Action):
-    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
-        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        parser._print_message(parser.format_full_help(), sys.stdout)
-        parser.exit()
-
-
-class _HelpFormatter(argparse.HelpFormatter):
-    """A flag on one line with its help text: its underscore spelling only (not HfArgumentParser's hyphenated
-    alias), the kind of value it takes (INT, FLOAT, STR, its choices; nothing for a switch) instead of its name in
-    capitals, and its default where it says something (not None, False or empty)."""
-
-    def __init__(self, prog):
-        super().__init__(prog, max_help_position=32)
-
-    def _format_action_invocation(self, action) -> str:
-        if not action.option_strings:
-            return super()._format_action_invocation(action)
-        kind = None if action.nargs == 0 else _value_kind(action)
-        return action.option_strings[0] if kind is None else f"{action.option_strings[0]} {kind}"
-
-    def _get_help_string(self, action) -> str:
-        text = action.help or ""
-        if "%(default)" in text or action.default in (None, False, "", [], argparse.SUPPRESS) \
-                or not action.option_strings:
-            return text
-        return f"{text} (default: %(default)s)"
-
-
-def _value_kind(action) -> str | None:
-    """What the flag takes: its choices, INT, FLOAT, STR, several of them (STR...), or None for a switch (a bool
-    field's flag, which also takes true/false)."""
-    if getattr(action.type, "__name__", "") == "string_to_bool":
-        return None
-    if action.choices:
-        choices = "{" + ",".join(str(choice) for choice in action.choices) + "}"
-        kind = choices if len(choices) <= 28 else "CHOICE"
-    else:
-        kind = {int: "INT", float: "FLOAT", str: "STR"}.get(action.type, "VALUE")
-    return f"{kind}..." if action.nargs in ("+", "*") else kind
 
 
 def gives_flag(argv: Sequence[str], flag: str) -> bool:
@@ -423,20 +408,13 @@ def read_argument_mapping(path: str | os.PathLike, parser: HfArgumentParser) -> 
 
 def _take_config_flag(argv: list[str]) -> tuple[list[str], str | None]:
     """`argv` without `--config F` / `--config=F`, and F (the last one given)."""
-    rest, path, index = [], None, 0
-    while index < len(argv):
-        argument = argv[index]
-        if argument == CONFIG_FLAG:
-            if index + 1 >= len(argv) or argv[index + 1].startswith("--"):
-                raise UserInputError(f"{CONFIG_FLAG}: give the path of a .yaml/.json file of arguments")
-            path, index = argv[index + 1], index + 2
-            continue
-        if argument.startswith(CONFIG_FLAG + "="):
-            path = argument.split("=", 1)[1]
-        else:
-            rest.append(argument)
-        index += 1
-    return rest, path
+    config = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    config.add_argument(CONFIG_FLAG)
+    try:
+        given, rest = config.parse_known_args(argv)
+    except argparse.ArgumentError:  # no value after it
+        raise UserInputError(f"{CONFIG_FLAG}: give the path of a .yaml/.json file of arguments") from None
+    return rest, given.config
 
 
 def _parse_argument_file(parser: HfArgumentParser, path: str) -> tuple[tuple, dict]:
@@ -447,15 +425,14 @@ def _parse_argument_file(parser: HfArgumentParser, path: str) -> tuple[tuple, di
 
     if not os.path.isfile(path):
         raise UserInputError(f"argument file {path!r} does not exist; pass the path of a .json/.yaml file of arguments")
-    try:
-        parsed = parser.parse_json_file(path) if path.endswith(".json") else parser.parse_yaml_file(path)
+    is_json, text = path.endswith(".json"), Path(path).read_text(encoding="utf-8")
+    try:  # (what HfArgumentParser.parse_json_file / parse_yaml_file do, reading the file once)
+        given = (json.loads(text) if is_json else yaml.safe_load(text)) or {}
+        parsed = parser.parse_dict(given)
     except (json.JSONDecodeError, yaml.YAMLError) as error:
-        raise UserInputError(f"argument file {path!r} is not valid {'JSON' if path.endswith('.json') else 'YAML'}: "
-                             f"{error}") from error
+        raise UserInputError(f"argument file {path!r} is not valid {'JSON' if is_json else 'YAML'}: {error}") from error
     except (ValueError, TypeError) as error:  # unknown keys, a field's own check
         raise UserInputError(f"argument file {path!r}: {error}") from error
-    with open(path, encoding="utf-8") as handle:
-        given = (json.load(handle) if path.endswith(".json") else yaml.safe_load(handle)) or {}
     _check_scalar_types(parsed, given, f"argument file {path!r}")
     return parsed, given
 
@@ -463,6 +440,7 @@ def _parse_argument_file(parser: HfArgumentParser, path: str) -> tuple[tuple, di
 def _check_scalar_types(parsed, given: Mapping, where: str) -> None:
     """Values that came from a file, not typed by argparse: `max_steps: many` must not pass. Numbers written as
     text (YAML reads 1e-4, without a dot, as a string) are taken as numbers."""
+    # (HfArgumentParser.parse_dict passes a file's values to the dataclass as they are: `dtype(**inputs)`)
     for instance in parsed:
         for item in dataclasses.fields(instance):
             if item.name not in given:
