@@ -7,7 +7,7 @@ medians over the rounds are compared, so drift from other processes on a shared 
 - ``import hf_aux``: the package namespace alone (lazy: the version check, nothing heavy);
 - ``import torch; import transformers``: the floor any Hugging Face tool pays before doing anything;
 - ``from hf_aux import MuppetTrainer``: the first real use, which imports Trainer, peft and the rest;
-- ``hf-aux muppet --help``: the installed command's help (its entry point, ``hf_aux.cli.command:main``, run in the
+- ``hf-aux muppet --help``: the installed command's help (its entry point, ``hf_aux.__main__:main``, run in the
   same way), which imports the method's argument dataclasses (torch, transformers' TrainingArguments) but not
   Trainer, peft, datasets or matplotlib.
 
@@ -34,7 +34,7 @@ STATEMENTS = {
     "hf_aux": "import hf_aux",
     "torch_transformers": "import torch; import transformers",
     "hf_aux_trainer": "from hf_aux import MuppetTrainer",
-    "hf_aux_muppet_help": "from hf_aux.cli.command import main; main(['muppet', '--help'])",
+    "hf_aux_muppet_help": "from hf_aux.__main__ import main; main(['muppet', '--help'])",
 }
 HEAVY_MODULES = ("torch", "transformers.trainer", "peft", "datasets", "matplotlib")
 

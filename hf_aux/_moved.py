@@ -20,6 +20,7 @@ MOVED = {
     "base_config": "runtime.config",
     "base_trainer": "runtime.trainer",
     "cli.amos": "amos.command",
+    "cli.command": "__main__",
     "cli.finetune": "finetune.command",
     "cli.meta_lm": "meta_lm.command",
     "cli.muppet": "muppet.command",
@@ -81,6 +82,7 @@ MOVED_NAMES = {
     "cards.model_card": {"ModelCardMixin": "runtime.trainer", "KEY_TRAINING_FIELDS": "runtime.config",
                          "hyperparameters_from_args": "runtime.config"},
     "runtime.tensor_ops": dict.fromkeys(["host_side", "in_host_side"], "tasks.batches"),
+    "cli.parser": dict.fromkeys(["drop_implied_evaluation", "evaluation_implied"], "runtime.run_guard"),
 }
 
 

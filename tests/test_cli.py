@@ -238,7 +238,7 @@ def test_every_method_ships_its_demo_config():
 
 
 HELP_PROBE = """import sys, contextlib, io
-from hf_aux.cli.command import main
+from hf_aux.__main__ import main
 pages = []
 for argv in ([], ["--help"], *([name, flag] for name in {names!r} for flag in ("--help", "--help-all"))):
     out = io.StringIO()

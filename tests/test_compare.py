@@ -133,7 +133,7 @@ def test_fine_tune_entry_point_is_the_same_fine_tuning(data, tmp_path):
 
 def test_killed_comparison_continues_without_repeating(data, tmp_path):
     out = tmp_path / "cmp"
-    argv = [sys.executable, "-m", "hf_aux.cli.command", "compare", *arms(data), *task_flags(data), "--seeds", "3",
+    argv = [sys.executable, "-m", "hf_aux", "compare", *arms(data), *task_flags(data), "--seeds", "3",
             *STEPS, "--output_dir", str(out)]
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     results = out / "compare.json"

@@ -43,7 +43,7 @@ import pytest
 from script_loader import load_run_script
 from tiny import free_port
 
-from hf_aux.cli.command import OTHER_COMMANDS
+from hf_aux.__main__ import OTHER_COMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]  # not docs/evidence/: generated reports

@@ -27,7 +27,7 @@ OLD_PATHS = {  # the documented old module paths (CHANGELOG.md) -> their new hom
     "hf_aux.modeling.teacher": "hf_aux.meta_lm.teacher",
     "hf_aux.cli.muppet": "hf_aux.muppet.command", "hf_aux.cli.amos": "hf_aux.amos.command",
     "hf_aux.cli.tartan": "hf_aux.tartan.command", "hf_aux.cli.meta_lm": "hf_aux.meta_lm.command",
-    "hf_aux.cli.finetune": "hf_aux.finetune.command",
+    "hf_aux.cli.finetune": "hf_aux.finetune.command", "hf_aux.cli.command": "hf_aux.__main__",
     "hf_aux.two_moons": "hf_aux.meta_lm.two_moons", "hf_aux.functional_optim": "hf_aux.meta_lm.functional_optim",
     "hf_aux.training_args": "hf_aux.runtime.config",
     # the shared core grouped into tasks/, runtime/ and cards/; method-only code in its method's folder
@@ -65,7 +65,7 @@ METHODS = tuple(record.package for record in registry.methods() if record.traine
 
 
 def is_command_line(name: str) -> bool:
-    return name == "hf_aux.cli" or name.startswith("hf_aux.cli.") or name.endswith(".command")
+    return name in ("hf_aux.cli", "hf_aux.__main__") or name.startswith("hf_aux.cli.") or name.endswith(".command")
 
 
 def library_graph() -> dict[str, set[str]]:
@@ -99,7 +99,7 @@ def test_each_method_lives_in_one_folder_with_one_record():
 
 
 def test_the_command_table_is_the_records():
-    from hf_aux.cli.command import usage
+    from hf_aux.__main__ import usage
 
     for record in registry.methods():
         assert f"  {record.command:<10} {record.summary}" in usage()
@@ -214,7 +214,7 @@ def test_the_shared_core_is_three_rooms_and_method_only_code_is_home():
     """hf_aux's top level holds packages and four small modules; the META rule and its settings live in tartan/,
     the probe in amos/ (a newcomer changing TARTAN's weighting opens one folder)."""
     top = sorted(path.name for path in ROOT.glob("*.py"))
-    assert top == ["__init__.py", "_moved.py", "_versions.py", "errors.py", "registry.py"]
+    assert top == ["__init__.py", "__main__.py", "_moved.py", "_versions.py", "errors.py", "registry.py"]
     assert {"tasks", "runtime", "cards", "modeling", "cli", "compare", "finetune", *METHODS} <= {
         path.name for path in ROOT.iterdir() if (path / "__init__.py").is_file()}
     assert (ROOT / "tartan" / "weighting.py").is_file() and (ROOT / "amos" / "probe.py").is_file()
@@ -285,7 +285,7 @@ if TYPE_CHECKING:
 NEW_METHOD_PROBE = """import hf_aux
 from hf_aux import FifthConfig, FifthTrainer, registry
 from hf_aux.cards.model_card import render_model_card
-from hf_aux.cli.command import usage
+from hf_aux.__main__ import usage
 assert hf_aux.__file__.startswith({root!r}), hf_aux.__file__
 assert registry.method("fifth").load("FifthTrainer") is FifthTrainer and FifthTrainer._method.command == "fifth"
 assert "  fifth      a fifth method" in usage()
@@ -336,3 +336,48 @@ def test_a_new_method_is_its_folder_plus_two_edits(tmp_path):
                            env=env, cwd=repo, capture_output=True, text=True, timeout=600)
     assert suite.returncode == 0 and "fifth" not in suite.stdout.split("passed")[0][-200:], suite.stdout[-3000:]
     assert "passed" in suite.stdout and "failed" not in suite.stdout, suite.stdout[-3000:]
+
+
+def dynamic_imports(path, known: dict) -> set[str]:
+    """The hf_aux modules a file imports through importlib or __import__ by name: a literal argument, or a literal
+    module path in a file that calls importlib (a table of commands, say). Names computed from the records (the
+    registry's discovery, `hf_aux`'s lazy names, the old-path table) are checked on their own below."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and (
+        getattr(node.func, "attr", None) == "import_module" or getattr(node.func, "id", None) in (
+            "import_module", "__import__"))]
+    if not calls:
+        return set()
+    literals = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    return {name for name in literals if name in known and name != "hf_aux"}
+
+
+def room(module: str) -> str:
+    """A module's room: its folder under hf_aux/ (hf_aux.tasks.data: tasks), or the top-level module itself; a
+    method's record (its package's __init__, which imports only the registry) is a room of its own."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "hf_aux"
+    if len(parts) == 2 and parts[1] in registry.METHOD_PACKAGES:
+        return f"{parts[1]}.record"
+    return parts[1]
+
+
+def test_the_rooms_import_only_downward():
+    """Issue #62: no folder (or top-level module) imports, directly or through others, one that imports it back:
+    imports anywhere in a file count (module level, in a function, through importlib by a literal name), so
+    every import points down a fixed order of floors and none climbs back up."""
+    known = {name: path for name, path in module_names().items() if name not in OLD_PATHS}
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        targets = imported_modules(name, path, known) | dynamic_imports(path, known)
+        graph.setdefault(room(name), set()).update(room(t) for t in targets if room(t) != room(name))
+    from test_import_graph import find_cycle
+
+    assert {"tasks", "runtime", "cards", "muppet", "muppet.record", "registry"} <= set(graph)
+    assert "runtime" in graph["muppet"] and "tasks" in graph["runtime"]  # reads imports both ways
+    assert find_cycle(graph) is None
+    for record in registry.methods():  # the registry imports only the records, and they nothing but the registry
+        init = ROOT / record.package / "__init__.py"
+        assert imported_modules(record.module, init, known) <= {"hf_aux.registry", *(
+            f"hf_aux.{other}" for other in registry.METHOD_PACKAGES)}, record.package

@@ -19,7 +19,7 @@ from tiny import save_tiny_bert, tiny_config, tiny_tokenizer
 from transformers import (AutoModel, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer,
                           pipeline)
 
-from hf_aux.cli import command
+import hf_aux.__main__ as command
 from hf_aux.tasks.demo import minilm_path
 from hf_aux.modeling.export import REMOTE_CODE_FILE
 from hf_aux.modeling.multitask import MultiTaskModel, MultiTaskModelConfig, single_task_model

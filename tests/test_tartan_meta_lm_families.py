@@ -4,7 +4,7 @@
 loads with plain transformers as the family's own class, every tensor that came from the checkpoint moved (but the
 attention key biases, which get no gradient), the auxiliary MLM heads start as the checkpoint's own head, the saved
 tokenizer is exactly the student's vocabulary. The other mode and objectives of every family run through the
-command's entry point (hf_aux.cli.command.main) in this process. On TartanModel itself, for every family: the copied
+command's entry point (hf_aux.__main__.main) in this process. On TartanModel itself, for every family: the copied
 heads give the masked LM's own loss (ModernBERT's bias-less head tensor by tensor, ALBERT's gelu_new) and move with
 the body in one step; phi* pools with the batch's attention mask. Refusals (an encoder-decoder, a model with the
 Two Moons demo) are one line, exit status 2, before any work."""
@@ -21,7 +21,7 @@ from tiny import ENCODER_FAMILIES, tiny_config, tiny_tokenizer, write_command_da
 from transformers import (AutoModel, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification,
                           AutoTokenizer)
 
-from hf_aux.cli.command import main as hf_aux_main
+from hf_aux.__main__ import main as hf_aux_main
 from hf_aux.errors import UserInputError
 from hf_aux.meta_lm import command as meta_lm_command
 from hf_aux.meta_lm.teacher import MetaLMTeacher
@@ -190,7 +190,7 @@ def test_a_refusal_is_one_line_with_status_2_before_any_work(name, work, runs):
 
 @pytest.mark.parametrize("family", ENCODER_FAMILIES)
 def test_every_other_variant_through_the_commands_entry_point(family, work, capsys):
-    """TARTAN's other mode and the two other meta-LM objectives, through hf_aux.cli.command.main (the installed
+    """TARTAN's other mode and the two other meta-LM objectives, through hf_aux.__main__.main (the installed
     command's entry point) in this process."""
     variants = [("tartan", "mt" if MODE[family] == "meta" else "meta")]
     variants += [("meta-lm", objective) for objective in OBJECTIVES if objective != OBJECTIVE[family]]

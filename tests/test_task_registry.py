@@ -168,7 +168,7 @@ def test_a_listing_piped_into_head_ends_quietly():
 
 
 def test_listing_and_showing_tasks_import_neither_torch_nor_datasets():
-    probe = ("import contextlib, io, sys\nfrom hf_aux.cli.command import main\n"
+    probe = ("import contextlib, io, sys\nfrom hf_aux.__main__ import main\n"
              "with contextlib.redirect_stdout(io.StringIO()):\n    main(['tasks']); main(['tasks', 'glue/rte'])\n"
              "print(' '.join(m for m in ('torch', 'datasets', 'transformers.trainer') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=OFFLINE, check=True)

@@ -1,7 +1,7 @@
 """A user's mistake is one line, not a traceback, and `--help` fits a screen (issue #52, items 3 and 4).
 
 - The five common mistakes (a misspelt flag, a task that does not exist, a missing file, a column that is not in
-  the data, an output folder another run is using) end the real entry points (`python -m hf_aux.cli.command`, as
+  the data, an output folder another run is using) end the real entry points (`python -m hf_aux`, as
   the installed `hf-aux`, and a run script) before any work with exactly one stderr line `<command>: error: ...`
   and exit status 2; HF_AUX_TRACEBACK=1 adds the traceback; any other exception keeps its traceback.
 - Flags are taken only as written in full (no prefixes), and an unknown flag gets the closest known ones.
@@ -22,7 +22,7 @@ import pytest
 import torch
 from tiny import free_port, hold_lock, write_command_data
 
-from hf_aux.cli.command import main as hf_aux_main
+from hf_aux.__main__ import main as hf_aux_main
 from hf_aux.errors import UserInputError
 from hf_aux.registry import methods
 from hf_aux.runtime.run_guard import run_command
@@ -84,7 +84,7 @@ def test_a_mistake_is_one_line_and_exit_status_2(mistake, entry, data, tmp_path)
     holder = hold_lock(out) if mistake == "output folder in use" else None
     try:
         if entry == "hf-aux":
-            done, prog = run(["-m", "hf_aux.cli.command", "finetune", *args]), "hf-aux finetune"
+            done, prog = run(["-m", "hf_aux", "finetune", *args]), "hf-aux finetune"
         else:
             done, prog = run([str(ROOT / "run_scripts" / "run_finetune.py"), *args]), "run_finetune.py"
     finally:
@@ -102,7 +102,7 @@ def test_a_mistake_is_one_line_and_exit_status_2(mistake, entry, data, tmp_path)
 
 
 def test_hf_aux_traceback_shows_the_traceback_of_a_mistake(data, tmp_path):
-    done = run(["-m", "hf_aux.cli.command", "finetune", *finetune_args(data, tmp_path / "out", "--max_stesp", "3")],
+    done = run(["-m", "hf_aux", "finetune", *finetune_args(data, tmp_path / "out", "--max_stesp", "3")],
                env={**ENV, "HF_AUX_TRACEBACK": "1"})
     assert done.returncode == 2
     assert "Traceback (most recent call last)" in done.stderr and "hf_aux.errors.UserInputError" in done.stderr

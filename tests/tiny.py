@@ -225,7 +225,7 @@ def write_large_corpus(path, size: int = 200_000_000) -> None:
 
 PEAK_RSS = """
 import resource, sys
-from hf_aux.cli.command import main
+from hf_aux.__main__ import main
 main(sys.argv[1:])
 print("PEAK_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
@@ -233,7 +233,7 @@ print("PEAK_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 def peak_rss_mb(folder, argv: list[str], name: str) -> float:
     """The peak RSS (MB) of `hf-aux <argv>` run to its end in a fresh process (the installed command's entry point,
-    hf_aux.cli.command.main), with a datasets cache of its own under `folder` (so that every run does the same
+    hf_aux.__main__.main), with a datasets cache of its own under `folder` (so that every run does the same
     work, the data files' line checks included)."""
     import os
     import subprocess

@@ -7,7 +7,7 @@ saves loads in plain transformers with finite weights; MUPPET (R3F included) und
     python tools/gpu_check.py --model path/to/bert --out gpu_check.json  # a real BERT-style checkpoint
     python tools/gpu_check.py --jobs 4 --timeout 60 --out gpu_check.json  # 4 checks at once on the one card
 
-Each check is a subprocess (the installed `hf-aux` where it is on PATH, else `python -m hf_aux.cli.command`;
+Each check is a subprocess (the installed `hf-aux` where it is on PATH, else `python -m hf_aux`;
 `torchrun --nproc_per_node 1` for the run scripts; `accelerate launch --use_fsdp` for FSDP; `hf-aux compare` of
 the checkpoint against a copy of it, 2 seeds each) on small files written
 to a temporary folder: the data a user brings (CSV, JSONL, a text corpus, a mixture file). A check passes when the
@@ -42,7 +42,7 @@ STEPS = 6
 
 def hf_aux_command() -> list[str]:
     installed = shutil.which("hf-aux")
-    return [installed] if installed else [sys.executable, "-m", "hf_aux.cli.command"]
+    return [installed] if installed else [sys.executable, "-m", "hf_aux"]
 
 
 def write_user_data(folder: Path, model: str | None) -> Path:

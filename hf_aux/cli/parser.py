@@ -476,3 +476,9 @@ def _from_text(value, expected: type):
     if not isinstance(value, str) or expected is bool:
         raise ValueError(value)
     return expected(value)
+
+
+def __getattr__(name: str):
+    from .._moved import moved_name  # names moved out of this module (issue #62)
+
+    return moved_name(__name__, name)
