@@ -1,4 +1,5 @@
-"""The `hf-aux` console command (setup.cfg's entry point):
+"""The `hf-aux` console command (setup.cfg's entry point; `python -m hf_aux` is the same), at the top of the
+package: it dispatches to every command, which import the shared command-line layer (hf_aux/cli/) below it.
 
     hf-aux <method> [--config file.yaml] [flags]       a registered method's command (hf-aux --help lists them)
     hf-aux <method> --help          data flags and --output_dir, the method's, the model's and the main Trainer flags
@@ -23,7 +24,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ..registry import by_command, methods
+from .registry import by_command, methods
 
 # commands that are not methods: name -> (module with `main(argv)`, the line of `hf-aux --help`)
 OTHER_COMMANDS = {
@@ -85,7 +86,7 @@ def dispatch(argv: Sequence[str] | None = None) -> None:
         parser.prog = f"hf-aux {name}"
         print(parser.format_full_help() if wants[0] == "--help-all" else parser.format_help(), end="")
         raise SystemExit(0)
-    from ..runtime.run_guard import run_command
+    from .runtime.run_guard import run_command
 
     module = importlib.import_module(module_name)
 

@@ -36,8 +36,9 @@ from ..cli.arguments import pooling_field
 from ..cli.parser import command_parser, demo_config_path, parse_command_line
 from ..errors import UserInputError
 # the steps live in .pipeline (hf-aux compare runs them too); importable from here as before
-from .pipeline import (COLUMN_FIELDS, SUPPORTED_KINDS, evaluate_split, load_data, load_model,  # noqa: F401
-                       load_tokenizer, make_trainer, prediction_rows, tokenize_splits)
+from .pipeline import (COLUMN_FIELDS, SUPPORTED_KINDS, build_compute_metrics, build_task, evaluate_split,  # noqa: F401
+                       load_data, load_model, load_tokenizer, make_trainer, prediction_rows, select_train_rows,
+                       tokenize_splits)
 
 logger = logging.getLogger(__name__)
 
