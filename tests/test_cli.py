@@ -230,6 +230,9 @@ def test_a_bad_config_file_names_the_file(tmp_path):
         parse("run_amos", ["--config", str(config), "--output_dir", str(tmp_path)])
     with pytest.raises(ValueError, match="--config: give the path"):
         parse("run_amos", ["--output_dir", str(tmp_path), "--config"])
+    config.write_text("- output_dir: x\n")  # the older single-file form, holding a list: the same clear error
+    with pytest.raises(ValueError, match=r"my.yaml' must hold a mapping of argument names to values, got list"):
+        parse("run_amos", [str(config)])
 
 
 def test_every_method_ships_its_demo_config():

@@ -1,5 +1,5 @@
-"""One parser for every hf_aux command: `--config file.yaml` whose values are defaults that any flag overrides, the
-method's shipped demo config under it when no data source is given, and the single-argument-file form.
+"""One parser for every hf_aux command: `--config file.yaml` (defaults that any flag overrides), the method's demo
+config under it when no data source is given, the single-argument-file form (both read by cli/argument_files.py).
 
 Layers, lowest first, each overriding the one before: (1) the dataclasses' own defaults; (2) the method's demo
 config (`hf_aux/cli/configs/<method>.yaml`), only when neither the command line nor `--config` names a data source
@@ -26,7 +26,6 @@ import copy
 import dataclasses
 import difflib
 import functools
-import json
 import logging
 import os
 import re
@@ -38,6 +37,7 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
+from .argument_files import check_scalar_types, parse_argument_file, read_argument_mapping
 from ..registry import METHOD_PACKAGES
 from ..errors import UserInputError
 
@@ -286,7 +286,7 @@ def parse_command_line(parser: HfArgumentParser, argv: Sequence[str] | None = No
     use_cpu_under_launcher()  # torchrun on a machine without a GPU: one gloo run, not N lone processes
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) == 1 and argv[0].endswith(ARGUMENT_FILE_SUFFIXES):
-        parsed, given = _parse_argument_file(parser, os.path.abspath(argv[0]))
+        parsed, given = parse_argument_file(parser, os.path.abspath(argv[0]))
         _warn_steps_without_strategy(parsed, given)
         apply_action_rule(parsed, given, _sources_named(data_source_flags, [], given))
         return tuple(parsed)
@@ -307,7 +307,7 @@ def parse_command_line(parser: HfArgumentParser, argv: Sequence[str] | None = No
     finally:  # the parser can be used again
         parser.set_defaults(**original)
     where = f"--config {config_path!r}" if config_path else "the demo config"
-    _check_scalar_types(parsed, defaults, where)
+    check_scalar_types(parsed, defaults, where)
     _warn_steps_without_strategy(parsed, given)
     apply_action_rule(parsed, given, sources)
     return tuple(parsed)
@@ -381,31 +381,6 @@ def _warn_steps_without_strategy(parsed, given) -> None:
                                every, strategy, str(getattr(value, "value", value)), strategy, every)
 
 
-def read_argument_mapping(path: str | os.PathLike, parser: HfArgumentParser) -> dict:
-    """The mapping of argument names to values in a YAML/JSON file, or a UserInputError naming the file and what is
-    wrong (missing, not valid YAML/JSON with the line, not a mapping, keys no argument of `parser` knows)."""
-    import yaml
-
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise UserInputError(f"argument file {path!r} does not exist; pass the path of a .json/.yaml file of arguments")
-    is_json = path.endswith(".json")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            content = json.load(handle) if is_json else yaml.safe_load(handle)
-    except (json.JSONDecodeError, yaml.YAMLError) as error:
-        raise UserInputError(f"argument file {path!r} is not valid {'JSON' if is_json else 'YAML'}: {error}") from error
-    content = {} if content is None else content
-    if not isinstance(content, dict):
-        raise UserInputError(f"argument file {path!r} must hold a mapping of argument names to values, got "
-                             f"{type(content).__name__}")
-    known = {action.dest for action in parser._actions}
-    unknown = sorted(set(content) - known)
-    if unknown:
-        raise UserInputError(f"argument file {path!r}: keys no argument of this command knows: {unknown}")
-    return content
-
-
 def _take_config_flag(argv: list[str]) -> tuple[list[str], str | None]:
     """`argv` without `--config F` / `--config=F`, and F (the last one given)."""
     config = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
@@ -415,67 +390,6 @@ def _take_config_flag(argv: list[str]) -> tuple[list[str], str | None]:
     except argparse.ArgumentError:  # no value after it
         raise UserInputError(f"{CONFIG_FLAG}: give the path of a .yaml/.json file of arguments") from None
     return rest, given.config
-
-
-def _parse_argument_file(parser: HfArgumentParser, path: str) -> tuple[tuple, dict]:
-    """(the dataclasses from one JSON/YAML argument file, its mapping), or a UserInputError naming the file and what is
-    wrong in it (a missing file, a syntax error with its line, keys no argument class knows, values of the wrong
-    type)."""
-    import yaml
-
-    if not os.path.isfile(path):
-        raise UserInputError(f"argument file {path!r} does not exist; pass the path of a .json/.yaml file of arguments")
-    is_json, text = path.endswith(".json"), Path(path).read_text(encoding="utf-8")
-    try:  # (what HfArgumentParser.parse_json_file / parse_yaml_file do, reading the file once)
-        given = (json.loads(text) if is_json else yaml.safe_load(text)) or {}
-        parsed = parser.parse_dict(given)
-    except (json.JSONDecodeError, yaml.YAMLError) as error:
-        raise UserInputError(f"argument file {path!r} is not valid {'JSON' if is_json else 'YAML'}: {error}") from error
-    except (ValueError, TypeError) as error:  # unknown keys, a field's own check
-        raise UserInputError(f"argument file {path!r}: {error}") from error
-    _check_scalar_types(parsed, given, f"argument file {path!r}")
-    return parsed, given
-
-
-def _check_scalar_types(parsed, given: Mapping, where: str) -> None:
-    """Values that came from a file, not typed by argparse: `max_steps: many` must not pass. Numbers written as
-    text (YAML reads 1e-4, without a dot, as a string) are taken as numbers."""
-    # (HfArgumentParser.parse_dict passes a file's values to the dataclass as they are: `dtype(**inputs)`)
-    for instance in parsed:
-        for item in dataclasses.fields(instance):
-            if item.name not in given:
-                continue
-            value, expected = getattr(instance, item.name), _SCALAR_TYPES.get(_type_name(item.type))
-            if value is None or expected is None or _is_a(value, expected):
-                continue
-            try:
-                setattr(instance, item.name, _from_text(value, expected))
-            except ValueError:
-                raise UserInputError(f"{where}: field {item.name!r} must be {expected.__name__}, "
-                                     f"got {value!r}") from None
-
-
-def _type_name(annotation) -> str:
-    """'int', 'float|None', ... for an annotation given as a type or as a string (`from __future__ import
-    annotations`)."""
-    name = annotation.__name__ if isinstance(annotation, type) else str(annotation)
-    return name.replace(" ", "").replace("Optional[", "").replace("]", "|None")
-
-
-_SCALAR_TYPES = {name: kind for kind in (bool, int, float) for name in (kind.__name__, f"{kind.__name__}|None")}
-
-
-def _is_a(value, expected: type) -> bool:
-    if expected is bool:
-        return isinstance(value, bool)
-    kinds = (int, float) if expected is float else (int,)
-    return isinstance(value, kinds) and not isinstance(value, bool)
-
-
-def _from_text(value, expected: type):
-    if not isinstance(value, str) or expected is bool:
-        raise ValueError(value)
-    return expected(value)
 
 
 def __getattr__(name: str):
