@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import itertools
 import json
 import math
 import sys
@@ -285,24 +286,14 @@ def _choice_encoder(task, dataset, tokenizer, *, max_length: int, **_):
         questions = batch[task.question_column] if task.question_column else None
         if to_arrow and choices and _all_strings(questions or [], *choices):
             out = encode_choices(tokenizer, questions, choices, max_length)
-            out["labels"] = [int(x) for x in batch[task.label_column]]
-            return out
-        questions = questions or [None] * len(choices)
-        flat_first, flat_second, sizes = [], [], []
-        for question, options in zip(questions, choices):
-            sizes.append(len(options))
-            for option in options:
-                flat_first.append(question if question is not None else option)
-                flat_second.append(option if question is not None else None)
-        if task.question_column:
-            enc = tokenizer(flat_first, flat_second, truncation=True, max_length=max_length)
         else:
-            enc = tokenizer(flat_first, truncation=True, max_length=max_length)
-        out, start = {k: [] for k in enc}, 0
-        for size in sizes:
-            for key in enc:
-                out[key].append(enc[key][start : start + size])
-            start += size
+            # a None question: the choice alone; the flat encodings are then cut back into one list per row
+            pairs = [(option, None) if question is None else (question, option)
+                     for question, options in zip(questions or [None] * len(choices), choices) for option in options]
+            first, second = [a for a, _ in pairs], [b for _, b in pairs]
+            enc = tokenizer(first, second if task.question_column else None, truncation=True, max_length=max_length)
+            bounds = list(itertools.accumulate(map(len, choices), initial=0))
+            out = {key: [values[a:b] for a, b in zip(bounds, bounds[1:])] for key, values in enc.items()}
         out["labels"] = [int(x) for x in batch[task.label_column]]
         return out
     return encode

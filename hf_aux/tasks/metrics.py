@@ -288,18 +288,18 @@ def token_classification_metrics(logits, labels, label_names: Sequence[str] | No
             "accuracy": float(np.mean(predictions[tagged] == labels[tagged]))}
 
 
+_ARRAY_METRICS = {"classification": classification_metrics, "regression": regression_metrics,
+                  "multiple_choice": multiple_choice_metrics}
+
+
 def compute_task_metrics(kind: str, predictions, labels, label_names: Sequence[str] | None = None) -> dict[str, float]:
     """Metrics of one task from its model outputs: logits for classification / multiple_choice / token
     classification (whose entities read `label_names`, the tag names), values for regression. Extractive QA and
     seq2seq need the raw texts: use `postprocess_qa_predictions` + `qa_metrics` and `rouge_metrics`."""
     if kind == "token_classification":
         return token_classification_metrics(predictions, labels, label_names)
-    if kind == "classification":
-        return classification_metrics(predictions, labels)
-    if kind == "regression":
-        return regression_metrics(predictions, labels)
-    if kind == "multiple_choice":
-        return multiple_choice_metrics(predictions, labels)
+    if kind in _ARRAY_METRICS:
+        return _ARRAY_METRICS[kind](predictions, labels)
     if kind in ("extractive_qa", "seq2seq"):
         use = "postprocess_qa_predictions and qa_metrics" if kind == "extractive_qa" else "rouge_metrics"
         raise ValueError(f"compute_task_metrics: field 'kind': {kind} metrics need the raw texts; use {use}")
@@ -358,13 +358,9 @@ def majority_baselines(tasks, train_labels: dict, eval_data: dict) -> dict[str, 
     """`eval_<task>_majority_baseline` for every task of a mixture scored by accuracy: the majority class of
     its train labels (`train_labels[task.name]`, class indices as the model sees them; None or absent: the
     evaluation labels' own) on its tokenised evaluation labels."""
-    baselines = {}
-    for task in tasks:
-        if task.name not in eval_data or PRIMARY_METRIC[task.kind] != "accuracy":
-            continue
-        baselines[f"eval_{task.name}_majority_baseline"] = majority_baseline(eval_data[task.name]["labels"],
-                                                                              train_labels.get(task.name))
-    return baselines
+    return {f"eval_{task.name}_majority_baseline": majority_baseline(eval_data[task.name]["labels"],
+                                                                     train_labels.get(task.name))
+            for task in tasks if task.name in eval_data and PRIMARY_METRIC[task.kind] == "accuracy"}
 
 
 def train_labels(tasks, train_data: dict, raw: dict) -> dict:
@@ -411,14 +407,11 @@ def postprocess_qa_predictions(examples, features, start_logits, end_logits, n_b
         if column not in columns:
             raise ValueError(f"postprocess_qa_predictions: field 'features': no {column!r} column; tokenize with "
                              "tokenize_task(..., keep_qa_offsets=True)")
-    example_indices = list(features["example_index"]) if hasattr(features, "column_names") \
-        else [f["example_index"] for f in features]
-    offsets_all = features["offset_mapping"] if hasattr(features, "column_names") \
-        else [f["offset_mapping"] for f in features]
+    example_indices, offsets_all = _column(features, "example_index"), _column(features, "offset_mapping")
     if len(example_indices) != len(start_logits):
         raise ValueError(f"postprocess_qa_predictions: field 'features': {len(example_indices)} features but "
                          f"{len(start_logits)} rows of logits")
-    contexts = examples[context_column] if hasattr(examples, "column_names") else [e[context_column] for e in examples]
+    contexts = _column(examples, context_column)
     windows = collections.defaultdict(list)
     for feature, example in enumerate(example_indices):
         if not 0 <= example < len(contexts):
@@ -449,6 +442,11 @@ def postprocess_qa_predictions(examples, features, start_logits, end_logits, n_b
             best_text = ""
         predictions.append(best_text)
     return predictions
+
+
+def _column(rows, name: str) -> list:
+    """Column `name` of a `datasets.Dataset` or of a list of row dicts."""
+    return list(rows[name]) if hasattr(rows, "column_names") else [row[name] for row in rows]
 
 
 def normalize_answer(text: str) -> str:
@@ -514,10 +512,8 @@ def rouge_metrics(predictions: Sequence[str], references: Sequence) -> dict[str,
     scorer = rouge_scorer.RougeScorer(list(keys), use_stemmer=True)
     totals = dict.fromkeys(keys, 0.0)
     for prediction, reference in zip(predictions, references):
-        if isinstance(reference, str):
-            scores = scorer.score(reference, prediction)
-        else:
-            scores = scorer.score_multi(list(reference), prediction)
+        scores = (scorer.score(reference, prediction) if isinstance(reference, str)
+                  else scorer.score_multi(list(reference), prediction))
         for key in keys:
             totals[key] += scores[key].fmeasure
     return {key: totals[key] / len(predictions) for key in keys}
