@@ -19,9 +19,9 @@ from transformers import HfArgumentParser
 
 from .config import MetaLMConfig
 from ..cli.arguments import ModelArguments as SharedModelArguments
-from ..cli.parser import command_parser, demo_config_path, parse_command_line
+from ..cli.parser import command_parser, demo_config_path, given_by_user, parse_command_line
 from ..cli.run import require_max_steps
-from ..errors import UserInputError, refuse_unless_encoder_with
+from ..errors import UserInputError, explain_hub_errors, hub_id_or_none, refuse_unless_encoder_with
 
 logger = logging.getLogger(__name__)
 
@@ -79,8 +79,6 @@ def parse_args(argv: list[str] | None = None):
 def check_two_moons_model(model_args: ModelArguments, data_args: DataTrainingArguments, training_args) -> None:
     """The Two Moons data are tokens of their own 512-token vocabulary (hf_aux.meta_lm.two_moons): a model given
     with the demo (no data source named) would be trained, and saved, beside a tokenizer it does not know."""
-    from ..cli.parser import given_by_user
-
     if not data_args.two_moons:
         return
     if model_args.model_name_or_path and not given_by_user(training_args, "two_moons"):
@@ -101,8 +99,6 @@ def check_student_architecture(model_args: ModelArguments, data_args: DataTraini
     from transformers import AutoConfig
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
     from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
-
-    from ..errors import explain_hub_errors
 
     if model_args.model_name_or_path:
         field_name, name = "model_name_or_path", repr(model_args.model_name_or_path)
@@ -133,7 +129,6 @@ def check_streaming(data_args: DataTrainingArguments, training_args) -> None:
 
 def load_labelled_tasks(path: str, tokenizer, block_size: int) -> dict:
     """{task name: Dataset of input_ids and class index `label`} from a mixture file of classification tasks."""
-    from ..errors import explain_hub_errors
     from ..tasks.loading import load_mixture, load_task_splits
 
     tasks = {}
@@ -164,7 +159,6 @@ def build_data(data_args, model_args, training_args):
     from transformers import AutoConfig, AutoTokenizer
 
     from ..tasks.data import group_texts_for_mlm
-    from ..errors import explain_hub_errors
     from ..tasks.streaming import resumable_mlm_blocks, stream_train_text
     from .teacher import add_meta_lm_tokens
     from ..tasks.validation import check_corpus, check_holdout_split, load_data_files
@@ -242,7 +236,6 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     results of a finished run when it is already complete)."""
     from transformers import AutoModelForMaskedLM
 
-    from ..errors import explain_hub_errors, hub_id_or_none
     from .teacher import MetaLMTeacher
     from .trainer import MetaLMTrainer
     from ..cli.run import finish_run, record_metrics, start_run, train_and_save

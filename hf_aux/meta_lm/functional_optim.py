@@ -8,8 +8,7 @@ labels its derivative:
 - `student_update_values`: theta_1 as values only (hard labels, first-order soft labels), from torch's own
   functional AdamW/SGD (fused or foreach, as the optimizer is) on copies of the parameters and state;
 - `student_update_vjp`: (dtheta_1/dg)^T v in closed form (first-order soft labels, and `student_update`'s
-  backward), from `clip_by_total_norm_vjp`
-  and `adamw_update_vjp_from_moments`.
+  backward), from `clip_by_total_norm_vjp` and `adamw_update_vjp_from_moments`.
 Clipping is `clip_by_total_norm` in all three. `optimizer` is the torch optimizer itself (unwrapped from
 accelerate), an AdamW without amsgrad/maximize or an SGD without momentum/maximize; `params` its parameters.
 """
@@ -37,6 +36,14 @@ def optimizer_steps(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]
     return [int(s) for s in steps]
 
 
+def placed(base: list, indices: list[int], values) -> list:
+    """A copy of `base` with `values` at `indices` (a list over all parameters from the entries of some)."""
+    out = list(base)
+    for i, value in zip(indices, values):
+        out[i] = value
+    return out
+
+
 def student_update(optimizer: torch.optim.Optimizer, max_grad_norm: float | None, params: list[torch.Tensor],
                    grads: list[torch.Tensor | None]) -> list[torch.Tensor]:
     """theta_1 of eq. 1: clipping, then the optimizer's update, computed from its state as a function of `grads`
@@ -51,11 +58,8 @@ def student_update(optimizer: torch.optim.Optimizer, max_grad_norm: float | None
     present = [i for i, g in enumerate(grads) if g is not None]
     if not any(grads[i].requires_grad for i in present):
         return student_update_values(optimizer, max_grad_norm, params, grads)
-    theta_1 = [p.detach() for p in params]
     updated = _StudentUpdate.apply(optimizer, max_grad_norm, params, present, *[grads[i] for i in present])
-    for i, value in zip(present, updated):
-        theta_1[i] = value
-    return theta_1
+    return placed([p.detach() for p in params], present, updated)
 
 
 class _StudentUpdate(torch.autograd.Function):
@@ -63,11 +67,9 @@ class _StudentUpdate(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, optimizer, max_grad_norm, params, present, *present_grads):
-        grads = [None] * len(params)
-        for i, grad in zip(present, present_grads):
-            grads[i] = grad
         moments = {}
-        theta_1 = student_update_values(optimizer, max_grad_norm, params, grads, moments)
+        theta_1 = student_update_values(optimizer, max_grad_norm, params,
+                                        placed([None] * len(params), present, present_grads), moments)
         ctx.update = (optimizer, max_grad_norm, params, present)
         ctx.moments = moments  # fresh copies (clipped gradient, m, v) that the backward overwrites
         ctx.save_for_backward(*present_grads)
@@ -82,10 +84,7 @@ class _StudentUpdate(torch.autograd.Function):
             raise RuntimeError("hf_aux.meta_lm.functional_optim.student_update: backward through it a second time "
                                "(retain_graph=True) is not supported: its backward reuses the forward's buffers")
         optimizer, max_grad_norm, params, present = ctx.update
-        grads, full = [None] * len(params), [None] * len(params)
-        for i, grad, cotangent in zip(present, ctx.saved_tensors, cotangents):
-            grads[i] = grad
-            full[i] = cotangent
+        grads, full = (placed([None] * len(params), present, values) for values in (ctx.saved_tensors, cotangents))
         moments, ctx.moments = ctx.moments, None
         w = student_update_vjp(optimizer, max_grad_norm, params, grads, full, moments)
         return (None, None, None, None, *[w[i] for i in present])
@@ -117,10 +116,8 @@ def student_update_values(optimizer: torch.optim.Optimizer, max_grad_norm: float
                            lr=group["lr"], dampening=0.0, nesterov=False, maximize=False)
         else:
             states = [optimizer.state.get(params[i], {}) for i, _ in members]
-            exp_avgs = [s["exp_avg"].clone() if "exp_avg" in s else torch.zeros_like(p)
-                        for s, p in zip(states, new)]
-            exp_avg_sqs = [s["exp_avg_sq"].clone() if "exp_avg_sq" in s else torch.zeros_like(p)
-                           for s, p in zip(states, new)]
+            exp_avgs, exp_avg_sqs = ([s[key].clone() if key in s else torch.zeros_like(p) for s, p in zip(states, new)]
+                                     for key in ("exp_avg", "exp_avg_sq"))
             fused = bool(group["fused"])
             steps = [s["step"].clone() if "step" in s else
                      torch.zeros((), dtype=torch.float32, device=p.device if fused else "cpu")
@@ -130,10 +127,9 @@ def student_update_values(optimizer: torch.optim.Optimizer, max_grad_norm: float
                              foreach=None if fused else group["foreach"], fused=group["fused"],
                              amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"],
                              weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)
-        for (i, _), value in zip(members, new):
-            theta_1[i] = value
-        if moments is not None:
-            for k, (i, grad) in enumerate(members):
+        for k, (i, grad) in enumerate(members):
+            theta_1[i] = new[k]
+            if moments is not None:
                 moments[i] = (grad, None, None) if sgd else (grad, exp_avgs[k], exp_avg_sqs[k])
     return theta_1
 
@@ -147,7 +143,7 @@ def student_update_vjp(optimizer: torch.optim.Optimizer, max_grad_norm: float | 
     SGD). It reuses, and overwrites, the clipped gradient and updated moments that `student_update_values(...,
     moments=...)` filled in `moments` (one fresh parameter-sized list instead of seven)."""
     present = [i for i, g in enumerate(grads) if g is not None]
-    through_update = [None] * len(params)
+    through_update = {}  # parameter index: its cotangent pulled back through the optimizer's update
     slot = {id(params[i]): i for i in present}
     groups = [[p for p in group["params"] if id(p) in slot] for group in optimizer.param_groups]
     steps = iter(optimizer_steps(optimizer, [p for trained in groups for p in trained]))  # one read for all groups
@@ -165,14 +161,10 @@ def student_update_vjp(optimizer: torch.optim.Optimizer, max_grad_norm: float | 
                     [moments[i][0] for i in indices], [moments[i][1] for i in indices],
                     [moments[i][2] for i in indices],
                     step, float(group["lr"]), beta1, beta2, group["eps"], cotangent)
-            for i, value in zip(indices, values):
-                through_update[i] = value
-    w = [None] * len(params)
+            through_update.update(zip(indices, values))
     raw = [grads[i].detach() for i in present]
     pulled = clip_by_total_norm_vjp(raw, max_grad_norm, [through_update[i] for i in present], in_place=True)
-    for i, value in zip(present, pulled):
-        w[i] = value
-    return w
+    return placed([None] * len(params), present, pulled)
 
 
 def clip_by_total_norm(grads: list[torch.Tensor], max_norm: float | None,
@@ -272,6 +264,5 @@ def clip_by_total_norm_vjp(grads: list[torch.Tensor], max_norm: float, cotangent
     return [coef * u - along * g for u, g in zip(cotangents, grads)]
 
 
-__all__ = ["adamw_update_vjp", "adamw_update_vjp_from_moments", "clip_by_total_norm",
-           "clip_by_total_norm_vjp", "optimizer_steps", "sgd_update", "student_update", "student_update_values",
-           "student_update_vjp"]
+__all__ = ["adamw_update_vjp", "adamw_update_vjp_from_moments", "clip_by_total_norm", "clip_by_total_norm_vjp",
+           "optimizer_steps", "placed", "sgd_update", "student_update", "student_update_values", "student_update_vjp"]

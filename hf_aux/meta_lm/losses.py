@@ -291,15 +291,6 @@ def teacher_sample_cross_entropy(x_nll: torch.Tensor, y_nll: torch.Tensor | None
     return nll.sum() / count.clamp_min(1)
 
 
-def per_tensor_dot_and_norms(a: list[torch.Tensor], b: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor,
-                                                                                      torch.Tensor]:
-    """(sum_i <a_i, b_i>, ||a||, ||b||) over lists of tensors, without flattening them into one vector."""
-    dot = torch.stack([torch.vdot(x.flatten(), y.flatten()) for x, y in zip(a, b)]).sum()
-    norm_a = torch.stack(torch._foreach_norm(a)).norm()
-    norm_b = torch.stack(torch._foreach_norm(b)).norm()
-    return dot, norm_a, norm_b
-
-
 def meta_signal_h(query_grads: list[torch.Tensor], theta_0: list[torch.Tensor], theta_1: list[torch.Tensor],
                   cosine: bool) -> torch.Tensor:
     """The scalar h that scales the teacher's gradient (eq. 6).
@@ -307,9 +298,11 @@ def meta_signal_h(query_grads: list[torch.Tensor], theta_0: list[torch.Tensor], 
     cosine=True: eq. 8, h = S_C(grad_{theta_2} CE_query, theta_0 - theta_1) (adaptive optimizers).
     cosine=False: eq. 7, h = grad_{theta_2} CE_query . (theta_0 - theta_1); for plain SGD theta_0 - theta_1 is
     eta * grad_{theta_0} CE_pseudo, i.e. exactly eq. 7's eta times the dot product of the two gradients.
+    Per-tensor dots and norms: the lists are never flattened into one vector.
     """
     delta = torch._foreach_sub(theta_0, theta_1)
-    dot, norm_q, norm_d = per_tensor_dot_and_norms(query_grads, delta)
+    dot = torch.stack([torch.vdot(q.flatten(), d.flatten()) for q, d in zip(query_grads, delta)]).sum()
+    norm_q, norm_d = (torch.stack(torch._foreach_norm(tensors)).norm() for tensors in (query_grads, delta))
     return dot / (norm_q * norm_d) if cosine else dot
 
 

@@ -146,8 +146,8 @@ class MetaLMTeacher(PreTrainedModel):
         if isinstance(encoder_class, (tuple, list)):  # Funnel: (FunnelModel, FunnelBaseModel), AutoModel's first
             encoder_class = encoder_class[0]
         # the pooler of BERT-like encoders is unused here: leave it out so every parameter gets a gradient
-        extra = {"add_pooling_layer": False} if "add_pooling_layer" in inspect.signature(encoder_class).parameters else {}
-        self.encoder = AutoModel.from_config(encoder_config, **extra)
+        pooler = "add_pooling_layer" in inspect.signature(encoder_class).parameters
+        self.encoder = AutoModel.from_config(encoder_config, **({"add_pooling_layer": False} if pooler else {}))
         hidden = encoder_config.hidden_size
         eps = getattr(encoder_config, "layer_norm_eps", 1e-12)
         self.input_head = LMHead(hidden, encoder_config.vocab_size, eps)

@@ -33,20 +33,15 @@ from transformers import PreTrainedTokenizerBase
 from transformers.optimization import get_scheduler
 from transformers.utils import is_peft_available
 
-from hf_aux.tasks.data import mask_tokens_for_mlm, max_predictions, prediction_positions
+from hf_aux.tasks.data import mask_tokens_for_mlm, max_predictions, prediction_positions, special_tokens_mask_for
 from hf_aux.runtime.distributed import MicroBatchCounter, micro_batch_seed, seeded_rng
-from hf_aux.meta_lm.functional_optim import sgd_update, student_update, student_update_values, student_update_vjp
+from hf_aux.meta_lm.functional_optim import (placed, sgd_update, student_update, student_update_values,
+                                             student_update_vjp)
 from hf_aux.meta_lm import METHOD
 from hf_aux.meta_lm.config import MetaLMConfig
-from hf_aux.meta_lm.losses import (
-                                   first_order_soft_label_grads,
-                                   meta_signal_h,
-                                   pseudo_cross_entropy,
-                                   sample_tokens_with_nll,
-                                   soft_pseudo_cross_entropy,
-                                   teacher_sample_cross_entropy,
-                                   token_cross_entropy,
-                                   )
+from hf_aux.meta_lm.losses import (first_order_soft_label_grads, meta_signal_h, pseudo_cross_entropy,
+                                   sample_tokens_with_nll, soft_pseudo_cross_entropy, teacher_sample_cross_entropy,
+                                   token_cross_entropy)
 from hf_aux.runtime.trainer import AuxTrainer
 from hf_aux.cards.model_card import TaskSummary, task_metrics
 from hf_aux.meta_lm.teacher import MetaLMTeacher, MetaLMTokens, check_same_vocabulary
@@ -59,8 +54,6 @@ from hf_aux.runtime.training_metrics import MetricAccumulator
 TEACHER_DIR = "teacher"
 OBJECTIVE_TAGS = {"soft": "soft-labels", "hard": "hard-labels", "mlm": "mlm-baseline"}
 META_STATE_NAME = "meta_lm_state.pt"
-
-
 
 
 @contextlib.contextmanager
@@ -80,8 +73,6 @@ def _without_checkpointing(module: torch.nn.Module):
 
 def _has_adapters(model) -> bool:
     """A peft model, or a transformers model with adapters injected by `add_adapter`."""
-    if model is None:
-        return False
     if is_peft_available():
         from peft import PeftModel
 
@@ -155,10 +146,9 @@ class MetaLMTrainer(AuxTrainer):
                                      "(eqs. 1-3) are computed over the student's full parameters, and the teacher's "
                                      "soft labels are differentiated through them; pass a plain model (merge "
                                      "adapters with merge_and_unload()), or use objective='mlm' with a PeftModel")
-        if data_collator is None:
-            data_collator = MetaLMCollator(processing_class)
-        super().__init__(model=model, args=args, data_collator=data_collator, train_dataset=train_dataset,
-                         eval_dataset=eval_dataset, processing_class=processing_class, **kwargs)
+        super().__init__(model=model, args=args, train_dataset=train_dataset, eval_dataset=eval_dataset,
+                         data_collator=data_collator if data_collator is not None else MetaLMCollator(processing_class),
+                         processing_class=processing_class, **kwargs)
         self._check_supported_setup()
         num_labels = self._check_labelled_tasks(labelled_tasks)
         self.meta_tokens = MetaLMTokens.from_tokenizer(processing_class, list(labelled_tasks), num_labels)
@@ -171,8 +161,7 @@ class MetaLMTrainer(AuxTrainer):
             # logs, evaluates, saves or ends, and before any model is written; every step with on_nonfinite 'skip'
             if self._nonfinite_guard is not None:  # None: on_nonfinite 'continue'
                 self._nonfinite_guard.watch("the teacher", self.teacher)
-        self.teacher_optimizer = None
-        self.teacher_scheduler = None
+        self.teacher_optimizer = self.teacher_scheduler = None
         self._resumed_teacher_state = None  # a checkpoint's teacher optimizer state, until that optimizer exists
         self._labelled = {name: self._labelled_examples(name, data) for name, data in labelled_tasks.items()}
         # the trainer's own randomness (masking, teacher samples, task and example draws): checkpointed
@@ -239,15 +228,14 @@ class MetaLMTrainer(AuxTrainer):
 
     def _check_student_optimizer(self):
         opt = self._student_optimizer()
-        if type(opt) is torch.optim.AdamW:
-            if any(g["amsgrad"] or g["maximize"] for g in opt.param_groups):
-                raise ValueError("MetaLMTrainer: field 'optim': AdamW with amsgrad/maximize is not supported")
-        elif type(opt) is torch.optim.SGD:
-            if any(g["momentum"] or g["maximize"] for g in opt.param_groups):
-                raise ValueError("MetaLMTrainer: field 'optim': SGD with momentum/maximize is not supported")
-        else:
+        # the optimizers functional_optim replays, and the setting each cannot have besides `maximize`
+        unsupported = {torch.optim.AdamW: ("amsgrad", "AdamW"), torch.optim.SGD: ("momentum", "SGD")}
+        if type(opt) not in unsupported:
             raise ValueError(f"MetaLMTrainer: field 'optim': the meta step needs theta_1 of the student's real "
                              f"optimizer step; supported: adamw_torch, adamw_torch_fused, sgd (got {type(opt)})")
+        setting, name = unsupported[type(opt)]
+        if any(g[setting] or g["maximize"] for g in opt.param_groups):
+            raise ValueError(f"MetaLMTrainer: field 'optim': {name} with {setting}/maximize is not supported")
         if self.args.h_cosine is None:
             self.args.h_cosine = type(opt) is torch.optim.AdamW
 
@@ -259,8 +247,8 @@ class MetaLMTrainer(AuxTrainer):
         groups = [{"params": [p for n, p in named if n in decay], "weight_decay": args.weight_decay},
                   {"params": [p for n, p in named if n not in decay], "weight_decay": 0.0}]
         # the student's implementation (fused/foreach): torch's default on CPU is the per-tensor loop
-        student_group = self._student_optimizer().param_groups[0]
-        fused = bool(student_group.get("fused")) and type(self._student_optimizer()) is torch.optim.AdamW
+        student = self._student_optimizer()
+        fused = bool(student.param_groups[0].get("fused")) and type(student) is torch.optim.AdamW
         self.teacher_optimizer = torch.optim.AdamW(groups, lr=args.learning_rate,
                                                    betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon,
                                                    fused=fused or None, foreach=None if fused else True)
@@ -272,20 +260,13 @@ class MetaLMTrainer(AuxTrainer):
             num_training_steps=steps, scheduler_specific_kwargs=args.lr_scheduler_kwargs or {})
 
     # ---------------------------------------------------------------------------------------------- data
-    def _special_mask(self, input_ids: torch.Tensor) -> torch.Tensor:
-        ids = tuple(sorted(set(self.processing_class.all_special_ids)))
-        cached = getattr(self, "_special_ids", None)  # made once per device: a fresh one each step was a
-        if cached is None or cached[0] != ids or cached[1].device != input_ids.device:  # host-to-device copy (sync)
-            self._special_ids = cached = (ids, torch.tensor(ids, device=input_ids.device))
-        return torch.isin(input_ids, cached[1])
-
     def _mlm_example(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                      generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """(x_m, y_m) from x_u: BERT masking (Table 5), position 0 becomes the MLM task token; y_m -100 where
         nothing is predicted."""
         x_m, y_m = mask_tokens_for_mlm(
             input_ids, mask_token_id=self.meta_tokens.mask, vocab_size=self.meta_tokens.vocab_size,
-            special_tokens_mask=self._special_mask(input_ids) | (attention_mask == 0),
+            special_tokens_mask=special_tokens_mask_for(input_ids, self.processing_class) | (attention_mask == 0),
             mlm_probability=self.args.mlm_probability, mask_replace_prob=self.args.mask_replace_prob,
             random_replace_prob=self.args.random_replace_prob, generator=generator)
         x_m[:, 0] = self.meta_tokens.mlm_task
@@ -345,22 +326,17 @@ class MetaLMTrainer(AuxTrainer):
         gradient will be differentiated (the second-order support step)."""
         with _without_checkpointing(student):
             logits = functional_call(student, dict(zip(names, params)), args=(),
-                                     kwargs={"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]})
+                                     kwargs={key: batch[key] for key in ("input_ids", "attention_mask")})
         return token_cross_entropy(logits.logits, batch["labels"], double_backward=double_backward)
 
-    # theta_1 of eq. 1 from the student optimizer's state (hf_aux.meta_lm.functional_optim), clipped to max_grad_norm as
-    # Trainer clips: differentiable in the gradient, as values, and the vector-Jacobian product of the map
+    # theta_1 of eq. 1 from the student optimizer's state (hf_aux.meta_lm.functional_optim), clipped to
+    # max_grad_norm as Trainer clips: differentiable in the gradient, and as values
     def _theta_1(self, params: list[torch.Tensor], grads: list[torch.Tensor | None]) -> list[torch.Tensor]:
         return student_update(self._student_optimizer(), self.args.max_grad_norm, params, grads)
 
     def _theta_1_values(self, params: list[torch.Tensor], grads: list[torch.Tensor | None],
                         moments: dict | None = None) -> list[torch.Tensor]:
         return student_update_values(self._student_optimizer(), self.args.max_grad_norm, params, grads, moments)
-
-    def _theta_1_vjp(self, params: list[torch.Tensor], grads: list[torch.Tensor | None],
-                     cotangents: list[torch.Tensor], moments: dict) -> list[torch.Tensor | None]:
-        return student_update_vjp(self._student_optimizer(), self.args.max_grad_norm, params, grads, cotangents,
-                                  moments)
 
     # ---------------------------------------------------------------------------------------------- the meta step
     def training_step(self, model, inputs, num_items_in_batch=None):
@@ -548,12 +524,9 @@ class MetaLMTrainer(AuxTrainer):
         if create_graph:
             return [t if g is None else sgd_update(t, g, lr) for t, g in zip(theta_1, grads)]
         present = [i for i, g in enumerate(grads) if g is not None]
-        theta_2 = list(theta_1)
         with torch.no_grad():  # values: one foreach call for every tensor (a call per tensor shows on small models)
-            stepped = torch._foreach_add([theta_2[i] for i in present], [grads[i] for i in present], alpha=-lr)
-        for i, value in zip(present, stepped):
-            theta_2[i] = value
-        return theta_2
+            stepped = torch._foreach_add([theta_1[i] for i in present], [grads[i] for i in present], alpha=-lr)
+        return placed(theta_1, present, stepped)
 
     def _first_order_soft_signal(self, student, names, theta_0, pseudo_grads, query_grads, moments, label_leaves,
                                  base_label_grads, probs, mask, seed):
@@ -562,7 +535,9 @@ class MetaLMTrainer(AuxTrainer):
         and backward of the pseudo step at theta_0 + e w with the same dropout masks.
         Returns (finite?, [soft-label tensors of the teacher's graph], [lambda_meta * dL/dp])."""
         args, tokens = self.args, self.meta_tokens
-        w = self._theta_1_vjp(theta_0, pseudo_grads, query_grads, moments)
+        # w = (dtheta_1/dg)^T v, the vector-Jacobian product of the student's update
+        w = student_update_vjp(self._student_optimizer(), args.max_grad_norm, theta_0, pseudo_grads, query_grads,
+                               moments)
         embedding = student.get_input_embeddings().weight
         embedding_index = next((i for i, p in enumerate(theta_0) if p is embedding), None)
 
@@ -687,10 +662,7 @@ class MetaLMTrainer(AuxTrainer):
     def _save_checkpoint_extras(self, checkpoint_folder: str) -> None:
         """The meta state (the teacher's optimizer: tensors, not JSON for a stateful callback), written before
         trainer_state.json, which marks a complete checkpoint (hf_aux.runtime.run_guard)."""
-        self._save_meta_state(checkpoint_folder)
-
-    def _save_meta_state(self, output_dir: str) -> None:
-        os.makedirs(output_dir, exist_ok=True)
+        os.makedirs(checkpoint_folder, exist_ok=True)
         state = {"generator": self._generator.get_state(), **self._support_query.state_dict(),
                  "meta_steps": self._meta_steps}
         if self.teacher_optimizer is not None:
@@ -698,7 +670,7 @@ class MetaLMTrainer(AuxTrainer):
             state["teacher_scheduler"] = self.teacher_scheduler.state_dict()
             # teacher gradients accumulated so far (teacher_gradient_accumulation_steps > 1)
             state["teacher_grads"] = {n: p.grad for n, p in self.teacher.named_parameters() if p.grad is not None}
-        torch.save(state, os.path.join(output_dir, META_STATE_NAME))
+        torch.save(state, os.path.join(checkpoint_folder, META_STATE_NAME))
 
     def _load_checkpoint_extras(self, resume_from_checkpoint: str) -> None:
         """After the student: the teacher, and the meta state (the random generator, the support/query task, the
@@ -708,8 +680,7 @@ class MetaLMTrainer(AuxTrainer):
             if not os.path.isdir(teacher_dir):
                 raise ValueError(f"MetaLMTrainer: field 'resume_from_checkpoint': {resume_from_checkpoint} has no "
                                  f"'{TEACHER_DIR}/' folder")
-            loaded = MetaLMTeacher.from_pretrained(teacher_dir)
-            self.teacher.load_state_dict(loaded.state_dict())
+            self.teacher.load_state_dict(MetaLMTeacher.from_pretrained(teacher_dir).state_dict())
         path = os.path.join(resume_from_checkpoint, META_STATE_NAME)
         if not os.path.isfile(path):  # save_only_model checkpoints, or the mlm baseline's before it had one
             return

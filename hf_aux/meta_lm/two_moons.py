@@ -20,8 +20,10 @@ the loss stalls (docs/meta_lm_measurements.md has the run).
 from __future__ import annotations
 
 import numpy as np
+import torch
+from transformers import get_inverse_sqrt_schedule
 
-from hf_aux.meta_lm.teacher import MLM_TASK_TOKEN, label_token, task_token
+from hf_aux.meta_lm.teacher import MLM_TASK_TOKEN, MetaLMTokens, label_token, task_token
 
 GRID = 64
 POINTS_PER_SEQUENCE = 16
@@ -38,10 +40,8 @@ def moon_points(n: int, seed: int, noise: float = 0.1) -> tuple[np.ndarray, np.n
     from sklearn.datasets import make_moons
 
     xy, labels = make_moons(n_samples=n, shuffle=True, noise=noise, random_state=seed)
-    scaled = np.empty_like(xy)
-    for axis, (low, high) in enumerate((X_RANGE, Y_RANGE)):
-        scaled[:, axis] = (xy[:, axis] - low) / (high - low) * GRID
-    points = np.clip(np.floor(scaled), 0, GRID - 1).astype(np.int64)
+    low, high = np.array((X_RANGE, Y_RANGE)).T
+    points = np.clip(np.floor((xy - low) / (high - low) * GRID), 0, GRID - 1).astype(np.int64)
     return points, labels.astype(np.int64)
 
 
@@ -52,11 +52,8 @@ def point_text(point) -> str:
 def unlabelled_texts(num_sequences: int, seed: int = 0) -> list[str]:
     """`num_sequences` texts of 16 points each, points sorted by (x, y)."""
     points, _ = moon_points(num_sequences * POINTS_PER_SEQUENCE, seed=seed)
-    texts = []
-    for chunk in points.reshape(num_sequences, POINTS_PER_SEQUENCE, 2):
-        ordered = sorted(map(tuple, chunk.tolist()))
-        texts.append(" ".join(point_text(p) for p in ordered))
-    return texts
+    chunks = points.reshape(num_sequences, POINTS_PER_SEQUENCE, 2).tolist()
+    return [" ".join(point_text(p) for p in sorted(chunk)) for chunk in chunks]
 
 
 def labelled_split(n: int, seed: int) -> dict[str, list]:
@@ -122,8 +119,6 @@ def two_moons_data(num_unlabelled: int = 32_000, finetune_size: int = 160, test_
 
 def encode_points(split, tokenizer, task_id: int):
     """(input_ids [N, 4] = "[TASK_moon] x y [SEP]", labels [N]) for a split with columns text ("x y") and label."""
-    import torch
-
     ids = torch.tensor([tokenizer(text)["input_ids"] for text in split["text"]])
     if ids.ndim != 2 or ids.shape[1] != 4:
         raise ValueError(f"two moons: field 'text': expected 'x y' with 2 coordinate tokens, got input_ids of "
@@ -146,8 +141,6 @@ def label_token_scores(model, input_ids, label_ids, attention_mask=None):
 def label_token_loss(logits, labels, label_ids, loss: str = "labels", attention_mask=None):
     """Cross-entropy of the label token at every (attended) position. `loss="labels"`: normalised over the label
     tokens (the fix, see the module docstring); `loss="vocab"`: over the whole vocabulary (collapses at hidden 8)."""
-    import torch
-
     targets = labels[:, None].expand(logits.shape[:2])
     if attention_mask is not None:
         targets = targets.masked_fill(attention_mask == 0, -100)
@@ -165,17 +158,12 @@ def finetune_moons(model, tokenizer, train, validation, test, *, epochs: int = 1
     """Table 6: AdamW (betas 0.9/0.98, eps 1e-6, clip 5), inverse square-root schedule after `warmup_steps`, the
     test accuracy of the epoch with the best validation accuracy (ties: the later epoch). `model` is an
     `AutoModelForMaskedLM` (trained in place). Returns accuracies in [0, 1]: best_validation, test, train."""
-    import torch
-
-    from hf_aux.meta_lm.teacher import MetaLMTokens
-
     if len(train) == 0:
         raise ValueError("two moons: field 'train': empty")
     tokens = MetaLMTokens.from_tokenizer(tokenizer, [TASK_NAME], 2)
-    splits = {}
-    for name, split in (("train", train), ("validation", validation), ("test", test)):
-        ids, labels = encode_points(split, tokenizer, tokens.tasks[TASK_NAME])
-        splits[name] = (ids, None, labels)
+    encoded = {name: encode_points(split, tokenizer, tokens.tasks[TASK_NAME])
+               for name, split in (("train", train), ("validation", validation), ("test", test))}
+    splits = {name: (ids, None, labels) for name, (ids, labels) in encoded.items()}
     return finetune_label_tokens(model, splits, torch.tensor(tokens.labels), epochs=epochs,
                                  learning_rate=learning_rate, batch_size=batch_size, warmup_steps=warmup_steps,
                                  weight_decay=weight_decay, eval_every=eval_every, loss=loss, seed=seed,
@@ -190,9 +178,6 @@ def finetune_label_tokens(model, splits: dict, label_ids, *, epochs: int, learni
     square-root schedule after `warmup_steps`. `splits` maps train / validation / test to (input_ids [N, L],
     attention_mask [N, L] or None, labels [N]). Returns the accuracies (in [0, 1]) at the epoch with the best
     validation accuracy (ties: the later epoch): best_validation, test, train, and that epoch."""
-    import torch
-    from transformers import get_inverse_sqrt_schedule
-
     train_ids, train_mask, train_labels = splits["train"]
 
     def accuracy(name, chunk: int = 256):  # in chunks: the logits are [N, L, V] before the label columns are taken
