@@ -68,11 +68,13 @@ def batch_counts(sizes: list[int], batch_size: int, temperature: float = 1.0) ->
     """Batches per task per epoch: ceil(n_i / B) at T = 1 (natural size); else proportional to n_i ** (1/T) with
     the same total, at least one each."""
     natural = [math.ceil(n / batch_size) for n in sizes]
-    if temperature == 1.0:
-        return natural
+    return natural if temperature == 1.0 else _tempered_shares(sizes, temperature, sum(natural))
+
+
+def _tempered_shares(sizes: list[int], temperature: float, total: int) -> list[int]:
+    """`total` split in proportion to n_i ** (1/T), rounded, at least one each."""
     weights = np.asarray(sizes, dtype=np.float64) ** (1.0 / temperature)
-    shares = weights / weights.sum() * sum(natural)
-    return [max(1, int(round(s))) for s in shares]
+    return [max(1, int(round(s))) for s in weights / weights.sum() * total]
 
 
 class TaskBatchSampler(torch.utils.data.Sampler):
@@ -129,12 +131,9 @@ class TaskBatchSampler(torch.utils.data.Sampler):
         rng = np.random.default_rng([self.seed, epoch])
         if self.budget is not None:
             batches = [self.budget.task_batches(task, rng) for task in range(len(self.counts))]
-        else:
-            batches = []  # per task: [c_i, B] local rows
-            for size, count in zip(self.task_sizes, self.counts):
-                needed = count * self.batch_size
-                stream = _repeated_permutations(rng, size, needed)
-                batches.append(stream.reshape(count, self.batch_size))
+        else:  # per task: [c_i, B] local rows
+            batches = [_repeated_permutations(rng, size, count * self.batch_size).reshape(count, self.batch_size)
+                       for size, count in zip(self.task_sizes, self.counts)]
         if self.strategy == "dataset_homogeneous":
             order = [(t, k) for t, count in enumerate(self.counts) for k in range(count)]
         elif self.strategy == "batch_homogeneous":
@@ -233,12 +232,7 @@ class TokenBudget:
             raise ValueError(f"TaskBatchSampler: field 'max_tokens': must be a positive integer, got {max_tokens!r}")
         names = task_names or [f"#{i}" for i in range(len(sizes))]
         digest = hashlib.sha1()
-        total = sum(sizes)
-        if temperature == 1.0:
-            epoch_rows = list(sizes)
-        else:  # as batch_counts: shares of n_i ** (1 / T), the same total, at least one row each
-            weights = np.asarray(sizes, dtype=np.float64) ** (1.0 / temperature)
-            epoch_rows = [max(1, int(round(w))) for w in weights / weights.sum() * total]
+        epoch_rows = list(sizes) if temperature == 1.0 else _tempered_shares(sizes, temperature, sum(sizes))
         self.buckets, self.bounds, self.counts = [], [], []
         for name, (lengths, choices), size, rows in zip(names, lengths_by_task, sizes, epoch_rows):
             lengths = np.asarray(lengths, dtype=np.int64)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
 from ..runtime.config import AuxConfig
 from .batches import STRATEGIES
 from ..errors import UserInputError
@@ -70,8 +69,11 @@ class MuppetConfig(MetaWeightingArguments, AuxConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.batching not in STRATEGIES:
-            raise UserInputError(f"MuppetConfig: field 'batching': {self.batching!r} is not one of {list(STRATEGIES)}")
+        for name, allowed in (("batching", STRATEGIES), ("robust_finetuning", ROBUST_MODES),
+                              ("task_weighting", TASK_WEIGHTINGS)):
+            if getattr(self, name) not in allowed:
+                raise UserInputError(f"MuppetConfig: field '{name}': {getattr(self, name)!r} is not one of "
+                                     f"{list(allowed)}")
         if not self.task_sampling_temperature > 0:
             raise UserInputError(f"MuppetConfig: field 'task_sampling_temperature': must be > 0, got "
                                  f"{self.task_sampling_temperature}")
@@ -79,19 +81,12 @@ class MuppetConfig(MetaWeightingArguments, AuxConfig):
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
             raise UserInputError(f"MuppetConfig: field 'max_tokens_per_batch': needs a positive integer, got "
                                  f"{budget!r}")
-        if self.robust_finetuning not in ROBUST_MODES:
-            raise UserInputError(f"MuppetConfig: field 'robust_finetuning': {self.robust_finetuning!r} is not one of "
-                                 f"{list(ROBUST_MODES)}")
-        if not self.r3f_eps >= 0:
-            raise UserInputError(f"MuppetConfig: field 'r3f_eps': must be >= 0, got {self.r3f_eps}")
-        if not self.r3f_lambda >= 0:
-            raise UserInputError(f"MuppetConfig: field 'r3f_lambda': must be >= 0, got {self.r3f_lambda}")
+        for name in ("r3f_eps", "r3f_lambda"):
+            if not getattr(self, name) >= 0:
+                raise UserInputError(f"MuppetConfig: field '{name}': must be >= 0, got {getattr(self, name)}")
         if self.generation_max_length < 1:
             raise UserInputError(f"MuppetConfig: field 'generation_max_length': must be >= 1, got "
                                  f"{self.generation_max_length}")
-        if self.task_weighting not in TASK_WEIGHTINGS:
-            raise UserInputError(f"MuppetConfig: field 'task_weighting': {self.task_weighting!r} is not one of "
-                                 f"{list(TASK_WEIGHTINGS)}")
         for name in ("meta_tasks_per_step", "task_weight_update_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:

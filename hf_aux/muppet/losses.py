@@ -27,14 +27,8 @@ import torch.nn.functional as F
 
 from ..runtime.tensor_ops import on_accelerator
 
-SCALED_KINDS = ("classification", "multiple_choice", "extractive_qa", "seq2seq", "token_classification")
 
-
-# --------------------------------------------------------------------------------------------------------------
-# Per-data-point task losses (Table 2), each returning (loss [B], n [B])
-# --------------------------------------------------------------------------------------------------------------
-
-
+# ---- Per-data-point task losses (Table 2), each returning (loss [B], n [B]) ----------------------------------------
 def classification_loss(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Cross entropy. logits [B, C], labels [B] -> (loss [B], n [B] = C)."""
     loss = F.cross_entropy(logits.float(), labels, reduction="none")
@@ -62,8 +56,7 @@ def span_loss(start_logits: torch.Tensor, end_logits: torch.Tensor, start_positi
     start_logits, end_logits = start_logits.float(), end_logits.float()
     if attention_mask is not None:
         padding = attention_mask == 0
-        start_logits = start_logits.masked_fill(padding, float("-inf"))
-        end_logits = end_logits.masked_fill(padding, float("-inf"))
+        start_logits, end_logits = (x.masked_fill(padding, float("-inf")) for x in (start_logits, end_logits))
         n = attention_mask.sum(dim=-1).to(start_logits.dtype)
     else:
         n = torch.full(start_logits.shape[:1], start_logits.shape[-1], dtype=start_logits.dtype,
@@ -106,11 +99,7 @@ def regression_loss(predictions: torch.Tensor, labels: torch.Tensor) -> tuple[to
     return loss, torch.full_like(loss, math.e)
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Eq. 1
-# --------------------------------------------------------------------------------------------------------------
-
-
+# ---- Eq. 1 ---------------------------------------------------------------------------------------------------------
 def scale_losses(losses: torch.Tensor, num_predictions: torch.Tensor) -> torch.Tensor:
     """MUPPET eq. 1: L_i / log n(i), per data point. losses, num_predictions [B] -> [B].
 
@@ -125,11 +114,7 @@ def scale_losses(losses: torch.Tensor, num_predictions: torch.Tensor) -> torch.T
     return losses / torch.log(num_predictions.to(losses.dtype))
 
 
-# --------------------------------------------------------------------------------------------------------------
-# R3F (Aghajanyan et al., 2020, eq. 3-4): L + lambda * KL_S(f(x) || f(x + z))
-# --------------------------------------------------------------------------------------------------------------
-
-
+# ---- R3F (Aghajanyan et al., 2020, eq. 3-4): L + lambda * KL_S(f(x) || f(x + z)) -----------------------------------
 def sample_embedding_noise(embeddings: torch.Tensor, eps: float, distribution: str) -> torch.Tensor:
     """z for R3F: "uniform" U(-eps, eps) (classification-style heads) or "normal" N(0, eps^2) (generation), the
     shape of `embeddings`, from torch's global RNG (Trainer seeds it and restores it on resume)."""
@@ -145,8 +130,7 @@ def symmetric_kl(logits_p: torch.Tensor, logits_q: torch.Tensor, mask: torch.Ten
     mask [..., K] bool marks the valid outcomes (both distributions put zero mass elsewhere)."""
     logits_p, logits_q = logits_p.float(), logits_q.float()
     if mask is not None:
-        logits_p = logits_p.masked_fill(~mask, float("-inf"))
-        logits_q = logits_q.masked_fill(~mask, float("-inf"))
+        logits_p, logits_q = (x.masked_fill(~mask, float("-inf")) for x in (logits_p, logits_q))
     log_p, log_q = F.log_softmax(logits_p, dim=-1), F.log_softmax(logits_q, dim=-1)
     if mask is not None:  # zero-mass outcomes: log 0 = -inf would give 0 * inf = nan (and nan gradients)
         log_p, log_q = log_p.masked_fill(~mask, 0.0), log_q.masked_fill(~mask, 0.0)
