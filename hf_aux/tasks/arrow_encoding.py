@@ -1,20 +1,16 @@
-"""A fast tokenizer's encodings straight into Arrow, without a Python list per row and field.
+"""A fast tokenizer's encodings straight into Arrow, without a Python list per row and field (why, and what it
+saves on a large mixture: docs/tasks.md, "Large mixtures").
 
-`tokenizer(first, second, truncation=True, max_length=n)` turns every row's encoding into Python lists that
-datasets converts back into Arrow, a large share of a cold start's CPU time on a large mixture (docs/tasks.md).
-`encode_rows` and `encode_choices` give the same input_ids, token_type_ids and attention_mask as that call (the same
-keys, values and Arrow types: list<int32> ids, list<int8> masks and type ids), read from the Rust encodings into
-numpy in one pass each:
-
-- the call itself runs on the batch's first row, which sets the backend's truncation, padding and special-token
-  handling as for the whole batch; the batch is then encoded by `encode_batch_fast` (no character offsets);
-- the attention mask is all ones (nothing is padded, which is checked);
-- multiple choice: a question is encoded once, not once per choice; `Tokenizer.post_process` truncates a pair and
-  adds the special tokens exactly as `encode` does. Only pairs that need truncating go through `post_process` one
-  by one; the others are assembled in numpy from the layout `post_process` gives one untruncated pair. Every batch
-  checks its first pairs against the pairs encoded whole and encodes whole pairs where they differ.
-
-`tests/test_startup.py` compares every path with the transformers call, truncation included.
+`encode_rows` and `encode_choices` give what `tokenizer(first, second, truncation=True, max_length=n)` gives once
+datasets has converted its lists (the same keys, values and Arrow types: list<int32> ids, list<int8> masks and
+type ids). The call itself runs on the batch's first row, which sets the backend's truncation, padding and
+special-token handling as for the whole batch; `encode_batch_fast` (no character offsets) then encodes the batch,
+read from the Rust encodings into numpy in one pass per field; the attention mask is all ones (nothing is padded,
+which is checked). Multiple choice encodes a question once, not once per choice: the pairs that need truncating go
+through `Tokenizer.post_process` one by one (it truncates a pair and adds the special tokens as `encode` does), the
+others are assembled in numpy from the layout `post_process` gives one untruncated pair; each batch checks its
+first pairs against whole pairs and encodes whole pairs where they differ. `tests/test_startup.py` compares every
+path with the transformers call, truncation included.
 """
 
 from __future__ import annotations

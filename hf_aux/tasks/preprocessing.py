@@ -1,19 +1,16 @@
 """A task's preprocessing as data: the steps a `TaskSpec.preprocessing` list names, applied to its loaded splits
 before anything else reads them (`hf_aux.tasks.loading.load_task_splits`), bringing a dataset's own columns to a
-task's (registry tasks, mixture entries). Each step is a mapping with one operation key:
+task's (registry tasks, mixture entries). Each step is a mapping with one operation key (the table for users:
+docs/tasks.md, "Preprocessing as data"), applied to each split:
 
-===============================================  ===============================================================
-step                                             what it does (each split)
-===============================================  ===============================================================
-``{join: [a, b], into: c, separator: " "}``      c = the non-null values of a and b as text, joined, stripped
-``{gather: [a, b, c], into: choices}``           choices = [row[a], row[b], row[c]] (multiple-choice options)
-``{field: choices.text, into: choices}``         choices = row["choices"]["text"] (a dotted path into a struct)
-``{map_labels: {"1": 0, "2": 1}, column: y}``    y = the index its value (as text) maps to; another value is an error
-``{index_labels: y}``                            text labels become their index among the sorted distinct labels of
-                                                 every split (e.g. answer keys A-D -> 0-3); integers stay
-``{drop_unlabelled: y}``                         rows whose label is null or negative (hidden labels) are dropped;
-                                                 a split left empty is dropped
-===============================================  ===============================================================
+- ``{join: [a, b], into: c, separator: " "}``: c = the non-null values of a and b as text, joined, stripped
+- ``{gather: [a, b, c], into: choices}``: choices = [row[a], row[b], row[c]] (multiple-choice options)
+- ``{field: choices.text, into: choices}``: choices = row["choices"]["text"] (a dotted path into a struct)
+- ``{map_labels: {"1": 0, "2": 1}, column: y}``: y = the index its value (as text) maps to; another value is an error
+- ``{index_labels: y}``: text labels become their index among the sorted distinct labels of every split (answer
+  keys A-D -> 0-3); integers stay
+- ``{drop_unlabelled: y}``: rows whose label is null or negative (hidden labels) are dropped; a split left empty
+  is dropped
 
 Every error is a ``ValueError`` of the form ``task '<name>': field 'preprocessing': step <i> (<op>): <what>``.
 """
@@ -159,8 +156,7 @@ def _map_labels(batch, indices, step):
     out = []
     for row, value in zip(indices, batch[column]):
         if str(value) not in mapping:
-            raise _RowProblem(row, f"label {value!r} is not one of "
-                              f"{sorted(mapping)}")
+            raise _RowProblem(row, f"label {value!r} is not one of {sorted(mapping)}")
         out.append(mapping[str(value)])
     return {column: out}
 
