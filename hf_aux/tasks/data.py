@@ -168,11 +168,9 @@ def _special_ids(ids: tuple[int, ...], device: torch.device) -> torch.Tensor:
 
 @dataclass
 class MLMCollator:
-    """Stacks fixed-length blocks from `group_texts_for_mlm` and masks them afresh for every batch.
-
-    Returns `input_ids` (masked), `attention_mask`, `labels` (-100 where not predicted), and `original_input_ids`
-    when `return_original=True` (ELECTRA-style discriminators need the unmasked text).
-    """
+    """Stacks fixed-length blocks from `group_texts_for_mlm` and masks them afresh for every batch: `input_ids`
+    (masked), `attention_mask`, `labels` (-100 where not predicted), and `original_input_ids` when
+    `return_original=True` (ELECTRA-style discriminators need the unmasked text)."""
 
     tokenizer: PreTrainedTokenizerBase
     mlm_probability: float = 0.15
@@ -467,11 +465,8 @@ def first_subtoken_labels(word_ids: list[int | None], tags: list[int]) -> list[i
 
 
 class TokenizedTask:
-    """A task's splits, each tokenised once on first use and then kept (nothing is tokenised twice).
-
-    `tokenized["train"]` gives the tokenised train split; `raw` holds the untokenised `DatasetDict` (QA and
-    seq2seq evaluation map predictions back to it).
-    """
+    """A task's splits, each tokenised once, on first use: `tokenized["train"]` is the tokenised train split;
+    `raw` holds the untokenised `DatasetDict` (QA and seq2seq evaluation map predictions back to it)."""
 
     def __init__(self, task, raw, tokenizer: PreTrainedTokenizerBase, **tokenize_kwargs):
         self.task, self.raw, self.tokenizer = task, raw, tokenizer
@@ -552,8 +547,7 @@ class MultiTaskCollator:
             count = len(f["input_ids"])
             rows = [{k: f[k][c] for k in MODEL_INPUT_KEYS if k in f} for c in range(count)]
             # missing choices repeat the first one; choice_mask removes them from the ranking
-            rows += [rows[0]] * (num_choices - count)
-            flat.extend(rows)
+            flat += rows + [rows[0]] * (num_choices - count)
             choice_mask.append([True] * count + [False] * (num_choices - count))
         padded = self.tokenizer.pad(flat, pad_to_multiple_of=self.pad_to_multiple_of, return_tensors="pt")
         batch = {k: v.view(len(features), num_choices, -1) for k, v in padded.items()}

@@ -138,8 +138,7 @@ def _chatterbot_pairs() -> tuple[tuple[str, str, str], ...]:
 def _chitchat_conversations() -> tuple[tuple[str, ...], ...]:
     """Each conversation as its turns; a turn joins the consecutive messages of one speaker."""
     path = _package_file("chitchat-dataset", "chitchat_dataset/dataset.json")
-    with open(path, encoding="utf-8") as handle:
-        raw = json.load(handle)
+    raw = json.loads(path.read_text(encoding="utf-8"))
     conversations = []
     for key in sorted(raw):
         turns = (" ".join(m["text"].strip() for m in turn if m["text"].strip()) for turn in raw[key]["messages"])

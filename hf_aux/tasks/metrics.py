@@ -198,16 +198,13 @@ def regression_metrics(predictions, labels) -> dict[str, float]:
 # Token classification: entity-level precision / recall / F1 (seqeval's default, conlleval's chunks), token accuracy
 # --------------------------------------------------------------------------------------------------------------
 
-_CHUNK_PREFIXES = ("B", "I", "E", "S")
-
-
 def _split_tag(tag: str) -> tuple[str, str]:
     """"B-PER" -> ("B", "PER"); "O" -> ("O", ""); a tag without a B-/I-/E-/S- prefix ("PER", IO tagging) is
     inside a chunk of its own type: ("I", "PER")."""
     if tag == "O":
         return "O", ""
     prefix, dash, kind = tag.partition("-")
-    if dash and prefix in _CHUNK_PREFIXES:
+    if dash and prefix in ("B", "I", "E", "S"):
         return prefix, kind
     return "I", tag
 
@@ -364,9 +361,9 @@ def majority_baselines(tasks, train_labels: dict, eval_data: dict) -> dict[str, 
 
 
 def train_labels(tasks, train_data: dict, raw: dict) -> dict:
-    """Each accuracy-scored task's train labels as the model sees them: the tokenised train split's `labels` column where the
-    task was tokenised for training (read as one array, no per-row conversion), else its raw train split's
-    (`label_indices`), else None."""
+    """Each accuracy-scored task's train labels as the model sees them: the tokenised train split's `labels` column
+    where the task was tokenised for training (read as one array, no per-row conversion), else its raw train
+    split's (`label_indices`), else None."""
     labels = {}
     for task in tasks:
         if PRIMARY_METRIC[task.kind] != "accuracy":  # only majority_baselines reads them
@@ -523,9 +520,6 @@ def rouge_metrics(predictions: Sequence[str], references: Sequence) -> dict[str,
 # The same metrics as an `evaluate.Metric`, instantiated directly (never through evaluate.load, which needs the Hub)
 # --------------------------------------------------------------------------------------------------------------
 
-_ARRAY_KINDS = ("classification", "regression", "multiple_choice")
-
-
 def _build_evaluate_metric():
     import datasets
     try:
@@ -540,9 +534,9 @@ def _build_evaluate_metric():
         (regression: values). Results are `compute_task_metrics(kind, ...)`."""
 
         def __init__(self, config_name: str = "classification", **kwargs):
-            if config_name not in _ARRAY_KINDS:
-                raise ValueError(f"HfAuxMetric: field 'config_name': {config_name!r} is not one of {list(_ARRAY_KINDS)}"
-                                 "; QA and seq2seq use qa_metrics / rouge_metrics")
+            if config_name not in _ARRAY_METRICS:
+                raise ValueError(f"HfAuxMetric: field 'config_name': {config_name!r} is not one of "
+                                 f"{list(_ARRAY_METRICS)}; QA and seq2seq use qa_metrics / rouge_metrics")
             super().__init__(config_name=config_name, **kwargs)
 
         def _info(self):
