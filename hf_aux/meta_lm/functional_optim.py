@@ -31,8 +31,7 @@ def optimizer_steps(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]
     steps = [optimizer.state.get(p, {}).get("step", 0) for p in params]
     on_device = [i for i, s in enumerate(steps) if isinstance(s, torch.Tensor) and on_accelerator(s)]
     if on_device:
-        for i, value in zip(on_device, torch.stack([steps[i].reshape(()).float() for i in on_device]).tolist()):
-            steps[i] = value
+        steps = placed(steps, on_device, torch.stack([steps[i].reshape(()).float() for i in on_device]).tolist())
     return [int(s) for s in steps]
 
 
@@ -46,15 +45,11 @@ def placed(base: list, indices: list[int], values) -> list:
 
 def student_update(optimizer: torch.optim.Optimizer, max_grad_norm: float | None, params: list[torch.Tensor],
                    grads: list[torch.Tensor | None]) -> list[torch.Tensor]:
-    """theta_1 of eq. 1: clipping, then the optimizer's update, computed from its state as a function of `grads`
-    (differentiable when `grads` carry a graph: second-order soft labels backpropagate the query loss through it
-    into the pseudo gradient). Parameters without a gradient keep their value.
-
-    The values are `student_update_values` (the optimizer's own functional update on copies), the backward is the
-    closed-form `student_update_vjp` on the clipped gradient and updated moments kept from the forward: a few
-    in-place foreach passes per parameter instead of autograd's graph of the update written out per tensor, which
-    passes over every parameter many times (docs/meta_lm_measurements.md). The map is
-    differentiated once (the meta step never differentiates it again; a second time is refused)."""
+    """theta_1 of eq. 1 as a function of `grads`, differentiable when they carry a graph; parameters without a
+    gradient keep their value. The backward is the closed-form `student_update_vjp` on the clipped gradient and
+    moments kept from the forward: a few in-place foreach passes per parameter instead of autograd's graph of the
+    update written out per tensor, which passes over every parameter many times (docs/meta_lm_measurements.md).
+    It is differentiated once (the meta step never differentiates it again; a second time is refused)."""
     present = [i for i, g in enumerate(grads) if g is not None]
     if not any(grads[i].requires_grad for i in present):
         return student_update_values(optimizer, max_grad_norm, params, grads)

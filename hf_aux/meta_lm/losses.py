@@ -233,10 +233,8 @@ def inverse_cdf_sample(weights: torch.Tensor, generator: torch.Generator | None 
 
 def pseudo_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, attention_mask: torch.Tensor,
                          pad_token_id: int) -> torch.Tensor:
-    """CE(y-hat, S(x-hat)) of eq. 1 for hard labels. logits [B, L, V]; targets (token ids) [B, L].
-
-    Sum of -log p(target) over attended positions whose target is not PAD, divided by the attended positions.
-    """
+    """CE(y-hat, S(x-hat)) of eq. 1 for hard labels, logits [B, L, V], targets (token ids) [B, L]: -log p(target)
+    summed over attended positions whose target is not PAD, divided by the attended positions."""
     weight = attention_mask.to(_weight_dtype(logits)) * (targets != pad_token_id).to(_weight_dtype(logits))
     row_weights = (weight / attention_mask.sum().clamp_min(1)).flatten()
     return _WeightedTokenNLL.apply(logits.flatten(0, 1), targets.flatten(), row_weights, False)
@@ -244,15 +242,11 @@ def pseudo_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, attention_
 
 def soft_pseudo_cross_entropy(logits: torch.Tensor, target_probs: torch.Tensor, attention_mask: torch.Tensor,
                               pad_token_id: int, double_backward: bool = False) -> torch.Tensor:
-    """CE(E[y-hat], S(E[x-hat])) of eq. 1 with soft labels (§3.3): the teacher's probabilities as the label.
-
-    logits [B, L, V]; target_probs [B, L, V]. The PAD probability is the chance "nothing to predict here", so it
-    is left out of the sum; normalised by the attended positions like `pseudo_cross_entropy`.
-
-    Per position, with w the target probabilities with PAD's zeroed and z the logits,
-    -sum_v w_v log softmax(z)_v. One log-softmax buffer, the gradient made in it; `double_backward=True`: the
-    gradient is a function autograd differentiates again (second-order soft labels differentiate this loss's
-    gradient with respect to the student's parameters and, through it, the labels).
+    """CE(E[y-hat], S(E[x-hat])) of eq. 1 with soft labels (§3.3), logits and target_probs [B, L, V]: per position
+    -sum_v w_v log softmax(z)_v, w the teacher's probabilities with PAD's zeroed (the chance "nothing to predict
+    here"), normalised by the attended positions like `pseudo_cross_entropy`. `double_backward=True`: the gradient
+    is a function autograd differentiates again (second-order soft labels differentiate it with respect to the
+    student's parameters and, through it, the labels).
     """
     mask = attention_mask.to(_weight_dtype(logits))
     row_weights = (mask / mask.sum().clamp_min(1)).flatten()

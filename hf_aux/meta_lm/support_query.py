@@ -4,6 +4,7 @@ kept for several steps, with its state for checkpoints."""
 from __future__ import annotations
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from ..runtime.tensor_ops import to_device_nonblocking
 from ..tasks.batches import host_side
@@ -11,23 +12,20 @@ from ..tasks.streaming import StreamBatches, is_stream
 
 
 class SupportQuerySampler:
-    """Support and query batches of the meta-learned LM objective (Shen, §4.1; eqs. 2-3): both from ONE task,
-    which is the MLM task on unlabelled text with probability `mlm_task_probability`, else a labelled task drawn
-    uniformly, and which is kept for `samples_per_task` examples in a row (`samples_per_task // batch_size` meta
-    steps). Rows are drawn with replacement. A labelled row's target is its label token `[LABEL_k]` at every
+    """Support and query batches (Shen, §4.1; eqs. 2-3), both from ONE task: the MLM task on unlabelled text with
+    probability `mlm_task_probability`, else a labelled task drawn uniformly, kept for `samples_per_task` examples
+    in a row. Rows are drawn with replacement. A labelled row's target is its label token `[LABEL_k]` at every
     position; an unlabelled row is masked by `mlm_example(input_ids, attention_mask, generator) -> (x_m, y_m)`.
 
     labelled: {task: ([input_ids row, ...] with the task token at position 0, labels [N])}; unlabelled: a dataset
-    with `input_ids`. Every draw comes from `generator`, which the caller owns and checkpoints (the meta step draws
-    masks and teacher samples from it too); `state_dict()` holds the rest: the current task and the steps left.
-    The task and row draws are read on the host (`.item()`, `.tolist()`): on CPU they come from `generator`
-    itself; on an accelerator from a CPU generator of this sampler's own (seeded from `generator`'s seed, held in
-    `state_dict()`), since reading a device generator's draw stops the host until the device catches up.
+    with `input_ids`. The caller owns and checkpoints `generator`; `state_dict()` holds the rest (the current task,
+    the steps left). Task and row draws are read on the host: on an accelerator they come from a CPU generator of
+    this sampler's own (seeded from `generator`'s, in `state_dict()`), since reading a device generator's draw
+    stops the host until the device catches up.
 
-    A streamed `unlabelled` (a `hf_aux.tasks.streaming.ResumableStream`, `hf-aux meta-lm --streaming`) has no random
-    access: the MLM task's rows are then the next blocks of a pass over the corpus of its own
-    (`hf_aux.tasks.streaming.StreamBatches`, from the corpus' start, in order, pass after pass), whose position
-    `state_dict()` holds too."""
+    A streamed `unlabelled` (`hf_aux.tasks.streaming.ResumableStream`, `--streaming`) has no random access: the MLM
+    task's rows are the next blocks of a pass of its own over the corpus (`StreamBatches`, from the start, in
+    order, pass after pass), whose position `state_dict()` holds too."""
 
     def __init__(self, labelled: dict, unlabelled, batch_size: int, samples_per_task: int,
                  mlm_task_probability: float, label_tokens: list[int], pad_token_id: int, mlm_example,
@@ -86,13 +84,9 @@ class SupportQuerySampler:
         return {"input_ids": ids, "attention_mask": mask, "labels": y}
 
     def _pad(self, rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        length = max(len(r) for r in rows)
-        ids = torch.full((len(rows), length), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), length), dtype=torch.long)
-        for i, row in enumerate(rows):
-            ids[i, : len(row)] = row
-            mask[i, : len(row)] = 1
-        return ids, mask
+        """Token-id rows right-padded into ids [N, L] and their attention mask [N, L], both int64."""
+        return (pad_sequence(rows, batch_first=True, padding_value=self.pad_token_id).long(),
+                pad_sequence([torch.ones(len(row), dtype=torch.long) for row in rows], batch_first=True))
 
     def _to_device(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Same-shape host tensors on the device in one asynchronous copy from pinned memory (each copy from

@@ -253,11 +253,11 @@ class MetaLMTrainer(AuxTrainer):
                                                    betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon,
                                                    fused=fused or None, foreach=None if fused else True)
         accumulation = args.teacher_gradient_accumulation_steps
-        steps = math.ceil(num_training_steps / accumulation)
         self.teacher_scheduler = get_scheduler(
             args.lr_scheduler_type, self.teacher_optimizer,
             num_warmup_steps=math.ceil(args.get_warmup_steps(num_training_steps) / accumulation),
-            num_training_steps=steps, scheduler_specific_kwargs=args.lr_scheduler_kwargs or {})
+            num_training_steps=math.ceil(num_training_steps / accumulation),
+            scheduler_specific_kwargs=args.lr_scheduler_kwargs or {})
 
     # ---------------------------------------------------------------------------------------------- data
     def _mlm_example(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -380,8 +380,6 @@ class MetaLMTrainer(AuxTrainer):
         x_u_as_mlm[:, 0] = tokens.mlm_task
         teacher_inputs = torch.cat([x_u, x_u_as_mlm, x_m]) if args.teacher_aux_losses else x_u
         hidden = self.teacher.encode(teacher_inputs, mask.repeat(len(teacher_inputs) // batch, 1))  # [R B, L, H]
-        # each head once over all its rows (one weight gradient per head): x_u's, then the auxiliary losses' x_u
-        # as an MLM task and x_m, whose output head runs only where y_m has a target
         hidden_u, hidden_m = hidden[batch:2 * batch], hidden[2 * batch:]
         # x_m's targets in K static slots (the masker's cap, no boolean indexing: nothing waits for the device),
         # padding slots ignored: the same mean over the same positions
@@ -401,14 +399,12 @@ class MetaLMTrainer(AuxTrainer):
             step.y_probs = (torch.nn.functional.one_hot(x_u, step.x_logits.shape[-1]).to(step.x_probs.dtype)
                             if args.fixed_y else step.y_logits.softmax(-1))
         else:
-            x_hat, x_nll = sample_tokens_with_nll(step.x_logits, self._generator)
-            step.x_hat = x_hat.masked_fill(mask == 0, tokens.pad)
-            y_nll = None
-            if args.fixed_y:
-                step.y_hat = x_u
-            else:
-                y_hat, y_nll = sample_tokens_with_nll(step.y_logits, self._generator)
-                step.y_hat = y_hat.masked_fill(mask == 0, tokens.pad)
+            def sample(logits):  # a token per attended position (PAD elsewhere), and its -log p
+                hat, nll = sample_tokens_with_nll(logits, self._generator)
+                return hat.masked_fill(mask == 0, tokens.pad), nll
+
+            step.x_hat, x_nll = sample(step.x_logits)
+            step.y_hat, y_nll = (x_u, None) if args.fixed_y else sample(step.y_logits)
             step.sample_ce = teacher_sample_cross_entropy(x_nll, y_nll, mask)
 
     def _pseudo_step(self, model, student, theta_0: list[torch.Tensor], step: "_MetaStep") -> None:
@@ -531,11 +527,10 @@ class MetaLMTrainer(AuxTrainer):
     def _first_order_soft_signal(self, student, names, theta_0, pseudo_grads, query_grads, moments, label_leaves,
                                  base_label_grads, probs, mask, seed):
         """First-order soft labels: the teacher's meta signal as cotangents of its soft labels
-        (`first_order_soft_label_grads`): w = (dtheta_1/dg)^T v in closed form (`_theta_1_vjp`), then one forward
+        (`first_order_soft_label_grads`): w = (dtheta_1/dg)^T v in closed form (`student_update_vjp`), then one forward
         and backward of the pseudo step at theta_0 + e w with the same dropout masks.
         Returns (finite?, [soft-label tensors of the teacher's graph], [lambda_meta * dL/dp])."""
         args, tokens = self.args, self.meta_tokens
-        # w = (dtheta_1/dg)^T v, the vector-Jacobian product of the student's update
         w = student_update_vjp(self._student_optimizer(), args.max_grad_norm, theta_0, pseudo_grads, query_grads,
                                moments)
         embedding = student.get_input_embeddings().weight
@@ -543,11 +538,10 @@ class MetaLMTrainer(AuxTrainer):
 
         def label_grads_at(params):
             leaves = [leaf.detach().requires_grad_() for leaf in label_leaves]
-            p_x = leaves[0]
             p_y = probs[1].detach() if args.fixed_y else leaves[1]
             weight = embedding.detach() if embedding_index is None else params[embedding_index]
             with seeded_rng(seed, args.device), _without_checkpointing(student):
-                embeds = p_x @ weight
+                embeds = leaves[0] @ weight  # p_x
                 logits = functional_call(student, dict(zip(names, params)), args=(),
                                          kwargs={"inputs_embeds": embeds, "attention_mask": mask}).logits
             loss = soft_pseudo_cross_entropy(logits, p_y, mask, tokens.pad)
@@ -607,9 +601,7 @@ class MetaLMTrainer(AuxTrainer):
         super().log(logs, start_time)
 
     # ---------------------------------------------------------------------------------------------- model card
-    # ModelCardMixin.create_model_card, for the student checkpoint: its MLM loss (and perplexity) on held-out
-    # unlabelled text in the model-index, the labelled tasks the teacher was rewarded on, the objective as a tag
-    # and in the hyper-parameters, where the teacher is, and loss_curve.png.
+    # ModelCardMixin.create_model_card's hooks, for the student checkpoint (the notes say where the teacher is)
     _method = METHOD
     _watch_model_loss = False  # the meta step checks its own losses
     _auto_class = "AutoModelForMaskedLM"
