@@ -505,15 +505,12 @@ def rouge_metrics(predictions: Sequence[str], references: Sequence) -> dict[str,
                          f"{len(predictions)} predictions")
     if not predictions:
         raise ValueError("rouge_metrics: field 'predictions': no examples")
-    keys = ("rouge1", "rouge2", "rougeL")
+    keys = METRIC_NAMES["seq2seq"]
     scorer = rouge_scorer.RougeScorer(list(keys), use_stemmer=True)
-    totals = dict.fromkeys(keys, 0.0)
-    for prediction, reference in zip(predictions, references):
-        scores = (scorer.score(reference, prediction) if isinstance(reference, str)
-                  else scorer.score_multi(list(reference), prediction))
-        for key in keys:
-            totals[key] += scores[key].fmeasure
-    return {key: totals[key] / len(predictions) for key in keys}
+    scores = [scorer.score(reference, prediction) if isinstance(reference, str)
+              else scorer.score_multi(list(reference), prediction)
+              for prediction, reference in zip(predictions, references)]
+    return {key: sum(score[key].fmeasure for score in scores) / len(predictions) for key in keys}
 
 
 # --------------------------------------------------------------------------------------------------------------
