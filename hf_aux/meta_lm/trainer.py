@@ -478,9 +478,7 @@ class MetaLMTrainer(AuxTrainer):
         query_grads = torch.autograd.grad(query_loss, theta_2, allow_unused=True)
         query_grads = [torch.zeros_like(t) if g is None else g for g, t in zip(query_grads, theta_2)]
         if args.objective == "soft":
-            ok, outputs, cotangents = self._first_order_soft_signal(
-                student, names, theta_0, step.pseudo_grads, query_grads, step.moments, step.label_leaves,
-                step.base_label_grads, (step.x_probs, step.y_probs), step.mask, step.seed)
+            ok, outputs, cotangents = self._first_order_soft_signal(student, names, theta_0, query_grads, step)
             outputs.append(step.aux_loss)
             cotangents.append(None)
             ok = ok & torch.isfinite(query_loss)
@@ -524,35 +522,34 @@ class MetaLMTrainer(AuxTrainer):
             stepped = torch._foreach_add([theta_1[i] for i in present], [grads[i] for i in present], alpha=-lr)
         return placed(theta_1, present, stepped)
 
-    def _first_order_soft_signal(self, student, names, theta_0, pseudo_grads, query_grads, moments, label_leaves,
-                                 base_label_grads, probs, mask, seed):
+    def _first_order_soft_signal(self, student, names, theta_0, query_grads, step: _MetaStep):
         """First-order soft labels: the teacher's meta signal as cotangents of its soft labels
-        (`first_order_soft_label_grads`): w = (dtheta_1/dg)^T v in closed form (`student_update_vjp`), then one forward
-        and backward of the pseudo step at theta_0 + e w with the same dropout masks.
+        (`first_order_soft_label_grads`): w = (dtheta_1/dg)^T v in closed form (`student_update_vjp`), then one
+        forward and backward of the pseudo step at theta_0 + e w with the same dropout masks.
         Returns (finite?, [soft-label tensors of the teacher's graph], [lambda_meta * dL/dp])."""
-        args, tokens = self.args, self.meta_tokens
-        w = student_update_vjp(self._student_optimizer(), args.max_grad_norm, theta_0, pseudo_grads, query_grads,
-                               moments)
+        args, tokens, mask = self.args, self.meta_tokens, step.mask
+        w = student_update_vjp(self._student_optimizer(), args.max_grad_norm, theta_0, step.pseudo_grads,
+                               query_grads, step.moments)
         embedding = student.get_input_embeddings().weight
         embedding_index = next((i for i, p in enumerate(theta_0) if p is embedding), None)
 
         def label_grads_at(params):
-            leaves = [leaf.detach().requires_grad_() for leaf in label_leaves]
-            p_y = probs[1].detach() if args.fixed_y else leaves[1]
+            leaves = [leaf.detach().requires_grad_() for leaf in step.label_leaves]
+            p_y = step.y_probs.detach() if args.fixed_y else leaves[1]
             weight = embedding.detach() if embedding_index is None else params[embedding_index]
-            with seeded_rng(seed, args.device), _without_checkpointing(student):
+            with seeded_rng(step.seed, args.device), _without_checkpointing(student):
                 embeds = leaves[0] @ weight  # p_x
                 logits = functional_call(student, dict(zip(names, params)), args=(),
                                          kwargs={"inputs_embeds": embeds, "attention_mask": mask}).logits
             loss = soft_pseudo_cross_entropy(logits, p_y, mask, tokens.pad)
             return list(torch.autograd.grad(loss, leaves))
 
-        label_grads = first_order_soft_label_grads(label_grads_at, theta_0, w, base_label_grads,
+        label_grads = first_order_soft_label_grads(label_grads_at, theta_0, w, step.base_label_grads,
                                                    args.first_order_radius, scale=args.lambda_meta)
         # finite iff their sum is (a NaN or inf entry makes it NaN or inf; a finite sum that overflows would be a
         # signal far outside float range anyway): one read pass instead of isfinite's three [B, L, V] passes
         ok = torch.isfinite(torch.stack([g.sum() for g in label_grads]).sum())
-        return ok, list(probs[:len(label_grads)]), label_grads
+        return ok, [step.x_probs, step.y_probs][:len(label_grads)], label_grads
 
     def _teacher_step(self):
         if self.args.max_grad_norm > 0:
