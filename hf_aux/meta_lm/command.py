@@ -170,8 +170,8 @@ def build_data(data_args, model_args, training_args):
         moons = two_moons_data(num_unlabelled=data_args.two_moons_num_unlabelled,
                                finetune_size=data_args.two_moons_finetune_size, seed=training_args.seed)
         blocks = moons["unlabelled"].map(lambda b: tokenizer(b["text"]), batched=True, remove_columns=["text"])
-        blocks = blocks.remove_columns([c for c in blocks.column_names if c not in ("input_ids", "attention_mask")])
-        split = blocks.train_test_split(test_size=data_args.validation_split_percentage / 100, seed=0)
+        split = blocks.select_columns(["input_ids", "attention_mask"]).train_test_split(
+            test_size=data_args.validation_split_percentage / 100, seed=0)
         labelled = moons["train"].map(lambda b: {"input_ids": tokenizer(b["text"])["input_ids"]}, batched=True,
                                       remove_columns=["text"])
         return tokenizer, split["train"], split["test"], {TASK_NAME: labelled}, two_moons_model_config(tokenizer)
