@@ -8,7 +8,6 @@ run_scripts/run_muppet.py. The heavy imports (Trainer, datasets, peft) happen in
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass, field
 
@@ -20,8 +19,6 @@ from ..cli.arguments import ModelArguments as SharedModelArguments
 from ..cli.arguments import pooling_field
 from ..cli.parser import command_parser, demo_config_path, parse_command_line
 from ..errors import UserInputError
-
-logger = logging.getLogger(__name__)
 
 DATA_SOURCE_FLAGS = ("--mixture_file",)
 
@@ -67,8 +64,7 @@ class DataTrainingArguments:
             raise UserInputError("DataTrainingArguments: give either mixture_file or demo_tasks, not both")
         if not 0.0 < self.end_task_train_fraction <= 1.0:
             raise UserInputError("DataTrainingArguments: field 'end_task_train_fraction': "
-                                 f"{self.end_task_train_fraction} "
-                                 "not in (0, 1]")
+                                 f"{self.end_task_train_fraction} not in (0, 1]")
         for name in ("max_seq_length", "doc_stride", "max_target_length", "max_train_samples", "max_eval_samples"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -112,9 +108,8 @@ def load_end_task(data_args: DataTrainingArguments, training_args: MuppetConfig,
     if not meta:
         raise UserInputError("DataTrainingArguments: field 'end_task': only read with --task_weighting meta")
     from ..tasks.batches import fixed_share
-    from ..tasks.loading import load_task_splits, task_from_entry, task_from_file
-
     from ..tasks.demo import DEMO_TASK_NAMES, demo_task
+    from ..tasks.loading import load_task_splits, task_from_entry, task_from_file
 
     if os.path.splitext(data_args.end_task)[1].lower() in (".yaml", ".yml", ".json"):
         task = task_from_file(data_args.end_task, where="DataTrainingArguments: field 'end_task'")
@@ -145,11 +140,8 @@ def _tasks_sharing_rows(end_task, rows, tasks, raw) -> str | None:
     for task in tasks:
         if task.kind != "classification" or len(task.text_columns) != len(end_task.text_columns):
             continue
-        seen = set()
-        for split in ("train", "validation"):
-            if split in raw[task.name]:
-                columns = [raw[task.name][split][c] for c in task.text_columns]
-                seen.update(zip(*columns))
+        seen = {row for split in ("train", "validation") if split in raw[task.name]
+                for row in zip(*(raw[task.name][split][c] for c in task.text_columns))}
         if len(sample & seen) * 2 > len(sample):
             return task.name
     return None

@@ -11,20 +11,16 @@ What one optimizer update does (§3):
   `num_items_in_batch` is unused: it would let long seq2seq targets dominate).
 - optionally R3F/R4F (§3.2): + lambda * symmetric KL between predictions on clean and noise-perturbed input
   embeddings (training only); R4F also spectrally normalises the heads (`MultiTaskModelConfig.spectral_norm_heads`).
-LoRA (`peft_config=LoraConfig(...)`, issue #8): the shared body's adapters and every task head train; checkpoints
-hold the adapter and the heads, not the frozen base, and resume restores both exactly; `model.save_merged(dir)`
-writes a plain checkpoint that `AutoModel` loads without hf_aux or peft.
-Logged every `logging_steps`: per task, the mean raw (`loss/<task>`) and scaled (`scaled_loss/<task>`) sub-batch
-loss, summed across processes. `evaluate()` scores every task with its own metrics and reports their average.
+LoRA (`peft_config=LoraConfig(...)`: the body's adapters and every head train, checkpoints hold those), the per-task
+logs (`loss/<task>`, `scaled_loss/<task>`) and `evaluate()` (every task by its own metrics): docs/muppet.md.
 """
 
 from __future__ import annotations
 
-import math
-import time
-
 import json
+import math
 import os
+import time
 
 import numpy as np
 import torch
@@ -54,12 +50,9 @@ from ..tartan.weighting import (TaskWeightsCallback, all_reduce_mean, distribute
                                 meta_update, plot_task_weights, restore_task_weights, task_mixture)
 from ..runtime.training_metrics import MetricAccumulator
 
-SAMPLER_STATE_NAME = "muppet_sampler.json"
 TASK_WEIGHTS_JSON = "task_weights.json"
 TASK_WEIGHTS_PNG = "task_weights.png"
 TARGET_KEYS = ("labels", "start_positions", "end_positions")
-
-
 
 
 class TaskSamplerState(TrainerCallback, ExportableState):
@@ -105,11 +98,9 @@ class MuppetTrainer(AuxTrainer):
             raise ValueError("MuppetTrainer: field 'processing_class': give the tokenizer (or a data_collator)")
         names = model.task_names
         for role, given in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
-            if given is None:
-                continue
-            if not isinstance(given, dict) or not given:
+            if given is not None and (not isinstance(given, dict) or not given):
                 raise ValueError(f"MuppetTrainer: field '{role}': expected a non-empty dict task name -> dataset")
-            for name in given:
+            for name in given or ():
                 if name not in names:
                     raise ValueError(f"task '{name}': field '{role}': not one of the model's tasks {names}")
         if peft_config is not None:
@@ -151,17 +142,14 @@ class MuppetTrainer(AuxTrainer):
         if self._end_task is not None:
             _refuse_sharding_for_meta(parameter_sharding(args, self))  # again, as accelerate resolved it
             # the weights' position per model task index (-1: not trained), and the state of the meta step
-            position = {name: k for k, name in enumerate(train.task_names)}
-            self._weight_index = [position.get(name, -1) for name in names]
+            self._weight_index = [train.task_names.index(n) if n in train.task_names else -1 for n in names]
             self._multipliers = None  # K * alpha per mixture task, on the device; rebuilt from the state when None
             self._weights_step = None  # the global step whose weight update has run
             self._streams = None
             self._meta_metrics = MetricAccumulator([f"cos/{name}" for name in train.task_names] + ["meta_loss"],
                                                    device=args.device)
 
-    # ------------------------------------------------------------------------------------------------------------
-    # Data: task-homogeneous sub-batches in update-sized groups
-    # ------------------------------------------------------------------------------------------------------------
+    # ---- Data: task-homogeneous sub-batches in update-sized groups ---------------------------------------------------
     def get_train_dataloader(self) -> DataLoader:
         if self.train_dataset is None:
             raise ValueError("MuppetTrainer: field 'train_dataset': training needs train data")
@@ -212,9 +200,7 @@ class MuppetTrainer(AuxTrainer):
                              f"({', '.join(f'{k}: {saved.get(k)} -> {now[k]}' for k in changed)}); the skipped "
                              "batches would not be the ones already trained on")
 
-    # ------------------------------------------------------------------------------------------------------------
-    # Loss
-    # ------------------------------------------------------------------------------------------------------------
+    # ---- Loss --------------------------------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if model.training:  # R3F noise and dropout seeded by the sub-batch's place in the update stream, so N DDP
             # processes train exactly like one with N times the accumulation, and resume is exact
@@ -243,7 +229,7 @@ class MuppetTrainer(AuxTrainer):
         raw, num_predictions = self._task_losses(kind, outputs, inputs)
         # eq. 1: L_i / log n(i); the sub-batch loss is the mean over its data points
         scaled = scale_losses(raw, num_predictions) if self.args.loss_scaling else raw
-        loss = scaled.mean()
+        loss = task_loss = scaled.mean()
         if for_weights:
             return loss
         if robust:
@@ -254,17 +240,16 @@ class MuppetTrainer(AuxTrainer):
             divergence = r3f_divergence(kind, outputs, noisy, choice_mask=inputs.get("choice_mask"),
                                         attention_mask=inputs.get("attention_mask"), labels=inputs.get("labels"))
             loss = loss + self.args.r3f_lambda * divergence.mean()
-        if model.training and self._end_task is not None:  # end-task-aware: the task's weight K * alpha_k
-            loss = loss * self._task_multipliers()[self._weight_index[task]]
-        if model.training and self.args.max_tokens_per_batch is not None:  # the update's mean over its rows
-            loss = loss * self._row_weight(len(raw))
-        if model.training:  # check its labels, the learning rate, or fp16 overflow
-            parts = {"loss": loss, "task_loss": scaled.mean()}
+        if model.training:
+            if self._end_task is not None:  # end-task-aware: the task's weight K * alpha_k
+                loss = loss * self._task_multipliers()[self._weight_index[task]]
+            if self.args.max_tokens_per_batch is not None:  # the update's mean over its rows
+                loss = loss * self._row_weight(len(raw))
+            parts = {"loss": loss, "task_loss": task_loss}  # check its labels, the learning rate, or fp16 overflow
             check_finite_loss(self, {**parts, "r3f_divergence": divergence.mean()} if robust else parts,
                               f"task '{spec['name']}': field 'loss'")
-        if model.training:
             self._train_metrics.add(f"loss/{spec['name']}", raw.mean())
-            self._train_metrics.add(f"scaled_loss/{spec['name']}", scaled.mean())
+            self._train_metrics.add(f"scaled_loss/{spec['name']}", task_loss)
         return (loss, outputs) if return_outputs else loss
 
     def get_batch_samples(self, epoch_iterator, num_batches: int, device: torch.device):
@@ -284,8 +269,6 @@ class MuppetTrainer(AuxTrainer):
         return rows * self.current_gradient_accumulation_steps * self.args.world_size / self._update_rows
 
     def _task_losses(self, kind: str, outputs, inputs) -> tuple[torch.Tensor, torch.Tensor]:
-        if kind == "classification":
-            return classification_loss(outputs.logits, inputs["labels"])
         if kind == "multiple_choice":
             return multiple_choice_loss(outputs.logits, inputs["labels"], inputs.get("choice_mask"))
         if kind == "extractive_qa":
@@ -293,9 +276,8 @@ class MuppetTrainer(AuxTrainer):
                              inputs["end_positions"], inputs.get("attention_mask"))
         if kind == "seq2seq":
             return seq2seq_loss(outputs.logits, inputs["labels"], label_smoothing=self.args.label_smoothing_factor)
-        if kind == "token_classification":
-            return token_classification_loss(outputs.logits, inputs["labels"])
-        return regression_loss(outputs.logits, inputs["labels"])
+        plain = {"classification": classification_loss, "token_classification": token_classification_loss}
+        return plain.get(kind, regression_loss)(outputs.logits, inputs["labels"])
 
     def floating_point_ops(self, inputs) -> int:
         """6 x input tokens x non-embedding parameters, as PreTrainedModel.floating_point_ops, with the parameter
@@ -315,9 +297,7 @@ class MuppetTrainer(AuxTrainer):
                     logs.update({f"alpha/{name}": a for name, a in zip(self.train_dataset.task_names, history[-1][1:])})
         super().log(logs, start_time)
 
-    # ------------------------------------------------------------------------------------------------------------
-    # End-task-aware weighting (task_weighting="meta"): the META-TARTAN rule over the mixture's tasks
-    # ------------------------------------------------------------------------------------------------------------
+    # ---- End-task-aware weighting (task_weighting="meta"): the META-TARTAN rule over the mixture's tasks -------------
     def training_step(self, model, inputs, num_items_in_batch=None):
         if self._end_task is not None:
             step = self.state.global_step
@@ -349,7 +329,8 @@ class MuppetTrainer(AuxTrainer):
             # under a token budget, each task's g_k batch holds its mean rows per sub-batch (not the cap on rows)
             sizes = budget.mean_rows if budget is not None else [size] * len(self.train_dataset.datasets)
             size = round(sum(sizes) / len(sizes))
-            streams = {f"task/{name}": BatchStream(data, sizes[k], self._collate, args.seed + 17 * (k + 1), **place)
+            collate = lambda features, generator: self.data_collator(features)  # noqa: E731
+            streams = {f"task/{name}": BatchStream(data, sizes[k], collate, args.seed + 17 * (k + 1), **place)
                        for k, (name, data) in enumerate(zip(self.train_dataset.task_names, self.train_dataset.datasets))}
             end_collator = MultiTaskCollator(self.processing_class, [self._end_task["name"]])
             collate = lambda features, generator: end_collator(features)  # noqa: E731
@@ -358,9 +339,6 @@ class MuppetTrainer(AuxTrainer):
             streams["_meta"] = BatchStream(self._end_task_dataset, meta_size, collate, args.seed + 7, **place)
             self._streams = streams
         return self._streams
-
-    def _collate(self, features, generator):
-        return self.data_collator(features)
 
     def _draw(self, name: str) -> dict:
         return self._prepare_inputs(self.task_weights_state.draw(self._get_streams(), name))
@@ -432,9 +410,7 @@ class MuppetTrainer(AuxTrainer):
         head.requires_grad_(False)
         return head.to(device=self.args.device)
 
-    # ------------------------------------------------------------------------------------------------------------
-    # Checkpoints: MUPPET-style model folder (the sampler's description travels in trainer_state.json)
-    # ------------------------------------------------------------------------------------------------------------
+    # ---- Checkpoints: MUPPET-style model folder (the sampler's description travels in trainer_state.json) ------------
     # Loading: MultiTaskModel.load_checkpoint restores the body (or its LoRA adapter) and the heads (AuxTrainer).
     # task_weighting="meta": the weights, their history and the stream positions travel in trainer_state.json
     # (TaskWeightsCallback); every save also writes task_weights.json and task_weights.png beside the model.
@@ -459,10 +435,8 @@ class MuppetTrainer(AuxTrainer):
                              "MUPPET end-task-aware")
         self._streams, self._multipliers, self._weights_step = None, None, None  # rebuilt from the restored state
 
-    # ------------------------------------------------------------------------------------------------------------
-    # Model card (ModelCardMixin.create_model_card; run_muppet.py writes it on every run, push_to_hub too):
+    # ---- Model card (ModelCardMixin.create_model_card; run_muppet.py writes it on every run, push_to_hub too) ------
     # per-task metrics of the last `evaluate()`, train sizes, a loss curve
-    # ------------------------------------------------------------------------------------------------------------
     _method = METHOD
     _watch_model_loss = False  # _compute_loss checks each task's loss (check_finite_loss)
     _hf_aux_class = "hf_aux.MultiTaskModel"  # the card: `from hf_aux import MultiTaskModel`
@@ -517,9 +491,7 @@ class MuppetTrainer(AuxTrainer):
         return {"adapter": model.has_body_lora, "adapter_auto_class": "AutoModel",
                 "merged_subfolder": merged_subfolder(self.args.output_dir), "notes": notes}
 
-    # ------------------------------------------------------------------------------------------------------------
-    # Evaluation: every task with its own metrics, and their average
-    # ------------------------------------------------------------------------------------------------------------
+    # ---- Evaluation: every task with its own metrics, and their average ----------------------------------------------
     def evaluate(self, eval_dataset: dict | None = None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
         """{prefix}_{task}_{metric} for every task and metric, {prefix}_{task}_loss (raw, unscaled),
         {prefix}_average_primary (mean over tasks of each kind's primary metric, `hf_aux.tasks.metrics.PRIMARY_METRIC`)
@@ -540,9 +512,8 @@ class MuppetTrainer(AuxTrainer):
                                           metric_key_prefix=metric_key_prefix)
             task_scores = self._task_scores(name, kind, data, output.predictions, output.label_ids)
             task_loss = output.metrics[f"{metric_key_prefix}_loss"]
-            for key, value in task_scores.items():
-                metrics[f"{metric_key_prefix}_{name}_{key}"] = value
-            metrics[f"{metric_key_prefix}_{name}_loss"] = task_loss
+            metrics.update({f"{metric_key_prefix}_{name}_{key}": value
+                            for key, value in {**task_scores, "loss": task_loss}.items()})
             primaries.append(task_scores[task_metrics.PRIMARY_METRIC[kind]])
             losses.append(task_loss)
         metrics[f"{metric_key_prefix}_average_primary"] = float(np.mean(primaries))
