@@ -1,26 +1,19 @@
-"""`hf-aux finetune`: fine-tune one checkpoint on ONE task and report its metrics, the downstream evaluation of
-hf_aux, with run_glue-style flags.
+"""`hf-aux finetune`: fine-tune one checkpoint on ONE task and report its metrics, each with a trivial baseline
+(`hf_aux.tasks.metrics.baseline_metrics`), with run_glue-style flags: the downstream evaluation of hf_aux.
 
-The checkpoint is either MUPPET-style (written by `MultiTaskModel.save_pretrained`, e.g. by `hf-aux muppet`) or any
-plain encoder checkpoint / Hub id. The model is a single-task `MultiTaskModel`
-(`hf_aux.modeling.multitask.single_task_model`, `--reuse_head`: MUPPET §4) trained by hf_aux's base trainer
-(`hf_aux.runtime.trainer.AuxTrainer`, a `transformers.Trainer`); the result is saved MUPPET-style again.
-`--train_fraction` keeps that share of the train split (a fixed shuffle, so
-10% is a subset of 20%: the low-resource curves of §5.3). Every split's metrics come with a trivial baseline
-(`hf_aux.tasks.metrics.baseline_metrics`). Seq2seq tasks are not supported (ROUGE needs generation).
-
+The checkpoint is MUPPET-style (`MultiTaskModel.save_pretrained`, e.g. by `hf-aux muppet`) or any plain encoder
+checkpoint / Hub id; the single-task `MultiTaskModel` (`single_task_model`, `--reuse_head`: MUPPET §4) trains with
+`AuxTrainer` and is saved MUPPET-style again. `--train_fraction` keeps that share of one fixed shuffle of train
+(10% is a subset of 20%: the low-resource curves of §5.3). Seq2seq tasks are not supported (ROUGE needs generation).
 Without a task source (--demo_task, --task_file, --dataset_name or data files) the demo config
-(hf_aux/finetune/demo.yaml: MiniLM on Rotten Tomatoes with 10% of its train data) supplies the defaults, and
-any --config file or flag overrides them. Usage: docs/finetune.md and run_scripts/run_finetune.py. The heavy
-imports (Trainer, datasets) happen in the functions, so --help stays fast.
+(hf_aux/finetune/demo.yaml: MiniLM on Rotten Tomatoes with 10% of its train data) supplies the defaults; any
+--config file or flag overrides them. Usage: docs/finetune.md. Heavy imports happen in the functions (fast --help).
 """
 
 from __future__ import annotations
 
 import dataclasses
-
 import json
-import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,8 +32,6 @@ from ..errors import UserInputError
 from .pipeline import (COLUMN_FIELDS, SUPPORTED_KINDS, build_compute_metrics, build_task, evaluate_split,  # noqa: F401
                        load_data, load_model, load_tokenizer, make_trainer, prediction_rows, select_train_rows,
                        tokenize_splits)
-
-logger = logging.getLogger(__name__)
 
 DATA_SOURCE_FLAGS = ("--demo_task", "--task_file", "--dataset_name", "--train_file", "--validation_file", "--test_file")
 
@@ -176,7 +167,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     three argument dataclasses come from sys.argv."""
     from ..tasks.demo import minilm_path
     from ..tasks.metrics import PRIMARY_METRIC
-    from ..cli.run import finish_run, record_metrics, start_run
+    from ..cli.run import finish_run, record_metrics, start_run, train_and_save
     from ..runtime.hub import push_trainer_output
 
     if model_args is None or data_args is None or training_args is None:
@@ -184,7 +175,6 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     run = start_run(training_args, model_args, data_args)
     if run.nothing_to_do:
         return run.results
-    checkpoint = run.checkpoint
     if model_args.model_name_or_path is None:
         model_args.model_name_or_path = minilm_path()
 
@@ -204,17 +194,11 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     if run.finished:  # finishing a finished run (run.finishing): attach loaded its final body and head
         results.update(run.results)  # (MultiTaskModel.load_checkpoint); nothing is trained
     elif training_args.do_train:
-        # resume and load_best_model_at_end restore body and head (AuxTrainer, MultiTaskModel.load_checkpoint)
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
-        trainer.save_model()  # MUPPET-style: body + head + task metadata
-        metrics = dict(train_result.metrics)
-        metrics["train_samples"] = len(features["train"])
-        metrics["train_examples"] = len(raw["train"])
-        metrics["train_fraction"] = data_args.train_fraction
-        metrics["train_reused_head"] = float(reused_head)
-        record_metrics(trainer, "train", metrics)
-        trainer.save_state()
-        results.update(metrics)
+        # resume and load_best_model_at_end restore body and head (AuxTrainer, MultiTaskModel.load_checkpoint);
+        # saved MUPPET-style: body + head + task metadata
+        results.update(train_and_save(trainer, run, train_samples=len(features["train"]),
+                                      train_examples=len(raw["train"]), train_fraction=data_args.train_fraction,
+                                      train_reused_head=float(reused_head)))
 
     summary = []
     for split, prefix, wanted in (("validation", "eval", training_args.do_eval),
@@ -237,8 +221,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
         summary.append(f"{task.name} ({task.kind}): not evaluated ({why}); to evaluate, pass --validation_file, or "
                        "--validation_fraction 0.1 to hold out a tenth of the train rows")
     if trainer.is_world_process_zero():
-        for line in summary:
-            print(line)
+        print("\n".join(summary))
 
     def write_card():
         if trainer.is_world_process_zero():

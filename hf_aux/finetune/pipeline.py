@@ -74,20 +74,25 @@ def select_train_rows(train, data_args):
 def build_compute_metrics(task, data_args, raw=None, features=None):
     """`compute_metrics` for Trainer. extractive_qa needs the raw split and its features (with offsets) to map
     span logits back to text."""
-    from ..tasks.metrics import compute_task_metrics, postprocess_qa_predictions, qa_metrics
+    from ..tasks.metrics import compute_task_metrics, qa_metrics
 
     def compute_metrics(prediction):
         if task.kind == "extractive_qa":
-            start_logits, end_logits = prediction.predictions
-            texts = postprocess_qa_predictions(raw, features, start_logits, end_logits, n_best=data_args.n_best_size,
-                                               max_answer_length=data_args.max_answer_length,
-                                               context_column=task.context_column,
-                                               allow_null=data_args.allow_null_answer)
-            return qa_metrics(texts, raw[task.answers_column])
+            return qa_metrics(_qa_texts(task, prediction, raw, features, data_args), raw[task.answers_column])
         return compute_task_metrics(task.kind, prediction.predictions, prediction.label_ids,
                                     label_names=list(task.id2label.values()) or None)
 
     return compute_metrics
+
+
+def _qa_texts(task, prediction, raw, features, data_args) -> list[str]:
+    """Each extractive-QA example's answer text, from the span logits of its windows."""
+    from ..tasks.metrics import postprocess_qa_predictions
+
+    start_logits, end_logits = prediction.predictions
+    return postprocess_qa_predictions(raw, features, start_logits, end_logits, n_best=data_args.n_best_size,
+                                      max_answer_length=data_args.max_answer_length,
+                                      context_column=task.context_column, allow_null=data_args.allow_null_answer)
 
 
 def prediction_rows(task, prediction, raw, features, data_args) -> list[dict]:
@@ -95,13 +100,8 @@ def prediction_rows(task, prediction, raw, features, data_args) -> list[dict]:
     of the words (token classification: one per word the truncation kept, read at its first sub-token)."""
     import numpy as np
 
-    from ..tasks.metrics import postprocess_qa_predictions
-
     if task.kind == "extractive_qa":
-        start_logits, end_logits = prediction.predictions
-        texts = postprocess_qa_predictions(raw, features, start_logits, end_logits, n_best=data_args.n_best_size,
-                                           max_answer_length=data_args.max_answer_length,
-                                           context_column=task.context_column, allow_null=data_args.allow_null_answer)
+        texts = _qa_texts(task, prediction, raw, features, data_args)
         return [{"index": i, "prediction": text} for i, text in enumerate(texts)]
     if task.kind == "token_classification":
         names = task.id2label
@@ -205,8 +205,7 @@ def make_trainer(model, training_args, task, data_args, raw: dict, features: dic
     )
 
 
-def evaluate_split(trainer, task, data_args, raw: dict, features: dict, split: str,
-                   prefix: str):
+def evaluate_split(trainer, task, data_args, raw: dict, features: dict, split: str, prefix: str):
     """(the split's metrics with the task's trivial baselines and its size, all under `prefix`_; the prediction;
     the baselines by their own names)."""
     from ..tasks.metrics import baseline_metrics
