@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import logging
 import math
 import os
 import tempfile
@@ -25,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserInputError
-
-logger = logging.getLogger("hf_aux")
 
 RESULTS_NAME = "compare.json"
 LOWER_IS_BETTER = ("mse", "loss")
@@ -189,14 +186,12 @@ def matmul_flops_per_second(seconds: float = 0.5) -> float:
 
 def model_parameters(model: str) -> int | None:
     """The parameter count of a local checkpoint, from its safetensors headers (no weights read); None elsewhere."""
-    import struct
+    from safetensors import safe_open
 
-    folder = Path(model)
-    total = 0
+    folder, total = Path(model), 0
     for file in folder.glob("*.safetensors") if folder.is_dir() else ():
-        with open(file, "rb") as handle:
-            header = json.loads(handle.read(struct.unpack("<Q", handle.read(8))[0]))
-        total += sum(math.prod(entry["shape"]) for name, entry in header.items() if name != "__metadata__")
+        with safe_open(file, "np") as handle:
+            total += sum(math.prod(handle.get_slice(name).get_shape()) for name in handle.keys())
     return total or None
 
 

@@ -60,10 +60,8 @@ def _against_baseline(content: dict) -> tuple[str, dict, list[tuple[str, dict, d
 def comparisons(content: dict) -> list[dict]:
     """Every arm minus the baseline on the compared split at each arm's picked rate, q values over these arms."""
     base_name, base_values, compared = _against_baseline(content)
-    found = []
-    for name, _, values in compared:
-        if values and base_values:
-            found.append(compare_arms(name, values, base_name, base_values))
+    found = [compare_arms(name, values, base_name, base_values) for name, _, values in compared
+             if values and base_values]
     return [{"arm": c.arm, "baseline": c.baseline, "difference": c.interval.difference,
              "ci95": [c.interval.low, c.interval.high], "p_value": c.interval.p_value, "q_value": c.q_value,
              "dof": c.interval.dof, "n_units": c.n_units, "n_baseline_units": c.n_baseline_units, "flag": c.flag,
