@@ -23,15 +23,13 @@ install_old_paths()
 # (hf_aux/<method>/__init__.py, `hf_aux.registry`)
 _LAZY_NAMES: dict[str, str] = {
     "LoraArguments": "runtime.lora_settings",
-    "AuxConfig": "runtime.config",
-    "TokenSafeTrainingArguments": "runtime.config",
+    **dict.fromkeys(["AuxConfig", "HubTokenSafeArgsMixin", "TokenSafeTrainingArguments"], "runtime.config"),
     "AuxTrainer": "runtime.trainer",
     **dict.fromkeys(
         ["MLMCollator", "MultiTaskCollator", "TokenizedTask", "group_texts_for_mlm", "mask_tokens_for_mlm",
          "tokenize_task"],
         "tasks.data",
     ),
-    "HubTokenSafeArgsMixin": "runtime.config",
     **dict.fromkeys(["HubDownloadError", "explain_hub_errors"], "errors"),
     **dict.fromkeys(["HubPushError", "create_hub_repo", "push_folder_to_hub", "push_trainer_output"], "runtime.hub"),
     **dict.fromkeys(

@@ -24,7 +24,6 @@ __version__ = "0.1.0"  # hf_aux's own (setup.cfg reads it here; `hf_aux.__versio
 # the major.minor release of each library that hf_aux depends on closely and CI tests (constraints.txt)
 TESTED = {"torch": "2.13", "transformers": "5.24", "datasets": "5.2", "accelerate": "1.15", "peft": "0.21",
           "huggingface_hub": "2.4", "evaluate": "0.4"}
-CHECKED = tuple(TESTED)
 
 
 class UntestedVersionWarning(UserWarning):

@@ -1,11 +1,9 @@
 """What hf_aux knows of each method, in one record per method (peft's idea of one registration per tuner).
 
-Each method's folder, `hf_aux/<method>/`, holds its config, trainer, losses, model, command and demo config, and
-declares in its `__init__.py` one `Method` record: the command's name, the public names the folder defines, the
-paper (with its BibTeX) and the model-card template. The lazy names of `hf_aux`, the table of `hf-aux` commands
-and each trainer's card are derived from these records; commands that are not methods (`finetune`) register the
-same way. A new method is a new folder with its record, plus its name in `METHOD_PACKAGES` and its card template
-(model_cards/<method>.md): nothing else outside its folder (README, "A new method").
+Each method's folder, `hf_aux/<method>/`, declares in its `__init__.py` one `Method` record (fields below); the
+lazy names of `hf_aux`, the table of `hf-aux` commands and each trainer's card are derived from these records, and
+commands that are not methods (`finetune`) register the same way. A new method is its folder, its name in
+`METHOD_PACKAGES` and its card template, model_cards/<method>.md (README, "A new method").
 
 This module and the records import nothing heavy: `import hf_aux` reads them.
 """

@@ -40,10 +40,6 @@ RUN_CONTROL_FIELDS = {
 }
 
 
-def _is_token_field(name: str) -> bool:
-    return name.endswith("_token")
-
-
 class HubTokenSafeArgsMixin:
     """Mixin for `TrainingArguments` subclasses: fields ending in `_token` (`hub_token`) are never pickled.
 
@@ -60,7 +56,7 @@ class HubTokenSafeArgsMixin:
     """
 
     def __getstate__(self) -> dict:
-        return {name: (None if _is_token_field(name) else value) for name, value in self.__dict__.items()}
+        return {name: (None if name.endswith("_token") else value) for name, value in self.__dict__.items()}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -118,21 +114,19 @@ class RunArgsMixin(NonFiniteArgsMixin):
         """`--torch_compile_mode` (Trainer's `torch_compile_mode`, which also turns `torch_compile` on): one of
         torch.compile's modes, with the inductor backend (the only one that takes a mode), and a CUDA-graph mode only
         where the step allows it (`cuda_graph_refusal`)."""
-        mode, owner = self.torch_compile_mode, type(self).__name__
+        mode = self.torch_compile_mode
         if mode is None:
             return
+        field_is = f"{type(self).__name__}: field 'torch_compile_mode' (--torch_compile_mode): {mode!r}"
         if mode not in TORCH_COMPILE_MODES:
-            raise UserInputError(f"{owner}: field 'torch_compile_mode' (--torch_compile_mode): {mode!r} is not one of "
-                                 f"torch.compile's modes {list(TORCH_COMPILE_MODES)}")
+            raise UserInputError(f"{field_is} is not one of torch.compile's modes {list(TORCH_COMPILE_MODES)}")
         if self.torch_compile_backend not in (None, "inductor"):
-            raise UserInputError(f"{owner}: field 'torch_compile_mode' (--torch_compile_mode): {mode!r} needs the "
-                                 f"inductor backend; --torch_compile_backend {self.torch_compile_backend} takes no "
-                                 "mode")
+            raise UserInputError(f"{field_is} needs the inductor backend; --torch_compile_backend "
+                                 f"{self.torch_compile_backend} takes no mode")
         reason = self.cuda_graph_refusal() if mode in CUDA_GRAPH_MODES else None
         if reason:
-            raise UserInputError(f"{owner}: field 'torch_compile_mode' (--torch_compile_mode): {mode!r} captures CUDA "
-                                 f"graphs, which {reason}; use --torch_compile_mode default or "
-                                 "max-autotune-no-cudagraphs")
+            raise UserInputError(f"{field_is} captures CUDA graphs, which {reason}; use --torch_compile_mode default "
+                                 "or max-autotune-no-cudagraphs")
 
 
 # What each --report_to integration of Trainer needs installed (every one of the modules; a tuple inside: any of
@@ -186,9 +180,10 @@ def check_report_to(args) -> None:
         missing = [m if isinstance(m, str) else m[0] for m in modules
                    if not any(_installed(name) for name in ((m,) if isinstance(m, str) else m))]
         if missing:
-            raise UserInputError(f"{type(args).__name__}: field 'report_to': {report} needs the {' and '.join(missing)} "
-                                 f"package{'s' if len(missing) > 1 else ''}, which {'are' if len(missing) > 1 else 'is'}"
-                                 f" not installed: {install}, or pass --report_to none")
+            several = len(missing) > 1
+            raise UserInputError(f"{type(args).__name__}: field 'report_to': {report} needs the "
+                                 f"{' and '.join(missing)} package{'s' if several else ''}, which "
+                                 f"{'are' if several else 'is'} not installed: {install}, or pass --report_to none")
 
 
 @dataclass
@@ -199,6 +194,13 @@ class AuxConfig(HubTokenSafeArgsMixin, RunArgsMixin, TrainingArguments):
 
 
 TokenSafeTrainingArguments = AuxConfig  # its earlier name, still exported and documented (docs/hub.md)
+
+
+def field_default(spec: dataclasses.Field):
+    """A dataclass field's default value (its `default_factory`'s product), or `dataclasses.MISSING`."""
+    if spec.default is dataclasses.MISSING and spec.default_factory is not dataclasses.MISSING:
+        return spec.default_factory()
+    return spec.default
 
 
 # Base TrainingArguments fields always shown in a card; every field a method's config adds is shown too, and any
@@ -229,9 +231,7 @@ def hyperparameters_from_args(args) -> dict:
         if name not in base_fields or name in KEY_TRAINING_FIELDS:
             chosen[name] = value
             continue
-        spec = base_fields[name]
-        default = spec.default if spec.default is not dataclasses.MISSING else (
-            spec.default_factory() if spec.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        default = field_default(base_fields[name])
         default = getattr(default, "value", default)  # enums compare by value, as to_dict() gives them
         empty = (None, "", [], {})
         if value != default and not (value in empty and default in empty):

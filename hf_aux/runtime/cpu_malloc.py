@@ -1,21 +1,15 @@
-"""CPU training on glibc's malloc: keep freed memory for reuse, as CUDA's caching allocator does on a GPU.
+"""CPU training on glibc's malloc: keep freed memory for reuse, as CUDA's caching allocator does on a GPU
+(docs/command_line.md, "Memory on a CPU run"; the figures are in docs/scaling.md).
 
-glibc's malloc maps every buffer above its mmap threshold fresh from the kernel and unmaps it on free, and trims the
-top of its heap whenever enough of it is free, so a training step that makes and frees the same buffers every step
-pays their page faults every step (the meta-learned objectives' vocabulary-sized temporaries, every MUPPET update;
-the figures are in docs/scaling.md).
-
-`keep_freed_memory()` sets, through glibc's `mallopt`, what the environment variables
-`MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=2147483647 MALLOC_TOP_PAD_=268435456` set at start-up:
-every buffer up to 32 MB (glibc's largest threshold on 64-bit; by default it starts at 128 KB and rises as mapped
-buffers are freed) comes from the heap, the heap top is given back only when 2 GiB of it are free, and the heap
-grows in steps of 256 MiB (of address space: a page counts in the resident set once touched). The process then
-keeps its peak memory until it exits. Larger buffers keep mappings of their own: taken from the heap, they would
-fragment it (torch's 64-byte-aligned request never fits the chunk a freed one of the same size left). It changes
-nothing where another allocator is loaded (tcmalloc, jemalloc, mimalloc: they keep freed memory already), where the
-malloc is not glibc's, or where the user set glibc's malloc variables (`MALLOC_*_`, `GLIBC_TUNABLES` naming
-glibc.malloc): their choice stands. Every hf_aux trainer calls it on a CPU run unless `cpu_malloc="system"`
-(`--cpu_malloc system`)."""
+`keep_freed_memory()` sets, through glibc's `mallopt`, what `MALLOC_MMAP_THRESHOLD_=33554432
+MALLOC_TRIM_THRESHOLD_=2147483647 MALLOC_TOP_PAD_=268435456` set at start-up: every buffer up to 32 MB (glibc's
+largest threshold on 64-bit) comes from the heap, not from a fresh mapping whose page faults every step pays again;
+the heap top is given back only when 2 GiB of it are free, and the heap grows in steps of 256 MiB (of address space:
+a page counts in the resident set once touched). Larger buffers keep mappings of their own: taken from the heap,
+they would fragment it (torch's 64-byte-aligned request never fits the chunk a freed one of the same size left).
+Nothing changes under another allocator (tcmalloc, jemalloc, mimalloc: they keep freed memory already), a malloc
+that is not glibc's, or the user's glibc malloc settings (`MALLOC_*_`, `GLIBC_TUNABLES` naming glibc.malloc).
+Every hf_aux trainer calls it on a CPU run unless `cpu_malloc="system"` (`--cpu_malloc system`)."""
 
 from __future__ import annotations
 
@@ -81,8 +75,7 @@ def keep_freed_memory() -> str:
         logger.warning("hf_aux.runtime.cpu_malloc: glibc's %s; malloc keeps its defaults for those", _state)
     elif _state == "kept":
         logger.info("glibc malloc keeps freed memory for reuse (hf_aux.runtime.cpu_malloc; --cpu_malloc system leaves "
-                    "it as "
-                    "it is)")
+                    "it as it is)")
     return _state
 
 

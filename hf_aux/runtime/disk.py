@@ -21,6 +21,8 @@ import os
 import shutil
 from pathlib import Path
 
+from ..errors import _chain
+
 logger = logging.getLogger(__name__)
 
 # what the libraries say when a write found no room (torch's zip writer: its position check, or its write check)
@@ -40,18 +42,13 @@ def watch(output_dir: str | os.PathLike, trainer=None, kept: str | None = None) 
 
 def disk_full_error(error: BaseException) -> BaseException | None:
     """The error in `error`'s chain (itself, its cause or context) that reports a full disk, or None."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        text = str(error)
-        if isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS:
-            return error
-        if any(part in text for part in DISK_FULL_TEXTS):
-            return error
-        if isinstance(error, RuntimeError) and "inline_container.cc" in text and \
-                any(part in text for part in TORCH_WRITER_TEXTS):
-            return error
-        error = error.__cause__ or error.__context__
+    for link in _chain(error):
+        text = str(link)
+        if (isinstance(link, OSError) and link.errno in DISK_FULL_ERRNOS
+                or any(part in text for part in DISK_FULL_TEXTS)
+                or isinstance(link, RuntimeError) and "inline_container.cc" in text
+                and any(part in text for part in TORCH_WRITER_TEXTS)):
+            return link
     return None
 
 
@@ -107,26 +104,22 @@ def disk_full_message(error: BaseException, inspect) -> str:
     # the checkpoint the failed write was making (this process writes it): its bytes back
     removed = _remove(half_written) if half_written is not None and trainer.args.should_save else None
     free = shutil.disk_usage(_existing(folder)).free
+    as_last = last and f"about {_bytes(_size(last))} needed (the size of the last checkpoint, {last.name})"
+    again = (f" (the half-written {removed.name} was removed)" if removed else "") + (
+        "; make room (or give --output_dir a disk with space) and run the same command again: it ")
     if _watched.get("kept"):
         needed, kept = "the space needed is that of the next result", _watched["kept"]
     elif finished:  # the final model and its state were saved: what failed came after them
-        needed = (f"about {_bytes(_size(last))} needed (the size of the last checkpoint, {last.name})" if last
-                  else "a few MB needed (the card, figures and results)")
+        needed = as_last or "a few MB needed (the card, figures and results)"
         kept = (f"The trained model in {output_dir} is intact; make room and run the same command again: it "
                 "finishes the run (results, card) without training")
     elif last is not None:
-        needed = f"about {_bytes(_size(last))} needed (the size of the last checkpoint, {last.name})"
-        kept = (f"Nothing complete was lost: the last complete checkpoint, {last}, is intact"
-                + (f" (the half-written {removed.name} was removed)" if removed else "")
-                + "; make room (or give --output_dir a disk with space) and run the same command again: it resumes "
-                "from there")
+        needed = as_last
+        kept = f"Nothing complete was lost: the last complete checkpoint, {last}, is intact{again}resumes from there"
     else:
         estimate = _model_bytes(trainer) if trainer is not None else None
         needed = (f"about {_bytes(estimate)} needed (the model's weights and optimizer state)" if estimate
                   else "the space needed is unknown")
-        kept = ("No checkpoint was complete yet" + (f" (the half-written {removed.name} was removed)" if removed
-                                                      else "")
-                + "; make room (or give --output_dir a disk with space) and run the same command again: it starts "
-                "the run over")
+        kept = f"No checkpoint was complete yet{again}starts the run over"
     reason = getattr(error, "strerror", None) or " ".join(str(error).split())[:160]
     return f"the disk holding {folder} is full ({what}: {reason}): {needed}, {_bytes(free)} free. {kept}."

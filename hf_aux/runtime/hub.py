@@ -32,6 +32,7 @@ from huggingface_hub import constants
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 from huggingface_hub.utils import filter_repo_objects
 
+from .config import HubTokenSafeArgsMixin  # noqa: F401  (defined with the base config; importable here)
 from ..errors import HubDownloadError, UserInputError, explain_hub_errors, hub_id_or_none  # noqa: F401
 
 logger = logging.getLogger(__name__)
@@ -129,9 +130,6 @@ def push_ignore_patterns(report_to) -> tuple[str, ...]:
     return PUSH_IGNORE_PATTERNS
 
 
-from .config import HubTokenSafeArgsMixin  # noqa: E402,F401  (defined with the base config; importable here)
-
-
 class HubPushError(RuntimeError):
     """A push to the Hub failed; the message says why, and the local folder was left as it was."""
 
@@ -195,15 +193,12 @@ def push_folder_to_hub(
 ) -> huggingface_hub.CommitInfo:
     """Push a saved output folder to the Hub repository `repo_id` (created if needed) in one commit.
 
-    The files pushed are those under `folder` except `ignore_patterns` (see `PUSH_IGNORE_PATTERNS`; matched by
-    huggingface_hub's `filter_repo_objects`, as upload_folder does): what `save_pretrained`/`Trainer.save_model`
-    wrote, the model card and its figures. A LoRA adapter's adapter_config.json goes up naming its base model by
-    Hub id when the local folder it names records one (`hub_adapter_config`), so that
-    `AutoPeftModel.from_pretrained(<repo>)` finds the base anywhere; the local file keeps the local path. Before
-    anything is sent, every file to push is searched for the token (the given one, else the one huggingface_hub
-    would use); a file holding it stops the push with a `ValueError` naming the file. A failed push (server
-    unreachable, token rejected, repository missing, offline mode) raises `HubPushError` saying what failed;
-    nothing under `folder` is changed either way.
+    Every file under `folder` but `ignore_patterns` (`PUSH_IGNORE_PATTERNS`) goes up. A LoRA adapter's
+    adapter_config.json goes up naming its base model by Hub id when the local base records one
+    (`hub_adapter_config`), so that `AutoPeftModel.from_pretrained(<repo>)` finds the base anywhere; the local file
+    keeps the local path. First every file to push is searched for the token (the given one, else huggingface_hub's):
+    one holding it stops the push with a `ValueError` naming it. A failed push (server unreachable, token rejected,
+    repository missing, offline mode) raises `HubPushError` saying what failed; nothing under `folder` changes.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -296,8 +291,8 @@ def create_hub_repo(args) -> str:
 def push_trainer_output(trainer, commit_message: str = "End of training") -> huggingface_hub.CommitInfo | None:
     """Push `trainer.args.output_dir` (`push_folder_to_hub`: model, tokenizer, card, figures, results, TensorBoard
     logs when reported to; no checkpoint-* folders) to `hub_model_id` with the arguments' token, privacy and
-    revision. Checkpoint pushes
-    made during training (`hub_strategy`) that failed are logged first. Main process only; returns the commit."""
+    revision. Checkpoint pushes made during training (`hub_strategy`) that failed are logged first. Main process
+    only; returns the commit."""
     args = trainer.args
     if not trainer.is_world_process_zero():
         return None

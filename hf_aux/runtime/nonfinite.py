@@ -58,19 +58,15 @@ def _policy(args) -> str:
     return getattr(args, "on_nonfinite", "continue")
 
 
-def _where_to_resume(output_dir: str | None) -> str:
+def _advice(args) -> str:
     try:
-        last = get_last_checkpoint(output_dir) if output_dir else None
+        last = get_last_checkpoint(args.output_dir) if args.output_dir else None
     except (OSError, ValueError):
         last = None
-    if last is None:
-        return "no checkpoint had been saved"
-    return f"the last checkpoint, {last}, is intact (resume from it with a lower learning rate)"
-
-
-def _advice(args) -> str:
-    return (f"Nothing holding NaN/Inf was saved; {_where_to_resume(args.output_dir)}. Lower --learning_rate, check "
-            "the data and --max_grad_norm, or pass --on_nonfinite skip to skip such steps.")
+    where = ("no checkpoint had been saved" if last is None
+             else f"the last checkpoint, {last}, is intact (resume from it with a lower learning rate)")
+    return (f"Nothing holding NaN/Inf was saved; {where}. Lower --learning_rate, check the data and --max_grad_norm, "
+            "or pass --on_nonfinite skip to skip such steps.")
 
 
 def _format(value: float) -> str:
@@ -113,9 +109,8 @@ def _refuse_loss(trainer, parts: dict, owner: str | None) -> bool:
               for name, v in parts.items()}
     described = ", ".join(f"{name} {_format(v[0]) if len(v) == 1 else [_format(x) for x in v]}"
                           for name, v in values.items())
-    prefix = f"{owner}: " if owner else f"{type(trainer).__name__}: "
-    raise NonFiniteTrainingError(f"{prefix}non-finite loss at step {trainer.state.global_step + 1} ({described}). "
-                                 + _advice(trainer.args))
+    raise NonFiniteTrainingError(f"{owner or type(trainer).__name__}: non-finite loss at step "
+                                 f"{trainer.state.global_step + 1} ({described}). " + _advice(trainer.args))
 
 
 class NonFiniteGuard(TrainerCallback):
@@ -273,9 +268,8 @@ def install_nonfinite_guard(trainer, watch_model_loss: bool = False) -> NonFinit
     """Add a `NonFiniteGuard` to `trainer` unless it has one; returns the guard (None with 'continue': no guard)."""
     if _policy(trainer.args) == "continue":
         return None
-    for callback in trainer.callback_handler.callbacks:
-        if isinstance(callback, NonFiniteGuard):
-            return callback
-    guard = NonFiniteGuard(watch_model_loss=watch_model_loss)
-    trainer.add_callback(guard)
+    guard = find_nonfinite_guard(trainer)
+    if guard is None:
+        guard = NonFiniteGuard(watch_model_loss=watch_model_loss)
+        trainer.add_callback(guard)
     return guard

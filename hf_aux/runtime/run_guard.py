@@ -15,9 +15,8 @@ Rules (run_glue's contract, made exact):
   resolved absolute path, so that the same data given by another relative path is the same configuration). A
   folder holding a final model or checkpoints of ANOTHER configuration is refused unless `--overwrite_output_dir`
   (which then removes its checkpoints) or an explicit `--resume_from_checkpoint` is given; the same configuration
-  resumes from its last complete checkpoint,
-  and so does one that differs only in max_steps / num_train_epochs (training it for longer) when a checkpoint
-  exists.
+  resumes from its last complete checkpoint, and so does one that differs only in max_steps / num_train_epochs
+  (training it for longer) when a checkpoint exists.
 - A finished run (final model, trainer_state.json, the same configuration) is never trained again. With nothing
   new asked, the call says "nothing to do" and returns its saved results (`all_results.json`). When a finishing
   step is missing or newly asked (`finishing_steps`: the model card, evaluation or prediction results, the Hub push),
@@ -63,7 +62,7 @@ from filelock import FileLock, Timeout
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .config import RUN_CONTROL_FIELDS, RunArgsMixin  # noqa: F401  (RunArgsMixin: importable here too)
+from .config import RUN_CONTROL_FIELDS, RunArgsMixin, field_default  # noqa: F401  (RunArgsMixin: importable here)
 from .disk import watch as watch_disk
 from ..errors import UserInputError
 
@@ -74,7 +73,7 @@ LOCK_NAME = ".hf_aux.lock"  # beside the output folder: lock_path
 INCOMPLETE_DIR = "_incomplete_checkpoints"
 FINAL_MODEL_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                      "adapter_model.safetensors")
-TORCH_PICKLES = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin", "scaler.pt")
+TORCH_PICKLE_SUFFIXES = (".pt", ".pth", ".bin")  # optimizer, scheduler, rng_state, training_args, scaler
 # changing only these continues a run from its last checkpoint (train it for longer); anything else is another run
 EXTENSION_FIELDS = ("max_steps", "num_train_epochs")
 
@@ -95,10 +94,8 @@ class DiskFullError(UserInputError):
 # ---- the configuration record -----------------------------------------------------------------------------------
 
 
-def _as_dict(arguments) -> dict:
-    if hasattr(arguments, "to_dict"):  # TrainingArguments: redacts tokens, turns enums into strings
-        return arguments.to_dict()
-    return dataclasses.asdict(arguments)
+def _jsonable(value):
+    return json.loads(json.dumps(value, default=str))
 
 
 def run_configuration(*arguments) -> dict:
@@ -108,9 +105,9 @@ def run_configuration(*arguments) -> dict:
     for item in arguments:
         if item is None:
             continue
-        for key, value in _as_dict(item).items():
-            if key not in RUN_CONTROL_FIELDS:
-                config[key] = json.loads(json.dumps(value, default=str))
+        # TrainingArguments' to_dict redacts tokens and turns enums into strings
+        values = item.to_dict() if hasattr(item, "to_dict") else dataclasses.asdict(item)
+        config.update({key: _jsonable(value) for key, value in values.items() if key not in RUN_CONTROL_FIELDS})
     return resolve_paths(config)
 
 
@@ -132,17 +129,9 @@ def resolve_paths(config: dict) -> dict:
 
 def _defaults(arguments) -> dict:
     """Every field's default value of the argument dataclasses, as run_configuration writes values."""
-    defaults = {}
-    for item in arguments:
-        for spec in dataclasses.fields(item) if item is not None else ():
-            if spec.default is not dataclasses.MISSING:
-                value = spec.default
-            elif spec.default_factory is not dataclasses.MISSING:
-                value = spec.default_factory()
-            else:
-                continue
-            defaults[spec.name] = json.loads(json.dumps(value, default=str))
-    return defaults
+    found = [(spec.name, field_default(spec)) for item in arguments if item is not None
+             for spec in dataclasses.fields(item)]
+    return {name: _jsonable(value) for name, value in found if value is not dataclasses.MISSING}
 
 
 def _differences(old: dict, new: dict, limit: int = 6) -> list[str]:
@@ -188,10 +177,8 @@ def checkpoint_problem(folder: str | os.PathLike) -> str | None:
         if problem:
             return problem
     for path in sorted(folder.rglob("*")):
-        if path.is_file() and (path.name in TORCH_PICKLES or path.suffix in (".pt", ".pth", ".bin")) and \
-                not path.name.endswith(".safetensors"):
-            if not zipfile.is_zipfile(path):
-                return f"{path.relative_to(folder)} is truncated or damaged"
+        if path.suffix in TORCH_PICKLE_SUFFIXES and path.is_file() and not zipfile.is_zipfile(path):
+            return f"{path.relative_to(folder)} is truncated or damaged"
     return None
 
 
@@ -455,10 +442,9 @@ class GuardedRun:
         """Just before training: record the run's configuration in the output folder (nothing is written there
         when the run fails earlier), install the SIGINT/SIGTERM handling (InterruptCallback), and make hf_aux's
         token-checked push the only one (the commands build the trainer with `defer_hub_pushes` and push once, at
-        the end; a trainer built without it is refused here). A
-        finished run being finished (`finishing`) is loaded into `trainer` instead (`load_finished_run`), whether
-        or not the command asks for training, so what it then evaluates, predicts, describes or pushes is that
-        run's final model, never the one the arguments build."""
+        the end; a trainer built without it is refused here). A finished run being finished (`finishing`) is loaded
+        into `trainer` instead (`load_finished_run`), training asked or not, so what it then evaluates, predicts,
+        describes or pushes is that run's final model, never the one the arguments build."""
         from .trainer import AuxTrainer
         from .hub import forget_push
 
@@ -508,8 +494,7 @@ def finishing_steps(args, output_dir: str | os.PathLike) -> list[str]:
     steps = []
     if not (output_dir / "README.md").is_file():
         steps.append("model card")
-    if args.do_eval and "do_eval" not in getattr(args, IMPLIED_ACTIONS, ()) \
-            and not (output_dir / "eval_results.json").is_file():
+    if args.do_eval and not evaluation_implied(args) and not (output_dir / "eval_results.json").is_file():
         steps.append("evaluation")
     if args.do_predict and not (output_dir / "test_results.json").is_file():
         steps.append("prediction")
@@ -540,6 +525,9 @@ def has_final_model(output_dir: str | os.PathLike) -> bool:
     return any((Path(output_dir) / name).is_file() for name in FINAL_MODEL_FILES)
 
 
+_DECISION = ("checkpoint", "finished", "results", "finishing")  # what the other ranks follow (guard_output_dir)
+
+
 def guard_output_dir(training_args, *arguments, prepare=None) -> GuardedRun:
     """Check and lock `training_args.output_dir` for a run of `arguments` (every parsed argument dataclass, the
     training arguments included) before anything is loaded; see the module docstring. `prepare(training_args)`, if
@@ -561,8 +549,7 @@ def guard_output_dir(training_args, *arguments, prepare=None) -> GuardedRun:
     if training_args.should_save:
         try:
             run = _guard_here(training_args, arguments, prepare)
-            outcome = {"checkpoint": run.checkpoint, "finished": run.finished, "results": run.results,
-                       "finishing": run.finishing}
+            outcome = {name: getattr(run, name) for name in _DECISION}
         except BaseException as error:  # shared with the other ranks, then raised here as it is
             failure, outcome = error, {"error": str(error) or type(error).__name__}
     try:
@@ -589,11 +576,7 @@ def guard_output_dir(training_args, *arguments, prepare=None) -> GuardedRun:
             f"output_dir {str(training_args.output_dir)!r}: the nodes' folders (--save_on_each_node) hold different "
             f"runs: {[item and (item['checkpoint'], item['finished']) for item in outcomes]}; make them the same "
             "(copy the newest complete checkpoint to every node) or pass --resume_from_checkpoint.")
-    if run is None:
-        chosen = outcomes[decider]
-        run = GuardedRun(output_dir=str(training_args.output_dir), checkpoint=chosen["checkpoint"],
-                         finished=chosen["finished"], results=chosen["results"], finishing=chosen["finishing"])
-    return run
+    return run if run is not None else GuardedRun(output_dir=str(training_args.output_dir), **outcomes[decider])
 
 
 def _guard_here(training_args, arguments, prepare) -> GuardedRun:
@@ -634,11 +617,10 @@ def _finish(run: GuardedRun, args, output_dir: Path) -> None:
     run.results = json.loads(results.read_text()) if results.is_file() else {}
     run.finishing = finishing_steps(args, output_dir)
     state = json.loads((output_dir / "trainer_state.json").read_text())
+    todo = f"finishing it without training: {', '.join(run.finishing)}." if run.finishing else "nothing to do."
     message = (f"hf_aux: {output_dir} already holds this finished run (step {state.get('global_step')} of "
-               f"{state.get('max_steps')}); " + (
-                   f"finishing it without training: {', '.join(run.finishing)}." if run.finishing else
-                   "nothing to do.") + " Pass --overwrite_output_dir" + ("" if args.do_train else " --do_train")
-               + " to train it again.")
+               f"{state.get('max_steps')}); {todo} Pass --overwrite_output_dir{'' if args.do_train else ' --do_train'}"
+               " to train it again.")
     logger.warning(message)
     print(message, flush=True)
     if not run.finishing:

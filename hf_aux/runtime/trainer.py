@@ -91,9 +91,8 @@ class ModelCardMixin:
         output_dir = self.args.output_dir
         os.makedirs(output_dir, exist_ok=True)
         datasets = _as_list(dataset_tags)
-        pipeline_tag = self._pipeline_tag
-        if pipeline_tag == "feature-extraction":
-            pipeline_tag = body_pipeline_tag(output_dir)
+        pipeline_tag = (body_pipeline_tag(output_dir) if self._pipeline_tag == "feature-extraction"
+                        else self._pipeline_tag)
         details = {"auto_class": self._auto_class, "hf_aux_class": self._hf_aux_class, "extra_tags": [],
                    "pipeline_tag": pipeline_tag, **self._card_details()}
         started_from = self._card_base_model(finetuned_from)

@@ -36,10 +36,6 @@ class MetricAccumulator:
 
     def __init__(self, keys: list[str] | tuple = (), device: torch.device | str | None = None):
         self._declared = (list(keys), device)
-        self._sums: dict[str, torch.Tensor] = {}
-        self._counts: dict[str, torch.Tensor | float] = {}
-        self._totals: set[str] = set()
-        self.last: dict[str, torch.Tensor] = {}
         self.clear()
 
     def __bool__(self) -> bool:
@@ -95,12 +91,11 @@ class MetricAccumulator:
         return torch.stack([torch.stack([self._sums[n] for n in names]), count_row])
 
     def clear(self) -> None:
-        self._sums, self._counts, self.last = {}, {}, {}
-        self._totals = set()
         keys, device = self._declared
-        for name in keys:
-            self._sums[name] = torch.zeros((), device=device)
-            self._counts[name] = 0.0
+        self._sums: dict[str, torch.Tensor] = {name: torch.zeros((), device=device) for name in keys}
+        self._counts: dict[str, torch.Tensor | float] = dict.fromkeys(keys, 0.0)
+        self._totals: set[str] = set()
+        self.last: dict[str, torch.Tensor] = {}
 
 
 __all__ = ["MetricAccumulator"]
