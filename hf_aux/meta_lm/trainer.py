@@ -207,11 +207,9 @@ class MetaLMTrainer(AuxTrainer):
         return num_labels
 
     def _labelled_examples(self, name: str, data) -> tuple[list[torch.Tensor], torch.Tensor]:
-        ids = []
-        for row in data["input_ids"]:
-            row = torch.tensor(row, dtype=torch.long)
-            row[0] = self.meta_tokens.tasks[name]
-            ids.append(row)
+        ids = [torch.tensor(row, dtype=torch.long) for row in data["input_ids"]]
+        for row in ids:
+            row[0] = self.meta_tokens.tasks[name]  # the task token (position 0 held the tokenizer's [CLS])
         return ids, torch.tensor(data["label"], dtype=torch.long)
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
@@ -584,9 +582,8 @@ class MetaLMTrainer(AuxTrainer):
         probs = log_probs.exp()
         tokens = logits.argmax(-1) if x_hat is None else x_hat[attended]
         pooled = probs.mean(0)
-        x_hat_distinct, x_u_distinct = tokens.unique().numel(), x_u[attended].unique().numel()
-        self._train_metrics.add("meta/x_hat_distinct", torch.tensor(float(x_hat_distinct), device=x_u.device))
-        self._train_metrics.add("meta/x_u_distinct", torch.tensor(float(x_u_distinct), device=x_u.device))
+        for name, values in (("meta/x_hat_distinct", tokens), ("meta/x_u_distinct", x_u[attended])):
+            self._train_metrics.add(name, torch.tensor(float(values.unique().numel()), device=x_u.device))
         self._train_metrics.add("meta/x_hat_pooled_entropy", -(pooled * pooled.clamp_min(1e-30).log()).sum())
         self._train_metrics.add("meta/x_hat_position_entropy", -(probs * log_probs).sum(-1).mean())
 
