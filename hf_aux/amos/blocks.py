@@ -66,3 +66,8 @@ def _token_embeddings(body: PreTrainedModel) -> nn.Embedding:
                              "table (get_input_embeddings); AMOS shares one between the generator and the "
                              "discriminator: use a text encoder (bert, roberta, deberta-v2, ...)")
     return embedding
+
+
+def default_mlm_layers(depth: int) -> list[int]:
+    """The generator layers with an MLM head when none are given: d_K/2, 3d_K/4, d_K (4 6 8 for d_K = 8)."""
+    return sorted({max(1, round(depth / 2)), max(1, round(3 * depth / 4)), depth})

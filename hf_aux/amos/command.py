@@ -1,8 +1,7 @@
 """`hf-aux amos`: AMOS pretraining (Meng et al., 2022, arXiv:2204.03243) of an ELECTRA-style discriminator, from
 scratch or continued from a pretrained encoder of any family with a masked-LM class (--encoder_name_or_path),
-shaped like transformers'
-run_mlm.py (text files or a `datasets` dataset, --tokenizer_name, model sizes, --config_overrides, --do_train /
---do_eval, resume, save_metrics, a model card, --push_to_hub).
+shaped like transformers' run_mlm.py (text files or a `datasets` dataset, --tokenizer_name, model sizes,
+--config_overrides, --do_train / --do_eval, resume, save_metrics, a model card, --push_to_hub).
 
 Without --dataset_name / --train_file the demo config (hf_aux/amos/demo.yaml: continued pretraining of the
 packaged all-MiniLM-L6-v2 on IMDB reviews) supplies the defaults, and any --config file or flag overrides them. The
@@ -112,8 +111,7 @@ class DataTrainingArguments(DataSourceArguments):
         "help": "After continued pretraining (--encoder_name_or_path) of at least 200 steps: a fixed ~1 minute "
                 "check of the encoder the run leaves against the one it started from (a logistic-regression probe "
                 "of mean-pooled features on 400 / 200 Rotten Tomatoes reviews; hf_aux.amos.probe), printed and saved "
-                "in "
-                "probe_results.json. Needs the demo extra; false skips it."})
+                "in probe_results.json. Needs the demo extra; false skips it."})
 
     def __post_init__(self):
         super().__post_init__()
@@ -206,8 +204,8 @@ def streamed_text(data_args: DataTrainingArguments, model_args: ModelArguments) 
     return text
 
 
-def encoder_path(model_args: ModelArguments) -> str:
-    """--encoder_name_or_path with 'minilm' resolved to the packaged all-MiniLM-L6-v2 folder."""
+def encoder_path(model_args: ModelArguments) -> str | None:
+    """--encoder_name_or_path with 'minilm' resolved to the packaged all-MiniLM-L6-v2 folder (None when not given)."""
     from ..tasks.demo import minilm_path
 
     if model_args.encoder_name_or_path == "minilm":
@@ -256,6 +254,7 @@ def build_model(model_args: ModelArguments, tokenizer, max_seq_length: int):
     from transformers import AutoConfig
 
     from ..runtime.hub import resolve_checkpoint
+    from .blocks import default_mlm_layers
     from .model import AmosModel, AmosModelConfig
 
     if model_args.encoder_name_or_path is not None:
@@ -293,8 +292,7 @@ def build_model(model_args: ModelArguments, tokenizer, max_seq_length: int):
                                model_args.generator_num_attention_heads or model_args.num_attention_heads,
                                model_args.generator_intermediate_size or model_args.intermediate_size,
                                model_args.generator_config_overrides)
-    depth = generator.num_hidden_layers
-    mlm_layers = model_args.mlm_layers or sorted({max(1, round(depth / 2)), max(1, round(3 * depth / 4)), depth})
+    mlm_layers = model_args.mlm_layers or default_mlm_layers(generator.num_hidden_layers)
     config = AmosModelConfig.from_configs(generator, discriminator, mlm_layers=mlm_layers,
                                           stop_gradient=model_args.stop_gradient,
                                           generator_dropout=model_args.generator_dropout,
@@ -326,8 +324,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     if data_args.streaming:
         check_streaming(data_args, training_args)
     raw = load_text(data_args, model_args, training_args.seed)
-    tokenizer_name = model_args.tokenizer_name or (encoder_path(model_args) if model_args.encoder_name_or_path
-                                                   else minilm_path("ModelArguments", "tokenizer_name"))
+    tokenizer_name = (model_args.tokenizer_name or encoder_path(model_args)
+                      or minilm_path("ModelArguments", "tokenizer_name"))
     with explain_hub_errors("ModelArguments", "tokenizer_name", tokenizer_name):
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, **model_args.hub_kwargs())
     model = build_model(model_args, tokenizer, data_args.max_seq_length)
@@ -377,8 +375,7 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     hub_dataset = hub_id_or_none(data_args.dataset_name)
     # the folder it loaded (the packaged MiniLM's, not its Hub id): the card's base_model is its Hub id
     # (card_base_model) and its licence the one that folder's own card states, also offline
-    started_from = model_args.model_name_or_path or (encoder_path(model_args) if model_args.encoder_name_or_path
-                                                     else None)
+    started_from = model_args.model_name_or_path or encoder_path(model_args)
     saved = finish_run(trainer, finetuned_from=started_from, tags=["electra", "pretraining"],
                        license=model_args.license, license_name=model_args.license_name,
                        dataset_tags=[hub_dataset] if hub_dataset else None,
@@ -430,9 +427,7 @@ def run_probe(trainer, model_args, tokenizer) -> dict:
     result = downstream_probe(start, end, tokenizer)
     name = "MiniLM" if model_args.encoder_name_or_path == "minilm" else model_args.encoder_name_or_path
     print(describe_probe(result, name) + "\n", flush=True)
-    metrics = {k: v for k, v in result.items() if isinstance(v, float)}
-    record_metrics(trainer, "probe", metrics)
-    return metrics
+    return record_metrics(trainer, "probe", {k: v for k, v in result.items() if isinstance(v, float)})
 
 
 def print_summary(trainer, heads: list[str]) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
 from ..runtime.config import AuxConfig
 from ..errors import UserInputError
 
@@ -53,10 +52,9 @@ class AmosConfig(AuxConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if not self.rtd_weight > 0:
-            raise UserInputError(f"AmosConfig: field 'rtd_weight': {self.rtd_weight} must be > 0")
-        if not self.gumbel_temperature > 0:
-            raise UserInputError(f"AmosConfig: field 'gumbel_temperature': {self.gumbel_temperature} must be > 0")
+        for name in ("rtd_weight", "gumbel_temperature"):
+            if not getattr(self, name) > 0:
+                raise UserInputError(f"AmosConfig: field '{name}': {getattr(self, name)} must be > 0")
         if self.mixture not in MIXTURE_CHOICES:
             raise UserInputError(f"AmosConfig: field 'mixture': {self.mixture!r} is not one of {MIXTURE_CHOICES}")
         if self.mixture == "fixed_weights":

@@ -16,13 +16,14 @@ from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedMode
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 from ..errors import UserInputError
-from .blocks import _Blocks, _find_blocks, _token_embeddings, _with_depth
+from .blocks import _Blocks, _find_blocks, _token_embeddings, _with_depth, default_mlm_layers
 
 # Continued pretraining maps these bodies onto an ElectraForPreTraining (the same layers; BERT's pooler dropped).
 # Every other encoder family keeps its own classes (`_continue_in_its_family`). BERT stays on the ELECTRA
 # conversion until the evidence control running on that path has ended; routing it through its own family then is
 # removing "bert" here.
 CONVERTED_TO_ELECTRA = ("bert", "electra")
+
 
 def check_encoder_config(config: PretrainedConfig, field_name: str, value: str | None = None) -> None:
     """Refuse a config AMOS cannot train as an encoder body, named as field `field_name` (and its `value`, a path,
@@ -61,12 +62,8 @@ def _first_blocks(weights: dict[str, torch.Tensor], blocks: _Blocks, depth: int)
     """The encoder's weights for a generator of `depth` blocks: everything but the blocks from `depth` on (keys
     `<blocks.name>.<i>.` with i >= depth). Shared groups (ALBERT) are all kept: the generator calls them too."""
     prefix = f"{blocks.name}."
-    kept = {}
-    for key, value in weights.items():
-        if not blocks.shared and key.startswith(prefix) and int(key[len(prefix):].split(".", 1)[0]) >= depth:
-            continue
-        kept[key] = value
-    return kept
+    return {key: value for key, value in weights.items()
+            if blocks.shared or not key.startswith(prefix) or int(key[len(prefix):].split(".", 1)[0]) < depth}
 
 
 def from_pretrained_encoder(cls: type[PreTrainedModel], encoder_name_or_path: str, generator_num_hidden_layers: int,
@@ -80,36 +77,31 @@ def from_pretrained_encoder(cls: type[PreTrainedModel], encoder_name_or_path: st
     the encoder's first `mlm_layers[k]` layers with its own fresh head; generators of equal depth therefore
     start identical, and without `generator_dropout` they stay identical (same inputs, same gradients).
 
-    BERT and ELECTRA bodies become an `ElectraForPreTraining` (`CONVERTED_TO_ELECTRA`: the two architectures
-    have the same body; BERT's pooler is dropped). Every other family with a masked-LM class (RoBERTa, XLM-R,
-    DeBERTa-v2/v3, ALBERT, DistilBERT, MPNet, ModernBERT, ...) keeps its own classes: the discriminator is the
-    encoder's own AutoModel body under an RTD head, the generator a shallower body of the same family
-    (`_continue_in_its_family`). `load_kwargs` go to `AutoConfig` / `AutoModel.from_pretrained`."""
+    BERT and ELECTRA bodies become an `ElectraForPreTraining` (`CONVERTED_TO_ELECTRA`); every other family with a
+    masked-LM class (RoBERTa, XLM-R, DeBERTa-v2/v3, ALBERT, DistilBERT, MPNet, ModernBERT, ...) keeps its own
+    classes (`_continue_in_its_family`). `load_kwargs` go to `AutoConfig` / `AutoModel.from_pretrained`."""
     source = AutoConfig.from_pretrained(encoder_name_or_path, **load_kwargs)
     check_encoder_config(source, "encoder_name_or_path", encoder_name_or_path)
-    if not 1 <= generator_num_hidden_layers <= source.num_hidden_layers:
-        raise UserInputError(f"AMOS: field 'generator_num_hidden_layers': {generator_num_hidden_layers} is not "
-                             f"in 1..{source.num_hidden_layers} (the encoder's depth)")
-    if source.model_type in CONVERTED_TO_ELECTRA:
-        return _convert_to_electra(cls, encoder_name_or_path, generator_num_hidden_layers, mlm_layers,
-                                       stop_gradient, generator_dropout, separate_generators, **load_kwargs)
     depth = generator_num_hidden_layers
-    return _continue_in_its_family(
-        cls,         encoder_name_or_path, depth, stop_gradient=stop_gradient, generator_dropout=generator_dropout,
-        mlm_layers=mlm_layers or sorted({max(1, round(depth / 2)), max(1, round(3 * depth / 4)), depth}),
-        separate_generators=separate_generators, **load_kwargs)
+    if not 1 <= depth <= source.num_hidden_layers:
+        raise UserInputError(f"AMOS: field 'generator_num_hidden_layers': {depth} is not "
+                             f"in 1..{source.num_hidden_layers} (the encoder's depth)")
+    build = _convert_to_electra if source.model_type in CONVERTED_TO_ELECTRA else _continue_in_its_family
+    settings = {"mlm_layers": mlm_layers or default_mlm_layers(depth), "stop_gradient": stop_gradient,
+                "generator_dropout": generator_dropout, "separate_generators": separate_generators}
+    model = build(cls, AutoModel.from_pretrained(encoder_name_or_path, **load_kwargs), encoder_name_or_path, depth,
+                  settings)
+    model.body_source = encoder_name_or_path
+    return model
 
-def _continue_in_its_family(cls: type[PreTrainedModel], encoder_name_or_path: str, generator_num_hidden_layers: int,
-                            mlm_layers: list[int], stop_gradient: bool, generator_dropout: bool,
-                            separate_generators: bool, **load_kwargs) -> PreTrainedModel:
-    """The encoder in its own family: the discriminator is its AutoModel body (its class, every pretrained
-    weight, the pooler too where it has one) under a fresh `RTDHead`, each generator a copy of its config with
-    fewer layers holding its embeddings, the weights outside the blocks (DeBERTa's encoder.rel_embeddings,
-    MPNet's encoder.relative_attention_bias, ModernBERT's final_norm, ...) and its first blocks, found by
-    `_find_blocks` (encoder.layer, transformer.layer, layers; ALBERT's shared group: all of it). Every copied
-    key must land, strictly. The saved discriminator loads with the family's AutoModel and
-    AutoModelForSequenceClassification. Not yet for BERT: see CONVERTED_TO_ELECTRA."""
-    body = AutoModel.from_pretrained(encoder_name_or_path, **load_kwargs)
+
+def _continue_in_its_family(cls: type[PreTrainedModel], body: PreTrainedModel, encoder_name_or_path: str,
+                            generator_num_hidden_layers: int, settings: dict) -> PreTrainedModel:
+    """The encoder in its own family: the discriminator is its AutoModel `body` (every pretrained weight, the pooler
+    too) under a fresh `RTDHead`, so the saved discriminator loads with the family's AutoModel and
+    AutoModelForSequenceClassification; each generator a shallower copy holding the weights outside the blocks
+    (DeBERTa's encoder.rel_embeddings, MPNet's encoder.relative_attention_bias, ModernBERT's final_norm, ...) and
+    its first blocks (`_find_blocks`). Every copied key must land, strictly. `settings`: `from_configs` keywords."""
     _token_embeddings(body)
     if getattr(body.config, "num_hidden_groups", 1) != 1:
         raise UserInputError(f"AMOS: field 'encoder_name_or_path': {encoder_name_or_path} is an ALBERT with "
@@ -118,11 +110,8 @@ def _continue_in_its_family(cls: type[PreTrainedModel], encoder_name_or_path: st
                              "layer group (every released ALBERT); from scratch any grouping works")
     discriminator = copy.deepcopy(body.config)
     discriminator.dtype = torch.float32  # trained in float32 whatever the checkpoint's dtype (as from scratch)
-    config = cls.config_class.from_configs(
-        _with_depth(discriminator, generator_num_hidden_layers), discriminator, mlm_layers=mlm_layers,
-        stop_gradient=stop_gradient, generator_dropout=generator_dropout, separate_generators=separate_generators)
-    model = cls(config)
-    model.body_source = encoder_name_or_path
+    model = cls(cls.config_class.from_configs(_with_depth(discriminator, generator_num_hidden_layers), discriminator,
+                                              **settings))
     weights = body.state_dict()
     _load_exactly(model.discriminator.body, weights, encoder_name_or_path,
                   f"discriminator ({type(model.discriminator.body).__name__})")
@@ -134,13 +123,12 @@ def _continue_in_its_family(cls: type[PreTrainedModel], encoder_name_or_path: st
                       encoder_name_or_path, f"generator ({layers} of {body.config.num_hidden_layers} layers)")
     return model
 
-def _convert_to_electra(cls: type[PreTrainedModel], encoder_name_or_path: str, generator_num_hidden_layers: int,
-                        mlm_layers: list[int] | None, stop_gradient: bool, generator_dropout: bool,
-                        separate_generators: bool, **load_kwargs) -> PreTrainedModel:
+
+def _convert_to_electra(cls: type[PreTrainedModel], body: PreTrainedModel, encoder_name_or_path: str,
+                        generator_num_hidden_layers: int, settings: dict) -> PreTrainedModel:
     """A BERT or ELECTRA encoder mapped onto an ElectraForPreTraining (same layers; BERT's pooler dropped), the
     generator an ELECTRA body of the encoder's sizes holding its first layers. Kept as it was while the
     evidence control on this path runs (CONVERTED_TO_ELECTRA)."""
-    body = AutoModel.from_pretrained(encoder_name_or_path, **load_kwargs)
     source = body.config  # type and depth checked by from_pretrained_encoder
     names = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
              "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
@@ -149,13 +137,7 @@ def _convert_to_electra(cls: type[PreTrainedModel], encoder_name_or_path: str, g
     sizes["embedding_size"] = getattr(source, "embedding_size", None) or source.hidden_size
     discriminator = AutoConfig.for_model("electra", **sizes)
     generator = AutoConfig.for_model("electra", **{**sizes, "num_hidden_layers": generator_num_hidden_layers})
-    depth = generator_num_hidden_layers
-    config = cls.config_class.from_configs(
-        generator, discriminator, stop_gradient=stop_gradient, generator_dropout=generator_dropout,
-        mlm_layers=mlm_layers or sorted({max(1, round(depth / 2)), max(1, round(3 * depth / 4)), depth}),
-        separate_generators=separate_generators)
-    model = cls(config)
-    model.body_source = encoder_name_or_path
+    model = cls(cls.config_class.from_configs(generator, discriminator, **settings))
     weights = {key: value for key, value in body.state_dict().items() if not key.startswith("pooler.")}
     missing, unexpected = model.discriminator.electra.load_state_dict(weights, strict=False)
     if missing or unexpected:
@@ -164,9 +146,8 @@ def _convert_to_electra(cls: type[PreTrainedModel], encoder_name_or_path: str, g
     # each generator body: the same embeddings (already shared) and the encoder's first layers, as many as it has
     for generator_body in model.generator.generator_bodies:
         layers = generator_body.config.num_hidden_layers
-        kept = {key: value for key, value in weights.items()
-                if not key.startswith("encoder.layer.") or int(key.split(".")[2]) < layers}
-        kept = {key: value for key, value in kept.items() if not key.startswith("embeddings.word_embeddings.")}
+        kept = {key: value for key, value in weights.items() if not key.startswith("embeddings.word_embeddings.")
+                and (not key.startswith("encoder.layer.") or int(key.split(".")[2]) < layers)}
         missing, unexpected = generator_body.load_state_dict(kept, strict=False)
         if unexpected or [key for key in missing if not key.startswith("embeddings.word_embeddings.")]:
             raise UserInputError(f"AMOS: field 'encoder_name_or_path': a generator body does not take the "

@@ -18,11 +18,8 @@ def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
     """Softmaxes over the vocabulary in float32 (or float64 when given), never in half precision."""
     return x.to(torch.promote_types(x.dtype, torch.float32))
 
-# --------------------------------------------------------------------------------------------------------------
-# Gradient plumbing
-# --------------------------------------------------------------------------------------------------------------
 
-
+# ---- Gradient plumbing ----
 class _ScaleGradient(torch.autograd.Function):
     """Identity forward; the backward multiplies the incoming gradient by `scale` (negative: a reversal layer)."""
 
@@ -43,11 +40,7 @@ def reverse_gradient(x: torch.Tensor, multiplier: float = 1.0) -> torch.Tensor:
     return _ScaleGradient.apply(x, -float(multiplier))
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Eq. 2: the multi-layer MLM losses
-# --------------------------------------------------------------------------------------------------------------
-
-
+# ---- Eq. 2: the multi-layer MLM losses ----
 def mlm_losses(head_logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Eq. 2, one term per MLM layer d: mean over masked positions of -log p_MLM(x_orig | h^(d)).
 
@@ -64,11 +57,7 @@ def mlm_losses(head_logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     return per_token.view(num_heads, num_slots).sum(dim=1) / num_masked
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Eq. 3: adversarial mixture over the heads, and its Gumbel-Softmax sample
-# --------------------------------------------------------------------------------------------------------------
-
-
+# ---- Eq. 3: adversarial mixture over the heads, and its Gumbel-Softmax sample ----
 def mixture_weights(features: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Eq. 3, gamma_i^(d) = softmax_d(v^T f_i^(d)).
 
@@ -180,11 +169,7 @@ def layer_switch_index(progress: float, num_heads: int) -> int:
     return min(num_heads - 1, max(0, int(progress * num_heads)))
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Eq. 1: replaced-token detection
-# --------------------------------------------------------------------------------------------------------------
-
-
+# ---- Eq. 1: replaced-token detection ----
 def rtd_labels(replaced_ids: torch.Tensor, original_ids: torch.Tensor) -> torch.Tensor:
     """1.0 where the discriminator's input differs from the original, 0.0 elsewhere: a sampled token equal to the
     original counts as original (eq. 1 splits on x_rep = x_orig). Same convention as ElectraForPreTraining

@@ -27,29 +27,15 @@ from dataclasses import dataclass
 import torch
 from safetensors.torch import load_file
 from torch import nn
-from transformers import (
-                          AutoConfig,
-                          AutoModel,
-                          ElectraForPreTraining,
-                          PretrainedConfig,
-                          PreTrainedModel,
-                          )
+from transformers import AutoConfig, AutoModel, ElectraForPreTraining, PretrainedConfig, PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import get_activation
 from transformers.configuration_utils import SubConfigSpec
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.electra.modeling_electra import ElectraForPreTrainingOutput
 
-from .losses import (
-                     amos_loss,
-                     mixture_straight_through,
-                     mixture_weights,
-                     mlm_losses,
-                     perturbed_mixture,
-                     reverse_gradient,
-                     rtd_labels,
-                     rtd_loss,
-                     )
+from .losses import (amos_loss, mixture_straight_through, mixture_weights, mlm_losses, perturbed_mixture,
+                     reverse_gradient, rtd_labels, rtd_loss)
 from .blocks import _find_blocks, _token_embeddings, _with_depth
 from .encoder import from_pretrained_encoder
 from ..tasks.data import max_predictions, prediction_positions
@@ -58,10 +44,9 @@ from ..modeling.sentence_transformers_files import copy_sentence_transformers_fi
 
 GENERATOR_FOLDER = "generator"
 MIXTURES = ("adversarial", "uniform", "random_layer", "fixed", "weights")
-# The dropout fields of an encoder body, switched off in the generator (each family names its own: BERT, RoBERTa,
-# ELECTRA, DeBERTa, ALBERT, MPNet hidden_dropout_prob / attention_probs_dropout_prob; DistilBERT dropout /
-# attention_dropout; ModernBERT embedding_dropout / attention_dropout / mlp_dropout; Funnel-style hidden_dropout /
-# activation_dropout). Heads' dropouts (classifier_dropout, summary_last_dropout) are not the body's: left as given.
+# The dropout fields of an encoder body, switched off in the generator: BERT-likes hidden_dropout_prob /
+# attention_probs_dropout_prob, DistilBERT dropout / attention_dropout, ModernBERT embedding_/attention_/mlp_dropout,
+# Funnel-style hidden_dropout / activation_dropout. Heads' dropouts (classifier_dropout, ...) are left as given.
 GENERATOR_DROPOUT_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout",
                             "embedding_dropout", "mlp_dropout", "hidden_dropout", "activation_dropout")
 
@@ -74,11 +59,7 @@ def mlm_head_names(mlm_layers: Sequence[int], separate_generators: bool = False)
     return [f"layer_{d}" for d in mlm_layers]
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Configs: architecture only (which layers carry MLM heads, stop-gradient); method settings live in AmosConfig
-# --------------------------------------------------------------------------------------------------------------
-
-
+# ---- Configs: architecture only (MLM-head layers, stop-gradient); method settings live in AmosConfig ----
 class AmosGeneratorConfig(PretrainedConfig):
     """The multi-layer MLM generator: any AutoModel encoder config (`body`) of depth d_K = max(mlm_layers).
 
@@ -103,9 +84,7 @@ class AmosGeneratorConfig(PretrainedConfig):
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
         depth = self.body.num_hidden_layers
-        if self.mlm_layers is None:
-            self.mlm_layers = [depth]
-        self.mlm_layers = [int(d) for d in self.mlm_layers]
+        self.mlm_layers = [int(d) for d in ([depth] if self.mlm_layers is None else self.mlm_layers)]
         order = sorted(self.mlm_layers) if self.separate_generators else sorted(set(self.mlm_layers))
         if not self.mlm_layers or order != self.mlm_layers:
             raise ValueError(f"AMOS generator: field 'mlm_layers': {self.mlm_layers} must be "
@@ -142,17 +121,10 @@ class AmosModelConfig(PretrainedConfig):
         `generator_dropout` (COCO-LM / AMOS §4)."""
         body = generator_body.to_dict()
         if not generator_dropout:
-            for key in GENERATOR_DROPOUT_FIELDS:
-                if key in body:
-                    body[key] = 0.0
+            body.update({key: 0.0 for key in GENERATOR_DROPOUT_FIELDS if key in body})
         generator = AmosGeneratorConfig(body=body, mlm_layers=mlm_layers, stop_gradient=stop_gradient,
                                         separate_generators=separate_generators)
         return cls(generator=generator, discriminator=discriminator.to_dict())
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Helpers
-# --------------------------------------------------------------------------------------------------------------
 
 
 def _detach_block_input(args, kwargs):
@@ -172,17 +144,10 @@ def _read_safetensors(folder: str) -> dict[str, torch.Tensor]:
         raise ValueError(f"AMOS checkpoint: no model.safetensors (or index) in {folder}")
     with open(index) as f:
         shards = sorted(set(json.load(f)["weight_map"].values()))
-    state = {}
-    for shard in shards:
-        state.update(load_file(os.path.join(folder, shard)))
-    return state
+    return {key: value for shard in shards for key, value in load_file(os.path.join(folder, shard)).items()}
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Generator
-# --------------------------------------------------------------------------------------------------------------
-
-
+# ---- Generator ----
 @dataclass
 class AmosGeneratorOutput(ModelOutput):
     """features: [K, S, H] states f^(d) at the S gathered positions (the masked ones and padding, before the MLM
@@ -281,13 +246,10 @@ class AmosGenerator(PreTrainedModel):
         aliases) and `AmosModel.load_amos_weights` copies it back to the others."""
         if not self.config.separate_generators:
             return []
-        keys = []
-        for k, body in enumerate(self.bodies):
-            weight = body.get_input_embeddings().weight
-            name = next(name for name, parameter in body.named_parameters(remove_duplicate=False)
-                        if parameter is weight)
-            keys.append(f"bodies.{k}.{name}")
-        return keys
+        weight = self.bodies[0].get_input_embeddings().weight  # every body is of one family: one name in each
+        name = next(name for name, parameter in self.bodies[0].named_parameters(remove_duplicate=False)
+                    if parameter is weight)
+        return [f"bodies.{k}.{name}" for k in range(len(self.bodies))]
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.generator_bodies[0].get_input_embeddings()
@@ -350,11 +312,7 @@ def _gather(states: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     return states.reshape(-1, states.shape[-1]).index_select(0, positions)
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Discriminator for non-ELECTRA encoders
-# --------------------------------------------------------------------------------------------------------------
-
-
+# ---- Discriminator for non-ELECTRA encoders ----
 class RTDHead(nn.Module):
     """ELECTRA's replaced-token-detection head, dense -> gelu -> dense to one logit per token, with the state-dict
     keys of its `discriminator_predictions` (`dense`, `dense_prediction`), sized by the hidden width alone: ELECTRA's
@@ -411,11 +369,7 @@ class RTDDiscriminator(nn.Module):
                                   **kwargs)
 
 
-# --------------------------------------------------------------------------------------------------------------
-# The AMOS wrapper
-# --------------------------------------------------------------------------------------------------------------
-
-
+# ---- The AMOS wrapper ----
 @dataclass
 class AmosOutput(ModelOutput):
     """loss: eq. 4 as one scalar; mlm_losses: [K] per-head eq. 2 terms; rtd_loss: eq. 1; rtd_logits and rtd_labels:
@@ -437,9 +391,7 @@ class AmosOutput(ModelOutput):
 
 class AmosModel(PreTrainedModel):
     """Generator + mixture + discriminator as one module, so Trainer optimises, checkpoints and resumes all of it.
-
-    The token embeddings are one nn.Embedding shared by both encoders and used as the MLM output matrix.
-    """
+    The token embeddings are one nn.Embedding shared by both encoders and used as the MLM output matrix."""
 
     config_class = AmosModelConfig
     base_model_prefix = "amos"
@@ -450,10 +402,8 @@ class AmosModel(PreTrainedModel):
 
     def __init__(self, config: AmosModelConfig):
         super().__init__(config)
-        if config.discriminator.model_type == "electra":
-            self.discriminator = ElectraForPreTraining(config.discriminator)
-        else:
-            self.discriminator = RTDDiscriminator(config.discriminator)
+        electra = config.discriminator.model_type == "electra"
+        self.discriminator = (ElectraForPreTraining if electra else RTDDiscriminator)(config.discriminator)
         self.generator = AmosGenerator(config.generator)
         shared = self.discriminator.get_input_embeddings()
         own = self.generator.get_input_embeddings()
@@ -610,11 +560,8 @@ class AmosModel(PreTrainedModel):
         """Write the discriminator as a plain checkpoint in `save_directory` and the generator (body, MLM head,
         mixture v) in `save_directory/generator`. Trainer calls this for every checkpoint."""
         state_dict = self.state_dict() if state_dict is None else state_dict
-        parts = {"discriminator.": {}, "generator.": {}}
-        for key, value in state_dict.items():
-            for prefix, part in parts.items():
-                if key.startswith(prefix):
-                    part[key[len(prefix):]] = value
+        parts = {prefix: {key[len(prefix):]: value for key, value in state_dict.items() if key.startswith(prefix)}
+                 for prefix in ("discriminator.", "generator.")}
         for key in self.generator.separate_embedding_keys()[1:]:  # stored once, under the first generator
             parts["generator."].pop(key, None)
         self.discriminator.save_pretrained(save_directory, state_dict=parts["discriminator."], **kwargs)
@@ -640,8 +587,7 @@ class AmosModel(PreTrainedModel):
         if first in state:  # the separate generators' shared token embeddings, stored once
             state.update({key: state[first] for key in copies})
         expected = set(self.state_dict())
-        missing = sorted(expected - set(state))
-        unexpected = sorted(set(state) - expected)
+        missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
         if missing or unexpected:
             raise ValueError(f"AMOS checkpoint {directory}: missing {missing[:5]}, unexpected {unexpected[:5]}")
         self.load_state_dict(state, strict=True)

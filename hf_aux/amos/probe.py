@@ -54,10 +54,8 @@ def probe_data():
     from ..tasks.demo import demo_task
 
     task = demo_task(PROBE_TASK, seed=42, max_train_samples=PROBE_TRAIN, max_eval_samples=PROBE_EVAL)
-    splits = task.dataset
-    column = task.text_columns[0]
-    return tuple({"text": list(splits[s][column]), "label": list(splits[s][task.label_column])}
-                 for s in ("train", "validation"))
+    return tuple({"text": list(split[task.text_columns[0]]), "label": list(split[task.label_column])}
+                 for split in (task.dataset["train"], task.dataset["validation"]))
 
 
 def downstream_probe(start, end, tokenizer) -> dict:

@@ -14,13 +14,13 @@ Logged every `logging_steps` (`eval_` prefixed on evaluation): `mlm_loss/layer_<
 (gamma averaged since the previous log: Fig. 3a's curve), `dropped_predictions` (masked tokens past the heads'
 static slots since the previous log: 0 unless a collator masked at a larger rate than `mlm_probability`).
 Evaluation also samples every head alone on the same masks and logs `eval_rtd_auc/layer_<d>` and
-`eval_rtd_accuracy_replaced/layer_<d>` (Fig. 1a, 3b). With separate
-generators (`AmosGeneratorConfig.separate_generators`) the heads are named `generator_<k>_depth_<d>`
-(`AmosModel.head_names`).
+`eval_rtd_accuracy_replaced/layer_<d>` (Fig. 1a, 3b). With separate generators
+(`AmosGeneratorConfig.separate_generators`) the heads are named `generator_<k>_depth_<d>` (`AmosModel.head_names`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 
@@ -42,12 +42,8 @@ from .model import AmosModel
 from ..runtime.nonfinite import check_finite_loss
 from ..runtime.training_metrics import MetricAccumulator
 
-
-
 MIXTURE_WEIGHTS_PNG = "mixture_weights.png"
 RTD_AUC_PNG = "rtd_auc.png"
-
-
 
 
 class AmosTrainer(AuxTrainer):
@@ -110,11 +106,17 @@ class AmosTrainer(AuxTrainer):
         return {"mixture": mixture, "head_index": head_index, "fixed_weights": fixed_weights,
                 "gumbel_temperature": self.args.gumbel_temperature,
                 "adv_mlm_multiplier": self.args.adv_mlm_multiplier, "rtd_weight": self.args.rtd_weight,
-                # the heads' static prediction slots: the most `_mask` (mask_tokens_for_mlm) chooses
+                # the heads' static prediction slots: the most `_masked_batch` (mask_tokens_for_mlm) chooses
                 "mlm_probability": self.args.mlm_probability}
 
-    def _mask(self, inputs: dict) -> dict:
-        """BERT masking of unmasked blocks (labels -100 where nothing is predicted), on the batch's device."""
+    def _masked_batch(self, inputs: dict) -> dict:
+        """The batch with an attention mask (all ones when it has none) and, when it has no labels (a collator did
+        not mask it), BERT masking of its blocks at mlm_probability (§3.1: 15%; labels -100 where nothing is
+        predicted), on the batch's device."""
+        if inputs.get("attention_mask") is None:
+            inputs = {**inputs, "attention_mask": torch.ones_like(inputs["input_ids"])}
+        if "labels" in inputs:
+            return inputs
         if self.processing_class is None:
             raise ValueError("AmosTrainer: the batch has no 'labels' and no tokenizer was given to mask it")
         original = inputs["input_ids"]
@@ -125,46 +127,34 @@ class AmosTrainer(AuxTrainer):
         return {**inputs, "input_ids": masked, "labels": labels, "original_input_ids": original}
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if model.training:  # masks, Gumbel noise and dropout from the micro-batch's own seed (module docstring)
-            seed = micro_batch_seed(self.args.seed, self._micro_batches.index(self))
-            with seeded_rng(seed, self.args.device):
-                return self._compute_loss(model, inputs, return_outputs)
-        return self._compute_loss(model, inputs, return_outputs)
-
-    def _compute_loss(self, model, inputs, return_outputs):
-        if "labels" not in inputs:
-            inputs = self._mask(inputs)  # 15% of tokens, BERT-style (§3.1)
-        # one forward: generator (eq. 2) -> mixture (eq. 3) -> Gumbel sample -> discriminator (eq. 1)
-        outputs = model(**inputs, **self._forward_kwargs())
-        # eq. 4: sum of the heads' MLM losses + lambda * RTD loss; the reversal in front of gamma turns the
-        # mixture's share of this minimisation into maximising the RTD loss
-        loss = outputs.loss
-        if model.training:  # stops (or, with on_nonfinite='skip', flags the step) before the backward pass
-            check_finite_loss(self, {"loss": loss, "mlm_losses": outputs.mlm_losses, "rtd_loss": outputs.rtd_loss},
-                              "AmosTrainer")
-        attention_mask = inputs.get("attention_mask")
-        if attention_mask is None:
-            attention_mask = torch.ones_like(inputs["input_ids"])
-        self._accumulate_metrics(outputs, attention_mask, "train" if model.training else "eval")
-        return (loss, outputs) if return_outputs else loss
+        # training: masks, Gumbel noise and dropout from the micro-batch's own seed (module docstring)
+        rng = (seeded_rng(micro_batch_seed(self.args.seed, self._micro_batches.index(self)), self.args.device)
+               if model.training else contextlib.nullcontext())
+        with rng:
+            inputs = self._masked_batch(inputs)
+            # one forward: generator (eq. 2) -> mixture (eq. 3) -> Gumbel sample -> discriminator (eq. 1)
+            outputs = model(**inputs, **self._forward_kwargs())
+            # eq. 4: sum of the heads' MLM losses + lambda * RTD loss; the reversal in front of gamma turns the
+            # mixture's share of this minimisation into maximising the RTD loss
+            loss = outputs.loss
+            if model.training:  # stops (or, with on_nonfinite='skip', flags the step) before the backward pass
+                check_finite_loss(self, {"loss": loss, "mlm_losses": outputs.mlm_losses,
+                                         "rtd_loss": outputs.rtd_loss}, "AmosTrainer")
+            self._accumulate_metrics(outputs, inputs["attention_mask"], "train" if model.training else "eval")
+            return (loss, outputs) if return_outputs else loss
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         """Evaluation: the AMOS loss and metrics only (per-batch masked logits have no fixed shape to gather); with
         `rtd_per_head_eval`, the discriminator's separation of each head's samples alone on the same masks."""
-        inputs = self._prepare_inputs(inputs)
-        if "labels" not in inputs:
-            inputs = self._mask(inputs)
+        inputs = self._masked_batch(self._prepare_inputs(inputs))
         with torch.no_grad():
             loss = self.compute_loss(model, inputs)
             num_heads = len(self.unwrapped(model).mlm_layers)
             if self.args.rtd_per_head_eval and num_heads > 1:
-                attention_mask = inputs.get("attention_mask")
-                if attention_mask is None:
-                    attention_mask = torch.ones_like(inputs["input_ids"])
                 settings = self._forward_kwargs()
                 for head in range(num_heads):
                     outputs = model(**inputs, **{**settings, "mixture": "fixed", "head_index": head})
-                    self._accumulate_histogram(outputs, attention_mask, "eval", slot=1 + head, slots=1 + num_heads)
+                    self._accumulate_histogram(outputs, inputs["attention_mask"], "eval", 1 + head, 1 + num_heads)
         return loss.detach(), None, None
 
     # ---- metrics: accumulated as tensors without host syncs, reduced across processes when logged -----------------
@@ -207,11 +197,10 @@ class AmosTrainer(AuxTrainer):
             prefix = "eval_" if mode == "eval" else ""
             logs.update({prefix + name: value for name, value in
                          self._metrics[mode].reduce(self.accelerator).items()})
-            heads = self.unwrapped(self.model).head_names
-            logs.update(self._separation_logs(heads, prefix, mode))
+            logs.update(self._separation_logs(prefix, mode))
         super().log(logs, start_time)
 
-    def _separation_logs(self, heads: list[str], prefix: str, mode: str) -> dict[str, float]:
+    def _separation_logs(self, prefix: str, mode: str) -> dict[str, float]:
         """rtd_auc from the accumulated histograms (reduced across processes), and per head (slots that saw
         batches) the AUC and the replaced-token accuracy at p = 0.5 on that head's samples."""
         histograms = self._rtd_histograms[mode]
@@ -220,7 +209,7 @@ class AmosTrainer(AuxTrainer):
         histograms = self.accelerator.reduce(histograms, reduction="sum").cpu().numpy()
         self._rtd_histograms[mode] = None
         logs = {prefix + "rtd_auc": binned_auc(histograms[0])}
-        for head, histogram in zip(heads, histograms[1:]):
+        for head, histogram in zip(self.unwrapped(self.model).head_names, histograms[1:]):
             replaced = histogram[1]
             if replaced.sum() > 0:
                 logs[f"{prefix}rtd_auc/{head}"] = binned_auc(histogram)
@@ -233,7 +222,7 @@ class AmosTrainer(AuxTrainer):
     # mixture_weights.png (the mean mixture weight of each MLM head over training, Fig. 3a) and rtd_auc.png.
     # `finetuned_from`: the checkpoint the run started from (None: from scratch).
     _method = METHOD
-    _watch_model_loss = False  # _compute_loss checks the generator's and discriminator's losses
+    _watch_model_loss = False  # compute_loss checks the generator's and discriminator's losses
     _hf_aux_class = "hf_aux.AmosModel"  # the card: `from hf_aux import AmosModel`
 
     def _card_tasks(self, datasets: list[str], source: str | None = None, **kwargs) -> list[TaskSummary]:
@@ -250,18 +239,18 @@ class AmosTrainer(AuxTrainer):
         # a streamed corpus (hf_aux.tasks.streaming) has no length
         train_size = len(self.train_dataset) if hasattr(self.train_dataset, "__len__") else None
         eval_size = len(self.eval_dataset) if self.eval_dataset is not None and last_eval else None
-        summaries = [TaskSummary("replaced_token_detection", "rtd", train_size=train_size, eval_size=eval_size, **origin,
-                                 metrics=finite({"loss": "eval_rtd_loss",
-                                                 "accuracy_replaced": "eval_rtd_accuracy_replaced",
-                                                 "accuracy_original": "eval_rtd_accuracy_original",
-                                                 "auc": "eval_rtd_auc"}))]
-        summaries += [TaskSummary(f"rtd_on_{h}_samples", "rtd", train_size=train_size, eval_size=eval_size, **origin,
-                                  metrics=finite({"accuracy_replaced": f"eval_rtd_accuracy_replaced/{h}",
-                                                  "auc": f"eval_rtd_auc/{h}"}))
-                      for h in heads if f"eval_rtd_auc/{h}" in last_eval]
-        summaries += [TaskSummary(f"mlm_{h}", "mlm", train_size=train_size, eval_size=eval_size, **origin,
-                                  metrics=finite({"loss": f"eval_mlm_loss/{h}"})) for h in heads]
-        return summaries
+
+        def summary(name, kind, metrics):
+            return TaskSummary(name, kind, train_size=train_size, eval_size=eval_size, **origin,
+                               metrics=finite(metrics))
+
+        return ([summary("replaced_token_detection", "rtd", {
+                    "loss": "eval_rtd_loss", "accuracy_replaced": "eval_rtd_accuracy_replaced",
+                    "accuracy_original": "eval_rtd_accuracy_original", "auc": "eval_rtd_auc"})]
+                + [summary(f"rtd_on_{h}_samples", "rtd", {"accuracy_replaced": f"eval_rtd_accuracy_replaced/{h}",
+                                                          "auc": f"eval_rtd_auc/{h}"})
+                   for h in heads if f"eval_rtd_auc/{h}" in last_eval]
+                + [summary(f"mlm_{h}", "mlm", {"loss": f"eval_mlm_loss/{h}"}) for h in heads])
 
     def _card_figures(self, output_dir: str) -> dict[str, str]:
         history = self.state.log_history
@@ -293,9 +282,6 @@ class AmosTrainer(AuxTrainer):
                           if amos.config.generator.separate_generators else
                           f"Generator MLM heads at layers {', '.join(map(str, amos.mlm_layers))}")
                          + f"; mixture '{self.args.mixture}'."}
-
-    # Checkpoints: AmosModel writes the discriminator and generator/, and its load_checkpoint reads both back
-    # (AuxTrainer).
 
 
 def _refuse_adapters(model, peft_config) -> None:
