@@ -25,7 +25,7 @@ from ..cli.arguments import MERGED_SUBFOLDER, LoraArguments
 from ..cli.arguments import DataSourceArguments
 from ..cli.arguments import ModelArguments as SharedModelArguments
 from ..cli.parser import command_parser, demo_config_path, parse_command_line
-from ..errors import UserInputError, refuse_unless_encoder_with
+from ..errors import UserInputError, explain_hub_errors, hub_id_or_none, refuse_unless_encoder_with
 
 logger = logging.getLogger(__name__)
 
@@ -100,11 +100,6 @@ def parse_args(argv: list[str] | None = None):
                               data_source_flags=DATA_SOURCE_FLAGS)
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Data
-# --------------------------------------------------------------------------------------------------------------
-
-
 def build_task(data_args: DataTrainingArguments):
     """The end task's `TaskSpec`: a demo task, data files with their columns, or a Hub dataset (hf_aux.tasks);
     classes not given are read from the train split."""
@@ -155,8 +150,7 @@ def auxiliary_corpora(specs: list[str], raw, task, max_documents: int | None, st
         if not sep or not name or not source:
             raise UserInputError(f"DataTrainingArguments: field 'auxiliary': {spec!r} is not name=source")
         if source == "tapt":
-            train = raw["train"]
-            text = [" ".join(str(row[c]) for c in task.text_columns) for row in train]
+            text = [" ".join(str(row[c]) for c in task.text_columns) for row in raw["train"]]
             corpus = datasets.Dataset.from_dict({"text": text})
         elif source.startswith("demo:"):
             from ..tasks.demo import demo_unlabelled_text
@@ -173,9 +167,6 @@ def auxiliary_corpora(specs: list[str], raw, task, max_documents: int | None, st
             corpus = corpus.select(range(max_documents))
         corpora[name] = corpus.select_columns(["text"])
     return corpora
-
-
-# --------------------------------------------------------------------------------------------------------------
 
 
 def apply_demo_task_mixture(training_args, mixture: list[float] | None, tasks: int) -> None:
@@ -199,7 +190,6 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
                               EarlyStoppingCallback)
 
     from ..tasks.demo import minilm_path
-    from ..errors import explain_hub_errors, hub_id_or_none
     from ..tasks.metrics import classification_metrics
     from .model import TartanModel
     from ..tasks.loading import load_task_splits
@@ -240,9 +230,8 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
     def compute_metrics(prediction):
         return classification_metrics(prediction.predictions, prediction.label_ids)
 
-    callbacks = []
-    if data_args.early_stopping_patience:
-        callbacks.append(EarlyStoppingCallback(early_stopping_patience=data_args.early_stopping_patience))
+    patience = data_args.early_stopping_patience
+    callbacks = [EarlyStoppingCallback(early_stopping_patience=patience)] if patience else []
     trainer = TartanTrainer(
         model=model, args=training_args, train_dataset=features["train"], eval_dataset=features.get("validation"),
         auxiliary_datasets=blocks, processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
@@ -265,12 +254,11 @@ def main(model_args: ModelArguments | None = None, data_args: DataTrainingArgume
             evaluator.train()
             model.classifier.save_pretrained(training_args.output_dir)  # the top level: the fine-tuned classifier
 
-    if training_args.do_eval and "validation" in features:
-        results.update(record_metrics(trainer, "eval", evaluator.evaluate(features["validation"],
-                                                                            metric_key_prefix="eval")))
-    if training_args.do_predict and "test" in features:
-        results.update(record_metrics(trainer, "test", evaluator.evaluate(features["test"],
-                                                                            metric_key_prefix="test")))
+    for split, prefix, wanted in (("validation", "eval", training_args.do_eval),
+                                  ("test", "test", training_args.do_predict)):
+        if wanted and split in features:
+            metrics = evaluator.evaluate(features[split], metric_key_prefix=prefix)
+            results.update(record_metrics(trainer, prefix, metrics))
 
     hub_dataset = hub_id_or_none(data_args.dataset_name)
     saved = finish_run(trainer, finetuned_from=model_path, end_task_name=task.name, metrics=results,
@@ -288,8 +276,6 @@ def check_encoder(model_args: ModelArguments) -> None:
     the model has a sequence-classification class and is not an encoder-decoder (TartanModel refuses those)."""
     from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING
-
-    from ..errors import explain_hub_errors
 
     path = model_args.model_name_or_path
     with explain_hub_errors("ModelArguments", "model_name_or_path", path):
@@ -321,33 +307,27 @@ def tokenise(task, raw: dict, tokenizer, data_args, training_args) -> tuple[dict
 
 def start_mlm_heads(model, model_args: ModelArguments, model_path: str, hub: dict,
                     mlm_head_warmup_steps: int) -> None:
-    """The auxiliary MLM heads, before training: copies of the checkpoint's own masked-LM head (--mlm_heads
-    pretrained), on a body with one state per token (a body that pools the sequence, as Funnel's, has none)."""
+    """The auxiliary MLM heads, before training: copies of the checkpoint's own masked-LM head where it ships one
+    (--mlm_heads pretrained), on a body with one state per token (a body that pools the sequence, as Funnel's, has
+    none)."""
     if model_args.mlm_heads == "pretrained":
-        copy_mlm_heads(model, model_path, hub, mlm_head_warmup_steps)
+        with explain_hub_errors("ModelArguments", "model_name_or_path", model_path):
+            try:
+                copied = model.load_pretrained_mlm_heads(model_path, **hub)
+            except UserInputError:
+                raise
+            except ValueError as error:  # a masked-LM head this model cannot copy (TartanModel.copy_mlm_head: why)
+                raise UserInputError(f"ModelArguments: field 'mlm_heads': {error}; --mlm_heads fresh starts fresh "
+                                     "auxiliary MLM heads instead") from error
+        if copied:
+            logger.info("auxiliary MLM heads: copies of %s's pretrained masked-LM head", model_path)
+        elif mlm_head_warmup_steps == 0:
+            logger.warning("%s ships no masked-LM head: the auxiliary MLM heads start fresh, and their first "
+                           "gradients on the body dwarf the end task's; consider --mlm_head_warmup_steps", model_path)
     try:
         model.check_token_states()
     except ValueError as error:
         raise UserInputError(f"ModelArguments: field 'model_name_or_path': {error}") from error
-
-
-def copy_mlm_heads(model, model_path: str, hub: dict, mlm_head_warmup_steps: int) -> None:
-    """The auxiliary MLM heads start as copies of the checkpoint's pretrained masked-LM head where it ships one."""
-    from ..errors import explain_hub_errors
-
-    with explain_hub_errors("ModelArguments", "model_name_or_path", model_path):
-        try:
-            copied = model.load_pretrained_mlm_heads(model_path, **hub)
-        except UserInputError:
-            raise
-        except ValueError as error:  # a masked-LM head this model cannot copy (TartanModel.copy_mlm_head says why)
-            raise UserInputError(f"ModelArguments: field 'mlm_heads': {error}; --mlm_heads fresh starts fresh "
-                                 "auxiliary MLM heads instead") from error
-    if copied:
-        logger.info("auxiliary MLM heads: copies of %s's pretrained masked-LM head", model_path)
-    elif mlm_head_warmup_steps == 0:
-        logger.warning("%s ships no masked-LM head: the auxiliary MLM heads start fresh, and their first "
-                       "gradients on the body dwarf the end task's; consider --mlm_head_warmup_steps", model_path)
 
 
 def final_finetune(model, features: dict, tokenizer, training_args, data_args, compute_metrics):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-
 from ..runtime.config import AuxConfig
 from ..errors import UserInputError
 
@@ -59,8 +58,8 @@ class MetaWeightingArguments:
 
 @dataclass
 class TartanConfig(MetaWeightingArguments, AuxConfig):
-    """Training arguments of `TartanTrainer` (every `TrainingArguments` field, plus the method's own; the META
-    rule's settings, `task_weight_lr` and `meta_head_*`, are `MetaWeightingArguments` below)."""
+    """Training arguments of `TartanTrainer`: every `TrainingArguments` field, the META rule's
+    (`MetaWeightingArguments`) and the method's own."""
 
     mode: str = field(default="meta", metadata={"help": "'mt': MT-TARTAN, fixed task weights (eq. 3). 'meta': "
                                                          "META-TARTAN, meta-learned task weights (Algorithm 1)."})

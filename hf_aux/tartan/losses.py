@@ -10,13 +10,7 @@ import torch
 
 # The META rule (cosines, the weight update, the softmax mixture, the combined gradient) is shared with MUPPET's
 # end-task-aware mode, so it lives once in hf_aux.tartan.weighting; its names stay importable from here.
-from .weighting import (  # noqa: F401
-                        combine_gradients,
-                        gradient_cosines,
-                        meta_update,
-                        task_mixture,
-                        update_task_weights,
-                        )
+from .weighting import combine_gradients, gradient_cosines, meta_update, task_mixture, update_task_weights  # noqa: F401
 
 
 def mt_tartan_loss(losses: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -126,22 +126,18 @@ class ClassifierHead(nn.Module):
         """Fresh initialisation from `generator` (a CPU generator, so the draw is the same on every device):
         linear weights ~ N(0, std), biases 0, LayerNorm 1 / 0."""
         for name, module in self.model.named_modules():
-            own = list(module.named_parameters(recurse=False))
-            if not own:
+            if not list(module.parameters(recurse=False)):
                 continue
             if isinstance(module, nn.Linear):
                 module.weight.copy_(torch.randn(module.weight.shape, generator=generator) * std)
                 if module.bias is not None:
                     module.bias.zero_()
             elif isinstance(module, nn.LayerNorm):
-                if module.weight is not None:
-                    module.weight.fill_(1.0)
-                if module.bias is not None:
-                    module.bias.zero_()
+                module.reset_parameters()  # weight 1, bias 0
             else:
-                raise ValueError(f"TartanModel: the classifier head has parameters in a {type(module).__name__} "  # noqa: TRY004
-                                 f"({name!r}) that the meta head cannot re-initialise; only Linear and LayerNorm "
-                                 "layers are supported")
+                raise ValueError(  # noqa: TRY004
+                    f"TartanModel: the classifier head has parameters in a {type(module).__name__} ({name!r}) that "
+                    "the meta head cannot re-initialise; only Linear and LayerNorm layers are supported")
 
 
 def layer_norm_eps(config) -> float:
@@ -165,14 +161,21 @@ def _copy_or_reset(target: torch.Tensor, source: torch.Tensor | None, missing: f
 
 def _detached(outputs):
     """A copy of a body's ModelOutput with every tensor detached (the frozen-body features phi* is fitted on)."""
-    values = {}
-    for key, value in outputs.items():
-        if isinstance(value, torch.Tensor):
-            value = value.detach()
-        elif isinstance(value, tuple):
-            value = tuple(v.detach() if isinstance(v, torch.Tensor) else v for v in value)
-        values[key] = value
-    return type(outputs)(**values)
+    def detach(value):
+        return value.detach() if isinstance(value, torch.Tensor) else value
+
+    return type(outputs)(**{key: tuple(map(detach, value)) if isinstance(value, tuple) else detach(value)
+                            for key, value in outputs.items()})
+
+
+def _saved_metadata(path: str, auxiliary_tasks: Sequence[str] | None) -> dict:
+    """A checkpoint's tartan_config.json, its auxiliary tasks checked against those asked for (None: any)."""
+    with open(os.path.join(path, TARTAN_CONFIG_NAME)) as f:
+        metadata = json.load(f)
+    if auxiliary_tasks is not None and list(auxiliary_tasks) != metadata["auxiliary_tasks"]:
+        raise ValueError(f"field 'auxiliary_tasks': {list(auxiliary_tasks)} differs from the checkpoint's "
+                         f"{metadata['auxiliary_tasks']}")
+    return metadata
 
 
 class TartanModel(nn.Module):
@@ -204,20 +207,17 @@ class TartanModel(nn.Module):
         self.auxiliary_tasks = names
         self.mlm_hidden_act = mlm_hidden_act
         config = classifier.config
-        embeddings = classifier.get_input_embeddings()
-        vocab_size, embedding_size = embeddings.weight.shape
-        eps = layer_norm_eps(config)
-        self.mlm_heads = nn.ModuleDict({
-            name: MaskedLMHead(config.hidden_size, embedding_size, vocab_size, mlm_hidden_act, eps) for name in names
-        })
+        vocab_size, embedding_size = classifier.get_input_embeddings().weight.shape
+        self.mlm_heads = nn.ModuleDict({name: MaskedLMHead(config.hidden_size, embedding_size, vocab_size,
+                                                           mlm_hidden_act, layer_norm_eps(config)) for name in names})
         std = getattr(config, "initializer_range", 0.02)
         for head in self.mlm_heads.values():
             nn.init.normal_(head.dense.weight, std=std)
             nn.init.zeros_(head.dense.bias)
         self.meta_head = ClassifierHead(classifier)
         self.meta_head.requires_grad_(False)
-        # the rate the auxiliary batches are masked at (TartanConfig.mlm_probability): the MLM heads then read
-        # `max_predictions` static slots per batch, the most the masker chooses; None: every position (exact for any masking)
+        # the auxiliary batches' masking rate (TartanConfig.mlm_probability): the MLM heads read `max_predictions`
+        # static slots per batch, the most the masker chooses; None: every position (exact for any masking)
         self.mlm_probability = mlm_probability
 
     # ------------------------------------------------------------------------------------------------------------
@@ -300,7 +300,7 @@ class TartanModel(nn.Module):
         if name not in self.mlm_heads:
             raise ValueError(f"task '{name}': field 'name': the model has no MLM head for it "
                              f"(it has {self.auxiliary_tasks})")
-        hidden = self.body(**{k: batch[k] for k in BODY_INPUT_KEYS if k in batch}).last_hidden_state  # [B, L, H]
+        hidden = self.body_outputs(batch).last_hidden_state  # [B, L, H]
         return self._head_mlm_loss(name, hidden, batch["labels"], self.classifier.get_input_embeddings().weight)
 
     def _head_mlm_loss(self, name: str, hidden: torch.Tensor, labels: torch.Tensor,
@@ -358,8 +358,8 @@ class TartanModel(nn.Module):
                       generator: torch.Generator, attention_mask: torch.Tensor | None = None) -> list[float]:
         """estimate_meta_head of Algorithm 1: re-initialise phi* and fit it for `steps` Adam steps (L2 weight
         decay `weight_decay`, as in §4) on fixed body `features` (detached body outputs of end-task train
-        examples, with their `attention_mask` for heads that pool with it) with `labels`. The body gets no
-        gradient. Returns nothing useful to the caller but the losses (tensors, so no host sync) for diagnostics."""
+        examples, with their `attention_mask` for heads that pool with it) with `labels`; the body gets no
+        gradient. Returns the losses (tensors: no host sync), for diagnostics."""
         head = self.meta_head
         head.reset_parameters(generator, getattr(self.config, "initializer_range", 0.02))
         return fit_meta_head(list(head.parameters()), lambda: head(features, labels, attention_mask).loss, steps=steps,
@@ -479,7 +479,7 @@ class TartanModel(nn.Module):
                 for name in names:
                     batch = draw(name)
                     with torch.no_grad():
-                        hidden = self.body(**{k: batch[k] for k in BODY_INPUT_KEYS if k in batch}).last_hidden_state
+                        hidden = self.body_outputs(batch).last_hidden_state
                     with torch.enable_grad():
                         loss = self._head_mlm_loss(name, hidden, batch["labels"], embedding)
                     total = total + loss
@@ -551,15 +551,15 @@ class TartanModel(nn.Module):
                         **kwargs) -> TartanModel:
         """A TARTAN checkpoint (folder with tartan_config.json): classifier and MLM heads. A plain checkpoint (a
         pretrained encoder or a classifier): MLM heads for `auxiliary_tasks`, each a copy of the checkpoint's own
-        masked-LM head when it ships one and `pretrained_mlm_heads` (`load_pretrained_mlm_heads`), else fresh. Keyword arguments (num_labels,
-        id2label, label2id, attn_implementation, ...) go to `AutoModelForSequenceClassification.from_pretrained`.
+        masked-LM head when it ships one and `pretrained_mlm_heads` (`load_pretrained_mlm_heads`), else fresh.
+        Keyword arguments (num_labels, id2label, label2id, attn_implementation, ...) go to
+        `AutoModelForSequenceClassification.from_pretrained`.
         A LoRA checkpoint: the body of `base_model` (default: the base recorded in adapter_config.json) with the
         saved adapter (`is_trainable=True` to train it further), phi' and the MLM heads."""
         if os.path.isfile(os.path.join(path, ADAPTER_CONFIG_NAME)):
             return cls._from_lora_checkpoint(path, auxiliary_tasks, base_model, is_trainable, **kwargs)
         classifier = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
-        metadata_file = os.path.join(path, TARTAN_CONFIG_NAME)
-        if not os.path.isfile(metadata_file):
+        if not os.path.isfile(os.path.join(path, TARTAN_CONFIG_NAME)):
             if auxiliary_tasks is None:
                 raise ValueError(f"{path!r} is not a TARTAN checkpoint (no {TARTAN_CONFIG_NAME}): pass "
                                  "auxiliary_tasks=[...] to start MLM heads for them")
@@ -567,22 +567,14 @@ class TartanModel(nn.Module):
             if pretrained_mlm_heads:
                 model.load_pretrained_mlm_heads(path, **{k: v for k, v in kwargs.items() if k in HUB_KWARGS})
             return model
-        with open(metadata_file) as f:
-            metadata = json.load(f)
-        if auxiliary_tasks is not None and list(auxiliary_tasks) != metadata["auxiliary_tasks"]:
-            raise ValueError(f"field 'auxiliary_tasks': {list(auxiliary_tasks)} differs from the checkpoint's "
-                             f"{metadata['auxiliary_tasks']}")
+        metadata = _saved_metadata(path, auxiliary_tasks)
         model = cls(classifier, metadata["auxiliary_tasks"], metadata.get("mlm_hidden_act", "gelu"))
         model.load_heads(path)
         return model
 
     @classmethod
     def _from_lora_checkpoint(cls, path, auxiliary_tasks, base_model, is_trainable, **kwargs) -> TartanModel:
-        with open(os.path.join(path, TARTAN_CONFIG_NAME)) as f:
-            metadata = json.load(f)
-        if auxiliary_tasks is not None and list(auxiliary_tasks) != metadata["auxiliary_tasks"]:
-            raise ValueError(f"field 'auxiliary_tasks': {list(auxiliary_tasks)} differs from the checkpoint's "
-                             f"{metadata['auxiliary_tasks']}")
+        metadata = _saved_metadata(path, auxiliary_tasks)
         saved = dict(metadata["end_task_config"])
         config = CONFIG_MAPPING[saved["model_type"]].from_dict(saved)
         base = adapter_base_model(os.path.join(path, ADAPTER_CONFIG_NAME), base_model, "TartanModel.from_pretrained")

@@ -36,16 +36,8 @@ from .config import TartanConfig
 from .losses import mt_tartan_loss
 from ..tasks.batches import BatchStream
 from ..tasks.streaming import StreamBatches, is_stream
-from .weighting import (
-                        TaskWeightsCallback,
-                        all_reduce_mean,
-                        combine_gradients,
-                        distributed,
-                        find_task_weights,
-                        meta_update,
-                        plot_task_weights,
-                        restore_task_weights,
-                        )
+from .weighting import (TaskWeightsCallback, all_reduce_mean, combine_gradients, distributed, find_task_weights,
+                        meta_update, plot_task_weights, restore_task_weights)
 from ..runtime.trainer import AuxTrainer
 from ..cards.model_card import TaskSummary, task_metrics
 from .model import TartanModel
@@ -57,13 +49,6 @@ logger = logging.getLogger(__name__)
 TASK_WEIGHTS_JSON = "task_weights.json"
 TASK_WEIGHTS_PNG = "task_weights.png"
 END_TASK = "end_task"
-
-
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The trainer
-# ----------------------------------------------------------------------------------------------------------------
 
 
 class TartanTrainer(AuxTrainer):
@@ -203,8 +188,7 @@ class TartanTrainer(AuxTrainer):
             moved = [p for p in group["params"] if id(p) in head]
             if moved:
                 group["params"] = [p for p in group["params"] if id(p) not in head]
-                optimizer.add_param_group({**{k: v for k, v in group.items() if k != "params"}, "params": moved,
-                                           "lr": lr})
+                optimizer.add_param_group({**group, "params": moved, "lr": lr})
         return optimizer
 
     def _warm_up_mlm_heads(self, model) -> None:
@@ -260,29 +244,26 @@ class TartanTrainer(AuxTrainer):
         args = self.args
         inputs = self._prepare_inputs(inputs)
         body = tartan.body_parameters()
-        n_body = len(body)
         scale = 1.0 / getattr(self, "current_gradient_accumulation_steps", args.gradient_accumulation_steps)
         losses, body_grads, head_grads = [], [], []
+
+        def task_gradients(loss: torch.Tensor, head: list[nn.Parameter]) -> None:
+            grads = torch.autograd.grad(loss, body + head, allow_unused=True)
+            losses.append(loss.detach())
+            body_grads.append(list(grads[:len(body)]))
+            head_grads.append((head, list(grads[len(body):])))
+
         # bf16: accelerate's autocast covers the wrapped forward only, so the whole step runs in it here; dropout
         # (and phi*'s) from the micro-batch's own seed, as in MT-TARTAN
         seed = micro_batch_seed(args.seed, self._micro_batches.index(self))
         with self.compute_loss_context_manager(), self.accelerator.autocast(), seeded_rng(seed, args.device):
             # g*_theta, g*_phi': end-task gradients on B*_tr; the body's outputs are kept for fitting phi*
-            end_head = tartan.end_task_head_parameters()
             with tartan.capture_body_outputs() as captured:
                 end_loss = tartan(**inputs).loss
-            grads = torch.autograd.grad(end_loss, body + end_head, allow_unused=True)
-            losses.append(end_loss.detach())
-            body_grads.append(list(grads[:n_body]))
-            head_grads.append((end_head, list(grads[n_body:])))
+            task_gradients(end_loss, tartan.end_task_head_parameters())
             # g^i_theta, g^i_phi: each auxiliary task's gradients on its own batch B_i
             for name in tartan.auxiliary_tasks:
-                aux_head = tartan.auxiliary_head_parameters(name)
-                aux_loss = tartan.mlm_loss(name, self._draw(name))
-                grads = torch.autograd.grad(aux_loss, body + aux_head, allow_unused=True)
-                losses.append(aux_loss.detach())
-                body_grads.append(list(grads[:n_body]))
-                head_grads.append((aux_head, list(grads[n_body:])))
+                task_gradients(tartan.mlm_loss(name, self._draw(name)), tartan.auxiliary_head_parameters(name))
             # g_meta: end-task validation gradient of the body, through phi* (eq. 7) or phi' (eq. 6)
             meta_batch = self._draw("_meta")
             if args.meta_head == "separate":
@@ -340,8 +321,7 @@ class TartanTrainer(AuxTrainer):
         super().log(logs, start_time)
 
     def _save_model_extras(self, output_dir: str) -> None:
-        """Beside the end-task classifier and the MLM heads (TartanModel.save_pretrained, through AuxTrainer): the
-        task-weight history as task_weights.json and task_weights.png."""
+        """Beside the model (TartanModel.save_pretrained): the task-weight history, task_weights.json and .png."""
         self.save_task_weights(output_dir)
 
     def save_task_weights(self, output_dir: str) -> None:
@@ -372,13 +352,12 @@ class TartanTrainer(AuxTrainer):
         if metrics is None:
             metrics = next((entry for entry in reversed(self.state.log_history) if "eval_loss" in entry), {})
         split, scores = task_metrics(metrics)
-        summaries = [TaskSummary(end_task_name or END_TASK, "classification", train_size=len(self.train_dataset),
-                                 eval_size=len(self.eval_dataset) if self.eval_dataset is not None else None,
-                                 metrics=scores, dataset=datasets[0] if datasets else None, split=split,
-                                 source=None if datasets else source)]
-        summaries += [TaskSummary(name, "mlm", train_size=None if is_stream(data) else len(data))  # a stream: no length
-                      for name, data in self._auxiliary_datasets.items()]
-        return summaries
+        end_task = TaskSummary(end_task_name or END_TASK, "classification", train_size=len(self.train_dataset),
+                               eval_size=len(self.eval_dataset) if self.eval_dataset is not None else None,
+                               metrics=scores, dataset=datasets[0] if datasets else None, split=split,
+                               source=None if datasets else source)
+        return [end_task] + [TaskSummary(name, "mlm", train_size=None if is_stream(data) else len(data))
+                             for name, data in self._auxiliary_datasets.items()]  # a stream: no length
 
     def _card_figures(self, output_dir: str) -> dict[str, str]:
         figures = self._loss_curve_figure(output_dir, "TARTAN losses",
@@ -404,9 +383,8 @@ class TartanTrainer(AuxTrainer):
         return "META-TARTAN" if self.args.mode == "meta" else "MT-TARTAN"
 
     def _load_checkpoint_extras(self, resume_from_checkpoint: str) -> None:
-        """Resume (after TartanModel.load_checkpoint restored the classifier and the MLM heads): the task weights,
-        their history and the stream positions from the checkpoint's trainer_state.json
-        (`hf_aux.tartan.weighting.restore_task_weights`)."""
+        """Resume (after TartanModel.load_checkpoint restored the model): the task weights, their history and the
+        stream positions from the checkpoint's trainer_state.json (`restore_task_weights`)."""
         restore_task_weights(self.task_weights_state, resume_from_checkpoint, self.task_names, "TARTAN")
         self._streams = None  # rebuilt at the restored positions
         self._resumed = True

@@ -1,15 +1,12 @@
 """Meta-learned task weights: the META-TARTAN rule (Dery et al., 2022, "Should We Be Pre-training? An Argument for
-End-task Aware Training as an Alternative", ICLR; arXiv:2109.07437; Algorithm 1 and eq. 7), written once for the
-two trainers that use it:
+End-task Aware Training as an Alternative", ICLR; arXiv:2109.07437; Algorithm 1 and eq. 7), shared by
+`TartanTrainer(mode="meta")` (the end task and its auxiliary MLM tasks) and `MuppetTrainer(task_weighting="meta")`
+(a pre-finetuning mixture's tasks, weighted toward an end task outside the mixture).
 
-- `TartanTrainer(mode="meta")`: the end task and its auxiliary MLM tasks;
-- `MuppetTrainer` with `task_weighting="meta"`: the tasks of a labelled pre-finetuning mixture, weighted toward an
-  end task that is not in the mixture (end-task-aware pre-finetuning).
-
-One update of the weights: the body gradient g_k of each task's training loss, the meta gradient g_meta of the end
-task's loss through a separately fitted meta head phi* (eq. 7), w_k <- w_k + eta cos(g_meta, g_k), alpha =
-softmax(w). Also here: the state that travels with checkpoints (`TaskWeightsCallback`), its figure, and the settings
-both configs share (`MetaWeightingArguments`, in hf_aux/tartan/config.py so that `--help` stays light).
+One update: the body gradient g_k of each task's training loss, the meta gradient g_meta of the end task's loss
+through a separately fitted meta head phi* (eq. 7), w_k <- w_k + eta cos(g_meta, g_k), alpha = softmax(w). Also here:
+the state that travels with checkpoints (`TaskWeightsCallback`) and its figure; the settings both configs share are
+`MetaWeightingArguments` (hf_aux/tartan/config.py, so that `--help` stays light).
 
 Gradients are lists of tensors, one entry per body parameter (`None` where a task does not reach that parameter,
 e.g. BERT's pooler for an MLM task): dots and norms are taken per tensor and summed, never by concatenating
