@@ -150,12 +150,10 @@ def student_update_vjp(optimizer: torch.optim.Optimizer, max_grad_norm: float | 
             cotangent = [cotangents[i] for i in indices]
             if type(optimizer) is torch.optim.SGD:
                 values = torch._foreach_mul(cotangent, -float(group["lr"]))
-            else:
-                beta1, beta2 = group["betas"]
+            else:  # moments[i]: (clipped gradient, m, v)
                 values = adamw_update_vjp_from_moments(
-                    [moments[i][0] for i in indices], [moments[i][1] for i in indices],
-                    [moments[i][2] for i in indices],
-                    step, float(group["lr"]), beta1, beta2, group["eps"], cotangent)
+                    *([moments[i][k] for i in indices] for k in range(3)),
+                    step, float(group["lr"]), *group["betas"], group["eps"], cotangent)
             through_update.update(zip(indices, values))
     raw = [grads[i].detach() for i in present]
     pulled = clip_by_total_norm_vjp(raw, max_grad_norm, [through_update[i] for i in present], in_place=True)
