@@ -111,9 +111,8 @@ class RunArgsMixin(NonFiniteArgsMixin):
         return None
 
     def _check_torch_compile_mode(self) -> None:
-        """`--torch_compile_mode` (Trainer's `torch_compile_mode`, which also turns `torch_compile` on): one of
-        torch.compile's modes, with the inductor backend (the only one that takes a mode), and a CUDA-graph mode only
-        where the step allows it (`cuda_graph_refusal`)."""
+        """`--torch_compile_mode` (which also turns `torch_compile` on) with the inductor backend, the only one that
+        takes a mode; a CUDA-graph mode only where the step allows it (`cuda_graph_refusal`)."""
         mode = self.torch_compile_mode
         if mode is None:
             return

@@ -45,9 +45,7 @@ def malloc_in_use() -> str:
     except OSError:
         mapped = ""
     found = next((name for name in OTHER_ALLOCATORS if f"lib{name}" in mapped), None)
-    if found is not None:
-        return found
-    return "glibc" if platform.libc_ver()[0] == "glibc" else "other"
+    return found or ("glibc" if platform.libc_ver()[0] == "glibc" else "other")
 
 
 def keep_freed_memory() -> str:

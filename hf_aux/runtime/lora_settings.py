@@ -43,11 +43,10 @@ class LoraArguments:
             raise UserInputError("LoraArguments: field 'lora_target_modules': give at least one module name")
 
     def check_targets(self, body) -> None:
-        """With --use_lora and named --lora_target_modules: each name matches a module of `body` (the shared body, a
-        transformers model) as peft matches a list of names (the whole dotted name or its last parts), checked as soon
-        as the model is loaded, so that a misspelt name stops the run before any data is tokenised, with the names
-        of the body's linear layers (peft would say it only when the trainer is built, and only when no name
-        matches)."""
+        """With --use_lora and named --lora_target_modules: each name matches a module of `body` (the shared body) as
+        peft matches names (the whole dotted name or its last parts). Checked once the model is loaded, so a misspelt
+        name stops the run before any data is tokenised (peft would say it only when the trainer is built, and only
+        when no name matches)."""
         targets = self.lora_target_modules
         if not self.use_lora or targets is None or targets == ["all-linear"]:
             return
@@ -66,8 +65,6 @@ class LoraArguments:
             return None
         from peft import LoraConfig
 
-        targets = self.lora_target_modules
-        if targets == ["all-linear"]:
-            targets = "all-linear"
+        targets = "all-linear" if self.lora_target_modules == ["all-linear"] else self.lora_target_modules
         return LoraConfig(r=self.lora_r, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
                           target_modules=targets)
