@@ -1,21 +1,17 @@
 """Checks of user input made before any tokenisation or model loading, each failing with ONE `UserInputError`
 (hf_aux.errors) that names the task, flag or file, the field, the row where it applies, and what to do.
 
-- `read_structured_file`: a JSON/YAML file (mixture, task file) whose syntax errors name the file, line and column.
-- `load_data_files`: local csv/json/jsonl/parquet/txt files checked first (exists, not empty, UTF-8, CSV rows as
-  wide as the header) and then loaded with `datasets`, whose own errors are re-raised naming the file.
-- `check_text_cells`: text/target columns hold strings; None is an error naming the row; an all-empty column, or
-  more than `MAX_EMPTY_SHARE` of empty cells, is an error; fewer empty cells are logged with their count.
-- `check_holdout_split`: a corpus large enough to carve a validation share from.
-- `row_name`: how every message names a row: the data file's own 1-based row (and its line, where that differs),
-  whatever shuffling, carving or capping came between; `check_rare_classes`: a class label so rare beside the others
-  that it is likely a typo stops the run, naming that row.
+Local data files are checked (exists, not empty, UTF-8, CSV rows as wide as the header, one JSON object per line)
+before `datasets` loads them, and its own errors are re-raised naming the file; every message names a row as the
+data file counts it (`row_name`), whatever shuffling, carving or capping came between.
 """
 
 from __future__ import annotations
 
 import codecs
+import collections
 import csv
+import itertools
 import json
 import logging
 import math
@@ -41,19 +37,19 @@ _CHUNK = 1 << 20
 def read_structured_file(path: str | os.PathLike, what: str) -> Any:
     """The content of a .json/.yaml/.yml file. `what` names it in errors (e.g. "mixture file 'mix.yaml'")."""
     path = Path(path)
+    named = f"{what}: {str(path)!r}"
     if not path.is_file():
-        raise UserInputError(f"{what}: {str(path)!r} does not exist")
+        raise UserInputError(f"{named} does not exist")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
-        raise UserInputError(f"{what}: {str(path)!r} is not UTF-8 text (byte {error.start}); save it as "
-                             "UTF-8") from error
+        raise UserInputError(f"{named} is not UTF-8 text (byte {error.start}); save it as UTF-8") from error
     suffix = path.suffix.lower()
     if suffix == ".json":
         try:
             return json.loads(text)
         except json.JSONDecodeError as error:
-            raise UserInputError(f"{what}: {str(path)!r} is not valid JSON: {error.msg} at line {error.lineno}, column "
+            raise UserInputError(f"{named} is not valid JSON: {error.msg} at line {error.lineno}, column "
                                  f"{error.colno}; fix the file's syntax") from error
     if suffix in (".yaml", ".yml"):
         import yaml
@@ -64,9 +60,8 @@ def read_structured_file(path: str | os.PathLike, what: str) -> Any:
             mark = getattr(error, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
             problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-            raise UserInputError(f"{what}: {str(path)!r} is not valid YAML: {problem}{where}; fix the file's "
-                                 "syntax") from error
-    raise UserInputError(f"{what}: {str(path)!r}: use a .json, .yaml or .yml file")
+            raise UserInputError(f"{named} is not valid YAML: {problem}{where}; fix the file's syntax") from error
+    raise UserInputError(f"{named}: use a .json, .yaml or .yml file")
 
 
 # ---- local data files -------------------------------------------------------------------------------------------
@@ -201,6 +196,14 @@ def _passed_marker(path: str) -> Path:
                         f"{LINE_CHECKS_VERSION}|{os.path.realpath(path)}|{stat.st_size}|{stat.st_mtime_ns}")
 
 
+def resolve_data_files(files, folder: str | os.PathLike):
+    """`data_files` (one path, or split -> path) with its relative paths resolved against `folder`."""
+    def resolve(path) -> str:
+        return str(path if os.path.isabs(str(path)) else Path(folder) / str(path))
+
+    return {split: resolve(path) for split, path in files.items()} if isinstance(files, dict) else resolve(files)
+
+
 def _each_file(files: dict):
     """(split, path) for every file of a `data_files` mapping (a split names one path or a list of them)."""
     for split, paths in files.items():
@@ -227,11 +230,9 @@ def load_data_files(files: dict[str, str], where: str, **load_kwargs):
         cause = error.__cause__ or error.__context__ or error
         raise UserInputError(f"{where}: could not read {files}: {type(cause).__name__}: {cause}; check that every "
                              "row has the same columns and types") from error
-    for split, paths in files.items():
-        if not isinstance(loaded, datasets.DatasetDict) or split not in loaded:
-            continue
+    for split, paths in files.items():  # several files: one table, no one file's rows (named by split and position)
         paths = paths if isinstance(paths, (list, tuple)) else [paths]
-        if len(paths) == 1:  # several files: one table, no one file's rows (named by split and position)
+        if isinstance(loaded, datasets.DatasetDict) and split in loaded and len(paths) == 1:
             remember_source(loaded[split], str(paths[0]), file=True)
     return loaded
 
@@ -304,28 +305,24 @@ def _file_line(path: str, number: int) -> int | None:
     suffix = Path(path).suffix.lower()
     try:
         with open(path, encoding="utf-8", newline="" if suffix == ".csv" else None) as handle:
-            if suffix == ".csv":
-                reader = csv.reader(handle)
-                next(reader, None)  # the header
-                rows, start = 0, reader.line_num
-                for row in reader:
-                    if row:
-                        rows += 1
-                        if rows == number:
-                            return start + 1
-                    start = reader.line_num
-                return None
-            if suffix in (".jsonl", ".txt") or (suffix == ".json" and _is_json_object(handle.readline())):
-                handle.seek(0)
-                rows = 0
-                for line_number, line in enumerate(handle, 1):
-                    if line.strip():
-                        rows += 1
-                        if rows == number:
-                            return line_number
+            return next(itertools.islice(_row_lines(handle, suffix), number - 1, None), None)
     except (OSError, UnicodeDecodeError):
-        pass
-    return None
+        return None
+
+
+def _row_lines(handle, suffix: str):
+    """The line on which each data row of an open data file starts (none for a file not read by lines)."""
+    if suffix == ".csv":
+        reader = csv.reader(handle)
+        next(reader, None)  # the header
+        start = reader.line_num
+        for row in reader:
+            if row:
+                yield start + 1
+            start = reader.line_num
+    elif suffix in (".jsonl", ".txt") or (suffix == ".json" and _is_json_object(handle.readline())):
+        handle.seek(0)
+        yield from (line_number for line_number, line in enumerate(handle, 1) if line.strip())
 
 
 # ---- cells ------------------------------------------------------------------------------------------------------
@@ -353,11 +350,10 @@ def check_text_cells(values: list, where: str, column: str, split: str, *, neste
                 break
     if not values or empty == 0:
         return
-    share = empty / len(values)
     if empty == len(values):
         raise UserInputError(f"{where}: column {column!r} is empty ('') in every one of the {len(values)} {split} "
                              "rows; point the column flag at the column that holds the text")
-    if share > max_empty_share:
+    if empty / len(values) > max_empty_share:
         raise UserInputError(f"{where}: column {column!r} is empty ('') in {empty} of {len(values)} {split} rows "
                              f"(first: {rows(first_empty)}), more than {max_empty_share:.0%}; fill or drop those rows")
     if max_empty_share < 1.0:
@@ -411,7 +407,7 @@ def check_rare_classes(splits: dict, label_column: str, where: str, hint: str) -
 
     from .column_checks import arrow_column
 
-    counts: dict = {}
+    counts = collections.Counter()
     for data in splits.values():
         if not hasattr(data, "select_columns"):
             continue
@@ -420,7 +416,7 @@ def check_rare_classes(splits: dict, label_column: str, where: str, hint: str) -
             return  # decimals or lists: not class labels (their own checks word it)
         for entry in pc.value_counts(column).to_pylist():
             if entry["values"] is not None:
-                counts[entry["values"]] = counts.get(entry["values"], 0) + entry["counts"]
+                counts[entry["values"]] += entry["counts"]
     total = sum(counts.values())
     for value, count in sorted(counts.items(), key=lambda item: item[1]):
         others = [n for v, n in counts.items() if v != value]
@@ -431,14 +427,12 @@ def check_rare_classes(splits: dict, label_column: str, where: str, hint: str) -
                 else -1
             if index >= 0:
                 break
-        largest = ", ".join(f"{v!r} {n}" for v, n in sorted(counts.items(), key=lambda item: -item[1])[:3]
-                            if v != value)
-        names = sorted(counts, key=str)
+        largest = ", ".join(f"{v!r} {n}" for v, n in counts.most_common(3) if v != value)
         raise UserInputError(
             f"{where}: label {value!r} is in {count} of {total} rows, first {row_name(data, index, split)}, while "
             f"every other class has at least {min(others)} ({largest}{', ...' if len(counts) > 4 else ''}): a typo? "
             f"Fix that row, or, to train {value!r} as a class of its own, name the classes ({hint}): "
-            f"{' '.join(map(str, names))}")
+            f"{' '.join(map(str, sorted(counts, key=str)))}")
 
 
 def _distinct_labels(data, column: str) -> tuple[list, int | None]:
@@ -489,13 +483,11 @@ def infer_task_kind(splits: dict, columns: dict, where: str, hint: str, label_wh
                     label_hint: str = "label_column") -> str:
     """The kind of a single task read from its loaded splits (name -> Dataset) and the column names it would use
     (`columns`: label_column, choices_column, answers_column, tokens_column, tags_column; None for the defaults):
-    SQuAD-style answers -> extractive_qa; a column of word lists (tokens) beside a tags column (ner_tags) ->
-    token_classification; a list column of choices with an integer label -> multiple_choice; labels that are
-    strings or integers -> classification; floats with a fraction -> regression. Floats that are all whole numbers
-    (0.0 / 1.0, 1-5 scores) could be either, and list labels under the label column are not a single-label kind:
-    both are errors naming `where` and `hint` (the flag that sets the kind). No label column at all is an error
-    naming `label_where` (default `where`) and `label_hint` (what names the label column), with the columns there
-    are."""
+    SQuAD-style answers -> extractive_qa; word lists (tokens) beside a tags column -> token_classification; a list
+    column of choices with an integer label -> multiple_choice; string or integer labels -> classification; floats
+    with a fraction -> regression. Whole-number floats (classes or scores?) and list labels are errors naming
+    `where` and `hint` (the flag that sets the kind); no label column, one naming `label_where` (default `where`)
+    and `label_hint` (what names the label column)."""
     first = next(iter(splits.values()))
     label = columns.get("label_column") or "label"
     if (columns.get("answers_column") or "answers") in first.column_names:
