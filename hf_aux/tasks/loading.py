@@ -21,11 +21,9 @@ __all__ = ["SPLITS", "TASK_KINDS", "TaskSpec", "check_task_data", "check_unique_
            "load_mixture", "load_task_source", "load_task_splits", "task_error", "task_from_data_files",
            "task_from_entry", "task_from_file", "task_from_hub"]
 from .validation import (check_text_cells, did_you_mean, infer_class_labels, infer_tag_labels, infer_task_kind,
-                         load_data_files, read_structured_file, remember_source, row_namer)
+                         load_data_files, read_structured_file, remember_source, resolve_data_files, row_namer)
 
-# --------------------------------------------------------------------------------------------------------------
-# Mixtures: one YAML or JSON file describing several tasks
-# --------------------------------------------------------------------------------------------------------------
+# ---- Mixtures: one YAML or JSON file describing several tasks -------------------------------------------------------
 
 
 def load_mixture(path: str | os.PathLike, max_train_samples: int | None = None,
@@ -62,11 +60,7 @@ def task_from_entry(entry, folder: str | os.PathLike) -> TaskSpec:
 
         return demo_task(entry["demo"], **{k: v for k, v in entry.items() if k != "demo"})
     if isinstance(entry, dict) and entry.get("data_files") is not None:
-        files = entry["data_files"]
-        resolve = lambda p: str(p if os.path.isabs(p) else Path(folder) / p)  # noqa: E731
-        entry = {**entry, "data_files": {k: resolve(v) for k, v in files.items()} if isinstance(files, dict)
-                 else resolve(files)}
-        entry = _described_by_data(entry)
+        entry = _described_by_data({**entry, "data_files": resolve_data_files(entry["data_files"], folder)})
     return TaskSpec.from_dict(entry)
 
 
@@ -74,27 +68,25 @@ def _classes_from_source(entry: dict) -> dict:
     """A registry task's fields with its classes, when its definition leaves them to the data (a classification or
     token classification task without label_names / num_labels): read from its source after its preprocessing, as
     a ClassLabel label feature names them (Hub datasets mostly), else from the labels themselves."""
-    classes_given = entry.get("label_names") is not None or entry.get("num_labels") is not None
-    if entry.get("kind") not in LABELLED_KINDS or classes_given:
+    if not _classes_unnamed(entry):
         return entry
-    import datasets
-
     name = entry["name"]
     raw = load_task_source(name, data_files=entry.get("data_files"), dataset_name=entry.get("dataset_name"),
                            dataset_config=entry.get("dataset_config"), train_split=entry.get("train_split", "train"),
                            preprocessing=entry.get("preprocessing"))
-    feature = next(iter(raw.values())).features.get(entry.get("label_column") or "label")
-    if entry["kind"] == "classification" and isinstance(feature, datasets.ClassLabel):
-        return {**entry, "label_names": list(feature.names)}
-    return {**entry, **_classes_from_data(name, entry["kind"], raw, entry, "label_names or num_labels in the entry")}
+    return {**entry, **_classes_from_features(name, entry["kind"], raw, entry,
+                                              "label_names or num_labels in the entry")}
+
+
+def _classes_unnamed(entry: dict) -> bool:
+    return entry.get("kind") in LABELLED_KINDS and entry.get("label_names") is None and entry.get("num_labels") is None
 
 
 def _described_by_data(entry: dict) -> dict:
     """A file task's kind and classes read from its data where the entry leaves them out (as `hf-aux finetune` does
     for --train_file): the kind from the label / choices / answers / tokens and tags columns, a classification
     task's classes from its labels, a token classification task's from its tags."""
-    classes_given = entry.get("label_names") is not None or entry.get("num_labels") is not None
-    if entry.get("kind") and (entry["kind"] not in LABELLED_KINDS or classes_given):
+    if entry.get("kind") and not _classes_unnamed(entry):
         return entry
     name = entry.get("name", "?")
     files = entry["data_files"] if isinstance(entry["data_files"], dict) else {"train": entry["data_files"]}
@@ -103,7 +95,7 @@ def _described_by_data(entry: dict) -> dict:
     if not entry.get("kind"):
         entry["kind"] = infer_task_kind(splits, entry, f"task '{name}': field 'kind'", "kind: <kind> for the task",
                                         f"task '{name}': field 'label_column'", "label_column: <column> for the task")
-    if entry["kind"] in LABELLED_KINDS and not classes_given:
+    if _classes_unnamed(entry):
         entry.update(_classes_from_data(name, entry["kind"], splits, entry, "label_names or num_labels for the task"))
     return entry
 
@@ -140,7 +132,7 @@ def task_from_data_files(name: str, kind: str, files: dict[str, str], columns: d
         if not os.path.isfile(path):
             raise UserInputError(f"{where}: {split} file {path!r} does not exist")
     spec = {"name": name, "kind": kind, "data_files": files, **(columns or {}), **options}
-    if kind in LABELLED_KINDS and spec.get("label_names") is None and spec.get("num_labels") is None:
+    if _classes_unnamed(spec):
         chosen = {split: path for split, path in files.items() if label_splits is None or split in label_splits}
         spec.update(_classes_from_data(name, kind, load_data_files(chosen, where), spec, labels_hint))
     return TaskSpec.from_dict(spec)
@@ -162,23 +154,16 @@ def task_from_hub(dataset_name: str, kind: str, dataset_config: str | None = Non
     name = name or hub_task_name(dataset_name)
     spec = {"name": name, "kind": kind, "dataset_name": dataset_name, "dataset_config": dataset_config,
             **(columns or {}), **options}
-    if kind in LABELLED_KINDS and spec.get("label_names") is None and spec.get("num_labels") is None:
+    if _classes_unnamed(spec):
         with explain_hub_errors(owner, "dataset_name", dataset_name):
             raw = datasets.load_dataset(dataset_name, dataset_config)
         if label_splits is not None:
             raw = datasets.DatasetDict({split: raw[split] for split in label_splits if split in raw})
-        if kind == "token_classification":
-            return TaskSpec.from_dict({**spec, **_classes_from_data(name, kind, raw, spec, labels_hint)})
         label_column = spec.get("label_column", "label")
-        first = next(iter(raw.values()))
-        if label_column not in first.column_names:
+        if kind == "classification" and label_column not in (found := next(iter(raw.values())).column_names):
             raise UserInputError(f"{owner}: field 'label_column': {label_column!r} is not a column of "
-                                 f"{dataset_name} ({first.column_names})")
-        feature = first.features[label_column]
-        if isinstance(feature, datasets.ClassLabel):
-            spec["label_names"] = list(feature.names)
-        else:
-            spec.update(_classes_from_data(name, kind, raw, spec, labels_hint))
+                                 f"{dataset_name} ({found})")
+        spec.update(_classes_from_features(name, kind, raw, spec, labels_hint))
     return TaskSpec.from_dict(spec)
 
 
@@ -186,6 +171,18 @@ def hub_task_name(dataset_name: str) -> str:
     """A task name from a Hub dataset id: its last part, with characters other than letters, digits, - and _
     replaced."""
     return re.sub(r"[^A-Za-z0-9_-]", "_", dataset_name.rstrip("/").split("/")[-1])
+
+
+def _classes_from_features(name: str, kind: str, raw, spec: dict, hint: str) -> dict:
+    """`_classes_from_data` of a task's source, a classification task's classes named by its ClassLabel label
+    feature where it has one (Hub datasets mostly)."""
+    import datasets
+
+    if kind == "classification":
+        feature = next(iter(raw.values())).features.get(spec.get("label_column") or "label")
+        if isinstance(feature, datasets.ClassLabel):
+            return {"label_names": list(feature.names)}
+    return _classes_from_data(name, kind, raw, spec, hint)
 
 
 def _classes_from_data(name: str, kind: str, splits, spec: dict, hint: str) -> dict:
@@ -207,9 +204,7 @@ def check_unique_names(tasks: list[TaskSpec]) -> None:
         seen.add(task.name)
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Loading and checking a task's data
-# --------------------------------------------------------------------------------------------------------------
+# ---- Loading and checking a task's data -----------------------------------------------------------------------------
 
 
 def load_task_source(name: str, *, dataset=None, data_files=None, dataset_name: str | None = None,
@@ -265,21 +260,17 @@ def load_task_splits(task: TaskSpec, seed: int = 42):
                            dataset_config=task.dataset_config, train_split=task.train_split,
                            preprocessing=task.preprocessing)
     wanted = {"train": task.train_split, "validation": task.validation_split, "test": task.test_split}
-    splits = {}
-    for role, source in wanted.items():
-        if source is not None and source in raw:
-            splits[role] = raw[source]
-    if "train" not in splits and "validation" not in splits and "test" not in splits:
+    splits = {role: raw[source] for role, source in wanted.items() if source is not None and source in raw}
+    if not splits:
         raise task_error(task.name, "train_split", f"none of the splits {[s for s in wanted.values() if s]} "
                          f"exist; available: {list(raw)}")
     if "validation" not in splits and task.validation_fraction is not None and "train" in splits:
         parts = splits["train"].train_test_split(test_size=task.validation_fraction, seed=seed)
         splits["train"], splits["validation"] = parts["train"], parts["test"]
-    if task.max_train_samples is not None and "train" in splits:
-        splits["train"] = splits["train"].select(range(min(task.max_train_samples, len(splits["train"]))))
-    for role in ("validation", "test"):
-        if task.max_eval_samples is not None and role in splits:
-            splits[role] = splits[role].select(range(min(task.max_eval_samples, len(splits[role]))))
+    caps = {"train": task.max_train_samples, "validation": task.max_eval_samples, "test": task.max_eval_samples}
+    for role, cap in caps.items():
+        if cap is not None and role in splits:
+            splits[role] = splits[role].select(range(min(cap, len(splits[role]))))
     result = datasets.DatasetDict(splits)
     for role, split in result.items():
         check_task_data(task, split, role)
@@ -289,25 +280,19 @@ def load_task_splits(task: TaskSpec, seed: int = 42):
 def check_task_data(task: TaskSpec, data, split: str = "train") -> None:
     """Raise a UserInputError naming the task and field when `data` does not fit the spec."""
     if len(data) == 0:
-        raise task_error(task.name, f"{split}_split" if split != "validation" else "validation_split",
-                         f"the {split} split is empty")
+        raise task_error(task.name, f"{split}_split", f"the {split} split is empty")
     for column in task.required_columns():
         if column not in data.column_names:
-            field_name = _column_field(task, column)
-            raise task_error(task.name, field_name, f"column {column!r} not in the {split} data"
+            raise task_error(task.name, _column_field(task, column), f"column {column!r} not in the {split} data"
                              f"{did_you_mean(column, data.column_names)}; columns are {data.column_names}")
     from .column_checks import task_rows_are_clean  # pyarrow, imported when data is checked
 
     if task_rows_are_clean(task, data):  # whole columns in Arrow; the row checks below find and word any problem
         return
     # one bulk read of the checked columns (datasets 5 reads `data[column]` lazily, row by row)
-    texts = _text_columns(task)
-    checked = list(dict.fromkeys([c for c in (task.label_column, task.choices_column, task.context_column,
-                                              task.answers_column, task.tokens_column, task.tags_column)
-                                  if c in task.required_columns()] + list(texts)))
-    columns = data.select_columns(checked)[:] if checked else {}
+    columns = data.select_columns(list(dict.fromkeys(task.required_columns())))[:]
     rows = row_namer(data, split)  # the data file's own 1-based row, whatever shuffling or carving came between
-    for column, field_name in texts.items():
+    for column, field_name in _text_columns(task).items():
         check_text_cells(columns[column], f"task '{task.name}': field '{field_name}'", column, split,
                          nested=column == task.choices_column and task.kind == "multiple_choice", rows=rows)
     if task.kind == "classification":
@@ -316,8 +301,7 @@ def check_task_data(task: TaskSpec, data, split: str = "train") -> None:
             if label is None:
                 raise task_error(task.name, "label_column", f"{rows(index)}: the label is empty (None/null); "
                                  "fill it or drop the row")
-            problem = _class_problem(label, task, "label", labels, rows, index)
-            if problem:
+            if problem := _class_problem(label, task, "label", labels, rows, index):
                 raise task_error(task.name, "label_column", problem)
     elif task.kind == "regression":
         for index, label in enumerate(columns[task.label_column]):
@@ -374,8 +358,7 @@ def _check_tagged_words(task: TaskSpec, token_rows: list, tag_rows: list, rows) 
                              f"({task.tokens_column!r}) but {len(tags)} tags ({task.tags_column!r}); give one tag "
                              "per word")
         for position, tag in enumerate(tags):
-            problem = _class_problem(tag, task, "tag", tag_rows, rows, index, position)
-            if problem:
+            if problem := _class_problem(tag, task, "tag", tag_rows, rows, index, position):
                 raise task_error(task.name, "tags_column", problem)
 
 
@@ -429,8 +412,6 @@ def _text_columns(task: TaskSpec) -> dict[str, str]:
 
 
 def _column_field(task: TaskSpec, column: str) -> str:
-    for f in ("label_column", "choices_column", "question_column", "context_column", "answers_column",
-              "source_column", "target_column", "tokens_column", "tags_column"):
-        if getattr(task, f) == column:
-            return f
-    return "text_columns"
+    return next((f for f in ("label_column", "choices_column", "question_column", "context_column", "answers_column",
+                             "source_column", "target_column", "tokens_column", "tags_column")
+                 if getattr(task, f) == column), "text_columns")
