@@ -12,7 +12,7 @@ kept with the reason (Python code in the annotation, extra `load_dataset` option
 feature) gets them from its data when the task is built (`hf_aux.tasks.loading.task_from_entry`): from the Hub, the
 datasets cache (``HF_DATASETS_CACHE``, offline) or a local stand-in.
 
-This module reads the registry; it imports no other hf_aux module but `task_spec` (tasks.py calls it).
+This module reads the registry; `hf_aux.tasks.loading` calls it.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from .spec import TaskSpec
+from .validation import resolve_data_files
 from ..errors import UserInputError
 
 DATA_FOLDER = Path(__file__).parents[1] / "task_registry_data"
@@ -74,7 +75,9 @@ class RegistryTask:
             self.fields.get("label_names") is None and self.fields.get("num_labels") is None
 
 
-def _dataset_text(dataset_name: str | None, config: str | None) -> str:
+def _dataset_text(entry: dict) -> str:
+    """An entry's dataset[/config]."""
+    dataset_name, config = entry.get("dataset_name"), entry.get("dataset_config")
     return f"{dataset_name}/{config}" if config else str(dataset_name)
 
 
@@ -85,13 +88,9 @@ def _read(path: Path) -> dict[str, RegistryTask]:
     for name, definition in content["tasks"].items():
         definition = dict(definition)
         provenance = definition.pop("provenance", {})
-        found[name] = RegistryTask(name, definition["kind"], _dataset_text(definition.get("dataset_name"),
-                                                                          definition.get("dataset_config")),
-                                   definition, provenance, source)
+        found[name] = RegistryTask(name, definition["kind"], _dataset_text(definition), definition, provenance, source)
     for name, entry in content.get("not_ready", {}).items():
-        found[name] = RegistryTask(name, entry["kind"], _dataset_text(entry.get("dataset_name"),
-                                                                     entry.get("dataset_config")),
-                                   source=source, reason=entry["reason"])
+        found[name] = RegistryTask(name, entry["kind"], _dataset_text(entry), source=source, reason=entry["reason"])
     return found
 
 
@@ -143,24 +142,17 @@ def registry_entry(entry: dict, folder: str | os.PathLike) -> dict:
     if task.demo_name:
         return {"demo": task.demo_name, **overrides}
     known = {f.name for f in fields(TaskSpec)} - {"dataset"}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
+    if unknown := sorted(set(overrides) - known):
         raise UserInputError(f"task {overrides.get('name', task.task_name)!r}: field {unknown[0]!r}: unknown field of "
                              f"registry task {task.name!r}; it takes TaskSpec fields {sorted(known)}")
     definition = {"name": task.task_name, **{k: v for k, v in task.fields.items() if k not in _NOT_DEFINED}}
     if overrides.get("data_files") is not None:
         definition.pop("dataset_name", None)
         definition.pop("dataset_config", None)
-        files = overrides["data_files"]
-        overrides["data_files"] = ({split: _local(path, folder) for split, path in files.items()}
-                                   if isinstance(files, dict) else _local(files, folder))
+        overrides["data_files"] = resolve_data_files(overrides["data_files"], folder)
     if isinstance(overrides.get("dataset_name"), str) and (Path(folder) / overrides["dataset_name"]).is_dir():
         overrides["dataset_name"] = str(Path(folder) / overrides["dataset_name"])
     return {**definition, **overrides}
-
-
-def _local(path, folder) -> str:
-    return str(path if os.path.isabs(str(path)) else Path(folder) / str(path))
 
 
 def describe(name: str) -> str:
@@ -178,13 +170,10 @@ def describe(name: str) -> str:
     else:
         lines.append(f"# definition from {source['name']} {source['version']} ({source['url']}; "
                      f"{source['licence']})")
-        if task.provenance.get("tasksource_id"):
-            lines.append(f"# tasksource id: {task.provenance['tasksource_id']}")
-        if task.provenance.get("licence"):
-            lines.append(f"# licence of the data (the Hub card's, as tasksource records it): "
-                         f"{task.provenance['licence']}")
-        if task.provenance.get("question"):
-            lines.append(f"# what to decide: {task.provenance['question']}")
+        notes = {"tasksource_id": "tasksource id",
+                 "licence": "licence of the data (the Hub card's, as tasksource records it)",
+                 "question": "what to decide"}
+        lines += [f"# {note}: {task.provenance[key]}" for key, note in notes.items() if task.provenance.get(key)]
         if task.classes_from_data:
             lines.append("# classes: read from the data's label feature (or distinct labels) when the task is built")
         lines.append(f"# cite: {source['name']} (Sileo, LREC-COLING 2024); `hf-aux tasks --citation` prints the BibTeX")
@@ -216,11 +205,8 @@ def listing(include_not_ready: bool = False, search: str | None = None) -> list[
     if not tasks:
         return []
     width = max(len(task.name) for task in tasks) + 2
-    lines = []
-    for task in tasks:
-        line = f"{task.name:<{width}}{task.kind:<22}{task.dataset}"
-        lines.append(line if task.ready else f"{line}  NOT READY: {task.reason}")
-    return lines
+    lines = [(f"{task.name:<{width}}{task.kind:<22}{task.dataset}", task) for task in tasks]
+    return [line if task.ready else f"{line}  NOT READY: {task.reason}" for line, task in lines]
 
 
 def citations() -> str:
