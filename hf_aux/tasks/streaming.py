@@ -1,22 +1,17 @@
-"""Unlabelled corpora read as a stream (datasets' `IterableDataset`), tokenised and grouped into MLM blocks on the
-fly, in bounded memory, with an exact resume.
+"""Unlabelled corpora read as a stream (datasets' `IterableDataset`, as run_mlm.py's --streaming), tokenised and
+grouped into MLM blocks on the fly (`stream_mlm_blocks`: the blocks and batches of `group_texts_for_mlm`), in bounded
+memory, with an exact resume.
 
-- `stream_corpus`: a local text/csv/json(l)/parquet file or a Hub dataset as an `IterableDataset` of its text
-  column (`load_dataset(..., streaming=True)`): nothing is converted to Arrow on disk, nothing is read ahead.
-- `stream_mlm_blocks`: the blocks `hf_aux.tasks.data.group_texts_for_mlm` makes (same function, same batches of
-  1,000 documents), made as training reads them.
-- `ResumableStream`: the torch `IterableDataset` a trainer reads. It keeps the source's `state_dict()` at the last
-  positions it yielded, so a checkpoint stores the position of exactly the blocks training consumed (not those
-  the data loader fetched ahead) and a resumed run continues with the block the uninterrupted run would have read.
-  `hf_aux.runtime.trainer.AuxTrainer` saves it in every checkpoint (`STATE_FILE`), restores it on resume, and
-  turns off Trainer's skipping of seen batches: this module names no Trainer internal.
-- `StreamBatches`: the streamed counterpart of `hf_aux.tasks.batches.BatchStream` for batches a trainer draws itself
-  (TARTAN's auxiliary MLM tasks, the meta-learned LM objective's support and query batches): endless batches read
-  in order, pass after pass, with its position (`state_dict()`) for checkpoints.
+`ResumableStream`, the torch `IterableDataset` a trainer reads, keeps the source's `state_dict()` at the last
+positions it yielded, so that a checkpoint stores the position of exactly the blocks training consumed (not those
+the data loader fetched ahead): `hf_aux.runtime.trainer.AuxTrainer` saves it in every checkpoint (`STATE_FILE`),
+restores it on resume, and turns off Trainer's skipping of seen batches; this module names no Trainer internal.
+`StreamBatches` is the streamed `hf_aux.tasks.batches.BatchStream`, for batches a trainer draws itself (TARTAN's
+auxiliary MLM tasks, the meta-learned LM objective's support and query batches).
 
-The stream is read in order: a shuffle buffer cannot be restored exactly, so there is none (as in run_mlm.py's
---streaming). Only the main process reads a train dataset's stream (accelerate dispatches its batches); every
-process reads a `StreamBatches` and keeps its own batches.
+The stream is read in order: a shuffle buffer cannot be restored exactly, so there is none. Only the main process
+reads a train dataset's stream (accelerate dispatches its batches); every process reads a `StreamBatches` and keeps
+its own batches.
 """
 
 from __future__ import annotations
@@ -29,6 +24,7 @@ import torch
 from ..errors import UserInputError
 
 STATE_FILE = "stream_state.json"
+_EMPTY_PASS = "streaming: a whole pass over a streamed corpus gave no example (no text, or fewer tokens than one block)"
 
 
 def stream_corpus(text_column: str, where: str, *, train_file: str | list[str] | None = None,
@@ -78,7 +74,7 @@ def stream_train_text(owner: str, text_column: str, *, train_file=None, dataset_
                       dataset_config: str | None = None, **load_kwargs):
     """`stream_corpus` of a command's --train_file (one path or a list) or --dataset_name, its errors naming
     `owner`'s field (e.g. owner "DataTrainingArguments"), a Hub failure explained
-    (`hf_aux.runtime.hub.explain_hub_errors`)."""
+    (`hf_aux.errors.explain_hub_errors`)."""
     import contextlib
 
     from ..errors import explain_hub_errors
@@ -124,27 +120,23 @@ class ResumableStream(torch.utils.data.IterableDataset):
         if resume is not None:
             self.source.load_state_dict(resume["source"])
             self.yielded = resume["yielded"]
-            self._states.append((self.yielded, resume["source"]))
-        else:
-            self._states.append((self.yielded, self.source.state_dict()))
+        self._states.append((self.yielded, self.source.state_dict() if resume is None else resume["source"]))
         while True:  # pass after pass: the data loader never sees a pass end (training ends at max_steps)
-            produced = False
+            start = self.yielded
             for example in self.source:
                 if resume is not None:
                     # datasets starts EVERY pass at a loaded state; this pass has started there, the next ones start
                     # at the corpus' start (as the uninterrupted run's passes do)
                     self.source.load_state_dict(None)
                     resume = None
-                produced = True
                 self.yielded += 1
                 self._states.append((self.yielded, self.source.state_dict()))
                 yield example
             if resume is not None:  # resumed at the very end of a pass: nothing was left of it
                 self.source.load_state_dict(None)
                 resume = None
-            elif not produced:
-                raise ValueError("streaming: a whole pass over a streamed corpus gave no example (no text, or fewer "
-                                 "tokens than one block)")
+            elif self.yielded == start:
+                raise ValueError(_EMPTY_PASS)
 
     def state_at(self, consumed: int) -> dict:
         """The state after the first `consumed` examples: `{"yielded": consumed, "source": <source state>}`."""
@@ -175,10 +167,7 @@ class StreamBatches:
     def __init__(self, source, batch_size: int, collate, seed: int, rank: int = 0, world_size: int = 1):
         self.source, self.batch_size, self.collate, self.seed = source, batch_size, collate, seed
         self.rank, self.world_size = rank, world_size
-        self.draws = 0
-        self._reader = ResumableStream(copy.deepcopy(source), keep=1)
-        self._examples = None  # the reader's current pass
-        self._position = None  # the reader's state after the last draw (None: the corpus' start)
+        self.load_state_dict({"draws": 0, "stream": None})  # the corpus' start
 
     def next(self) -> dict:
         batches = [[self._read() for _ in range(self.batch_size)] for _ in range(self.world_size)]
@@ -195,6 +184,7 @@ class StreamBatches:
         self._reader = ResumableStream(copy.deepcopy(self.source), keep=1)
         if state["stream"] is not None:
             self._reader.load_state_dict(state["stream"])
+        # _position: the reader's state after the last draw (None: the corpus' start); _examples: its current pass
         self.draws, self._position, self._examples = state["draws"], state["stream"], None
 
     def _read(self):
@@ -205,8 +195,7 @@ class StreamBatches:
             if example is not None:
                 return example
             self._examples = None
-        raise ValueError("streaming: a whole pass over a streamed corpus gave no example (no text, or fewer tokens "
-                         "than one block)")
+        raise ValueError(_EMPTY_PASS)
 
 
 def is_stream(data) -> bool:
