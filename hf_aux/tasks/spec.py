@@ -28,19 +28,15 @@ def task_error(task: str, field_name: str, message: str) -> UserInputError:
 
 @dataclass
 class TaskSpec:
-    """One supervised task of a multi-task mixture.
+    """One supervised task of a multi-task mixture (docs/tasks.md tabulates the columns of each kind).
 
-    Columns used per kind:
-      classification / regression: `text_columns` (one sentence or a sentence pair), `label_column`
-      multiple_choice: `choices_column` (a list of strings per example), optional `question_column` (the shared
-          context each choice is paired with), `label_column` (index of the right choice)
-      extractive_qa: `question_column`, `context_column`, `answers_column` (SQuAD format:
-          {"text": [...], "answer_start": [...]}, empty lists for unanswerable questions)
-      seq2seq: `source_column`, `target_column`
-      token_classification: `tokens_column` (a list of words per example), `tags_column` (one tag per word: an
-          integer id, as a `Sequence(ClassLabel)` column such as conll2003's `ner_tags` holds, or a string of
-          `label_names`); the tags are named by `label_names` (e.g. ["O", "B-PER", "I-PER", ...]) or counted by
-          `num_labels`, as a classification task's classes
+    Columns per kind: classification / regression `text_columns` (one sentence or a sentence pair), `label_column`;
+    multiple_choice `choices_column` (a list of strings per example), an optional `question_column` (the context
+    each choice is paired with), `label_column` (the right choice's index); extractive_qa `question_column`,
+    `context_column`, `answers_column` (SQuAD format: {"text": [...], "answer_start": [...]}, empty lists for
+    unanswerable questions); seq2seq `source_column`, `target_column`; token_classification `tokens_column` (a list
+    of words), `tags_column` (one tag per word: an id, as conll2003's `Sequence(ClassLabel)` ner_tags, or a name of
+    `label_names`), the tags named by `label_names` or counted by `num_labels`, as a classification task's classes.
     Data: exactly one of `dataset_name` (a Hub id, with `dataset_config`), `data_files` (local csv/json/jsonl/
     parquet: one path, or a dict split -> path) and `dataset` (an in-memory `datasets.Dataset` or `DatasetDict`,
     never serialised). `preprocessing`: steps applied to the loaded data before the columns are read (joins, choice
@@ -143,8 +139,7 @@ class TaskSpec:
             if not files:
                 raise task_error(self.name, "data_files", "is empty")
             read = [s for s in (self.train_split, self.validation_split, self.test_split) if s]
-            unread = [s for s in files if s not in read]
-            if unread:
+            if unread := [s for s in files if s not in read]:
                 raise task_error(self.name, "data_files", f"split {unread[0]!r} is not read: the task reads the "
                                  f"splits {read}; rename the key to one of them, or map it (e.g. validation_split: "
                                  f"{unread[0]})")
@@ -206,8 +201,7 @@ class TaskSpec:
             raise UserInputError(f"task {data!r}: field 'task': each task must be a mapping")
         name = data.get("name", "<unnamed>")
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
+        if unknown := sorted(set(data) - known):
             raise task_error(str(name), unknown[0], f"unknown field; known fields are {sorted(known - {'dataset'})}")
         for required in ("name", "kind"):
             if required not in data:
