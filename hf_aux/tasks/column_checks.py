@@ -33,7 +33,7 @@ def distinct_values(data, column: str) -> tuple[list, int | None] | None:
     values = arrow_column(data, column)
     if not _is_scalar(values.type):
         return None
-    first_null = _first_true(pc.is_null(values)) if values.null_count else None
+    first_null = pc.index(pc.is_null(values), True).as_py() if values.null_count else None
     return pc.unique(values.drop_null()).to_pylist(), first_null
 
 
@@ -66,9 +66,7 @@ def rows_are_clean(task, data) -> bool:
     The columns read are those of the table under `data`, without its indices mapping: a split made by `select` or
     `train_test_split` is checked with the rows around it (no gather, no copy), which can only make the answer
     False where the split's own rows are clean, never True where they are not."""
-    def column(name: str) -> pa.ChunkedArray:
-        return data.data.column(name)  # the Arrow table under the dataset, memory-mapped when read from disk
-
+    column = data.data.column  # of the Arrow table under the dataset, memory-mapped when read from disk
     if task.kind in ("classification", "regression"):
         if not all(_text_is_clean(column(c)) for c in task.text_columns):
             return False
@@ -76,9 +74,8 @@ def rows_are_clean(task, data) -> bool:
         if labels.null_count:
             return False
         if task.kind == "regression":
-            if pa.types.is_integer(labels.type):
-                return True
-            return pa.types.is_floating(labels.type) and pc.all(pc.is_finite(labels)).as_py() is not False
+            return pa.types.is_integer(labels.type) or (pa.types.is_floating(labels.type)
+                                                        and pc.all(pc.is_finite(labels)).as_py() is not False)
         if pa.types.is_string(labels.type) or pa.types.is_large_string(labels.type):
             return task.label_names is not None and bool(pc.all(pc.is_in(labels, pa.array(task.label_names))).as_py())
         if not pa.types.is_integer(labels.type):
@@ -114,10 +111,6 @@ def _blank_pattern() -> str:
     calls whitespace (more than RE2's \\s: e.g. U+001C..U+001F, U+0085, U+00A0, U+3000)."""
     spaces = [c for c in range(0x3001) if chr(c).isspace()]  # none lies above U+3000
     return "^[" + "".join(f"\\x{{{c:x}}}" for c in spaces) + "]*$"
-
-
-def _first_true(mask) -> int:
-    return pc.index(mask, True).as_py()
 
 
 def _is_scalar(kind: pa.DataType) -> bool:
