@@ -99,10 +99,8 @@ def moved_name(module: str, name: str):
 class _OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path=None, target=None):
         name = fullname[len("hf_aux."):] if fullname.startswith("hf_aux.") else None
-        if name in MOVED:
-            return importlib.machinery.ModuleSpec(fullname, self)
-        if name in OLD_PACKAGES:
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        if name in MOVED or name in OLD_PACKAGES:
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=name in OLD_PACKAGES)
         return None
 
     def create_module(self, spec):

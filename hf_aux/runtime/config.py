@@ -58,9 +58,6 @@ class HubTokenSafeArgsMixin:
     def __getstate__(self) -> dict:
         return {name: (None if name.endswith("_token") else value) for name, value in self.__dict__.items()}
 
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-
     def __copy__(self):
         clone = self.__class__.__new__(self.__class__)
         clone.__dict__.update(self.__dict__)

@@ -147,11 +147,9 @@ def _destroy_control_groups() -> None:
     import torch.distributed as dist
 
     for group in _CONTROL_GROUPS.values():
-        try:
+        with contextlib.suppress(RuntimeError, ValueError):  # already gone with the default group
             if dist.is_initialized():
                 dist.destroy_process_group(group)
-        except (RuntimeError, ValueError):  # already gone with the default group
-            pass
     _CONTROL_GROUPS.clear()
 
 

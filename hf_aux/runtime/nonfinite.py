@@ -245,9 +245,7 @@ def check_finite_parameters(named_parameters, step: int, args, owner: str = "the
     for the number format cannot be skipped back). `since`: the step after which they were last seen finite (the
     message then names the steps whose update may have caused it). One host sync."""
     named = list(named_parameters)
-    if not named:
-        return
-    if bool(torch.isfinite(_max_abs([p.detach() for _, p in named])).all()):
+    if not named or bool(torch.isfinite(_max_abs([p.detach() for _, p in named])).all()):
         return
     bad = [name for name, p in named if not bool(torch.isfinite(p).all())]
     when = f"after optimizer step {step}"
