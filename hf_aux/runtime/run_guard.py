@@ -375,12 +375,11 @@ class _Terminated(BaseException):
 def run_command(main, *args, prog: str | None = None):
     """A command's entry point (`hf-aux <command>` and the run scripts): `main(*args)`, with SIGTERM acting as
     Ctrl-C does. Inside the training steps `InterruptCallback` checkpoints and exits with its own line; anywhere else
-    (loading data or models, evaluating, saving) a Ctrl-C or SIGTERM ends the process with one line and exit code
-    128 + the signal number instead of a traceback. A mistake in what the user gave (`hf_aux.errors.UserInputError`:
-    a flag, a value, a file, a task, a column, an output folder in use) ends it with one line, `<prog>: error: ...`
-    (`prog`: default the script's name), and exit code 2; HF_AUX_TRACEBACK=1 adds its traceback, and any other
-    exception keeps its own. Under torchrun the rank's error file names the cause for the launcher's summary
-    (`hf_aux.errors.call_recorded`). The SIGTERM handler is restored when `main` returns."""
+    (loading, evaluating, saving) a Ctrl-C or SIGTERM ends the process with one line and exit code 128 + the signal
+    number instead of a traceback. A `hf_aux.errors.UserInputError` ends it with one line, `<prog>: error: ...`
+    (`prog`: default the script's name), and exit code 2 (a full disk: 1); HF_AUX_TRACEBACK=1 adds its traceback,
+    and any other exception keeps its own. Under torchrun the rank's error file names the cause for the launcher's
+    summary (`hf_aux.errors.call_recorded`). The SIGTERM handler is restored when `main` returns."""
     from ..errors import call_recorded, exit_for_user_error
 
     prog = prog or os.path.basename(sys.argv[0])

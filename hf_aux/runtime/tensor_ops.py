@@ -63,10 +63,10 @@ def vocabulary_projection(hidden: torch.Tensor, weight: torch.Tensor, bias: torc
     torch's linear backward makes the weight gradient in the weight's layout, G^T hidden, which reads the
     [N, V] gradient down its columns, slow on CPU once G has left the cache; hidden^T G reads G along its rows,
     then is transposed into the weight's layout (timings: docs/scaling.md). The meta-learned objective's teacher
-    heads are such a case: their gradients come at the end of a step whose vocabulary-sized
-    buffers do not fit in the cache. Under autocast it computes in the autocast dtype, as F.linear does (the
-    casts are outside the product, so the parameters' gradients come back in their own dtype). Its backward is
-    made of differentiable operations, so second derivatives are exact too."""
+    heads are such a case: their gradients come at the end of a step whose vocabulary-sized buffers do not fit in
+    the cache. Under autocast it computes in the autocast dtype, as F.linear does (the casts are outside the
+    product, so the parameters' gradients come back in their own dtype). Its backward is made of differentiable
+    operations, so second derivatives are exact too."""
     return vocabulary_projections([hidden], weight, bias)[0]
 
 
