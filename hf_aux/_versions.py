@@ -17,6 +17,7 @@ from importlib.metadata import PackageNotFoundError, requires, version
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name as _normal  # Huggingface_Hub -> huggingface-hub
 from packaging.version import Version
 
 __version__ = "0.1.0"  # hf_aux's own (setup.cfg reads it here; `hf_aux.__version__` is this)
@@ -40,10 +41,6 @@ def declared_requirements() -> dict[str, Requirement]:
         lines = parser.get("options", "install_requires", fallback="").split("\n")
     found = [Requirement(line) for line in lines if line.strip()]
     return {_normal(r.name): r for r in found if r.marker is None or "extra" not in str(r.marker)}
-
-
-def _normal(name: str) -> str:
-    return name.lower().replace("_", "-")
 
 
 def untested_versions() -> list[str]:
