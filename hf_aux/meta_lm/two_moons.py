@@ -155,9 +155,8 @@ def label_token_loss(logits, labels, label_ids, loss: str = "labels", attention_
 def finetune_moons(model, tokenizer, train, validation, test, *, epochs: int = 100, learning_rate: float = 1.2e-2,
                    batch_size: int = 16, warmup_steps: int = 10, weight_decay: float = 0.01, eval_every: int = 5,
                    loss: str = "labels", seed: int = 0) -> dict:
-    """Table 6: AdamW (betas 0.9/0.98, eps 1e-6, clip 5), inverse square-root schedule after `warmup_steps`, the
-    test accuracy of the epoch with the best validation accuracy (ties: the later epoch). `model` is an
-    `AutoModelForMaskedLM` (trained in place). Returns accuracies in [0, 1]: best_validation, test, train."""
+    """Table 6 on the Two Moons splits: `finetune_label_tokens` (the optimizer, schedule and model selection) on
+    the `AutoModelForMaskedLM` `model`, trained in place. Returns accuracies in [0, 1]: best_validation, test, train."""
     if len(train) == 0:
         raise ValueError("two moons: field 'train': empty")
     tokens = MetaLMTokens.from_tokenizer(tokenizer, [TASK_NAME], 2)
