@@ -99,9 +99,7 @@ def _check_csv(path: str, where: str) -> None:
         if not header or not any(cell.strip() for cell in header):
             raise UserInputError(f"{where}: {path!r} has no CSV header row; the first line must name the columns")
         rows = 0
-        for row in reader:
-            if not row:  # blank line
-                continue
+        for row in filter(None, reader):  # a blank line is []
             rows += 1
             if len(row) != len(header):
                 raise UserInputError(f"{where}: {path!r} line {reader.line_num}: {len(row)} fields, the header has "
