@@ -1,12 +1,10 @@
 """Whole-column checks in Arrow, without turning a column into Python objects (a 100k-row task's checks read its
 columns once, memory-mapped, instead of 100k Python values per column).
 
-These functions only ever answer "clean" or "look closer": `task_rows_are_clean` is True when every row of a split
-passes `hf_aux.tasks.loading.check_task_data`'s per-row checks, and when it is False the caller runs those Python
-checks, which find the row and word the error exactly as before. `distinct_values` gives the distinct values of a
-label column for the label and kind inference in `hf_aux.tasks.validation`. `cache_marker` / `touch_marker`: the markers
-in datasets' cache by which a check that passed (a split's columns here, a data file's lines in
-`hf_aux.tasks.validation`) is skipped at the next start.
+These functions only ever answer "clean" or "look closer": when `task_rows_are_clean` is False the caller runs the
+per-row Python checks of `hf_aux.tasks.loading.check_task_data`, which find the row and word the error. A check that
+passed (a split's columns here, a data file's lines in `hf_aux.tasks.validation`) leaves a marker in datasets' cache
+by which it is skipped at the next start.
 """
 
 from __future__ import annotations
