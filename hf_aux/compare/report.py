@@ -101,12 +101,10 @@ def headline_lines(content: dict, found: list[dict], limit: int = 5) -> list[str
     task, metric, split = content["task"], content["task"]["metric"], content["task"]["compared_split"]
     base, higher = content["baseline"], task["higher_is_better"]
     seeds = len(content["seeds"])
-    lines = []
     checkpoints = checkpoint_comparisons(content)
-    for c in checkpoints[:limit]:
-        lines.append(f"This checkpoint: {c['arm']} ({c['model']}) vs {base} on {task['name']}, {metric} on {split}, "
-                     f"at fine-tuning noise ({c['n_finetunings']} vs {c['n_baseline_finetunings']} fine-tunings): "
-                     f"{_difference(c)}: {_checkpoint_words(c, base, higher)}.")
+    lines = [f"This checkpoint: {c['arm']} ({c['model']}) vs {base} on {task['name']}, {metric} on {split}, "
+             f"at fine-tuning noise ({c['n_finetunings']} vs {c['n_baseline_finetunings']} fine-tunings): "
+             f"{_difference(c)}: {_checkpoint_words(c, base, higher)}." for c in checkpoints[:limit]]
     if len(checkpoints) > limit:
         lines.append(f"  ... and {len(checkpoints) - limit} more checkpoints (compare.md).")
     for c in found:

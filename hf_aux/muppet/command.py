@@ -244,15 +244,13 @@ def print_task_table(tasks, eval_data, metrics: dict) -> None:
     from ..tasks.metrics import PRIMARY_METRIC
 
     rows = []
-    for task in tasks:
-        if task.name not in eval_data:
-            continue
+    for task in [t for t in tasks if t.name in eval_data]:
         primary = PRIMARY_METRIC[task.kind]
         score = metrics.get(f"eval_{task.name}_{primary}")
         baseline = metrics.get(f"eval_{task.name}_majority_baseline")
         verdict = "" if baseline is None else ("beats majority" if score > baseline else "below majority")
-        rows.append(f"  {task.name:<30} {primary:<10} {score:7.3f}   majority {'' if baseline is None else f'{baseline:7.3f}'}"
-                    f"   {verdict}")
+        rows.append(f"  {task.name:<30} {primary:<10} {score:7.3f}   majority "
+                    f"{'' if baseline is None else f'{baseline:7.3f}'}   {verdict}")
     print("\nPer-task evaluation (validation split):\n" + "\n".join(rows)
           + f"\n  average primary metric: {metrics['eval_average_primary']:.3f}\n", flush=True)
 

@@ -44,7 +44,7 @@ def multiple_choice_loss(logits: torch.Tensor, labels: torch.Tensor,
         logits = logits.masked_fill(~choice_mask.bool(), float("-inf"))  # exactly zero probability
         n = choice_mask.sum(dim=-1).to(logits.dtype)
     else:
-        n = torch.full(logits.shape[:1], logits.shape[-1], dtype=logits.dtype, device=logits.device)
+        n = logits.new_full(logits.shape[:1], logits.shape[-1])
     return F.cross_entropy(logits, labels, reduction="none"), n
 
 
@@ -59,8 +59,7 @@ def span_loss(start_logits: torch.Tensor, end_logits: torch.Tensor, start_positi
         start_logits, end_logits = (x.masked_fill(padding, float("-inf")) for x in (start_logits, end_logits))
         n = attention_mask.sum(dim=-1).to(start_logits.dtype)
     else:
-        n = torch.full(start_logits.shape[:1], start_logits.shape[-1], dtype=start_logits.dtype,
-                       device=start_logits.device)
+        n = start_logits.new_full(start_logits.shape[:1], start_logits.shape[-1])
     loss = (F.cross_entropy(start_logits, start_positions, reduction="none")
             + F.cross_entropy(end_logits, end_positions, reduction="none")) / 2
     return loss, n
