@@ -158,17 +158,28 @@ def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed
     from ..errors import explain_hub_errors
     from ..tasks.validation import check_corpus, check_holdout_split, load_data_files
 
-    if data_args.streaming:
-        return streamed_text(data_args, model_args)
+    if data_args.streaming:  # {"train": the streamed corpus[, "validation": --validation_file, loaded as usual]}
+        from ..tasks.streaming import stream_train_text
+
+        text = {"train": stream_train_text("DataTrainingArguments", data_args.text_column_name,
+                                           train_file=data_args.train_file, dataset_name=data_args.dataset_name,
+                                           dataset_config=data_args.dataset_config_name,
+                                           cache_dir=model_args.cache_dir)}
+        if data_args.validation_file is not None:
+            text["validation"] = load_data_files({"validation": data_args.validation_file},
+                                                 "DataTrainingArguments: field 'validation_file'",
+                                                 cache_dir=model_args.cache_dir)["validation"]
+            check_corpus(text["validation"], data_args.text_column_name,
+                         "DataTrainingArguments: field 'text_column_name'", "validation")
+        return text
     if data_args.dataset_name is not None:
         with explain_hub_errors("DataTrainingArguments", "dataset_name", data_args.dataset_name):
             raw = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name,
                                         cache_dir=model_args.cache_dir, token=model_args.token)
     elif data_args.train_file is not None:
-        files = {"train": data_args.train_file}
-        if data_args.validation_file is not None:
-            files["validation"] = data_args.validation_file
-        raw = load_data_files(files, "DataTrainingArguments: field 'train_file'", cache_dir=model_args.cache_dir)
+        files = {"train": data_args.train_file, "validation": data_args.validation_file}
+        raw = load_data_files({split: path for split, path in files.items() if path is not None},
+                              "DataTrainingArguments: field 'train_file'", cache_dir=model_args.cache_dir)
     else:
         from ..tasks.demo import demo_unlabelled_text
 
@@ -185,23 +196,6 @@ def load_text(data_args: DataTrainingArguments, model_args: ModelArguments, seed
         split = raw["train"].train_test_split(test_size=data_args.validation_split_percentage / 100, seed=seed)
         raw = datasets.DatasetDict({"train": split["train"], "validation": split["test"]})
     return raw
-
-
-def streamed_text(data_args: DataTrainingArguments, model_args: ModelArguments) -> dict:
-    """{"train": the streamed corpus[, "validation": --validation_file, loaded as usual]}."""
-    from ..tasks.streaming import stream_train_text
-    from ..tasks.validation import check_corpus, load_data_files
-
-    text = {"train": stream_train_text("DataTrainingArguments", data_args.text_column_name,
-                                       train_file=data_args.train_file, dataset_name=data_args.dataset_name,
-                                       dataset_config=data_args.dataset_config_name, cache_dir=model_args.cache_dir)}
-    if data_args.validation_file is not None:
-        text["validation"] = load_data_files({"validation": data_args.validation_file},
-                                             "DataTrainingArguments: field 'validation_file'",
-                                             cache_dir=model_args.cache_dir)["validation"]
-        check_corpus(text["validation"], data_args.text_column_name,
-                     "DataTrainingArguments: field 'text_column_name'", "validation")
-    return text
 
 
 def encoder_path(model_args: ModelArguments) -> str | None:
@@ -257,16 +251,16 @@ def build_model(model_args: ModelArguments, tokenizer, max_seq_length: int):
     from .blocks import default_mlm_layers
     from .model import AmosModel, AmosModelConfig
 
+    settings = {"stop_gradient": model_args.stop_gradient, "generator_dropout": model_args.generator_dropout,
+                "separate_generators": model_args.separate_generators}
     if model_args.encoder_name_or_path is not None:
-        return AmosModel.from_pretrained_encoder(
-            encoder_path(model_args), model_args.generator_num_hidden_layers, mlm_layers=model_args.mlm_layers,
-            stop_gradient=model_args.stop_gradient, generator_dropout=model_args.generator_dropout,
-            separate_generators=model_args.separate_generators, cache_dir=model_args.cache_dir,
-            revision=model_args.model_revision, token=model_args.token)
+        return AmosModel.from_pretrained_encoder(encoder_path(model_args), model_args.generator_num_hidden_layers,
+                                                 mlm_layers=model_args.mlm_layers, **settings,
+                                                 **model_args.hub_kwargs())
     if model_args.model_name_or_path is not None:  # a folder or Hub repository written by AmosModel.save_pretrained
         return AmosModel.from_pretrained(resolve_checkpoint(
             model_args.model_name_or_path, owner="ModelArguments", field_name="model_name_or_path",
-            revision=model_args.model_revision, cache_dir=model_args.cache_dir, token=model_args.token))
+            **model_args.hub_kwargs()))
 
     def encoder_config(hidden, layers, heads, intermediate, overrides):
         sizes = dict(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
@@ -293,11 +287,7 @@ def build_model(model_args: ModelArguments, tokenizer, max_seq_length: int):
                                model_args.generator_intermediate_size or model_args.intermediate_size,
                                model_args.generator_config_overrides)
     mlm_layers = model_args.mlm_layers or default_mlm_layers(generator.num_hidden_layers)
-    config = AmosModelConfig.from_configs(generator, discriminator, mlm_layers=mlm_layers,
-                                          stop_gradient=model_args.stop_gradient,
-                                          generator_dropout=model_args.generator_dropout,
-                                          separate_generators=model_args.separate_generators)
-    return AmosModel(config)
+    return AmosModel(AmosModelConfig.from_configs(generator, discriminator, mlm_layers=mlm_layers, **settings))
 
 
 def main(model_args: ModelArguments | None = None, data_args: DataTrainingArguments | None = None,

@@ -127,13 +127,6 @@ class AmosModelConfig(PretrainedConfig):
         return cls(generator=generator, discriminator=discriminator.to_dict())
 
 
-def _detach_block_input(args, kwargs):
-    """The block's input hidden states without their history (§3.3 stop-gradient), as a pre-hook returns them."""
-    if args:
-        return (args[0].detach(), *args[1:]), kwargs
-    return args, {**kwargs, "hidden_states": kwargs["hidden_states"].detach()}
-
-
 def _read_safetensors(folder: str) -> dict[str, torch.Tensor]:
     """One `model.safetensors`, or the shards listed in `model.safetensors.index.json`."""
     single = os.path.join(folder, "model.safetensors")
@@ -297,9 +290,11 @@ class AmosGenerator(PreTrainedModel):
         if self._block_calls is None:  # the body called outside this generator's forward: a plain call
             return None
         self._block_calls += 1
-        if self.config.stop_gradient and self._block_calls - 1 in self.config.mlm_layers[:-1]:
-            return _detach_block_input(args, kwargs)
-        return None
+        if not (self.config.stop_gradient and self._block_calls - 1 in self.config.mlm_layers[:-1]):
+            return None
+        if args:  # §3.3 stop-gradient: the block's input hidden states without their history
+            return (args[0].detach(), *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": kwargs["hidden_states"].detach()}
 
     def _after_block(self, module, args, output):
         """Hook of every block: keeps the output of the layers carrying an inner head."""

@@ -70,11 +70,9 @@ def describe_probe(result: dict, start_name: str) -> str:
     """One paragraph for the run's printed summary."""
     before, after, difference = (result[k] for k in ("probe_start_accuracy", "probe_end_accuracy",
                                                      "probe_difference"))
-    if difference >= -0.01:
-        verdict = "the encoder kept what it knew on this probe"
-    else:
-        verdict = ("continued pretraining made the encoder WORSE on this probe: try a lower --learning_rate or "
-                   "fewer steps (docs/amos.md)")
+    verdict = ("the encoder kept what it knew on this probe" if difference >= -0.01 else
+               "continued pretraining made the encoder WORSE on this probe: try a lower --learning_rate or fewer "
+               "steps (docs/amos.md)")
     return (f"Downstream probe ({PROBE_TASK} sentiment, a logistic regression on mean-pooled features; "
             f"{PROBE_TRAIN} train / {PROBE_EVAL} validation reviews): {start_name} (start) {before:.3f}, this run "
             f"{after:.3f} ({difference:+.3f}): {verdict}.")

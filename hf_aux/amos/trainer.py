@@ -8,14 +8,11 @@ Every training micro-batch draws its masks and Gumbel noise from torch's RNG see
 batch stream (`hf_aux.runtime.distributed.micro_batch_seed`): resume is exact, DDP ranks draw different masks, and N
 processes train exactly like one process with N times the gradient accumulation.
 
-Logged every `logging_steps` (`eval_` prefixed on evaluation): `mlm_loss/layer_<d>` per MLM head, `rtd_loss`,
-`rtd_accuracy_replaced`, `rtd_accuracy_original` (at p = 0.5), `rtd_auc` (from histograms of 1/1024-logit bins),
-`replaced_fraction` (masked positions whose sample differs from the original) and `mixture_weight/layer_<d>`
-(gamma averaged since the previous log: Fig. 3a's curve), `dropped_predictions` (masked tokens past the heads'
-static slots since the previous log: 0 unless a collator masked at a larger rate than `mlm_probability`).
-Evaluation also samples every head alone on the same masks and logs `eval_rtd_auc/layer_<d>` and
-`eval_rtd_accuracy_replaced/layer_<d>` (Fig. 1a, 3b). With separate generators
-(`AmosGeneratorConfig.separate_generators`) the heads are named `generator_<k>_depth_<d>` (`AmosModel.head_names`).
+Logged every `logging_steps` (`eval_` prefixed on evaluation; docs/amos.md, "Logs"; <head>: `AmosModel.head_names`):
+`mlm_loss/<head>`, `rtd_loss`, `rtd_accuracy_replaced` / `_original` (at p = 0.5), `rtd_auc`, `replaced_fraction`,
+`mixture_weight/<head>` (Fig. 3a), `dropped_predictions` (masked tokens past the heads' static slots: 0 unless a
+collator masked at a larger rate than `mlm_probability`); evaluation adds `eval_rtd_auc/<head>` and
+`eval_rtd_accuracy_replaced/<head>` (Fig. 1a, 3b).
 """
 
 from __future__ import annotations
