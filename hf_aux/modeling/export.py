@@ -48,10 +48,10 @@ POOLING_FIELD = "hf_aux_pooling"  # config.json: how the remote class pools
 HEAD_FIELD = "hf_aux_head"  # config.json: the remote class's head function (TANH_HEAD's fields)
 
 # model type -> (its *ForSequenceClassification, where that class keeps the parts of hf_aux's head: `dense` (and
-# ModernBERT's `norm`) then `out_proj`); the poolings it reads: heads.family_reads. The class computes, at inference, exactly hf_aux's head
-# when the head has the family's function (hf_aux.modeling.heads.family_head): BERT's and ALBERT's tanh pooler (a
-# body module: the fine-tuned pooler), DeBERTa's ContextPooler (pooler_hidden_act), DistilBERT's pre_classifier
-# (ReLU), ModernBERT's head (activation, LayerNorm; cls or mean pooling), the others' `classifier` head.
+# ModernBERT's `norm`) then `out_proj`); the poolings it reads: heads.family_reads. At inference the class computes
+# exactly hf_aux's head of the family's function (heads.family_head): BERT's and ALBERT's tanh pooler (a body
+# module: the fine-tuned pooler), DeBERTa's ContextPooler (pooler_hidden_act), DistilBERT's pre_classifier (ReLU),
+# ModernBERT's head (activation, LayerNorm; cls or mean pooling), the others' `classifier` head.
 _CLASSIFIER_HEAD = {"dense": "classifier.dense", "out_proj": "classifier.out_proj"}
 _POOLER_HEAD = {"dense": "pooler.dense", "out_proj": "classifier"}
 STANDARD_CLASSIFIERS = {
@@ -108,10 +108,8 @@ def needs_remote_code(body_config: PretrainedConfig, pooling: str, head: dict | 
 
 def label_fields(task: dict) -> dict:
     """config.json's id2label / label2id for a task's outputs (a regression's one output is named after the task)."""
-    if task["kind"] == "regression":
-        names = [task["name"]]
-    else:
-        names = task["label_names"] or [f"LABEL_{i}" for i in range(task["num_labels"])]
+    names = ([task["name"]] if task["kind"] == "regression"
+             else task["label_names"] or [f"LABEL_{i}" for i in range(task["num_labels"])])
     return {"id2label": dict(enumerate(names)), "label2id": {name: i for i, name in enumerate(names)}}
 
 

@@ -11,6 +11,9 @@ from .modeling_hf_aux_classifier import TANH_HEAD, HfAuxClassificationHead
 
 # how each family's own *ForSequenceClassification reads the body: the first token (ModernBERT's also by mean)
 FAMILY_POOLINGS = {"modernbert": ("cls", "mean")}
+# the activation of each family's own head after `dense`: a fixed one, or the config field that names it
+_FAMILY_ACTIVATIONS = {"electra": "gelu", "distilbert": "relu"}
+_ACTIVATION_FIELDS = {"convbert": "hidden_act", "deberta": "pooler_hidden_act", "deberta-v2": "pooler_hidden_act"}
 
 
 def family_reads(body_config: PretrainedConfig, pooling: str) -> bool:
@@ -29,18 +32,12 @@ def family_head(body_config: PretrainedConfig, pooling: str = "cls") -> dict:
     model_type = body_config.model_type
     if not family_reads(body_config, pooling):
         return dict(TANH_HEAD)
-    if model_type == "electra":
-        return {**TANH_HEAD, "activation": "gelu"}
-    if model_type == "convbert":
-        return {**TANH_HEAD, "activation": body_config.hidden_act}
-    if model_type in ("deberta", "deberta-v2"):
-        return {**TANH_HEAD, "activation": body_config.pooler_hidden_act}
-    if model_type == "distilbert":
-        return {**TANH_HEAD, "activation": "relu"}
     if model_type == "modernbert":
         return {"activation": body_config.classifier_activation, "dense_bias": body_config.classifier_bias,
                 "norm_eps": body_config.norm_eps, "norm_bias": body_config.norm_bias}
-    return dict(TANH_HEAD)
+    if model_type in _ACTIVATION_FIELDS:
+        return {**TANH_HEAD, "activation": getattr(body_config, _ACTIVATION_FIELDS[model_type])}
+    return {**TANH_HEAD, "activation": _FAMILY_ACTIVATIONS.get(model_type, TANH_HEAD["activation"])}
 
 
 def check_head(head: dict, owner: str) -> None:

@@ -28,6 +28,7 @@ from torch import nn
 from transformers import AutoModel, AutoModelForSeq2SeqLM, PretrainedConfig, PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import SequenceClassifierOutput
+from transformers.models.bart.modeling_bart import shift_tokens_right
 
 POOLING_MODES = ("cls", "mean", "max", "mean_sqrt_len", "weightedmean", "lasttoken", "eos")
 
@@ -108,9 +109,7 @@ def _body_attention(auto_class, config) -> str | None:
     body_class = mapping[type(config)]
     if isinstance(body_class, (list, tuple)):  # Funnel: (FunnelModel, FunnelBaseModel), AutoModel takes the first
         body_class = body_class[0]
-    if not body_class._supports_sdpa:
-        return "eager"
-    return wanted
+    return wanted if body_class._supports_sdpa else "eager"
 
 
 class HfAuxSequenceClassifier(PreTrainedModel):
@@ -153,11 +152,10 @@ class HfAuxSequenceClassifier(PreTrainedModel):
         eos = getattr(self.config, "eos_token_id", None)  # Funnel's config has no such field
         logits = self.hf_aux_head(pool(hidden, attention_mask, self.pooling, input_ids, eos))
         loss = None
-        if labels is not None:
-            if self.config.problem_type == "regression":
-                loss = F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype).reshape(-1))
-            else:
-                loss = F.cross_entropy(logits, labels.reshape(-1))
+        if labels is not None and self.config.problem_type == "regression":
+            loss = F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype).reshape(-1))
+        elif labels is not None:
+            loss = F.cross_entropy(logits, labels.reshape(-1))
         return SequenceClassifierOutput(loss=loss, logits=logits)
 
     def _body_states(self, input_ids, attention_mask, token_type_ids, inputs_embeds) -> torch.Tensor:
@@ -175,9 +173,7 @@ class HfAuxSequenceClassifier(PreTrainedModel):
         # the decoder reads the input shifted right, with the input's padding mask
         config = self.config
         start = config.decoder_start_token_id if config.decoder_start_token_id is not None else config.eos_token_id
-        decoder_input_ids = input_ids.new_full(input_ids.shape, config.pad_token_id)
-        decoder_input_ids[:, 1:] = input_ids[:, :-1]
-        decoder_input_ids[:, 0] = start
+        decoder_input_ids = shift_tokens_right(input_ids, config.pad_token_id, start)
         encoded = self.body.get_encoder()(**inputs, return_dict=True).last_hidden_state
         return self.body.get_decoder()(input_ids=decoder_input_ids, attention_mask=attention_mask,
                                        encoder_hidden_states=encoded, encoder_attention_mask=attention_mask,

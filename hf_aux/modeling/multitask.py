@@ -5,16 +5,14 @@
 - ONE multiple-choice ranking head shared by all multiple-choice tasks and ONE span head shared by all
   extractive-QA tasks ("for Commonsense and MRC we utilize a separate unified head for each task [type]":
   per-dataset heads over-fitted),
-- one token classification head per token classification task (dropout -> linear map over EVERY token's hidden
-  state, as transformers' *ForTokenClassification; no pooling), the per-dataset choice of the classification heads,
-- seq2seq through the architecture's own LM head: an encoder-decoder body is its `*ForConditionalGeneration`
-  model (what `AutoModelForSeq2SeqLM` builds), so the logits are exactly that class's, with its own projection,
-  bias and scaling (T5 rescales the decoder states by d_model ** -0.5 before a tied projection, BART adds
-  `final_logits_bias`, an untied head has its own matrix). A seq2seq task needs an encoder-decoder body.
-  Sentence-level heads read the decoder states (the body's encoder and decoder, without the LM head).
-- with `spectral_norm_heads` (R4F, §3.2), every head's linear maps are spectrally normalised: classification,
-  regression, multiple-choice, span and token heads (the seq2seq LM head is the body's pre-trained projection:
-  left as is).
+- one token classification head per token classification task (dropout -> linear map over EVERY token's state,
+  as transformers' *ForTokenClassification; no pooling), per dataset like the classification heads,
+- seq2seq through the body's own LM head: an encoder-decoder body is its `*ForConditionalGeneration` model (what
+  `AutoModelForSeq2SeqLM` builds), so the logits are exactly that class's, with its projection, bias and scaling
+  (T5 rescales by d_model ** -0.5 before a tied projection, BART adds `final_logits_bias`). Sentence-level heads
+  on an encoder-decoder read the decoder states (without the LM head).
+- with `spectral_norm_heads` (R4F, §3.2), every head's linear maps are spectrally normalised (not the seq2seq LM
+  head: the body's pre-trained projection).
 
 MUPPET-style checkpoints. `save_pretrained(dir)` writes
   config.json + model.safetensors       the body alone, exactly as its own class saves it: plain transformers
@@ -23,10 +21,8 @@ MUPPET-style checkpoints. `save_pretrained(dir)` writes
   multitask_config.json                 task metadata and head settings (no encoder part: config.json is that);
   multitask_heads.safetensors           every head's weights.
 A model of ONE task (what `hf-aux finetune` trains, what `hf-aux export` writes) also writes its head into
-model.safetensors and its labels into config.json, so that plain transformers loads the fine-tuned model whole
-(hf_aux.modeling.export): a tagger with `AutoModelForTokenClassification` (`classifier.weight` / `.bias`), a
-classification or regression model with `AutoModelForSequenceClassification` (a standard class for BERT/RoBERTa
-bodies read at the first token, else hf_aux's shipped modeling file with `trust_remote_code=True`).
+model.safetensors and its labels into config.json, so that plain transformers loads it whole: a tagger with
+`AutoModelForTokenClassification`, a classifier with `AutoModelForSequenceClassification` (hf_aux.modeling.export).
 `MultiTaskModel.from_pretrained(dir or hub id)` restores all of it; on a plain encoder checkpoint it starts fresh
 heads for the tasks it is given and says which.
 
@@ -46,6 +42,7 @@ import logging
 import os
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -55,6 +52,7 @@ from transformers import (AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoMode
                           PretrainedConfig, PreTrainedModel)
 from transformers.models.auto.modeling_auto import (MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING,
                                                     MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING)
+from transformers.models.bart.modeling_bart import shift_tokens_right
 from transformers.utils import ModelOutput, cached_file
 
 from ..runtime.adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, base_of, is_lora_body, load_lora_body,
@@ -62,7 +60,7 @@ from ..runtime.adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, base_of
 from .sentence_transformers_files import copy_sentence_transformers_files
 from .export import EXPORTED_HEAD_KEYS, PlainExport, label_fields, sequence_classifier_export, write_plain_config
 from .heads import ClassificationHead, TokenClassificationHead, check_head, family_head
-from .modeling_hf_aux_classifier import TANH_HEAD
+from .modeling_hf_aux_classifier import TANH_HEAD, _hidden_size
 from .pooling import check_pooling, pool, resolve_pooling
 from ..tasks.spec import LABELLED_KINDS, TASK_KINDS, TaskSpec, task_error
 
@@ -73,8 +71,8 @@ HEADS_WEIGHTS_NAME = "multitask_heads.safetensors"
 BODY_PREFIX = "body."
 # a single token classification task's head, as AutoModelForTokenClassification names it, in model.safetensors
 EXPORTED_TOKEN_HEAD = {"classifier.weight": "weight", "classifier.bias": "bias"}
-# the one-task head kinds that plain transformers loads (MultiTaskModel.plain_export)
-EXPORTABLE_KINDS = ("classification", "regression", "token_classification")
+# the head settings of MultiTaskModelConfig, beside its encoder and tasks
+HEAD_SETTINGS = ("classifier_dropout", "spectral_norm_heads", "pooling", "classifier_head")
 
 
 class MultiTaskModelConfig(PretrainedConfig):
@@ -170,9 +168,9 @@ def normalize_task_metadata(task) -> dict:
 
 @dataclass
 class MultiTaskOutput(ModelOutput):
-    """loss: the task's standard (unscaled) loss when labels are given.
-    logits: [batch, num_labels] (classification), [batch] (regression), [batch, choices] (multiple choice),
-        [batch, target_length, vocab] (seq2seq), [batch, length, num_tags] (token classification). start_logits / end_logits: [batch, length] (extractive QA).
+    """loss: the task's standard (unscaled) loss when labels are given. logits: [batch, num_labels] (classification),
+    [batch] (regression), [batch, choices] (multiple choice), [batch, target_length, vocab] (seq2seq), [batch, length,
+    num_tags] (token classification); start_logits / end_logits: [batch, length] (extractive QA).
     last_hidden_state: the body's last hidden states ([batch(*choices), length, hidden])."""
 
     loss: torch.Tensor | None = None
@@ -180,11 +178,6 @@ class MultiTaskOutput(ModelOutput):
     start_logits: torch.Tensor | None = None
     end_logits: torch.Tensor | None = None
     last_hidden_state: torch.Tensor | None = None
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Model
-# ----------------------------------------------------------------------------------------------------------------
 
 
 class MultiTaskModel(PreTrainedModel):
@@ -221,21 +214,18 @@ class MultiTaskModel(PreTrainedModel):
 
     def _build_head(self, task: dict, hidden: int) -> None:
         self.__dict__["_head_module_cache"] = None  # train()'s flat list of head modules is rebuilt on next use
-        kind, dropout = task["kind"], self.config.classifier_dropout
+        kind, dropout, norm = task["kind"], self.config.classifier_dropout, self.config.spectral_norm_heads
         if kind in ("classification", "regression"):
             self.classification_heads[task["name"]] = ClassificationHead(
-                hidden, task["num_labels"], dropout, spectral_norm=self.config.spectral_norm_heads,
-                head=self.config.classifier_head)
+                hidden, task["num_labels"], dropout, spectral_norm=norm, head=self.config.classifier_head)
         elif kind == "token_classification":
-            self.token_heads[task["name"]] = TokenClassificationHead(
-                hidden, task["num_labels"], dropout, spectral_norm=self.config.spectral_norm_heads)
+            self.token_heads[task["name"]] = TokenClassificationHead(hidden, task["num_labels"], dropout, norm)
         elif kind == "multiple_choice" and self.multiple_choice_head is None:
-            self.multiple_choice_head = ClassificationHead(hidden, 1, dropout,
-                                                           spectral_norm=self.config.spectral_norm_heads,
+            self.multiple_choice_head = ClassificationHead(hidden, 1, dropout, spectral_norm=norm,
                                                            head=self.config.classifier_head)
         elif kind == "extractive_qa" and self.span_head is None:
             self.span_head = nn.Linear(hidden, 2)
-            if self.config.spectral_norm_heads:
+            if norm:
                 self.span_head = nn.utils.parametrizations.spectral_norm(self.span_head)
 
     def _freeze_unused_pooler(self) -> None:
@@ -270,7 +260,6 @@ class MultiTaskModel(PreTrainedModel):
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
 
-    # ------------------------------------------------------------------------------------------------------------
     def get_input_embeddings(self):
         return self.body.get_input_embeddings()
 
@@ -311,11 +300,8 @@ class MultiTaskModel(PreTrainedModel):
         needs to load a classification, regression or token classification model (`plain_export`)."""
         task = self.config.task(name)
         body = merged_body(self.body) if self.has_body_lora else self.body
-        config = MultiTaskModelConfig(encoder=body.config, tasks=[task], pooling=self.config.pooling,
-                                      classifier_dropout=self.config.classifier_dropout,
-                                      spectral_norm_heads=self.config.spectral_norm_heads,
-                                      classifier_head=self.config.classifier_head)
-        model = MultiTaskModel(config, body=body)
+        settings = {key: getattr(self.config, key) for key in HEAD_SETTINGS}
+        model = MultiTaskModel(MultiTaskModelConfig(encoder=body.config, tasks=[task], **settings), body=body)
         heads = {k for k in model.state_dict() if not k.startswith(BODY_PREFIX)}  # named as in this model
         model._load_heads({k: v for k, v in self.state_dict().items() if k in heads}, source=f"task '{name}'")
         return model
@@ -339,11 +325,9 @@ class MultiTaskModel(PreTrainedModel):
         return self
 
     def _head_modules(self):
-        heads = list(self.classification_heads.values()) + list(self.token_heads.values())
-        heads += [h for h in (self.multiple_choice_head, self.span_head) if h is not None]
-        return heads
+        return [*self.classification_heads.values(), *self.token_heads.values(),
+                *(head for head in (self.multiple_choice_head, self.span_head) if head is not None)]
 
-    # ------------------------------------------------------------------------------------------------------------
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -369,9 +353,8 @@ class MultiTaskModel(PreTrainedModel):
         kind = spec["kind"]
         if input_ids is None and inputs_embeds is None:
             raise ValueError(f"task '{spec['name']}': field 'input_ids': give input_ids or inputs_embeds")
-        batch_size = (input_ids if input_ids is not None else inputs_embeds).shape[0]
+        batch_size, num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
         if kind == "multiple_choice":  # rank C (question, choice) encodings with one shared head
-            num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
             flatten = lambda x: None if x is None else x.reshape(-1, *x.shape[2:])  # noqa: E731
             input_ids, attention_mask, token_type_ids, inputs_embeds = map(
                 flatten, (input_ids, attention_mask, token_type_ids, inputs_embeds))
@@ -404,11 +387,10 @@ class MultiTaskModel(PreTrainedModel):
             if labels is not None:  # -100 on later sub-tokens of a word, special tokens and padding
                 loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
         elif kind == "extractive_qa":
-            start_logits, end_logits = self.span_head(hidden).unbind(dim=-1)  # [B, length] each
+            spans = self.span_head(hidden)  # [B, length, 2]
             if attention_mask is not None:  # candidate positions: the real tokens
-                padding = attention_mask == 0
-                start_logits = start_logits.masked_fill(padding, torch.finfo(start_logits.dtype).min)
-                end_logits = end_logits.masked_fill(padding, torch.finfo(end_logits.dtype).min)
+                spans = spans.masked_fill((attention_mask == 0).unsqueeze(-1), torch.finfo(spans.dtype).min)
+            start_logits, end_logits = spans.unbind(dim=-1)  # [B, length] each
             if start_positions is not None and end_positions is not None:
                 loss = (F.cross_entropy(start_logits, start_positions) + F.cross_entropy(end_logits, end_positions)) / 2
         else:  # seq2seq: the *ForConditionalGeneration body's own logits (its head, bias and scaling)
@@ -478,14 +460,9 @@ class MultiTaskModel(PreTrainedModel):
     def _shift_right(self, ids: torch.Tensor) -> torch.Tensor:
         config = self.body.config
         start = config.decoder_start_token_id if config.decoder_start_token_id is not None else config.eos_token_id
-        shifted = ids.new_full(ids.shape, config.pad_token_id)
-        shifted[:, 1:] = ids[:, :-1]
-        shifted[:, 0] = start
-        return shifted.masked_fill(shifted == -100, config.pad_token_id)
+        return shift_tokens_right(ids, config.pad_token_id, start)  # -100 (an ignored label) read as padding
 
-    # ------------------------------------------------------------------------------------------------------------
-    # MUPPET-style checkpoints
-    # ------------------------------------------------------------------------------------------------------------
+    # ---- MUPPET-style checkpoints ----
     def save_pretrained(self, save_directory, state_dict=None, is_main_process: bool = True, push_to_hub=False,
                         **kwargs):
         """Body as a standard checkpoint of its own class + heads and task metadata beside it (module docstring).
@@ -496,9 +473,7 @@ class MultiTaskModel(PreTrainedModel):
         state = state_dict if state_dict is not None else self.state_dict()
         body_state = {k[len(BODY_PREFIX):]: v for k, v in state.items() if k.startswith(BODY_PREFIX)}
         kwargs.pop("safe_serialization", None)  # always safetensors
-        repo_id = kwargs.pop("repo_id", None)
-        token = kwargs.pop("token", None)
-        commit_message = kwargs.pop("commit_message", None)
+        repo_id, token, commit_message = (kwargs.pop(key, None) for key in ("repo_id", "token", "commit_message"))
         if is_main_process:
             if self.has_body_lora:  # the adapter alone, as peft writes it; the frozen base weights are not saved
                 save_lora_body(self.body, save_directory, state_dict=body_state)
@@ -530,10 +505,8 @@ class MultiTaskModel(PreTrainedModel):
             return sequence_classifier_export(self.classification_heads[task["name"]], task, self.body.config,
                                               self.config.pooling, self.config.classifier_dropout,
                                               self.config.classifier_head)
-        if task["kind"] == "token_classification":
-            head = self._exported_token_head()
-            return PlainExport(head, label_fields(task)) if head else PlainExport()
-        return PlainExport()
+        head = self._exported_token_head() if task["kind"] == "token_classification" else {}
+        return PlainExport(head, label_fields(task)) if head else PlainExport()
 
     def _exported_token_head(self) -> dict:
         """{"classifier.weight", "classifier.bias"}: the head of a model whose ONE task is token classification,
@@ -577,8 +550,7 @@ class MultiTaskModel(PreTrainedModel):
     def _multitask_metadata(self, adapter: str | None = None) -> dict:
         from .._versions import __version__
 
-        data = {k: v for k, v in self.config.to_dict().items()
-                if k in ("tasks", "classifier_dropout", "spectral_norm_heads", "pooling", "classifier_head")}
+        data = {k: v for k, v in self.config.to_dict().items() if k in ("tasks", *HEAD_SETTINGS)}
         data["hf_aux_version"] = __version__
         if adapter is None:
             data["format"] = "muppet-style: body in config.json/model.safetensors, heads in " + HEADS_WEIGHTS_NAME
@@ -614,17 +586,13 @@ class MultiTaskModel(PreTrainedModel):
                       if k in kwargs}
         metadata_file = cached_file(pretrained_model_name_or_path, MULTITASK_CONFIG_NAME,
                                     _raise_exceptions_for_missing_entries=False, **hub_kwargs)
-        metadata = {}
-        if metadata_file is not None:
-            with open(metadata_file) as f:
-                metadata = json.load(f)
+        metadata = {} if metadata_file is None else json.loads(Path(metadata_file).read_text())
         adapter_file = None
         if metadata.get("adapter") == "lora":  # the body is a base model + the adapter saved here
             adapter_file = cached_file(pretrained_model_name_or_path, ADAPTER_CONFIG_NAME, **hub_kwargs)
             base = adapter_base_model(adapter_file, base_model, "MultiTaskModel.from_pretrained")
             base_kwargs = {k: v for k, v in kwargs.items() if k not in ("revision", "subfolder")}
-            base_config = AutoConfig.from_pretrained(base, **{k: v for k, v in hub_kwargs.items()
-                                                             if k not in ("revision", "subfolder")})
+            base_config = AutoConfig.from_pretrained(base, **{k: v for k, v in base_kwargs.items() if k in hub_kwargs})
             body = body_auto_class(base_config).from_pretrained(base, **base_kwargs)
         else:
             if base_model is not None:
@@ -699,8 +667,7 @@ class MultiTaskModel(PreTrainedModel):
         passes): it is loaded into the body, strictly; the heads must then come from `load_checkpoint_heads`."""
         if state_dict and not any(k.startswith(BODY_PREFIX) for k in state_dict):
             state_dict = _without_exported_head(state_dict, self.body)  # the head's copy: the heads file has it
-            body_keys = set(self.body.state_dict())
-            if set(state_dict) <= body_keys:
+            if set(state_dict) <= set(self.body.state_dict()):
                 return self.body.load_state_dict(state_dict, strict=False, assign=assign)
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
@@ -722,16 +689,7 @@ def body_auto_class(config: PretrainedConfig):
     return AutoModel
 
 
-def _hidden_size(config) -> int:
-    for name in ("hidden_size", "d_model"):
-        if getattr(config, name, None) is not None:
-            return getattr(config, name)
-    raise ValueError(f"cannot tell the hidden size of a {config.model_type} body")
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# One task from a checkpoint: the downstream fine-tuning model, its head fresh or re-used (MUPPET §4)
-# ----------------------------------------------------------------------------------------------------------------
+# ---- One task from a checkpoint: the downstream fine-tuning model, its head fresh or re-used (MUPPET §4) ----
 
 
 def checkpoint_head_for(source: MultiTaskModel, task: TaskSpec):

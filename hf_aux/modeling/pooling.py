@@ -23,8 +23,7 @@ POOLING_MODES = ("cls", "mean", "max", "mean_sqrt_len", "weightedmean", "lasttok
 _ST_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_max_tokens": "max",
              "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len", "pooling_mode_weightedmean_tokens": "weightedmean",
              "pooling_mode_lasttoken": "lasttoken"}
-_ST_NAMES = {"cls": "cls", "mean": "mean", "max": "max", "mean_sqrt_len_tokens": "mean_sqrt_len",
-             "weightedmean": "weightedmean", "lasttoken": "lasttoken"}
+_ST_NAMES = {"mean_sqrt_len_tokens": "mean_sqrt_len"}  # its `pooling_mode` names; the others are hf_aux's
 
 
 def check_pooling(value: str, where: str) -> str:
@@ -63,9 +62,7 @@ def resolve_pooling(pooling: str, body_config) -> str:
     if pooling != "auto":
         return pooling
     own = sentence_transformers_pooling(getattr(body_config, "_name_or_path", None))
-    if own is not None:
-        return own
-    return "eos" if body_config.is_encoder_decoder else "cls"
+    return own or ("eos" if body_config.is_encoder_decoder else "cls")
 
 
 _DESCRIPTIONS = {"cls": "the first token's state", "mean": "the mean of the token states (mask-aware)",
