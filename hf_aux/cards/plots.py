@@ -8,6 +8,7 @@ import math
 import os
 from pathlib import Path
 
+
 def _pyplot():
     import matplotlib
 
@@ -116,24 +117,13 @@ def plot_loss_curves(log_history: list[dict], path: str | os.PathLike, keys: tup
                      title: str = "Loss", exclude_prefixes: tuple = (), same_scale: bool = False) -> Path:
     """Plot the losses logged in `trainer.state.log_history` against the step and save a PNG at `path`.
 
-    Every logged loss is drawn (a key with "loss" as one of its words: the training loss, the evaluation loss, and
-    per-task or per-objective losses a trainer logs, e.g. "loss/sst2", "rtd_loss", "eval_imdb_loss"), in small
-    multiples: the overall losses (`keys`) in one panel, a trainer's other named loss parts in the next, each family
-    of per-task losses in panels of its own,
-    at most `MAX_SERIES_PER_PANEL` lines a panel, legends beside the axes. Keys starting with one of
-    `exclude_prefixes` are left out (e.g. MUPPET's "scaled_loss/": the same curves as "loss/", rescaled). The
-    training objective and the evaluation loss share one axis only when `same_scale` says they are one quantity
-    (`loss_panels`). Raises ValueError when nothing loss-like was logged.
+    Every logged loss is drawn (a key with "loss" as one of its words: "loss", "eval_loss", "loss/sst2", "rtd_loss",
+    "eval_imdb_loss", ...) in the small multiples of `loss_panels`, legends beside the axes. Keys starting with one
+    of `exclude_prefixes` are left out (e.g. MUPPET's "scaled_loss/": the same curves as "loss/", rescaled). Raises
+    ValueError when nothing loss-like was logged.
     """
-    series: dict[str, list[tuple[float, float]]] = {}
-    for entry in log_history:
-        step = entry.get("step")
-        if step is None:
-            continue
-        for name, value in entry.items():
-            if _is_loss_key(name) and isinstance(value, (int, float)) and math.isfinite(value) \
-                    and not name.startswith(exclude_prefixes):
-                series.setdefault(name, []).append((step, float(value)))
+    series = {name: points for name, points in logged_series(log_history, "").items()
+              if _is_loss_key(name) and not name.startswith(exclude_prefixes)}
     if not series:
         raise ValueError("No loss was logged: trainer.state.log_history has no entry with a '*loss' key and a step")
     panels = loss_panels(series, keys, title, same_scale)
