@@ -69,11 +69,13 @@ def check_scalar_types(parsed, given: Mapping, where: str) -> None:
             value, expected = getattr(instance, item.name), _SCALAR_TYPES.get(_type_name(item.type))
             if value is None or expected is None or _is_a(value, expected):
                 continue
+            problem = UserInputError(f"{where}: field {item.name!r} must be {expected.__name__}, got {value!r}")
+            if not isinstance(value, str) or expected is bool:
+                raise problem
             try:
-                setattr(instance, item.name, _from_text(value, expected))
+                setattr(instance, item.name, expected(value))
             except ValueError:
-                raise UserInputError(f"{where}: field {item.name!r} must be {expected.__name__}, "
-                                     f"got {value!r}") from None
+                raise problem from None
 
 
 def _type_name(annotation) -> str:
@@ -87,13 +89,6 @@ _SCALAR_TYPES = {name: kind for kind in (bool, int, float) for name in (kind.__n
 
 
 def _is_a(value, expected: type) -> bool:
-    if expected is bool:
-        return isinstance(value, bool)
-    kinds = (int, float) if expected is float else (int,)
-    return isinstance(value, kinds) and not isinstance(value, bool)
-
-
-def _from_text(value, expected: type):
-    if not isinstance(value, str) or expected is bool:
-        raise ValueError(value)
-    return expected(value)
+    """`value` is of the field's type: a bool for bool, an int (never a bool) for int, an int or float for float."""
+    kinds = {bool: (bool,), int: (int,), float: (int, float)}[expected]
+    return isinstance(value, kinds) and (expected is bool or not isinstance(value, bool))

@@ -1,10 +1,7 @@
-"""Argument dataclasses every hf_aux command shares: where the model and tokenizer come from (with the Hub's
-`cache_dir`, `model_revision` and `token`), where the data comes from (`DataSourceArguments`), and LoRA on the
-shared body (`LoraArguments`, from hf_aux.runtime.lora_settings). Each method's command subclasses `ModelArguments` for
-its own model flags, and `DataSourceArguments` (where it reads a dataset or data files) for its data flags.
-
-Nothing here imports Trainer or peft (`LoraArguments.lora_config` imports peft when a LoRA run asks for it), so
-`hf-aux <method> --help` stays fast."""
+"""Argument dataclasses every hf_aux command shares (each method's command subclasses them for its own flags):
+where the model and tokenizer come from, with the Hub's settings (`ModelArguments`), where the data comes from
+(`DataSourceArguments`), and LoRA on the shared body (`LoraArguments`, from hf_aux.runtime.lora_settings). Nothing
+here imports Trainer or peft (`LoraArguments.lora_config` imports peft when asked), so `--help` stays fast."""
 
 from __future__ import annotations
 

@@ -3,15 +3,9 @@
     hf-aux export --model <hf-aux muppet output> --task <name> --output_dir <new folder>
 
 The output folder is the one-task checkpoint `hf-aux finetune` would write for that task's trained head
-(`MultiTaskModel.one_task_model`, then `save_pretrained`): the body and the head in config.json +
-model.safetensors, which `AutoModelForSequenceClassification` and `pipeline("text-classification")` load with the
-head's label names (`trust_remote_code=True` when the head pools in a way no transformers class does: see
-hf_aux.modeling.export), the MUPPET-style files that hf_aux reads (`MultiTaskModel.from_pretrained`,
-`hf-aux finetune --reuse_head`), the sentence-transformers files and the tokenizer of the checkpoint.
-
-Classification and regression heads only; the other tasks' heads (multiple choice, extractive QA, seq2seq, token
-classification) are refused with the list of the tasks that can be exported. An existing, non-empty output folder
-is refused too (nothing there is overwritten).
+(`MultiTaskModel.one_task_model`, then `save_pretrained`: see hf_aux.modeling.export), with the checkpoint's
+tokenizer. Classification and regression heads only (any other is refused with the tasks that can be exported);
+an existing, non-empty output folder is refused too (nothing there is overwritten).
 """
 
 from __future__ import annotations

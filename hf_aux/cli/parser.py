@@ -1,10 +1,9 @@
-"""One parser for every hf_aux command: `--config file.yaml` (defaults that any flag overrides), the method's demo
-config under it when no data source is given, the single-argument-file form (both read by cli/argument_files.py).
-
-Layers, lowest first, each overriding the one before: (1) the dataclasses' own defaults; (2) the method's demo
-config (`hf_aux/cli/configs/<method>.yaml`), only when neither the command line nor `--config` names a data source
+"""One parser for every hf_aux command (`CommandParser`), and the layers of its defaults, lowest first, each
+overriding the one before: (1) the dataclasses' own defaults; (2) the method's demo config
+(`hf_aux/<method>/demo.yaml`), only when neither the command line nor `--config` names a data source
 (`data_source_flags`), so `hf-aux tartan --output_dir X --max_steps 4` is the demo, four steps long; (3) the
-`--config` file (YAML or JSON, argument names to values); (4) the flags on the command line.
+`--config` file (YAML or JSON, argument names to values, read by cli/argument_files.py); (4) the command line.
+A single `.json`/`.yaml`/`.yml` argument is the older form: the file holds every argument, no demo.
 
 Then two rules about what the user asked for (`given`: command-line flags and the keys of a --config or argument
 file, never the demo config's):
@@ -14,10 +13,7 @@ file, never the demo config's):
   (run_guard's `evaluation_implied`). Asking for no training, evaluation, prediction or push is an error first.
 - Intervals (`_interval_strategies`): an explicit `--save_steps`, `--eval_steps` or `--logging_steps` implies the
   steps strategy of its kind when that strategy was not given; given both, a steps value under another strategy
-  is a warning. A single `.json`/`.yaml`/`.yml` argument is the older form: the file holds every argument, no demo.
-
-`CommandParser` takes flags only in full (`--max_step` is not `--max_steps`), raises every command-line mistake as
-a `UserInputError` (an unknown flag with the closest known ones), and keeps `--help` to one screen (`--help-all`)."""
+  is a warning."""
 
 from __future__ import annotations
 
@@ -101,15 +97,12 @@ class CommandParser(HfArgumentParser):
     """`HfArgumentParser` as every hf_aux command uses it:
 
     - flags only as written in full (`allow_abbrev=False`: argparse would take `--max_step 3` for `--max_steps`);
-    - every mistake in the command line raised as a `UserInputError` (the command prints it as one line): a bad value
-      with argparse's own words, an unknown flag with the closest known ones (`did you mean --max_steps?`), a check
-      of an argument dataclass (TrainingArguments' own included) with its message;
-    - a help of argparse argument groups (`sections`), in this order: the data's flags, then --output_dir and
-      --overwrite_output_dir; the method's own flags (its config's fields that are not TrainingArguments'); the other
-      dataclasses' (the model's, LoRA's, ...); the Trainer's and hf_aux's run flags, the most used first
-      (COMMON_TRAINER_FLAGS). `--help` keeps to one screen: one flag per field, of the Trainer's only the most used
-      (in one line of help), each help text cut to HELP_LINES lines; its last line says how many more `--help-all`
-      lists, each with its whole help text."""
+    - every mistake in the command line raised as a `UserInputError` (printed as one line): a bad value in argparse's
+      words, an unknown flag with the closest known ones, a dataclass's own check (TrainingArguments' too);
+    - a help of argument groups (`sections`): the data's flags with --output_dir and --overwrite_output_dir; the
+      method's own (its config's fields that are not TrainingArguments'); the other dataclasses'; the Trainer's and
+      hf_aux's run flags, the most used first (COMMON_TRAINER_FLAGS). `--help` keeps to one screen: of the Trainer's
+      flags only the most used, each help text cut to HELP_LINES lines; `--help-all` lists every flag in full."""
 
     def __init__(self, dataclass_types, **kwargs):
         from transformers import TrainingArguments
@@ -295,11 +288,10 @@ def parse_command_line(parser: HfArgumentParser, argv: Sequence[str] | None = No
     sources = _sources_named(data_source_flags, argv, config)
     given = set(config) | {parser._option_string_actions[flag].dest for flag in _flags(argv)
                            if flag in parser._option_string_actions}
-    defaults = {}
+    demo = {}
     if demo_config is not None and not sources:
-        defaults.update(demo_config if isinstance(demo_config, Mapping) else read_argument_mapping(demo_config, parser))
-    defaults.update(config)
-    defaults.update(_interval_strategies(given))
+        demo = demo_config if isinstance(demo_config, Mapping) else read_argument_mapping(demo_config, parser)
+    defaults = {**demo, **config, **_interval_strategies(given)}
     original = {action.dest: action.default for action in parser._actions if action.dest in defaults}
     parser.set_defaults(**defaults)  # argparse converts string defaults with the flag's type, as if typed
     try:
@@ -374,11 +366,11 @@ def _warn_steps_without_strategy(parsed, given) -> None:
     for instance in parsed:
         for steps, strategy in INTERVALS.items():
             value = getattr(instance, strategy, None)
-            if steps in given and strategy in given and value is not None and str(getattr(value, "value", value)) \
-                    not in ("steps", "best"):
+            value = None if value is None else str(getattr(value, "value", value))
+            if steps in given and strategy in given and value not in (None, "steps", "best"):
                 every = f"{getattr(instance, steps):g}"
                 logger.warning("--%s %s has no effect: --%s is %r (pass --%s steps to act every %s steps)", steps,
-                               every, strategy, str(getattr(value, "value", value)), strategy, every)
+                               every, strategy, value, strategy, every)
 
 
 def _take_config_flag(argv: list[str]) -> tuple[list[str], str | None]:

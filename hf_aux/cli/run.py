@@ -1,15 +1,8 @@
-"""The steps every hf_aux command takes around its method, written once:
-
-- `start_run`: one logging set-up; the output folder's guard (`hf_aux.runtime.run_guard.guard_output_dir`: lock,
-  another run's folder, and the ONE resume rule: `--resume_from_checkpoint` when given, else the newest complete
-  `checkpoint-*` in `--output_dir`, else afresh; under a launcher one process decides and every rank follows);
-  the Hub repository created before any work, as part of that decision; `set_seed`.
-- `train_and_save`: `trainer.train(resume_from_checkpoint=run.checkpoint)`, `save_model`, the train metrics and
-  the trainer state.
-- `record_metrics`: log and save one split's metrics.
-- `finish_run`: the model card (README.md and its figures, written on every run that saved a model); it returns
-  whether there is one, and the command then pushes the output folder itself, token-checked, with --push_to_hub
-  (`hf_aux.runtime.hub.push_trainer_output`).
+"""The steps every hf_aux command takes around its method, written once: `start_run` (logging, the output folder's
+guard with the ONE resume rule of `hf_aux.runtime.run_guard.guard_output_dir`: `--resume_from_checkpoint` when
+given, else the newest complete `checkpoint-*` in `--output_dir`, else afresh; under a launcher one process decides
+and every rank follows), `train_and_save`, `record_metrics` and `finish_run` (the model card; the command then
+pushes, token-checked: `hf_aux.runtime.hub.push_trainer_output`).
 """
 
 from __future__ import annotations
@@ -49,9 +42,8 @@ def start_run(training_args, *arguments):
 
     setup_logging(training_args)
     run = guard_output_dir(training_args, *arguments, prepare=create_hub_repo if training_args.push_to_hub else None)
-    if run.nothing_to_do:
-        return run
-    set_seed(training_args.seed)
+    if not run.nothing_to_do:
+        set_seed(training_args.seed)
     return run
 
 

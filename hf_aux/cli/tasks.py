@@ -8,10 +8,8 @@
     hf-aux tasks --citation                       the BibTeX of the registry's sources
 
 `--download` loads each task of the mixture the way training will (`hf_aux.tasks.loading.load_mixture`, then
-`load_task_splits`: registry names, Hub datasets, local files and demo tasks alike), so the datasets cache
-(`HF_DATASETS_CACHE`, default ~/.cache/huggingface/datasets) then holds everything an air-gapped run of the same
-mixture reads with `HF_DATASETS_OFFLINE=1` (a run that finds a Hub dataset missing from the cache offline says
-so, pointing here).
+`load_task_splits`), so the datasets cache (`HF_DATASETS_CACHE`) then holds everything an air-gapped run of the
+same mixture reads with `HF_DATASETS_OFFLINE=1`.
 """
 
 from __future__ import annotations
@@ -53,16 +51,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(task_registry.citations())
         elif args.name:
             print(task_registry.describe(args.name), end="")
-        elif args.search:
-            found = task_registry.listing(include_not_ready=args.all, search=args.search)
-            if not found:
+        else:
+            found = task_registry.listing(include_not_ready=args.all, search=args.search or None)
+            if args.search and not found:
                 print(f"hf-aux tasks: no {'' if args.all else 'ready '}task matches {args.search!r} (searched: names, "
                       "kinds, datasets, descriptions)" + ("" if args.all else "; --all searches every task"),
                       file=sys.stderr)
                 raise SystemExit(1)
             print("\n".join(found))
-        else:
-            print("\n".join(task_registry.listing(include_not_ready=args.all)))
     except ValueError as error:  # a user's mistake: one line naming the task, field or file
         print(f"hf-aux tasks: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
