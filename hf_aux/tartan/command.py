@@ -307,9 +307,8 @@ def tokenise(task, raw: dict, tokenizer, data_args, training_args) -> tuple[dict
 
 def start_mlm_heads(model, model_args: ModelArguments, model_path: str, hub: dict,
                     mlm_head_warmup_steps: int) -> None:
-    """The auxiliary MLM heads, before training: copies of the checkpoint's own masked-LM head where it ships one
-    (--mlm_heads pretrained), on a body with one state per token (a body that pools the sequence, as Funnel's, has
-    none)."""
+    """The auxiliary MLM heads before training: copies of the checkpoint's masked-LM head where it ships one
+    (--mlm_heads pretrained), on a body with one state per token (not one that pools the sequence, as Funnel's)."""
     if model_args.mlm_heads == "pretrained":
         with explain_hub_errors("ModelArguments", "model_name_or_path", model_path):
             try:

@@ -1,8 +1,8 @@
 """TartanModel: a shared body, the end-task head phi', one MLM head per auxiliary task, a meta head phi*
 (Dery et al., 2022, "Should We Be Pre-training? An Argument for End-task Aware Training as an Alternative", §3).
 
-- the end task and phi' are an ordinary `AutoModelForSequenceClassification` (`model.classifier`): its body
-  (`classifier.base_model`) is the body every task shares, so the trained end-task model is a vanilla checkpoint;
+- the end task and phi' are an ordinary `AutoModelForSequenceClassification` (`model.classifier`) whose body
+  (`classifier.base_model`) every task shares, so the trained end-task model is a vanilla checkpoint;
 - auxiliary tasks (TAPT, DAPT, any corpus): an MLM head each on the body's last hidden states, the decoder tied to
   the input embeddings, its own transform and output bias; logits only at masked positions;
 - phi* (§3.3): a copy of the classifier's own head, re-initialised and fitted on frozen body features for every
@@ -13,10 +13,9 @@ Checkpoint (`save_pretrained`): config.json + model.safetensors, the end-task cl
 tartan_config.json (auxiliary task names, MLM head settings); tartan_heads.safetensors (the MLM heads).
 
 LoRA (`add_body_lora(LoraConfig)`, what `TartanTrainer(peft_config=...)` calls): the body becomes a `peft.PeftModel`
-inside the classifier, base weights frozen; phi' and the MLM heads train, and `body_parameters()` are exactly the
-adapters. Checkpoints then hold peft's adapter files, end_task_head.safetensors (phi'), the MLM heads and the
-end-task config, not the frozen base; `from_pretrained(dir, base_model=...)` restores them and `save_merged(dir)`
-writes the plain layout above with the adapters folded into the body.
+inside the classifier, base weights frozen, and `body_parameters()` are exactly the adapters. Checkpoints then hold
+peft's adapter files, end_task_head.safetensors (phi'), the MLM heads and the end-task config, not the frozen base;
+`from_pretrained(dir, base_model=...)` restores them, `save_merged(dir)` writes the plain layout with them merged.
 """
 
 from __future__ import annotations
@@ -323,12 +322,11 @@ class TartanModel(nn.Module):
         its blocks), found on an 8-token probe in eval mode, before any training."""
         embedding = self.classifier.get_input_embeddings().weight
         probe = torch.arange(8, device=embedding.device).remainder(embedding.shape[0]).unsqueeze(0)  # [1, 8]
-        inputs = {"input_ids": probe, "attention_mask": torch.ones_like(probe)}
         was_training = self.body.training
         self.body.eval()
         try:
             with torch.no_grad():
-                positions = self.body(**inputs).last_hidden_state.shape[1]
+                positions = self.body(input_ids=probe, attention_mask=torch.ones_like(probe)).last_hidden_state.shape[1]
         finally:
             self.body.train(was_training)
         if positions != probe.shape[1]:
