@@ -28,7 +28,6 @@ from torch import nn
 from transformers import AutoModel, AutoModelForSeq2SeqLM, PretrainedConfig, PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import SequenceClassifierOutput
-from transformers.models.bart.modeling_bart import shift_tokens_right
 
 POOLING_MODES = ("cls", "mean", "max", "mean_sqrt_len", "weightedmean", "lasttoken", "eos")
 
@@ -173,7 +172,9 @@ class HfAuxSequenceClassifier(PreTrainedModel):
         # the decoder reads the input shifted right, with the input's padding mask
         config = self.config
         start = config.decoder_start_token_id if config.decoder_start_token_id is not None else config.eos_token_id
-        decoder_input_ids = shift_tokens_right(input_ids, config.pad_token_id, start)
+        decoder_input_ids = input_ids.new_full(input_ids.shape, config.pad_token_id)
+        decoder_input_ids[:, 1:] = input_ids[:, :-1]
+        decoder_input_ids[:, 0] = start
         encoded = self.body.get_encoder()(**inputs, return_dict=True).last_hidden_state
         return self.body.get_decoder()(input_ids=decoder_input_ids, attention_mask=attention_mask,
                                        encoder_hidden_states=encoded, encoder_attention_mask=attention_mask,

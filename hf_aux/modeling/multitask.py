@@ -52,7 +52,6 @@ from transformers import (AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoMode
                           PretrainedConfig, PreTrainedModel)
 from transformers.models.auto.modeling_auto import (MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING,
                                                     MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING)
-from transformers.models.bart.modeling_bart import shift_tokens_right
 from transformers.utils import ModelOutput, cached_file
 
 from ..runtime.adapters import (ADAPTER_CONFIG_NAME, adapter_base_model, base_of, is_lora_body, load_lora_body,
@@ -460,7 +459,10 @@ class MultiTaskModel(PreTrainedModel):
     def _shift_right(self, ids: torch.Tensor) -> torch.Tensor:
         config = self.body.config
         start = config.decoder_start_token_id if config.decoder_start_token_id is not None else config.eos_token_id
-        return shift_tokens_right(ids, config.pad_token_id, start)  # -100 (an ignored label) read as padding
+        shifted = ids.new_full(ids.shape, config.pad_token_id)
+        shifted[:, 1:] = ids[:, :-1]
+        shifted[:, 0] = start
+        return shifted.masked_fill(shifted == -100, config.pad_token_id)  # -100 (an ignored label) read as padding
 
     # ---- MUPPET-style checkpoints ----
     def save_pretrained(self, save_directory, state_dict=None, is_main_process: bool = True, push_to_hub=False,
