@@ -261,13 +261,18 @@ def render_model_card(
     in the snippets (`card_model_id`: a local folder's); sentence_transformers: the folder also loads as a
     `SentenceTransformer` (`has_sentence_transformers_files`), shown with its own snippet.
     """
-    card_arguments = {name: value for name, value in locals().items() if name != "method"}  # every keyword above
     try:
         record = method_record(method)
     except ValueError:
         raise ValueError(f"Unknown method {method!r} for a model card; expected one of {list(PAPERS)}") from None
-    return render_declared_card(template_file=record.card_template, name=record.card_name, tag_names=record.tags,
-                                paper=record.paper, **card_arguments)
+    return render_declared_card(
+        template_file=record.card_template, name=record.card_name, tag_names=record.tags, paper=record.paper,
+        model_name=model_name, base_model=base_model, datasets=datasets, tasks=tasks,
+        hyperparameters=hyperparameters, figures=figures, versions=versions, model_id=model_id,
+        auto_class=auto_class, hf_aux_class=hf_aux_class, license=license, license_name=license_name,
+        language=language, tags=tags, notes=notes, adapter=adapter, adapter_auto_class=adapter_auto_class,
+        merged_subfolder=merged_subfolder, pipeline_tag=pipeline_tag, trust_remote_code=trust_remote_code,
+        model_id_note=model_id_note, sentence_transformers=sentence_transformers)
 
 
 def render_declared_card(*, template_file: str, name: str, tag_names: tuple | list, paper: Paper, model_name: str,
